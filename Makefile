@@ -1,0 +1,59 @@
+# qimg: `make run` (install, build, demo) and `make test` (every suite).
+# meson does the building; this file only strings the steps together.
+
+MESON_SETUP = meson setup --wipe
+JOBS ?= 2
+
+.PHONY: all deps build build-asan build-tsan build-fuzz run test check-long fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build/build.ninja:
+	meson setup build
+
+build: deps build/build.ninja
+	ninja -C build -j $(JOBS)
+
+build-asan/build.ninja:
+	meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+	    -Dbuildtype=debug
+
+build-asan: deps build-asan/build.ninja
+	ninja -C build-asan -j $(JOBS)
+
+build-tsan/build.ninja:
+	CC=clang meson setup build-tsan -Db_sanitize=thread -Db_lundef=false \
+	    -Dbuildtype=debug
+
+build-tsan: deps build-tsan/build.ninja
+	ninja -C build-tsan -j $(JOBS) tests/test-pool tests/test-file \
+	    $$(ninja -C build-tsan -t targets all 2>/dev/null | \
+	       sed -n 's/^\(tests\/test-[a-z0-9-]*thread[a-z0-9-]*\):.*/\1/p')
+
+build-fuzz/build.ninja:
+	CC=clang meson setup build-fuzz -Dfuzz=true -Dtests=false -Db_lundef=false \
+	    -Dbuildtype=debugoptimized
+
+build-fuzz: deps build-fuzz/build.ninja
+	ninja -C build-fuzz -j $(JOBS)
+
+run: build
+	@scripts/demo.sh
+
+test: build build-asan build-tsan build-fuzz
+	@scripts/run-tests.sh
+
+check-long: build
+	QIMG_LONG=1 QIMG=$(CURDIR)/build/tools/qimg iotests/run
+
+fuzz: build-fuzz
+	scripts/fuzz-long.sh
+
+bench: build
+	bench/run.sh
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

@@ -1,0 +1,320 @@
+/*
+ * aio/pool.c: the task pool (see pool.h for the API).
+ *
+ * Owns: the worker threads, the FIFO ring of queued tasks, the count of tasks
+ * queued or running, and the sticky error.  Everything in struct Pool except
+ * the immutable fields (max, threads, nthreads) is protected by Pool.lock.
+ * It does not own task opaques: a queued task's opaque belongs to its function.
+ *
+ * Invariants (from pool.h):
+ *  1. Tasks start in submission order (FIFO queue); they may finish in any order.
+ *  2. pool_wait_all() returns only when no task is queued or running.
+ *  3. The sticky error is the first error any task returned (by completion time).
+ *  4. A task function owns its opaque; when pool_submit() fails, the task was
+ *     not queued and the caller still owns it.
+ *
+ * Internal bookkeeping (kept under Pool.lock):
+ *  - 0 <= nqueued <= in_flight <= max, so the ring (max slots) never overflows
+ *    and pool_submit() never allocates.
+ *  - in_flight - nqueued is the number of tasks running; in_flight drops only
+ *    after a task's function returned and its error (if any) was recorded, so
+ *    anyone woken by in_flight falling sees that error (invariants 2, 3).
+ *  - Tasks already queued when an error arrives still run: their functions own
+ *    their opaques and must get the chance to release them (invariant 4).
+ *
+ * Tasks must not call pool_wait_all() or pool_free() on their own pool (it
+ * would wait for itself; asserted).  A task may submit to its own pool, but if
+ * every worker does so while the pool is full they deadlock.
+ */
+#include "aio/pool.h"
+
+#include <glib.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define POOL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define POOL_TSAN 1
+#endif
+#endif
+#ifdef POOL_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+typedef struct PoolTask {
+    PoolFunc fn;
+    void *opaque;
+} PoolTask;
+
+struct Pool {
+    GMutex lock;
+    GCond task_cond;  /* a task was queued, or stopping was set */
+    GCond space_cond; /* in_flight fell below max, or an error was recorded */
+    GCond idle_cond;  /* in_flight reached 0 */
+
+    PoolTask *ring; /* max slots; queued tasks are ring[head .. head+nqueued) */
+    unsigned head;
+    unsigned nqueued;
+    unsigned in_flight; /* queued + running */
+    int error;          /* sticky: first task error, or 0 (invariant 3) */
+    bool stopping;      /* set by pool_free(); workers exit once the ring is empty */
+
+    unsigned max; /* immutable after pool_new() */
+    GThread **threads;
+    unsigned nthreads;
+};
+
+/* The pool whose task the current thread is running, if any. */
+static _Thread_local Pool *pool_current;
+
+/*
+ * Pool.lock goes through these wrappers.  On Linux glib builds GMutex and
+ * GCond on raw futexes, which ThreadSanitizer cannot see, so under TSan they
+ * tell it where the lock is taken and dropped (POOL_TSAN); otherwise they are
+ * plain calls.
+ */
+
+static void pool_lock(Pool *p)
+{
+#ifdef POOL_TSAN
+    __tsan_mutex_pre_lock(&p->lock, 0);
+#endif
+    g_mutex_lock(&p->lock);
+#ifdef POOL_TSAN
+    __tsan_mutex_post_lock(&p->lock, 0, 0);
+#endif
+}
+
+static void pool_unlock(Pool *p)
+{
+#ifdef POOL_TSAN
+    __tsan_mutex_pre_unlock(&p->lock, 0);
+#endif
+    g_mutex_unlock(&p->lock);
+#ifdef POOL_TSAN
+    __tsan_mutex_post_unlock(&p->lock, 0);
+#endif
+}
+
+/* g_cond_wait() drops and retakes p->lock. */
+static void pool_wait_locked(Pool *p, GCond *cond)
+{
+#ifdef POOL_TSAN
+    __tsan_mutex_pre_unlock(&p->lock, 0);
+    __tsan_mutex_post_unlock(&p->lock, 0);
+#endif
+    g_cond_wait(cond, &p->lock);
+#ifdef POOL_TSAN
+    __tsan_mutex_pre_lock(&p->lock, 0);
+    __tsan_mutex_post_lock(&p->lock, 0, 0);
+#endif
+}
+
+/* Called with p->lock held; returns false once stopping and nothing is queued. */
+static bool pool_take_locked(Pool *p, PoolTask *out)
+{
+    while (p->nqueued == 0 && !p->stopping) {
+        pool_wait_locked(p, &p->task_cond);
+    }
+    if (p->nqueued == 0) {
+        return false;
+    }
+    /* Invariant 1: the oldest queued task is started first. */
+    *out = p->ring[p->head];
+    p->head = (p->head + 1) % p->max;
+    p->nqueued--;
+    return true;
+}
+
+/* Called with p->lock held, after a task's function returned ret. */
+static void pool_finish_locked(Pool *p, int ret)
+{
+    g_assert(ret <= 0); /* PoolFunc contract: 0 or -errno */
+    g_assert(p->in_flight > p->nqueued);
+
+    p->in_flight--;
+    if (ret < 0 && p->error == 0) {
+        /* Invariant 3: only the first completed error sticks.  Wake every
+         * blocked submitter: they now fail instead of waiting for space. */
+        p->error = ret;
+        g_cond_broadcast(&p->space_cond);
+    } else {
+        g_cond_signal(&p->space_cond); /* one slot is free */
+    }
+    if (p->in_flight == 0) {
+        g_cond_broadcast(&p->idle_cond); /* invariant 2 */
+    }
+}
+
+static gpointer pool_worker(gpointer opaque)
+{
+    Pool *p = opaque;
+    PoolTask t;
+
+    pool_current = p;
+    pool_lock(p);
+    while (pool_take_locked(p, &t)) {
+        pool_unlock(p);
+        int ret = t.fn(t.opaque); /* the task now owns t.opaque (invariant 4) */
+        pool_lock(p);
+        pool_finish_locked(p, ret);
+    }
+    pool_unlock(p);
+    pool_current = NULL;
+    return NULL;
+}
+
+/* Tells the workers to exit once the ring is empty and joins them. */
+static void pool_stop_threads(Pool *p)
+{
+    pool_lock(p);
+    p->stopping = true;
+    g_cond_broadcast(&p->task_cond);
+    pool_unlock(p);
+
+    for (unsigned i = 0; i < p->nthreads; i++) {
+        g_thread_join(p->threads[i]);
+    }
+    p->nthreads = 0;
+}
+
+static void pool_destroy(Pool *p)
+{
+#ifdef POOL_TSAN
+    __tsan_mutex_destroy(&p->lock, 0);
+#endif
+    g_mutex_clear(&p->lock);
+    g_cond_clear(&p->task_cond);
+    g_cond_clear(&p->space_cond);
+    g_cond_clear(&p->idle_cond);
+    g_free(p->threads);
+    g_free(p->ring);
+    g_free(p);
+}
+
+/*
+ * Returns NULL if max_in_flight is 0 (a caller bug), or if memory or threads
+ * cannot be had (the process is at its limits; the caller reports -ENOMEM or
+ * -EAGAIN), rather than aborting.
+ */
+Pool *pool_new(unsigned max_in_flight)
+{
+    if (max_in_flight == 0) {
+        return NULL;
+    }
+
+    Pool *p = g_try_new0(Pool, 1);
+    if (!p) {
+        return NULL;
+    }
+    g_mutex_init(&p->lock);
+    g_cond_init(&p->task_cond);
+    g_cond_init(&p->space_cond);
+    g_cond_init(&p->idle_cond);
+    p->max = max_in_flight;
+    p->ring = g_try_new(PoolTask, max_in_flight);
+    p->threads = g_try_new0(GThread *, max_in_flight);
+    if (!p->ring || !p->threads) {
+        pool_destroy(p);
+        return NULL;
+    }
+
+    for (unsigned i = 0; i < max_in_flight; i++) {
+        GError *err = NULL;
+        GThread *t = g_thread_try_new("qimg-pool", pool_worker, p, &err);
+        if (!t) {
+            g_error_free(err);
+            pool_stop_threads(p);
+            pool_destroy(p);
+            return NULL;
+        }
+        p->threads[p->nthreads++] = t;
+    }
+    return p;
+}
+
+/* No other thread may use p once pool_free() has been called. */
+void pool_free(Pool *p)
+{
+    if (!p) {
+        return;
+    }
+    /* The error has nowhere to go; a caller that cares calls pool_wait_all(). */
+    (void)pool_wait_all(p);
+    pool_stop_threads(p);
+    pool_destroy(p);
+}
+
+/*
+ * A submitter blocked on a full pool returns the sticky error as soon as one
+ * is recorded, rather than queuing behind it.
+ */
+int pool_submit(Pool *p, PoolFunc fn, void *opaque)
+{
+    int ret;
+
+    g_assert(fn);
+    pool_lock(p);
+    g_assert(!p->stopping);
+    while (p->error == 0 && p->in_flight >= p->max) {
+        pool_wait_locked(p, &p->space_cond);
+    }
+    ret = p->error;
+    if (ret == 0) {
+        g_assert(p->nqueued < p->max);
+        p->ring[(p->head + p->nqueued) % p->max] = (PoolTask){.fn = fn, .opaque = opaque};
+        p->nqueued++;
+        p->in_flight++;
+        g_cond_signal(&p->task_cond);
+    }
+    /* else invariant 4: not queued, the caller keeps opaque. */
+    pool_unlock(p);
+    return ret;
+}
+
+int pool_wait_all(Pool *p)
+{
+    int ret;
+
+    g_assert(pool_current != p); /* a task would wait for itself */
+    pool_lock(p);
+    /* Invariant 2. */
+    while (p->in_flight > 0) {
+        pool_wait_locked(p, &p->idle_cond);
+    }
+    ret = p->error;
+    pool_unlock(p);
+    return ret;
+}
+
+int pool_status(Pool *p)
+{
+    int ret;
+
+    pool_lock(p);
+    ret = p->error;
+    pool_unlock(p);
+    return ret;
+}
+
+void pool_reset_error(Pool *p)
+{
+    pool_lock(p);
+    p->error = 0;
+    pool_unlock(p);
+}
+
+unsigned pool_max_in_flight(Pool *p)
+{
+    return p->max; /* immutable: no lock */
+}
+
+unsigned pool_in_flight(Pool *p)
+{
+    unsigned n;
+
+    pool_lock(p);
+    n = p->in_flight;
+    pool_unlock(p);
+    return n;
+}

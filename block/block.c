@@ -1,0 +1,447 @@
+/*
+ * block/block.c: the generic image layer.
+ *
+ * Owns: the driver table, format probing, opening an image with its
+ * protocol child and its backing chain, and the request checks every
+ * request passes before it reaches a driver (block.h invariant 3).
+ *
+ * Invariants (besides block.h's):
+ *  1. A backing chain never contains the same file twice: each file is
+ *     identified by its canonical path, and a repeat refuses the open
+ *     ("Backing file 'x' creates an infinite loop").
+ *  2. Backing nodes are always opened read-only.
+ *  3. Reads of a backing node past its end return zeros
+ *     (blk_preadv_padded), as QEMU reads a shorter backing file.
+ *  4. Format probing never guesses anything but raw for an unknown file;
+ *     a driver claims a file only by its magic.
+ */
+#include "block/block.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const QimgDriver *const format_drivers[] = {
+    &blk_qcow2_driver,
+    &blk_raw_driver,
+};
+
+const QimgDriver *blk_find_format(const char *name)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(format_drivers); i++) {
+        if (strcmp(format_drivers[i]->format_name, name) == 0) {
+            return format_drivers[i];
+        }
+    }
+    if (strcmp(name, "file") == 0) {
+        return &blk_file_driver;
+    }
+    return NULL;
+}
+
+/* Invariant 4: highest probe score wins; raw scores 1 for anything. */
+static const QimgDriver *probe_format(QimgImage *file)
+{
+    uint8_t buf[512] = {0};
+    const QimgDriver *best = &blk_raw_driver;
+    int best_score = 0;
+    int64_t len = blk_getlength(file);
+    size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
+
+    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
+        n = 0;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(format_drivers); i++) {
+        const QimgDriver *d = format_drivers[i];
+        int score = d->probe ? d->probe(buf, n) : 0;
+        if (score > best_score) {
+            best_score = score;
+            best = d;
+        }
+    }
+    return best;
+}
+
+QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
+                         GError **error)
+{
+    QimgImage *img = g_new0(QimgImage, 1);
+    QimgOpenOptions o = {.read_only = read_only, .cache = cache};
+
+    img->drv = &blk_file_driver;
+    img->filename = g_strdup(filename);
+    img->read_only = read_only;
+    img->cache = cache;
+    img->request_alignment = 1;
+    img->opts = o;
+    if (img->drv->open(img, filename, &o, error) < 0) {
+        g_free(img->filename);
+        g_free(img);
+        return NULL;
+    }
+    return img;
+}
+
+char *blk_resolve_backing_name(const char *image_filename, const char *backing)
+{
+    if (g_path_is_absolute(backing) || strstr(backing, "://") != NULL) {
+        return g_strdup(backing);
+    }
+    g_autofree char *dir = g_path_get_dirname(image_filename);
+    if (strcmp(dir, ".") == 0) {
+        return g_strdup(backing);
+    }
+    return g_build_filename(dir, backing, NULL);
+}
+
+static bool chain_contains(GSList *chain, const char *canon)
+{
+    for (GSList *l = chain; l; l = l->next) {
+        if (strcmp(l->data, canon) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static int open_backing(QimgImage *img, const QimgOpenOptions *opts, GSList *chain,
+                        GError **error)
+{
+    QimgOpenOptions bo = *opts;
+    g_autoptr(GError) local = NULL;
+
+    bo.format = img->backing_format;
+    bo.read_only = true; /* invariant 2 */
+    bo.snapshot = NULL;
+    bo.check_mode = false;
+    img->backing = blk_open_image(img->full_backing_filename, &bo, chain, &local);
+    if (!img->backing) {
+        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
+                    local->message);
+        return -local->code;
+    }
+    return 0;
+}
+
+QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
+                          GSList *chain, GError **error)
+{
+    char canon[PATH_MAX];
+    const QimgDriver *drv = NULL;
+    QimgImage *img = NULL;
+    GSList link;
+
+    if (opts->format) {
+        drv = blk_find_format(opts->format);
+        if (!drv) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Could not open '%s': Unknown driver '%s'", filename,
+                        opts->format);
+            return NULL;
+        }
+    }
+    if (!realpath(filename, canon)) {
+        int e = errno;
+        g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
+                    g_strerror(e));
+        return NULL;
+    }
+    if (chain_contains(chain, canon)) { /* invariant 1 */
+        g_set_error(error, QIMG_ERROR, ELOOP,
+                    "Backing file '%s' creates an infinite loop.", filename);
+        return NULL;
+    }
+
+    bool ro = opts->read_only || opts->snapshot != NULL;
+    QimgImage *file = blk_open_file(filename, ro, opts->cache, error);
+    if (!file) {
+        return NULL;
+    }
+    if (!drv) {
+        drv = probe_format(file);
+    }
+    if (drv->is_protocol) {
+        return file;
+    }
+
+    img = g_new0(QimgImage, 1);
+    img->drv = drv;
+    img->file = file;
+    img->filename = g_strdup(filename);
+    img->read_only = ro;
+    img->cache = opts->cache;
+    img->request_alignment = file->request_alignment;
+    img->opts = *opts;
+    img->opts.format = NULL;
+    img->opts.backing_format_hint = NULL;
+    img->opts.snapshot = NULL;
+
+    g_autoptr(GError) local = NULL;
+    if (drv->open(img, filename, opts, &local) < 0) {
+        g_propagate_prefixed_error(error, g_steal_pointer(&local), "Could not open '%s': ",
+                                   filename);
+        goto fail_noclose;
+    }
+    if (img->backing_filename) {
+        img->full_backing_filename =
+            blk_resolve_backing_name(filename, img->backing_filename);
+        if (!opts->no_backing) {
+            link.data = canon;
+            link.next = chain;
+            if (open_backing(img, opts, &link, &local) < 0) {
+                g_propagate_prefixed_error(error, g_steal_pointer(&local),
+                                           "Could not open '%s': ", filename);
+                goto fail;
+            }
+        }
+    }
+    if (drv->open_finish && drv->open_finish(img, &local) < 0) {
+        g_propagate_prefixed_error(error, g_steal_pointer(&local), "Could not open '%s': ",
+                                   filename);
+        goto fail;
+    }
+    return img;
+
+fail:
+    blk_close(img);
+    return NULL;
+fail_noclose:
+    blk_close(img->file);
+    g_free(img->filename);
+    g_free(img->backing_filename);
+    g_free(img->backing_format);
+    g_free(img);
+    return NULL;
+}
+
+void blk_close(QimgImage *img)
+{
+    if (!img) {
+        return;
+    }
+    if (img->vmstate) {
+        blk_vmstate_release(img);
+    }
+    if (img->drv && img->drv->close) {
+        img->drv->close(img);
+    }
+    blk_close(img->backing);
+    blk_close(img->file);
+    g_free(img->filename);
+    g_free(img->backing_filename);
+    g_free(img->full_backing_filename);
+    g_free(img->backing_format);
+    g_free(img);
+}
+
+/* ---- request checks (block.h invariant 3) ---- */
+
+static int check_request(QimgImage *img, uint64_t offset, uint64_t bytes, bool write)
+{
+    uint64_t end;
+
+    if (__builtin_add_overflow(offset, bytes, &end) || end > INT64_MAX) {
+        return blk_error(EINVAL, "Request at offset %" PRIu64 " of %" PRIu64
+                                 " bytes overflows", offset, bytes);
+    }
+    if (write && img->read_only) {
+        return blk_error(EACCES, "Image '%s' is read-only", img->filename);
+    }
+    /* Protocol nodes may be read past EOF (zeros) and written to grow. */
+    if (!img->drv->is_protocol && end > img->size) {
+        return blk_error(EIO, "Request at offset %" PRIu64 " of %" PRIu64
+                              " bytes is beyond the end of '%s' (%" PRIu64 " bytes)",
+                         offset, bytes, img->filename, img->size);
+    }
+    return 0;
+}
+
+int blk_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+{
+    int ret = check_request(img, offset, qiov->size, false);
+    if (ret < 0 || qiov->size == 0) {
+        return ret;
+    }
+    return img->drv->preadv(img, offset, qiov, flags);
+}
+
+int blk_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+{
+    int ret = check_request(img, offset, qiov->size, true);
+    if (ret < 0 || qiov->size == 0) {
+        return ret;
+    }
+    if (!img->drv->pwritev) {
+        return blk_error(ENOTSUP, "Writing is not supported for format '%s'",
+                         img->drv->format_name);
+    }
+    return img->drv->pwritev(img, offset, qiov, flags);
+}
+
+int blk_pread(QimgImage *img, uint64_t offset, void *buf, size_t bytes)
+{
+    QimgIOV q;
+    iov_init_buf(&q, buf, bytes);
+    return blk_preadv(img, offset, &q, 0);
+}
+
+int blk_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t bytes,
+               unsigned flags)
+{
+    QimgIOV q;
+    iov_init_buf(&q, (void *)buf, bytes);
+    return blk_pwritev(img, offset, &q, flags);
+}
+
+int blk_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags)
+{
+    int ret = check_request(img, offset, bytes, true);
+    if (ret < 0 || bytes == 0) {
+        return ret;
+    }
+    if (img->drv->pwrite_zeroes) {
+        ret = img->drv->pwrite_zeroes(img, offset, bytes, flags);
+        if (ret != -ENOTSUP || (flags & BLK_REQ_NO_FALLBACK)) {
+            return ret;
+        }
+    } else if (flags & BLK_REQ_NO_FALLBACK) {
+        return -ENOTSUP;
+    }
+    /* Fallback: write zeros from a bounded buffer. */
+    size_t chunk = (size_t)MIN(bytes, (uint64_t)1 << 20);
+    g_autofree void *zero = g_malloc0(chunk);
+    while (bytes > 0) {
+        size_t n = (size_t)MIN(bytes, (uint64_t)chunk);
+        ret = blk_pwrite(img, offset, zero, n, flags & BLK_REQ_FUA);
+        if (ret < 0) {
+            return ret;
+        }
+        offset += n;
+        bytes -= n;
+    }
+    return 0;
+}
+
+int blk_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+{
+    int ret = check_request(img, offset, bytes, true);
+    if (ret < 0 || bytes == 0 || !img->drv->pdiscard) {
+        return ret;
+    }
+    return img->drv->pdiscard(img, offset, bytes);
+}
+
+int blk_flush(QimgImage *img)
+{
+    if (img->vmstate) {
+        int ret = blk_vmstate_drain(img);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (img->read_only || !img->drv->flush) {
+        return 0;
+    }
+    return img->drv->flush(img);
+}
+
+int64_t blk_getlength(QimgImage *img)
+{
+    return (int64_t)img->size;
+}
+
+int blk_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (offset >= img->size) {
+        st->pnum = bytes;
+        st->flags = BLK_STATUS_ZERO;
+        return 0;
+    }
+    bytes = MIN(bytes, img->size - offset);
+    if (bytes == 0) {
+        return blk_error(EINVAL, "Block status of an empty range");
+    }
+    if (!img->drv->block_status) {
+        st->pnum = bytes;
+        st->flags = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
+        st->map = offset;
+        st->file = img;
+        return 0;
+    }
+    int ret = img->drv->block_status(img, offset, bytes, st);
+    if (ret < 0) {
+        return ret;
+    }
+    if (st->pnum == 0 || st->pnum > bytes) {
+        return blk_error(EIO, "Driver '%s' returned an invalid block status length",
+                         img->drv->format_name);
+    }
+    if (st->flags & (BLK_STATUS_DATA | BLK_STATUS_ZERO)) {
+        st->flags |= BLK_STATUS_ALLOCATED;
+    }
+    /*
+     * Data of a format layer stored in a hole of its file reads as zeros:
+     * say so, as QEMU does, so map and convert can skip it.
+     */
+    if ((st->flags & BLK_STATUS_DATA) && (st->flags & BLK_STATUS_OFFSET_VALID) &&
+        st->file && st->file != img && !(st->flags & BLK_STATUS_ZERO)) {
+        BlkStatus fst;
+        if (blk_block_status(st->file, st->map, st->pnum, &fst) == 0 &&
+            (fst.flags & BLK_STATUS_ZERO)) {
+            st->pnum = MIN(st->pnum, fst.pnum);
+            st->flags |= BLK_STATUS_ZERO;
+        }
+    }
+    return 0;
+}
+
+int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+                 bool shrink, GError **error)
+{
+    if (img->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", img->filename);
+        return -EACCES;
+    }
+    if (size > INT64_MAX) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Image size too large");
+        return -EINVAL;
+    }
+    if (!img->drv->truncate) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "Image format '%s' does not support resizing",
+                    img->drv->format_name);
+        return -ENOTSUP;
+    }
+    return img->drv->truncate(img, size, exact, prealloc, shrink, error);
+}
+
+int64_t blk_get_allocated_size(QimgImage *img)
+{
+    if (img->drv->get_allocated_size) {
+        return img->drv->get_allocated_size(img);
+    }
+    if (img->file) {
+        return blk_get_allocated_size(img->file);
+    }
+    return -ENOTSUP;
+}
+
+int blk_preadv_padded(QimgImage *img, uint64_t offset, const QimgIOV *qiov)
+{
+    if (offset >= img->size) {
+        iov_memset(qiov, 0, 0, qiov->size);
+        return 0;
+    }
+    uint64_t avail = img->size - offset;
+    if (avail >= qiov->size) {
+        return blk_preadv(img, offset, qiov, 0);
+    }
+    QimgIOV part;
+    iov_slice(&part, qiov, 0, (size_t)avail);
+    int ret = blk_preadv(img, offset, &part, 0);
+    iov_destroy(&part);
+    iov_memset(qiov, (size_t)avail, 0, qiov->size - (size_t)avail);
+    return ret;
+}

@@ -1,0 +1,194 @@
+/*
+ * block/: the generic image layer, internal interface.
+ *
+ * Owns: the driver table, the QimgImage node (one per opened file or
+ * format layer), format probing, opening backing chains, request checks,
+ * and the error convention shared by every layer below the public API.
+ *
+ * Invariants:
+ *  1. A format driver never touches a file descriptor: it reads and writes
+ *     its protocol child (img->file), its backing node (img->backing) and
+ *     any data file through blk_*() calls, so tests can slide a
+ *     fault-injecting child underneath.
+ *  2. Internal functions return 0 (or a non-negative count) or -errno.  A
+ *     function that fails for a reason a person must read records the
+ *     message with blk_error() before returning; the public API turns the
+ *     last recorded message (thread-local) into the GError.
+ *  3. Requests reaching a driver are bounds-checked: offset + bytes does not
+ *     overflow and, except for vmstate requests and writes to protocol
+ *     nodes, stays within img->size.
+ */
+#ifndef QIMG_BLOCK_H
+#define QIMG_BLOCK_H
+
+#include "qimg/qimg.h"
+#include "block/iov.h"
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Rounding for power-of-two or any non-zero alignment 'a' (no overflow checks:
+ * use on validated values only). */
+#define ROUND_DOWN(x, a) ((x) / (a) * (a))
+#define ROUND_UP(x, a) ROUND_DOWN((x) + (a) - 1, (a))
+#define DIV_ROUND_UP(x, a) (((x) + (a) - 1) / (a))
+
+typedef struct QimgDriver QimgDriver;
+struct QimgCheckResult;
+
+/* Request flags for preadv / pwritev / pwrite_zeroes. */
+enum {
+    BLK_REQ_MAY_UNMAP = QIMG_ZERO_MAY_UNMAP,
+    BLK_REQ_NO_FALLBACK = QIMG_ZERO_NO_FALLBACK,
+    BLK_REQ_FUA = 1 << 4, /* durable before completion */
+};
+
+struct QimgImage {
+    const QimgDriver *drv;
+    void *opaque;          /* driver state */
+    char *filename;        /* as given by the user */
+    QimgImage *file;       /* protocol child of a format node; NULL for protocol */
+    QimgImage *backing;    /* backing node, or NULL */
+    bool read_only;
+    QimgCacheMode cache;
+    uint64_t size;         /* virtual size; drivers keep it current */
+    uint32_t request_alignment; /* 1, or the O_DIRECT alignment */
+    uint32_t cluster_size; /* format's allocation unit; 0 if it has none */
+    bool is_block_device;  /* protocol nodes */
+    char *backing_filename;      /* as recorded in the image */
+    char *full_backing_filename; /* resolved path used to open it */
+    char *backing_format;        /* as recorded, or NULL */
+    QimgOpenOptions opts;        /* copy (string fields not kept) */
+    struct BlkVmstate *vmstate;  /* buffered vmstate writer/reader, or NULL */
+};
+
+/* Block status answers (driver level). */
+enum {
+    BLK_STATUS_DATA = QIMG_STATUS_DATA,
+    BLK_STATUS_ZERO = QIMG_STATUS_ZERO,
+    BLK_STATUS_OFFSET_VALID = QIMG_STATUS_OFFSET_VALID,
+    BLK_STATUS_ALLOCATED = QIMG_STATUS_ALLOCATED,
+    BLK_STATUS_COMPRESSED = QIMG_STATUS_COMPRESSED,
+};
+
+typedef struct BlkStatus {
+    uint64_t pnum;        /* bytes from the request offset the answer covers (> 0) */
+    unsigned flags;       /* BLK_STATUS_* */
+    uint64_t map;         /* host offset when OFFSET_VALID */
+    QimgImage *file;      /* node 'map' refers to */
+} BlkStatus;
+
+struct QimgDriver {
+    const char *format_name;
+    bool is_protocol;
+    /* 0..100: how sure the driver is that buf (first bytes of the file) is its format. */
+    int (*probe)(const uint8_t *buf, size_t len);
+    /* Protocol drivers: open 'filename' themselves.  Format drivers: img->file
+     * is open; parse it and set img->size, img->backing_filename,
+     * img->backing_format.  Messages through GError. */
+    int (*open)(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
+                GError **error);
+    /* Called after the backing chain is open (optional). */
+    int (*open_finish)(QimgImage *img, GError **error);
+    void (*close)(QimgImage *img);
+    int (*preadv)(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
+    int (*pwritev)(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
+    int (*pwrite_zeroes)(QimgImage *img, uint64_t offset, uint64_t bytes,
+                         unsigned flags);
+    int (*pdiscard)(QimgImage *img, uint64_t offset, uint64_t bytes);
+    int (*pwrite_compressed)(QimgImage *img, uint64_t offset, const QimgIOV *qiov);
+    int (*flush)(QimgImage *img);
+    /* Status of this layer only, for [offset, offset+bytes).  Returns 0 or -errno. */
+    int (*block_status)(QimgImage *img, uint64_t offset, uint64_t bytes,
+                        BlkStatus *st);
+    int (*truncate)(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+                    bool shrink, GError **error);
+    int64_t (*get_allocated_size)(QimgImage *img);
+    /* Fill the driver-specific parts of info (cluster size, qcow2 data). */
+    int (*get_info)(QimgImage *img, QimgInfo *info, GError **error);
+    int (*create)(const char *filename, const QimgCreateOptions *opts, GError **error);
+    /* vmstate area (qcow2): positional access beyond the disk end. */
+    int (*save_vmstate)(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
+    int (*load_vmstate)(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
+    /* True if a freshly created image of this driver reads as zeros. */
+    bool (*has_zero_init)(QimgImage *img);
+    /* Internal snapshots.  create: sn->name, vm_state_size, date_*, vm_clock_nsec
+     * and icount are inputs; the driver assigns sn->id (g_strdup).  Messages via
+     * GError.  id_or_name: ID first, then name, as QEMU looks them up. */
+    int (*snapshot_create)(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
+    int (*snapshot_goto)(QimgImage *img, const char *id_or_name, GError **error);
+    int (*snapshot_delete)(QimgImage *img, const char *id_or_name, GError **error);
+    /* A new array of QimgSnapshotInfo (strings owned by the array's entries). */
+    GArray *(*snapshot_list)(QimgImage *img);
+    /* Offline check and repair (qemu-img check). */
+    int (*check)(QimgImage *img, struct QimgCheckResult *res, unsigned fix, GError **error);
+};
+
+/* ---- errors (invariant 2) ---- */
+
+/* Record a message for the current thread and return -errnum. */
+int blk_error(int errnum, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* Forget the current thread's message. */
+void blk_error_clear(void);
+/* The current thread's message, or NULL. */
+const char *blk_error_message(void);
+/* Turn ret (< 0) and the recorded message into a GError with 'prefix: ' added
+ * (prefix may be NULL).  Clears the recorded message. */
+void blk_error_propagate(GError **error, int ret, const char *prefix);
+
+/* ---- drivers ---- */
+
+extern const QimgDriver blk_file_driver;
+extern const QimgDriver blk_raw_driver;
+extern const QimgDriver blk_qcow2_driver;
+
+const QimgDriver *blk_find_format(const char *name);
+
+/* ---- nodes ---- */
+
+/* Open the file protocol on 'filename' (a plain file or block device). */
+QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
+                         GError **error);
+/* Open 'filename' with format 'format' (NULL: probe), including its backing
+ * chain unless opts->no_backing.  'chain' holds the canonical paths already in
+ * the chain (loop detection); NULL at the top. */
+QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
+                          GSList *chain, GError **error);
+void blk_close(QimgImage *img);
+/* Resolve a backing file name relative to the folder of 'image_filename'. */
+char *blk_resolve_backing_name(const char *image_filename, const char *backing);
+
+/* ---- requests (invariant 3): use these, never img->drv directly ---- */
+
+int blk_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
+int blk_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
+int blk_pread(QimgImage *img, uint64_t offset, void *buf, size_t bytes);
+int blk_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t bytes,
+               unsigned flags);
+int blk_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags);
+int blk_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes);
+int blk_flush(QimgImage *img);
+int blk_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
+int64_t blk_getlength(QimgImage *img);
+int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+                 bool shrink, GError **error);
+int64_t blk_get_allocated_size(QimgImage *img);
+
+/* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
+int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
+                    GError **error);
+
+/* ---- vmstate (block/vmstate.c) ---- */
+
+/* Drain buffered vmstate writes (called by blk_flush before the driver
+ * flush); returns the first error of any buffered write. */
+int blk_vmstate_drain(QimgImage *img);
+/* Drain and free the vmstate state (called by blk_close). */
+void blk_vmstate_release(QimgImage *img);
+
+/* Reads past the end of a backing node return zeros: read [offset, +bytes)
+ * of 'img' into qiov, zero-filling what lies beyond img->size. */
+int blk_preadv_padded(QimgImage *img, uint64_t offset, const QimgIOV *qiov);
+
+#endif

@@ -1,0 +1,197 @@
+/*
+ * libqimg public API: image handles, I/O, block status, info.
+ *
+ * Everything an embedder needs to open, create, read, write and inspect
+ * disk images (qcow2, raw).  Every call that can fail takes a GError **
+ * in the QIMG_ERROR domain; the error code is an errno value and the
+ * message names the file and the problem.
+ *
+ * Thread safety: one QimgImage may be used from several threads at once
+ * for I/O (pread/pwrite/zeroes/discard/flush/block_status).  Open, close,
+ * truncate and snapshot operations must not race with other calls on the
+ * same handle.
+ */
+#ifndef QIMG_QIMG_H
+#define QIMG_QIMG_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+G_BEGIN_DECLS
+
+#define QIMG_ERROR (qimg_error_quark())
+GQuark qimg_error_quark(void);
+
+typedef struct QimgImage QimgImage;
+
+/* qemu-img's cache modes (-t / -T). */
+typedef enum QimgCacheMode {
+    QIMG_CACHE_WRITEBACK = 0, /* page cache; flush = fdatasync; flushed at close */
+    QIMG_CACHE_WRITETHROUGH,  /* page cache; each write durable before it returns */
+    QIMG_CACHE_NONE,          /* O_DIRECT; flush = fdatasync */
+    QIMG_CACHE_DIRECTSYNC,    /* O_DIRECT and each write durable */
+    QIMG_CACHE_UNSAFE,        /* page cache; flush does nothing */
+} QimgCacheMode;
+
+/* Parse "writeback", "writethrough", "none", "off", "directsync", "unsafe". */
+gboolean qimg_cache_mode_parse(const char *s, QimgCacheMode *mode, GError **error);
+const char *qimg_cache_mode_name(QimgCacheMode mode);
+
+typedef struct QimgOpenOptions {
+    const char *format;      /* "qcow2", "raw" or NULL to probe */
+    bool read_only;
+    QimgCacheMode cache;
+    bool no_backing;         /* do not open the backing chain */
+    const char *backing_format_hint; /* unused unless set */
+    uint64_t metadata_cache_size; /* bytes; 0 = driver default */
+    bool force_share;        /* accepted for qemu-img compatibility */
+    bool check_mode;         /* open for check/repair: corrupt images open r/w */
+    const char *snapshot;    /* read-only view of this internal snapshot
+                              * (ID or name), as qemu-img convert -l */
+} QimgOpenOptions;
+
+#define QIMG_OPEN_OPTIONS_INIT {0}
+
+QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
+                           GError **error);
+/* Flushes (unless read-only) and closes; returns FALSE if the final flush
+ * failed (the handle is freed either way). */
+gboolean qimg_image_close(QimgImage *img, GError **error);
+void qimg_image_free(QimgImage *img); /* close, ignoring errors */
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QimgImage, qimg_image_free)
+
+typedef enum QimgPrealloc {
+    QIMG_PREALLOC_OFF = 0,
+    QIMG_PREALLOC_METADATA,
+    QIMG_PREALLOC_FALLOC,
+    QIMG_PREALLOC_FULL,
+} QimgPrealloc;
+
+gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error);
+
+/*
+ * Creation options.  "options" holds qemu-img's -o key=value pairs
+ * (compat, cluster_size, refcount_bits, lazy_refcounts, compression_type,
+ * extended_l2, preallocation, data_file, data_file_raw, backing_file,
+ * backing_fmt, size); the explicit fields override them when set.
+ */
+typedef struct QimgCreateOptions {
+    const char *format;         /* "qcow2" or "raw" (required) */
+    uint64_t size;              /* virtual size in bytes */
+    bool size_set;
+    const char *backing_file;
+    const char *backing_format;
+    GHashTable *options;        /* char* -> char*, may be NULL */
+} QimgCreateOptions;
+
+gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
+                           GError **error);
+
+/* I/O.  Offsets and lengths are in bytes; no alignment is required. */
+gboolean qimg_image_pread(QimgImage *img, uint64_t offset, void *buf, size_t len,
+                          GError **error);
+gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf,
+                           size_t len, GError **error);
+gboolean qimg_image_preadv(QimgImage *img, uint64_t offset, const struct iovec *iov,
+                           int iovcnt, GError **error);
+gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset,
+                            const struct iovec *iov, int iovcnt, GError **error);
+
+typedef enum QimgZeroFlags {
+    QIMG_ZERO_MAY_UNMAP = 1 << 0,    /* the range may be deallocated */
+    QIMG_ZERO_NO_FALLBACK = 1 << 1,  /* fail with ENOTSUP rather than write zeros */
+} QimgZeroFlags;
+
+gboolean qimg_image_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t len,
+                                  unsigned flags, GError **error);
+gboolean qimg_image_pdiscard(QimgImage *img, uint64_t offset, uint64_t len,
+                             GError **error);
+gboolean qimg_image_flush(QimgImage *img, GError **error);
+gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
+                             QimgPrealloc prealloc, GError **error);
+/* Write a compressed cluster (qcow2 only); offset/len must be one whole
+ * cluster (len may be shorter at the end of the image). */
+gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset,
+                                      const void *buf, size_t len, GError **error);
+
+uint64_t qimg_image_size(QimgImage *img);
+const char *qimg_image_filename(QimgImage *img);
+const char *qimg_image_format(QimgImage *img);
+QimgImage *qimg_image_backing(QimgImage *img); /* borrowed; NULL if none */
+bool qimg_image_is_read_only(QimgImage *img);
+
+/* Block status of one layer or of the whole chain. */
+typedef enum QimgStatusFlags {
+    QIMG_STATUS_DATA = 1 << 0,      /* reads return data stored here */
+    QIMG_STATUS_ZERO = 1 << 1,      /* reads return zeros */
+    QIMG_STATUS_OFFSET_VALID = 1 << 2, /* offset is valid in 'file' */
+    QIMG_STATUS_ALLOCATED = 1 << 3, /* this layer defines the contents */
+    QIMG_STATUS_COMPRESSED = 1 << 4,
+} QimgStatusFlags;
+
+typedef struct QimgExtent {
+    uint64_t start;
+    uint64_t length;
+    unsigned flags;       /* QimgStatusFlags */
+    int depth;            /* chain depth of the layer that defines it */
+    uint64_t offset;      /* host offset when QIMG_STATUS_OFFSET_VALID */
+    const char *filename; /* file the offset refers to (borrowed) */
+} QimgExtent;
+
+/*
+ * Status of [offset, offset+len) through the backing chain as qemu-img map
+ * sees it: out->length is how far the same answer holds (> 0).
+ */
+gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
+                                 QimgExtent *out, GError **error);
+/* Status of this layer only (ALLOCATED says whether it defines the range). */
+gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset,
+                                       uint64_t len, QimgExtent *out,
+                                       GError **error);
+
+typedef struct QimgSnapshotInfo {
+    char *id;
+    char *name;
+    uint64_t vm_state_size;
+    uint64_t date_sec;
+    uint32_t date_nsec;
+    uint64_t vm_clock_nsec;
+    int64_t icount;       /* -1: none */
+    uint64_t disk_size;
+    uint32_t l1_size;
+    uint64_t l1_offset;
+} QimgSnapshotInfo;
+
+typedef struct QimgInfo {
+    char *filename;
+    char *format;
+    uint64_t virtual_size;
+    int64_t actual_size;       /* bytes allocated on the host, -1 unknown */
+    uint32_t cluster_size;     /* 0: not applicable */
+    bool dirty;
+    bool encrypted;
+    char *backing_filename;     /* as recorded in the image */
+    char *full_backing_filename;
+    char *backing_format;
+    GArray *snapshots;          /* QimgSnapshotInfo, may be NULL */
+    /* qcow2 specifics (format_specific = true) */
+    bool format_specific;
+    char *compat;               /* "0.10" or "1.1" */
+    char *compression_type;     /* "zlib" / "zstd" */
+    bool lazy_refcounts;
+    uint32_t refcount_bits;
+    bool corrupt;
+    bool extended_l2;
+    char *data_file;
+    bool data_file_raw;
+} QimgInfo;
+
+QimgInfo *qimg_image_get_info(QimgImage *img, GError **error);
+void qimg_info_free(QimgInfo *info);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(QimgInfo, qimg_info_free)
+
+G_END_DECLS
+
+#endif

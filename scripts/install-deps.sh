@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the Debian packages qimg needs to build and test, when missing.
+# Run as root (CI and `make run` do); otherwise print what to install.
+set -euo pipefail
+
+pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
+      libzstd-dev libcmocka-dev qemu-utils clang libclang-rt-14-dev)
+# Optional: a real QEMU for the savevm/loadvm interop tests.
+[ "${QIMG_WITH_QEMU_SYSTEM:-0}" = 1 ] && pkgs+=(qemu-system-x86)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "qimg needs these Debian packages: ${missing[*]}" >&2
+    echo "Run as root: apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+echo "Installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
