@@ -1,0 +1,164 @@
+# iotests/common.sh: helpers sourced by every iotests/tests/NNN-name.sh.
+#
+# A test exits 0 (pass), 1 (fail) or 77 (skip).  It runs in a fresh scratch
+# folder (its working directory) that is removed when it exits, so file
+# names in the output of qimg and qemu-img are the same short names.
+#
+# Environment:
+#   QIMG      the qimg binary (default: build/tools/qimg, else build/qimg,
+#             in the repository)
+#   QEMU_IMG  qemu-img (default: qemu-img on PATH)
+#   QEMU_IO   qemu-io (default: qemu-io on PATH)
+#   TMPDIR    where scratch folders go (default: iotests/scratch)
+
+IOTESTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(dirname "$IOTESTS_DIR")
+
+if [ -z "${QIMG:-}" ]; then
+    if [ -x "$REPO_DIR/build/tools/qimg" ]; then
+        QIMG=$REPO_DIR/build/tools/qimg
+    else
+        QIMG=$REPO_DIR/build/qimg
+    fi
+fi
+case "$QIMG" in
+/*) ;;
+*) QIMG=$PWD/$QIMG ;;
+esac
+QEMU_IMG=${QEMU_IMG:-qemu-img}
+QEMU_IO=${QEMU_IO:-qemu-io}
+export QIMG QEMU_IMG QEMU_IO
+
+# Local time affects snapshot dates; make both tools agree.
+export TZ=UTC LC_ALL=C
+
+_scratch_base=${TMPDIR:-$IOTESTS_DIR/scratch}
+mkdir -p "$_scratch_base"
+SCRATCH=$(mktemp -d "$_scratch_base/qimg-iotest.XXXXXX") || exit 1
+_cleanup() {
+    cd / && rm -rf "$SCRATCH"
+}
+trap _cleanup EXIT
+cd "$SCRATCH" || exit 1
+
+_failures=0
+_checks=0
+
+skip() {
+    echo "skipped: $*"
+    exit 77
+}
+
+# requires TOOL...: skip unless each tool is available.
+requires() {
+    local t
+    for t in "$@"; do
+        case "$t" in
+        qimg) [ -x "$QIMG" ] || skip "qimg not built ($QIMG)" ;;
+        qemu-img) command -v "$QEMU_IMG" >/dev/null 2>&1 || skip "qemu-img not found" ;;
+        qemu-io) command -v "$QEMU_IO" >/dev/null 2>&1 || skip "qemu-io not found" ;;
+        *) command -v "$t" >/dev/null 2>&1 || skip "$t not found" ;;
+        esac
+    done
+}
+
+_fail() {
+    _failures=$((_failures + 1))
+    echo "FAILED: $*"
+}
+
+# assert_eq DESC EXPECTED ACTUAL: strings must be equal (diff shown).
+assert_eq() {
+    _checks=$((_checks + 1))
+    if [ "$2" != "$3" ]; then
+        _fail "$1"
+        diff -u --label expected --label actual <(printf '%s\n' "$2") \
+            <(printf '%s\n' "$3") | head -n 60
+        return 1
+    fi
+}
+
+# assert_rc DESC RC CMD...: CMD must exit with RC.
+assert_rc() {
+    local desc=$1 want=$2 rc
+    shift 2
+    "$@" >"$SCRATCH/.out" 2>&1
+    rc=$?
+    _checks=$((_checks + 1))
+    if [ "$rc" != "$want" ]; then
+        _fail "$desc: exit code $rc, expected $want"
+        head -n 20 "$SCRATCH/.out"
+        return 1
+    fi
+}
+
+# run_both ARGS...: run "qemu-img ARGS" and "qimg ARGS" in the scratch
+# folder.  Results: Q_OUT Q_ERR Q_RC (qemu-img) and M_OUT M_ERR M_RC (qimg);
+# in qemu-img's stderr, "qemu-img:" line prefixes and "Try 'qemu-img --help'"
+# read "qimg".
+run_both() {
+    "$QEMU_IMG" "$@" >"$SCRATCH/.q.out" 2>"$SCRATCH/.q.err"
+    Q_RC=$?
+    "$QIMG" "$@" >"$SCRATCH/.m.out" 2>"$SCRATCH/.m.err"
+    M_RC=$?
+    Q_OUT=$(cat "$SCRATCH/.q.out")
+    Q_ERR=$(sed -e 's/^qemu-img: /qimg: /' -e "s/'qemu-img --help'/'qimg --help'/" \
+        "$SCRATCH/.q.err")
+    M_OUT=$(cat "$SCRATCH/.m.out")
+    M_ERR=$(cat "$SCRATCH/.m.err")
+}
+
+# same_as_qemu ARGS...: stdout (byte for byte) and exit code must match.
+same_as_qemu() {
+    run_both "$@"
+    _checks=$((_checks + 1))
+    if ! cmp -s "$SCRATCH/.q.out" "$SCRATCH/.m.out"; then
+        _fail "stdout of '$*' differs (- qemu-img, + qimg)"
+        diff -u --label qemu-img --label qimg "$SCRATCH/.q.out" "$SCRATCH/.m.out" |
+            head -n 60
+        return 1
+    fi
+    if [ "$Q_RC" != "$M_RC" ]; then
+        _fail "exit code of '$*': qemu-img $Q_RC, qimg $M_RC"
+        echo "qimg stderr: $M_ERR"
+        return 1
+    fi
+}
+
+# same_as_qemu_err ARGS...: like same_as_qemu, and stderr must match too.
+same_as_qemu_err() {
+    same_as_qemu "$@" || return 1
+    _checks=$((_checks + 1))
+    if [ "$Q_ERR" != "$M_ERR" ]; then
+        _fail "stderr of '$*' differs (- qemu-img, + qimg)"
+        diff -u --label qemu-img --label qimg <(printf '%s\n' "$Q_ERR") \
+            <(printf '%s\n' "$M_ERR") | head -n 30
+        return 1
+    fi
+}
+
+# expect_error DESC ARGS...: qimg must fail like qemu-img (same exit code,
+# nothing on stdout, a "qimg: " message on stderr).
+expect_error() {
+    local desc=$1
+    shift
+    run_both "$@"
+    _checks=$((_checks + 1))
+    if [ "$Q_RC" = 0 ] || [ "$M_RC" != "$Q_RC" ] || [ -n "$M_OUT" ] ||
+        [[ "$M_ERR" != qimg:* ]]; then
+        _fail "$desc: '$*': qemu-img rc $Q_RC, qimg rc $M_RC"
+        echo "qimg stdout: $M_OUT"
+        echo "qimg stderr: $M_ERR"
+        echo "qemu-img stderr: $Q_ERR"
+        return 1
+    fi
+}
+
+# finish: exit with the verdict; call at the end of every test.
+finish() {
+    if [ "$_failures" -gt 0 ]; then
+        echo "$_failures of $_checks checks failed"
+        exit 1
+    fi
+    exit 0
+}

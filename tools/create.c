@@ -1,0 +1,256 @@
+/*
+ * qimg create [-q] [-f fmt] [-b backing [-F backing_fmt]] [-u] [-o options]
+ *             FILE [SIZE]
+ *
+ * Facts learnt from qemu-img 7.2:
+ *  1. The "Formatting 'FILE', fmt=FMT ..." line lists every create option
+ *     that is set or has a printable default, in a fixed order per format
+ *     (see tools/options.c); it is printed after the options and the
+ *     backing file were checked and before the driver runs, so driver
+ *     errors follow it.
+ *  2. -b / -F override -o backing_file / backing_fmt.  A backing file
+ *     needs a backing format.  Unless -u, the backing image is opened
+ *     (its name taken relative to FILE's folder) to check it and, when no
+ *     size was given, to take its virtual size.
+ *  3. Errors after the file name is known are prefixed with "FILE: ".
+ */
+#include "tools/qimg-tool.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <string.h>
+
+/* A relative backing name is relative to the folder of the new image. */
+static char *resolve_backing(const char *image, const char *backing)
+{
+    const char *slash = strrchr(image, '/');
+
+    if (backing[0] == '/' || !slash) {
+        return g_strdup(backing);
+    }
+    return g_strdup_printf("%.*s%s", (int)(slash - image + 1), image, backing);
+}
+
+/*
+ * Check the backing image (fact 2); sets *size from it when 'need_size'.
+ * Returns false after printing the error.
+ */
+static bool check_backing(const char *filename, const char *backing,
+                          const char *backing_fmt, bool unsafe, bool need_size,
+                          uint64_t *size)
+{
+    g_autofree char *path = resolve_backing(filename, backing);
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    GError *err = NULL;
+    QimgImage *bimg;
+
+    if (strcmp(path, filename) == 0 || strcmp(backing, filename) == 0) {
+        tool_error("%s: Error: Trying to create an image with the same filename as the "
+                   "backing file",
+                   filename);
+        return false;
+    }
+    if (unsafe && !need_size) {
+        return true;
+    }
+    oo.format = backing_fmt;
+    oo.read_only = true;
+    oo.no_backing = true;
+    oo.force_share = true;
+    bimg = qimg_image_open(path, &oo, &err);
+    if (!bimg) {
+        if (unsafe) {
+            /* -u with no size: nothing to take the size from */
+            g_clear_error(&err);
+            tool_error("%s: Image creation needs a size parameter", filename);
+            return false;
+        }
+        tool_error("%s: %s", filename, err->message);
+        fprintf(stderr, "Could not open backing image.\n");
+        g_clear_error(&err);
+        return false;
+    }
+    if (!backing_fmt) {
+        tool_error("%s: Backing file specified without backing format", filename);
+        fprintf(stderr, "Detected format of %s.\n", qimg_image_format(bimg));
+        qimg_image_free(bimg);
+        return false;
+    }
+    if (need_size) {
+        *size = qimg_image_size(bimg);
+    }
+    qimg_image_free(bimg);
+    return true;
+}
+
+static void print_formatting(const char *filename, const char *fmt,
+                             const ToolOptDesc *descs, GPtrArray *opts)
+{
+    GString *line = g_string_new(NULL);
+
+    g_string_append_printf(line, "Formatting '%s', fmt=%s", filename, fmt);
+    for (const ToolOptDesc *d = descs; d->name; d++) {
+        const ToolOpt *o = NULL;
+
+        for (guint i = 0; i < opts->len; i++) {
+            const ToolOpt *x = opts->pdata[i];
+            if (strcmp(x->key, d->name) == 0) {
+                o = x;
+            }
+        }
+        if (o) {
+            g_string_append_printf(line, " %s=%s", d->name, o->shown);
+        } else if (d->def_print) {
+            g_string_append_printf(line, " %s=%s", d->name, d->def_print);
+        }
+    }
+    printf("%s\n", line->str);
+    fflush(stdout);
+    g_string_free(line, TRUE);
+}
+
+int cmd_create(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *fmt = "raw", *backing = NULL, *backing_fmt = NULL;
+    const char *filename, *size_arg = NULL;
+    g_autofree char *optlist = NULL;
+    g_autoptr(GPtrArray) opts = NULL;
+    bool unsafe = false, quiet = false, size_set = false;
+    uint64_t size = 0;
+    const ToolOptDesc *descs;
+    QimgCreateOptions co = {0};
+    g_autoptr(GHashTable) hash = NULL;
+    GError *err = NULL;
+    int c;
+
+    while ((c = getopt_long(argc, argv, ":F:b:f:ho:qu", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'F':
+            backing_fmt = optarg;
+            break;
+        case 'b':
+            backing = optarg;
+            break;
+        case 'f':
+            fmt = optarg;
+            break;
+        case 'h':
+            return tool_command_help("create");
+        case 'o':
+            optlist = tool_opts_append(optlist, optarg);
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'u':
+            unsafe = true;
+            break;
+        default:
+            return tool_bad_option(c, argv);
+        }
+    }
+
+    descs = tool_create_opts(fmt);
+    if (optlist && tool_opts_want_help(optlist)) {
+        if (!descs) {
+            tool_error("Unknown file format '%s'", fmt);
+            return 1;
+        }
+        tool_opts_print_help(fmt, optind < argc);
+        return 0;
+    }
+    if (optind >= argc) {
+        return tool_usage_error("Expecting image file name");
+    }
+    filename = argv[optind++];
+    if (optind < argc) {
+        int64_t v;
+        size_arg = argv[optind++];
+        if (!tool_cvtnum("image size", size_arg, INT64_MAX, &v)) {
+            return 1;
+        }
+        size = (uint64_t)v;
+        size_set = true;
+    }
+    if (optind != argc) {
+        return tool_usage_error("Unexpected argument: %s", argv[optind]);
+    }
+    if (!descs) {
+        tool_error("%s: Unknown file format '%s'", filename, fmt);
+        return 1;
+    }
+
+    opts = tool_opts_parse(optlist ? optlist : "", descs, filename);
+    if (!opts) {
+        return 1;
+    }
+    if (backing && !tool_opts_get(opts, "backing_file") && !g_str_equal(fmt, "qcow2")) {
+        tool_error("%s: Backing file not supported for file format '%s'", filename, fmt);
+        return 1;
+    }
+    if (backing) {
+        tool_opts_set(opts, "backing_file", backing, NULL);
+    }
+    if (backing_fmt && g_str_equal(fmt, "qcow2")) {
+        tool_opts_set(opts, "backing_fmt", backing_fmt, NULL);
+    }
+    backing = tool_opts_get(opts, "backing_file");
+    backing_fmt = tool_opts_get(opts, "backing_fmt");
+
+    if (tool_opts_get(opts, "size")) {
+        if (size_set) {
+            tool_error("%s: The image size must be specified only once", filename);
+            return 1;
+        }
+        size = g_ascii_strtoull(tool_opts_get(opts, "size"), NULL, 10);
+        size_set = true;
+    }
+    if (backing) {
+        if (!backing_fmt && unsafe) {
+            tool_error("%s: Backing file specified without backing format", filename);
+            return 1;
+        }
+        if (!check_backing(filename, backing, backing_fmt, unsafe, !size_set, &size)) {
+            return 1;
+        }
+        size_set = true;
+    }
+    if (!size_set) {
+        tool_error("%s: Image creation needs a size parameter", filename);
+        return 1;
+    }
+
+    {
+        g_autofree char *s = g_strdup_printf("%" PRIu64, size);
+        tool_opts_set(opts, "size", s, NULL);
+    }
+    if (!quiet) {
+        print_formatting(filename, fmt, descs, opts);
+    }
+    if (backing_fmt && !backing) {
+        tool_error("%s: Backing format cannot be used without backing file", filename);
+        return 1;
+    }
+
+    tool_opts_remove(opts, "size");
+    /* File-system hints (btrfs nocow, XFS extent size) that qemu-img applies
+     * at best effort; the library does not take them. */
+    tool_opts_remove(opts, "nocow");
+    tool_opts_remove(opts, "extent_size_hint");
+    hash = tool_opts_to_hash(opts);
+    co.format = fmt;
+    co.size = size;
+    co.size_set = true;
+    co.backing_file = backing;
+    co.backing_format = backing_fmt;
+    co.options = hash;
+    if (!qimg_image_create(filename, &co, &err)) {
+        tool_report_gerror(err, filename);
+        return 1;
+    }
+    return 0;
+}

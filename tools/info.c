@@ -1,0 +1,322 @@
+/*
+ * qimg info [-f fmt] [--output=human|json] [--backing-chain] [-U] FILE
+ *
+ * Facts learnt from qemu-img 7.2:
+ *  1. The image is opened read-only without its backing chain, so an
+ *     image whose backing file is missing can still be inspected.  With
+ *     --backing-chain each layer is opened the same way, following the
+ *     previous layer's full backing file name and backing format; all
+ *     layers are opened before anything is printed.
+ *  2. JSON members come in qemu-img's (hash) order, not in a logical one:
+ *     snapshots, backing-filename-format, virtual-size, filename,
+ *     cluster-size, format, actual-size, format-specific,
+ *     full-backing-filename, encrypted, backing-filename, dirty-flag.
+ *     Absent values are left out; "encrypted" appears only when true.
+ *     Snapshot members: icount (left out when -1), vm-clock-nsec, name,
+ *     date-sec, date-nsec, vm-clock-sec, id, vm-state-size.
+ *  3. qcow2 format-specific data: compat, compression-type, then for
+ *     compat 1.1 only lazy-refcounts; refcount-bits; data-file and
+ *     data-file-raw when there is a data file; corrupt and extended-l2 for
+ *     compat 1.1 only.
+ *  4. --backing-chain prints a JSON array, or the human blocks separated
+ *     by an empty line.
+ */
+#include "tools/qimg-tool.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN };
+
+static bool is_v3(const QimgInfo *info)
+{
+    return info->compat && strcmp(info->compat, "0.10") != 0;
+}
+
+static void json_snapshot(ToolJson *j, const QimgSnapshotInfo *sn)
+{
+    tool_json_begin_object(j, NULL);
+    if (sn->icount != -1) {
+        tool_json_int(j, "icount", sn->icount);
+    }
+    tool_json_uint(j, "vm-clock-nsec", sn->vm_clock_nsec % 1000000000ULL);
+    tool_json_str(j, "name", sn->name);
+    tool_json_uint(j, "date-sec", sn->date_sec);
+    tool_json_uint(j, "date-nsec", sn->date_nsec);
+    tool_json_uint(j, "vm-clock-sec", sn->vm_clock_nsec / 1000000000ULL);
+    tool_json_str(j, "id", sn->id);
+    tool_json_uint(j, "vm-state-size", sn->vm_state_size);
+    tool_json_end_object(j);
+}
+
+static void json_format_specific(ToolJson *j, const QimgInfo *info)
+{
+    bool v3 = is_v3(info);
+
+    tool_json_begin_object(j, "format-specific");
+    tool_json_str(j, "type", info->format);
+    tool_json_begin_object(j, "data");
+    tool_json_str(j, "compat", info->compat);
+    if (info->compression_type) {
+        tool_json_str(j, "compression-type", info->compression_type);
+    }
+    if (v3) {
+        tool_json_bool(j, "lazy-refcounts", info->lazy_refcounts);
+    }
+    tool_json_uint(j, "refcount-bits", info->refcount_bits);
+    if (info->data_file) {
+        tool_json_str(j, "data-file", info->data_file);
+        tool_json_bool(j, "data-file-raw", info->data_file_raw);
+    }
+    if (v3) {
+        tool_json_bool(j, "corrupt", info->corrupt);
+        tool_json_bool(j, "extended-l2", info->extended_l2);
+    }
+    tool_json_end_object(j);
+    tool_json_end_object(j);
+}
+
+static void json_info(ToolJson *j, const QimgInfo *info)
+{
+    tool_json_begin_object(j, NULL);
+    if (info->snapshots && info->snapshots->len > 0) {
+        tool_json_begin_array(j, "snapshots");
+        for (guint i = 0; i < info->snapshots->len; i++) {
+            json_snapshot(j, &g_array_index(info->snapshots, QimgSnapshotInfo, i));
+        }
+        tool_json_end_array(j);
+    }
+    if (info->backing_format) {
+        tool_json_str(j, "backing-filename-format", info->backing_format);
+    }
+    tool_json_uint(j, "virtual-size", info->virtual_size);
+    tool_json_str(j, "filename", info->filename);
+    if (info->cluster_size) {
+        tool_json_uint(j, "cluster-size", info->cluster_size);
+    }
+    tool_json_str(j, "format", info->format);
+    if (info->actual_size >= 0) {
+        tool_json_int(j, "actual-size", info->actual_size);
+    }
+    if (info->format_specific) {
+        json_format_specific(j, info);
+    }
+    if (info->full_backing_filename) {
+        tool_json_str(j, "full-backing-filename", info->full_backing_filename);
+    }
+    if (info->encrypted) {
+        tool_json_bool(j, "encrypted", true);
+    }
+    if (info->backing_filename) {
+        tool_json_str(j, "backing-filename", info->backing_filename);
+    }
+    tool_json_bool(j, "dirty-flag", info->dirty);
+    tool_json_end_object(j);
+}
+
+static const char *bool_str(bool b)
+{
+    return b ? "true" : "false";
+}
+
+static void human_info(const QimgInfo *info)
+{
+    g_autofree char *vsize = tool_size_to_str(info->virtual_size);
+
+    printf("image: %s\n", info->filename);
+    printf("file format: %s\n", info->format);
+    printf("virtual size: %s (%" PRIu64 " bytes)\n", vsize, info->virtual_size);
+    if (info->actual_size >= 0) {
+        g_autofree char *dsize = tool_size_to_str((uint64_t)info->actual_size);
+        printf("disk size: %s\n", dsize);
+    } else {
+        printf("disk size: unavailable\n");
+    }
+    if (info->encrypted) {
+        printf("encrypted: yes\n");
+    }
+    if (info->cluster_size) {
+        printf("cluster_size: %" PRIu32 "\n", info->cluster_size);
+    }
+    if (info->dirty) {
+        printf("cleanly shut down: no\n");
+    }
+    if (info->backing_filename) {
+        printf("backing file: %s", info->backing_filename);
+        if (info->full_backing_filename &&
+            strcmp(info->backing_filename, info->full_backing_filename) != 0) {
+            printf(" (actual path: %s)", info->full_backing_filename);
+        }
+        printf("\n");
+    }
+    if (info->backing_format) {
+        printf("backing file format: %s\n", info->backing_format);
+    }
+    if (info->snapshots && info->snapshots->len > 0) {
+        printf("Snapshot list:\n");
+        tool_print_snapshot_table(stdout, info->snapshots);
+    }
+    if (info->format_specific) {
+        bool v3 = is_v3(info);
+
+        printf("Format specific information:\n");
+        printf("    compat: %s\n", info->compat ? info->compat : "");
+        if (info->compression_type) {
+            printf("    compression type: %s\n", info->compression_type);
+        }
+        if (v3) {
+            printf("    lazy refcounts: %s\n", bool_str(info->lazy_refcounts));
+        }
+        printf("    refcount bits: %" PRIu32 "\n", info->refcount_bits);
+        if (info->data_file) {
+            printf("    data file: %s\n", info->data_file);
+            printf("    data file raw: %s\n", bool_str(info->data_file_raw));
+        }
+        if (v3) {
+            printf("    corrupt: %s\n", bool_str(info->corrupt));
+            printf("    extended l2: %s\n", bool_str(info->extended_l2));
+        }
+    }
+}
+
+/* Identity of a file for loop detection: its canonical path if it exists. */
+static char *canonical_name(const char *filename)
+{
+    char *real = realpath(filename, NULL);
+    char *r = g_strdup(real ? real : filename);
+
+    free(real);
+    return r;
+}
+
+static void free_info(gpointer p)
+{
+    qimg_info_free(p);
+}
+
+/* Open one layer (fact 1) and read its info; prints the error. */
+static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share)
+{
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    g_autoptr(QimgImage) img = NULL;
+    GError *err = NULL;
+    QimgInfo *info;
+
+    oo.format = fmt;
+    oo.read_only = true;
+    oo.no_backing = true;
+    oo.force_share = force_share;
+    img = qimg_image_open(filename, &oo, &err);
+    if (!img) {
+        tool_report_gerror(err, NULL);
+        return NULL;
+    }
+    info = qimg_image_get_info(img, &err);
+    if (!info) {
+        tool_report_gerror(err, NULL);
+        return NULL;
+    }
+    return info;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
+        {"force-share", no_argument, NULL, 'U'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *fmt = NULL, *output = "human";
+    bool chain = false, force_share = false;
+    ToolOutput out;
+    g_autoptr(GPtrArray) infos = g_ptr_array_new_with_free_func(free_info);
+    g_autoptr(GHashTable) seen =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    g_autofree char *next_name = NULL;
+    g_autofree char *next_fmt = NULL;
+    int c;
+
+    while ((c = getopt_long(argc, argv, ":f:hU", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            fmt = optarg;
+            break;
+        case 'h':
+            return tool_command_help("info");
+        case 'U':
+            force_share = true;
+            break;
+        case OPT_OUTPUT:
+            output = optarg;
+            break;
+        case OPT_BACKING_CHAIN:
+            chain = true;
+            break;
+        default:
+            return tool_bad_option(c, argv);
+        }
+    }
+    if (optind != argc - 1) {
+        return tool_usage_error("Expecting one image file name");
+    }
+    if (!tool_parse_output(output, &out)) {
+        return 1;
+    }
+
+    next_name = g_strdup(argv[optind]);
+    next_fmt = g_strdup(fmt);
+    while (next_name) {
+        QimgInfo *info;
+        char *key = canonical_name(next_name);
+
+        if (g_hash_table_contains(seen, key)) {
+            g_free(key);
+            tool_error("Backing file '%s' creates an infinite loop.", next_name);
+            return 1;
+        }
+        g_hash_table_add(seen, key);
+        info = layer_info(next_name, next_fmt, force_share);
+        if (!info) {
+            return 1;
+        }
+        g_ptr_array_add(infos, info);
+        g_clear_pointer(&next_name, g_free);
+        g_clear_pointer(&next_fmt, g_free);
+        if (chain && info->full_backing_filename) {
+            next_name = g_strdup(info->full_backing_filename);
+            next_fmt = g_strdup(info->backing_format);
+        }
+    }
+
+    if (out == TOOL_OUTPUT_JSON) {
+        ToolJson j;
+        g_autofree char *text = NULL;
+
+        tool_json_init(&j);
+        if (chain) {
+            tool_json_begin_array(&j, NULL);
+        }
+        for (guint i = 0; i < infos->len; i++) {
+            json_info(&j, infos->pdata[i]);
+        }
+        if (chain) {
+            tool_json_end_array(&j);
+        }
+        text = tool_json_finish(&j);
+        printf("%s\n", text);
+    } else {
+        for (guint i = 0; i < infos->len; i++) {
+            if (i > 0) {
+                printf("\n");
+            }
+            human_info(infos->pdata[i]);
+        }
+    }
+    return 0;
+}

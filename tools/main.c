@@ -1,0 +1,138 @@
+/*
+ * qimg: command-line front end, dispatch and help.
+ *
+ * "qimg [-h|--help] [-V|--version] <command> [command options]", the
+ * subcommand names and their options are qemu-img's, so operators' scripts
+ * keep working when they switch binaries.
+ */
+#include "tools/qimg-tool.h"
+
+#include <string.h>
+
+#ifndef QIMG_VERSION
+#define QIMG_VERSION "unknown"
+#endif
+
+typedef struct ToolCommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;
+    const char *summary;
+} ToolCommand;
+
+static const ToolCommand commands[] = {
+    {"compare", cmd_compare,
+     "compare [-f fmt] [-F fmt] [-T src_cache] [-p] [-q] [-s] [-U] filename1 filename2",
+     "Check whether two images have the same contents.\n"
+     "Exit status: 0 identical, 1 different, 2 open error, 3 allocation\n"
+     "check error, 4 read error."},
+    {"convert", cmd_convert,
+     "convert [-U] [-p] [-q] [-n] [-f fmt] [-t cache] [-T src_cache] [-O output_fmt] "
+     "[-o options] [-l snapshot_param] [-S sparse_size] filename output_filename",
+     "Copy an image (or an internal snapshot of it) to a new or existing image."},
+    {"create", cmd_create,
+     "create [-q] [-f fmt] [-b backing_file [-F backing_fmt]] [-u] [-o options] "
+     "filename [size]",
+     "Create a new image; -o help lists the format's options."},
+    {"info", cmd_info, "info [-f fmt] [--output=ofmt] [--backing-chain] [-U] filename",
+     "Show information about an image."},
+    {"map", cmd_map,
+     "map [-f fmt] [--start-offset=offset] [--max-length=len] [--output=ofmt] [-U] "
+     "filename",
+     "Dump the allocation of an image, layer by layer of its backing chain."},
+    {"snapshot", cmd_snapshot, "snapshot [-f fmt] [-U] [-q] -l filename",
+     "List the internal snapshots of an image."},
+};
+
+static void print_version(void)
+{
+    printf("qimg version " QIMG_VERSION "\n"
+           "Command line compatible with qemu-img 7.2\n");
+}
+
+static void print_help(void)
+{
+    print_version();
+    printf("usage: qimg [standard options] command [command options]\n"
+           "qcow2 and raw disk image utility\n"
+           "\n"
+           "    '-h', '--help'       display this help and exit\n"
+           "    '-V', '--version'    output version information and exit\n"
+           "\n"
+           "Command syntax:\n");
+    for (size_t i = 0; i < G_N_ELEMENTS(commands); i++) {
+        printf("  %s\n", commands[i].usage);
+    }
+    printf("\n"
+           "Command parameters:\n"
+           "  'filename' is a disk image filename\n"
+           "  'fmt' is the disk image format (raw or qcow2). It is guessed "
+           "automatically\n"
+           "    in most cases\n"
+           "  'cache' is the cache mode used to write the output disk image, the valid\n"
+           "    options are: 'none', 'writeback' (default, except for convert),\n"
+           "    'writethrough', 'directsync' and 'unsafe' (default for convert)\n"
+           "  'src_cache' is the cache mode used to read input disk images, the valid\n"
+           "    options are the same as for the 'cache' option\n"
+           "  'size' is the disk image size in bytes. Optional suffixes\n"
+           "    'k' or 'K' (kilobyte, 1024), 'M' (megabyte, 1024k), 'G' (gigabyte, "
+           "1024M),\n"
+           "    'T' (terabyte, 1024G), 'P' (petabyte, 1024T) and 'E' (exabyte, 1024P) "
+           "are\n"
+           "    supported. 'b' is ignored.\n"
+           "  'output_filename' is the destination disk image filename\n"
+           "  'output_fmt' is the destination format\n"
+           "  'options' is a comma separated list of format specific options in a\n"
+           "    name=value format. Use -o help for an overview of the options "
+           "supported by\n"
+           "    the used format\n"
+           "  'snapshot_param' is the ID or name of an internal snapshot, or\n"
+           "    'snapshot.id=[ID],snapshot.name=[NAME]'\n"
+           "  'sparse_size' is the minimum run of zeros that convert leaves sparse\n"
+           "    (multiple of 512, default 4k, 0 writes everything)\n"
+           "  '--output' takes 'human' (default) or 'json'\n"
+           "  '-U' opens the image without taking locks (force share)\n"
+           "  '-q' suppresses normal output; '-p' shows progress\n"
+           "\n"
+           "Run 'qimg COMMAND --help' for one command's usage.\n");
+}
+
+int tool_command_help(const char *name)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(commands); i++) {
+        if (strcmp(commands[i].name, name) == 0) {
+            printf("usage: qimg %s\n\n%s\n", commands[i].usage, commands[i].summary);
+            return 0;
+        }
+    }
+    print_help();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cmd;
+
+    if (argc < 2) {
+        return tool_usage_error("Not enough arguments");
+    }
+    cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+        print_help();
+        return 0;
+    }
+    if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+        print_version();
+        return 0;
+    }
+    if (cmd[0] == '-') {
+        return tool_usage_error("unrecognized option '%s'", cmd);
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(commands); i++) {
+        if (strcmp(commands[i].name, cmd) == 0) {
+            /* The subcommand sees argv[0] = its name, like qemu-img. */
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    return tool_usage_error("Command not found: %s", cmd);
+}

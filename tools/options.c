@@ -1,0 +1,231 @@
+/*
+ * Shared option handling for the qimg command: messages, sizes, cache
+ * modes, --output.  The -o lists are in tools/optlist.c.
+ *
+ * Facts learnt from running qemu-img 7.2 (not from its source):
+ *  1. Sizes: decimal integer (leading blanks and '+' allowed, no '-'),
+ *     optional fraction, optional suffix b/k/M/G/T/P/E in either case,
+ *     powers of 1024.  The fraction is rounded to the nearest byte
+ *     (0.5 up) and needs a scaling suffix.  "0x" introduces a hex integer
+ *     without fraction; a suffix after hex is accepted with a warning.
+ */
+#include "tools/qimg-tool.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- messages ---- */
+
+static void vreport(const char *prefix, const char *fmt, va_list ap)
+{
+    fflush(stdout);
+    fputs(prefix, stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void tool_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vreport("qimg: ", fmt, ap);
+    va_end(ap);
+}
+
+void tool_warning(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vreport("qimg: warning: ", fmt, ap);
+    va_end(ap);
+}
+
+int tool_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vreport("qimg: ", fmt, ap);
+    va_end(ap);
+    fputs("Try 'qimg --help' for more information\n", stderr);
+    return 1;
+}
+
+int tool_bad_option(int c, char **argv)
+{
+    if (c == ':') {
+        return tool_usage_error("missing argument for option '%s'", argv[optind - 1]);
+    }
+    return tool_usage_error("unrecognized option '%s'", argv[optind - 1]);
+}
+
+void tool_report_gerror(GError *err, const char *prefix)
+{
+    if (prefix) {
+        tool_error("%s: %s", prefix, err ? err->message : "unknown error");
+    } else {
+        tool_error("%s", err ? err->message : "unknown error");
+    }
+    g_clear_error(&err);
+}
+
+/* ---- sizes (fact 1) ---- */
+
+static int suffix_shift(char c)
+{
+    switch (c) {
+    case 'b':
+    case 'B':
+        return 0;
+    case 'k':
+    case 'K':
+        return 10;
+    case 'm':
+    case 'M':
+        return 20;
+    case 'g':
+    case 'G':
+        return 30;
+    case 't':
+    case 'T':
+        return 40;
+    case 'p':
+    case 'P':
+        return 50;
+    case 'e':
+    case 'E':
+        return 60;
+    default:
+        return -1;
+    }
+}
+
+int tool_strtosz(const char *s, uint64_t *out)
+{
+    __extension__ typedef unsigned __int128 u128;
+    const char *end;
+    char *endp;
+    unsigned long long whole;
+    uint64_t frac = 0; /* fraction as 0.64 fixed point */
+    bool hex = false;
+    int shift;
+
+    errno = 0;
+    whole = strtoull(s, &endp, 10);
+    end = endp;
+    if (end == s) {
+        return -EINVAL;
+    }
+    if (memchr(s, '-', end - s)) {
+        return -EINVAL;
+    }
+    if (errno == ERANGE) {
+        return -ERANGE;
+    }
+    if (whole == 0 && (*end == 'x' || *end == 'X')) {
+        errno = 0;
+        whole = strtoull(s, &endp, 16);
+        end = endp;
+        if (errno == ERANGE) {
+            return -ERANGE;
+        }
+        if (*end == '.') {
+            return -EINVAL;
+        }
+        hex = true;
+    } else if (*end == '.') {
+        double f;
+
+        errno = 0;
+        f = strtod(end, &endp);
+        if (endp == end || errno) {
+            end++; /* "1.k": no fraction digits */
+        } else if (memchr(end, 'e', endp - end) || memchr(end, 'E', endp - end)) {
+            return -EINVAL;
+        } else {
+            double fixed = f * 18446744073709551616.0;
+            frac = fixed < 18446744073709551616.0 ? (uint64_t)fixed : 0;
+            end = endp;
+        }
+    }
+
+    shift = suffix_shift(*end);
+    if (shift >= 0) {
+        if (hex && shift > 0) {
+            tool_warning("Using a multiplier suffix on hex numbers is deprecated: %s", s);
+        }
+        end++;
+    } else {
+        shift = 0;
+    }
+    if (*end != '\0') {
+        return -EINVAL;
+    }
+    if (shift == 0) {
+        if (frac != 0) {
+            return -EINVAL;
+        }
+        *out = whole;
+        return 0;
+    }
+
+    u128 scaled = (u128)whole << shift;
+    u128 fpart = (u128)frac << shift; /* 64.64 fixed point */
+    scaled += fpart >> 64;
+    scaled += (fpart >> 63) & 1; /* round half up */
+    if (scaled > UINT64_MAX) {
+        return -ERANGE;
+    }
+    *out = (uint64_t)scaled;
+    return 0;
+}
+
+bool tool_cvtnum(const char *name, const char *value, int64_t max, int64_t *out)
+{
+    uint64_t v;
+    int ret = tool_strtosz(value, &v);
+
+    if (ret == -ERANGE || (ret == 0 && v > (uint64_t)max)) {
+        tool_error("Invalid %s specified. Must be between 0 and %" PRId64 ".", name, max);
+        return false;
+    }
+    if (ret < 0) {
+        tool_error("Invalid %s specified. You may use k, M, G, T, P or E suffixes for",
+                   name);
+        tool_error("kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.");
+        return false;
+    }
+    *out = (int64_t)v;
+    return true;
+}
+
+bool tool_parse_output(const char *s, ToolOutput *out)
+{
+    if (strcmp(s, "json") == 0) {
+        *out = TOOL_OUTPUT_JSON;
+    } else if (strcmp(s, "human") == 0) {
+        *out = TOOL_OUTPUT_HUMAN;
+    } else {
+        tool_error("--output must be used with human or json as argument.");
+        return false;
+    }
+    return true;
+}
+
+bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode)
+{
+    GError *err = NULL;
+
+    if (!qimg_cache_mode_parse(s, mode, &err)) {
+        g_clear_error(&err);
+        tool_error("Invalid %scache option: %s", source ? "source " : "", s);
+        return false;
+    }
+    return true;
+}

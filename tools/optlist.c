@@ -1,0 +1,386 @@
+/*
+ * qemu-img style "-o key=value,..." create option lists: the options each
+ * format takes, their help, checking and normalising values, and the print
+ * order of the "Formatting ..." line.
+ *
+ * Facts learnt from running qemu-img 7.2 (not from its source):
+ *  1. ",," is a literal comma, "key" alone means key=on and "nokey"
+ *     key=off; an empty element makes the whole list invalid.  A repeated
+ *     key takes the last value; repeated -o arguments are joined with ",".
+ *  2. Booleans accept on/yes/true/y and off/no/false/n and are printed
+ *     back as typed; numbers (base 0, so "010" is 8) and sizes are printed
+ *     back in decimal; strings are printed with commas doubled.
+ *  3. "-o help" lists the format's options sorted by name, then a note
+ *     about protocol options; with a file name it lists format and
+ *     protocol options together under "Supported options:".
+ */
+#include "tools/qimg-tool.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const ToolOptDesc raw_opts[] = {
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {"nocow", TOOL_OPT_BOOL, "Turn off copy-on-write (valid only on btrfs)", NULL, true},
+    {"preallocation", TOOL_OPT_STRING,
+     "Preallocation mode (allowed values: off, falloc, full)", NULL, true},
+    {"extent_size_hint", TOOL_OPT_SIZE,
+     "Extent size hint for the image file, 0 to disable", NULL, true},
+    {NULL, 0, NULL, NULL, false},
+};
+
+/* Print order of qemu-img 7.2's "Formatting" line. */
+static const ToolOptDesc qcow2_opts[] = {
+    {"cluster_size", TOOL_OPT_SIZE, "qcow2 cluster size", "65536", false},
+    {"extended_l2", TOOL_OPT_BOOL, "Extended L2 tables", "off", false},
+    {"preallocation", TOOL_OPT_STRING,
+     "Preallocation mode (allowed values: off, metadata, falloc, full)", NULL, false},
+    {"compression_type", TOOL_OPT_STRING,
+     "Compression method used for image cluster compression", "zlib", false},
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {"compat", TOOL_OPT_STRING, "Compatibility level (v2 [0.10] or v3 [1.1])", NULL,
+     false},
+    {"backing_file", TOOL_OPT_STRING, "File name of a base image", NULL, false},
+    {"backing_fmt", TOOL_OPT_STRING, "Image format of the base image", NULL, false},
+    {"data_file", TOOL_OPT_STRING, "File name of an external data file", NULL, false},
+    {"data_file_raw", TOOL_OPT_BOOL,
+     "The external data file must stay valid as a raw image", NULL, false},
+    {"lazy_refcounts", TOOL_OPT_BOOL, "Postpone refcount updates", "off", false},
+    {"refcount_bits", TOOL_OPT_NUMBER, "Width of a reference count entry in bits", "16",
+     false},
+    {"nocow", TOOL_OPT_BOOL, "Turn off copy-on-write (valid only on btrfs)", NULL, true},
+    {"extent_size_hint", TOOL_OPT_SIZE,
+     "Extent size hint for the image file, 0 to disable", NULL, true},
+    {NULL, 0, NULL, NULL, false},
+};
+
+const ToolOptDesc *tool_create_opts(const char *format)
+{
+    if (strcmp(format, "raw") == 0) {
+        return raw_opts;
+    }
+    if (strcmp(format, "qcow2") == 0) {
+        return qcow2_opts;
+    }
+    return NULL;
+}
+
+static const ToolOptDesc *find_desc(const ToolOptDesc *descs, const char *name)
+{
+    for (; descs->name; descs++) {
+        if (strcmp(descs->name, name) == 0) {
+            return descs;
+        }
+    }
+    return NULL;
+}
+
+char *tool_opts_append(char *list, const char *more)
+{
+    char *r;
+
+    if (!list) {
+        return g_strdup(more);
+    }
+    r = g_strdup_printf("%s,%s", list, more);
+    g_free(list);
+    return r;
+}
+
+/* Split at single commas; ",," is a literal comma.  Empty elements
+ * (leading, trailing or doubled separators) are kept as "". */
+static GPtrArray *split_list(const char *list)
+{
+    GPtrArray *parts = g_ptr_array_new_with_free_func(g_free);
+    GString *cur = g_string_new(NULL);
+
+    for (const char *p = list; *p; p++) {
+        if (*p == ',') {
+            if (p[1] == ',') {
+                g_string_append_c(cur, ',');
+                p++;
+                continue;
+            }
+            g_ptr_array_add(parts, g_string_free(cur, FALSE));
+            cur = g_string_new(NULL);
+            continue;
+        }
+        g_string_append_c(cur, *p);
+    }
+    g_ptr_array_add(parts, g_string_free(cur, FALSE));
+    return parts;
+}
+
+bool tool_opts_want_help(const char *list)
+{
+    g_autoptr(GPtrArray) parts = split_list(list);
+
+    for (guint i = 0; i < parts->len; i++) {
+        const char *e = parts->pdata[i];
+        if (strcmp(e, "help") == 0 || strcmp(e, "?") == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *type_name(ToolOptType t)
+{
+    switch (t) {
+    case TOOL_OPT_BOOL:
+        return "bool (on/off)";
+    case TOOL_OPT_NUMBER:
+        return "num";
+    case TOOL_OPT_SIZE:
+        return "size";
+    default:
+        return "str";
+    }
+}
+
+static gint cmp_desc(gconstpointer a, gconstpointer b)
+{
+    const ToolOptDesc *x = *(const ToolOptDesc *const *)a;
+    const ToolOptDesc *y = *(const ToolOptDesc *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+void tool_opts_print_help(const char *format, bool with_protocol)
+{
+    const ToolOptDesc *descs = tool_create_opts(format);
+    g_autoptr(GPtrArray) list = g_ptr_array_new();
+
+    for (const ToolOptDesc *d = descs; d && d->name; d++) {
+        if (d->protocol && !with_protocol) {
+            continue;
+        }
+        g_ptr_array_add(list, (gpointer)d);
+    }
+    g_ptr_array_sort(list, cmp_desc);
+
+    if (with_protocol) {
+        printf("Supported options:\n");
+    } else {
+        printf("Supported %s options:\n", format);
+    }
+    for (guint i = 0; i < list->len; i++) {
+        const ToolOptDesc *d = list->pdata[i];
+        g_autofree char *left = g_strdup_printf("%s=<%s>", d->name, type_name(d->type));
+        const char *help = d->help;
+
+        if (with_protocol && strcmp(format, "raw") == 0 &&
+            strcmp(d->name, "preallocation") == 0) {
+            help = "Preallocation mode (allowed values: off, falloc, full)";
+        }
+        printf("  %-22s - %s\n", left, help);
+    }
+    if (!with_protocol) {
+        printf("\nThe protocol level may support further options.\n"
+               "Specify the target filename to include those options.\n");
+    }
+}
+
+static void opt_free(gpointer p)
+{
+    ToolOpt *o = p;
+
+    g_free(o->key);
+    g_free(o->value);
+    g_free(o->shown);
+    g_free(o);
+}
+
+static ToolOpt *opts_find(GPtrArray *opts, const char *key)
+{
+    for (guint i = 0; i < opts->len; i++) {
+        ToolOpt *o = opts->pdata[i];
+        if (strcmp(o->key, key) == 0) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
+const char *tool_opts_get(GPtrArray *opts, const char *key)
+{
+    ToolOpt *o = opts_find(opts, key);
+    return o ? o->value : NULL;
+}
+
+void tool_opts_set(GPtrArray *opts, const char *key, const char *value, const char *shown)
+{
+    ToolOpt *o = opts_find(opts, key);
+
+    if (!o) {
+        o = g_new0(ToolOpt, 1);
+        o->key = g_strdup(key);
+        g_ptr_array_add(opts, o);
+    }
+    g_free(o->value);
+    g_free(o->shown);
+    o->value = g_strdup(value);
+    o->shown = g_strdup(shown ? shown : value);
+}
+
+void tool_opts_remove(GPtrArray *opts, const char *key)
+{
+    ToolOpt *o = opts_find(opts, key);
+
+    if (o) {
+        g_ptr_array_remove(opts, o);
+    }
+}
+
+GHashTable *tool_opts_to_hash(GPtrArray *opts)
+{
+    GHashTable *h = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+
+    for (guint i = 0; i < opts->len; i++) {
+        ToolOpt *o = opts->pdata[i];
+        g_hash_table_replace(h, g_strdup(o->key), g_strdup(o->value));
+    }
+    return h;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"on", "yes", "true", "y"};
+    static const char *const no[] = {"off", "no", "false", "n"};
+
+    for (size_t i = 0; i < G_N_ELEMENTS(yes); i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void opt_error(const char *prefix, const char *msg)
+{
+    if (prefix) {
+        tool_error("%s: %s", prefix, msg);
+    } else {
+        tool_error("%s", msg);
+    }
+}
+
+/* Check one value against its type; fills *value and *shown. */
+static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char **shown,
+                      const char *prefix)
+{
+    g_autofree char *msg = NULL;
+
+    switch (d->type) {
+    case TOOL_OPT_BOOL: {
+        bool b;
+        if (!parse_bool(raw, &b)) {
+            msg = g_strdup_printf("Parameter '%s' expects 'on' or 'off'", d->name);
+            break;
+        }
+        *value = g_strdup(b ? "on" : "off");
+        *shown = g_strdup(raw);
+        return true;
+    }
+    case TOOL_OPT_NUMBER: {
+        char *end;
+        unsigned long long n;
+        errno = 0;
+        n = strtoull(raw, &end, 0);
+        if (end == raw || *end || errno || strchr(raw, '-')) {
+            msg = g_strdup_printf("Parameter '%s' expects a number", d->name);
+            break;
+        }
+        *value = g_strdup_printf("%llu", n);
+        *shown = g_strdup(*value);
+        return true;
+    }
+    case TOOL_OPT_SIZE: {
+        uint64_t v;
+        if (tool_strtosz(raw, &v) < 0) {
+            msg =
+                g_strdup_printf("Parameter '%s' expects a non-negative number below "
+                                "2^64\nOptional suffix k, M, G, T, P or E means kilo-, "
+                                "mega-, giga-, tera-, peta-\nand exabytes, respectively.",
+                                d->name);
+            break;
+        }
+        *value = g_strdup_printf("%" PRIu64, v);
+        *shown = g_strdup(*value);
+        return true;
+    }
+    default: {
+        GString *esc = g_string_new(NULL);
+        for (const char *p = raw; *p; p++) {
+            g_string_append_c(esc, *p);
+            if (*p == ',') {
+                g_string_append_c(esc, ',');
+            }
+        }
+        *value = g_strdup(raw);
+        *shown = g_string_free(esc, FALSE);
+        return true;
+    }
+    }
+    opt_error(prefix, msg);
+    return false;
+}
+
+GPtrArray *tool_opts_parse(const char *list, const ToolOptDesc *descs, const char *prefix)
+{
+    g_autoptr(GPtrArray) parts = split_list(list);
+    GPtrArray *opts = g_ptr_array_new_with_free_func(opt_free);
+
+    if (*list == '\0') {
+        return opts;
+    }
+    for (guint i = 0; i < parts->len; i++) {
+        const char *e = parts->pdata[i];
+        const char *eq = strchr(e, '=');
+        g_autofree char *key = NULL;
+        const char *raw;
+        const ToolOptDesc *d;
+        char *value = NULL, *shown = NULL;
+
+        if (*e == '\0') {
+            tool_error("Invalid option list: %s", list);
+            goto fail;
+        }
+        if (strcmp(e, "help") == 0 || strcmp(e, "?") == 0) {
+            continue;
+        }
+        if (eq) {
+            key = g_strndup(e, eq - e);
+            raw = eq + 1;
+        } else if (!find_desc(descs, e) && g_str_has_prefix(e, "no")) {
+            key = g_strdup(e + 2);
+            raw = "off";
+        } else {
+            key = g_strdup(e);
+            raw = "on";
+        }
+        d = find_desc(descs, key);
+        if (!d) {
+            g_autofree char *msg = g_strdup_printf("Invalid parameter '%s'", key);
+            opt_error(prefix, msg);
+            goto fail;
+        }
+        if (!normalise(d, raw, &value, &shown, prefix)) {
+            goto fail;
+        }
+        tool_opts_set(opts, key, value, shown);
+        g_free(value);
+        g_free(shown);
+    }
+    return opts;
+
+fail:
+    g_ptr_array_unref(opts);
+    return NULL;
+}

@@ -1,0 +1,166 @@
+/*
+ * tools/: the qimg command, shared declarations.
+ *
+ * The command works like qemu-img 7.2 so that operators' scripts keep
+ * working: same options, same messages (with "qimg:" instead of
+ * "qemu-img:"), same exit codes and byte-identical JSON.  Everything here
+ * uses only the public API in include/qimg/qimg.h.
+ *
+ * Conventions:
+ *  1. Each subcommand is one file with one entry point cmd_<name>(argc,
+ *     argv) returning the process exit code.
+ *  2. Errors are printed once, where they are detected, as
+ *     "qimg: <message>" on stderr (tool_error); usage errors add the
+ *     "Try 'qimg --help'" line (tool_usage_error) and return 1.
+ *  3. Normal output goes to stdout only.
+ */
+#ifndef QIMG_TOOL_H
+#define QIMG_TOOL_H
+
+#include "qimg/qimg.h"
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- subcommands ---- */
+
+int cmd_create(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_map(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+/* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
+int tool_command_help(const char *name);
+
+/* ---- messages (options.c) ---- */
+
+void tool_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+void tool_warning(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+/* Message plus "Try 'qimg --help' for more information"; returns 1. */
+int tool_usage_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+/* Report getopt's '?' or ':' result for argv[optind - 1]; returns 1. */
+int tool_bad_option(int c, char **argv);
+
+/* ---- numbers and sizes (options.c) ---- */
+
+/*
+ * Parse a size like qemu-img: decimal integer with optional fraction and
+ * one suffix of b/B, k/K, M/m, G/g, T/t, P/p, E/e (powers of 1024), or a
+ * hex integer "0x...".  Leading white space is skipped.  A fraction needs a
+ * suffix other than 'b'.  Returns 0, -EINVAL (malformed) or -ERANGE.
+ */
+int tool_strtosz(const char *s, uint64_t *out);
+/*
+ * qemu-img's cvtnum: parse 'value' as a size in [0, max] for the named
+ * quantity ("image size", "start offset", ...), printing qemu-img's
+ * messages on failure.  Returns false on error.
+ */
+bool tool_cvtnum(const char *name, const char *value, int64_t max, int64_t *out);
+
+/* --output=human|json */
+typedef enum ToolOutput { TOOL_OUTPUT_HUMAN, TOOL_OUTPUT_JSON } ToolOutput;
+bool tool_parse_output(const char *s, ToolOutput *out);
+
+/* Cache mode with qemu-img's message ("Invalid cache option: x" or
+ * "Invalid source cache option: x" when 'source'). */
+bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode);
+
+/* ---- -o option lists (optlist.c) ---- */
+
+typedef enum ToolOptType {
+    TOOL_OPT_STRING,
+    TOOL_OPT_BOOL,
+    TOOL_OPT_NUMBER,
+    TOOL_OPT_SIZE,
+} ToolOptType;
+
+typedef struct ToolOptDesc {
+    const char *name;
+    ToolOptType type;
+    const char *help;
+    const char *def_print; /* printed in "Formatting ..." when not given */
+    bool protocol;         /* belongs to the file protocol, not the format */
+} ToolOptDesc;
+
+typedef struct ToolOpt {
+    char *key;
+    char *value; /* normalised: sizes/numbers in decimal bytes */
+    char *shown; /* as qemu-img prints it in "Formatting ..." */
+} ToolOpt;
+
+/* Create options of a format in qemu-img's print order (NULL-terminated
+ * list), or NULL for an unknown format. */
+const ToolOptDesc *tool_create_opts(const char *format);
+/* Concatenate repeated -o arguments the way qemu-img does. */
+char *tool_opts_append(char *list, const char *more);
+/* True if the list asks for help ("help" or "?" as an element). */
+bool tool_opts_want_help(const char *list);
+/* Print "-o help" for 'format'; with_protocol when a filename was given. */
+void tool_opts_print_help(const char *format, bool with_protocol);
+/*
+ * Split, check and normalise 'list' against 'descs'.  Later keys replace
+ * earlier ones.  Returns a GPtrArray of ToolOpt, or NULL after printing
+ * the error (prefixed with "prefix: " when prefix is not NULL).
+ */
+GPtrArray *tool_opts_parse(const char *list, const ToolOptDesc *descs,
+                           const char *prefix);
+const char *tool_opts_get(GPtrArray *opts, const char *key);
+void tool_opts_set(GPtrArray *opts, const char *key, const char *value,
+                   const char *shown);
+void tool_opts_remove(GPtrArray *opts, const char *key);
+/* key -> normalised value, for QimgCreateOptions.options. */
+GHashTable *tool_opts_to_hash(GPtrArray *opts);
+
+/* ---- output (output.c) ---- */
+
+/* qemu-img's human sizes: "0 B", "64 MiB", "1.5 GiB", "0.977 KiB". */
+char *tool_size_to_str(uint64_t val);
+
+/*
+ * JSON writer producing qemu-img's pretty format: 4-space indentation,
+ * "key": value, closing bracket on its own line, and qemu's string
+ * escaping (\uXXXX for control and non-ASCII characters).
+ */
+typedef struct ToolJson {
+    GString *out;
+    int depth;
+    bool need_comma;
+} ToolJson;
+
+void tool_json_init(ToolJson *j);
+/* Returns the text (caller frees) and resets the writer. */
+char *tool_json_finish(ToolJson *j);
+void tool_json_begin_object(ToolJson *j, const char *key);
+void tool_json_end_object(ToolJson *j);
+void tool_json_begin_array(ToolJson *j, const char *key);
+void tool_json_end_array(ToolJson *j);
+void tool_json_int(ToolJson *j, const char *key, int64_t v);
+void tool_json_uint(ToolJson *j, const char *key, uint64_t v);
+void tool_json_bool(ToolJson *j, const char *key, bool v);
+void tool_json_str(ToolJson *j, const char *key, const char *v);
+/* Append s as a quoted JSON string. */
+void tool_json_quote(GString *out, const char *s);
+
+/* The snapshot table of "qimg snapshot -l" and "qimg info". */
+void tool_print_snapshot_table(FILE *f, GArray *snapshots);
+
+/* qemu-img's progress indicator: "    (12.34/100%)\r" on stdout. */
+typedef struct ToolProgress {
+    bool enabled;
+    double last;
+} ToolProgress;
+
+void tool_progress_init(ToolProgress *p, bool enabled);
+void tool_progress_update(ToolProgress *p, uint64_t done, uint64_t total);
+void tool_progress_end(ToolProgress *p);
+
+/* ---- images ---- */
+
+/* Print an open/create failure as "qimg: <message>" and free it. */
+void tool_report_gerror(GError *err, const char *prefix);
+
+#endif
