@@ -289,7 +289,7 @@ gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
             return io_result(cur, ret, "Could not get block status of", error);
         }
         len = st.pnum;
-        if (st.flags & (BLK_STATUS_DATA | BLK_STATUS_ZERO)) {
+        if (st.flags & BLK_STATUS_ALLOCATED) {
             break;
         }
         if (!cur->backing) {

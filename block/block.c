@@ -382,19 +382,6 @@ int blk_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus 
     if (st->flags & (BLK_STATUS_DATA | BLK_STATUS_ZERO)) {
         st->flags |= BLK_STATUS_ALLOCATED;
     }
-    /*
-     * Data of a format layer stored in a hole of its file reads as zeros:
-     * say so, as QEMU does, so map and convert can skip it.
-     */
-    if ((st->flags & BLK_STATUS_DATA) && (st->flags & BLK_STATUS_OFFSET_VALID) &&
-        st->file && st->file != img && !(st->flags & BLK_STATUS_ZERO)) {
-        BlkStatus fst;
-        if (blk_block_status(st->file, st->map, st->pnum, &fst) == 0 &&
-            (fst.flags & BLK_STATUS_ZERO)) {
-            st->pnum = MIN(st->pnum, fst.pnum);
-            st->flags |= BLK_STATUS_ZERO;
-        }
-    }
     return 0;
 }
 

@@ -1,0 +1,315 @@
+/*
+ * qcow2/cache.c: LRU cache of one-cluster metadata tables.
+ *
+ * Owns: the L2 table cache and the refcount block cache (one Qcow2Cache
+ * each).  Tables are kept raw (big-endian), as on disk (qcow2.h
+ * invariant 5).  Callers hold the image metadata lock around every call
+ * (hence _locked); the cache has no lock of its own.
+ *
+ * Invariants (cited as "cache.c invariant N"):
+ *  1. At most one entry holds a given host offset; the hash table maps
+ *     offset -> entry for exactly the valid entries.
+ *  2. An entry with ref > 0 is never evicted, discarded or reused: the
+ *     pointer handed out by get stays valid until put.
+ *  3. A dirty entry is never dropped by eviction: it is written back first
+ *     through ops.write (without a write hook it is simply not evictable).
+ *  4. Before any dirty entry of a cache reaches the disk, every dirty entry
+ *     of its dependency has been written, and if depends_on_flush is set
+ *     the file has been flushed.  (This is the hook the write path uses for
+ *     "refcount before L2" and "COW data before L2".)
+ *  5. Memory is bounded: at most max_entries tables of table_size bytes,
+ *     allocated on first use.
+ *
+ * The LRU order is an intrusive doubly linked list: head = most recently
+ * used, tail = least recently used; eviction walks from the tail.
+ */
+#include "qcow2/cache.h"
+
+#include "block/block.h"
+
+#include <errno.h>
+#include <glib.h>
+#include <inttypes.h>
+
+typedef struct Qcow2CacheEntry Qcow2CacheEntry;
+
+struct Qcow2CacheEntry {
+    uint64_t offset; /* host offset of the table; the hash key when valid */
+    uint8_t *data;
+    unsigned ref;
+    bool valid;
+    bool dirty;
+    Qcow2CacheEntry *prev, *next; /* LRU list */
+};
+
+struct Qcow2Cache {
+    Qcow2CacheOps ops;
+    size_t table_size;
+    unsigned max_entries;
+    GPtrArray *entries;    /* every allocated entry (owned) */
+    GHashTable *by_offset; /* uint64_t * (entry->offset) -> entry */
+    GHashTable *by_data;   /* entry->data -> entry (for put / mark_dirty) */
+    Qcow2CacheEntry *head, *tail;
+    Qcow2Cache *depends;
+    bool depends_on_flush;
+    Qcow2CacheStats stats;
+};
+
+static void lru_unlink(Qcow2Cache *c, Qcow2CacheEntry *e)
+{
+    if (e->prev) {
+        e->prev->next = e->next;
+    } else {
+        c->head = e->next;
+    }
+    if (e->next) {
+        e->next->prev = e->prev;
+    } else {
+        c->tail = e->prev;
+    }
+    e->prev = e->next = NULL;
+}
+
+static void lru_push_head(Qcow2Cache *c, Qcow2CacheEntry *e)
+{
+    e->prev = NULL;
+    e->next = c->head;
+    if (c->head) {
+        c->head->prev = e;
+    } else {
+        c->tail = e;
+    }
+    c->head = e;
+}
+
+static void lru_push_tail(Qcow2Cache *c, Qcow2CacheEntry *e)
+{
+    e->next = NULL;
+    e->prev = c->tail;
+    if (c->tail) {
+        c->tail->next = e;
+    } else {
+        c->head = e;
+    }
+    c->tail = e;
+}
+
+static void entry_free(gpointer p)
+{
+    Qcow2CacheEntry *e = p;
+    g_free(e->data);
+    g_free(e);
+}
+
+Qcow2Cache *qcow2_cache_new(unsigned max_entries, size_t table_size,
+                            const Qcow2CacheOps *ops)
+{
+    Qcow2Cache *c = g_new0(Qcow2Cache, 1);
+
+    g_assert(max_entries >= 1 && table_size > 0 && ops && ops->read);
+    c->ops = *ops;
+    c->table_size = table_size;
+    c->max_entries = max_entries;
+    c->entries = g_ptr_array_new_with_free_func(entry_free);
+    c->by_offset = g_hash_table_new(g_int64_hash, g_int64_equal);
+    c->by_data = g_hash_table_new(g_direct_hash, g_direct_equal);
+    return c;
+}
+
+void qcow2_cache_free(Qcow2Cache *c)
+{
+    if (!c) {
+        return;
+    }
+    g_hash_table_destroy(c->by_offset);
+    g_hash_table_destroy(c->by_data);
+    g_ptr_array_free(c->entries, TRUE);
+    g_free(c);
+}
+
+static Qcow2CacheEntry *entry_of(Qcow2Cache *c, const void *table)
+{
+    return g_hash_table_lookup(c->by_data, table);
+}
+
+/* Write one dirty entry back, honouring invariant 4. */
+static int entry_writeback_locked(Qcow2Cache *c, Qcow2CacheEntry *e)
+{
+    int ret;
+
+    if (!e->dirty) {
+        return 0;
+    }
+    if (!c->ops.write) {
+        return blk_error(
+            EROFS, "metadata cache has no write-back for table at 0x%" PRIx64, e->offset);
+    }
+    if (c->depends) {
+        ret = qcow2_cache_flush_locked(c->depends);
+        if (ret < 0) {
+            return ret;
+        }
+        c->depends = NULL;
+    }
+    if (c->depends_on_flush) {
+        if (c->ops.flush) {
+            ret = c->ops.flush(c->ops.opaque);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        c->depends_on_flush = false;
+    }
+    ret = c->ops.write(c->ops.opaque, e->offset, e->data, c->table_size);
+    if (ret < 0) {
+        return ret;
+    }
+    e->dirty = false;
+    c->stats.writebacks++;
+    return 0;
+}
+
+/* Find an entry to (re)use: a fresh one while below the limit, else the
+ * least recently used unreferenced one (invariants 2, 3, 5). */
+static int pick_victim_locked(Qcow2Cache *c, Qcow2CacheEntry **out)
+{
+    if (c->entries->len < c->max_entries) {
+        Qcow2CacheEntry *e = g_new0(Qcow2CacheEntry, 1);
+        e->data = g_malloc(c->table_size);
+        g_ptr_array_add(c->entries, e);
+        g_hash_table_insert(c->by_data, e->data, e);
+        lru_push_tail(c, e);
+        *out = e;
+        return 0;
+    }
+    for (Qcow2CacheEntry *e = c->tail; e; e = e->prev) {
+        if (e->ref > 0 || (e->dirty && !c->ops.write)) {
+            continue;
+        }
+        int ret = entry_writeback_locked(c, e);
+        if (ret < 0) {
+            return ret;
+        }
+        if (e->valid) {
+            g_hash_table_remove(c->by_offset, &e->offset);
+            e->valid = false;
+            c->stats.evictions++;
+        }
+        *out = e;
+        return 0;
+    }
+    return blk_error(ENOSPC, "metadata cache: all %u tables are in use", c->max_entries);
+}
+
+int qcow2_cache_get_locked(Qcow2Cache *c, uint64_t offset, void **table)
+{
+    Qcow2CacheEntry *e = g_hash_table_lookup(c->by_offset, &offset);
+    int ret;
+
+    if (e) {
+        c->stats.hits++;
+    } else {
+        c->stats.misses++;
+        ret = pick_victim_locked(c, &e);
+        if (ret < 0) {
+            return ret;
+        }
+        ret = c->ops.read(c->ops.opaque, offset, e->data, c->table_size);
+        if (ret < 0) {
+            /* Leave it invalid at the cold end so it is reused first. */
+            lru_unlink(c, e);
+            lru_push_tail(c, e);
+            return ret;
+        }
+        e->offset = offset;
+        e->valid = true;
+        e->dirty = false;
+        g_hash_table_insert(c->by_offset, &e->offset, e);
+    }
+    e->ref++;
+    lru_unlink(c, e);
+    lru_push_head(c, e);
+    *table = e->data;
+    return 0;
+}
+
+void qcow2_cache_put_locked(Qcow2Cache *c, void **table)
+{
+    Qcow2CacheEntry *e = *table ? entry_of(c, *table) : NULL;
+
+    g_assert(e && e->ref > 0);
+    e->ref--;
+    *table = NULL;
+}
+
+void qcow2_cache_mark_dirty_locked(Qcow2Cache *c, void *table)
+{
+    Qcow2CacheEntry *e = entry_of(c, table);
+
+    g_assert(e && e->valid && e->ref > 0);
+    e->dirty = true;
+}
+
+int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency)
+{
+    int ret;
+
+    g_assert(c != dependency);
+    /* Never let two caches depend on each other: settle the reverse edge
+     * first, and an existing different dependency too. */
+    if (dependency->depends) {
+        ret = qcow2_cache_flush_locked(dependency);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (c->depends && c->depends != dependency) {
+        ret = qcow2_cache_flush_locked(c->depends);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    c->depends = dependency;
+    return 0;
+}
+
+void qcow2_cache_depends_on_flush_locked(Qcow2Cache *c)
+{
+    c->depends_on_flush = true;
+}
+
+int qcow2_cache_flush_locked(Qcow2Cache *c)
+{
+    for (Qcow2CacheEntry *e = c->tail; e; e = e->prev) {
+        if (e->valid && e->dirty) {
+            int ret = entry_writeback_locked(c, e);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+    }
+    /* Nothing of ours is pending, so the ordering edges are satisfied. */
+    c->depends = NULL;
+    return 0;
+}
+
+void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
+{
+    Qcow2CacheEntry *e = g_hash_table_lookup(c->by_offset, &offset);
+
+    if (!e) {
+        return;
+    }
+    g_assert(e->ref == 0);
+    g_hash_table_remove(c->by_offset, &e->offset);
+    e->valid = false;
+    e->dirty = false;
+    lru_unlink(c, e);
+    lru_push_tail(c, e);
+}
+
+void qcow2_cache_get_stats_locked(const Qcow2Cache *c, Qcow2CacheStats *st)
+{
+    *st = c->stats;
+    st->entries = g_hash_table_size(c->by_offset);
+}

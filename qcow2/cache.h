@@ -1,0 +1,61 @@
+/*
+ * qcow2/cache.h: LRU cache of one-cluster metadata tables (L2 tables,
+ * refcount blocks).  See cache.c for the invariants.
+ */
+#ifndef QIMG_QCOW2_CACHE_H
+#define QIMG_QCOW2_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Qcow2Cache Qcow2Cache;
+
+/* Fill buf (len bytes) with the table stored at host offset 'offset'. */
+typedef int (*Qcow2CacheReadFn)(void *opaque, uint64_t offset, void *buf, size_t len);
+/* Write-back hook: store a dirty table at 'offset'. */
+typedef int (*Qcow2CacheWriteFn)(void *opaque, uint64_t offset, const void *buf,
+                                 size_t len);
+/* Make earlier writes durable (used when depends_on_flush is set). */
+typedef int (*Qcow2CacheFlushFn)(void *opaque);
+
+typedef struct Qcow2CacheOps {
+    Qcow2CacheReadFn read;
+    Qcow2CacheWriteFn write; /* NULL: dirty entries are never written back */
+    Qcow2CacheFlushFn flush; /* may be NULL */
+    void *opaque;
+} Qcow2CacheOps;
+
+typedef struct Qcow2CacheStats {
+    uint64_t hits;
+    uint64_t misses;
+    uint64_t evictions;
+    uint64_t writebacks;
+    unsigned entries; /* tables currently held */
+} Qcow2CacheStats;
+
+/* A cache of at most max_entries (>= 1) tables of table_size bytes each.
+ * Memory is allocated one table at a time, on first use. */
+Qcow2Cache *qcow2_cache_new(unsigned max_entries, size_t table_size,
+                            const Qcow2CacheOps *ops);
+/* Frees everything; dirty tables are dropped (flush first). */
+void qcow2_cache_free(Qcow2Cache *c);
+
+/* Take a reference to the table at 'offset', reading it on a miss.  The
+ * pointer stays valid until the matching put. */
+int qcow2_cache_get_locked(Qcow2Cache *c, uint64_t offset, void **table);
+void qcow2_cache_put_locked(Qcow2Cache *c, void **table);
+/* Mark a referenced table modified: it is written back before eviction. */
+void qcow2_cache_mark_dirty_locked(Qcow2Cache *c, void *table);
+/* Write-back ordering: c's dirty tables reach the disk only after every
+ * dirty table of 'dependency' has been written (cache.c invariant 4). */
+int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency);
+/* Write-back ordering: flush the file before writing c's dirty tables. */
+void qcow2_cache_depends_on_flush_locked(Qcow2Cache *c);
+/* Write every dirty table (dependencies first). */
+int qcow2_cache_flush_locked(Qcow2Cache *c);
+/* Forget the table at offset (it was freed or must be re-read). */
+void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
+void qcow2_cache_get_stats_locked(const Qcow2Cache *c, Qcow2CacheStats *st);
+
+#endif

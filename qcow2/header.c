@@ -1,0 +1,542 @@
+/*
+ * qcow2/header.c: decoding and validation of the qcow2 header (v2, v3)
+ * and its extensions.
+ *
+ * Owns: the field-by-field decode of bytes 0..header_length, the header
+ * extension area (backing format, feature name table, external data file
+ * name, bitmaps and crypto pointers, unknown extensions kept verbatim), the
+ * backing file name, and every limit QEMU 7.2 enforces when it opens an
+ * image.  All functions here are pure: they take buffers already read from
+ * the file, so tests can feed them any bytes.
+ *
+ * Invariants (cited as "header.c invariant N"):
+ *  1. Validation follows the order of QEMU's qcow2_do_open, so an image with
+ *     several faults reports the same first fault QEMU would.
+ *  2. Every message names the field and, where it helps, the value
+ *     ("L1 table offset 0x1234 is not aligned to the cluster size").
+ *  3. Limits (QEMU's): cluster_bits 9..21; header_length 104..cluster size
+ *     (v3); refcount_order <= 6; L1 <= 32 MiB; refcount table <= 8 MiB;
+ *     <= 65536 snapshots; backing name <= 1023 bytes inside cluster 0;
+ *     backing format name <= 15 bytes; extensions inside cluster 0 (before
+ *     the backing name).
+ *  4. Tables must lie inside the file (our addition: QEMU would read zeros
+ *     past the end; no image qemu-img writes has that).
+ *  5. Extensions are parsed from the in-memory first cluster only; nothing
+ *     here allocates more than the cluster size.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+int qcow2_header_decode(const uint8_t *buf, size_t len, Qcow2Header *h)
+{
+    uint64_t cluster_size;
+
+    g_assert(len >= QCOW2_HDR_V3_MIN_LENGTH);
+    memset(h, 0, sizeof(*h));
+    h->magic = load_be32(buf + QCOW2_HDR_MAGIC);
+    h->version = load_be32(buf + QCOW2_HDR_VERSION);
+    h->backing_file_offset = load_be64(buf + QCOW2_HDR_BACKING_FILE_OFFSET);
+    h->backing_file_size = load_be32(buf + QCOW2_HDR_BACKING_FILE_SIZE);
+    h->cluster_bits = load_be32(buf + QCOW2_HDR_CLUSTER_BITS);
+    h->size = load_be64(buf + QCOW2_HDR_SIZE);
+    h->crypt_method = load_be32(buf + QCOW2_HDR_CRYPT_METHOD);
+    h->l1_size = load_be32(buf + QCOW2_HDR_L1_SIZE);
+    h->l1_table_offset = load_be64(buf + QCOW2_HDR_L1_TABLE_OFFSET);
+    h->refcount_table_offset = load_be64(buf + QCOW2_HDR_REFCOUNT_TABLE_OFFSET);
+    h->refcount_table_clusters = load_be32(buf + QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS);
+    h->nb_snapshots = load_be32(buf + QCOW2_HDR_NB_SNAPSHOTS);
+    h->snapshots_offset = load_be64(buf + QCOW2_HDR_SNAPSHOTS_OFFSET);
+
+    if (h->magic != QCOW2_MAGIC) {
+        return blk_error(EINVAL, "Image is not in qcow2 format (magic 0x%08" PRIx32 ")",
+                         h->magic);
+    }
+    if (h->version < 2 || h->version > 3) {
+        return blk_error(ENOTSUP, "Unsupported qcow2 version %" PRIu32, h->version);
+    }
+    if (h->cluster_bits < QCOW2_MIN_CLUSTER_BITS ||
+        h->cluster_bits > QCOW2_MAX_CLUSTER_BITS) {
+        return blk_error(EINVAL,
+                         "Unsupported cluster size: 2^%" PRIu32
+                         " (cluster_bits must be 9..21)",
+                         h->cluster_bits);
+    }
+    cluster_size = UINT64_C(1) << h->cluster_bits;
+
+    if (h->version == 2) {
+        h->refcount_order = 4; /* v2: always 16-bit refcounts */
+        h->header_length = QCOW2_HDR_V2_LENGTH;
+    } else {
+        h->incompatible_features = load_be64(buf + QCOW2_HDR_INCOMPATIBLE_FEATURES);
+        h->compatible_features = load_be64(buf + QCOW2_HDR_COMPATIBLE_FEATURES);
+        h->autoclear_features = load_be64(buf + QCOW2_HDR_AUTOCLEAR_FEATURES);
+        h->refcount_order = load_be32(buf + QCOW2_HDR_REFCOUNT_ORDER);
+        h->header_length = load_be32(buf + QCOW2_HDR_HEADER_LENGTH);
+        if (h->header_length < QCOW2_HDR_V3_MIN_LENGTH) {
+            return blk_error(EINVAL,
+                             "qcow2 header too short (header_length %" PRIu32
+                             ", at least 104 required)",
+                             h->header_length);
+        }
+    }
+    if (h->header_length > cluster_size) {
+        return blk_error(EINVAL,
+                         "qcow2 header exceeds cluster size (header_length %" PRIu32
+                         ", cluster size %" PRIu64 ")",
+                         h->header_length, cluster_size);
+    }
+    if (h->backing_file_offset > cluster_size) {
+        return blk_error(EINVAL,
+                         "Invalid backing file offset 0x%" PRIx64
+                         " (beyond the first cluster)",
+                         h->backing_file_offset);
+    }
+    /* The compression type byte is only read once cluster 0 is available
+     * (qcow2_header_parse); until then it is the default. */
+    return 0;
+}
+
+/* Fields past byte 104 that need the whole first cluster. */
+static void header_decode_tail(const uint8_t *cluster0, Qcow2Header *h)
+{
+    if (h->header_length > QCOW2_HDR_COMPRESSION_TYPE) {
+        h->compression_type = cluster0[QCOW2_HDR_COMPRESSION_TYPE];
+    }
+}
+
+static int read_feature_table(const uint8_t *data, uint32_t len, Qcow2Extensions *ext)
+{
+    size_t n = len / QCOW2_FEATURE_NAME_ENTRY_SIZE;
+
+    g_free(ext->features);
+    ext->features = g_new0(Qcow2FeatureName, n ? n : 1);
+    ext->nb_features = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *e = data + i * QCOW2_FEATURE_NAME_ENTRY_SIZE;
+        Qcow2FeatureName *f = &ext->features[ext->nb_features];
+        /* QEMU stops at the first entry without a name. */
+        if (e[2] == 0) {
+            break;
+        }
+        f->type = e[0];
+        f->bit = e[1];
+        memcpy(f->name, e + 2, QCOW2_FEATURE_NAME_LEN);
+        f->name[QCOW2_FEATURE_NAME_LEN] = '\0';
+        ext->nb_features++;
+    }
+    return 0;
+}
+
+static int read_bitmaps_ext(const uint8_t *data, uint32_t len, const Qcow2Header *h,
+                            Qcow2Extensions *ext)
+{
+    uint64_t cluster_size = UINT64_C(1) << h->cluster_bits;
+
+    if (len != QCOW2_BITMAPS_EXT_SIZE) {
+        return blk_error(
+            EINVAL, "bitmaps_ext: Invalid extension length %" PRIu32 " (expected 24)",
+            len);
+    }
+    if (!(h->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        /* Inconsistent bitmaps: QEMU ignores (and later drops) them. */
+        return 0;
+    }
+    uint32_t nb = load_be32(data);
+    uint32_t reserved = load_be32(data + 4);
+    uint64_t dir_size = load_be64(data + 8);
+    uint64_t dir_offset = load_be64(data + 16);
+    if (reserved != 0) {
+        return blk_error(EINVAL, "bitmaps_ext: Reserved field is not zero");
+    }
+    if (nb > QCOW2_MAX_BITMAPS) {
+        return blk_error(EINVAL,
+                         "bitmaps_ext: Image has %" PRIu32
+                         " bitmaps, exceeding the QEMU supported maximum of %u",
+                         nb, QCOW2_MAX_BITMAPS);
+    }
+    if (nb == 0) {
+        return blk_error(EINVAL, "found bitmaps extension with zero bitmaps");
+    }
+    if (dir_offset & (cluster_size - 1)) {
+        return blk_error(EINVAL,
+                         "bitmaps_ext: invalid bitmap directory offset 0x%" PRIx64,
+                         dir_offset);
+    }
+    if (dir_size > QCOW2_MAX_BITMAP_DIRECTORY_SIZE) {
+        return blk_error(EINVAL,
+                         "bitmaps_ext: bitmap directory size (%" PRIu64
+                         ") exceeds the maximum supported size (%u)",
+                         dir_size, QCOW2_MAX_BITMAP_DIRECTORY_SIZE);
+    }
+    ext->has_bitmaps = true;
+    ext->nb_bitmaps = nb;
+    ext->bitmap_directory_size = dir_size;
+    ext->bitmap_directory_offset = dir_offset;
+    memcpy(ext->bitmaps_raw, data, QCOW2_BITMAPS_EXT_SIZE);
+    return 0;
+}
+
+static void unknown_ext_free(gpointer p)
+{
+    Qcow2UnknownExt *u = p;
+    g_free(u->data);
+    g_free(u);
+}
+
+void qcow2_extensions_free(Qcow2Extensions *ext)
+{
+    g_free(ext->backing_format);
+    g_free(ext->data_file);
+    g_free(ext->features);
+    if (ext->unknown) {
+        g_ptr_array_free(ext->unknown, TRUE);
+    }
+    memset(ext, 0, sizeof(*ext));
+}
+
+int qcow2_read_extensions(const uint8_t *cluster0, const Qcow2Header *h,
+                          Qcow2Extensions *ext)
+{
+    /* header.c invariant 5: [start, end) lies inside cluster 0. */
+    uint64_t offset = h->header_length;
+    uint64_t end = h->backing_file_offset ? h->backing_file_offset
+                                          : (UINT64_C(1) << h->cluster_bits);
+    int ret;
+
+    if (!ext->unknown) {
+        ext->unknown = g_ptr_array_new_with_free_func(unknown_ext_free);
+    }
+    while (offset < end) {
+        if (end - offset < QCOW2_EXT_HEADER_SIZE) {
+            return blk_error(EINVAL,
+                             "Header extension too large (extension header at "
+                             "0x%" PRIx64 " crosses 0x%" PRIx64 ")",
+                             offset, end);
+        }
+        uint32_t type = load_be32(cluster0 + offset);
+        uint32_t len = load_be32(cluster0 + offset + 4);
+        offset += QCOW2_EXT_HEADER_SIZE;
+        if (len > end - offset) {
+            return blk_error(EINVAL,
+                             "Header extension too large (type 0x%08" PRIx32
+                             ", length %" PRIu32 ", %" PRIu64 " bytes available)",
+                             type, len, end - offset);
+        }
+        const uint8_t *data = cluster0 + offset;
+
+        switch (type) {
+        case QCOW2_EXT_END:
+            ext->end = offset - QCOW2_EXT_HEADER_SIZE;
+            return 0;
+        case QCOW2_EXT_BACKING_FORMAT:
+            if (len > QCOW2_MAX_BACKING_FORMAT_LEN) {
+                return blk_error(
+                    EINVAL, "ERROR: ext_backing_format: len=%" PRIu32 " too large (>=16)",
+                    len);
+            }
+            g_free(ext->backing_format);
+            ext->backing_format = g_strndup((const char *)data, len);
+            break;
+        case QCOW2_EXT_FEATURE_TABLE:
+            ret = read_feature_table(data, len, ext);
+            if (ret < 0) {
+                return ret;
+            }
+            break;
+        case QCOW2_EXT_CRYPTO_HEADER:
+            if (h->crypt_method != QCOW2_CRYPT_LUKS) {
+                return blk_error(EINVAL, "CRYPTO header extension only expected with "
+                                         "LUKS encryption method");
+            }
+            if (len != QCOW2_CRYPTO_EXT_SIZE) {
+                return blk_error(EINVAL,
+                                 "CRYPTO header extension size %" PRIu32
+                                 ", but expected size 16",
+                                 len);
+            }
+            ext->has_crypto = true;
+            ext->crypto_offset = load_be64(data);
+            ext->crypto_length = load_be64(data + 8);
+            break;
+        case QCOW2_EXT_BITMAPS:
+            ret = read_bitmaps_ext(data, len, h, ext);
+            if (ret < 0) {
+                return ret;
+            }
+            break;
+        case QCOW2_EXT_DATA_FILE:
+            g_free(ext->data_file);
+            ext->data_file = g_strndup((const char *)data, len);
+            break;
+        default: {
+            Qcow2UnknownExt *u = g_new0(Qcow2UnknownExt, 1);
+            u->magic = type;
+            u->len = len;
+            u->data = g_memdup2(data, len);
+            g_ptr_array_add(ext->unknown, u);
+            break;
+        }
+        }
+        /* Padding to 8 may run past 'end'; the loop then stops. */
+        offset += ((uint64_t)len + 7) & ~UINT64_C(7);
+    }
+    ext->end = MIN(offset, end);
+    return 0;
+}
+
+/* "Unsupported qcow2 feature(s): Name, Unknown incompatible feature: 20" */
+static int report_unsupported_features(const Qcow2Extensions *ext, uint64_t mask)
+{
+    g_autoptr(GString) s = g_string_new(NULL);
+
+    for (size_t i = 0; ext && i < ext->nb_features; i++) {
+        const Qcow2FeatureName *f = &ext->features[i];
+        if (f->type != QCOW2_FEAT_TYPE_INCOMPATIBLE || f->bit > 63 ||
+            !(mask & (UINT64_C(1) << f->bit))) {
+            continue;
+        }
+        if (s->len) {
+            g_string_append(s, ", ");
+        }
+        g_string_append_printf(s, "%.46s", f->name);
+        mask &= ~(UINT64_C(1) << f->bit);
+    }
+    if (mask) {
+        if (s->len) {
+            g_string_append(s, ", ");
+        }
+        g_string_append_printf(s, "Unknown incompatible feature: %" PRIx64, mask);
+    }
+    return blk_error(ENOTSUP, "Unsupported qcow2 feature(s): %s", s->str);
+}
+
+int qcow2_header_check_features(const Qcow2Header *h, const Qcow2Extensions *ext,
+                                bool read_write, bool check_mode)
+{
+    bool compression_bit = h->incompatible_features & QCOW2_INCOMPAT_COMPRESSION;
+
+    if (h->compression_type != QCOW2_COMPRESSION_ZLIB &&
+        h->compression_type != QCOW2_COMPRESSION_ZSTD) {
+        return blk_error(ENOTSUP, "qcow2: unknown compression type: %u",
+                         h->compression_type);
+    }
+    if (h->compression_type == QCOW2_COMPRESSION_ZLIB && compression_bit) {
+        return blk_error(EINVAL, "qcow2: Compression type incompatible feature bit "
+                                 "must not be set (compression_type 0 = zlib)");
+    }
+    if (h->compression_type != QCOW2_COMPRESSION_ZLIB && !compression_bit) {
+        return blk_error(EINVAL,
+                         "qcow2: Compression type incompatible feature bit "
+                         "must be set (compression_type %u)",
+                         h->compression_type);
+    }
+    if (h->incompatible_features & ~QCOW2_INCOMPAT_KNOWN) {
+        return report_unsupported_features(ext, h->incompatible_features &
+                                                    ~QCOW2_INCOMPAT_KNOWN);
+    }
+    if ((h->incompatible_features & QCOW2_INCOMPAT_CORRUPT) && read_write &&
+        !check_mode) {
+        return blk_error(EACCES, "qcow2: Image is corrupt; cannot be opened read/write");
+    }
+    if ((h->incompatible_features & QCOW2_INCOMPAT_EXTL2) && h->cluster_bits < 14) {
+        return blk_error(
+            EINVAL,
+            "Unsupported subcluster size: %u (extended L2 entries "
+            "require a cluster size of at least 16384 bytes, cluster_bits %" PRIu32 ")",
+            (1u << h->cluster_bits) / QCOW2_EXTL2_SUBCLUSTERS, h->cluster_bits);
+    }
+    if (h->refcount_order > 6) {
+        return blk_error(EINVAL,
+                         "Reference count entry width too large; may not exceed "
+                         "64 bits (refcount_order %" PRIu32 ")",
+                         h->refcount_order);
+    }
+    if (h->crypt_method > QCOW2_CRYPT_LUKS) {
+        return blk_error(EINVAL, "Unsupported encryption method: %" PRIu32,
+                         h->crypt_method);
+    }
+    if (h->crypt_method != QCOW2_CRYPT_NONE) {
+        return blk_error(
+            ENOTSUP, "Encrypted images are not supported (crypt_method %" PRIu32 ", %s)",
+            h->crypt_method, h->crypt_method == QCOW2_CRYPT_AES ? "AES" : "LUKS");
+    }
+    return 0;
+}
+
+int qcow2_validate_table(const char *name, uint64_t offset, uint64_t entries,
+                         uint64_t entry_size, uint64_t max_bytes, uint32_t cluster_bits,
+                         uint64_t file_size)
+{
+    uint64_t bytes, end;
+
+    if (entries > max_bytes / entry_size) {
+        return blk_error(EFBIG,
+                         "%s too large (%" PRIu64 " entries, at most %" PRIu64 " bytes)",
+                         name, entries, max_bytes);
+    }
+    bytes = entries * entry_size; /* bounded by max_bytes just above */
+    if (qcow2_add(offset, bytes, &end) || end > (uint64_t)INT64_MAX) {
+        return blk_error(EINVAL, "%s offset 0x%" PRIx64 " invalid (table end overflows)",
+                         name, offset);
+    }
+    if (offset & ((UINT64_C(1) << cluster_bits) - 1)) {
+        return blk_error(EINVAL,
+                         "%s offset 0x%" PRIx64 " is not aligned to the cluster size",
+                         name, offset);
+    }
+    if (bytes && end > file_size) {
+        return blk_error(EINVAL,
+                         "%s (offset 0x%" PRIx64 ", %" PRIu64
+                         " bytes) extends past the end of the file (%" PRIu64 " bytes)",
+                         name, offset, bytes, file_size);
+    }
+    return 0;
+}
+
+bool qcow2_size_to_l1(uint64_t size, uint32_t cluster_bits, uint32_t l2_bits,
+                      uint64_t *entries)
+{
+    uint32_t shift = cluster_bits + l2_bits;
+    uint64_t sum;
+
+    if (qcow2_add(size, (UINT64_C(1) << shift) - 1, &sum)) {
+        return false;
+    }
+    *entries = sum >> shift;
+    return true;
+}
+
+int qcow2_header_check_tables(const Qcow2Header *h, uint64_t file_size, bool check_mode)
+{
+    uint32_t l2_bits =
+        h->cluster_bits - ((h->incompatible_features & QCOW2_INCOMPAT_EXTL2) ? 4 : 3);
+    uint64_t l1_needed;
+    int ret;
+
+    if (h->refcount_table_clusters == 0 && !check_mode) {
+        return blk_error(EINVAL, "Image does not contain a reference count table "
+                                 "(refcount_table_clusters is 0)");
+    }
+    if ((uint64_t)h->refcount_table_clusters >
+        (QCOW2_MAX_REFTABLE_BYTES >> h->cluster_bits)) {
+        return blk_error(EINVAL,
+                         "Reference count table too large (refcount_table_clusters "
+                         "%" PRIu32 ", at most 8 MiB)",
+                         h->refcount_table_clusters);
+    }
+    ret = qcow2_validate_table("Reference count table", h->refcount_table_offset,
+                               (uint64_t)h->refcount_table_clusters
+                                   << (h->cluster_bits - 3),
+                               8, QCOW2_MAX_REFTABLE_BYTES, h->cluster_bits, file_size);
+    if (ret < 0) {
+        return ret;
+    }
+    if (!check_mode) {
+        /* Only count and offset here; the variable-size entries are
+         * checked while the table is read (snapshot.c). */
+        ret = qcow2_validate_table("Snapshot table", h->snapshots_offset, h->nb_snapshots,
+                                   QCOW2_SNAPSHOT_HEADER_SIZE,
+                                   (uint64_t)QCOW2_SNAPSHOT_HEADER_SIZE *
+                                       QCOW2_MAX_SNAPSHOTS,
+                                   h->cluster_bits, file_size);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    ret = qcow2_validate_table("L1 table", h->l1_table_offset, h->l1_size, 8,
+                               QCOW2_MAX_L1_BYTES, h->cluster_bits, file_size);
+    if (ret < 0) {
+        return ret;
+    }
+    if (!qcow2_size_to_l1(h->size, h->cluster_bits, l2_bits, &l1_needed) ||
+        l1_needed > INT32_MAX) {
+        return blk_error(EFBIG, "Image is too big (virtual size %" PRIu64 ")", h->size);
+    }
+    if (h->l1_size < l1_needed) {
+        return blk_error(EINVAL,
+                         "L1 table is too small (l1_size %" PRIu32 ", %" PRIu64
+                         " entries needed for virtual size %" PRIu64 ")",
+                         h->l1_size, l1_needed, h->size);
+    }
+    return 0;
+}
+
+int qcow2_read_backing_name(const uint8_t *cluster0, const Qcow2Header *h, char **name)
+{
+    uint64_t cluster_size = UINT64_C(1) << h->cluster_bits;
+
+    *name = NULL;
+    if (h->backing_file_offset == 0) {
+        return 0;
+    }
+    /* backing_file_offset <= cluster_size (qcow2_header_decode) */
+    if (h->backing_file_size >
+        MIN(QCOW2_MAX_BACKING_NAME, cluster_size - h->backing_file_offset)) {
+        return blk_error(EINVAL,
+                         "Backing file name too long (backing_file_size %" PRIu32
+                         " at offset 0x%" PRIx64 "; at most 1023 bytes inside the first "
+                         "cluster)",
+                         h->backing_file_size, h->backing_file_offset);
+    }
+    if (h->backing_file_size > 0) {
+        char *s = g_strndup((const char *)cluster0 + h->backing_file_offset,
+                            h->backing_file_size);
+        if (s[0] == '\0') {
+            g_free(s); /* QEMU: an empty name means no backing file */
+        } else {
+            *name = s;
+        }
+    }
+    return 0;
+}
+
+int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
+                       bool read_write, bool check_mode, Qcow2Header *h,
+                       Qcow2Extensions *ext)
+{
+    int ret;
+
+    memset(ext, 0, sizeof(*ext));
+    ret = qcow2_header_decode(cluster0, len, h);
+    if (ret < 0) {
+        return ret;
+    }
+    g_assert(len >= (UINT64_C(1) << h->cluster_bits));
+    header_decode_tail(cluster0, h);
+
+    /* header.c invariant 1: features (named from a first, lenient pass
+     * over the extensions, as QEMU does), then tables, then extensions. */
+    if (h->incompatible_features & ~QCOW2_INCOMPAT_KNOWN) {
+        Qcow2Extensions tmp = {0};
+        qcow2_read_extensions(cluster0, h, &tmp);
+        ret = qcow2_header_check_features(h, &tmp, read_write, check_mode);
+        qcow2_extensions_free(&tmp);
+    } else {
+        ret = qcow2_header_check_features(h, NULL, read_write, check_mode);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_header_check_tables(h, file_size, check_mode);
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_read_extensions(cluster0, h, ext);
+    if (ret < 0) {
+        qcow2_extensions_free(ext);
+        return ret;
+    }
+    if (h->incompatible_features & QCOW2_INCOMPAT_DATA_FILE) {
+        if (!ext->data_file) {
+            qcow2_extensions_free(ext);
+            return blk_error(EINVAL, "'data-file' is required for this image (external "
+                                     "data file bit set, no data file name extension)");
+        }
+    } else if (h->autoclear_features & QCOW2_AUTOCLEAR_DATA_FILE_RAW) {
+        qcow2_extensions_free(ext);
+        return blk_error(EINVAL, "data-file-raw requires a data file");
+    }
+    return 0;
+}

@@ -1,0 +1,338 @@
+/*
+ * qcow2/qcow2.c: the qcow2 driver table: probe, open, close, info.
+ *
+ * Owns: the open sequence (header -> tables -> caches -> data file ->
+ * backing name -> snapshots -> snapshot view), the state lifetime and the
+ * driver-specific image information.
+ *
+ * Invariants (cited as "qcow2.c invariant N"):
+ *  1. open() either succeeds with every [open] field of Qcow2State set
+ *     (qcow2.h), or fails with a message and leaves nothing allocated
+ *     (img->opaque is NULL again).
+ *  2. Nothing is read before it is validated: cluster 0 is read padded with
+ *     zeros (as QEMU reads short files), then header.c validates the fields
+ *     and table locations before any table is read.  Allocations are bounded
+ *     by validated sizes (L1 <= 32 MiB, refcount table <= 8 MiB).
+ *  3. img->size is the header size rounded down to 512 bytes (QEMU keeps
+ *     sectors); a snapshot view keeps it (snapshot.c invariant 4).
+ *  4. With the external data file bit, guest data is read from the data
+ *     file node only; the node is owned here and closed at close().
+ *  5. Metadata cache sizes follow QEMU's defaults: L2 cache big enough for
+ *     the whole image up to 32 MiB, refcount cache 4 clusters; an explicit
+ *     metadata_cache_size is split like QEMU's cache-size option.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
+                                   const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    s->corruption_events++;
+    g_debug("qcow2 corruption detected at %s:%d: %s", file, line, msg);
+    return blk_error(EIO, "Image is corrupt: %s", msg);
+}
+
+static int qcow2_probe(const uint8_t *buf, size_t len)
+{
+    /* QEMU: a whole header, the magic, and version >= 2 (qcow v1 shares
+     * the magic). */
+    if (len >= QCOW2_HDR_V3_FULL_LENGTH &&
+        load_be32(buf + QCOW2_HDR_MAGIC) == QCOW2_MAGIC &&
+        load_be32(buf + QCOW2_HDR_VERSION) >= 2) {
+        return 100;
+    }
+    return 0;
+}
+
+static void state_free(Qcow2State *s)
+{
+    if (!s) {
+        return;
+    }
+    qcow2_free_snapshots(s);
+    qcow2_refcount_close(s);
+    qcow2_cache_free(s->l2_cache);
+    g_free(s->l1_table);
+    if (s->data_file) {
+        blk_close(s->data_file);
+    }
+    qcow2_extensions_free(&s->ext);
+    g_free(s->unknown_header_fields);
+    g_mutex_clear(&s->lock);
+    g_free(s);
+}
+
+/* Read [0, len) of the file, zeros past its end (qcow2.c invariant 2). */
+static int read_padded(QimgImage *file, uint64_t file_size, uint8_t *buf, size_t len)
+{
+    size_t n = (size_t)MIN((uint64_t)len, file_size);
+
+    memset(buf, 0, len);
+    if (n == 0) {
+        return 0;
+    }
+    int ret = blk_pread(file, 0, buf, n);
+    return ret < 0 ? ret : 0;
+}
+
+static void set_geometry(Qcow2State *s)
+{
+    const Qcow2Header *h = &s->header;
+
+    s->qcow_version = h->version;
+    s->cluster_bits = h->cluster_bits;
+    s->cluster_size = UINT64_C(1) << h->cluster_bits;
+    s->extended_l2 = h->incompatible_features & QCOW2_INCOMPAT_EXTL2;
+    s->l2_entry_size = s->extended_l2 ? 16 : 8;
+    s->l2_bits = s->cluster_bits - (s->extended_l2 ? 4 : 3);
+    s->l2_size = UINT64_C(1) << s->l2_bits;
+    s->subclusters_per_cluster = s->extended_l2 ? QCOW2_EXTL2_SUBCLUSTERS : 1;
+    s->subcluster_bits = s->cluster_bits - (s->extended_l2 ? 5 : 0);
+    s->csize_shift = 62 - (s->cluster_bits - 8);
+    s->csize_mask = (UINT64_C(1) << (s->cluster_bits - 8)) - 1;
+    s->cluster_offset_mask = (UINT64_C(1) << s->csize_shift) - 1;
+    s->refcount_order = h->refcount_order;
+    s->refcount_bits = 1u << h->refcount_order;
+    /* entries per block = cluster_size * 8 / refcount_bits */
+    s->refcount_block_bits = s->cluster_bits + 3 - h->refcount_order;
+    s->refcount_max =
+        s->refcount_bits == 64 ? UINT64_MAX : (UINT64_C(1) << s->refcount_bits) - 1;
+    s->compression_type = h->compression_type;
+    s->incompatible_features = h->incompatible_features;
+    s->compatible_features = h->compatible_features;
+    s->autoclear_features = h->autoclear_features;
+}
+
+/* qcow2.c invariant 5 (QEMU's read_cache_sizes). */
+static void cache_sizes(const Qcow2State *s, uint64_t virtual_size, uint64_t combined,
+                        uint64_t *l2_bytes, uint64_t *refcount_bytes)
+{
+    uint64_t max_l2_entries =
+        virtual_size / s->cluster_size + (virtual_size % s->cluster_size != 0);
+    /* virtual_size <= 2^61 (L1 <= 32 MiB), so this cannot overflow */
+    uint64_t max_l2 = max_l2_entries * s->l2_entry_size;
+    uint64_t min_refcount = QCOW2_MIN_REFCOUNT_CACHE_ENTRIES * s->cluster_size;
+
+    max_l2 = (max_l2 + s->cluster_size - 1) & ~(s->cluster_size - 1);
+    if (combined == 0) {
+        *l2_bytes = MIN(max_l2, QCOW2_DEFAULT_L2_CACHE_MAX);
+        *refcount_bytes = min_refcount;
+    } else if (combined >= max_l2 + min_refcount) {
+        *l2_bytes = max_l2;
+        *refcount_bytes = combined - max_l2;
+    } else {
+        *refcount_bytes = MIN(combined, min_refcount);
+        *l2_bytes = combined - *refcount_bytes;
+    }
+}
+
+static int open_data_file(Qcow2State *s, const char *filename)
+{
+    g_autofree char *path = blk_resolve_backing_name(filename, s->ext.data_file);
+    g_autoptr(GError) err = NULL;
+
+    s->data_file = blk_open_file(path, s->img->read_only, s->img->cache, &err);
+    if (!s->data_file) {
+        return blk_error(err ? err->code : EIO, "Could not open data file '%s': %s", path,
+                         err ? err->message : "unknown error");
+    }
+    return 0;
+}
+
+static int do_open(Qcow2State *s, const char *filename, const QimgOpenOptions *opts)
+{
+    QimgImage *img = s->img;
+    bool check_mode = opts && opts->check_mode;
+    const char *snapshot = opts ? opts->snapshot : NULL;
+    uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
+    g_autofree uint8_t *cluster0 = NULL;
+    Qcow2Header h;
+    uint64_t l2_bytes, refcount_bytes;
+    int64_t len;
+    int ret;
+
+    if (snapshot) {
+        img->read_only = true; /* snapshot.c invariant 4 */
+    }
+    len = blk_getlength(img->file);
+    if (len < 0) {
+        return (int)len;
+    }
+    s->file_size = (uint64_t)len;
+
+    ret = read_padded(img->file, s->file_size, head, sizeof(head));
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_header_decode(head, sizeof(head), &h);
+    if (ret < 0) {
+        return ret;
+    }
+    /* cluster_bits <= 21: at most 2 MiB */
+    cluster0 = g_malloc(UINT64_C(1) << h.cluster_bits);
+    ret = read_padded(img->file, s->file_size, cluster0, UINT64_C(1) << h.cluster_bits);
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_header_parse(cluster0, UINT64_C(1) << h.cluster_bits, s->file_size,
+                             !img->read_only, check_mode, &s->header, &s->ext);
+    if (ret < 0) {
+        return ret;
+    }
+    set_geometry(s);
+    if (s->header.header_length > QCOW2_HDR_V3_FULL_LENGTH) {
+        s->unknown_header_fields_size =
+            s->header.header_length - QCOW2_HDR_V3_FULL_LENGTH;
+        s->unknown_header_fields =
+            g_memdup2(cluster0 + QCOW2_HDR_V3_FULL_LENGTH, s->unknown_header_fields_size);
+    }
+    img->size = s->header.size & ~UINT64_C(511); /* qcow2.c invariant 3 */
+    qcow2_size_to_l1(s->header.size, s->cluster_bits, s->l2_bits, &s->l1_vm_state_index);
+
+    s->l1_size = s->header.l1_size;
+    s->l1_table_offset = s->header.l1_table_offset;
+    ret = qcow2_read_table(img->file, s->l1_table_offset, s->l1_size, &s->l1_table);
+    if (ret < 0) {
+        return ret;
+    }
+    cache_sizes(s, img->size, opts ? opts->metadata_cache_size : 0, &l2_bytes,
+                &refcount_bytes);
+    qcow2_l2_cache_init(s, l2_bytes);
+    ret = qcow2_refcount_init(s, refcount_bytes);
+    if (ret < 0) {
+        return ret;
+    }
+
+    if (s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) {
+        ret = open_data_file(s, filename); /* qcow2.c invariant 4 */
+        if (ret < 0) {
+            return ret;
+        }
+        s->data_file_raw = s->autoclear_features & QCOW2_AUTOCLEAR_DATA_FILE_RAW;
+    }
+
+    ret = qcow2_read_backing_name(cluster0, &s->header, &img->backing_filename);
+    if (ret < 0) {
+        return ret;
+    }
+    if (img->backing_filename && s->ext.backing_format) {
+        img->backing_format = g_strdup(s->ext.backing_format);
+    }
+
+    ret = qcow2_read_snapshots(s, check_mode);
+    if (ret < 0) {
+        return ret;
+    }
+    if (snapshot) {
+        ret = qcow2_snapshot_load_view(s, snapshot);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    img->request_alignment = 1;
+    return 0;
+}
+
+static int qcow2_open(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
+                      GError **error)
+{
+    Qcow2State *s = g_new0(Qcow2State, 1);
+    int ret;
+
+    g_mutex_init(&s->lock);
+    s->img = img;
+    s->snapshot_view = -1;
+    img->opaque = s;
+    blk_error_clear();
+    ret = do_open(s, filename, opts);
+    if (ret < 0) {
+        /* qcow2.c invariant 1 */
+        g_free(img->backing_filename);
+        img->backing_filename = NULL;
+        g_free(img->backing_format);
+        img->backing_format = NULL;
+        state_free(s);
+        img->opaque = NULL;
+        blk_error_propagate(error, ret, NULL);
+        return ret;
+    }
+    return 0;
+}
+
+static void qcow2_close(QimgImage *img)
+{
+    state_free(img->opaque);
+    img->opaque = NULL;
+}
+
+static int64_t qcow2_get_allocated_size(QimgImage *img)
+{
+    /* QEMU 7.2 counts the image file only, not an external data file
+     * (checked: qemu-img info actual-size). */
+    return blk_get_allocated_size(img->file);
+}
+
+static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
+{
+    Qcow2State *s = img->opaque;
+
+    g_mutex_lock(&s->lock);
+    info->cluster_size = (uint32_t)s->cluster_size;
+    info->dirty = s->incompatible_features & QCOW2_INCOMPAT_DIRTY;
+    info->encrypted = false;
+    info->format_specific = true;
+    g_free(info->compat);
+    info->compat = g_strdup(s->qcow_version == 2 ? "0.10" : "1.1");
+    g_free(info->compression_type);
+    info->compression_type =
+        g_strdup(s->compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" : "zlib");
+    info->lazy_refcounts = s->compatible_features & QCOW2_COMPAT_LAZY_REFCOUNTS;
+    info->refcount_bits = s->refcount_bits;
+    info->corrupt = s->incompatible_features & QCOW2_INCOMPAT_CORRUPT;
+    info->extended_l2 = s->extended_l2;
+    g_free(info->data_file);
+    info->data_file = g_strdup(s->ext.data_file);
+    info->data_file_raw = s->data_file && s->data_file_raw;
+    g_mutex_unlock(&s->lock);
+
+    if (!info->snapshots) {
+        info->snapshots = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
+    }
+    for (uint32_t i = 0; i < s->nb_snapshots; i++) {
+        const Qcow2Snapshot *sn = &s->snapshots[i];
+        QimgSnapshotInfo si = {
+            .id = g_strdup(sn->id_str),
+            .name = g_strdup(sn->name),
+            .vm_state_size = sn->vm_state_size,
+            .date_sec = sn->date_sec,
+            .date_nsec = sn->date_nsec,
+            .vm_clock_nsec = sn->vm_clock_nsec,
+            .icount = sn->icount,
+            .disk_size = sn->disk_size,
+            .l1_size = sn->l1_size,
+            .l1_offset = sn->l1_table_offset,
+        };
+        g_array_append_val(info->snapshots, si);
+    }
+    return 0;
+}
+
+const QimgDriver blk_qcow2_driver = {
+    .format_name = "qcow2",
+    .is_protocol = false,
+    .probe = qcow2_probe,
+    .open = qcow2_open,
+    .close = qcow2_close,
+    .preadv = qcow2_preadv,
+    .block_status = qcow2_block_status,
+    .get_allocated_size = qcow2_get_allocated_size,
+    .get_info = qcow2_get_info,
+};

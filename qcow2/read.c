@@ -1,0 +1,207 @@
+/*
+ * qcow2/read.c: guest reads and block status of one qcow2 layer.
+ *
+ * Owns: splitting a request into extents (cluster.c), moving the data of
+ * each extent (data file, backing node, zeros, decompression), and the
+ * block status answer for this layer.
+ *
+ * Invariants (cited as "read.c invariant N"):
+ *  1. The metadata lock is held only while an extent is looked up; it is
+ *     dropped before any guest data is read (qcow2.h invariant 3), so
+ *     readers of different clusters run in parallel.
+ *  2. Data reads use blk_preadv_padded(): bytes past the end of the data
+ *     file or the backing node read as zeros, as QEMU reads them.
+ *  3. Unallocated extents read from img->backing, or zeros without one.
+ *  4. A compressed extent lies in one cluster (cluster.c invariant 2); it is
+ *     decompressed whole into a per-request buffer of cluster_size bytes,
+ *     from at most 2 * cluster_size compressed bytes (compress.c inv. 1).
+ *  5. Block status reports for this layer only, with QEMU's flags:
+ *     normal -> DATA|OFFSET_VALID, zero-alloc -> ZERO|OFFSET_VALID,
+ *     zero-plain -> ZERO, compressed -> DATA|COMPRESSED (all ALLOCATED),
+ *     unallocated -> 0 (OFFSET_VALID alone for an unallocated subcluster
+ *     of an allocated cluster); pnum is the extent length (cluster.c
+ *     inv. 2, 3).
+ *     On an image detected as metadata-preallocated, data extents also ask
+ *     the file whether they read as zeros (QEMU's BDRV_BLOCK_RECURSE).
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+typedef struct ReadBuffers {
+    uint8_t *compressed; /* 2 * cluster_size */
+    uint8_t *cluster;    /* cluster_size */
+} ReadBuffers;
+
+static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offset,
+                           const QimgIOV *part, ReadBuffers *rb)
+{
+    uint64_t coffset, csize;
+    QimgIOV cio;
+    int ret;
+
+    qcow2_parse_compressed_entry(s, l2_entry, &coffset, &csize);
+    if (!rb->compressed) {
+        rb->compressed = g_try_malloc(2 * s->cluster_size);
+        rb->cluster = g_try_malloc(s->cluster_size);
+        if (!rb->compressed || !rb->cluster) {
+            return blk_error(ENOMEM, "cannot allocate buffers for compressed clusters");
+        }
+    }
+    g_assert(csize <= 2 * s->cluster_size); /* compress.c invariant 1 */
+    iov_init_buf(&cio, rb->compressed, csize);
+    ret = blk_preadv_padded(s->img->file, coffset, &cio);
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_decompress(s->compression_type, rb->cluster, s->cluster_size,
+                           rb->compressed, csize);
+    if (ret < 0) {
+        return blk_error(EIO,
+                         "Could not decompress the %s-compressed cluster at guest "
+                         "offset 0x%" PRIx64 " (host offset 0x%" PRIx64 ", %" PRIu64
+                         " bytes)",
+                         s->compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" : "zlib",
+                         guest_offset & ~(s->cluster_size - 1), coffset, csize);
+    }
+    iov_from_buf(part, 0, rb->cluster + qcow2_offset_into_cluster(s, guest_offset),
+                 part->size);
+    return 0;
+}
+
+int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+{
+    Qcow2State *s = img->opaque;
+    ReadBuffers rb = {0};
+    size_t done = 0;
+    int ret = 0;
+
+    while (done < qiov->size) {
+        uint64_t pos = offset + done;
+        Qcow2Mapping m;
+        QimgIOV part;
+
+        g_mutex_lock(&s->lock);
+        ret = qcow2_get_host_offset_locked(s, pos, qiov->size - done, &m);
+        g_mutex_unlock(&s->lock); /* read.c invariant 1 */
+        if (ret < 0) {
+            break;
+        }
+        size_t n = (size_t)MIN(m.bytes, (uint64_t)(qiov->size - done));
+        iov_slice(&part, qiov, done, n);
+        switch (m.type) {
+        case QCOW2_SC_ZERO_PLAIN:
+        case QCOW2_SC_ZERO_ALLOC:
+            iov_memset(&part, 0, 0, n);
+            break;
+        case QCOW2_SC_UNALLOCATED_PLAIN:
+        case QCOW2_SC_UNALLOCATED_ALLOC:
+            if (img->backing) { /* read.c invariant 3 */
+                ret = blk_preadv_padded(img->backing, pos, &part);
+            } else {
+                iov_memset(&part, 0, 0, n);
+            }
+            break;
+        case QCOW2_SC_NORMAL:
+            ret = blk_preadv_padded(qcow2_data_node(s), m.host_offset, &part);
+            break;
+        case QCOW2_SC_COMPRESSED:
+            ret = read_compressed(s, m.host_offset, pos, &part, &rb);
+            break;
+        }
+        iov_destroy(&part);
+        if (ret < 0) {
+            break;
+        }
+        done += n;
+    }
+    g_free(rb.compressed);
+    g_free(rb.cluster);
+    return ret < 0 ? ret : 0;
+}
+
+/* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data
+ * extent that is a hole in the file reads as zeros. */
+static void recurse_into_file(BlkStatus *st)
+{
+    int64_t fsize = blk_getlength(st->file);
+    BlkStatus fst;
+
+    if (fsize < 0) {
+        blk_error_clear();
+        return;
+    }
+    if (st->map >= (uint64_t)fsize) {
+        st->flags |= BLK_STATUS_ZERO; /* past the end of the file */
+        return;
+    }
+    uint64_t len = MIN(st->pnum, (uint64_t)fsize - st->map);
+    if (blk_block_status(st->file, st->map, len, &fst) < 0 || fst.pnum == 0) {
+        blk_error_clear(); /* extra information only: ignore errors */
+        return;
+    }
+    if ((fst.flags & BLK_STATUS_ZERO) && st->map + fst.pnum >= (uint64_t)fsize) {
+        st->flags |= BLK_STATUS_ZERO; /* zeros up to the end of the file */
+        return;
+    }
+    st->pnum = MIN(st->pnum, fst.pnum);
+    st->flags |= fst.flags & BLK_STATUS_ZERO;
+}
+
+int qcow2_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2Mapping m;
+    int ret;
+
+    memset(st, 0, sizeof(*st));
+    g_mutex_lock(&s->lock);
+    if (!s->prealloc_checked) {
+        ret = qcow2_detect_metadata_preallocation_locked(s);
+        if (ret < 0) {
+            blk_error_clear(); /* a heuristic; QEMU ignores its errors too */
+        }
+        s->metadata_preallocated = ret == 1;
+        s->prealloc_checked = true;
+    }
+    ret = qcow2_get_host_offset_locked(s, offset, bytes, &m);
+    g_mutex_unlock(&s->lock);
+    if (ret < 0) {
+        return ret;
+    }
+
+    st->pnum = MIN(m.bytes, bytes);
+    switch (m.type) { /* read.c invariant 5 */
+    case QCOW2_SC_NORMAL:
+        st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID | BLK_STATUS_ALLOCATED;
+        st->map = m.host_offset;
+        st->file = qcow2_data_node(s);
+        if (s->metadata_preallocated) {
+            recurse_into_file(st);
+        }
+        break;
+    case QCOW2_SC_ZERO_ALLOC:
+        st->flags = BLK_STATUS_ZERO | BLK_STATUS_OFFSET_VALID | BLK_STATUS_ALLOCATED;
+        st->map = m.host_offset;
+        st->file = qcow2_data_node(s);
+        break;
+    case QCOW2_SC_ZERO_PLAIN:
+        st->flags = BLK_STATUS_ZERO | BLK_STATUS_ALLOCATED;
+        break;
+    case QCOW2_SC_COMPRESSED:
+        st->flags = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_COMPRESSED;
+        break;
+    case QCOW2_SC_UNALLOCATED_ALLOC:
+        /* Not allocated here (the backing file decides), but QEMU still
+         * reports where the preallocated host cluster is. */
+        st->flags = BLK_STATUS_OFFSET_VALID;
+        st->map = m.host_offset;
+        st->file = qcow2_data_node(s);
+        break;
+    case QCOW2_SC_UNALLOCATED_PLAIN:
+        st->flags = 0;
+        break;
+    }
+    return 0;
+}

@@ -1,0 +1,162 @@
+/*
+ * qcow2/refcount.c: reading reference counts (refcount table + refcount
+ * blocks of 1..64-bit entries), for check, the write path and the
+ * metadata-preallocation heuristic of block status.
+ *
+ * Owns: the in-memory refcount table, the refcount block cache and the
+ * decoding of refcount block entries of every width.
+ *
+ * Invariants (cited as "refcount.c invariant N"):
+ *  1. refcount_bits = 1 << refcount_order, order 0..6 (header.c checked).
+ *     Entries narrower than a byte are packed LSB first: entry i of a block
+ *     is bits (i % per_byte) * width .. of byte i / per_byte.  Entries of
+ *     8..64 bits are big-endian.
+ *  2. A cluster whose reftable index is past the table, or whose reftable
+ *     entry is 0, has refcount 0.
+ *  3. A reftable entry is used only when it has no reserved bits, is cluster
+ *     aligned and its refcount block lies inside the file; otherwise the
+ *     lookup is a corruption naming the reftable index.
+ *  4. Called with the metadata lock held (_locked); the refblock reference
+ *     is dropped before returning.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+static int refblock_cache_read(void *opaque, uint64_t offset, void *buf, size_t len)
+{
+    Qcow2State *s = opaque;
+    return blk_pread(s->img->file, offset, buf, len);
+}
+
+int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes)
+{
+    const Qcow2CacheOps ops = {.read = refblock_cache_read, .opaque = s};
+    uint64_t entries =
+        MAX(refcount_cache_bytes / s->cluster_size, QCOW2_MIN_REFCOUNT_CACHE_ENTRIES);
+    int ret;
+
+    s->refcount_table_offset = s->header.refcount_table_offset;
+    /* <= 8 MiB / 8 entries (qcow2_header_check_tables) */
+    s->refcount_table_size = (uint64_t)s->header.refcount_table_clusters
+                             << (s->cluster_bits - 3);
+    ret = qcow2_read_table(s->img->file, s->refcount_table_offset, s->refcount_table_size,
+                           &s->refcount_table);
+    if (ret < 0) {
+        return ret;
+    }
+    s->refcount_cache =
+        qcow2_cache_new((unsigned)MIN(entries, UINT32_MAX), s->cluster_size, &ops);
+    return 0;
+}
+
+void qcow2_refcount_close(Qcow2State *s)
+{
+    qcow2_cache_free(s->refcount_cache);
+    s->refcount_cache = NULL;
+    g_free(s->refcount_table);
+    s->refcount_table = NULL;
+}
+
+uint64_t qcow2_refblock_get(const void *block, uint64_t index, uint32_t refcount_order)
+{
+    const uint8_t *b = block;
+
+    switch (refcount_order) {
+    case 0:
+    case 1:
+    case 2: {
+        /* refcount.c invariant 1: sub-byte entries, LSB first */
+        unsigned width = 1u << refcount_order;
+        unsigned per_byte = 8 / width;
+        unsigned shift = (unsigned)(index % per_byte) * width;
+        return (b[index / per_byte] >> shift) & ((1u << width) - 1);
+    }
+    case 3:
+        return b[index];
+    case 4:
+        return load_be16(b + index * 2);
+    case 5:
+        return load_be32(b + index * 4);
+    case 6:
+        return load_be64(b + index * 8);
+    default:
+        g_assert_not_reached();
+    }
+}
+
+int qcow2_get_refcount_locked(Qcow2State *s, uint64_t cluster_index, uint64_t *refcount)
+{
+    uint64_t table_index = cluster_index >> s->refcount_block_bits;
+    uint64_t block_index = cluster_index & ((UINT64_C(1) << s->refcount_block_bits) - 1);
+    uint64_t entry, block_offset;
+    void *block;
+    int ret;
+
+    *refcount = 0;
+    if (table_index >= s->refcount_table_size) {
+        return 0; /* refcount.c invariant 2 */
+    }
+    entry = s->refcount_table[table_index];
+    block_offset = entry & QCOW2_REFT_OFFSET_MASK;
+    if (entry & QCOW2_REFT_RESERVED_MASK) {
+        return qcow2_corrupt_locked(s,
+                                    "Refcount table entry 0x%016" PRIx64
+                                    " has reserved bits set (reftable index: 0x%" PRIx64
+                                    ")",
+                                    entry, table_index);
+    }
+    if (block_offset == 0) {
+        return 0;
+    }
+    if (qcow2_offset_into_cluster(s, block_offset)) {
+        return qcow2_corrupt_locked(s,
+                                    "Refblock offset 0x%" PRIx64 " unaligned "
+                                    "(reftable index: 0x%" PRIx64 ")",
+                                    block_offset, table_index);
+    }
+    if (!qcow2_range_within(block_offset, s->cluster_size, s->file_size)) {
+        return qcow2_corrupt_locked(s,
+                                    "Refblock offset 0x%" PRIx64
+                                    " (reftable index: 0x%" PRIx64
+                                    ") is beyond the end of the file (%" PRIu64 " bytes)",
+                                    block_offset, table_index, s->file_size);
+    }
+    ret = qcow2_cache_get_locked(s->refcount_cache, block_offset, &block);
+    if (ret < 0) {
+        return ret;
+    }
+    *refcount = qcow2_refblock_get(block, block_index, s->refcount_order);
+    qcow2_cache_put_locked(s->refcount_cache, &block);
+    return 0;
+}
+
+/*
+ * QEMU's heuristic (qcow2_detect_metadata_preallocation): the image was
+ * created with preallocation=metadata if clearly more clusters are in use
+ * (refcount > 0) than the file really has allocated.  Then data clusters
+ * may be holes in the file, and block status asks the file whether they
+ * read as zeros.  Returns 1 (yes), 0 (no) or -errno.
+ */
+int qcow2_detect_metadata_preallocation_locked(Qcow2State *s)
+{
+    int64_t real_allocation = blk_get_allocated_size(s->img->file);
+    uint64_t real_clusters, threshold, end_cluster, count = 0;
+
+    if (real_allocation < 0) {
+        return (int)real_allocation;
+    }
+    real_clusters = (uint64_t)real_allocation / s->cluster_size;
+    threshold = MAX(real_clusters * 10 / 9, real_clusters + 2);
+    end_cluster = (s->file_size + s->cluster_size - 1) >> s->cluster_bits;
+    for (uint64_t i = 0; i < end_cluster && count <= threshold; i++) {
+        uint64_t refcount;
+        int ret = qcow2_get_refcount_locked(s, i, &refcount);
+        if (ret < 0) {
+            return ret;
+        }
+        count += refcount != 0;
+    }
+    return count > threshold;
+}

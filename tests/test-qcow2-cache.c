@@ -1,0 +1,226 @@
+/*
+ * tests/test-qcow2-cache.c: the LRU metadata cache (cache.c invariants
+ * 1-5): hits and misses, LRU eviction, pinned entries, read errors, dirty
+ * entries and the write-back ordering hooks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "block/block.h"
+#include "qcow2/cache.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define TS 64
+
+typedef struct Mock {
+    GString *log; /* "r100 w200 f " ... */
+    uint64_t fail_read_at;
+    int fail_write;
+} Mock;
+
+static int mock_read(void *opaque, uint64_t offset, void *buf, size_t len)
+{
+    Mock *m = opaque;
+    g_string_append_printf(m->log, "r%" G_GUINT64_FORMAT " ", offset);
+    if (offset == m->fail_read_at) {
+        return blk_error(EIO, "mock read error");
+    }
+    memset(buf, (int)(offset & 0xff), len);
+    return 0;
+}
+
+static int mock_write(void *opaque, uint64_t offset, const void *buf, size_t len)
+{
+    Mock *m = opaque;
+    g_string_append_printf(m->log, "w%" G_GUINT64_FORMAT " ", offset);
+    return m->fail_write ? -EIO : 0;
+}
+
+static int mock_flush(void *opaque)
+{
+    Mock *m = opaque;
+    g_string_append(m->log, "f ");
+    return 0;
+}
+
+static Mock *mock_new(void)
+{
+    Mock *m = g_new0(Mock, 1);
+    m->log = g_string_new(NULL);
+    m->fail_read_at = UINT64_MAX;
+    return m;
+}
+
+static void mock_free(Mock *m)
+{
+    g_string_free(m->log, TRUE);
+    g_free(m);
+}
+
+static void get_put(Qcow2Cache *c, uint64_t off)
+{
+    void *t;
+    assert_int_equal(qcow2_cache_get_locked(c, off, &t), 0);
+    assert_int_equal(((uint8_t *)t)[TS - 1], off & 0xff);
+    qcow2_cache_put_locked(c, &t);
+    assert_null(t);
+}
+
+static void test_lru(void **state)
+{
+    Mock *m = mock_new();
+    Qcow2CacheOps ops = {.read = mock_read, .opaque = m};
+    Qcow2Cache *c = qcow2_cache_new(3, TS, &ops);
+    Qcow2CacheStats st;
+
+    get_put(c, 1);
+    get_put(c, 2);
+    get_put(c, 3);
+    get_put(c, 1); /* hit; 2 is now the least recently used */
+    get_put(c, 4); /* evicts 2 */
+    get_put(c, 3); /* hit */
+    get_put(c, 2); /* miss again, evicts 1 */
+    get_put(c, 1); /* miss */
+    assert_string_equal(m->log->str, "r1 r2 r3 r4 r2 r1 ");
+    qcow2_cache_get_stats_locked(c, &st);
+    assert_int_equal(st.hits, 2);
+    assert_int_equal(st.misses, 6);
+    assert_int_equal(st.evictions, 3);
+    assert_int_equal(st.entries, 3);
+    qcow2_cache_free(c);
+    mock_free(m);
+}
+
+static void test_pinned_and_errors(void **state)
+{
+    Mock *m = mock_new();
+    Qcow2CacheOps ops = {.read = mock_read, .opaque = m};
+    Qcow2Cache *c = qcow2_cache_new(2, TS, &ops);
+    void *a, *b, *x;
+
+    assert_int_equal(qcow2_cache_get_locked(c, 10, &a), 0);
+    assert_int_equal(qcow2_cache_get_locked(c, 20, &b), 0);
+    /* both pinned: no room (invariant 2) */
+    assert_int_equal(qcow2_cache_get_locked(c, 30, &x), -ENOSPC);
+    /* the same table twice: one entry, two references */
+    assert_int_equal(qcow2_cache_get_locked(c, 10, &x), 0);
+    assert_ptr_equal(x, a);
+    qcow2_cache_put_locked(c, &x);
+    qcow2_cache_put_locked(c, &a);
+    /* a read error leaves nothing behind and is retried next time */
+    m->fail_read_at = 30;
+    assert_int_equal(qcow2_cache_get_locked(c, 30, &x), -EIO);
+    m->fail_read_at = UINT64_MAX;
+    assert_int_equal(qcow2_cache_get_locked(c, 30, &x), 0);
+    qcow2_cache_put_locked(c, &x);
+    /* 20 was pinned throughout, so 10 was the victim */
+    assert_int_equal(qcow2_cache_get_locked(c, 10, &x), 0);
+    qcow2_cache_put_locked(c, &x);
+    assert_string_equal(m->log->str, "r10 r20 r30 r30 r10 ");
+    qcow2_cache_put_locked(c, &b);
+    /* discard forgets a table */
+    qcow2_cache_discard_locked(c, 10);
+    get_put(c, 10);
+    assert_string_equal(m->log->str, "r10 r20 r30 r30 r10 r10 ");
+    qcow2_cache_free(c);
+    mock_free(m);
+}
+
+static void test_dirty_without_writeback(void **state)
+{
+    Mock *m = mock_new();
+    Qcow2CacheOps ops = {.read = mock_read, .opaque = m};
+    Qcow2Cache *c = qcow2_cache_new(1, TS, &ops);
+    void *t;
+
+    assert_int_equal(qcow2_cache_get_locked(c, 1, &t), 0);
+    qcow2_cache_mark_dirty_locked(c, t);
+    qcow2_cache_put_locked(c, &t);
+    /* invariant 3: the only entry is dirty and cannot be written back */
+    assert_int_equal(qcow2_cache_get_locked(c, 2, &t), -ENOSPC);
+    assert_int_equal(qcow2_cache_flush_locked(c), -EROFS);
+    blk_error_clear();
+    qcow2_cache_free(c);
+    mock_free(m);
+}
+
+static void test_writeback_and_ordering(void **state)
+{
+    Mock *m = mock_new();
+    Qcow2CacheOps ops = {
+        .read = mock_read, .write = mock_write, .flush = mock_flush, .opaque = m};
+    Qcow2Cache *l2 = qcow2_cache_new(2, TS, &ops);
+    Qcow2Cache *rc = qcow2_cache_new(2, TS, &ops);
+    void *t;
+
+    /* a dirty refcount block and a dirty L2 table that depends on it */
+    assert_int_equal(qcow2_cache_get_locked(rc, 100, &t), 0);
+    qcow2_cache_mark_dirty_locked(rc, t);
+    qcow2_cache_put_locked(rc, &t);
+    assert_int_equal(qcow2_cache_get_locked(l2, 200, &t), 0);
+    qcow2_cache_mark_dirty_locked(l2, t);
+    qcow2_cache_put_locked(l2, &t);
+    assert_int_equal(qcow2_cache_set_dependency_locked(l2, rc), 0);
+    qcow2_cache_depends_on_flush_locked(l2);
+    g_string_truncate(m->log, 0);
+    /* invariant 4: refcount block, then file flush, then the L2 table */
+    assert_int_equal(qcow2_cache_flush_locked(l2), 0);
+    assert_string_equal(m->log->str, "w100 f w200 ");
+    /* clean now: flushing again writes nothing */
+    g_string_truncate(m->log, 0);
+    assert_int_equal(qcow2_cache_flush_locked(l2), 0);
+    assert_int_equal(qcow2_cache_flush_locked(rc), 0);
+    assert_string_equal(m->log->str, "");
+
+    /* eviction of a dirty entry writes it back first */
+    assert_int_equal(qcow2_cache_get_locked(l2, 300, &t), 0);
+    qcow2_cache_mark_dirty_locked(l2, t);
+    qcow2_cache_put_locked(l2, &t);
+    get_put(l2, 200); /* 300 is now the LRU one */
+    g_string_truncate(m->log, 0);
+    get_put(l2, 400);
+    assert_string_equal(m->log->str, "w300 r400 ");
+
+    /* a failed write-back keeps the entry dirty and cached */
+    assert_int_equal(qcow2_cache_get_locked(l2, 400, &t), 0);
+    qcow2_cache_mark_dirty_locked(l2, t);
+    qcow2_cache_put_locked(l2, &t);
+    m->fail_write = 1;
+    assert_int_equal(qcow2_cache_flush_locked(l2), -EIO);
+    m->fail_write = 0;
+    g_string_truncate(m->log, 0);
+    assert_int_equal(qcow2_cache_flush_locked(l2), 0);
+    assert_string_equal(m->log->str, "w400 ");
+
+    /* no cycles: making rc depend on l2 first settles l2's own edge */
+    assert_int_equal(qcow2_cache_get_locked(rc, 100, &t), 0);
+    qcow2_cache_mark_dirty_locked(rc, t);
+    qcow2_cache_put_locked(rc, &t);
+    assert_int_equal(qcow2_cache_set_dependency_locked(l2, rc), 0);
+    assert_int_equal(qcow2_cache_get_locked(l2, 400, &t), 0);
+    qcow2_cache_mark_dirty_locked(l2, t);
+    qcow2_cache_put_locked(l2, &t);
+    g_string_truncate(m->log, 0);
+    assert_int_equal(qcow2_cache_set_dependency_locked(rc, l2), 0);
+    assert_string_equal(m->log->str, "w100 w400 ");
+
+    qcow2_cache_free(l2);
+    qcow2_cache_free(rc);
+    mock_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lru),
+        cmocka_unit_test(test_pinned_and_errors),
+        cmocka_unit_test(test_dirty_without_writeback),
+        cmocka_unit_test(test_writeback_and_ordering),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,631 @@
+/*
+ * tests/test-qcow2-read.c: differential tests of the qcow2 read path
+ * against qemu-img 7.2 (the oracle).
+ *
+ * Every image is made by qemu-img / qemu-io; every byte read through the
+ * driver is compared with `qemu-img convert -O raw` of the same image (and
+ * snapshot), and for single-layer images the layer's block status is
+ * compared with `qemu-img map --output=json`.  Skipped without qemu-img.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "block/block.h"
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *tmpdir;
+static int counter;
+
+static bool have_qemu(void)
+{
+    g_autofree char *a = g_find_program_in_path("qemu-img");
+    g_autofree char *b = g_find_program_in_path("qemu-io");
+    return a && b;
+}
+
+#define SKIP_WITHOUT_QEMU()                                                              \
+    do {                                                                                 \
+        if (!have_qemu()) {                                                              \
+            skip();                                                                      \
+        }                                                                                \
+    } while (0)
+
+static char *run_out(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+
+/* Run a shell command in tmpdir; assert success; return its stdout. */
+static char *run_out(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    char *out = NULL, *err = NULL;
+    int status = 0;
+    GError *error = NULL;
+
+    gboolean ok = g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL,
+                               &out, &err, &status, &error);
+    if (!ok || !g_spawn_check_wait_status(status, NULL)) {
+        fprintf(stderr, "command failed: %s\n%s", cmd, err ? err : "");
+        fail();
+    }
+    g_free(err);
+    return out;
+}
+
+#define run(...) g_free(run_out(__VA_ARGS__))
+
+static char *fresh(const char *stem)
+{
+    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
+}
+
+static QimgImage *open_img(const char *path, const char *snapshot, GError **err)
+{
+    QimgOpenOptions o = {.read_only = true, .snapshot = snapshot};
+    return blk_open_image(path, &o, NULL, err);
+}
+
+static uint8_t *qemu_raw(const char *path, const char *snapshot, size_t *len)
+{
+    g_autofree char *raw = g_strdup_printf("%s.raw", path);
+    gchar *data = NULL;
+    gsize n = 0;
+
+    if (snapshot) {
+        run("qemu-img convert -l '%s' -O raw '%s' '%s'", snapshot, path, raw);
+    } else {
+        run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    }
+    assert_true(g_file_get_contents(raw, &data, &n, NULL));
+    unlink(raw);
+    *len = n;
+    return (uint8_t *)data;
+}
+
+/* ---- qemu-img map --output=json, single layer ---- */
+
+typedef struct MapEntry {
+    uint64_t start, length, offset;
+    bool present, zero, data, has_offset;
+} MapEntry;
+
+static uint64_t json_u64(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    assert_non_null(p);
+    return g_ascii_strtoull(p + strlen(key), NULL, 10);
+}
+
+static bool json_bool(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    assert_non_null(p);
+    return strncmp(p + strlen(key), "true", 4) == 0;
+}
+
+static GArray *qemu_map(const char *path)
+{
+    g_autofree char *out = run_out("qemu-img map --output=json '%s'", path);
+    g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+    GArray *a = g_array_new(FALSE, TRUE, sizeof(MapEntry));
+
+    for (int i = 0; lines[i]; i++) {
+        if (!strstr(lines[i], "\"start\"")) {
+            continue;
+        }
+        MapEntry e = {
+            .start = json_u64(lines[i], "\"start\": "),
+            .length = json_u64(lines[i], "\"length\": "),
+            .present = json_bool(lines[i], "\"present\": "),
+            .zero = json_bool(lines[i], "\"zero\": "),
+            .data = json_bool(lines[i], "\"data\": "),
+            .has_offset = strstr(lines[i], "\"offset\": ") != NULL,
+        };
+        if (e.has_offset) {
+            e.offset = json_u64(lines[i], "\"offset\": ");
+        }
+        g_array_append_val(a, e);
+    }
+    return a;
+}
+
+/* Our layer's answers, turned into qemu-img map entries the way QEMU's
+ * generic layer and img_map do it (no backing file). */
+static GArray *our_map(QimgImage *img)
+{
+    GArray *a = g_array_new(FALSE, TRUE, sizeof(MapEntry));
+    uint64_t off = 0;
+
+    while (off < img->size) {
+        BlkStatus st;
+        assert_int_equal(img->drv->block_status(img, off, img->size - off, &st), 0);
+        assert_true(st.pnum > 0 && st.pnum <= img->size - off);
+        unsigned f = st.flags;
+        if (f & (BLK_STATUS_DATA | BLK_STATUS_ZERO)) {
+            f |= BLK_STATUS_ALLOCATED;
+        } else if (!img->backing) {
+            f |= BLK_STATUS_ZERO;
+        }
+        MapEntry e = {
+            .start = off,
+            .length = st.pnum,
+            .present = f & BLK_STATUS_ALLOCATED,
+            .zero = f & BLK_STATUS_ZERO,
+            .data = f & BLK_STATUS_DATA,
+            .has_offset = f & BLK_STATUS_OFFSET_VALID,
+            .offset = st.map,
+        };
+        MapEntry *last = a->len ? &g_array_index(a, MapEntry, a->len - 1) : NULL;
+        if (last && last->present == e.present && last->zero == e.zero &&
+            last->data == e.data && last->has_offset == e.has_offset &&
+            (!e.has_offset || last->offset + last->length == e.offset)) {
+            last->length += e.length;
+        } else {
+            g_array_append_val(a, e);
+        }
+        off += st.pnum;
+    }
+    return a;
+}
+
+static void compare_map(const char *path, QimgImage *img)
+{
+    g_autoptr(GArray) q = qemu_map(path);
+    g_autoptr(GArray) o = our_map(img);
+
+    for (guint i = 0; i < MAX(q->len, o->len); i++) {
+        if (i >= q->len || i >= o->len) {
+            fprintf(stderr, "%s: map has %u entries, qemu-img %u\n", path, o->len,
+                    q->len);
+            fail();
+        }
+        MapEntry *a = &g_array_index(q, MapEntry, i), *b = &g_array_index(o, MapEntry, i);
+        if (a->start != b->start || a->length != b->length || a->present != b->present ||
+            a->zero != b->zero || a->data != b->data || a->has_offset != b->has_offset ||
+            (a->has_offset && a->offset != b->offset)) {
+            fprintf(stderr,
+                    "%s: map entry %u differs: qemu start %" PRIu64 " len %" PRIu64
+                    " p%d z%d d%d off %d/%" PRIu64 "; ours start %" PRIu64 " len %" PRIu64
+                    " p%d z%d d%d off %d/%" PRIu64 "\n",
+                    path, i, a->start, a->length, a->present, a->zero, a->data,
+                    a->has_offset, a->offset, b->start, b->length, b->present, b->zero,
+                    b->data, b->has_offset, b->offset);
+            fail();
+        }
+    }
+}
+
+/* ---- byte comparison ---- */
+
+static void read_compare(QimgImage *img, const uint8_t *raw, uint64_t off, size_t len,
+                         uint8_t *buf)
+{
+    memset(buf, 0xa5, len);
+    int ret = blk_pread(img, off, buf, len);
+    if (ret < 0) {
+        fprintf(stderr, "read at %" PRIu64 "+%zu failed: %s\n", off, len,
+                blk_error_message());
+    }
+    assert_int_equal(ret, 0);
+    if (memcmp(buf, raw + off, len) != 0) {
+        for (size_t i = 0; i < len; i++) {
+            if (buf[i] != raw[off + i]) {
+                fprintf(stderr, "mismatch at %" PRIu64 ": ours 0x%02x qemu 0x%02x\n",
+                        off + i, buf[i], raw[off + i]);
+                break;
+            }
+        }
+        fail();
+    }
+}
+
+/* Read the whole image in several chunkings plus random requests and
+ * compare with qemu-img; for single-layer images compare the map too. */
+static void compare_image(const char *path, const char *snapshot)
+{
+    size_t raw_len;
+    g_autofree uint8_t *raw = qemu_raw(path, snapshot, &raw_len);
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = open_img(path, snapshot, &err);
+
+    if (!img) {
+        fprintf(stderr, "open %s: %s\n", path, err->message);
+        fail();
+    }
+    assert_int_equal(img->size, raw_len);
+    const size_t chunks[] = {1 << 20, 65536 + 511, 4093};
+    g_autofree uint8_t *buf = g_malloc(1 << 20);
+    for (size_t c = 0; c < G_N_ELEMENTS(chunks); c++) {
+        for (uint64_t off = 0; off < raw_len; off += chunks[c]) {
+            read_compare(img, raw, off, MIN(chunks[c], raw_len - off), buf);
+        }
+    }
+    GRand *r = g_rand_new_with_seed(raw_len);
+    for (int i = 0; i < 300 && raw_len > 0; i++) {
+        uint64_t off = (uint64_t)g_rand_double_range(r, 0, (double)raw_len);
+        uint64_t want = (uint64_t)g_rand_int_range(r, 1, 300000);
+        size_t len = (size_t)MIN(want, raw_len - off);
+        if (len) {
+            read_compare(img, raw, off, len, buf);
+        }
+    }
+    g_rand_free(r);
+    if (!img->backing_filename && !snapshot) {
+        compare_map(path, img);
+    }
+    blk_close(img);
+}
+
+/* A standard write pattern: unaligned data, zero writes, discards, tail. */
+static void scribble(const char *path, uint64_t size, bool v3)
+{
+    run("qemu-io -f qcow2 -c 'write -P 0x11 0 3k' -c 'write -P 0x22 7000 70001' "
+        "-c 'write -P 0x33 1M 1M' -c 'write -P 0x44 %" PRIu64 " 4k' "
+        "-c 'write -P 0x55 300k 300k' %s -c 'discard 1152k 128k' '%s' >/dev/null",
+        size - 4096, v3 ? "-c 'write -z 320k 128k' -c 'write -z 2M 64k'" : "", path);
+}
+
+static void test_cluster_sizes(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    const unsigned sizes[] = {512, 1024, 4096, 16384, 65536, 1u << 21};
+    for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
+        for (int v = 2; v <= 3; v++) {
+            g_autofree char *p = fresh("cs");
+            run("qemu-img create -q -f qcow2 -o cluster_size=%u,compat=%s '%s' 9M",
+                sizes[i], v == 2 ? "0.10" : "1.1", p);
+            scribble(p, 9 << 20, v == 3);
+            compare_image(p, NULL);
+        }
+    }
+}
+
+static void test_refcount_widths(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    for (int bits = 1; bits <= 64; bits *= 2) {
+        g_autofree char *p = fresh("rc");
+        run("qemu-img create -q -f qcow2 -o refcount_bits=%d,cluster_size=4096 '%s' 4M",
+            bits, p);
+        scribble(p, 4 << 20, true);
+        if (bits > 1) {
+            run("qemu-img snapshot -c snap '%s'", p);
+            run("qemu-io -f qcow2 -c 'write -P 0x66 0 64k' '%s' >/dev/null", p);
+        }
+        compare_image(p, NULL);
+    }
+}
+
+static void make_source_raw(const char *path, size_t len)
+{
+    g_autofree uint8_t *b = g_malloc0(len);
+    GRand *r = g_rand_new_with_seed(42);
+    for (size_t i = 0; i < len; i++) {
+        size_t region = (i / 40000) % 4;
+        if (region == 0) {
+            b[i] = (uint8_t) "qcow2 compressible text "[i % 24];
+        } else if (region == 1) {
+            b[i] = (uint8_t)g_rand_int(r); /* incompressible */
+        } else if (region == 2) {
+            b[i] = 0;
+        } else {
+            b[i] = (uint8_t)(i / 512);
+        }
+    }
+    g_rand_free(r);
+    assert_true(g_file_set_contents(path, (char *)b, (gssize)len, NULL));
+}
+
+static void test_compressed(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *src = fresh("src");
+    make_source_raw(src, (3 << 20) + 512 * 7);
+    const char *types[] = {"zlib", "zstd"};
+    const unsigned sizes[] = {512, 4096, 65536, 1u << 21};
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
+            g_autofree char *p = fresh("comp");
+            run("qemu-img convert -c -O qcow2 -o compression_type=%s,cluster_size=%u "
+                "'%s' '%s'",
+                types[t], sizes[i], src, p);
+            /* partly overwritten, so compressed and plain clusters mix */
+            run("qemu-io -f qcow2 -c 'write -P 0x77 100k 5k' '%s' >/dev/null", p);
+            compare_image(p, NULL);
+            g_autoptr(GError) err = NULL;
+            QimgImage *img = open_img(p, NULL, &err);
+            assert_non_null(img);
+            QimgInfo info = {0};
+            assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+            assert_string_equal(info.compression_type, types[t]);
+            g_free(info.compat);
+            g_free(info.compression_type);
+            g_array_unref(info.snapshots);
+            blk_close(img);
+        }
+    }
+}
+
+static void test_extended_l2(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    const unsigned sizes[] = {16384, 65536, 1u << 21};
+    for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
+        g_autofree char *base = fresh("xbase");
+        g_autofree char *p = fresh("xl2");
+        run("qemu-img create -q -f qcow2 '%s' 8M", base);
+        run("qemu-io -f qcow2 -c 'write -P 0x99 0 8M' '%s' >/dev/null", base);
+        for (int with_backing = 0; with_backing <= 1; with_backing++) {
+            if (with_backing) {
+                run("qemu-img create -q -f qcow2 -o extended_l2=on,cluster_size=%u "
+                    "-b '%s' -F qcow2 '%s' 8M",
+                    sizes[i], base, p);
+            } else {
+                run("qemu-img create -q -f qcow2 -o extended_l2=on,cluster_size=%u '%s' "
+                    "8M",
+                    sizes[i], p);
+            }
+            run("qemu-io -f qcow2 -c 'write -P 1 4k 4k' -c 'write -z 16k 2k' "
+                "-c 'write -P 2 33k 1k' -c 'write -P 3 1M 100k' -c 'write -z 1040k 3k' "
+                "-c 'discard 1088k 64k' -c 'write -P 4 3M 1M' -c 'write -z 3200k 4k' "
+                "'%s' >/dev/null",
+                p);
+            compare_image(p, NULL);
+        }
+    }
+}
+
+static void test_backing_chain(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *raw = fresh("rawbase");
+    g_autofree char *base = fresh("base");
+    g_autofree char *mid = fresh("mid");
+    g_autofree char *top = fresh("top");
+
+    make_source_raw(raw, 1 << 20); /* shorter than the overlays */
+    run("qemu-img create -q -f qcow2 -b '%s' -F raw '%s' 2M", raw, base);
+    run("qemu-io -f qcow2 -c 'write -P 0x10 512k 700k' '%s' >/dev/null", base);
+    run("qemu-img create -q -f qcow2 -o cluster_size=4096 -b '%s' -F qcow2 '%s' 4M", base,
+        mid);
+    run("qemu-io -f qcow2 -c 'write -P 0x20 100k 10k' -c 'write -z 900k 300k' '%s' "
+        ">/dev/null",
+        mid);
+    run("qemu-img create -q -f qcow2 -o compat=0.10 -b '%s' -F qcow2 '%s' 6M", mid, top);
+    run("qemu-io -f qcow2 -c 'write -P 0x30 0 4k' -c 'write -P 0x31 3M 2M' '%s' "
+        ">/dev/null",
+        top);
+    compare_image(base, NULL);
+    compare_image(mid, NULL);
+    compare_image(top, NULL);
+
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = open_img(top, NULL, &err);
+    assert_non_null(img);
+    assert_string_equal(img->backing_format, "qcow2");
+    assert_non_null(img->backing);
+    assert_non_null(img->backing->backing);
+    blk_close(img);
+}
+
+static void test_snapshots(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("snap");
+    run("qemu-img create -q -f qcow2 '%s' 16M", p);
+    run("qemu-io -f qcow2 -c 'write -P 0xa1 0 2M' '%s' >/dev/null", p);
+    run("qemu-img snapshot -c first '%s'", p);
+    run("qemu-io -f qcow2 -c 'write -P 0xa2 1M 2M' -c 'write -z 0 64k' '%s' >/dev/null",
+        p);
+    run("qemu-img snapshot -c 2 '%s'", p); /* a name that is another's ID */
+    run("qemu-img resize -q '%s' 20M", p);
+    run("qemu-io -f qcow2 -c 'write -P 0xa3 17M 1M' '%s' >/dev/null", p);
+
+    compare_image(p, NULL);
+    compare_image(p, "first");
+    compare_image(p, "1");
+    compare_image(p, "2"); /* ID 2 first: the snapshot named "2" is also ID 2 */
+
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = open_img(p, "nosuch", &err);
+    assert_null(img);
+    assert_non_null(strstr(err->message, "Failed to load snapshot: Can't find snapshot"));
+
+    g_clear_error(&err);
+    img = open_img(p, NULL, &err);
+    assert_non_null(img);
+    QimgInfo info = {0};
+    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+    assert_int_equal(info.snapshots->len, 2);
+    QimgSnapshotInfo *s0 = &g_array_index(info.snapshots, QimgSnapshotInfo, 0);
+    assert_string_equal(s0->id, "1");
+    assert_string_equal(s0->name, "first");
+    assert_int_equal(s0->disk_size, 16 << 20);
+    for (guint i = 0; i < info.snapshots->len; i++) {
+        QimgSnapshotInfo *si = &g_array_index(info.snapshots, QimgSnapshotInfo, i);
+        g_free(si->id);
+        g_free(si->name);
+    }
+    g_array_unref(info.snapshots);
+    g_free(info.compat);
+    g_free(info.compression_type);
+    blk_close(img);
+}
+
+static void test_data_file(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    for (int raw = 0; raw <= 1; raw++) {
+        g_autofree char *p = fresh("df");
+        g_autofree char *d = g_strdup_printf("%s.data", p);
+        g_autofree char *dbase = g_path_get_basename(d);
+        run("qemu-img create -q -f qcow2 -o data_file='%s',data_file_raw=%s '%s' 4M",
+            dbase, raw ? "on" : "off", p);
+        scribble(p, 4 << 20, true);
+        compare_image(p, NULL);
+
+        g_autoptr(GError) err = NULL;
+        QimgImage *img = open_img(p, NULL, &err);
+        assert_non_null(img);
+        QimgInfo info = {0};
+        assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+        assert_string_equal(info.data_file, dbase);
+        assert_int_equal(info.data_file_raw, raw);
+        g_free(info.data_file);
+        g_free(info.compat);
+        g_free(info.compression_type);
+        g_array_unref(info.snapshots);
+        blk_close(img);
+    }
+}
+
+static void test_preallocation(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    const char *modes[] = {"metadata", "falloc", "full"};
+    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+        g_autofree char *p = fresh("prealloc");
+        run("qemu-img create -q -f qcow2 -o preallocation=%s '%s' 3M", modes[i], p);
+        run("qemu-io -f qcow2 -c 'write -P 0x12 64k 64k' '%s' >/dev/null", p);
+        compare_image(p, NULL);
+    }
+}
+
+static void test_dirty_lazy_refcounts(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("dirty");
+    run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 2M", p);
+    /* abort leaves the dirty bit set */
+    g_free(run_out("qemu-io -f qcow2 -c 'write -P 0x42 0 64k' -c abort '%s' >/dev/null "
+                   "2>&1 || true",
+                   p));
+    compare_image(p, NULL);
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = open_img(p, NULL, &err);
+    assert_non_null(img);
+    QimgInfo info = {0};
+    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+    assert_true(info.dirty);
+    assert_true(info.lazy_refcounts);
+    assert_string_equal(info.compat, "1.1");
+    g_free(info.compat);
+    g_free(info.compression_type);
+    g_array_unref(info.snapshots);
+    blk_close(img);
+}
+
+/* Random unaligned reads from several threads, multi-segment vectors. */
+typedef struct ThreadArg {
+    QimgImage *img;
+    const uint8_t *raw;
+    size_t len;
+    unsigned seed;
+    int failures;
+} ThreadArg;
+
+static gpointer reader_thread(gpointer p)
+{
+    ThreadArg *a = p;
+    GRand *r = g_rand_new_with_seed(a->seed);
+    g_autofree uint8_t *buf = g_malloc(400000);
+
+    for (int i = 0; i < 400; i++) {
+        uint64_t off = (uint64_t)g_rand_double_range(r, 0, (double)a->len);
+        uint64_t want = (uint64_t)g_rand_int_range(r, 1, 400000);
+        size_t len = (size_t)MIN(want, a->len - off);
+        size_t cut1 = len / 3, cut2 = len / 3 + len / 5;
+        struct iovec iov[3] = {
+            {buf, cut1}, {buf + cut1, cut2 - cut1}, {buf + cut2, len - cut2}};
+        QimgIOV q;
+        iov_init_external(&q, iov, 3);
+        if (len == 0) {
+            continue;
+        }
+        if (blk_preadv(a->img, off, &q, 0) < 0 || memcmp(buf, a->raw + off, len) != 0) {
+            a->failures++;
+        }
+    }
+    g_rand_free(r);
+    return NULL;
+}
+
+static void test_random_parallel(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *src = fresh("rsrc");
+    g_autofree char *p = fresh("rand");
+    make_source_raw(src, 6 << 20);
+    /* a mix: compressed clusters, then plain writes, zero writes */
+    run("qemu-img convert -c -O qcow2 -o cluster_size=4096 '%s' '%s'", src, p);
+    run("qemu-io -f qcow2 -c 'write -P 0x61 1234567 345678' -c 'write -z 2M 1M' "
+        "-c 'write -P 0x62 5M 999' '%s' >/dev/null",
+        p);
+    size_t raw_len;
+    g_autofree uint8_t *raw = qemu_raw(p, NULL, &raw_len);
+    g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = {.read_only = true, .metadata_cache_size = 16384};
+    QimgImage *img = blk_open_image(p, &o, NULL, &err); /* tiny cache: evictions */
+    assert_non_null(img);
+
+    ThreadArg args[4];
+    GThread *th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (ThreadArg){.img = img, .raw = raw, .len = raw_len, .seed = 7 + i};
+        th[i] = g_thread_new("reader", reader_thread, &args[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        g_thread_join(th[i]);
+        assert_int_equal(args[i].failures, 0);
+    }
+    blk_close(img);
+}
+
+static int setup(void **state)
+{
+    const char *base = g_getenv("QIMG_TEST_TMPDIR");
+    g_autofree char *tmpl =
+        g_strdup_printf("%s/qcow2-read-XXXXXX", base ? base : g_get_tmp_dir());
+    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
+    return tmpdir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    if (tmpdir) {
+        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) {
+            return -1;
+        }
+        g_free(tmpdir);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_sizes),
+        cmocka_unit_test(test_refcount_widths),
+        cmocka_unit_test(test_compressed),
+        cmocka_unit_test(test_extended_l2),
+        cmocka_unit_test(test_backing_chain),
+        cmocka_unit_test(test_snapshots),
+        cmocka_unit_test(test_data_file),
+        cmocka_unit_test(test_preallocation),
+        cmocka_unit_test(test_dirty_lazy_refcounts),
+        cmocka_unit_test(test_random_parallel),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
