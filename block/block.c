@@ -125,40 +125,74 @@ static int open_backing(QimgImage *img, const QimgOpenOptions *opts, GSList *cha
     return 0;
 }
 
-QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
-                          GSList *chain, GError **error)
-{
-    char canon[PATH_MAX];
-    const QimgDriver *drv = NULL;
-    QimgImage *img = NULL;
-    GSList link;
+static const char *const event_names[BLKEV__MAX] = {
+    [BLKEV_NONE] = "none",
+    [BLKEV_DATA_WRITE] = "data_write",
+    [BLKEV_COW_WRITE] = "cow_write",
+    [BLKEV_COMPRESSED_WRITE] = "compressed_write",
+    [BLKEV_REFBLOCK_UPDATE] = "refblock_update",
+    [BLKEV_REFBLOCK_ALLOC] = "refblock_alloc",
+    [BLKEV_REFTABLE_GROW] = "reftable_grow",
+    [BLKEV_L2_ALLOC] = "l2_alloc",
+    [BLKEV_L2_UPDATE] = "l2_update",
+    [BLKEV_L1_UPDATE] = "l1_update",
+    [BLKEV_L1_GROW] = "l1_grow",
+    [BLKEV_HEADER_UPDATE] = "header_update",
+    [BLKEV_SNAPSHOT_TABLE] = "snapshot_table",
+    [BLKEV_CLUSTER_FREE] = "cluster_free",
+    [BLKEV_FLUSH] = "flush",
+};
 
-    if (opts->format) {
-        drv = blk_find_format(opts->format);
-        if (!drv) {
+const char *blk_event_name(BlkEvent ev)
+{
+    return (unsigned)ev < BLKEV__MAX ? event_names[ev] : NULL;
+}
+
+void blk_event(QimgImage *img, BlkEvent ev)
+{
+    if (img && img->drv->event) {
+        img->drv->event(img, ev);
+    }
+}
+
+/* "blkdebug:RULES:FILE" puts a fault-injecting node under the format. */
+static QimgImage *open_protocol(const char *filename, bool ro, QimgCacheMode cache,
+                                GError **error)
+{
+    if (g_str_has_prefix(filename, "blkdebug:")) {
+        const char *rules = filename + strlen("blkdebug:");
+        const char *colon = strchr(rules, ':');
+        if (!colon) {
             g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Could not open '%s': Unknown driver '%s'", filename,
-                        opts->format);
+                        "Could not open '%s': expected blkdebug:RULES:FILE", filename);
             return NULL;
         }
+        g_autofree char *r = g_strndup(rules, (gsize)(colon - rules));
+        return blk_open_faulty(r, colon + 1, ro, cache, error);
     }
-    if (!realpath(filename, canon)) {
-        int e = errno;
-        g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
-                    g_strerror(e));
-        return NULL;
-    }
-    if (chain_contains(chain, canon)) { /* invariant 1 */
-        g_set_error(error, QIMG_ERROR, ELOOP,
-                    "Backing file '%s' creates an infinite loop.", filename);
-        return NULL;
-    }
+    return blk_open_file(filename, ro, cache, error);
+}
 
-    bool ro = opts->read_only || opts->snapshot != NULL;
-    QimgImage *file = blk_open_file(filename, ro, opts->cache, error);
-    if (!file) {
-        return NULL;
+static const char *plain_name(const char *filename)
+{
+    if (g_str_has_prefix(filename, "blkdebug:")) {
+        const char *colon = strchr(filename + strlen("blkdebug:"), ':');
+        if (colon) {
+            return colon + 1;
+        }
     }
+    return filename;
+}
+
+static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
+                              const char *filename, const char *canon,
+                              const QimgOpenOptions *opts, GSList *chain,
+                              GError **error)
+{
+    bool ro = opts->read_only || opts->snapshot != NULL;
+    QimgImage *img;
+    GSList link;
+
     if (!drv) {
         drv = probe_format(file);
     }
@@ -186,9 +220,9 @@ QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
     }
     if (img->backing_filename) {
         img->full_backing_filename =
-            blk_resolve_backing_name(filename, img->backing_filename);
+            blk_resolve_backing_name(plain_name(filename), img->backing_filename);
         if (!opts->no_backing) {
-            link.data = canon;
+            link.data = (void *)canon;
             link.next = chain;
             if (open_backing(img, opts, &link, &local) < 0) {
                 g_propagate_prefixed_error(error, g_steal_pointer(&local),
@@ -214,6 +248,58 @@ fail_noclose:
     g_free(img->backing_format);
     g_free(img);
     return NULL;
+}
+
+static const QimgDriver *lookup_format(const char *filename, const QimgOpenOptions *opts,
+                                       GError **error)
+{
+    const QimgDriver *drv = blk_find_format(opts->format);
+    if (!drv) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Could not open '%s': Unknown driver '%s'",
+                    filename, opts->format);
+    }
+    return drv;
+}
+
+QimgImage *blk_open_image_on(QimgImage *file, const char *filename,
+                             const QimgOpenOptions *opts, GError **error)
+{
+    const QimgDriver *drv = NULL;
+
+    if (opts->format && !(drv = lookup_format(filename, opts, error))) {
+        blk_close(file);
+        return NULL;
+    }
+    return open_format(file, drv, filename, filename, opts, NULL, error);
+}
+
+QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
+                          GSList *chain, GError **error)
+{
+    char canon[PATH_MAX];
+    const QimgDriver *drv = NULL;
+
+    if (opts->format && !(drv = lookup_format(filename, opts, error))) {
+        return NULL;
+    }
+    if (!realpath(plain_name(filename), canon)) {
+        int e = errno;
+        g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
+                    g_strerror(e));
+        return NULL;
+    }
+    if (chain_contains(chain, canon)) { /* invariant 1 */
+        g_set_error(error, QIMG_ERROR, ELOOP,
+                    "Backing file '%s' creates an infinite loop.", filename);
+        return NULL;
+    }
+
+    bool ro = opts->read_only || opts->snapshot != NULL;
+    QimgImage *file = open_protocol(filename, ro, opts->cache, error);
+    if (!file) {
+        return NULL;
+    }
+    return open_format(file, drv, filename, canon, opts, chain, error);
 }
 
 void blk_close(QimgImage *img)

@@ -37,6 +37,30 @@
 typedef struct QimgDriver QimgDriver;
 struct QimgCheckResult;
 
+/*
+ * Named steps of metadata updates, announced on the node about to be written
+ * (blk_event()), so a fault-injecting node can fail the N-th write of a given
+ * step (QEMU's blkdebug events).
+ */
+typedef enum BlkEvent {
+    BLKEV_NONE = 0,
+    BLKEV_DATA_WRITE,      /* guest data */
+    BLKEV_COW_WRITE,       /* copy-on-write head/tail */
+    BLKEV_COMPRESSED_WRITE,
+    BLKEV_REFBLOCK_UPDATE, /* writing back a refcount block */
+    BLKEV_REFBLOCK_ALLOC,  /* writing a new refcount block */
+    BLKEV_REFTABLE_GROW,   /* writing a new (larger) refcount table */
+    BLKEV_L2_ALLOC,        /* writing a new (or copied) L2 table */
+    BLKEV_L2_UPDATE,       /* writing back an L2 table */
+    BLKEV_L1_UPDATE,       /* writing an L1 entry */
+    BLKEV_L1_GROW,         /* writing a new (larger) L1 table */
+    BLKEV_HEADER_UPDATE,   /* header fields */
+    BLKEV_SNAPSHOT_TABLE,  /* snapshot table / snapshot L1 copy */
+    BLKEV_CLUSTER_FREE,    /* refcount decrease written back */
+    BLKEV_FLUSH,           /* flush of the file */
+    BLKEV__MAX
+} BlkEvent;
+
 /* Request flags for preadv / pwritev / pwrite_zeroes. */
 enum {
     BLK_REQ_MAY_UNMAP = QIMG_ZERO_MAY_UNMAP,
@@ -121,6 +145,8 @@ struct QimgDriver {
     int (*snapshot_delete)(QimgImage *img, const char *id_or_name, GError **error);
     /* A new array of QimgSnapshotInfo (strings owned by the array's entries). */
     GArray *(*snapshot_list)(QimgImage *img);
+    /* Fault injection: the next requests belong to step ev (optional). */
+    void (*event)(QimgImage *img, BlkEvent ev);
     /* Offline check and repair (qemu-img check). */
     int (*check)(QimgImage *img, struct QimgCheckResult *res, unsigned fix, GError **error);
 };
@@ -174,6 +200,21 @@ int64_t blk_getlength(QimgImage *img);
 int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
                  bool shrink, GError **error);
 int64_t blk_get_allocated_size(QimgImage *img);
+
+/* Announce the metadata step the next requests on img belong to (no-op
+ * unless img is a fault-injecting node). */
+void blk_event(QimgImage *img, BlkEvent ev);
+const char *blk_event_name(BlkEvent ev);
+/* Open a format driver on an already open protocol node (tests put a
+ * fault-injecting node there); takes ownership of file, even on failure. */
+QimgImage *blk_open_image_on(QimgImage *file, const char *filename,
+                             const QimgOpenOptions *opts, GError **error);
+
+/* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
+ * "event=l2_update,errno=5,nth=1[;...]".  blk_open_image() uses it for file
+ * names of the form "blkdebug:RULES:FILE". */
+QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_only,
+                           QimgCacheMode cache, GError **error);
 
 /* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
 int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,

@@ -1,0 +1,248 @@
+/*
+ * block/faulty.c: a fault-injecting protocol node for tests (QEMU's blkdebug).
+ *
+ * Owns: failing chosen writes and flushes of the file under a format driver,
+ * selected by the metadata step the driver announced with blk_event().
+ *
+ * Rules (';'-separated), each a ','-separated list of:
+ *   event=NAME   step whose requests count (blk_event_name(); "any" = all)
+ *   errno=N      error to return (default 5, EIO)
+ *   nth=N        fail the N-th matching request (default 1)
+ *   once         fail only that request (default: it and every later match)
+ *   op=write|flush|all   which requests count (default write)
+ *
+ * Invariants:
+ *  1. Reads are never failed: a test reads back what the image holds.
+ *  2. A failed request has no effect on the file (it is not passed down), so
+ *     the file holds exactly what a crash at that point would leave, minus
+ *     the page cache (which the tests' checks don't depend on).
+ *  3. The announced step is per thread, as metadata steps run on the thread
+ *     that holds the driver's metadata lock.
+ */
+#include "block/block.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OP_WRITE = 1, OP_FLUSH = 2 } FaultOp;
+
+typedef struct FaultRule {
+    int event; /* BlkEvent, or -1 for any */
+    int errnum;
+    uint64_t nth;
+    bool once;
+    unsigned ops;
+    uint64_t seen; /* matching requests so far (atomic) */
+} FaultRule;
+
+typedef struct FaultyState {
+    QimgImage *child;
+    GArray *rules; /* FaultRule */
+} FaultyState;
+
+static _Thread_local int current_event; /* invariant 3 */
+
+static int parse_rule(const char *text, FaultRule *r, GError **error)
+{
+    g_auto(GStrv) parts = g_strsplit(text, ",", -1);
+    *r = (FaultRule){.event = -1, .errnum = EIO, .nth = 1, .ops = OP_WRITE};
+    for (char **p = parts; *p; p++) {
+        char *eq = strchr(*p, '=');
+        const char *val = eq ? eq + 1 : "";
+        size_t klen = eq ? (size_t)(eq - *p) : strlen(*p);
+        if (strncmp(*p, "event", klen) == 0 && klen == 5) {
+            r->event = -2;
+            if (strcmp(val, "any") == 0) {
+                r->event = -1;
+            }
+            for (int e = 0; e < BLKEV__MAX && r->event == -2; e++) {
+                if (strcmp(val, blk_event_name((BlkEvent)e)) == 0) {
+                    r->event = e;
+                }
+            }
+            if (r->event == -2) {
+                g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug event '%s'", val);
+                return -EINVAL;
+            }
+        } else if (strncmp(*p, "errno", klen) == 0 && klen == 5) {
+            r->errnum = atoi(val);
+        } else if (strncmp(*p, "nth", klen) == 0 && klen == 3) {
+            r->nth = g_ascii_strtoull(val, NULL, 10);
+        } else if (strcmp(*p, "once") == 0) {
+            r->once = true;
+        } else if (strncmp(*p, "op", klen) == 0 && klen == 2) {
+            r->ops = strcmp(val, "flush") == 0 ? OP_FLUSH
+                     : strcmp(val, "all") == 0 ? (OP_WRITE | OP_FLUSH)
+                                               : OP_WRITE;
+        } else if (**p) {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug rule '%s'", *p);
+            return -EINVAL;
+        }
+    }
+    if (r->errnum <= 0 || r->nth == 0) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid blkdebug rule '%s'", text);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Returns -errno if this request must fail. */
+static int should_fail(FaultyState *s, FaultOp op)
+{
+    for (guint i = 0; i < s->rules->len; i++) {
+        FaultRule *r = &g_array_index(s->rules, FaultRule, i);
+        if (!(r->ops & op) || (r->event >= 0 && r->event != current_event)) {
+            continue;
+        }
+        uint64_t n = __atomic_add_fetch(&r->seen, 1, __ATOMIC_SEQ_CST);
+        if (n == r->nth || (!r->once && n > r->nth)) {
+            return blk_error(r->errnum, "Injected error (blkdebug, %s #%" G_GUINT64_FORMAT ")",
+                             blk_event_name((BlkEvent)(current_event)), n);
+        }
+    }
+    return 0;
+}
+
+static int faulty_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+                         unsigned flags)
+{
+    FaultyState *s = img->opaque;
+    return blk_preadv(s->child, offset, qiov, flags); /* invariant 1 */
+}
+
+static int faulty_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+                          unsigned flags)
+{
+    FaultyState *s = img->opaque;
+    int ret = should_fail(s, OP_WRITE); /* invariant 2 */
+    if (ret == 0) {
+        ret = blk_pwritev(s->child, offset, qiov, flags);
+        img->size = s->child->size;
+    }
+    return ret;
+}
+
+static int faulty_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
+                                unsigned flags)
+{
+    FaultyState *s = img->opaque;
+    int ret = should_fail(s, OP_WRITE);
+    if (ret == 0) {
+        ret = blk_pwrite_zeroes(s->child, offset, bytes, flags);
+        img->size = s->child->size;
+    }
+    return ret;
+}
+
+static int faulty_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+{
+    FaultyState *s = img->opaque;
+    return blk_pdiscard(s->child, offset, bytes);
+}
+
+static int faulty_flush(QimgImage *img)
+{
+    FaultyState *s = img->opaque;
+    int saved = current_event;
+    current_event = BLKEV_FLUSH;
+    int ret = should_fail(s, OP_FLUSH);
+    current_event = saved;
+    return ret < 0 ? ret : blk_flush(s->child);
+}
+
+static int faulty_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
+                               BlkStatus *st)
+{
+    FaultyState *s = img->opaque;
+    int ret = blk_block_status(s->child, offset, bytes, st);
+    if (st->file == s->child) {
+        st->file = img;
+    }
+    return ret;
+}
+
+static int faulty_truncate(QimgImage *img, uint64_t size, bool exact,
+                           QimgPrealloc prealloc, bool shrink, GError **error)
+{
+    FaultyState *s = img->opaque;
+    int ret = blk_truncate(s->child, size, exact, prealloc, shrink, error);
+    img->size = s->child->size;
+    return ret;
+}
+
+static int64_t faulty_get_allocated_size(QimgImage *img)
+{
+    FaultyState *s = img->opaque;
+    return blk_get_allocated_size(s->child);
+}
+
+static bool faulty_has_zero_init(QimgImage *img)
+{
+    FaultyState *s = img->opaque;
+    return s->child->drv->has_zero_init && s->child->drv->has_zero_init(s->child);
+}
+
+static void faulty_event(QimgImage *img, BlkEvent ev)
+{
+    current_event = ev;
+}
+
+static void faulty_close(QimgImage *img)
+{
+    FaultyState *s = img->opaque;
+    blk_close(s->child);
+    g_array_unref(s->rules);
+    g_free(s);
+}
+
+static const QimgDriver faulty_driver = {
+    .format_name = "blkdebug",
+    .is_protocol = true,
+    .close = faulty_close,
+    .preadv = faulty_preadv,
+    .pwritev = faulty_pwritev,
+    .pwrite_zeroes = faulty_pwrite_zeroes,
+    .pdiscard = faulty_pdiscard,
+    .flush = faulty_flush,
+    .block_status = faulty_block_status,
+    .truncate = faulty_truncate,
+    .get_allocated_size = faulty_get_allocated_size,
+    .has_zero_init = faulty_has_zero_init,
+    .event = faulty_event,
+};
+
+QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_only,
+                           QimgCacheMode cache, GError **error)
+{
+    g_auto(GStrv) list = g_strsplit(rules, ";", -1);
+    g_autoptr(GArray) arr = g_array_new(FALSE, TRUE, sizeof(FaultRule));
+
+    for (char **p = list; *p; p++) {
+        FaultRule r;
+        if (**p && parse_rule(*p, &r, error) < 0) {
+            return NULL;
+        }
+        if (**p) {
+            g_array_append_val(arr, r);
+        }
+    }
+    QimgImage *child = blk_open_file(filename, read_only, cache, error);
+    if (!child) {
+        return NULL;
+    }
+    FaultyState *s = g_new0(FaultyState, 1);
+    s->child = child;
+    s->rules = g_steal_pointer(&arr);
+
+    QimgImage *img = g_new0(QimgImage, 1);
+    img->drv = &faulty_driver;
+    img->opaque = s;
+    img->filename = g_strdup(filename);
+    img->read_only = read_only;
+    img->cache = cache;
+    img->size = child->size;
+    img->request_alignment = child->request_alignment;
+    img->is_block_device = child->is_block_device;
+    return img;
+}
