@@ -41,7 +41,9 @@ count_meson build unit
 count_meson build-asan unit-asan
 
 # TSan: the tests that exercise threads.
-for t in test-pool test-file $(cd build-tsan/tests 2>/dev/null && ls test-*thread* 2>/dev/null); do
+tsan_tests=$(cd build-tsan/tests 2>/dev/null && for f in test-*thread* test-vmstate; do
+    [ -f "$f" ] && echo "$f"; done)
+for t in test-pool test-file $tsan_tests; do
     exe=build-tsan/tests/$t
     [ -x "$exe" ] || continue
     if TSAN_OPTIONS=halt_on_error=1 QIMG_TEST_TMPDIR=$(mktemp -d) "$exe" >/tmp/tsan-$t.log 2>&1; then
@@ -71,7 +73,7 @@ rm -f "$log"
 # Fuzz targets, briefly.
 if [ -d build-fuzz/fuzz ]; then
     for exe in build-fuzz/fuzz/fuzz-*; do
-        [ -x "$exe" ] || continue
+        [ -f "$exe" ] && [ -x "$exe" ] || continue
         name=$(basename "$exe")
         seeds=fuzz/seeds
         corpus=$(mktemp -d)

@@ -1177,6 +1177,7 @@ static void test_readahead(void **state)
 
     set_config(img, MAX, 0);
     g_autofree char *id = save_stream(img, "ra", model, S, r);
+    assert_string_equal(id, "1");
 
     f->read_limit = S; /* invariant 6: the stream knows the size */
     QimgVmstateLoad *l = qimg_vmstate_load_begin(img, "ra", true, &err);
