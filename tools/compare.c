@@ -161,7 +161,12 @@ static int do_compare(Compare *s, ToolProgress *prog)
             return 3;
         }
 
-        if (s->strict && (e1.flags & STATUS_MASK) != (e2.flags & STATUS_MASK)) {
+        /* qemu-img compares the whole status word, including whether the
+         * extent reaches the end of the image (BDRV_BLOCK_EOF). */
+        bool eof1 = e1.start + e1.length >= s->a.size;
+        bool eof2 = e2.start + e2.length >= s->b.size;
+        if (s->strict &&
+            ((e1.flags & STATUS_MASK) != (e2.flags & STATUS_MASK) || eof1 != eof2)) {
             qprintf(s, "Strict mode: Offset %" PRIu64 " block status mismatch!\n",
                     offset);
             return 1;

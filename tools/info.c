@@ -82,15 +82,15 @@ static void json_format_specific(ToolJson *j, const QimgInfo *info)
 static void json_info(ToolJson *j, const QimgInfo *info)
 {
     tool_json_begin_object(j, NULL);
+    if (info->backing_format) {
+        tool_json_str(j, "backing-filename-format", info->backing_format);
+    }
     if (info->snapshots && info->snapshots->len > 0) {
         tool_json_begin_array(j, "snapshots");
         for (guint i = 0; i < info->snapshots->len; i++) {
             json_snapshot(j, &g_array_index(info->snapshots, QimgSnapshotInfo, i));
         }
         tool_json_end_array(j);
-    }
-    if (info->backing_format) {
-        tool_json_str(j, "backing-filename-format", info->backing_format);
     }
     tool_json_uint(j, "virtual-size", info->virtual_size);
     tool_json_str(j, "filename", info->filename);

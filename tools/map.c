@@ -69,7 +69,7 @@ static bool dump_entry(ToolOutput out, const MapEntry *e, bool more)
         tool_error("File contains external, encrypted or compressed clusters.");
         return false;
     }
-    if (e->data) {
+    if (e->data && !e->zero) { /* qemu-img prints data that is not known zero */
         printf("%#-16" PRIx64 "%#-16" PRIx64 "%#-16" PRIx64 "%s\n", e->start, e->length,
                e->offset, e->filename ? e->filename : "");
     }
