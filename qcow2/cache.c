@@ -233,6 +233,30 @@ int qcow2_cache_get_locked(Qcow2Cache *c, uint64_t offset, void **table)
     return 0;
 }
 
+int qcow2_cache_get_empty_locked(Qcow2Cache *c, uint64_t offset, void **table)
+{
+    Qcow2CacheEntry *e = g_hash_table_lookup(c->by_offset, &offset);
+    int ret;
+
+    if (!e) {
+        ret = pick_victim_locked(c, &e);
+        if (ret < 0) {
+            return ret;
+        }
+        e->offset = offset;
+        e->valid = true;
+        g_hash_table_insert(c->by_offset, &e->offset, e);
+    }
+    /* The caller overwrites the whole table: whatever was pending in it is
+     * superseded (invariant 1 still holds: one entry per offset). */
+    e->dirty = false;
+    e->ref++;
+    lru_unlink(c, e);
+    lru_push_head(c, e);
+    *table = e->data;
+    return 0;
+}
+
 void qcow2_cache_put_locked(Qcow2Cache *c, void **table)
 {
     Qcow2CacheEntry *e = *table ? entry_of(c, *table) : NULL;
@@ -297,15 +321,26 @@ void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
 {
     Qcow2CacheEntry *e = g_hash_table_lookup(c->by_offset, &offset);
 
-    if (!e) {
+    if (!e || e->ref > 0) {
+        /* In use (only a corrupt image frees a table that is being
+         * updated): the holder keeps it; invariant 2. */
         return;
     }
-    g_assert(e->ref == 0);
     g_hash_table_remove(c->by_offset, &e->offset);
     e->valid = false;
     e->dirty = false;
     lru_unlink(c, e);
     lru_push_tail(c, e);
+}
+
+bool qcow2_cache_has_dirty_locked(const Qcow2Cache *c)
+{
+    for (Qcow2CacheEntry *e = c->head; e; e = e->next) {
+        if (e->valid && e->dirty) {
+            return true;
+        }
+    }
+    return false;
 }
 
 void qcow2_cache_get_stats_locked(const Qcow2Cache *c, Qcow2CacheStats *st)

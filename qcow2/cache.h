@@ -45,6 +45,10 @@ void qcow2_cache_free(Qcow2Cache *c);
  * pointer stays valid until the matching put. */
 int qcow2_cache_get_locked(Qcow2Cache *c, uint64_t offset, void **table);
 void qcow2_cache_put_locked(Qcow2Cache *c, void **table);
+/* Like get, for a table the caller is about to fill completely (a new
+ * table): nothing is read; the contents are undefined until the caller
+ * writes them.  The entry is clean: mark it dirty, or write it yourself. */
+int qcow2_cache_get_empty_locked(Qcow2Cache *c, uint64_t offset, void **table);
 /* Mark a referenced table modified: it is written back before eviction. */
 void qcow2_cache_mark_dirty_locked(Qcow2Cache *c, void *table);
 /* Write-back ordering: c's dirty tables reach the disk only after every
@@ -54,8 +58,11 @@ int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency);
 void qcow2_cache_depends_on_flush_locked(Qcow2Cache *c);
 /* Write every dirty table (dependencies first). */
 int qcow2_cache_flush_locked(Qcow2Cache *c);
-/* Forget the table at offset (it was freed or must be re-read). */
+/* Forget the table at offset (it was freed or must be re-read), dirty or
+ * not; a table someone holds a reference to is kept. */
 void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
+/* True if some table is dirty (not yet written back). */
+bool qcow2_cache_has_dirty_locked(const Qcow2Cache *c);
 void qcow2_cache_get_stats_locked(const Qcow2Cache *c, Qcow2CacheStats *st);
 
 #endif

@@ -65,7 +65,10 @@ static int l2_cache_read(void *opaque, uint64_t offset, void *buf, size_t len)
 
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes)
 {
-    const Qcow2CacheOps ops = {.read = l2_cache_read, .opaque = s};
+    const Qcow2CacheOps ops = {.read = l2_cache_read,
+                               .write = qcow2_l2_cache_write,
+                               .flush = qcow2_cache_flush_file,
+                               .opaque = s};
     uint64_t entries = MAX(l2_bytes / s->cluster_size, QCOW2_MIN_L2_CACHE_ENTRIES);
 
     s->l2_cache =
@@ -256,9 +259,30 @@ static int report_fault_locked(Qcow2State *s, EntryFault f, uint64_t entry,
     g_assert_not_reached();
 }
 
+bool qcow2_l2_entry_valid(const Qcow2State *s, uint64_t entry, uint64_t bitmap,
+                          uint64_t guest_cluster, Qcow2SubclusterType *type)
+{
+    unsigned count;
+    return classify(s, entry, bitmap, 0, guest_cluster, type, &count) == FAULT_NONE;
+}
+
+int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
+                               unsigned sc, uint64_t l2_offset, uint64_t l2_index,
+                               uint64_t guest_cluster, Qcow2SubclusterType *type,
+                               unsigned *count)
+{
+    EntryFault f = classify(s, entry, bitmap, sc, guest_cluster, type, count);
+
+    if (f != FAULT_NONE) {
+        return report_fault_locked(s, f, entry, bitmap, l2_offset, l2_index,
+                                   guest_cluster);
+    }
+    return 0;
+}
+
 /* Validate the L1 entry for l1_index and return its L2 table offset (0:
  * unallocated).  cluster.c invariant 1. */
-static int l1_entry_locked(Qcow2State *s, uint64_t l1_index, uint64_t *l2_offset)
+int qcow2_l1_entry_locked(Qcow2State *s, uint64_t l1_index, uint64_t *l2_offset)
 {
     uint64_t e = s->l1_table[l1_index];
 
@@ -309,7 +333,7 @@ int qcow2_get_host_offset_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
     if (l1_index >= s->l1_size) {
         goto out;
     }
-    ret = l1_entry_locked(s, l1_index, &l2_offset);
+    ret = qcow2_l1_entry_locked(s, l1_index, &l2_offset);
     if (ret < 0) {
         return ret;
     }

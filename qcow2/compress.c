@@ -1,9 +1,10 @@
 /*
- * qcow2/compress.c: decoding of compressed cluster descriptors and
- * decompression of compressed clusters (raw deflate or zstd).
+ * qcow2/compress.c: compressed clusters: the descriptor layout, the
+ * decompressors (read path), the compressors and compressed writes.
  *
- * Owns: the compressed L2 entry layout (host offset + extra sector count)
- * and the decompressors.
+ * Owns: the compressed L2 entry layout (host offset + extra sector count),
+ * the decompressors and compressors (raw deflate or zstd), and
+ * pwrite_compressed.
  *
  * Invariants (cited as "compress.c invariant N"):
  *  1. A compressed descriptor x = 62 - (cluster_bits - 8): bits 0..x-1 are
@@ -19,12 +20,25 @@
  *     allocate in proportion to the input beyond their fixed contexts.
  *  4. Every loop makes progress or stops: a zstd step that consumes no input
  *     and produces no output is an error.
+ *  5. Compression: zlib is raw deflate with windowBits -12 (QEMU's format);
+ *     zstd is one standard frame.  The output must be smaller than a
+ *     cluster, else the cluster is written uncompressed (QEMU).
+ *  6. A compressed write allocates byte ranges (alloc.c packs them after the
+ *     previous one while the refcount allows): every cluster the sectors of
+ *     the entry touch holds one reference per entry, exactly what qemu-img
+ *     check counts.  It writes the data, then links the entry (L2 cache
+ *     depending on the refcount cache), then frees what the entry replaced;
+ *     on failure the new range is freed (write.c invariants 1-3, 9).
+ *  7. A write covers one whole cluster, or the last, partial cluster of the
+ *     image (padded with zeros); an empty write is accepted and ignored.
  */
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <zlib.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 void qcow2_parse_compressed_entry(const Qcow2State *s, uint64_t l2_entry,
                                   uint64_t *coffset, uint64_t *csize)
@@ -102,4 +116,202 @@ int qcow2_decompress(int compression_type, void *dest, size_t dest_size, const v
     default:
         return -ENOTSUP;
     }
+}
+
+/* ---- write side ---- */
+
+static int64_t deflate_raw(void *dest, size_t dest_size, const void *src, size_t src_size)
+{
+    z_stream strm;
+    int64_t ret;
+
+    memset(&strm, 0, sizeof(strm));
+    /* compress.c invariant 5: raw deflate, 4 KiB window, as QEMU */
+    if (deflateInit2(&strm, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -12, 9,
+                     Z_DEFAULT_STRATEGY) != Z_OK) {
+        return -EIO;
+    }
+    strm.next_in = (Bytef *)src;
+    strm.avail_in = (uInt)src_size;
+    strm.next_out = dest;
+    strm.avail_out = (uInt)dest_size;
+    ret = deflate(&strm, Z_FINISH);
+    ret = ret == Z_STREAM_END                 ? (int64_t)(dest_size - strm.avail_out)
+          : ret == Z_OK || ret == Z_BUF_ERROR ? -ENOSPC
+                                              : -EIO;
+    deflateEnd(&strm);
+    return ret;
+}
+
+int64_t qcow2_compress(int compression_type, void *dest, size_t dest_size,
+                       const void *src, size_t src_size)
+{
+    size_t zret;
+
+    switch (compression_type) {
+    case QCOW2_COMPRESSION_ZLIB:
+        return deflate_raw(dest, dest_size, src, src_size);
+    case QCOW2_COMPRESSION_ZSTD:
+        zret = ZSTD_compress(dest, dest_size, src, src_size, ZSTD_CLEVEL_DEFAULT);
+        if (ZSTD_isError(zret)) {
+            return ZSTD_getErrorCode(zret) == ZSTD_error_dstSize_tooSmall ? -ENOSPC
+                                                                          : -EIO;
+        }
+        return (int64_t)zret;
+    default:
+        return -ENOTSUP;
+    }
+}
+
+/* Link the compressed entry over guest cluster 'offset' and drop what it
+ * replaces (compress.c invariant 6).  Lock held. */
+static int link_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t entry)
+{
+    uint64_t l2_index, old;
+    uint8_t *l2;
+    int ret;
+
+    if (qcow2_need_accurate_refcounts(s)) {
+        ret = qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
+    if (ret < 0) {
+        return ret;
+    }
+    old = qcow2_l2_get(s, l2, l2_index);
+    qcow2_l2_set(s, l2, l2_index, entry, 0);
+    qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    qcow2_free_l2_entry_locked(s, old);
+    return 0;
+}
+
+/* Validate the entry being replaced and allocate room for csize bytes;
+ * returns the new L2 entry.  Lock held. */
+static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csize,
+                                   uint64_t *entry)
+{
+    uint64_t l2_index, l2_offset, e, bm, coff, nb_sectors;
+    Qcow2SubclusterType type;
+    unsigned cnt;
+    uint8_t *l2;
+    int64_t r;
+    int ret;
+
+    ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
+    if (ret < 0) {
+        return ret;
+    }
+    l2_offset =
+        s->l1_table[offset >> (s->cluster_bits + s->l2_bits)] & QCOW2_L1E_OFFSET_MASK;
+    e = qcow2_l2_get(s, l2, l2_index);
+    bm = qcow2_l2_get_bitmap(s, l2, l2_index);
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    ret =
+        qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index, offset, &type, &cnt);
+    if (ret == 0) {
+        ret = qcow2_mark_dirty_locked(s);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    r = qcow2_alloc_bytes_locked(s, csize);
+    if (r < 0) {
+        return (int)r;
+    }
+    coff = (uint64_t)r;
+    nb_sectors = ((coff + csize - 1) >> 9) - (coff >> 9); /* compress.c invariant 1 */
+    *entry = QCOW2_OFLAG_COMPRESSED | (nb_sectors << s->csize_shift) | coff;
+    if ((coff >> s->cluster_bits) == 0) {
+        ret = qcow2_corrupt_locked(s, "Preventing invalid allocation of compressed "
+                                      "cluster at offset 0");
+    } else {
+        ret = qcow2_pre_write_overlap_check_locked(s, 0, coff, csize);
+    }
+    if (ret < 0) {
+        char *saved = qcow2_error_save();
+        qcow2_free_l2_entry_locked(s, *entry);
+        qcow2_error_restore(saved);
+    }
+    return ret;
+}
+
+int qcow2_pwrite_compressed(QimgImage *img, uint64_t offset, const QimgIOV *qiov)
+{
+    Qcow2State *s = img->opaque;
+    g_autofree uint8_t *buf = NULL, *out = NULL;
+    uint64_t entry = 0;
+    Qcow2Inflight r;
+    int64_t csize;
+    int ret;
+
+    if (qiov->size == 0) {
+        return 0; /* qemu-img convert's "end of stream" call */
+    }
+    if (qcow2_has_data_file(s)) {
+        return blk_error(ENOTSUP, "qcow2: compressed writes are not supported with an "
+                                  "external data file");
+    }
+    if (qcow2_offset_into_cluster(s, offset) || qiov->size > s->cluster_size ||
+        (qiov->size < s->cluster_size && offset + qiov->size != img->size) ||
+        offset + qiov->size > img->size) {
+        return blk_error(EINVAL,
+                         "qcow2: a compressed write must cover one whole cluster "
+                         "(offset %" PRIu64 ", %zu bytes, cluster size %" PRIu64 ")",
+                         offset, qiov->size, s->cluster_size);
+    }
+    /* compress.c invariant 7: pad the last cluster with zeros */
+    buf = g_malloc0(s->cluster_size);
+    iov_to_buf(qiov, 0, buf, qiov->size);
+    out = g_malloc(s->cluster_size);
+    csize = qcow2_compress(s->compression_type, out, s->cluster_size - 1, buf,
+                           s->cluster_size);
+
+    qcow2_lock(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret < 0) {
+        qcow2_unlock(s);
+        return ret;
+    }
+    qcow2_inflight_begin_locked(s, &r, offset, s->cluster_size, true);
+    if (csize == -ENOSPC) {
+        /* Not smaller than a cluster: store it uncompressed. */
+        qcow2_unlock(s);
+        ret = qcow2_write_registered(s, offset, qiov);
+        qcow2_lock(s);
+        goto out;
+    }
+    if (csize < 0) {
+        ret =
+            blk_error(EIO, "qcow2: could not compress the cluster at 0x%" PRIx64, offset);
+        goto out;
+    }
+    ret = alloc_compressed_locked(s, offset, (uint64_t)csize, &entry);
+    qcow2_unlock(s);
+    if (ret == 0) {
+        uint64_t coff = entry & s->cluster_offset_mask;
+        blk_event(s->img->file, BLKEV_COMPRESSED_WRITE);
+        ret = blk_pwrite(s->img->file, coff, out, (size_t)csize, 0);
+    }
+    qcow2_lock(s);
+    if (ret == 0) {
+        ret = link_compressed_locked(s, offset, entry);
+        if (ret < 0) {
+            char *saved = qcow2_error_save();
+            qcow2_free_l2_entry_locked(s, entry);
+            qcow2_error_restore(saved);
+        }
+    } else if (entry) {
+        char *saved = qcow2_error_save();
+        qcow2_free_l2_entry_locked(s, entry);
+        qcow2_error_restore(saved);
+    }
+out:
+    qcow2_inflight_end_locked(s, &r);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    return ret;
 }

@@ -20,32 +20,29 @@
  *  5. Metadata cache sizes follow QEMU's defaults: L2 cache big enough for
  *     the whole image up to 32 MiB, refcount cache 4 clusters; an explicit
  *     metadata_cache_size is split like QEMU's cache-size option.
+ *  6. A read-write open (not a snapshot view) makes the state writable and
+ *     clears unknown autoclear bits on disk (meta.c); an image with the
+ *     corrupt bit was already refused unless check_mode (header.c).
+ *  7. close() of a writable image that is not marked corrupt writes both
+ *     caches, flushes the file and clears the dirty bit (clean shutdown);
+ *     errors there are only logged: qimg_image_close() flushed and reported
+ *     before.
+ *  8. A read-write open (not check_mode) of an image with the dirty bit runs
+ *     the repair (check.c, FIX_LEAKS | FIX_ERRORS) before anything else may
+ *     write, and fails with "Could not repair dirty image" if it cannot.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/check.h"
+#include "qimg/check.h"
 
 #include <errno.h>
 #include <inttypes.h>
 
-int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
-                                   const char *fmt, ...)
-{
-    va_list ap;
-    g_autofree char *msg = NULL;
-
-    va_start(ap, fmt);
-    msg = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    s->corruption_events++;
-    g_debug("qcow2 corruption detected at %s:%d: %s", file, line, msg);
-    return blk_error(EIO, "Image is corrupt: %s", msg);
-}
-
 static int qcow2_probe(const uint8_t *buf, size_t len)
 {
-    /* QEMU: a whole header, the magic, and version >= 2 (qcow v1 shares
-     * the magic). */
-    if (len >= QCOW2_HDR_V3_FULL_LENGTH &&
-        load_be32(buf + QCOW2_HDR_MAGIC) == QCOW2_MAGIC &&
+    /* QEMU: the magic and version >= 2 (qcow v1 shares the magic); a short
+     * header is then refused by open with a message, not read as raw. */
+    if (len >= QCOW2_HDR_VERSION + 4 && load_be32(buf + QCOW2_HDR_MAGIC) == QCOW2_MAGIC &&
         load_be32(buf + QCOW2_HDR_VERSION) >= 2) {
         return 100;
     }
@@ -66,6 +63,8 @@ static void state_free(Qcow2State *s)
     }
     qcow2_extensions_free(&s->ext);
     g_free(s->unknown_header_fields);
+    g_free(s->deferred_msg);
+    g_cond_clear(&s->inflight_cond);
     g_mutex_clear(&s->lock);
     g_free(s);
 }
@@ -143,6 +142,26 @@ static int open_data_file(Qcow2State *s, const char *filename)
     if (!s->data_file) {
         return blk_error(err ? err->code : EIO, "Could not open data file '%s': %s", path,
                          err ? err->message : "unknown error");
+    }
+    return 0;
+}
+
+/* DESIGN.md rule 5: a dirty image (lazy refcounts, not closed cleanly) has
+ * its refcounts rebuilt before it is written (QEMU's qcow2_do_open). */
+static int repair_dirty(QimgImage *img)
+{
+    QimgCheckResult res = {0};
+    g_autoptr(GError) err = NULL;
+    int ret;
+
+    ret = qcow2_check_image(img, &res, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &err);
+    if (ret == 0 && res.check_errors) {
+        ret = -EIO;
+    }
+    qimg_check_result_clear(&res);
+    if (ret < 0) {
+        return blk_error(-ret, "Could not repair dirty image%s%s", err ? ": " : "",
+                         err ? err->message : "");
     }
     return 0;
 }
@@ -237,6 +256,21 @@ static int do_open(Qcow2State *s, const char *filename, const QimgOpenOptions *o
             return ret;
         }
     }
+    if (!img->read_only) {
+        /* qcow2.c invariant 6 */
+        qcow2_lock(s);
+        ret = qcow2_open_rw_locked(s);
+        qcow2_unlock(s);
+        if (ret < 0) {
+            return ret;
+        }
+        if (!check_mode && (s->incompatible_features & QCOW2_INCOMPAT_DIRTY)) {
+            ret = repair_dirty(img); /* qcow2.c invariant 8 */
+            if (ret < 0) {
+                return ret;
+            }
+        }
+    }
     img->request_alignment = 1;
     return 0;
 }
@@ -248,6 +282,7 @@ static int qcow2_open(QimgImage *img, const char *filename, const QimgOpenOption
     int ret;
 
     g_mutex_init(&s->lock);
+    g_cond_init(&s->inflight_cond);
     s->img = img;
     s->snapshot_view = -1;
     img->opaque = s;
@@ -267,10 +302,56 @@ static int qcow2_open(QimgImage *img, const char *filename, const QimgOpenOption
     return 0;
 }
 
+int qcow2_flush(QimgImage *img)
+{
+    Qcow2State *s = img->opaque;
+    int ret;
+
+    if (!s->writable) {
+        return 0;
+    }
+    /* Caches (L2 first, its refcount dependencies before it), then the
+     * file (qemu-behaviour.md e). */
+    qcow2_lock(s);
+    ret = qcow2_write_caches_locked(s, false);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    return ret < 0 ? ret : qcow2_flush_file(s);
+}
+
 static void qcow2_close(QimgImage *img)
 {
-    state_free(img->opaque);
+    Qcow2State *s = img->opaque;
+
+    if (s && s->writable && !s->corrupt_fatal) {
+        /* qcow2.c invariant 7 */
+        char *saved = qcow2_error_save();
+        qcow2_lock(s);
+        int ret = qcow2_write_caches_locked(s, true);
+        if (ret == 0) {
+            ret = qcow2_flush_file(s);
+        }
+        if (ret == 0) {
+            ret = qcow2_mark_clean_locked(s);
+        }
+        if (ret < 0) {
+            g_debug("qcow2: flush at close of '%s' failed: %s", img->filename,
+                    blk_error_message() ? blk_error_message() : g_strerror(-ret));
+        }
+        qcow2_unlock(s);
+        blk_error_clear();
+        qcow2_error_restore(saved);
+    }
+    state_free(s);
     img->opaque = NULL;
+}
+
+/* A new image reads as zeros unless a backing file shows through (QEMU's
+ * bdrv_has_zero_init) or a raw data file holds old contents. */
+static bool qcow2_has_zero_init(QimgImage *img)
+{
+    Qcow2State *s = img->opaque;
+    return !img->backing && !img->backing_filename && !(s->data_file && s->data_file_raw);
 }
 
 static int64_t qcow2_get_allocated_size(QimgImage *img)
@@ -284,7 +365,7 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
 {
     Qcow2State *s = img->opaque;
 
-    g_mutex_lock(&s->lock);
+    qcow2_lock(s);
     info->cluster_size = (uint32_t)s->cluster_size;
     info->dirty = s->incompatible_features & QCOW2_INCOMPAT_DIRTY;
     info->encrypted = false;
@@ -301,7 +382,7 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
     g_free(info->data_file);
     info->data_file = g_strdup(s->ext.data_file);
     info->data_file_raw = s->data_file && s->data_file_raw;
-    g_mutex_unlock(&s->lock);
+    qcow2_unlock(s);
 
     if (!info->snapshots) {
         info->snapshots = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
@@ -325,14 +406,28 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
     return 0;
 }
 
+int qcow2_create(const char *filename, const QimgCreateOptions *opts,
+                 GError **error); /* create.c */
+
 const QimgDriver blk_qcow2_driver = {
+    .create = qcow2_create,
     .format_name = "qcow2",
     .is_protocol = false,
     .probe = qcow2_probe,
     .open = qcow2_open,
     .close = qcow2_close,
     .preadv = qcow2_preadv,
+    .pwritev = qcow2_pwritev,
+    .pwrite_zeroes = qcow2_pwrite_zeroes,
+    .pdiscard = qcow2_pdiscard,
+    .pwrite_compressed = qcow2_pwrite_compressed,
+    .flush = qcow2_flush,
+    .truncate = qcow2_truncate,
+    .save_vmstate = qcow2_save_vmstate,
+    .load_vmstate = qcow2_load_vmstate,
+    .has_zero_init = qcow2_has_zero_init,
     .block_status = qcow2_block_status,
     .get_allocated_size = qcow2_get_allocated_size,
     .get_info = qcow2_get_info,
+    .check = qcow2_check_image,
 };

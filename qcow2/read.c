@@ -23,6 +23,9 @@
  *     inv. 2, 3).
  *     On an image detected as metadata-preallocated, data extents also ask
  *     the file whether they read as zeros (QEMU's BDRV_BLOCK_RECURSE).
+ *  6. On a writable image a read registers its range in the in-flight list
+ *     (write.c invariant 6), so no cluster it reads is replaced or freed by
+ *     a concurrent write, zero or discard until its data has been read.
  */
 #include "qcow2/qcow2.h"
 
@@ -70,9 +73,9 @@ static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offs
     return 0;
 }
 
-int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+int qcow2_read_guest(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
 {
-    Qcow2State *s = img->opaque;
+    QimgImage *img = s->img;
     ReadBuffers rb = {0};
     size_t done = 0;
     int ret = 0;
@@ -82,9 +85,9 @@ int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned 
         Qcow2Mapping m;
         QimgIOV part;
 
-        g_mutex_lock(&s->lock);
+        qcow2_lock(s);
         ret = qcow2_get_host_offset_locked(s, pos, qiov->size - done, &m);
-        g_mutex_unlock(&s->lock); /* read.c invariant 1 */
+        qcow2_unlock(s); /* read.c invariant 1 */
         if (ret < 0) {
             break;
         }
@@ -119,6 +122,26 @@ int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned 
     g_free(rb.compressed);
     g_free(rb.cluster);
     return ret < 0 ? ret : 0;
+}
+
+int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2Inflight r;
+    int ret;
+
+    if (!s->writable) {
+        return qcow2_read_guest(s, offset, qiov);
+    }
+    /* read.c invariant 6 */
+    qcow2_lock(s);
+    qcow2_inflight_begin_locked(s, &r, offset, qiov->size, false);
+    qcow2_unlock(s);
+    ret = qcow2_read_guest(s, offset, qiov);
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    qcow2_unlock(s);
+    return ret;
 }
 
 /* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data
@@ -156,7 +179,7 @@ int qcow2_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatu
     int ret;
 
     memset(st, 0, sizeof(*st));
-    g_mutex_lock(&s->lock);
+    qcow2_lock(s);
     if (!s->prealloc_checked) {
         ret = qcow2_detect_metadata_preallocation_locked(s);
         if (ret < 0) {
@@ -166,7 +189,7 @@ int qcow2_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatu
         s->prealloc_checked = true;
     }
     ret = qcow2_get_host_offset_locked(s, offset, bytes, &m);
-    g_mutex_unlock(&s->lock);
+    qcow2_unlock(s);
     if (ret < 0) {
         return ret;
     }

@@ -4,7 +4,8 @@
  * metadata-preallocation heuristic of block status.
  *
  * Owns: the in-memory refcount table, the refcount block cache and the
- * decoding of refcount block entries of every width.
+ * decoding and encoding of refcount block entries of every width (the
+ * write side, allocation and updates, is alloc.c).
  *
  * Invariants (cited as "refcount.c invariant N"):
  *  1. refcount_bits = 1 << refcount_order, order 0..6 (header.c checked).
@@ -32,7 +33,10 @@ static int refblock_cache_read(void *opaque, uint64_t offset, void *buf, size_t 
 
 int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes)
 {
-    const Qcow2CacheOps ops = {.read = refblock_cache_read, .opaque = s};
+    const Qcow2CacheOps ops = {.read = refblock_cache_read,
+                               .write = qcow2_refblock_cache_write,
+                               .flush = qcow2_cache_flush_file,
+                               .opaque = s};
     uint64_t entries =
         MAX(refcount_cache_bytes / s->cluster_size, QCOW2_MIN_REFCOUNT_CACHE_ENTRIES);
     int ret;
@@ -86,20 +90,51 @@ uint64_t qcow2_refblock_get(const void *block, uint64_t index, uint32_t refcount
     }
 }
 
-int qcow2_get_refcount_locked(Qcow2State *s, uint64_t cluster_index, uint64_t *refcount)
+void qcow2_refblock_set(void *block, uint64_t index, uint32_t refcount_order,
+                        uint64_t value)
 {
-    uint64_t table_index = cluster_index >> s->refcount_block_bits;
-    uint64_t block_index = cluster_index & ((UINT64_C(1) << s->refcount_block_bits) - 1);
-    uint64_t entry, block_offset;
-    void *block;
-    int ret;
+    uint8_t *b = block;
 
-    *refcount = 0;
+    switch (refcount_order) {
+    case 0:
+    case 1:
+    case 2: {
+        /* refcount.c invariant 1: sub-byte entries, LSB first */
+        unsigned width = 1u << refcount_order;
+        unsigned per_byte = 8 / width;
+        unsigned shift = (unsigned)(index % per_byte) * width;
+        uint8_t mask = (uint8_t)(((1u << width) - 1) << shift);
+        b[index / per_byte] =
+            (uint8_t)((b[index / per_byte] & ~mask) | ((value << shift) & mask));
+        break;
+    }
+    case 3:
+        b[index] = (uint8_t)value;
+        break;
+    case 4:
+        store_be16(b + index * 2, (uint16_t)value);
+        break;
+    case 5:
+        store_be32(b + index * 4, (uint32_t)value);
+        break;
+    case 6:
+        store_be64(b + index * 8, value);
+        break;
+    default:
+        g_assert_not_reached();
+    }
+}
+
+int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
+                                 uint64_t *block_offset)
+{
+    uint64_t entry;
+
+    *block_offset = 0;
     if (table_index >= s->refcount_table_size) {
         return 0; /* refcount.c invariant 2 */
     }
     entry = s->refcount_table[table_index];
-    block_offset = entry & QCOW2_REFT_OFFSET_MASK;
     if (entry & QCOW2_REFT_RESERVED_MASK) {
         return qcow2_corrupt_locked(s,
                                     "Refcount table entry 0x%016" PRIx64
@@ -107,21 +142,39 @@ int qcow2_get_refcount_locked(Qcow2State *s, uint64_t cluster_index, uint64_t *r
                                     ")",
                                     entry, table_index);
     }
-    if (block_offset == 0) {
+    entry &= QCOW2_REFT_OFFSET_MASK;
+    if (entry == 0) {
         return 0;
     }
-    if (qcow2_offset_into_cluster(s, block_offset)) {
+    if (qcow2_offset_into_cluster(s, entry)) {
         return qcow2_corrupt_locked(s,
                                     "Refblock offset 0x%" PRIx64 " unaligned "
                                     "(reftable index: 0x%" PRIx64 ")",
-                                    block_offset, table_index);
+                                    entry, table_index);
     }
-    if (!qcow2_range_within(block_offset, s->cluster_size, s->file_size)) {
+    if (!qcow2_range_within(entry, s->cluster_size, s->file_size)) {
         return qcow2_corrupt_locked(s,
                                     "Refblock offset 0x%" PRIx64
                                     " (reftable index: 0x%" PRIx64
                                     ") is beyond the end of the file (%" PRIu64 " bytes)",
-                                    block_offset, table_index, s->file_size);
+                                    entry, table_index, s->file_size);
+    }
+    *block_offset = entry;
+    return 0;
+}
+
+int qcow2_get_refcount_locked(Qcow2State *s, uint64_t cluster_index, uint64_t *refcount)
+{
+    uint64_t table_index = cluster_index >> s->refcount_block_bits;
+    uint64_t block_index = cluster_index & ((UINT64_C(1) << s->refcount_block_bits) - 1);
+    uint64_t block_offset;
+    void *block;
+    int ret;
+
+    *refcount = 0;
+    ret = qcow2_refblock_offset_locked(s, table_index, &block_offset);
+    if (ret < 0 || block_offset == 0) {
+        return ret;
     }
     ret = qcow2_cache_get_locked(s->refcount_cache, block_offset, &block);
     if (ret < 0) {

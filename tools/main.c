@@ -13,6 +13,12 @@
 #define QIMG_VERSION "unknown"
 #endif
 
+int cmd_vmstate(int argc, char **argv); /* tools/vmstate.c */
+int cmd_check(int argc, char **argv);   /* tools/check.c */
+int cmd_bench(int argc, char **argv);   /* tools/bench.c */
+int cmd_io(int argc, char **argv);      /* tools/io.c */
+int cmd_resize(int argc, char **argv);  /* tools/resize.c */
+
 typedef struct ToolCommand {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -21,6 +27,18 @@ typedef struct ToolCommand {
 } ToolCommand;
 
 static const ToolCommand commands[] = {
+    {"bench", cmd_bench,
+     "bench [-c count] [-d depth] [-f fmt] [--flush-interval=flush_interval] [-i aio] "
+     "[-n] [--no-drain] [-o offset] [--pattern=pattern] [-q] [-s buffer_size] "
+     "[-S step_size] [-t cache] [-w] [-U] filename",
+     "Run a simple sequential I/O benchmark on the image (depth requests in\n"
+     "flight at once); -w writes."},
+    {"check", cmd_check,
+     "check [-q] [-f fmt] [--output=ofmt] [-r [leaks | all]] [-T src_cache] [-U] [-p] "
+     "filename",
+     "Check the image for consistency (and repair it with -r).\n"
+     "Exit status: 0 consistent, 1 check not completed, 2 corruptions, 3 leaks,\n"
+     "63 format without checks."},
     {"compare", cmd_compare,
      "compare [-f fmt] [-F fmt] [-T src_cache] [-p] [-q] [-s] [-U] filename1 filename2",
      "Check whether two images have the same contents.\n"
@@ -36,12 +54,25 @@ static const ToolCommand commands[] = {
      "Create a new image; -o help lists the format's options."},
     {"info", cmd_info, "info [-f fmt] [--output=ofmt] [--backing-chain] [-U] filename",
      "Show information about an image."},
+    {"io", cmd_io, "io [-f fmt] [-t cache] [-n] [-r] [-U] [-c command]... filename",
+     "Run qemu-io compatible commands (read, write, discard, flush, ...) on the\n"
+     "image; 'qimg io -c help' lists them."},
     {"map", cmd_map,
      "map [-f fmt] [--start-offset=offset] [--max-length=len] [--output=ofmt] [-U] "
      "filename",
      "Dump the allocation of an image, layer by layer of its backing chain."},
-    {"snapshot", cmd_snapshot, "snapshot [-f fmt] [-U] [-q] -l filename",
-     "List the internal snapshots of an image."},
+    {"resize", cmd_resize,
+     "resize [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename [+ | -]size",
+     "Change the virtual size of the image; shrinking needs --shrink."},
+    {"snapshot", cmd_snapshot,
+     "snapshot [-f fmt] [-U] [-q] [-l | -a snapshot | -c snapshot | -d snapshot] "
+     "filename",
+     "List (-l), create (-c), apply (-a: revert the disk to it) or delete (-d)\n"
+     "internal snapshots of an image."},
+    {"vmstate", cmd_vmstate,
+     "vmstate save|load [-f fmt] [-t cache] ... filename snapshot [stream]",
+     "Save a VM state stream as a new snapshot, or write a snapshot's VM state\n"
+     "out (QEMU's savevm/loadvm, offline); 'qimg vmstate --help' for details."},
 };
 
 static void print_version(void)

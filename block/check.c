@@ -1,0 +1,94 @@
+/*
+ * block/check.c: the public check API (include/qimg/check.h) over the
+ * driver's check operation.
+ *
+ * Owns: what qemu-img check does around the driver: the "not supported"
+ * answer for formats without a check, and the double check after a repair.
+ *
+ * Invariants:
+ *  1. res is reset first (its old messages freed); it must be zeroed or the
+ *     result of an earlier call.
+ *  2. A format without a check operation sets res->unsupported and fails
+ *     with ENOTSUP "This image format does not support checks" (qemu-img
+ *     exits 63 on it).
+ *  3. When the repair fixed something, the image is checked again without
+ *     fixing, and the result is that second check's, with corruptions_fixed
+ *     and leaks_fixed of the repair ("Double checking the fixed image
+ *     now...").  The messages of both passes are kept, in order.
+ *  4. FALSE with *error set when a pass could not run to its end (the
+ *     driver's errno and message, check.h of the driver); then the counters
+ *     are zero, except the *_fixed counts when it was the second pass that
+ *     failed.  FALSE without *error when the check ran but had internal
+ *     errors (res->check_errors > 0).
+ */
+#include "block/block.h"
+
+#include "qimg/check.h"
+
+#include <errno.h>
+#include <string.h>
+
+void qimg_check_result_clear(QimgCheckResult *res)
+{
+    if (!res) {
+        return;
+    }
+    if (res->messages) {
+        g_ptr_array_unref(res->messages);
+    }
+    memset(res, 0, sizeof(*res));
+}
+
+static void keep_only_messages(QimgCheckResult *res)
+{
+    GPtrArray *messages = res->messages;
+
+    memset(res, 0, sizeof(*res));
+    res->messages = messages;
+}
+
+gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
+                          GError **error)
+{
+    QimgCheckResult second = {0};
+    int ret;
+
+    if (!img || !res) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "No image or result to check");
+        return FALSE;
+    }
+    qimg_check_result_clear(res); /* invariant 1 */
+    res->messages = g_ptr_array_new_with_free_func(g_free);
+    if (!img->drv->check) {
+        res->unsupported = true; /* invariant 2 */
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "This image format does not support checks");
+        return FALSE;
+    }
+    if (fix && img->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only; cannot repair it",
+                    img->filename);
+        return FALSE;
+    }
+
+    blk_error_clear();
+    ret = img->drv->check(img, res, fix, error);
+    if (ret < 0) {
+        keep_only_messages(res); /* invariant 4 */
+        return FALSE;
+    }
+    if (fix && (res->corruptions_fixed || res->leaks_fixed)) {
+        /* invariant 3 */
+        second.messages = res->messages;
+        ret = img->drv->check(img, &second, 0, error);
+        if (ret < 0) {
+            keep_only_messages(&second);
+        }
+        second.corruptions_fixed = res->corruptions_fixed;
+        second.leaks_fixed = res->leaks_fixed;
+        *res = second;
+        if (ret < 0) {
+            return FALSE;
+        }
+    }
+    return res->check_errors == 0;
+}

@@ -1,0 +1,406 @@
+/*
+ * qcow2/meta.c: writing metadata safely -- overlap checks, the corrupt bit,
+ * header field updates, the dirty bit of lazy refcounts, and the write-back
+ * hooks of the metadata caches.
+ *
+ * Owns: the decision whether a write may touch a host range (DESIGN.md
+ * rule 3), the fatal corruption state of an open image, every header write
+ * of the write path, and the order in which caches reach the disk at flush.
+ *
+ * Invariants (cited as "meta.c invariant N"):
+ *  1. Every write of metadata and of guest data first passes
+ *     qcow2_pre_write_overlap_check_locked() against the metadata it could
+ *     overlap: header, active L1, active L2 tables (from the L1), refcount
+ *     table, refcount blocks (from the reftable), snapshot table, inactive
+ *     L1 tables, bitmap directory -- QEMU's "cached" template.  A write is
+ *     not checked against its own kind (ign), and ranges are compared in
+ *     whole clusters, as QEMU does.
+ *  2. A violation is fatal: the write is not done, the image is marked
+ *     corrupt (incompatible bit 1, one synced header write on v3) and every
+ *     later write, zero, discard or metadata write-back fails with -EIO.
+ *  3. Only the first corruption event of a writable image reports "qcow2:
+ *     Marking image as corrupt: ...; further corruption events will be
+ *     suppressed"; a read-only image (or a snapshot view) only reports
+ *     "Image is corrupt: ..." and sets nothing.
+ *  4. Header updates are one write of the changed fields, then a flush
+ *     (synced), so a crash leaves either the old or the new value: l1_size
+ *     and l1_table_offset (12 bytes at 36), refcount_table_offset and
+ *     refcount_table_clusters (12 bytes at 48), size (8 at 24), feature bits
+ *     (8 at 72 or 88).  In-memory copies change only after the write worked.
+ *     A write that worked followed by a flush that failed leaves the new
+ *     value in the file (just not durable): callers then keep memory equal
+ *     to the file, report the error, and free nothing the old value still
+ *     references (a leak at worst).
+ *  5. The dirty bit (lazy refcounts) is set, synced, before the first
+ *     allocation of a write (write.c, zero.c, compress.c call
+ *     qcow2_mark_dirty_locked first), and cleared only after both caches and
+ *     the file were flushed.  While it is set refcounts need not be accurate:
+ *     no L2 -> refcount dependency, and flush skips the refcount cache.
+ *  6. Cache write-back (eviction or flush) goes through the hooks here, which
+ *     announce l2_update / refblock_update and overlap-check without their own
+ *     kind; the cache's dependency edges (cache.c invariant 4) decide the
+ *     order.
+ *  7. An I/O error is never swallowed: when freeing fails (the refcount is
+ *     left high: a leak, never a corruption) while the request itself
+ *     succeeded, the error is kept and the next request to finish on this
+ *     image (or the next flush) returns it.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+char *qcow2_error_save(void)
+{
+    return g_strdup(blk_error_message());
+}
+
+void qcow2_error_restore(char *saved)
+{
+    if (saved) {
+        blk_error(EIO, "%s", saved);
+        g_free(saved);
+    }
+}
+
+void qcow2_defer_error_locked(Qcow2State *s, int ret, const char *msg)
+{
+    if (ret < 0 && !s->deferred_error) {
+        s->deferred_error = ret;
+        s->deferred_msg = g_strdup(msg ? msg : g_strerror(-ret));
+    }
+}
+
+int qcow2_finish_request_locked(Qcow2State *s, int ret)
+{
+    int deferred = s->deferred_error;
+    g_autofree char *msg = g_steal_pointer(&s->deferred_msg);
+
+    s->deferred_error = 0;
+    if (ret < 0 || deferred == 0) {
+        return ret;
+    }
+    return blk_error(-deferred, "%s", msg); /* invariant 7 */
+}
+
+static const char *overlap_name(unsigned kind)
+{
+    switch (kind) {
+    case QCOW2_OL_MAIN_HEADER:
+        return "qcow2_header";
+    case QCOW2_OL_ACTIVE_L1:
+        return "active L1 table";
+    case QCOW2_OL_ACTIVE_L2:
+        return "active L2 table";
+    case QCOW2_OL_REFCOUNT_TABLE:
+        return "refcount table";
+    case QCOW2_OL_REFCOUNT_BLOCK:
+        return "refcount block";
+    case QCOW2_OL_SNAPSHOT_TABLE:
+        return "snapshot table";
+    case QCOW2_OL_INACTIVE_L1:
+        return "inactive L1 table";
+    case QCOW2_OL_BITMAP_DIRECTORY:
+        return "bitmap directory";
+    default:
+        return "metadata";
+    }
+}
+
+/* [start, end) in whole clusters overlaps [o, o + len) widened the same way.
+ * o and len come from validated tables (or are rejected when they would
+ * overflow: such a table cannot be overlapped by a real write anyway). */
+static bool overlaps(const Qcow2State *s, uint64_t start, uint64_t end, uint64_t o,
+                     uint64_t len)
+{
+    uint64_t o_end;
+
+    if (len == 0 || qcow2_add(o, len, &o_end) ||
+        qcow2_add(o_end, s->cluster_size - 1, &o_end)) {
+        return false;
+    }
+    o &= ~(s->cluster_size - 1);
+    o_end &= ~(s->cluster_size - 1);
+    return o < end && start < o_end;
+}
+
+unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64_t offset,
+                                             uint64_t size)
+{
+    unsigned chk = QCOW2_OL_ALL & ~ign;
+    uint64_t start, end, len;
+
+    if (size == 0 || qcow2_add(offset, size, &end) ||
+        qcow2_add(end, s->cluster_size - 1, &end)) {
+        return size ? QCOW2_OL_MAIN_HEADER : 0; /* cannot be a real write */
+    }
+    start = offset & ~(s->cluster_size - 1);
+    end &= ~(s->cluster_size - 1);
+
+    if ((chk & QCOW2_OL_MAIN_HEADER) && start < s->cluster_size) {
+        return QCOW2_OL_MAIN_HEADER;
+    }
+    if ((chk & QCOW2_OL_ACTIVE_L1) && s->snapshot_view < 0 &&
+        overlaps(s, start, end, s->l1_table_offset, (uint64_t)s->l1_size * 8)) {
+        return QCOW2_OL_ACTIVE_L1;
+    }
+    if ((chk & QCOW2_OL_ACTIVE_L2) && s->snapshot_view < 0) {
+        for (uint32_t i = 0; i < s->l1_size; i++) {
+            uint64_t l2 = s->l1_table[i] & QCOW2_L1E_OFFSET_MASK;
+            if (l2 && overlaps(s, start, end, l2, s->cluster_size)) {
+                return QCOW2_OL_ACTIVE_L2;
+            }
+        }
+    }
+    len = s->refcount_table_size * 8; /* <= 8 MiB */
+    if ((chk & QCOW2_OL_REFCOUNT_TABLE) &&
+        overlaps(s, start, end, s->refcount_table_offset, len)) {
+        return QCOW2_OL_REFCOUNT_TABLE;
+    }
+    if (chk & QCOW2_OL_REFCOUNT_BLOCK) {
+        for (uint64_t i = 0; i < s->refcount_table_size; i++) {
+            uint64_t rb = s->refcount_table[i] & QCOW2_REFT_OFFSET_MASK;
+            if (rb && overlaps(s, start, end, rb, s->cluster_size)) {
+                return QCOW2_OL_REFCOUNT_BLOCK;
+            }
+        }
+    }
+    if ((chk & QCOW2_OL_SNAPSHOT_TABLE) &&
+        overlaps(s, start, end, s->snapshots_offset, s->snapshots_size)) {
+        return QCOW2_OL_SNAPSHOT_TABLE;
+    }
+    if (chk & QCOW2_OL_INACTIVE_L1) {
+        for (uint32_t i = 0; i < s->nb_snapshots; i++) {
+            const Qcow2Snapshot *sn = &s->snapshots[i];
+            if (overlaps(s, start, end, sn->l1_table_offset, (uint64_t)sn->l1_size * 8)) {
+                return QCOW2_OL_INACTIVE_L1;
+            }
+        }
+    }
+    if ((chk & QCOW2_OL_BITMAP_DIRECTORY) && s->ext.has_bitmaps &&
+        (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS) &&
+        overlaps(s, start, end, s->ext.bitmap_directory_offset,
+                 s->ext.bitmap_directory_size)) {
+        return QCOW2_OL_BITMAP_DIRECTORY;
+    }
+    return 0;
+}
+
+int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t offset,
+                                         uint64_t size)
+{
+    unsigned kind = qcow2_check_metadata_overlap_locked(s, ign, offset, size);
+
+    if (kind == 0) {
+        return 0;
+    }
+    /* meta.c invariant 2 */
+    return qcow2_corrupt_locked(
+        s, "Preventing invalid write on metadata (overlaps with %s)", overlap_name(kind));
+}
+
+int qcow2_check_writable_locked(Qcow2State *s)
+{
+    if (s->corrupt_fatal) {
+        return blk_error(EIO, "qcow2: Image is corrupt; writes are refused");
+    }
+    return 0;
+}
+
+int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
+                                   const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    s->corruption_events++;
+    g_debug("qcow2 corruption detected at %s:%d: %s", file, line, msg);
+    if (!s->writable) {
+        return blk_error(EIO, "Image is corrupt: %s", msg);
+    }
+    if (s->corrupt_fatal) {
+        return blk_error(EIO, "qcow2: Image is corrupt: %s", msg); /* invariant 3 */
+    }
+    s->corrupt_fatal = true; /* invariant 2: before the header write below */
+    if (s->qcow_version >= 3) {
+        uint8_t buf[8];
+        store_be64(buf, s->incompatible_features | QCOW2_INCOMPAT_CORRUPT);
+        /* Best effort: the in-memory state refuses writes either way. */
+        if (qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE,
+                                      QCOW2_HDR_INCOMPATIBLE_FEATURES, buf, 8) < 0) {
+            blk_error_clear();
+        }
+    }
+    s->incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
+    return blk_error(EIO,
+                     "qcow2: Marking image as corrupt: %s; further corruption events "
+                     "will be suppressed",
+                     msg);
+}
+
+int qcow2_write_metadata_locked(Qcow2State *s, BlkEvent ev, unsigned ign, uint64_t offset,
+                                const void *buf, size_t len, bool sync)
+{
+    int ret = qcow2_check_writable_locked(s);
+
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_pre_write_overlap_check_locked(s, ign, offset, len); /* invariant 1 */
+    if (ret < 0) {
+        return ret;
+    }
+    blk_event(s->img->file, ev);
+    ret = blk_pwrite(s->img->file, offset, buf, len, 0);
+    if (ret < 0) {
+        return ret;
+    }
+    return sync ? qcow2_flush_file(s) : 0;
+}
+
+int qcow2_write_header_ex_locked(Qcow2State *s, BlkEvent ev, uint64_t offset,
+                                 const void *buf, size_t len, bool *written)
+{
+    int ret;
+
+    g_assert(offset + len <= QCOW2_HDR_V3_FULL_LENGTH);
+    *written = false;
+    blk_event(s->img->file, ev);
+    ret = blk_pwrite(s->img->file, offset, buf, len, 0);
+    if (ret < 0) {
+        return ret;
+    }
+    *written = true;
+    return blk_flush(s->img->file); /* invariant 4 */
+}
+
+int qcow2_write_header_locked(Qcow2State *s, BlkEvent ev, uint64_t offset,
+                              const void *buf, size_t len)
+{
+    bool written;
+    return qcow2_write_header_ex_locked(s, ev, offset, buf, len, &written);
+}
+
+int qcow2_update_incompat_locked(Qcow2State *s, uint64_t set, uint64_t clear)
+{
+    uint64_t v = (s->incompatible_features | set) & ~clear;
+    uint8_t buf[8];
+    int ret;
+
+    if (v == s->incompatible_features) {
+        return 0;
+    }
+    if (s->qcow_version < 3) {
+        s->incompatible_features = v; /* v2 has no feature fields */
+        return 0;
+    }
+    store_be64(buf, v);
+    ret = qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE,
+                                    QCOW2_HDR_INCOMPATIBLE_FEATURES, buf, sizeof(buf));
+    if (ret == 0) {
+        s->incompatible_features = v;
+    }
+    return ret;
+}
+
+bool qcow2_need_accurate_refcounts(const Qcow2State *s)
+{
+    return !(s->incompatible_features & QCOW2_INCOMPAT_DIRTY);
+}
+
+int qcow2_mark_dirty_locked(Qcow2State *s)
+{
+    if (!(s->compatible_features & QCOW2_COMPAT_LAZY_REFCOUNTS) ||
+        (s->incompatible_features & QCOW2_INCOMPAT_DIRTY)) {
+        return 0;
+    }
+    return qcow2_update_incompat_locked(s, QCOW2_INCOMPAT_DIRTY, 0); /* invariant 5 */
+}
+
+int qcow2_write_caches_locked(Qcow2State *s, bool all)
+{
+    int ret = qcow2_check_writable_locked(s);
+
+    if (ret < 0) {
+        return ret;
+    }
+    /* The L2 cache writes the refcount blocks it depends on first. */
+    ret = qcow2_cache_flush_locked(s->l2_cache);
+    if (ret < 0) {
+        return ret;
+    }
+    if (all || qcow2_need_accurate_refcounts(s)) {
+        ret = qcow2_cache_flush_locked(s->refcount_cache);
+    }
+    return ret;
+}
+
+int qcow2_mark_clean_locked(Qcow2State *s)
+{
+    int ret;
+
+    if (!(s->incompatible_features & QCOW2_INCOMPAT_DIRTY)) {
+        return 0;
+    }
+    ret = qcow2_write_caches_locked(s, true);
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    if (ret == 0) {
+        ret = qcow2_update_incompat_locked(s, 0, QCOW2_INCOMPAT_DIRTY); /* invariant 5 */
+    }
+    return ret;
+}
+
+int qcow2_flush_file(Qcow2State *s)
+{
+    int ret = blk_flush(s->img->file);
+
+    if (ret == 0 && s->data_file) {
+        ret = blk_flush(s->data_file);
+    }
+    return ret;
+}
+
+int qcow2_l2_cache_write(void *opaque, uint64_t offset, const void *buf, size_t len)
+{
+    /* invariant 6 */
+    return qcow2_write_metadata_locked(opaque, BLKEV_L2_UPDATE, QCOW2_OL_ACTIVE_L2,
+                                       offset, buf, len, false);
+}
+
+int qcow2_refblock_cache_write(void *opaque, uint64_t offset, const void *buf, size_t len)
+{
+    return qcow2_write_metadata_locked(opaque, BLKEV_REFBLOCK_UPDATE,
+                                       QCOW2_OL_REFCOUNT_BLOCK, offset, buf, len, false);
+}
+
+int qcow2_cache_flush_file(void *opaque)
+{
+    return qcow2_flush_file(opaque);
+}
+
+int qcow2_open_rw_locked(Qcow2State *s)
+{
+    uint64_t unknown = s->autoclear_features & ~QCOW2_AUTOCLEAR_KNOWN;
+    uint8_t buf[8];
+    int ret;
+
+    s->writable = true;
+    if (unknown == 0 || s->qcow_version < 3) {
+        return 0;
+    }
+    /* DESIGN.md rule 5: software that does not know an autoclear feature
+     * clears its bit when it opens the image read-write. */
+    store_be64(buf, s->autoclear_features & ~unknown);
+    ret = qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE, QCOW2_HDR_AUTOCLEAR_FEATURES,
+                                    buf, sizeof(buf));
+    if (ret < 0) {
+        return ret;
+    }
+    s->autoclear_features &= ~unknown;
+    return 0;
+}

@@ -1,0 +1,345 @@
+/*
+ * qcow2/resize.c: resizing the virtual disk (driver .truncate) and
+ * positional access to the vmstate area (.save_vmstate, .load_vmstate).
+ *
+ * Owns: the size-dependent state (header size, img->size,
+ * l1_vm_state_index), what happens to the clusters a resize uncovers or
+ * cuts off, preallocation of a grown area, and where the vmstate lives.
+ *
+ * Invariants (cited as "resize.c invariant N"):
+ *  1. The new size is a multiple of 512.  A v2 image with snapshots is not
+ *     resized ("Can't resize a v2 image which has snapshots"), nor an image
+ *     with persistent bitmaps; shrinking needs shrink=true and no
+ *     preallocation (QEMU's qcow2_co_truncate).
+ *  2. Shrink: every cluster the active L1 maps from the first whole cluster
+ *     past the new size on (the cut-off disk and the active vmstate area) is
+ *     fully discarded (freed, entry cleared; zero.c invariant 3), then the
+ *     L1 entries past the new L1 size are cleared (synced) and their L2
+ *     tables freed (the L1 keeps its size, as in QEMU).
+ *  3. Grow: the L1 grows to exactly the entries the new size needs.  The new
+ *     area [old size, new size) reads as zeros afterwards: whatever the old
+ *     L1 mapped there (the tail of the last cluster, an old vmstate area) is
+ *     zeroed, and so is the part a backing file would show through (zero
+ *     flags; zeros on v2); nothing else gets an L2 table.  Preallocation
+ *     metadata/falloc/full allocates clusters for the new whole clusters
+ *     past the end of the file (where they read as zeros), links them, and
+ *     for falloc/full extends the file with that mode.
+ *  4. The header size is written last, with one synced write, then
+ *     img->size and l1_vm_state_index follow, so the vmstate area moves with
+ *     the size (QEMU).  A crash before leaves the old size (plus leaked or
+ *     zeroed clusters past it).
+ *  5. vmstate positions are offsets from the start of the vmstate area
+ *     (qcow2_vm_state_offset: the first L1-entry boundary after the disk);
+ *     a request whose end would pass INT64_MAX is refused.  Writes go
+ *     through the normal write path and the in-flight list, like guest
+ *     writes (so whole-cluster writes need no COW); in a snapshot view,
+ *     loading reads the snapshot's vmstate through its L1, where its disk
+ *     size puts it.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+uint64_t qcow2_vm_state_offset(const Qcow2State *s)
+{
+    return s->l1_vm_state_index << (s->cluster_bits + s->l2_bits);
+}
+
+/* Register [offset, end) as a write and run fn on it (lock not held). */
+static int registered(Qcow2State *s, uint64_t offset, uint64_t end,
+                      int (*fn)(Qcow2State *, uint64_t, uint64_t, unsigned), unsigned arg)
+{
+    Qcow2Inflight r;
+    int ret;
+
+    if (offset >= end) {
+        return 0;
+    }
+    qcow2_lock(s);
+    qcow2_inflight_begin_locked(s, &r, offset, end - offset, true);
+    qcow2_unlock(s);
+    ret = fn(s, offset, end - offset, arg);
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    qcow2_unlock(s);
+    return ret;
+}
+
+static int full_discard(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned unused)
+{
+    return qcow2_discard_registered(s, offset, bytes, true);
+}
+
+/* Invariant 3: link preallocated clusters for the unallocated whole
+ * clusters of [offset, end).  Lock not held. */
+static int preallocate(Qcow2State *s, uint64_t offset, uint64_t end)
+{
+    uint64_t cs = s->cluster_size;
+    int ret = 0;
+
+    offset = ROUND_UP(offset, cs);
+    end = ROUND_DOWN(end, cs);
+    while (offset < end && ret == 0) {
+        uint64_t l2_index, n, run = 0;
+        uint8_t *l2;
+        int64_t host;
+
+        qcow2_lock(s);
+        ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
+        if (ret < 0) {
+            qcow2_unlock(s);
+            break;
+        }
+        n = MIN(s->l2_size - l2_index, (end - offset) >> s->cluster_bits);
+        while (run < n && qcow2_l2_get(s, l2, l2_index + run) == 0 &&
+               qcow2_l2_get_bitmap(s, l2, l2_index + run) == 0) {
+            run++;
+        }
+        qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+        if (run == 0) {
+            offset += cs; /* already allocated (or zero): keep it */
+            qcow2_unlock(s);
+            continue;
+        }
+        host = qcow2_alloc_clusters_from_locked(s, ROUND_UP(s->file_size, cs), run);
+        ret = host < 0 ? (int)host : 0;
+        if (ret == 0 && qcow2_need_accurate_refcounts(s)) {
+            ret = qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
+        }
+        if (ret == 0) {
+            ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
+        }
+        if (ret == 0) {
+            for (uint64_t i = 0; i < run; i++) {
+                qcow2_l2_set(s, l2, l2_index + i,
+                             ((uint64_t)host + i * cs) | QCOW2_OFLAG_COPIED,
+                             s->extended_l2 ? QCOW2_L2_BITMAP_ALL_ALLOC : 0);
+            }
+            qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+            qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+        } else if (host >= 0) {
+            char *saved = qcow2_error_save();
+            qcow2_free_clusters_locked(s, (uint64_t)host, run * cs);
+            qcow2_error_restore(saved);
+        }
+        qcow2_unlock(s);
+        offset += run * cs;
+    }
+    return ret;
+}
+
+static int check_resize(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool shrink)
+{
+    if (size % 512) {
+        return blk_error(EINVAL, "The new size must be a multiple of 512");
+    }
+    if (s->nb_snapshots && s->qcow_version < 3) {
+        return blk_error(ENOTSUP, "Can't resize a v2 image which has snapshots");
+    }
+    if (s->ext.has_bitmaps && (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        return blk_error(ENOTSUP, "Can't resize an image which has bitmaps");
+    }
+    if (size < s->img->size && !shrink) {
+        return blk_error(EINVAL,
+                         "Use the --shrink option to perform a shrink operation.");
+    }
+    if (size < s->img->size && prealloc != QIMG_PREALLOC_OFF) {
+        return blk_error(ENOTSUP, "Preallocation can't be used for shrinking an image");
+    }
+    if (prealloc != QIMG_PREALLOC_OFF && qcow2_has_data_file(s)) {
+        return blk_error(ENOTSUP, "Preallocation is not supported with an external data "
+                                  "file");
+    }
+    return 0;
+}
+
+static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool shrink)
+{
+    QimgImage *img = s->img;
+    uint64_t old = img->size, l1_shift = s->cluster_bits + s->l2_bits, new_l1;
+    uint64_t old_map_end = (uint64_t)s->l1_size << l1_shift;
+    bool written = false;
+    uint8_t hdr[8];
+    int ret;
+
+    ret = check_resize(s, size, prealloc, shrink);
+    if (ret < 0) {
+        return ret;
+    }
+    if (!qcow2_size_to_l1(size, s->cluster_bits, s->l2_bits, &new_l1) ||
+        new_l1 > QCOW2_MAX_L1_BYTES / 8) {
+        return blk_error(EFBIG, "Image size too large (%" PRIu64 " bytes)", size);
+    }
+    qcow2_lock(s);
+    ret = qcow2_check_writable_locked(s);
+    qcow2_unlock(s);
+    if (ret < 0) {
+        return ret;
+    }
+    if (size < old) {
+        /* invariant 2 */
+        ret = registered(s, ROUND_UP(size, s->cluster_size), MAX(old_map_end, old),
+                         full_discard, 0);
+        if (ret == 0) {
+            qcow2_lock(s);
+            ret = qcow2_shrink_l1_table_locked(s, new_l1);
+            qcow2_unlock(s);
+        }
+    } else if (size > old) {
+        /* invariant 3 */
+        uint64_t backing_end = img->backing ? MIN(img->backing->size, size) : 0;
+        qcow2_lock(s);
+        ret = qcow2_grow_l1_table_locked(s, new_l1, true);
+        qcow2_unlock(s);
+        if (ret == 0) {
+            ret = registered(s, old, MIN(size, MAX(old_map_end, backing_end)),
+                             qcow2_zero_registered,
+                             BLK_REQ_MAY_UNMAP | QCOW2_ZERO_IF_NEEDED);
+        }
+        if (ret == 0 && prealloc != QIMG_PREALLOC_OFF) {
+            ret = preallocate(s, old, size);
+            if (ret == 0) {
+                qcow2_lock(s);
+                ret = qcow2_write_caches_locked(s, true);
+                qcow2_unlock(s);
+            }
+            if (ret == 0) {
+                /* The file covers the preallocated clusters (qemu-img check
+                 * wants them inside it): a hole for metadata, allocated
+                 * (falloc) or written (full) otherwise. */
+                g_autoptr(GError) err = NULL;
+                int64_t cur = blk_getlength(img->file);
+                QimgPrealloc mode =
+                    prealloc == QIMG_PREALLOC_METADATA ? QIMG_PREALLOC_OFF : prealloc;
+                if (cur >= 0 && s->file_size > (uint64_t)cur &&
+                    blk_truncate(img->file, s->file_size, false, mode, false, &err) < 0) {
+                    ret = blk_error(err ? err->code : EIO, "%s",
+                                    err ? err->message : "Could not preallocate");
+                }
+            }
+        }
+    }
+    if (ret == 0 && qcow2_has_data_file(s) && s->data_file_raw && size > old) {
+        g_autoptr(GError) err = NULL;
+        if (blk_truncate(s->data_file, size, false, QIMG_PREALLOC_OFF, false, &err) < 0) {
+            ret = blk_error(err ? err->code : EIO, "%s",
+                            err ? err->message : "Could not resize the data file");
+        }
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    /* invariant 4 */
+    store_be64(hdr, size);
+    qcow2_lock(s);
+    ret = qcow2_write_header_ex_locked(s, BLKEV_HEADER_UPDATE, QCOW2_HDR_SIZE, hdr,
+                                       sizeof(hdr), &written);
+    if (written) { /* memory follows the file (meta.c invariant 4) */
+        s->header.size = size;
+        img->size = size;
+        s->l1_vm_state_index = new_l1;
+    }
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    return ret;
+}
+
+int qcow2_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+                   bool shrink, GError **error)
+{
+    Qcow2State *s = img->opaque;
+    int ret;
+
+    blk_error_clear();
+    ret = do_truncate(s, size, prealloc, shrink);
+    if (ret < 0) {
+        blk_error_propagate(error, ret, NULL);
+    }
+    return ret;
+}
+
+/* ---- vmstate (invariant 5) ---- */
+
+static int vmstate_offset(const Qcow2State *s, uint64_t base, uint64_t pos,
+                          uint64_t bytes, uint64_t *offset)
+{
+    uint64_t end;
+
+    if (qcow2_add(base, pos, offset) || qcow2_add(*offset, bytes, &end) ||
+        end > (uint64_t)INT64_MAX) {
+        return blk_error(EINVAL,
+                         "vmstate request at position %" PRIu64 " of %" PRIu64
+                         " bytes is out of range",
+                         pos, bytes);
+    }
+    return 0;
+}
+
+int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
+{
+    Qcow2State *s = img->opaque;
+    uint64_t offset;
+    Qcow2Inflight r;
+    int ret;
+
+    if (!s->writable) {
+        return blk_error(EACCES, "Image '%s' is read-only", img->filename);
+    }
+    if (qiov->size == 0) {
+        return 0;
+    }
+    qcow2_lock(s);
+    ret = vmstate_offset(s, qcow2_vm_state_offset(s), pos, qiov->size, &offset);
+    if (ret == 0) {
+        ret = qcow2_check_writable_locked(s);
+    }
+    if (ret < 0) {
+        qcow2_unlock(s);
+        return ret;
+    }
+    qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
+    qcow2_unlock(s);
+    ret = qcow2_write_registered(s, offset, qiov);
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    return ret;
+}
+
+int qcow2_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
+{
+    Qcow2State *s = img->opaque;
+    uint64_t base = qcow2_vm_state_offset(s), offset;
+    Qcow2Inflight r;
+    int ret;
+
+    if (qiov->size == 0) {
+        return 0;
+    }
+    if (s->snapshot_view >= 0) {
+        uint64_t entries;
+        if (!qcow2_size_to_l1(s->snapshots[s->snapshot_view].disk_size, s->cluster_bits,
+                              s->l2_bits, &entries) ||
+            entries > (UINT64_MAX >> (s->cluster_bits + s->l2_bits))) {
+            return blk_error(EINVAL, "Snapshot disk size is out of range");
+        }
+        base = entries << (s->cluster_bits + s->l2_bits);
+    }
+    ret = vmstate_offset(s, base, pos, qiov->size, &offset);
+    if (ret < 0) {
+        return ret;
+    }
+    if (!s->writable) {
+        return qcow2_read_guest(s, offset, qiov);
+    }
+    qcow2_lock(s);
+    qcow2_inflight_begin_locked(s, &r, offset, qiov->size, false);
+    qcow2_unlock(s);
+    ret = qcow2_read_guest(s, offset, qiov);
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    qcow2_unlock(s);
+    return ret;
+}

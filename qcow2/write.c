@@ -1,0 +1,469 @@
+/*
+ * qcow2/write.c: guest writes (also the vmstate area) and the in-flight
+ * request list.
+ *
+ * Owns: splitting a write into chunks, deciding per cluster whether it is
+ * written in place, reused with new metadata, or moved to a fresh cluster,
+ * copy-on-write of what the write does not cover, linking the L2 entries
+ * after the data, freeing what they replaced; and the list of requests in
+ * flight that keeps concurrent requests on the same clusters apart.
+ *
+ * A chunk is a run of clusters inside one L2 table handled with one data
+ * write:
+ *
+ *     guest:   |  cluster 0  |  cluster 1  |  cluster 2  |
+ *     request:        [=============================]
+ *     written:  [head][  guest data                 ][tail]
+ *               ^fstart ^wstart                      ^wend ^fend
+ *
+ * head and tail are the copy-on-write parts (old contents of the bytes the
+ * request does not cover); they are empty for aligned writes, and for
+ * clusters written in place.
+ *
+ * Invariants (cited as "write.c invariant N"):
+ *  1. DESIGN.md rule 2, data before L2: an L2 entry points at a new or
+ *     reused host cluster only after the guest data and the COW parts were
+ *     written to it.  When COW parts were written (or a preallocated zero
+ *     cluster is reused), the L2 cache depends on a flush of the file first
+ *     (QEMU's depends_on_flush), so those bytes are durable before the entry.
+ *  2. DESIGN.md rule 1, linking: while refcounts are accurate the L2 cache
+ *     depends on the refcount cache (the new clusters' refcounts reach the
+ *     disk first); with lazy refcounts the dirty bit is set, synced, before
+ *     anything is allocated (meta.c invariant 5).
+ *  3. Replaced clusters are freed after the L2 entries point away from them
+ *     (in the cache): alloc.c invariant 2 then orders the refcount block
+ *     after the L2 table.
+ *  4. qcow2.h invariant 3: the plan (L2 table ready, clusters allocated,
+ *     overlap checked) is made under the lock, no cache reference is kept,
+ *     the lock is dropped while data moves, then retaken to link.
+ *  5. A cluster is written in place only when its L2 entry has COPIED
+ *     (refcount 1); a shared or compressed cluster, or one without a host
+ *     cluster, gets a fresh cluster (allocated contiguously for a run).
+ *  6. In-flight list: every request registers its cluster-aligned guest
+ *     range before it looks at the mapping, and waits while a conflicting
+ *     request (a write against anything) overlaps it.  So two writers of the
+ *     same cluster are serialised and the second sees the first's mapping,
+ *     no cluster is replaced or freed under a request still moving its data,
+ *     and COW reads see stable old contents.  Registration is all or
+ *     nothing, taken before any other wait, so it cannot deadlock.
+ *  7. COW follows the spec: without extended L2 a new cluster is written
+ *     whole (head and tail from the old contents: old cluster, compressed
+ *     cluster, backing file or zeros).  With extended L2 only subclusters
+ *     that become allocated are written: the touched ones (their untouched
+ *     bytes from the old contents) and, when the data moves to a fresh
+ *     cluster, those allocated in the old one; unallocated subclusters stay
+ *     unallocated (backing) and zero ones stay zero.
+ *  8. Guest data and the COW parts of a chunk go out as one vectored write,
+ *     announced as cow_write when it has COW parts, else data_write.
+ *  9. A failure after allocating frees the fresh clusters (nothing points at
+ *     them yet); what was linked stays linked (it is consistent).
+ * 10. With an external data file, a guest cluster's host offset is its
+ *     guest offset and is not refcounted (QEMU); entries get COPIED.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+/* ---- in-flight list (invariant 6) ---- */
+
+void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
+                                 uint64_t bytes, bool write)
+{
+    /* offset + bytes <= INT64_MAX (block.h invariant 3; vmstate requests are
+     * checked in resize.c) */
+    uint64_t start = offset & ~(s->cluster_size - 1);
+    uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
+
+    for (;;) {
+        bool busy = false;
+        for (Qcow2Inflight *a = s->inflight; a && !busy; a = a->next) {
+            busy = (a->write || write) && a->start < end && start < a->end;
+        }
+        if (!busy) {
+            break;
+        }
+        qcow2_wait_locked(s);
+    }
+    r->start = start;
+    r->end = end;
+    r->write = write;
+    r->prev = NULL;
+    r->next = s->inflight;
+    if (s->inflight) {
+        s->inflight->prev = r;
+    }
+    s->inflight = r;
+}
+
+void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r)
+{
+    if (r->prev) {
+        r->prev->next = r->next;
+    } else {
+        s->inflight = r->next;
+    }
+    if (r->next) {
+        r->next->prev = r->prev;
+    }
+    g_cond_broadcast(&s->inflight_cond);
+}
+
+/* ---- planning ---- */
+
+typedef enum ChunkKind {
+    CHUNK_IN_PLACE, /* COPIED cluster(s), no metadata change */
+    CHUNK_REUSE,    /* one COPIED cluster whose entry changes (bits, zero flag) */
+    CHUNK_FRESH,    /* new contiguous clusters replace the old entries */
+} ChunkKind;
+
+typedef struct Chunk {
+    ChunkKind kind;
+    uint64_t guest;        /* guest offset of the first cluster */
+    uint64_t nb;           /* clusters */
+    uint64_t host;         /* host offset of the first cluster */
+    uint64_t wstart, wend; /* guest bytes of the request in this chunk */
+    uint64_t fstart, fend; /* guest bytes written to the host (with COW) */
+    uint64_t *old_entry;   /* nb entries as planned */
+    uint64_t *new_bitmap;  /* nb bitmaps to link (extended L2) */
+    bool refcounted;       /* host clusters were allocated (not a data file) */
+} Chunk;
+
+static void chunk_clear(Chunk *c)
+{
+    g_free(c->old_entry);
+    g_free(c->new_bitmap);
+    memset(c, 0, sizeof(*c));
+}
+
+static inline uint32_t sc_mask(unsigned first, unsigned last)
+{
+    /* subclusters first..last inclusive (0 <= first <= last <= 31) */
+    return (uint32_t)((((UINT64_C(1) << (last + 1)) - 1)) &
+                      ~((UINT64_C(1) << first) - 1));
+}
+
+/* Has the entry a host cluster of its own (invariant 10 for data files)? */
+static bool entry_has_host(const Qcow2State *s, uint64_t e)
+{
+    return !(e & QCOW2_OFLAG_COMPRESSED) &&
+           ((e & QCOW2_L2E_OFFSET_MASK) ||
+            (qcow2_has_data_file(s) && (e & QCOW2_OFLAG_COPIED)));
+}
+
+/*
+ * What a write of bytes [a, b) of a cluster with entry e / bitmap bm needs
+ * (invariant 5).  type is the (validated) type of the entry's subcluster 0.
+ */
+static ChunkKind decide(const Qcow2State *s, uint64_t e, uint64_t bm,
+                        Qcow2SubclusterType type, uint64_t a, uint64_t b)
+{
+    bool copied = e & QCOW2_OFLAG_COPIED;
+
+    if (e & QCOW2_OFLAG_COMPRESSED) {
+        return CHUNK_FRESH;
+    }
+    if (!s->extended_l2) {
+        if (type == QCOW2_SC_NORMAL && copied) {
+            return CHUNK_IN_PLACE;
+        }
+        return type == QCOW2_SC_ZERO_ALLOC && copied ? CHUNK_REUSE : CHUNK_FRESH;
+    }
+    if (entry_has_host(s, e) && copied) {
+        unsigned f = (unsigned)(a >> s->subcluster_bits);
+        unsigned l = (unsigned)((b - 1) >> s->subcluster_bits);
+        return (sc_mask(f, l) & ~(uint32_t)bm) ? CHUNK_REUSE : CHUNK_IN_PLACE;
+    }
+    return CHUNK_FRESH;
+}
+
+/*
+ * New bitmap (extended L2) and the bytes [*fa, *fb) of the cluster to write
+ * for a write of [a, b) (invariant 7).
+ */
+static void plan_cluster(const Qcow2State *s, uint64_t e, uint64_t bm, bool fresh,
+                         uint64_t a, uint64_t b, uint64_t *new_bm, uint64_t *fa,
+                         uint64_t *fb)
+{
+    uint64_t scs = UINT64_C(1) << s->subcluster_bits;
+    unsigned f = (unsigned)(a >> s->subcluster_bits);
+    unsigned l = (unsigned)((b - 1) >> s->subcluster_bits);
+    uint32_t touched = sc_mask(f, l), alloc = (uint32_t)bm, zero = (uint32_t)(bm >> 32);
+    uint32_t new_alloc;
+
+    if (!s->extended_l2 || (e & QCOW2_OFLAG_COMPRESSED)) {
+        *new_bm = s->extended_l2 ? QCOW2_L2_BITMAP_ALL_ALLOC : 0;
+        *fa = 0;
+        *fb = s->cluster_size;
+        return;
+    }
+    if (!fresh) {
+        uint32_t need = touched & ~alloc;
+        new_alloc = alloc | touched;
+        *fa = (need & (1u << f)) ? f * scs : a;
+        *fb = (need & (1u << l)) ? (l + 1) * scs : b;
+    } else {
+        new_alloc = touched | (entry_has_host(s, e) ? alloc : 0);
+        *fa = (uint64_t)__builtin_ctz(new_alloc) * scs;
+        *fb = (uint64_t)(32 - __builtin_clz(new_alloc)) * scs;
+    }
+    *new_bm = new_alloc | ((uint64_t)(zero & ~new_alloc) << 32);
+}
+
+/* Plan the chunk starting at guest pos (< end).  Lock held. */
+static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c)
+{
+    const uint64_t max_bytes = UINT64_C(64) << 20;
+    uint64_t cs = s->cluster_size, l2_index, l2_offset, max_nb;
+    uint8_t *l2 = NULL;
+    int ret;
+
+    memset(c, 0, sizeof(*c));
+    ret = qcow2_get_l2_for_write_locked(s, pos, &l2, &l2_index);
+    if (ret < 0) {
+        return ret;
+    }
+    l2_offset =
+        s->l1_table[pos >> (s->cluster_bits + s->l2_bits)] & QCOW2_L1E_OFFSET_MASK;
+    c->guest = pos & ~(cs - 1);
+    max_nb =
+        MIN(s->l2_size - l2_index, (ROUND_UP(end, cs) - c->guest) >> s->cluster_bits);
+    max_nb = MIN(max_nb, MAX(max_bytes >> s->cluster_bits, 1));
+    c->old_entry = g_new(uint64_t, max_nb);
+    c->new_bitmap = g_new(uint64_t, max_nb);
+
+    for (uint64_t i = 0; i < max_nb; i++) {
+        uint64_t gc = c->guest + (i << s->cluster_bits);
+        uint64_t a = i == 0 ? pos - gc : 0, b = MIN(end - gc, cs);
+        uint64_t e = qcow2_l2_get(s, l2, l2_index + i);
+        uint64_t bm = qcow2_l2_get_bitmap(s, l2, l2_index + i);
+        Qcow2SubclusterType type;
+        unsigned n;
+        ChunkKind k;
+
+        if (!qcow2_l2_entry_valid(s, e, bm, gc, &type)) {
+            if (i > 0) {
+                break; /* reported when the next chunk starts there */
+            }
+            ret = qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index + i, gc,
+                                             &type, &n);
+            goto out;
+        }
+        k = decide(s, e, bm, type, a, b);
+        if (i == 0) {
+            c->kind = k;
+            c->host = e & QCOW2_L2E_OFFSET_MASK;
+        } else if (k != c->kind || k == CHUNK_REUSE ||
+                   (k == CHUNK_IN_PLACE &&
+                    (e & QCOW2_L2E_OFFSET_MASK) != c->host + (i << s->cluster_bits))) {
+            break;
+        }
+        c->old_entry[i] = e;
+        c->new_bitmap[i] = bm;
+        c->nb = i + 1;
+        if (k == CHUNK_REUSE) {
+            break;
+        }
+    }
+
+    /* Bytes to write: the request's part, widened by COW (invariant 7). */
+    uint64_t last = c->guest + ((c->nb - 1) << s->cluster_bits), fa, fb, bm;
+    c->wstart = pos;
+    c->wend = MIN(end, last + cs);
+    c->fstart = pos;
+    c->fend = c->wend;
+    for (uint64_t i = 0; i < c->nb && c->kind != CHUNK_IN_PLACE; i++) {
+        uint64_t gc = c->guest + (i << s->cluster_bits);
+        uint64_t a = i == 0 ? pos - gc : 0, b = MIN(c->wend - gc, cs);
+        plan_cluster(s, c->old_entry[i], c->new_bitmap[i], c->kind == CHUNK_FRESH, a, b,
+                     &bm, &fa, &fb);
+        c->new_bitmap[i] = bm;
+        if (i == 0) {
+            c->fstart = gc + fa;
+        }
+        if (i == c->nb - 1) {
+            c->fend = gc + fb;
+        }
+    }
+
+    if (c->kind != CHUNK_IN_PLACE) {
+        ret = qcow2_mark_dirty_locked(s); /* invariant 2 */
+        if (ret < 0) {
+            goto out;
+        }
+    }
+    if (c->kind == CHUNK_FRESH) {
+        if (qcow2_has_data_file(s)) {
+            c->host = c->guest; /* invariant 10 */
+        } else {
+            int64_t off = qcow2_alloc_clusters_locked(s, c->nb);
+            if (off < 0) {
+                ret = (int)off;
+                goto out;
+            }
+            c->host = (uint64_t)off;
+            c->refcounted = true;
+        }
+    }
+    if (!qcow2_has_data_file(s)) {
+        ret = qcow2_pre_write_overlap_check_locked(s, 0, c->host + (c->fstart - c->guest),
+                                                   c->fend - c->fstart);
+        if (ret < 0 && c->refcounted) {
+            char *saved = qcow2_error_save();
+            qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
+            qcow2_error_restore(saved);
+            c->refcounted = false;
+        }
+    }
+out:
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2); /* qcow2.h invariant 6 */
+    return ret;
+}
+
+/* ---- data ---- */
+
+/* Write the chunk's data and COW parts; lock not held (invariant 4). */
+static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
+                            const QimgIOV *qiov)
+{
+    size_t head_len = (size_t)(c->wstart - c->fstart);
+    size_t tail_len = (size_t)(c->fend - c->wend);
+    g_autofree uint8_t *head = head_len ? g_malloc(head_len) : NULL;
+    g_autofree uint8_t *tail = tail_len ? g_malloc(tail_len) : NULL;
+    QimgIOV part, data, out;
+    struct iovec *vec;
+    int ret = 0, n = 0;
+
+    if (head_len) {
+        iov_init_buf(&part, head, head_len);
+        ret = qcow2_read_guest(s, c->fstart, &part);
+    }
+    if (ret == 0 && tail_len) {
+        iov_init_buf(&part, tail, tail_len);
+        ret = qcow2_read_guest(s, c->wend, &part);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
+              (size_t)(c->wend - c->wstart));
+    vec = g_new(struct iovec, data.niov + 2);
+    if (head_len) {
+        vec[n++] = (struct iovec){.iov_base = head, .iov_len = head_len};
+    }
+    for (int i = 0; i < data.niov; i++) {
+        vec[n++] = data.iov[i];
+    }
+    if (tail_len) {
+        vec[n++] = (struct iovec){.iov_base = tail, .iov_len = tail_len};
+    }
+    iov_init_external(&out, vec, n);
+    /* invariant 8 */
+    blk_event(qcow2_data_node(s),
+              head_len || tail_len ? BLKEV_COW_WRITE : BLKEV_DATA_WRITE);
+    ret = blk_pwritev(qcow2_data_node(s), c->host + (c->fstart - c->guest), &out, 0);
+    iov_destroy(&data);
+    g_free(vec);
+    return ret;
+}
+
+/* ---- linking ---- */
+
+static int link_chunk_locked(Qcow2State *s, const Chunk *c)
+{
+    uint64_t l2_index;
+    uint8_t *l2;
+    int ret;
+
+    if (c->kind == CHUNK_IN_PLACE) {
+        return 0;
+    }
+    if (c->refcounted && qcow2_need_accurate_refcounts(s)) {
+        ret =
+            qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache); /* inv 2 */
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (c->fstart != c->wstart || c->fend != c->wend || c->kind == CHUNK_REUSE) {
+        qcow2_cache_depends_on_flush_locked(s->l2_cache); /* invariant 1 */
+    }
+    ret = qcow2_get_l2_for_write_locked(s, c->guest, &l2, &l2_index);
+    if (ret < 0) {
+        return ret;
+    }
+    for (uint64_t i = 0; i < c->nb; i++) {
+        uint64_t host = c->host + (i << s->cluster_bits);
+        qcow2_l2_set(s, l2, l2_index + i, host | QCOW2_OFLAG_COPIED, c->new_bitmap[i]);
+    }
+    qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    if (c->kind == CHUNK_FRESH) {
+        for (uint64_t i = 0; i < c->nb; i++) {
+            qcow2_free_l2_entry_locked(s, c->old_entry[i]); /* invariant 3 */
+        }
+    }
+    return 0;
+}
+
+int qcow2_write_registered(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
+{
+    uint64_t end = offset + qiov->size, pos = offset;
+    int ret = 0;
+
+    while (pos < end && ret == 0) {
+        Chunk c = {0};
+
+        qcow2_lock(s);
+        ret = qcow2_check_writable_locked(s);
+        if (ret == 0) {
+            ret = plan_chunk_locked(s, pos, end, &c);
+        }
+        qcow2_unlock(s);
+        if (ret < 0) {
+            chunk_clear(&c);
+            break;
+        }
+        ret = write_chunk_data(s, &c, offset, qiov);
+        qcow2_lock(s);
+        if (ret == 0) {
+            ret = link_chunk_locked(s, &c);
+        }
+        if (ret < 0 && c.refcounted) {
+            char *saved = qcow2_error_save(); /* invariant 9 */
+            qcow2_free_clusters_locked(s, c.host, c.nb << s->cluster_bits);
+            qcow2_error_restore(saved);
+        }
+        qcow2_unlock(s);
+        pos = c.wend;
+        chunk_clear(&c);
+    }
+    return ret;
+}
+
+int qcow2_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2Inflight r;
+    int ret;
+
+    qcow2_lock(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret < 0) {
+        qcow2_unlock(s);
+        return ret;
+    }
+    qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
+    qcow2_unlock(s);
+
+    ret = qcow2_write_registered(s, offset, qiov);
+
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    if (ret == 0 && (flags & BLK_REQ_FUA)) {
+        ret = qcow2_flush(img);
+    }
+    return ret;
+}

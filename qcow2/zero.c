@@ -1,0 +1,423 @@
+/*
+ * qcow2/zero.c: write zeroes and discard.
+ *
+ * Owns: turning zero and discard requests into L2 entry changes (zero
+ * flags, zero subcluster bits, unallocation), freeing what they replace,
+ * and the partial (sub)clusters at the ends of a zero request.
+ *
+ * Invariants (cited as "zero.c invariant N"):
+ *  1. Write zeroes (QEMU 7.2): whole clusters (subclusters with extended L2)
+ *     become zero.  v3: zero flag (extended L2: all zero bits); the host
+ *     cluster is kept as a preallocated zero cluster when it is ours
+ *     (COPIED) and MAY_UNMAP is not given, else freed; compressed clusters
+ *     are always freed.  v2 without a backing file: the cluster becomes
+ *     unallocated.  v2 with a backing file: zeros are written (-ENOTSUP with
+ *     NO_FALLBACK).  Partial (sub)clusters at the ends are written as zeros
+ *     through the normal write path unless they already read as zeros
+ *     (-ENOTSUP with NO_FALLBACK, before anything changed).
+ *  2. Discard (QEMU's non-full discard, iotest 290): afterwards a v3 cluster
+ *     reads as zeros (zero flag; extended L2: no host cluster, all zero
+ *     bits), except an unallocated one without a backing file, which is left
+ *     alone; v2 without a backing file: unallocated; v2 with a backing file:
+ *     nothing.  Full discard (shrinking): unallocated.  Host clusters are
+ *     always freed.  Only whole clusters are discarded; partial ones are
+ *     ignored, except the last cluster of an image whose size is not
+ *     cluster aligned.
+ *  3. Entries change in the cache first; the clusters they referenced are
+ *     freed afterwards (alloc.c invariant 2, QEMU's "first remove L2
+ *     entries, then decrease the refcount").
+ *  4. Requests are registered in the in-flight list for their whole range
+ *     (write.c invariant 6); the lock is held only per L2 table.
+ *  5. No L2 table is allocated where the result reads the same without one:
+ *     discards (and v2 zeroing) of ranges without a table, and zeroing with
+ *     QCOW2_ZERO_IF_NEEDED of ranges without a table that read as zeros;
+ *     with that flag, clusters that read as zeros keep their entries.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+typedef enum ZeroOp { OP_ZERO, OP_DISCARD, OP_FULL_DISCARD } ZeroOp;
+
+static bool entry_has_host(const Qcow2State *s, uint64_t e)
+{
+    return !(e & QCOW2_OFLAG_COMPRESSED) &&
+           ((e & QCOW2_L2E_OFFSET_MASK) ||
+            (qcow2_has_data_file(s) && (e & QCOW2_OFLAG_COPIED)));
+}
+
+/* The new entry and bitmap for op on one whole cluster (invariants 1, 2);
+ * *drop: the old entry's reference goes away. */
+static void new_entry_for(const Qcow2State *s, ZeroOp op, bool unmap, uint64_t e,
+                          uint64_t bm, Qcow2SubclusterType type, uint64_t *ne,
+                          uint64_t *nbm, bool *drop)
+{
+    bool compressed = e & QCOW2_OFLAG_COMPRESSED, host = entry_has_host(s, e);
+    bool backing = s->img->backing != NULL;
+
+    *ne = e;
+    *nbm = bm;
+    *drop = false;
+    if (op == OP_FULL_DISCARD || s->qcow_version < 3) {
+        *ne = 0;
+        *nbm = 0;
+        *drop = compressed || host;
+        return;
+    }
+    if (op == OP_DISCARD) {
+        bool allocated = compressed || host;
+        if (!backing && !allocated) {
+            return; /* unallocated (or zero) without backing: reads zeros */
+        }
+        *ne = s->extended_l2 ? 0 : QCOW2_OFLAG_ZERO;
+        *nbm = s->extended_l2 ? QCOW2_L2_BITMAP_ALL_ZERO : 0;
+        *drop = allocated;
+        return;
+    }
+    /* OP_ZERO on v3 */
+    *drop = compressed || (host && (unmap || !(e & QCOW2_OFLAG_COPIED)));
+    if (qcow2_has_data_file(s) && host && !compressed) {
+        *drop = false; /* the data file cluster stays mapped */
+    }
+    if (s->extended_l2) {
+        *ne = *drop || !host ? 0 : e;
+        *nbm = QCOW2_L2_BITMAP_ALL_ZERO;
+    } else {
+        *ne = (*drop || !host ? 0 : (e & (QCOW2_L2E_OFFSET_MASK | QCOW2_OFLAG_COPIED))) |
+              QCOW2_OFLAG_ZERO;
+    }
+    (void)type;
+}
+
+/* Apply op to the whole clusters from offset up to end or the end of this L2
+ * table; *next is where the next call starts.  Lock held. */
+static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, ZeroOp op,
+                                 unsigned flags, uint64_t *next)
+{
+    uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits);
+    uint64_t table_end = (l1_index + 1) << (s->cluster_bits + s->l2_bits);
+    uint64_t l2_index, l2_offset = 0, n;
+    bool backing = s->img->backing != NULL;
+    bool need_table =
+        s->qcow_version >= 3 && (op == OP_ZERO || (op == OP_DISCARD && backing));
+    g_autofree uint64_t *drops = NULL;
+    uint64_t ndrops = 0;
+    bool changed = false;
+    uint8_t *l2;
+    int ret;
+
+    *next = MIN(end, table_end);
+    n = (*next - offset) >> s->cluster_bits;
+    if (l1_index < s->l1_size) {
+        ret = qcow2_l1_entry_locked(s, l1_index, &l2_offset);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (l2_offset == 0) {
+        bool reads_zero = !backing || offset >= s->img->backing->size;
+        if (!need_table || ((flags & QCOW2_ZERO_IF_NEEDED) && reads_zero)) {
+            return 0; /* invariant 5 */
+        }
+    }
+    ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
+    if (ret < 0) {
+        return ret;
+    }
+    l2_offset = s->l1_table[l1_index] & QCOW2_L1E_OFFSET_MASK;
+    drops = g_new(uint64_t, n);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t gc = offset + (i << s->cluster_bits);
+        uint64_t e = qcow2_l2_get(s, l2, l2_index + i);
+        uint64_t bm = qcow2_l2_get_bitmap(s, l2, l2_index + i), ne, nbm;
+        Qcow2SubclusterType type;
+        unsigned cnt;
+        bool drop;
+
+        if (!qcow2_l2_entry_valid(s, e, bm, gc, &type)) {
+            ret = qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index + i, gc,
+                                             &type, &cnt);
+            *next = gc;
+            break;
+        }
+        if ((flags & QCOW2_ZERO_IF_NEEDED) && op == OP_ZERO &&
+            (e & ~QCOW2_OFLAG_ZERO) == 0 &&
+            (!backing || gc >= s->img->backing->size ||
+             (s->extended_l2 ? (bm >> 32) == 0xffffffffu : (e & QCOW2_OFLAG_ZERO)))) {
+            continue; /* invariant 5: no host cluster, reads as zeros already */
+        }
+        new_entry_for(s, op, flags & BLK_REQ_MAY_UNMAP, e, bm, type, &ne, &nbm, &drop);
+        if (ne == e && nbm == bm) {
+            continue;
+        }
+        qcow2_l2_set(s, l2, l2_index + i, ne, nbm);
+        changed = true;
+        if (drop) {
+            drops[ndrops++] = e;
+        }
+    }
+    if (changed) {
+        qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+    }
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    for (uint64_t i = 0; i < ndrops; i++) {
+        qcow2_free_l2_entry_locked(s, drops[i]); /* invariant 3 */
+    }
+    return ret;
+}
+
+/* Extended L2: zero the subclusters of [offset, offset + bytes) inside one
+ * cluster.  -ENOTSUP for a compressed cluster (the caller writes zeros). */
+static int subclusters_locked(Qcow2State *s, uint64_t offset, uint64_t bytes)
+{
+    uint64_t gc = offset & ~(s->cluster_size - 1), l2_index, l2_offset;
+    unsigned f = (unsigned)((offset - gc) >> s->subcluster_bits);
+    unsigned l = (unsigned)((offset - gc + bytes - 1) >> s->subcluster_bits);
+    uint32_t mask =
+        (uint32_t)(((UINT64_C(1) << (l + 1)) - 1) & ~((UINT64_C(1) << f) - 1));
+    Qcow2SubclusterType type;
+    uint64_t e, bm;
+    unsigned cnt;
+    uint8_t *l2;
+    int ret;
+
+    ret = qcow2_get_l2_for_write_locked(s, gc, &l2, &l2_index);
+    if (ret < 0) {
+        return ret;
+    }
+    l2_offset = s->l1_table[gc >> (s->cluster_bits + s->l2_bits)] & QCOW2_L1E_OFFSET_MASK;
+    e = qcow2_l2_get(s, l2, l2_index);
+    bm = qcow2_l2_get_bitmap(s, l2, l2_index);
+    if (!qcow2_l2_entry_valid(s, e, bm, gc, &type)) {
+        ret =
+            qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index, gc, &type, &cnt);
+    } else if (e & QCOW2_OFLAG_COMPRESSED) {
+        ret = -ENOTSUP;
+    } else {
+        uint64_t nbm = (bm & ~(uint64_t)mask) | ((uint64_t)mask << 32);
+        if (nbm != bm) {
+            qcow2_l2_set(s, l2, l2_index, e, nbm);
+            qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+        }
+    }
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    return ret;
+}
+
+/* Whole clusters [offset, end), one L2 table per lock hold (invariant 4). */
+static int clusters_registered(Qcow2State *s, uint64_t offset, uint64_t end, ZeroOp op,
+                               unsigned flags)
+{
+    int ret = 0;
+
+    while (offset < end && ret == 0) {
+        uint64_t next = end;
+        qcow2_lock(s);
+        ret = qcow2_check_writable_locked(s);
+        if (ret == 0) {
+            ret = clusters_in_l2_locked(s, offset, end, op, flags, &next);
+        }
+        qcow2_unlock(s);
+        offset = next;
+    }
+    return ret;
+}
+
+/* How many bytes from offset (at most bytes) share one answer to "reads as
+ * zeros already?". */
+static int zero_extent(Qcow2State *s, uint64_t offset, uint64_t bytes, bool *zero,
+                       uint64_t *len)
+{
+    QimgImage *backing = s->img->backing;
+    Qcow2Mapping m;
+    int ret;
+
+    qcow2_lock(s);
+    ret = qcow2_get_host_offset_locked(s, offset, bytes, &m);
+    qcow2_unlock(s);
+    if (ret < 0) {
+        return ret;
+    }
+    *len = MIN(m.bytes, bytes);
+    switch (m.type) {
+    case QCOW2_SC_ZERO_PLAIN:
+    case QCOW2_SC_ZERO_ALLOC:
+        *zero = true;
+        break;
+    case QCOW2_SC_UNALLOCATED_PLAIN:
+    case QCOW2_SC_UNALLOCATED_ALLOC:
+        *zero = !backing || offset >= backing->size;
+        if (!*zero && offset + *len > backing->size) {
+            *len = backing->size - offset;
+        }
+        break;
+    default:
+        *zero = false;
+    }
+    return 0;
+}
+
+/* Write zeros through the normal write path (registered range), skipping
+ * the extents that already read as zeros. */
+static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes)
+{
+    g_autofree uint8_t *zeros = NULL;
+    size_t chunk = (size_t)MIN(bytes, (uint64_t)1 << 20);
+
+    while (bytes > 0) {
+        uint64_t len;
+        bool zero;
+        int ret = zero_extent(s, offset, bytes, &zero, &len);
+
+        if (ret < 0) {
+            return ret;
+        }
+        if (!zero) {
+            QimgIOV q;
+            len = MIN(len, (uint64_t)chunk);
+            if (!zeros) {
+                zeros = g_malloc0(chunk);
+            }
+            iov_init_buf(&q, zeros, (size_t)len);
+            ret = qcow2_write_registered(s, offset, &q);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        offset += len;
+        bytes -= len;
+    }
+    return 0;
+}
+
+int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned flags)
+{
+    uint64_t g = UINT64_C(1) << s->subcluster_bits, cs = s->cluster_size;
+    uint64_t end = offset + bytes, a, b;
+    bool backing = s->img->backing != NULL;
+    int ret = 0;
+
+    if (bytes == 0) {
+        return 0;
+    }
+    if (s->qcow_version < 3 && backing) {
+        if (flags & BLK_REQ_NO_FALLBACK) {
+            return -ENOTSUP; /* invariant 1 */
+        }
+        return write_zeros(s, offset, bytes);
+    }
+    /* The last (sub)cluster of an unaligned image counts as whole. */
+    if (end == s->img->size && end % g) {
+        end = ROUND_UP(end, g);
+    }
+    a = MIN(ROUND_UP(offset, g), end);
+    b = MAX(ROUND_DOWN(end, g), a);
+    if ((flags & BLK_REQ_NO_FALLBACK) && (a != offset || b != end)) {
+        return -ENOTSUP;
+    }
+    if (a != offset) {
+        ret = write_zeros(s, offset, MIN(a, offset + bytes) - offset);
+    }
+    if (ret == 0 && b != end) {
+        ret = write_zeros(s, b, offset + bytes - b);
+    }
+    /* [a, b) is aligned to g (subclusters or clusters). */
+    if (ret == 0 && a < b && s->extended_l2 && a % cs) {
+        uint64_t e = MIN(ROUND_UP(a, cs), b);
+        qcow2_lock(s);
+        ret = qcow2_check_writable_locked(s);
+        if (ret == 0) {
+            ret = e - a == cs ? 0 : subclusters_locked(s, a, e - a);
+        }
+        qcow2_unlock(s);
+        if (ret == -ENOTSUP) {
+            ret = write_zeros(s, a, e - a);
+        }
+        a = e;
+    }
+    if (ret == 0 && a < b && s->extended_l2 && b % cs) {
+        uint64_t sb = MAX(ROUND_DOWN(b, cs), a);
+        qcow2_lock(s);
+        ret = qcow2_check_writable_locked(s);
+        if (ret == 0) {
+            ret = subclusters_locked(s, sb, b - sb);
+        }
+        qcow2_unlock(s);
+        if (ret == -ENOTSUP) {
+            ret = write_zeros(s, sb, b - sb);
+        }
+        b = sb;
+    }
+    if (ret == 0 && a < b) {
+        ret = clusters_registered(s, a, b, OP_ZERO, flags);
+    }
+    return ret;
+}
+
+int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, bool full)
+{
+    if (!full && s->qcow_version < 3 && s->img->backing) {
+        return 0; /* invariant 2 */
+    }
+    return clusters_registered(s, offset, offset + bytes,
+                               full ? OP_FULL_DISCARD : OP_DISCARD, 0);
+}
+
+int qcow2_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2Inflight r;
+    int ret;
+
+    qcow2_lock(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret < 0) {
+        qcow2_unlock(s);
+        return ret;
+    }
+    qcow2_inflight_begin_locked(s, &r, offset, bytes, true);
+    qcow2_unlock(s);
+
+    ret = qcow2_zero_registered(s, offset, bytes, flags & ~QCOW2_ZERO_IF_NEEDED);
+
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    if (ret == 0 && (flags & BLK_REQ_FUA)) {
+        ret = qcow2_flush(img);
+    }
+    return ret;
+}
+
+int qcow2_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+{
+    Qcow2State *s = img->opaque;
+    uint64_t end = offset + bytes, a = ROUND_UP(offset, s->cluster_size), b;
+    Qcow2Inflight r;
+    int ret;
+
+    /* invariant 2: whole clusters, and the unaligned last one */
+    b = end == img->size ? ROUND_UP(end, s->cluster_size)
+                         : ROUND_DOWN(end, s->cluster_size);
+    if (a >= b) {
+        return 0;
+    }
+    qcow2_lock(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret < 0) {
+        qcow2_unlock(s);
+        return ret;
+    }
+    qcow2_inflight_begin_locked(s, &r, a, b - a, true);
+    qcow2_unlock(s);
+
+    ret = qcow2_discard_registered(s, a, b - a, false);
+
+    qcow2_lock(s);
+    qcow2_inflight_end_locked(s, &r);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    return ret;
+}

@@ -1,0 +1,327 @@
+/*
+ * tests/test-qcow2-fault.c: I/O errors at every metadata step of the write
+ * path (QEMU's iotest 026 idea, on our fault-injecting node).
+ *
+ * For each step (refblock_update, refblock_alloc, reftable_grow, l2_alloc,
+ * l2_update, l1_update, l1_grow, data_write, cow_write, flush) and errno
+ * (EIO, ENOSPC) the same workload runs on
+ * "blkdebug:event=STEP,errno=N,nth=K[,once]:FILE": unaligned writes over a
+ * snapshot and a backing file (copy-on-write), a large write that adds
+ * refcount blocks and grows the refcount table, zero writes, a discard, a
+ * compressed write, a vmstate write that grows the L1 table, and flushes.
+ *
+ * Checks:
+ *  - the injected error reaches the caller (the first failing request
+ *    returns -N);
+ *  - after the close, `qemu-img check` finds no corruption (leaks are
+ *    allowed: exit 0 or 3) -- a persistent fault ("no once") leaves the
+ *    file exactly as a crash at that step would (faulty.c invariant 2);
+ *  - with a one-off fault, once a later flush succeeded, every byte whose
+ *    write was acknowledged reads back as written (requests that failed
+ *    leave their range undefined).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "block/block.h"
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *tmpdir;
+static int counter;
+static bool long_run;
+
+static bool have_qemu(void)
+{
+    g_autofree char *a = g_find_program_in_path("qemu-img");
+    g_autofree char *b = g_find_program_in_path("qemu-io");
+    return a && b;
+}
+
+static int run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+static int run_status(char **out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
+    const char *argv[] = {"/bin/sh", "-c", full, NULL};
+    char *o = NULL;
+    int status = 0;
+
+    if (!g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
+                      &status, NULL)) {
+        fail_msg("could not run %s", cmd);
+    }
+    if (out) {
+        *out = o;
+    } else {
+        g_free(o);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define run(...)                                                                         \
+    do {                                                                                 \
+        g_autofree char *o_ = NULL;                                                      \
+        if (run_status(&o_, __VA_ARGS__) != 0) {                                         \
+            fail_msg("command failed: %s", o_);                                          \
+        }                                                                                \
+    } while (0)
+
+static char *fresh(const char *stem)
+{
+    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
+}
+
+#define MB_(x) ((uint64_t)(x) << 20)
+#define IMG_SIZE ((uint64_t)8 << 20)
+#define BACKING_SIZE ((uint64_t)2 << 20)
+
+typedef struct Model {
+    uint8_t *bytes;
+    uint8_t *known; /* 0: a failed request may have changed the byte */
+} Model;
+
+typedef struct Run {
+    int failures;
+    int first_error;
+    Model m;
+    QimgImage *img;
+} Run;
+
+static void record(Run *r, int ret, uint64_t off, uint64_t len)
+{
+    if (ret < 0) {
+        if (r->failures++ == 0) {
+            r->first_error = ret;
+        }
+        if (len) {
+            memset(r->m.known + off, 0, len);
+        }
+        blk_error_clear();
+    }
+}
+
+static void op_write(Run *r, uint64_t off, uint64_t len, uint8_t seed)
+{
+    g_autofree uint8_t *buf = g_malloc(len);
+    for (uint64_t i = 0; i < len; i++) {
+        buf[i] = (uint8_t)(seed + i * 7 + (i >> 9));
+    }
+    memcpy(r->m.bytes + off, buf, len);
+    record(r, blk_pwrite(r->img, off, buf, len, 0), off, len);
+}
+
+static void op_zero(Run *r, uint64_t off, uint64_t len, unsigned flags)
+{
+    memset(r->m.bytes + off, 0, len);
+    record(r, blk_pwrite_zeroes(r->img, off, len, flags), off, len);
+}
+
+static void op_compressed(Run *r, uint64_t off, uint64_t cs)
+{
+    g_autofree uint8_t *buf = g_malloc(cs);
+    QimgIOV q;
+    for (uint64_t i = 0; i < cs; i++) {
+        buf[i] = (uint8_t)(i / 100);
+    }
+    memcpy(r->m.bytes + off, buf, cs);
+    iov_init_buf(&q, buf, cs);
+    record(r, r->img->drv->pwrite_compressed(r->img, off, &q), off, cs);
+}
+
+/* The workload: reaches every step of the write path (see the top). */
+static void workload(Run *r)
+{
+    uint64_t cs = ((Qcow2State *)r->img->opaque)->cluster_size;
+    uint8_t vm[4096];
+    QimgIOV q;
+
+    op_write(r, 1000, 70000, 1);        /* COW from the snapshot's clusters */
+    op_write(r, MB_(3) + 77, 300, 2);   /* COW from zeros past the backing */
+    op_write(r, MB_(1) + 333, 5000, 3); /* COW from the backing file */
+    op_write(r, MB_(4), MB_(3), 4);     /* new refblocks, reftable growth */
+    op_zero(r, 200000, 100000, BLK_REQ_MAY_UNMAP);
+    op_zero(r, 40 * cs, 8 * cs, 0);
+    /* discard: clusters read as zeros afterwards (v3) */
+    memset(r->m.bytes + 64 * cs, 0, 128 * cs);
+    record(r, blk_pdiscard(r->img, 64 * cs, 128 * cs), 64 * cs, 128 * cs);
+    op_compressed(r, 2000 * cs, cs);
+    record(r, blk_flush(r->img), 0, 0);
+    memset(vm, 0x3c, sizeof(vm));
+    iov_init_buf(&q, vm, sizeof(vm));
+    record(r, r->img->drv->save_vmstate(r->img, MB_(1), &q), 0, 0); /* L1 growth */
+    op_write(r, MB_(7), 1000, 5);
+    op_write(r, 2000 * cs + 10, 20, 6); /* replaces the compressed cluster */
+    record(r, blk_flush(r->img), 0, 0);
+}
+
+static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
+{
+    g_autofree char *base = fresh("base.raw");
+    g_autofree char *p = fresh("fault.qcow2");
+    g_autofree char *init = g_strdup_printf("%s.init.raw", p);
+    g_autofree char *name = NULL;
+    g_autofree char *out = NULL;
+    g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE}; /* no fdatasync: fast */
+    Run r = {0};
+    gchar *data = NULL;
+    gsize n = 0;
+    bool flushed = false;
+
+    /* 512-byte clusters, 64-bit refcounts: a refcount block covers 32 KiB,
+     * the first refcount table 2 MiB, so the workload grows both. */
+    run("head -c %" PRIu64 " /dev/urandom > '%s'", BACKING_SIZE, base);
+    run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 -b '%s' -F raw "
+        "'%s' %" PRIu64,
+        base, p, IMG_SIZE);
+    run("qemu-io -c 'write -P 0x5a 0 256k' '%s' >/dev/null && qemu-img snapshot -c s "
+        "'%s' "
+        "&& qemu-img convert -O raw '%s' '%s'",
+        p, p, p, init);
+    assert_true(g_file_get_contents(init, &data, &n, NULL));
+    assert_int_equal(n, IMG_SIZE);
+    r.m.bytes = (uint8_t *)data;
+    r.m.known = g_malloc(IMG_SIZE);
+    memset(r.m.known, 1, IMG_SIZE);
+
+    name = event ? g_strdup_printf("blkdebug:event=%s,errno=%d,nth=%" PRIu64 "%s%s:%s",
+                                   event, errnum, nth, once ? ",once" : "",
+                                   strcmp(event, "flush") == 0 ? ",op=flush" : "", p)
+                 : g_strdup(p);
+    r.img = blk_open_image(name, &o, NULL, &err);
+    if (!r.img) {
+        fail_msg("open %s: %s", name, err->message);
+    }
+    workload(&r);
+    if (!event) {
+        assert_int_equal(r.failures, 0);
+    } else if (r.failures == 0 || r.first_error != -errnum) {
+        fail_msg("%s errno=%d nth=%" PRIu64 "%s: %d failures, first error %d", event,
+                 errnum, nth, once ? " once" : "", r.failures, r.first_error);
+    }
+    for (int i = 0; i < 3 && !flushed; i++) {
+        flushed = blk_flush(r.img) == 0;
+        blk_error_clear();
+    }
+    blk_close(r.img);
+
+    /* no corruption, whatever the fault left behind */
+    int rc = run_status(&out, "qemu-img check '%s'", p);
+    if ((rc != 0 && rc != 3) || (!event && rc != 0)) {
+        fail_msg("%s errno=%d nth=%" PRIu64 "%s: qemu-img check exit %d\n%s", event,
+                 errnum, nth, once ? " once" : "", rc, out);
+    }
+    if (once && flushed) {
+        o.read_only = true;
+        QimgImage *img = blk_open_image(p, &o, NULL, &err);
+        assert_non_null(img);
+        g_autofree uint8_t *buf = g_malloc(IMG_SIZE);
+        assert_int_equal(blk_pread(img, 0, buf, IMG_SIZE), 0);
+        for (uint64_t i = 0; i < IMG_SIZE; i++) {
+            if (r.m.known[i] && buf[i] != r.m.bytes[i]) {
+                fail_msg("%s errno=%d nth=%" PRIu64 ": acknowledged byte %" PRIu64
+                         " lost",
+                         event, errnum, nth, i);
+            }
+        }
+        blk_close(img);
+    }
+    g_free(r.m.bytes);
+    g_free(r.m.known);
+}
+
+static void run_event(const char *event)
+{
+    static const int errnos[] = {EIO, ENOSPC};
+    const uint64_t nths[] = {1, 2, 3};
+    size_t nnth = long_run ? G_N_ELEMENTS(nths) : 2;
+
+    /* the workload grows each table once: two steps (table, header) */
+    if (strstr(event, "grow")) {
+        nnth = 2;
+    }
+
+    if (!have_qemu()) {
+        skip();
+    }
+    for (size_t e = 0; e < G_N_ELEMENTS(errnos); e++) {
+        for (size_t k = 0; k < nnth; k++) {
+            fault_case(event, errnos[e], nths[k], false);
+            fault_case(event, errnos[e], nths[k], true);
+        }
+    }
+}
+
+#define EVENT_TEST(ev)                                                                   \
+    static void test_##ev(void **state)                                                  \
+    {                                                                                    \
+        run_event(#ev);                                                                  \
+    }
+
+EVENT_TEST(refblock_update)
+EVENT_TEST(refblock_alloc)
+EVENT_TEST(reftable_grow)
+EVENT_TEST(l2_alloc)
+EVENT_TEST(l2_update)
+EVENT_TEST(l1_update)
+EVENT_TEST(l1_grow)
+EVENT_TEST(data_write)
+EVENT_TEST(cow_write)
+EVENT_TEST(flush)
+
+/* The workload alone: nothing fails, the image is clean and complete. */
+static void test_no_fault(void **state)
+{
+    if (!have_qemu()) {
+        skip();
+    }
+    fault_case(NULL, 0, 0, true);
+}
+
+static int setup(void **state)
+{
+    const char *b = g_getenv("QIMG_TEST_TMPDIR");
+    g_autofree char *tmpl =
+        g_strdup_printf("%s/qcow2-fault-XXXXXX", b ? b : g_get_tmp_dir());
+    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
+    long_run = g_getenv("QIMG_LONG") && strcmp(g_getenv("QIMG_LONG"), "0") != 0;
+    return tmpdir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    if (tmpdir) {
+        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) {
+            return -1;
+        }
+        g_free(tmpdir);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refblock_update), cmocka_unit_test(test_refblock_alloc),
+        cmocka_unit_test(test_reftable_grow),   cmocka_unit_test(test_l2_alloc),
+        cmocka_unit_test(test_l2_update),       cmocka_unit_test(test_l1_update),
+        cmocka_unit_test(test_l1_grow),         cmocka_unit_test(test_data_write),
+        cmocka_unit_test(test_cow_write),       cmocka_unit_test(test_flush),
+        cmocka_unit_test(test_no_fault),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

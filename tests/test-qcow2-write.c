@@ -1,0 +1,1032 @@
+/*
+ * tests/test-qcow2-write.c: the qcow2 write path against qemu-img 7.2.
+ *
+ * The core is a differential "scribble" test (OpenBSD vmd's vioscribble):
+ * thousands of random writes, zero writes, discards, compressed writes and
+ * flushes at unaligned offsets go through the driver and into a plain byte
+ * model; after each batch every byte is read back and compared, the image
+ * is closed, `qemu-img check` must find no corruption and no leak, and
+ * `qemu-img compare` must find it identical to the model written as raw.
+ * The matrix covers cluster sizes 512..2M, refcount widths 1/16/64, v2 and
+ * v3, extended L2, lazy refcounts, zstd, and qcow2 / raw backing files.
+ * QIMG_LONG=1 runs many more operations and seeds.
+ *
+ * Then one test per feature: refcount table growth, L1 growth through the
+ * vmstate area, compressed clusters read back by qemu-img convert, resize
+ * against qemu-img resize, copy-on-write from a backing file, writes over
+ * clusters shared with a snapshot, the overlap check and the corrupt bit,
+ * allocation at offset 0, the dirty bit of lazy refcounts, autoclear bits,
+ * zero/discard semantics (iotest 290), refcount overflow.
+ * Everything is skipped without qemu-img / qemu-io.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "block/block.h"
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *tmpdir;
+static int counter;
+static bool long_run;
+
+/* ---- helpers (shared shape with test-qcow2-fault.c / -threads.c) ---- */
+
+static bool have_qemu(void)
+{
+    g_autofree char *a = g_find_program_in_path("qemu-img");
+    g_autofree char *b = g_find_program_in_path("qemu-io");
+    return a && b;
+}
+
+#define SKIP_WITHOUT_QEMU()                                                              \
+    do {                                                                                 \
+        if (!have_qemu()) {                                                              \
+            skip();                                                                      \
+        }                                                                                \
+    } while (0)
+
+static int run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+/* Run a shell command in tmpdir; its exit status, stdout+stderr in *out. */
+static int run_status(char **out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
+    const char *argv[] = {"/bin/sh", "-c", full, NULL};
+    char *o = NULL;
+    int status = 0;
+
+    if (!g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
+                      &status, NULL)) {
+        fail_msg("could not run %s", cmd);
+    }
+    if (out) {
+        *out = o;
+    } else {
+        g_free(o);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define run(...)                                                                         \
+    do {                                                                                 \
+        g_autofree char *o_ = NULL;                                                      \
+        if (run_status(&o_, __VA_ARGS__) != 0) {                                         \
+            fail_msg("command failed: %s", o_);                                          \
+        }                                                                                \
+    } while (0)
+
+static char *fresh(const char *stem)
+{
+    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
+}
+
+/* qemu-img check must find neither corruption nor leak (exit 0). */
+static void check_clean(const char *path)
+{
+    g_autofree char *out = NULL;
+    int rc = run_status(&out, "qemu-img check '%s'", path);
+    if (rc != 0 || !strstr(out, "No errors were found")) {
+        fail_msg("qemu-img check %s: exit %d\n%s", path, rc, out);
+    }
+}
+
+static QimgImage *open_rw(const char *path)
+{
+    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE}; /* no fdatasync: fast */
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = blk_open_image(path, &o, NULL, &err);
+    if (!img) {
+        fail_msg("open %s: %s", path, err->message);
+    }
+    return img;
+}
+
+static void close_ok(QimgImage *img)
+{
+    assert_int_equal(blk_flush(img), 0);
+    blk_close(img);
+}
+
+static Qcow2State *st(QimgImage *img)
+{
+    return img->opaque;
+}
+
+static uint64_t header64(const char *path, size_t off)
+{
+    uint8_t b[8];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    assert_int_equal(fread(b, 1, 8, f), 8);
+    fclose(f);
+    return load_be64(b);
+}
+
+static uint32_t header32(const char *path, size_t off)
+{
+    return (uint32_t)(header64(path, off) >> 32);
+}
+
+static void poke64(const char *path, uint64_t off, uint64_t v)
+{
+    uint8_t b[8];
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    store_be64(b, v);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    assert_int_equal(fwrite(b, 1, 8, f), 8);
+    fclose(f);
+}
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+    assert_true(g_file_set_contents(path, buf, (gssize)len, NULL));
+}
+
+/* The image as qemu-img reads it (optionally a snapshot). */
+static uint8_t *qemu_raw(const char *path, const char *snap, size_t *len)
+{
+    g_autofree char *raw = g_strdup_printf("%s.out.raw", path);
+    gchar *data = NULL;
+    gsize n = 0;
+
+    if (snap) {
+        run("qemu-img convert -l '%s' -O raw '%s' '%s'", snap, path, raw);
+    } else {
+        run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    }
+    assert_true(g_file_get_contents(raw, &data, &n, NULL));
+    unlink(raw);
+    *len = n;
+    return (uint8_t *)data;
+}
+
+static void fill_random(GRand *r, uint8_t *buf, size_t len)
+{
+    size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+        uint32_t v = g_rand_int(r);
+        memcpy(buf + i, &v, 4);
+    }
+    for (; i < len; i++) {
+        buf[i] = (uint8_t)g_rand_int(r);
+    }
+}
+
+/* Compressible cluster contents (so compression really happens). */
+static void fill_compressible(GRand *r, uint8_t *buf, size_t len)
+{
+    uint8_t a = (uint8_t)g_rand_int(r), b = (uint8_t)g_rand_int(r);
+    for (size_t i = 0; i < len; i++) {
+        buf[i] = (i / 64) % 3 ? a : (uint8_t)(b + i);
+    }
+}
+
+/* ---- the scribble test ---- */
+
+typedef enum { BK_NONE, BK_QCOW2, BK_RAW } Backing;
+
+typedef struct Config {
+    const char *opts; /* qemu-img create -o */
+    Backing backing;
+    uint64_t size;
+} Config;
+
+typedef struct Model {
+    uint8_t *bytes;
+    uint64_t size;
+    uint64_t cluster_size;
+    bool v2_backing; /* discard does nothing (iotest 290) */
+} Model;
+
+static void model_discard(Model *m, uint64_t off, uint64_t len)
+{
+    uint64_t a = ROUND_UP(off, m->cluster_size),
+             b = ROUND_DOWN(off + len, m->cluster_size);
+    if (off + len == m->size) {
+        b = m->size;
+    }
+    if (a < b && !m->v2_backing) {
+        memset(m->bytes + a, 0, b - a);
+    }
+}
+
+static void compare_all(QimgImage *img, const Model *m)
+{
+    g_autofree uint8_t *buf = g_malloc(m->size);
+    assert_int_equal(blk_pread(img, 0, buf, m->size), 0);
+    if (memcmp(buf, m->bytes, m->size) != 0) {
+        for (uint64_t i = 0; i < m->size; i++) {
+            if (buf[i] != m->bytes[i]) {
+                fail_msg("image differs from the model at byte %" PRIu64, i);
+            }
+        }
+    }
+}
+
+static char *make_backing(Backing b, uint64_t size, GRand *r, uint8_t *model)
+{
+    char *path;
+    uint64_t bsize = size / 4 * 3; /* shorter than the image: reads past it are 0 */
+    g_autofree uint8_t *buf = g_malloc(bsize);
+
+    fill_random(r, buf, bsize);
+    memcpy(model, buf, bsize);
+    if (b == BK_RAW) {
+        path = fresh("base.raw");
+        write_file(path, buf, bsize);
+        return path;
+    }
+    g_autofree char *raw = fresh("base-src.raw");
+    path = fresh("base.qcow2");
+    write_file(raw, buf, bsize);
+    run("qemu-img convert -f raw -O qcow2 -o cluster_size=4096 '%s' '%s'", raw, path);
+    /* leave some holes (unallocated, zero) in the backing file */
+    run("qemu-io -f qcow2 -c 'write -z 65536 65536' '%s' >/dev/null", path);
+    memset(model + 65536, 0, 65536);
+    return path;
+}
+
+static void scribble(const Config *c, unsigned seed, int batches, int ops)
+{
+    g_autoptr(GRand) r = g_rand_new_with_seed(seed);
+    g_autofree char *path = fresh("scribble.qcow2");
+    g_autofree char *model_path = g_strdup_printf("%s.model", path);
+    g_autofree char *base = NULL;
+    Model m = {.size = c->size, .bytes = g_malloc0(c->size)};
+    bool v2 = strstr(c->opts, "compat=0.10") != NULL;
+    size_t maxlen = 3 << 20;
+    g_autofree uint8_t *buf = g_malloc(maxlen);
+
+    if (c->backing != BK_NONE) {
+        base = make_backing(c->backing, c->size, r, m.bytes);
+        run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, c->opts,
+            base, c->backing == BK_RAW ? "raw" : "qcow2", path, c->size);
+        m.v2_backing = v2;
+    } else {
+        run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, c->opts, path, c->size);
+    }
+
+    for (int batch = 0; batch < batches; batch++) {
+        QimgImage *img = open_rw(path);
+        m.cluster_size = st(img)->cluster_size;
+        for (int i = 0; i < ops; i++) {
+            unsigned kind = g_rand_int_range(r, 0, 100);
+            uint64_t len, off;
+            int ret = 0;
+
+            /* lengths: mostly small and unaligned, sometimes many clusters */
+            if (g_rand_int_range(r, 0, 8) == 0) {
+                len = g_rand_int_range(r, 1, (gint32)MIN(maxlen, 8 * m.cluster_size) + 1);
+            } else {
+                len = g_rand_int_range(r, 1, 1 << g_rand_int_range(r, 1, 17));
+            }
+            len = MIN(len, m.size);
+            off = (uint64_t)g_rand_double_range(r, 0, (double)(m.size - len + 1));
+            off = MIN(off, m.size - len);
+            if (g_rand_int_range(r, 0, 4) == 0) { /* cluster aligned */
+                off = ROUND_DOWN(off, m.cluster_size);
+                len = MIN(ROUND_UP(len, m.cluster_size), m.size - off);
+                len = MIN(len, ROUND_DOWN(maxlen, m.cluster_size));
+            }
+            if (kind < 60) {
+                fill_random(r, buf, len);
+                ret = blk_pwrite(img, off, buf, len, 0);
+                memcpy(m.bytes + off, buf, len);
+            } else if (kind < 75) {
+                unsigned flags = g_rand_boolean(r) ? BLK_REQ_MAY_UNMAP : 0;
+                if (g_rand_int_range(r, 0, 4) == 0) {
+                    flags |= BLK_REQ_NO_FALLBACK;
+                }
+                ret = blk_pwrite_zeroes(img, off, len, flags);
+                if (ret == -ENOTSUP && (flags & BLK_REQ_NO_FALLBACK)) {
+                    ret = 0; /* nothing happened */
+                    blk_error_clear();
+                } else {
+                    memset(m.bytes + off, 0, len);
+                }
+            } else if (kind < 85) {
+                ret = blk_pdiscard(img, off, len);
+                model_discard(&m, off, len);
+            } else if (kind < 92) {
+                uint64_t co = ROUND_DOWN(off, m.cluster_size);
+                uint64_t cl = MIN(m.cluster_size, m.size - co);
+                if (cl <= maxlen) {
+                    QimgIOV q;
+                    fill_compressible(r, buf, cl);
+                    if (g_rand_int_range(r, 0, 5) == 0) {
+                        fill_random(r, buf, cl); /* incompressible */
+                    }
+                    iov_init_buf(&q, buf, cl);
+                    ret = img->drv->pwrite_compressed(img, co, &q);
+                    memcpy(m.bytes + co, buf, cl);
+                }
+            } else if (kind < 96) {
+                ret = blk_flush(img);
+            } else {
+                g_autofree uint8_t *rd = g_malloc(len);
+                assert_int_equal(blk_pread(img, off, rd, len), 0);
+                assert_memory_equal(rd, m.bytes + off, len);
+            }
+            if (ret < 0) {
+                fail_msg("op %u at %" PRIu64 "+%" PRIu64 " failed: %s (%s)", kind, off,
+                         len, g_strerror(-ret), blk_error_message());
+            }
+        }
+        compare_all(img, &m);
+        close_ok(img);
+        check_clean(path);
+        write_file(model_path, m.bytes, m.size);
+        run("qemu-img compare -f qcow2 -F raw '%s' '%s'", path, model_path);
+    }
+    g_free(m.bytes);
+}
+
+#define MB(x) ((uint64_t)(x) << 20)
+
+static void scribble_matrix(const Config *cs, size_t n)
+{
+    int batches = long_run ? 4 : 2, ops = long_run ? 3000 : 600;
+    unsigned seeds = long_run ? 4 : 1;
+
+    for (size_t i = 0; i < n; i++) {
+        for (unsigned s = 0; s < seeds; s++) {
+            scribble(&cs[i], 1000 + (unsigned)i * 17 + s, batches, ops);
+        }
+    }
+}
+
+static void test_scribble_cluster_sizes(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const Config cs[] = {
+        {"cluster_size=512", BK_NONE, MB(8)},
+        {"cluster_size=4096", BK_NONE, MB(24)},
+        {"cluster_size=65536", BK_NONE, MB(48)},
+        {"cluster_size=2M", BK_NONE, MB(64)},
+    };
+    scribble_matrix(cs, G_N_ELEMENTS(cs));
+}
+
+static void test_scribble_refcount_widths(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const Config cs[] = {
+        {"cluster_size=512,refcount_bits=1", BK_NONE, MB(8)},
+        {"cluster_size=4096,refcount_bits=2", BK_NONE, MB(16)},
+        {"cluster_size=1024,refcount_bits=64", BK_NONE, MB(8)},
+        {"refcount_bits=8,lazy_refcounts=on", BK_NONE, MB(32)},
+    };
+    scribble_matrix(cs, G_N_ELEMENTS(cs));
+}
+
+static void test_scribble_v2(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const Config cs[] = {
+        {"compat=0.10", BK_NONE, MB(32)},
+        {"compat=0.10,cluster_size=4096", BK_QCOW2, MB(16)},
+        {"compat=0.10", BK_RAW, MB(32)},
+    };
+    scribble_matrix(cs, G_N_ELEMENTS(cs));
+}
+
+static void test_scribble_extended_l2(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const Config cs[] = {
+        {"extended_l2=on", BK_NONE, MB(32)},
+        {"extended_l2=on,cluster_size=16384", BK_QCOW2, MB(16)},
+        {"extended_l2=on,cluster_size=2M", BK_RAW, MB(64)},
+    };
+    scribble_matrix(cs, G_N_ELEMENTS(cs));
+}
+
+static void test_scribble_backing(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const Config cs[] = {
+        {"cluster_size=65536", BK_QCOW2, MB(32)},
+        {"cluster_size=4096,lazy_refcounts=on", BK_RAW, MB(16)},
+        {"cluster_size=512,refcount_bits=64", BK_QCOW2, MB(4)},
+        {"compression_type=zstd", BK_RAW, MB(32)},
+    };
+    scribble_matrix(cs, G_N_ELEMENTS(cs));
+}
+
+/* ---- single features ---- */
+
+/* 512-byte clusters and 64-bit refcounts: a refcount block covers 64
+ * clusters and the reftable starts with one cluster (64 blocks), so 4 MiB
+ * of data grow it several times (iotest 044's concern). */
+static void test_reftable_growth(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("reftable.qcow2");
+    g_autofree char *model = g_strdup_printf("%s.raw", p);
+    const uint64_t size = MB(16);
+    g_autofree uint8_t *m = g_malloc0(size);
+    g_autoptr(GRand) r = g_rand_new_with_seed(44);
+    uint32_t before, after;
+
+    run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 '%s' 16M", p);
+    before = header32(p, QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS);
+    QimgImage *img = open_rw(p);
+    for (uint64_t off = 0; off < size; off += 65536 + 512) {
+        uint64_t len = MIN((uint64_t)65536, size - off);
+        fill_random(r, m + off, len);
+        assert_int_equal(blk_pwrite(img, off, m + off, len, 0), 0);
+    }
+    close_ok(img);
+    after = header32(p, QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS);
+    assert_true(after >= before + 3); /* grew several times: 1 -> 2 -> 3 -> 5 ... */
+    check_clean(p);
+    write_file(model, m, size);
+    run("qemu-img compare -f qcow2 -F raw '%s' '%s'", p, model);
+}
+
+/* The vmstate area lies past the disk: writing it grows the L1 (x1.5 steps),
+ * moves the table and switches the header. */
+static void test_l1_growth_vmstate(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("l1grow.qcow2");
+    g_autofree uint8_t *buf = g_malloc(MB(1)), *rd = g_malloc(MB(1));
+    g_autoptr(GRand) r = g_rand_new_with_seed(29);
+    QimgIOV q;
+
+    run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
+    uint32_t l1_before = header32(p, QCOW2_HDR_L1_SIZE);
+    uint64_t l1_off_before = header64(p, QCOW2_HDR_L1_TABLE_OFFSET);
+    QimgImage *img = open_rw(p);
+    /* 4 KiB clusters: one L1 entry maps 2 MiB; vmstate starts at 4 MiB */
+    assert_int_equal(qcow2_vm_state_offset(st(img)), MB(4));
+    fill_random(r, buf, MB(1));
+    iov_init_buf(&q, buf, MB(1));
+    assert_int_equal(img->drv->save_vmstate(img, MB(40) + 123, &q), 0);
+    iov_init_buf(&q, rd, MB(1));
+    assert_int_equal(img->drv->load_vmstate(img, MB(40) + 123, &q), 0);
+    assert_memory_equal(rd, buf, MB(1));
+    close_ok(img);
+    assert_true(header32(p, QCOW2_HDR_L1_SIZE) > l1_before);
+    assert_true(header64(p, QCOW2_HDR_L1_TABLE_OFFSET) != l1_off_before);
+    check_clean(p);
+    /* the disk itself is untouched */
+    size_t n;
+    g_autofree uint8_t *raw = qemu_raw(p, NULL, &n);
+    assert_int_equal(n, MB(4));
+    assert_true(buf_is_zero(raw, n));
+    /* reopen: the vmstate is still there */
+    img = open_rw(p);
+    iov_init_buf(&q, rd, MB(1));
+    memset(rd, 0, MB(1));
+    assert_int_equal(img->drv->load_vmstate(img, MB(40) + 123, &q), 0);
+    assert_memory_equal(rd, buf, MB(1));
+    blk_close(img);
+}
+
+/* Whole-cluster vmstate writes need no COW: no cow_write step at all. */
+static void test_vmstate_aligned_no_cow(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("vmcow.qcow2");
+    g_autofree char *name = NULL;
+    g_autofree uint8_t *buf = g_malloc(MB(2));
+    g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
+    QimgIOV q;
+
+    run("qemu-img create -q -f qcow2 '%s' 64M", p);
+    name = g_strdup_printf("blkdebug:event=cow_write,errno=5:%s", p);
+    QimgImage *img = blk_open_image(name, &o, NULL, &err);
+    assert_non_null(img);
+    memset(buf, 0x5a, MB(2));
+    iov_init_buf(&q, buf, MB(2));
+    assert_int_equal(img->drv->save_vmstate(img, 0, &q), 0);
+    assert_int_equal(img->drv->save_vmstate(img, MB(2), &q), 0);
+    iov_init_buf(&q, buf, 1000);
+    assert_true(img->drv->save_vmstate(img, MB(8) + 5, &q) < 0); /* this one COWs */
+    blk_error_clear();
+    close_ok(img);
+    check_clean(p);
+}
+
+static void compressed_roundtrip(const char *ctype)
+{
+    g_autofree char *p = fresh("compressed.qcow2");
+    const uint64_t cs = 65536, size = 40 * cs + 4096; /* unaligned last cluster */
+    g_autofree uint8_t *m = g_malloc0(size);
+    g_autoptr(GRand) r = g_rand_new_with_seed(7);
+    g_autofree char *out = NULL;
+
+    run("qemu-img create -q -f qcow2 -o compression_type=%s '%s' %" PRIu64, ctype, p,
+        size);
+    QimgImage *img = open_rw(p);
+    for (uint64_t c = 0; c < size; c += cs) {
+        uint64_t len = MIN(cs, size - c);
+        QimgIOV q;
+        if (c % (5 * cs) == 0) {
+            fill_random(r, m + c, len); /* stored uncompressed */
+        } else {
+            fill_compressible(r, m + c, len);
+        }
+        iov_init_buf(&q, m + c, len);
+        assert_int_equal(img->drv->pwrite_compressed(img, c, &q), 0);
+    }
+    /* overwrite some compressed clusters, partly: normal writes replace them */
+    fill_random(r, m + 3 * cs + 100, 5000);
+    assert_int_equal(blk_pwrite(img, 3 * cs + 100, m + 3 * cs + 100, 5000, 0), 0);
+    close_ok(img);
+    assert_int_equal(run_status(&out, "qemu-img check '%s'", p), 0);
+    assert_non_null(strstr(out, "No errors were found"));
+    assert_null(strstr(out, " 0.00% compressed"));
+    size_t n;
+    g_autofree uint8_t *raw = qemu_raw(p, NULL, &n);
+    assert_int_equal(n, size);
+    assert_memory_equal(raw, m, size);
+}
+
+static void test_compressed_zlib(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    compressed_roundtrip("zlib");
+}
+
+static void test_compressed_zstd(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    compressed_roundtrip("zstd");
+}
+
+/* Resize in steps: the contents must be the old ones cut or extended with
+ * zeros (the new area reads as zeros even over a longer backing file, and
+ * after a shrink), and, until the first shrink and without a backing file,
+ * the same as qemu-img resize on a copy. */
+static void test_resize(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const char *opts[] = {"cluster_size=65536", "cluster_size=512",
+                                 "extended_l2=on", "compat=0.10"};
+    static const uint64_t steps[] = {50000384, 600000000, 10000384, 40000000, 40000512};
+    static const QimgPrealloc modes[] = {QIMG_PREALLOC_OFF, QIMG_PREALLOC_METADATA,
+                                         QIMG_PREALLOC_FALLOC, QIMG_PREALLOC_FULL};
+
+    for (size_t o = 0; o < G_N_ELEMENTS(opts); o++) {
+        for (int with_backing = 0; with_backing < 2; with_backing++) {
+            g_autofree char *p = fresh("resize.qcow2");
+            g_autofree char *q = fresh("resize-qemu.qcow2");
+            g_autofree char *b = fresh("resize-base.qcow2");
+            g_autofree char *expect = fresh("resize-expect.raw");
+            g_autoptr(GRand) r = g_rand_new_with_seed(3 + (unsigned)o);
+            g_autofree uint8_t *buf = g_malloc(MB(1));
+
+            if (with_backing) {
+                run("qemu-img create -q -f qcow2 '%s' 64M && qemu-io -c 'write -P 0x77 0 "
+                    "64M' "
+                    "'%s' >/dev/null",
+                    b, b);
+                run("qemu-img create -q -f qcow2 -o %s -b '%s' -F qcow2 '%s' 30000256",
+                    opts[o], b, p);
+            } else {
+                run("qemu-img create -q -f qcow2 -o %s '%s' 30000256", opts[o], p);
+            }
+            QimgImage *img = open_rw(p);
+            for (int i = 0; i < 40; i++) {
+                uint64_t off = g_rand_int_range(r, 0, 30000256 - MB(1));
+                uint64_t len = g_rand_int_range(r, 1, MB(1));
+                fill_random(r, buf, len);
+                assert_int_equal(blk_pwrite(img, off, buf, len, 0), 0);
+            }
+            close_ok(img);
+            run("cp '%s' '%s' && qemu-img convert -O raw '%s' '%s'", p, q, p, expect);
+            bool shrunk = false;
+            for (size_t s = 0; s < G_N_ELEMENTS(steps); s++) {
+                g_autoptr(GError) err = NULL;
+                /* every mode on a small grow; the big one sparse only */
+                QimgPrealloc mode = s == 1   ? modes[o == 0]
+                                    : s != 2 ? modes[(s + o) % 4]
+                                             : QIMG_PREALLOC_OFF;
+                img = open_rw(p);
+                if (blk_truncate(img, steps[s], true, mode, true, &err) < 0) {
+                    fail_msg("resize to %" PRIu64 ": %s", steps[s], err->message);
+                }
+                close_ok(img);
+                check_clean(p);
+                run("truncate -s %" PRIu64 " '%s'", steps[s], expect);
+                run("qemu-img compare -q -F raw '%s' '%s'", p, expect);
+                /* QEMU 7.2 lets bytes cut off by a shrink reappear when the
+                 * image grows again (and shows a longer backing file in the
+                 * new area): compare with it before that only. */
+                shrunk |= s > 0 && steps[s] < steps[s - 1];
+                if (!with_backing && !shrunk) {
+                    run("qemu-img resize -q --shrink '%s' %" PRIu64, q, steps[s]);
+                    run("qemu-img compare -q '%s' '%s'", q, p);
+                }
+            }
+        }
+    }
+}
+
+static void test_resize_refusals(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("resize-v2.qcow2");
+    g_autoptr(GError) err = NULL;
+
+    run("qemu-img create -q -f qcow2 -o compat=0.10 '%s' 16M && qemu-img snapshot -c s "
+        "'%s'",
+        p, p);
+    QimgImage *img = open_rw(p);
+    assert_int_equal(blk_truncate(img, MB(32), true, 0, false, &err), -ENOTSUP);
+    assert_string_equal(err->message, "Can't resize a v2 image which has snapshots");
+    g_clear_error(&err);
+    blk_close(img);
+
+    g_autofree char *p3 = fresh("resize-v3.qcow2");
+    run("qemu-img create -q -f qcow2 '%s' 16M", p3);
+    img = open_rw(p3);
+    assert_int_equal(blk_truncate(img, MB(8), true, 0, false, &err), -EINVAL);
+    g_clear_error(&err);
+    assert_int_equal(blk_truncate(img, MB(8) + 1, true, 0, true, &err), -EINVAL);
+    assert_string_equal(err->message, "The new size must be a multiple of 512");
+    blk_close(img);
+    check_clean(p3);
+}
+
+/* Partial writes over a backing file copy the rest of the cluster. */
+static void test_cow_from_backing(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *b = fresh("cow-base.qcow2");
+    g_autofree char *p = fresh("cow.qcow2");
+    uint8_t data[3000];
+
+    run("qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -P 0x33 0 8M' '%s' "
+        ">/dev/null",
+        b, b);
+    run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 8M", b, p);
+    QimgImage *img = open_rw(p);
+    memset(data, 0x44, sizeof(data));
+    assert_int_equal(blk_pwrite(img, 100000, data, sizeof(data), 0), 0);
+    assert_int_equal(blk_pwrite(img, 65536 * 3 - 1000, data, sizeof(data), 0), 0);
+    close_ok(img);
+    check_clean(p);
+    run("qemu-io -c 'read -P 0x33 0 100000' -c 'read -P 0x44 100000 3000' "
+        "-c 'read -P 0x33 103000 90608' -c 'read -P 0x44 195608 3000' "
+        "-c 'read -P 0x33 198608 8190000' '%s' | grep -q 'Pattern verification failed' "
+        "&& exit 1 || exit 0",
+        p);
+    /* only the three clusters written were allocated */
+    g_autofree char *out = NULL;
+    run_status(&out, "qemu-img map --output=json '%s'", p);
+    g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+    uint64_t own = 0;
+    for (int i = 0; lines[i]; i++) {
+        const char *l = strstr(lines[i], "\"length\": ");
+        if (l && strstr(lines[i], "\"depth\": 0")) {
+            own += g_ascii_strtoull(l + 10, NULL, 10);
+        }
+    }
+    assert_int_equal(own, 3 * 65536);
+}
+
+/* Clusters shared with a snapshot are copied on write; the snapshot keeps
+ * its contents and the refcounts stay exact. */
+static void test_snapshot_shared(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    static const char *opts[] = {"cluster_size=65536",
+                                 "cluster_size=4096,refcount_bits=2", "extended_l2=on",
+                                 "compat=0.10"};
+    for (size_t o = 0; o < G_N_ELEMENTS(opts); o++) {
+        g_autofree char *p = fresh("snap.qcow2");
+        g_autoptr(GRand) r = g_rand_new_with_seed(61);
+        const uint64_t size = MB(8);
+        g_autofree uint8_t *m = NULL, *buf = g_malloc(MB(1));
+        size_t n;
+
+        run("qemu-img create -q -f qcow2 -o %s '%s' 8M && qemu-io -c 'write -P 0x11 0 "
+            "5M' "
+            "-c 'write -z 6M 1M' '%s' >/dev/null && qemu-img snapshot -c s1 '%s'",
+            opts[o], p, p, p);
+        g_autofree uint8_t *before = qemu_raw(p, NULL, &n);
+        m = g_memdup2(before, size);
+        QimgImage *img = open_rw(p);
+        for (int i = 0; i < 60; i++) {
+            uint64_t len = g_rand_int_range(r, 1, 200000);
+            uint64_t off = g_rand_int_range(r, 0, (gint32)(size - len));
+            if (i % 5 == 4) {
+                assert_int_equal(blk_pwrite_zeroes(img, off, len, BLK_REQ_MAY_UNMAP), 0);
+                memset(m + off, 0, len);
+            } else {
+                fill_random(r, buf, len);
+                assert_int_equal(blk_pwrite(img, off, buf, len, 0), 0);
+                memcpy(m + off, buf, len);
+            }
+        }
+        close_ok(img);
+        check_clean(p);
+        g_autofree uint8_t *snap = qemu_raw(p, "s1", &n);
+        assert_memory_equal(snap, before, size);
+        g_autofree uint8_t *now = qemu_raw(p, NULL, &n);
+        assert_memory_equal(now, m, size);
+    }
+}
+
+/* An L2 entry pointing at the L1 table: the write is refused, the image is
+ * marked corrupt (qemu-img info: corrupt: true), further writes fail, and a
+ * read-write open is refused. */
+static void test_overlap_check(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("overlap.qcow2");
+    g_autofree char *out = NULL;
+    g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = {0};
+    uint8_t data[512] = {1};
+
+    run("qemu-img create -q -f qcow2 '%s' 16M && qemu-io -c 'write -P 0x22 0 64k' '%s' "
+        ">/dev/null",
+        p, p);
+    uint64_t l1 = header64(p, QCOW2_HDR_L1_TABLE_OFFSET);
+    uint64_t l2 = header64(p, l1) & QCOW2_L1E_OFFSET_MASK;
+    poke64(p, l2, l1 | QCOW2_OFLAG_COPIED);
+
+    QimgImage *img = open_rw(p);
+    assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), -EIO);
+    assert_string_equal(blk_error_message(),
+                        "qcow2: Marking image as corrupt: Preventing invalid write on "
+                        "metadata (overlaps with active L1 table); further corruption "
+                        "events will be suppressed");
+    blk_error_clear();
+    assert_int_equal(blk_pwrite(img, MB(2), data, sizeof(data), 0), -EIO);
+    assert_int_equal(blk_pwrite_zeroes(img, MB(4), 65536, 0), -EIO);
+    blk_error_clear();
+    blk_close(img);
+
+    run_status(&out, "qemu-img info --output=json '%s'", p);
+    assert_non_null(strstr(out, "\"corrupt\": true"));
+    assert_null(blk_open_image(p, &o, NULL, &err));
+    assert_non_null(strstr(err->message, "qcow2: Image is corrupt; cannot be opened "
+                                         "read/write"));
+    o.read_only = true;
+    img = blk_open_image(p, &o, NULL, NULL);
+    assert_non_null(img);
+    blk_close(img);
+}
+
+/* A refcount of 0 for the header cluster would hand out cluster 0. */
+static void test_alloc_offset_zero(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("zero-offset.qcow2");
+    g_autofree char *out = NULL;
+    uint8_t data[512] = {1};
+
+    run("qemu-img create -q -f qcow2 '%s' 16M", p);
+    uint64_t rt = header64(p, QCOW2_HDR_REFCOUNT_TABLE_OFFSET);
+    uint64_t rb = header64(p, rt);
+    poke64(p, rb, header64(p, rb) & UINT64_C(0x0000ffffffffffff)); /* cluster 0: 0 */
+    QimgImage *img = open_rw(p);
+    assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), -EIO);
+    assert_non_null(strstr(blk_error_message(), "Marking image as corrupt: Preventing "
+                                                "invalid allocation of L2 table at "
+                                                "offset 0"));
+    blk_error_clear();
+    blk_close(img);
+    run_status(&out, "qemu-img info --output=json '%s'", p);
+    assert_non_null(strstr(out, "\"corrupt\": true"));
+}
+
+/* Lazy refcounts: the dirty bit is on disk from the first allocating write
+ * until a clean close. */
+static void test_lazy_refcounts_dirty_bit(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("lazy.qcow2");
+    g_autofree char *copy = fresh("lazy-crash.qcow2");
+    uint8_t data[4096];
+
+    run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 16M", p);
+    QimgImage *img = open_rw(p);
+    assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
+                     0);
+    memset(data, 0x99, sizeof(data));
+    assert_int_equal(blk_pwrite(img, 12345, data, sizeof(data), 0), 0);
+    assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
+                     QCOW2_INCOMPAT_DIRTY);
+    assert_int_equal(blk_flush(img), 0);
+    /* a "crash" now: the copy is dirty, and qemu-img repairs it */
+    run("cp '%s' '%s'", p, copy);
+    close_ok(img);
+    assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
+                     0);
+    check_clean(p);
+    run("qemu-io -c 'read -P 0x99 12345 4096' '%s' | grep -q 'verification failed' && "
+        "exit 1 || exit 0",
+        p);
+    g_autofree char *out = NULL;
+    run_status(&out, "qemu-img info '%s'", copy);
+    assert_non_null(strstr(out, "cleanly shut down: no"));
+    /* refcounts were not written (lazy): qemu-img sees the damage ... */
+    assert_int_equal(run_status(NULL, "qemu-img check '%s'", copy), 2);
+    /* ... and a read-write open repairs it first (DESIGN.md rule 5) */
+    img = open_rw(copy);
+    assert_int_equal(
+        header64(copy, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY, 0);
+    assert_int_equal(blk_pwrite(img, MB(3), data, sizeof(data), 0), 0);
+    close_ok(img);
+    check_clean(copy);
+    run("qemu-io -c 'read -P 0x99 12345 4096' -c 'read -P 0x99 3M 4096' '%s' | grep -q "
+        "'verification failed' && exit 1 || exit 0",
+        copy);
+}
+
+/* Unknown autoclear bits are cleared by a read-write open only. */
+static void test_autoclear_cleared(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("autoclear.qcow2");
+    QimgOpenOptions o = {.read_only = true};
+
+    run("qemu-img create -q -f qcow2 '%s' 16M", p);
+    poke64(p, QCOW2_HDR_AUTOCLEAR_FEATURES, UINT64_C(1) << 40);
+    QimgImage *img = blk_open_image(p, &o, NULL, NULL);
+    assert_non_null(img);
+    blk_close(img);
+    assert_int_equal(header64(p, QCOW2_HDR_AUTOCLEAR_FEATURES), UINT64_C(1) << 40);
+    img = open_rw(p);
+    assert_int_equal(header64(p, QCOW2_HDR_AUTOCLEAR_FEATURES), 0);
+    blk_close(img);
+    check_clean(p);
+}
+
+/* iotest 290: discard on v2 / v3, with and without a backing file. */
+static void test_discard_v2_v3(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *b = fresh("290-base.qcow2");
+    uint8_t data[131072];
+
+    run("qemu-img create -q -f qcow2 '%s' 128k && qemu-io -c 'write -P 0xff 0 128k' '%s' "
+        ">/dev/null",
+        b, b);
+    for (int v3 = 0; v3 < 2; v3++) {
+        for (int backing = 0; backing < 2; backing++) {
+            g_autofree char *p = fresh("290.qcow2");
+            g_autofree char *out = NULL;
+            run("qemu-img create -q -f qcow2 -o compat=%s %s%s%s '%s' 128k",
+                v3 ? "1.1" : "0.10", backing ? "-F qcow2 -b '" : "", backing ? b : "",
+                backing ? "'" : "", p);
+            QimgImage *img = open_rw(p);
+            memset(data, 1, sizeof(data));
+            assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), 0);
+            assert_int_equal(blk_pdiscard(img, 0, sizeof(data)), 0);
+            assert_int_equal(blk_pread(img, 0, data, sizeof(data)), 0);
+            close_ok(img);
+            check_clean(p);
+            int expect = !v3 && backing ? 1 : 0;
+            for (size_t i = 0; i < sizeof(data); i++) {
+                assert_int_equal(data[i], expect);
+            }
+            run_status(&out, "qemu-io -c 'read -P %d 0 128k' '%s'", expect, p);
+            assert_null(strstr(out, "verification failed"));
+        }
+    }
+}
+
+/* Zero writes: flags, NO_FALLBACK, v2 with a backing file. */
+static void test_zero_semantics(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *b = fresh("zero-base.qcow2");
+    g_autofree char *p3 = fresh("zero-v3.qcow2");
+    g_autofree char *p2 = fresh("zero-v2.qcow2");
+    g_autofree char *out = NULL;
+
+    run("qemu-img create -q -f qcow2 '%s' 4M && qemu-io -c 'write -P 0xee 0 4M' '%s' "
+        ">/dev/null",
+        b, b);
+    run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 4M", b, p3);
+    run("qemu-img create -q -f qcow2 -o compat=0.10 -b '%s' -F qcow2 '%s' 4M", b, p2);
+
+    QimgImage *img = open_rw(p3);
+    /* unaligned with NO_FALLBACK: refused, nothing done */
+    assert_int_equal(blk_pwrite_zeroes(img, 1000, 65536, BLK_REQ_NO_FALLBACK), -ENOTSUP);
+    /* aligned: zero flags, no data written */
+    assert_int_equal(blk_pwrite_zeroes(img, 65536, 3 * 65536, BLK_REQ_NO_FALLBACK), 0);
+    /* unaligned without the flag: partial clusters written as zeros */
+    assert_int_equal(blk_pwrite_zeroes(img, MB(1) + 100, 200000, BLK_REQ_MAY_UNMAP), 0);
+    close_ok(img);
+    check_clean(p3);
+    run_status(&out, "qemu-img map --output=json '%s'", p3);
+    assert_non_null(strstr(out, "\"start\": 65536, \"length\": 196608, \"depth\": 0, "
+                                "\"present\": true, \"zero\": true, \"data\": false"));
+    run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 196608' "
+        "-c 'read -P 0xee 262144 786432' -c 'read -P 0 1048676 200000' '%s' "
+        "| grep -q 'verification failed' && exit 1 || exit 0",
+        p3);
+
+    img = open_rw(p2);
+    assert_int_equal(blk_pwrite_zeroes(img, 65536, 65536, BLK_REQ_NO_FALLBACK), -ENOTSUP);
+    assert_int_equal(blk_pwrite_zeroes(img, 65536, 65536, BLK_REQ_MAY_UNMAP), 0);
+    close_ok(img);
+    check_clean(p2);
+    run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 65536' "
+        "-c 'read -P 0xee 131072 65536' '%s' | grep -q 'verification failed' && exit 1 "
+        "|| exit 0",
+        p2);
+}
+
+/* Refcount overflow is refused (-EINVAL) and changes nothing (iotest 112). */
+static void test_refcount_overflow(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("overflow.qcow2");
+    uint8_t data[512] = {7};
+    uint64_t rc;
+
+    run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 16M", p);
+    QimgImage *img = open_rw(p);
+    assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), 0);
+    Qcow2State *s = st(img);
+    qcow2_lock(s);
+    uint64_t l2 = s->l1_table[0] & QCOW2_L1E_OFFSET_MASK;
+    assert_int_equal(qcow2_update_refcount_locked(s, l2, 1, 1, false), -EINVAL);
+    assert_int_equal(qcow2_get_refcount_locked(s, l2 >> s->cluster_bits, &rc), 0);
+    assert_int_equal(rc, 1);
+    /* a range whose last cluster would overflow changes none of them */
+    assert_int_equal(qcow2_update_refcount_locked(s, l2 - 4 * s->cluster_size,
+                                                  5 * s->cluster_size, 1, false),
+                     -EINVAL);
+    assert_int_equal(qcow2_get_refcount_locked(s, (l2 >> s->cluster_bits) - 1, &rc), 0);
+    assert_int_equal(rc, 1);
+    qcow2_unlock(s);
+    blk_error_clear();
+    close_ok(img);
+    check_clean(p);
+}
+
+static int setup(void **state)
+{
+    const char *base = g_getenv("QIMG_TEST_TMPDIR");
+    g_autofree char *tmpl =
+        g_strdup_printf("%s/qcow2-write-XXXXXX", base ? base : g_get_tmp_dir());
+    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
+    long_run = g_getenv("QIMG_LONG") && strcmp(g_getenv("QIMG_LONG"), "0") != 0;
+    return tmpdir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    if (tmpdir) {
+        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) {
+            return -1;
+        }
+        g_free(tmpdir);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scribble_cluster_sizes),
+        cmocka_unit_test(test_scribble_refcount_widths),
+        cmocka_unit_test(test_scribble_v2),
+        cmocka_unit_test(test_scribble_extended_l2),
+        cmocka_unit_test(test_scribble_backing),
+        cmocka_unit_test(test_reftable_growth),
+        cmocka_unit_test(test_l1_growth_vmstate),
+        cmocka_unit_test(test_vmstate_aligned_no_cow),
+        cmocka_unit_test(test_compressed_zlib),
+        cmocka_unit_test(test_compressed_zstd),
+        cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_resize_refusals),
+        cmocka_unit_test(test_cow_from_backing),
+        cmocka_unit_test(test_snapshot_shared),
+        cmocka_unit_test(test_overlap_check),
+        cmocka_unit_test(test_alloc_offset_zero),
+        cmocka_unit_test(test_lazy_refcounts_dirty_bit),
+        cmocka_unit_test(test_autoclear_cleared),
+        cmocka_unit_test(test_discard_v2_v3),
+        cmocka_unit_test(test_zero_semantics),
+        cmocka_unit_test(test_refcount_overflow),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
