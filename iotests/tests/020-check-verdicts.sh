@@ -1,0 +1,265 @@
+#!/bin/bash
+# qimg check against qemu-img check on images broken with byte edits at
+# known header and table offsets (020-qcow2edit.py): leaks, refcounts too
+# low / zero / too high, the refcount table's own refcount 0, unaligned and
+# out-of-file L2 entries and tables, OFLAG_COPIED mismatches, COPIED on a
+# compressed cluster, reserved bits, broken refcount blocks (unaligned, past
+# the end, missing, reserved bits), snapshot table problems (unaligned or
+# too large L1, too much extra data, incomplete v3 extra data, unaligned
+# table, too many snapshots), refcount overflow with refcount_bits=1, a
+# crash with lazy refcounts (dirty bit), the corrupt bit, bitmaps, extended
+# L2 entries, compat 0.10.
+#
+# For every image, and for check, check -r leaks and check -r all, each
+# with human and JSON output (every run on a fresh copy):
+#   - stdout byte for byte, stderr (qemu-img's prefix read as qimg's) and
+#     the exit code equal qemu-img's;
+#   - after a repair, qemu-img check gives the same verdict and summary on
+#     qimg's copy as on qemu-img's own, and is clean when qemu-img's repair
+#     made its copy clean.
+# Where QEMU 7.2 fails a repair that qimg completes (a rebuild that trips
+# over the old, broken refcount block), qimg's copy must be clean instead.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io python3
+
+EDIT=("python3" "$IOTESTS_DIR/tests/020-qcow2edit.py")
+MiB=$((1024 * 1024))
+mkdir -p cases q m
+
+ed() { # ed IMG CMD ARGS...
+    "${EDIT[@]}" "$@" || { echo "setup: edit $* failed"; exit 1; }
+}
+
+qio() { # qio IMG CMD...
+    local img=$1 args=() c
+    shift
+    for c in "$@"; do
+        args+=(-c "$c")
+    done
+    "$QEMU_IO" -f qcow2 "${args[@]}" "$img" >.qio.out 2>&1
+}
+
+# base NAME [create options] [size]: data in two clusters, one compressed,
+# one zeroed (preallocated) cluster.
+base() {
+    local name=cases/$1 opts=${2:-} size=${3:-64M}
+    "$QEMU_IMG" create -q -f qcow2 ${opts:+-o "$opts"} "$name.qcow2" "$size" ||
+        { echo "setup: create $1"; exit 1; }
+    local cs
+    cs=$("${EDIT[@]}" "$name.qcow2" info | sed -n 's/^cs=//p')
+    qio "$name.qcow2" "write -P 1 0 128k" "write -c -P 2 1M $cs" \
+        "write -P 3 2M 64k" "write -z 2M 64k" || { echo "setup: qemu-io $1"; exit 1; }
+}
+
+# with_snapshot NAME: base plus an internal snapshot and a write after it
+with_snapshot() {
+    base "$1" "${2:-}"
+    "$QEMU_IMG" snapshot -c snap1 "cases/$1.qcow2" && qio "cases/$1.qcow2" "write -P 4 0 64k"
+}
+
+# derive NEW FROM: copy an image to edit
+derive() {
+    cp "cases/$2.qcow2" "cases/$1.qcow2"
+}
+
+# Layout of the default base image (64 KiB clusters): header 0, reftable
+# 0x10000, refblock 0x20000, L1 0x30000, L2 0x40000, data 0x50000 and
+# 0x60000, then the compressed and the zero-allocated clusters.
+
+# ---- the images ----
+
+base clean
+base clean-512 cluster_size=512,refcount_bits=64 4M
+base clean-v2 compat=0.10
+base clean-xl2 extended_l2=on,cluster_size=128k
+with_snapshot snap
+with_snapshot snap-v2 compat=0.10
+
+# leaks: an extra cluster past the end with refcount 1; refcount 2 for a
+# cluster used once
+derive leak clean
+truncate -s $((16 * 65536)) cases/leak.qcow2
+ed cases/leak.qcow2 setref 15 1
+derive leak-high clean
+ed cases/leak-high.qcow2 setref 5 2
+
+# refcount too low: a second L2 entry shares data cluster 5 (refcount 1)
+derive low clean
+ed cases/low.qcow2 l2 $((4 * MiB)) 0x8000000000050000
+# refcount 0 for a used data cluster, and for the refcount table itself
+derive zero clean
+ed cases/zero.qcow2 setref 5 0
+derive zero-reftable clean
+ed cases/zero-reftable.qcow2 setref 1 0
+# refcount too low in an image with a snapshot
+derive snap-low snap
+ed cases/snap-low.qcow2 setref 6 1
+
+# unaligned L2 entries: data, and a preallocated zero cluster
+derive unaligned-data clean
+ed cases/unaligned-data.qcow2 l2 0 0x8000000000050200
+derive unaligned-zero clean
+z=$("${EDIT[@]}" cases/clean.qcow2 l2 $((2 * MiB)))
+ed cases/unaligned-zero.qcow2 l2 $((2 * MiB)) $((z + 0x200))
+# L2 entry past the end of the file; L2 table past the end; unaligned L2 table
+derive past-data clean
+ed cases/past-data.qcow2 l2 65536 0x8000000010000000
+derive past-l2 clean
+ed cases/past-l2.qcow2 l1 0 0x8000000010000000
+derive unaligned-l2 clean
+ed cases/unaligned-l2.qcow2 l1 0 0x8000000000040200
+derive pb-138 clean-512
+ed cases/pb-138.qcow2 l2 0 0x8080000000000000
+
+# OFLAG_COPIED: missing in an L2 entry and in the L1 entry; set on a shared
+# cluster (after a snapshot); set on a compressed cluster
+derive copied-l2 clean
+ed cases/copied-l2.qcow2 l2 65536 0x60000
+derive copied-l1 clean
+ed cases/copied-l1.qcow2 l1 0 0x40000
+derive copied-shared snap
+e=$("${EDIT[@]}" cases/snap.qcow2 l2 65536)
+ed cases/copied-shared.qcow2 l2 65536 $((e | (1 << 63)))
+derive copied-compressed clean
+e=$("${EDIT[@]}" cases/clean.qcow2 l2 $MiB)
+ed cases/copied-compressed.qcow2 l2 $MiB $((e | (1 << 63)))
+
+# reserved bits
+derive reserved-l1 clean
+ed cases/reserved-l1.qcow2 l1 0 0x8000000000040001
+derive reserved-l2 clean
+ed cases/reserved-l2.qcow2 l2 0 0x8000000000050002
+derive reserved-reftable clean
+ed cases/reserved-reftable.qcow2 reftable 0 0x20001
+
+# refcount blocks: unaligned, past the end, missing
+derive rb-unaligned clean
+ed cases/rb-unaligned.qcow2 reftable 0 0x20200
+derive rb-past clean
+ed cases/rb-past.qcow2 reftable 0 0x1000000
+derive rb-missing clean
+ed cases/rb-missing.qcow2 reftable 0 0
+
+# snapshot table
+derive snap-l1-unaligned snap
+ed cases/snap-l1-unaligned.qcow2 snapfield 0 l1_offset $(("$("${EDIT[@]}" cases/snap.qcow2 snapfield 0 l1_offset)" + 0x200))
+derive snap-l1-big snap
+ed cases/snap-l1-big.qcow2 snapfield 0 l1_size 0x400001
+derive snap-extra-big snap
+ed cases/snap-extra-big.qcow2 snapfield 0 extra_size 1100
+derive snap-extra-short snap
+ed cases/snap-extra-short.qcow2 snapfield 0 extra_size 8
+derive snap-table-unaligned snap
+ed cases/snap-table-unaligned.qcow2 poke 64 Q $(("$("${EDIT[@]}" cases/snap.qcow2 info | sed -n 's/^snapshots_offset=//p')" + 512))
+derive snap-too-many snap
+ed cases/snap-too-many.qcow2 poke 60 I 65537
+
+# refcount overflow: 1-bit refcounts and a snapshot sharing everything
+base rc1 refcount_bits=1
+ed cases/rc1.qcow2 fake-snapshot s1
+
+# a crash with lazy refcounts leaves the dirty bit and wrong refcounts
+"$QEMU_IMG" create -q -f qcow2 -o lazy_refcounts=on cases/dirty.qcow2 64M
+sh -c '"$0" -f qcow2 -c "write -P 1 0 128k" -c abort cases/dirty.qcow2' "$QEMU_IO" \
+    >/dev/null 2>&1
+# the corrupt bit on an image without errors
+derive corrupt-bit clean
+ed cases/corrupt-bit.qcow2 poke 72 Q 2
+
+# bitmaps: clean, and a leaked bitmap cluster
+base bitmaps
+"$QEMU_IMG" bitmap --add cases/bitmaps.qcow2 b0
+"$QEMU_IMG" bitmap --add cases/bitmaps.qcow2 b1
+derive bitmaps-leak bitmaps
+dir_off=$(python3 - cases/bitmaps.qcow2 <<'EOF'
+import struct, sys
+d = open(sys.argv[1], 'rb').read(65536)
+off = struct.unpack('>I', d[100:104])[0]
+while True:
+    t, l = struct.unpack('>II', d[off:off + 8])
+    if t == 0:
+        break
+    if t == 0x23852875:
+        print(struct.unpack('>Q', d[off + 24:off + 32])[0])
+    off += 8 + ((l + 7) & ~7)
+EOF
+)
+ed cases/bitmaps-leak.qcow2 setref $((dir_off / 65536)) 2
+
+# extended L2: an allocated cluster whose bitmap says allocated and zero
+derive xl2-bitmap clean-xl2
+o=$("${EDIT[@]}" cases/clean-xl2.qcow2 l2off 0)
+ed cases/xl2-bitmap.qcow2 poke $((o + 8)) Q 0x0000000100000001
+
+# a leak in a compat 0.10 image with a snapshot
+derive v2-leak snap-v2
+truncate -s $((64 * 65536)) cases/v2-leak.qcow2
+ed cases/v2-leak.qcow2 setref 63 1
+
+# ---- the comparison ----
+
+# Cases where QEMU 7.2's own repair fails (rebuild blocked by the old,
+# broken refcount block) and qimg's completes.
+QIMG_BETTER=" rb-unaligned reserved-reftable "
+
+norm_err() { # qemu-img's prefixes and hints as qimg prints them
+    sed -e 's/^qemu-img: /qimg: /' -e 's/qemu-img check -r all/qimg check -r all/' "$1"
+}
+
+for img in cases/*.qcow2; do
+    name=$(basename "$img" .qcow2)
+    for fix in "" "-r leaks" "-r all"; do
+        for out in human json; do
+            cp "$img" q/t.qcow2
+            cp "$img" m/t.qcow2
+            # shellcheck disable=SC2086
+            (cd q && "$QEMU_IMG" check $fix --output=$out t.qcow2 >../q.out 2>../q.err)
+            q_rc=$?
+            # shellcheck disable=SC2086
+            (cd m && timeout 60 "$QIMG" check $fix --output=$out t.qcow2 >../m.out 2>../m.err)
+            m_rc=$?
+            what="$name: check $fix --output=$out"
+            if [ -n "$fix" ] && [[ "$QIMG_BETTER" == *" $name "* ]]; then
+                _checks=$((_checks + 1))
+                if [ "$m_rc" != 0 ]; then
+                    [ "$fix" = "-r all" ] && _fail "$what: qimg exit $m_rc, expected a repair"
+                fi
+            else
+                _checks=$((_checks + 3))
+                cmp -s q.out m.out || {
+                    _fail "$what: stdout differs (- qemu-img, + qimg)"
+                    diff -u q.out m.out | head -n 30
+                }
+                norm_err q.err >q.err.n
+                cmp -s q.err.n m.err || {
+                    _fail "$what: stderr differs (- qemu-img, + qimg)"
+                    diff -u q.err.n m.err | head -n 30
+                }
+                [ "$q_rc" = "$m_rc" ] || _fail "$what: exit code qemu-img $q_rc, qimg $m_rc"
+            fi
+            [ -z "$fix" ] && continue
+            # after the repair: qemu-img's verdict on both copies.  QEMU
+            # rewrites the bitmap directory when it opens an image
+            # read-write, so the image end offset may differ; and when a
+            # repair fails half-way, what reached the disk may differ too
+            # (QEMU drops its cached refcount fixes): then the verdict only.
+            (cd q && "$QEMU_IMG" check t.qcow2 >../q2.raw 2>/dev/null)
+            q2=$?
+            (cd m && "$QEMU_IMG" check t.qcow2 >../m2.raw 2>/dev/null)
+            m2=$?
+            grep -v '^Image end offset' q2.raw >q2.out
+            grep -v '^Image end offset' m2.raw >m2.out
+            _checks=$((_checks + 1))
+            if [[ "$QIMG_BETTER" == *" $name "* ]] && [ "$fix" = "-r all" ]; then
+                [ "$m2" = 0 ] || _fail "$what: qemu-img check after qimg's repair: exit $m2"
+            elif [ "$q2" != "$m2" ] || { [ "$q_rc" != 1 ] && ! cmp -s q2.out m2.out; }; then
+                _fail "$what: after repair qemu-img check says $q2 on its copy, $m2 on qimg's"
+                diff -u q2.out m2.out | head -n 20
+            elif [ "$q_rc" = 0 ] && [ "$m2" != 0 ]; then
+                _fail "$what: qemu-img check is not clean on qimg's repaired copy"
+            fi
+        done
+    done
+done
+
+finish
