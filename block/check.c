@@ -41,10 +41,10 @@ void qimg_check_result_clear(QimgCheckResult *res)
 
 static void keep_only_messages(QimgCheckResult *res)
 {
-    GPtrArray *messages = res->messages;
-
-    memset(res, 0, sizeof(*res));
-    res->messages = messages;
+    QimgCheckResult keep = {.messages = res->messages,
+                            .progress = res->progress,
+                            .progress_opaque = res->progress_opaque};
+    *res = keep;
 }
 
 gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
@@ -57,7 +57,11 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
         g_set_error(error, QIMG_ERROR, EINVAL, "No image or result to check");
         return FALSE;
     }
+    void (*progress)(void *, uint64_t, uint64_t) = res->progress;
+    void *progress_opaque = res->progress_opaque;
     qimg_check_result_clear(res); /* invariant 1 */
+    res->progress = progress;
+    res->progress_opaque = progress_opaque;
     res->messages = g_ptr_array_new_with_free_func(g_free);
     if (!img->drv->check) {
         res->unsupported = true; /* invariant 2 */
@@ -79,6 +83,8 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
     if (fix && (res->corruptions_fixed || res->leaks_fixed)) {
         /* invariant 3 */
         second.messages = res->messages;
+        second.progress = res->progress;
+        second.progress_opaque = res->progress_opaque;
         ret = img->drv->check(img, &second, 0, error);
         if (ret < 0) {
             keep_only_messages(&second);

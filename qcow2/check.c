@@ -1486,5 +1486,7 @@ int qcow2_check_image_opts(QimgImage *img, QimgCheckResult *res, unsigned fix,
 
 int qcow2_check_image(QimgImage *img, QimgCheckResult *res, unsigned fix, GError **error)
 {
-    return qcow2_check_image_opts(img, res, fix, NULL, error);
+    Qcow2CheckOptions o = {.progress = res->progress,
+                           .progress_opaque = res->progress_opaque};
+    return qcow2_check_image_opts(img, res, fix, &o, error);
 }

@@ -118,6 +118,12 @@ static void dump_json(const QimgCheckResult *r, const char *filename, const char
     printf("%s\n", text);
 }
 
+
+static void check_progress(void *opaque, uint64_t done, uint64_t total)
+{
+    tool_progress_update(opaque, done, total);
+}
+
 int cmd_check(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -205,6 +211,8 @@ int cmd_check(int argc, char **argv)
     }
 
     tool_progress_init(&prog, progress && !quiet);
+    res.progress = check_progress;
+    res.progress_opaque = &prog;
     ok = qimg_image_check(img, &res, fix, &err);
     tool_progress_update(&prog, 1, 1);
     tool_progress_end(&prog);

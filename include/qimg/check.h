@@ -29,6 +29,10 @@ typedef struct QimgCheckResult {
     /* Human-readable findings, one per line, as qemu-img prints them
      * ("Leaked cluster 5 refcount=1 reference=0", "ERROR ..."). */
     GPtrArray *messages;        /* char*, owned */
+    /* Optional, set by the caller before the check: called now and then with
+     * work done out of the total (qemu-img's -p). */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
 } QimgCheckResult;
 
 /*
