@@ -154,7 +154,8 @@ static int repair_dirty(QimgImage *img)
     g_autoptr(GError) err = NULL;
     int ret;
 
-    ret = qcow2_check_image(img, &res, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &err);
+    ret =
+        qcow2_check_image(img, &res, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &err);
     if (ret == 0 && res.check_errors) {
         ret = -EIO;
     }
@@ -408,6 +409,11 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
 
 int qcow2_create(const char *filename, const QimgCreateOptions *opts,
                  GError **error); /* create.c */
+/* snapshot-write.c */
+int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
+int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error);
+int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error);
+GArray *qcow2_snapshot_list(QimgImage *img);
 
 const QimgDriver blk_qcow2_driver = {
     .create = qcow2_create,
@@ -426,6 +432,10 @@ const QimgDriver blk_qcow2_driver = {
     .save_vmstate = qcow2_save_vmstate,
     .load_vmstate = qcow2_load_vmstate,
     .has_zero_init = qcow2_has_zero_init,
+    .snapshot_create = qcow2_snapshot_create,
+    .snapshot_goto = qcow2_snapshot_goto,
+    .snapshot_delete = qcow2_snapshot_delete,
+    .snapshot_list = qcow2_snapshot_list,
     .block_status = qcow2_block_status,
     .get_allocated_size = qcow2_get_allocated_size,
     .get_info = qcow2_get_info,

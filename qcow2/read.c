@@ -9,8 +9,11 @@
  *  1. The metadata lock is held only while an extent is looked up; it is
  *     dropped before any guest data is read (qcow2.h invariant 3), so
  *     readers of different clusters run in parallel.
- *  2. Data reads use blk_preadv_padded(): bytes past the end of the data
- *     file or the backing node read as zeros, as QEMU reads them.
+ *  2. Bytes past the end of the data file or the backing node read as
+ *     zeros, as QEMU reads them: protocol nodes (image and data file) do
+ *     that themselves (file.c invariant 3; blk_preadv, which also does not
+ *     look at a size that concurrent writes grow), the backing node goes
+ *     through blk_preadv_padded().
  *  3. Unallocated extents read from img->backing, or zeros without one.
  *  4. A compressed extent lies in one cluster (cluster.c invariant 2); it is
  *     decompressed whole into a per-request buffer of cluster_size bytes,
@@ -54,7 +57,7 @@ static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offs
     }
     g_assert(csize <= 2 * s->cluster_size); /* compress.c invariant 1 */
     iov_init_buf(&cio, rb->compressed, csize);
-    ret = blk_preadv_padded(s->img->file, coffset, &cio);
+    ret = blk_preadv(s->img->file, coffset, &cio, 0);
     if (ret < 0) {
         return ret;
     }
@@ -107,7 +110,8 @@ int qcow2_read_guest(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
             }
             break;
         case QCOW2_SC_NORMAL:
-            ret = blk_preadv_padded(qcow2_data_node(s), m.host_offset, &part);
+            /* read.c invariant 2: a protocol node reads zeros past its end */
+            ret = blk_preadv(qcow2_data_node(s), m.host_offset, &part, 0);
             break;
         case QCOW2_SC_COMPRESSED:
             ret = read_compressed(s, m.host_offset, pos, &part, &rb);

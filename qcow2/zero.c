@@ -32,6 +32,8 @@
  *     discards (and v2 zeroing) of ranges without a table, and zeroing with
  *     QCOW2_ZERO_IF_NEEDED of ranges without a table that read as zeros;
  *     with that flag, clusters that read as zeros keep their entries.
+ *  6. With a raw external data file (data_file_raw), the data file is zeroed
+ *     too, first, so it keeps matching what the guest reads (QEMU).
  */
 #include "qcow2/qcow2.h"
 
@@ -316,6 +318,14 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
     if ((flags & BLK_REQ_NO_FALLBACK) && (a != offset || b != end)) {
         return -ENOTSUP;
     }
+    if (s->data_file && s->data_file_raw) {
+        /* invariant 6: the raw data file follows the guest view */
+        blk_event(s->data_file, BLKEV_DATA_WRITE);
+        ret = blk_pwrite_zeroes(s->data_file, offset, bytes, 0);
+        if (ret < 0) {
+            return ret;
+        }
+    }
     if (a != offset) {
         ret = write_zeros(s, offset, MIN(a, offset + bytes) - offset);
     }
@@ -359,6 +369,14 @@ int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, boo
 {
     if (!full && s->qcow_version < 3 && s->img->backing) {
         return 0; /* invariant 2 */
+    }
+    if (s->data_file && s->data_file_raw) {
+        int ret;
+        blk_event(s->data_file, BLKEV_DATA_WRITE);
+        ret = blk_pwrite_zeroes(s->data_file, offset, bytes, 0); /* invariant 6 */
+        if (ret < 0) {
+            return ret;
+        }
     }
     return clusters_registered(s, offset, offset + bytes,
                                full ? OP_FULL_DISCARD : OP_DISCARD, 0);

@@ -9,7 +9,9 @@
  * `qemu-img compare` must find it identical to the model written as raw.
  * The matrix covers cluster sizes 512..2M, refcount widths 1/16/64, v2 and
  * v3, extended L2, lazy refcounts, zstd, and qcow2 / raw backing files.
- * QIMG_LONG=1 runs many more operations and seeds.
+ * QIMG_LONG=1 runs many more operations and seeds; for debugging,
+ * QIMG_SCRIBBLE_ONLY=<create options> runs one configuration and
+ * QIMG_SCRIBBLE_DEBUG=1 compares the whole image after every operation.
  *
  * Then one test per feature: refcount table growth, L1 growth through the
  * vmstate area, compressed clusters read back by qemu-img convert, resize
@@ -272,13 +274,19 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
     size_t maxlen = 3 << 20;
     g_autofree uint8_t *buf = g_malloc(maxlen);
 
+    /* "@" in the options stands for a fresh external data file name */
+    g_autofree char *data_file = fresh("scribble-data.raw");
+    g_auto(GStrv) parts = g_strsplit(c->opts, "@", -1);
+    g_autofree char *opts = g_strjoinv(data_file, parts);
+    bool has_data_file = strchr(c->opts, '@') != NULL;
+
     if (c->backing != BK_NONE) {
         base = make_backing(c->backing, c->size, r, m.bytes);
-        run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, c->opts,
-            base, c->backing == BK_RAW ? "raw" : "qcow2", path, c->size);
+        run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, opts, base,
+            c->backing == BK_RAW ? "raw" : "qcow2", path, c->size);
         m.v2_backing = v2;
     } else {
-        run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, c->opts, path, c->size);
+        run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, c->size);
     }
 
     for (int batch = 0; batch < batches; batch++) {
@@ -325,7 +333,7 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
             } else if (kind < 92) {
                 uint64_t co = ROUND_DOWN(off, m.cluster_size);
                 uint64_t cl = MIN(m.cluster_size, m.size - co);
-                if (cl <= maxlen) {
+                if (cl <= maxlen && !has_data_file) {
                     QimgIOV q;
                     fill_compressible(r, buf, cl);
                     if (g_rand_int_range(r, 0, 5) == 0) {
@@ -346,12 +354,20 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
                 fail_msg("op %u at %" PRIu64 "+%" PRIu64 " failed: %s (%s)", kind, off,
                          len, g_strerror(-ret), blk_error_message());
             }
+            if (g_getenv("QIMG_SCRIBBLE_DEBUG")) { /* debugging: check after each op */
+                fprintf(stderr, "batch %d op %d: kind %u %" PRIu64 "+%" PRIu64 "\n",
+                        batch, i, kind, off, len);
+                compare_all(img, &m);
+            }
         }
         compare_all(img, &m);
         close_ok(img);
         check_clean(path);
         write_file(model_path, m.bytes, m.size);
         run("qemu-img compare -f qcow2 -F raw '%s' '%s'", path, model_path);
+        if (strstr(c->opts, "data_file_raw=on")) { /* the raw file is the disk */
+            run("qemu-img compare -f raw -F raw '%s' '%s'", data_file, model_path);
+        }
     }
     g_free(m.bytes);
 }
@@ -363,7 +379,12 @@ static void scribble_matrix(const Config *cs, size_t n)
     int batches = long_run ? 4 : 2, ops = long_run ? 3000 : 600;
     unsigned seeds = long_run ? 4 : 1;
 
+    const char *only = g_getenv("QIMG_SCRIBBLE_ONLY"); /* debugging: one config */
+
     for (size_t i = 0; i < n; i++) {
+        if (only && strcmp(only, cs[i].opts) != 0) {
+            continue;
+        }
         for (unsigned s = 0; s < seeds; s++) {
             scribble(&cs[i], 1000 + (unsigned)i * 17 + s, batches, ops);
         }
@@ -424,6 +445,8 @@ static void test_scribble_backing(void **state)
         {"cluster_size=4096,lazy_refcounts=on", BK_RAW, MB(16)},
         {"cluster_size=512,refcount_bits=64", BK_QCOW2, MB(4)},
         {"compression_type=zstd", BK_RAW, MB(32)},
+        {"data_file=@", BK_QCOW2, MB(16)},
+        {"data_file=@,data_file_raw=on,cluster_size=4096", BK_NONE, MB(16)},
     };
     scribble_matrix(cs, G_N_ELEMENTS(cs));
 }
@@ -496,6 +519,43 @@ static void test_l1_growth_vmstate(void **state)
     memset(rd, 0, MB(1));
     assert_int_equal(img->drv->load_vmstate(img, MB(40) + 123, &q), 0);
     assert_memory_equal(rd, buf, MB(1));
+    blk_close(img);
+}
+
+/* A snapshot view reads the snapshot's vmstate through the snapshot's L1,
+ * where the snapshot's disk size puts it, whatever the active L1 holds. */
+static void test_vmstate_snapshot_view(void **state)
+{
+    SKIP_WITHOUT_QEMU();
+    g_autofree char *p = fresh("vmview.qcow2");
+    g_autofree uint8_t *buf = g_malloc(300000), *rd = g_malloc(300000);
+    g_autoptr(GRand) r = g_rand_new_with_seed(8);
+    g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = {.snapshot = "s1"};
+    QimgIOV q;
+
+    run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
+    QimgImage *img = open_rw(p);
+    fill_random(r, buf, 300000);
+    iov_init_buf(&q, buf, 300000);
+    assert_int_equal(img->drv->save_vmstate(img, 5000, &q), 0);
+    close_ok(img);
+    /* the snapshot's L1 copy holds the vmstate clusters; then the active
+     * image moves on: resized (vmstate area moves) and overwritten */
+    run("qemu-img snapshot -c s1 '%s' && qemu-img resize -q '%s' 8M", p, p);
+    img = open_rw(p);
+    memset(rd, 0xee, 300000);
+    iov_init_buf(&q, rd, 300000);
+    assert_int_equal(img->drv->save_vmstate(img, 5000, &q), 0);
+    close_ok(img);
+    check_clean(p);
+
+    img = blk_open_image(p, &o, NULL, &err);
+    assert_non_null(img);
+    memset(rd, 0, 300000);
+    iov_init_buf(&q, rd, 300000);
+    assert_int_equal(img->drv->load_vmstate(img, 5000, &q), 0);
+    assert_memory_equal(rd, buf, 300000);
     blk_close(img);
 }
 
@@ -1014,6 +1074,7 @@ int main(void)
         cmocka_unit_test(test_reftable_growth),
         cmocka_unit_test(test_l1_growth_vmstate),
         cmocka_unit_test(test_vmstate_aligned_no_cow),
+        cmocka_unit_test(test_vmstate_snapshot_view),
         cmocka_unit_test(test_compressed_zlib),
         cmocka_unit_test(test_compressed_zstd),
         cmocka_unit_test(test_resize),

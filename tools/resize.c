@@ -11,9 +11,11 @@
  *     non-negative number below 2^64" and the suffix lines.
  *  3. After opening the image: a result <= 0 (or one that overflows) is
  *     "New image size must be positive"; preallocation when not growing is
- *     "Preallocation can only be used for growing images"; shrinking needs
- *     --shrink ("Use the --shrink option to perform a shrink operation.")
- *     and then warns that data beyond the new end is deleted.
+ *     "Preallocation can only be used for growing images"; shrinking without
+ *     --shrink is refused ("Use the --shrink option to perform a shrink
+ *     operation." and a warning that it would delete the data beyond the new
+ *     end).  An open failure reads "Could not open 'F': <reason>" where the
+ *     reason itself starts with "Could not open 'F': " (qemu-img's img_open).
  *  4. "Image resized." on success (also when the size does not change),
  *     unless -q.  Exit status 0 or 1.
  */
@@ -102,7 +104,8 @@ int cmd_resize(int argc, char **argv)
     oo.cache = QIMG_CACHE_WRITEBACK;
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
-        tool_report_gerror(err, NULL);
+        g_autofree char *pfx = g_strdup_printf("Could not open '%s'", filename);
+        tool_report_gerror(err, pfx);
         return 1;
     }
     current = qimg_image_size(img);
@@ -121,14 +124,12 @@ int cmd_resize(int argc, char **argv)
         tool_error("Preallocation can only be used for growing images");
         return 1;
     }
-    if (current > (uint64_t)total) {
-        if (!shrink) {
-            tool_error("Use the --shrink option to perform a shrink operation.");
-            return 1;
-        }
+    if (current > (uint64_t)total && !shrink) {
+        tool_error("Use the --shrink option to perform a shrink operation.");
         tool_warning("Shrinking an image will delete all data beyond the shrunken "
                      "image's end. Before performing such an operation, make sure there "
                      "is no important data there.");
+        return 1;
     }
 
     if (!qimg_image_truncate(img, (uint64_t)total, shrink, prealloc, &err)) {

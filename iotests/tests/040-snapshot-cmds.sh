@@ -1,0 +1,233 @@
+#!/bin/bash
+# qimg snapshot -c/-a/-d/-l against qemu-img snapshot, on copies of the same
+# images (several qcow2 variants): the same sequence of operations is run by
+# each tool on its own copy, then
+#   - qemu-img check finds the qimg copy clean (no errors, no leaks);
+#   - qemu-img snapshot -l lists the same snapshots for both copies (dates
+#     aside), and qimg snapshot -l prints exactly what qemu-img prints;
+#   - every snapshot's contents (qemu-img convert -l ID) and the active
+#     layer are equal between the copies;
+#   - qemu-img can apply the snapshots qimg created and the reverse;
+#   - applying a snapshot taken before a resize restores the disk size;
+#   - messages and exit codes of the failures equal qemu-img's.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io cmp python3
+
+MiB=$((1024 * 1024))
+
+head -c $((2 * MiB)) /dev/urandom >rand.bin
+
+# qio IMG CMD...: qemu-io commands (one process), which must succeed.
+qio() {
+    local img=$1 args=() c
+    shift
+    for c in "$@"; do
+        args+=(-c "$c")
+    done
+    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
+        echo "setup: qemu-io $* on $img failed:"
+        cat .qio.out
+        exit 1
+    fi
+}
+
+qi() {
+    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
+        echo "setup: qemu-img $* failed:"
+        cat .qi.out
+        exit 1
+    fi
+}
+
+# both ARGS...: "snapshot ARGS IMG" with qimg on $M and qemu-img on $Q; both
+# must succeed with the same (empty) output.
+both() {
+    local out_m out_q rc_m rc_q
+    out_m=$("$QIMG" snapshot "$@" "$M" 2>&1)
+    rc_m=$?
+    out_q=$("$QEMU_IMG" snapshot "$@" "$Q" 2>&1)
+    rc_q=$?
+    assert_eq "$V: snapshot $* exit code (qemu-img $rc_q)" "$rc_q" "$rc_m"
+    assert_eq "$V: snapshot $* output" "$out_q" "$out_m"
+}
+
+# Listing without the DATE column (the tools ran at different times).
+list_nodate() {
+    "$QEMU_IMG" snapshot -l "$1" | sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}/DATE/'
+}
+
+# Snapshot IDs of an image, one a line.
+snap_ids() {
+    "$QEMU_IMG" info --output=json "$1" | python3 -c '
+import json, sys
+for s in json.load(sys.stdin).get("snapshots", []):
+    print(s["id"])'
+}
+
+# compare_copies STEP: the checks of the header comment.
+compare_copies() {
+    local step=$1 id
+    assert_rc "$V/$step: qemu-img check of the qimg copy" 0 "$QEMU_IMG" check "$M"
+    assert_eq "$V/$step: qemu-img snapshot -l" "$(list_nodate "$Q")" "$(list_nodate "$M")"
+    assert_eq "$V/$step: qimg snapshot -l equals qemu-img snapshot -l" \
+        "$("$QEMU_IMG" snapshot -l "$M")" "$("$QIMG" snapshot -l "$M" 2>&1)"
+    assert_eq "$V/$step: virtual size" \
+        "$("$QEMU_IMG" info --output=json "$Q" | grep '"virtual-size"')" \
+        "$("$QEMU_IMG" info --output=json "$M" | grep '"virtual-size"')"
+    "$QEMU_IMG" convert -O raw "$Q" q.raw && "$QEMU_IMG" convert -O raw "$M" m.raw
+    _checks=$((_checks + 1))
+    cmp -s q.raw m.raw || _fail "$V/$step: active layer differs"
+    for id in $(snap_ids "$Q"); do
+        "$QEMU_IMG" convert -l "$id" -O raw "$Q" q.raw &&
+            "$QEMU_IMG" convert -l "$id" -O raw "$M" m.raw
+        _checks=$((_checks + 1))
+        cmp -s q.raw m.raw || _fail "$V/$step: snapshot $id differs"
+    done
+    rm -f q.raw m.raw
+}
+
+variants=(
+    ""
+    "compat=0.10"
+    "cluster_size=512"
+    "cluster_size=2M"
+    "extended_l2=on,cluster_size=128k"
+    "refcount_bits=4"
+    "lazy_refcounts=on"
+)
+
+for V in "${variants[@]}"; do
+    o=${V:+-o $V}
+    # shellcheck disable=SC2086
+    qi create -f qcow2 $o base.qcow2 64M
+    qio base.qcow2 "write -q -s rand.bin 0 $MiB" "write -q -P 0x11 $((5 * MiB + 3)) 70000"
+    cp base.qcow2 m.qcow2
+    cp base.qcow2 q.qcow2
+    M=m.qcow2
+    Q=q.qcow2
+
+    both -c s1
+    qio "$M" "write -q -P 0x22 $((MiB / 2)) $MiB" "write -q -s rand.bin $((60 * MiB)) 4000"
+    qio "$Q" "write -q -P 0x22 $((MiB / 2)) $MiB" "write -q -s rand.bin $((60 * MiB)) 4000"
+    both -c s2
+    both -c s1 # a second snapshot called s1 (names need not be unique)
+    both -q -c ""
+    compare_copies create
+
+    both -a s1 # ID first, then name: the first s1
+    compare_copies apply-s1
+    both -a 2 # by ID
+    compare_copies apply-2
+    qio "$M" "write -q -P 0x33 0 12345"
+    qio "$Q" "write -q -P 0x33 0 12345"
+    both -d s1 # by name: the first s1 (ID 1)
+    compare_copies delete-s1
+    both -d s1 # the second one
+    both -c s4
+    compare_copies delete-create
+    both -a s2
+    compare_copies apply-s2
+
+    # Each tool applies and deletes what the other created.
+    cp "$M" cross-m.qcow2
+    cp "$Q" cross-q.qcow2
+    assert_rc "$V: qemu-img applies qimg's s4" 0 "$QEMU_IMG" snapshot -a s4 cross-m.qcow2
+    assert_rc "$V: qimg applies qemu-img's s4" 0 "$QIMG" snapshot -a s4 cross-q.qcow2
+    assert_rc "$V: qemu-img deletes qimg's s2" 0 "$QEMU_IMG" snapshot -d s2 cross-m.qcow2
+    assert_rc "$V: qimg deletes qemu-img's s2" 0 "$QIMG" snapshot -d s2 cross-q.qcow2
+    M=cross-m.qcow2
+    Q=cross-q.qcow2
+    compare_copies cross
+    rm -f base.qcow2 m.qcow2 q.qcow2 cross-m.qcow2 cross-q.qcow2
+done
+
+# Apply restores the disk size of the snapshot (v3 images may be resized
+# with snapshots; growing and shrinking).
+V=resize
+for new in 128M 32M; do
+    qi create -f qcow2 base.qcow2 64M
+    qio base.qcow2 "write -q -s rand.bin $((63 * MiB)) $MiB"
+    cp base.qcow2 m.qcow2
+    cp base.qcow2 q.qcow2
+    M=m.qcow2
+    Q=q.qcow2
+    both -c before
+    qi resize --shrink "$M" "$new"
+    qi resize --shrink "$Q" "$new"
+    qio "$M" "write -q -P 0x44 $((31 * MiB)) $MiB"
+    qio "$Q" "write -q -P 0x44 $((31 * MiB)) $MiB"
+    both -c after
+    both -a before
+    assert_eq "resize $new: size after apply" "67108864" \
+        "$("$QEMU_IMG" info --output=json "$M" | python3 -c 'import json,sys; print(json.load(sys.stdin)["virtual-size"])')"
+    compare_copies "apply-before-$new"
+    both -a after
+    compare_copies "apply-after-$new"
+    rm -f base.qcow2 m.qcow2 q.qcow2
+done
+
+# Messages and exit codes.
+qi create -f qcow2 e.qcow2 64M
+qi snapshot -c s1 e.qcow2
+qi snapshot -c "" e.qcow2
+same_as_qemu_err snapshot -a nope e.qcow2
+same_as_qemu_err snapshot -q -a nope e.qcow2
+same_as_qemu_err snapshot -d nope e.qcow2
+same_as_qemu_err snapshot -d 1 e.qcow2 # -d looks up names only
+same_as_qemu_err snapshot -l -c x e.qcow2
+same_as_qemu_err snapshot -l -l e.qcow2
+same_as_qemu_err snapshot -c a -d b e.qcow2
+same_as_qemu_err snapshot -c
+same_as_qemu_err snapshot -x e.qcow2
+same_as_qemu_err snapshot -c x
+same_as_qemu_err snapshot -c x e.qcow2 other
+same_as_qemu_err snapshot -U -c x e.qcow2
+same_as_qemu_err snapshot -U -a s1 e.qcow2
+same_as_qemu_err snapshot -U -d s1 e.qcow2
+same_as_qemu_err snapshot -c x nonexistent.qcow2
+same_as_qemu_err snapshot -l e.qcow2
+same_as_qemu_err snapshot -q -l e.qcow2
+same_as_qemu_err snapshot -U -l e.qcow2
+same_as_qemu_err snapshot e.qcow2
+# The empty name exists and can be deleted.
+M=m.qcow2
+Q=q.qcow2
+V=errors
+cp e.qcow2 "$M"
+cp e.qcow2 "$Q"
+both -d ""
+compare_copies delete-empty-name
+
+# A refcount that would overflow (1-bit refcounts cannot share a cluster):
+# both fail, and the image is still not corrupt (qemu-img leaks there).
+qi create -f qcow2 -o refcount_bits=1 r1.qcow2 64M
+qio r1.qcow2 "write -q -s rand.bin 0 $MiB"
+cp r1.qcow2 r1-q.qcow2
+"$QEMU_IMG" snapshot -c s1 r1-q.qcow2 >/dev/null 2>&1
+q_rc=$?
+m_err=$("$QIMG" snapshot -c s1 r1.qcow2 2>&1)
+m_rc=$?
+assert_eq "refcount_bits=1: snapshot -c exit code" "$q_rc" "$m_rc"
+_checks=$((_checks + 1))
+[[ "$m_err" == "qimg: Could not create snapshot 's1': "* ]] ||
+    _fail "refcount_bits=1: snapshot -c message: $m_err"
+"$QEMU_IMG" check r1.qcow2 >.out 2>&1
+rc=$?
+_checks=$((_checks + 1))
+if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then
+    _fail "refcount_bits=1: qemu-img check after the failed snapshot: rc $rc"
+    cat .out
+fi
+assert_eq "refcount_bits=1: no snapshot left" "" "$("$QEMU_IMG" snapshot -l r1.qcow2)"
+
+# Raw images: qemu-img warns about probing first; compare the last line.
+truncate -s 1M r.raw
+for args in "-c x" "-a x" "-d x"; do
+    # shellcheck disable=SC2086
+    run_both snapshot $args r.raw
+    assert_eq "raw: snapshot $args exit code" "$Q_RC" "$M_RC"
+    assert_eq "raw: snapshot $args message" "$(printf '%s\n' "$Q_ERR" | tail -n 1)" "$M_ERR"
+done
+same_as_qemu snapshot -l r.raw
+
+finish

@@ -1,0 +1,297 @@
+#!/bin/bash
+# VM state interoperability between qimg vmstate and QEMU's own vmstate path.
+#
+# qimg -> QEMU: states of 1, 4095, 1 MiB + 3 and 20 MiB random bytes saved
+# with "qimg vmstate save" (buffered with several buffer sizes and depths,
+# unbuffered, cache=none, from a pipe, QEMU-shaped pieces) on several qcow2
+# variants (cluster sizes 512..2M, extended L2, compat 0.10, disk ends on
+# and off an L1-entry boundary).  After each save qemu-img check is clean
+# (no leaks either) and qemu-img info reports the vm-state-size; on a copy,
+# "qemu-img snapshot -a" then "qemu-io -c 'read -b -v 0 N'" (QEMU's own
+# load_vmstate path) returns the input; qimg vmstate load (with and without
+# --apply) returns it too.
+#
+# QEMU -> qimg: a state written with "qemu-io -c 'write -b -s FILE 0 N'"
+# (QEMU's save_vmstate into the active L1), captured by "qemu-img snapshot
+# -c".  qemu-img records no VM state size for it (vm-state-size 0: a
+# disk-only snapshot), so the size is patched into the snapshot table
+# entry (also below the written length: 1 of 512 bytes); qimg vmstate load
+# must then return exactly those bytes.  (042 does the same with a real
+# QEMU savevm.)
+#
+# Errors: unknown snapshot, disk-only snapshot, raw image, name in use,
+# empty or missing stream, unwritable output, a full file system.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io cmp python3
+
+KiB=1024
+MiB=$((1024 * 1024))
+
+head -c $((21 * MiB)) /dev/urandom >rand.bin
+for n in 1 4095 $((MiB + 3)) $((20 * MiB)); do
+    head -c "$n" rand.bin >"in-$n.bin"
+done
+
+qi() {
+    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
+        echo "setup: qemu-img $* failed:"
+        cat .qi.out
+        exit 1
+    fi
+}
+
+qio() {
+    local img=$1 args=() c
+    shift
+    for c in "$@"; do
+        args+=(-c "$c")
+    done
+    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
+        echo "setup: qemu-io $* on $img failed:"
+        cat .qio.out
+        exit 1
+    fi
+}
+
+# vm_state_size IMG NAME: the snapshot's vm-state-size per qemu-img info.
+vm_state_size() {
+    "$QEMU_IMG" info --output=json "$1" | python3 -c '
+import json, sys
+for s in json.load(sys.stdin).get("snapshots", []):
+    if s["name"] == sys.argv[1]:
+        print(s["vm-state-size"])' "$2"
+}
+
+# qemu_read_state IMG NAME SIZE OUT: QEMU's loadvm path on a copy of IMG:
+# qemu-img snapshot -a, then qemu-io read -b (whole sectors), cut to SIZE.
+qemu_read_state() {
+    local img=$1 name=$2 size=$3 out=$4
+    local len=$(((size + 511) / 512 * 512))
+    cp "$img" qemu-copy.qcow2
+    "$QEMU_IMG" snapshot -a "$name" qemu-copy.qcow2 || return 1
+    "$QEMU_IO" -c "read -b -v 0 $len" qemu-copy.qcow2 | python3 -c '
+import re, sys
+size = int(sys.argv[1])
+out = bytearray()
+for line in sys.stdin:
+    if re.match(r"^[0-9a-f]{8}:  ", line):
+        out += bytes.fromhex(line[11:58])
+sys.stdout.buffer.write(bytes(out[:size]))' "$size" >"$out"
+    rm -f qemu-copy.qcow2
+}
+
+# set_vm_state_size IMG NAME SIZE: patch the snapshot table entry (both the
+# 32-bit field and the 64-bit extra field), as if savevm had recorded it.
+set_vm_state_size() {
+    python3 - "$@" <<'EOF'
+import struct, sys
+path, name, size = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+with open(path, "r+b") as f:
+    hdr = f.read(72)
+    nb, = struct.unpack(">I", hdr[60:64])
+    off, = struct.unpack(">Q", hdr[64:72])
+    for _ in range(nb):
+        f.seek(off)
+        e = f.read(40)
+        id_len, name_len = struct.unpack(">HH", e[12:16])
+        extra, = struct.unpack(">I", e[36:40])
+        f.seek(off + 40 + extra + id_len)
+        if f.read(name_len) == name:
+            f.seek(off + 32)
+            f.write(struct.pack(">I", size if size <= 0xffffffff else 0))
+            if extra >= 8:
+                f.seek(off + 40)
+                f.write(struct.pack(">Q", size))
+            sys.exit(0)
+        off += (40 + extra + id_len + name_len + 7) // 8 * 8
+sys.exit("snapshot not found")
+EOF
+}
+
+# check_clean DESC IMG: qemu-img check finds neither errors nor leaks.
+check_clean() {
+    assert_rc "$1: qemu-img check" 0 "$QEMU_IMG" check "$2"
+}
+
+# same_file DESC EXPECTED ACTUAL
+same_file() {
+    _checks=$((_checks + 1))
+    if ! cmp "$2" "$3"; then
+        _fail "$1: $3 differs from $2 ($(stat -c %s "$2") vs $(stat -c %s "$3") bytes)"
+        return 1
+    fi
+}
+
+# variant: "create options|disk size"
+variants=(
+    "|64M"
+    "cluster_size=512|1049088"
+    "cluster_size=2M|100M"
+    "extended_l2=on|64M"
+    "compat=0.10|64M"
+    "|512M"
+    "cluster_size=4k,refcount_bits=64|3G"
+)
+sizes=(1 4095 $((MiB + 3)) $((20 * MiB)))
+# How each size is saved (rotated across the variants).
+modes=(
+    ""
+    "--unbuffered"
+    "--in-flight 1 --buffer-size 64k"
+    "-t none --buffer-size 4M --in-flight 3"
+    "pipe"
+    "--qemu-shaped 7"
+    "-t writethrough --in-flight 16"
+)
+
+vi=0
+for v in "${variants[@]}"; do
+    opts=${v%%|*}
+    dsize=${v#*|}
+    V="[$opts $dsize]"
+    qi create -f qcow2 ${opts:+-o "$opts"} img.qcow2 "$dsize"
+    qio img.qcow2 "write -q -s rand.bin 0 $MiB"
+
+    si=0
+    for n in "${sizes[@]}"; do
+        mode=${modes[$(((vi + si) % ${#modes[@]}))]}
+        name="s-$n"
+        if [ "$mode" = pipe ]; then
+            cat "in-$n.bin" | "$QIMG" vmstate save img.qcow2 "$name" >.out 2>&1
+        else
+            # shellcheck disable=SC2086
+            "$QIMG" vmstate save $mode img.qcow2 "$name" "in-$n.bin" >.out 2>&1
+        fi
+        rc=$?
+        assert_eq "$V: vmstate save $n bytes ($mode) rc" 0 "$rc" || cat .out
+        check_clean "$V: after saving $n bytes ($mode)" img.qcow2
+        assert_eq "$V: vm-state-size of $name" "$n" "$(vm_state_size img.qcow2 "$name")"
+        si=$((si + 1))
+    done
+    # The VM SIZE column (and the rest of the list) as qemu-img shows it.
+    assert_eq "$V: qimg snapshot -l equals qemu-img snapshot -l" \
+        "$("$QEMU_IMG" snapshot -l img.qcow2)" "$("$QIMG" snapshot -l img.qcow2 2>&1)"
+    # The active disk was not touched: every snapshot has its contents.
+    "$QEMU_IMG" convert -O raw img.qcow2 active.raw
+    for n in "${sizes[@]}"; do
+        "$QEMU_IMG" convert -l "s-$n" -O raw img.qcow2 snap.raw
+        same_file "$V: disk of s-$n" active.raw snap.raw
+    done
+    rm -f active.raw snap.raw
+
+    for n in "${sizes[@]}"; do
+        name="s-$n"
+        qemu_read_state img.qcow2 "$name" "$n" qemu.out
+        same_file "$V: $name through qemu-img snapshot -a + qemu-io read -b" "in-$n.bin" qemu.out
+        rm -f qemu.out
+        "$QIMG" vmstate load img.qcow2 "$name" load.out
+        assert_eq "$V: vmstate load $name rc" 0 "$?"
+        same_file "$V: $name through qimg vmstate load" "in-$n.bin" load.out
+        "$QIMG" vmstate load img.qcow2 "$name" >load.out
+        same_file "$V: $name through qimg vmstate load to stdout" "in-$n.bin" load.out
+        rm -f load.out
+    done
+    # load --apply reverts the disk (like loadvm) and reads the state from
+    # the active L1; the image stays clean.
+    cp img.qcow2 apply.qcow2
+    qio apply.qcow2 "write -q -P 0x5a 0 $MiB"
+    n=$((MiB + 3))
+    "$QIMG" vmstate load --apply apply.qcow2 "s-$n" load.out
+    assert_eq "$V: vmstate load --apply rc" 0 "$?"
+    same_file "$V: s-$n through qimg vmstate load --apply" "in-$n.bin" load.out
+    check_clean "$V: after load --apply" apply.qcow2
+    "$QEMU_IMG" convert -O raw apply.qcow2 a.raw
+    "$QEMU_IMG" convert -l "s-$n" -O raw apply.qcow2 s.raw
+    same_file "$V: disk after load --apply" s.raw a.raw
+    rm -f apply.qcow2 load.out a.raw s.raw
+
+    # QEMU -> qimg.
+    for pair in "512:1" "4096:4095" "$((MiB + 512)):$((MiB + 3))" "$((20 * MiB)):$((20 * MiB))"; do
+        len=${pair%%:*}
+        n=${pair#*:}
+        name="q-$n"
+        qio img.qcow2 "write -b -q -s rand.bin 0 $len"
+        qi snapshot -c "$name" img.qcow2
+        set_vm_state_size img.qcow2 "$name" "$n" || exit 1
+        assert_eq "$V: patched vm-state-size of $name" "$n" "$(vm_state_size img.qcow2 "$name")"
+        # Only the state of this snapshot: later writes must not show.
+        qio img.qcow2 "write -b -q -P 0xee 0 $len"
+    done
+    check_clean "$V: after qemu-io write -b" img.qcow2
+    for n in 1 4095 $((MiB + 3)) $((20 * MiB)); do
+        "$QIMG" vmstate load img.qcow2 "q-$n" load.out
+        assert_eq "$V: vmstate load q-$n rc" 0 "$?"
+        same_file "$V: qemu-io's state q-$n through qimg vmstate load" "in-$n.bin" load.out
+        rm -f load.out
+    done
+    rm -f img.qcow2
+    vi=$((vi + 1))
+done
+
+# ---- errors ----
+qi create -f qcow2 e.qcow2 64M
+qi snapshot -c disk e.qcow2
+"$QIMG" vmstate save e.qcow2 st in-4095.bin || _fail "setup: save st"
+
+err() {
+    local desc=$1 want=$2 out rc
+    shift 2
+    out=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    assert_eq "$desc: exit code" 1 "$rc"
+    assert_eq "$desc: message" "$want" "$out"
+}
+
+err "unknown snapshot" "qimg: Could not load VM state of snapshot 'nope': Snapshot 'nope' does not exist" \
+    "$QIMG" vmstate load e.qcow2 nope out.bin
+_checks=$((_checks + 1))
+[ -e out.bin ] && _fail "unknown snapshot: output file created"
+err "disk-only snapshot" \
+    "qimg: Could not load VM state of snapshot 'disk': This is a disk-only snapshot. Revert to it offline using qemu-img" \
+    "$QIMG" vmstate load e.qcow2 disk out.bin
+err "name in use" "qimg: Could not save VM state to snapshot 'st': Snapshot 'st' already exists" \
+    "$QIMG" vmstate save e.qcow2 st in-1.bin
+err "empty stream" "qimg: Could not save VM state to snapshot 'x': the stream '/dev/null' is empty" \
+    "$QIMG" vmstate save e.qcow2 x /dev/null
+err "missing stream" "qimg: Could not open 'missing.bin': No such file or directory" \
+    "$QIMG" vmstate save e.qcow2 x missing.bin
+err "unwritable output" "qimg: Could not write the VM state to '/dev/full': No space left on device" \
+    "$QIMG" vmstate load e.qcow2 st /dev/full
+truncate -s 1M r.raw
+err "raw image save" "qimg: Could not save VM state to snapshot 'x': Format 'raw' does not support internal snapshots" \
+    "$QIMG" vmstate save -f raw r.raw x in-1.bin
+err "raw image load" "qimg: Could not load VM state of snapshot 'x': Format 'raw' does not support internal snapshots" \
+    "$QIMG" vmstate load -f raw r.raw x out.bin
+check_clean "errors" e.qcow2
+assert_eq "errors: snapshots left" "disk st" \
+    "$("$QEMU_IMG" info --output=json e.qcow2 | python3 -c '
+import json, sys
+print(" ".join(s["name"] for s in json.load(sys.stdin).get("snapshots", [])))')"
+"$QIMG" vmstate load e.qcow2 st out.bin
+same_file "errors: st intact" in-4095.bin out.bin
+
+# A full file system during the save: a clear error, no snapshot, no
+# corruption (leaks allowed).
+mkdir -p small
+if mount -t tmpfs -o size=3M tmpfs small 2>/dev/null; then
+    qi create -f qcow2 small/f.qcow2 64M
+    out=$("$QIMG" vmstate save small/f.qcow2 big "in-$((20 * MiB)).bin" 2>&1)
+    rc=$?
+    assert_eq "ENOSPC: exit code" 1 "$rc"
+    _checks=$((_checks + 1))
+    [[ "$out" == "qimg: Could not save VM state to snapshot 'big': "*"No space left on device"* ]] ||
+        _fail "ENOSPC: message: $out"
+    "$QEMU_IMG" check small/f.qcow2 >.out 2>&1
+    rc=$?
+    _checks=$((_checks + 1))
+    if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then
+        _fail "ENOSPC: qemu-img check rc $rc"
+        cat .out
+    fi
+    assert_eq "ENOSPC: no snapshot" "" "$("$QEMU_IMG" snapshot -l small/f.qcow2)"
+    umount small
+else
+    echo "note: cannot mount a small tmpfs; ENOSPC case not run"
+fi
+
+finish
