@@ -253,8 +253,8 @@ static int tree_walk_locked(Qcow2State *s, const uint64_t *l1, uint64_t n, GArra
             if (ret == 0 && clear_copied && plain &&
                 (qcow2_l2_get(s, l2, j) & QCOW2_OFLAG_COPIED)) {
                 if (!dirty) {
-                    ret = qcow2_cache_set_dependency_locked(s->l2_cache,
-                                                            s->refcount_cache);
+                    ret =
+                        qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
                 }
                 if (ret == 0) {
                     qcow2_l2_set(s, l2, j, qcow2_l2_get(s, l2, j) & ~QCOW2_OFLAG_COPIED,
@@ -420,8 +420,8 @@ static void reconcile_l1_locked(Qcow2State *s, const uint64_t *disk_l1)
             raised = true;
         }
     }
-    if (raised && (qcow2_cache_flush_locked(s->refcount_cache) < 0 ||
-                   qcow2_flush_file(s) < 0)) {
+    if (raised &&
+        (qcow2_cache_flush_locked(s->refcount_cache) < 0 || qcow2_flush_file(s) < 0)) {
         revert_refcounts_locked(s);
     }
     blk_error_clear();
@@ -468,8 +468,8 @@ static void reconcile_l2_locked(Qcow2State *s, bool *reverted)
         }
         qcow2_cache_discard_locked(s->l2_cache, l2_offset);
     }
-    if (raised && (qcow2_cache_flush_locked(s->refcount_cache) < 0 ||
-                   qcow2_flush_file(s) < 0)) {
+    if (raised &&
+        (qcow2_cache_flush_locked(s->refcount_cache) < 0 || qcow2_flush_file(s) < 0)) {
         revert_refcounts_locked(s);
         *reverted = true;
     }
@@ -643,8 +643,8 @@ static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
         /* the table's own refcount on disk first (R1) */
         ret = write_all_locked(s);
         if (ret == 0) {
-            ret = qcow2_write_metadata_locked(s, BLKEV_SNAPSHOT_TABLE, 0, (uint64_t)offset,
-                                              buf, bytes, true);
+            ret = qcow2_write_metadata_locked(s, BLKEV_SNAPSHOT_TABLE, 0,
+                                              (uint64_t)offset, buf, bytes, true);
         }
         if (ret < 0) {
             goto fail;
@@ -652,8 +652,8 @@ static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
     }
     store_be32(hdr, nb);
     store_be64(hdr + 4, (uint64_t)offset);
-    ret = qcow2_write_header_ex_locked(s, BLKEV_SNAPSHOT_TABLE, QCOW2_HDR_NB_SNAPSHOTS, hdr,
-                                       sizeof(hdr), written);
+    ret = qcow2_write_header_ex_locked(s, BLKEV_SNAPSHOT_TABLE, QCOW2_HDR_NB_SNAPSHOTS,
+                                       hdr, sizeof(hdr), written);
     if (!*written) {
         goto fail;
     }
@@ -1076,8 +1076,9 @@ static int do_goto(QimgImage *img, const char *id_or_name)
         g_autoptr(GError) err = NULL;
         ret = qcow2_truncate(img, disk_size, true, QIMG_PREALLOC_OFF, true, &err);
         if (ret < 0) {
-            return blk_error(-ret, "qcow2: Failed to truncate the image to the snapshot's "
-                                   "size: %s",
+            return blk_error(-ret,
+                             "qcow2: Failed to truncate the image to the snapshot's "
+                             "size: %s",
                              err ? err->message : g_strerror(-ret));
         }
     }
@@ -1110,7 +1111,8 @@ static int delete_locked(Qcow2State *s, int idx, const uint64_t *sn_l1)
     }
     disk_l1 = dup_active_l1(s);
     memcpy(sns, s->snapshots, (size_t)idx * sizeof(*sns));
-    memcpy(sns + idx, s->snapshots + idx + 1, (size_t)(nb - (uint32_t)idx) * sizeof(*sns));
+    memcpy(sns + idx, s->snapshots + idx + 1,
+           (size_t)(nb - (uint32_t)idx) * sizeof(*sns));
     ret = write_table_locked(s, sns, nb, &written);
     if (!written) {
         return ret;

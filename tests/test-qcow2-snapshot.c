@@ -301,8 +301,8 @@ static void expect_same(const char *what, const char *step, const uint8_t *want,
     for (uint64_t i = 0; i < got_size; i++) {
         uint8_t w = i < want_size ? want[i] : 0;
         if (got[i] != w) {
-            fail_msg("%s: %s differs at byte %" PRIu64 " (0x%02x, want 0x%02x)", step, what,
-                     i, got[i], w);
+            fail_msg("%s: %s differs at byte %" PRIu64 " (0x%02x, want 0x%02x)", step,
+                     what, i, got[i], w);
         }
     }
 }
@@ -566,9 +566,9 @@ static void vmstate_case(const char *opts, bool threads)
     verify(p, &m, "snapshot with VM state");
 
     /* the active copy was dropped: the active area reads as zeros */
-    assert_int_equal(
-        run_status(&out, "qemu-io -c 'read -b -P 0 0 %d' '%s'", ROUND_UP(VM_SIZE, 512), p),
-        0);
+    assert_int_equal(run_status(&out, "qemu-io -c 'read -b -P 0 0 %d' '%s'",
+                                ROUND_UP(VM_SIZE, 512), p),
+                     0);
     if (strstr(out, "Pattern verification failed") || !strstr(out, "read 300032/")) {
         fail_msg("active VM state area after the snapshot: %s", out);
     }
@@ -729,8 +729,8 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
     run("qemu-img convert -O raw '%s' '%s' && qemu-img convert -l base -O raw '%s' '%s'",
         p, active, p, base);
 
-    name = g_strdup_printf("blkdebug:event=%s,errno=%d,nth=%" PRIu64 "%s:%s", event, errnum,
-                           nth, once ? ",once" : "", p);
+    name = g_strdup_printf("blkdebug:event=%s,errno=%d,nth=%" PRIu64 "%s:%s", event,
+                           errnum, nth, once ? ",once" : "", p);
     img = blk_open_image(name, &o, NULL, &err);
     if (!img) {
         fail_msg("open %s: %s", name, err->message);
@@ -848,10 +848,12 @@ static void test_crash_savevm(void **state)
     }
     fill(vm, n, 0x77);
     run("qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -q -P 0x61 0 3M' '%s' "
-        ">/dev/null && qemu-img snapshot -c disk '%s' && qemu-img convert -O raw '%s' '%s'",
+        ">/dev/null && qemu-img snapshot -c disk '%s' && qemu-img convert -O raw '%s' "
+        "'%s'",
         p, p, p, p, disk);
     for (uint64_t nth = 1; nth < 400 && !clean_run; nth++) {
-        g_autofree char *name = g_strdup_printf("blkdebug:event=any,nth=%" PRIu64 ":%s", nth, c);
+        g_autofree char *name =
+            g_strdup_printf("blkdebug:event=any,nth=%" PRIu64 ":%s", nth, c);
         g_autofree char *out = NULL;
         g_autoptr(GError) err = NULL;
         QimgSnapshotParams sp = {.name = "new", .vm_state_size = n, .icount = -1};
@@ -878,7 +880,8 @@ static void test_crash_savevm(void **state)
 
         rc = run_status(&out, "qemu-img check '%s'", c);
         if (rc != 0 && rc != 3) {
-            fail_msg("crash at write %" PRIu64 ": qemu-img check exit %d\n%s", nth, rc, out);
+            fail_msg("crash at write %" PRIu64 ": qemu-img check exit %d\n%s", nth, rc,
+                     out);
         }
         run("qemu-img convert -O raw '%s' '%s'", c, now);
         assert_true(same_file(disk, now));

@@ -314,3 +314,14 @@ void tool_progress_end(ToolProgress *p)
     fflush(stdout);
     p->enabled = false;
 }
+
+void tool_report_open_error(const char *filename, const GError *err)
+{
+    g_autofree char *file_level =
+        g_strdup_printf("Could not open '%s': %s", filename, g_strerror(err->code));
+    if (strcmp(err->message, file_level) == 0) {
+        tool_error("Could not open '%s': %s", filename, err->message);
+    } else {
+        tool_error("%s", err->message);
+    }
+}

@@ -104,8 +104,7 @@ int cmd_resize(int argc, char **argv)
     oo.cache = QIMG_CACHE_WRITEBACK;
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
-        g_autofree char *pfx = g_strdup_printf("Could not open '%s'", filename);
-        tool_report_gerror(err, pfx);
+        tool_report_open_error(filename, err);
         return 1;
     }
     current = qimg_image_size(img);

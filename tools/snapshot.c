@@ -24,6 +24,9 @@
  *     'x': snapshot not found" (also for raw).  Other failures: "Could not
  *     delete snapshot 'x': <message>".
  *  7. Success prints nothing; every failure exits 1.
+ *  8. An open failure reads "Could not open 'F': <reason>", where the
+ *     reason itself starts with "Could not open 'F': " for file errors
+ *     ("... No such file or directory"), for -l as for the others.
  *
  * Where qemu-img's fixed wording would hide the library's reason (an I/O
  * error, a corrupt image), that reason is printed on a line of its own
@@ -227,7 +230,8 @@ int cmd_snapshot(int argc, char **argv)
     }
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
-        tool_report_gerror(err, NULL);
+        /* Fact 8 (as tools/resize.c does). */
+        tool_report_open_error(filename, err);
         return 1;
     }
 
