@@ -503,11 +503,13 @@ int64_t blk_get_allocated_size(QimgImage *img)
 
 int blk_preadv_padded(QimgImage *img, uint64_t offset, const QimgIOV *qiov)
 {
-    if (offset >= img->size) {
+    /* The file protocol grows img->size atomically while writes run. */
+    uint64_t size = __atomic_load_n(&img->size, __ATOMIC_ACQUIRE);
+    if (offset >= size) {
         iov_memset(qiov, 0, 0, qiov->size);
         return 0;
     }
-    uint64_t avail = img->size - offset;
+    uint64_t avail = size - offset;
     if (avail >= qiov->size) {
         return blk_preadv(img, offset, qiov, 0);
     }

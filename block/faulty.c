@@ -9,7 +9,8 @@
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
- *   op=write|flush|all   which requests count (default write)
+ *   op=write|flush|all   which requests count (default write; flush for
+ *                event=flush)
  *
  * Invariants:
  *  1. Reads are never failed: a test reads back what the image holds.
@@ -79,6 +80,9 @@ static int parse_rule(const char *text, FaultRule *r, GError **error)
             g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug rule '%s'", *p);
             return -EINVAL;
         }
+    }
+    if (r->event == BLKEV_FLUSH && r->ops == OP_WRITE) {
+        r->ops = OP_FLUSH; /* event=flush means the flushes */
     }
     if (r->errnum <= 0 || r->nth == 0) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Invalid blkdebug rule '%s'", text);
