@@ -65,7 +65,7 @@ static const ToolCommand commands[] = {
      "resize [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename [+ | -]size",
      "Change the virtual size of the image; shrinking needs --shrink."},
     {"snapshot", cmd_snapshot,
-     "snapshot [-f fmt] [-U] [-q] [-l | -a snapshot | -c snapshot | -d snapshot] "
+     "snapshot [-U] [-q] [-l | -a snapshot | -c snapshot | -d snapshot] "
      "filename",
      "List (-l), create (-c), apply (-a: revert the disk to it) or delete (-d)\n"
      "internal snapshots of an image."},

@@ -1,5 +1,6 @@
 /*
- * qimg snapshot [-q] [-l | -c NAME | -a NAME | -d NAME] [-f fmt] [-U] FILE
+ * qimg snapshot [-q] [-l | -c NAME | -a NAME | -d NAME] [-U] FILE
+ * (no -f: qemu-img 7.2's snapshot has none and rejects it)
  *
  * Facts learnt from running qemu-img 7.2 (not from its source):
  *  1. At most one of -l/-c/-a/-d, given once ("-l -l" is refused too):
@@ -176,7 +177,7 @@ int cmd_snapshot(int argc, char **argv)
     GError *err = NULL;
     int c, ret;
 
-    while ((c = getopt_long(argc, argv, ":la:c:d:f:hqU", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":la:c:d:hqU", longopts, NULL)) != -1) {
         SnapAction a = SNAP_NONE;
         switch (c) {
         case 'l':
@@ -190,9 +191,6 @@ int cmd_snapshot(int argc, char **argv)
             break;
         case 'd':
             a = SNAP_DELETE;
-            break;
-        case 'f':
-            fmt = optarg;
             break;
         case 'h':
             return tool_command_help("snapshot");
