@@ -24,7 +24,8 @@
 #       [oflag=direct].
 # Load, cold (page cache dropped before each run where permitted), from the
 # images (a) and (c) of the same round:
-#   qimg vmstate load [-t none] IMG s /dev/null (read-ahead, 32 KiB reads);
+#   qimg vmstate load [-t none] IMG s /dev/null (read-ahead, 1 MiB reads);
+#   the same with --chunk-size 32k (the reads of QEMU's loadvm buffer);
 #   the floor: dd if=ram.bin of=/dev/null bs=4M [iflag=direct];
 #   QEMU loadvm over QMP (anonymous RAM of the same size).
 # Prints per-round times, medians, per-round ratios and the goals.
@@ -64,8 +65,8 @@ head -c $((SIZE_MIB << 20)) /dev/urandom >ram.bin
 cases_save=(a b c d)
 [ -n "${SKIP_UNBUFFERED:-}" ] && cases_save=(a c d)
 [ -z "$have_qemu" ] && cases_save=("${cases_save[@]/c/}")
-cases_load=(q f v)
-[ -z "$have_qemu" ] && cases_load=(q f)
+cases_load=(q s f v)
+[ -z "$have_qemu" ] && cases_load=(q s f)
 declare -A T      # T[phase/mode/case/round] = seconds
 declare -A SIZES  # bytes of each case's stream
 cache_opt() { [ "$1" = none ] && echo "-t none"; }
@@ -131,6 +132,13 @@ load_case() {
         # shellcheck disable=SC2046
         vm_time t "$QIMG" vmstate load $(cache_opt "$mode") save-a.qcow2 s /dev/null
         ;;
+    s)
+        vm_drop_caches
+        vm_warm
+        # shellcheck disable=SC2046
+        vm_time t "$QIMG" vmstate load $(cache_opt "$mode") --chunk-size 32k save-a.qcow2 s \
+            /dev/null
+        ;;
     f)
         vm_drop_caches
         vm_warm
@@ -179,6 +187,7 @@ name_of() {
     c) echo "QEMU 7.2 savevm" ;;
     d) echo "dd conv=fdatasync (floor)" ;;
     q) echo "qimg vmstate load (read-ahead)" ;;
+    s) echo "qimg vmstate load, 32 KiB reads" ;;
     f) echo "dd sequential read (floor)" ;;
     v) echo "QEMU 7.2 loadvm" ;;
     esac
@@ -206,7 +215,7 @@ echo
 echo "state sizes (bytes): qimg ${SIZES[a]:-?}, dd ${SIZES[d]:-?}${SIZES[c]:+, QEMU ${SIZES[c]}}"
 printf '\n%-6s %-10s %-34s %8s %8s   %s\n' phase cache case median MiB/s "per-round seconds"
 for phase in save load; do
-    if [ "$phase" = save ]; then cs=(a b c d); else cs=(q f v); fi
+    if [ "$phase" = save ]; then cs=(a b c d); else cs=(q s f v); fi
     for mode in $MODES; do
         for c in "${cs[@]}"; do
             [ -n "${T[$phase/$mode/$c/1]:-}" ] || continue
@@ -214,7 +223,7 @@ for phase in save load; do
             m=$(vm_median $(row_times "$phase" "$mode" "$c"))
             MED[$phase/$mode/$c]=$m
             sz=${SIZES[$c]:-$((SIZE_MIB << 20))}
-            [ "$phase" = load ] && sz=${SIZES[${c/q/a}]:-$((SIZE_MIB << 20))}
+            [ "$phase" = load ] && sz=${SIZES[a]:-$((SIZE_MIB << 20))}
             [ "$c" = v ] && sz=${SIZES[c]:-0}
             [ "$c" = f ] && sz=$((SIZE_MIB << 20))
             mibs=$(awk -v s="$sz" -v t="$m" 'BEGIN { if (t > 0) printf "%.0f", s / 1048576 / t; else print "-" }')
@@ -251,5 +260,6 @@ for mode in $MODES; do
     goal "save $mode: qimg unbuffered vs dd floor" save "$mode" b d 0
     goal "save $mode: qimg unbuffered vs QEMU" save "$mode" b c 0
     goal "load $mode: qimg vs QEMU loadvm" load "$mode" q v 0
+    goal "load $mode: qimg 32 KiB reads vs sequential read" load "$mode" s f 0
 done
 printf '\n# total %.0f s\n' "$(awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')"

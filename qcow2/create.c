@@ -86,19 +86,59 @@ typedef struct CreateParams {
 
 /* QEMU's block driver names (BlockdevDriver), accepted as backing_fmt. */
 static const char *const backing_drivers[] = {
-    "blkdebug", "blklogwrites", "blkreplay", "blkverify", "bochs", "cloop",
-    "compress", "copy-before-write", "copy-on-read", "dmg", "file", "snapshot-access",
-    "ftp", "ftps", "gluster", "host_cdrom", "host_device", "http", "https", "io_uring",
-    "iscsi", "luks", "nbd", "nfs", "null-aio", "null-co", "nvme", "nvme-io_uring",
-    "parallels", "preallocate", "qcow", "qcow2", "qed", "quorum", "raw", "rbd",
-    "replication", "ssh", "throttle", "vdi", "vhdx", "virtio-blk-vfio-pci",
-    "virtio-blk-vhost-user", "virtio-blk-vhost-vdpa", "vmdk", "vpc", "vvfat",
+    "blkdebug",
+    "blklogwrites",
+    "blkreplay",
+    "blkverify",
+    "bochs",
+    "cloop",
+    "compress",
+    "copy-before-write",
+    "copy-on-read",
+    "dmg",
+    "file",
+    "snapshot-access",
+    "ftp",
+    "ftps",
+    "gluster",
+    "host_cdrom",
+    "host_device",
+    "http",
+    "https",
+    "io_uring",
+    "iscsi",
+    "luks",
+    "nbd",
+    "nfs",
+    "null-aio",
+    "null-co",
+    "nvme",
+    "nvme-io_uring",
+    "parallels",
+    "preallocate",
+    "qcow",
+    "qcow2",
+    "qed",
+    "quorum",
+    "raw",
+    "rbd",
+    "replication",
+    "ssh",
+    "throttle",
+    "vdi",
+    "vhdx",
+    "virtio-blk-vfio-pci",
+    "virtio-blk-vhost-user",
+    "virtio-blk-vhost-vdpa",
+    "vmdk",
+    "vpc",
+    "vvfat",
 };
 
 static const char *const known_options[] = {
-    "compat", "cluster_size", "refcount_bits", "lazy_refcounts", "compression_type",
-    "extended_l2", "preallocation", "data_file", "data_file_raw", "backing_file",
-    "backing_fmt", "size",
+    "compat",           "cluster_size", "refcount_bits", "lazy_refcounts",
+    "compression_type", "extended_l2",  "preallocation", "data_file",
+    "data_file_raw",    "backing_file", "backing_fmt",   "size",
 };
 
 static const char *opt_get(const QimgCreateOptions *opts, const char *key)
@@ -109,8 +149,8 @@ static const char *opt_get(const QimgCreateOptions *opts, const char *key)
 static bool opt_bool(const QimgCreateOptions *opts, const char *key)
 {
     const char *v = opt_get(opts, key);
-    return v && (strcmp(v, "on") == 0 || strcmp(v, "true") == 0 || strcmp(v, "yes") == 0 ||
-                 strcmp(v, "y") == 0);
+    return v && (strcmp(v, "on") == 0 || strcmp(v, "true") == 0 ||
+                 strcmp(v, "yes") == 0 || strcmp(v, "y") == 0);
 }
 
 static int bad_value(GError **error, const char *param, const char *value)
@@ -197,7 +237,8 @@ static int parse_params(const QimgCreateOptions *opts, CreateParams *p, GError *
         }
     }
 
-    p->backing_file = opts->backing_file ? opts->backing_file : opt_get(opts, "backing_file");
+    p->backing_file =
+        opts->backing_file ? opts->backing_file : opt_get(opts, "backing_file");
     p->backing_format =
         opts->backing_format ? opts->backing_format : opt_get(opts, "backing_fmt");
     if (p->backing_format) {
@@ -322,10 +363,10 @@ typedef struct Layout {
     uint32_t cluster_bits;
     uint64_t cluster_size;
     uint32_t refcount_order;
-    uint32_t rb_bits;     /* log2(refcounts per refcount block) */
-    uint64_t rb_entries;  /* refcounts per refcount block */
+    uint32_t rb_bits;    /* log2(refcounts per refcount block) */
+    uint64_t rb_entries; /* refcounts per refcount block */
     uint64_t refcount_max;
-    uint32_t l2_bits;     /* log2(entries per L2 table) */
+    uint32_t l2_bits; /* log2(entries per L2 table) */
     uint64_t l2_entries;
     uint32_t l2_entry_size;
     uint64_t subcluster_size;
@@ -514,7 +555,8 @@ retry:
             goto retry;
         }
     }
-    if (((L->free_index - 1) << L->cluster_bits) >> L->cluster_bits != L->free_index - 1 ||
+    if (((L->free_index - 1) << L->cluster_bits) >> L->cluster_bits !=
+            L->free_index - 1 ||
         ((L->free_index - 1) << L->cluster_bits) > QCOW2_L2E_OFFSET_MASK) {
         return blk_error(EFBIG, "Image too large");
     }
@@ -535,7 +577,7 @@ static int64_t refcount_area(Layout *L, uint64_t start, uint64_t additional, boo
 static int refblock_for(Layout *L, uint64_t cluster, Table **out)
 {
     uint64_t idx = cluster >> L->rb_bits;
-    int64_t nb;
+    int64_t nb, end;
     uint64_t blocks_used, meta;
     int ret;
 
@@ -576,8 +618,8 @@ static int refblock_for(Layout *L, uint64_t cluster, Table **out)
     if (qcow2_mul(blocks_used, L->rb_entries << L->cluster_bits, &meta)) {
         return blk_error(EFBIG, "Image too large");
     }
-    ret = (int)MIN(refcount_area(L, meta, 0, false, idx, (uint64_t)nb), 0);
-    return ret < 0 ? ret : -EAGAIN;
+    end = refcount_area(L, meta, 0, false, idx, (uint64_t)nb);
+    return end < 0 ? (int)end : -EAGAIN;
 }
 
 /*
@@ -690,7 +732,9 @@ static uint64_t refblocks_needed(const Layout *L, uint64_t clusters, bool genero
     return blocks;
 }
 
-static int write_reftable(Layout *L, uint64_t offset, const uint64_t *table, uint64_t size)
+/* Write a table of host-order 64-bit entries (refcount table, L1) big-endian. */
+static int write_u64_table(Layout *L, uint64_t offset, const uint64_t *table,
+                           uint64_t size)
 {
     g_autofree uint8_t *buf = g_try_malloc(size * 8);
 
@@ -780,13 +824,13 @@ static int64_t refcount_area(Layout *L, uint64_t start, uint64_t additional, boo
     if (ret < 0) {
         return ret;
     }
-    ret = write_reftable(L, table_offset, table, table_size);
+    ret = write_u64_table(L, table_offset, table, table_size);
     if (ret < 0) {
         return ret;
     }
     note_extent(L, table_offset, table_size * 8);
     /* the old table keeps its last contents on disk */
-    ret = write_reftable(L, L->reftable_offset, L->reftable, L->reftable_size);
+    ret = write_u64_table(L, L->reftable_offset, L->reftable, L->reftable_size);
     if (ret < 0) {
         return ret;
     }
@@ -842,7 +886,8 @@ static int l2_for(Layout *L, uint64_t guest, Table **out)
             return (int)off;
         }
         if (off == 0) {
-            return blk_error(EIO, "Preventing invalid allocation of L2 table at offset 0");
+            return blk_error(EIO,
+                             "Preventing invalid allocation of L2 table at offset 0");
         }
         table_new(L, L->l2s, (uint64_t)off);
         L->l1[idx] = (uint64_t)off | QCOW2_OFLAG_COPIED;
@@ -894,7 +939,8 @@ static int write_zeros(Layout *L, uint64_t offset, uint64_t len)
 static int checkpoint(Layout *L)
 {
     int ret = cache_flush(L, L->l2s, true);
-    bool drop = g_hash_table_size(L->refblocks) * L->cluster_size > CREATE_REFBLOCK_CACHE_BYTES;
+    bool drop =
+        g_hash_table_size(L->refblocks) * L->cluster_size > CREATE_REFBLOCK_CACHE_BYTES;
 
     if (ret == 0) {
         ret = cache_flush(L, L->refblocks, drop);
@@ -904,10 +950,10 @@ static int checkpoint(Layout *L)
 
 static int write_l1_and_reftable(Layout *L)
 {
-    int ret = write_reftable(L, L->reftable_offset, L->reftable, L->reftable_size);
+    int ret = write_u64_table(L, L->reftable_offset, L->reftable, L->reftable_size);
 
     if (ret == 0 && L->l1_size) {
-        ret = write_reftable(L, L->l1_offset, L->l1, L->l1_size);
+        ret = write_u64_table(L, L->l1_offset, L->l1, L->l1_size);
     }
     return ret;
 }
@@ -949,10 +995,10 @@ static int grow_data_node(Layout *L, uint64_t size, QimgPrealloc mode, GError **
 
 /* One run of guest clusters mapped to contiguous host clusters. */
 typedef struct Run {
-    uint64_t guest;    /* first guest cluster (offset) */
-    uint64_t host;     /* first host cluster (offset) */
-    uint64_t nb;       /* clusters */
-    uint64_t tail;     /* offset in the run where the copy-on-write tail starts */
+    uint64_t guest; /* first guest cluster (offset) */
+    uint64_t host;  /* first host cluster (offset) */
+    uint64_t nb;    /* clusters */
+    uint64_t tail;  /* offset in the run where the copy-on-write tail starts */
 } Run;
 
 /*
@@ -1110,8 +1156,8 @@ static int prealloc_file(Layout *L, uint64_t size, GError **error)
     start = refcount_area(L, old_end, n_data + n_l2, true, 0, 0);
     if (start < 0) {
         ret = (int)start;
-        blk_error_propagate(error, ret,
-                            "Could not resize image: Failed to resize refcount structures");
+        blk_error_propagate(
+            error, ret, "Could not resize image: Failed to resize refcount structures");
         return ret;
     }
     got = alloc_clusters_at(L, (uint64_t)start, n_data);
@@ -1277,7 +1323,8 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
             e[1] = feature_names[i].bit;
             memcpy(e + 2, feature_names[i].name, strlen(feature_names[i].name));
         }
-        n = header_ext_add(buf, pos, buflen, QCOW2_EXT_FEATURE_TABLE, table, sizeof(table));
+        n = header_ext_add(buf, pos, buflen, QCOW2_EXT_FEATURE_TABLE, table,
+                           sizeof(table));
         if (!n) {
             return -ENOSPC;
         }
@@ -1302,7 +1349,8 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
 
 /* ---- putting it together ---- */
 
-static void layout_init(Layout *L, const CreateParams *p, QimgImage *file, QimgImage *data)
+static void layout_init(Layout *L, const CreateParams *p, QimgImage *file,
+                        QimgImage *data)
 {
     memset(L, 0, sizeof(*L));
     L->p = p;
@@ -1313,13 +1361,14 @@ static void layout_init(Layout *L, const CreateParams *p, QimgImage *file, QimgI
     L->refcount_order = p->refcount_order;
     L->rb_bits = p->cluster_bits + 3 - p->refcount_order;
     L->rb_entries = UINT64_C(1) << L->rb_bits;
-    L->refcount_max = p->refcount_order == 6 ? UINT64_MAX
-                                             : (UINT64_C(1) << (1u << p->refcount_order)) - 1;
+    L->refcount_max = p->refcount_order == 6
+                          ? UINT64_MAX
+                          : (UINT64_C(1) << (1u << p->refcount_order)) - 1;
     L->l2_entry_size = p->extended_l2 ? 16 : 8;
     L->l2_bits = p->cluster_bits - (p->extended_l2 ? 4 : 3);
     L->l2_entries = UINT64_C(1) << L->l2_bits;
-    L->subcluster_size = p->extended_l2 ? p->cluster_size / QCOW2_EXTL2_SUBCLUSTERS
-                                        : p->cluster_size;
+    L->subcluster_size =
+        p->extended_l2 ? p->cluster_size / QCOW2_EXTL2_SUBCLUSTERS : p->cluster_size;
     L->refblocks = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, table_free);
     L->l2s = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, table_free);
 }
@@ -1384,8 +1433,9 @@ static int lay_out(Layout *L, GError **error)
     off = alloc_clusters(L, 3 * cs);
     if (off != 0) {
         ret = off < 0 ? (int)off : blk_error(EIO, "First cluster already in use");
-        blk_error_propagate(error, ret, "Could not allocate clusters for qcow2 header "
-                                        "and refcount table");
+        blk_error_propagate(error, ret,
+                            "Could not allocate clusters for qcow2 header "
+                            "and refcount table");
         return ret;
     }
 
@@ -1416,7 +1466,8 @@ static int lay_out(Layout *L, GError **error)
         ret = prealloc_metadata(L, p->size, error);
         break;
     default:
-        ret = L->data ? prealloc_metadata(L, p->size, error) : prealloc_file(L, p->size, error);
+        ret = L->data ? prealloc_metadata(L, p->size, error)
+                      : prealloc_file(L, p->size, error);
         break;
     }
     if (ret < 0) {
@@ -1480,8 +1531,8 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
     CreateParams p;
     Layout L;
     QimgImage *file = NULL, *data = NULL;
-    const char *data_name = opts->options ? g_hash_table_lookup(opts->options, "data_file")
-                                          : NULL;
+    const char *data_name =
+        opts->options ? g_hash_table_lookup(opts->options, "data_file") : NULL;
     bool data_created = false;
     int ret;
 

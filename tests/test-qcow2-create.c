@@ -34,7 +34,8 @@ static char *tmp_path(const char *name)
 static gboolean create(const char *path, uint64_t size, const char *optlist,
                        const char *backing, const char *backing_fmt, GError **error)
 {
-    g_autoptr(GHashTable) h = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GHashTable) h =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     QimgCreateOptions co = {0};
 
     if (optlist) {
@@ -184,9 +185,10 @@ static void test_backing_and_features(void **state)
     GError *err = NULL;
 
     (void)state;
-    assert_true(create(path, 1 << 20,
-                       "compression_type=zstd,extended_l2=on,lazy_refcounts=on,refcount_bits=64",
-                       "base.img", "raw", &err));
+    assert_true(
+        create(path, 1 << 20,
+               "compression_type=zstd,extended_l2=on,lazy_refcounts=on,refcount_bits=64",
+               "base.img", "raw", &err));
     d = slurp(path, &len);
     assert_int_equal(load_be64(d + QCOW2_HDR_INCOMPATIBLE_FEATURES),
                      QCOW2_INCOMPAT_COMPRESSION | QCOW2_INCOMPAT_EXTL2);
@@ -219,7 +221,8 @@ static void test_data_file(void **state)
     assert_true(create(path, 1 << 20, opt, NULL, NULL, &err));
     d = slurp(path, &len);
     assert_int_equal(len, 0x50000); /* data_file_raw implies metadata preallocation */
-    assert_int_equal(load_be64(d + QCOW2_HDR_INCOMPATIBLE_FEATURES), QCOW2_INCOMPAT_DATA_FILE);
+    assert_int_equal(load_be64(d + QCOW2_HDR_INCOMPATIBLE_FEATURES),
+                     QCOW2_INCOMPAT_DATA_FILE);
     assert_int_equal(load_be64(d + QCOW2_HDR_AUTOCLEAR_FEATURES),
                      QCOW2_AUTOCLEAR_DATA_FILE_RAW);
     assert_int_equal(load_be32(d + 112), QCOW2_EXT_DATA_FILE);
@@ -255,7 +258,8 @@ static void expect_error(const char *opts, const char *backing, const char *fmt,
 static void test_errors(void **state)
 {
     (void)state;
-    expect_error("compat=0.11", NULL, NULL, "Parameter 'version' does not accept value '0.11'");
+    expect_error("compat=0.11", NULL, NULL,
+                 "Parameter 'version' does not accept value '0.11'");
     expect_error("compat=0.10,lazy_refcounts=on", NULL, NULL,
                  "Lazy refcounts only supported with compatibility level 1.1 and above "
                  "(use version=v3 or greater)");
@@ -307,8 +311,9 @@ static void compare_with_qemu(uint64_t size, const char *opts)
 {
     g_autofree char *mine = tmp_path("mine.qcow2");
     g_autofree char *theirs = tmp_path("theirs.qcow2");
-    g_autofree char *cmd = g_strdup_printf("qemu-img create -q -f qcow2 %s%s '%s' %" PRIu64,
-                                           opts ? "-o " : "", opts ? opts : "", theirs, size);
+    g_autofree char *cmd =
+        g_strdup_printf("qemu-img create -q -f qcow2 %s%s '%s' %" PRIu64,
+                        opts ? "-o " : "", opts ? opts : "", theirs, size);
     g_autofree uint8_t *a = NULL, *b = NULL;
     size_t la, lb;
     int status = 0;
@@ -339,8 +344,10 @@ static void test_same_as_qemu_img(void **state)
     compare_with_qemu(UINT64_C(3) << 30, "compat=0.10");
     compare_with_qemu(UINT64_C(10) << 30, "cluster_size=512,refcount_bits=64");
     compare_with_qemu(UINT64_C(1) << 30, "cluster_size=2097152,preallocation=metadata");
-    compare_with_qemu(100 << 20, "cluster_size=1024,refcount_bits=1,preallocation=metadata");
-    compare_with_qemu(300 << 20, "cluster_size=4096,preallocation=falloc,extended_l2=off");
+    compare_with_qemu(100 << 20,
+                      "cluster_size=1024,refcount_bits=1,preallocation=metadata");
+    compare_with_qemu(300 << 20,
+                      "cluster_size=4096,preallocation=falloc,extended_l2=off");
     compare_with_qemu(33 << 20, "extended_l2=on,preallocation=full,refcount_bits=2");
     compare_with_qemu(12345 << 10, "lazy_refcounts=on,compression_type=zstd");
 }

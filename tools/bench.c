@@ -176,7 +176,8 @@ int cmd_bench(int argc, char **argv)
     b.drain_on_flush = true;
     oo.cache = QIMG_CACHE_WRITEBACK;
     oo.read_only = true;
-    while ((c = getopt_long(argc, argv, ":hc:d:f:ni:o:qs:S:t:wU", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hc:d:f:ni:o:qs:S:t:wU", longopts, NULL)) !=
+           -1) {
         switch (c) {
         case 'h':
             return tool_command_help("bench");
@@ -285,9 +286,10 @@ int cmd_bench(int argc, char **argv)
         b.image_size = 1; /* every request fails at the end check, as in qemu-img */
     }
 
-    printf("Sending %d %s requests, %d bytes each, %d in parallel (starting at offset %" PRId64
-           ", step size %d)\n",
-           b.count, b.write ? "write" : "read", (int)b.bufsize, depth, offset, (int)b.step);
+    printf("Sending %d %s requests, %d bytes each, %d in parallel (starting at offset "
+           "%" PRId64 ", step size %d)\n",
+           b.count, b.write ? "write" : "read", (int)b.bufsize, depth, offset,
+           (int)b.step);
     if (b.flush_interval) {
         printf("Sending flush every %d requests\n", b.flush_interval);
     }

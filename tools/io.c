@@ -83,9 +83,10 @@ static int64_t cvtnum(const char *s)
 static void print_cvtnum_err(int64_t rc, const char *arg)
 {
     if (rc == -EINVAL) {
-        printf("Parsing error: non-numeric argument, or extraneous/unrecognized suffix -- "
-               "%s\n",
-               arg);
+        printf(
+            "Parsing error: non-numeric argument, or extraneous/unrecognized suffix -- "
+            "%s\n",
+            arg);
     } else if (rc == -ERANGE) {
         printf("Parsing error: argument too large -- %s\n", arg);
     } else {
@@ -168,8 +169,8 @@ static void print_report(const char *op, struct timespec t, int64_t offset, int6
     if (!cflag) {
         cvtstr((double)total, s1, sizeof(s1));
         cvtstr(tdiv((double)total, t), s2, sizeof(s2));
-        printf("%s %" PRId64 "/%" PRId64 " bytes at offset %" PRId64 "\n", op, total, count,
-               offset);
+        printf("%s %" PRId64 "/%" PRId64 " bytes at offset %" PRId64 "\n", op, total,
+               count, offset);
         printf("%s, %d ops; %s (%s/sec and %.4f ops/sec)\n", s1, cnt, ts, s2,
                tdiv((double)cnt, t));
     } else {
@@ -301,7 +302,8 @@ static int read_f(IoCtx *io, int argc, char **argv)
         return ret;
     }
     if (count > IO_MAX_REQUEST) {
-        printf("length cannot exceed %" PRId64 ", given %s\n", IO_MAX_REQUEST, argv[optind]);
+        printf("length cannot exceed %" PRId64 ", given %s\n", IO_MAX_REQUEST,
+               argv[optind]);
         return -EINVAL;
     }
     if (!pflag && (lflag || sflag)) {
@@ -501,8 +503,8 @@ static int write_f(IoCtx *io, int argc, char **argv)
             }
             fclose(f);
             if (n < (size_t)count) {
-                printf("'%s': file is too short (%zu bytes, %" PRId64 " needed)\n", source,
-                       n, count);
+                printf("'%s': file is too short (%zu bytes, %" PRId64 " needed)\n",
+                       source, n, count);
                 return -EINVAL;
             }
         }
@@ -512,9 +514,10 @@ static int write_f(IoCtx *io, int argc, char **argv)
     if (bflag) {
         ok = qimg_vmstate_pwrite(io->img, (uint64_t)offset, buf, (size_t)count, &err);
     } else if (zflag) {
-        unsigned flags = (unmap ? QIMG_ZERO_MAY_UNMAP : 0) |
-                         (no_fallback ? QIMG_ZERO_NO_FALLBACK : 0);
-        ok = qimg_image_pwrite_zeroes(io->img, (uint64_t)offset, (uint64_t)count, flags, &err);
+        unsigned flags =
+            (unmap ? QIMG_ZERO_MAY_UNMAP : 0) | (no_fallback ? QIMG_ZERO_NO_FALLBACK : 0);
+        ok = qimg_image_pwrite_zeroes(io->img, (uint64_t)offset, (uint64_t)count, flags,
+                                      &err);
     } else if (cflag) {
         ok = write_compressed(io->img, (uint64_t)offset, buf, (uint64_t)count, &err);
     } else {
@@ -567,7 +570,8 @@ static int discard_f(IoCtx *io, int argc, char **argv)
         return ret;
     }
     if (bytes > IO_MAX_REQUEST) {
-        printf("length cannot exceed %" PRId64 ", given %s\n", IO_MAX_REQUEST, argv[optind]);
+        printf("length cannot exceed %" PRId64 ", given %s\n", IO_MAX_REQUEST,
+               argv[optind]);
         return -EINVAL;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -686,7 +690,8 @@ static const IoCommand io_commands[] = {
     {"quit", "q", quit_f, 0, 0, false, "", "exit the program"},
     {"read", "r", read_f, 2, -1, false, "[-abCqv] [-P pattern [-s off] [-l len]] off len",
      "reads a number of bytes at a specified offset"},
-    {"sleep", NULL, sleep_f, 1, 1, false, "", "waits for the given value in milliseconds"},
+    {"sleep", NULL, sleep_f, 1, 1, false, "",
+     "waits for the given value in milliseconds"},
     {"truncate", "t", truncate_f, 1, 3, true, "[-m prealloc_mode] off",
      "truncates the current file at the given offset"},
     {"write", "w", write_f, 2, -1, true,
@@ -751,14 +756,16 @@ static int run_line(IoCtx *io, const char *line)
     if (argc - 1 < c->argmin || (c->argmax >= 0 && argc - 1 > c->argmax)) {
         fflush(stdout);
         if (c->argmax == -1) {
-            fprintf(stderr, "bad argument count %d to %s, expected at least %d arguments\n",
+            fprintf(stderr,
+                    "bad argument count %d to %s, expected at least %d arguments\n",
                     argc - 1, (char *)words->pdata[0], c->argmin);
         } else if (c->argmin == c->argmax) {
-            fprintf(stderr, "bad argument count %d to %s, expected %d arguments\n", argc - 1,
-                    (char *)words->pdata[0], c->argmin);
+            fprintf(stderr, "bad argument count %d to %s, expected %d arguments\n",
+                    argc - 1, (char *)words->pdata[0], c->argmin);
         } else {
-            fprintf(stderr, "bad argument count %d to %s, expected between %d and %d "
-                            "arguments\n",
+            fprintf(stderr,
+                    "bad argument count %d to %s, expected between %d and %d "
+                    "arguments\n",
                     argc - 1, (char *)words->pdata[0], c->argmin, c->argmax);
         }
         return -EINVAL;

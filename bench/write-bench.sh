@@ -1,0 +1,132 @@
+#!/bin/bash
+# bench/write-bench.sh: the qcow2 write path against qemu-img and the floor.
+#
+# Three workloads, each run by "qemu-img bench -w" and "qimg bench -w" with
+# the same parameters on a fresh qcow2 image (64 KiB clusters), and by the
+# floor (the same requests on a plain preallocated raw file, plus dd for the
+# sequential case):
+#   seq-1M      SEQ_MIB (default 1024) sequential 1 MiB writes into an empty
+#               image (allocating, whole clusters)
+#   rand-alloc  RAND_COUNT (default 16384) 4 KiB writes scattered over a
+#               SIZE_GIB (default 1) image: offsets advance by a step of
+#               9973 x 4 KiB modulo the image size (qemu-img bench has no
+#               random mode; the odd step visits the 4 KiB blocks in a
+#               scattered order), nearly every one allocating a cluster
+#   rand-rewrite  the same requests again on an image that already holds
+#               them (no allocation: L2 lookups and data writes only)
+# Queue depth DEPTH (default 16) requests in flight, cache CACHE (default
+# writeback; "none" for O_DIRECT).  Every run: memwarm first, wall time of
+# the whole process (which flushes at close) plus a sync.  ROUNDS rounds
+# (default 3), tools interleaved in a rotating order; the table shows
+# medians, the median of the per-round ratios to qemu-img (lower is
+# better) and the per-round ratios.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+ROUNDS=${ROUNDS:-3}
+DEPTH=${DEPTH:-16}
+CACHE=${CACHE:-writeback}
+SEQ_MIB=${SEQ_MIB:-1024}
+SIZE_GIB=${SIZE_GIB:-1}
+RAND_COUNT=${RAND_COUNT:-16384}
+STEP=$((9973 * 4096))
+cd "$BENCH_SCRATCH" || exit 1
+bench_require_space $((SIZE_GIB * 3 + SEQ_MIB / 1024 * 2 + 2))
+
+echo "# write-bench: depth $DEPTH, cache $CACHE, $ROUNDS rounds"
+echo "# $("$QEMU_IMG" --version | head -n 1); $("$QIMG" --version | head -n 1)"
+echo "# disk: $(df -h --output=avail,target "$BENCH_SCRATCH" | tail -n 1)"
+
+fresh_qcow2() {
+    rm -f "$1"
+    "$QEMU_IMG" create -q -f qcow2 "$1" "$2"
+    sync
+}
+
+fresh_raw() {
+    rm -f "$1"
+    "$QEMU_IMG" create -q -f raw -o preallocation=full "$1" "$2"
+    sync
+}
+
+# ---- sequential 1 MiB writes ----
+seq_args=(-w -c "$SEQ_MIB" -s 1M -d "$DEPTH" -t "$CACHE")
+seq_case() {
+    case $1 in
+    qemu-img)
+        fresh_qcow2 seq.qcow2 "${SEQ_MIB}M"
+        bench_time BENCH_T "$QEMU_IMG" bench -f qcow2 "${seq_args[@]}" seq.qcow2
+        ;;
+    qimg)
+        fresh_qcow2 seq.qcow2 "${SEQ_MIB}M"
+        bench_time BENCH_T "$QIMG" bench -f qcow2 "${seq_args[@]}" seq.qcow2
+        ;;
+    floor-raw)
+        fresh_raw seq.raw "${SEQ_MIB}M"
+        bench_time BENCH_T "$QEMU_IMG" bench -f raw "${seq_args[@]}" seq.raw
+        ;;
+    floor-dd)
+        rm -f seq.raw
+        local flags=conv=fdatasync
+        [ "$CACHE" = none ] && flags="$flags oflag=direct"
+        # shellcheck disable=SC2086
+        bench_time BENCH_T dd if=/dev/zero of=seq.raw bs=1M count="$SEQ_MIB" $flags status=none
+        ;;
+    esac
+    rm -f seq.qcow2 seq.raw
+}
+bench_rounds "$ROUNDS" seq_case qemu-img qimg floor-raw floor-dd
+echo
+bench_table "sequential 1 MiB writes, ${SEQ_MIB} MiB into an empty image" qemu-img \
+    qemu-img qimg floor-raw floor-dd
+bench_reset
+
+# ---- scattered 4 KiB writes: allocating, then rewriting ----
+rand_args=(-w -c "$RAND_COUNT" -s 4k -S "$STEP" -d "$DEPTH" -t "$CACHE")
+alloc_case() {
+    local tool=$1 img=alloc.qcow2 fmt=qcow2
+    case $tool in
+    qemu-img | qimg) fresh_qcow2 $img "${SIZE_GIB}G" ;;
+    floor-raw)
+        img=alloc.raw fmt=raw
+        fresh_raw $img "${SIZE_GIB}G"
+        tool=qemu-img
+        ;;
+    esac
+    if [ $tool = qemu-img ]; then
+        bench_time BENCH_T "$QEMU_IMG" bench -f $fmt "${rand_args[@]}" $img
+    else
+        bench_time BENCH_T "$QIMG" bench -f $fmt "${rand_args[@]}" $img
+    fi
+    rm -f $img
+}
+bench_rounds "$ROUNDS" alloc_case qemu-img qimg floor-raw
+echo
+bench_table "scattered 4 KiB allocating writes, $RAND_COUNT into ${SIZE_GIB} GiB" qemu-img \
+    qemu-img qimg floor-raw
+bench_reset
+
+# each tool rewrites an image it allocated itself (untimed first pass)
+rewrite_case() {
+    local tool=$1 img=rw-$1.img fmt=qcow2 bin
+    case $tool in
+    qemu-img) bin=$QEMU_IMG ;;
+    qimg) bin=$QIMG ;;
+    floor-raw) bin=$QEMU_IMG fmt=raw ;;
+    esac
+    if [ ! -e "$img" ]; then
+        if [ $fmt = raw ]; then
+            fresh_raw "$img" "${SIZE_GIB}G"
+        else
+            fresh_qcow2 "$img" "${SIZE_GIB}G"
+            "$bin" bench -f qcow2 "${rand_args[@]}" "$img" >/dev/null
+            sync
+        fi
+    fi
+    bench_time BENCH_T "$bin" bench -f $fmt --pattern=7 "${rand_args[@]}" "$img"
+}
+bench_rounds "$ROUNDS" rewrite_case qemu-img qimg floor-raw
+rm -f rw-*.img
+echo
+bench_table "scattered 4 KiB rewrites of allocated clusters, $RAND_COUNT" qemu-img \
+    qemu-img qimg floor-raw
