@@ -48,8 +48,20 @@ typedef struct Convert {
     unsigned alignment;  /* sectors */
     bool zero_init;      /* target already reads as zeros */
     bool target_has_backing;
+    bool compress;       /* -c: whole clusters through pwrite_compressed */
+    uint32_t cluster;    /* target cluster size (with -c) */
     uint8_t *buf;
 } Convert;
+
+static bool sector_is_zero_buf(const uint8_t *buf, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i]) {
+            return false;
+        }
+    }
+    return true;
+}
 
 static bool sector_is_zero(const uint8_t *buf, size_t len)
 {
@@ -213,8 +225,46 @@ static bool next_status(Convert *s, uint64_t offset, ChunkStatus *st, uint64_t *
     return true;
 }
 
+/*
+ * -c, as qemu-img: the target is written cluster by cluster; an all-zero
+ * cluster goes down the zero path, anything else is compressed.
+ */
+static bool do_copy_compressed(Convert *s, ToolProgress *prog)
+{
+    for (uint64_t offset = 0; offset < s->size; offset += s->cluster) {
+        size_t n = (size_t)MIN((uint64_t)s->cluster, s->size - offset);
+        GError *err = NULL;
+        QimgExtent ext;
+
+        if (qimg_image_block_status(s->src, offset, n, &ext, &err) &&
+            (ext.flags & QIMG_STATUS_ZERO) && ext.length >= n) {
+            memset(s->buf, 0, n);
+        } else if (err || !qimg_image_pread(s->src, offset, s->buf, n, &err)) {
+            tool_error("error while reading at byte %" PRIu64 ": %s", offset,
+                       err->message);
+            g_clear_error(&err);
+            return false;
+        }
+        if (sector_is_zero_buf(s->buf, n)) {
+            if (!s->zero_init && !write_zeroes(s, offset, n)) {
+                return false;
+            }
+        } else if (!qimg_image_pwrite_compressed(s->dst, offset, s->buf, n, &err)) {
+            tool_error("error while compressing sector %" PRIu64 ": %s", offset / SECTOR,
+                       err->message);
+            g_clear_error(&err);
+            return false;
+        }
+        tool_progress_update(prog, offset + n, s->size);
+    }
+    return true;
+}
+
 static bool do_copy(Convert *s, ToolProgress *prog)
 {
+    if (s->compress) {
+        return do_copy_compressed(s, prog);
+    }
     uint64_t offset = 0, status_end = 0;
     ChunkStatus st = ST_DATA;
 
@@ -350,7 +400,7 @@ typedef struct ConvertArgs {
     const char *src_fmt, *out_fmt, *snapshot, *src_name, *dst_name;
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
-    bool skip_create, progress, quiet, force_share;
+    bool skip_create, progress, quiet, force_share, compress;
     unsigned min_sparse;
 } ConvertArgs;
 
@@ -462,6 +512,14 @@ static int run_convert(ConvertArgs *a)
     }
 
     s.buf = g_malloc(BUF_SIZE);
+    if (a->compress) {
+        g_autoptr(QimgInfo) ti = qimg_image_get_info(s.dst, NULL);
+        s.compress = true;
+        s.cluster = ti && ti->cluster_size ? ti->cluster_size : 65536;
+        if (s.cluster > BUF_SIZE) {
+            s.cluster = BUF_SIZE;
+        }
+    }
     tool_progress_init(&prog, a->progress && !a->quiet);
     ok = do_copy(&s, &prog);
     g_free(s.buf);
@@ -500,7 +558,7 @@ int cmd_convert(int argc, char **argv)
     };
     int c, ret;
 
-    while ((c = getopt_long(argc, argv, ":hf:O:o:l:S:pt:T:qnm:WU", longopts, NULL)) !=
+    while ((c = getopt_long(argc, argv, ":hcf:O:o:l:S:pt:T:qnm:WU", longopts, NULL)) !=
            -1) {
         switch (c) {
         case 'h':
@@ -553,6 +611,9 @@ int cmd_convert(int argc, char **argv)
             }
             break; /* the copy is sequential; accepted for compatibility */
         }
+        case 'c':
+            a.compress = true;
+            break;
         case 'W':
             break; /* out-of-order writes: accepted, the copy is in order anyway */
         case 'U':
