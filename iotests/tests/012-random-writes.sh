@@ -1,0 +1,150 @@
+#!/bin/bash
+# Differential random writes: seeded lists of write / write -z [-u] /
+# discard / flush / read commands run through qemu-io on one copy of an
+# image and through qimg io on another, for cluster sizes 512..2M, refcount
+# widths 1/16/64, v2 and v3, extended L2 entries, with and without a backing
+# file.  After each batch: the same output, qemu-img compare identical,
+# qemu-img check clean (no leaks) on qimg's copy.  Reads are verified
+# against a byte model where it knows the contents.
+# QIMG_LONG=1: more batches, longer lists, more seeds.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io python3
+
+batches=2
+ops=150
+seeds=1
+if [ -n "${QIMG_LONG:-}" ]; then
+    batches=6
+    ops=1500
+    seeds=3
+fi
+
+filter_io() {
+    sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; XX:XX:XX.X (XXX YYY\/sec and XXX ops\/sec)/' \
+        -e 's/qemu-io: /qimg: /' -e 's/\(qemu\|qimg\)-io> //g'
+}
+
+# gen.py SEED SIZE CLUSTER BATCH NOPS MODEL: print a command list; the byte
+# model (None = unknown) is kept in MODEL between batches.
+cat >gen.py <<'PY'
+import os, pickle, random, sys
+seed, size, cs, batch, nops, model_path = sys.argv[1:7]
+size, cs, batch, nops = int(size), int(cs), int(batch), int(nops)
+rnd = random.Random("%s/%d" % (seed, batch))
+if os.path.exists(model_path):
+    model = pickle.load(open(model_path, "rb"))
+else:
+    # without a backing file everything reads as zeros; the backing file's
+    # contents are not modelled (unknown until written)
+    k = 1 if os.environ.get("NO_BACKING") else 0
+    model = {"bytes": bytearray(size), "known": bytearray([k]) * size}
+b, known = model["bytes"], model["known"]
+l2_span = cs * (cs // int(os.environ.get("L2E", "8")))
+
+def pick_range():
+    kind = rnd.random()
+    if kind < 0.25:      # small, unaligned
+        n = rnd.randint(1, 4096)
+        off = rnd.randrange(0, size - n)
+    elif kind < 0.5:     # sector aligned
+        n = 512 * rnd.randint(1, 16)
+        off = 512 * rnd.randrange(0, (size - n) // 512)
+    elif kind < 0.8:     # whole clusters
+        n = cs * rnd.randint(1, 4)
+        n = min(n, size // 2)
+        off = cs * rnd.randrange(0, (size - n) // cs)
+    else:                # around an L2 table boundary, or the image end
+        n = rnd.randint(1, 3 * cs)
+        n = min(n, size // 4)
+        if rnd.random() < 0.5 and l2_span < size:
+            edge = l2_span * rnd.randrange(1, max(2, size // l2_span))
+            edge = min(edge, size)
+        else:
+            edge = size
+        off = max(0, min(size - n, edge - rnd.randint(0, n)))
+    return off, n
+
+lines = []
+for i in range(nops):
+    r = rnd.random()
+    off, n = pick_range()
+    if r < 0.45:
+        p = rnd.randint(1, 255)
+        lines.append("write -P %d %d %d" % (p, off, n))
+        b[off:off + n] = bytes([p]) * n
+        known[off:off + n] = b"\x01" * n
+    elif r < 0.6:
+        lines.append("write -z%s %d %d" % (" -u" if rnd.random() < 0.5 else "", off, n))
+        b[off:off + n] = bytes(n)
+        known[off:off + n] = b"\x01" * n
+    elif r < 0.7:
+        # what a discard leaves depends on the format: unknown
+        lines.append("discard %d %d" % (off, n))
+        known[off:off + n] = bytes(n)
+    elif r < 0.75:
+        lines.append("flush")
+    else:
+        seg, kn = b[off:off + n], known[off:off + n]
+        if kn.count(0) == 0 and seg.count(seg[0]) == n:
+            lines.append("read -P %d %d %d" % (seg[0], off, n))
+        else:
+            lines.append("read -q %d %d" % (off, n))
+pickle.dump(model, open(model_path, "wb"))
+print("\n".join(lines))
+PY
+
+# run_config NAME SIZE CLUSTER L2E CREATE-ARGS...
+run_config() {
+    local name=$1 size=$2 cs=$3 l2e=$4 seed batch qrc mrc
+    shift 4
+    for seed in $(seq 1 $seeds); do
+        rm -f "$name".q "$name".m model.pkl
+        "$QEMU_IMG" create -q -f qcow2 "$@" "$name".q "$size" || {
+            _fail "$name: qemu-img create $*"
+            return 1
+        }
+        cp "$name".q "$name".m
+        for batch in $(seq 1 $batches); do
+            local desc="$name seed $seed batch $batch"
+            L2E=$l2e python3 gen.py "$name-$seed" "$(numfmt --from=iec "$size")" "$cs" \
+                "$batch" "$ops" model.pkl >cmds.txt
+            "$QEMU_IO" -t writeback "$name".q <cmds.txt >q.out 2>q.err
+            qrc=$?
+            "$QIMG" io -t writeback "$name".m <cmds.txt >m.out 2>m.err
+            mrc=$?
+            assert_eq "$desc: exit code" "$qrc" "$mrc"
+            assert_eq "$desc: output" "$(filter_io <q.out)" "$(filter_io <m.out)"
+            assert_eq "$desc: errors" "$(filter_io <q.err)" "$(filter_io <m.err)"
+            assert_rc "$desc: compare" 0 "$QEMU_IMG" compare "$name".q "$name".m
+            assert_rc "$desc: check (no leaks)" 0 "$QEMU_IMG" check "$name".m
+            [ "$_failures" -gt 0 ] && return 1
+        done
+    done
+}
+
+rm -f base.qcow2
+"$QEMU_IMG" create -q -f qcow2 base.qcow2 64M
+"$QEMU_IO" -c 'write -P 0x5b 0 40M' -c 'write -z 8M 1M' base.qcow2 >/dev/null
+
+NO_BACKING=1 run_config c512 16M 512 8 -o cluster_size=512
+NO_BACKING=1 run_config c4k 64M 4096 8 -o cluster_size=4k
+NO_BACKING=1 run_config c64k 64M 65536 8
+NO_BACKING=1 run_config c2m 64M 2097152 8 -o cluster_size=2M
+NO_BACKING=1 run_config r1 64M 4096 8 -o cluster_size=4k,refcount_bits=1
+NO_BACKING=1 run_config r64 64M 65536 8 -o refcount_bits=64
+NO_BACKING=1 run_config v2 64M 65536 8 -o compat=0.10
+NO_BACKING=1 run_config v2s 16M 512 8 -o compat=0.10,cluster_size=512
+NO_BACKING=1 run_config ext 64M 65536 16 -o extended_l2=on
+NO_BACKING=1 run_config ext2m 64M 2097152 16 -o extended_l2=on,cluster_size=2M
+run_config back 64M 65536 8 -b base.qcow2 -F qcow2
+run_config backv2 64M 65536 8 -b base.qcow2 -F qcow2 -o compat=0.10
+run_config backext 64M 32768 16 -b base.qcow2 -F qcow2 -o extended_l2=on,cluster_size=32k
+run_config back512 48M 512 8 -b base.qcow2 -F qcow2 -o cluster_size=512,refcount_bits=64
+if [ -n "${QIMG_LONG:-}" ]; then
+    NO_BACKING=1 run_config r2 64M 1024 8 -o cluster_size=1k,refcount_bits=2
+    NO_BACKING=1 run_config lazy 64M 65536 8 -o lazy_refcounts=on
+    NO_BACKING=1 run_config ext16k 64M 16384 16 -o extended_l2=on,cluster_size=16k,refcount_bits=1
+    run_config back2m 64M 2097152 8 -b base.qcow2 -F qcow2 -o cluster_size=2M
+fi
+
+finish
