@@ -931,11 +931,15 @@ static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc
                     g_strerror(EFBIG));
         return -EFBIG;
     }
+    if (prealloc == QIMG_PREALLOC_METADATA) {
+        /* like file-posix: metadata means nothing to a protocol */
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "Unsupported preallocation mode: metadata");
+        return -ENOTSUP;
+    }
     file_lock(s, LOCK_EXCL);
     if (fstat(s->fd, &st) < 0) {
         ret = -errno;
-    } else if (size < (uint64_t)st.st_size && prealloc != QIMG_PREALLOC_OFF &&
-               prealloc != QIMG_PREALLOC_METADATA) {
+    } else if (size < (uint64_t)st.st_size && prealloc != QIMG_PREALLOC_OFF) {
         file_unlock(s, LOCK_EXCL);
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Could not resize '%s': Cannot use preallocation for shrinking files",

@@ -203,7 +203,7 @@ int qcow2_detect_metadata_preallocation_locked(Qcow2State *s)
     real_clusters = (uint64_t)real_allocation / s->cluster_size;
     threshold = MAX(real_clusters * 10 / 9, real_clusters + 2);
     end_cluster = (s->file_size + s->cluster_size - 1) >> s->cluster_bits;
-    for (uint64_t i = 0; i < end_cluster && count <= threshold; i++) {
+    for (uint64_t i = 0; i < end_cluster && count < threshold; i++) {
         uint64_t refcount;
         int ret = qcow2_get_refcount_locked(s, i, &refcount);
         if (ret < 0) {
@@ -211,5 +211,5 @@ int qcow2_detect_metadata_preallocation_locked(Qcow2State *s)
         }
         count += refcount != 0;
     }
-    return count > threshold;
+    return count >= threshold;
 }
