@@ -31,6 +31,10 @@
  *     on failure the new range is freed (write.c invariants 1-3, 9).
  *  7. A write covers one whole cluster, or the last, partial cluster of the
  *     image (padded with zeros); an empty write is accepted and ignored.
+ *  8. A compressed write never replaces a cluster that has a host offset
+ *     (allocated, preallocated zero, or compressed): it fails with -EIO and
+ *     changes nothing, as QEMU 7.2 does.  Data that does not compress is
+ *     written as a normal cluster first, which may overwrite (QEMU too).
  */
 #include "qcow2/qcow2.h"
 
@@ -212,6 +216,13 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
     ret =
         qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index, offset, &type, &cnt);
+    if (ret == 0 && ((e & QCOW2_OFLAG_COMPRESSED) || (e & QCOW2_L2E_OFFSET_MASK))) {
+        /* compress.c invariant 8 */
+        ret = blk_error(EIO,
+                        "qcow2: a compressed write cannot overwrite the allocated "
+                        "cluster at guest offset 0x%" PRIx64,
+                        offset);
+    }
     if (ret == 0) {
         ret = qcow2_mark_dirty_locked(s);
     }

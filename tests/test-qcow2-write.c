@@ -198,6 +198,37 @@ static void fill_compressible(GRand *r, uint8_t *buf, size_t len)
     }
 }
 
+/* Whether the L2 entry of guest cluster 'co' holds a host offset (or is
+ * compressed): a compressed write over it must fail (compress.c inv. 8). */
+static bool cluster_has_host_offset(QimgImage *img, uint64_t co)
+{
+    Qcow2State *s = img->opaque;
+    uint64_t l2_index, e = 0;
+    uint8_t *l2;
+
+    qcow2_lock(s);
+    assert_int_equal(qcow2_get_l2_locked(s, co, &l2, &l2_index), 0);
+    if (l2) {
+        e = qcow2_l2_get(s, l2, l2_index);
+        qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    }
+    qcow2_unlock(s);
+    return (e & QCOW2_OFLAG_COMPRESSED) || (e & QCOW2_L2E_OFFSET_MASK);
+}
+
+/* Whether a whole cluster of 'buf' compresses below one cluster (else the
+ * driver writes it as a normal cluster). */
+static bool compresses(QimgImage *img, const uint8_t *buf, uint64_t len)
+{
+    Qcow2State *s = img->opaque;
+    g_autofree uint8_t *in = g_malloc0(s->cluster_size);
+    g_autofree uint8_t *out = g_malloc(s->cluster_size);
+
+    memcpy(in, buf, len);
+    return qcow2_compress(s->compression_type, out, s->cluster_size - 1, in,
+                          s->cluster_size) >= 0;
+}
+
 /* ---- the scribble test ---- */
 
 typedef enum { BK_NONE, BK_QCOW2, BK_RAW } Backing;
@@ -340,8 +371,17 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
                         fill_random(r, buf, cl); /* incompressible */
                     }
                     iov_init_buf(&q, buf, cl);
+                    bool had_host = cluster_has_host_offset(img, co);
+                    bool fits = compresses(img, buf, cl);
                     ret = img->drv->pwrite_compressed(img, co, &q);
-                    memcpy(m.bytes + co, buf, cl);
+                    if (had_host && fits) {
+                        /* compress.c invariant 8: refused, nothing changed */
+                        assert_int_equal(ret, -EIO);
+                        ret = 0;
+                        blk_error_clear();
+                    } else {
+                        memcpy(m.bytes + co, buf, cl);
+                    }
                 }
             } else if (kind < 96) {
                 ret = blk_flush(img);
