@@ -1,6 +1,7 @@
 /*
- * qimg convert [-f fmt] [-O fmt] [-l snapshot] [-S size] [-n] [-o options]
- *              [-t cache] [-T cache] [-m N] [-W] [-p] [-q] [-U] SRC DST
+ * qimg convert [-f fmt] [-O fmt] [-B backing -F fmt] [-l snapshot] [-S size]
+ *              [-n] [--target-is-zero] [-o options] [-t cache] [-T cache]
+ *              [-m N] [-W] [-c] [-p] [-q] [-U] SRC DST
  *
  * A sequential copy that leaves the same layout in the target as
  * qemu-img 7.2 (see shared/reference/qemu-behaviour.md section c):
@@ -24,6 +25,13 @@
  *     target has a backing file, where it is left unallocated.
  *  4. The target cache defaults to unsafe and the source cache to
  *     writeback.  The target is flushed at the end unless unsafe.
+ *  5. With -B the target's backing file is taken to hold what the source's
+ *     backing chain holds: only the source's top layer is asked for status,
+ *     and what it does not define (and zeros past the end of the target's
+ *     backing file) is left unallocated.  -B wins over -o backing_file and
+ *     needs a backing format (-F or -o backing_fmt).
+ *  6. --target-is-zero (only with -n, never with a backing file) promises
+ *     that the existing target reads as zeros: zeros are not written.
  */
 #include "tools/qimg-tool.h"
 
@@ -48,6 +56,8 @@ typedef struct Convert {
     unsigned alignment;  /* sectors */
     bool zero_init;      /* target already reads as zeros */
     bool target_has_backing;
+    bool top_only;            /* -B: status of the source's top layer (fact 5) */
+    int64_t target_backing;   /* size of the target's backing file, -1 unknown */
     bool compress;       /* -c: whole clusters through pwrite_compressed */
     uint32_t cluster;    /* target cluster size (with -c) */
     uint8_t *buf;
@@ -191,6 +201,36 @@ static bool write_chunk(Convert *s, uint64_t offset, size_t len)
     return true;
 }
 
+/*
+ * Block status of the source: of the whole chain, or with -B of its top
+ * layer alone (fact 5), where what the layer leaves undefined reads as zeros
+ * when nothing is below it or the offset is past the end of what is below.
+ */
+static bool source_status(Convert *s, uint64_t offset, uint64_t len, QimgExtent *ext,
+                          GError **err)
+{
+    QimgImage *below;
+
+    if (!s->top_only) {
+        return qimg_image_block_status(s->src, offset, len, ext, err);
+    }
+    if (!qimg_image_block_status_layer(s->src, offset, len, ext, err)) {
+        return false;
+    }
+    if (ext->flags & (QIMG_STATUS_ALLOCATED | QIMG_STATUS_ZERO | QIMG_STATUS_DATA)) {
+        return true;
+    }
+    below = qimg_image_backing(s->src);
+    if (!below) {
+        ext->flags |= QIMG_STATUS_ZERO;
+    } else if (offset >= qimg_image_size(below)) {
+        ext->flags |= QIMG_STATUS_ZERO;
+    } else {
+        ext->length = MIN(ext->length, qimg_image_size(below) - offset);
+    }
+    return true;
+}
+
 /* Status of the source at 'offset' and where it ends (fact 1). */
 static bool next_status(Convert *s, uint64_t offset, ChunkStatus *st, uint64_t *end)
 {
@@ -198,7 +238,7 @@ static bool next_status(Convert *s, uint64_t offset, ChunkStatus *st, uint64_t *
     GError *err = NULL;
     uint64_t n, tail;
 
-    if (!qimg_image_block_status(s->src, offset, s->size - offset, &ext, &err)) {
+    if (!source_status(s, offset, s->size - offset, &ext, &err)) {
         tool_error("error while reading block status at offset %" PRIu64 ": %s", offset,
                    err->message);
         g_clear_error(&err);
@@ -216,7 +256,9 @@ static bool next_status(Convert *s, uint64_t offset, ChunkStatus *st, uint64_t *
     }
     *end = MIN(offset + n, s->size);
     if (ext.flags & QIMG_STATUS_ZERO) {
-        *st = ST_ZERO;
+        bool past_backing = s->top_only && s->target_backing >= 0 &&
+                            offset >= (uint64_t)s->target_backing;
+        *st = past_backing ? ST_BACKING : ST_ZERO;
     } else if (ext.flags & QIMG_STATUS_DATA) {
         *st = ST_DATA;
     } else {
@@ -234,12 +276,22 @@ static bool do_copy_compressed(Convert *s, ToolProgress *prog)
     for (uint64_t offset = 0; offset < s->size; offset += s->cluster) {
         size_t n = (size_t)MIN((uint64_t)s->cluster, s->size - offset);
         GError *err = NULL;
-        QimgExtent ext;
+        ChunkStatus st;
+        uint64_t end;
 
-        if (qimg_image_block_status(s->src, offset, n, &ext, &err) &&
-            (ext.flags & QIMG_STATUS_ZERO) && ext.length >= n) {
+        if (!next_status(s, offset, &st, &end)) {
+            return false;
+        }
+        if (end - offset < n) {
+            st = ST_DATA; /* a partly defined cluster is written whole */
+        }
+        if (st == ST_BACKING) {
+            tool_progress_update(prog, offset + n, s->size);
+            continue; /* fact 5: the target's backing file shows through */
+        }
+        if (st == ST_ZERO) {
             memset(s->buf, 0, n);
-        } else if (err || !qimg_image_pread(s->src, offset, s->buf, n, &err)) {
+        } else if (!qimg_image_pread(s->src, offset, s->buf, n, &err)) {
             tool_error("error while reading at byte %" PRIu64 ": %s", offset,
                        err->message);
             g_clear_error(&err);
@@ -398,11 +450,89 @@ static unsigned pow2floor(unsigned v)
 
 typedef struct ConvertArgs {
     const char *src_fmt, *out_fmt, *snapshot, *src_name, *dst_name;
+    const char *backing, *backing_fmt; /* -B, -F */
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
-    bool skip_create, progress, quiet, force_share, compress;
+    bool skip_create, progress, quiet, force_share, compress, target_is_zero;
     unsigned min_sparse;
 } ConvertArgs;
+
+static bool can_compress(const char *fmt)
+{
+    if (strcmp(fmt, "qcow2") != 0) {
+        tool_error("Compression not supported for this file format");
+        return false;
+    }
+    return true;
+}
+
+static bool desc_has(const ToolOptDesc *descs, const char *name)
+{
+    for (; descs->name; descs++) {
+        if (strcmp(descs->name, name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The target's creation options as qemu-img checks them, in its order:
+ * -B/-F over -o (fact 5), --target-is-zero, the backing format, -c.
+ * Returns NULL after printing the error.
+ */
+static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
+{
+    g_autoptr(GPtrArray) opts = tool_opts_parse(a->optlist ? a->optlist : "", descs, NULL);
+    const char *prealloc;
+
+    if (!opts) {
+        return NULL;
+    }
+    tool_opts_remove(opts, "size");
+    tool_opts_remove(opts, "nocow"); /* hints the library does not take */
+    tool_opts_remove(opts, "extent_size_hint");
+    if (a->backing && !desc_has(descs, "backing_file")) {
+        tool_error("Backing file not supported for file format '%s'", a->out_fmt);
+        return NULL;
+    }
+    if (a->backing_fmt && !desc_has(descs, "backing_fmt")) {
+        tool_error("Backing file format not supported for file format '%s'", a->out_fmt);
+        return NULL;
+    }
+    if (a->backing) {
+        tool_opts_set(opts, "backing_file", a->backing, NULL);
+    }
+    if (a->backing_fmt) {
+        tool_opts_set(opts, "backing_fmt", a->backing_fmt, NULL);
+    }
+    if (a->target_is_zero && tool_opts_get(opts, "backing_file")) {
+        tool_error("Cannot use --target-is-zero when the destination image has a backing "
+                   "file");
+        return NULL;
+    }
+    if (tool_opts_get(opts, "backing_file") && !tool_opts_get(opts, "backing_fmt")) {
+        tool_error("Use of backing file requires explicit backing format");
+        return NULL;
+    }
+    if (a->compress && !can_compress(a->out_fmt)) {
+        return NULL;
+    }
+    prealloc = tool_opts_get(opts, "preallocation");
+    if (a->compress && prealloc && strcmp(prealloc, "off") != 0) {
+        tool_error("Compression and preallocation not supported at the same time");
+        return NULL;
+    }
+    return g_steal_pointer(&opts);
+}
+
+/* Size of the target's backing file, -1 if unknown (fact 5). */
+static int64_t backing_size(QimgImage *dst)
+{
+    QimgImage *b = qimg_image_backing(dst);
+
+    return b ? (int64_t)qimg_image_size(b) : -1;
+}
 
 /* Create (unless -n) and open the target; prints errors. */
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
@@ -411,6 +541,14 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
     GError *err = NULL;
     QimgImage *dst;
 
+    if (a->skip_create && a->target_is_zero && a->backing) {
+        tool_error("Cannot use --target-is-zero when the destination image has a backing "
+                   "file");
+        return NULL;
+    }
+    if (a->skip_create && a->compress && !can_compress(a->out_fmt)) {
+        return NULL;
+    }
     if (!a->skip_create) {
         const ToolOptDesc *descs = tool_create_opts(a->out_fmt);
         g_autoptr(GPtrArray) opts = NULL;
@@ -421,14 +559,12 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
             tool_error("Unknown file format '%s'", a->out_fmt);
             return NULL;
         }
-        opts = tool_opts_parse(a->optlist ? a->optlist : "", descs, NULL);
+        opts = target_opts(a, descs);
         if (!opts) {
             return NULL;
         }
-        tool_opts_remove(opts, "size");
-        tool_opts_remove(opts, "nocow"); /* hints the library does not take */
-        tool_opts_remove(opts, "extent_size_hint");
         s->target_has_backing = tool_opts_get(opts, "backing_file") != NULL;
+        s->top_only = s->target_has_backing;
         hash = tool_opts_to_hash(opts);
         co.format = a->out_fmt;
         co.size = size;
@@ -451,16 +587,24 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         tool_report_gerror(err, NULL);
         return NULL;
     }
+    s->target_backing = -1;
     if (a->skip_create) {
-        s->target_has_backing = qimg_image_backing(dst) != NULL;
+        s->target_has_backing = a->backing || qimg_image_backing(dst) != NULL;
+        s->top_only = a->backing != NULL;
         if (qimg_image_size(dst) < size) {
             tool_error("output file is smaller than input file");
             qimg_image_free(dst);
             return NULL;
         }
+    } else if (s->target_has_backing) {
+        s->target_backing = backing_size(dst);
     }
-    s->zero_init = !a->skip_create && !s->target_has_backing && a->min_sparse != 0 &&
-                   target_reads_zero(dst, a->dst_name);
+    if (a->target_is_zero) {
+        s->zero_init = true; /* fact 6 */
+    } else {
+        s->zero_init = !a->skip_create && !s->target_has_backing && a->min_sparse != 0 &&
+                       target_reads_zero(dst, a->dst_name);
+    }
     return dst;
 }
 
@@ -545,9 +689,11 @@ static int run_convert(ConvertArgs *a)
 
 int cmd_convert(int argc, char **argv)
 {
+    enum { OPT_TARGET_IS_ZERO = 256 };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
+        {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {NULL, 0, NULL, 0},
     };
     ConvertArgs a = {
@@ -558,7 +704,7 @@ int cmd_convert(int argc, char **argv)
     };
     int c, ret;
 
-    while ((c = getopt_long(argc, argv, ":hcf:O:o:l:S:pt:T:qnm:WU", longopts, NULL)) !=
+    while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WU", longopts, NULL)) !=
            -1) {
         switch (c) {
         case 'h':
@@ -569,6 +715,15 @@ int cmd_convert(int argc, char **argv)
             break;
         case 'O':
             a.out_fmt = optarg;
+            break;
+        case 'B':
+            a.backing = optarg;
+            break;
+        case 'F':
+            a.backing_fmt = optarg;
+            break;
+        case OPT_TARGET_IS_ZERO:
+            a.target_is_zero = true;
             break;
         case 'o':
             a.optlist = tool_opts_append(a.optlist, optarg);
@@ -633,6 +788,10 @@ int cmd_convert(int argc, char **argv)
         tool_opts_print_help(a.out_fmt, optind < argc);
         g_free(a.optlist);
         return 0;
+    }
+    if (a.target_is_zero && !a.skip_create) {
+        tool_error("--target-is-zero requires use of -n flag");
+        goto fail;
     }
     if (argc - optind < 2) {
         tool_error("Must specify image file name");

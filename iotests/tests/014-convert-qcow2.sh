@@ -1,0 +1,145 @@
+#!/bin/bash
+# qimg convert -O qcow2 [-c] [-o ...] from raw and qcow2 sources against
+# qemu-img convert: the copy is identical to the source (qemu-img compare),
+# qemu-img check is clean, the allocation map has the same data/zero
+# extents as qemu-img's output (host offsets aside), and with -c the output
+# really is compressed: as many compressed clusters as qemu-img's, per
+# qemu-img check --output=json.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io python3
+
+# Sources: a raw file with holes, data, zero runs and unaligned bits; a
+# qcow2 with data, zero clusters, compressed clusters and a backing file;
+# an empty image; incompressible data.
+python3 - <<'PY'
+import random
+random.seed(20240614)
+size = 9 * 1024 * 1024 + 512
+with open('src.raw', 'wb') as f:
+    f.truncate(size)
+    def w(off, data):
+        f.seek(off)
+        f.write(data)
+    w(0, b'\x01' * 512)
+    w(70000, b'\x02' * 100)
+    blk = bytearray(b'\x03' * (2 * 1024 * 1024))
+    for z in [512, 4096, 65536, 1536, 131072]:
+        o = random.randrange(0, len(blk) - z)
+        blk[o:o + z] = b'\0' * z
+    w(1024 * 1024 + 1536, bytes(blk))
+    w(5 * 1024 * 1024, bytes(random.getrandbits(8) for _ in range(300000)))
+    w(7 * 1024 * 1024, b'\0' * (1024 * 1024))
+    w(size - 512, b'\x06' * 512)
+PY
+: >empty.raw
+"$QEMU_IMG" create -q -f qcow2 base.qcow2 8M
+"$QEMU_IO" -c 'write -P 0x11 0 8M' base.qcow2 >/dev/null
+"$QEMU_IMG" create -q -f qcow2 -b base.qcow2 -F qcow2 src.qcow2 12M
+"$QEMU_IO" -c 'write -P 0x22 1M 1M' -c 'write -z 3M 512k' -c 'write -c -P 0x33 5M 64k' \
+    -c 'write -c -P 0x34 6M 128k' -c 'discard 7M 64k' -c 'write -P 0x44 11M 4k' \
+    src.qcow2 >/dev/null
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=4k small.qcow2 3M
+"$QEMU_IO" -c 'write -P 0x55 0 100k' -c 'write -z 200k 8k' -c 'write -P 0 300k 64k' \
+    small.qcow2 >/dev/null
+
+# map_flags IMG: allocation map without host offsets, adjacent extents with
+# the same flags merged.
+map_flags() {
+    "$QEMU_IMG" map --output=json "$1" | python3 -c '
+import json, sys
+out = []
+for e in json.load(sys.stdin):
+    e.pop("offset", None)
+    k = (e["depth"], e["present"], e["zero"], e["data"])
+    if out and out[-1][0] == k and out[-1][1] + out[-1][2] == e["start"]:
+        out[-1][2] += e["length"]
+    else:
+        out.append([k, e["start"], e["length"]])
+for k, s, n in out:
+    print(s, n, *k)
+'
+}
+
+# check_field IMG FIELD: a number from qemu-img check --output=json (0 if absent).
+check_field() {
+    "$QEMU_IMG" check --output=json "$1" 2>/dev/null |
+        sed -n "s/.*\"$2\": \\([0-9]*\\).*/\\1/p" | grep . || echo 0
+}
+
+# check_convert SRC ARGS...
+check_convert() {
+    local src=$1 desc qrc mrc
+    shift
+    desc="convert $* $src"
+    rm -f q.qcow2 m.qcow2
+    "$QEMU_IMG" convert "$@" "$src" q.qcow2 >q.out 2>&1
+    qrc=$?
+    "$QIMG" convert "$@" "$src" m.qcow2 >m.out 2>&1
+    mrc=$?
+    assert_eq "$desc: exit code" "$qrc" "$mrc" || { cat q.out m.out; return 1; }
+    assert_eq "$desc: output" "$(sed 's/^qemu-img: /qimg: /' q.out)" "$(cat m.out)"
+    [ "$qrc" = 0 ] || return 0
+    assert_rc "$desc: compare with the source" 0 "$QEMU_IMG" compare "$src" m.qcow2
+    assert_rc "$desc: qemu-img check" 0 "$QEMU_IMG" check m.qcow2
+    assert_eq "$desc: map" "$(map_flags q.qcow2)" "$(map_flags m.qcow2)"
+    assert_eq "$desc: info" \
+        "$("$QEMU_IMG" info --output=json q.qcow2 | grep -v -e filename -e actual-size)" \
+        "$("$QEMU_IMG" info --output=json m.qcow2 | grep -v -e filename -e actual-size)"
+    assert_eq "$desc: compressed clusters" "$(check_field q.qcow2 compressed-clusters)" \
+        "$(check_field m.qcow2 compressed-clusters)"
+    assert_eq "$desc: allocated clusters" "$(check_field q.qcow2 allocated-clusters)" \
+        "$(check_field m.qcow2 allocated-clusters)"
+    case " $* " in
+    *" -c "*)
+        _checks=$((_checks + 1))
+        if [ "$src" != empty.raw ] && [ "$(check_field m.qcow2 compressed-clusters)" = 0 ]; then
+            _fail "$desc: nothing was compressed"
+        fi
+        ;;
+    esac
+}
+
+for src in src.raw empty.raw src.qcow2 small.qcow2; do
+    for args in "-O qcow2" "-O qcow2 -c" "-O qcow2 -c -o compression_type=zstd" \
+        "-O qcow2 -o cluster_size=4k" "-O qcow2 -c -o cluster_size=4k,refcount_bits=1" \
+        "-O qcow2 -o compat=0.10" "-O qcow2 -c -o compat=0.10" "-O qcow2 -S 0" \
+        "-O qcow2 -S 64k" "-O qcow2 -o extended_l2=on" "-O qcow2 -c -o cluster_size=2M" \
+        "-O qcow2 -o preallocation=metadata" "-O qcow2 -W -m 4"; do
+        case "$src" in *.raw) set -- -f raw ;; *) set -- ;; esac
+        # shellcheck disable=SC2086
+        check_convert "$src" "$@" $args
+    done
+done
+
+# A backing file for the output, and the source's own backing chain.
+check_convert src.qcow2 -O qcow2 -B base.qcow2 -F qcow2
+check_convert src.qcow2 -O qcow2 -c -B base.qcow2 -F qcow2
+
+# Errors
+same_as_qemu_err convert -O qcow2 -c -o preallocation=metadata src.raw out.qcow2
+same_as_qemu_err convert -O qcow2 -o compression_type=lz4 src.raw out.qcow2
+same_as_qemu_err convert -O qcow2 -o cluster_size=1000 src.raw out.qcow2
+same_as_qemu_err convert -O qcow2 -B base.qcow2 src.qcow2 out.qcow2
+same_as_qemu_err convert -O raw -B base.qcow2 -F qcow2 src.qcow2 out.raw
+same_as_qemu_err convert -O raw -c src.raw out.raw
+same_as_qemu_err convert -O qcow2 --target-is-zero src.raw out.qcow2
+same_as_qemu_err convert -O qcow2 -B base.qcow2 -F qcow2 --target-is-zero src.qcow2 out.qcow2
+same_as_qemu_err convert -O qcow2 -F qcow2 src.raw out.qcow2
+rm -f out.qcow2 out.raw
+
+# -B wins over -o backing_file; -o backing_fmt serves as the format
+check_convert src.qcow2 -O qcow2 -B base.qcow2 -o backing_file=nonexistent,backing_fmt=qcow2
+
+# --target-is-zero into an existing zeroed target: zeros are not written
+for tool in "$QEMU_IMG" "$QIMG"; do
+    out=tz-$(basename "$tool").qcow2
+    "$QEMU_IMG" create -q -f qcow2 "$out" 12M
+    assert_rc "$(basename "$tool") convert -n --target-is-zero" 0 \
+        "$tool" convert -n --target-is-zero -O qcow2 src.qcow2 "$out"
+    assert_rc "$(basename "$tool") --target-is-zero: same contents" 0 \
+        "$QEMU_IMG" compare src.qcow2 "$out"
+    assert_rc "$(basename "$tool") --target-is-zero: check" 0 "$QEMU_IMG" check "$out"
+done
+assert_eq "--target-is-zero: map" "$(map_flags tz-qemu-img.qcow2)" "$(map_flags tz-qimg.qcow2)"
+
+finish
