@@ -933,7 +933,8 @@ static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc
     }
     if (prealloc == QIMG_PREALLOC_METADATA) {
         /* like file-posix: metadata means nothing to a protocol */
-        g_set_error(error, QIMG_ERROR, ENOTSUP, "Unsupported preallocation mode: metadata");
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "Unsupported preallocation mode: metadata");
         return -ENOTSUP;
     }
     file_lock(s, LOCK_EXCL);

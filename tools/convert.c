@@ -56,10 +56,10 @@ typedef struct Convert {
     unsigned alignment;  /* sectors */
     bool zero_init;      /* target already reads as zeros */
     bool target_has_backing;
-    bool top_only;            /* -B: status of the source's top layer (fact 5) */
-    int64_t target_backing;   /* size of the target's backing file, -1 unknown */
-    bool compress;       /* -c: whole clusters through pwrite_compressed */
-    uint32_t cluster;    /* target cluster size (with -c) */
+    bool top_only;          /* -B: status of the source's top layer (fact 5) */
+    int64_t target_backing; /* size of the target's backing file, -1 unknown */
+    bool compress;          /* -c: whole clusters through pwrite_compressed */
+    uint32_t cluster;       /* target cluster size (with -c) */
     uint8_t *buf;
 } Convert;
 
@@ -483,7 +483,8 @@ static bool desc_has(const ToolOptDesc *descs, const char *name)
  */
 static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
 {
-    g_autoptr(GPtrArray) opts = tool_opts_parse(a->optlist ? a->optlist : "", descs, NULL);
+    g_autoptr(GPtrArray) opts =
+        tool_opts_parse(a->optlist ? a->optlist : "", descs, NULL);
     const char *prealloc;
 
     if (!opts) {
@@ -704,8 +705,8 @@ int cmd_convert(int argc, char **argv)
     };
     int c, ret;
 
-    while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WU", longopts, NULL)) !=
-           -1) {
+    while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WU", longopts,
+                            NULL)) != -1) {
         switch (c) {
         case 'h':
             g_free(a.optlist);
