@@ -108,8 +108,8 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
         return FALSE;
     }
     if (!drv->create) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP, "Format driver '%s' does not support image creation",
-                    opts->format);
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "Format driver '%s' does not support image creation", opts->format);
         return FALSE;
     }
     blk_error_clear();
@@ -144,8 +144,8 @@ gboolean qimg_image_preadv(QimgImage *img, uint64_t offset, const struct iovec *
     return io_result(img, blk_preadv(img, offset, &q, 0), "Could not read", error);
 }
 
-gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset,
-                            const struct iovec *iov, int iovcnt, GError **error)
+gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset, const struct iovec *iov,
+                            int iovcnt, GError **error)
 {
     QimgIOV q;
     iov_init_external(&q, (struct iovec *)iov, iovcnt);
@@ -159,8 +159,8 @@ gboolean qimg_image_pread(QimgImage *img, uint64_t offset, void *buf, size_t len
     return io_result(img, blk_pread(img, offset, buf, len), "Could not read", error);
 }
 
-gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf,
-                           size_t len, GError **error)
+gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t len,
+                           GError **error)
 {
     int ret = after_write(img, blk_pwrite(img, offset, buf, len, 0));
     return io_result(img, ret, "Could not write", error);
@@ -200,12 +200,13 @@ gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
     return io_result(img, after_write(img, 0), "Could not flush", error);
 }
 
-gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset,
-                                      const void *buf, size_t len, GError **error)
+gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const void *buf,
+                                      size_t len, GError **error)
 {
     if (!img->drv->pwrite_compressed) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Compression is not supported for format '%s'", img->drv->format_name);
+                    "Compression is not supported for format '%s'",
+                    img->drv->format_name);
         return FALSE;
     }
     if (img->read_only) {
@@ -253,9 +254,8 @@ static void fill_extent(QimgExtent *out, uint64_t offset, const BlkStatus *st, i
     out->filename = st->file ? st->file->filename : NULL;
 }
 
-gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset,
-                                       uint64_t len, QimgExtent *out,
-                                       GError **error)
+gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t len,
+                                       QimgExtent *out, GError **error)
 {
     BlkStatus st;
     int ret = blk_block_status(img, offset, len, &st);

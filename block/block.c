@@ -186,8 +186,7 @@ static const char *plain_name(const char *filename)
 
 static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
                               const char *filename, const char *canon,
-                              const QimgOpenOptions *opts, GSList *chain,
-                              GError **error)
+                              const QimgOpenOptions *opts, GSList *chain, GError **error)
 {
     bool ro = opts->read_only || opts->snapshot != NULL;
     QimgImage *img;
@@ -214,8 +213,8 @@ static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
 
     g_autoptr(GError) local = NULL;
     if (drv->open(img, filename, opts, &local) < 0) {
-        g_propagate_prefixed_error(error, g_steal_pointer(&local), "Could not open '%s': ",
-                                   filename);
+        g_propagate_prefixed_error(error, g_steal_pointer(&local),
+                                   "Could not open '%s': ", filename);
         goto fail_noclose;
     }
     if (img->backing_filename) {
@@ -232,8 +231,8 @@ static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
         }
     }
     if (drv->open_finish && drv->open_finish(img, &local) < 0) {
-        g_propagate_prefixed_error(error, g_steal_pointer(&local), "Could not open '%s': ",
-                                   filename);
+        g_propagate_prefixed_error(error, g_steal_pointer(&local),
+                                   "Could not open '%s': ", filename);
         goto fail;
     }
     return img;
@@ -329,16 +328,18 @@ static int check_request(QimgImage *img, uint64_t offset, uint64_t bytes, bool w
     uint64_t end;
 
     if (__builtin_add_overflow(offset, bytes, &end) || end > INT64_MAX) {
-        return blk_error(EINVAL, "Request at offset %" PRIu64 " of %" PRIu64
-                                 " bytes overflows", offset, bytes);
+        return blk_error(EINVAL,
+                         "Request at offset %" PRIu64 " of %" PRIu64 " bytes overflows",
+                         offset, bytes);
     }
     if (write && img->read_only) {
         return blk_error(EACCES, "Image '%s' is read-only", img->filename);
     }
     /* Protocol nodes may be read past EOF (zeros) and written to grow. */
     if (!img->drv->is_protocol && end > img->size) {
-        return blk_error(EIO, "Request at offset %" PRIu64 " of %" PRIu64
-                              " bytes is beyond the end of '%s' (%" PRIu64 " bytes)",
+        return blk_error(EIO,
+                         "Request at offset %" PRIu64 " of %" PRIu64
+                         " bytes is beyond the end of '%s' (%" PRIu64 " bytes)",
                          offset, bytes, img->filename, img->size);
     }
     return 0;
@@ -483,8 +484,8 @@ int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc preallo
         return -EINVAL;
     }
     if (!img->drv->truncate) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP, "Image format '%s' does not support resizing",
-                    img->drv->format_name);
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "Image format '%s' does not support resizing", img->drv->format_name);
         return -ENOTSUP;
     }
     return img->drv->truncate(img, size, exact, prealloc, shrink, error);

@@ -31,8 +31,8 @@
 /* Rounding for power-of-two or any non-zero alignment 'a' (no overflow checks:
  * use on validated values only). */
 #define ROUND_DOWN(x, a) ((x) / (a) * (a))
-#define ROUND_UP(x, a) ROUND_DOWN((x) + (a) - 1, (a))
-#define DIV_ROUND_UP(x, a) (((x) + (a) - 1) / (a))
+#define ROUND_UP(x, a) ROUND_DOWN((x) + (a)-1, (a))
+#define DIV_ROUND_UP(x, a) (((x) + (a)-1) / (a))
 
 typedef struct QimgDriver QimgDriver;
 struct QimgCheckResult;
@@ -44,8 +44,8 @@ struct QimgCheckResult;
  */
 typedef enum BlkEvent {
     BLKEV_NONE = 0,
-    BLKEV_DATA_WRITE,      /* guest data */
-    BLKEV_COW_WRITE,       /* copy-on-write head/tail */
+    BLKEV_DATA_WRITE, /* guest data */
+    BLKEV_COW_WRITE,  /* copy-on-write head/tail */
     BLKEV_COMPRESSED_WRITE,
     BLKEV_REFBLOCK_UPDATE, /* writing back a refcount block */
     BLKEV_REFBLOCK_ALLOC,  /* writing a new refcount block */
@@ -70,16 +70,16 @@ enum {
 
 struct QimgImage {
     const QimgDriver *drv;
-    void *opaque;          /* driver state */
-    char *filename;        /* as given by the user */
-    QimgImage *file;       /* protocol child of a format node; NULL for protocol */
-    QimgImage *backing;    /* backing node, or NULL */
+    void *opaque;       /* driver state */
+    char *filename;     /* as given by the user */
+    QimgImage *file;    /* protocol child of a format node; NULL for protocol */
+    QimgImage *backing; /* backing node, or NULL */
     bool read_only;
     QimgCacheMode cache;
-    uint64_t size;         /* virtual size; drivers keep it current */
-    uint32_t request_alignment; /* 1, or the O_DIRECT alignment */
-    uint32_t cluster_size; /* format's allocation unit; 0 if it has none */
-    bool is_block_device;  /* protocol nodes */
+    uint64_t size;               /* virtual size; drivers keep it current */
+    uint32_t request_alignment;  /* 1, or the O_DIRECT alignment */
+    uint32_t cluster_size;       /* format's allocation unit; 0 if it has none */
+    bool is_block_device;        /* protocol nodes */
     char *backing_filename;      /* as recorded in the image */
     char *full_backing_filename; /* resolved path used to open it */
     char *backing_format;        /* as recorded, or NULL */
@@ -97,10 +97,10 @@ enum {
 };
 
 typedef struct BlkStatus {
-    uint64_t pnum;        /* bytes from the request offset the answer covers (> 0) */
-    unsigned flags;       /* BLK_STATUS_* */
-    uint64_t map;         /* host offset when OFFSET_VALID */
-    QimgImage *file;      /* node 'map' refers to */
+    uint64_t pnum;   /* bytes from the request offset the answer covers (> 0) */
+    unsigned flags;  /* BLK_STATUS_* */
+    uint64_t map;    /* host offset when OFFSET_VALID */
+    QimgImage *file; /* node 'map' refers to */
 } BlkStatus;
 
 struct QimgDriver {
@@ -118,14 +118,12 @@ struct QimgDriver {
     void (*close)(QimgImage *img);
     int (*preadv)(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
     int (*pwritev)(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
-    int (*pwrite_zeroes)(QimgImage *img, uint64_t offset, uint64_t bytes,
-                         unsigned flags);
+    int (*pwrite_zeroes)(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags);
     int (*pdiscard)(QimgImage *img, uint64_t offset, uint64_t bytes);
     int (*pwrite_compressed)(QimgImage *img, uint64_t offset, const QimgIOV *qiov);
     int (*flush)(QimgImage *img);
     /* Status of this layer only, for [offset, offset+bytes).  Returns 0 or -errno. */
-    int (*block_status)(QimgImage *img, uint64_t offset, uint64_t bytes,
-                        BlkStatus *st);
+    int (*block_status)(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
     int (*truncate)(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
                     bool shrink, GError **error);
     int64_t (*get_allocated_size)(QimgImage *img);
@@ -148,7 +146,8 @@ struct QimgDriver {
     /* Fault injection: the next requests belong to step ev (optional). */
     void (*event)(QimgImage *img, BlkEvent ev);
     /* Offline check and repair (qemu-img check). */
-    int (*check)(QimgImage *img, struct QimgCheckResult *res, unsigned fix, GError **error);
+    int (*check)(QimgImage *img, struct QimgCheckResult *res, unsigned fix,
+                 GError **error);
 };
 
 /* ---- errors (invariant 2) ---- */

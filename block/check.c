@@ -65,12 +65,13 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
     res->messages = g_ptr_array_new_with_free_func(g_free);
     if (!img->drv->check) {
         res->unsupported = true; /* invariant 2 */
-        g_set_error(error, QIMG_ERROR, ENOTSUP, "This image format does not support checks");
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "This image format does not support checks");
         return FALSE;
     }
     if (fix && img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only; cannot repair it",
-                    img->filename);
+        g_set_error(error, QIMG_ERROR, EACCES,
+                    "Image '%s' is read-only; cannot repair it", img->filename);
         return FALSE;
     }
 

@@ -15,7 +15,7 @@
 #include <errno.h>
 #include <stdarg.h>
 
-G_DEFINE_QUARK(qimg-error-quark, qimg_error)
+G_DEFINE_QUARK(qimg - error - quark, qimg_error)
 
 static GPrivate last_msg = G_PRIVATE_INIT(g_free);
 

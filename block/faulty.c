@@ -63,7 +63,8 @@ static int parse_rule(const char *text, FaultRule *r, GError **error)
                 }
             }
             if (r->event == -2) {
-                g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug event '%s'", val);
+                g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug event '%s'",
+                            val);
                 return -EINVAL;
             }
         } else if (strncmp(*p, "errno", klen) == 0 && klen == 5) {
@@ -101,7 +102,8 @@ static int should_fail(FaultyState *s, FaultOp op)
         }
         uint64_t n = __atomic_add_fetch(&r->seen, 1, __ATOMIC_SEQ_CST);
         if (n == r->nth || (!r->once && n > r->nth)) {
-            return blk_error(r->errnum, "Injected error (blkdebug, %s #%" G_GUINT64_FORMAT ")",
+            return blk_error(r->errnum,
+                             "Injected error (blkdebug, %s #%" G_GUINT64_FORMAT ")",
                              blk_event_name((BlkEvent)(current_event)), n);
         }
     }

@@ -83,8 +83,8 @@ void iov_destroy(QimgIOV *q)
 
 typedef void (*iov_fn)(void *iov_part, void *arg_part, size_t n, void *ctx);
 
-static size_t iov_walk(const QimgIOV *q, size_t off, size_t len, char *arg,
-                       iov_fn fn, void *ctx)
+static size_t iov_walk(const QimgIOV *q, size_t off, size_t len, char *arg, iov_fn fn,
+                       void *ctx)
 {
     size_t done = 0;
     for (int i = 0; i < q->niov && done < len; i++) {

@@ -209,8 +209,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         if (n != (int)load_be32(bytes + QCOW2_HDR_NB_SNAPSHOTS)) {
-            fprintf(stderr, "a repaired snapshot table that checked clean lists %d of "
-                            "%u snapshots\n",
+            fprintf(stderr,
+                    "a repaired snapshot table that checked clean lists %d of "
+                    "%u snapshots\n",
                     n, load_be32(bytes + QCOW2_HDR_NB_SNAPSHOTS));
             abort();
         }

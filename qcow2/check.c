@@ -259,9 +259,9 @@ int check_get_refcount(Qcow2Check *c, uint64_t cluster, uint64_t *refcount)
     if (ret < 0) {
         return ret;
     }
-    *refcount = qcow2_refblock_get(block,
-                                   cluster & ((UINT64_C(1) << s->refcount_block_bits) - 1),
-                                   s->refcount_order);
+    *refcount =
+        qcow2_refblock_get(block, cluster & ((UINT64_C(1) << s->refcount_block_bits) - 1),
+                           s->refcount_order);
     qcow2_cache_put_locked(s->refcount_cache, &block);
     return 0;
 }
@@ -330,7 +330,8 @@ static int inc_refcounts_n(Qcow2Check *c, Qcow2CheckCounts *res, uint64_t offset
                 break;
             }
             c->overflow_messages++;
-            check_msg(c, "ERROR: overflow cluster offset=0x%" PRIx64, k << s->cluster_bits);
+            check_msg(c, "ERROR: overflow cluster offset=0x%" PRIx64,
+                      k << s->cluster_bits);
             check_msg(c, "Use qemu-img amend to increase the refcount entry width or "
                          "qemu-img convert to create a clean copy if the image cannot "
                          "be opened for writing");
@@ -434,8 +435,10 @@ static int walk_l2(Qcow2Check *c, Qcow2CheckCounts *res, uint64_t l2_offset, int
                 res->corruptions++;
             }
             if (qcow2_has_data_file(s)) {
-                check_msg(c, "ERROR compressed cluster %" PRIu64 " with data file, "
-                             "entry=0x%" PRIx64, i, entry);
+                check_msg(c,
+                          "ERROR compressed cluster %" PRIu64 " with data file, "
+                          "entry=0x%" PRIx64,
+                          i, entry);
                 res->corruptions++;
                 break;
             }
@@ -486,7 +489,8 @@ static int walk_l2(Qcow2Check *c, Qcow2CheckCounts *res, uint64_t l2_offset, int
                               "%s offset=%" PRIx64 ": Preallocated cluster is not "
                               "properly aligned; L2 entry corrupted.",
                               fix ? "Repairing" : "ERROR", offset);
-                    if (fix && fix_unaligned_zero_entry(c, res, l2, l2_offset, i, active)) {
+                    if (fix &&
+                        fix_unaligned_zero_entry(c, res, l2, l2_offset, i, active)) {
                         continue; /* the cluster is not used any more */
                     }
                 }
@@ -768,9 +772,8 @@ static GArray *load_bitmap_directory(Qcow2Check *c)
             blk_error(EINVAL, "More bitmaps found than specified in header extension");
             return NULL;
         }
-        entry_size = ROUND_UP(BME_DIR_ENTRY_SIZE + (uint64_t)load_be16(e + 18) +
-                                  load_be32(e + 20),
-                              8);
+        entry_size = ROUND_UP(
+            BME_DIR_ENTRY_SIZE + (uint64_t)load_be16(e + 18) + load_be32(e + 20), 8);
         if (entry_size > size - pos) {
             blk_error(EINVAL, "Broken bitmap directory");
             return NULL;
@@ -841,12 +844,14 @@ static int check_bitmaps(Qcow2Check *c, Qcow2CheckCounts *res)
         }
         if (ret < 0) {
             res->corruptions++;
-            return blk_error(-ret, "Could not read bitmap_table table from image for "
-                                   "bitmap %u: %s",
+            return blk_error(-ret,
+                             "Could not read bitmap_table table from image for "
+                             "bitmap %u: %s",
                              b, g_strerror(-ret));
         }
         for (uint32_t i = 0; i < be->table_size; i++) {
-            uint64_t off = load_be64(table + 8 * (uint64_t)i) & BME_TABLE_ENTRY_OFFSET_MASK;
+            uint64_t off =
+                load_be64(table + 8 * (uint64_t)i) & BME_TABLE_ENTRY_OFFSET_MASK;
             if (off) {
                 ret = inc_refcounts(c, res, off, s->cluster_size);
                 if (ret < 0) {
@@ -1080,7 +1085,8 @@ static void compare_refcounts(Qcow2Check *c, Qcow2CheckCounts *res, unsigned fix
             uint64_t end = MIN(c->nb_clusters, i + per_block);
             bool no_block = index >= s->refcount_table_size ||
                             (s->refcount_table[index] & QCOW2_REFT_OFFSET_MASK) == 0;
-            if (no_block && (i >= c->refs_high || refs_zero(c, i, MIN(end, c->refs_high)))) {
+            if (no_block &&
+                (i >= c->refs_high || refs_zero(c, i, MIN(end, c->refs_high)))) {
                 progress_add(c, end - i);
                 i = end - 1;
                 continue;
@@ -1111,7 +1117,10 @@ static void compare_refcounts(Qcow2Check *c, Qcow2CheckCounts *res, unsigned fix
             num_fixed = &res->corruptions_fixed;
         }
         check_msg(c, "%s cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64,
-                  num_fixed ? "Repairing" : disk < ref ? "ERROR" : "Leaked", i, disk, ref);
+                  num_fixed    ? "Repairing"
+                  : disk < ref ? "ERROR"
+                               : "Leaked",
+                  i, disk, ref);
         if (num_fixed) {
             ret = repair_set_refcount(c, i, disk, ref);
             if (ret >= 0) {
@@ -1141,8 +1150,8 @@ static int check_oflag_copied(Qcow2Check *c, Qcow2CheckCounts *res)
     Qcow2State *s = c->s;
     uint8_t *l2 = c->l2_buf;
     /* L2 offset -> SEEN_CLEAN or SEEN_BROKEN (invariant 4) */
-    g_autoptr(GHashTable) seen = g_hash_table_new_full(g_int64_hash, g_int64_equal,
-                                                       g_free, NULL);
+    g_autoptr(GHashTable) seen =
+        g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
     enum { SEEN_CLEAN = 1, SEEN_BROKEN = 2 };
     uint64_t budget = c->bad_budget;
     bool repair;
@@ -1223,9 +1232,8 @@ static int check_oflag_copied(Qcow2Check *c, Qcow2CheckCounts *res)
             if (qcow2_has_data_file(s)) {
                 refcount = 1;
             } else {
-                ret = check_get_refcount(c, (entry & QCOW2_L2E_OFFSET_MASK) >>
-                                                s->cluster_bits,
-                                         &refcount);
+                ret = check_get_refcount(
+                    c, (entry & QCOW2_L2E_OFFSET_MASK) >> s->cluster_bits, &refcount);
                 if (ret < 0) {
                     continue;
                 }
@@ -1271,9 +1279,9 @@ static int check_oflag_copied(Qcow2Check *c, Qcow2CheckCounts *res)
         {
             uint64_t *key = g_new(uint64_t, 1);
             *key = l2_offset;
-            g_hash_table_replace(seen, key,
-                                 GINT_TO_POINTER(mismatches == dirty ? SEEN_CLEAN
-                                                                     : SEEN_BROKEN));
+            g_hash_table_replace(
+                seen, key,
+                GINT_TO_POINTER(mismatches == dirty ? SEEN_CLEAN : SEEN_BROKEN));
         }
     }
     return 0;
@@ -1432,8 +1440,8 @@ int qcow2_check_image_opts(QimgImage *img, QimgCheckResult *res, unsigned fix,
         .fix = fix & (QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS),
         .progress = opts ? opts->progress : NULL,
         .progress_opaque = opts ? opts->progress_opaque : NULL,
-        .replay_budget = opts && opts->replay_budget ? opts->replay_budget
-                                                     : CHECK_REPLAY_BUDGET,
+        .replay_budget =
+            opts && opts->replay_budget ? opts->replay_budget : CHECK_REPLAY_BUDGET,
         .bad_budget = opts && opts->bad_budget ? opts->bad_budget : CHECK_BAD_BUDGET,
     };
     int ret;
@@ -1469,9 +1477,8 @@ int qcow2_check_image_opts(QimgImage *img, QimgCheckResult *res, unsigned fix,
                                         c.overflow_dropped));
     }
     if (c.messages_dropped) {
-        g_ptr_array_add(c.messages,
-                        g_strdup_printf("(%u further messages were not kept)",
-                                        c.messages_dropped));
+        g_ptr_array_add(c.messages, g_strdup_printf("(%u further messages were not kept)",
+                                                    c.messages_dropped));
     }
     if (ret < 0) {
         const char *msg = blk_error_message();

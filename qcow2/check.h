@@ -64,7 +64,7 @@ typedef struct Qcow2Check {
     QimgImage *file;
     GPtrArray *messages; /* char *, the caller's result */
     unsigned fix;
-    uint64_t file_size;  /* current length of the image file */
+    uint64_t file_size; /* current length of the image file */
 
     /* The in-memory refcount table (check.c invariant 2): one entry per
      * host cluster in [0, nb_clusters), encoded like a refcount block of

@@ -214,7 +214,7 @@ static int do_open(Qcow2State *s, const char *filename, const QimgOpenOptions *o
         s->unknown_header_fields =
             g_memdup2(cluster0 + QCOW2_HDR_V3_FULL_LENGTH, s->unknown_header_fields_size);
     }
-    img->size = s->header.size & ~UINT64_C(511); /* qcow2.c invariant 3 */
+    img->size = s->header.size & ~UINT64_C(511);   /* qcow2.c invariant 3 */
     img->cluster_size = (uint32_t)s->cluster_size; /* the vmstate buffer grid */
     qcow2_size_to_l1(s->header.size, s->cluster_bits, s->l2_bits, &s->l1_vm_state_index);
 

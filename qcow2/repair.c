@@ -94,7 +94,8 @@ int repair_set_refcount(Qcow2Check *c, uint64_t cluster, uint64_t old, uint64_t 
     if (addend == 0) {
         return 0;
     }
-    ret = qcow2_update_refcount_locked(s, cluster << s->cluster_bits, 1, addend, decrease);
+    ret =
+        qcow2_update_refcount_locked(s, cluster << s->cluster_bits, 1, addend, decrease);
     blk_error_clear(); /* QEMU reports nothing more than "not fixed" */
     return ret;
 }
@@ -308,8 +309,8 @@ int repair_rebuild_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
     /* switch with one header write (invariant 2) */
     store_be64(hdr, (uint64_t)rt_offset);
     store_be32(hdr + 8, (uint32_t)rt_clusters);
-    ret = qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE, QCOW2_HDR_REFCOUNT_TABLE_OFFSET,
-                                    hdr, sizeof(hdr));
+    ret = qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE,
+                                    QCOW2_HDR_REFCOUNT_TABLE_OFFSET, hdr, sizeof(hdr));
     if (ret < 0) {
         return blk_error(-ret, "ERROR setting reftable: %s", g_strerror(-ret));
     }
@@ -442,10 +443,11 @@ static int read_snapshot_table(Qcow2Check *c, uint32_t nb, bool repair,
                                 i);
                 goto fail;
             }
-            check_msg(c,
-                      "Discarding too much extra metadata in snapshot table entry %" PRIu32
-                      " (%" PRIu32 " > %u)",
-                      i, sn->extra_data_size, QCOW2_MAX_SNAPSHOT_EXTRA_DATA);
+            check_msg(
+                c,
+                "Discarding too much extra metadata in snapshot table entry %" PRIu32
+                " (%" PRIu32 " > %u)",
+                i, sn->extra_data_size, QCOW2_MAX_SNAPSHOT_EXTRA_DATA);
             (*extra_dropped)++;
             truncate_extra = true;
         }
@@ -462,7 +464,8 @@ static int read_snapshot_table(Qcow2Check *c, uint32_t nb, bool repair,
         sn->disk_size = sn->extra_data_size >= 16 ? load_be64(extra + 8) : s->img->size;
         sn->icount = sn->extra_data_size >= 24 ? (int64_t)load_be64(extra + 16) : -1;
         if (sn->extra_data_size > QCOW2_SNAPSHOT_EXTRA_KNOWN) {
-            uint64_t extra_end = offset + sn->extra_data_size - QCOW2_SNAPSHOT_EXTRA_KNOWN;
+            uint64_t extra_end =
+                offset + sn->extra_data_size - QCOW2_SNAPSHOT_EXTRA_KNOWN;
             if (truncate_extra) {
                 sn->extra_data_size = QCOW2_MAX_SNAPSHOT_EXTRA_DATA;
             }
@@ -495,10 +498,11 @@ static int read_snapshot_table(Qcow2Check *c, uint32_t nb, bool repair,
         if (table_length > QCOW2_MAX_SNAPSHOTS_BYTES ||
             offset - s->snapshots_offset > (uint64_t)INT_MAX) {
             if (!repair) {
-                ret = blk_error(EFBIG,
-                                "Snapshot table is too big\nYou can force-remove all "
-                                "%" PRIu32 " overhanging snapshots with qimg check -r all",
-                                nb - i);
+                ret =
+                    blk_error(EFBIG,
+                              "Snapshot table is too big\nYou can force-remove all "
+                              "%" PRIu32 " overhanging snapshots with qimg check -r all",
+                              nb - i);
                 goto fail;
             }
             check_msg(c,
@@ -672,7 +676,8 @@ int repair_write_snapshot_table(Qcow2Check *c)
         store_be32(h + 16, sn->date_sec);
         store_be32(h + 20, sn->date_nsec);
         store_be64(h + 24, sn->vm_clock_nsec);
-        store_be32(h + 32, sn->vm_state_size > UINT32_MAX ? 0 : (uint32_t)sn->vm_state_size);
+        store_be32(h + 32,
+                   sn->vm_state_size > UINT32_MAX ? 0 : (uint32_t)sn->vm_state_size);
         store_be32(h + 36, extra);
         store_be64(h + 40, sn->vm_state_size);
         store_be64(h + 48, sn->disk_size);

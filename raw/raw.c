@@ -112,8 +112,8 @@ static int raw_create(const char *filename, const QimgCreateOptions *opts, GErro
                     return -EINVAL;
                 }
             } else if (strcmp(k, "size") != 0) {
-                g_set_error(error, QIMG_ERROR, EINVAL,
-                            "Invalid parameter '%s'", (const char *)k);
+                g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'",
+                            (const char *)k);
                 return -EINVAL;
             }
         }

@@ -281,8 +281,8 @@ static void test_leaks(void **state)
     set_ref(&t, 6, 1);
     set_ref(&t, 7, 3);
     check_and_repair(&t, "leaks.qcow2", 0, 2, QIMG_CHECK_FIX_LEAKS, 0, 2);
-    check_and_repair(&t, "leaks-all.qcow2", 0, 2, QIMG_CHECK_FIX_LEAKS |
-                     QIMG_CHECK_FIX_ERRORS, 0, 2);
+    check_and_repair(&t, "leaks-all.qcow2", 0, 2,
+                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 0, 2);
 
     g_autofree char *p = timg_write(&t, dir, "leaks-msg.qcow2");
     Run r;
@@ -311,8 +311,8 @@ static void test_refcount_low(void **state)
     timg_set_l2(&t, 1, timg_c(&t, 5) | QCOW2_OFLAG_COPIED, 0);
     /* refcount 1 still matches COPIED; once raised to 2, both entries'
      * COPIED flags are wrong and get cleared too */
-    check_and_repair(&t, "rc-low.qcow2", 1, 0, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS,
-                     3, 0);
+    check_and_repair(&t, "rc-low.qcow2", 1, 0,
+                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 3, 0);
 
     /* -r leaks cannot fix a refcount that is too low */
     g_autofree char *p = timg_write(&t, dir, "rc-low-leaks.qcow2");
@@ -365,8 +365,8 @@ static void test_copied(void **state)
 
     t = base(3, 9);
     timg_set64(&t, timg_c(&t, 3), timg_c(&t, 4)); /* L1 entry without COPIED */
-    check_and_repair(&t, "copied-l1.qcow2", 1, 0, QIMG_CHECK_FIX_LEAKS |
-                     QIMG_CHECK_FIX_ERRORS, 1, 0);
+    check_and_repair(&t, "copied-l1.qcow2", 1, 0,
+                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 1, 0);
     g_autofree char *p = timg_write(&t, dir, "copied-l1-msg.qcow2");
     Run r;
     run(p, 0, &r);
@@ -398,8 +398,9 @@ static void test_unaligned_entries(void **state)
     timg_set_l2(&t, 0, (timg_c(&t, 5) + 0x200) | QCOW2_OFLAG_COPIED, 0);
     g_autofree char *p = timg_write(&t, dir, "unaligned-data.qcow2");
     run(p, 0, &r);
-    assert_true(has_msg(&r.res, "ERROR offset=5200: Data cluster is not properly aligned; "
-                                "L2 entry corrupted."));
+    assert_true(has_msg(&r.res,
+                        "ERROR offset=5200: Data cluster is not properly aligned; "
+                        "L2 entry corrupted."));
     /* unaligned + cluster 6 referenced without a refcount */
     EXPECT(&r, 2, 0, 0);
     expect_like_qemu(p, "", &r);
@@ -411,7 +412,8 @@ static void test_unaligned_entries(void **state)
 
     /* an unaligned preallocated zero cluster is made a plain zero cluster */
     t = base(3, 12);
-    timg_set_l2(&t, 0, (timg_c(&t, 5) + 0x200) | QCOW2_OFLAG_ZERO | QCOW2_OFLAG_COPIED, 0);
+    timg_set_l2(&t, 0, (timg_c(&t, 5) + 0x200) | QCOW2_OFLAG_ZERO | QCOW2_OFLAG_COPIED,
+                0);
     /* unaligned + cluster 6 referenced without a refcount; the repair
      * drops the reference, so cluster 5 is then a leak */
     check_and_repair(&t, "unaligned-zero.qcow2", 2, 0,
@@ -504,7 +506,7 @@ static void test_snapshots(void **state)
     pos = timg_c(&t, 6);
     add_snapshot(&t, &pos, 1, timg_c(&t, 7), 1, 24);
     memcpy(t.buf + timg_c(&t, 7), t.buf + timg_c(&t, 3), 8);
-    timg_set64(&t, timg_c(&t, 3), timg_c(&t, 4));          /* shared: no COPIED */
+    timg_set64(&t, timg_c(&t, 3), timg_c(&t, 4)); /* shared: no COPIED */
     timg_set_l2(&t, 0, timg_c(&t, 5), 0);
     set_ref(&t, 4, 2);
     set_ref(&t, 5, 2);

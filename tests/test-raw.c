@@ -20,8 +20,8 @@ static char *tmpdir;
 static int setup(void **state)
 {
     const char *base = g_getenv("QIMG_TEST_TMPDIR");
-    g_autofree char *tmpl = g_build_filename(base ? base : g_get_tmp_dir(),
-                                             "raw-XXXXXX", NULL);
+    g_autofree char *tmpl =
+        g_build_filename(base ? base : g_get_tmp_dir(), "raw-XXXXXX", NULL);
     tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
     return tmpdir ? 0 : -1;
 }
@@ -136,8 +136,8 @@ static void test_zero_discard_status(void **state)
     assert_int_equal(e.length, 1 << 20);
 
     /* Zeroing with unmap leaves zeros and (on most filesystems) a hole. */
-    assert_true(qimg_image_pwrite_zeroes(img, 1 << 20, 512 << 10, QIMG_ZERO_MAY_UNMAP,
-                                         &err));
+    assert_true(
+        qimg_image_pwrite_zeroes(img, 1 << 20, 512 << 10, QIMG_ZERO_MAY_UNMAP, &err));
     assert_true(qimg_image_pread(img, (1 << 20) - 1, buf, (512 << 10) + 2, &err));
     assert_int_equal(buf[0], 0);
     assert_true(buf_is_zero(buf, 512 << 10));

@@ -118,7 +118,6 @@ static void dump_json(const QimgCheckResult *r, const char *filename, const char
     printf("%s\n", text);
 }
 
-
 static void check_progress(void *opaque, uint64_t done, uint64_t total)
 {
     tool_progress_update(opaque, done, total);
@@ -162,7 +161,8 @@ int cmd_check(int argc, char **argv)
                 fix = QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS;
             } else {
                 return tool_usage_error(
-                    "Unknown option value for -r (expecting 'leaks' or 'all'): %s", optarg);
+                    "Unknown option value for -r (expecting 'leaks' or 'all'): %s",
+                    optarg);
             }
             break;
         case 'T':
@@ -226,7 +226,8 @@ int cmd_check(int argc, char **argv)
     for (guint i = 0; res.messages && i < res.messages->len; i++) {
         fprintf(stderr, "%s\n", (const char *)res.messages->pdata[i]);
     }
-    if ((res.corruptions_fixed || res.leaks_fixed) && out == TOOL_OUTPUT_HUMAN && !quiet) {
+    if ((res.corruptions_fixed || res.leaks_fixed) && out == TOOL_OUTPUT_HUMAN &&
+        !quiet) {
         printf("The following inconsistencies were found and repaired:\n\n"
                "    %" PRId64 " leaked clusters\n"
                "    %" PRId64 " corruptions\n\n"

@@ -41,7 +41,13 @@
 #include <getopt.h>
 #include <string.h>
 
-typedef enum SnapAction { SNAP_NONE, SNAP_LIST, SNAP_CREATE, SNAP_APPLY, SNAP_DELETE } SnapAction;
+typedef enum SnapAction {
+    SNAP_NONE,
+    SNAP_LIST,
+    SNAP_CREATE,
+    SNAP_APPLY,
+    SNAP_DELETE
+} SnapAction;
 
 /* The library's reason, when qemu-img's wording would not show it. */
 static void report_detail(const GError *err)
@@ -118,8 +124,9 @@ static int do_apply(QimgImage *img, const char *name)
         code = ENOENT; /* whatever the driver said: QEMU's lookup failed */
     }
     if (code == ENOTSUP) {
-        tool_error("Could not apply snapshot '%s': Block driver does not support snapshots",
-                   name);
+        tool_error(
+            "Could not apply snapshot '%s': Block driver does not support snapshots",
+            name);
     } else {
         report_detail(err);
         tool_error("Could not apply snapshot '%s': Failed to load snapshot: %s", name,

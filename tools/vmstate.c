@@ -385,8 +385,7 @@ static int do_save(const VmArgs *a)
     }
 
     QimgSnapshotParams p = {
-        .name = a->snapshot,
-        .icount = -1, /* QEMU's savevm without icount */
+        .name = a->snapshot, .icount = -1, /* QEMU's savevm without icount */
     };
     s = qimg_vmstate_save_begin(img, &p, &err);
     if (!s) {
@@ -607,8 +606,8 @@ int cmd_vmstate(int argc, char **argv)
     } else if (strcmp(argv[1], "load") == 0) {
         save = false;
     } else {
-        return tool_usage_error("Unknown vmstate command '%s'; expecting 'save' or 'load'",
-                                argv[1]);
+        return tool_usage_error(
+            "Unknown vmstate command '%s'; expecting 'save' or 'load'", argv[1]);
     }
     ret = parse_args(argc - 1, argv + 1, save, &a);
     if (ret >= 0) {

@@ -20,15 +20,15 @@ typedef struct QimgCheckResult {
     int64_t check_errors;
     int64_t corruptions_fixed;
     int64_t leaks_fixed;
-    int64_t image_end_offset;   /* 0: unknown */
+    int64_t image_end_offset; /* 0: unknown */
     int64_t total_clusters;
     int64_t allocated_clusters;
     int64_t fragmented_clusters;
     int64_t compressed_clusters;
-    bool unsupported;           /* the format cannot be checked (exit 63) */
+    bool unsupported; /* the format cannot be checked (exit 63) */
     /* Human-readable findings, one per line, as qemu-img prints them
      * ("Leaked cluster 5 refcount=1 reference=0", "ERROR ..."). */
-    GPtrArray *messages;        /* char*, owned */
+    GPtrArray *messages; /* char*, owned */
     /* Optional, set by the caller before the check: called now and then with
      * work done out of the total (qemu-img's -p). */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);

@@ -40,19 +40,22 @@ gboolean qimg_cache_mode_parse(const char *s, QimgCacheMode *mode, GError **erro
 const char *qimg_cache_mode_name(QimgCacheMode mode);
 
 typedef struct QimgOpenOptions {
-    const char *format;      /* "qcow2", "raw" or NULL to probe */
+    const char *format; /* "qcow2", "raw" or NULL to probe */
     bool read_only;
     QimgCacheMode cache;
-    bool no_backing;         /* do not open the backing chain */
+    bool no_backing;                 /* do not open the backing chain */
     const char *backing_format_hint; /* unused unless set */
-    uint64_t metadata_cache_size; /* bytes; 0 = driver default */
-    bool force_share;        /* accepted for qemu-img compatibility */
-    bool check_mode;         /* open for check/repair: corrupt images open r/w */
-    const char *snapshot;    /* read-only view of this internal snapshot
-                              * (ID or name), as qemu-img convert -l */
+    uint64_t metadata_cache_size;    /* bytes; 0 = driver default */
+    bool force_share;                /* accepted for qemu-img compatibility */
+    bool check_mode;                 /* open for check/repair: corrupt images open r/w */
+    const char *snapshot;            /* read-only view of this internal snapshot
+                                      * (ID or name), as qemu-img convert -l */
 } QimgOpenOptions;
 
-#define QIMG_OPEN_OPTIONS_INIT {0}
+#define QIMG_OPEN_OPTIONS_INIT                                                           \
+    {                                                                                    \
+        0                                                                                \
+    }
 
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error);
@@ -78,12 +81,12 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error);
  * backing_fmt, size); the explicit fields override them when set.
  */
 typedef struct QimgCreateOptions {
-    const char *format;         /* "qcow2" or "raw" (required) */
-    uint64_t size;              /* virtual size in bytes */
+    const char *format; /* "qcow2" or "raw" (required) */
+    uint64_t size;      /* virtual size in bytes */
     bool size_set;
     const char *backing_file;
     const char *backing_format;
-    GHashTable *options;        /* char* -> char*, may be NULL */
+    GHashTable *options; /* char* -> char*, may be NULL */
 } QimgCreateOptions;
 
 gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
@@ -92,16 +95,16 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
 /* I/O.  Offsets and lengths are in bytes; no alignment is required. */
 gboolean qimg_image_pread(QimgImage *img, uint64_t offset, void *buf, size_t len,
                           GError **error);
-gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf,
-                           size_t len, GError **error);
+gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t len,
+                           GError **error);
 gboolean qimg_image_preadv(QimgImage *img, uint64_t offset, const struct iovec *iov,
                            int iovcnt, GError **error);
-gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset,
-                            const struct iovec *iov, int iovcnt, GError **error);
+gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset, const struct iovec *iov,
+                            int iovcnt, GError **error);
 
 typedef enum QimgZeroFlags {
-    QIMG_ZERO_MAY_UNMAP = 1 << 0,    /* the range may be deallocated */
-    QIMG_ZERO_NO_FALLBACK = 1 << 1,  /* fail with ENOTSUP rather than write zeros */
+    QIMG_ZERO_MAY_UNMAP = 1 << 0,   /* the range may be deallocated */
+    QIMG_ZERO_NO_FALLBACK = 1 << 1, /* fail with ENOTSUP rather than write zeros */
 } QimgZeroFlags;
 
 gboolean qimg_image_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t len,
@@ -113,8 +116,8 @@ gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
                              QimgPrealloc prealloc, GError **error);
 /* Write a compressed cluster (qcow2 only); offset/len must be one whole
  * cluster (len may be shorter at the end of the image). */
-gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset,
-                                      const void *buf, size_t len, GError **error);
+gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const void *buf,
+                                      size_t len, GError **error);
 
 uint64_t qimg_image_size(QimgImage *img);
 const char *qimg_image_filename(QimgImage *img);
@@ -124,10 +127,10 @@ bool qimg_image_is_read_only(QimgImage *img);
 
 /* Block status of one layer or of the whole chain. */
 typedef enum QimgStatusFlags {
-    QIMG_STATUS_DATA = 1 << 0,      /* reads return data stored here */
-    QIMG_STATUS_ZERO = 1 << 1,      /* reads return zeros */
+    QIMG_STATUS_DATA = 1 << 0,         /* reads return data stored here */
+    QIMG_STATUS_ZERO = 1 << 1,         /* reads return zeros */
     QIMG_STATUS_OFFSET_VALID = 1 << 2, /* offset is valid in 'file' */
-    QIMG_STATUS_ALLOCATED = 1 << 3, /* this layer defines the contents */
+    QIMG_STATUS_ALLOCATED = 1 << 3,    /* this layer defines the contents */
     QIMG_STATUS_COMPRESSED = 1 << 4,
 } QimgStatusFlags;
 
@@ -147,9 +150,8 @@ typedef struct QimgExtent {
 gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
                                  QimgExtent *out, GError **error);
 /* Status of this layer only (ALLOCATED says whether it defines the range). */
-gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset,
-                                       uint64_t len, QimgExtent *out,
-                                       GError **error);
+gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t len,
+                                       QimgExtent *out, GError **error);
 
 typedef struct QimgSnapshotInfo {
     char *id;
@@ -158,7 +160,7 @@ typedef struct QimgSnapshotInfo {
     uint64_t date_sec;
     uint32_t date_nsec;
     uint64_t vm_clock_nsec;
-    int64_t icount;       /* -1: none */
+    int64_t icount; /* -1: none */
     uint64_t disk_size;
     uint32_t l1_size;
     uint64_t l1_offset;
@@ -168,18 +170,18 @@ typedef struct QimgInfo {
     char *filename;
     char *format;
     uint64_t virtual_size;
-    int64_t actual_size;       /* bytes allocated on the host, -1 unknown */
-    uint32_t cluster_size;     /* 0: not applicable */
+    int64_t actual_size;   /* bytes allocated on the host, -1 unknown */
+    uint32_t cluster_size; /* 0: not applicable */
     bool dirty;
     bool encrypted;
-    char *backing_filename;     /* as recorded in the image */
+    char *backing_filename; /* as recorded in the image */
     char *full_backing_filename;
     char *backing_format;
-    GArray *snapshots;          /* QimgSnapshotInfo, may be NULL */
+    GArray *snapshots; /* QimgSnapshotInfo, may be NULL */
     /* qcow2 specifics (format_specific = true) */
     bool format_specific;
-    char *compat;               /* "0.10" or "1.1" */
-    char *compression_type;     /* "zlib" / "zstd" */
+    char *compat;           /* "0.10" or "1.1" */
+    char *compression_type; /* "zlib" / "zstd" */
     bool lazy_refcounts;
     uint32_t refcount_bits;
     bool corrupt;

@@ -10,14 +10,14 @@
 G_BEGIN_DECLS
 
 typedef struct QimgSnapshotParams {
-    const char *name;        /* required; like qemu-img, qimg_snapshot_create
-                              * accepts a name already in use (the savevm
-                              * stream does not) */
-    uint64_t vm_state_size;  /* bytes of VM state already written to the vmstate area */
-    uint64_t date_sec;       /* 0,0: now */
+    const char *name;       /* required; like qemu-img, qimg_snapshot_create
+                             * accepts a name already in use (the savevm
+                             * stream does not) */
+    uint64_t vm_state_size; /* bytes of VM state already written to the vmstate area */
+    uint64_t date_sec;      /* 0,0: now */
     uint32_t date_nsec;
     uint64_t vm_clock_nsec;
-    int64_t icount;          /* -1: icount off */
+    int64_t icount; /* -1: icount off */
 } QimgSnapshotParams;
 
 /* Create a snapshot of the current disk state; returns its new ID (g_free).

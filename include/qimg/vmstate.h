@@ -29,8 +29,8 @@ gboolean qimg_vmstate_pread(QimgImage *img, uint64_t pos, void *buf, size_t len,
 gboolean qimg_vmstate_flush(QimgImage *img, GError **error);
 
 typedef struct QimgVmstateOptions {
-    unsigned max_in_flight;  /* buffers written at once; 0: 8 */
-    size_t buffer_size;      /* 0: max(cluster size, 1 MiB); rounded to clusters */
+    unsigned max_in_flight; /* buffers written at once; 0: 8 */
+    size_t buffer_size;     /* 0: max(cluster size, 1 MiB); rounded to clusters */
 } QimgVmstateOptions;
 
 /* Set the writer/reader parameters of an open image.  Pending writes are
