@@ -45,7 +45,12 @@
  *     which is allocated only after the previous one was handed to the
  *     pool; the read-ahead queue holds at most max_in_flight buffers and
  *     exists only while no write buffer does.  So at most
- *     (max_in_flight + 1) x B bytes of buffers are live.
+ *     (max_in_flight + 1) x B bytes of buffers are live.  Every buffer's
+ *     memory is B bytes; a freed buffer's memory is kept as a spare and
+ *     reused (allocating and faulting in 1 MiB per buffer halved the
+ *     stream's speed), so spares plus live buffers never exceed the most
+ *     buffers ever live at once, and the same bound holds.  Spares are
+ *     released when B changes, when a stream session ends and at release.
  *  6. Read-ahead starts at a read at pos 0 or where the previous read
  *     ended, prefetches up to max_in_flight buffers on the grid of
  *     invariant 1, and never past the state size when it is known (the
@@ -85,7 +90,8 @@ typedef struct VmBuf {
     uint64_t pos;  /* position of data[0] */
     size_t len;    /* bytes held (write) or to read (read-ahead) */
     size_t cap;    /* bytes up to the grid line (invariant 1) */
-    uint8_t *data; /* cap bytes */
+    size_t size;   /* bytes allocated at data, >= cap (invariant 5) */
+    uint8_t *data;
     /* read-ahead only; under vs->lock */
     bool done;
     int ret;
@@ -118,6 +124,8 @@ struct BlkVmstate {
     int error; /* sticky first write error (invariant 4) */
     char *error_msg;
     unsigned live, max_live; /* buffers allocated now / at most (invariant 5) */
+    GSList *spares;          /* B-byte blocks of freed buffers (invariant 5) */
+    size_t spare_size;       /* their size */
 };
 
 static pthread_mutex_t vs_global_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -141,18 +149,41 @@ static size_t compute_buf_size(QimgImage *img, size_t requested)
     return round_up_size(b, cluster);
 }
 
+/* Free the spare blocks (invariant 5).  Caller holds vs->lock. */
+static void spares_drop(BlkVmstate *vs)
+{
+    g_slist_free_full(g_steal_pointer(&vs->spares), free);
+}
+
+/* A buffer of cap <= B bytes at pos; its memory is B bytes, a spare when
+ * there is one (invariant 5).  Caller holds op_lock. */
 static VmBuf *buf_new(BlkVmstate *vs, uint64_t pos, size_t cap)
 {
+    size_t size = MAX(vs->buf_size, cap);
     VmBuf *b = g_try_new0(VmBuf, 1);
     void *mem = NULL;
 
-    if (!b || posix_memalign(&mem, VMSTATE_MEM_ALIGN, cap) != 0) {
+    if (!b) {
+        return NULL;
+    }
+    pthread_mutex_lock(&vs->lock);
+    if (vs->spare_size != size) {
+        spares_drop(vs);
+        vs->spare_size = size;
+    }
+    if (vs->spares) {
+        mem = vs->spares->data;
+        vs->spares = g_slist_delete_link(vs->spares, vs->spares);
+    }
+    pthread_mutex_unlock(&vs->lock);
+    if (!mem && posix_memalign(&mem, VMSTATE_MEM_ALIGN, size) != 0) {
         g_free(b);
         return NULL;
     }
     b->vs = vs;
     b->pos = pos;
     b->cap = cap;
+    b->size = size;
     b->data = mem;
     pthread_mutex_lock(&vs->lock);
     vs->live++;
@@ -161,14 +192,19 @@ static VmBuf *buf_new(BlkVmstate *vs, uint64_t pos, size_t cap)
     return b;
 }
 
+/* Called from tasks too: takes only vs->lock. */
 static void buf_free(VmBuf *b)
 {
     BlkVmstate *vs = b->vs;
+    void *mem = b->data;
 
     pthread_mutex_lock(&vs->lock);
     vs->live--;
+    if (b->size == vs->spare_size) {
+        vs->spares = g_slist_prepend(vs->spares, g_steal_pointer(&mem));
+    }
     pthread_mutex_unlock(&vs->lock);
-    free(b->data);
+    free(mem);
     g_free(b->msg);
     g_free(b);
 }
@@ -533,6 +569,9 @@ static void session_end(BlkVmstate *vs)
     ra_drop_locked(vs);
     clear_error(vs);
     blk_error_clear();
+    pthread_mutex_lock(&vs->lock);
+    spares_drop(vs);
+    pthread_mutex_unlock(&vs->lock);
     vs->session = false;
     vs->limit = UINT64_MAX;
     vs->run_valid = false;
@@ -585,6 +624,7 @@ void blk_vmstate_release(QimgImage *img)
     pthread_mutex_unlock(&vs->op_lock);
     pool_free(vs->pool);
     g_assert(vs->live == 0);
+    spares_drop(vs);
     g_free(vs->error_msg);
     pthread_cond_destroy(&vs->cond);
     pthread_mutex_destroy(&vs->lock);

@@ -77,11 +77,21 @@ if [ -d build-fuzz/fuzz ]; then
         name=$(basename "$exe")
         seeds=fuzz/seeds
         corpus=$(mktemp -d)
-        if "$exe" -max_total_time="${QIMG_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 \
-              -timeout=10 "$corpus" "$seeds" >/tmp/$name.log 2>&1; then
+        # Fixed seed: CI explores the same inputs every time (random, long
+        # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
+        regress=()
+        [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
+        if "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 \
+              -timeout=10 -artifact_prefix="$corpus/" "$corpus" "$seeds" \
+              "${regress[@]+"${regress[@]}"}" >/tmp/$name.log 2>&1; then
             passed=$((passed + 1)); echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' /tmp/$name.log))"
         else
             failed=$((failed + 1)); failures+=("fuzz: $name"); tail -40 /tmp/$name.log
+            for crash in "$corpus"/crash-* "$corpus"/timeout-* "$corpus"/oom-*; do
+                [ -f "$crash" ] || continue # the input, to reproduce it elsewhere
+                echo "$(basename "$crash") (gzip | base64):"
+                gzip -9c "$crash" | base64 | head -c 65536; echo
+            done
         fi
         rm -rf "$corpus"
     done
