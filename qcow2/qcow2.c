@@ -408,14 +408,6 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
     return 0;
 }
 
-int qcow2_create(const char *filename, const QimgCreateOptions *opts,
-                 GError **error); /* create.c */
-/* snapshot-write.c */
-int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
-int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error);
-int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error);
-GArray *qcow2_snapshot_list(QimgImage *img);
-
 const QimgDriver blk_qcow2_driver = {
     .create = qcow2_create,
     .format_name = "qcow2",

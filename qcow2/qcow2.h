@@ -775,6 +775,14 @@ int qcow2_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc preal
                    bool shrink, GError **error);
 /* Guest offset where the vmstate area of the active L1 starts. */
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
+/* create.c */
+int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **error);
+/* snapshot-write.c */
+int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
+int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error);
+int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error);
+GArray *qcow2_snapshot_list(QimgImage *img);
+
 int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
 int qcow2_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
 

@@ -13,12 +13,6 @@
 #define QIMG_VERSION "unknown"
 #endif
 
-int cmd_vmstate(int argc, char **argv); /* tools/vmstate.c */
-int cmd_check(int argc, char **argv);   /* tools/check.c */
-int cmd_bench(int argc, char **argv);   /* tools/bench.c */
-int cmd_io(int argc, char **argv);      /* tools/io.c */
-int cmd_resize(int argc, char **argv);  /* tools/resize.c */
-
 typedef struct ToolCommand {
     const char *name;
     int (*run)(int argc, char **argv);

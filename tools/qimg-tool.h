@@ -32,6 +32,11 @@ int cmd_map(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_vmstate(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_io(int argc, char **argv);
+int cmd_resize(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);
