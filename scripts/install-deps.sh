@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
-      libzstd-dev libcmocka-dev qemu-utils clang libclang-rt-14-dev)
+      libzstd-dev libcmocka-dev qemu-utils clang libclang-rt-14-dev clang-format)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 skips it;
 # those tests then skip themselves).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)
