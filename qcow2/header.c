@@ -440,7 +440,7 @@ int qcow2_header_check_tables(const Qcow2Header *h, uint64_t file_size, bool che
                                    QCOW2_SNAPSHOT_HEADER_SIZE,
                                    (uint64_t)QCOW2_SNAPSHOT_HEADER_SIZE *
                                        QCOW2_MAX_SNAPSHOTS,
-                                   h->cluster_bits, file_size);
+                                   h->cluster_bits, UINT64_MAX); /* snapshot.c inv. 2 */
         if (ret < 0) {
             return ret;
         }
