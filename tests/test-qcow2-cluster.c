@@ -10,17 +10,17 @@
 #include <cmocka.h>
 
 #include "test-qcow2-image.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-static char *dir;
 static int seq;
 
 static QimgImage *open_ok(const TImg *t)
 {
     g_autofree char *name = g_strdup_printf("img-%d.qcow2", ++seq);
-    g_autofree char *path = timg_write(t, dir, name);
+    g_autofree char *path = timg_write(t, tu_tmpdir(), name);
     g_autoptr(GError) err = NULL;
     QimgImage *img = timg_open(path, true, NULL, &err);
     if (!img) {
@@ -249,7 +249,7 @@ static void test_extended_l2(void **state)
 static void test_data_file(void **state)
 {
     TImg t = timg_new(3, 10, 1 << 20, false);
-    g_autofree char *data = g_build_filename(dir, "data.raw", NULL);
+    g_autofree char *data = g_build_filename(tu_tmpdir(), "data.raw", NULL);
     g_autofree uint8_t *raw = g_malloc(8192);
 
     memset(raw, 0x5a, 8192);
@@ -282,19 +282,6 @@ static void test_data_file(void **state)
     timg_free(&t);
 }
 
-static int setup(void **state)
-{
-    dir = timg_tmpdir();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
-    g_free(dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -305,5 +292,5 @@ int main(void)
         cmocka_unit_test(test_extended_l2),
         cmocka_unit_test(test_data_file),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-test", tests);
 }

@@ -28,61 +28,13 @@
 
 #include "block/block.h"
 #include "qcow2/qcow2.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *tmpdir;
-static int counter;
-static bool long_run;
-
-static bool have_qemu(void)
-{
-    g_autofree char *a = g_find_program_in_path("qemu-img");
-    g_autofree char *b = g_find_program_in_path("qemu-io");
-    return a && b;
-}
-
-static int run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
-
-static int run_status(char **out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
-    const char *argv[] = {"/bin/sh", "-c", full, NULL};
-    char *o = NULL;
-    int status = 0;
-
-    if (!g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
-                      &status, NULL)) {
-        fail_msg("could not run %s", cmd);
-    }
-    if (out) {
-        *out = o;
-    } else {
-        g_free(o);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-#define run(...)                                                                         \
-    do {                                                                                 \
-        g_autofree char *o_ = NULL;                                                      \
-        if (run_status(&o_, __VA_ARGS__) != 0) {                                         \
-            fail_msg("command failed: %s", o_);                                          \
-        }                                                                                \
-    } while (0)
-
-static char *fresh(const char *stem)
-{
-    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
-}
 
 #define MB_(x) ((uint64_t)(x) << 20)
 #define IMG_SIZE ((uint64_t)8 << 20)
@@ -169,8 +121,8 @@ static void workload(Run *r)
 
 static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
 {
-    g_autofree char *base = fresh("base.raw");
-    g_autofree char *p = fresh("fault.qcow2");
+    g_autofree char *base = tu_fresh("base.raw");
+    g_autofree char *p = tu_fresh("fault.qcow2");
     g_autofree char *init = g_strdup_printf("%s.init.raw", p);
     g_autofree char *name = NULL;
     g_autofree char *out = NULL;
@@ -183,14 +135,15 @@ static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
 
     /* 512-byte clusters, 64-bit refcounts: a refcount block covers 32 KiB,
      * the first refcount table 2 MiB, so the workload grows both. */
-    run("head -c %" PRIu64 " /dev/urandom > '%s'", BACKING_SIZE, base);
-    run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 -b '%s' -F raw "
+    tu_run("head -c %" PRIu64 " /dev/urandom > '%s'", BACKING_SIZE, base);
+    tu_run(
+        "qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 -b '%s' -F raw "
         "'%s' %" PRIu64,
         base, p, IMG_SIZE);
-    run("qemu-io -c 'write -P 0x5a 0 256k' '%s' >/dev/null && qemu-img snapshot -c s "
-        "'%s' "
-        "&& qemu-img convert -O raw '%s' '%s'",
-        p, p, p, init);
+    tu_run("qemu-io -c 'write -P 0x5a 0 256k' '%s' >/dev/null && qemu-img snapshot -c s "
+           "'%s' "
+           "&& qemu-img convert -O raw '%s' '%s'",
+           p, p, p, init);
     assert_true(g_file_get_contents(init, &data, &n, NULL));
     assert_int_equal(n, IMG_SIZE);
     r.m.bytes = (uint8_t *)data;
@@ -219,7 +172,7 @@ static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
     blk_close(r.img);
 
     /* no corruption, whatever the fault left behind */
-    int rc = run_status(&out, "qemu-img check '%s'", p);
+    int rc = tu_run_status(&out, "qemu-img check '%s'", p);
     if ((rc != 0 && rc != 3) || (!event && rc != 0)) {
         fail_msg("%s errno=%d nth=%" PRIu64 "%s: qemu-img check exit %d\n%s", event,
                  errnum, nth, once ? " once" : "", rc, out);
@@ -247,14 +200,14 @@ static void run_event(const char *event)
 {
     static const int errnos[] = {EIO, ENOSPC};
     const uint64_t nths[] = {1, 2, 3};
-    size_t nnth = long_run ? G_N_ELEMENTS(nths) : 2;
+    size_t nnth = tu_long_run() ? G_N_ELEMENTS(nths) : 2;
 
     /* the workload grows each table once: two steps (table, header) */
     if (strstr(event, "grow")) {
         nnth = 2;
     }
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     for (size_t e = 0; e < G_N_ELEMENTS(errnos); e++) {
@@ -285,32 +238,10 @@ EVENT_TEST(flush)
 /* The workload alone: nothing fails, the image is clean and complete. */
 static void test_no_fault(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     fault_case(NULL, 0, 0, true);
-}
-
-static int setup(void **state)
-{
-    const char *b = g_getenv("QIMG_TEST_TMPDIR");
-    g_autofree char *tmpl =
-        g_strdup_printf("%s/qcow2-fault-XXXXXX", b ? b : g_get_tmp_dir());
-    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
-    long_run = g_getenv("QIMG_LONG") && strcmp(g_getenv("QIMG_LONG"), "0") != 0;
-    return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    if (tmpdir) {
-        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) {
-            return -1;
-        }
-        g_free(tmpdir);
-    }
-    return 0;
 }
 
 int main(void)
@@ -323,5 +254,5 @@ int main(void)
         cmocka_unit_test(test_cow_write),       cmocka_unit_test(test_flush),
         cmocka_unit_test(test_no_fault),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-fault", tests);
 }

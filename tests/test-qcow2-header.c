@@ -10,18 +10,18 @@
 #include <cmocka.h>
 
 #include "test-qcow2-image.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-static char *dir;
 static int seq;
 
 /* Open t and expect failure with a message containing 'want'. */
 static void expect_open_error_rw(const TImg *t, bool read_only, const char *want)
 {
     g_autofree char *name = g_strdup_printf("bad-%d.qcow2", ++seq);
-    g_autofree char *path = timg_write(t, dir, name);
+    g_autofree char *path = timg_write(t, tu_tmpdir(), name);
     g_autoptr(GError) err = NULL;
     QimgImage *img = timg_open(path, read_only, NULL, &err);
 
@@ -45,7 +45,7 @@ static void expect_open_error(const TImg *t, const char *want)
 static QimgImage *open_ok(const TImg *t, bool read_only)
 {
     g_autofree char *name = g_strdup_printf("good-%d.qcow2", ++seq);
-    g_autofree char *path = timg_write(t, dir, name);
+    g_autofree char *path = timg_write(t, tu_tmpdir(), name);
     g_autoptr(GError) err = NULL;
     QimgImage *img = timg_open(path, read_only, NULL, &err);
 
@@ -432,7 +432,7 @@ static void test_snapshot_table(void **state)
     blk_close(img);
 
     /* the view reads through the snapshot's L1, keeping the current size */
-    g_autofree char *path = timg_write(&t, dir, "snapview.qcow2");
+    g_autofree char *path = timg_write(&t, tu_tmpdir(), "snapview.qcow2");
     img = timg_open(path, true, "snap one", &err);
     assert_non_null(img);
     assert_reads_ab(img);
@@ -485,24 +485,11 @@ static void test_snapshot_table(void **state)
     put_snapshot(&t, 24, "1", "bigl1");
     timg_set32(&t, timg_c(&t, 6) + 8, 4194305);
     blk_close(open_ok(&t, true));
-    g_autofree char *p2 = timg_write(&t, dir, "snapbad.qcow2");
+    g_autofree char *p2 = timg_write(&t, tu_tmpdir(), "snapbad.qcow2");
     img = timg_open(p2, true, "bigl1", &err);
     assert_null(img);
     assert_non_null(strstr(err->message, "Snapshot L1 table too large"));
     timg_free(&t);
-}
-
-static int setup(void **state)
-{
-    dir = timg_tmpdir();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
-    g_free(dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void)
@@ -520,5 +507,5 @@ int main(void)
         cmocka_unit_test(test_data_file_missing),
         cmocka_unit_test(test_snapshot_table),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-test", tests);
 }

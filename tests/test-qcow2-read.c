@@ -15,6 +15,7 @@
 
 #include "block/block.h"
 #include "qcow2/qcow2.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,26 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *tmpdir;
-static int counter;
-
-static bool have_qemu(void)
-{
-    g_autofree char *a = g_find_program_in_path("qemu-img");
-    g_autofree char *b = g_find_program_in_path("qemu-io");
-    return a && b;
-}
-
-#define SKIP_WITHOUT_QEMU()                                                              \
-    do {                                                                                 \
-        if (!have_qemu()) {                                                              \
-            skip();                                                                      \
-        }                                                                                \
-    } while (0)
-
 static char *run_out(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
 
-/* Run a shell command in tmpdir; assert success; return its stdout. */
+/* Run a shell command in tu_tmpdir(); assert success; return its stdout. */
 static char *run_out(const char *fmt, ...)
 {
     va_list ap;
@@ -53,8 +37,8 @@ static char *run_out(const char *fmt, ...)
     int status = 0;
     GError *error = NULL;
 
-    gboolean ok = g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL,
-                               &out, &err, &status, &error);
+    gboolean ok = g_spawn_sync(tu_tmpdir(), (char **)argv, NULL, G_SPAWN_DEFAULT, NULL,
+                               NULL, &out, &err, &status, &error);
     if (!ok || !g_spawn_check_wait_status(status, NULL)) {
         fprintf(stderr, "command failed: %s\n%s", cmd, err ? err : "");
         fail();
@@ -65,32 +49,10 @@ static char *run_out(const char *fmt, ...)
 
 #define run(...) g_free(run_out(__VA_ARGS__))
 
-static char *fresh(const char *stem)
-{
-    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
-}
-
 static QimgImage *open_img(const char *path, const char *snapshot, GError **err)
 {
     QimgOpenOptions o = {.read_only = true, .snapshot = snapshot};
     return blk_open_image(path, &o, NULL, err);
-}
-
-static uint8_t *qemu_raw(const char *path, const char *snapshot, size_t *len)
-{
-    g_autofree char *raw = g_strdup_printf("%s.raw", path);
-    gchar *data = NULL;
-    gsize n = 0;
-
-    if (snapshot) {
-        run("qemu-img convert -l '%s' -O raw '%s' '%s'", snapshot, path, raw);
-    } else {
-        run("qemu-img convert -O raw '%s' '%s'", path, raw);
-    }
-    assert_true(g_file_get_contents(raw, &data, &n, NULL));
-    unlink(raw);
-    *len = n;
-    return (uint8_t *)data;
 }
 
 /* ---- qemu-img map --output=json, single layer ---- */
@@ -235,7 +197,7 @@ static void read_compare(QimgImage *img, const uint8_t *raw, uint64_t off, size_
 static void compare_image(const char *path, const char *snapshot)
 {
     size_t raw_len;
-    g_autofree uint8_t *raw = qemu_raw(path, snapshot, &raw_len);
+    g_autofree uint8_t *raw = tu_qemu_raw(path, snapshot, &raw_len);
     g_autoptr(GError) err = NULL;
     QimgImage *img = open_img(path, snapshot, &err);
 
@@ -278,11 +240,11 @@ static void scribble(const char *path, uint64_t size, bool v3)
 
 static void test_cluster_sizes(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     const unsigned sizes[] = {512, 1024, 4096, 16384, 65536, 1u << 21};
     for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
         for (int v = 2; v <= 3; v++) {
-            g_autofree char *p = fresh("cs");
+            g_autofree char *p = tu_fresh("cs");
             run("qemu-img create -q -f qcow2 -o cluster_size=%u,compat=%s '%s' 9M",
                 sizes[i], v == 2 ? "0.10" : "1.1", p);
             scribble(p, 9 << 20, v == 3);
@@ -293,9 +255,9 @@ static void test_cluster_sizes(void **state)
 
 static void test_refcount_widths(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     for (int bits = 1; bits <= 64; bits *= 2) {
-        g_autofree char *p = fresh("rc");
+        g_autofree char *p = tu_fresh("rc");
         run("qemu-img create -q -f qcow2 -o refcount_bits=%d,cluster_size=4096 '%s' 4M",
             bits, p);
         scribble(p, 4 << 20, true);
@@ -329,14 +291,14 @@ static void make_source_raw(const char *path, size_t len)
 
 static void test_compressed(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *src = fresh("src");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *src = tu_fresh("src");
     make_source_raw(src, (3 << 20) + 512 * 7);
     const char *types[] = {"zlib", "zstd"};
     const unsigned sizes[] = {512, 4096, 65536, 1u << 21};
     for (size_t t = 0; t < 2; t++) {
         for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
-            g_autofree char *p = fresh("comp");
+            g_autofree char *p = tu_fresh("comp");
             run("qemu-img convert -c -O qcow2 -o compression_type=%s,cluster_size=%u "
                 "'%s' '%s'",
                 types[t], sizes[i], src, p);
@@ -359,11 +321,11 @@ static void test_compressed(void **state)
 
 static void test_extended_l2(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     const unsigned sizes[] = {16384, 65536, 1u << 21};
     for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
-        g_autofree char *base = fresh("xbase");
-        g_autofree char *p = fresh("xl2");
+        g_autofree char *base = tu_fresh("xbase");
+        g_autofree char *p = tu_fresh("xl2");
         run("qemu-img create -q -f qcow2 '%s' 8M", base);
         run("qemu-io -f qcow2 -c 'write -P 0x99 0 8M' '%s' >/dev/null", base);
         for (int with_backing = 0; with_backing <= 1; with_backing++) {
@@ -388,11 +350,11 @@ static void test_extended_l2(void **state)
 
 static void test_backing_chain(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *raw = fresh("rawbase");
-    g_autofree char *base = fresh("base");
-    g_autofree char *mid = fresh("mid");
-    g_autofree char *top = fresh("top");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *raw = tu_fresh("rawbase");
+    g_autofree char *base = tu_fresh("base");
+    g_autofree char *mid = tu_fresh("mid");
+    g_autofree char *top = tu_fresh("top");
 
     make_source_raw(raw, 1 << 20); /* shorter than the overlays */
     run("qemu-img create -q -f qcow2 -b '%s' -F raw '%s' 2M", raw, base);
@@ -421,8 +383,8 @@ static void test_backing_chain(void **state)
 
 static void test_snapshots(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("snap");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("snap");
     run("qemu-img create -q -f qcow2 '%s' 16M", p);
     run("qemu-io -f qcow2 -c 'write -P 0xa1 0 2M' '%s' >/dev/null", p);
     run("qemu-img snapshot -c first '%s'", p);
@@ -465,9 +427,9 @@ static void test_snapshots(void **state)
 
 static void test_data_file(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     for (int raw = 0; raw <= 1; raw++) {
-        g_autofree char *p = fresh("df");
+        g_autofree char *p = tu_fresh("df");
         g_autofree char *d = g_strdup_printf("%s.data", p);
         g_autofree char *dbase = g_path_get_basename(d);
         run("qemu-img create -q -f qcow2 -o data_file='%s',data_file_raw=%s '%s' 4M",
@@ -492,10 +454,10 @@ static void test_data_file(void **state)
 
 static void test_preallocation(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     const char *modes[] = {"metadata", "falloc", "full"};
     for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
-        g_autofree char *p = fresh("prealloc");
+        g_autofree char *p = tu_fresh("prealloc");
         run("qemu-img create -q -f qcow2 -o preallocation=%s '%s' 3M", modes[i], p);
         run("qemu-io -f qcow2 -c 'write -P 0x12 64k 64k' '%s' >/dev/null", p);
         compare_image(p, NULL);
@@ -504,8 +466,8 @@ static void test_preallocation(void **state)
 
 static void test_dirty_lazy_refcounts(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("dirty");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("dirty");
     run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 2M", p);
     /* abort leaves the dirty bit set */
     g_free(run_out("qemu-io -f qcow2 -c 'write -P 0x42 0 64k' -c abort '%s' >/dev/null "
@@ -563,9 +525,9 @@ static gpointer reader_thread(gpointer p)
 
 static void test_random_parallel(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *src = fresh("rsrc");
-    g_autofree char *p = fresh("rand");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *src = tu_fresh("rsrc");
+    g_autofree char *p = tu_fresh("rand");
     make_source_raw(src, 6 << 20);
     /* a mix: compressed clusters, then plain writes, zero writes */
     run("qemu-img convert -c -O qcow2 -o cluster_size=4096 '%s' '%s'", src, p);
@@ -573,7 +535,7 @@ static void test_random_parallel(void **state)
         "-c 'write -P 0x62 5M 999' '%s' >/dev/null",
         p);
     size_t raw_len;
-    g_autofree uint8_t *raw = qemu_raw(p, NULL, &raw_len);
+    g_autofree uint8_t *raw = tu_qemu_raw(p, NULL, &raw_len);
     g_autoptr(GError) err = NULL;
     QimgOpenOptions o = {.read_only = true, .metadata_cache_size = 16384};
     QimgImage *img = blk_open_image(p, &o, NULL, &err); /* tiny cache: evictions */
@@ -592,27 +554,6 @@ static void test_random_parallel(void **state)
     blk_close(img);
 }
 
-static int setup(void **state)
-{
-    const char *base = g_getenv("QIMG_TEST_TMPDIR");
-    g_autofree char *tmpl =
-        g_strdup_printf("%s/qcow2-read-XXXXXX", base ? base : g_get_tmp_dir());
-    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
-    return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    if (tmpdir) {
-        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) {
-            return -1;
-        }
-        g_free(tmpdir);
-    }
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -627,5 +568,5 @@ int main(void)
         cmocka_unit_test(test_dirty_lazy_refcounts),
         cmocka_unit_test(test_random_parallel),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-read", tests);
 }

@@ -11,11 +11,10 @@
 #include <cmocka.h>
 
 #include "test-qcow2-image.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <stdlib.h>
-
-static char *dir;
 
 static void test_refblock_decode(void **state)
 {
@@ -76,7 +75,7 @@ static void test_reftable_validation(void **state)
     uint64_t rt = timg_c(&t, 1), rc;
     g_autofree char *p1 = NULL, *p2 = NULL, *p3 = NULL, *p4 = NULL;
 
-    p1 = timg_write(&t, dir, "rc-good.qcow2");
+    p1 = timg_write(&t, tu_tmpdir(), "rc-good.qcow2");
     QimgImage *img = open_path(p1);
     for (unsigned i = 0; i < TIMG_CLUSTERS; i++) {
         assert_int_equal(get_refcount(img, i, &rc), 0);
@@ -90,7 +89,7 @@ static void test_reftable_validation(void **state)
     blk_close(img);
 
     timg_set64(&t, rt, timg_c(&t, 2) + 512);
-    p2 = timg_write(&t, dir, "rc-unaligned.qcow2");
+    p2 = timg_write(&t, tu_tmpdir(), "rc-unaligned.qcow2");
     img = open_path(p2);
     assert_int_equal(get_refcount(img, 0, &rc), -EIO);
     assert_non_null(strstr(blk_error_message(), "Refblock offset 0xa00 unaligned "
@@ -98,7 +97,7 @@ static void test_reftable_validation(void **state)
     blk_close(img);
 
     timg_set64(&t, rt, timg_c(&t, 2) | 3);
-    p3 = timg_write(&t, dir, "rc-reserved.qcow2");
+    p3 = timg_write(&t, tu_tmpdir(), "rc-reserved.qcow2");
     img = open_path(p3);
     assert_int_equal(get_refcount(img, 0, &rc), -EIO);
     assert_non_null(strstr(blk_error_message(), "Refcount table entry 0x0000000000000803 "
@@ -106,7 +105,7 @@ static void test_reftable_validation(void **state)
     blk_close(img);
 
     timg_set64(&t, rt, timg_c(&t, 64));
-    p4 = timg_write(&t, dir, "rc-eof.qcow2");
+    p4 = timg_write(&t, tu_tmpdir(), "rc-eof.qcow2");
     img = open_path(p4);
     assert_int_equal(get_refcount(img, 0, &rc), -EIO);
     assert_non_null(strstr(blk_error_message(),
@@ -115,13 +114,6 @@ static void test_reftable_validation(void **state)
     blk_error_clear();
     blk_close(img);
     timg_free(&t);
-}
-
-static bool have_qemu(void)
-{
-    g_autofree char *a = g_find_program_in_path("qemu-img");
-    g_autofree char *b = g_find_program_in_path("qemu-io");
-    return a && b;
 }
 
 static void sh(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
@@ -146,11 +138,11 @@ static uint64_t host_of(QimgImage *img, uint64_t guest)
  * use exactly once; after a snapshot shared clusters count 2. */
 static void test_qemu_images(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     for (int order = 0; order <= 6; order++) {
-        g_autofree char *p = g_strdup_printf("%s/w%d.qcow2", dir, 1 << order);
+        g_autofree char *p = g_strdup_printf("%s/w%d.qcow2", tu_tmpdir(), 1 << order);
         sh("qemu-img create -q -f qcow2 -o refcount_bits=%d,cluster_size=4096 '%s' 1M",
            1 << order, p);
         sh("qemu-io -f qcow2 -c 'write -P 1 0 64k' '%s' >/dev/null", p);
@@ -182,12 +174,12 @@ static void test_qemu_images(void **state)
 
 static void test_metadata_preallocation(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     const char *modes[] = {"off", "metadata"};
     for (int i = 0; i < 2; i++) {
-        g_autofree char *p = g_strdup_printf("%s/pre-%s.qcow2", dir, modes[i]);
+        g_autofree char *p = g_strdup_printf("%s/pre-%s.qcow2", tu_tmpdir(), modes[i]);
         sh("qemu-img create -q -f qcow2 -o preallocation=%s '%s' 8M", modes[i], p);
         sh("qemu-io -f qcow2 -c 'write -P 1 0 64k' '%s' >/dev/null", p);
         QimgImage *img = open_path(p);
@@ -199,19 +191,6 @@ static void test_metadata_preallocation(void **state)
     }
 }
 
-static int setup(void **state)
-{
-    dir = timg_tmpdir();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
-    g_free(dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,5 +199,5 @@ int main(void)
         cmocka_unit_test(test_qemu_images),
         cmocka_unit_test(test_metadata_preallocation),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-test", tests);
 }

@@ -34,6 +34,7 @@
 #include "block/block.h"
 #include "qcow2/qcow2.h"
 #include "qimg/snapshot.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,56 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *tmpdir;
-static int counter;
-
 #define KiB_(x) ((uint64_t)(x) << 10)
 #define MiB_(x) ((uint64_t)(x) << 20)
-
-static bool have_qemu(void)
-{
-    g_autofree char *a = g_find_program_in_path("qemu-img");
-    g_autofree char *b = g_find_program_in_path("qemu-io");
-    return a && b;
-}
-
-static int run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
-
-static int run_status(char **out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
-    const char *argv[] = {"/bin/sh", "-c", full, NULL};
-    char *o = NULL;
-    int status = 0;
-
-    if (!g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
-                      &status, NULL)) {
-        fail_msg("could not run %s", cmd);
-    }
-    if (out) {
-        *out = o;
-    } else {
-        g_free(o);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-#define run(...)                                                                         \
-    do {                                                                                 \
-        g_autofree char *o_ = NULL;                                                      \
-        if (run_status(&o_, __VA_ARGS__) != 0) {                                         \
-            fail_msg("command failed: %s", o_);                                          \
-        }                                                                                \
-    } while (0)
-
-static char *fresh(const char *stem)
-{
-    return g_strdup_printf("%s/%d-%s", tmpdir, ++counter, stem);
-}
 
 static QimgImage *open_img(const char *name, bool read_only, const char *snapshot)
 {
@@ -160,7 +113,7 @@ static void snap_free(gpointer p)
 static void model_init_from(Model *m, const char *path)
 {
     g_autofree char *raw = g_strdup_printf("%s.init.raw", path);
-    run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    tu_run("qemu-img convert -O raw '%s' '%s'", path, raw);
     m->data = read_file(raw, &m->size);
     m->snaps = g_ptr_array_new_with_free_func(snap_free);
 }
@@ -265,7 +218,7 @@ static char *qemu_snapshot_list(const char *path)
     g_autoptr(GMatchInfo) mi = NULL;
     GString *s = g_string_new("");
 
-    if (run_status(&out, "qemu-img info --output=json '%s'", path) != 0) {
+    if (tu_run_status(&out, "qemu-img info --output=json '%s'", path) != 0) {
         fail_msg("qemu-img info: %s", out);
     }
     re = g_regex_new("\"name\": \"([^\"]*)\",.*?\"id\": \"([^\"]*)\",\\s*"
@@ -287,7 +240,7 @@ static uint64_t qemu_virtual_size(const char *path)
     g_autofree char *out = NULL;
     const char *p;
 
-    if (run_status(&out, "qemu-img info --output=json '%s'", path) != 0) {
+    if (tu_run_status(&out, "qemu-img info --output=json '%s'", path) != 0) {
         fail_msg("qemu-img info: %s", out);
     }
     p = strstr(out, "\"virtual-size\": ");
@@ -317,18 +270,18 @@ static void verify(const char *path, Model *m, const char *step)
     uint64_t size;
     int rc;
 
-    rc = run_status(&out, "qemu-img check '%s'", path);
+    rc = tu_run_status(&out, "qemu-img check '%s'", path);
     if (rc != 0) {
         fail_msg("%s: qemu-img check exit %d:\n%s", step, rc, out);
     }
     assert_int_equal(qemu_virtual_size(path), m->size);
-    run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    tu_run("qemu-img convert -O raw '%s' '%s'", path, raw);
     g_autofree uint8_t *got = read_file(raw, &size);
     assert_int_equal(size, m->size);
     expect_same("active disk", step, m->data, m->size, got, size);
     for (guint i = 0; i < m->snaps->len; i++) {
         Snap *sn = g_ptr_array_index(m->snaps, i);
-        run("qemu-img convert -l '%s' -O raw '%s' '%s'", sn->id, path, raw);
+        tu_run("qemu-img convert -l '%s' -O raw '%s' '%s'", sn->id, path, raw);
         g_autofree uint8_t *snap = read_file(raw, &size);
         g_autofree char *what = g_strdup_printf("snapshot %s (%s)", sn->id, sn->name);
         /* convert -l keeps the current size (zeros past the snapshot's) */
@@ -348,19 +301,19 @@ static void verify(const char *path, Model *m, const char *step)
 
 static void sequence(const char *opts, bool compressed)
 {
-    g_autofree char *p = fresh("seq.qcow2");
+    g_autofree char *p = tu_fresh("seq.qcow2");
     uint64_t size = MiB_(8);
     Model m;
     QimgImage *img;
     g_autofree char *id1 = NULL, *id2 = NULL, *id3 = NULL, *id4 = NULL;
 
-    run("qemu-img create -q -f qcow2 %s%s '%s' %" PRIu64, *opts ? "-o " : "", opts, p,
-        size);
-    run("qemu-io -c 'write -q -P 0x11 0 1M' -c 'write -q -P 0x12 %" PRIu64
-        " 70000' '%s' >/dev/null",
-        MiB_(5) + 3, p);
+    tu_run("qemu-img create -q -f qcow2 %s%s '%s' %" PRIu64, *opts ? "-o " : "", opts, p,
+           size);
+    tu_run("qemu-io -c 'write -q -P 0x11 0 1M' -c 'write -q -P 0x12 %" PRIu64
+           " 70000' '%s' >/dev/null",
+           MiB_(5) + 3, p);
     if (compressed) {
-        run("qemu-io -c 'write -c -q -P 0x13 2M 256k' '%s' >/dev/null", p);
+        tu_run("qemu-io -c 'write -c -q -P 0x13 2M 256k' '%s' >/dev/null", p);
     }
     model_init_from(&m, p);
 
@@ -415,7 +368,7 @@ static void sequence(const char *opts, bool compressed)
 #define SEQ_TEST(name, opts, compressed)                                                 \
     static void test_seq_##name(void **state)                                            \
     {                                                                                    \
-        if (!have_qemu()) {                                                              \
+        if (!tu_have_qemu()) {                                                           \
             skip();                                                                      \
         }                                                                                \
         sequence(opts, compressed);                                                      \
@@ -434,16 +387,16 @@ SEQ_TEST(compressed, "cluster_size=4k", true)
 
 static void test_resize(void **state)
 {
-    g_autofree char *p = fresh("resize.qcow2");
+    g_autofree char *p = tu_fresh("resize.qcow2");
     g_autofree char *a = NULL, *b = NULL;
     QimgImage *img;
     Model m;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
-    run("qemu-img create -q -f qcow2 '%s' 8M", p);
-    run("qemu-io -c 'write -q -P 0x21 7M 1M' '%s' >/dev/null", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 8M", p);
+    tu_run("qemu-io -c 'write -q -P 0x21 7M 1M' '%s' >/dev/null", p);
     model_init_from(&m, p);
 
     img = open_img(p, false, NULL);
@@ -532,7 +485,7 @@ static gpointer vm_thread(gpointer opaque)
 
 static void vmstate_case(const char *opts, bool threads)
 {
-    g_autofree char *p = fresh("vm.qcow2");
+    g_autofree char *p = tu_fresh("vm.qcow2");
     g_autofree char *copy = g_strdup_printf("%s.copy", p);
     g_autofree char *id = NULL;
     g_autofree char *out = NULL;
@@ -540,8 +493,8 @@ static void vmstate_case(const char *opts, bool threads)
     QimgImage *img;
     Model m;
 
-    run("qemu-img create -q -f qcow2 %s%s '%s' 8M", *opts ? "-o " : "", opts, p);
-    run("qemu-io -c 'write -q -P 0x31 0 1M' '%s' >/dev/null", p);
+    tu_run("qemu-img create -q -f qcow2 %s%s '%s' 8M", *opts ? "-o " : "", opts, p);
+    tu_run("qemu-io -c 'write -q -P 0x31 0 1M' '%s' >/dev/null", p);
     model_init_from(&m, p);
     vm_pattern(vm);
 
@@ -566,8 +519,8 @@ static void vmstate_case(const char *opts, bool threads)
     verify(p, &m, "snapshot with VM state");
 
     /* the active copy was dropped: the active area reads as zeros */
-    assert_int_equal(run_status(&out, "qemu-io -c 'read -b -P 0 0 %d' '%s'",
-                                ROUND_UP(VM_SIZE, 512), p),
+    assert_int_equal(tu_run_status(&out, "qemu-io -c 'read -b -P 0 0 %d' '%s'",
+                                   ROUND_UP(VM_SIZE, 512), p),
                      0);
     if (strstr(out, "Pattern verification failed") || !strstr(out, "read 300032/")) {
         fail_msg("active VM state area after the snapshot: %s", out);
@@ -575,9 +528,9 @@ static void vmstate_case(const char *opts, bool threads)
     g_clear_pointer(&out, g_free);
 
     /* QEMU's loadvm path reads the state */
-    run("cp '%s' '%s' && qemu-img snapshot -a vm '%s'", p, copy, copy);
+    tu_run("cp '%s' '%s' && qemu-img snapshot -a vm '%s'", p, copy, copy);
     assert_int_equal(
-        run_status(&out, "qemu-io -c 'read -b -P 0xa5 0 %d' '%s'", VM_CONST, copy), 0);
+        tu_run_status(&out, "qemu-io -c 'read -b -P 0xa5 0 %d' '%s'", VM_CONST, copy), 0);
     if (strstr(out, "Pattern verification failed") || !strstr(out, "read 200192/")) {
         fail_msg("qemu-io read -b after qemu-img snapshot -a: %s", out);
     }
@@ -596,7 +549,7 @@ static void vmstate_case(const char *opts, bool threads)
 
 static void test_vmstate(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     vmstate_case("", false);
@@ -609,17 +562,17 @@ static void test_vmstate(void **state)
  * the extra data (QEMU). */
 static void test_vmstate_large(void **state)
 {
-    g_autofree char *p = fresh("vmbig.qcow2");
+    g_autofree char *p = tu_fresh("vmbig.qcow2");
     g_autofree uint8_t *file = NULL;
     const uint64_t big = (UINT64_C(5) << 30) + 3;
     QimgImage *img;
     uint64_t n, off;
     Model m;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
-    run("qemu-img create -q -f qcow2 '%s' 8M", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 8M", p);
     model_init_from(&m, p);
     img = open_img(p, false, NULL);
     g_free(m_create(&m, img, "big", big));
@@ -640,19 +593,19 @@ static void test_vmstate_large(void **state)
 
 static void test_refcount_overflow(void **state)
 {
-    g_autofree char *p1 = fresh("r1.qcow2");
-    g_autofree char *p2 = fresh("r2.qcow2");
+    g_autofree char *p1 = tu_fresh("r1.qcow2");
+    g_autofree char *p2 = tu_fresh("r2.qcow2");
     g_autoptr(GError) err = NULL;
     QimgSnapshotParams sp = {.name = "s"};
     QimgImage *img;
     Model m;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     /* 1 bit: no cluster can be shared */
-    run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 8M", p1);
-    run("qemu-io -c 'write -q -P 0x41 0 1M' '%s' >/dev/null", p1);
+    tu_run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 8M", p1);
+    tu_run("qemu-io -c 'write -q -P 0x41 0 1M' '%s' >/dev/null", p1);
     model_init_from(&m, p1);
     img = open_img(p1, false, NULL);
     assert_null(qimg_snapshot_create(img, &sp, &err));
@@ -664,8 +617,8 @@ static void test_refcount_overflow(void **state)
     model_clear(&m);
 
     /* 2 bits: two snapshots share a cluster (refcount 3), a third fails */
-    run("qemu-img create -q -f qcow2 -o refcount_bits=2 '%s' 8M", p2);
-    run("qemu-io -c 'write -q -P 0x42 0 1M' '%s' >/dev/null", p2);
+    tu_run("qemu-img create -q -f qcow2 -o refcount_bits=2 '%s' 8M", p2);
+    tu_run("qemu-io -c 'write -q -P 0x42 0 1M' '%s' >/dev/null", p2);
     model_init_from(&m, p2);
     img = open_img(p2, false, NULL);
     g_free(m_create(&m, img, "a", 0));
@@ -697,12 +650,12 @@ static bool op_touches(Op op, const char *event)
 
 static bool same_file(const char *a, const char *b)
 {
-    return run_status(NULL, "cmp -s '%s' '%s'", a, b) == 0;
+    return tu_run_status(NULL, "cmp -s '%s' '%s'", a, b) == 0;
 }
 
 static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool once)
 {
-    g_autofree char *p = fresh("fault.qcow2");
+    g_autofree char *p = tu_fresh("fault.qcow2");
     g_autofree char *active = g_strdup_printf("%s.active.raw", p);
     g_autofree char *base = g_strdup_printf("%s.base.raw", p);
     g_autofree char *now = g_strdup_printf("%s.now.raw", p);
@@ -721,12 +674,14 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
 
     /* 512-byte clusters: many L2 tables, some shared with the snapshot
      * (L1 entries without COPIED), some not (with COPIED). */
-    run("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 2M", p);
-    run("qemu-io -c 'write -q -P 0x51 0 1M' '%s' >/dev/null && qemu-img snapshot -c base "
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 2M", p);
+    tu_run(
+        "qemu-io -c 'write -q -P 0x51 0 1M' '%s' >/dev/null && qemu-img snapshot -c base "
         "'%s' && qemu-io -c 'write -q -P 0x52 256k 64k' -c 'write -q -P 0x53 1536k 8k' "
         "'%s' >/dev/null",
         p, p, p);
-    run("qemu-img convert -O raw '%s' '%s' && qemu-img convert -l base -O raw '%s' '%s'",
+    tu_run(
+        "qemu-img convert -O raw '%s' '%s' && qemu-img convert -l base -O raw '%s' '%s'",
         p, active, p, base);
 
     name = g_strdup_printf("blkdebug:event=%s,errno=%d,nth=%" PRIu64 "%s:%s", event,
@@ -758,20 +713,20 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
     blk_close(img);
 
     /* no corruption (leaks allowed) */
-    rc = run_status(&out, "qemu-img check '%s'", p);
+    rc = tu_run_status(&out, "qemu-img check '%s'", p);
     if (rc != 0 && rc != 3) {
         fail_msg("%s: qemu-img check exit %d\n%s", desc, rc, out);
     }
     g_clear_pointer(&out, g_free);
 
     /* the disk and the snapshots: as before, or as after the operation */
-    run("qemu-img convert -O raw '%s' '%s'", p, now);
+    tu_run("qemu-img convert -O raw '%s' '%s'", p, now);
     if (!same_file(now, active) && !(op == OP_GOTO && same_file(now, base))) {
         fail_msg("%s: the active disk holds neither the old nor the new contents", desc);
     }
     list = qemu_snapshot_list(p);
     if (strstr(list, ":base:")) {
-        run("qemu-img convert -l base -O raw '%s' '%s'", p, now);
+        tu_run("qemu-img convert -l base -O raw '%s' '%s'", p, now);
         if (!same_file(now, base)) {
             fail_msg("%s: snapshot base changed", desc);
         }
@@ -779,7 +734,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
         fail_msg("%s: snapshot base is gone (%s)", desc, list);
     }
     if (strstr(list, ":new:")) {
-        run("qemu-img convert -l new -O raw '%s' '%s'", p, now);
+        tu_run("qemu-img convert -l new -O raw '%s' '%s'", p, now);
         if (!same_file(now, active)) {
             fail_msg("%s: the new snapshot does not hold the disk", desc);
         }
@@ -791,7 +746,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
         fail_msg("%s: create succeeded but no snapshot new", desc);
     }
     /* only leaks: a repair of leaks makes it clean */
-    rc = run_status(&out, "qemu-img check -r leaks '%s' && qemu-img check '%s'", p, p);
+    rc = tu_run_status(&out, "qemu-img check -r leaks '%s' && qemu-img check '%s'", p, p);
     if (rc != 0) {
         fail_msg("%s: not clean after check -r leaks (exit %d)\n%s", desc, rc, out);
     }
@@ -802,7 +757,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
 
 static void run_event(const char *event)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     for (Op op = OP_CREATE; op <= OP_DELETE; op++) {
@@ -834,7 +789,7 @@ static void test_fault_refblock_update(void **state)
  * absent or complete, the older snapshot and the disk are intact. */
 static void test_crash_savevm(void **state)
 {
-    g_autofree char *p = fresh("crash.qcow2");
+    g_autofree char *p = tu_fresh("crash.qcow2");
     g_autofree char *c = g_strdup_printf("%s.c", p);
     g_autofree char *disk = g_strdup_printf("%s.disk.raw", p);
     g_autofree char *now = g_strdup_printf("%s.now.raw", p);
@@ -843,11 +798,12 @@ static void test_crash_savevm(void **state)
     QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
     bool clean_run = false;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     fill(vm, n, 0x77);
-    run("qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -q -P 0x61 0 3M' '%s' "
+    tu_run(
+        "qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -q -P 0x61 0 3M' '%s' "
         ">/dev/null && qemu-img snapshot -c disk '%s' && qemu-img convert -O raw '%s' "
         "'%s'",
         p, p, p, p, disk);
@@ -861,7 +817,7 @@ static void test_crash_savevm(void **state)
         bool ok = true;
         int rc;
 
-        run("cp '%s' '%s'", p, c);
+        tu_run("cp '%s' '%s'", p, c);
         img = blk_open_image(name, &o, NULL, &err);
         assert_non_null(img);
         for (uint64_t pos = 0; pos < n && ok; pos += 100000) {
@@ -878,14 +834,14 @@ static void test_crash_savevm(void **state)
         clean_run = ok && blk_flush(img) == 0;
         blk_close(img);
 
-        rc = run_status(&out, "qemu-img check '%s'", c);
+        rc = tu_run_status(&out, "qemu-img check '%s'", c);
         if (rc != 0 && rc != 3) {
             fail_msg("crash at write %" PRIu64 ": qemu-img check exit %d\n%s", nth, rc,
                      out);
         }
-        run("qemu-img convert -O raw '%s' '%s'", c, now);
+        tu_run("qemu-img convert -O raw '%s' '%s'", c, now);
         assert_true(same_file(disk, now));
-        run("qemu-img convert -l disk -O raw '%s' '%s'", c, now);
+        tu_run("qemu-img convert -l disk -O raw '%s' '%s'", c, now);
         assert_true(same_file(disk, now));
         g_autofree char *list = qemu_snapshot_list(c);
         if (strstr(list, ":new:")) {
@@ -903,18 +859,18 @@ static void test_crash_savevm(void **state)
 
 static void test_refusals(void **state)
 {
-    g_autofree char *p = fresh("ref.qcow2");
-    g_autofree char *df = fresh("data.qcow2");
+    g_autofree char *p = tu_fresh("ref.qcow2");
+    g_autofree char *df = tu_fresh("data.qcow2");
     g_autofree char *dfraw = g_strdup_printf("%s.raw", df);
     g_autoptr(GError) err = NULL;
     QimgSnapshotParams sp = {.name = "x"};
     QimgImage *img;
     GArray *list;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
-    run("qemu-img create -q -f qcow2 '%s' 1M && qemu-img snapshot -c s1 '%s'", p, p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 1M && qemu-img snapshot -c s1 '%s'", p, p);
     img = open_img(p, false, NULL);
     assert_false(qimg_snapshot_apply(img, "nope", &err));
     assert_int_equal(err->code, ENOENT);
@@ -941,7 +897,7 @@ static void test_refusals(void **state)
 
     /* external data file: ENOTSUP (as qemu-img: "-95 (Operation not
      * supported)"; apply refuses before the lookup) */
-    run("qemu-img create -q -f qcow2 -o data_file='%s' '%s' 1M", dfraw, df);
+    tu_run("qemu-img create -q -f qcow2 -o data_file='%s' '%s' 1M", dfraw, df);
     img = open_img(df, false, NULL);
     assert_null(qimg_snapshot_create(img, &sp, &err));
     assert_int_equal(err->code, ENOTSUP);
@@ -1011,8 +967,8 @@ static void put_table(const char *path, uint32_t nb, const uint8_t *unknown,
 
 static void test_limits(void **state)
 {
-    g_autofree char *p = fresh("many.qcow2");
-    g_autofree char *q = fresh("extra.qcow2");
+    g_autofree char *p = tu_fresh("many.qcow2");
+    g_autofree char *q = tu_fresh("extra.qcow2");
     g_autofree char *name300 = g_strnfill(300, 'x');
     g_autofree char *id = NULL;
     g_autoptr(GError) err = NULL;
@@ -1021,11 +977,11 @@ static void test_limits(void **state)
     QimgImage *img;
     GArray *list;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
     /* 65536 snapshots: refused with EFBIG before anything changes */
-    run("qemu-img create -q -f qcow2 '%s' 1M", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 1M", p);
     put_table(p, QCOW2_MAX_SNAPSHOTS, NULL, 0, MiB_(1), false);
     img = open_img(p, false, NULL);
     assert_null(qimg_snapshot_create(img, &sp, &err));
@@ -1037,11 +993,11 @@ static void test_limits(void **state)
     /* unknown extra data is kept; IDs continue after the highest; long
      * names are cut to 255 bytes */
     static const uint8_t unknown[8] = "UNKNOWN!";
-    run("qemu-img create -q -f qcow2 '%s' 1M && qemu-io -c 'write -q -P 1 0 64k' '%s' "
-        ">/dev/null",
-        q, q);
+    tu_run("qemu-img create -q -f qcow2 '%s' 1M && qemu-io -c 'write -q -P 1 0 64k' '%s' "
+           ">/dev/null",
+           q, q);
     for (int i = 0; i < 3; i++) {
-        run("qemu-img snapshot -c n '%s'", q);
+        tu_run("qemu-img snapshot -c n '%s'", q);
     }
     put_table(q, 3, unknown, sizeof(unknown), MiB_(1), true);
     img = open_img(q, false, NULL);
@@ -1066,20 +1022,20 @@ static void test_limits(void **state)
     assert_memory_equal(file + off + 80 + 64, unknown, 8);
     assert_memory_equal(file + off + 80 + 72, "3n", 2);
     assert_int_equal(load_be32(file + off + 160 + 36), 24);
-    assert_int_equal(run_status(NULL, "qemu-img check '%s'", q), 0);
+    assert_int_equal(tu_run_status(NULL, "qemu-img check '%s'", q), 0);
 }
 
 /* Empty image: a snapshot of a 0-entry L1 (QEMU writes L1 offset 0). */
 static void test_empty(void **state)
 {
-    g_autofree char *p = fresh("empty.qcow2");
+    g_autofree char *p = tu_fresh("empty.qcow2");
     QimgImage *img;
     Model m;
 
-    if (!have_qemu()) {
+    if (!tu_have_qemu()) {
         skip();
     }
-    run("qemu-img create -q -f qcow2 '%s' 0", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 0", p);
     model_init_from(&m, p);
     img = open_img(p, false, NULL);
     g_free(m_create(&m, img, "e", 0));
@@ -1091,27 +1047,6 @@ static void test_empty(void **state)
     close_img(img);
     verify(p, &m, "empty image, deleted");
     model_clear(&m);
-}
-
-static int setup(void **state)
-{
-    const char *b = g_getenv("QIMG_TEST_TMPDIR");
-    g_autofree char *tmpl =
-        g_strdup_printf("%s/qcow2-snapshot-XXXXXX", b ? b : g_get_tmp_dir());
-    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
-    return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    if (tmpdir) {
-        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) {
-            return -1;
-        }
-        g_free(tmpdir);
-    }
-    return 0;
 }
 
 int main(void)
@@ -1137,5 +1072,5 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_empty),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-snapshot", tests);
 }

@@ -25,6 +25,7 @@
 
 #include "block/block.h"
 #include "qcow2/qcow2.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -34,54 +35,6 @@
 
 #define NTHREADS 8
 #define MB(x) ((uint64_t)(x) << 20)
-
-static char *tmpdir;
-static int counter;
-static bool long_run;
-
-static bool have_qemu(void)
-{
-    g_autofree char *a = g_find_program_in_path("qemu-img");
-    return a != NULL;
-}
-
-static int run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
-
-static int run_status(char **out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
-    const char *argv[] = {"/bin/sh", "-c", full, NULL};
-    char *o = NULL;
-    int status = 0;
-
-    if (!g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
-                      &status, NULL)) {
-        fail_msg("could not run %s", cmd);
-    }
-    if (out) {
-        *out = o;
-    } else {
-        g_free(o);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-#define run(...)                                                                         \
-    do {                                                                                 \
-        g_autofree char *o_ = NULL;                                                      \
-        if (run_status(&o_, __VA_ARGS__) != 0) {                                         \
-            fail_msg("command failed: %s", o_);                                          \
-        }                                                                                \
-    } while (0)
-
-static char *fresh(const char *stem)
-{
-    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
-}
 
 typedef struct Shared {
     QimgImage *img;
@@ -210,24 +163,24 @@ static gpointer worker_main(gpointer opaque)
 
 static void threads_case(const char *opts, bool backing, uint64_t cache_size)
 {
-    g_autofree char *p = fresh("threads.qcow2");
+    g_autofree char *p = tu_fresh("threads.qcow2");
     g_autofree char *model_path = g_strdup_printf("%s.model", p);
-    g_autofree char *base = fresh("threads-base.raw");
+    g_autofree char *base = tu_fresh("threads-base.raw");
     g_autoptr(GError) err = NULL;
     QimgOpenOptions o = {.metadata_cache_size = cache_size, .cache = QIMG_CACHE_UNSAFE};
-    Shared sh = {.ops = long_run ? 3000 : 400};
+    Shared sh = {.ops = tu_long_run() ? 3000 : 400};
     Worker w[NTHREADS];
     GThread *th[NTHREADS];
     uint64_t size;
 
-    run("qemu-img create -q -f qcow2 -o %s '%s' 16M", opts, p);
+    tu_run("qemu-img create -q -f qcow2 -o %s '%s' 16M", opts, p);
     size = MB(16);
     sh.model = g_malloc0(size);
     if (backing) {
         g_autoptr(GRand) r = g_rand_new_with_seed(5);
         fill(r, sh.model, MB(12)); /* shorter than the image */
         assert_true(g_file_set_contents(base, (const char *)sh.model, MB(12), NULL));
-        run("qemu-img rebase -u -f qcow2 -b '%s' -F raw '%s'", base, p);
+        tu_run("qemu-img rebase -u -f qcow2 -b '%s' -F raw '%s'", base, p);
     }
     sh.img = blk_open_image(p, &o, NULL, &err);
     if (!sh.img) {
@@ -260,18 +213,18 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
     blk_close(sh.img);
 
     g_autofree char *out = NULL;
-    if (run_status(&out, "qemu-img check '%s'", p) != 0) {
+    if (tu_run_status(&out, "qemu-img check '%s'", p) != 0) {
         fail_msg("qemu-img check: %s", out);
     }
     assert_true(
         g_file_set_contents(model_path, (const char *)sh.model, (gssize)size, NULL));
-    run("qemu-img compare -f qcow2 -F raw '%s' '%s'", p, model_path);
+    tu_run("qemu-img compare -f qcow2 -F raw '%s' '%s'", p, model_path);
     g_free(sh.model);
 }
 
 static void test_threads_4k(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu_img()) {
         skip();
     }
     threads_case("cluster_size=4096", false, 0);
@@ -279,7 +232,7 @@ static void test_threads_4k(void **state)
 
 static void test_threads_extl2_backing_small_cache(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu_img()) {
         skip();
     }
     threads_case("extended_l2=on,cluster_size=16384", true, 6 * 16384);
@@ -287,32 +240,10 @@ static void test_threads_extl2_backing_small_cache(void **state)
 
 static void test_threads_512_lazy(void **state)
 {
-    if (!have_qemu()) {
+    if (!tu_have_qemu_img()) {
         skip();
     }
     threads_case("cluster_size=512,refcount_bits=64,lazy_refcounts=on", false, 0);
-}
-
-static int setup(void **state)
-{
-    const char *b = g_getenv("QIMG_TEST_TMPDIR");
-    g_autofree char *tmpl =
-        g_strdup_printf("%s/qcow2-threads-XXXXXX", b ? b : g_get_tmp_dir());
-    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
-    long_run = g_getenv("QIMG_LONG") && strcmp(g_getenv("QIMG_LONG"), "0") != 0;
-    return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    if (tmpdir) {
-        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) {
-            return -1;
-        }
-        g_free(tmpdir);
-    }
-    return 0;
 }
 
 int main(void)
@@ -322,5 +253,5 @@ int main(void)
         cmocka_unit_test(test_threads_extl2_backing_small_cache),
         cmocka_unit_test(test_threads_512_lazy),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-threads", tests);
 }

@@ -29,6 +29,7 @@
 
 #include "block/block.h"
 #include "qcow2/qcow2.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -36,70 +37,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *tmpdir;
-static int counter;
-static bool long_run;
-
-/* ---- helpers (shared shape with test-qcow2-fault.c / -threads.c) ---- */
-
-static bool have_qemu(void)
-{
-    g_autofree char *a = g_find_program_in_path("qemu-img");
-    g_autofree char *b = g_find_program_in_path("qemu-io");
-    return a && b;
-}
-
-#define SKIP_WITHOUT_QEMU()                                                              \
-    do {                                                                                 \
-        if (!have_qemu()) {                                                              \
-            skip();                                                                      \
-        }                                                                                \
-    } while (0)
-
-static int run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
-
-/* Run a shell command in tmpdir; its exit status, stdout+stderr in *out. */
-static int run_status(char **out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
-    const char *argv[] = {"/bin/sh", "-c", full, NULL};
-    char *o = NULL;
-    int status = 0;
-
-    if (!g_spawn_sync(tmpdir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
-                      &status, NULL)) {
-        fail_msg("could not run %s", cmd);
-    }
-    if (out) {
-        *out = o;
-    } else {
-        g_free(o);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-#define run(...)                                                                         \
-    do {                                                                                 \
-        g_autofree char *o_ = NULL;                                                      \
-        if (run_status(&o_, __VA_ARGS__) != 0) {                                         \
-            fail_msg("command failed: %s", o_);                                          \
-        }                                                                                \
-    } while (0)
-
-static char *fresh(const char *stem)
-{
-    return g_strdup_printf("%s/%s-%d", tmpdir, stem, ++counter);
-}
+/* ---- helpers (the ones shared with other tests are in test-util.c) ---- */
 
 /* qemu-img check must find neither corruption nor leak (exit 0). */
 static void check_clean(const char *path)
 {
     g_autofree char *out = NULL;
-    int rc = run_status(&out, "qemu-img check '%s'", path);
+    int rc = tu_run_status(&out, "qemu-img check '%s'", path);
     if (rc != 0 || !strstr(out, "No errors were found")) {
         fail_msg("qemu-img check %s: exit %d\n%s", path, rc, out);
     }
@@ -157,24 +101,6 @@ static void poke64(const char *path, uint64_t off, uint64_t v)
 static void write_file(const char *path, const void *buf, size_t len)
 {
     assert_true(g_file_set_contents(path, buf, (gssize)len, NULL));
-}
-
-/* The image as qemu-img reads it (optionally a snapshot). */
-static uint8_t *qemu_raw(const char *path, const char *snap, size_t *len)
-{
-    g_autofree char *raw = g_strdup_printf("%s.out.raw", path);
-    gchar *data = NULL;
-    gsize n = 0;
-
-    if (snap) {
-        run("qemu-img convert -l '%s' -O raw '%s' '%s'", snap, path, raw);
-    } else {
-        run("qemu-img convert -O raw '%s' '%s'", path, raw);
-    }
-    assert_true(g_file_get_contents(raw, &data, &n, NULL));
-    unlink(raw);
-    *len = n;
-    return (uint8_t *)data;
 }
 
 static void fill_random(GRand *r, uint8_t *buf, size_t len)
@@ -280,16 +206,16 @@ static char *make_backing(Backing b, uint64_t size, GRand *r, uint8_t *model)
     fill_random(r, buf, bsize);
     memcpy(model, buf, bsize);
     if (b == BK_RAW) {
-        path = fresh("base.raw");
+        path = tu_fresh("base.raw");
         write_file(path, buf, bsize);
         return path;
     }
-    g_autofree char *raw = fresh("base-src.raw");
-    path = fresh("base.qcow2");
+    g_autofree char *raw = tu_fresh("base-src.raw");
+    path = tu_fresh("base.qcow2");
     write_file(raw, buf, bsize);
-    run("qemu-img convert -f raw -O qcow2 -o cluster_size=4096 '%s' '%s'", raw, path);
+    tu_run("qemu-img convert -f raw -O qcow2 -o cluster_size=4096 '%s' '%s'", raw, path);
     /* leave some holes (unallocated, zero) in the backing file */
-    run("qemu-io -f qcow2 -c 'write -z 65536 65536' '%s' >/dev/null", path);
+    tu_run("qemu-io -f qcow2 -c 'write -z 65536 65536' '%s' >/dev/null", path);
     memset(model + 65536, 0, 65536);
     return path;
 }
@@ -297,7 +223,7 @@ static char *make_backing(Backing b, uint64_t size, GRand *r, uint8_t *model)
 static void scribble(const Config *c, unsigned seed, int batches, int ops)
 {
     g_autoptr(GRand) r = g_rand_new_with_seed(seed);
-    g_autofree char *path = fresh("scribble.qcow2");
+    g_autofree char *path = tu_fresh("scribble.qcow2");
     g_autofree char *model_path = g_strdup_printf("%s.model", path);
     g_autofree char *base = NULL;
     Model m = {.size = c->size, .bytes = g_malloc0(c->size)};
@@ -306,18 +232,18 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
     g_autofree uint8_t *buf = g_malloc(maxlen);
 
     /* "@" in the options stands for a fresh external data file name */
-    g_autofree char *data_file = fresh("scribble-data.raw");
+    g_autofree char *data_file = tu_fresh("scribble-data.raw");
     g_auto(GStrv) parts = g_strsplit(c->opts, "@", -1);
     g_autofree char *opts = g_strjoinv(data_file, parts);
     bool has_data_file = strchr(c->opts, '@') != NULL;
 
     if (c->backing != BK_NONE) {
         base = make_backing(c->backing, c->size, r, m.bytes);
-        run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, opts, base,
-            c->backing == BK_RAW ? "raw" : "qcow2", path, c->size);
+        tu_run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, opts,
+               base, c->backing == BK_RAW ? "raw" : "qcow2", path, c->size);
         m.v2_backing = v2;
     } else {
-        run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, c->size);
+        tu_run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, c->size);
     }
 
     for (int batch = 0; batch < batches; batch++) {
@@ -404,9 +330,9 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
         close_ok(img);
         check_clean(path);
         write_file(model_path, m.bytes, m.size);
-        run("qemu-img compare -f qcow2 -F raw '%s' '%s'", path, model_path);
+        tu_run("qemu-img compare -f qcow2 -F raw '%s' '%s'", path, model_path);
         if (strstr(c->opts, "data_file_raw=on")) { /* the raw file is the disk */
-            run("qemu-img compare -f raw -F raw '%s' '%s'", data_file, model_path);
+            tu_run("qemu-img compare -f raw -F raw '%s' '%s'", data_file, model_path);
         }
     }
     g_free(m.bytes);
@@ -416,8 +342,8 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
 
 static void scribble_matrix(const Config *cs, size_t n)
 {
-    int batches = long_run ? 4 : 2, ops = long_run ? 3000 : 600;
-    unsigned seeds = long_run ? 4 : 1;
+    int batches = tu_long_run() ? 4 : 2, ops = tu_long_run() ? 3000 : 600;
+    unsigned seeds = tu_long_run() ? 4 : 1;
 
     const char *only = g_getenv("QIMG_SCRIBBLE_ONLY"); /* debugging: one config */
 
@@ -433,7 +359,7 @@ static void scribble_matrix(const Config *cs, size_t n)
 
 static void test_scribble_cluster_sizes(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const Config cs[] = {
         {"cluster_size=512", BK_NONE, MB(8)},
         {"cluster_size=4096", BK_NONE, MB(24)},
@@ -445,7 +371,7 @@ static void test_scribble_cluster_sizes(void **state)
 
 static void test_scribble_refcount_widths(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const Config cs[] = {
         {"cluster_size=512,refcount_bits=1", BK_NONE, MB(8)},
         {"cluster_size=4096,refcount_bits=2", BK_NONE, MB(16)},
@@ -457,7 +383,7 @@ static void test_scribble_refcount_widths(void **state)
 
 static void test_scribble_v2(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const Config cs[] = {
         {"compat=0.10", BK_NONE, MB(32)},
         {"compat=0.10,cluster_size=4096", BK_QCOW2, MB(16)},
@@ -468,7 +394,7 @@ static void test_scribble_v2(void **state)
 
 static void test_scribble_extended_l2(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const Config cs[] = {
         {"extended_l2=on", BK_NONE, MB(32)},
         {"extended_l2=on,cluster_size=16384", BK_QCOW2, MB(16)},
@@ -479,7 +405,7 @@ static void test_scribble_extended_l2(void **state)
 
 static void test_scribble_backing(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const Config cs[] = {
         {"cluster_size=65536", BK_QCOW2, MB(32)},
         {"cluster_size=4096,lazy_refcounts=on", BK_RAW, MB(16)},
@@ -498,15 +424,16 @@ static void test_scribble_backing(void **state)
  * of data grow it several times (iotest 044's concern). */
 static void test_reftable_growth(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("reftable.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("reftable.qcow2");
     g_autofree char *model = g_strdup_printf("%s.raw", p);
     const uint64_t size = MB(16);
     g_autofree uint8_t *m = g_malloc0(size);
     g_autoptr(GRand) r = g_rand_new_with_seed(44);
     uint32_t before, after;
 
-    run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 '%s' 16M", p);
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 '%s' 16M",
+           p);
     before = header32(p, QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS);
     QimgImage *img = open_rw(p);
     for (uint64_t off = 0; off < size; off += 65536 + 512) {
@@ -519,20 +446,20 @@ static void test_reftable_growth(void **state)
     assert_true(after >= before + 3); /* grew several times: 1 -> 2 -> 3 -> 5 ... */
     check_clean(p);
     write_file(model, m, size);
-    run("qemu-img compare -f qcow2 -F raw '%s' '%s'", p, model);
+    tu_run("qemu-img compare -f qcow2 -F raw '%s' '%s'", p, model);
 }
 
 /* The vmstate area lies past the disk: writing it grows the L1 (x1.5 steps),
  * moves the table and switches the header. */
 static void test_l1_growth_vmstate(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("l1grow.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("l1grow.qcow2");
     g_autofree uint8_t *buf = g_malloc(MB(1)), *rd = g_malloc(MB(1));
     g_autoptr(GRand) r = g_rand_new_with_seed(29);
     QimgIOV q;
 
-    run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
     uint32_t l1_before = header32(p, QCOW2_HDR_L1_SIZE);
     uint64_t l1_off_before = header64(p, QCOW2_HDR_L1_TABLE_OFFSET);
     QimgImage *img = open_rw(p);
@@ -550,7 +477,7 @@ static void test_l1_growth_vmstate(void **state)
     check_clean(p);
     /* the disk itself is untouched */
     size_t n;
-    g_autofree uint8_t *raw = qemu_raw(p, NULL, &n);
+    g_autofree uint8_t *raw = tu_qemu_raw(p, NULL, &n);
     assert_int_equal(n, MB(4));
     assert_true(buf_is_zero(raw, n));
     /* reopen: the vmstate is still there */
@@ -566,15 +493,15 @@ static void test_l1_growth_vmstate(void **state)
  * where the snapshot's disk size puts it, whatever the active L1 holds. */
 static void test_vmstate_snapshot_view(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("vmview.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("vmview.qcow2");
     g_autofree uint8_t *buf = g_malloc(300000), *rd = g_malloc(300000);
     g_autoptr(GRand) r = g_rand_new_with_seed(8);
     g_autoptr(GError) err = NULL;
     QimgOpenOptions o = {.snapshot = "s1"};
     QimgIOV q;
 
-    run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
     QimgImage *img = open_rw(p);
     fill_random(r, buf, 300000);
     iov_init_buf(&q, buf, 300000);
@@ -582,7 +509,7 @@ static void test_vmstate_snapshot_view(void **state)
     close_ok(img);
     /* the snapshot's L1 copy holds the vmstate clusters; then the active
      * image moves on: resized (vmstate area moves) and overwritten */
-    run("qemu-img snapshot -c s1 '%s' && qemu-img resize -q '%s' 8M", p, p);
+    tu_run("qemu-img snapshot -c s1 '%s' && qemu-img resize -q '%s' 8M", p, p);
     img = open_rw(p);
     memset(rd, 0xee, 300000);
     iov_init_buf(&q, rd, 300000);
@@ -602,15 +529,15 @@ static void test_vmstate_snapshot_view(void **state)
 /* Whole-cluster vmstate writes need no COW: no cow_write step at all. */
 static void test_vmstate_aligned_no_cow(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("vmcow.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("vmcow.qcow2");
     g_autofree char *name = NULL;
     g_autofree uint8_t *buf = g_malloc(MB(2));
     g_autoptr(GError) err = NULL;
     QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
     QimgIOV q;
 
-    run("qemu-img create -q -f qcow2 '%s' 64M", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 64M", p);
     name = g_strdup_printf("blkdebug:event=cow_write,errno=5:%s", p);
     QimgImage *img = blk_open_image(name, &o, NULL, &err);
     assert_non_null(img);
@@ -627,14 +554,14 @@ static void test_vmstate_aligned_no_cow(void **state)
 
 static void compressed_roundtrip(const char *ctype)
 {
-    g_autofree char *p = fresh("compressed.qcow2");
+    g_autofree char *p = tu_fresh("compressed.qcow2");
     const uint64_t cs = 65536, size = 40 * cs + 4096; /* unaligned last cluster */
     g_autofree uint8_t *m = g_malloc0(size);
     g_autoptr(GRand) r = g_rand_new_with_seed(7);
     g_autofree char *out = NULL;
 
-    run("qemu-img create -q -f qcow2 -o compression_type=%s '%s' %" PRIu64, ctype, p,
-        size);
+    tu_run("qemu-img create -q -f qcow2 -o compression_type=%s '%s' %" PRIu64, ctype, p,
+           size);
     QimgImage *img = open_rw(p);
     for (uint64_t c = 0; c < size; c += cs) {
         uint64_t len = MIN(cs, size - c);
@@ -651,24 +578,24 @@ static void compressed_roundtrip(const char *ctype)
     fill_random(r, m + 3 * cs + 100, 5000);
     assert_int_equal(blk_pwrite(img, 3 * cs + 100, m + 3 * cs + 100, 5000, 0), 0);
     close_ok(img);
-    assert_int_equal(run_status(&out, "qemu-img check '%s'", p), 0);
+    assert_int_equal(tu_run_status(&out, "qemu-img check '%s'", p), 0);
     assert_non_null(strstr(out, "No errors were found"));
     assert_null(strstr(out, " 0.00% compressed"));
     size_t n;
-    g_autofree uint8_t *raw = qemu_raw(p, NULL, &n);
+    g_autofree uint8_t *raw = tu_qemu_raw(p, NULL, &n);
     assert_int_equal(n, size);
     assert_memory_equal(raw, m, size);
 }
 
 static void test_compressed_zlib(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     compressed_roundtrip("zlib");
 }
 
 static void test_compressed_zstd(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     compressed_roundtrip("zstd");
 }
 
@@ -678,7 +605,7 @@ static void test_compressed_zstd(void **state)
  * the same as qemu-img resize on a copy. */
 static void test_resize(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const char *opts[] = {"cluster_size=65536", "cluster_size=512",
                                  "extended_l2=on", "compat=0.10"};
     static const uint64_t steps[] = {50000384, 600000000, 10000384, 40000000, 40000512};
@@ -687,22 +614,23 @@ static void test_resize(void **state)
 
     for (size_t o = 0; o < G_N_ELEMENTS(opts); o++) {
         for (int with_backing = 0; with_backing < 2; with_backing++) {
-            g_autofree char *p = fresh("resize.qcow2");
-            g_autofree char *q = fresh("resize-qemu.qcow2");
-            g_autofree char *b = fresh("resize-base.qcow2");
-            g_autofree char *expect = fresh("resize-expect.raw");
+            g_autofree char *p = tu_fresh("resize.qcow2");
+            g_autofree char *q = tu_fresh("resize-qemu.qcow2");
+            g_autofree char *b = tu_fresh("resize-base.qcow2");
+            g_autofree char *expect = tu_fresh("resize-expect.raw");
             g_autoptr(GRand) r = g_rand_new_with_seed(3 + (unsigned)o);
             g_autofree uint8_t *buf = g_malloc(MB(1));
 
             if (with_backing) {
-                run("qemu-img create -q -f qcow2 '%s' 64M && qemu-io -c 'write -P 0x77 0 "
+                tu_run(
+                    "qemu-img create -q -f qcow2 '%s' 64M && qemu-io -c 'write -P 0x77 0 "
                     "64M' "
                     "'%s' >/dev/null",
                     b, b);
-                run("qemu-img create -q -f qcow2 -o %s -b '%s' -F qcow2 '%s' 30000256",
-                    opts[o], b, p);
+                tu_run("qemu-img create -q -f qcow2 -o %s -b '%s' -F qcow2 '%s' 30000256",
+                       opts[o], b, p);
             } else {
-                run("qemu-img create -q -f qcow2 -o %s '%s' 30000256", opts[o], p);
+                tu_run("qemu-img create -q -f qcow2 -o %s '%s' 30000256", opts[o], p);
             }
             QimgImage *img = open_rw(p);
             for (int i = 0; i < 40; i++) {
@@ -712,7 +640,7 @@ static void test_resize(void **state)
                 assert_int_equal(blk_pwrite(img, off, buf, len, 0), 0);
             }
             close_ok(img);
-            run("cp '%s' '%s' && qemu-img convert -O raw '%s' '%s'", p, q, p, expect);
+            tu_run("cp '%s' '%s' && qemu-img convert -O raw '%s' '%s'", p, q, p, expect);
             bool shrunk = false;
             for (size_t s = 0; s < G_N_ELEMENTS(steps); s++) {
                 g_autoptr(GError) err = NULL;
@@ -726,15 +654,15 @@ static void test_resize(void **state)
                 }
                 close_ok(img);
                 check_clean(p);
-                run("truncate -s %" PRIu64 " '%s'", steps[s], expect);
-                run("qemu-img compare -q -F raw '%s' '%s'", p, expect);
+                tu_run("truncate -s %" PRIu64 " '%s'", steps[s], expect);
+                tu_run("qemu-img compare -q -F raw '%s' '%s'", p, expect);
                 /* QEMU 7.2 lets bytes cut off by a shrink reappear when the
                  * image grows again (and shows a longer backing file in the
                  * new area): compare with it before that only. */
                 shrunk |= s > 0 && steps[s] < steps[s - 1];
                 if (!with_backing && !shrunk) {
-                    run("qemu-img resize -q --shrink '%s' %" PRIu64, q, steps[s]);
-                    run("qemu-img compare -q '%s' '%s'", q, p);
+                    tu_run("qemu-img resize -q --shrink '%s' %" PRIu64, q, steps[s]);
+                    tu_run("qemu-img compare -q '%s' '%s'", q, p);
                 }
             }
         }
@@ -743,11 +671,12 @@ static void test_resize(void **state)
 
 static void test_resize_refusals(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("resize-v2.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("resize-v2.qcow2");
     g_autoptr(GError) err = NULL;
 
-    run("qemu-img create -q -f qcow2 -o compat=0.10 '%s' 16M && qemu-img snapshot -c s "
+    tu_run(
+        "qemu-img create -q -f qcow2 -o compat=0.10 '%s' 16M && qemu-img snapshot -c s "
         "'%s'",
         p, p);
     QimgImage *img = open_rw(p);
@@ -756,8 +685,8 @@ static void test_resize_refusals(void **state)
     g_clear_error(&err);
     blk_close(img);
 
-    g_autofree char *p3 = fresh("resize-v3.qcow2");
-    run("qemu-img create -q -f qcow2 '%s' 16M", p3);
+    g_autofree char *p3 = tu_fresh("resize-v3.qcow2");
+    tu_run("qemu-img create -q -f qcow2 '%s' 16M", p3);
     img = open_rw(p3);
     assert_int_equal(blk_truncate(img, MB(8), true, 0, false, &err), -EINVAL);
     g_clear_error(&err);
@@ -770,29 +699,30 @@ static void test_resize_refusals(void **state)
 /* Partial writes over a backing file copy the rest of the cluster. */
 static void test_cow_from_backing(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *b = fresh("cow-base.qcow2");
-    g_autofree char *p = fresh("cow.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *b = tu_fresh("cow-base.qcow2");
+    g_autofree char *p = tu_fresh("cow.qcow2");
     uint8_t data[3000];
 
-    run("qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -P 0x33 0 8M' '%s' "
-        ">/dev/null",
-        b, b);
-    run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 8M", b, p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -P 0x33 0 8M' '%s' "
+           ">/dev/null",
+           b, b);
+    tu_run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 8M", b, p);
     QimgImage *img = open_rw(p);
     memset(data, 0x44, sizeof(data));
     assert_int_equal(blk_pwrite(img, 100000, data, sizeof(data), 0), 0);
     assert_int_equal(blk_pwrite(img, 65536 * 3 - 1000, data, sizeof(data), 0), 0);
     close_ok(img);
     check_clean(p);
-    run("qemu-io -c 'read -P 0x33 0 100000' -c 'read -P 0x44 100000 3000' "
+    tu_run(
+        "qemu-io -c 'read -P 0x33 0 100000' -c 'read -P 0x44 100000 3000' "
         "-c 'read -P 0x33 103000 90608' -c 'read -P 0x44 195608 3000' "
         "-c 'read -P 0x33 198608 8190000' '%s' | grep -q 'Pattern verification failed' "
         "&& exit 1 || exit 0",
         p);
     /* only the three clusters written were allocated */
     g_autofree char *out = NULL;
-    run_status(&out, "qemu-img map --output=json '%s'", p);
+    tu_run_status(&out, "qemu-img map --output=json '%s'", p);
     g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
     uint64_t own = 0;
     for (int i = 0; lines[i]; i++) {
@@ -808,22 +738,22 @@ static void test_cow_from_backing(void **state)
  * its contents and the refcounts stay exact. */
 static void test_snapshot_shared(void **state)
 {
-    SKIP_WITHOUT_QEMU();
+    TU_SKIP_WITHOUT_QEMU();
     static const char *opts[] = {"cluster_size=65536",
                                  "cluster_size=4096,refcount_bits=2", "extended_l2=on",
                                  "compat=0.10"};
     for (size_t o = 0; o < G_N_ELEMENTS(opts); o++) {
-        g_autofree char *p = fresh("snap.qcow2");
+        g_autofree char *p = tu_fresh("snap.qcow2");
         g_autoptr(GRand) r = g_rand_new_with_seed(61);
         const uint64_t size = MB(8);
         g_autofree uint8_t *m = NULL, *buf = g_malloc(MB(1));
         size_t n;
 
-        run("qemu-img create -q -f qcow2 -o %s '%s' 8M && qemu-io -c 'write -P 0x11 0 "
-            "5M' "
-            "-c 'write -z 6M 1M' '%s' >/dev/null && qemu-img snapshot -c s1 '%s'",
-            opts[o], p, p, p);
-        g_autofree uint8_t *before = qemu_raw(p, NULL, &n);
+        tu_run("qemu-img create -q -f qcow2 -o %s '%s' 8M && qemu-io -c 'write -P 0x11 0 "
+               "5M' "
+               "-c 'write -z 6M 1M' '%s' >/dev/null && qemu-img snapshot -c s1 '%s'",
+               opts[o], p, p, p);
+        g_autofree uint8_t *before = tu_qemu_raw(p, NULL, &n);
         m = g_memdup2(before, size);
         QimgImage *img = open_rw(p);
         for (int i = 0; i < 60; i++) {
@@ -840,9 +770,9 @@ static void test_snapshot_shared(void **state)
         }
         close_ok(img);
         check_clean(p);
-        g_autofree uint8_t *snap = qemu_raw(p, "s1", &n);
+        g_autofree uint8_t *snap = tu_qemu_raw(p, "s1", &n);
         assert_memory_equal(snap, before, size);
-        g_autofree uint8_t *now = qemu_raw(p, NULL, &n);
+        g_autofree uint8_t *now = tu_qemu_raw(p, NULL, &n);
         assert_memory_equal(now, m, size);
     }
 }
@@ -852,14 +782,15 @@ static void test_snapshot_shared(void **state)
  * read-write open is refused. */
 static void test_overlap_check(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("overlap.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("overlap.qcow2");
     g_autofree char *out = NULL;
     g_autoptr(GError) err = NULL;
     QimgOpenOptions o = {0};
     uint8_t data[512] = {1};
 
-    run("qemu-img create -q -f qcow2 '%s' 16M && qemu-io -c 'write -P 0x22 0 64k' '%s' "
+    tu_run(
+        "qemu-img create -q -f qcow2 '%s' 16M && qemu-io -c 'write -P 0x22 0 64k' '%s' "
         ">/dev/null",
         p, p);
     uint64_t l1 = header64(p, QCOW2_HDR_L1_TABLE_OFFSET);
@@ -878,7 +809,7 @@ static void test_overlap_check(void **state)
     blk_error_clear();
     blk_close(img);
 
-    run_status(&out, "qemu-img info --output=json '%s'", p);
+    tu_run_status(&out, "qemu-img info --output=json '%s'", p);
     assert_non_null(strstr(out, "\"corrupt\": true"));
     assert_null(blk_open_image(p, &o, NULL, &err));
     assert_non_null(strstr(err->message, "qcow2: Image is corrupt; cannot be opened "
@@ -892,12 +823,12 @@ static void test_overlap_check(void **state)
 /* A refcount of 0 for the header cluster would hand out cluster 0. */
 static void test_alloc_offset_zero(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("zero-offset.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("zero-offset.qcow2");
     g_autofree char *out = NULL;
     uint8_t data[512] = {1};
 
-    run("qemu-img create -q -f qcow2 '%s' 16M", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 16M", p);
     uint64_t rt = header64(p, QCOW2_HDR_REFCOUNT_TABLE_OFFSET);
     uint64_t rb = header64(p, rt);
     poke64(p, rb, header64(p, rb) & UINT64_C(0x0000ffffffffffff)); /* cluster 0: 0 */
@@ -908,7 +839,7 @@ static void test_alloc_offset_zero(void **state)
                                                 "offset 0"));
     blk_error_clear();
     blk_close(img);
-    run_status(&out, "qemu-img info --output=json '%s'", p);
+    tu_run_status(&out, "qemu-img info --output=json '%s'", p);
     assert_non_null(strstr(out, "\"corrupt\": true"));
 }
 
@@ -916,12 +847,12 @@ static void test_alloc_offset_zero(void **state)
  * until a clean close. */
 static void test_lazy_refcounts_dirty_bit(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("lazy.qcow2");
-    g_autofree char *copy = fresh("lazy-crash.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("lazy.qcow2");
+    g_autofree char *copy = tu_fresh("lazy-crash.qcow2");
     uint8_t data[4096];
 
-    run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 16M", p);
+    tu_run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 16M", p);
     QimgImage *img = open_rw(p);
     assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
                      0);
@@ -931,19 +862,19 @@ static void test_lazy_refcounts_dirty_bit(void **state)
                      QCOW2_INCOMPAT_DIRTY);
     assert_int_equal(blk_flush(img), 0);
     /* a "crash" now: the copy is dirty, and qemu-img repairs it */
-    run("cp '%s' '%s'", p, copy);
+    tu_run("cp '%s' '%s'", p, copy);
     close_ok(img);
     assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
                      0);
     check_clean(p);
-    run("qemu-io -c 'read -P 0x99 12345 4096' '%s' | grep -q 'verification failed' && "
-        "exit 1 || exit 0",
-        p);
+    tu_run("qemu-io -c 'read -P 0x99 12345 4096' '%s' | grep -q 'verification failed' && "
+           "exit 1 || exit 0",
+           p);
     g_autofree char *out = NULL;
-    run_status(&out, "qemu-img info '%s'", copy);
+    tu_run_status(&out, "qemu-img info '%s'", copy);
     assert_non_null(strstr(out, "cleanly shut down: no"));
     /* refcounts were not written (lazy): qemu-img sees the damage ... */
-    assert_int_equal(run_status(NULL, "qemu-img check '%s'", copy), 2);
+    assert_int_equal(tu_run_status(NULL, "qemu-img check '%s'", copy), 2);
     /* ... and a read-write open repairs it first (DESIGN.md rule 5) */
     img = open_rw(copy);
     assert_int_equal(
@@ -951,7 +882,8 @@ static void test_lazy_refcounts_dirty_bit(void **state)
     assert_int_equal(blk_pwrite(img, MB(3), data, sizeof(data), 0), 0);
     close_ok(img);
     check_clean(copy);
-    run("qemu-io -c 'read -P 0x99 12345 4096' -c 'read -P 0x99 3M 4096' '%s' | grep -q "
+    tu_run(
+        "qemu-io -c 'read -P 0x99 12345 4096' -c 'read -P 0x99 3M 4096' '%s' | grep -q "
         "'verification failed' && exit 1 || exit 0",
         copy);
 }
@@ -959,11 +891,11 @@ static void test_lazy_refcounts_dirty_bit(void **state)
 /* Unknown autoclear bits are cleared by a read-write open only. */
 static void test_autoclear_cleared(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("autoclear.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("autoclear.qcow2");
     QimgOpenOptions o = {.read_only = true};
 
-    run("qemu-img create -q -f qcow2 '%s' 16M", p);
+    tu_run("qemu-img create -q -f qcow2 '%s' 16M", p);
     poke64(p, QCOW2_HDR_AUTOCLEAR_FEATURES, UINT64_C(1) << 40);
     QimgImage *img = blk_open_image(p, &o, NULL, NULL);
     assert_non_null(img);
@@ -978,20 +910,21 @@ static void test_autoclear_cleared(void **state)
 /* iotest 290: discard on v2 / v3, with and without a backing file. */
 static void test_discard_v2_v3(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *b = fresh("290-base.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *b = tu_fresh("290-base.qcow2");
     uint8_t data[131072];
 
-    run("qemu-img create -q -f qcow2 '%s' 128k && qemu-io -c 'write -P 0xff 0 128k' '%s' "
+    tu_run(
+        "qemu-img create -q -f qcow2 '%s' 128k && qemu-io -c 'write -P 0xff 0 128k' '%s' "
         ">/dev/null",
         b, b);
     for (int v3 = 0; v3 < 2; v3++) {
         for (int backing = 0; backing < 2; backing++) {
-            g_autofree char *p = fresh("290.qcow2");
+            g_autofree char *p = tu_fresh("290.qcow2");
             g_autofree char *out = NULL;
-            run("qemu-img create -q -f qcow2 -o compat=%s %s%s%s '%s' 128k",
-                v3 ? "1.1" : "0.10", backing ? "-F qcow2 -b '" : "", backing ? b : "",
-                backing ? "'" : "", p);
+            tu_run("qemu-img create -q -f qcow2 -o compat=%s %s%s%s '%s' 128k",
+                   v3 ? "1.1" : "0.10", backing ? "-F qcow2 -b '" : "", backing ? b : "",
+                   backing ? "'" : "", p);
             QimgImage *img = open_rw(p);
             memset(data, 1, sizeof(data));
             assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), 0);
@@ -1003,7 +936,7 @@ static void test_discard_v2_v3(void **state)
             for (size_t i = 0; i < sizeof(data); i++) {
                 assert_int_equal(data[i], expect);
             }
-            run_status(&out, "qemu-io -c 'read -P %d 0 128k' '%s'", expect, p);
+            tu_run_status(&out, "qemu-io -c 'read -P %d 0 128k' '%s'", expect, p);
             assert_null(strstr(out, "verification failed"));
         }
     }
@@ -1012,17 +945,17 @@ static void test_discard_v2_v3(void **state)
 /* Zero writes: flags, NO_FALLBACK, v2 with a backing file. */
 static void test_zero_semantics(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *b = fresh("zero-base.qcow2");
-    g_autofree char *p3 = fresh("zero-v3.qcow2");
-    g_autofree char *p2 = fresh("zero-v2.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *b = tu_fresh("zero-base.qcow2");
+    g_autofree char *p3 = tu_fresh("zero-v3.qcow2");
+    g_autofree char *p2 = tu_fresh("zero-v2.qcow2");
     g_autofree char *out = NULL;
 
-    run("qemu-img create -q -f qcow2 '%s' 4M && qemu-io -c 'write -P 0xee 0 4M' '%s' "
-        ">/dev/null",
-        b, b);
-    run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 4M", b, p3);
-    run("qemu-img create -q -f qcow2 -o compat=0.10 -b '%s' -F qcow2 '%s' 4M", b, p2);
+    tu_run("qemu-img create -q -f qcow2 '%s' 4M && qemu-io -c 'write -P 0xee 0 4M' '%s' "
+           ">/dev/null",
+           b, b);
+    tu_run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 4M", b, p3);
+    tu_run("qemu-img create -q -f qcow2 -o compat=0.10 -b '%s' -F qcow2 '%s' 4M", b, p2);
 
     QimgImage *img = open_rw(p3);
     /* unaligned with NO_FALLBACK: refused, nothing done */
@@ -1033,20 +966,21 @@ static void test_zero_semantics(void **state)
     assert_int_equal(blk_pwrite_zeroes(img, MB(1) + 100, 200000, BLK_REQ_MAY_UNMAP), 0);
     close_ok(img);
     check_clean(p3);
-    run_status(&out, "qemu-img map --output=json '%s'", p3);
+    tu_run_status(&out, "qemu-img map --output=json '%s'", p3);
     assert_non_null(strstr(out, "\"start\": 65536, \"length\": 196608, \"depth\": 0, "
                                 "\"present\": true, \"zero\": true, \"data\": false"));
-    run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 196608' "
-        "-c 'read -P 0xee 262144 786432' -c 'read -P 0 1048676 200000' '%s' "
-        "| grep -q 'verification failed' && exit 1 || exit 0",
-        p3);
+    tu_run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 196608' "
+           "-c 'read -P 0xee 262144 786432' -c 'read -P 0 1048676 200000' '%s' "
+           "| grep -q 'verification failed' && exit 1 || exit 0",
+           p3);
 
     img = open_rw(p2);
     assert_int_equal(blk_pwrite_zeroes(img, 65536, 65536, BLK_REQ_NO_FALLBACK), -ENOTSUP);
     assert_int_equal(blk_pwrite_zeroes(img, 65536, 65536, BLK_REQ_MAY_UNMAP), 0);
     close_ok(img);
     check_clean(p2);
-    run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 65536' "
+    tu_run(
+        "qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 65536' "
         "-c 'read -P 0xee 131072 65536' '%s' | grep -q 'verification failed' && exit 1 "
         "|| exit 0",
         p2);
@@ -1055,12 +989,12 @@ static void test_zero_semantics(void **state)
 /* Refcount overflow is refused (-EINVAL) and changes nothing (iotest 112). */
 static void test_refcount_overflow(void **state)
 {
-    SKIP_WITHOUT_QEMU();
-    g_autofree char *p = fresh("overflow.qcow2");
+    TU_SKIP_WITHOUT_QEMU();
+    g_autofree char *p = tu_fresh("overflow.qcow2");
     uint8_t data[512] = {7};
     uint64_t rc;
 
-    run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 16M", p);
+    tu_run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 16M", p);
     QimgImage *img = open_rw(p);
     assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), 0);
     Qcow2State *s = st(img);
@@ -1079,28 +1013,6 @@ static void test_refcount_overflow(void **state)
     blk_error_clear();
     close_ok(img);
     check_clean(p);
-}
-
-static int setup(void **state)
-{
-    const char *base = g_getenv("QIMG_TEST_TMPDIR");
-    g_autofree char *tmpl =
-        g_strdup_printf("%s/qcow2-write-XXXXXX", base ? base : g_get_tmp_dir());
-    tmpdir = g_mkdtemp(g_steal_pointer(&tmpl));
-    long_run = g_getenv("QIMG_LONG") && strcmp(g_getenv("QIMG_LONG"), "0") != 0;
-    return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    if (tmpdir) {
-        g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) {
-            return -1;
-        }
-        g_free(tmpdir);
-    }
-    return 0;
 }
 
 int main(void)
@@ -1129,5 +1041,5 @@ int main(void)
         cmocka_unit_test(test_zero_semantics),
         cmocka_unit_test(test_refcount_overflow),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests("qcow2-write", tests);
 }

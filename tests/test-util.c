@@ -1,0 +1,137 @@
+/*
+ * tests/test-util.c: helpers shared by the unit tests (see test-util.h):
+ * the scratch directory, fresh names in it, shell commands run in it,
+ * whether qemu-img / qemu-io are installed, images read by qemu-img.
+ *
+ * Invariants:
+ *  1. tu_dir is NULL or an existing directory made by the group setup
+ *     (group_setup()); the group teardown removes it and sets it back
+ *     to NULL.
+ *  2. tu_fresh() never returns the same name twice for one directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "test-util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *tu_stem;
+static char *tu_dir;
+static int tu_counter;
+
+/* Group setup: make the scratch directory; 0 or -errno. */
+static int group_setup(void **state)
+{
+    const char *base = g_getenv("QIMG_TEST_TMPDIR");
+    g_autofree char *tmpl =
+        g_strdup_printf("%s/%s-XXXXXX", base ? base : g_get_tmp_dir(), tu_stem);
+
+    if (!g_mkdtemp(tmpl)) {
+        return -errno;
+    }
+    tu_dir = g_steal_pointer(&tmpl);
+    tu_counter = 0;
+    return 0;
+}
+
+/* Group teardown: remove the scratch directory and all in it; 0 or -errno. */
+static int group_teardown(void **state)
+{
+    g_autofree char *cmd = NULL;
+    int ret = 0;
+
+    if (!tu_dir) {
+        goto out;
+    }
+    cmd = g_strdup_printf("rm -rf '%s'", tu_dir);
+    if (system(cmd) != 0) {
+        ret = -EIO;
+    }
+    g_clear_pointer(&tu_dir, g_free);
+out:
+    return ret;
+}
+
+int tu_run_group_tests_(const char *stem, const char *group_name,
+                        const struct CMUnitTest *tests, size_t n)
+{
+    tu_stem = stem;
+    /* what the cmocka_run_group_tests() macro expands to */
+    return _cmocka_run_group_tests(group_name, tests, n, group_setup, group_teardown);
+}
+
+const char *tu_tmpdir(void)
+{
+    return tu_dir;
+}
+
+char *tu_fresh(const char *stem)
+{
+    return g_strdup_printf("%s/%s-%d", tu_dir, stem, ++tu_counter);
+}
+
+bool tu_have_qemu_img(void)
+{
+    g_autofree char *img = g_find_program_in_path("qemu-img");
+    return img != NULL;
+}
+
+bool tu_have_qemu(void)
+{
+    g_autofree char *io = g_find_program_in_path("qemu-io");
+    return tu_have_qemu_img() && io != NULL;
+}
+
+bool tu_long_run(void)
+{
+    const char *v = g_getenv("QIMG_LONG");
+    return v && strcmp(v, "0") != 0;
+}
+
+int tu_run_status(char **out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
+    const char *argv[] = {"/bin/sh", "-c", full, NULL};
+    char *o = NULL;
+    int status = 0;
+
+    if (!g_spawn_sync(tu_dir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
+                      &status, NULL)) {
+        fail_msg("could not run %s", cmd);
+    }
+    if (out) {
+        *out = o;
+    } else {
+        g_free(o);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+uint8_t *tu_qemu_raw(const char *path, const char *snapshot, size_t *len)
+{
+    g_autofree char *raw = g_strdup_printf("%s.out.raw", path);
+    gchar *data = NULL;
+    gsize n = 0;
+
+    if (snapshot) {
+        tu_run("qemu-img convert -l '%s' -O raw '%s' '%s'", snapshot, path, raw);
+    } else {
+        tu_run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    }
+    assert_true(g_file_get_contents(raw, &data, &n, NULL));
+    unlink(raw);
+    *len = n;
+    return (uint8_t *)data;
+}
