@@ -996,9 +996,17 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
     assert_memory_equal(buf, pat, 2048);
     assert_true(all_bytes(buf + 2048, 2048, 0));
 
+    /* metadata means nothing to a protocol: refused, as file-posix does */
+    assert_int_equal(
+        img->drv->truncate(img, 1 * MiB, false, QIMG_PREALLOC_METADATA, false, &err),
+        -ENOTSUP);
+    assert_string_equal(err->message, "Unsupported preallocation mode: metadata");
+    g_clear_error(&err);
+    assert_int_equal(img->size, 1 * MiB - 2048);
+
     /* Grow again: the cut data must not come back. */
     assert_int_equal(
-        img->drv->truncate(img, 1 * MiB, false, QIMG_PREALLOC_METADATA, false, &err), 0);
+        img->drv->truncate(img, 1 * MiB, false, QIMG_PREALLOC_OFF, false, &err), 0);
     assert_int_equal(rd(img, 1 * MiB - 4096, buf, sizeof buf), 0);
     assert_memory_equal(buf, pat, 2048);
     assert_true(all_bytes(buf + 2048, 2048, 0));
