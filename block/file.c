@@ -33,6 +33,12 @@
  *     cut off a concurrent extending write).  Held shared: writes that may
  *     extend the file (end > img->size) and, with O_DIRECT, every request
  *     that modifies the file.  Reads and block status never take it.
+ *  7. Buffered (not O_DIRECT) writes to a regular file go to the kernel one
+ *     at a time (s->wlock).  The kernel serialises them anyway on the inode
+ *     lock, where waiters spin on the owner: with many writer threads on
+ *     few cores the spinning took CPU from the copy (perf: 19% of the
+ *     samples of 16 sequential 1 MiB writers).  Waiting on our mutex
+ *     sleeps instead.  O_DIRECT writes and all reads stay concurrent.
  */
 #include "block/block.h"
 
@@ -69,6 +75,8 @@ typedef struct FileState {
     bool read_only;
     size_t buf_align; /* max(request_alignment, 4096) */
     GRWLock lock;     /* invariant 6 */
+    GMutex wlock;     /* invariant 7 */
+    bool serialize_writes;
 } FileState;
 
 typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
@@ -415,8 +423,14 @@ static int file_do_pwritev(QimgImage *img, FileState *s, uint64_t offset,
     if (s->direct && !qiov_aligned(qiov, offset, img->request_alignment)) {
         return file_rmw_write(img, s, offset, qiov);
     }
+    if (s->serialize_writes) {
+        g_mutex_lock(&s->wlock); /* invariant 7 */
+    }
     ret = fd_rw_full(s, img->request_alignment, true, qiov->iov, qiov->niov, offset,
                      qiov->size);
+    if (s->serialize_writes) {
+        g_mutex_unlock(&s->wlock);
+    }
     if (ret == 0) {
         size_grow(img, offset + qiov->size);
     }
@@ -552,6 +566,10 @@ static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions
     s->no_flush = cache == QIMG_CACHE_UNSAFE;
     s->read_only = ro;
     g_rw_lock_init(&s->lock);
+    g_mutex_init(&s->wlock);
+    /* invariant 7 (QIMG_FILE_CONCURRENT_WRITES=1: off, for benchmarks) */
+    s->serialize_writes = !s->direct && S_ISREG(st.st_mode) &&
+                          g_strcmp0(g_getenv("QIMG_FILE_CONCURRENT_WRITES"), "1") != 0;
 
     img->is_block_device = S_ISBLK(st.st_mode);
     if (img->is_block_device) {
@@ -562,6 +580,7 @@ static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions
                         "Could not open '%s': cannot get the device size: %s", filename,
                         g_strerror(err));
             g_rw_lock_clear(&s->lock);
+            g_mutex_clear(&s->wlock);
             g_free(s->name);
             g_free(s);
             close(fd);
@@ -595,6 +614,7 @@ static void file_close(QimgImage *img)
     }
     close(s->fd);
     g_rw_lock_clear(&s->lock);
+    g_mutex_clear(&s->wlock);
     g_free(s->name);
     g_free(s);
     img->opaque = NULL;
