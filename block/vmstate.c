@@ -87,10 +87,10 @@ typedef struct BlkVmstate BlkVmstate;
 
 typedef struct VmBuf {
     BlkVmstate *vs;
-    uint64_t pos;  /* position of data[0] */
-    size_t len;    /* bytes held (write) or to read (read-ahead) */
-    size_t cap;    /* bytes up to the grid line (invariant 1) */
-    size_t size;   /* bytes allocated at data, >= cap (invariant 5) */
+    uint64_t pos; /* position of data[0] */
+    size_t len;   /* bytes held (write) or to read (read-ahead) */
+    size_t cap;   /* bytes up to the grid line (invariant 1) */
+    size_t size;  /* bytes allocated at data, >= cap (invariant 5) */
     uint8_t *data;
     /* read-ahead only; under vs->lock */
     bool done;
