@@ -275,7 +275,7 @@ int cmd_bench(int argc, char **argv)
 
     b.img = qimg_image_open(argv[optind], &oo, &err);
     if (!b.img) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(argv[optind], err);
         return 1;
     }
     b.image_size = qimg_image_size(b.img);

@@ -206,7 +206,7 @@ int cmd_check(int argc, char **argv)
     oo.check_mode = true;
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(filename, err);
         return 1;
     }
 

@@ -237,7 +237,7 @@ static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cac
     oo.force_share = force_share;
     img = qimg_image_open(name, &oo, &err);
     if (!img) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(name, err);
     }
     return img;
 }

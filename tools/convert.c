@@ -585,7 +585,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
     oo.cache = a->dst_cache;
     dst = qimg_image_open(a->dst_name, &oo, &err);
     if (!dst) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(a->dst_name, err);
         return NULL;
     }
     s->target_backing = -1;
@@ -633,7 +633,7 @@ static int run_convert(ConvertArgs *a)
     oo.snapshot = snapshot;
     src = qimg_image_open(a->src_name, &oo, &err);
     if (!src) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(a->src_name, err);
         return 1;
     }
     info = qimg_image_get_info(src, &err);

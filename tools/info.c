@@ -211,7 +211,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
     oo.force_share = force_share;
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(filename, err);
         return NULL;
     }
     info = qimg_image_get_info(img, &err);

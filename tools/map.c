@@ -203,7 +203,7 @@ int cmd_map(int argc, char **argv)
     oo.force_share = force_share;
     img = qimg_image_open(argv[optind], &oo, &err);
     if (!img) {
-        tool_report_gerror(err, NULL);
+        tool_report_open_error(argv[optind], err);
         return 1;
     }
     end = qimg_image_size(img);

@@ -315,7 +315,7 @@ void tool_progress_end(ToolProgress *p)
     p->enabled = false;
 }
 
-void tool_report_open_error(const char *filename, const GError *err)
+void tool_report_open_error(const char *filename, GError *err)
 {
     g_autofree char *file_level =
         g_strdup_printf("Could not open '%s': %s", filename, g_strerror(err->code));
@@ -324,4 +324,5 @@ void tool_report_open_error(const char *filename, const GError *err)
     } else {
         tool_error("%s", err->message);
     }
+    g_error_free(err);
 }

@@ -169,7 +169,7 @@ void tool_progress_end(ToolProgress *p);
 void tool_report_gerror(GError *err, const char *prefix);
 /* An open failure as qemu-img's img_open words it: file-level errors read
  * "Could not open 'F': Could not open 'F': <strerror>", format-level errors
- * carry the prefix once. */
-void tool_report_open_error(const char *filename, const GError *err);
+ * carry the prefix once.  Frees err. */
+void tool_report_open_error(const char *filename, GError *err);
 
 #endif
