@@ -19,7 +19,9 @@
  *     always as "<-errno> (<strerror>)".
  *  5. -a looks up the ID first, then the name.  Errors: "Could not apply
  *     snapshot 'x': Failed to load snapshot: No such file or directory"
- *     (unknown), "...: Block driver does not support snapshots" (raw).
+ *     (unknown), "...: Block driver does not support snapshots" (raw),
+ *     "...: Failed to load snapshot: Operation not supported" (qcow2 with
+ *     an external data file).
  *  6. -d looks up the name only (ID "2" does not find a snapshot named
  *     "s1"), the first match in table order: "Could not delete snapshot
  *     'x': snapshot not found" (also for raw).  Other failures: "Could not
@@ -123,7 +125,7 @@ static int do_apply(QimgImage *img, const char *name)
     if (code != ENOTSUP && !snapshot_exists(img, name)) {
         code = ENOENT; /* whatever the driver said: QEMU's lookup failed */
     }
-    if (code == ENOTSUP) {
+    if (code == ENOTSUP && strcmp(qimg_image_format(img), "qcow2") != 0) {
         tool_error(
             "Could not apply snapshot '%s': Block driver does not support snapshots",
             name);

@@ -189,6 +189,12 @@ same_as_qemu_err snapshot -l e.qcow2
 same_as_qemu_err snapshot -q -l e.qcow2
 same_as_qemu_err snapshot -U -l e.qcow2
 same_as_qemu_err snapshot e.qcow2
+# snapshots need the image file itself: refused with an external data file
+qi create -f qcow2 -o data_file=df.raw df.qcow2 1M
+for op in -c -a -d; do
+    same_as_qemu_err snapshot $op s df.qcow2
+done
+same_as_qemu_err snapshot -l df.qcow2
 # The empty name exists and can be deleted.
 M=m.qcow2
 Q=q.qcow2
