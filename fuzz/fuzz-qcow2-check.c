@@ -14,6 +14,7 @@
  * finishes quickly; the paths they guard are the same.
  */
 #include "block/block.h"
+#include "fuzz/fuzz-util.h"
 #include "qcow2/check.h"
 #include "qcow2/qcow2.h"
 #include "qimg/check.h"
@@ -29,19 +30,13 @@ static const Qcow2CheckOptions opts = {
     .bad_budget = 1u << 20,
 };
 
-static char *scratch_dir;
+static const char *scratch_dir;
 static char *image_path;
 static char *repair_path;
 
 static void init_scratch(void)
 {
-    const char *base = getenv("TMPDIR");
-    char *tmpl = g_strdup_printf("%s/qimg-fuzz-check-XXXXXX", base ? base : "/tmp");
-
-    scratch_dir = g_mkdtemp(tmpl);
-    if (!scratch_dir) {
-        abort();
-    }
+    scratch_dir = fuzz_scratch_dir("check");
     image_path = g_build_filename(scratch_dir, "image.qcow2", NULL);
     repair_path = g_build_filename(scratch_dir, "repair.qcow2", NULL);
 }

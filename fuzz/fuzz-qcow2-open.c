@@ -11,6 +11,7 @@
  * sanitizer report, leak or hang is a bug (DESIGN.md on-disk rule 4).
  */
 #include "block/block.h"
+#include "fuzz/fuzz-util.h"
 #include "qcow2/qcow2.h"
 
 #include <fcntl.h>
@@ -22,17 +23,12 @@
 #define READ_CAP (16u << 20)
 #define CHUNK (256u << 10)
 
-static char *scratch_dir;
+static const char *scratch_dir;
 static char *image_path;
 
 static void init_scratch(void)
 {
-    const char *base = getenv("TMPDIR");
-    char *tmpl = g_strdup_printf("%s/qimg-fuzz-XXXXXX", base ? base : "/tmp");
-    scratch_dir = g_mkdtemp(tmpl);
-    if (!scratch_dir) {
-        abort();
-    }
+    scratch_dir = fuzz_scratch_dir("open");
     image_path = g_build_filename(scratch_dir, "image.qcow2", NULL);
     /* a data file the input may name */
     g_autofree char *data = g_build_filename(scratch_dir, "data.raw", NULL);
