@@ -42,17 +42,11 @@ const QimgDriver *blk_find_format(const char *name)
 }
 
 /* Invariant 4: highest probe score wins; raw scores 1 for anything. */
-static const QimgDriver *probe_format(QimgImage *file)
+const QimgDriver *blk_probe_buf(const uint8_t *buf, size_t n)
 {
-    uint8_t buf[512] = {0};
     const QimgDriver *best = &blk_raw_driver;
     int best_score = 0;
-    int64_t len = blk_getlength(file);
-    size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
 
-    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
-        n = 0;
-    }
     for (size_t i = 0; i < G_N_ELEMENTS(format_drivers); i++) {
         const QimgDriver *d = format_drivers[i];
         int score = d->probe ? d->probe(buf, n) : 0;
@@ -62,6 +56,18 @@ static const QimgDriver *probe_format(QimgImage *file)
         }
     }
     return best;
+}
+
+static const QimgDriver *probe_format(QimgImage *file)
+{
+    uint8_t buf[BLK_PROBE_BUF_SIZE] = {0};
+    int64_t len = blk_getlength(file);
+    size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
+
+    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
+        n = 0;
+    }
+    return blk_probe_buf(buf, n);
 }
 
 QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
@@ -189,6 +195,7 @@ static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
                               const QimgOpenOptions *opts, GSList *chain, GError **error)
 {
     bool ro = opts->read_only || opts->snapshot != NULL;
+    bool probed = !drv;
     QimgImage *img;
     GSList link;
 
@@ -204,6 +211,7 @@ static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
     img->file = file;
     img->filename = g_strdup(filename);
     img->read_only = ro;
+    img->probed = probed;
     img->cache = opts->cache;
     img->request_alignment = file->request_alignment;
     img->opts = *opts;

@@ -85,6 +85,7 @@ struct QimgImage {
     char *backing_format;        /* as recorded, or NULL */
     QimgOpenOptions opts;        /* copy (string fields not kept) */
     struct BlkVmstate *vmstate;  /* buffered vmstate writer/reader, or NULL */
+    bool probed;                 /* the format was guessed (raw.c invariant 4) */
 };
 
 /* Block status answers (driver level). */
@@ -166,6 +167,10 @@ void blk_error_propagate(GError **error, int ret, const char *prefix);
 
 extern const QimgDriver blk_file_driver;
 extern const QimgDriver blk_raw_driver;
+/* The format driver the first bytes of a file (buf, len <= 512) probe as. */
+const QimgDriver *blk_probe_buf(const uint8_t *buf, size_t len);
+/* Bytes the probe looks at. */
+#define BLK_PROBE_BUF_SIZE 512
 extern const QimgDriver blk_qcow2_driver;
 
 const QimgDriver *blk_find_format(const char *name);

@@ -11,6 +11,16 @@
  *     reads as zeros), refreshed after every truncate.
  *  3. Block status is the file's own (holes read as zeros), with the file
  *     as the node the offset refers to.
+ *  4. When the format was probed (img->probed), a write may not make block
+ *     0 (the first 512 bytes) probe as another format, as QEMU refuses it:
+ *     a guest could otherwise write a qcow2 header naming a host file as
+ *     its backing file and have it opened at the next probe.  The check
+ *     runs on the block as it will be (current bytes with the write laid
+ *     over them) and writes those checked bytes, not the caller's buffer
+ *     again; block-0 writes of probed images are serialised so no two can
+ *     combine into a header between check and write.  Zero writes and
+ *     discards cannot create a header (the magic is not zeros, and zeroing
+ *     cannot raise a version below 2 to 2 or more).
  */
 #include "block/block.h"
 
@@ -41,9 +51,51 @@ static int raw_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
     return blk_preadv(img->file, offset, qiov, flags);
 }
 
+static GMutex block0_lock; /* invariant 4 */
+
+/* A write to block 0 of a probed image (invariant 4). */
+static int raw_pwritev_block0(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+                              unsigned flags)
+{
+    uint8_t sector[BLK_PROBE_BUF_SIZE] = {0};
+    size_t head = (size_t)MIN(qiov->size, BLK_PROBE_BUF_SIZE - offset);
+    size_t have = (size_t)MIN(img->file->size, BLK_PROBE_BUF_SIZE);
+    int ret = 0;
+
+    g_mutex_lock(&block0_lock);
+    if (have > 0) {
+        ret = blk_pread(img->file, 0, sector, have);
+    }
+    if (ret == 0) {
+        iov_to_buf(qiov, 0, sector + offset, head);
+        if (blk_probe_buf(sector, BLK_PROBE_BUF_SIZE) != &blk_raw_driver) {
+            ret = blk_error(EPERM,
+                            "Write to block 0 of '%s' refused: it would make the image "
+                            "probe as another format (the raw format was probed; "
+                            "specify it to remove this restriction)",
+                            img->filename);
+        }
+    }
+    if (ret == 0) {
+        /* the checked bytes, then whatever the write has past block 0 */
+        ret = blk_pwrite(img->file, offset, sector + offset, head, flags);
+    }
+    if (ret == 0 && qiov->size > head) {
+        QimgIOV tail;
+        iov_slice(&tail, qiov, head, qiov->size - head);
+        ret = blk_pwritev(img->file, offset + head, &tail, flags);
+        iov_destroy(&tail);
+    }
+    g_mutex_unlock(&block0_lock);
+    return ret;
+}
+
 static int raw_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
                        unsigned flags)
 {
+    if (img->probed && offset < BLK_PROBE_BUF_SIZE && qiov->size > 0) {
+        return raw_pwritev_block0(img, offset, qiov, flags);
+    }
     return blk_pwritev(img->file, offset, qiov, flags);
 }
 

@@ -1,6 +1,6 @@
 /*
  * Unit tests for raw/raw.c and the generic layer's request checks
- * (raw.c invariants 1-3, block.h invariant 3, api.c invariants 1-3).
+ * (raw.c invariants 1-4, block.h invariant 3, api.c invariants 1-3).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -194,6 +194,87 @@ static void test_open_errors(void **state)
     assert_non_null(strstr(err->message, "Backing file not supported"));
 }
 
+/* A qcow2 header's first 8 bytes: magic and version 3. */
+static void qcow2_head(uint8_t *b)
+{
+    static const uint8_t h[8] = {'Q', 'F', 'I', 0xfb, 0, 0, 0, 3};
+    memcpy(b, h, sizeof(h));
+}
+
+static QimgImage *open_probed(const char *p, const char *format)
+{
+    QimgOpenOptions oo = {.format = format, .cache = QIMG_CACHE_WRITEBACK};
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = qimg_image_open(p, &oo, &err);
+    assert_non_null(img);
+    assert_string_equal(qimg_image_format(img), "raw");
+    return img;
+}
+
+static void assert_head(const char *p, const uint8_t *want, size_t len)
+{
+    g_autofree char *data = NULL;
+    gsize n = 0;
+    assert_true(g_file_get_contents(p, &data, &n, NULL));
+    assert_true(n >= len);
+    assert_memory_equal(data, want, len);
+}
+
+/* raw.c invariant 4: block 0 of a probed raw image cannot become a header. */
+static void test_probed_block0(void **state)
+{
+    g_autofree char *p = path("probed.raw");
+    uint8_t blk[1024], zero[1024] = {0}, cur[1024] = {0};
+    g_autoptr(GError) err = NULL;
+    QimgImage *img;
+
+    assert_true(g_file_set_contents(p, (const char *)zero, sizeof(zero), NULL));
+    img = open_probed(p, NULL);
+
+    /* a whole header at 0: refused, nothing written */
+    memset(blk, 0x11, sizeof(blk));
+    qcow2_head(blk);
+    assert_false(qimg_image_pwrite(img, 0, blk, sizeof(blk), &err));
+    assert_int_equal(err->code, EPERM);
+    assert_non_null(strstr(err->message, "block 0"));
+    g_clear_error(&err);
+    assert_head(p, zero, sizeof(zero));
+
+    /* the magic alone (version still 0) probes as raw: allowed */
+    assert_true(qimg_image_pwrite(img, 0, "QFI\xfb", 4, &err));
+    memcpy(cur, "QFI\xfb", 4);
+    assert_head(p, cur, sizeof(cur));
+    /* then the version: with the magic already there it makes a header */
+    assert_false(qimg_image_pwrite(img, 4, "\0\0\0\3", 4, &err));
+    assert_int_equal(err->code, EPERM);
+    g_clear_error(&err);
+    assert_head(p, cur, sizeof(cur));
+
+    /* a write across block 0 with harmless contents lands whole */
+    memset(blk, 0x22, sizeof(blk));
+    assert_true(qimg_image_pwrite(img, 300, blk, 600, &err));
+    memset(cur + 300, 0x22, 600);
+    assert_head(p, cur, sizeof(cur));
+    /* past block 0 nothing is checked */
+    qcow2_head(blk);
+    assert_true(qimg_image_pwrite(img, 512, blk, 8, &err));
+    memcpy(cur + 512, blk, 8);
+    assert_head(p, cur, sizeof(cur));
+    /* zeroing cannot make a header */
+    assert_true(qimg_image_pwrite_zeroes(img, 0, 512, 0, &err));
+    memset(cur, 0, 512);
+    assert_head(p, cur, sizeof(cur));
+    assert_true(qimg_image_close(img, &err));
+
+    /* with the format given there is no restriction */
+    img = open_probed(p, "raw");
+    qcow2_head(blk);
+    assert_true(qimg_image_pwrite(img, 0, blk, 512, &err));
+    assert_true(qimg_image_close(img, &err));
+    memcpy(cur, blk, 512);
+    assert_head(p, cur, sizeof(cur));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_zero_discard_status),
         cmocka_unit_test(test_truncate_and_info),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_probed_block0),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -278,6 +278,7 @@ int cmd_bench(int argc, char **argv)
         tool_report_open_error(argv[optind], err);
         return 1;
     }
+    tool_warn_probed_raw(b.img, &oo, argv[optind]);
     b.image_size = qimg_image_size(b.img);
     b.bufsize = (size_t)bufsize;
     b.step = step ? (uint64_t)step : (uint64_t)bufsize;

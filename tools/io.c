@@ -868,6 +868,7 @@ int cmd_io(int argc, char **argv)
             return 1;
         }
         io.read_only = qimg_image_is_read_only(io.img);
+        tool_warn_probed_raw(io.img, &oo, name);
     }
 
     if (cmds->len) {

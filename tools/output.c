@@ -315,6 +315,20 @@ void tool_progress_end(ToolProgress *p)
     p->enabled = false;
 }
 
+void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo, const char *filename)
+{
+    if (oo->format || oo->read_only || !img || qimg_image_is_read_only(img) ||
+        strcmp(qimg_image_format(img), "raw") != 0) {
+        return;
+    }
+    fprintf(stderr,
+            "WARNING: Image format was not specified for '%s' and probing guessed raw.\n"
+            "         Automatically detecting the format is dangerous for raw images, "
+            "write operations on block 0 will be restricted.\n"
+            "         Specify the 'raw' format explicitly to remove the restrictions.\n",
+            filename);
+}
+
 void tool_report_open_error(const char *filename, GError *err)
 {
     g_autofree char *file_level =

@@ -171,5 +171,9 @@ void tool_report_gerror(GError *err, const char *prefix);
  * "Could not open 'F': Could not open 'F': <strerror>", format-level errors
  * carry the prefix once.  Frees err. */
 void tool_report_open_error(const char *filename, GError *err);
+/* qemu's warning when a read-write open without a format probed raw (writes
+ * to block 0 are then restricted: raw/raw.c invariant 4). */
+void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo,
+                          const char *filename);
 
 #endif

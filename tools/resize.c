@@ -107,6 +107,7 @@ int cmd_resize(int argc, char **argv)
         tool_report_open_error(filename, err);
         return 1;
     }
+    tool_warn_probed_raw(img, &oo, filename);
     current = qimg_image_size(img);
 
     /* fact 3: qemu-img computes in signed 64-bit arithmetic */

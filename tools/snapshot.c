@@ -241,6 +241,10 @@ int cmd_snapshot(int argc, char **argv)
         tool_report_open_error(filename, err);
         return 1;
     }
+    tool_warn_probed_raw(img, &oo, filename);
+    if (action == SNAP_APPLY) {
+        tool_warn_probed_raw(img, &oo, filename); /* qemu-img says it twice for -a */
+    }
 
     switch (action) {
     case SNAP_LIST:

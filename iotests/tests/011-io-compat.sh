@@ -11,6 +11,7 @@ filter_io() {
     sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; XX:XX:XX.X (XXX YYY\/sec and XXX ops\/sec)/' \
         -e 's/^[0-9]*,[0-9]*,[0-9]*:[0-9]*:[0-9.]*,[0-9.inf]*,[0-9.inf]*$/CSV/' \
         -e 's/qemu-io: /qimg: /' \
+        -e "s/\\.[qm]' and probing/.X' and probing/" \
         -e 's/\(qemu\|qimg\)-io> /PROMPT /g'
 }
 
@@ -123,6 +124,18 @@ io_both "v2 with a backing file" top2 "${cmds[@]}"
 
 new_image img.raw -f raw 64M
 io_both "raw" img.raw -f raw "${cmds[@]}"
+
+# a probed raw image (no -f): the warning, and block 0 may not become a
+# qcow2 header (raw.c invariant 4), whole or piece by piece; with -f raw it
+# may
+printf 'QFI\373\0\0\0\3' >hdr.bin
+head -c 504 /dev/zero >>hdr.bin
+new_image probed.raw -f raw 1M
+io_both "probed raw" probed.raw -c 'write -s hdr.bin 0 512' -c 'write -P 7 0 4k' \
+    -c 'write -s hdr.bin 0 4' -c 'write -P 3 7 1' -c 'write -P 0 4 4' \
+    -c 'write -s hdr.bin 4096 512' -c 'read -v 0 16'
+io_both "probed raw, read-only" probed.raw -r -c 'read -v 0 16'
+io_both "raw given" probed.raw -f raw -c 'write -s hdr.bin 0 512' -c 'read -v 0 16'
 
 # cache modes
 for t in writeback none unsafe directsync; do

@@ -226,13 +226,11 @@ if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then
 fi
 assert_eq "refcount_bits=1: no snapshot left" "" "$("$QEMU_IMG" snapshot -l r1.qcow2)"
 
-# Raw images: qemu-img warns about probing first; compare the last line.
+# Raw images: qemu-img warns about probing first (twice for -a), so does qimg.
 truncate -s 1M r.raw
 for args in "-c x" "-a x" "-d x"; do
     # shellcheck disable=SC2086
-    run_both snapshot $args r.raw
-    assert_eq "raw: snapshot $args exit code" "$Q_RC" "$M_RC"
-    assert_eq "raw: snapshot $args message" "$(printf '%s\n' "$Q_ERR" | tail -n 1)" "$M_ERR"
+    same_as_qemu_err snapshot $args r.raw
 done
 same_as_qemu snapshot -l r.raw
 
