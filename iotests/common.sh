@@ -125,6 +125,25 @@ same_as_qemu() {
     fi
 }
 
+# map_flags IMG [FMT]: qemu-img's allocation map of IMG (format FMT,
+# default qcow2) without host offsets, adjacent extents with the same flags
+# merged: comparable between images whose host layouts differ.
+map_flags() {
+    "$QEMU_IMG" map -f "${2:-qcow2}" --output=json "$1" | python3 -c '
+import json, sys
+out = []
+for e in json.load(sys.stdin):
+    e.pop("offset", None)
+    k = (e["depth"], e["present"], e["zero"], e["data"])
+    if out and out[-1][0] == k and out[-1][1] + out[-1][2] == e["start"]:
+        out[-1][2] += e["length"]
+    else:
+        out.append([k, e["start"], e["length"]])
+for k, s, n in out:
+    print(s, n, *k)
+'
+}
+
 # same_as_qemu_err ARGS...: like same_as_qemu, and stderr must match too.
 same_as_qemu_err() {
     same_as_qemu "$@" || return 1

@@ -39,24 +39,6 @@ io_stdin() {
     compare_run "$desc" "$img" "$qrc" "$mrc"
 }
 
-# map_flags IMG [FMT]: the allocation map without host offsets, adjacent
-# extents with the same flags merged (host layouts may differ).
-map_flags() {
-    "$QEMU_IMG" map -f "${2:-qcow2}" --output=json "$1" | python3 -c '
-import json, sys
-out = []
-for e in json.load(sys.stdin):
-    e.pop("offset", None)
-    k = (e["depth"], e["present"], e["zero"], e["data"])
-    if out and out[-1][0] == k and out[-1][1] + out[-1][2] == e["start"]:
-        out[-1][2] += e["length"]
-    else:
-        out.append([k, e["start"], e["length"]])
-for k, s, n in out:
-    print(s, n, *k)
-'
-}
-
 compare_run() {
     local desc=$1 img=$2 qrc=$3 mrc=$4 fmt=qcow2
     assert_eq "$desc: exit code" "$qrc" "$mrc"

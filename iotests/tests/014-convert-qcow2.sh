@@ -42,24 +42,6 @@ PY
 "$QEMU_IO" -c 'write -P 0x55 0 100k' -c 'write -z 200k 8k' -c 'write -P 0 300k 64k' \
     small.qcow2 >/dev/null
 
-# map_flags IMG: allocation map without host offsets, adjacent extents with
-# the same flags merged.
-map_flags() {
-    "$QEMU_IMG" map --output=json "$1" | python3 -c '
-import json, sys
-out = []
-for e in json.load(sys.stdin):
-    e.pop("offset", None)
-    k = (e["depth"], e["present"], e["zero"], e["data"])
-    if out and out[-1][0] == k and out[-1][1] + out[-1][2] == e["start"]:
-        out[-1][2] += e["length"]
-    else:
-        out.append([k, e["start"], e["length"]])
-for k, s, n in out:
-    print(s, n, *k)
-'
-}
-
 # check_field IMG FIELD: a number from qemu-img check --output=json (0 if absent).
 check_field() {
     "$QEMU_IMG" check --output=json "$1" 2>/dev/null |
