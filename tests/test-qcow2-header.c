@@ -65,6 +65,14 @@ static void assert_reads_ab(QimgImage *img)
     }
 }
 
+/* The driver's info of img (free with qimg_info_free). */
+static QimgInfo *driver_info(QimgImage *img)
+{
+    QimgInfo *info = g_new0(QimgInfo, 1);
+    assert_int_equal(img->drv->get_info(img, info, NULL), 0);
+    return info;
+}
+
 static void test_decode_fields(void **state)
 {
     TImg t = timg_new(3, 16, 1 << 30, false);
@@ -245,13 +253,10 @@ static void test_corrupt_bit(void **state)
     expect_open_error_rw(&t, false,
                          "qcow2: Image is corrupt; cannot be opened read/write");
     QimgImage *img = open_ok(&t, true); /* read-only is fine, as in QEMU */
-    QimgInfo info = {0};
-    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
-    assert_true(info.corrupt);
-    assert_string_equal(info.compat, "1.1");
-    g_free(info.compat);
-    g_free(info.compression_type);
-    g_array_unref(info.snapshots);
+    QimgInfo *info = driver_info(img);
+    assert_true(info->corrupt);
+    assert_string_equal(info->compat, "1.1");
+    qimg_info_free(info);
     blk_close(img);
     timg_free(&t);
 }
@@ -412,10 +417,9 @@ static void test_snapshot_table(void **state)
 
     put_snapshot(&t, 24, "1", "snap one");
     QimgImage *img = open_ok(&t, true);
-    QimgInfo info = {0};
-    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
-    assert_int_equal(info.snapshots->len, 1);
-    QimgSnapshotInfo *si = &g_array_index(info.snapshots, QimgSnapshotInfo, 0);
+    QimgInfo *info = driver_info(img);
+    assert_int_equal(info->snapshots->len, 1);
+    QimgSnapshotInfo *si = &g_array_index(info->snapshots, QimgSnapshotInfo, 0);
     assert_string_equal(si->id, "1");
     assert_string_equal(si->name, "snap one");
     assert_int_equal(si->vm_state_size, 0x100000000ull);
@@ -424,11 +428,7 @@ static void test_snapshot_table(void **state)
     assert_int_equal(si->date_sec, 1700000000);
     assert_int_equal(si->vm_clock_nsec, 123456789);
     assert_int_equal(si->l1_offset, timg_c(&t, 7));
-    g_free(si->id);
-    g_free(si->name);
-    g_array_unref(info.snapshots);
-    g_free(info.compat);
-    g_free(info.compression_type);
+    qimg_info_free(info);
     blk_close(img);
 
     /* the view reads through the snapshot's L1, keeping the current size */
@@ -446,17 +446,12 @@ static void test_snapshot_table(void **state)
     /* without extra data: 32-bit VM state size, disk size = image size */
     put_snapshot(&t, 0, "1", "old");
     img = open_ok(&t, true);
-    info = (QimgInfo){0};
-    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
-    si = &g_array_index(info.snapshots, QimgSnapshotInfo, 0);
+    info = driver_info(img);
+    si = &g_array_index(info->snapshots, QimgSnapshotInfo, 0);
     assert_int_equal(si->vm_state_size, 0x1000);
     assert_int_equal(si->disk_size, 1 << 20);
     assert_int_equal(si->icount, -1);
-    g_free(si->id);
-    g_free(si->name);
-    g_array_unref(info.snapshots);
-    g_free(info.compat);
-    g_free(info.compression_type);
+    qimg_info_free(info);
     blk_close(img);
 
     put_snapshot(&t, 1025, "1", "x");
@@ -468,17 +463,12 @@ static void test_snapshot_table(void **state)
     put_snapshot(&t, 24, "1", "x");
     timg_set16(&t, timg_c(&t, 6) + 14, 0xffff);
     img = open_ok(&t, true);
-    info = (QimgInfo){0};
-    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
-    assert_int_equal(info.snapshots->len, 1);
-    si = &g_array_index(info.snapshots, QimgSnapshotInfo, 0);
+    info = driver_info(img);
+    assert_int_equal(info->snapshots->len, 1);
+    si = &g_array_index(info->snapshots, QimgSnapshotInfo, 0);
     assert_string_equal(si->id, "1");
     assert_true(g_str_has_prefix(si->name, "x"));
-    g_free(si->id);
-    g_free(si->name);
-    g_array_unref(info.snapshots);
-    g_free(info.compat);
-    g_free(info.compression_type);
+    qimg_info_free(info);
     blk_close(img);
 
     /* a bad L1 is only an error when the snapshot is used */
