@@ -44,6 +44,14 @@
  *     left high: a leak, never a corruption) while the request itself
  *     succeeded, the error is kept and the next request to finish on this
  *     image (or the next flush) returns it.
+ *  8. qimg does not maintain persistent dirty bitmaps.  Before the first
+ *     guest write, zero, discard or compressed write of an open image, every
+ *     bitmap in the directory is marked in use (flag bit 0), one synced
+ *     write: QEMU then treats them as inconsistent instead of trusting bits
+ *     that miss qimg's writes (an incremental backup would lose data).
+ *     Clearing the bitmaps autoclear bit instead would make qemu-img check
+ *     report the bitmap clusters as leaks.  Snapshot operations and the
+ *     vmstate area do not touch what bitmaps track and leave them alone.
  */
 #include "qcow2/qcow2.h"
 
@@ -205,6 +213,65 @@ int qcow2_check_writable_locked(Qcow2State *s)
         return blk_error(EIO, "qcow2: Image is corrupt; writes are refused");
     }
     return 0;
+}
+
+#define BME_FLAG_IN_USE 1u
+#define BME_HEADER_SIZE 24u
+
+/* Invariant 8: mark every bitmap of the directory in use. */
+static int mark_bitmaps_in_use_locked(Qcow2State *s)
+{
+    uint64_t size = s->ext.bitmap_directory_size, off = s->ext.bitmap_directory_offset;
+    g_autofree uint8_t *dir = NULL;
+    bool changed = false;
+    uint64_t p = 0;
+    int ret;
+
+    /* size <= QCOW2_MAX_BITMAP_DIRECTORY_SIZE (header.c) */
+    dir = g_malloc(size);
+    ret = blk_pread(s->img->file, off, dir, size);
+    if (ret < 0) {
+        return ret;
+    }
+    for (uint32_t i = 0; i < s->ext.nb_bitmaps; i++) {
+        uint64_t len;
+        if (size - p < BME_HEADER_SIZE) {
+            return blk_error(EINVAL, "Bitmap directory entry %" PRIu32 " is truncated",
+                             i);
+        }
+        uint32_t flags = load_be32(dir + p + 12);
+        len =
+            BME_HEADER_SIZE + (uint64_t)load_be32(dir + p + 20) + load_be16(dir + p + 18);
+        len = ROUND_UP(len, 8);
+        if (len > size - p) {
+            return blk_error(EINVAL, "Bitmap directory entry %" PRIu32 " is truncated",
+                             i);
+        }
+        if (!(flags & BME_FLAG_IN_USE)) {
+            store_be32(dir + p + 12, flags | BME_FLAG_IN_USE);
+            changed = true;
+        }
+        p += len;
+    }
+    if (changed) {
+        ret = qcow2_write_metadata_locked(
+            s, BLKEV_HEADER_UPDATE, QCOW2_OL_BITMAP_DIRECTORY, off, dir, size, true);
+    }
+    return ret;
+}
+
+int qcow2_check_data_writable_locked(Qcow2State *s)
+{
+    int ret = qcow2_check_writable_locked(s);
+
+    if (ret == 0 && !s->bitmaps_in_use && s->ext.has_bitmaps &&
+        (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        ret = mark_bitmaps_in_use_locked(s);
+        if (ret == 0) {
+            s->bitmaps_in_use = true;
+        }
+    }
+    return ret;
 }
 
 int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,

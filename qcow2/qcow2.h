@@ -406,6 +406,7 @@ typedef struct Qcow2State {
     uint64_t free_cluster_index; /* allocation search hint (cluster index) */
     uint64_t free_byte_offset;   /* compressed packing: next free byte, or 0 */
     bool corrupt_fatal;          /* corrupt bit set while open: writes refused */
+    bool bitmaps_in_use;         /* meta.c invariant 8 done */
     int deferred_error;          /* an I/O error met while freeing (meta.c inv. 7) */
     char *deferred_msg;
     bool writable; /* [open] read-write, not a snapshot view */
@@ -611,6 +612,9 @@ int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t o
                                          uint64_t size);
 /* -EIO once the image was marked corrupt while open (writes refused). */
 int qcow2_check_writable_locked(Qcow2State *s);
+/* The same before a guest data write, zero, discard or compressed write:
+ * also marks persistent bitmaps in use (meta.c invariant 8). */
+int qcow2_check_data_writable_locked(Qcow2State *s);
 /* Overlap check (ign: the kind being written), announce ev on the image
  * file, write, and flush the file if sync. */
 int qcow2_write_metadata_locked(Qcow2State *s, BlkEvent ev, unsigned ign, uint64_t offset,

@@ -476,7 +476,7 @@ int qcow2_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned
     int ret;
 
     qcow2_lock(s);
-    ret = qcow2_check_writable_locked(s);
+    ret = qcow2_check_data_writable_locked(s); /* meta.c invariant 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;

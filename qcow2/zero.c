@@ -389,7 +389,7 @@ int qcow2_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigne
     int ret;
 
     qcow2_lock(s);
-    ret = qcow2_check_writable_locked(s);
+    ret = qcow2_check_data_writable_locked(s); /* meta.c inv. 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;
@@ -423,7 +423,7 @@ int qcow2_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
         return 0;
     }
     qcow2_lock(s);
-    ret = qcow2_check_writable_locked(s);
+    ret = qcow2_check_data_writable_locked(s); /* meta.c inv. 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;

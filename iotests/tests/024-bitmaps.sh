@@ -1,0 +1,56 @@
+#!/bin/bash
+# Persistent dirty bitmaps (meta.c invariant 8): qimg does not maintain
+# them, so the first guest write, zero write, discard or compressed write
+# marks every bitmap in use, and QEMU no longer trusts them; reads,
+# snapshot operations and the vmstate area leave them alone.  qemu-img
+# check stays clean either way.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img python3
+
+# in_use IMG: one line per bitmap, "NAME in-use" or "NAME ok".
+in_use() {
+    "$QEMU_IMG" info --output=json "$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for b in d["format-specific"]["data"].get("bitmaps", []):
+    print(b["name"], "in-use" if "in-use" in b["flags"] else "ok")
+'
+}
+
+fresh() {
+    rm -f "$1"
+    "$QEMU_IMG" create -q -f qcow2 "$1" 64M || exit 1
+    "$QEMU_IMG" bitmap --add "$1" b0 || exit 1
+    "$QEMU_IMG" bitmap --add -g 128k "$1" b1 || exit 1
+}
+
+clean="b0 ok
+b1 ok"
+used="b0 in-use
+b1 in-use"
+
+fresh a.qcow2
+assert_eq "fresh" "$clean" "$(in_use a.qcow2)"
+"$QIMG" io -c 'read 0 64k' a.qcow2 >/dev/null
+assert_eq "after a read" "$clean" "$(in_use a.qcow2)"
+"$QIMG" snapshot -c s1 a.qcow2
+assert_eq "after snapshot -c" "$clean" "$(in_use a.qcow2)"
+"$QIMG" io -c 'write -b -P 5 0 64k' a.qcow2 >/dev/null
+assert_eq "after a vmstate write" "$clean" "$(in_use a.qcow2)"
+assert_rc "check before writing" 0 "$QEMU_IMG" check a.qcow2
+
+for cmd in 'write -P 1 0 4k' 'write -z 0 64k' 'discard 0 64k' 'write -c -P 2 64k 64k'; do
+    fresh b.qcow2
+    "$QIMG" io -c "$cmd" b.qcow2 >/dev/null
+    assert_eq "after $cmd" "$used" "$(in_use b.qcow2)"
+    assert_rc "check after $cmd" 0 "$QEMU_IMG" check b.qcow2
+done
+
+# convert -n into an image with bitmaps writes guest data
+fresh c.qcow2
+truncate -s 64M src.raw
+printf 'x' | dd of=src.raw bs=1 seek=100000 conv=notrunc status=none
+"$QIMG" convert -n -f raw -O qcow2 src.raw c.qcow2
+assert_eq "after convert -n" "$used" "$(in_use c.qcow2)"
+assert_rc "convert -n: same contents" 0 "$QEMU_IMG" compare -f raw src.raw c.qcow2
+finish
