@@ -384,27 +384,11 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
     g_free(info->data_file);
     info->data_file = g_strdup(s->ext.data_file);
     info->data_file_raw = s->data_file && s->data_file_raw;
-    qcow2_unlock(s);
-
     if (!info->snapshots) {
         info->snapshots = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
     }
-    for (uint32_t i = 0; i < s->nb_snapshots; i++) {
-        const Qcow2Snapshot *sn = &s->snapshots[i];
-        QimgSnapshotInfo si = {
-            .id = g_strdup(sn->id_str),
-            .name = g_strdup(sn->name),
-            .vm_state_size = sn->vm_state_size,
-            .date_sec = sn->date_sec,
-            .date_nsec = sn->date_nsec,
-            .vm_clock_nsec = sn->vm_clock_nsec,
-            .icount = sn->icount,
-            .disk_size = sn->disk_size,
-            .l1_size = sn->l1_size,
-            .l1_offset = sn->l1_table_offset,
-        };
-        g_array_append_val(info->snapshots, si);
-    }
+    qcow2_snapshot_list_append_locked(s, info->snapshots);
+    qcow2_unlock(s);
     return 0;
 }
 

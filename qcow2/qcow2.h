@@ -786,6 +786,8 @@ int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
 int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error);
 int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error);
 GArray *qcow2_snapshot_list(QimgImage *img);
+/* Append a QimgSnapshotInfo for each snapshot to list (lock held). */
+void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list);
 
 int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
 int qcow2_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov);

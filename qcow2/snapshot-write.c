@@ -1213,12 +1213,8 @@ int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error
     return ret;
 }
 
-GArray *qcow2_snapshot_list(QimgImage *img)
+void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list)
 {
-    Qcow2State *s = img->opaque;
-    GArray *list = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
-
-    qcow2_lock(s);
     for (uint32_t i = 0; i < s->nb_snapshots; i++) {
         const Qcow2Snapshot *sn = &s->snapshots[i];
         QimgSnapshotInfo si = {
@@ -1235,6 +1231,15 @@ GArray *qcow2_snapshot_list(QimgImage *img)
         };
         g_array_append_val(list, si);
     }
+}
+
+GArray *qcow2_snapshot_list(QimgImage *img)
+{
+    Qcow2State *s = img->opaque;
+    GArray *list = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
+
+    qcow2_lock(s);
+    qcow2_snapshot_list_append_locked(s, list);
     qcow2_unlock(s);
     return list;
 }
