@@ -125,6 +125,31 @@ same_as_qemu() {
     fi
 }
 
+# qi ARGS...: run qemu-img ARGS to set up a test; on failure print its
+# output and end the test.
+qi() {
+    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
+        echo "setup: qemu-img $* failed:"
+        cat .qi.out
+        exit 1
+    fi
+}
+
+# qio IMG CMD...: run qemu-io -c CMD... on IMG to set up a test; on failure
+# (or an error in its output) print the output and end the test.
+qio() {
+    local img=$1 args=() c
+    shift
+    for c in "$@"; do
+        args+=(-c "$c")
+    done
+    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
+        echo "setup: qemu-io $* on $img failed:"
+        cat .qio.out
+        exit 1
+    fi
+}
+
 # map_flags IMG [FMT]: qemu-img's allocation map of IMG (format FMT,
 # default qcow2) without host offsets, adjacent extents with the same flags
 # merged: comparable between images whose host layouts differ.

@@ -24,28 +24,7 @@ head -c $((4 * MiB)) /dev/urandom >rand.bin
 yes 'qimg reads what qemu-img writes, 0123456789abcdef' | head -c $((4 * MiB)) >text.bin
 
 # qio IMG CMD...: run qemu-io commands on IMG (one process), quietly.
-qio() {
-    local img=$1 args=() c
-    shift
-    for c in "$@"; do
-        args+=(-c "$c")
-    done
-    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
-        echo "setup: qemu-io $* on $img failed:"
-        cat .qio.out
-        exit 1
-    fi
-}
-
 # qi ARGS...: qemu-img, which must succeed (setup).
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-
 # scribble IMG SIZE: data at varied offsets, unaligned and crossing cluster
 # boundaries, the last byte of the disk, then zeroes and discards over some
 # of it.  SIZE is the virtual size in bytes (at least 3 MiB).

@@ -22,26 +22,6 @@ else
     MODE=convert
 fi
 
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-qio() {
-    local img=$1 args=() c
-    shift
-    for c in "$@"; do
-        args+=(-c "$c")
-    done
-    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
-        echo "setup: qemu-io $* on $img failed:"
-        cat .qio.out
-        exit 1
-    fi
-}
-
 head -c $((4 * MiB)) /dev/urandom >rand.bin
 yes 'random reads through the command 0123456789' | head -c $((4 * MiB)) >text.bin
 SIZE=$((5 * MiB + 4321 * 512))

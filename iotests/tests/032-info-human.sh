@@ -8,26 +8,6 @@ requires qimg qemu-img qemu-io python3
 
 MiB=$((1024 * 1024))
 
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-qio() {
-    local img=$1 args=() c
-    shift
-    for c in "$@"; do
-        args+=(-c "$c")
-    done
-    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
-        echo "setup: qemu-io $* on $img failed:"
-        cat .qio.out
-        exit 1
-    fi
-}
-
 # patch_snapshots IMG: give the snapshots of IMG (made by qemu-img, so with
 # zero VM state and clock) VM state sizes, VM clocks, icounts and dates
 # that exercise the column formatting.  Only fixed-size fields change.

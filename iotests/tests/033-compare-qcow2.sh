@@ -10,26 +10,6 @@ requires qimg qemu-img qemu-io
 MiB=$((1024 * 1024))
 SIZE=$((6 * MiB))
 
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-qio() {
-    local img=$1 args=() c
-    shift
-    for c in "$@"; do
-        args+=(-c "$c")
-    done
-    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
-        echo "setup: qemu-io $* on $img failed:"
-        cat .qio.out
-        exit 1
-    fi
-}
-
 head -c $((2 * MiB)) /dev/urandom >rand.bin
 yes 'compare me 0123456789' | head -c $((2 * MiB)) >text.bin
 

@@ -18,27 +18,6 @@ MiB=$((1024 * 1024))
 head -c $((2 * MiB)) /dev/urandom >rand.bin
 
 # qio IMG CMD...: qemu-io commands (one process), which must succeed.
-qio() {
-    local img=$1 args=() c
-    shift
-    for c in "$@"; do
-        args+=(-c "$c")
-    done
-    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
-        echo "setup: qemu-io $* on $img failed:"
-        cat .qio.out
-        exit 1
-    fi
-}
-
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-
 # both ARGS...: "snapshot ARGS IMG" with qimg on $M and qemu-img on $Q; both
 # must succeed with the same (empty) output.
 both() {

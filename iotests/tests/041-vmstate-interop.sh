@@ -32,27 +32,6 @@ for n in 1 4095 $((MiB + 3)) $((20 * MiB)); do
     head -c "$n" rand.bin >"in-$n.bin"
 done
 
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-
-qio() {
-    local img=$1 args=() c
-    shift
-    for c in "$@"; do
-        args+=(-c "$c")
-    done
-    if ! "$QEMU_IO" "${args[@]}" "$img" >.qio.out 2>&1 || grep -q -i 'error\|failed' .qio.out; then
-        echo "setup: qemu-io $* on $img failed:"
-        cat .qio.out
-        exit 1
-    fi
-}
-
 # vm_state_size IMG NAME: the snapshot's vm-state-size per qemu-img info.
 vm_state_size() {
     "$QEMU_IMG" info --output=json "$1" | python3 -c '

@@ -20,14 +20,6 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || skip "qemu-system-x86_64 not fo
 
 MiB=$((1024 * 1024))
 
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-
 # qemu IMG [QEMU ARGS...] <<< "monitor commands": run the VM with the HMP
 # monitor on stdio; the output is left in qemu.out, the exit code returned.
 qemu() {

@@ -28,14 +28,6 @@ SIZE=$((192 * MiB))
 head -c "$SIZE" /dev/urandom >big.bin
 head -c $((3 * MiB + 5)) /dev/urandom >old.bin
 
-qi() {
-    if ! "$QEMU_IMG" "$@" >.qi.out 2>&1; then
-        echo "setup: qemu-img $* failed:"
-        cat .qi.out
-        exit 1
-    fi
-}
-
 qi create -f qcow2 base.qcow2 64M
 "$QEMU_IO" -c "write -q -s old.bin 0 $((3 * MiB))" base.qcow2 >/dev/null
 qi snapshot -c disk base.qcow2
