@@ -161,38 +161,92 @@ void blk_event(QimgImage *img, BlkEvent ev)
     }
 }
 
-/* "blkdebug:RULES:FILE" puts a fault-injecting node under the format. */
-static QimgImage *open_protocol(const char *filename, bool ro, QimgCacheMode cache,
-                                GError **error)
+/*
+ * Test nodes the caller may ask for by name (block.h invariant 5):
+ * "blkdebug:RULES:FILE" puts a fault-injecting node under the format,
+ * "record:LOG:FILE" a recording node (FILE may itself be blkdebug:...).
+ */
+static bool split_prefix(const char *filename, const char *prefix, char **arg,
+                         const char **rest)
 {
-    if (g_str_has_prefix(filename, "blkdebug:")) {
-        const char *rules = filename + strlen("blkdebug:");
-        const char *colon = strchr(rules, ':');
-        if (!colon) {
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Could not open '%s': expected blkdebug:RULES:FILE", filename);
-            return NULL;
-        }
-        g_autofree char *r = g_strndup(rules, (gsize)(colon - rules));
-        return blk_open_faulty(r, colon + 1, ro, cache, error);
+    const char *p, *colon;
+
+    if (!g_str_has_prefix(filename, prefix)) {
+        return false;
+    }
+    p = filename + strlen(prefix);
+    colon = strchr(p, ':');
+    if (!colon) {
+        return false;
+    }
+    *arg = g_strndup(p, (gsize)(colon - p));
+    *rest = colon + 1;
+    return true;
+}
+
+QimgImage *blk_open_protocol(const char *filename, bool ro, QimgCacheMode cache,
+                             unsigned flags, GError **error)
+{
+    g_autofree char *arg = NULL;
+    const char *rest;
+
+    if (!(flags & BLK_OPEN_USER_NAME)) {
+        return blk_open_file(filename, ro, cache, error);
+    }
+    if (split_prefix(filename, "blkdebug:", &arg, &rest)) {
+        return blk_open_faulty(arg, rest, ro, cache, error);
+    }
+    if (split_prefix(filename, "record:", &arg, &rest)) {
+        QimgImage *child = blk_open_protocol(rest, ro, cache, flags, error);
+        return child ? blk_open_record(arg, child, error) : NULL;
+    }
+    if (g_str_has_prefix(filename, "blkdebug:") ||
+        g_str_has_prefix(filename, "record:")) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': expected blkdebug:RULES:FILE or "
+                    "record:LOG:FILE",
+                    filename);
+        return NULL;
     }
     return blk_open_file(filename, ro, cache, error);
 }
 
-static const char *plain_name(const char *filename)
+const char *blk_plain_name(const char *filename)
 {
-    if (g_str_has_prefix(filename, "blkdebug:")) {
-        const char *colon = strchr(filename + strlen("blkdebug:"), ':');
-        if (colon) {
-            return colon + 1;
+    const char *p = filename;
+
+    for (;;) {
+        const char *colon;
+        if (g_str_has_prefix(p, "blkdebug:")) {
+            colon = strchr(p + strlen("blkdebug:"), ':');
+        } else if (g_str_has_prefix(p, "record:")) {
+            colon = strchr(p + strlen("record:"), ':');
+        } else {
+            return p;
         }
+        if (!colon) {
+            return p;
+        }
+        p = colon + 1;
     }
-    return filename;
+}
+
+QimgImage *blk_open_file_like(QimgImage *like, const char *filename, bool ro,
+                              QimgCacheMode cache, GError **error)
+{
+    QimgImage *child = blk_open_file(filename, ro, cache, error);
+
+    /* A recorded image records its data file in the same log. */
+    if (child && blk_is_record_node(like)) {
+        return blk_open_record(blk_record_log_path(like), child, error);
+    }
+    return child;
 }
 
 static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
                               const char *filename, const char *canon,
-                              const QimgOpenOptions *opts, GSList *chain, GError **error)
+                              const QimgOpenOptions *opts, GSList *chain, bool user_name,
+                              GError **error)
 {
     bool ro = opts->read_only || opts->snapshot != NULL;
     bool probed = !drv;
@@ -226,8 +280,8 @@ static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
         goto fail_noclose;
     }
     if (img->backing_filename) {
-        img->full_backing_filename =
-            blk_resolve_backing_name(plain_name(filename), img->backing_filename);
+        img->full_backing_filename = blk_resolve_backing_name(
+            user_name ? blk_plain_name(filename) : filename, img->backing_filename);
         if (!opts->no_backing) {
             link.data = (void *)canon;
             link.next = chain;
@@ -277,7 +331,7 @@ QimgImage *blk_open_image_on(QimgImage *file, const char *filename,
         blk_close(file);
         return NULL;
     }
-    return open_format(file, drv, filename, filename, opts, NULL, error);
+    return open_format(file, drv, filename, filename, opts, NULL, true, error);
 }
 
 QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
@@ -289,7 +343,10 @@ QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
     if (opts->format && !(drv = lookup_format(filename, opts, error))) {
         return NULL;
     }
-    if (!realpath(plain_name(filename), canon)) {
+    /* block.h invariant 5: only the caller's own name (not a backing file
+     * name from an image: chain != NULL) may select a test node. */
+    bool user_name = chain == NULL;
+    if (!realpath(user_name ? blk_plain_name(filename) : filename, canon)) {
         int e = errno;
         g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
                     g_strerror(e));
@@ -302,11 +359,12 @@ QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
     }
 
     bool ro = opts->read_only || opts->snapshot != NULL;
-    QimgImage *file = open_protocol(filename, ro, opts->cache, error);
+    QimgImage *file = blk_open_protocol(filename, ro, opts->cache,
+                                        user_name ? BLK_OPEN_USER_NAME : 0, error);
     if (!file) {
         return NULL;
     }
-    return open_format(file, drv, filename, canon, opts, chain, error);
+    return open_format(file, drv, filename, canon, opts, chain, user_name, error);
 }
 
 void blk_close(QimgImage *img)
@@ -327,6 +385,46 @@ void blk_close(QimgImage *img)
     g_free(img->full_backing_filename);
     g_free(img->backing_format);
     g_free(img);
+}
+
+/* ---- write generations (block.h invariant 4) ---- */
+
+static QimgImage *gen_node(QimgImage *img)
+{
+    while (img->filtered) {
+        img = img->filtered;
+    }
+    return img;
+}
+
+uint64_t blk_write_gen(QimgImage *img)
+{
+    return __atomic_load_n(&gen_node(img)->write_gen, __ATOMIC_ACQUIRE);
+}
+
+uint64_t blk_flushed_gen(QimgImage *img)
+{
+    return __atomic_load_n(&gen_node(img)->flushed_gen, __ATOMIC_ACQUIRE);
+}
+
+bool blk_is_durable(QimgImage *img, uint64_t gen)
+{
+    return blk_flushed_gen(img) >= gen;
+}
+
+void blk_gen_bump(QimgImage *img)
+{
+    __atomic_add_fetch(&img->write_gen, 1, __ATOMIC_ACQ_REL);
+}
+
+void blk_gen_flushed(QimgImage *img, uint64_t gen)
+{
+    uint64_t cur = __atomic_load_n(&img->flushed_gen, __ATOMIC_RELAXED);
+
+    while (gen > cur &&
+           !__atomic_compare_exchange_n(&img->flushed_gen, &cur, gen, true,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    }
 }
 
 /* ---- request checks (block.h invariant 3) ---- */

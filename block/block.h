@@ -17,6 +17,16 @@
  *  3. Requests reaching a driver are bounds-checked: offset + bytes does not
  *     overflow and, except for vmstate requests and writes to protocol
  *     nodes, stays within img->size.
+ *  4. Durability is observable: a protocol node counts its completed
+ *     writes (write, zero, discard, truncate: write_gen) and remembers the
+ *     count at the start of its last successful flush (flushed_gen).  A
+ *     write that completed when write_gen was g is durable once
+ *     blk_flushed_gen() >= g.  A flush with nothing new to cover is free.
+ *     Filter nodes (fault injection, recording) answer for their child.
+ *  5. Names are opened as protocols only when the caller asks: a
+ *     "blkdebug:" or "record:" prefix selects a test node in a name the
+ *     user gave (BLK_OPEN_USER_NAME), never in a backing file or data file
+ *     name read from an image, which always opens the plain file.
  */
 #ifndef QIMG_BLOCK_H
 #define QIMG_BLOCK_H
@@ -86,6 +96,10 @@ struct QimgImage {
     QimgOpenOptions opts;        /* copy (string fields not kept) */
     struct BlkVmstate *vmstate;  /* buffered vmstate writer/reader, or NULL */
     bool probed;                 /* the format was guessed (raw.c invariant 4) */
+    /* protocol nodes (invariant 4), atomic */
+    uint64_t write_gen;   /* completed write-like requests */
+    uint64_t flushed_gen; /* write_gen at the start of the last good flush */
+    QimgImage *filtered;  /* filter nodes: the child that holds the data */
 };
 
 /* Block status answers (driver level). */
@@ -177,12 +191,35 @@ const QimgDriver *blk_find_format(const char *name);
 
 /* ---- nodes ---- */
 
+/* Flags of blk_open_protocol(). */
+enum {
+    BLK_OPEN_USER_NAME = 1 << 0, /* the caller's own name: test nodes allowed */
+};
+/* A protocol node for 'filename': the file protocol, or with
+ * BLK_OPEN_USER_NAME a "blkdebug:RULES:FILE" / "record:LOG:FILE" test node
+ * (invariant 5). */
+QimgImage *blk_open_protocol(const char *filename, bool ro, QimgCacheMode cache,
+                             unsigned flags, GError **error);
+/* The file name inside a user name with test-node prefixes. */
+const char *blk_plain_name(const char *filename);
+/* Open a file that belongs with 'like' (an external data file): recorded in
+ * the same log when 'like' is a recording node, else the plain file. */
+QimgImage *blk_open_file_like(QimgImage *like, const char *filename, bool ro,
+                              QimgCacheMode cache, GError **error);
+/* The recording node (block/record.c) over child, logging to log_path
+ * (shared by every node of the process naming it); takes child, even on
+ * failure. */
+QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **error);
+bool blk_is_record_node(const QimgImage *img);
+const char *blk_record_log_path(const QimgImage *img);
+
 /* Open the file protocol on 'filename' (a plain file or block device). */
 QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
                          GError **error);
 /* Open 'filename' with format 'format' (NULL: probe), including its backing
  * chain unless opts->no_backing.  'chain' holds the canonical paths already in
- * the chain (loop detection); NULL at the top. */
+ * the chain (loop detection); NULL at the top, where 'filename' is the
+ * caller's own name (invariant 5), non-NULL for backing files. */
 QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
                           GSList *chain, GError **error);
 void blk_close(QimgImage *img);
@@ -205,6 +242,18 @@ int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc preallo
                  bool shrink, GError **error);
 int64_t blk_get_allocated_size(QimgImage *img);
 
+/* Invariant 4: write generation of the protocol node under img (after
+ * filters), and the generation its last successful flush covered. */
+uint64_t blk_write_gen(QimgImage *img);
+uint64_t blk_flushed_gen(QimgImage *img);
+/* True when every write that completed before write generation gen is
+ * durable on img's protocol node. */
+bool blk_is_durable(QimgImage *img, uint64_t gen);
+/* For protocol drivers: count a completed write-like request; a successful
+ * flush that started at generation gen. */
+void blk_gen_bump(QimgImage *img);
+void blk_gen_flushed(QimgImage *img, uint64_t gen);
+
 /* Announce the metadata step the next requests on img belong to (no-op
  * unless img is a fault-injecting node). */
 void blk_event(QimgImage *img, BlkEvent ev);
@@ -215,8 +264,8 @@ QimgImage *blk_open_image_on(QimgImage *file, const char *filename,
                              const QimgOpenOptions *opts, GError **error);
 
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
- * "event=l2_update,errno=5,nth=1[;...]".  blk_open_image() uses it for file
- * names of the form "blkdebug:RULES:FILE". */
+ * "event=l2_update,errno=5,nth=1[;...]".  blk_open_protocol() uses it for
+ * user names of the form "blkdebug:RULES:FILE". */
 QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                            QimgCacheMode cache, GError **error);
 

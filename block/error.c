@@ -15,7 +15,12 @@
 #include <errno.h>
 #include <stdarg.h>
 
-G_DEFINE_QUARK(qimg - error - quark, qimg_error)
+/* Spelled out rather than G_DEFINE_QUARK(): clang-format puts spaces into
+ * the macro's unquoted name, which made the string "qimg - error - quark". */
+GQuark qimg_error_quark(void)
+{
+    return g_quark_from_static_string("qimg-error-quark");
+}
 
 static GPrivate last_msg = G_PRIVATE_INIT(g_free);
 

@@ -250,5 +250,6 @@ QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_on
     img->size = child->size;
     img->request_alignment = child->request_alignment;
     img->is_block_device = child->is_block_device;
+    img->filtered = child; /* block.h invariant 4 */
     return img;
 }

@@ -1537,7 +1537,7 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
     int ret;
 
     /* qemu-img creates the files first and checks the options after */
-    ret = blk_file_create(filename, 0, QIMG_PREALLOC_OFF, error);
+    ret = blk_file_create(blk_plain_name(filename), 0, QIMG_PREALLOC_OFF, error);
     if (ret < 0) {
         return ret;
     }
@@ -1553,13 +1553,15 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
         goto fail;
     }
 
-    file = blk_open_file(filename, false, QIMG_CACHE_WRITEBACK, error);
+    /* A user name: "record:LOG:FILE" records the creation (tests). */
+    file = blk_open_protocol(filename, false, QIMG_CACHE_WRITEBACK, BLK_OPEN_USER_NAME,
+                             error);
     if (!file) {
         ret = -EIO;
         goto fail;
     }
     if (data_name) {
-        data = blk_open_file(data_name, false, QIMG_CACHE_WRITEBACK, error);
+        data = blk_open_file_like(file, data_name, false, QIMG_CACHE_WRITEBACK, error);
         if (!data) {
             ret = -EIO;
             goto fail;
@@ -1594,7 +1596,7 @@ fail:
     if (data) {
         blk_close(data);
     }
-    remove_regular(filename);
+    remove_regular(blk_plain_name(filename));
     if (data_created) {
         remove_regular(data_name);
     }

@@ -170,7 +170,7 @@ static int raw_create(const char *filename, const QimgCreateOptions *opts, GErro
             }
         }
     }
-    return blk_file_create(filename, size, prealloc, error);
+    return blk_file_create(blk_plain_name(filename), size, prealloc, error);
 }
 
 static bool raw_has_zero_init(QimgImage *img)
