@@ -14,12 +14,21 @@
  *     the L2 -> refcount cache dependency (write.c), L1 entries, new tables
  *     and header switches by flushing the refcount cache first (l2.c and
  *     the planner below).
- *  2. DESIGN.md rule 1, lowering: every decrease first makes the refcount
- *     cache depend on the L2 cache, so the refcount block that frees a
- *     cluster reaches the disk only after the L2 tables that stopped
- *     referencing it.  Callers drop the reference (in the cache) before they
- *     lower the refcount; tables referenced from the L1 or the header are
- *     freed only after the synced write that unlinked them.
+ *  2. DESIGN.md rule 1, lowering: a refcount is lowered only once the last
+ *     reference is gone *on disk*, and so a freed cluster is never handed out
+ *     again while a durable table still points at it (reusing it would let
+ *     the old guest offset read the new owner's data after a power loss, or
+ *     give two offsets one cluster).  A reference dropped in a cached L2
+ *     table is freed with qcow2_free_clusters_deferred_locked(): the
+ *     decrease waits in s->pending_frees (refcount unchanged, cluster still
+ *     in use) until a flush has written the L2 tables and made them durable
+ *     (meta.c invariant 11), then qcow2_apply_pending_frees_locked() lowers
+ *     it.  More than QCOW2_MAX_PENDING_FREES waiting ranges force that
+ *     barrier at the end of a request.  Tables unlinked by a synced write
+ *     (L1 entry, header switch) and fresh clusters nothing references yet
+ *     are freed at once (qcow2_free_clusters_locked).  So no decrease waits
+ *     for a cached L2 table: the refcount cache never depends on the L2
+ *     cache, and freeing never writes an L2 table behind a request's back.
  *  3. Refcount metadata is created only by the planner (plan_cover +
  *     plan_commit), never recursively: new refcount blocks and a new
  *     refcount table are placed after the clusters being allocated, on
@@ -335,6 +344,8 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         ret = qcow2_write_metadata_locked(s, BLKEV_REFTABLE_GROW, 0, p->table_offset,
                                           table, bytes, true);
         if (ret == 0) {
+            qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
+            qcow2_assert_durable(s->img->file, s->table_gen, "alloc.c invariant 3");
             store_be64(hdr, p->table_offset);
             store_be32(hdr + 8, (uint32_t)p->table_clusters);
             ret = qcow2_write_header_ex_locked(s, BLKEV_REFTABLE_GROW,
@@ -357,6 +368,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         qcow2_free_clusters_locked(s, old_offset, old_size * 8); /* invariant 2 */
     } else {
         uint8_t e[8];
+        qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
         for (guint i = 0; i < p->blocks->len && ret == 0; i++) {
             PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
             store_be64(e, b->offset);
@@ -443,14 +455,13 @@ int qcow2_update_refcount_locked(Qcow2State *s, uint64_t offset, uint64_t length
     }
     first = offset >> s->cluster_bits;
     last = end >> s->cluster_bits;
-    if (decrease) {
-        ret =
-            qcow2_cache_set_dependency_locked(s->refcount_cache, s->l2_cache); /* inv 2 */
-    } else {
+    /* A decrease needs no refcount -> L2 cache edge: its caller made the
+     * unlink durable first (invariant 2). */
+    if (!decrease) {
         ret = ensure_refblocks_locked(s, first, last - first + 1);
-    }
-    if (ret < 0) {
-        return ret;
+        if (ret < 0) {
+            return ret;
+        }
     }
     /* Two passes so that an error changes nothing (invariant 4): check all,
      * then apply. */
@@ -525,20 +536,75 @@ void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length)
     qcow2_error_restore(saved);
 }
 
-void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry)
+void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length)
 {
+    uint64_t mask = s->cluster_size - 1;
+    Qcow2Range r = {offset, length};
+
+    if (length == 0) {
+        return;
+    }
+    if (!s->pending_frees) {
+        s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2Range));
+    }
+    /* Merge whole adjacent clusters only: two compressed ranges in one
+     * cluster are two references to it. */
+    if (s->pending_frees->len > 0 && !(offset & mask) && !(length & mask)) {
+        Qcow2Range *last =
+            &g_array_index(s->pending_frees, Qcow2Range, s->pending_frees->len - 1);
+        if (!(last->off & mask) && !(last->len & mask) &&
+            last->off + last->len == offset) {
+            last->len += length;
+            return;
+        }
+    }
+    g_array_append_val(s->pending_frees, r); /* invariant 2 */
+}
+
+void qcow2_apply_pending_frees_locked(Qcow2State *s)
+{
+    g_autoptr(GArray) list = s->pending_frees;
+
+    s->pending_frees = NULL;
+    if (!list) {
+        return;
+    }
+    /* invariant 2: the tables that dropped these references are durable
+     * (meta.c invariant 10 checks it here) */
+#ifndef NDEBUG
+    if (qcow2_cache_has_dirty_locked(s->l2_cache)) {
+        g_error("write ordering broken (alloc.c invariant 2): freeing clusters while "
+                "an L2 table that dropped them is not written");
+    }
+    qcow2_assert_durable(s->img->file, s->l2_gen, "alloc.c invariant 2");
+#endif
+    for (guint i = 0; i < list->len; i++) {
+        Qcow2Range *r = &g_array_index(list, Qcow2Range, i);
+        qcow2_free_clusters_locked(s, r->off, r->len);
+    }
+}
+
+void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred)
+{
+    uint64_t off = 0, len = 0;
+
     if (l2_entry & QCOW2_OFLAG_COMPRESSED) {
         uint64_t coffset, csize;
         qcow2_parse_compressed_entry(s, l2_entry, &coffset, &csize);
         /* The whole sectors the entry names (as qemu-img check counts). */
-        coffset &= ~(uint64_t)(QCOW2_COMPRESSED_SECTOR_SIZE - 1);
-        csize = ROUND_UP(csize, QCOW2_COMPRESSED_SECTOR_SIZE);
-        qcow2_free_clusters_locked(s, coffset, csize);
+        off = coffset & ~(uint64_t)(QCOW2_COMPRESSED_SECTOR_SIZE - 1);
+        len = ROUND_UP(csize, QCOW2_COMPRESSED_SECTOR_SIZE);
+    } else if ((l2_entry & QCOW2_L2E_OFFSET_MASK) && !qcow2_has_data_file(s)) {
+        off = l2_entry & QCOW2_L2E_OFFSET_MASK; /* invariant 8 */
+        len = s->cluster_size;
+    }
+    if (len == 0) {
         return;
     }
-    uint64_t host = l2_entry & QCOW2_L2E_OFFSET_MASK;
-    if (host && !qcow2_has_data_file(s)) { /* invariant 8 */
-        qcow2_free_clusters_locked(s, host, s->cluster_size);
+    if (deferred) {
+        qcow2_free_clusters_deferred_locked(s, off, len);
+    } else {
+        qcow2_free_clusters_locked(s, off, len);
     }
 }
 

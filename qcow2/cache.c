@@ -14,9 +14,14 @@
  *  3. A dirty entry is never dropped by eviction: it is written back first
  *     through ops.write (without a write hook it is simply not evictable).
  *  4. Before any dirty entry of a cache reaches the disk, every dirty entry
- *     of its dependency has been written, and if depends_on_flush is set
- *     the file has been flushed.  (This is the hook the write path uses for
- *     "refcount before L2" and "COW data before L2".)
+ *     of its dependency has been written *and made durable* (the dependency
+ *     is written, then the file flushed: written is not durable, a power
+ *     loss may keep a later write and lose an earlier one), and if
+ *     depends_on_flush is set the file has been flushed.  This is the hook
+ *     the write path uses for "refcount before L2" and "data before L2".
+ *     Checked where the write is issued: the dependency has nothing dirty
+ *     left, and the entry's own requirement (need_gen, the write generation
+ *     its newest reference needs durable) is met by ops.is_durable.
  *  5. Memory is bounded: at most max_entries tables of table_size bytes,
  *     allocated on first use.
  *
@@ -39,6 +44,7 @@ struct Qcow2CacheEntry {
     unsigned ref;
     bool valid;
     bool dirty;
+    uint64_t need_gen;            /* invariant 4: durable before this entry is written */
     Qcow2CacheEntry *prev, *next; /* LRU list */
 };
 
@@ -149,7 +155,9 @@ static int entry_writeback_locked(Qcow2Cache *c, Qcow2CacheEntry *e)
         if (ret < 0) {
             return ret;
         }
+        g_assert(!qcow2_cache_has_dirty_locked(c->depends)); /* invariant 4 */
         c->depends = NULL;
+        c->depends_on_flush = true; /* written is not durable */
     }
     if (c->depends_on_flush) {
         if (c->ops.flush) {
@@ -160,11 +168,14 @@ static int entry_writeback_locked(Qcow2Cache *c, Qcow2CacheEntry *e)
         }
         c->depends_on_flush = false;
     }
+    /* invariant 4, checked where the write is issued */
+    g_assert(!c->ops.is_durable || c->ops.is_durable(c->ops.opaque, e->need_gen));
     ret = c->ops.write(c->ops.opaque, e->offset, e->data, c->table_size);
     if (ret < 0) {
         return ret;
     }
     e->dirty = false;
+    e->need_gen = 0;
     c->stats.writebacks++;
     return 0;
 }
@@ -224,6 +235,7 @@ int qcow2_cache_get_locked(Qcow2Cache *c, uint64_t offset, void **table)
         e->offset = offset;
         e->valid = true;
         e->dirty = false;
+        e->need_gen = 0;
         g_hash_table_insert(c->by_offset, &e->offset, e);
     }
     e->ref++;
@@ -250,6 +262,7 @@ int qcow2_cache_get_empty_locked(Qcow2Cache *c, uint64_t offset, void **table)
     /* The caller overwrites the whole table: whatever was pending in it is
      * superseded (invariant 1 still holds: one entry per offset). */
     e->dirty = false;
+    e->need_gen = 0;
     e->ref++;
     lru_unlink(c, e);
     lru_push_head(c, e);
@@ -272,6 +285,14 @@ void qcow2_cache_mark_dirty_locked(Qcow2Cache *c, void *table)
 
     g_assert(e && e->valid && e->ref > 0);
     e->dirty = true;
+}
+
+void qcow2_cache_require_durable_locked(Qcow2Cache *c, void *table, uint64_t gen)
+{
+    Qcow2CacheEntry *e = entry_of(c, table);
+
+    g_assert(e && e->valid && e->ref > 0);
+    e->need_gen = MAX(e->need_gen, gen);
 }
 
 int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency)
@@ -329,6 +350,7 @@ void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
     g_hash_table_remove(c->by_offset, &e->offset);
     e->valid = false;
     e->dirty = false;
+    e->need_gen = 0;
     lru_unlink(c, e);
     lru_push_tail(c, e);
 }

@@ -18,11 +18,15 @@ typedef int (*Qcow2CacheWriteFn)(void *opaque, uint64_t offset, const void *buf,
                                  size_t len);
 /* Make earlier writes durable (used when depends_on_flush is set). */
 typedef int (*Qcow2CacheFlushFn)(void *opaque);
+/* True when every write that completed at write generation gen is durable
+ * (block.h invariant 4); checks cache.c invariant 4 where tables are written. */
+typedef bool (*Qcow2CacheDurableFn)(void *opaque, uint64_t gen);
 
 typedef struct Qcow2CacheOps {
     Qcow2CacheReadFn read;
-    Qcow2CacheWriteFn write; /* NULL: dirty entries are never written back */
-    Qcow2CacheFlushFn flush; /* may be NULL */
+    Qcow2CacheWriteFn write;        /* NULL: dirty entries are never written back */
+    Qcow2CacheFlushFn flush;        /* may be NULL */
+    Qcow2CacheDurableFn is_durable; /* may be NULL */
     void *opaque;
 } Qcow2CacheOps;
 
@@ -51,8 +55,12 @@ void qcow2_cache_put_locked(Qcow2Cache *c, void **table);
 int qcow2_cache_get_empty_locked(Qcow2Cache *c, uint64_t offset, void **table);
 /* Mark a referenced table modified: it is written back before eviction. */
 void qcow2_cache_mark_dirty_locked(Qcow2Cache *c, void *table);
+/* The table now references something written at write generation gen: it
+ * may reach the disk only once that is durable (cache.c invariant 4). */
+void qcow2_cache_require_durable_locked(Qcow2Cache *c, void *table, uint64_t gen);
 /* Write-back ordering: c's dirty tables reach the disk only after every
- * dirty table of 'dependency' has been written (cache.c invariant 4). */
+ * dirty table of 'dependency' has been written and made durable (cache.c
+ * invariant 4). */
 int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency);
 /* Write-back ordering: flush the file before writing c's dirty tables. */
 void qcow2_cache_depends_on_flush_locked(Qcow2Cache *c);

@@ -68,6 +68,7 @@ int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes)
     const Qcow2CacheOps ops = {.read = l2_cache_read,
                                .write = qcow2_l2_cache_write,
                                .flush = qcow2_cache_flush_file,
+                               .is_durable = qcow2_l2_cache_is_durable,
                                .opaque = s};
     uint64_t entries = MAX(l2_bytes / s->cluster_size, QCOW2_MIN_L2_CACHE_ENTRIES);
 

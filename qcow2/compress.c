@@ -168,8 +168,10 @@ int64_t qcow2_compress(int compression_type, void *dest, size_t dest_size,
 }
 
 /* Link the compressed entry over guest cluster 'offset' and drop what it
- * replaces (compress.c invariant 6).  Lock held. */
-static int link_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t entry)
+ * replaces (compress.c invariant 6); data_gen: the write generation once the
+ * compressed bytes were written (write.c invariant 1).  Lock held. */
+static int link_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t entry,
+                                  uint64_t data_gen)
 {
     uint64_t l2_index, old;
     uint8_t *l2;
@@ -188,8 +190,10 @@ static int link_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t entry
     old = qcow2_l2_get(s, l2, l2_index);
     qcow2_l2_set(s, l2, l2_index, entry, 0);
     qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+    qcow2_cache_depends_on_flush_locked(s->l2_cache); /* write.c invariant 1 */
+    qcow2_cache_require_durable_locked(s->l2_cache, l2, data_gen);
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
-    qcow2_free_l2_entry_locked(s, old);
+    qcow2_free_l2_entry_locked(s, old, true); /* alloc.c invariant 2 */
     return 0;
 }
 
@@ -244,7 +248,7 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
     }
     if (ret < 0) {
         char *saved = qcow2_error_save();
-        qcow2_free_l2_entry_locked(s, *entry);
+        qcow2_free_l2_entry_locked(s, *entry, false);
         qcow2_error_restore(saved);
     }
     return ret;
@@ -307,17 +311,18 @@ int qcow2_pwrite_compressed(QimgImage *img, uint64_t offset, const QimgIOV *qiov
         blk_event(s->img->file, BLKEV_COMPRESSED_WRITE);
         ret = blk_pwrite(s->img->file, coff, out, (size_t)csize, 0);
     }
+    uint64_t data_gen = blk_write_gen(s->img->file);
     qcow2_lock(s);
     if (ret == 0) {
-        ret = link_compressed_locked(s, offset, entry);
+        ret = link_compressed_locked(s, offset, entry, data_gen);
         if (ret < 0) {
             char *saved = qcow2_error_save();
-            qcow2_free_l2_entry_locked(s, entry);
+            qcow2_free_l2_entry_locked(s, entry, false);
             qcow2_error_restore(saved);
         }
     } else if (entry) {
         char *saved = qcow2_error_save();
-        qcow2_free_l2_entry_locked(s, entry);
+        qcow2_free_l2_entry_locked(s, entry, false);
         qcow2_error_restore(saved);
     }
 out:

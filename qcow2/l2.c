@@ -111,6 +111,8 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
     }
     store_be32(hdr, (uint32_t)new_size);
     store_be64(hdr + 4, (uint64_t)offset);
+    qcow2_assert_refcounts_durable_locked(s, "l2.c invariant 3");
+    qcow2_assert_durable(s->img->file, s->table_gen, "l2.c invariant 3");
     ret = qcow2_write_header_ex_locked(s, BLKEV_L1_GROW, QCOW2_HDR_L1_SIZE, hdr,
                                        sizeof(hdr), &written);
     if (!written) {
@@ -246,6 +248,8 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
     memcpy(table, buf, s->cluster_size);
     old_entry = s->l1_table[l1_index];
     s->l1_table[l1_index] = (uint64_t)new_offset | QCOW2_OFLAG_COPIED;
+    qcow2_assert_refcounts_durable_locked(s, "l2.c invariant 1");
+    qcow2_assert_durable(s->img->file, s->table_gen, "l2.c invariant 1");
     ret = write_l1_sector_locked(s, l1_index, false);
     if (ret < 0) {
         s->l1_table[l1_index] = old_entry; /* invariant 4 */

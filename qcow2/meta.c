@@ -41,9 +41,8 @@
  *     kind; the cache's dependency edges (cache.c invariant 4) decide the
  *     order.
  *  7. An I/O error is never swallowed: when freeing fails (the refcount is
- *     left high: a leak, never a corruption) while the request itself
- *     succeeded, the error is kept and the next request to finish on this
- *     image (or the next flush) returns it.
+ *     left high: a leak, never a corruption), the error is kept and the next
+ *     flush returns it -- not an unrelated guest write, which succeeded.
  *  8. qimg does not maintain persistent dirty bitmaps.  Before the first
  *     guest write, zero, discard or compressed write of an open image, every
  *     bitmap in the directory is marked in use (flag bit 0), one synced
@@ -52,6 +51,27 @@
  *     Clearing the bitmaps autoclear bit instead would make qemu-img check
  *     report the bitmap clusters as leaks.  Snapshot operations and the
  *     vmstate area do not touch what bitmaps track and leave them alone.
+ *  9. A failed metadata write or flush is sticky (SQLite's ERROR state): a
+ *     power loss may now keep any subset of what was written since the
+ *     last good flush, and memory may describe tables the file does not
+ *     hold, so from then on every write, zero, discard, compressed write,
+ *     metadata update and flush of the image fails with EIO naming the
+ *     first failure, until the image is closed (close then writes nothing
+ *     back).  Reads go on.  A failed guest *data* write is the request's
+ *     own error and is not sticky.
+ * 10. Ordering is asserted where the dependent write is issued (debug
+ *     builds): an L2 table only after the data it links is durable (cache
+ *     write hook, cache.c invariant 4); an L1 entry, a header switch or a
+ *     reference to a new table only after that table and the refcount
+ *     blocks are durable (qcow2_assert_durable, l2.c, alloc.c,
+ *     snapshot-write.c); decreases only after the L2 tables that dropped
+ *     the references are durable (alloc.c invariant 2).  The generations
+ *     of block.h invariant 4 make "durable" checkable.
+ * 11. Flush order (DESIGN.md rules 1-2, QEMU's qcow2_write_caches plus the
+ *     barriers QEMU's cache dependencies imply): refcount blocks, flush;
+ *     L2 tables (data they link already durable), flush; then the pending
+ *     decreases are applied, their refcount blocks written, flush.  A flush
+ *     with nothing pending costs no fdatasync at all (block.h inv. 4).
  */
 #include "qcow2/qcow2.h"
 
@@ -79,16 +99,63 @@ void qcow2_defer_error_locked(Qcow2State *s, int ret, const char *msg)
     }
 }
 
-int qcow2_finish_request_locked(Qcow2State *s, int ret)
+/* Invariant 7: the deferred error of a free, reported by a flush. */
+int qcow2_take_deferred_error_locked(Qcow2State *s, int ret)
 {
     int deferred = s->deferred_error;
     g_autofree char *msg = g_steal_pointer(&s->deferred_msg);
 
     s->deferred_error = 0;
-    if (ret < 0 || deferred == 0) {
+    if (deferred == 0) {
         return ret;
     }
-    return blk_error(-deferred, "%s", msg); /* invariant 7 */
+    /* The deferred error came first: whatever failed after it (ret) was
+     * most likely refused because of it (invariant 9). */
+    return blk_error(-deferred, "%s", msg);
+}
+
+int qcow2_finish_request_locked(Qcow2State *s, int ret)
+{
+    /* alloc.c invariant 2: bound the decreases waiting for a flush.  A
+     * failure here is sticky (invariant 9) and reported by the next
+     * request; this one did its work. */
+    if (s->writable && s->pending_frees &&
+        s->pending_frees->len >= QCOW2_MAX_PENDING_FREES) {
+        char *saved = qcow2_error_save();
+        if (qcow2_flush_all_locked(s) < 0) {
+            blk_error_clear();
+        }
+        qcow2_error_restore(saved);
+    }
+    return ret;
+}
+
+int qcow2_set_sticky_locked(Qcow2State *s, int ret)
+{
+    if (ret < 0 && s->sticky_error == 0) {
+        const char *msg = blk_error_message();
+        s->sticky_error = ret;
+        s->sticky_msg = g_strdup(msg ? msg : g_strerror(-ret));
+    }
+    return ret;
+}
+
+bool qcow2_l2_cache_is_durable(void *opaque, uint64_t gen)
+{
+    Qcow2State *s = opaque;
+    return blk_is_durable(qcow2_data_node(s), gen);
+}
+
+void qcow2_assert_refcounts_durable_locked(Qcow2State *s, const char *rule)
+{
+#ifndef NDEBUG
+    if (qcow2_cache_has_dirty_locked(s->refcount_cache)) {
+        g_error("write ordering broken (%s): a refcount block is still dirty", rule);
+    }
+    qcow2_assert_durable(s->img->file, s->refblock_gen, rule);
+#else
+    (void)s, (void)rule;
+#endif
 }
 
 static const char *overlap_name(unsigned kind)
@@ -212,6 +279,12 @@ int qcow2_check_writable_locked(Qcow2State *s)
     if (s->corrupt_fatal) {
         return blk_error(EIO, "qcow2: Image is corrupt; writes are refused");
     }
+    if (s->sticky_error) { /* invariant 9 */
+        return blk_error(EIO,
+                         "qcow2: writes are refused until the image is reopened: an "
+                         "earlier metadata write or flush failed (%s)",
+                         s->sticky_msg);
+    }
     return 0;
 }
 
@@ -323,7 +396,26 @@ int qcow2_write_metadata_locked(Qcow2State *s, BlkEvent ev, unsigned ign, uint64
     blk_event(s->img->file, ev);
     ret = blk_pwrite(s->img->file, offset, buf, len, 0);
     if (ret < 0) {
-        return ret;
+        return qcow2_set_sticky_locked(s, ret); /* invariant 9 */
+    }
+    /* invariant 10: what kind of metadata this generation holds */
+    uint64_t gen = blk_write_gen(s->img->file);
+    switch (ev) {
+    case BLKEV_REFBLOCK_UPDATE:
+    case BLKEV_REFBLOCK_ALLOC:
+        s->refblock_gen = gen;
+        break;
+    case BLKEV_L2_UPDATE:
+        s->l2_gen = gen;
+        break;
+    case BLKEV_L2_ALLOC:
+    case BLKEV_L1_GROW:
+    case BLKEV_REFTABLE_GROW:
+    case BLKEV_SNAPSHOT_TABLE:
+        s->table_gen = gen;
+        break;
+    default:
+        break;
     }
     return sync ? qcow2_flush_file(s) : 0;
 }
@@ -338,10 +430,10 @@ int qcow2_write_header_ex_locked(Qcow2State *s, BlkEvent ev, uint64_t offset,
     blk_event(s->img->file, ev);
     ret = blk_pwrite(s->img->file, offset, buf, len, 0);
     if (ret < 0) {
-        return ret;
+        return qcow2_set_sticky_locked(s, ret); /* invariant 9 */
     }
     *written = true;
-    return blk_flush(s->img->file); /* invariant 4 */
+    return qcow2_set_sticky_locked(s, blk_flush(s->img->file)); /* invariant 4 */
 }
 
 int qcow2_write_header_locked(Qcow2State *s, BlkEvent ev, uint64_t offset,
@@ -429,7 +521,28 @@ int qcow2_flush_file(Qcow2State *s)
     if (ret == 0 && s->data_file) {
         ret = blk_flush(s->data_file);
     }
-    return ret;
+    return qcow2_set_sticky_locked(s, ret); /* invariant 9 */
+}
+
+int qcow2_flush_all_locked(Qcow2State *s)
+{
+    int ret = qcow2_check_writable_locked(s);
+
+    /* invariant 11 */
+    if (ret == 0) {
+        ret = qcow2_write_caches_locked(s, false);
+    }
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    if (ret == 0 && s->pending_frees && s->pending_frees->len > 0) {
+        qcow2_apply_pending_frees_locked(s);
+        ret = qcow2_write_caches_locked(s, false);
+        if (ret == 0) {
+            ret = qcow2_flush_file(s);
+        }
+    }
+    return qcow2_take_deferred_error_locked(s, ret); /* invariant 7 */
 }
 
 int qcow2_l2_cache_write(void *opaque, uint64_t offset, const void *buf, size_t len)

@@ -23,10 +23,11 @@
  *  6. A read-write open (not a snapshot view) makes the state writable and
  *     clears unknown autoclear bits on disk (meta.c); an image with the
  *     corrupt bit was already refused unless check_mode (header.c).
- *  7. close() of a writable image that is not marked corrupt writes both
- *     caches, flushes the file and clears the dirty bit (clean shutdown);
- *     errors there are only logged: qimg_image_close() flushed and reported
- *     before.
+ *  7. close() of a writable image that is not marked corrupt and met no
+ *     sticky error (meta.c invariant 9) flushes as a guest flush does
+ *     (pending frees applied), writes both caches, flushes the file and
+ *     clears the dirty bit (clean shutdown); errors there are only logged:
+ *     qimg_image_close() flushed and reported before.
  *  8. A read-write open (not check_mode) of an image with the dirty bit runs
  *     the repair (check.c, FIX_LEAKS | FIX_ERRORS) before anything else may
  *     write, and fails with "Could not repair dirty image" if it cannot.
@@ -64,6 +65,10 @@ static void state_free(Qcow2State *s)
     qcow2_extensions_free(&s->ext);
     g_free(s->unknown_header_fields);
     g_free(s->deferred_msg);
+    g_free(s->sticky_msg);
+    if (s->pending_frees) {
+        g_array_free(s->pending_frees, TRUE);
+    }
     g_cond_clear(&s->inflight_cond);
     g_mutex_clear(&s->lock);
     g_free(s);
@@ -135,10 +140,14 @@ static void cache_sizes(const Qcow2State *s, uint64_t virtual_size, uint64_t com
 
 static int open_data_file(Qcow2State *s, const char *filename)
 {
-    g_autofree char *path = blk_resolve_backing_name(filename, s->ext.data_file);
+    /* A test node under the image means filename is the user's own
+     * "record:LOG:FILE"-style name (block.h invariant 5). */
+    const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
+    g_autofree char *path = blk_resolve_backing_name(base, s->ext.data_file);
     g_autoptr(GError) err = NULL;
 
-    s->data_file = blk_open_file(path, s->img->read_only, s->img->cache, &err);
+    s->data_file =
+        blk_open_file_like(s->img->file, path, s->img->read_only, s->img->cache, &err);
     if (!s->data_file) {
         return blk_error(err ? err->code : EIO, "Could not open data file '%s': %s", path,
                          err ? err->message : "unknown error");
@@ -312,24 +321,25 @@ int qcow2_flush(QimgImage *img)
     if (!s->writable) {
         return 0;
     }
-    /* Caches (L2 first, its refcount dependencies before it), then the
-     * file (qemu-behaviour.md e). */
+    /* meta.c invariant 11 */
     qcow2_lock(s);
-    ret = qcow2_write_caches_locked(s, false);
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_flush_all_locked(s);
     qcow2_unlock(s);
-    return ret < 0 ? ret : qcow2_flush_file(s);
+    return ret;
 }
 
 static void qcow2_close(QimgImage *img)
 {
     Qcow2State *s = img->opaque;
 
-    if (s && s->writable && !s->corrupt_fatal) {
+    if (s && s->writable && !s->corrupt_fatal && !s->sticky_error) {
         /* qcow2.c invariant 7 */
         char *saved = qcow2_error_save();
         qcow2_lock(s);
-        int ret = qcow2_write_caches_locked(s, true);
+        int ret = qcow2_flush_all_locked(s);
+        if (ret == 0) {
+            ret = qcow2_write_caches_locked(s, true);
+        }
         if (ret == 0) {
             ret = qcow2_flush_file(s);
         }

@@ -409,8 +409,22 @@ typedef struct Qcow2State {
     bool bitmaps_in_use;         /* meta.c invariant 8 done */
     int deferred_error;          /* an I/O error met while freeing (meta.c inv. 7) */
     char *deferred_msg;
-    bool writable; /* [open] read-write, not a snapshot view */
+    GArray *pending_frees; /* RefRange: decreases waiting for a durable unlink
+                            * (alloc.c invariant 2) */
+    int sticky_error;      /* a metadata write or flush failed (meta.c inv. 9) */
+    char *sticky_msg;
+    /* write generations of the image file after the last write of each
+     * kind of metadata (for the ordering assertions, meta.c invariant 10) */
+    uint64_t refblock_gen; /* refcount blocks (update or new) */
+    uint64_t l2_gen;       /* L2 tables written back */
+    uint64_t table_gen;    /* new L2, L1, refcount or snapshot tables */
+    bool writable;         /* [open] read-write, not a snapshot view */
 } Qcow2State;
+
+/* A host byte range (refcount updates). */
+typedef struct Qcow2Range {
+    uint64_t off, len;
+} Qcow2Range;
 
 /*
  * The metadata lock.  glib builds GMutex/GCond on raw futexes, which
@@ -646,14 +660,43 @@ int qcow2_l2_cache_write(void *opaque, uint64_t offset, const void *buf, size_t 
 int qcow2_refblock_cache_write(void *opaque, uint64_t offset, const void *buf,
                                size_t len);
 int qcow2_cache_flush_file(void *opaque);
+/* L2 entries reference guest data: durable on the data node. */
+bool qcow2_l2_cache_is_durable(void *opaque, uint64_t gen);
+/* Debug-build check of an ordering rule where a dependent write is issued:
+ * everything written to node up to generation gen is durable (block.h
+ * invariant 4).  'rule' names the invariant for the failure message. */
+static inline void qcow2_assert_durable(QimgImage *node, uint64_t gen, const char *rule)
+{
+#ifndef NDEBUG
+    if (!blk_is_durable(node, gen)) {
+        g_error("write ordering broken (%s): generation %" G_GUINT64_FORMAT
+                " of '%s' is not durable (flushed %" G_GUINT64_FORMAT ")",
+                rule, gen, node->filename, blk_flushed_gen(node));
+    }
+#else
+    (void)node, (void)gen, (void)rule;
+#endif
+}
+/* The refcount blocks written so far are durable and none is dirty: what a
+ * table that references newly allocated clusters needs (alloc.c inv. 1). */
+void qcow2_assert_refcounts_durable_locked(Qcow2State *s, const char *rule);
+/* meta.c invariant 9: remember that a metadata write or a flush failed
+ * (ret < 0); returns ret. */
+int qcow2_set_sticky_locked(Qcow2State *s, int ret);
+/* Write the caches, flush, then apply the pending frees and make them
+ * durable too (alloc.c invariant 2): a flush that leaves nothing behind. */
+int qcow2_flush_all_locked(Qcow2State *s);
 /* Read-write open: clear unknown autoclear bits on disk (DESIGN rule 5). */
 int qcow2_open_rw_locked(Qcow2State *s);
 /* Remember an I/O error met while freeing clusters (the request that freed
  * them succeeded): the next request to finish reports it (meta.c inv. 7). */
 void qcow2_defer_error_locked(Qcow2State *s, int ret, const char *msg);
-/* End of a request: ret if it failed (a deferred error is then dropped),
- * else the deferred error if any (with its message), else 0. */
+/* End of a guest request: bounds the pending frees (alloc.c invariant 2);
+ * returns ret (deferred errors go to the next flush, meta.c invariant 7). */
 int qcow2_finish_request_locked(Qcow2State *s, int ret);
+/* End of a flush or of a metadata operation (snapshot, resize): the
+ * deferred error if any (with its message: it came first), else ret. */
+int qcow2_take_deferred_error_locked(Qcow2State *s, int ret);
 /* Keep the current thread's error message across clean-up that may
  * record its own: save, clean up, restore (frees saved). */
 char *qcow2_error_save(void);
@@ -679,13 +722,25 @@ int64_t qcow2_alloc_bytes_locked(Qcow2State *s, uint64_t size);
  * nothing on overflow or underflow (alloc.c invariant 4). */
 int qcow2_update_refcount_locked(Qcow2State *s, uint64_t offset, uint64_t length,
                                  uint64_t addend, bool decrease);
-/* Drop one reference from each cluster of [offset, offset + length).
- * Failures are reported and ignored (a leak, never a corruption). */
+/* Drop one reference from each cluster of [offset, offset + length) now.
+ * Only for references that are gone on disk already (the write that
+ * unlinked them was synced) or never reached it (rollback of a fresh
+ * allocation).  Failures are reported and ignored (a leak, never a
+ * corruption). */
 void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length);
+/* The same for a reference dropped in a cached table that is not yet on
+ * disk: the decrease waits until the table is durable (alloc.c inv. 2). */
+void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length);
 /* Drop the reference an L2 entry holds: a host cluster (normal, or
  * zero/unallocated with a preallocated cluster) or a compressed byte range.
- * Nothing for external data files. */
-void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry);
+ * Nothing for external data files.  deferred: the entry was replaced in a
+ * cached L2 table (alloc.c invariant 2); else the entry was never linked. */
+void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred);
+/* Apply the pending decreases; the caller made every table that dropped
+ * them durable (L2 cache written, file flushed). */
+void qcow2_apply_pending_frees_locked(Qcow2State *s);
+/* Pending decreases before a request forces a barrier (alloc.c inv. 2). */
+#define QCOW2_MAX_PENDING_FREES 4096u
 
 /* ---- l2.c: L1 and L2 table updates ---- */
 

@@ -240,7 +240,7 @@ static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool
         img->size = size;
         s->l1_vm_state_index = new_l1;
     }
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_take_deferred_error_locked(s, qcow2_finish_request_locked(s, ret));
     qcow2_unlock(s);
     return ret;
 }
@@ -303,7 +303,7 @@ int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
     ret = qcow2_write_registered(s, offset, qiov);
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_take_deferred_error_locked(s, qcow2_finish_request_locked(s, ret));
     qcow2_unlock(s);
     return ret;
 }

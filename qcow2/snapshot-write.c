@@ -55,6 +55,18 @@
  *      synced) before the table switch: a crash in between leaks them and
  *      the snapshot is absent.  What cannot move whole (an L2 table that
  *      also maps past the state's end) is shared and discarded QEMU's way.
+ * R10. On v3 images every operation runs with the dirty bit set (one synced
+ *      header write before the first refcount or COPIED change, cleared by
+ *      qcow2_mark_clean_locked() after everything is durable), unless the
+ *      image is dirty already (lazy refcounts).  A refcount block and the L2
+ *      or L1 entry holding the matching COPIED flag are separate clusters,
+ *      so a power loss between them leaves a flag that disagrees with its
+ *      refcount whatever the order; the dirty bit says so on disk ("refcounts
+ *      may be inconsistent"), and QEMU and qimg repair such an image when
+ *      they open it read-write (qcow2.c invariant 8; QEMU does it without
+ *      lazy_refcounts too, checked with 7.2).  A failed write leaves the bit
+ *      set (meta.c invariant 9): the next read-write open repairs.  v2 has
+ *      no feature bits: the window of the known limit below stays there.
  *
  * Other invariants (cited as "snapshot-write.c invariant N"):
  *  1. The operations run exclusively: the whole guest range (and the
@@ -79,13 +91,13 @@
  *  5. Each operation starts by writing both caches and flushing, so every
  *     dirty cache entry afterwards is its own change (R7, R8 rely on it).
  *
- * Known limit: a crash (not a failed write) between a refcount block write
- * and the L2/L1 write that changes the matching COPIED flag -- create on
- * clusters no snapshot shares yet, delete of the last snapshot sharing a
- * cluster -- leaves a flag that qemu-img check reports as an OFLAG_COPIED
- * error (harmless: an extra copy-on-write, or fixed by check -r all).  The
- * two are separate clusters, so no write order avoids it; QEMU has the
- * same window.  Goto has none (every cluster of the new active tree is
+ * Known limit (v2 only, R10 covers v3): a crash (not a failed write)
+ * between a refcount block write and the L2/L1 write that changes the
+ * matching COPIED flag -- create on clusters no snapshot shares yet, delete
+ * of the last snapshot sharing a cluster -- leaves a flag that qemu-img
+ * check reports as an OFLAG_COPIED error (fixed by check -r all).  The two
+ * are separate clusters, so no write order avoids it; QEMU has the same
+ * window.  Goto has none (every cluster of the new active tree is
  * shared with the snapshot); a savevm commit has it only for disk clusters
  * written since the last snapshot (R9 keeps the state out of it).
  */
@@ -652,6 +664,8 @@ static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
     }
     store_be32(hdr, nb);
     store_be64(hdr + 4, (uint64_t)offset);
+    qcow2_assert_refcounts_durable_locked(s, "snapshot-write.c R1/R3");
+    qcow2_assert_durable(s->img->file, s->table_gen, "snapshot-write.c R3");
     ret = qcow2_write_header_ex_locked(s, BLKEV_SNAPSHOT_TABLE, QCOW2_HDR_NB_SNAPSHOTS,
                                        hdr, sizeof(hdr), written);
     if (!*written) {
@@ -706,6 +720,37 @@ static char *new_snapshot_id(const Qcow2State *s)
         max = MAX(max, id);
     }
     return g_strdup_printf("%lu", max + 1);
+}
+
+/* R10: mark a v3 image dirty (synced) before refcounts and COPIED flags
+ * change; *marked tells flux_end_locked() to clear it again. */
+static int flux_begin_locked(Qcow2State *s, bool *marked)
+{
+    int ret;
+
+    *marked = false;
+    if (s->qcow_version < 3 || (s->incompatible_features & QCOW2_INCOMPAT_DIRTY)) {
+        return 0;
+    }
+    ret = write_all_locked(s); /* invariant 5, before the bit */
+    if (ret == 0) {
+        ret = qcow2_update_incompat_locked(s, QCOW2_INCOMPAT_DIRTY, 0);
+    }
+    *marked = ret == 0;
+    return ret;
+}
+
+/* R10: everything durable, then the bit cleared; after a sticky failure
+ * the bit stays (the next read-write open repairs). */
+static int flux_end_locked(Qcow2State *s, bool marked, int ret)
+{
+    int r;
+
+    if (!marked || s->sticky_error) {
+        return ret;
+    }
+    r = qcow2_mark_clean_locked(s);
+    return ret < 0 ? ret : r;
 }
 
 /* Invariant 1: wait for the requests in flight and keep new ones out. */
@@ -949,11 +994,15 @@ static int do_create(Qcow2State *s, QimgSnapshotInfo *info)
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
     if (ret == 0) {
+        bool marked;
         exclusive_begin_locked(s, &r); /* invariant 1 */
-        ret = create_locked(s, info, &id, &moved);
+        ret = flux_begin_locked(s, &marked);
+        if (ret == 0) {
+            ret = flux_end_locked(s, marked, create_locked(s, info, &id, &moved));
+        }
         qcow2_inflight_end_locked(s, &r);
     }
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_take_deferred_error_locked(s, qcow2_finish_request_locked(s, ret));
     vm_offset = qcow2_vm_state_offset(s);
     qcow2_unlock(s);
     if (id) {
@@ -1016,6 +1065,7 @@ static int goto_locked(Qcow2State *s, uint64_t sn_l1_offset, uint32_t sn_l1_size
     written = false;
     if (ret == 0) {
         /* in place (QEMU) */
+        qcow2_assert_refcounts_durable_locked(s, "snapshot-write.c R1");
         ret = write_active_l1_locked(s, l1, &written);
     }
     if (!written) {
@@ -1085,11 +1135,15 @@ static int do_goto(QimgImage *img, const char *id_or_name)
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
     if (ret == 0) {
+        bool marked;
         exclusive_begin_locked(s, &r); /* invariant 1 */
-        ret = goto_locked(s, l1_offset, l1_size);
+        ret = flux_begin_locked(s, &marked);
+        if (ret == 0) {
+            ret = flux_end_locked(s, marked, goto_locked(s, l1_offset, l1_size));
+        }
         qcow2_inflight_end_locked(s, &r);
     }
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_take_deferred_error_locked(s, qcow2_finish_request_locked(s, ret));
     qcow2_unlock(s);
     return ret;
 }
@@ -1167,10 +1221,14 @@ static int do_delete(QimgImage *img, const char *id_or_name)
         exclusive_begin_locked(s, &r); /* invariant 1 */
         /* the list did not change: the same index (no concurrent
          * snapshot operations, qimg.h) */
-        ret = delete_locked(s, idx, sn_l1);
+        bool marked;
+        ret = flux_begin_locked(s, &marked);
+        if (ret == 0) {
+            ret = flux_end_locked(s, marked, delete_locked(s, idx, sn_l1));
+        }
         qcow2_inflight_end_locked(s, &r);
     }
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_take_deferred_error_locked(s, qcow2_finish_request_locked(s, ret));
     qcow2_unlock(s);
     return ret;
 }

@@ -23,9 +23,14 @@
  * Invariants (cited as "write.c invariant N"):
  *  1. DESIGN.md rule 2, data before L2: an L2 entry points at a new or
  *     reused host cluster only after the guest data and the COW parts were
- *     written to it.  When COW parts were written (or a preallocated zero
- *     cluster is reused), the L2 cache depends on a flush of the file first
- *     (QEMU's depends_on_flush), so those bytes are durable before the entry.
+ *     written to it, and the L2 table reaches the disk only after they are
+ *     durable: the L2 cache depends on a flush of the file (QEMU's
+ *     depends_on_flush, which QEMU sets only for COW; without it a power
+ *     loss can keep the entry and lose the data and the file size it
+ *     needs: the guest then reads another offset's old data, or the entry
+ *     points past the end of the file).  The table records the data's
+ *     write generation, checked where the table is written (cache.c
+ *     invariant 4).
  *  2. DESIGN.md rule 1, linking: while refcounts are accurate the L2 cache
  *     depends on the refcount cache (the new clusters' refcounts reach the
  *     disk first); with lazy refcounts the dirty bit is set, synced, before
@@ -136,6 +141,7 @@ typedef struct Chunk {
     uint64_t *old_entry;   /* nb entries as planned */
     uint64_t *new_bitmap;  /* nb bitmaps to link (extended L2) */
     bool refcounted;       /* host clusters were allocated (not a data file) */
+    uint64_t data_gen;     /* write generation once the data was written */
 } Chunk;
 
 static void chunk_clear(Chunk *c)
@@ -413,9 +419,7 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
             return ret;
         }
     }
-    if (c->fstart != c->wstart || c->fend != c->wend || c->kind == CHUNK_REUSE) {
-        qcow2_cache_depends_on_flush_locked(s->l2_cache); /* invariant 1 */
-    }
+    qcow2_cache_depends_on_flush_locked(s->l2_cache); /* invariant 1 */
     ret = qcow2_get_l2_for_write_locked(s, c->guest, &l2, &l2_index);
     if (ret < 0) {
         return ret;
@@ -425,10 +429,11 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
         qcow2_l2_set(s, l2, l2_index + i, host | QCOW2_OFLAG_COPIED, c->new_bitmap[i]);
     }
     qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+    qcow2_cache_require_durable_locked(s->l2_cache, l2, c->data_gen); /* invariant 1 */
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
     if (c->kind == CHUNK_FRESH) {
         for (uint64_t i = 0; i < c->nb; i++) {
-            qcow2_free_l2_entry_locked(s, c->old_entry[i]); /* invariant 3 */
+            qcow2_free_l2_entry_locked(s, c->old_entry[i], true); /* invariant 3 */
         }
     }
     return 0;
@@ -453,6 +458,7 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
             break;
         }
         ret = write_chunk_data(s, &c, offset, qiov);
+        c.data_gen = blk_write_gen(qcow2_data_node(s));
         qcow2_lock(s);
         if (ret == 0) {
             ret = link_chunk_locked(s, &c);

@@ -164,7 +164,7 @@ static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, Z
     }
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
     for (uint64_t i = 0; i < ndrops; i++) {
-        qcow2_free_l2_entry_locked(s, drops[i]); /* invariant 3 */
+        qcow2_free_l2_entry_locked(s, drops[i], true); /* invariant 3 */
     }
     return ret;
 }
