@@ -17,7 +17,10 @@
  *           3 DISCARD  [offset, +length) was punched (reads as zeros)
  *           4 TRUNCATE the file was resized to offset bytes
  *           5 FLUSH    a flush of the file completed; it covered the
- *                      entries logged before it started: aux = their count
+ *                      entries logged before it started: aux = the log's
+ *                      size in bytes when it started (entries that begin
+ *                      below it are covered; several processes or opens
+ *                      may append to one log in turn)
  *           6 OPEN     a node opened: data = the file's path, offset = its
  *                      size at that moment
  *
@@ -41,6 +44,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,7 +66,7 @@ typedef struct RecordLog {
     int fd;
     unsigned refs;
     uint32_t next_file_id;
-    uint64_t entries; /* appended so far */
+    uint64_t bytes; /* size of the log file */
     GMutex lock;      /* invariant 2 */
 } RecordLog;
 
@@ -151,7 +155,7 @@ static int log_append(RecordState *s, uint32_t type, uint64_t offset, uint64_t l
         ret = write_all(log->fd, vec, n);
     }
     if (ret == 0) {
-        log->entries++;
+        log->bytes += sizeof(hdr) + (data ? data->size : 0);
     }
     g_mutex_unlock(&log->lock);
     if (ret < 0) {
@@ -161,10 +165,10 @@ static int log_append(RecordState *s, uint32_t type, uint64_t offset, uint64_t l
     return 0;
 }
 
-static uint64_t log_entries(RecordLog *log)
+static uint64_t log_bytes(RecordLog *log)
 {
     g_mutex_lock(&log->lock);
-    uint64_t n = log->entries;
+    uint64_t n = log->bytes;
     g_mutex_unlock(&log->lock);
     return n;
 }
@@ -202,12 +206,14 @@ static RecordLog *log_open(const char *path, GError **error)
     log->path = g_strdup(path);
     log->fd = fd;
     log->refs = 1;
+    log->bytes = (uint64_t)st.st_size;
     g_mutex_init(&log->lock);
     if (st.st_size == 0) {
         uint8_t hdr[REC_HEADER_SIZE] = {0};
         struct iovec v = {.iov_base = hdr, .iov_len = sizeof(hdr)};
         memcpy(hdr, REC_MAGIC, 8);
         put_le32(hdr + 8, 1);
+        log->bytes = sizeof(hdr);
         if (write_all(fd, &v, 1) < 0) {
             int e = errno;
             g_set_error(error, QIMG_ERROR, e, "Could not write the record log '%s': %s",
@@ -297,7 +303,7 @@ static int record_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
 static int record_flush(QimgImage *img)
 {
     RecordState *s = img->opaque;
-    uint64_t covered = log_entries(s->log); /* invariant 1 */
+    uint64_t covered = log_bytes(s->log); /* invariant 1 */
     int ret = blk_flush(s->child);
 
     if (ret < 0) {
@@ -405,7 +411,10 @@ QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **erro
     img->is_block_device = child->is_block_device;
     img->filtered = child;
 
-    iov_init_buf(&name, child->filename, strlen(child->filename));
+    /* The absolute path: the checker runs elsewhere. */
+    g_autofree char *abs = realpath(child->filename, NULL);
+    const char *path = abs ? abs : child->filename;
+    iov_init_buf(&name, (void *)path, strlen(path));
     ret = log_append(s, REC_OPEN, child->size, name.size, 0, &name);
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);

@@ -49,6 +49,11 @@
  *  4. Metadata is kept in memory only until it is written at a checkpoint;
  *     memory stays bounded by the tables of one L2 slice plus the refcount
  *     blocks and the L1 table (<= 32 MiB).
+ *  5. Power loss (DESIGN.md rules 1-2): until the final header is written
+ *     the file has no qcow2 magic (cluster 0 holds zeros), and everything
+ *     the header names -- refcount table and blocks, L1 and L2 tables,
+ *     preallocated data and the file size -- is flushed before it is
+ *     written.  A crash leaves either no image or a complete one.
  */
 #include "qcow2/qcow2.h"
 
@@ -1497,7 +1502,15 @@ static int lay_out(Layout *L, GError **error)
                     g_strerror(-ret));
         return ret;
     }
-    ret = file_write(L, L->file, 0, buf, cs);
+    /* invariant 5: what the header names is durable before it */
+    ret = blk_flush(L->file);
+    if (ret == 0 && L->data) {
+        ret = blk_flush(L->data);
+    }
+    if (ret == 0) {
+        qcow2_assert_durable(L->file, blk_write_gen(L->file), "create.c invariant 5");
+        ret = file_write(L, L->file, 0, buf, cs);
+    }
     if (ret < 0) {
         blk_error_propagate(error, ret, "Could not write qcow2 header");
         return ret;

@@ -1,0 +1,709 @@
+#!/usr/bin/env python3
+"""The crash-state explorer: rebuild a file as a power loss could have left
+it, from a log of every write and flush, and judge each state.
+
+Power loss, not kill -9: a crash keeps exactly what a completed flush
+covered; of the writes after it, any subset may have reached the disk, in
+order, each write possibly torn at 4 KiB pages.  The logs come from qimg's
+recording node (record:LOG:FILE, block/record.c) or from QEMU's blklogwrites
+driver (dm-log-writes format), the positive control.
+
+A state is judged by qemu-img, the oracle:
+  - structure: `qemu-img check` finds no corruption (leaks are fine).  A
+    state with the dirty bit set (lazy refcounts, or refcounts in flux during
+    a snapshot operation) passes when `check -r all` then leaves it clean;
+  - contents: every sector reads what it held at the last completed flush,
+    or what a write issued after that flush put there (workload model
+    below), or what the operation's own rule allows.
+
+Workload model: every guest sector a workload writes carries a 16-byte tag
+(op index, guest sector) repeated over the sector, and after each op the
+workload writes a marker sector (the op's index).  A marker in the log
+proves its op returned; a marker after a flush proves the flush returned;
+ops after the newest visible marker + 1 were not issued yet.
+
+Subcommands (used by iotests/tests/05x-crash-*.sh):
+  workload  write a qimg io / qemu-io script, its tag files and a model
+  explore   rebuild states from a log and judge them; prints a summary line
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+SECTOR = 512
+PAGE = 4096
+QEMU_IMG = os.environ.get("QEMU_IMG", "qemu-img")
+
+# ---- logs ----
+
+W_WRITE, W_ZERO, W_DISCARD, W_TRUNCATE, W_FLUSH, W_OPEN = 1, 2, 3, 4, 5, 6
+DM_MAGIC = 0x6A736677736872
+DM_FLUSH, DM_FUA, DM_DISCARD, DM_MARK = 1, 2, 4, 8
+
+
+class Entry:
+    __slots__ = ("type", "path", "off", "len", "aux", "data", "index")
+
+    def __init__(self, type_, path, off, length, aux=0, data=None):
+        self.type, self.path, self.off, self.len = type_, path, off, length
+        self.aux, self.data, self.index = aux, data, 0
+
+
+def load_log(path, qemu_file=None):
+    """Entries of a qimg record log, or of a QEMU blklogwrites log (then
+    qemu_file names the file it logged)."""
+    raw = open(path, "rb").read()
+    entries = []
+    if raw[:8] == b"QIMGRLG1":
+        names = {}
+        pos = 16
+        starts = []  # byte position of each entry (a flush's aux is one)
+        while pos + 32 <= len(raw):
+            t, fid, off, n, aux = struct.unpack_from("<IIQQQ", raw, pos)
+            here = pos
+            pos += 32
+            data = None
+            if t in (W_WRITE, W_OPEN):
+                data = raw[pos:pos + n]
+                if len(data) < n:
+                    break  # cut short (the recorder died mid-entry)
+                pos += n
+            if t == W_OPEN:
+                # ids restart with each process or log session: the open
+                # entry (re)names them
+                names[fid] = os.path.realpath(data.decode())
+                entries.append(Entry(W_OPEN, names[fid], off, 0))
+                starts.append(here)
+                continue
+            if t == W_FLUSH:
+                # entries that began below aux were complete when it began
+                aux = sum(1 for p0 in starts if p0 < aux)
+            entries.append(Entry(t, names.get(fid, "?%d" % fid), off, n, aux, data))
+            starts.append(here)
+    elif len(raw) == 0:
+        pass  # nothing was logged (an operation with nothing to write)
+    else:
+        magic, _ver, nr, ss = struct.unpack_from("<QQQI", raw, 0)
+        if magic != DM_MAGIC:
+            raise SystemExit("%s: not a record log" % path)
+        qpath = os.path.realpath(qemu_file)
+        pos = ss
+        while pos + 32 <= len(raw):
+            sector, nsec, flags, _dlen = struct.unpack_from("<QQQQ", raw, pos)
+            pos += ss
+            if flags & DM_FLUSH:
+                entries.append(Entry(W_FLUSH, qpath, 0, 0, aux=-1))
+                continue
+            if flags & DM_DISCARD:
+                entries.append(Entry(W_DISCARD, qpath, sector * ss, nsec * ss))
+                continue
+            if flags & DM_MARK:
+                pos += nsec * ss
+                continue
+            if nsec == 0:
+                if sector == 0 and flags == 0 and raw[pos - ss:pos] == bytes(ss):
+                    break  # zero-filled tail: end of the log
+                continue
+            data = raw[pos:pos + nsec * ss]
+            pos += nsec * ss
+            if len(data) < nsec * ss:
+                break
+            entries.append(Entry(W_WRITE, qpath, sector * ss, nsec * ss, data=data))
+    for i, e in enumerate(entries):
+        e.index = i
+        if e.type == W_FLUSH and e.aux == -1:
+            e.aux = i  # blklogwrites logs a flush after it completed
+    return entries
+
+
+# ---- state building ----
+
+
+class FileState:
+    def __init__(self, base):
+        self.buf = bytearray(base)
+
+    def write(self, off, data):
+        end = off + len(data)
+        if end > len(self.buf):
+            self.buf.extend(bytes(end - len(self.buf)))
+        self.buf[off:end] = data
+
+    def truncate(self, size):
+        if size < len(self.buf):
+            del self.buf[size:]
+        else:
+            self.buf.extend(bytes(size - len(self.buf)))
+
+
+def pieces(off, length):
+    """[off, off+length) cut at 4 KiB page boundaries."""
+    out, pos, end = [], off, off + length
+    while pos < end:
+        nxt = min(end, (pos // PAGE + 1) * PAGE)
+        out.append((pos, nxt))
+        pos = nxt
+    return out
+
+
+def apply_entry(fs, e, rng=None, tear=False):
+    """Apply e to fs; torn: only a random subset of its pages."""
+    if e.type == W_TRUNCATE:
+        fs.truncate(e.off)
+        return
+    if e.type not in (W_WRITE, W_ZERO, W_DISCARD):
+        return
+    parts = pieces(e.off, e.len)
+    if tear and len(parts) > 1:
+        keep = [p for p in parts if rng.random() < 0.5]
+        if not keep:
+            keep = [rng.choice(parts)]
+    else:
+        keep = parts
+    for a, b in keep:
+        if e.type == W_WRITE:
+            fs.write(a, e.data[a - e.off:b - e.off])
+        elif e.type == W_ZERO:
+            fs.write(a, bytes(b - a))  # zeroed (and allocated: may extend)
+        elif a < len(fs.buf):
+            fs.write(a, bytes(min(b, len(fs.buf)) - a))  # punched: keeps the size
+
+
+def durable_cover(entries, cut):
+    """path -> number of log entries the last flush before cut covered."""
+    cover = {}
+    for e in entries[:cut]:
+        if e.type == W_FLUSH:
+            cover[e.path] = max(cover.get(e.path, 0), e.aux)
+    return cover
+
+
+def build_state(entries, cut, bases, rng, keep_prob):
+    """Files (path -> FileState) after a power loss at cut."""
+    files = {p: FileState(b) for p, b in bases.items()}
+    cover = durable_cover(entries, cut)
+    for e in entries[:cut]:
+        if e.type in (W_FLUSH, W_OPEN):
+            continue
+        fs = files.setdefault(e.path, FileState(b""))
+        if e.index < cover.get(e.path, 0):
+            apply_entry(fs, e)
+        elif rng.random() < keep_prob:
+            apply_entry(fs, e, rng, tear=rng.random() < 0.3)
+    return files
+
+
+def cut_points(entries, n, rng):
+    """Where to cut: the moment before each flush completes (the most that
+    may be lost), the end, and random points; at most n, fixed by rng."""
+    flushes = [e.index for e in entries if e.type == W_FLUSH]
+    pts = set([len(entries)] + flushes)
+    pts = sorted(pts)
+    if len(pts) > n // 2:
+        pts = sorted(rng.sample(pts, n // 2))
+    while len(pts) < n and len(entries) > 0:
+        pts.append(rng.randint(1, len(entries)))
+    return sorted(pts)[:n]
+
+
+# ---- tags and the workload model ----
+
+TAG_DATA, TAG_MARK = 1, 2
+ZERO = ("zero",)
+BACKING = ("backing",)
+
+
+def tag_sector(kind, op, sector):
+    h = struct.pack("<2sBBIQ", b"QC", kind, 0, op, sector)
+    return h * (SECTOR // 16)
+
+
+def parse_sector(sec):
+    """('data', op, sector), ('mark', op), ZERO, or None (anything else)."""
+    if sec[:2] == b"QC" and sec == sec[:16] * (SECTOR // 16):
+        _m, kind, _p, op, sector = struct.unpack_from("<2sBBIQ", sec)
+        return ("data", op, sector) if kind == TAG_DATA else ("mark", op, sector)
+    if not any(sec):
+        return ZERO
+    return None
+
+
+def marker_positions(entries):
+    """For each entry index, the newest marker op visible up to it (-1)."""
+    newest, out = -1, []
+    needle = b"QC" + bytes([TAG_MARK])
+    for e in entries:
+        if e.type == W_WRITE and e.data:
+            pos = e.data.find(needle)
+            while pos >= 0:
+                if (e.off + pos) % SECTOR == 0:
+                    v = parse_sector(e.data[pos:pos + SECTOR])
+                    if v and v[0] == "mark":
+                        newest = max(newest, v[1])
+                pos = e.data.find(needle, pos + 1)
+        out.append(newest)
+    return out
+
+
+def make_workload(args):
+    """A random guest I/O workload as a qemu-io command script: tagged
+    writes, zero writes, discards, flushes, each followed by a marker."""
+    rng = random.Random(args.seed)
+    size, cs = args.size, args.cluster_size
+    ops, lines = [], []
+    os.makedirs(args.dir, exist_ok=True)
+    marker_off = size - SECTOR
+    far = [0, size // 3 // cs * cs, size // 2, size - 16 * cs - cs]
+    for i in range(args.ops):
+        r = rng.random()
+        base = rng.choice(far) if args.spread else 0
+        span = min(size - SECTOR - base, 64 * cs if args.spread else size - SECTOR)
+        if r < 0.12:
+            op = {"op": "flush"}
+            lines.append("flush")
+        else:
+            if rng.random() < 0.5:
+                n = SECTOR * rng.randint(1, max(1, 2 * cs // SECTOR))
+            else:
+                n = cs * rng.randint(1, 4)
+            n = max(SECTOR, min(n, span - SECTOR, args.max_len))
+            off = base + SECTOR * rng.randrange(0, max(1, (span - n) // SECTOR))
+            if r < 0.2:
+                op = {"op": "zero", "off": off, "len": n, "unmap": rng.random() < 0.5}
+                lines.append("write -q -z %s%d %d" % ("-u " if op["unmap"] else "", off, n))
+            elif r < 0.26 and args.discard:
+                op = {"op": "discard", "off": off, "len": n}
+                lines.append("discard -q %d %d" % (off, n))
+            else:
+                op = {"op": "write", "off": off, "len": n}
+                path = os.path.join(args.dir, "t%d" % i)
+                with open(path, "wb") as f:
+                    for s in range(off // SECTOR, (off + n) // SECTOR):
+                        f.write(tag_sector(TAG_DATA, i, s))
+                lines.append("write -q -s %s %d %d" % (path, off, n))
+        ops.append(op)
+        mpath = os.path.join(args.dir, "m%d" % i)
+        with open(mpath, "wb") as f:
+            f.write(tag_sector(TAG_MARK, i, marker_off // SECTOR))
+        lines.append("write -q -s %s %d %d" % (mpath, marker_off, SECTOR))
+    lines.append("flush")
+    with open(os.path.join(args.dir, "script"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(args.dir, "model.json"), "w") as f:
+        json.dump({"size": size, "marker": marker_off, "ops": ops}, f)
+
+
+class Model:
+    """What each sector may read after a crash with newest marker M."""
+
+    def __init__(self, path, backing_raw=None):
+        m = json.load(open(path))
+        self.size, self.marker, self.ops = m["size"], m["marker"], m["ops"]
+        self.backing = backing_raw
+        self.touched = sorted(set(s for op in self.ops if "off" in op
+                                  for s in range(op["off"] // SECTOR,
+                                                 (op["off"] + op["len"]) // SECTOR)))
+
+    def allowed(self, newest_marker):
+        """sector -> set of allowed values ('data', op) / ZERO / BACKING."""
+        last_flush = -1
+        for i in range(0, newest_marker + 1):
+            if self.ops[i]["op"] == "flush":
+                last_flush = i
+        issued = min(len(self.ops) - 1, newest_marker + 1)
+        init = {BACKING} if self.backing is not None else {ZERO}
+        cur = {}
+        for i in range(0, last_flush + 1):
+            self._apply(cur, i, init, replace=True)
+        allowed = {s: set(v) for s, v in cur.items()}
+        for i in range(last_flush + 1, issued + 1):
+            self._apply(allowed, i, init, replace=False, base=cur)
+        return allowed, init
+
+    def _apply(self, table, i, init, replace, base=None):
+        op = self.ops[i]
+        if "off" not in op:
+            return
+        for s in range(op["off"] // SECTOR, (op["off"] + op["len"]) // SECTOR):
+            if op["op"] == "write":
+                vals = {("data", i)}
+            elif op["op"] == "zero":
+                vals = {ZERO}
+            else:  # discard: partial clusters are ignored, whole ones read 0/backing
+                prev = table.get(s, init)
+                vals = set(prev) | {ZERO} | (init if self.backing is not None else set())
+            if replace:
+                table[s] = vals
+            else:
+                table.setdefault(s, set((base or {}).get(s, init))).update(vals)
+
+
+def check_contents(raw_path, model, newest_marker, limit=5):
+    """Problems (strings) found comparing a raw read of the disk with the
+    model; [] when every touched sector is allowed."""
+    allowed, init = model.allowed(newest_marker)
+    bad = []
+    with open(raw_path, "rb") as f:
+        for s in model.touched:
+            f.seek(s * SECTOR)
+            sec = f.read(SECTOR)
+            if len(sec) < SECTOR:
+                sec = sec + bytes(SECTOR - len(sec))
+            v = parse_sector(sec)
+            ok_vals = allowed.get(s, init)
+            got = None
+            if v == ZERO:
+                got = ZERO
+                if model.backing is not None and BACKING in ok_vals and \
+                        model.backing[s * SECTOR:(s + 1) * SECTOR] == sec:
+                    got = BACKING
+            elif v and v[0] == "data" and v[2] == s:
+                got = ("data", v[1])
+            elif model.backing is not None and \
+                    model.backing[s * SECTOR:(s + 1) * SECTOR] == sec:
+                got = BACKING
+            if got not in ok_vals and not (got == ZERO and BACKING in ok_vals and
+                                           model.backing is not None and
+                                           not any(model.backing[s * SECTOR:(s + 1) * SECTOR])):
+                bad.append("sector %d (offset %d): read %s, allowed %s" %
+                           (s, s * SECTOR, got if got else repr(sec[:16]),
+                            sorted(map(str, ok_vals))[:6]))
+                if len(bad) >= limit:
+                    break
+    return bad
+
+
+# ---- judging ----
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+    return p.returncode, p.stdout.decode(errors="replace")
+
+
+def is_dirty(path):
+    with open(path, "rb") as f:
+        h = f.read(80)
+    return len(h) >= 80 and struct.unpack_from(">I", h, 4)[0] >= 3 and (h[79] & 1)
+
+
+def is_qcow2(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"QFI\xfb"
+
+
+def judge_structure(img):
+    """('clean'|'leaks'|'dirty-repaired'|'corrupt'|'no-image', detail)."""
+    if not is_qcow2(img):
+        return "no-image", ""
+    cwd = os.path.dirname(img)  # QEMU opens a relative data file name from here
+    rc, out = run([QEMU_IMG, "check", "-f", "qcow2", img], cwd=cwd)
+    if rc == 0:
+        return "clean", out
+    if rc == 3:
+        return "leaks", out
+    if is_dirty(img):
+        tmp = img + ".repair"
+        shutil.copyfile(img, tmp)
+        rc2, out2 = run([QEMU_IMG, "check", "-q", "-r", "all", "-f", "qcow2", tmp],
+                        cwd=cwd)
+        rc3, out3 = run([QEMU_IMG, "check", "-f", "qcow2", tmp], cwd=cwd)
+        os.unlink(tmp)
+        if rc3 == 0:
+            return "dirty-repaired", out
+        return "corrupt", "dirty image not repaired by check -r all:\n" + out + out3
+    return "corrupt", out
+
+
+_CTX = {}  # what the state workers share (set before the pool forks)
+_ZERO_BLOCK = bytes(65536)
+
+
+def write_sparse(path, buf):
+    """Write buf leaving all-zero 64 KiB blocks as holes."""
+    with open(path, "wb") as f:
+        f.truncate(len(buf))
+        for pos in range(0, len(buf), 65536):
+            chunk = buf[pos:pos + 65536]
+            if chunk != _ZERO_BLOCK[:len(chunk)] if len(chunk) < 65536 else \
+                    chunk != _ZERO_BLOCK:
+                f.seek(pos)
+                f.write(chunk)
+
+
+def judge_state(job):
+    """Build and judge state k (cut, its own seed); returns (k, cut, keep,
+    verdict name, problems)."""
+    k, cut, seed = job
+    c = _CTX
+    args, entries = c["args"], c["entries"]
+    rng = random.Random(seed)
+    keep = rng.choice([0.0, 0.3, 0.7, 1.0])
+    files = build_state(entries, cut, c["bases"], rng, keep)
+    work = tempfile.mkdtemp(prefix="state-", dir=c["work"])
+    sdir = os.path.join(work, "s")
+    os.makedirs(sdir)
+    for path, fs in files.items():
+        write_sparse(os.path.join(sdir, os.path.basename(path)), fs.buf)
+    for name, target in c["links"]:
+        os.symlink(os.path.realpath(target), os.path.join(sdir, name))
+    simg = os.path.join(sdir, os.path.basename(c["image"]))
+    verdict, detail = judge_structure(simg)
+    problems = []
+    if verdict == "corrupt" and c["base_errors"] is not None:
+        errs = set(l for l in detail.splitlines() if "ERROR" in l)
+        if errs and errs <= c["base_errors"]:
+            verdict = "unrepaired"  # still only what the repair set out to fix
+    if verdict == "corrupt":
+        lines = [l for l in detail.splitlines()
+                 if "ERROR" in l or "Leaked" not in l and l.strip()]
+        problems.append("qemu-img check: " + "\n    ".join(lines[:12]))
+    elif verdict == "no-image" and not args.allow_no_image:
+        problems.append("the file is not a qcow2 image")
+    model, expect = c["model"], c["expect"]
+    if not problems and verdict != "no-image" and (model or expect):
+        raw = os.path.join(work, "state.raw")
+        rc, out = run([QEMU_IMG, "convert", "-f", "qcow2", "-O", "raw", simg, raw],
+                      cwd=sdir)
+        if rc != 0:
+            problems.append("qemu-img convert failed: " + out.strip())
+        elif model:
+            newest = c["markers"][cut - 1] if cut > 0 else -1
+            problems += check_contents(raw, model, newest)
+        else:
+            problems += check_expected(raw, expect, args.expect_mode)
+    if not problems and verdict != "no-image" and args.snapshot_check:
+        problems += check_snapshots(simg, args.snapshot_check, work)
+    if not problems and verdict != "no-image" and args.vmstate_check:
+        problems += check_vmstate(simg, args.vmstate_check, work)
+    if problems and args.keep_failed:
+        shutil.copytree(sdir, os.path.join(args.keep_failed, "state-%d" % k),
+                        symlinks=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return k, cut, keep, "bad" if problems else verdict, problems
+
+
+def explore(args):
+    import multiprocessing
+    entries = load_log(args.log, args.qemu_file)
+    rng = random.Random(args.seed)
+    bases = {}
+    for spec in args.base:
+        path, base = spec.split("=", 1)
+        bases[os.path.realpath(path)] = open(base, "rb").read() if base else b""
+    model, markers, expect = None, None, None
+    if args.model:
+        backing = open(args.backing_raw, "rb").read() if args.backing_raw else None
+        model = Model(args.model, backing)
+        markers = marker_positions(entries)
+    if args.expect_raw:
+        expect = [open(p, "rb").read() if p != "zero" else None
+                  for p in args.expect_raw.split(",")]
+    work = tempfile.mkdtemp(prefix="crash-", dir=args.tmpdir)
+    base_errors = None
+    if args.base_errors:
+        base_errors = set()
+        rc, out = run([QEMU_IMG, "check", "-f", "qcow2", args.base_errors],
+                      cwd=os.path.dirname(os.path.realpath(args.base_errors)))
+        base_errors = set(l for l in out.splitlines() if "ERROR" in l)
+    _CTX.update(base_errors=base_errors, args=args, entries=entries, bases=bases, model=model, markers=markers,
+                expect=expect, work=work, image=os.path.realpath(args.image),
+                links=[l.split("=", 1) for l in args.link])
+    jobs = [(k, cut, rng.random()) for k, cut in
+            enumerate(cut_points(entries, args.states, rng))]
+    try:
+        if args.jobs > 1 and len(jobs) > 1:
+            with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+                results = pool.map(judge_state, jobs, chunksize=1)
+        else:
+            results = [judge_state(j) for j in jobs]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    counts, failures = {}, []
+    for k, cut, keep, name, problems in sorted(results):
+        counts[name] = counts.get(name, 0) + 1
+        if problems:
+            failures.append("state %d (cut %d of %d entries, keep %.1f): %s" %
+                            (k, cut, len(entries), keep, "\n  ".join(problems)))
+    total = sum(counts.values())
+    summary = "%s: %d states (%d log entries, %d flushes): %s" % (
+        args.label, total, len(entries), sum(1 for e in entries if e.type == W_FLUSH),
+        ", ".join("%s %d" % kv for kv in sorted(counts.items())))
+    print(summary)
+    for f in failures[:args.show]:
+        print("  " + f)
+    if args.summary:
+        with open(args.summary, "a") as f:
+            f.write(json.dumps({"label": args.label, "states": total, "counts": counts,
+                                "bad": len(failures),
+                                "control": bool(args.expect_failures)}) + "\n")
+    return 1 if failures and not args.expect_failures else 0
+
+
+def data_extents(f, size):
+    """(start, end) of the non-hole parts of an open file (SEEK_DATA)."""
+    pos, out = 0, []
+    while pos < size:
+        try:
+            start = os.lseek(f.fileno(), pos, os.SEEK_DATA)
+        except OSError:
+            break
+        end = os.lseek(f.fileno(), start, os.SEEK_HOLE)
+        out.append((start, min(end, size)))
+        pos = end
+    return out
+
+
+def check_expected(raw_path, expect, mode):
+    """The disk reads one of the expected raw images (mode 'one-of'), or each
+    sector reads the same sector of one of them ('per-sector'); 'zero' in the
+    list stands for all zeros; shorter images count as zero-padded.  The
+    disk may be huge and sparse: only its data extents are read."""
+    size = os.path.getsize(raw_path)
+    refs = [e if e is not None else b"" for e in expect]
+    limit = max(len(r) for r in refs)
+    with open(raw_path, "rb") as f:
+        head = f.read(limit)
+        head = head + bytes(limit - len(head))
+        tail_data = any(b > limit for _a, b in data_extents(f, size))
+        if tail_data:
+            for a, b in data_extents(f, size):
+                a = max(a, limit)
+                while a < b:
+                    f.seek(a)
+                    chunk = f.read(min(b - a, 1 << 20))
+                    if not chunk:
+                        break
+                    if any(chunk):
+                        return ["data past the end of every expected contents at %d" % a]
+                    a += len(chunk)
+    def ref_sector(r, s):
+        sec = r[s:s + SECTOR]
+        return sec + bytes(SECTOR - len(sec)) if len(sec) < SECTOR else sec
+    if mode == "one-of":
+        for r in refs:
+            padded = r + bytes(limit - len(r))
+            if head == padded:
+                return []
+        return ["the disk matches none of the expected contents"]
+    bad = []
+    for s in range(0, limit, SECTOR):
+        sec = head[s:s + SECTOR]
+        if not any(sec == ref_sector(r, s) for r in refs):
+            bad.append("sector %d reads none of the allowed contents" % (s // SECTOR))
+            if len(bad) >= 5:
+                break
+    return bad
+
+
+def check_snapshots(img, spec, work):
+    """spec: NAME=RAW[,NAME=RAW]: a snapshot that exists in the state must
+    read exactly RAW (a snapshot's contents never change)."""
+    rc, out = run([QEMU_IMG, "snapshot", "-l", img], cwd=os.path.dirname(img))
+    if rc != 0:
+        return ["qemu-img snapshot -l failed: " + out.strip()]
+    names = set()
+    for line in out.splitlines()[2:]:
+        parts = line.split()
+        if len(parts) >= 2:
+            names.add(parts[1])
+    bad = []
+    for item in spec.split(","):
+        name, raw = item.split("=", 1)
+        if name.endswith("?"):
+            name = name[:-1]
+        elif name not in names:
+            bad.append("snapshot %s is missing" % name)
+            continue
+        if name not in names:
+            continue
+        out_raw = os.path.join(work, "snap.raw")
+        rc, out = run([QEMU_IMG, "convert", "-l", name, "-f", "qcow2", "-O", "raw", img,
+                       out_raw])
+        if rc != 0:
+            bad.append("reading snapshot %s failed: %s" % (name, out.strip()))
+            continue
+        a, b = open(out_raw, "rb").read(), open(raw, "rb").read()
+        n = min(len(a), len(b))
+        if a[:n] != b[:n] or any(a[n:]) or any(b[n:]):
+            bad.append("snapshot %s changed" % name)
+        os.unlink(out_raw)
+    return bad
+
+
+def check_vmstate(img, spec, work):
+    """spec: NAME=STREAM: if snapshot NAME exists in the state, its VM state
+    reads back as STREAM (qimg's reader: qemu-img has no vmstate reader)."""
+    name, stream = spec.split("=", 1)
+    rc, out = run([QEMU_IMG, "snapshot", "-l", img])
+    if rc != 0:
+        return ["qemu-img snapshot -l failed: " + out.strip()]
+    if not any(len(l.split()) > 1 and l.split()[1] == name
+               for l in out.splitlines()[2:]):
+        return []
+    out_path = os.path.join(work, "vm.bin")
+    rc, out = run([os.environ.get("QIMG", "qimg"), "vmstate", "load", img, name,
+                   out_path])
+    if rc != 0:
+        return ["qimg vmstate load failed: " + out.strip()]
+    same = open(out_path, "rb").read() == open(stream, "rb").read()
+    os.unlink(out_path)
+    return [] if same else ["the VM state of snapshot %s differs" % name]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("workload")
+    w.add_argument("--dir", required=True)
+    w.add_argument("--seed", default="1")
+    w.add_argument("--size", type=int, required=True)
+    w.add_argument("--cluster-size", type=int, default=65536)
+    w.add_argument("--ops", type=int, default=60)
+    w.add_argument("--max-len", type=int, default=1 << 20)
+    w.add_argument("--spread", action="store_true", help="far apart offsets (L1 growth)")
+    w.add_argument("--no-discard", dest="discard", action="store_false")
+    e = sub.add_parser("explore")
+    e.add_argument("--log", required=True)
+    e.add_argument("--qemu-file", help="the file a QEMU blklogwrites log recorded")
+    e.add_argument("--base", action="append", default=[],
+                   help="PATH=COPY: the file's contents before the run (COPY empty: none)")
+    e.add_argument("--image", required=True, help="the qcow2 file to judge")
+    e.add_argument("--link", action="append", default=[],
+                   help="NAME=PATH: symlink NAME in each state (backing files)")
+    e.add_argument("--model", help="model.json of a workload")
+    e.add_argument("--backing-raw", help="raw contents of the backing chain")
+    e.add_argument("--expect-raw", help="RAW[,RAW|zero]: allowed contents")
+    e.add_argument("--expect-mode", default="one-of", choices=["one-of", "per-sector"])
+    e.add_argument("--snapshot-check", help="NAME=RAW[,...]; NAME? when it may be absent")
+    e.add_argument("--vmstate-check", help="NAME=STREAM: the snapshot's VM state")
+    e.add_argument("--base-errors", metavar="IMAGE",
+                   help="a repair: states may report the errors IMAGE reports")
+    e.add_argument("--allow-no-image", action="store_true",
+                   help="a state that is not a qcow2 image yet passes (create)")
+    e.add_argument("--states", type=int, default=50)
+    e.add_argument("--seed", default="1")
+    e.add_argument("--label", default="crash")
+    e.add_argument("--summary", help="append a JSON line with the counts")
+    e.add_argument("--show", type=int, default=3)
+    e.add_argument("--keep-failed", help="copy failing states here")
+    e.add_argument("--tmpdir", default=None)
+    e.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    e.add_argument("--expect-failures", action="store_true",
+                   help="positive control: report, do not fail")
+    args = ap.parse_args()
+    if args.cmd == "workload":
+        make_workload(args)
+        return 0
+    return explore(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

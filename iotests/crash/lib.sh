@@ -1,0 +1,160 @@
+# iotests/crash/lib.sh: helpers of the crash-state iotests (05x-crash-*),
+# sourced after common.sh.  See iotests/crash/crash.py for the model.
+#
+# Every case records one operation with qimg's recording node
+# (record:LOG:FILE) -- or, for the positive control, with QEMU's
+# blklogwrites driver under qemu-io / qemu-img -- and hands the log to
+# crash.py explore, which rebuilds power-loss states and judges each with
+# qemu-img.  A case passes when no state is corrupt and no flushed write is
+# lost.  States per case: CRASH_STATES (default 16; QIMG_LONG=1: 200), for
+# the positive control CRASH_CONTROL_STATES (8; QIMG_LONG=1: 100).
+
+CRASH_PY="$IOTESTS_DIR/crash/crash.py"
+CRASH_STATES=${CRASH_STATES:-16}
+CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-8}
+if [ -n "${QIMG_LONG:-}" ]; then
+    CRASH_STATES=${CRASH_LONG_STATES:-200}
+    CRASH_CONTROL_STATES=${CRASH_LONG_CONTROL_STATES:-100}
+fi
+CRASH_SUMMARY=${CRASH_SUMMARY:-$SCRATCH/summary.jsonl}
+export QIMG QEMU_IMG
+
+# crash_explore LABEL ARGS...: judge a log; counts as one check.  In
+# positive-control mode (CONTROL=1) failures are reported, not counted.
+crash_explore() {
+    local label=$1 rc
+    shift
+    local extra=() states=$CRASH_STATES
+    if [ "${CONTROL:-0}" = 1 ]; then
+        extra+=(--expect-failures)
+        states=$CRASH_CONTROL_STATES
+    fi
+    python3 "$CRASH_PY" explore --label "$label" --states "$states" \
+        --seed "$label" --summary "$CRASH_SUMMARY" --tmpdir "$SCRATCH" \
+        "${extra[@]}" "$@"
+    rc=$?
+    _checks=$((_checks + 1))
+    if [ $rc != 0 ]; then
+        _fail "$label: crash states failed"
+    fi
+}
+
+# crash_io_case LABEL SIZE CLUSTER CREATE-OPTS [WORKLOAD-OPTS...]: a random
+# guest I/O workload (tagged writes, zero writes, discards, flushes) through
+# `qimg io -t writeback`, then (unless NO_CONTROL) the same script through
+# qemu-io over blklogwrites as the positive control.
+crash_io_case() {
+    local label=$1 size=$2 cs=$3 copts=$4
+    shift 4
+    local d=$SCRATCH/$label backing_args=() link_args=()
+    mkdir -p "$d"
+    (
+        cd "$d" || exit 1
+        if [ -n "${BACKING:-}" ]; then
+            head -c "$BACKING" /dev/urandom >backing.raw
+            # shellcheck disable=SC2086
+            "$QEMU_IMG" create -q -f qcow2 -b backing.raw -F raw $copts img.qcow2 "$size"
+        else
+            # shellcheck disable=SC2086
+            "$QEMU_IMG" create -q -f qcow2 $copts img.qcow2 "$size"
+        fi
+    ) || { _fail "$label: create"; return; }
+    cp "$d/img.qcow2" "$d/base.qcow2"
+    [ -f "$d/img.data" ] && cp "$d/img.data" "$d/base.data"
+    python3 "$CRASH_PY" workload --dir "$d/wl" --seed "$label" --size "$size" \
+        --cluster-size "$cs" "$@"
+    if [ -n "${BACKING:-}" ]; then
+        "$QEMU_IMG" convert -f raw -O raw "$d/backing.raw" "$d/backing.full"
+        truncate -s "$size" "$d/backing.full"
+        backing_args=(--backing-raw "$d/backing.full")
+        link_args=(--link "backing.raw=$d/backing.raw")
+    fi
+    local data_args=()
+    [ -f "$d/img.data" ] && data_args=(--base "$d/img.data=$d/base.data")
+
+    (cd "$d" && "$QIMG" io -t writeback "record:$d/log:img.qcow2" <wl/script >io.out 2>&1)
+    if grep -q -i "failed\|error" "$d/io.out"; then
+        _fail "$label: qimg io reported an error"
+        grep -i -m3 "failed\|error" "$d/io.out"
+        return
+    fi
+    crash_explore "qimg-$label" --log "$d/log" --base "$d/img.qcow2=$d/base.qcow2" \
+        "${data_args[@]}" --image "$d/img.qcow2" --model "$d/wl/model.json" \
+        "${backing_args[@]}" "${link_args[@]}"
+
+    [ -n "${NO_CONTROL:-}" ] && return
+    # The positive control: qemu-io runs the same script on a fresh copy.
+    cp "$d/base.qcow2" "$d/q.qcow2"
+    [ -f "$d/base.data" ] && cp "$d/base.data" "$d/img.data"
+    : >"$d/qlog"
+    (cd "$d" && "$QEMU_IO" --image-opts \
+        "driver=qcow2,file.driver=blklogwrites,file.file.filename=$d/q.qcow2,file.log.filename=$d/qlog" \
+        <wl/script >qio.out 2>&1)
+    CONTROL=1 crash_explore "qemu-io-$label" --log "$d/qlog" --qemu-file "$d/q.qcow2" \
+        --base "$d/q.qcow2=$d/base.qcow2" --image "$d/q.qcow2" \
+        --model "$d/wl/model.json" "${backing_args[@]}" "${link_args[@]}"
+}
+
+# crash_summary: the totals of every explore of this test (one line).
+crash_summary() {
+    python3 - "$CRASH_SUMMARY" <<'PY'
+import json, sys
+tot = {}
+rows = [json.loads(l) for l in open(sys.argv[1])] if len(sys.argv) > 1 else []
+groups = [("qimg, judged", lambda x: x["label"].startswith("qimg") and not x["control"]),
+          ("qimg, reported only", lambda x: x["label"].startswith("qimg") and x["control"]),
+          ("QEMU (positive control)", lambda x: x["label"].startswith("qemu"))]
+for name, pick in groups:
+    r = [x for x in rows if pick(x)]
+    if r:
+        print("%s: %d cases, %d states, %d bad" %
+              (name, len(r), sum(x["states"] for x in r), sum(x["bad"] for x in r)))
+PY
+}
+
+# crash_op LABEL DIR EXPLORE-ARGS -- QIMG-ARGS...: run `qimg QIMG-ARGS` in DIR
+# with @IMG@ standing for the recorded image (record:DIR/log:img.qcow2),
+# after saving DIR/img.qcow2 (and img.data) as the base; then explore.
+# With CONTROL_ARGS set (qemu-img arguments, @IMGOPTS@ = the image over
+# blklogwrites, for --image-opts), the positive control runs the same
+# operation on a copy of the base.
+crash_op() {
+    local label=$1 d=$2 explore=() args=() a
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        explore+=("$1")
+        shift
+    done
+    shift
+    cp "$d/img.qcow2" "$d/base.qcow2"
+    local bases=(--base "$d/img.qcow2=$d/base.qcow2")
+    if [ -f "$d/img.data" ]; then
+        cp "$d/img.data" "$d/base.data"
+        bases+=(--base "$d/img.data=$d/base.data")
+    fi
+    for a in "$@"; do
+        args+=("${a//@IMG@/record:$d/log:img.qcow2}")
+    done
+    rm -f "$d/log"
+    if ! (cd "$d" && "$QIMG" "${args[@]}" >op.out 2>&1); then
+        _fail "$label: qimg ${args[*]} failed"
+        cat "$d/op.out"
+        return
+    fi
+    crash_explore "qimg-$label" --log "$d/log" "${bases[@]}" --image "$d/img.qcow2" \
+        "${explore[@]//@DIR@/$d}"
+    [ -z "${CONTROL_ARGS+x}" ] && return
+    cp "$d/base.qcow2" "$d/q.qcow2"
+    : >"$d/qlog"
+    local qopts="driver=qcow2,file.driver=blklogwrites,file.file.filename=$d/q.qcow2,file.log.filename=$d/qlog"
+    args=()
+    for a in "${CONTROL_ARGS[@]}"; do
+        args+=("${a//@IMGOPTS@/$qopts}")
+    done
+    if ! (cd "$d" && "$QEMU_IMG" "${args[@]}" >qop.out 2>&1); then
+        echo "positive control: qemu-img ${args[*]} failed: $(cat "$d/qop.out")"
+        return
+    fi
+    CONTROL=1 crash_explore "qemu-img-$label" --log "$d/qlog" --qemu-file "$d/q.qcow2" \
+        --base "$d/q.qcow2=$d/base.qcow2" --image "$d/q.qcow2" "${explore[@]//@DIR@/$d}"
+}

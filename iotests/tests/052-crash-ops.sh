@@ -1,0 +1,135 @@
+#!/bin/bash
+# Power-loss states of the other commands that write metadata (the
+# crash-state explorer, iotests/crash/): resize grow (L1 growth) and
+# shrink, check -r leaks and -r all, convert -O qcow2 with and without -c,
+# and create with preallocation=metadata/falloc/full, each on the
+# recording node.  In every state qemu-img check finds no corruption and
+# the disk reads as the operation allows: resize keeps the data (grown
+# area zeros; a shrink's cut-off tail reads old data or zeros), a repair
+# changes no data, a convert target reads source data or zeros (and the
+# finished target equals the source), a new preallocated image reads
+# zeros (before its header is durable the file need not be an image yet).
+# qemu-img over blklogwrites is the positive control for resize and check.
+. "$(dirname "$0")/../common.sh"
+. "$IOTESTS_DIR/crash/lib.sh"
+requires qimg qemu-img qemu-io python3
+
+prepare() {
+    local d=$1 copts=$2
+    rm -rf "$d"
+    mkdir -p "$d"
+    # shellcheck disable=SC2086
+    "$QEMU_IMG" create -q -f qcow2 $copts "$d/img.qcow2" 8M
+    "$QEMU_IO" -c 'write -P 0x31 0 2M' -c 'write -P 0x32 3M 1M' -c 'write -P 0x33 7M 1M' \
+        "$d/img.qcow2" >/dev/null
+    "$QEMU_IMG" convert -O raw "$d/img.qcow2" "$d/A0.raw"
+}
+
+# refcounts with leaks (and, with "error", a used cluster counted 0)
+damage() {
+    python3 - "$1" "$2" <<'PY'
+import struct, sys
+path, mode = sys.argv[1], sys.argv[2]
+f = open(path, "r+b")
+h = f.read(104)
+cb = struct.unpack_from(">I", h, 20)[0]
+rt, rtc = struct.unpack_from(">QI", h, 48)
+order = struct.unpack_from(">I", h, 96)[0] if struct.unpack_from(">I", h, 4)[0] >= 3 else 4
+width, per = (1 << order) // 8, 1 << (cb + 3 - order)
+f.seek(rt)
+table = struct.unpack(">%dQ" % (rtc << (cb - 3)), f.read(rtc << cb))
+def slot(i):  # file offset of cluster i's refcount, or None
+    rb = table[i // per] if i // per < len(table) else 0
+    return rb + (i % per) * width if rb else None
+def get(i):
+    f.seek(slot(i)); return int.from_bytes(f.read(width), "big")
+def put(i, v):
+    f.seek(slot(i)); f.write(v.to_bytes(width, "big"))
+last = max(i for i in range(len(table) * per) if slot(i) is not None and get(i))
+leaks = [i for i in range(last + 1, last + 6) if slot(i) is not None]
+for i in leaks:  # clusters counted but used by nothing
+    put(i, 1)
+if mode == "error":  # a used cluster counted 0
+    put(last, 0)
+f.close()
+print("leaked %d clusters%s" % (len(leaks), ", zeroed cluster %d" % last if mode == "error" else ""))
+PY
+}
+
+ops_cases() {
+    local cfg=$1 copts=$2 d=$SCRATCH/$1
+
+    prepare "$d" "$copts"
+    CONTROL_ARGS=(resize --image-opts @IMGOPTS@ 100G)
+    crash_op "resize-grow-$cfg" "$d" --expect-raw "$d/A0.raw" -- resize @IMG@ 100G
+
+    prepare "$d" "$copts"
+    head -c 4M "$d/A0.raw" >"$d/A4.raw"
+    CONTROL_ARGS=(resize --shrink --image-opts @IMGOPTS@ 4M)
+    crash_op "resize-shrink-$cfg" "$d" --expect-raw "$d/A0.raw,$d/A4.raw" \
+        --expect-mode per-sector -- resize --shrink @IMG@ 4M
+
+    prepare "$d" "$copts"
+    damage "$d/img.qcow2" leaks
+    CONTROL_ARGS=(check -r leaks --image-opts @IMGOPTS@)
+    cp "$d/img.qcow2" "$d/damaged.qcow2"
+    crash_op "check-leaks-$cfg" "$d" --expect-raw "$d/A0.raw" \
+        --base-errors "$d/damaged.qcow2" -- check -r leaks @IMG@
+
+    prepare "$d" "$copts"
+    damage "$d/img.qcow2" error
+    CONTROL_ARGS=(check -r all --image-opts @IMGOPTS@)
+    cp "$d/img.qcow2" "$d/damaged.qcow2"
+    crash_op "check-all-$cfg" "$d" --expect-raw "$d/A0.raw" \
+        --base-errors "$d/damaged.qcow2" -- check -r all @IMG@
+    unset CONTROL_ARGS
+}
+
+ops_cases v3-64k ""
+ops_cases v3-512 "-o cluster_size=512"
+ops_cases v2-4k "-o compat=0.10,cluster_size=4k"
+ops_cases rc64-16k "-o refcount_bits=64,cluster_size=16k"
+
+# convert and create: the target is new (base: empty)
+d=$SCRATCH/convert
+mkdir -p "$d"
+python3 -c '
+import os, random, sys
+r = random.Random(5)
+with open(sys.argv[1], "wb") as f:
+    for i in range(256):  # 16 MiB: half data, half zeros
+        f.write(os.urandom(65536) if r.random() < 0.5 else bytes(65536))
+' "$d/src.raw"
+for v in "plain:" "compressed:-c" "xl2:-o extended_l2=on" "v2-4k:-o compat=0.10,cluster_size=4k"; do
+    name=${v%%:*}
+    args=${v#*:}
+    rm -f "$d/img.qcow2" "$d/log"
+    # shellcheck disable=SC2086
+    if ! (cd "$d" && "$QIMG" convert -t writeback -O qcow2 $args src.raw \
+        "record:$d/log:img.qcow2" >op.out 2>&1); then
+        _fail "convert $name failed"
+        cat "$d/op.out"
+        continue
+    fi
+    assert_rc "convert $name: the target equals the source" 0 \
+        "$QEMU_IMG" compare -q "$d/src.raw" "$d/img.qcow2"
+    crash_explore "qimg-convert-$name" --log "$d/log" --base "$d/img.qcow2=" \
+        --image "$d/img.qcow2" --allow-no-image --expect-raw "$d/src.raw,zero" \
+        --expect-mode per-sector
+done
+
+for p in metadata falloc full; do
+    d=$SCRATCH/create-$p
+    mkdir -p "$d"
+    if ! (cd "$d" && "$QIMG" create -q -f qcow2 -o preallocation=$p \
+        "record:$d/log:img.qcow2" 32M >op.out 2>&1); then
+        _fail "create $p failed"
+        cat "$d/op.out"
+        continue
+    fi
+    crash_explore "qimg-create-$p" --log "$d/log" --base "$d/img.qcow2=" \
+        --image "$d/img.qcow2" --allow-no-image --expect-raw zero
+done
+
+crash_summary
+finish
