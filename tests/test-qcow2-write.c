@@ -714,12 +714,10 @@ static void test_cow_from_backing(void **state)
     assert_int_equal(blk_pwrite(img, 65536 * 3 - 1000, data, sizeof(data), 0), 0);
     close_ok(img);
     check_clean(p);
-    tu_run(
-        "qemu-io -c 'read -P 0x33 0 100000' -c 'read -P 0x44 100000 3000' "
-        "-c 'read -P 0x33 103000 90608' -c 'read -P 0x44 195608 3000' "
-        "-c 'read -P 0x33 198608 8190000' '%s' | grep -q 'Pattern verification failed' "
-        "&& exit 1 || exit 0",
-        p);
+    tu_run("qemu-io -c 'read -P 0x33 0 100000' -c 'read -P 0x44 100000 3000' "
+           "-c 'read -P 0x33 103000 90608' -c 'read -P 0x44 195608 3000' "
+           "-c 'read -P 0x33 198608 8190000' '%s' >/dev/null",
+           p);
     /* only the three clusters written were allocated */
     g_autofree char *out = NULL;
     tu_run_status(&out, "qemu-img map --output=json '%s'", p);
@@ -867,9 +865,7 @@ static void test_lazy_refcounts_dirty_bit(void **state)
     assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
                      0);
     check_clean(p);
-    tu_run("qemu-io -c 'read -P 0x99 12345 4096' '%s' | grep -q 'verification failed' && "
-           "exit 1 || exit 0",
-           p);
+    tu_run("qemu-io -c 'read -P 0x99 12345 4096' '%s' >/dev/null", p);
     g_autofree char *out = NULL;
     tu_run_status(&out, "qemu-img info '%s'", copy);
     assert_non_null(strstr(out, "cleanly shut down: no"));
@@ -883,8 +879,7 @@ static void test_lazy_refcounts_dirty_bit(void **state)
     close_ok(img);
     check_clean(copy);
     tu_run(
-        "qemu-io -c 'read -P 0x99 12345 4096' -c 'read -P 0x99 3M 4096' '%s' | grep -q "
-        "'verification failed' && exit 1 || exit 0",
+        "qemu-io -c 'read -P 0x99 12345 4096' -c 'read -P 0x99 3M 4096' '%s' >/dev/null",
         copy);
 }
 
@@ -936,8 +931,10 @@ static void test_discard_v2_v3(void **state)
             for (size_t i = 0; i < sizeof(data); i++) {
                 assert_int_equal(data[i], expect);
             }
-            tu_run_status(&out, "qemu-io -c 'read -P %d 0 128k' '%s'", expect, p);
-            assert_null(strstr(out, "verification failed"));
+            if (tu_run_status(&out, "qemu-io -c 'read -P %d 0 128k' '%s'", expect, p) !=
+                0) {
+                fail_msg("qemu-io read -P %d: %s", expect, out);
+            }
         }
     }
 }
@@ -971,7 +968,7 @@ static void test_zero_semantics(void **state)
                                 "\"present\": true, \"zero\": true, \"data\": false"));
     tu_run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 196608' "
            "-c 'read -P 0xee 262144 786432' -c 'read -P 0 1048676 200000' '%s' "
-           "| grep -q 'verification failed' && exit 1 || exit 0",
+           ">/dev/null",
            p3);
 
     img = open_rw(p2);
@@ -979,11 +976,9 @@ static void test_zero_semantics(void **state)
     assert_int_equal(blk_pwrite_zeroes(img, 65536, 65536, BLK_REQ_MAY_UNMAP), 0);
     close_ok(img);
     check_clean(p2);
-    tu_run(
-        "qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 65536' "
-        "-c 'read -P 0xee 131072 65536' '%s' | grep -q 'verification failed' && exit 1 "
-        "|| exit 0",
-        p2);
+    tu_run("qemu-io -c 'read -P 0xee 0 65536' -c 'read -P 0 65536 65536' "
+           "-c 'read -P 0xee 131072 65536' '%s' >/dev/null",
+           p2);
 }
 
 /* Refcount overflow is refused (-EINVAL) and changes nothing (iotest 112). */
