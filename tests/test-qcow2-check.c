@@ -201,9 +201,9 @@ static bool qemu_check(const char *path, const char *fix, int64_t c[5], int *err
         return false;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) > 3 || !strstr(out, keys[2])) {
-        fail_msg("%s: qemu-img check %s gave no check result (exit status 0x%x)\n"
+        fail_msg("%s: qemu-img check%s%s gave no check result (exit status 0x%x)\n"
                  "stdout: %s\nstderr: %s",
-                 path, fix, status, out, err);
+                 path, *fix ? " " : "", fix, status, out, err);
     }
     /* qemu-img leaves out the counts that are 0, never "check-errors" */
     for (int i = 0; i < 5; i++) {
@@ -807,6 +807,7 @@ static int teardown(void **state)
  * and is skipped otherwise (counted: the program exits 77), never passes. */
 typedef struct OracleTest {
     CMUnitTestFunction fn;
+    const char *name;
 } OracleTest;
 
 static void with_oracle(void **state)
@@ -816,7 +817,7 @@ static void with_oracle(void **state)
     oracle_missing = false;
     t->fn(state);
     if (oracle_missing) {
-        tu_require_tool("qemu-img");
+        tu_require_tool_(__FILE__, __LINE__, t->name, "qemu-img");
     }
 }
 
@@ -826,7 +827,7 @@ static struct CMUnitTest oracle_test_(const char *name, OracleTest *t)
         .name = name, .test_func = with_oracle, .initial_state = t};
 }
 
-#define oracle_test(f) oracle_test_(#f, &(OracleTest){f})
+#define oracle_test(f) oracle_test_(#f, &(OracleTest){f, #f})
 
 int main(void)
 {
