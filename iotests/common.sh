@@ -4,12 +4,22 @@
 # folder (its working directory) that is removed when it exits, so file
 # names in the output of qimg and qemu-img are the same short names.
 #
+# Honest verdicts: a test passes only through finish, and only when it made
+# at least one check (assert_*, same_as_qemu*, expect_error, or its own
+# _checks increments); it skips only through skip.  Both write their verdict
+# to $QIMG_IOTEST_VERDICT when set (iotests/run sets it), so that the runner
+# can tell a test that ended on its own (exit 0 without finish) from a pass.
+# A missing tool (requires) is a skip, and with CI=true a failure.
+#
 # Environment:
 #   QIMG      the qimg binary (default: build/tools/qimg, else build/qimg,
 #             in the repository)
 #   QEMU_IMG  qemu-img (default: qemu-img on PATH)
 #   QEMU_IO   qemu-io (default: qemu-io on PATH)
+#   QEMU_SYSTEM  qemu-system-x86_64 (default: qemu-system-x86_64 on PATH)
 #   TMPDIR    where scratch folders go (default: iotests/scratch)
+#   CI        "true" (or "1"): a missing tool fails the test instead of
+#             skipping it
 
 IOTESTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(dirname "$IOTESTS_DIR")
@@ -27,7 +37,8 @@ case "$QIMG" in
 esac
 QEMU_IMG=${QEMU_IMG:-qemu-img}
 QEMU_IO=${QEMU_IO:-qemu-io}
-export QIMG QEMU_IMG QEMU_IO
+QEMU_SYSTEM=${QEMU_SYSTEM:-qemu-system-x86_64}
+export QIMG QEMU_IMG QEMU_IO QEMU_SYSTEM
 
 # Local time affects snapshot dates; make both tools agree.
 export TZ=UTC LC_ALL=C
@@ -44,20 +55,53 @@ cd "$SCRATCH" || exit 1
 _failures=0
 _checks=0
 
+# _verdict WORD [TEXT]: tell iotests/run how the test ended (see above).
+_verdict() {
+    [ -n "${QIMG_IOTEST_VERDICT:-}" ] && echo "$*" >"$QIMG_IOTEST_VERDICT"
+    return 0
+}
+
+# in_ci: the CI environment (CI=true), where nothing may be skipped for a
+# missing tool.
+in_ci() {
+    case "${CI:-}" in
+    true | TRUE | True | 1) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+
+# skip REASON: end the test as skipped (counted and shown by iotests/run).
 skip() {
     echo "skipped: $*"
+    _verdict skip "$*"
     exit 77
 }
 
-# requires TOOL...: skip unless each tool is available.
+# missing REASON: a required tool is missing: skip, or fail under CI.
+missing() {
+    if in_ci; then
+        echo "FAILED: $* (CI=true: a missing tool fails the test)"
+        _verdict fail "$*"
+        exit 1
+    fi
+    skip "$*"
+}
+
+# requires TOOL...: each tool must be available (qemu-img, qemu-io and
+# qemu-system-x86_64 as QEMU_IMG, QEMU_IO, QEMU_SYSTEM; qimg as QIMG);
+# otherwise skip, or fail under CI (missing).
 requires() {
     local t
     for t in "$@"; do
         case "$t" in
-        qimg) [ -x "$QIMG" ] || skip "qimg not built ($QIMG)" ;;
-        qemu-img) command -v "$QEMU_IMG" >/dev/null 2>&1 || skip "qemu-img not found" ;;
-        qemu-io) command -v "$QEMU_IO" >/dev/null 2>&1 || skip "qemu-io not found" ;;
-        *) command -v "$t" >/dev/null 2>&1 || skip "$t not found" ;;
+        qimg) [ -x "$QIMG" ] || missing "qimg not built ($QIMG)" ;;
+        qemu-img) command -v "$QEMU_IMG" >/dev/null 2>&1 ||
+            missing "qemu-img not found (QEMU_IMG=$QEMU_IMG)" ;;
+        qemu-io) command -v "$QEMU_IO" >/dev/null 2>&1 ||
+            missing "qemu-io not found (QEMU_IO=$QEMU_IO)" ;;
+        qemu-system-x86_64) command -v "$QEMU_SYSTEM" >/dev/null 2>&1 ||
+            missing "qemu-system-x86_64 not found (QEMU_SYSTEM=$QEMU_SYSTEM)" ;;
+        *) command -v "$t" >/dev/null 2>&1 || missing "$t not found" ;;
         esac
     done
 }
@@ -198,11 +242,20 @@ expect_error() {
     fi
 }
 
-# finish: exit with the verdict; call at the end of every test.
+# finish: exit with the verdict; call at the end of every test.  A test
+# that made no check fails: it would pass without testing anything.
 finish() {
     if [ "$_failures" -gt 0 ]; then
         echo "$_failures of $_checks checks failed"
+        _verdict fail "$_failures of $_checks checks failed"
         exit 1
     fi
+    if [ "$_checks" -eq 0 ]; then
+        echo "FAILED: no checks were made"
+        _verdict fail "no checks were made"
+        exit 1
+    fi
+    echo "$_checks checks passed"
+    _verdict pass "$_checks checks"
     exit 0
 }

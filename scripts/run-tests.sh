@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Run every suite of `make test` and end with one line "N passed, M failed".
+# Run every suite of `make test` and end with one line
+# "N passed, M failed, K skipped" (always all three counts).
 #  1. unit tests (cmocka) in the normal build
 #  2. the same unit tests in the ASan + UBSan build
 #  3. the threaded unit tests in the TSan build
 #  4. clang-format --dry-run on every C file
 #  5. iotests (build/qimg against qemu-img / qemu-io)
 #  6. each fuzz target for a short time on its seeds (fixed seed)
+#
+# Accounting: nothing that did not run counts as passed, and nothing
+# disappears.  A unit-test program that exits 77 (a test in it skipped), a
+# skipped iotest, and an environment limit count as skipped; a missing
+# build folder, TSan binary, fuzz target or clang-format counts as skipped,
+# and with CI=true (the CI, .ci/run) as failed: CI must run everything.
+# Before the last line, "SKIPPED: step: why" lists every skip and
+# "FAILED: step: why" every failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,49 +22,135 @@ passed=0
 failed=0
 skipped=0
 failures=()
+skips=()
+
+in_ci() {
+    case "${CI:-}" in
+    true | TRUE | True | 1) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+
+# skip_step LABEL WHY: LABEL did not run for a reason of its environment.
+skip_step() {
+    skipped=$((skipped + 1))
+    skips+=("$1: $2")
+    echo "$1: skipped ($2)"
+}
+
+# missing_step LABEL WHY: LABEL could not run because something it needs was
+# not built or installed: skipped, or failed under CI.
+missing_step() {
+    if in_ci; then
+        failed=$((failed + 1))
+        failures+=("$1: $2 (CI=true: nothing may be skipped)")
+        echo "$1: FAILED: $2 (CI=true: nothing may be skipped)"
+    else
+        skip_step "$1" "$2"
+    fi
+}
+
+# meson_skip_reasons BUILD-DIR LABEL: one line "LABEL: NAME: why" per meson
+# test that was skipped, from the "SKIP test: why" lines test-util prints.
+meson_skip_reasons() {
+    python3 - "$1/meson-logs/testlog.json" "$2" <<'EOF'
+import collections, json, sys
+path, label = sys.argv[1], sys.argv[2]
+try:
+    entries = [json.loads(line) for line in open(path)]
+except (OSError, ValueError) as e:
+    print('%s: (no skip reasons: %s)' % (label, e))
+    sys.exit(0)
+for e in entries:
+    if e.get('result') != 'SKIP':
+        continue
+    why = collections.Counter()
+    for stream in ('stdout', 'stderr'):
+        for line in (e.get(stream) or '').splitlines():
+            if line.startswith('SKIP ') and ': ' in line:
+                why[line.split(': ', 1)[1]] += 1
+    text = '; '.join('%d test(s): %s' % (n, w) for w, n in why.items())
+    print('%s: %s: %s' % (label, e['name'], text or 'exit 77, no reason printed'))
+EOF
+}
 
 count_meson() { # build-dir label
     local dir=$1 label=$2 log
+    if [ ! -f "$dir/build.ninja" ]; then
+        missing_step "$label" "$dir is not configured (make $dir)"
+        return
+    fi
     log=$(mktemp)
     meson test -C "$dir" --suite unit --print-errorlogs --num-processes 2 >"$log" 2>&1
-    local ok fail skip to
+    local ok fail skip to xfail xpass
     ok=$(awk '/^Ok:/ {print $2}' "$log")
+    xfail=$(awk '/^Expected Fail:/ {print $3}' "$log")
     fail=$(awk '/^Fail:/ {print $2}' "$log")
+    xpass=$(awk '/^Unexpected Pass:/ {print $3}' "$log")
     to=$(awk '/^Timeout:/ {print $2}' "$log")
     skip=$(awk '/^Skipped:/ {print $2}' "$log")
-    if [ -z "$ok" ]; then
+    if [ -z "$ok" ] || [ -z "$fail" ] || [ -z "$skip" ]; then
         cat "$log"
         failed=$((failed + 1)); failures+=("$label: meson test did not run")
-    else
-        passed=$((passed + ok)); failed=$((failed + fail + to)); skipped=$((skipped + skip))
-        if [ $((fail + to)) -ne 0 ]; then
-            grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT)' "$log" | sed "s/^/$label: /"
-            sed -n '/Listing only the last/,/^==/p' "$log" | tail -60
-            failures+=("$label: $((fail + to)) failed")
-        fi
+        echo "$label: meson test did not run"
+        rm -f "$log"
+        return
     fi
-    echo "$label: ${ok:-0} ok, ${fail:-?} failed, ${skip:-0} skipped"
+    local bad=$((fail + ${xpass:-0} + ${to:-0}))
+    passed=$((passed + ok + ${xfail:-0})); failed=$((failed + bad))
+    skipped=$((skipped + skip))
+    if [ "$bad" -ne 0 ]; then
+        grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|UNEXPECTEDPASS)' "$log" | sed "s/^/$label: /"
+        sed -n '/Listing only the last/,/^==/p' "$log" | tail -60
+        failures+=("$label: $bad failed")
+    fi
+    if [ "$skip" -ne 0 ]; then
+        local line
+        while IFS= read -r line; do
+            skips+=("$line")
+            echo "$line"
+        done < <(meson_skip_reasons "$dir" "$label")
+    fi
+    echo "$label: $ok ok, $bad failed, $skip skipped"
     rm -f "$log"
 }
 
 count_meson build unit
 count_meson build-asan unit-asan
 
-# TSan: the tests that exercise threads.
-tsan_tests=$(cd build-tsan/tests 2>/dev/null && for f in test-*thread* test-vmstate; do
-    [ -f "$f" ] && echo "$f"; done)
-for t in test-pool test-file $tsan_tests; do
-    exe=build-tsan/tests/$t
-    [ -x "$exe" ] || continue
-    if TSAN_OPTIONS=halt_on_error=1 QIMG_TEST_TMPDIR=$(mktemp -d) "$exe" >/tmp/tsan-$t.log 2>&1; then
-        passed=$((passed + 1)); echo "tsan $t: ok"
-    else
-        failed=$((failed + 1)); failures+=("tsan: $t"); tail -40 /tmp/tsan-$t.log
-    fi
+# TSan: the tests that exercise threads (the Makefile's build-tsan list:
+# test-pool, test-file, test-vmstate and every tests/test-*thread*.c).
+tsan_tests="test-pool test-file test-vmstate"
+for f in tests/test-*thread*.c; do
+    [ -f "$f" ] && tsan_tests="$tsan_tests $(basename "$f" .c)"
 done
+if [ ! -f build-tsan/build.ninja ]; then
+    missing_step tsan "build-tsan is not configured (make build-tsan)"
+else
+    for t in $tsan_tests; do
+        exe=build-tsan/tests/$t
+        if [ ! -x "$exe" ]; then
+            missing_step "tsan $t" "$exe was not built"
+            continue
+        fi
+        tmp=$(mktemp -d)
+        TSAN_OPTIONS=halt_on_error=1 QIMG_TEST_TMPDIR=$tmp "$exe" >/tmp/tsan-$t.log 2>&1
+        rc=$?
+        rm -rf "$tmp"
+        if [ "$rc" -eq 0 ]; then
+            passed=$((passed + 1)); echo "tsan $t: ok"
+        elif [ "$rc" -eq 77 ]; then
+            why=$(sed -n 's/^SKIP [^:]*: //p' /tmp/tsan-$t.log | sort | uniq -c |
+                awk '{n = $1; $1 = ""; printf "%s%d test(s):%s", sep, n, $0; sep = "; "}')
+            skip_step "tsan $t" "${why:-exit 77, no reason printed}"
+        else
+            failed=$((failed + 1)); failures+=("tsan: $t"); tail -40 /tmp/tsan-$t.log
+        fi
+    done
+fi
 
 # Style: every C file as .clang-format wants it (clang-format is on the
-# Debian base; when missing the step is skipped, not passed).
+# Debian base and installed by scripts/install-deps.sh).
 if command -v clang-format >/dev/null; then
     unformatted=$(git ls-files '*.c' '*.h' 2>/dev/null | while read -r f; do
         clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || echo "$f"; done)
@@ -66,31 +161,41 @@ if command -v clang-format >/dev/null; then
         echo "clang-format: not formatted: $(echo $unformatted) (run clang-format -i)"
     fi
 else
-    skipped=$((skipped + 1)); echo "clang-format: skipped (not installed)"
+    missing_step clang-format "clang-format is not installed"
 fi
 
-# iotests
+# iotests (each one skips, or under CI fails, by itself when a tool is missing)
 log=$(mktemp)
 QIMG=$PWD/build/tools/qimg iotests/run >"$log" 2>&1
 # a failure's own output follows its FAIL line, indented
 awk '/^(PASS|SKIP)/ {show = 0} /^SKIP/ {print} /^FAIL/ {show = 1} show' "$log" | head -300
-line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -1)
 if [ -n "$line" ]; then
     p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
-    s=$(echo "$line" | sed -n 's/.*, \([0-9]*\) skipped.*/\1/p')
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
+    s=$(echo "$line" | awk '{print $5}')
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     [ "$f" -ne 0 ] && failures+=("iotests: $f failed")
+    while IFS= read -r l; do
+        skips+=("iotests: ${l#SKIP }")
+    done < <(grep '^SKIP ' "$log")
     echo "iotests: $line"
 else
     cat "$log"; failed=$((failed + 1)); failures+=("iotests: runner failed")
 fi
 rm -f "$log"
 
-# Fuzz targets, briefly.
-if [ -d build-fuzz/fuzz ]; then
-    for exe in build-fuzz/fuzz/fuzz-*; do
-        [ -f "$exe" ] && [ -x "$exe" ] || continue
-        name=$(basename "$exe")
+# Fuzz targets, briefly (every fuzz/fuzz-*.c is a target).
+if [ ! -d build-fuzz/fuzz ]; then
+    missing_step fuzz "build-fuzz is not built (make build-fuzz)"
+else
+    for src in fuzz/fuzz-*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        exe=build-fuzz/fuzz/$name
+        if [ ! -f "$exe" ] || [ ! -x "$exe" ]; then
+            missing_step "fuzz $name" "$exe was not built"
+            continue
+        fi
         seeds=fuzz/seeds
         corpus=$(mktemp -d)
         # Fixed seed: CI explores the same inputs every time (random, long
@@ -113,10 +218,7 @@ if [ -d build-fuzz/fuzz ]; then
     done
 fi
 
+for s in "${skips[@]+"${skips[@]}"}"; do echo "SKIPPED: $s"; done
 for f in "${failures[@]+"${failures[@]}"}"; do echo "FAILED: $f"; done
-if [ "$skipped" -gt 0 ]; then
-    echo "$passed passed, $failed failed, $skipped skipped"
-else
-    echo "$passed passed, $failed failed"
-fi
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

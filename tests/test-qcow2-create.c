@@ -13,6 +13,7 @@
 
 #include "block/block.h"
 #include "qcow2/qcow2.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -301,12 +302,6 @@ static void test_too_large(void **state)
 
 /* ---- byte-for-byte against qemu-img, when installed ---- */
 
-static bool have_qemu_img(void)
-{
-    g_autofree char *p = g_find_program_in_path("qemu-img");
-    return p != NULL;
-}
-
 static void compare_with_qemu(uint64_t size, const char *opts)
 {
     g_autofree char *mine = tmp_path("mine.qcow2");
@@ -336,9 +331,7 @@ static void compare_with_qemu(uint64_t size, const char *opts)
 static void test_same_as_qemu_img(void **state)
 {
     (void)state;
-    if (!have_qemu_img()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU_IMG();
     compare_with_qemu(64 << 20, NULL);
     compare_with_qemu(0, NULL);
     compare_with_qemu(UINT64_C(3) << 30, "compat=0.10");
@@ -373,7 +366,7 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    ret = cmocka_run_group_tests(tests, NULL, NULL);
+    ret = tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
     (void)rmdir(tmpdir);
     return ret;
 }

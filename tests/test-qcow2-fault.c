@@ -207,9 +207,7 @@ static void run_event(const char *event)
         nnth = 2;
     }
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU();
     for (size_t e = 0; e < G_N_ELEMENTS(errnos); e++) {
         for (size_t k = 0; k < nnth; k++) {
             fault_case(event, errnos[e], nths[k], false);
@@ -238,9 +236,7 @@ EVENT_TEST(flush)
 /* The workload alone: nothing fails, the image is clean and complete. */
 static void test_no_fault(void **state)
 {
-    if (!tu_have_qemu()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU();
     fault_case(NULL, 0, 0, true);
 }
 

@@ -240,7 +240,7 @@ static void scribble(const char *path, uint64_t size, bool v3)
 
 static void test_cluster_sizes(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     const unsigned sizes[] = {512, 1024, 4096, 16384, 65536, 1u << 21};
     for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
         for (int v = 2; v <= 3; v++) {
@@ -255,7 +255,7 @@ static void test_cluster_sizes(void **state)
 
 static void test_refcount_widths(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     for (int bits = 1; bits <= 64; bits *= 2) {
         g_autofree char *p = tu_fresh("rc");
         run("qemu-img create -q -f qcow2 -o refcount_bits=%d,cluster_size=4096 '%s' 4M",
@@ -291,7 +291,7 @@ static void make_source_raw(const char *path, size_t len)
 
 static void test_compressed(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     g_autofree char *src = tu_fresh("src");
     make_source_raw(src, (3 << 20) + 512 * 7);
     const char *types[] = {"zlib", "zstd"};
@@ -321,7 +321,7 @@ static void test_compressed(void **state)
 
 static void test_extended_l2(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     const unsigned sizes[] = {16384, 65536, 1u << 21};
     for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
         g_autofree char *base = tu_fresh("xbase");
@@ -350,7 +350,7 @@ static void test_extended_l2(void **state)
 
 static void test_backing_chain(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     g_autofree char *raw = tu_fresh("rawbase");
     g_autofree char *base = tu_fresh("base");
     g_autofree char *mid = tu_fresh("mid");
@@ -383,7 +383,7 @@ static void test_backing_chain(void **state)
 
 static void test_snapshots(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     g_autofree char *p = tu_fresh("snap");
     run("qemu-img create -q -f qcow2 '%s' 16M", p);
     run("qemu-io -f qcow2 -c 'write -P 0xa1 0 2M' '%s' >/dev/null", p);
@@ -427,7 +427,7 @@ static void test_snapshots(void **state)
 
 static void test_data_file(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     for (int raw = 0; raw <= 1; raw++) {
         g_autofree char *p = tu_fresh("df");
         g_autofree char *d = g_strdup_printf("%s.data", p);
@@ -454,7 +454,7 @@ static void test_data_file(void **state)
 
 static void test_preallocation(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     const char *modes[] = {"metadata", "falloc", "full"};
     for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
         g_autofree char *p = tu_fresh("prealloc");
@@ -466,7 +466,7 @@ static void test_preallocation(void **state)
 
 static void test_dirty_lazy_refcounts(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     g_autofree char *p = tu_fresh("dirty");
     run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 2M", p);
     /* abort leaves the dirty bit set */
@@ -525,7 +525,7 @@ static gpointer reader_thread(gpointer p)
 
 static void test_random_parallel(void **state)
 {
-    TU_SKIP_WITHOUT_QEMU();
+    TU_REQUIRE_QEMU();
     g_autofree char *src = tu_fresh("rsrc");
     g_autofree char *p = tu_fresh("rand");
     make_source_raw(src, 6 << 20);

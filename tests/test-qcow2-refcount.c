@@ -138,9 +138,7 @@ static uint64_t host_of(QimgImage *img, uint64_t guest)
  * use exactly once; after a snapshot shared clusters count 2. */
 static void test_qemu_images(void **state)
 {
-    if (!tu_have_qemu()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU();
     for (int order = 0; order <= 6; order++) {
         g_autofree char *p = g_strdup_printf("%s/w%d.qcow2", tu_tmpdir(), 1 << order);
         sh("qemu-img create -q -f qcow2 -o refcount_bits=%d,cluster_size=4096 '%s' 1M",
@@ -174,9 +172,7 @@ static void test_qemu_images(void **state)
 
 static void test_metadata_preallocation(void **state)
 {
-    if (!tu_have_qemu()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU();
     const char *modes[] = {"off", "metadata"};
     for (int i = 0; i < 2; i++) {
         g_autofree char *p = g_strdup_printf("%s/pre-%s.qcow2", tu_tmpdir(), modes[i]);

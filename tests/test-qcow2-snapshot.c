@@ -368,9 +368,7 @@ static void sequence(const char *opts, bool compressed)
 #define SEQ_TEST(name, opts, compressed)                                                 \
     static void test_seq_##name(void **state)                                            \
     {                                                                                    \
-        if (!tu_have_qemu()) {                                                           \
-            skip();                                                                      \
-        }                                                                                \
+        TU_REQUIRE_QEMU();                                                               \
         sequence(opts, compressed);                                                      \
     }
 
@@ -387,14 +385,12 @@ SEQ_TEST(compressed, "cluster_size=4k", true)
 
 static void test_resize(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p = tu_fresh("resize.qcow2");
     g_autofree char *a = NULL, *b = NULL;
     QimgImage *img;
     Model m;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     tu_run("qemu-img create -q -f qcow2 '%s' 8M", p);
     tu_run("qemu-io -c 'write -q -P 0x21 7M 1M' '%s' >/dev/null", p);
     model_init_from(&m, p);
@@ -549,9 +545,7 @@ static void vmstate_case(const char *opts, bool threads)
 
 static void test_vmstate(void **state)
 {
-    if (!tu_have_qemu()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU();
     vmstate_case("", false);
     vmstate_case("compat=0.10", false);
     vmstate_case("cluster_size=512", true);
@@ -562,6 +556,7 @@ static void test_vmstate(void **state)
  * the extra data (QEMU). */
 static void test_vmstate_large(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p = tu_fresh("vmbig.qcow2");
     g_autofree uint8_t *file = NULL;
     const uint64_t big = (UINT64_C(5) << 30) + 3;
@@ -569,9 +564,6 @@ static void test_vmstate_large(void **state)
     uint64_t n, off;
     Model m;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     tu_run("qemu-img create -q -f qcow2 '%s' 8M", p);
     model_init_from(&m, p);
     img = open_img(p, false, NULL);
@@ -593,6 +585,7 @@ static void test_vmstate_large(void **state)
 
 static void test_refcount_overflow(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p1 = tu_fresh("r1.qcow2");
     g_autofree char *p2 = tu_fresh("r2.qcow2");
     g_autoptr(GError) err = NULL;
@@ -600,9 +593,6 @@ static void test_refcount_overflow(void **state)
     QimgImage *img;
     Model m;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     /* 1 bit: no cluster can be shared */
     tu_run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 8M", p1);
     tu_run("qemu-io -c 'write -q -P 0x41 0 1M' '%s' >/dev/null", p1);
@@ -781,9 +771,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
 
 static void run_event(const char *event)
 {
-    if (!tu_have_qemu()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU();
     for (Op op = OP_CREATE; op <= OP_DELETE; op++) {
         for (uint64_t nth = 1; nth <= 3; nth++) {
             fault_case(op, event, EIO, nth, false);
@@ -813,6 +801,7 @@ static void test_fault_refblock_update(void **state)
  * absent or complete, the older snapshot and the disk are intact. */
 static void test_crash_savevm(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p = tu_fresh("crash.qcow2");
     g_autofree char *c = g_strdup_printf("%s.c", p);
     g_autofree char *disk = g_strdup_printf("%s.disk.raw", p);
@@ -822,9 +811,6 @@ static void test_crash_savevm(void **state)
     QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
     bool clean_run = false;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     fill(vm, n, 0x77);
     tu_run(
         "qemu-img create -q -f qcow2 '%s' 8M && qemu-io -c 'write -q -P 0x61 0 3M' '%s' "
@@ -883,6 +869,7 @@ static void test_crash_savevm(void **state)
 
 static void test_refusals(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p = tu_fresh("ref.qcow2");
     g_autofree char *df = tu_fresh("data.qcow2");
     g_autofree char *dfraw = g_strdup_printf("%s.raw", df);
@@ -891,9 +878,6 @@ static void test_refusals(void **state)
     QimgImage *img;
     GArray *list;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     tu_run("qemu-img create -q -f qcow2 '%s' 1M && qemu-img snapshot -c s1 '%s'", p, p);
     img = open_img(p, false, NULL);
     assert_false(qimg_snapshot_apply(img, "nope", &err));
@@ -991,6 +975,7 @@ static void put_table(const char *path, uint32_t nb, const uint8_t *unknown,
 
 static void test_limits(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p = tu_fresh("many.qcow2");
     g_autofree char *q = tu_fresh("extra.qcow2");
     g_autofree char *name300 = g_strnfill(300, 'x');
@@ -1001,9 +986,6 @@ static void test_limits(void **state)
     QimgImage *img;
     GArray *list;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     /* 65536 snapshots: refused with EFBIG before anything changes */
     tu_run("qemu-img create -q -f qcow2 '%s' 1M", p);
     put_table(p, QCOW2_MAX_SNAPSHOTS, NULL, 0, MiB_(1), false);
@@ -1052,13 +1034,11 @@ static void test_limits(void **state)
 /* Empty image: a snapshot of a 0-entry L1 (QEMU writes L1 offset 0). */
 static void test_empty(void **state)
 {
+    TU_REQUIRE_QEMU(); /* first: a skip must leave nothing allocated */
     g_autofree char *p = tu_fresh("empty.qcow2");
     QimgImage *img;
     Model m;
 
-    if (!tu_have_qemu()) {
-        skip();
-    }
     tu_run("qemu-img create -q -f qcow2 '%s' 0", p);
     model_init_from(&m, p);
     img = open_img(p, false, NULL);

@@ -224,25 +224,19 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
 
 static void test_threads_4k(void **state)
 {
-    if (!tu_have_qemu_img()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU_IMG();
     threads_case("cluster_size=4096", false, 0);
 }
 
 static void test_threads_extl2_backing_small_cache(void **state)
 {
-    if (!tu_have_qemu_img()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU_IMG();
     threads_case("extended_l2=on,cluster_size=16384", true, 6 * 16384);
 }
 
 static void test_threads_512_lazy(void **state)
 {
-    if (!tu_have_qemu_img()) {
-        skip();
-    }
+    TU_REQUIRE_QEMU_IMG();
     threads_case("cluster_size=512,refcount_bits=64,lazy_refcounts=on", false, 0);
 }
 

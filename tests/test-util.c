@@ -1,13 +1,16 @@
 /*
  * tests/test-util.c: helpers shared by the unit tests (see test-util.h):
  * the scratch directory, fresh names in it, shell commands run in it,
- * whether qemu-img / qemu-io are installed, images read by qemu-img.
+ * whether qemu-img / qemu-io are installed, images read by qemu-img,
+ * the skip accounting and the CI rule for a missing oracle.
  *
  * Invariants:
  *  1. tu_dir is NULL or an existing directory made by the group setup
  *     (group_setup()); the group teardown removes it and sets it back
  *     to NULL.
  *  2. tu_fresh() never returns the same name twice for one directory.
+ *  3. tu_skipped counts the tests ended by tu_skip_(); tu_exit_status()
+ *     turns a clean run with tu_skipped > 0 into 77.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +21,7 @@
 #include "test-util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -26,6 +30,7 @@
 static const char *tu_stem;
 static char *tu_dir;
 static int tu_counter;
+static int tu_skipped;
 
 /* Group setup: make the scratch directory; 0 or -errno. */
 static int group_setup(void **state)
@@ -65,7 +70,8 @@ int tu_run_group_tests_(const char *stem, const char *group_name,
 {
     tu_stem = stem;
     /* what the cmocka_run_group_tests() macro expands to */
-    return _cmocka_run_group_tests(group_name, tests, n, group_setup, group_teardown);
+    return tu_exit_status(
+        _cmocka_run_group_tests(group_name, tests, n, group_setup, group_teardown));
 }
 
 const char *tu_tmpdir(void)
@@ -88,6 +94,61 @@ bool tu_have_qemu(void)
 {
     g_autofree char *io = g_find_program_in_path("qemu-io");
     return tu_have_qemu_img() && io != NULL;
+}
+
+bool tu_in_ci(void)
+{
+    const char *v = g_getenv("CI");
+    return v && (g_ascii_strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
+}
+
+void tu_skip_(const char *file, int line, const char *func, const char *fmt, ...)
+{
+    /* nothing allocated: _skip() jumps out of the test (no leak for LSan) */
+    tu_skipped++;
+    fprintf(stderr, "SKIP %s: ", func);
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+    } else {
+        fputs("(no reason given)", stderr);
+    }
+    fputc('\n', stderr);
+    fflush(stderr);
+    _skip(file, line);
+    abort(); /* _skip() does not return inside a test */
+}
+
+void tu_require_tool_(const char *file, int line, const char *func, const char *tool)
+{
+    char *path = g_find_program_in_path(tool);
+
+    if (path) {
+        g_free(path);
+        return;
+    }
+    if (tu_in_ci()) {
+        fprintf(stderr,
+                "FAIL %s: %s not found in PATH (CI=true: a missing oracle fails)\n", func,
+                tool);
+        _fail(file, line);
+        abort();
+    }
+    tu_skip_(file, line, func, "%s not found in PATH", tool);
+}
+
+int tu_exit_status(int rc)
+{
+    if (rc != 0) {
+        return rc;
+    }
+    if (tu_skipped > 0) {
+        fprintf(stderr, "%d test(s) skipped: exit status 77 (skipped)\n", tu_skipped);
+        return 77;
+    }
+    return 0;
 }
 
 bool tu_long_run(void)

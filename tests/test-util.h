@@ -10,9 +10,21 @@
  *  - shell commands run in it with printf-style arguments (tu_run_status(),
  *    tu_run());
  *  - whether qemu-img / qemu-io are installed (the oracle), an image's
- *    contents as qemu-img reads them, and QIMG_LONG.
+ *    contents as qemu-img reads them, and QIMG_LONG;
+ *  - the skip accounting: every skipped test is counted and its reason
+ *    printed ("SKIP test: reason" on stderr), and a program in which any
+ *    test skipped exits 77 (meson's SKIP) instead of 0 (tu_exit_status());
+ *  - the CI rule: with CI=true in the environment a missing oracle fails
+ *    the test instead of skipping it (tu_require_tool()).
  *
  * Include after <cmocka.h>: the macros fail or skip the running test.
+ * cmocka's skip() is redefined here to be counted, so that no test can
+ * skip silently.
+ *
+ * Invariants:
+ *  1. every skip goes through tu_skip_() (the skip() and tu_skip() macros),
+ *     which counts it before it ends the test;
+ *  2. tu_exit_status() is 0 only if no test failed and none was skipped.
  */
 #ifndef TEST_UTIL_H
 #define TEST_UTIL_H
@@ -44,6 +56,36 @@ bool tu_have_qemu_img(void);
 /* qemu-img and qemu-io are both in PATH. */
 bool tu_have_qemu(void);
 
+/* CI is "true" (or "1") in the environment: a missing oracle is a failure. */
+bool tu_in_ci(void);
+
+/*
+ * Count the running test as skipped, print "SKIP <func>: <reason>" on
+ * stderr (reason: printf-style, may be NULL) and end it (cmocka's skip).
+ */
+void tu_skip_(const char *file, int line, const char *func, const char *fmt, ...)
+    G_GNUC_PRINTF(4, 5) G_GNUC_NORETURN;
+
+/* Skip the running test, saying why (printf-style). */
+#define tu_skip(...) tu_skip_(__FILE__, __LINE__, __func__, __VA_ARGS__)
+
+/* cmocka's skip(), counted (invariant 1); prefer tu_skip() with a reason. */
+#undef skip
+#define skip() tu_skip_(__FILE__, __LINE__, __func__, NULL)
+
+/*
+ * The test needs the program 'tool' in PATH (the oracle): when it is
+ * missing, fail the test under CI (tu_in_ci()), skip it otherwise.
+ */
+void tu_require_tool_(const char *file, int line, const char *func, const char *tool);
+#define tu_require_tool(tool) tu_require_tool_(__FILE__, __LINE__, __func__, (tool))
+
+/*
+ * The exit status of a test program whose cmocka run returned rc: rc when
+ * a test failed, else 77 when a test was skipped (printed), else 0.
+ */
+int tu_exit_status(int rc);
+
 /* QIMG_LONG is set and not "0": run the long variants. */
 bool tu_long_run(void);
 
@@ -70,12 +112,15 @@ int tu_run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
  */
 uint8_t *tu_qemu_raw(const char *path, const char *snapshot, size_t *len);
 
-/* Skip the test without qemu-img and qemu-io. */
-#define TU_SKIP_WITHOUT_QEMU()                                                           \
+/* The test needs qemu-img: fail under CI without it, skip otherwise. */
+#define TU_REQUIRE_QEMU_IMG() tu_require_tool("qemu-img")
+
+/* The test needs qemu-img and qemu-io: fail under CI without them, skip
+ * otherwise. */
+#define TU_REQUIRE_QEMU()                                                                \
     do {                                                                                 \
-        if (!tu_have_qemu()) {                                                           \
-            skip();                                                                      \
-        }                                                                                \
+        tu_require_tool("qemu-img");                                                     \
+        tu_require_tool("qemu-io");                                                      \
     } while (0)
 
 #endif

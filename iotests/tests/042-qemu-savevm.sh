@@ -1,6 +1,7 @@
 #!/bin/bash
 # A real QEMU savevm/loadvm round trip through qimg vmstate (skipped without
-# qemu-system-x86_64; no guest OS needed: the VM runs its firmware only).
+# qemu-system-x86_64, $QEMU_SYSTEM, and failed without it under CI; no guest
+# OS needed: the VM runs its firmware only).
 #
 #   1. QEMU "savevm snap1" over the HMP monitor; qimg vmstate load of snap1
 #      succeeds, its size equals qemu-img info's vm-state-size, and its bytes
@@ -15,8 +16,7 @@
 #   4. QEMU savevm into the image qimg wrote (snap4 next to qimg's), and
 #      qimg reads it back equal to QEMU's own read; still clean.
 . "$(dirname "$0")/../common.sh"
-requires qimg qemu-img qemu-io cmp python3 timeout
-command -v qemu-system-x86_64 >/dev/null 2>&1 || skip "qemu-system-x86_64 not found"
+requires qimg qemu-img qemu-io qemu-system-x86_64 cmp python3 timeout
 
 MiB=$((1024 * 1024))
 
@@ -25,7 +25,7 @@ MiB=$((1024 * 1024))
 qemu() {
     local img=$1
     shift
-    timeout 120 qemu-system-x86_64 -machine pc,accel=tcg -m 64 -nographic -nodefaults \
+    timeout 120 "$QEMU_SYSTEM" -machine pc,accel=tcg -m 64 -nographic -nodefaults \
         -drive "file=$img,format=qcow2,if=virtio" -monitor stdio "$@" >qemu.out 2>&1
 }
 
