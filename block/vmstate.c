@@ -56,6 +56,13 @@
  *     invariant 1, and never past the state size when it is known (the
  *     load stream's vm_state_size).  Any other read drops the read-ahead,
  *     after waiting for its tasks, and reads directly.
+ *  7. Stream lifetime.  An open save or load stream is registered with the
+ *     state of the image it was begun on (stream).  Closing the image
+ *     (blk_vmstate_release) drains the writes and invalidates the stream:
+ *     it forgets the image, its state and (load from a view) closes the
+ *     view; a later append, read or commit fails with EBADF ("the image was
+ *     closed"), abort and end only free it.  Nothing of a stream outlives
+ *     the image but the stream object itself.
  *
  * Locking.  op_lock serialises the callers of one node's state (positional
  * calls from several threads, the stream, blk_flush) and protects
@@ -111,12 +118,14 @@ struct BlkVmstate {
     bool run_valid;
     uint64_t run_end; /* where the current run ends (invariant 2) */
     bool ra_active;
-    GQueue ra;         /* read-ahead buffers in position order (invariant 6) */
-    uint64_t ra_pos;   /* next position the reader wants; inside ra's head */
-    uint64_t ra_next;  /* next position to prefetch */
-    uint64_t last_end; /* end of the previous read */
-    uint64_t limit;    /* state size, or UINT64_MAX when unknown */
-    bool session;      /* a save or load stream owns the state */
+    GQueue ra;                    /* read-ahead buffers in position order (invariant 6) */
+    uint64_t ra_pos;              /* next position the reader wants; inside ra's head */
+    uint64_t ra_next;             /* next position to prefetch */
+    uint64_t last_end;            /* end of the previous read */
+    uint64_t limit;               /* state size, or UINT64_MAX when unknown */
+    bool session;                 /* a save or load stream owns the state */
+    struct QimgVmstateSave *save; /* the open streams begun here (invariant 7) */
+    struct QimgVmstateLoad *load;
 
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a read-ahead buffer completed */
@@ -594,6 +603,9 @@ static int session_claim(BlkVmstate *vs)
     return ret;
 }
 
+/* Invariant 7 (below the stream structs). */
+static void streams_invalidate(BlkVmstate *vs);
+
 /* ---- block.h ---- */
 
 int blk_vmstate_drain(QimgImage *img)
@@ -622,6 +634,7 @@ void blk_vmstate_release(QimgImage *img)
     ra_drop_locked(vs);
     (void)drain_writes_locked(vs); /* the caller flushed first if it cared */
     pthread_mutex_unlock(&vs->op_lock);
+    streams_invalidate(vs); /* invariant 7 */
     pool_free(vs->pool);
     g_assert(vs->live == 0);
     spares_drop(vs);
@@ -794,12 +807,23 @@ out:
 /* ---- public API: the save stream ---- */
 
 struct QimgVmstateSave {
-    QimgImage *img;
+    QimgImage *img; /* NULL once the image was closed (invariant 7) */
     BlkVmstate *vs;
     QimgSnapshotParams params;
     char *name;
     uint64_t size; /* bytes appended */
 };
+
+/* Invariant 7: EBADF for a stream whose image was closed. */
+static bool stream_alive(const void *img, GError **error)
+{
+    if (!img) {
+        g_set_error(error, QIMG_ERROR, EBADF,
+                    "The vmstate stream is no longer usable: the image was closed");
+        return false;
+    }
+    return true;
+}
 
 /* 1 if a snapshot is called name, 0 if not, -1 with error set. */
 static int snapshot_name_exists(QimgImage *img, const char *name, GError **error)
@@ -872,6 +896,9 @@ QimgVmstateSave *qimg_vmstate_save_begin(QimgImage *img, const QimgSnapshotParam
     s->params = *params;
     s->name = g_strdup(params->name);
     s->params.name = s->name;
+    pthread_mutex_lock(&vs->op_lock);
+    vs->save = s; /* invariant 7 */
+    pthread_mutex_unlock(&vs->op_lock);
     return s;
 }
 
@@ -879,7 +906,7 @@ gboolean qimg_vmstate_save_append(QimgVmstateSave *s, const void *buf, size_t le
                                   GError **error)
 {
     g_return_val_if_fail(s && (buf || len == 0), FALSE);
-    if (!check_range(s->img, s->size, len, error)) {
+    if (!stream_alive(s->img, error) || !check_range(s->img, s->size, len, error)) {
         return FALSE;
     }
     blk_error_clear();
@@ -902,7 +929,12 @@ uint64_t qimg_vmstate_save_size(QimgVmstateSave *s)
 
 static void save_free(QimgVmstateSave *s)
 {
-    session_end(s->vs);
+    if (s->vs) {
+        pthread_mutex_lock(&s->vs->op_lock);
+        s->vs->save = NULL;
+        pthread_mutex_unlock(&s->vs->op_lock);
+        session_end(s->vs);
+    }
     g_free(s->name);
     g_free(s);
 }
@@ -913,6 +945,10 @@ char *qimg_vmstate_save_commit(QimgVmstateSave *s, GError **error)
     int ret;
 
     g_return_val_if_fail(s, NULL);
+    if (!stream_alive(s->img, error)) {
+        save_free(s);
+        return NULL;
+    }
     blk_error_clear();
     /* Invariant 4, then the driver's metadata (QEMU: qemu_fclose -> bdrv_flush). */
     ret = blk_flush(s->img);
@@ -936,10 +972,11 @@ void qimg_vmstate_save_abort(QimgVmstateSave *s)
 /* ---- public API: the load stream ---- */
 
 struct QimgVmstateLoad {
-    QimgImage *img;
-    QimgImage *node; /* img (apply) or view */
-    QimgImage *view; /* owned, or NULL */
-    BlkVmstate *vs;  /* node's */
+    QimgImage *img;     /* NULL once the image was closed (invariant 7) */
+    QimgImage *node;    /* img (apply) or view */
+    QimgImage *view;    /* owned, or NULL */
+    BlkVmstate *vs;     /* node's */
+    BlkVmstate *img_vs; /* img's, where the stream is registered */
     uint64_t size;
     uint64_t pos;
 };
@@ -1063,7 +1100,11 @@ QimgVmstateLoad *qimg_vmstate_load_begin(QimgImage *img, const char *id_or_name,
     l->node = node;
     l->view = view;
     l->vs = vs;
+    l->img_vs = img_vs;
     l->size = sn.vm_state_size;
+    pthread_mutex_lock(&img_vs->op_lock);
+    img_vs->load = l; /* invariant 7 */
+    pthread_mutex_unlock(&img_vs->op_lock);
     return l;
 }
 
@@ -1076,6 +1117,9 @@ uint64_t qimg_vmstate_load_size(QimgVmstateLoad *l)
 gssize qimg_vmstate_load_read(QimgVmstateLoad *l, void *buf, size_t len, GError **error)
 {
     g_return_val_if_fail(l && (buf || len == 0), -1);
+    if (!stream_alive(l->img, error)) {
+        return -1;
+    }
     uint64_t n = MIN((uint64_t)len, l->size - l->pos);
     n = MIN(n, (uint64_t)G_MAXSSIZE);
     if (n == 0) {
@@ -1098,7 +1142,36 @@ void qimg_vmstate_load_end(QimgVmstateLoad *l)
     if (!l) {
         return;
     }
-    session_end(l->vs);
-    blk_close(l->view); /* releases the view's state */
+    if (l->img) {
+        pthread_mutex_lock(&l->img_vs->op_lock);
+        l->img_vs->load = NULL;
+        pthread_mutex_unlock(&l->img_vs->op_lock);
+        session_end(l->vs);
+        blk_close(l->view); /* releases the view's state */
+    }
     g_free(l);
+}
+
+/* Invariant 7: the image is going away; its streams forget it. */
+static void streams_invalidate(BlkVmstate *vs)
+{
+    pthread_mutex_lock(&vs->op_lock);
+    struct QimgVmstateSave *save = vs->save;
+    struct QimgVmstateLoad *load = vs->load;
+    vs->save = NULL;
+    vs->load = NULL;
+    pthread_mutex_unlock(&vs->op_lock);
+    if (save) {
+        save->img = NULL;
+        save->vs = NULL;
+    }
+    if (load) {
+        QimgImage *view = load->view;
+        load->img = NULL;
+        load->node = NULL;
+        load->view = NULL;
+        load->vs = NULL;
+        load->img_vs = NULL;
+        blk_close(view); /* the view's own state goes with it */
+    }
 }

@@ -1363,6 +1363,69 @@ static void test_commit_and_load(void **state)
     fake_free(f);
 }
 
+/*
+ * Invariant 7: closing the image with a stream open drains and invalidates
+ * the stream; later calls fail with EBADF and free cleanly (run under ASan:
+ * no use of the freed state).
+ */
+static void test_close_with_open_stream(void **state)
+{
+    const uint64_t S = 2 * MiB + 77;
+    g_autoptr(GError) err = NULL;
+    uint8_t buf[4096];
+
+    blk_vmstate_set_view_opener(fake_open_view);
+    for (int kind = 0; kind < 5; kind++) {
+        Fake *f = fake_new(16 * MiB);
+        QimgImage *img = fake_image(f, 65536);
+        GRand *r = g_rand_new_with_seed(5);
+        g_autofree uint8_t *model = g_malloc(S);
+
+        if (kind < 2) { /* a save stream: append after close, or commit */
+            QimgVmstateSave *s =
+                qimg_vmstate_save_begin(img, &(QimgSnapshotParams){.name = "s"}, &err);
+            assert_non_null(s);
+            for (uint64_t i = 0; i < S; i++) {
+                model[i] = (uint8_t)g_rand_int(r);
+            }
+            assert_true(qimg_vmstate_save_append(s, model, S, &err));
+            blk_close(img);
+            /* what was buffered was drained into the area before close */
+            assert_memory_equal(f->area, model, S);
+            if (kind == 0) {
+                assert_false(qimg_vmstate_save_append(s, buf, sizeof(buf), &err));
+                assert_int_equal(err->code, EBADF);
+                g_clear_error(&err);
+                qimg_vmstate_save_abort(s);
+            } else {
+                assert_null(qimg_vmstate_save_commit(s, &err));
+                assert_int_equal(err->code, EBADF);
+                assert_non_null(strstr(err->message, "the image was closed"));
+                g_clear_error(&err);
+            }
+            assert_int_equal(FAKE_GET(f, create_calls), 0);
+        } else {
+            /* a load stream: loadvm (apply) or extraction through a view */
+            g_autofree char *id = save_stream(img, "snap", model, S, r);
+            assert_non_null(id);
+            QimgVmstateLoad *l = qimg_vmstate_load_begin(img, "snap", kind == 2, &err);
+            assert_non_null(l);
+            assert_int_equal(qimg_vmstate_load_read(l, buf, sizeof(buf), &err),
+                             (gssize)sizeof(buf));
+            blk_close(img);
+            if (kind < 4) {
+                assert_int_equal(qimg_vmstate_load_read(l, buf, sizeof(buf), &err), -1);
+                assert_int_equal(err->code, EBADF);
+                g_clear_error(&err);
+            }
+            qimg_vmstate_load_end(l);
+        }
+        g_rand_free(r);
+        fake_free(f);
+    }
+    blk_vmstate_set_view_opener(NULL);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The snapshot API (block/snapshot.c)                                      */
 /* ------------------------------------------------------------------------ */
@@ -1508,6 +1571,7 @@ int main(void)
         cmocka_unit_test(test_readahead),
         cmocka_unit_test(test_readahead_small_state),
         cmocka_unit_test(test_commit_and_load),
+        cmocka_unit_test(test_close_with_open_stream),
         cmocka_unit_test(test_snapshot_api),
         cmocka_unit_test(test_snapshot_unsupported),
     };
