@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1285,6 +1286,96 @@ static void test_block_device(void **state)
     unlink(backing);
 }
 
+/*
+ * Invariant 9: writes bump write_gen, a flush covers what completed before
+ * it began, and a flush with nothing new leaves the generations alone.
+ */
+static void test_write_generations(void **state)
+{
+    (void)state;
+    g_autofree char *p = tpath(tmpdir, "gen.img");
+    g_autoptr(GError) err = NULL;
+    uint8_t pat[4096];
+
+    assert_int_equal(blk_file_create(p, MiB, QIMG_PREALLOC_OFF, &err), 0);
+    QimgImage *img = open_img(p, false, QIMG_CACHE_WRITEBACK);
+    assert_int_equal(blk_write_gen(img), 0);
+    assert_true(blk_is_durable(img, 0));
+    fill_pattern(pat, sizeof pat, 3);
+    assert_int_equal(wr(img, 0, pat, sizeof pat, 0), 0);
+    assert_int_equal(img->drv->pwrite_zeroes(img, 8192, 4096, 0), 0);
+    assert_int_equal(img->drv->pdiscard(img, 65536, 4096), 0);
+    assert_int_equal(blk_write_gen(img), 3);
+    assert_false(blk_is_durable(img, 3));
+    assert_int_equal(img->drv->flush(img), 0);
+    assert_int_equal(blk_flushed_gen(img), 3);
+    assert_true(blk_is_durable(img, 3));
+    assert_int_equal(img->drv->flush(img), 0); /* nothing new */
+    assert_int_equal(blk_flushed_gen(img), 3);
+    /* FUA covers the write itself */
+    assert_int_equal(wr(img, 0, pat, sizeof pat, BLK_REQ_FUA), 0);
+    assert_int_equal(blk_flushed_gen(img), 4);
+    close_img(img);
+    unlink(p);
+}
+
+/*
+ * Invariant 10: a failed fdatasync is sticky.  A loop device over a file on
+ * a full tmpfs takes writes into its page cache and fails their writeback:
+ * the kernel reports EIO to one fdatasync, drops the pages, and the next
+ * fdatasync succeeds -- data lost without a word.  Needs root (mount, loop
+ * device), else skipped.
+ */
+static void test_sticky_flush_error(void **state)
+{
+    (void)state;
+    g_autofree char *mnt = tpath(tmpdir, "full-tmpfs");
+    g_autofree char *backing = NULL, *dev = NULL;
+    g_autoptr(GError) err = NULL;
+    g_autofree uint8_t *buf = g_malloc(4 * MiB);
+    int lfd;
+
+    assert_int_equal(mkdir(mnt, 0700), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") < 0) {
+        rmdir(mnt);
+        g_clear_pointer(&mnt, g_free);
+        g_clear_pointer(&buf, g_free);
+        tu_skip("cannot mount a tmpfs (needs root): sticky flush errors not tested");
+    }
+    backing = g_build_filename(mnt, "backing", NULL);
+    assert_int_equal(blk_file_create(backing, 8 * MiB, QIMG_PREALLOC_OFF, &err), 0);
+    lfd = loop_attach(backing, &dev);
+    if (lfd < 0) {
+        umount2(mnt, MNT_DETACH);
+        rmdir(mnt);
+        g_clear_pointer(&mnt, g_free);
+        g_clear_pointer(&backing, g_free);
+        g_clear_pointer(&buf, g_free);
+        tu_skip("no free loop device: sticky flush errors not tested");
+    }
+    QimgImage *img = open_img(dev, false, QIMG_CACHE_WRITEBACK);
+    memset(buf, 0x5a, 4 * MiB);
+    assert_int_equal(wr(img, 0, buf, 4 * MiB, 0), 0); /* fits the page cache */
+    blk_error_clear();
+    assert_true(img->drv->flush(img) < 0); /* the backing file cannot hold it */
+    blk_error_clear();
+    /* The kernel forgets; qimg does not: every later flush and write fails. */
+    assert_int_equal(img->drv->flush(img), -EIO);
+    assert_non_null(strstr(blk_error_message(), "an earlier flush of it failed"));
+    assert_int_equal(wr(img, 0, buf, 4096, 0), -EIO);
+    assert_int_equal(img->drv->pwrite_zeroes(img, 0, 4096, 0), -EIO);
+    assert_int_equal(img->drv->pdiscard(img, 0, 4096), -EIO);
+    assert_false(blk_is_durable(img, blk_write_gen(img)));
+    assert_int_equal(rd(img, 0, buf, 4096), 0); /* reads still work */
+    blk_error_clear();
+    close_img(img);
+    close(lfd);
+    /* A fresh open is a fresh start (what the kernel still has, it has). */
+    unlink(backing);
+    assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+    rmdir(mnt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1302,6 +1393,8 @@ int main(void)
         cmocka_unit_test(test_create),
         cmocka_unit_test(test_pdiscard),
         cmocka_unit_test(test_block_device),
+        cmocka_unit_test(test_write_generations),
+        cmocka_unit_test(test_sticky_flush_error),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -233,6 +233,79 @@ EVENT_TEST(data_write)
 EVENT_TEST(cow_write)
 EVENT_TEST(flush)
 
+/*
+ * meta.c invariant 9: a failed flush or metadata write is sticky -- every
+ * later write, zero, discard and flush fails with EIO naming the first
+ * failure, reads go on, close writes nothing back -- while a failed guest
+ * data write is that request's error only.  Reopened, the image is
+ * consistent (leaks at most) and holds what the last good flush covered.
+ */
+static void sticky_case(const char *rule, bool sticky)
+{
+    g_autofree char *p = tu_fresh("sticky.qcow2");
+    g_autofree char *name = g_strdup_printf("blkdebug:%s:%s", rule, p);
+    g_autofree char *out = NULL;
+    g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = {.cache = QIMG_CACHE_WRITEBACK};
+    uint8_t a[65536], b[65536], back[65536];
+    QimgImage *img;
+    int ret, rc;
+
+    /* durable before the fault: 0xa1 at 0, the L2 table allocated */
+    tu_run("qemu-img create -q -f qcow2 '%s' 16M && qemu-io -c 'write -q -P 0xa1 0 64k' "
+           "'%s'",
+           p, p);
+    memset(a, 0xa1, sizeof(a));
+    memset(b, 0xb2, sizeof(b));
+    img = blk_open_image(name, &o, NULL, &err);
+    assert_non_null(img);
+    /* the fault: a write (data_write) or the flush after it (flush,
+     * l2_update, refblock_update) */
+    ret = blk_pwrite(img, 1 << 20, b, sizeof(b), 0);
+    if (ret == 0) {
+        ret = blk_flush(img);
+    }
+    assert_int_equal(ret, -EIO);
+    blk_error_clear();
+    ret = blk_pwrite(img, 2 << 20, b, sizeof(b), 0);
+    if (!sticky) {
+        /* a guest data write failed: nothing else is refused */
+        assert_int_equal(ret, 0);
+        assert_int_equal(blk_flush(img), 0);
+    } else {
+        assert_int_equal(ret, -EIO);
+        assert_non_null(strstr(blk_error_message(), "earlier metadata write or flush"));
+        assert_int_equal(blk_pwrite_zeroes(img, 0, 4096, 0), -EIO);
+        assert_int_equal(blk_pdiscard(img, 0, 65536), -EIO);
+        assert_int_equal(blk_flush(img), -EIO);
+        assert_int_equal(blk_flush(img), -EIO); /* still */
+    }
+    blk_error_clear();
+    assert_int_equal(blk_pread(img, 0, back, sizeof(back)), 0); /* reads go on */
+    assert_memory_equal(back, a, sizeof(a));
+    blk_close(img);
+
+    rc = tu_run_status(&out, "qemu-img check '%s'", p);
+    if (rc != 0 && rc != 3) {
+        fail_msg("%s: qemu-img check exit %d\n%s", rule, rc, out);
+    }
+    o.read_only = true;
+    img = blk_open_image(p, &o, NULL, &err);
+    assert_non_null(img);
+    assert_int_equal(blk_pread(img, 0, back, sizeof(back)), 0);
+    assert_memory_equal(back, a, sizeof(a)); /* flushed before the fault */
+    blk_close(img);
+}
+
+static void test_sticky_errors(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    sticky_case("event=flush,op=flush,nth=1,once", true);
+    sticky_case("event=l2_update,nth=1,once", true);
+    sticky_case("event=refblock_update,nth=1,once", true);
+    sticky_case("event=data_write,nth=1,once", false);
+}
+
 /* The workload alone: nothing fails, the image is clean and complete. */
 static void test_no_fault(void **state)
 {
@@ -248,7 +321,7 @@ int main(void)
         cmocka_unit_test(test_l2_update),       cmocka_unit_test(test_l1_update),
         cmocka_unit_test(test_l1_grow),         cmocka_unit_test(test_data_write),
         cmocka_unit_test(test_cow_write),       cmocka_unit_test(test_flush),
-        cmocka_unit_test(test_no_fault),
+        cmocka_unit_test(test_no_fault),        cmocka_unit_test(test_sticky_errors),
     };
     return tu_run_group_tests("qcow2-fault", tests);
 }
