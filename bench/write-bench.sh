@@ -16,7 +16,11 @@
 #   rand-rewrite  the same requests again on an image that already holds
 #               them (no allocation: L2 lookups and data writes only)
 # Queue depth DEPTH (default 16) requests in flight, cache CACHE (default
-# writeback; "none" for O_DIRECT).  Every run: memwarm first, wall time of
+# writeback; "none" for O_DIRECT), FLUSH_INTERVAL (default none) requests
+# between flushes (qemu-img bench --flush-interval; there is always a flush
+# at the end).  QIMG_BEFORE=/path/to/qimg adds that binary as a fourth tool
+# ("qimg-before") in the same interleaved rounds, for before/after tables.
+# Every run: memwarm first, wall time of
 # the whole process (which flushes at close) plus a sync.  ROUNDS rounds
 # (default 5), tools interleaved in a rotating order; the table shows
 # medians, the median of the per-round ratios to qemu-img (lower is
@@ -27,6 +31,12 @@ set -u
 ROUNDS=${ROUNDS:-5}
 DEPTH=${DEPTH:-16}
 CACHE=${CACHE:-writeback}
+FLUSH_INTERVAL=${FLUSH_INTERVAL:-}
+QIMG_BEFORE=${QIMG_BEFORE:-}
+flush_args=()
+[ -n "$FLUSH_INTERVAL" ] && flush_args=(--flush-interval="$FLUSH_INTERVAL")
+qimgs=(qimg)
+[ -n "$QIMG_BEFORE" ] && qimgs+=(qimg-before)
 SEQ_MIB=${SEQ_MIB:-1024}
 SIZE_GIB=${SIZE_GIB:-4}
 RAND_COUNT=${RAND_COUNT:-65536}
@@ -34,7 +44,7 @@ STEP=$((9973 * 4096))
 cd "$BENCH_SCRATCH" || exit 1
 bench_require_space $((SIZE_GIB * 3 + SEQ_MIB / 1024 * 2 + 2))
 
-echo "# write-bench: depth $DEPTH, cache $CACHE, $ROUNDS rounds"
+echo "# write-bench: depth $DEPTH, cache $CACHE, flush every ${FLUSH_INTERVAL:-(end only)}, $ROUNDS rounds"
 echo "# $("$QEMU_IMG" --version | head -n 1); $("$QIMG" --version | head -n 1)"
 echo "# disk: $(df -h --output=avail,target "$BENCH_SCRATCH" | tail -n 1)"
 
@@ -51,7 +61,7 @@ fresh_raw() {
 }
 
 # ---- sequential 1 MiB writes ----
-seq_args=(-w -c "$SEQ_MIB" -s 1M -d "$DEPTH" -t "$CACHE")
+seq_args=(-w -c "$SEQ_MIB" -s 1M -d "$DEPTH" -t "$CACHE" "${flush_args[@]}")
 seq_case() {
     case $1 in
     qemu-img)
@@ -61,6 +71,10 @@ seq_case() {
     qimg)
         fresh_qcow2 seq.qcow2 "${SEQ_MIB}M"
         bench_time BENCH_T "$QIMG" bench -f qcow2 "${seq_args[@]}" seq.qcow2
+        ;;
+    qimg-before)
+        fresh_qcow2 seq.qcow2 "${SEQ_MIB}M"
+        bench_time BENCH_T "$QIMG_BEFORE" bench -f qcow2 "${seq_args[@]}" seq.qcow2
         ;;
     floor-raw)
         fresh_raw seq.raw "${SEQ_MIB}M"
@@ -76,35 +90,35 @@ seq_case() {
     esac
     rm -f seq.qcow2 seq.raw
 }
-bench_rounds "$ROUNDS" seq_case qemu-img qimg floor-raw floor-dd
+bench_rounds "$ROUNDS" seq_case qemu-img "${qimgs[@]}" floor-raw floor-dd
 echo
 bench_table "sequential 1 MiB writes, ${SEQ_MIB} MiB into an empty image" qemu-img \
-    qemu-img qimg floor-raw floor-dd
+    qemu-img "${qimgs[@]}" floor-raw floor-dd
 bench_reset
 
 # ---- scattered 4 KiB writes: allocating, then rewriting ----
-rand_args=(-w -c "$RAND_COUNT" -s 4k -S "$STEP" -d "$DEPTH" -t "$CACHE")
+rand_args=(-w -c "$RAND_COUNT" -s 4k -S "$STEP" -d "$DEPTH" -t "$CACHE" "${flush_args[@]}")
 alloc_case() {
     local tool=$1 img=alloc.qcow2 fmt=qcow2
     case $tool in
-    qemu-img | qimg) fresh_qcow2 $img "${SIZE_GIB}G" ;;
+    qemu-img | qimg | qimg-before) fresh_qcow2 $img "${SIZE_GIB}G" ;;
     floor-raw)
         img=alloc.raw fmt=raw
         fresh_raw $img "${SIZE_GIB}G"
         tool=qemu-img
         ;;
     esac
-    if [ $tool = qemu-img ]; then
-        bench_time BENCH_T "$QEMU_IMG" bench -f $fmt "${rand_args[@]}" $img
-    else
-        bench_time BENCH_T "$QIMG" bench -f $fmt "${rand_args[@]}" $img
-    fi
+    case $tool in
+    qemu-img) bench_time BENCH_T "$QEMU_IMG" bench -f $fmt "${rand_args[@]}" $img ;;
+    qimg) bench_time BENCH_T "$QIMG" bench -f $fmt "${rand_args[@]}" $img ;;
+    qimg-before) bench_time BENCH_T "$QIMG_BEFORE" bench -f $fmt "${rand_args[@]}" $img ;;
+    esac
     rm -f $img
 }
-bench_rounds "$ROUNDS" alloc_case qemu-img qimg floor-raw
+bench_rounds "$ROUNDS" alloc_case qemu-img "${qimgs[@]}" floor-raw
 echo
 bench_table "scattered 4 KiB allocating writes, $RAND_COUNT into ${SIZE_GIB} GiB" qemu-img \
-    qemu-img qimg floor-raw
+    qemu-img "${qimgs[@]}" floor-raw
 bench_reset
 
 # each tool rewrites an image it allocated itself (untimed first pass)
@@ -113,6 +127,7 @@ rewrite_case() {
     case $tool in
     qemu-img) bin=$QEMU_IMG ;;
     qimg) bin=$QIMG ;;
+    qimg-before) bin=$QIMG_BEFORE ;;
     floor-raw) bin=$QEMU_IMG fmt=raw ;;
     esac
     if [ ! -e "$img" ]; then
@@ -126,8 +141,8 @@ rewrite_case() {
     fi
     bench_time BENCH_T "$bin" bench -f $fmt --pattern=7 "${rand_args[@]}" "$img"
 }
-bench_rounds "$ROUNDS" rewrite_case qemu-img qimg floor-raw
+bench_rounds "$ROUNDS" rewrite_case qemu-img "${qimgs[@]}" floor-raw
 rm -f rw-*.img
 echo
 bench_table "scattered 4 KiB rewrites of allocated clusters, $RAND_COUNT" qemu-img \
-    qemu-img qimg floor-raw
+    qemu-img "${qimgs[@]}" floor-raw

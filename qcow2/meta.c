@@ -72,6 +72,13 @@
  *     L2 tables (data they link already durable), flush; then the pending
  *     decreases are applied, their refcount blocks written, flush.  A flush
  *     with nothing pending costs no fdatasync at all (block.h inv. 4).
+ * 12. A guest flush (qcow2_flush) holds the metadata lock only while it
+ *     writes cache entries, not across the fdatasyncs between the steps of
+ *     invariant 11: other threads' cache hits, in-place writes and reads go
+ *     on meanwhile; whatever they dirty in between is ordered by the cache
+ *     dependencies and goes with the next flush.  Metadata updates inside a
+ *     request (new L2 table, L1 growth, refcount table growth) and snapshot
+ *     operations keep the lock across their barriers, as QEMU does.
  */
 #include "qcow2/qcow2.h"
 

@@ -313,17 +313,82 @@ static int qcow2_open(QimgImage *img, const char *filename, const QimgOpenOption
     return 0;
 }
 
+/* fdatasync of the image file and the data file, lock not held. */
+static int flush_files_unlocked(Qcow2State *s)
+{
+    int ret = blk_flush(s->img->file);
+
+    if (ret == 0 && s->data_file) {
+        ret = blk_flush(s->data_file);
+    }
+    return ret;
+}
+
+/*
+ * A guest flush (meta.c invariant 11) that drops the metadata lock across
+ * each fdatasync (meta.c invariant 12), so cache hits and data I/O of other
+ * threads go on meanwhile.  What they change in between is ordered by the
+ * caches' own dependencies (cache.c invariant 4) and reaches the disk with
+ * the next flush; the pending frees applied here are only those queued
+ * before the L2 tables this flush made durable.
+ */
 int qcow2_flush(QimgImage *img)
 {
     Qcow2State *s = img->opaque;
+    g_autoptr(GArray) frees = NULL;
+    uint64_t gen = 0;
     int ret;
 
     if (!s->writable) {
         return 0;
     }
-    /* meta.c invariant 11 */
     qcow2_lock(s);
-    ret = qcow2_flush_all_locked(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret == 0 && qcow2_need_accurate_refcounts(s)) {
+        ret = qcow2_cache_flush_locked(s->refcount_cache); /* refcount blocks */
+    }
+    qcow2_unlock(s);
+    if (ret == 0) {
+        ret = flush_files_unlocked(s); /* ... durable */
+    }
+    qcow2_lock(s);
+    if (ret == 0) {
+        frees = g_steal_pointer(&s->pending_frees);
+        ret = qcow2_cache_flush_locked(s->l2_cache); /* L2 tables */
+        gen = blk_write_gen(s->img->file);
+    }
+    qcow2_unlock(s);
+    if (ret == 0) {
+        ret = flush_files_unlocked(s); /* ... durable */
+    }
+    qcow2_lock(s);
+    if (ret == 0 && frees && frees->len > 0) {
+        /* alloc.c invariant 2: the tables that dropped them are durable */
+        qcow2_assert_durable(s->img->file, gen, "alloc.c invariant 2");
+        for (guint i = 0; i < frees->len; i++) {
+            Qcow2Range *r = &g_array_index(frees, Qcow2Range, i);
+            qcow2_free_clusters_locked(s, r->off, r->len);
+        }
+        g_clear_pointer(&frees, g_array_unref);
+        if (qcow2_need_accurate_refcounts(s)) {
+            ret = qcow2_cache_flush_locked(s->refcount_cache);
+        }
+        qcow2_unlock(s);
+        if (ret == 0) {
+            ret = flush_files_unlocked(s);
+        }
+        qcow2_lock(s);
+    }
+    if (frees && frees->len > 0) {
+        /* not applied (a write or flush failed): they wait, as leaks */
+        if (!s->pending_frees) {
+            s->pending_frees = g_steal_pointer(&frees);
+        } else {
+            g_array_prepend_vals(s->pending_frees, frees->data, frees->len);
+        }
+    }
+    qcow2_set_sticky_locked(s, ret); /* meta.c invariant 9 */
+    ret = qcow2_take_deferred_error_locked(s, ret);
     qcow2_unlock(s);
     return ret;
 }
