@@ -50,6 +50,12 @@ typedef struct QimgOpenOptions {
     bool check_mode;                 /* open for check/repair: corrupt images open r/w */
     const char *snapshot;            /* read-only view of this internal snapshot
                                       * (ID or name), as qemu-img convert -l */
+    bool no_io;      /* read-only: metadata only, no guest data read (qemu-img info);
+                      * takes fewer locks */
+    bool resize;     /* the image will be resized (qemu-img resize): take the resize
+                      * permission at open */
+    bool deny_write; /* nobody else may write or resize any file of the image
+                      * while it is open (qemu-img convert's source) */
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
