@@ -1531,6 +1531,7 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
     CreateParams p;
     Layout L;
     QimgImage *file = NULL, *data = NULL;
+    QimgOpenOptions fo = {.cache = QIMG_CACHE_WRITEBACK};
     const char *data_name =
         opts->options ? g_hash_table_lookup(opts->options, "data_file") : NULL;
     bool data_created = false;
@@ -1553,13 +1554,14 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
         goto fail;
     }
 
-    file = blk_open_file(filename, false, QIMG_CACHE_WRITEBACK, error);
+    /* Locked as the read-write image will be (block/lock.c). */
+    file = blk_open_file_opts(filename, &fo, BLK_ROLE_METADATA, error);
     if (!file) {
         ret = -EIO;
         goto fail;
     }
     if (data_name) {
-        data = blk_open_file(data_name, false, QIMG_CACHE_WRITEBACK, error);
+        data = blk_open_file_opts(data_name, &fo, BLK_ROLE_DATA, error);
         if (!data) {
             ret = -EIO;
             goto fail;
