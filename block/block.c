@@ -14,6 +14,13 @@
  *     (blk_preadv_padded), as QEMU reads a shorter backing file.
  *  4. Format probing never guesses anything but raw for an unknown file;
  *     a driver claims a file only by its magic.
+ *  5. Locks (block.h invariant 6): once the format is known, and before
+ *     its driver reads the file, the protocol node holds the permissions of
+ *     the driver's file_role; force_share, no_io and deny_write reach every
+ *     file of the chain, resize only the image's own file.  A read-write
+ *     open with force_share is refused, as QEMU refuses it, before any file
+ *     is opened.  A backing file's failure reads as QEMU words it: "Could
+ *     not open backing file: " and the backing file's own message.
  */
 #include "block/block.h"
 
@@ -70,16 +77,24 @@ static const QimgDriver *probe_format(QimgImage *file)
     return blk_probe_buf(buf, n);
 }
 
-QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
-                         GError **error)
+QimgImage *blk_open_file_opts(const char *filename, const QimgOpenOptions *opts,
+                              BlkNodeRole role, GError **error)
 {
     QimgImage *img = g_new0(QimgImage, 1);
-    QimgOpenOptions o = {.read_only = read_only, .cache = cache};
+    QimgOpenOptions o = {
+        .read_only = opts->read_only,
+        .cache = opts->cache,
+        .force_share = opts->force_share,
+        .no_io = opts->no_io,
+        .resize = opts->resize,
+        .deny_write = opts->deny_write,
+    };
+    int ret;
 
     img->drv = &blk_file_driver;
     img->filename = g_strdup(filename);
-    img->read_only = read_only;
-    img->cache = cache;
+    img->read_only = o.read_only;
+    img->cache = o.cache;
     img->request_alignment = 1;
     img->opts = o;
     if (img->drv->open(img, filename, &o, error) < 0) {
@@ -87,7 +102,48 @@ QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cac
         g_free(img);
         return NULL;
     }
+    if (role != BLK_ROLE_PROTOCOL) {
+        ret = blk_set_role_perm(img, role, &o);
+        if (ret < 0) {
+            g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
+                        blk_error_message());
+            blk_error_clear();
+            blk_close(img);
+            return NULL;
+        }
+    }
     return img;
+}
+
+QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
+                         GError **error)
+{
+    QimgOpenOptions o = {.read_only = read_only, .cache = cache};
+
+    return blk_open_file_opts(filename, &o, BLK_ROLE_PROTOCOL, error);
+}
+
+int blk_set_role_perm(QimgImage *img, BlkNodeRole role, const QimgOpenOptions *opts)
+{
+    unsigned perm, shared;
+
+    if (!img->drv->set_perm) {
+        return 0;
+    }
+    blk_lock_perms(role, opts, &perm, &shared);
+    return img->drv->set_perm(img, perm, shared);
+}
+
+const char *blk_open_error_detail(const GError *err, const char *filename)
+{
+    g_autofree char *prefix = g_strdup_printf("Could not open '%s': ", filename);
+    const char *rest;
+
+    if (!g_str_has_prefix(err->message, prefix)) {
+        return err->message;
+    }
+    rest = err->message + strlen(prefix);
+    return strcmp(rest, g_strerror(err->code)) == 0 ? err->message : rest;
 }
 
 char *blk_resolve_backing_name(const char *image_filename, const char *backing)
@@ -120,12 +176,13 @@ static int open_backing(QimgImage *img, const QimgOpenOptions *opts, GSList *cha
 
     bo.format = img->backing_format;
     bo.read_only = true; /* invariant 2 */
+    bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;
     img->backing = blk_open_image(img->full_backing_filename, &bo, chain, &local);
     if (!img->backing) {
         g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    local->message);
+                    blk_open_error_detail(local, img->full_backing_filename));
         return -local->code;
     }
     return 0;
@@ -184,31 +241,43 @@ static bool split_prefix(const char *filename, const char *prefix, char **arg,
     return true;
 }
 
-QimgImage *blk_open_protocol(const char *filename, bool ro, QimgCacheMode cache,
-                             unsigned flags, GError **error)
+QimgImage *blk_open_protocol(const char *filename, const QimgOpenOptions *opts,
+                             BlkNodeRole role, unsigned flags, GError **error)
 {
     g_autofree char *arg = NULL;
     const char *rest;
+    QimgImage *node;
 
     if (!(flags & BLK_OPEN_USER_NAME)) {
-        return blk_open_file(filename, ro, cache, error);
+        return blk_open_file_opts(filename, opts, role, error);
     }
     if (split_prefix(filename, "blkdebug:", &arg, &rest)) {
-        return blk_open_faulty(arg, rest, ro, cache, error);
-    }
-    if (split_prefix(filename, "record:", &arg, &rest)) {
-        QimgImage *child = blk_open_protocol(rest, ro, cache, flags, error);
-        return child ? blk_open_record(arg, child, error) : NULL;
-    }
-    if (g_str_has_prefix(filename, "blkdebug:") ||
-        g_str_has_prefix(filename, "record:")) {
+        node = blk_open_faulty(arg, rest, opts->read_only, opts->cache, error);
+    } else if (split_prefix(filename, "record:", &arg, &rest)) {
+        QimgImage *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags, error);
+        node = child ? blk_open_record(arg, child, error) : NULL;
+    } else if (g_str_has_prefix(filename, "blkdebug:") ||
+               g_str_has_prefix(filename, "record:")) {
         g_set_error(error, QIMG_ERROR, EINVAL,
                     "Could not open '%s': expected blkdebug:RULES:FILE or "
                     "record:LOG:FILE",
                     filename);
         return NULL;
+    } else {
+        return blk_open_file_opts(filename, opts, role, error);
     }
-    return blk_open_file(filename, ro, cache, error);
+    /* block.h invariant 6: the test node passes the role's locks down */
+    if (node && role != BLK_ROLE_PROTOCOL) {
+        int ret = blk_set_role_perm(node, role, opts);
+        if (ret < 0) {
+            g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
+                        blk_error_message());
+            blk_error_clear();
+            blk_close(node);
+            return NULL;
+        }
+    }
+    return node;
 }
 
 const char *blk_plain_name(const char *filename)
@@ -231,10 +300,11 @@ const char *blk_plain_name(const char *filename)
     }
 }
 
-QimgImage *blk_open_file_like(QimgImage *like, const char *filename, bool ro,
-                              QimgCacheMode cache, GError **error)
+QimgImage *blk_open_file_like(QimgImage *like, const char *filename,
+                              const QimgOpenOptions *opts, BlkNodeRole role,
+                              GError **error)
 {
-    QimgImage *child = blk_open_file(filename, ro, cache, error);
+    QimgImage *child = blk_open_file_opts(filename, opts, role, error);
 
     /* A recorded image records its data file in the same log. */
     if (child && blk_is_record_node(like)) {
@@ -274,6 +344,16 @@ static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
     img->opts.snapshot = NULL;
 
     g_autoptr(GError) local = NULL;
+    /* Invariant 5: the locks of the driver's role before it reads the file. */
+    QimgOpenOptions lo = *opts;
+    lo.read_only = ro;
+    int ret = blk_set_role_perm(file, drv->file_role, &lo);
+    if (ret < 0) {
+        g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
+                    blk_error_message());
+        blk_error_clear();
+        goto fail_noclose;
+    }
     if (drv->open(img, filename, opts, &local) < 0) {
         g_propagate_prefixed_error(error, g_steal_pointer(&local),
                                    "Could not open '%s': ", filename);
@@ -339,7 +419,15 @@ QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
 {
     char canon[PATH_MAX];
     const QimgDriver *drv = NULL;
+    bool ro = opts->read_only || opts->snapshot != NULL;
 
+    if (opts->force_share && !ro) { /* invariant 5 */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': force-share=on can only be used with "
+                    "read-only images",
+                    filename);
+        return NULL;
+    }
     if (opts->format && !(drv = lookup_format(filename, opts, error))) {
         return NULL;
     }
@@ -358,8 +446,9 @@ QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
         return NULL;
     }
 
-    bool ro = opts->read_only || opts->snapshot != NULL;
-    QimgImage *file = blk_open_protocol(filename, ro, opts->cache,
+    QimgOpenOptions po = *opts;
+    po.read_only = ro;
+    QimgImage *file = blk_open_protocol(filename, &po, BLK_ROLE_PROTOCOL,
                                         user_name ? BLK_OPEN_USER_NAME : 0, error);
     if (!file) {
         return NULL;

@@ -27,12 +27,17 @@
  *     "blkdebug:" or "record:" prefix selects a test node in a name the
  *     user gave (BLK_OPEN_USER_NAME), never in a backing file or data file
  *     name read from an image, which always opens the plain file.
+ *  6. Every file an image is made of (its own, its backing files', its data
+ *     file) is locked as QEMU locks it (block/lock.c): the protocol node
+ *     takes its open mode's permissions, and the node above raises them to
+ *     its role's (QimgDriver.file_role) before it reads or writes anything.
  */
 #ifndef QIMG_BLOCK_H
 #define QIMG_BLOCK_H
 
 #include "qimg/qimg.h"
 #include "block/iov.h"
+#include "block/lock.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -163,6 +168,11 @@ struct QimgDriver {
     /* Offline check and repair (qemu-img check). */
     int (*check)(QimgImage *img, struct QimgCheckResult *res, unsigned fix,
                  GError **error);
+    /* Format drivers: what img->file is to them (invariant 4). */
+    BlkNodeRole file_role;
+    /* Protocol and filter nodes: hold exactly the permissions perm and share
+     * shared (BLK_PERM_*), or fail with the message recorded (optional). */
+    int (*set_perm)(QimgImage *img, unsigned perm, unsigned shared);
 };
 
 /* ---- errors (invariant 2) ---- */
@@ -195,17 +205,19 @@ const QimgDriver *blk_find_format(const char *name);
 enum {
     BLK_OPEN_USER_NAME = 1 << 0, /* the caller's own name: test nodes allowed */
 };
-/* A protocol node for 'filename': the file protocol, or with
- * BLK_OPEN_USER_NAME a "blkdebug:RULES:FILE" / "record:LOG:FILE" test node
- * (invariant 5). */
-QimgImage *blk_open_protocol(const char *filename, bool ro, QimgCacheMode cache,
-                             unsigned flags, GError **error);
+/* A protocol node for 'filename' locked for 'role' (invariant 6): the file
+ * protocol, or with BLK_OPEN_USER_NAME a "blkdebug:RULES:FILE" /
+ * "record:LOG:FILE" test node (invariant 5). */
+QimgImage *blk_open_protocol(const char *filename, const QimgOpenOptions *opts,
+                             BlkNodeRole role, unsigned flags, GError **error);
 /* The file name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
-/* Open a file that belongs with 'like' (an external data file): recorded in
- * the same log when 'like' is a recording node, else the plain file. */
-QimgImage *blk_open_file_like(QimgImage *like, const char *filename, bool ro,
-                              QimgCacheMode cache, GError **error);
+/* Open a file that belongs with 'like' (an external data file) as
+ * blk_open_file_opts() does, recorded in the same log when 'like' is a
+ * recording node. */
+QimgImage *blk_open_file_like(QimgImage *like, const char *filename,
+                              const QimgOpenOptions *opts, BlkNodeRole role,
+                              GError **error);
 /* The recording node (block/record.c) over child, logging to log_path
  * (shared by every node of the process naming it); takes child, even on
  * failure. */
@@ -216,6 +228,18 @@ const char *blk_record_log_path(const QimgImage *img);
 /* Open the file protocol on 'filename' (a plain file or block device). */
 QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
                          GError **error);
+/* The same for a node in 'role' (invariant 4), with opts' read_only, cache,
+ * force_share, no_io, resize and deny_write. */
+QimgImage *blk_open_file_opts(const char *filename, const QimgOpenOptions *opts,
+                              BlkNodeRole role, GError **error);
+/* Invariant 4: make the protocol node img hold the permissions of 'role' for
+ * an open with opts (o->read_only as in effect).  Returns 0 or -errno with the
+ * message recorded; nodes without locks accept anything. */
+int blk_set_role_perm(QimgImage *img, BlkNodeRole role, const QimgOpenOptions *opts);
+/* The message of err, the failed open of 'filename', without the "Could not
+ * open 'filename': " in front, as QEMU words it one layer down: kept only
+ * when what follows is the bare strerror (a file-level failure). */
+const char *blk_open_error_detail(const GError *err, const char *filename);
 /* Open 'filename' with format 'format' (NULL: probe), including its backing
  * chain unless opts->no_backing.  'chain' holds the canonical paths already in
  * the chain (loop detection); NULL at the top, where 'filename' is the

@@ -189,6 +189,13 @@ static bool faulty_has_zero_init(QimgImage *img)
     return s->child->drv->has_zero_init && s->child->drv->has_zero_init(s->child);
 }
 
+/* The locks are the file's (block.h invariant 6). */
+static int faulty_set_perm(QimgImage *img, unsigned perm, unsigned shared)
+{
+    FaultyState *s = img->opaque;
+    return s->child->drv->set_perm ? s->child->drv->set_perm(s->child, perm, shared) : 0;
+}
+
 static void faulty_event(QimgImage *img, BlkEvent ev)
 {
     current_event = ev;
@@ -216,6 +223,7 @@ static const QimgDriver faulty_driver = {
     .get_allocated_size = faulty_get_allocated_size,
     .has_zero_init = faulty_has_zero_init,
     .event = faulty_event,
+    .set_perm = faulty_set_perm,
 };
 
 QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_only,

@@ -6,7 +6,8 @@
  * means, O_DIRECT alignment detection and the bounce buffers that hide it
  * from callers, zeroing and discard through fallocate() and the block
  * device ioctls, SEEK_DATA/SEEK_HOLE block status, resizing, and
- * blk_file_create().
+ * blk_file_create().  The image locks on the descriptor are block/lock.c's;
+ * this file takes them at open (invariant 11).
  *
  * Invariants:
  *  1. Every request reaching the kernel on an O_DIRECT descriptor is aligned
@@ -59,8 +60,15 @@
  *     proves nothing about them.  From then on every flush and every write,
  *     zero, discard and resize of the node fails with EIO and says why,
  *     until the node is closed.  Reads still work.
+ * 11. The descriptor holds QEMU's image locks (block/lock.c) from open to
+ *     close: file_open takes the protocol's permissions for the open mode
+ *     and refuses the open on a conflict, the node above raises them
+ *     (set_perm), a resize first takes the resize permission, and
+ *     blk_file_create holds the creation locks before it truncates
+ *     anything.
  */
 #include "block/block.h"
+#include "block/lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +111,7 @@ typedef struct FileState {
     bool serialize_writes;
     bool early_writeback; /* invariant 8 */
     int flush_error;      /* invariant 10: errno of the failed fdatasync, atomic */
+    BlkLockState locks;   /* invariant 11 */
 } FileState;
 
 typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
@@ -590,12 +599,20 @@ static uint32_t probe_alignment(FileState *s, bool is_blk)
     return 4096;
 }
 
+static int file_set_perm(QimgImage *img, unsigned perm, unsigned shared)
+{
+    FileState *s = img->opaque;
+
+    return blk_lock_apply(&s->locks, s->fd, perm, shared, s->name);
+}
+
 static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
                      GError **error)
 {
     bool ro = opts ? opts->read_only : img->read_only;
     QimgCacheMode cache = opts ? opts->cache : img->cache;
     int flags = (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    BlkLockState locks = {0};
     FileState *s;
     struct stat st;
     int fd, err;
@@ -643,9 +660,18 @@ static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions
         err = EISDIR;
         goto fail_errno;
     }
+    err = -blk_lock_role(&locks, fd, BLK_ROLE_PROTOCOL, opts, ro, filename);
+    if (err) { /* invariant 11 */
+        g_set_error(error, QIMG_ERROR, err, "Could not open '%s': %s", filename,
+                    blk_error_message());
+        blk_error_clear();
+        close(fd);
+        return -err;
+    }
 
     s = g_new0(FileState, 1);
     s->fd = fd;
+    s->locks = locks;
     s->name = g_strdup(filename);
     s->direct = (flags & O_DIRECT) != 0;
     s->dsync = (flags & O_DSYNC) != 0;
@@ -697,6 +723,7 @@ static void file_close(QimgImage *img)
     if (!s) {
         return;
     }
+    blk_lock_release(&s->locks, s->fd);
     close(s->fd);
     g_rw_lock_clear(&s->lock);
     g_mutex_clear(&s->wlock);
@@ -1052,6 +1079,10 @@ static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc
         return -ENOTSUP;
     }
     ret = check_sticky(s, "resize");
+    if (ret == 0) {
+        /* Invariant 11: as qemu-io's truncate, take the resize permission now. */
+        ret = blk_lock_add(&s->locks, s->fd, BLK_PERM_RESIZE, s->name);
+    }
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);
         return ret;
@@ -1113,8 +1144,9 @@ int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
                     g_strerror(EFBIG));
         return -EFBIG;
     }
+    /* Invariant 11: no O_TRUNC; an image in use is refused before it changes. */
     do {
-        fd = open(filename, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        fd = open(filename, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         ret = -errno;
@@ -1124,6 +1156,12 @@ int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
         ret = -errno;
         close(fd);
         goto out_err;
+    }
+    ret = blk_lock_role(&tmp.locks, fd, BLK_ROLE_CREATE, NULL, false, filename);
+    if (ret < 0) { /* qemu-img prints it after "FILE: " alone */
+        blk_error_propagate(error, ret, NULL);
+        close(fd);
+        return ret;
     }
     if (S_ISBLK(st.st_mode)) {
         /* A device keeps its size; it only has to be big enough. */
@@ -1152,7 +1190,10 @@ int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
     if (prealloc == QIMG_PREALLOC_METADATA) {
         prealloc = QIMG_PREALLOC_OFF; /* metadata means nothing at protocol level */
     }
-    ret = file_resize(&tmp_img, &tmp, 0, size, prealloc, &what);
+    ret = do_ftruncate(fd, 0);
+    if (ret == 0) {
+        ret = file_resize(&tmp_img, &tmp, 0, size, prealloc, &what);
+    }
     if (ret < 0) {
         close(fd);
         if (what) {
@@ -1202,4 +1243,5 @@ const QimgDriver blk_file_driver = {
     .truncate = file_truncate,
     .get_allocated_size = file_get_allocated_size,
     .has_zero_init = file_has_zero_init,
+    .set_perm = file_set_perm,
 };

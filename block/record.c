@@ -67,7 +67,7 @@ typedef struct RecordLog {
     unsigned refs;
     uint32_t next_file_id;
     uint64_t bytes; /* size of the log file */
-    GMutex lock;      /* invariant 2 */
+    GMutex lock;    /* invariant 2 */
 } RecordLog;
 
 typedef struct RecordState {
@@ -357,6 +357,13 @@ static void record_event(QimgImage *img, BlkEvent ev)
     blk_event(s->child, ev);
 }
 
+/* Image locks are the child's (block.h invariant 6). */
+static int record_set_perm(QimgImage *img, unsigned perm, unsigned shared)
+{
+    RecordState *s = img->opaque;
+    return s->child->drv->set_perm ? s->child->drv->set_perm(s->child, perm, shared) : 0;
+}
+
 static void record_close(QimgImage *img)
 {
     RecordState *s = img->opaque;
@@ -379,6 +386,7 @@ static const QimgDriver record_driver = {
     .get_allocated_size = record_get_allocated_size,
     .has_zero_init = record_has_zero_init,
     .event = record_event,
+    .set_perm = record_set_perm,
 };
 
 QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **error)

@@ -984,12 +984,15 @@ struct QimgVmstateLoad {
 static QimgImage *open_view_default(QimgImage *img, const char *snapshot_id,
                                     GError **error)
 {
+    /* A second node on the file img holds: img's locks already say what this
+     * process does with it, so the view shares everything (block/lock.c). */
     QimgOpenOptions o = {
         .format = img->drv->format_name,
         .read_only = true,
         .snapshot = snapshot_id,
         .cache = img->cache,
         .no_backing = img->opts.no_backing,
+        .force_share = true,
     };
     return blk_open_image(img->filename, &o, NULL, error);
 }

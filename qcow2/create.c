@@ -1544,6 +1544,7 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
     CreateParams p;
     Layout L;
     QimgImage *file = NULL, *data = NULL;
+    QimgOpenOptions fo = {.cache = QIMG_CACHE_WRITEBACK};
     const char *data_name =
         opts->options ? g_hash_table_lookup(opts->options, "data_file") : NULL;
     bool data_created = false;
@@ -1566,15 +1567,15 @@ int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **e
         goto fail;
     }
 
-    /* A user name: "record:LOG:FILE" records the creation (tests). */
-    file = blk_open_protocol(filename, false, QIMG_CACHE_WRITEBACK, BLK_OPEN_USER_NAME,
-                             error);
+    /* Locked as the read-write image will be (block/lock.c); a user name:
+     * "record:LOG:FILE" records the creation (tests). */
+    file = blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME, error);
     if (!file) {
         ret = -EIO;
         goto fail;
     }
     if (data_name) {
-        data = blk_open_file_like(file, data_name, false, QIMG_CACHE_WRITEBACK, error);
+        data = blk_open_file_like(file, data_name, &fo, BLK_ROLE_DATA, error);
         if (!data) {
             ret = -EIO;
             goto fail;

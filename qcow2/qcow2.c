@@ -16,7 +16,9 @@
  *  3. img->size is the header size rounded down to 512 bytes (QEMU keeps
  *     sectors); a snapshot view keeps it (snapshot.c invariant 4).
  *  4. With the external data file bit, guest data is read from the data
- *     file node only; the node is owned here and closed at close().
+ *     file node only; the node is owned here and closed at close().  It is
+ *     locked as a data file (block/lock.c), with the image's force_share
+ *     and no_io; a lock conflict there reads as QEMU's, with no prefix.
  *  5. Metadata cache sizes follow QEMU's defaults: L2 cache big enough for
  *     the whole image up to 32 MiB, refcount cache 4 clusters; an explicit
  *     metadata_cache_size is split like QEMU's cache-size option.
@@ -145,9 +147,15 @@ static int open_data_file(Qcow2State *s, const char *filename)
     const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
     g_autofree char *path = blk_resolve_backing_name(base, s->ext.data_file);
     g_autoptr(GError) err = NULL;
+    QimgOpenOptions o = s->img->opts;
 
+    o.read_only = s->img->read_only;
+    o.cache = s->img->cache;
     s->data_file =
-        blk_open_file_like(s->img->file, path, s->img->read_only, s->img->cache, &err);
+        blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA, &err); /* invariant 4 */
+    if (!s->data_file && err && err->code == EAGAIN) {
+        return blk_error(EAGAIN, "%s", blk_open_error_detail(err, path));
+    }
     if (!s->data_file) {
         return blk_error(err ? err->code : EIO, "Could not open data file '%s': %s", path,
                          err ? err->message : "unknown error");
@@ -492,4 +500,5 @@ const QimgDriver blk_qcow2_driver = {
     .get_allocated_size = qcow2_get_allocated_size,
     .get_info = qcow2_get_info,
     .check = qcow2_check_image,
+    .file_role = BLK_ROLE_METADATA,
 };

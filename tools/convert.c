@@ -32,6 +32,11 @@
  *     needs a backing format (-F or -o backing_fmt).
  *  6. --target-is-zero (only with -n, never with a backing file) promises
  *     that the existing target reads as zeros: zeros are not written.
+ *  7. Locks: nobody may write or resize any file of the source's chain
+ *     while it is copied (deny_write; -U lifts it); the target is created
+ *     with the creation locks and opened read-write, so a target in use is
+ *     refused as "T: error while converting FMT: Failed to get \"write\"
+ *     lock" (created) or "Could not open 'T': ..." (-n).
  */
 #include "tools/qimg-tool.h"
 
@@ -630,6 +635,7 @@ static int run_convert(ConvertArgs *a)
     oo.read_only = true;
     oo.cache = a->src_cache;
     oo.force_share = a->force_share;
+    oo.deny_write = true; /* qemu-img: nobody writes the source while we copy it */
     oo.snapshot = snapshot;
     src = qimg_image_open(a->src_name, &oo, &err);
     if (!src) {

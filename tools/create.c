@@ -13,6 +13,10 @@
  *     (its name taken relative to FILE's folder) to check it and, when no
  *     size was given, to take its virtual size.
  *  3. Errors after the file name is known are prefixed with "FILE: ".
+ *  4. The backing file is opened with force share and for metadata only:
+ *     no lock at all.  FILE itself is locked before it is truncated, so an
+ *     image in use is refused ("FILE: Failed to get \"write\" lock") and
+ *     left as it was.
  */
 #include "tools/qimg-tool.h"
 
@@ -57,6 +61,7 @@ static bool check_backing(const char *filename, const char *backing,
     oo.read_only = true;
     oo.no_backing = true;
     oo.force_share = true;
+    oo.no_io = true; /* as qemu-img create: no locks on the backing file */
     bimg = qimg_image_open(path, &oo, &err);
     if (!bimg) {
         if (unsafe) {

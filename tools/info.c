@@ -20,6 +20,9 @@
  *     compat 1.1 only.
  *  4. --backing-chain prints a JSON array, or the human blocks separated
  *     by an empty line.
+ *  5. Each layer is opened for its metadata only (no_io): a qcow2 file
+ *     does not share writing or resizing but takes no permission (bytes
+ *     201 and 203), a raw file takes no lock, -U takes none.
  */
 #include "tools/qimg-tool.h"
 
@@ -209,6 +212,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
     oo.read_only = true;
     oo.no_backing = true;
     oo.force_share = force_share;
+    oo.no_io = true; /* metadata only: qemu-img info's locks */
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
         tool_report_open_error(filename, err);

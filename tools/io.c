@@ -27,6 +27,10 @@
  *     up to the end of the image), -z writes zeroes (-u may unmap).
  *  5. The exit status is 1 if any command failed (a pattern mismatch
  *     counts), else 0; "quit" stops the list.
+ *  6. An open failure reads "can't open device F: <reason>", the reason
+ *     one layer down from qemu-img's: "Could not open 'F': " appears only
+ *     in front of a bare strerror ("Failed to get \"write\" lock", and
+ *     "force-share=on can only be used with read-only images" stand alone).
  */
 #include "tools/qimg-tool.h"
 #include "qimg/vmstate.h"
@@ -779,6 +783,19 @@ static int run_line(IoCtx *io, const char *line)
     return c->run(io, argc, (char **)words->pdata);
 }
 
+/* Fact 6: the library's message without its "Could not open 'F': ". */
+static const char *open_reason(const char *name, const GError *err)
+{
+    g_autofree char *prefix = g_strdup_printf("Could not open '%s': ", name);
+    const char *rest;
+
+    if (!g_str_has_prefix(err->message, prefix)) {
+        return err->message;
+    }
+    rest = err->message + strlen(prefix);
+    return strcmp(rest, g_strerror(err->code)) == 0 ? err->message : rest;
+}
+
 static void io_usage(void)
 {
     printf("Usage: qimg io [OPTIONS]... [-c STRING]... [file]\n"
@@ -863,7 +880,7 @@ int cmd_io(int argc, char **argv)
         const char *name = argv[optind];
         io.img = qimg_image_open(name, &oo, &err);
         if (!io.img) {
-            tool_error("can't open device %s: %s", name, err->message);
+            tool_error("can't open device %s: %s", name, open_reason(name, err));
             g_clear_error(&err);
             return 1;
         }

@@ -117,7 +117,7 @@ static void print_help(void)
            "  'sparse_size' is the minimum run of zeros that convert leaves sparse\n"
            "    (multiple of 512, default 4k, 0 writes everything)\n"
            "  '--output' takes 'human' (default) or 'json'\n"
-           "  '-U' opens the image without taking locks (force share)\n"
+           "  '-U' opens read-only without keeping others from writing (force share)\n"
            "  '-q' suppresses normal output; '-p' shows progress\n"
            "\n"
            "Run 'qimg COMMAND --help' for one command's usage.\n");

@@ -18,6 +18,9 @@
  *     reason itself starts with "Could not open 'F': " (qemu-img's img_open).
  *  4. "Image resized." on success (also when the size does not change),
  *     unless -q.  Exit status 0 or 1.
+ *  5. The resize permission is taken at open (a raw image in use by
+ *     someone who does not share resizing is refused there); there is no
+ *     -U.
  */
 #include "tools/qimg-tool.h"
 
@@ -102,6 +105,7 @@ int cmd_resize(int argc, char **argv)
     }
 
     oo.cache = QIMG_CACHE_WRITEBACK;
+    oo.resize = true; /* the resize lock at open, as qemu-img takes it */
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
         tool_report_open_error(filename, err);

@@ -6,6 +6,12 @@
  * in the QIMG_ERROR domain; the error code is an errno value and the
  * message names the file and the problem.
  *
+ * Images are locked as QEMU locks them (OFD byte-range locks on the image,
+ * backing and data files), so qimg, QEMU and qemu-img see each other: an
+ * open that another process's permissions exclude fails with code EAGAIN
+ * and QEMU's message ("Failed to get \"write\" lock" and "Is another
+ * process using the image [F]?").  The locks are held until the close.
+ *
  * Thread safety: one QimgImage may be used from several threads at once
  * for I/O (pread/pwrite/zeroes/discard/flush/block_status).  Open, close,
  * truncate and snapshot operations must not race with other calls on the
@@ -46,10 +52,17 @@ typedef struct QimgOpenOptions {
     bool no_backing;                 /* do not open the backing chain */
     const char *backing_format_hint; /* unused unless set */
     uint64_t metadata_cache_size;    /* bytes; 0 = driver default */
-    bool force_share;                /* accepted for qemu-img compatibility */
+    bool force_share;                /* qemu-img -U: take no lock that keeps others
+                                      * from writing (read-only opens only) */
     bool check_mode;                 /* open for check/repair: corrupt images open r/w */
     const char *snapshot;            /* read-only view of this internal snapshot
                                       * (ID or name), as qemu-img convert -l */
+    bool no_io;      /* read-only: metadata only, no guest data read (qemu-img info);
+                      * takes fewer locks */
+    bool resize;     /* the image will be resized (qemu-img resize): take the resize
+                      * permission at open */
+    bool deny_write; /* nobody else may write or resize any file of the image
+                      * while it is open (qemu-img convert's source) */
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
