@@ -492,6 +492,8 @@ def judge_state(job):
 
 def explore(args):
     import multiprocessing
+    import time
+    t0 = time.monotonic()
     entries = load_log(args.log, args.qemu_file)
     rng = random.Random(args.seed)
     bases = {}
@@ -533,9 +535,9 @@ def explore(args):
             failures.append("state %d (cut %d of %d entries, keep %.1f): %s" %
                             (k, cut, len(entries), keep, "\n  ".join(problems)))
     total = sum(counts.values())
-    summary = "%s: %d states (%d log entries, %d flushes): %s" % (
+    summary = "%s: %d states (%d log entries, %d flushes): %s (%.1f s)" % (
         args.label, total, len(entries), sum(1 for e in entries if e.type == W_FLUSH),
-        ", ".join("%s %d" % kv for kv in sorted(counts.items())))
+        ", ".join("%s %d" % kv for kv in sorted(counts.items())), time.monotonic() - t0)
     print(summary)
     for f in failures[:args.show]:
         print("  " + f)

@@ -40,4 +40,19 @@ same_prefix map -f qcow2 plain.raw
 same_prefix check -f qcow2 plain.raw
 same_prefix convert -f qcow2 -O raw plain.raw out.raw
 same_as_qemu_err convert -n -O qcow2 plain.raw missing.qcow2
+
+# A backing file name read from an image never selects a test node (the
+# fault injector, the recorder): "blkdebug:RULES:FILE" and "record:LOG:FILE"
+# there are plain file names.  base.raw exists, the literal names do not.
+truncate -s 1M base.raw
+for name in "blkdebug:event=any:base.raw" "record:log:base.raw"; do
+    rm -f over.qcow2 log
+    "$QEMU_IMG" create -q -f qcow2 -u -b "$name" -F raw over.qcow2 1M
+    "$QIMG" map over.qcow2 >.out 2>&1
+    rc=$?
+    assert_eq "backing '$name' is a plain file name" \
+        "1: qimg: Could not open 'over.qcow2': Could not open backing file: Could not open '$name': No such file or directory" \
+        "$rc: $(cat .out)"
+    assert_rc "no record log was written for backing '$name'" 1 test -e log
+done
 finish
