@@ -13,7 +13,9 @@
  *  1. Every request reaching the kernel on an O_DIRECT descriptor is aligned
  *     to img->request_alignment in its offset, its length and every buffer
  *     address and length.  Anything else goes through an aligned bounce
- *     buffer (read-modify-write for writes).
+ *     buffer: a write whose range is aligned but whose buffers are not is
+ *     copied and written as is (a caller's g_malloc'ed buffers); only an
+ *     unaligned range needs read-modify-write.
  *  2. Durability follows the cache mode: writethrough and directsync writes
  *     are durable when they return (O_DSYNC); writeback and none data is
  *     durable after flush (fdatasync), or after one write with BLK_REQ_FUA;
@@ -29,11 +31,11 @@
  *     file.
  *  6. s->lock (a rwlock) orders the operations that would otherwise lose
  *     data when they run concurrently.  Held exclusively: O_DIRECT
- *     read-modify-write (it writes back bytes it did not get from the
- *     caller) and anything that sets the size with ftruncate() (it could
- *     cut off a concurrent extending write).  Held shared: writes that may
- *     extend the file (end > img->size) and, with O_DIRECT, every request
- *     that modifies the file.  Reads and block status never take it.
+ *     read-modify-write of an unaligned range (it writes back bytes it did not get from
+ * the caller) and anything that sets the size with ftruncate() (it could cut off a
+ * concurrent extending write).  Held shared: writes that may extend the file (end >
+ * img->size) and, with O_DIRECT, every request that modifies the file.  Reads and block
+ * status never take it.
  *  7. Large (>= 128 KiB) buffered writes to a regular file go to the kernel
  *     one at a time (s->wlock).  The kernel serialises them anyway on the
  *     inode lock, where waiters spin on the owner: with many writer threads
@@ -500,6 +502,37 @@ static int file_rmw_write(QimgImage *img, FileState *s, uint64_t offset,
 }
 
 /* Write qiov at offset; caller holds s->lock as invariant 6 requires. */
+static bool range_aligned(uint64_t offset, uint64_t size, uint64_t align)
+{
+    return offset % align == 0 && size % align == 0;
+}
+
+/* O_DIRECT write of an aligned range from unaligned buffers: copy into an
+ * aligned bounce buffer, no read needed (invariant 1); s->lock shared. */
+static int file_bounce_write(QimgImage *img, FileState *s, uint64_t offset,
+                             const QimgIOV *qiov)
+{
+    size_t bufsize = MIN(qiov->size, (size_t)align_up(FILE_CHUNK_MAX, s->buf_align));
+    char *buf = buf_alloc(s->buf_align, bufsize);
+    size_t done = 0;
+    int ret = 0;
+
+    if (!buf) {
+        return -ENOMEM;
+    }
+    while (done < qiov->size && ret == 0) {
+        size_t len = MIN(qiov->size - done, bufsize);
+        iov_to_buf(qiov, done, buf, len);
+        ret = fd_rw_buf(s, img->request_alignment, true, buf, len, offset + done);
+        done += len;
+    }
+    free(buf);
+    if (ret == 0) {
+        size_grow(img, offset + qiov->size);
+    }
+    return ret;
+}
+
 static int file_do_pwritev(QimgImage *img, FileState *s, uint64_t offset,
                            const QimgIOV *qiov)
 {
@@ -509,6 +542,9 @@ static int file_do_pwritev(QimgImage *img, FileState *s, uint64_t offset,
         return 0;
     }
     if (s->direct && !qiov_aligned(qiov, offset, img->request_alignment)) {
+        if (range_aligned(offset, qiov->size, img->request_alignment)) {
+            return file_bounce_write(img, s, offset, qiov);
+        }
         return file_rmw_write(img, s, offset, qiov);
     }
     bool serialize = s->serialize_writes && qiov->size >= FILE_SERIAL_WRITE_MIN;
@@ -769,7 +805,7 @@ static int file_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
         return 0;
     }
     /* Invariant 6. */
-    if (s->direct && !qiov_aligned(qiov, offset, img->request_alignment)) {
+    if (s->direct && !range_aligned(offset, qiov->size, img->request_alignment)) {
         m = LOCK_EXCL;
     } else if (s->direct || end > size_get(img)) {
         m = LOCK_SHARED;

@@ -95,8 +95,12 @@ static void do_flush(Bench *b)
 static gpointer bench_worker(gpointer opaque)
 {
     Bench *b = opaque;
-    g_autofree uint8_t *buf = g_malloc(b->bufsize ? b->bufsize : 1);
+    /* aligned for O_DIRECT, as qemu-img bench's buffers (qemu_blockalign) */
+    uint8_t *buf = NULL;
 
+    if (posix_memalign((void **)&buf, 4096, b->bufsize ? b->bufsize : 1) != 0) {
+        g_error("out of memory");
+    }
     memset(buf, b->pattern, b->bufsize);
     g_mutex_lock(&b->lock);
     for (;;) {
@@ -148,6 +152,7 @@ static gpointer bench_worker(gpointer opaque)
         }
     }
     g_mutex_unlock(&b->lock);
+    free(buf);
     return NULL;
 }
 
