@@ -1,26 +1,18 @@
 /*
- * block/block.c: the generic image layer.
+ * block/block.c: nodes and requests.
  *
- * Owns: the driver table, format probing, opening an image with its
- * protocol child and its backing chain, and the request checks every
- * request passes before it reaches a driver (block.h invariant 3).
+ * Owns: the driver table (drivers are registered by the layer above, never
+ * named here), opening protocol nodes (the file protocol and the test
+ * nodes the caller names), closing nodes, the write generations, and the
+ * request checks every request passes before it reaches a driver (block.h
+ * invariant 3).  Opening a format with its backing chain is api/open.c's.
  *
  * Invariants (besides block.h's):
- *  1. A backing chain never contains the same file twice: each file is
- *     identified by its canonical path, and a repeat refuses the open
- *     ("Backing file 'x' creates an infinite loop").
- *  2. Backing nodes are always opened read-only.
  *  3. Reads of a backing node past its end return zeros
  *     (blk_preadv_padded), as QEMU reads a shorter backing file.
- *  4. Format probing never guesses anything but raw for an unknown file;
- *     a driver claims a file only by its magic.
- *  5. Locks (block.h invariant 6): once the format is known, and before
- *     its driver reads the file, the protocol node holds the permissions of
- *     the driver's file_role; force_share, no_io and deny_write reach every
- *     file of the chain, resize only the image's own file.  A read-write
- *     open with force_share is refused, as QEMU refuses it, before any file
- *     is opened.  A backing file's failure reads as QEMU words it: "Could
- *     not open backing file: " and the backing file's own message.
+ *  4. The driver table holds what was registered (api/ registers the
+ *     built-in drivers, tests add their own); probing asks each format
+ *     driver for a score and the highest wins.
  */
 #include "block/block.h"
 
@@ -30,58 +22,75 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const QimgDriver *const format_drivers[] = {
-    &blk_qcow2_driver,
-    &blk_raw_driver,
-};
+/* ---- the driver table (invariant 4): drivers are registered, not named ---- */
 
-const QimgDriver *blk_find_format(const char *name)
+static GMutex registry_lock;
+static const BlkDriver *registry[BLK_MAX_DRIVERS];
+static unsigned registry_len;
+
+int blk_driver_register(const BlkDriver *drv)
 {
-    for (size_t i = 0; i < G_N_ELEMENTS(format_drivers); i++) {
-        if (strcmp(format_drivers[i]->format_name, name) == 0) {
-            return format_drivers[i];
+    int ret = 0;
+
+    g_mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < registry_len; i++) {
+        if (strcmp(registry[i]->format_name, drv->format_name) == 0) {
+            registry[i] = drv; /* a test may replace a driver */
+            g_mutex_unlock(&registry_lock);
+            return 0;
         }
     }
-    if (strcmp(name, "file") == 0) {
-        return &blk_file_driver;
+    if (registry_len == BLK_MAX_DRIVERS) {
+        ret = blk_error(ENOSPC, "Too many drivers");
+    } else {
+        registry[registry_len++] = drv;
     }
-    return NULL;
+    g_mutex_unlock(&registry_lock);
+    return ret;
 }
 
-/* Invariant 4: highest probe score wins; raw scores 1 for anything. */
-const QimgDriver *blk_probe_buf(const uint8_t *buf, size_t n)
+const BlkDriver *blk_find_format(const char *name)
 {
-    const QimgDriver *best = &blk_raw_driver;
+    const BlkDriver *found = NULL;
+
+    g_mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < registry_len && !found; i++) {
+        if (strcmp(registry[i]->format_name, name) == 0) {
+            found = registry[i];
+        }
+    }
+    g_mutex_unlock(&registry_lock);
+    if (!found && strcmp(name, "file") == 0) {
+        found = &blk_file_driver;
+    }
+    return found;
+}
+
+/* Invariant 4: highest probe score wins; a driver claiming every file
+ * (raw's 1) is the fallback; none at all: NULL. */
+const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n)
+{
+    const BlkDriver *best = NULL;
     int best_score = 0;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(format_drivers); i++) {
-        const QimgDriver *d = format_drivers[i];
-        int score = d->probe ? d->probe(buf, n) : 0;
+    g_mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < registry_len; i++) {
+        const BlkDriver *d = registry[i];
+        int score = d->probe && !d->is_protocol ? d->probe(buf, n) : 0;
         if (score > best_score) {
             best_score = score;
             best = d;
         }
     }
+    g_mutex_unlock(&registry_lock);
     return best;
 }
 
-static const QimgDriver *probe_format(QimgImage *file)
+BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
+                            BlkNodeRole role, GError **error)
 {
-    uint8_t buf[BLK_PROBE_BUF_SIZE] = {0};
-    int64_t len = blk_getlength(file);
-    size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
-
-    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
-        n = 0;
-    }
-    return blk_probe_buf(buf, n);
-}
-
-QimgImage *blk_open_file_opts(const char *filename, const QimgOpenOptions *opts,
-                              BlkNodeRole role, GError **error)
-{
-    QimgImage *img = g_new0(QimgImage, 1);
-    QimgOpenOptions o = {
+    BlkNode *img = g_new0(BlkNode, 1);
+    BlkOpenOptions o = {
         .read_only = opts->read_only,
         .cache = opts->cache,
         .force_share = opts->force_share,
@@ -115,15 +124,15 @@ QimgImage *blk_open_file_opts(const char *filename, const QimgOpenOptions *opts,
     return img;
 }
 
-QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
-                         GError **error)
+BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache,
+                       GError **error)
 {
-    QimgOpenOptions o = {.read_only = read_only, .cache = cache};
+    BlkOpenOptions o = {.read_only = read_only, .cache = cache};
 
     return blk_open_file_opts(filename, &o, BLK_ROLE_PROTOCOL, error);
 }
 
-int blk_set_role_perm(QimgImage *img, BlkNodeRole role, const QimgOpenOptions *opts)
+int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts)
 {
     unsigned perm, shared;
 
@@ -158,36 +167,6 @@ char *blk_resolve_backing_name(const char *image_filename, const char *backing)
     return g_build_filename(dir, backing, NULL);
 }
 
-static bool chain_contains(GSList *chain, const char *canon)
-{
-    for (GSList *l = chain; l; l = l->next) {
-        if (strcmp(l->data, canon) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-static int open_backing(QimgImage *img, const QimgOpenOptions *opts, GSList *chain,
-                        GError **error)
-{
-    QimgOpenOptions bo = *opts;
-    g_autoptr(GError) local = NULL;
-
-    bo.format = img->backing_format;
-    bo.read_only = true; /* invariant 2 */
-    bo.resize = false;
-    bo.snapshot = NULL;
-    bo.check_mode = false;
-    img->backing = blk_open_image(img->full_backing_filename, &bo, chain, &local);
-    if (!img->backing) {
-        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    blk_open_error_detail(local, img->full_backing_filename));
-        return -local->code;
-    }
-    return 0;
-}
-
 static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_NONE] = "none",
     [BLKEV_DATA_WRITE] = "data_write",
@@ -211,7 +190,7 @@ const char *blk_event_name(BlkEvent ev)
     return (unsigned)ev < BLKEV__MAX ? event_names[ev] : NULL;
 }
 
-void blk_event(QimgImage *img, BlkEvent ev)
+void blk_event(BlkNode *img, BlkEvent ev)
 {
     if (img && img->drv->event) {
         img->drv->event(img, ev);
@@ -241,12 +220,12 @@ static bool split_prefix(const char *filename, const char *prefix, char **arg,
     return true;
 }
 
-QimgImage *blk_open_protocol(const char *filename, const QimgOpenOptions *opts,
-                             BlkNodeRole role, unsigned flags, GError **error)
+BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
+                           BlkNodeRole role, unsigned flags, GError **error)
 {
     g_autofree char *arg = NULL;
     const char *rest;
-    QimgImage *node;
+    BlkNode *node;
 
     if (!(flags & BLK_OPEN_USER_NAME)) {
         return blk_open_file_opts(filename, opts, role, error);
@@ -254,7 +233,7 @@ QimgImage *blk_open_protocol(const char *filename, const QimgOpenOptions *opts,
     if (split_prefix(filename, "blkdebug:", &arg, &rest)) {
         node = blk_open_faulty(arg, rest, opts->read_only, opts->cache, error);
     } else if (split_prefix(filename, "record:", &arg, &rest)) {
-        QimgImage *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags, error);
+        BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags, error);
         node = child ? blk_open_record(arg, child, error) : NULL;
     } else if (g_str_has_prefix(filename, "blkdebug:") ||
                g_str_has_prefix(filename, "record:")) {
@@ -300,11 +279,10 @@ const char *blk_plain_name(const char *filename)
     }
 }
 
-QimgImage *blk_open_file_like(QimgImage *like, const char *filename,
-                              const QimgOpenOptions *opts, BlkNodeRole role,
-                              GError **error)
+BlkNode *blk_open_file_like(BlkNode *like, const char *filename,
+                            const BlkOpenOptions *opts, BlkNodeRole role, GError **error)
 {
-    QimgImage *child = blk_open_file_opts(filename, opts, role, error);
+    BlkNode *child = blk_open_file_opts(filename, opts, role, error);
 
     /* A recorded image records its data file in the same log. */
     if (child && blk_is_record_node(like)) {
@@ -313,156 +291,10 @@ QimgImage *blk_open_file_like(QimgImage *like, const char *filename,
     return child;
 }
 
-static QimgImage *open_format(QimgImage *file, const QimgDriver *drv,
-                              const char *filename, const char *canon,
-                              const QimgOpenOptions *opts, GSList *chain, bool user_name,
-                              GError **error)
-{
-    bool ro = opts->read_only || opts->snapshot != NULL;
-    bool probed = !drv;
-    QimgImage *img;
-    GSList link;
-
-    if (!drv) {
-        drv = probe_format(file);
-    }
-    if (drv->is_protocol) {
-        return file;
-    }
-
-    img = g_new0(QimgImage, 1);
-    img->drv = drv;
-    img->file = file;
-    img->filename = g_strdup(filename);
-    img->read_only = ro;
-    img->probed = probed;
-    img->cache = opts->cache;
-    img->request_alignment = file->request_alignment;
-    img->opts = *opts;
-    img->opts.format = NULL;
-    img->opts.backing_format_hint = NULL;
-    img->opts.snapshot = NULL;
-
-    g_autoptr(GError) local = NULL;
-    /* Invariant 5: the locks of the driver's role before it reads the file. */
-    QimgOpenOptions lo = *opts;
-    lo.read_only = ro;
-    int ret = blk_set_role_perm(file, drv->file_role, &lo);
-    if (ret < 0) {
-        g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
-                    blk_error_message());
-        blk_error_clear();
-        goto fail_noclose;
-    }
-    if (drv->open(img, filename, opts, &local) < 0) {
-        g_propagate_prefixed_error(error, g_steal_pointer(&local),
-                                   "Could not open '%s': ", filename);
-        goto fail_noclose;
-    }
-    if (img->backing_filename) {
-        img->full_backing_filename = blk_resolve_backing_name(
-            user_name ? blk_plain_name(filename) : filename, img->backing_filename);
-        if (!opts->no_backing) {
-            link.data = (void *)canon;
-            link.next = chain;
-            if (open_backing(img, opts, &link, &local) < 0) {
-                g_propagate_prefixed_error(error, g_steal_pointer(&local),
-                                           "Could not open '%s': ", filename);
-                goto fail;
-            }
-        }
-    }
-    if (drv->open_finish && drv->open_finish(img, &local) < 0) {
-        g_propagate_prefixed_error(error, g_steal_pointer(&local),
-                                   "Could not open '%s': ", filename);
-        goto fail;
-    }
-    return img;
-
-fail:
-    blk_close(img);
-    return NULL;
-fail_noclose:
-    blk_close(img->file);
-    g_free(img->filename);
-    g_free(img->backing_filename);
-    g_free(img->backing_format);
-    g_free(img);
-    return NULL;
-}
-
-static const QimgDriver *lookup_format(const char *filename, const QimgOpenOptions *opts,
-                                       GError **error)
-{
-    const QimgDriver *drv = blk_find_format(opts->format);
-    if (!drv) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Could not open '%s': Unknown driver '%s'",
-                    filename, opts->format);
-    }
-    return drv;
-}
-
-QimgImage *blk_open_image_on(QimgImage *file, const char *filename,
-                             const QimgOpenOptions *opts, GError **error)
-{
-    const QimgDriver *drv = NULL;
-
-    if (opts->format && !(drv = lookup_format(filename, opts, error))) {
-        blk_close(file);
-        return NULL;
-    }
-    return open_format(file, drv, filename, filename, opts, NULL, true, error);
-}
-
-QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
-                          GSList *chain, GError **error)
-{
-    char canon[PATH_MAX];
-    const QimgDriver *drv = NULL;
-    bool ro = opts->read_only || opts->snapshot != NULL;
-
-    if (opts->force_share && !ro) { /* invariant 5 */
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Could not open '%s': force-share=on can only be used with "
-                    "read-only images",
-                    filename);
-        return NULL;
-    }
-    if (opts->format && !(drv = lookup_format(filename, opts, error))) {
-        return NULL;
-    }
-    /* block.h invariant 5: only the caller's own name (not a backing file
-     * name from an image: chain != NULL) may select a test node. */
-    bool user_name = chain == NULL;
-    if (!realpath(user_name ? blk_plain_name(filename) : filename, canon)) {
-        int e = errno;
-        g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
-                    g_strerror(e));
-        return NULL;
-    }
-    if (chain_contains(chain, canon)) { /* invariant 1 */
-        g_set_error(error, QIMG_ERROR, ELOOP,
-                    "Backing file '%s' creates an infinite loop.", filename);
-        return NULL;
-    }
-
-    QimgOpenOptions po = *opts;
-    po.read_only = ro;
-    QimgImage *file = blk_open_protocol(filename, &po, BLK_ROLE_PROTOCOL,
-                                        user_name ? BLK_OPEN_USER_NAME : 0, error);
-    if (!file) {
-        return NULL;
-    }
-    return open_format(file, drv, filename, canon, opts, chain, user_name, error);
-}
-
-void blk_close(QimgImage *img)
+void blk_close(BlkNode *img)
 {
     if (!img) {
         return;
-    }
-    if (img->vmstate) {
-        blk_vmstate_release(img);
     }
     if (img->drv && img->drv->close) {
         img->drv->close(img);
@@ -478,7 +310,7 @@ void blk_close(QimgImage *img)
 
 /* ---- write generations (block.h invariant 4) ---- */
 
-static QimgImage *gen_node(QimgImage *img)
+static BlkNode *gen_node(BlkNode *img)
 {
     while (img->filtered) {
         img = img->filtered;
@@ -486,27 +318,27 @@ static QimgImage *gen_node(QimgImage *img)
     return img;
 }
 
-uint64_t blk_write_gen(QimgImage *img)
+uint64_t blk_write_gen(BlkNode *img)
 {
     return __atomic_load_n(&gen_node(img)->write_gen, __ATOMIC_ACQUIRE);
 }
 
-uint64_t blk_flushed_gen(QimgImage *img)
+uint64_t blk_flushed_gen(BlkNode *img)
 {
     return __atomic_load_n(&gen_node(img)->flushed_gen, __ATOMIC_ACQUIRE);
 }
 
-bool blk_is_durable(QimgImage *img, uint64_t gen)
+bool blk_is_durable(BlkNode *img, uint64_t gen)
 {
     return blk_flushed_gen(img) >= gen;
 }
 
-void blk_gen_bump(QimgImage *img)
+void blk_gen_bump(BlkNode *img)
 {
     __atomic_add_fetch(&img->write_gen, 1, __ATOMIC_ACQ_REL);
 }
 
-void blk_gen_flushed(QimgImage *img, uint64_t gen)
+void blk_gen_flushed(BlkNode *img, uint64_t gen)
 {
     uint64_t cur = __atomic_load_n(&img->flushed_gen, __ATOMIC_RELAXED);
 
@@ -518,7 +350,7 @@ void blk_gen_flushed(QimgImage *img, uint64_t gen)
 
 /* ---- request checks (block.h invariant 3) ---- */
 
-static int check_request(QimgImage *img, uint64_t offset, uint64_t bytes, bool write)
+static int check_request(BlkNode *img, uint64_t offset, uint64_t bytes, bool write)
 {
     uint64_t end;
 
@@ -540,7 +372,7 @@ static int check_request(QimgImage *img, uint64_t offset, uint64_t bytes, bool w
     return 0;
 }
 
-int blk_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+int blk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     int ret = check_request(img, offset, qiov->size, false);
     if (ret < 0 || qiov->size == 0) {
@@ -549,7 +381,7 @@ int blk_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned fl
     return img->drv->preadv(img, offset, qiov, flags);
 }
 
-int blk_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     int ret = check_request(img, offset, qiov->size, true);
     if (ret < 0 || qiov->size == 0) {
@@ -562,22 +394,22 @@ int blk_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned f
     return img->drv->pwritev(img, offset, qiov, flags);
 }
 
-int blk_pread(QimgImage *img, uint64_t offset, void *buf, size_t bytes)
+int blk_pread(BlkNode *img, uint64_t offset, void *buf, size_t bytes)
 {
-    QimgIOV q;
+    BlkIOV q;
     iov_init_buf(&q, buf, bytes);
     return blk_preadv(img, offset, &q, 0);
 }
 
-int blk_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t bytes,
+int blk_pwrite(BlkNode *img, uint64_t offset, const void *buf, size_t bytes,
                unsigned flags)
 {
-    QimgIOV q;
+    BlkIOV q;
     iov_init_buf(&q, (void *)buf, bytes);
     return blk_pwritev(img, offset, &q, flags);
 }
 
-int blk_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags)
+int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags)
 {
     int ret = check_request(img, offset, bytes, true);
     if (ret < 0 || bytes == 0) {
@@ -606,7 +438,7 @@ int blk_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned 
     return 0;
 }
 
-int blk_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     int ret = check_request(img, offset, bytes, true);
     if (ret < 0 || bytes == 0 || !img->drv->pdiscard) {
@@ -615,26 +447,20 @@ int blk_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
     return img->drv->pdiscard(img, offset, bytes);
 }
 
-int blk_flush(QimgImage *img)
+int blk_flush(BlkNode *img)
 {
-    if (img->vmstate) {
-        int ret = blk_vmstate_drain(img);
-        if (ret < 0) {
-            return ret;
-        }
-    }
     if (img->read_only || !img->drv->flush) {
         return 0;
     }
     return img->drv->flush(img);
 }
 
-int64_t blk_getlength(QimgImage *img)
+int64_t blk_getlength(BlkNode *img)
 {
     return (int64_t)img->size;
 }
 
-int blk_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
+int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
     memset(st, 0, sizeof(*st));
     if (offset >= img->size) {
@@ -667,7 +493,7 @@ int blk_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus 
     return 0;
 }
 
-int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                  bool shrink, GError **error)
 {
     if (img->read_only) {
@@ -686,7 +512,7 @@ int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc preallo
     return img->drv->truncate(img, size, exact, prealloc, shrink, error);
 }
 
-int64_t blk_get_allocated_size(QimgImage *img)
+int64_t blk_get_allocated_size(BlkNode *img)
 {
     if (img->drv->get_allocated_size) {
         return img->drv->get_allocated_size(img);
@@ -697,7 +523,7 @@ int64_t blk_get_allocated_size(QimgImage *img)
     return -ENOTSUP;
 }
 
-int blk_preadv_padded(QimgImage *img, uint64_t offset, const QimgIOV *qiov)
+int blk_preadv_padded(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
 {
     /* The file protocol grows img->size atomically while writes run. */
     uint64_t size = __atomic_load_n(&img->size, __ATOMIC_ACQUIRE);
@@ -709,7 +535,7 @@ int blk_preadv_padded(QimgImage *img, uint64_t offset, const QimgIOV *qiov)
     if (avail >= qiov->size) {
         return blk_preadv(img, offset, qiov, 0);
     }
-    QimgIOV part;
+    BlkIOV part;
     iov_slice(&part, qiov, 0, (size_t)avail);
     int ret = blk_preadv(img, offset, &part, 0);
     iov_destroy(&part);

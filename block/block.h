@@ -1,7 +1,7 @@
 /*
  * block/: the generic image layer, internal interface.
  *
- * Owns: the driver table, the QimgImage node (one per opened file or
+ * Owns: the driver table, the BlkNode node (one per opened file or
  * format layer), format probing, opening backing chains, request checks,
  * and the error convention shared by every layer below the public API.
  *
@@ -30,13 +30,14 @@
  *  6. Every file an image is made of (its own, its backing files', its data
  *     file) is locked as QEMU locks it (block/lock.c): the protocol node
  *     takes its open mode's permissions, and the node above raises them to
- *     its role's (QimgDriver.file_role) before it reads or writes anything.
+ *     its role's (BlkDriver.file_role) before it reads or writes anything.
  */
 #ifndef QIMG_BLOCK_H
 #define QIMG_BLOCK_H
 
-#include "qimg/qimg.h"
+#include "qimg/qimg.h" /* QIMG_ERROR, until the drivers use blk_error only */
 #include "block/iov.h"
+#include "block/types.h"
 #include "block/lock.h"
 
 #include <glib.h>
@@ -49,8 +50,9 @@
 #define ROUND_UP(x, a) ROUND_DOWN((x) + (a)-1, (a))
 #define DIV_ROUND_UP(x, a) (((x) + (a)-1) / (a))
 
-typedef struct QimgDriver QimgDriver;
-struct QimgCheckResult;
+typedef struct BlkDriver BlkDriver;
+typedef struct BlkNode BlkNode;
+struct BlkCheckResult;
 
 /*
  * Named steps of metadata updates, announced on the node about to be written
@@ -76,21 +78,22 @@ typedef enum BlkEvent {
     BLKEV__MAX
 } BlkEvent;
 
-/* Request flags for preadv / pwritev / pwrite_zeroes. */
+/* Request flags for preadv / pwritev / pwrite_zeroes (the first two equal
+ * the public QIMG_ZERO_* flags, api/convert.c). */
 enum {
-    BLK_REQ_MAY_UNMAP = QIMG_ZERO_MAY_UNMAP,
-    BLK_REQ_NO_FALLBACK = QIMG_ZERO_NO_FALLBACK,
-    BLK_REQ_FUA = 1 << 4, /* durable before completion */
+    BLK_REQ_MAY_UNMAP = 1 << 0,   /* the range may be deallocated */
+    BLK_REQ_NO_FALLBACK = 1 << 1, /* fail with ENOTSUP rather than write zeros */
+    BLK_REQ_FUA = 1 << 4,         /* durable before completion */
 };
 
-struct QimgImage {
-    const QimgDriver *drv;
-    void *opaque;       /* driver state */
-    char *filename;     /* as given by the user */
-    QimgImage *file;    /* protocol child of a format node; NULL for protocol */
-    QimgImage *backing; /* backing node, or NULL */
+struct BlkNode {
+    const BlkDriver *drv;
+    void *opaque;     /* driver state */
+    char *filename;   /* as given by the user */
+    BlkNode *file;    /* protocol child of a format node; NULL for protocol */
+    BlkNode *backing; /* backing node, or NULL */
     bool read_only;
-    QimgCacheMode cache;
+    BlkCacheMode cache;
     uint64_t size;               /* virtual size; drivers keep it current */
     uint32_t request_alignment;  /* 1, or the O_DIRECT alignment */
     uint32_t cluster_size;       /* format's allocation unit; 0 if it has none */
@@ -98,32 +101,31 @@ struct QimgImage {
     char *backing_filename;      /* as recorded in the image */
     char *full_backing_filename; /* resolved path used to open it */
     char *backing_format;        /* as recorded, or NULL */
-    QimgOpenOptions opts;        /* copy (string fields not kept) */
-    struct BlkVmstate *vmstate;  /* buffered vmstate writer/reader, or NULL */
+    BlkOpenOptions opts;         /* copy (string fields not kept) */
     bool probed;                 /* the format was guessed (raw.c invariant 4) */
     /* protocol nodes (invariant 4), atomic */
     uint64_t write_gen;   /* completed write-like requests */
     uint64_t flushed_gen; /* write_gen at the start of the last good flush */
-    QimgImage *filtered;  /* filter nodes: the child that holds the data */
+    BlkNode *filtered;    /* filter nodes: the child that holds the data */
 };
 
-/* Block status answers (driver level). */
+/* Block status answers (driver level; equal to the public QIMG_STATUS_*). */
 enum {
-    BLK_STATUS_DATA = QIMG_STATUS_DATA,
-    BLK_STATUS_ZERO = QIMG_STATUS_ZERO,
-    BLK_STATUS_OFFSET_VALID = QIMG_STATUS_OFFSET_VALID,
-    BLK_STATUS_ALLOCATED = QIMG_STATUS_ALLOCATED,
-    BLK_STATUS_COMPRESSED = QIMG_STATUS_COMPRESSED,
+    BLK_STATUS_DATA = 1 << 0,         /* reads return data stored here */
+    BLK_STATUS_ZERO = 1 << 1,         /* reads return zeros */
+    BLK_STATUS_OFFSET_VALID = 1 << 2, /* map is valid in file */
+    BLK_STATUS_ALLOCATED = 1 << 3,    /* this layer defines the contents */
+    BLK_STATUS_COMPRESSED = 1 << 4,
 };
 
 typedef struct BlkStatus {
-    uint64_t pnum;   /* bytes from the request offset the answer covers (> 0) */
-    unsigned flags;  /* BLK_STATUS_* */
-    uint64_t map;    /* host offset when OFFSET_VALID */
-    QimgImage *file; /* node 'map' refers to */
+    uint64_t pnum;  /* bytes from the request offset the answer covers (> 0) */
+    unsigned flags; /* BLK_STATUS_* */
+    uint64_t map;   /* host offset when OFFSET_VALID */
+    BlkNode *file;  /* node 'map' refers to */
 } BlkStatus;
 
-struct QimgDriver {
+struct BlkDriver {
     const char *format_name;
     bool is_protocol;
     /* 0..100: how sure the driver is that buf (first bytes of the file) is its format. */
@@ -131,48 +133,47 @@ struct QimgDriver {
     /* Protocol drivers: open 'filename' themselves.  Format drivers: img->file
      * is open; parse it and set img->size, img->backing_filename,
      * img->backing_format.  Messages through GError. */
-    int (*open)(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
+    int (*open)(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
                 GError **error);
     /* Called after the backing chain is open (optional). */
-    int (*open_finish)(QimgImage *img, GError **error);
-    void (*close)(QimgImage *img);
-    int (*preadv)(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
-    int (*pwritev)(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
-    int (*pwrite_zeroes)(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags);
-    int (*pdiscard)(QimgImage *img, uint64_t offset, uint64_t bytes);
-    int (*pwrite_compressed)(QimgImage *img, uint64_t offset, const QimgIOV *qiov);
-    int (*flush)(QimgImage *img);
+    int (*open_finish)(BlkNode *img, GError **error);
+    void (*close)(BlkNode *img);
+    int (*preadv)(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+    int (*pwritev)(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+    int (*pwrite_zeroes)(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
+    int (*pdiscard)(BlkNode *img, uint64_t offset, uint64_t bytes);
+    int (*pwrite_compressed)(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
+    int (*flush)(BlkNode *img);
     /* Status of this layer only, for [offset, offset+bytes).  Returns 0 or -errno. */
-    int (*block_status)(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
-    int (*truncate)(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+    int (*block_status)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
+    int (*truncate)(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                     bool shrink, GError **error);
-    int64_t (*get_allocated_size)(QimgImage *img);
+    int64_t (*get_allocated_size)(BlkNode *img);
     /* Fill the driver-specific parts of info (cluster size, qcow2 data). */
-    int (*get_info)(QimgImage *img, QimgInfo *info, GError **error);
-    int (*create)(const char *filename, const QimgCreateOptions *opts, GError **error);
+    int (*get_info)(BlkNode *img, BlkInfo *info, GError **error);
+    int (*create)(const char *filename, const BlkCreateOptions *opts, GError **error);
     /* vmstate area (qcow2): positional access beyond the disk end. */
-    int (*save_vmstate)(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
-    int (*load_vmstate)(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
+    int (*save_vmstate)(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
+    int (*load_vmstate)(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
     /* True if a freshly created image of this driver reads as zeros. */
-    bool (*has_zero_init)(QimgImage *img);
+    bool (*has_zero_init)(BlkNode *img);
     /* Internal snapshots.  create: sn->name, vm_state_size, date_*, vm_clock_nsec
      * and icount are inputs; the driver assigns sn->id (g_strdup).  Messages via
      * GError.  id_or_name: ID first, then name, as QEMU looks them up. */
-    int (*snapshot_create)(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
-    int (*snapshot_goto)(QimgImage *img, const char *id_or_name, GError **error);
-    int (*snapshot_delete)(QimgImage *img, const char *id_or_name, GError **error);
-    /* A new array of QimgSnapshotInfo (strings owned by the array's entries). */
-    GArray *(*snapshot_list)(QimgImage *img);
+    int (*snapshot_create)(BlkNode *img, BlkSnapshotInfo *sn, GError **error);
+    int (*snapshot_goto)(BlkNode *img, const char *id_or_name, GError **error);
+    int (*snapshot_delete)(BlkNode *img, const char *id_or_name, GError **error);
+    /* A new array of BlkSnapshotInfo (strings owned by the array's entries). */
+    GArray *(*snapshot_list)(BlkNode *img);
     /* Fault injection: the next requests belong to step ev (optional). */
-    void (*event)(QimgImage *img, BlkEvent ev);
+    void (*event)(BlkNode *img, BlkEvent ev);
     /* Offline check and repair (qemu-img check). */
-    int (*check)(QimgImage *img, struct QimgCheckResult *res, unsigned fix,
-                 GError **error);
+    int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix, GError **error);
     /* Format drivers: what img->file is to them (invariant 4). */
     BlkNodeRole file_role;
     /* Protocol and filter nodes: hold exactly the permissions perm and share
      * shared (BLK_PERM_*), or fail with the message recorded (optional). */
-    int (*set_perm)(QimgImage *img, unsigned perm, unsigned shared);
+    int (*set_perm)(BlkNode *img, unsigned perm, unsigned shared);
 };
 
 /* ---- errors (invariant 2) ---- */
@@ -189,15 +190,18 @@ void blk_error_propagate(GError **error, int ret, const char *prefix);
 
 /* ---- drivers ---- */
 
-extern const QimgDriver blk_file_driver;
-extern const QimgDriver blk_raw_driver;
-/* The format driver the first bytes of a file (buf, len <= 512) probe as. */
-const QimgDriver *blk_probe_buf(const uint8_t *buf, size_t len);
+extern const BlkDriver blk_file_driver;
+/* Add drv to the driver table (block.c invariant 4), or replace the one of
+ * the same name.  The format drivers are registered by api/. */
+#define BLK_MAX_DRIVERS 16
+int blk_driver_register(const BlkDriver *drv);
+/* The format driver the first bytes of a file (buf, len <= 512) probe as,
+ * or NULL when no registered driver claims them. */
+const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t len);
 /* Bytes the probe looks at. */
 #define BLK_PROBE_BUF_SIZE 512
-extern const QimgDriver blk_qcow2_driver;
-
-const QimgDriver *blk_find_format(const char *name);
+/* The registered driver of that name ("file": the file protocol), or NULL. */
+const BlkDriver *blk_find_format(const char *name);
 
 /* ---- nodes ---- */
 
@@ -208,105 +212,87 @@ enum {
 /* A protocol node for 'filename' locked for 'role' (invariant 6): the file
  * protocol, or with BLK_OPEN_USER_NAME a "blkdebug:RULES:FILE" /
  * "record:LOG:FILE" test node (invariant 5). */
-QimgImage *blk_open_protocol(const char *filename, const QimgOpenOptions *opts,
-                             BlkNodeRole role, unsigned flags, GError **error);
+BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
+                           BlkNodeRole role, unsigned flags, GError **error);
 /* The file name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
 /* Open a file that belongs with 'like' (an external data file) as
  * blk_open_file_opts() does, recorded in the same log when 'like' is a
  * recording node. */
-QimgImage *blk_open_file_like(QimgImage *like, const char *filename,
-                              const QimgOpenOptions *opts, BlkNodeRole role,
-                              GError **error);
+BlkNode *blk_open_file_like(BlkNode *like, const char *filename,
+                            const BlkOpenOptions *opts, BlkNodeRole role, GError **error);
 /* The recording node (block/record.c) over child, logging to log_path
  * (shared by every node of the process naming it); takes child, even on
  * failure. */
-QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **error);
-bool blk_is_record_node(const QimgImage *img);
-const char *blk_record_log_path(const QimgImage *img);
+BlkNode *blk_open_record(const char *log_path, BlkNode *child, GError **error);
+bool blk_is_record_node(const BlkNode *img);
+const char *blk_record_log_path(const BlkNode *img);
 
 /* Open the file protocol on 'filename' (a plain file or block device). */
-QimgImage *blk_open_file(const char *filename, bool read_only, QimgCacheMode cache,
-                         GError **error);
+BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache,
+                       GError **error);
 /* The same for a node in 'role' (invariant 4), with opts' read_only, cache,
  * force_share, no_io, resize and deny_write. */
-QimgImage *blk_open_file_opts(const char *filename, const QimgOpenOptions *opts,
-                              BlkNodeRole role, GError **error);
+BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
+                            BlkNodeRole role, GError **error);
 /* Invariant 4: make the protocol node img hold the permissions of 'role' for
  * an open with opts (o->read_only as in effect).  Returns 0 or -errno with the
  * message recorded; nodes without locks accept anything. */
-int blk_set_role_perm(QimgImage *img, BlkNodeRole role, const QimgOpenOptions *opts);
+int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts);
 /* The message of err, the failed open of 'filename', without the "Could not
  * open 'filename': " in front, as QEMU words it one layer down: kept only
  * when what follows is the bare strerror (a file-level failure). */
 const char *blk_open_error_detail(const GError *err, const char *filename);
-/* Open 'filename' with format 'format' (NULL: probe), including its backing
- * chain unless opts->no_backing.  'chain' holds the canonical paths already in
- * the chain (loop detection); NULL at the top, where 'filename' is the
- * caller's own name (invariant 5), non-NULL for backing files. */
-QimgImage *blk_open_image(const char *filename, const QimgOpenOptions *opts,
-                          GSList *chain, GError **error);
-void blk_close(QimgImage *img);
+/* Close a node and everything below it (its file, data file, backing). */
+void blk_close(BlkNode *img);
 /* Resolve a backing file name relative to the folder of 'image_filename'. */
 char *blk_resolve_backing_name(const char *image_filename, const char *backing);
 
 /* ---- requests (invariant 3): use these, never img->drv directly ---- */
 
-int blk_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
-int blk_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
-int blk_pread(QimgImage *img, uint64_t offset, void *buf, size_t bytes);
-int blk_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t bytes,
+int blk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+int blk_pread(BlkNode *img, uint64_t offset, void *buf, size_t bytes);
+int blk_pwrite(BlkNode *img, uint64_t offset, const void *buf, size_t bytes,
                unsigned flags);
-int blk_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags);
-int blk_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes);
-int blk_flush(QimgImage *img);
-int blk_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
-int64_t blk_getlength(QimgImage *img);
-int blk_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
+int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
+int blk_flush(BlkNode *img);
+int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
+int64_t blk_getlength(BlkNode *img);
+int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                  bool shrink, GError **error);
-int64_t blk_get_allocated_size(QimgImage *img);
+int64_t blk_get_allocated_size(BlkNode *img);
 
 /* Invariant 4: write generation of the protocol node under img (after
  * filters), and the generation its last successful flush covered. */
-uint64_t blk_write_gen(QimgImage *img);
-uint64_t blk_flushed_gen(QimgImage *img);
+uint64_t blk_write_gen(BlkNode *img);
+uint64_t blk_flushed_gen(BlkNode *img);
 /* True when every write that completed before write generation gen is
  * durable on img's protocol node. */
-bool blk_is_durable(QimgImage *img, uint64_t gen);
+bool blk_is_durable(BlkNode *img, uint64_t gen);
 /* For protocol drivers: count a completed write-like request; a successful
  * flush that started at generation gen. */
-void blk_gen_bump(QimgImage *img);
-void blk_gen_flushed(QimgImage *img, uint64_t gen);
+void blk_gen_bump(BlkNode *img);
+void blk_gen_flushed(BlkNode *img, uint64_t gen);
 
 /* Announce the metadata step the next requests on img belong to (no-op
  * unless img is a fault-injecting node). */
-void blk_event(QimgImage *img, BlkEvent ev);
+void blk_event(BlkNode *img, BlkEvent ev);
 const char *blk_event_name(BlkEvent ev);
-/* Open a format driver on an already open protocol node (tests put a
- * fault-injecting node there); takes ownership of file, even on failure. */
-QimgImage *blk_open_image_on(QimgImage *file, const char *filename,
-                             const QimgOpenOptions *opts, GError **error);
 
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
  * "event=l2_update,errno=5,nth=1[;...]".  blk_open_protocol() uses it for
  * user names of the form "blkdebug:RULES:FILE". */
-QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_only,
-                           QimgCacheMode cache, GError **error);
+BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
+                         BlkCacheMode cache, GError **error);
 
 /* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
-int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
+int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
                     GError **error);
-
-/* ---- vmstate (block/vmstate.c) ---- */
-
-/* Drain buffered vmstate writes (called by blk_flush before the driver
- * flush); returns the first error of any buffered write. */
-int blk_vmstate_drain(QimgImage *img);
-/* Drain and free the vmstate state (called by blk_close). */
-void blk_vmstate_release(QimgImage *img);
 
 /* Reads past the end of a backing node return zeros: read [offset, +bytes)
  * of 'img' into qiov, zero-filling what lies beyond img->size. */
-int blk_preadv_padded(QimgImage *img, uint64_t offset, const QimgIOV *qiov);
+int blk_preadv_padded(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 
 #endif

@@ -38,7 +38,7 @@ typedef struct FaultRule {
 } FaultRule;
 
 typedef struct FaultyState {
-    QimgImage *child;
+    BlkNode *child;
     GArray *rules; /* FaultRule */
 } FaultyState;
 
@@ -110,14 +110,14 @@ static int should_fail(FaultyState *s, FaultOp op)
     return 0;
 }
 
-static int faulty_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+static int faulty_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                          unsigned flags)
 {
     FaultyState *s = img->opaque;
     return blk_preadv(s->child, offset, qiov, flags); /* invariant 1 */
 }
 
-static int faulty_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+static int faulty_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                           unsigned flags)
 {
     FaultyState *s = img->opaque;
@@ -129,7 +129,7 @@ static int faulty_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
     return ret;
 }
 
-static int faulty_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
+static int faulty_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                                 unsigned flags)
 {
     FaultyState *s = img->opaque;
@@ -141,13 +141,13 @@ static int faulty_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
-static int faulty_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+static int faulty_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     FaultyState *s = img->opaque;
     return blk_pdiscard(s->child, offset, bytes);
 }
 
-static int faulty_flush(QimgImage *img)
+static int faulty_flush(BlkNode *img)
 {
     FaultyState *s = img->opaque;
     int saved = current_event;
@@ -157,7 +157,7 @@ static int faulty_flush(QimgImage *img)
     return ret < 0 ? ret : blk_flush(s->child);
 }
 
-static int faulty_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
+static int faulty_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
                                BlkStatus *st)
 {
     FaultyState *s = img->opaque;
@@ -168,8 +168,8 @@ static int faulty_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
-static int faulty_truncate(QimgImage *img, uint64_t size, bool exact,
-                           QimgPrealloc prealloc, bool shrink, GError **error)
+static int faulty_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
+                           bool shrink, GError **error)
 {
     FaultyState *s = img->opaque;
     int ret = blk_truncate(s->child, size, exact, prealloc, shrink, error);
@@ -177,31 +177,31 @@ static int faulty_truncate(QimgImage *img, uint64_t size, bool exact,
     return ret;
 }
 
-static int64_t faulty_get_allocated_size(QimgImage *img)
+static int64_t faulty_get_allocated_size(BlkNode *img)
 {
     FaultyState *s = img->opaque;
     return blk_get_allocated_size(s->child);
 }
 
-static bool faulty_has_zero_init(QimgImage *img)
+static bool faulty_has_zero_init(BlkNode *img)
 {
     FaultyState *s = img->opaque;
     return s->child->drv->has_zero_init && s->child->drv->has_zero_init(s->child);
 }
 
 /* The locks are the file's (block.h invariant 6). */
-static int faulty_set_perm(QimgImage *img, unsigned perm, unsigned shared)
+static int faulty_set_perm(BlkNode *img, unsigned perm, unsigned shared)
 {
     FaultyState *s = img->opaque;
     return s->child->drv->set_perm ? s->child->drv->set_perm(s->child, perm, shared) : 0;
 }
 
-static void faulty_event(QimgImage *img, BlkEvent ev)
+static void faulty_event(BlkNode *img, BlkEvent ev)
 {
     current_event = ev;
 }
 
-static void faulty_close(QimgImage *img)
+static void faulty_close(BlkNode *img)
 {
     FaultyState *s = img->opaque;
     blk_close(s->child);
@@ -209,7 +209,7 @@ static void faulty_close(QimgImage *img)
     g_free(s);
 }
 
-static const QimgDriver faulty_driver = {
+static const BlkDriver faulty_driver = {
     .format_name = "blkdebug",
     .is_protocol = true,
     .close = faulty_close,
@@ -226,8 +226,8 @@ static const QimgDriver faulty_driver = {
     .set_perm = faulty_set_perm,
 };
 
-QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_only,
-                           QimgCacheMode cache, GError **error)
+BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
+                         BlkCacheMode cache, GError **error)
 {
     g_auto(GStrv) list = g_strsplit(rules, ";", -1);
     g_autoptr(GArray) arr = g_array_new(FALSE, TRUE, sizeof(FaultRule));
@@ -241,7 +241,7 @@ QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_on
             g_array_append_val(arr, r);
         }
     }
-    QimgImage *child = blk_open_file(filename, read_only, cache, error);
+    BlkNode *child = blk_open_file(filename, read_only, cache, error);
     if (!child) {
         return NULL;
     }
@@ -249,7 +249,7 @@ QimgImage *blk_open_faulty(const char *rules, const char *filename, bool read_on
     s->child = child;
     s->rules = g_steal_pointer(&arr);
 
-    QimgImage *img = g_new0(QimgImage, 1);
+    BlkNode *img = g_new0(BlkNode, 1);
     img->drv = &faulty_driver;
     img->opaque = s;
     img->filename = g_strdup(filename);

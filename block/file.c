@@ -118,18 +118,18 @@ typedef struct FileState {
 
 typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
 
-static const char *cache_name(QimgCacheMode mode)
+static const char *cache_name(BlkCacheMode mode)
 {
     switch (mode) {
-    case QIMG_CACHE_WRITEBACK:
+    case BLK_CACHE_WRITEBACK:
         return "writeback";
-    case QIMG_CACHE_WRITETHROUGH:
+    case BLK_CACHE_WRITETHROUGH:
         return "writethrough";
-    case QIMG_CACHE_NONE:
+    case BLK_CACHE_NONE:
         return "none";
-    case QIMG_CACHE_DIRECTSYNC:
+    case BLK_CACHE_DIRECTSYNC:
         return "directsync";
-    case QIMG_CACHE_UNSAFE:
+    case BLK_CACHE_UNSAFE:
         return "unsafe";
     }
     return "?";
@@ -153,13 +153,13 @@ static void file_unlock(FileState *s, FileLockMode m)
     }
 }
 
-static uint64_t size_get(QimgImage *img)
+static uint64_t size_get(BlkNode *img)
 {
     return __atomic_load_n(&img->size, __ATOMIC_ACQUIRE);
 }
 
 /* Invariant 5: img->size only grows while requests run. */
-static void size_grow(QimgImage *img, uint64_t end)
+static void size_grow(BlkNode *img, uint64_t end)
 {
     uint64_t cur = __atomic_load_n(&img->size, __ATOMIC_RELAXED);
 
@@ -172,7 +172,7 @@ static void size_grow(QimgImage *img, uint64_t end)
     }
 }
 
-static void size_set(QimgImage *img, uint64_t size)
+static void size_set(BlkNode *img, uint64_t size)
 {
     __atomic_store_n(&img->size, size, __ATOMIC_RELEASE);
 }
@@ -209,7 +209,7 @@ static bool errno_unsupported(int err)
            err == ENOSYS || err == ENODEV;
 }
 
-static bool qiov_aligned(const QimgIOV *qiov, uint64_t offset, uint64_t align)
+static bool qiov_aligned(const BlkIOV *qiov, uint64_t offset, uint64_t align)
 {
     if (offset % align || qiov->size % align) {
         return false;
@@ -264,7 +264,7 @@ static int fdatasync_sticky(FileState *s)
  * fdatasync for a flush or a FUA write (invariants 9, 10): covers every
  * write that completed before it started.
  */
-static int sync_node(QimgImage *img, FileState *s)
+static int sync_node(BlkNode *img, FileState *s)
 {
     uint64_t gen = __atomic_load_n(&img->write_gen, __ATOMIC_ACQUIRE);
     int ret = check_sticky(s, "flush");
@@ -393,8 +393,8 @@ static int fd_rw_buf(FileState *s, uint64_t align, bool is_write, void *buf, siz
 }
 
 /* Unaligned O_DIRECT read through a bounce buffer (invariant 1). */
-static int file_bounce_read(QimgImage *img, FileState *s, uint64_t offset,
-                            const QimgIOV *qiov)
+static int file_bounce_read(BlkNode *img, FileState *s, uint64_t offset,
+                            const BlkIOV *qiov)
 {
     uint64_t align = img->request_alignment;
     uint64_t span = align_up(offset + qiov->size, align) - align_down(offset, align);
@@ -429,8 +429,7 @@ static int file_bounce_read(QimgImage *img, FileState *s, uint64_t offset,
  * a bounce buffer (invariant 1).  Caller holds s->lock exclusively
  * (invariant 6).
  */
-static int file_rmw_write(QimgImage *img, FileState *s, uint64_t offset,
-                          const QimgIOV *qiov)
+static int file_rmw_write(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *qiov)
 {
     uint64_t align = img->request_alignment;
     uint64_t end = offset + qiov->size;
@@ -509,8 +508,8 @@ static bool range_aligned(uint64_t offset, uint64_t size, uint64_t align)
 
 /* O_DIRECT write of an aligned range from unaligned buffers: copy into an
  * aligned bounce buffer, no read needed (invariant 1); s->lock shared. */
-static int file_bounce_write(QimgImage *img, FileState *s, uint64_t offset,
-                             const QimgIOV *qiov)
+static int file_bounce_write(BlkNode *img, FileState *s, uint64_t offset,
+                             const BlkIOV *qiov)
 {
     size_t bufsize = MIN(qiov->size, (size_t)align_up(FILE_CHUNK_MAX, s->buf_align));
     char *buf = buf_alloc(s->buf_align, bufsize);
@@ -533,8 +532,8 @@ static int file_bounce_write(QimgImage *img, FileState *s, uint64_t offset,
     return ret;
 }
 
-static int file_do_pwritev(QimgImage *img, FileState *s, uint64_t offset,
-                           const QimgIOV *qiov)
+static int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset,
+                           const BlkIOV *qiov)
 {
     int ret;
 
@@ -569,7 +568,7 @@ static int file_do_pwritev(QimgImage *img, FileState *s, uint64_t offset,
 }
 
 /* Write zeros in chunks of at most 1 MiB; locking as for file_do_pwritev. */
-static int file_write_zeroes_slow(QimgImage *img, FileState *s, uint64_t offset,
+static int file_write_zeroes_slow(BlkNode *img, FileState *s, uint64_t offset,
                                   uint64_t bytes)
 {
     size_t bufsize = MIN(bytes, FILE_CHUNK_MAX);
@@ -582,7 +581,7 @@ static int file_write_zeroes_slow(QimgImage *img, FileState *s, uint64_t offset,
     memset(buf, 0, bufsize);
     while (bytes > 0) {
         size_t n = MIN(bytes, bufsize);
-        QimgIOV q;
+        BlkIOV q;
         iov_init_buf(&q, buf, n);
         ret = file_do_pwritev(img, s, offset, &q);
         if (ret < 0) {
@@ -635,18 +634,18 @@ static uint32_t probe_alignment(FileState *s, bool is_blk)
     return 4096;
 }
 
-static int file_set_perm(QimgImage *img, unsigned perm, unsigned shared)
+static int file_set_perm(BlkNode *img, unsigned perm, unsigned shared)
 {
     FileState *s = img->opaque;
 
     return blk_lock_apply(&s->locks, s->fd, perm, shared, s->name);
 }
 
-static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
+static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
                      GError **error)
 {
     bool ro = opts ? opts->read_only : img->read_only;
-    QimgCacheMode cache = opts ? opts->cache : img->cache;
+    BlkCacheMode cache = opts ? opts->cache : img->cache;
     int flags = (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     BlkLockState locks = {0};
     FileState *s;
@@ -654,16 +653,16 @@ static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions
     int fd, err;
 
     switch (cache) {
-    case QIMG_CACHE_WRITEBACK:
-    case QIMG_CACHE_UNSAFE:
+    case BLK_CACHE_WRITEBACK:
+    case BLK_CACHE_UNSAFE:
         break;
-    case QIMG_CACHE_WRITETHROUGH:
+    case BLK_CACHE_WRITETHROUGH:
         flags |= O_DSYNC;
         break;
-    case QIMG_CACHE_NONE:
+    case BLK_CACHE_NONE:
         flags |= O_DIRECT;
         break;
-    case QIMG_CACHE_DIRECTSYNC:
+    case BLK_CACHE_DIRECTSYNC:
         flags |= O_DIRECT | O_DSYNC;
         break;
     default:
@@ -711,7 +710,7 @@ static int file_open(QimgImage *img, const char *filename, const QimgOpenOptions
     s->name = g_strdup(filename);
     s->direct = (flags & O_DIRECT) != 0;
     s->dsync = (flags & O_DSYNC) != 0;
-    s->no_flush = cache == QIMG_CACHE_UNSAFE;
+    s->no_flush = cache == BLK_CACHE_UNSAFE;
     s->read_only = ro;
     g_rw_lock_init(&s->lock);
     g_mutex_init(&s->wlock);
@@ -752,7 +751,7 @@ fail_errno:
     return -err;
 }
 
-static void file_close(QimgImage *img)
+static void file_close(BlkNode *img)
 {
     FileState *s = img->opaque;
 
@@ -770,8 +769,7 @@ static void file_close(QimgImage *img)
 
 /* ---- requests ---- */
 
-static int file_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
-                       unsigned flags)
+static int file_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     FileState *s = img->opaque;
     int ret;
@@ -793,8 +791,7 @@ static int file_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
     return ret;
 }
 
-static int file_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
-                        unsigned flags)
+static int file_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     FileState *s = img->opaque;
     uint64_t end = offset + qiov->size;
@@ -875,7 +872,7 @@ static int file_zero_fallocate(FileState *s, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
-static int file_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
+static int file_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                               unsigned flags)
 {
     FileState *s = img->opaque;
@@ -931,7 +928,7 @@ static int file_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
-static int file_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+static int file_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     FileState *s = img->opaque;
     FileLockMode m = s->direct ? LOCK_SHARED : LOCK_NONE; /* invariant 6 */
@@ -970,7 +967,7 @@ static int file_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
     return ret;
 }
 
-static int file_flush(QimgImage *img)
+static int file_flush(BlkNode *img)
 {
     FileState *s = img->opaque;
 
@@ -980,8 +977,7 @@ static int file_flush(QimgImage *img)
     return sync_node(img, s); /* invariants 2, 9, 10 */
 }
 
-static int file_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
-                             BlkStatus *st)
+static int file_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
     FileState *s = img->opaque;
     uint64_t size = size_get(img);
@@ -1047,13 +1043,13 @@ hole_to:
  * Resize a regular file from cur to size with preallocation.  Caller holds
  * s->lock exclusively (invariant 6).  On failure the old size is restored.
  */
-static int file_resize(QimgImage *img, FileState *s, uint64_t cur, uint64_t size,
-                       QimgPrealloc prealloc, const char **what)
+static int file_resize(BlkNode *img, FileState *s, uint64_t cur, uint64_t size,
+                       BlkPrealloc prealloc, const char **what)
 {
     int ret;
 
     *what = NULL;
-    if (prealloc == QIMG_PREALLOC_FALLOC && size > cur) {
+    if (prealloc == BLK_PREALLOC_FALLOC && size > cur) {
         ret = -posix_fallocate(s->fd, (off_t)cur, (off_t)(size - cur));
         if (ret < 0) {
             *what = "Could not preallocate new data";
@@ -1062,7 +1058,7 @@ static int file_resize(QimgImage *img, FileState *s, uint64_t cur, uint64_t size
         return ret;
     }
     ret = do_ftruncate(s->fd, size);
-    if (ret < 0 || prealloc != QIMG_PREALLOC_FULL || size <= cur) {
+    if (ret < 0 || prealloc != BLK_PREALLOC_FULL || size <= cur) {
         return ret;
     }
     /* full: write the zeros so the space is really allocated. */
@@ -1077,7 +1073,7 @@ static int file_resize(QimgImage *img, FileState *s, uint64_t cur, uint64_t size
     return ret;
 }
 
-static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+static int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                          bool shrink, GError **error)
 {
     FileState *s = img->opaque;
@@ -1108,7 +1104,7 @@ static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc
                     g_strerror(EFBIG));
         return -EFBIG;
     }
-    if (prealloc == QIMG_PREALLOC_METADATA) {
+    if (prealloc == BLK_PREALLOC_METADATA) {
         /* like file-posix: metadata means nothing to a protocol */
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Unsupported preallocation mode: metadata");
@@ -1126,7 +1122,7 @@ static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc
     file_lock(s, LOCK_EXCL);
     if (fstat(s->fd, &st) < 0) {
         ret = -errno;
-    } else if (size < (uint64_t)st.st_size && prealloc != QIMG_PREALLOC_OFF) {
+    } else if (size < (uint64_t)st.st_size && prealloc != BLK_PREALLOC_OFF) {
         file_unlock(s, LOCK_EXCL);
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Could not resize '%s': Cannot use preallocation for shrinking files",
@@ -1147,7 +1143,7 @@ static int file_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc
     return ret;
 }
 
-static int64_t file_get_allocated_size(QimgImage *img)
+static int64_t file_get_allocated_size(BlkNode *img)
 {
     FileState *s = img->opaque;
     struct stat st;
@@ -1161,15 +1157,15 @@ static int64_t file_get_allocated_size(QimgImage *img)
     return (int64_t)st.st_blocks * 512;
 }
 
-static bool file_has_zero_init(QimgImage *img)
+static bool file_has_zero_init(BlkNode *img)
 {
     return !img->is_block_device;
 }
 
-int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
+int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
                     GError **error)
 {
-    QimgImage tmp_img = {0};
+    BlkNode tmp_img = {0};
     FileState tmp = {0};
     const char *what = NULL;
     struct stat st;
@@ -1223,8 +1219,8 @@ int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
     tmp.buf_align = FILE_MIN_BUF_ALIGN;
     tmp_img.opaque = &tmp;
     tmp_img.request_alignment = 1;
-    if (prealloc == QIMG_PREALLOC_METADATA) {
-        prealloc = QIMG_PREALLOC_OFF; /* metadata means nothing at protocol level */
+    if (prealloc == BLK_PREALLOC_METADATA) {
+        prealloc = BLK_PREALLOC_OFF; /* metadata means nothing at protocol level */
     }
     ret = do_ftruncate(fd, 0);
     if (ret == 0) {
@@ -1244,7 +1240,7 @@ int blk_file_create(const char *filename, uint64_t size, QimgPrealloc prealloc,
      * O_DIRECT alignment of the new file works and the map of a fresh image
      * starts with the same data extent as qemu-img's.
      */
-    if (size > 0 && prealloc != QIMG_PREALLOC_FULL) {
+    if (size > 0 && prealloc != BLK_PREALLOC_FULL) {
         static const char zeros[4096];
         size_t n = (size_t)MIN(size, (uint64_t)sizeof(zeros));
         if (pwrite(fd, zeros, n, 0) != (ssize_t)n) {
@@ -1265,7 +1261,7 @@ out_err:
     return ret;
 }
 
-const QimgDriver blk_file_driver = {
+const BlkDriver blk_file_driver = {
     .format_name = "file",
     .is_protocol = true,
     .open = file_open,

@@ -6,7 +6,7 @@
 #include <glib.h>
 #include <string.h>
 
-void iov_init_buf(QimgIOV *q, void *buf, size_t len)
+void iov_init_buf(BlkIOV *q, void *buf, size_t len)
 {
     q->iov = q->local;
     q->local[0].iov_base = buf;
@@ -16,7 +16,7 @@ void iov_init_buf(QimgIOV *q, void *buf, size_t len)
     q->owned = false;
 }
 
-void iov_init_external(QimgIOV *q, struct iovec *iov, int niov)
+void iov_init_external(BlkIOV *q, struct iovec *iov, int niov)
 {
     q->iov = iov;
     q->niov = niov;
@@ -27,7 +27,7 @@ void iov_init_external(QimgIOV *q, struct iovec *iov, int niov)
     }
 }
 
-void iov_slice(QimgIOV *dst, const QimgIOV *src, size_t off, size_t len)
+void iov_slice(BlkIOV *dst, const BlkIOV *src, size_t off, size_t len)
 {
     int first = 0;
     size_t skip = off;
@@ -70,7 +70,7 @@ void iov_slice(QimgIOV *dst, const QimgIOV *src, size_t off, size_t len)
     dst->size = len;
 }
 
-void iov_destroy(QimgIOV *q)
+void iov_destroy(BlkIOV *q)
 {
     if (q->owned) {
         g_free(q->iov);
@@ -83,7 +83,7 @@ void iov_destroy(QimgIOV *q)
 
 typedef void (*iov_fn)(void *iov_part, void *arg_part, size_t n, void *ctx);
 
-static size_t iov_walk(const QimgIOV *q, size_t off, size_t len, char *arg, iov_fn fn,
+static size_t iov_walk(const BlkIOV *q, size_t off, size_t len, char *arg, iov_fn fn,
                        void *ctx)
 {
     size_t done = 0;
@@ -128,22 +128,22 @@ static void do_is_zero(void *p, void *a, size_t n, void *ctx)
     }
 }
 
-size_t iov_to_buf(const QimgIOV *q, size_t off, void *buf, size_t len)
+size_t iov_to_buf(const BlkIOV *q, size_t off, void *buf, size_t len)
 {
     return iov_walk(q, off, len, buf, do_to_buf, NULL);
 }
 
-size_t iov_from_buf(const QimgIOV *q, size_t off, const void *buf, size_t len)
+size_t iov_from_buf(const BlkIOV *q, size_t off, const void *buf, size_t len)
 {
     return iov_walk(q, off, len, (char *)buf, do_from_buf, NULL);
 }
 
-size_t iov_memset(const QimgIOV *q, size_t off, int c, size_t len)
+size_t iov_memset(const BlkIOV *q, size_t off, int c, size_t len)
 {
     return iov_walk(q, off, len, NULL, do_memset, &c);
 }
 
-bool iov_is_zero(const QimgIOV *q, size_t off, size_t len)
+bool iov_is_zero(const BlkIOV *q, size_t off, size_t len)
 {
     bool z = true;
     iov_walk(q, off, len, NULL, do_is_zero, &z);

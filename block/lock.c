@@ -74,7 +74,7 @@ const char *blk_perm_name(unsigned perm_bit)
 }
 
 /* Invariant 5. */
-void blk_lock_perms(BlkNodeRole role, const QimgOpenOptions *o, unsigned *perm,
+void blk_lock_perms(BlkNodeRole role, const BlkOpenOptions *o, unsigned *perm,
                     unsigned *shared)
 {
     bool rw = !o->read_only;
@@ -226,10 +226,10 @@ int blk_lock_apply(BlkLockState *st, int fd, unsigned perm, unsigned shared,
     return 0;
 }
 
-int blk_lock_role(BlkLockState *st, int fd, BlkNodeRole role, const QimgOpenOptions *o,
+int blk_lock_role(BlkLockState *st, int fd, BlkNodeRole role, const BlkOpenOptions *o,
                   bool read_only, const char *filename)
 {
-    QimgOpenOptions lo = {0};
+    BlkOpenOptions lo = {0};
     unsigned perm, shared;
 
     if (o) {

@@ -8,7 +8,7 @@
 #ifndef QIMG_BLOCK_LOCK_H
 #define QIMG_BLOCK_LOCK_H
 
-#include "qimg/qimg.h"
+#include "block/types.h"
 
 #include <stdbool.h>
 
@@ -42,7 +42,7 @@ typedef struct BlkLockState {
  * The permissions QEMU takes on a file in 'role' for an open with options
  * o (o->read_only as in effect; force_share, no_io and resize as given).
  */
-void blk_lock_perms(BlkNodeRole role, const QimgOpenOptions *o, unsigned *perm,
+void blk_lock_perms(BlkNodeRole role, const BlkOpenOptions *o, unsigned *perm,
                     unsigned *shared);
 
 /*
@@ -55,7 +55,7 @@ int blk_lock_apply(BlkLockState *st, int fd, unsigned perm, unsigned shared,
                    const char *filename);
 /* blk_lock_apply() with the permissions of 'role' for an open with options o
  * (NULL: none) and read_only as in effect. */
-int blk_lock_role(BlkLockState *st, int fd, BlkNodeRole role, const QimgOpenOptions *o,
+int blk_lock_role(BlkLockState *st, int fd, BlkNodeRole role, const BlkOpenOptions *o,
                   bool read_only, const char *filename);
 /* blk_lock_apply() that also holds 'perm', keeping the rest as it is. */
 int blk_lock_add(BlkLockState *st, int fd, unsigned perm, const char *filename);

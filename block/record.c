@@ -71,7 +71,7 @@ typedef struct RecordLog {
 } RecordLog;
 
 typedef struct RecordState {
-    QimgImage *child;
+    BlkNode *child;
     RecordLog *log;
     uint32_t file_id;
 } RecordState;
@@ -127,7 +127,7 @@ static int write_all(int fd, const struct iovec *iov, int niov)
 
 /* Append one entry (invariants 2, 4); data may be NULL. */
 static int log_append(RecordState *s, uint32_t type, uint64_t offset, uint64_t length,
-                      uint64_t aux, const QimgIOV *data)
+                      uint64_t aux, const BlkIOV *data)
 {
     RecordLog *log = s->log;
     uint8_t hdr[REC_ENTRY_SIZE];
@@ -246,7 +246,7 @@ static void log_close(RecordLog *log)
 
 /* ---- requests ---- */
 
-static int record_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+static int record_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                          unsigned flags)
 {
     RecordState *s = img->opaque;
@@ -259,7 +259,7 @@ static int logged(int ret, int log_ret)
     return ret < 0 ? ret : log_ret;
 }
 
-static int record_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+static int record_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                           unsigned flags)
 {
     RecordState *s = img->opaque;
@@ -276,7 +276,7 @@ static int record_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
     return ret;
 }
 
-static int record_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
+static int record_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                                 unsigned flags)
 {
     RecordState *s = img->opaque;
@@ -293,14 +293,14 @@ static int record_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
-static int record_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+static int record_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     RecordState *s = img->opaque;
     int ret = blk_pdiscard(s->child, offset, bytes);
     return logged(ret, log_append(s, REC_DISCARD, offset, bytes, 0, NULL));
 }
 
-static int record_flush(QimgImage *img)
+static int record_flush(BlkNode *img)
 {
     RecordState *s = img->opaque;
     uint64_t covered = log_bytes(s->log); /* invariant 1 */
@@ -312,7 +312,7 @@ static int record_flush(QimgImage *img)
     return log_append(s, REC_FLUSH, 0, 0, covered, NULL);
 }
 
-static int record_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
+static int record_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
                                BlkStatus *st)
 {
     RecordState *s = img->opaque;
@@ -323,8 +323,8 @@ static int record_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
-static int record_truncate(QimgImage *img, uint64_t size, bool exact,
-                           QimgPrealloc prealloc, bool shrink, GError **error)
+static int record_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
+                           bool shrink, GError **error)
 {
     RecordState *s = img->opaque;
     int ret = blk_truncate(s->child, size, exact, prealloc, shrink, error);
@@ -339,32 +339,32 @@ static int record_truncate(QimgImage *img, uint64_t size, bool exact,
     return ret;
 }
 
-static int64_t record_get_allocated_size(QimgImage *img)
+static int64_t record_get_allocated_size(BlkNode *img)
 {
     RecordState *s = img->opaque;
     return blk_get_allocated_size(s->child);
 }
 
-static bool record_has_zero_init(QimgImage *img)
+static bool record_has_zero_init(BlkNode *img)
 {
     RecordState *s = img->opaque;
     return s->child->drv->has_zero_init && s->child->drv->has_zero_init(s->child);
 }
 
-static void record_event(QimgImage *img, BlkEvent ev)
+static void record_event(BlkNode *img, BlkEvent ev)
 {
     RecordState *s = img->opaque;
     blk_event(s->child, ev);
 }
 
 /* Image locks are the child's (block.h invariant 6). */
-static int record_set_perm(QimgImage *img, unsigned perm, unsigned shared)
+static int record_set_perm(BlkNode *img, unsigned perm, unsigned shared)
 {
     RecordState *s = img->opaque;
     return s->child->drv->set_perm ? s->child->drv->set_perm(s->child, perm, shared) : 0;
 }
 
-static void record_close(QimgImage *img)
+static void record_close(BlkNode *img)
 {
     RecordState *s = img->opaque;
     blk_close(s->child);
@@ -372,7 +372,7 @@ static void record_close(QimgImage *img)
     g_free(s);
 }
 
-static const QimgDriver record_driver = {
+static const BlkDriver record_driver = {
     .format_name = "record",
     .is_protocol = true,
     .close = record_close,
@@ -389,12 +389,12 @@ static const QimgDriver record_driver = {
     .set_perm = record_set_perm,
 };
 
-QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **error)
+BlkNode *blk_open_record(const char *log_path, BlkNode *child, GError **error)
 {
     RecordLog *log = log_open(log_path, error);
     RecordState *s;
-    QimgImage *img;
-    QimgIOV name;
+    BlkNode *img;
+    BlkIOV name;
     int ret;
 
     if (!log) {
@@ -408,7 +408,7 @@ QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **erro
     s->file_id = log->next_file_id++;
     g_mutex_unlock(&log->lock);
 
-    img = g_new0(QimgImage, 1);
+    img = g_new0(BlkNode, 1);
     img->drv = &record_driver;
     img->opaque = s;
     img->filename = g_strdup(child->filename);
@@ -432,12 +432,12 @@ QimgImage *blk_open_record(const char *log_path, QimgImage *child, GError **erro
     return img;
 }
 
-bool blk_is_record_node(const QimgImage *img)
+bool blk_is_record_node(const BlkNode *img)
 {
     return img && img->drv == &record_driver;
 }
 
-const char *blk_record_log_path(const QimgImage *img)
+const char *blk_record_log_path(const BlkNode *img)
 {
     return blk_is_record_node(img) ? ((RecordState *)img->opaque)->log->path : NULL;
 }

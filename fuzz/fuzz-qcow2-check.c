@@ -14,6 +14,7 @@
  * finishes quickly; the paths they guard are the same.
  */
 #include "block/block.h"
+#include "api/api.h"
 #include "fuzz/fuzz-util.h"
 #include "qcow2/check.h"
 #include "qcow2/qcow2.h"
@@ -68,15 +69,15 @@ static bool data_file_name_is_safe(const uint8_t *data, size_t size)
     return safe;
 }
 
-static QimgImage *open_image(const char *path, bool rw, bool check_mode)
+static BlkNode *open_image(const char *path, bool rw, bool check_mode)
 {
-    QimgOpenOptions o = {.format = "qcow2",
-                         .read_only = !rw,
-                         .no_backing = true,
-                         .check_mode = check_mode,
-                         .metadata_cache_size = 1 << 20};
+    BlkOpenOptions o = {.format = "qcow2",
+                        .read_only = !rw,
+                        .no_backing = true,
+                        .check_mode = check_mode,
+                        .metadata_cache_size = 1 << 20};
     GError *err = NULL;
-    QimgImage *img = blk_open_image(path, &o, NULL, &err);
+    BlkNode *img = api_open_node(path, &o, NULL, &err);
 
     g_clear_error(&err);
     blk_error_clear();
@@ -87,8 +88,8 @@ static QimgImage *open_image(const char *path, bool rw, bool check_mode)
  * and found nothing. */
 static bool check(const char *path, bool rw, unsigned fix, bool *ran)
 {
-    QimgImage *img = open_image(path, rw, true);
-    QimgCheckResult res = {0};
+    BlkNode *img = open_image(path, rw, true);
+    BlkCheckResult res = {0};
     GError *err = NULL;
     bool clean;
 
@@ -99,7 +100,7 @@ static bool check(const char *path, bool rw, unsigned fix, bool *ran)
     *ran = qcow2_check_image_opts(img, &res, fix, &opts, &err) == 0;
     g_clear_error(&err);
     clean = *ran && res.corruptions == 0 && res.leaks == 0 && res.check_errors == 0;
-    qimg_check_result_clear(&res);
+    blk_check_result_clear(&res);
     blk_close(img);
     blk_error_clear();
     return clean;
@@ -123,10 +124,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)check(image_path, false, 0, &ran);
 
     /* repair, then the double check of qemu-img check -r all */
-    (void)check(repair_path, true, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &ran);
+    (void)check(repair_path, true, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &ran);
     if (ran && check(repair_path, false, 0, &ran)) {
         /* an image the repair left clean must open normally */
-        QimgImage *img = open_image(repair_path, false, false);
+        BlkNode *img = open_image(repair_path, false, false);
         if (!img) {
             fprintf(stderr, "a repaired image that checked clean does not open\n");
             abort();

@@ -11,6 +11,7 @@
  * sanitizer report, leak or hang is a bug (DESIGN.md on-disk rule 4).
  */
 #include "block/block.h"
+#include "api/api.h"
 #include "fuzz/fuzz-util.h"
 #include "qcow2/qcow2.h"
 
@@ -68,7 +69,7 @@ static bool data_file_name_is_safe(const uint8_t *data, size_t size)
     return safe;
 }
 
-static void exercise(QimgImage *img)
+static void exercise(BlkNode *img)
 {
     uint64_t end = MIN(img->size, (uint64_t)READ_CAP);
     g_autofree uint8_t *buf = g_malloc(CHUNK);
@@ -97,11 +98,11 @@ static void exercise(QimgImage *img)
     blk_error_clear();
 }
 
-static void free_info(QimgInfo *info)
+static void free_info(BlkInfo *info)
 {
     if (info->snapshots) {
         for (guint i = 0; i < info->snapshots->len; i++) {
-            QimgSnapshotInfo *si = &g_array_index(info->snapshots, QimgSnapshotInfo, i);
+            BlkSnapshotInfo *si = &g_array_index(info->snapshots, BlkSnapshotInfo, i);
             g_free(si->id);
             g_free(si->name);
         }
@@ -124,12 +125,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
 
-    QimgOpenOptions o = {.format = "qcow2",
-                         .read_only = true,
-                         .no_backing = true,
-                         .metadata_cache_size = 1 << 20};
+    BlkOpenOptions o = {.format = "qcow2",
+                        .read_only = true,
+                        .no_backing = true,
+                        .metadata_cache_size = 1 << 20};
     GError *err = NULL;
-    QimgImage *img = blk_open_image(image_path, &o, NULL, &err);
+    BlkNode *img = api_open_node(image_path, &o, NULL, &err);
     if (!img) {
         g_clear_error(&err);
         blk_error_clear();
@@ -137,18 +138,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     exercise(img);
 
-    QimgInfo info = {0};
+    BlkInfo info = {0};
     char *snap = NULL;
     if (img->drv->get_info(img, &info, NULL) == 0 && info.snapshots &&
         info.snapshots->len > 0) {
-        snap = g_strdup(g_array_index(info.snapshots, QimgSnapshotInfo, 0).name);
+        snap = g_strdup(g_array_index(info.snapshots, BlkSnapshotInfo, 0).name);
     }
     free_info(&info);
     blk_close(img);
 
     if (snap) {
         o.snapshot = snap;
-        img = blk_open_image(image_path, &o, NULL, &err);
+        img = api_open_node(image_path, &o, NULL, &err);
         if (img) {
             exercise(img);
             blk_close(img);

@@ -19,6 +19,7 @@
  * image opens normally and lists as many snapshots as the header says.
  */
 #include "block/block.h"
+#include "api/api.h"
 #include "fuzz/fuzz-util.h"
 #include "qcow2/check.h"
 #include "qcow2/qcow2.h"
@@ -85,16 +86,16 @@ static GByteArray *build_image(bool v2, uint32_t nb, const uint8_t *table, size_
     return a;
 }
 
-static QimgImage *open_image(const char *path, bool rw, bool check_mode,
-                             const char *snapshot)
+static BlkNode *open_image(const char *path, bool rw, bool check_mode,
+                           const char *snapshot)
 {
-    QimgOpenOptions o = {.format = "qcow2",
-                         .read_only = !rw,
-                         .no_backing = true,
-                         .check_mode = check_mode,
-                         .snapshot = snapshot};
+    BlkOpenOptions o = {.format = "qcow2",
+                        .read_only = !rw,
+                        .no_backing = true,
+                        .check_mode = check_mode,
+                        .snapshot = snapshot};
     GError *err = NULL;
-    QimgImage *img = blk_open_image(path, &o, NULL, &err);
+    BlkNode *img = api_open_node(path, &o, NULL, &err);
 
     g_clear_error(&err);
     blk_error_clear();
@@ -103,8 +104,8 @@ static QimgImage *open_image(const char *path, bool rw, bool check_mode,
 
 static bool check(const char *path, bool rw, unsigned fix, bool *ran)
 {
-    QimgImage *img = open_image(path, rw, true, NULL);
-    QimgCheckResult res = {0};
+    BlkNode *img = open_image(path, rw, true, NULL);
+    BlkCheckResult res = {0};
     GError *err = NULL;
     bool clean;
 
@@ -115,7 +116,7 @@ static bool check(const char *path, bool rw, unsigned fix, bool *ran)
     *ran = qcow2_check_image_opts(img, &res, fix, &opts, &err) == 0;
     g_clear_error(&err);
     clean = *ran && res.corruptions == 0 && res.leaks == 0 && res.check_errors == 0;
-    qimg_check_result_clear(&res);
+    blk_check_result_clear(&res);
     blk_close(img);
     blk_error_clear();
     return clean;
@@ -124,8 +125,8 @@ static bool check(const char *path, bool rw, unsigned fix, bool *ran)
 /* Open normally, list the snapshots and read through the first few. */
 static int list_and_view(const char *path)
 {
-    QimgImage *img = open_image(path, false, false, NULL);
-    QimgInfo info = {0};
+    BlkNode *img = open_image(path, false, false, NULL);
+    BlkInfo info = {0};
     char *ids[4] = {0};
     int n = -1;
 
@@ -135,7 +136,7 @@ static int list_and_view(const char *path)
     if (img->drv->get_info(img, &info, NULL) == 0 && info.snapshots) {
         n = (int)info.snapshots->len;
         for (guint i = 0; i < info.snapshots->len; i++) {
-            QimgSnapshotInfo *si = &g_array_index(info.snapshots, QimgSnapshotInfo, i);
+            BlkSnapshotInfo *si = &g_array_index(info.snapshots, BlkSnapshotInfo, i);
             if (i < G_N_ELEMENTS(ids)) {
                 ids[i] = g_strdup(si->id);
             }
@@ -153,7 +154,7 @@ static int list_and_view(const char *path)
         if (!ids[i]) {
             continue;
         }
-        QimgImage *view = open_image(path, false, false, ids[i]);
+        BlkNode *view = open_image(path, false, false, ids[i]);
         if (view) {
             uint8_t buf[CS];
             (void)blk_pread(view, 0, buf, sizeof(buf));
@@ -193,7 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)list_and_view(image_path);
     (void)check(image_path, false, 0, &ran);
 
-    (void)check(repair_path, true, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &ran);
+    (void)check(repair_path, true, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &ran);
     if (ran && check(repair_path, false, 0, &ran)) {
         g_autofree char *bytes = NULL;
         gsize len;

@@ -484,7 +484,7 @@ static int walk_l2(Qcow2Check *c, Qcow2CheckCounts *res, uint64_t l2_offset, int
                               "aligned; L2 entry corrupted.",
                               offset);
                 } else {
-                    bool fix = c->fix & QIMG_CHECK_FIX_ERRORS;
+                    bool fix = c->fix & BLK_CHECK_FIX_ERRORS;
                     check_msg(c,
                               "%s offset=%" PRIx64 ": Preallocated cluster is not "
                               "properly aligned; L2 entry corrupted.",
@@ -892,7 +892,7 @@ static int check_refblocks(Qcow2Check *c, Qcow2CheckCounts *res, bool *rebuild)
             continue;
         }
         if (cluster >= c->nb_clusters) {
-            bool fix = c->fix & QIMG_CHECK_FIX_ERRORS;
+            bool fix = c->fix & BLK_CHECK_FIX_ERRORS;
 
             res->corruptions++;
             check_msg(c, "%s refcount block %" PRIu64 " is outside image",
@@ -1111,9 +1111,9 @@ static void compare_refcounts(Qcow2Check *c, Qcow2CheckCounts *res, unsigned fix
         int64_t *num_fixed = NULL;
         if (disk == 0) {
             *rebuild = true;
-        } else if (disk > ref && (fix & QIMG_CHECK_FIX_LEAKS)) {
+        } else if (disk > ref && (fix & BLK_CHECK_FIX_LEAKS)) {
             num_fixed = &res->leaks_fixed;
-        } else if (disk < ref && (fix & QIMG_CHECK_FIX_ERRORS)) {
+        } else if (disk < ref && (fix & BLK_CHECK_FIX_ERRORS)) {
             num_fixed = &res->corruptions_fixed;
         }
         check_msg(c, "%s cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64,
@@ -1157,9 +1157,9 @@ static int check_oflag_copied(Qcow2Check *c, Qcow2CheckCounts *res)
     bool repair;
     int ret;
 
-    if (c->fix & QIMG_CHECK_FIX_ERRORS) {
+    if (c->fix & BLK_CHECK_FIX_ERRORS) {
         repair = true;
-    } else if (c->fix & QIMG_CHECK_FIX_LEAKS) {
+    } else if (c->fix & BLK_CHECK_FIX_LEAKS) {
         /* only when the refcounts are known to be right now */
         repair = !res->check_errors && !res->corruptions && !res->leaks;
     } else {
@@ -1322,7 +1322,7 @@ static int check_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
     pre = *res;
     compare_refcounts(c, res, 0, &rebuild, &highest);
 
-    if (rebuild && (c->fix & QIMG_CHECK_FIX_ERRORS)) {
+    if (rebuild && (c->fix & BLK_CHECK_FIX_ERRORS)) {
         Qcow2CheckCounts old = *res;
         int64_t fresh_leaks = 0;
 
@@ -1345,11 +1345,11 @@ static int check_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
         if (ret < 0) {
             return ret;
         }
-        if (c->fix & QIMG_CHECK_FIX_LEAKS) {
+        if (c->fix & BLK_CHECK_FIX_LEAKS) {
             Qcow2CheckCounts saved = *res;
 
             memset(res, 0, sizeof(*res));
-            compare_refcounts(c, res, QIMG_CHECK_FIX_LEAKS, &rebuild, &highest);
+            compare_refcounts(c, res, BLK_CHECK_FIX_LEAKS, &rebuild, &highest);
             if (rebuild) {
                 check_msg(c, "ERROR rebuilt refcount structure is still broken");
             }
@@ -1386,7 +1386,7 @@ static int check_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
 
 /* ---- entry point ---- */
 
-static void result_add(QimgCheckResult *res, const Qcow2CheckCounts *in, bool alloc_info)
+static void result_add(BlkCheckResult *res, const Qcow2CheckCounts *in, bool alloc_info)
 {
     res->corruptions += in->corruptions;
     res->leaks += in->leaks;
@@ -1402,7 +1402,7 @@ static void result_add(QimgCheckResult *res, const Qcow2CheckCounts *in, bool al
     }
 }
 
-static int check_locked(Qcow2Check *c, QimgCheckResult *result)
+static int check_locked(Qcow2Check *c, BlkCheckResult *result)
 {
     Qcow2CheckCounts snap = {0}, refs = {0};
     int ret;
@@ -1430,14 +1430,14 @@ static int check_locked(Qcow2Check *c, QimgCheckResult *result)
     return ret;
 }
 
-int qcow2_check_image_opts(QimgImage *img, QimgCheckResult *res, unsigned fix,
+int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
                            const Qcow2CheckOptions *opts, GError **error)
 {
     Qcow2State *s = img->opaque;
     Qcow2Check c = {
         .s = s,
         .file = img->file,
-        .fix = fix & (QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS),
+        .fix = fix & (BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS),
         .progress = opts ? opts->progress : NULL,
         .progress_opaque = opts ? opts->progress_opaque : NULL,
         .replay_budget =
@@ -1491,7 +1491,7 @@ int qcow2_check_image_opts(QimgImage *img, QimgCheckResult *res, unsigned fix,
     return ret;
 }
 
-int qcow2_check_image(QimgImage *img, QimgCheckResult *res, unsigned fix, GError **error)
+int qcow2_check_image(BlkNode *img, BlkCheckResult *res, unsigned fix, GError **error)
 {
     Qcow2CheckOptions o = {.progress = res->progress,
                            .progress_opaque = res->progress_opaque};

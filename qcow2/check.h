@@ -8,11 +8,11 @@
 
 #include "qcow2/qcow2.h"
 
-struct QimgCheckResult;
+struct BlkCheckResult;
 
 /*
- * Check the image and, with fix (QIMG_CHECK_FIX_LEAKS and/or
- * QIMG_CHECK_FIX_ERRORS), repair it, as QEMU's qcow2_co_check_locked does:
+ * Check the image and, with fix (BLK_CHECK_FIX_LEAKS and/or
+ * BLK_CHECK_FIX_ERRORS), repair it, as QEMU's qcow2_co_check_locked does:
  * one pass, no double check (block/check.c does that for qimg_image_check).
  * The image must be open with check_mode, and read-write to repair.
  * Findings are appended to res->messages (created when NULL), the counters
@@ -23,7 +23,7 @@ struct QimgCheckResult;
  * (lazy refcounts) is opened read-write; on success the dirty and corrupt
  * bits are cleared.
  */
-int qcow2_check_image(QimgImage *img, struct QimgCheckResult *res, unsigned fix,
+int qcow2_check_image(BlkNode *img, struct BlkCheckResult *res, unsigned fix,
                       GError **error);
 
 /* Progress of a long check: done out of total work units (table entries
@@ -40,7 +40,7 @@ typedef struct Qcow2CheckOptions {
 } Qcow2CheckOptions;
 
 /* qcow2_check_image() with options (opts may be NULL). */
-int qcow2_check_image_opts(QimgImage *img, struct QimgCheckResult *res, unsigned fix,
+int qcow2_check_image_opts(BlkNode *img, struct BlkCheckResult *res, unsigned fix,
                            const Qcow2CheckOptions *opts, GError **error);
 
 /* ---- shared by check.c and repair.c only ---- */
@@ -61,7 +61,7 @@ typedef struct Qcow2CheckCounts {
 
 typedef struct Qcow2Check {
     Qcow2State *s;
-    QimgImage *file;
+    BlkNode *file;
     GPtrArray *messages; /* char *, the caller's result */
     unsigned fix;
     uint64_t file_size; /* current length of the image file */

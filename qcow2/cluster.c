@@ -30,7 +30,7 @@
 #include <errno.h>
 #include <inttypes.h>
 
-int qcow2_read_table(QimgImage *file, uint64_t offset, uint64_t count, uint64_t **out)
+int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out)
 {
     uint64_t bytes;
     int ret;

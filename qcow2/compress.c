@@ -254,7 +254,7 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
     return ret;
 }
 
-int qcow2_pwrite_compressed(QimgImage *img, uint64_t offset, const QimgIOV *qiov)
+int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
 {
     Qcow2State *s = img->opaque;
     g_autofree uint8_t *buf = NULL, *out = NULL;

@@ -81,7 +81,7 @@ typedef struct CreateParams {
     bool lazy_refcounts;
     bool extended_l2;
     uint8_t compression_type;
-    QimgPrealloc prealloc;
+    BlkPrealloc prealloc;
     const char *data_file;
     bool data_file_raw;
     const char *backing_file;
@@ -146,12 +146,12 @@ static const char *const known_options[] = {
     "data_file_raw",    "backing_file", "backing_fmt",   "size",
 };
 
-static const char *opt_get(const QimgCreateOptions *opts, const char *key)
+static const char *opt_get(const BlkCreateOptions *opts, const char *key)
 {
     return opts->options ? g_hash_table_lookup(opts->options, key) : NULL;
 }
 
-static bool opt_bool(const QimgCreateOptions *opts, const char *key)
+static bool opt_bool(const BlkCreateOptions *opts, const char *key)
 {
     const char *v = opt_get(opts, key);
     return v && (strcmp(v, "on") == 0 || strcmp(v, "true") == 0 ||
@@ -187,7 +187,7 @@ static int param_error(GError **error, const char *msg)
  * Fill *p from opts (create.c invariant 1): first the checks of the option
  * types in qemu-img's visiting order, then its consistency checks.
  */
-static int parse_params(const QimgCreateOptions *opts, CreateParams *p, GError **error)
+static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **error)
 {
     const char *v;
     uint64_t n;
@@ -263,11 +263,10 @@ static int parse_params(const QimgCreateOptions *opts, CreateParams *p, GError *
         }
     }
 
-    p->prealloc = QIMG_PREALLOC_OFF;
+    p->prealloc = BLK_PREALLOC_OFF;
     if ((v = opt_get(opts, "preallocation"))) {
-        GError *ignored = NULL;
-        if (!qimg_prealloc_parse(v, &p->prealloc, &ignored)) {
-            g_clear_error(&ignored);
+        if (blk_prealloc_parse(v, &p->prealloc) < 0) {
+            blk_error_clear();
             return bad_value(error, "preallocation", v);
         }
     }
@@ -307,7 +306,7 @@ static int parse_params(const QimgCreateOptions *opts, CreateParams *p, GError *
                     512 * QCOW2_EXTL2_SUBCLUSTERS);
         return -EINVAL;
     }
-    if (p->backing_file && p->prealloc != QIMG_PREALLOC_OFF && !p->extended_l2) {
+    if (p->backing_file && p->prealloc != BLK_PREALLOC_OFF && !p->extended_l2) {
         return param_error(error, "Backing file and preallocation can only be used at "
                                   "the same time if extended_l2 is on");
     }
@@ -335,9 +334,9 @@ static int parse_params(const QimgCreateOptions *opts, CreateParams *p, GError *
         return param_error(error, "Backing file and data-file-raw cannot be used at the "
                                   "same time");
     }
-    if (p->data_file_raw && p->prealloc == QIMG_PREALLOC_OFF) {
+    if (p->data_file_raw && p->prealloc == BLK_PREALLOC_OFF) {
         /* the raw data file must map 1:1, so qemu-img maps all of it */
-        p->prealloc = QIMG_PREALLOC_METADATA;
+        p->prealloc = BLK_PREALLOC_METADATA;
     }
     if (p->data_file && p->version < 3) {
         return param_error(error, "External data files are only supported with "
@@ -362,8 +361,8 @@ typedef struct Table {
 
 typedef struct Layout {
     const CreateParams *p;
-    QimgImage *file;
-    QimgImage *data; /* external data file node, or NULL */
+    BlkNode *file;
+    BlkNode *data; /* external data file node, or NULL */
 
     uint32_t cluster_bits;
     uint64_t cluster_size;
@@ -403,7 +402,7 @@ static void note_extent(Layout *L, uint64_t offset, uint64_t len)
     L->eof = MAX(L->eof, offset + len);
 }
 
-static int file_write(Layout *L, QimgImage *node, uint64_t offset, const void *buf,
+static int file_write(Layout *L, BlkNode *node, uint64_t offset, const void *buf,
                       uint64_t len)
 {
     int ret = blk_pwrite(node, offset, buf, len, 0);
@@ -925,7 +924,7 @@ static int link_l2(Layout *L, uint64_t guest, uint64_t host, uint64_t nb)
 /* Write zeros (a copy-on-write tail read from nothing) to the data node. */
 static int write_zeros(Layout *L, uint64_t offset, uint64_t len)
 {
-    QimgImage *node = L->data ? L->data : L->file;
+    BlkNode *node = L->data ? L->data : L->file;
     g_autofree uint8_t *zeros = g_malloc0(len);
     int ret = file_write(L, node, offset, zeros, len);
 
@@ -966,23 +965,23 @@ static int write_l1_and_reftable(Layout *L)
 /* Resize the data node to 'size' if it is shorter, like QEMU's file
  * protocol: growing an empty file from 0 with 'off' allocates its first
  * block. */
-static int grow_data_node(Layout *L, uint64_t size, QimgPrealloc mode, GError **error)
+static int grow_data_node(Layout *L, uint64_t size, BlkPrealloc mode, GError **error)
 {
-    QimgImage *node = L->data ? L->data : L->file;
+    BlkNode *node = L->data ? L->data : L->file;
     uint64_t cur = L->data ? L->data_eof : L->eof;
     int ret;
 
     if (size <= cur) {
         return 0;
     }
-    if (mode == QIMG_PREALLOC_METADATA) {
-        mode = QIMG_PREALLOC_OFF;
+    if (mode == BLK_PREALLOC_METADATA) {
+        mode = BLK_PREALLOC_OFF;
     }
     ret = blk_truncate(node, size, false, mode, false, error);
     if (ret < 0) {
         return ret;
     }
-    if (cur == 0 && mode == QIMG_PREALLOC_OFF) {
+    if (cur == 0 && mode == BLK_PREALLOC_OFF) {
         static const uint8_t zeros[4096];
         ret = file_write(L, node, 0, zeros, MIN(size, sizeof(zeros)));
         if (ret < 0) {
@@ -1354,8 +1353,7 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
 
 /* ---- putting it together ---- */
 
-static void layout_init(Layout *L, const CreateParams *p, QimgImage *file,
-                        QimgImage *data)
+static void layout_init(Layout *L, const CreateParams *p, BlkNode *file, BlkNode *data)
 {
     memset(L, 0, sizeof(*L));
     L->p = p;
@@ -1462,12 +1460,12 @@ static int lay_out(Layout *L, GError **error)
         return ret;
     }
     switch (p->prealloc) {
-    case QIMG_PREALLOC_OFF:
+    case BLK_PREALLOC_OFF:
         if (L->data) {
-            ret = grow_data_node(L, p->size, QIMG_PREALLOC_OFF, error);
+            ret = grow_data_node(L, p->size, BLK_PREALLOC_OFF, error);
         }
         break;
-    case QIMG_PREALLOC_METADATA:
+    case BLK_PREALLOC_METADATA:
         ret = prealloc_metadata(L, p->size, error);
         break;
     default:
@@ -1528,7 +1526,7 @@ static void remove_regular(const char *path)
     }
 }
 
-static int flush_node(QimgImage *node, GError **error)
+static int flush_node(BlkNode *node, GError **error)
 {
     int ret = node ? blk_flush(node) : 0;
 
@@ -1539,24 +1537,24 @@ static int flush_node(QimgImage *node, GError **error)
     return ret;
 }
 
-int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **error)
+int qcow2_create(const char *filename, const BlkCreateOptions *opts, GError **error)
 {
     CreateParams p;
     Layout L;
-    QimgImage *file = NULL, *data = NULL;
-    QimgOpenOptions fo = {.cache = QIMG_CACHE_WRITEBACK};
+    BlkNode *file = NULL, *data = NULL;
+    BlkOpenOptions fo = {.cache = BLK_CACHE_WRITEBACK};
     const char *data_name =
         opts->options ? g_hash_table_lookup(opts->options, "data_file") : NULL;
     bool data_created = false;
     int ret;
 
     /* qemu-img creates the files first and checks the options after */
-    ret = blk_file_create(blk_plain_name(filename), 0, QIMG_PREALLOC_OFF, error);
+    ret = blk_file_create(blk_plain_name(filename), 0, BLK_PREALLOC_OFF, error);
     if (ret < 0) {
         return ret;
     }
     if (data_name) {
-        ret = blk_file_create(data_name, 0, QIMG_PREALLOC_OFF, error);
+        ret = blk_file_create(data_name, 0, BLK_PREALLOC_OFF, error);
         if (ret < 0) {
             goto fail;
         }

@@ -77,7 +77,7 @@ static void state_free(Qcow2State *s)
 }
 
 /* Read [0, len) of the file, zeros past its end (qcow2.c invariant 2). */
-static int read_padded(QimgImage *file, uint64_t file_size, uint8_t *buf, size_t len)
+static int read_padded(BlkNode *file, uint64_t file_size, uint8_t *buf, size_t len)
 {
     size_t n = (size_t)MIN((uint64_t)len, file_size);
 
@@ -147,7 +147,7 @@ static int open_data_file(Qcow2State *s, const char *filename)
     const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
     g_autofree char *path = blk_resolve_backing_name(base, s->ext.data_file);
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = s->img->opts;
+    BlkOpenOptions o = s->img->opts;
 
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
@@ -165,18 +165,17 @@ static int open_data_file(Qcow2State *s, const char *filename)
 
 /* DESIGN.md rule 5: a dirty image (lazy refcounts, not closed cleanly) has
  * its refcounts rebuilt before it is written (QEMU's qcow2_do_open). */
-static int repair_dirty(QimgImage *img)
+static int repair_dirty(BlkNode *img)
 {
-    QimgCheckResult res = {0};
+    BlkCheckResult res = {0};
     g_autoptr(GError) err = NULL;
     int ret;
 
-    ret =
-        qcow2_check_image(img, &res, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &err);
+    ret = qcow2_check_image(img, &res, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &err);
     if (ret == 0 && res.check_errors) {
         ret = -EIO;
     }
-    qimg_check_result_clear(&res);
+    blk_check_result_clear(&res);
     if (ret < 0) {
         return blk_error(-ret, "Could not repair dirty image%s%s", err ? ": " : "",
                          err ? err->message : "");
@@ -184,9 +183,9 @@ static int repair_dirty(QimgImage *img)
     return 0;
 }
 
-static int do_open(Qcow2State *s, const char *filename, const QimgOpenOptions *opts)
+static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *opts)
 {
-    QimgImage *img = s->img;
+    BlkNode *img = s->img;
     bool check_mode = opts && opts->check_mode;
     const char *snapshot = opts ? opts->snapshot : NULL;
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
@@ -294,7 +293,7 @@ static int do_open(Qcow2State *s, const char *filename, const QimgOpenOptions *o
     return 0;
 }
 
-static int qcow2_open(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
+static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
                       GError **error)
 {
     Qcow2State *s = g_new0(Qcow2State, 1);
@@ -340,7 +339,7 @@ static int flush_files_unlocked(Qcow2State *s)
  * the next flush; the pending frees applied here are only those queued
  * before the L2 tables this flush made durable.
  */
-int qcow2_flush(QimgImage *img)
+int qcow2_flush(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
     g_autoptr(GArray) frees = NULL;
@@ -401,7 +400,7 @@ int qcow2_flush(QimgImage *img)
     return ret;
 }
 
-static void qcow2_close(QimgImage *img)
+static void qcow2_close(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
 
@@ -433,20 +432,20 @@ static void qcow2_close(QimgImage *img)
 
 /* A new image reads as zeros unless a backing file shows through (QEMU's
  * bdrv_has_zero_init) or a raw data file holds old contents. */
-static bool qcow2_has_zero_init(QimgImage *img)
+static bool qcow2_has_zero_init(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
     return !img->backing && !img->backing_filename && !(s->data_file && s->data_file_raw);
 }
 
-static int64_t qcow2_get_allocated_size(QimgImage *img)
+static int64_t qcow2_get_allocated_size(BlkNode *img)
 {
     /* QEMU 7.2 counts the image file only, not an external data file
      * (checked: qemu-img info actual-size). */
     return blk_get_allocated_size(img->file);
 }
 
-static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
+static int qcow2_get_info(BlkNode *img, BlkInfo *info, GError **error)
 {
     Qcow2State *s = img->opaque;
 
@@ -468,14 +467,14 @@ static int qcow2_get_info(QimgImage *img, QimgInfo *info, GError **error)
     info->data_file = g_strdup(s->ext.data_file);
     info->data_file_raw = s->data_file && s->data_file_raw;
     if (!info->snapshots) {
-        info->snapshots = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
+        info->snapshots = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
     }
     qcow2_snapshot_list_append_locked(s, info->snapshots);
     qcow2_unlock(s);
     return 0;
 }
 
-const QimgDriver blk_qcow2_driver = {
+const BlkDriver blk_qcow2_driver = {
     .create = qcow2_create,
     .format_name = "qcow2",
     .is_protocol = false,

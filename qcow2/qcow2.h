@@ -341,7 +341,7 @@ typedef struct Qcow2State {
     GMutex lock;             /* qcow2.h invariant 3; take it with qcow2_lock() */
     GCond inflight_cond;     /* signalled when a request leaves the list */
     Qcow2Inflight *inflight; /* [lock] requests in flight */
-    QimgImage *img;
+    BlkNode *img;
 
     Qcow2Header header;             /* [open] as decoded */
     Qcow2Extensions ext;            /* [open] */
@@ -393,7 +393,7 @@ typedef struct Qcow2State {
     Qcow2Cache *l2_cache;       /* [lock] */
     Qcow2Cache *refcount_cache; /* [lock] */
 
-    QimgImage *data_file; /* [open] external data file node (owned), or NULL */
+    BlkNode *data_file; /* [open] external data file node (owned), or NULL */
     bool data_file_raw;
 
     /* [lock] metadata preallocation detection for block status */
@@ -490,7 +490,7 @@ static inline bool qcow2_has_data_file(const Qcow2State *s)
 }
 
 /* The node guest data lives in: the external data file or the image file. */
-static inline QimgImage *qcow2_data_node(const Qcow2State *s)
+static inline BlkNode *qcow2_data_node(const Qcow2State *s)
 {
     return s->data_file ? s->data_file : s->img->file;
 }
@@ -562,7 +562,7 @@ int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
                                uint64_t guest_cluster, Qcow2SubclusterType *type,
                                unsigned *count);
 /* Load a table of 'count' 64-bit big-endian entries into host order. */
-int qcow2_read_table(QimgImage *file, uint64_t offset, uint64_t count, uint64_t **out);
+int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out);
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes);
 
 /* ---- compress.c ---- */
@@ -596,8 +596,8 @@ int qcow2_snapshot_load_view(Qcow2State *s, const char *id_or_name);
 
 /* ---- read.c ---- */
 
-int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
-int qcow2_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
+int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
 
 /* ================= write path ================= */
 
@@ -665,7 +665,7 @@ bool qcow2_l2_cache_is_durable(void *opaque, uint64_t gen);
 /* Debug-build check of an ordering rule where a dependent write is issued:
  * everything written to node up to generation gen is durable (block.h
  * invariant 4).  'rule' names the invariant for the failure message. */
-static inline void qcow2_assert_durable(QimgImage *node, uint64_t gen, const char *rule)
+static inline void qcow2_assert_durable(BlkNode *node, uint64_t gen, const char *rule)
 {
 #ifndef NDEBUG
     if (!blk_is_durable(node, gen)) {
@@ -786,11 +786,11 @@ int qcow2_shrink_l1_table_locked(Qcow2State *s, uint64_t new_size);
 
 /* ---- write.c: guest writes ---- */
 
-int qcow2_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags);
+int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
 /* Write qiov at guest offset (any offset, also the vmstate area: no size
  * check).  The caller registered the range (qcow2_inflight_begin_locked)
  * and does not hold the lock. */
-int qcow2_write_registered(Qcow2State *s, uint64_t offset, const QimgIOV *qiov);
+int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
 /* Wait until no conflicting request covers [offset, offset + bytes), then
  * register r over it (write.c invariant 6).  Lock held (may wait on it). */
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
@@ -802,12 +802,12 @@ void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r);
 /* Read guest [offset, offset + qiov->size) of this layer (no size check, no
  * range registration: the caller holds a registration covering it, or the
  * image is read-only).  Lock not held. */
-int qcow2_read_guest(Qcow2State *s, uint64_t offset, const QimgIOV *qiov);
+int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
 
 /* ---- zero.c: write zeroes and discard ---- */
 
-int qcow2_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags);
-int qcow2_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes);
+int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
+int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
 /* Internal zero flag: create no L2 table for a range that already reads as
  * zeros without one (resize). */
 #define QCOW2_ZERO_IF_NEEDED (1u << 16)
@@ -826,29 +826,31 @@ int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, boo
  * fit in dest_size bytes. */
 int64_t qcow2_compress(int compression_type, void *dest, size_t dest_size,
                        const void *src, size_t src_size);
-int qcow2_pwrite_compressed(QimgImage *img, uint64_t offset, const QimgIOV *qiov);
+int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 
 /* ---- resize.c: resize and the vmstate area ---- */
 
-int qcow2_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                    bool shrink, GError **error);
 /* Guest offset where the vmstate area of the active L1 starts. */
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
-int qcow2_create(const char *filename, const QimgCreateOptions *opts, GError **error);
+int qcow2_create(const char *filename, const BlkCreateOptions *opts, GError **error);
 /* snapshot-write.c */
-int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error);
-int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error);
-int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error);
-GArray *qcow2_snapshot_list(QimgImage *img);
-/* Append a QimgSnapshotInfo for each snapshot to list (lock held). */
+int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **error);
+int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name, GError **error);
+int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name, GError **error);
+GArray *qcow2_snapshot_list(BlkNode *img);
+/* Append a BlkSnapshotInfo for each snapshot to list (lock held). */
 void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list);
 
-int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
-int qcow2_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov);
+int qcow2_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
+int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
 
 /* ---- qcow2.c ---- */
 
-int qcow2_flush(QimgImage *img);
+/* The driver, for the driver table (api/ registers it). */
+extern const BlkDriver blk_qcow2_driver;
+int qcow2_flush(BlkNode *img);
 
 #endif

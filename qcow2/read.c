@@ -41,10 +41,10 @@ typedef struct ReadBuffers {
 } ReadBuffers;
 
 static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offset,
-                           const QimgIOV *part, ReadBuffers *rb)
+                           const BlkIOV *part, ReadBuffers *rb)
 {
     uint64_t coffset, csize;
-    QimgIOV cio;
+    BlkIOV cio;
     int ret;
 
     qcow2_parse_compressed_entry(s, l2_entry, &coffset, &csize);
@@ -76,9 +76,9 @@ static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offs
     return 0;
 }
 
-int qcow2_read_guest(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
+int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 {
-    QimgImage *img = s->img;
+    BlkNode *img = s->img;
     ReadBuffers rb = {0};
     size_t done = 0;
     int ret = 0;
@@ -86,7 +86,7 @@ int qcow2_read_guest(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
     while (done < qiov->size) {
         uint64_t pos = offset + done;
         Qcow2Mapping m;
-        QimgIOV part;
+        BlkIOV part;
 
         qcow2_lock(s);
         ret = qcow2_get_host_offset_locked(s, pos, qiov->size - done, &m);
@@ -128,7 +128,7 @@ int qcow2_read_guest(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
     return ret < 0 ? ret : 0;
 }
 
-int qcow2_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
@@ -176,7 +176,7 @@ static void recurse_into_file(BlkStatus *st)
     st->flags |= fst.flags & BLK_STATUS_ZERO;
 }
 
-int qcow2_block_status(QimgImage *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
+int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
     Qcow2State *s = img->opaque;
     Qcow2Mapping m;

@@ -132,7 +132,7 @@ int repair_truncate(Qcow2Check *c, uint64_t size)
     g_autoptr(GError) err = NULL;
     int ret;
 
-    ret = blk_truncate(c->file, size, false, QIMG_PREALLOC_OFF, false, &err);
+    ret = blk_truncate(c->file, size, false, BLK_PREALLOC_OFF, false, &err);
     if (ret < 0) {
         return ret;
     }
@@ -530,7 +530,7 @@ fail:
 int repair_read_snapshot_table(Qcow2Check *c, Qcow2CheckCounts *res)
 {
     Qcow2State *s = c->s;
-    bool repair = c->fix & QIMG_CHECK_FIX_ERRORS;
+    bool repair = c->fix & BLK_CHECK_FIX_ERRORS;
     int64_t nb_dropped = 0, extra_dropped = 0;
     uint8_t ptr[12];
     uint32_t nb;
@@ -621,7 +621,7 @@ int repair_fix_snapshot_table(Qcow2Check *c, Qcow2CheckCounts *res)
 {
     int ret;
 
-    if (res->corruptions && (c->fix & QIMG_CHECK_FIX_ERRORS)) {
+    if (res->corruptions && (c->fix & BLK_CHECK_FIX_ERRORS)) {
         ret = repair_write_snapshot_table(c);
         if (ret < 0) {
             res->check_errors++;

@@ -129,7 +129,7 @@ static int preallocate(Qcow2State *s, uint64_t offset, uint64_t end)
     return ret;
 }
 
-static int check_resize(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool shrink)
+static int check_resize(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool shrink)
 {
     if (size % 512) {
         return blk_error(EINVAL, "The new size must be a multiple of 512");
@@ -144,19 +144,19 @@ static int check_resize(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, boo
         return blk_error(EINVAL,
                          "Use the --shrink option to perform a shrink operation.");
     }
-    if (size < s->img->size && prealloc != QIMG_PREALLOC_OFF) {
+    if (size < s->img->size && prealloc != BLK_PREALLOC_OFF) {
         return blk_error(ENOTSUP, "Preallocation can't be used for shrinking an image");
     }
-    if (prealloc != QIMG_PREALLOC_OFF && qcow2_has_data_file(s)) {
+    if (prealloc != BLK_PREALLOC_OFF && qcow2_has_data_file(s)) {
         return blk_error(ENOTSUP, "Preallocation is not supported with an external data "
                                   "file");
     }
     return 0;
 }
 
-static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool shrink)
+static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool shrink)
 {
-    QimgImage *img = s->img;
+    BlkNode *img = s->img;
     uint64_t old = img->size, l1_shift = s->cluster_bits + s->l2_bits, new_l1;
     uint64_t old_map_end = (uint64_t)s->l1_size << l1_shift;
     bool written = false;
@@ -197,7 +197,7 @@ static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool
                              qcow2_zero_registered,
                              BLK_REQ_MAY_UNMAP | QCOW2_ZERO_IF_NEEDED);
         }
-        if (ret == 0 && prealloc != QIMG_PREALLOC_OFF) {
+        if (ret == 0 && prealloc != BLK_PREALLOC_OFF) {
             ret = preallocate(s, old, size);
             if (ret == 0) {
                 qcow2_lock(s);
@@ -210,8 +210,8 @@ static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool
                  * (falloc) or written (full) otherwise. */
                 g_autoptr(GError) err = NULL;
                 int64_t cur = blk_getlength(img->file);
-                QimgPrealloc mode =
-                    prealloc == QIMG_PREALLOC_METADATA ? QIMG_PREALLOC_OFF : prealloc;
+                BlkPrealloc mode =
+                    prealloc == BLK_PREALLOC_METADATA ? BLK_PREALLOC_OFF : prealloc;
                 if (cur >= 0 && s->file_size > (uint64_t)cur &&
                     blk_truncate(img->file, s->file_size, false, mode, false, &err) < 0) {
                     ret = blk_error(err ? err->code : EIO, "%s",
@@ -222,7 +222,7 @@ static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool
     }
     if (ret == 0 && qcow2_has_data_file(s) && s->data_file_raw && size > old) {
         g_autoptr(GError) err = NULL;
-        if (blk_truncate(s->data_file, size, false, QIMG_PREALLOC_OFF, false, &err) < 0) {
+        if (blk_truncate(s->data_file, size, false, BLK_PREALLOC_OFF, false, &err) < 0) {
             ret = blk_error(err ? err->code : EIO, "%s",
                             err ? err->message : "Could not resize the data file");
         }
@@ -245,7 +245,7 @@ static int do_truncate(Qcow2State *s, uint64_t size, QimgPrealloc prealloc, bool
     return ret;
 }
 
-int qcow2_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                    bool shrink, GError **error)
 {
     Qcow2State *s = img->opaque;
@@ -276,7 +276,7 @@ static int vmstate_offset(const Qcow2State *s, uint64_t base, uint64_t pos,
     return 0;
 }
 
-int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
+int qcow2_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
     Qcow2State *s = img->opaque;
     uint64_t offset;
@@ -308,7 +308,7 @@ int qcow2_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
     return ret;
 }
 
-int qcow2_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
+int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
     Qcow2State *s = img->opaque;
     uint64_t base = qcow2_vm_state_offset(s), offset;

@@ -836,7 +836,7 @@ static int vm_transfer_end_locked(Qcow2State *s, uint64_t vm_state_size, uint64_
     return 0;
 }
 
-static int create_locked(Qcow2State *s, const QimgSnapshotInfo *info, char **id_out,
+static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_out,
                          uint64_t *vm_moved)
 {
     uint64_t n = s->l1_size, l1_bytes = ROUND_UP(n * 8, s->cluster_size);
@@ -974,7 +974,7 @@ out:
     return ret;
 }
 
-static int do_create(Qcow2State *s, QimgSnapshotInfo *info)
+static int do_create(Qcow2State *s, BlkSnapshotInfo *info)
 {
     g_autofree char *id = NULL;
     uint64_t vm_offset, vm_bytes, moved = 0, end;
@@ -1092,7 +1092,7 @@ static int goto_locked(Qcow2State *s, uint64_t sn_l1_offset, uint32_t sn_l1_size
     return ret;
 }
 
-static int do_goto(QimgImage *img, const char *id_or_name)
+static int do_goto(BlkNode *img, const char *id_or_name)
 {
     Qcow2State *s = img->opaque;
     uint64_t l1_offset = 0, disk_size = 0;
@@ -1124,7 +1124,7 @@ static int do_goto(QimgImage *img, const char *id_or_name)
         /* QEMU truncates to the snapshot's size first (v3 only: v2 images
          * with snapshots are never resized). */
         g_autoptr(GError) err = NULL;
-        ret = qcow2_truncate(img, disk_size, true, QIMG_PREALLOC_OFF, true, &err);
+        ret = qcow2_truncate(img, disk_size, true, BLK_PREALLOC_OFF, true, &err);
         if (ret < 0) {
             return blk_error(-ret,
                              "qcow2: Failed to truncate the image to the snapshot's "
@@ -1187,7 +1187,7 @@ static int delete_locked(Qcow2State *s, int idx, const uint64_t *sn_l1)
     return commit_keep_error_locked(s, disk_l1, &reverted, ret);
 }
 
-static int do_delete(QimgImage *img, const char *id_or_name)
+static int do_delete(BlkNode *img, const char *id_or_name)
 {
     Qcow2State *s = img->opaque;
     g_autofree uint64_t *sn_l1 = NULL;
@@ -1235,7 +1235,7 @@ static int do_delete(QimgImage *img, const char *id_or_name)
 
 /* ---- driver operations ---- */
 
-int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error)
+int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **error)
 {
     int ret;
 
@@ -1247,7 +1247,7 @@ int qcow2_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error)
     return ret;
 }
 
-int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
+int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name, GError **error)
 {
     int ret;
 
@@ -1259,7 +1259,7 @@ int qcow2_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
     return ret;
 }
 
-int qcow2_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error)
+int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name, GError **error)
 {
     int ret;
 
@@ -1275,7 +1275,7 @@ void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list)
 {
     for (uint32_t i = 0; i < s->nb_snapshots; i++) {
         const Qcow2Snapshot *sn = &s->snapshots[i];
-        QimgSnapshotInfo si = {
+        BlkSnapshotInfo si = {
             .id = g_strdup(sn->id_str),
             .name = g_strdup(sn->name),
             .vm_state_size = sn->vm_state_size,
@@ -1291,10 +1291,10 @@ void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list)
     }
 }
 
-GArray *qcow2_snapshot_list(QimgImage *img)
+GArray *qcow2_snapshot_list(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
-    GArray *list = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
+    GArray *list = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
 
     qcow2_lock(s);
     qcow2_snapshot_list_append_locked(s, list);

@@ -339,13 +339,13 @@ out:
 
 /* Write the chunk's data and COW parts; lock not held (invariant 4). */
 static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
-                            const QimgIOV *qiov)
+                            const BlkIOV *qiov)
 {
     size_t head_len = (size_t)(c->wstart - c->fstart);
     size_t tail_len = (size_t)(c->fend - c->wend);
     g_autofree uint8_t *head = head_len ? g_malloc(head_len) : NULL;
     g_autofree uint8_t *tail = tail_len ? g_malloc(tail_len) : NULL;
-    QimgIOV part, data, out;
+    BlkIOV part, data, out;
     struct iovec *vec;
     int ret = 0, n = 0;
 
@@ -439,7 +439,7 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
     return 0;
 }
 
-int qcow2_write_registered(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
+int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 {
     uint64_t end = offset + qiov->size, pos = offset;
     int ret = 0;
@@ -475,7 +475,7 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const QimgIOV *qiov)
     return ret;
 }
 
-int qcow2_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov, unsigned flags)
+int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;

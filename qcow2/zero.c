@@ -231,7 +231,7 @@ static int clusters_registered(Qcow2State *s, uint64_t offset, uint64_t end, Zer
 static int zero_extent(Qcow2State *s, uint64_t offset, uint64_t bytes, bool *zero,
                        uint64_t *len)
 {
-    QimgImage *backing = s->img->backing;
+    BlkNode *backing = s->img->backing;
     Qcow2Mapping m;
     int ret;
 
@@ -276,7 +276,7 @@ static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes)
             return ret;
         }
         if (!zero) {
-            QimgIOV q;
+            BlkIOV q;
             len = MIN(len, (uint64_t)chunk);
             if (!zeros) {
                 zeros = g_malloc0(chunk);
@@ -382,7 +382,7 @@ int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, boo
                                full ? OP_FULL_DISCARD : OP_DISCARD, 0);
 }
 
-int qcow2_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigned flags)
+int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags)
 {
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
@@ -409,7 +409,7 @@ int qcow2_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes, unsigne
     return ret;
 }
 
-int qcow2_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     Qcow2State *s = img->opaque;
     uint64_t end = offset + bytes, a = ROUND_UP(offset, s->cluster_size), b;

@@ -22,7 +22,7 @@
  *     discards cannot create a header (the magic is not zeros, and zeroing
  *     cannot raise a version below 2 to 2 or more).
  */
-#include "block/block.h"
+#include "raw/raw.h"
 
 #include <errno.h>
 #include <string.h>
@@ -32,7 +32,7 @@ static int raw_probe(const uint8_t *buf, size_t len)
     return 1; /* anything can be raw; real formats score higher */
 }
 
-static int raw_open(QimgImage *img, const char *filename, const QimgOpenOptions *opts,
+static int raw_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
                     GError **error)
 {
     if (opts->snapshot) {
@@ -45,8 +45,7 @@ static int raw_open(QimgImage *img, const char *filename, const QimgOpenOptions 
     return 0;
 }
 
-static int raw_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
-                      unsigned flags)
+static int raw_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     return blk_preadv(img->file, offset, qiov, flags);
 }
@@ -54,7 +53,7 @@ static int raw_preadv(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
 static GMutex block0_lock; /* invariant 4 */
 
 /* A write to block 0 of a probed image (invariant 4). */
-static int raw_pwritev_block0(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
+static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                               unsigned flags)
 {
     uint8_t sector[BLK_PROBE_BUF_SIZE] = {0};
@@ -81,7 +80,7 @@ static int raw_pwritev_block0(QimgImage *img, uint64_t offset, const QimgIOV *qi
         ret = blk_pwrite(img->file, offset, sector + offset, head, flags);
     }
     if (ret == 0 && qiov->size > head) {
-        QimgIOV tail;
+        BlkIOV tail;
         iov_slice(&tail, qiov, head, qiov->size - head);
         ret = blk_pwritev(img->file, offset + head, &tail, flags);
         iov_destroy(&tail);
@@ -90,8 +89,7 @@ static int raw_pwritev_block0(QimgImage *img, uint64_t offset, const QimgIOV *qi
     return ret;
 }
 
-static int raw_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
-                       unsigned flags)
+static int raw_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     if (img->probed && offset < BLK_PROBE_BUF_SIZE && qiov->size > 0) {
         return raw_pwritev_block0(img, offset, qiov, flags);
@@ -99,24 +97,23 @@ static int raw_pwritev(QimgImage *img, uint64_t offset, const QimgIOV *qiov,
     return blk_pwritev(img->file, offset, qiov, flags);
 }
 
-static int raw_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t bytes,
+static int raw_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                              unsigned flags)
 {
     return blk_pwrite_zeroes(img->file, offset, bytes, flags);
 }
 
-static int raw_pdiscard(QimgImage *img, uint64_t offset, uint64_t bytes)
+static int raw_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     return blk_pdiscard(img->file, offset, bytes);
 }
 
-static int raw_flush(QimgImage *img)
+static int raw_flush(BlkNode *img)
 {
     return blk_flush(img->file);
 }
 
-static int raw_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
-                            BlkStatus *st)
+static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
     int ret = blk_block_status(img->file, offset, bytes, st); /* invariant 3 */
     if (ret < 0) {
@@ -131,7 +128,7 @@ static int raw_block_status(QimgImage *img, uint64_t offset, uint64_t bytes,
     return 0;
 }
 
-static int raw_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc prealloc,
+static int raw_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                         bool shrink, GError **error)
 {
     int ret = blk_truncate(img->file, size, exact, prealloc, shrink, error);
@@ -139,9 +136,9 @@ static int raw_truncate(QimgImage *img, uint64_t size, bool exact, QimgPrealloc 
     return ret;
 }
 
-static int raw_create(const char *filename, const QimgCreateOptions *opts, GError **error)
+static int raw_create(const char *filename, const BlkCreateOptions *opts, GError **error)
 {
-    QimgPrealloc prealloc = QIMG_PREALLOC_OFF;
+    BlkPrealloc prealloc = BLK_PREALLOC_OFF;
     uint64_t size = ROUND_UP(opts->size, 512); /* as qemu-img creates it */
 
     if (opts->backing_file) {
@@ -155,10 +152,12 @@ static int raw_create(const char *filename, const QimgCreateOptions *opts, GErro
         g_hash_table_iter_init(&it, opts->options);
         while (g_hash_table_iter_next(&it, &k, &v)) {
             if (strcmp(k, "preallocation") == 0) {
-                if (!qimg_prealloc_parse(v, &prealloc, error)) {
-                    return -EINVAL;
+                int ret = blk_prealloc_parse(v, &prealloc);
+                if (ret < 0) {
+                    blk_error_propagate(error, ret, NULL);
+                    return ret;
                 }
-                if (prealloc == QIMG_PREALLOC_METADATA) {
+                if (prealloc == BLK_PREALLOC_METADATA) {
                     g_set_error(error, QIMG_ERROR, EINVAL,
                                 "Unsupported preallocation mode 'metadata'");
                     return -EINVAL;
@@ -173,12 +172,12 @@ static int raw_create(const char *filename, const QimgCreateOptions *opts, GErro
     return blk_file_create(blk_plain_name(filename), size, prealloc, error);
 }
 
-static bool raw_has_zero_init(QimgImage *img)
+static bool raw_has_zero_init(BlkNode *img)
 {
     return img->file->drv->has_zero_init && img->file->drv->has_zero_init(img->file);
 }
 
-const QimgDriver blk_raw_driver = {
+const BlkDriver blk_raw_driver = {
     .format_name = "raw",
     .probe = raw_probe,
     .open = raw_open,

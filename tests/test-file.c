@@ -72,11 +72,10 @@ static bool odirect_works(const char *dir)
     return true;
 }
 
-static QimgImage *open_img_err(const char *path, bool ro, QimgCacheMode cache,
-                               GError **err)
+static BlkNode *open_img_err(const char *path, bool ro, BlkCacheMode cache, GError **err)
 {
-    QimgImage *img = g_new0(QimgImage, 1);
-    QimgOpenOptions o = QIMG_OPEN_OPTIONS_INIT;
+    BlkNode *img = g_new0(BlkNode, 1);
+    BlkOpenOptions o = QIMG_OPEN_OPTIONS_INIT;
 
     o.read_only = ro;
     o.cache = cache;
@@ -92,10 +91,10 @@ static QimgImage *open_img_err(const char *path, bool ro, QimgCacheMode cache,
     return img;
 }
 
-static QimgImage *open_img(const char *path, bool ro, QimgCacheMode cache)
+static BlkNode *open_img(const char *path, bool ro, BlkCacheMode cache)
 {
     g_autoptr(GError) err = NULL;
-    QimgImage *img = open_img_err(path, ro, cache, &err);
+    BlkNode *img = open_img_err(path, ro, cache, &err);
 
     if (!img) {
         fail_msg("open %s: %s", path, err->message);
@@ -103,16 +102,16 @@ static QimgImage *open_img(const char *path, bool ro, QimgCacheMode cache)
     return img;
 }
 
-static void close_img(QimgImage *img)
+static void close_img(BlkNode *img)
 {
     img->drv->close(img);
     g_free(img->filename);
     g_free(img);
 }
 
-static int rd(QimgImage *img, uint64_t off, void *buf, size_t len)
+static int rd(BlkNode *img, uint64_t off, void *buf, size_t len)
 {
-    QimgIOV q;
+    BlkIOV q;
     int r;
 
     iov_init_buf(&q, buf, len);
@@ -121,9 +120,9 @@ static int rd(QimgImage *img, uint64_t off, void *buf, size_t len)
     return r;
 }
 
-static int wr(QimgImage *img, uint64_t off, const void *buf, size_t len, unsigned flags)
+static int wr(BlkNode *img, uint64_t off, const void *buf, size_t len, unsigned flags)
 {
-    QimgIOV q;
+    BlkIOV q;
     int r;
 
     iov_init_buf(&q, (void *)buf, len);
@@ -232,16 +231,16 @@ static bool punch_and_seek_work(const char *dir)
     return ok;
 }
 
-static const char *mode_name(QimgCacheMode m)
+static const char *mode_name(BlkCacheMode m)
 {
     static const char *names[] = {"writeback", "writethrough", "none", "directsync",
                                   "unsafe"};
     return names[m];
 }
 
-static bool mode_direct(QimgCacheMode m)
+static bool mode_direct(BlkCacheMode m)
 {
-    return m == QIMG_CACHE_NONE || m == QIMG_CACHE_DIRECTSYNC;
+    return m == BLK_CACHE_NONE || m == BLK_CACHE_DIRECTSYNC;
 }
 
 /* ---- setup ---- */
@@ -296,7 +295,7 @@ static void test_cache_modes(void **state)
     (void)state;
     int tested_direct = 0;
 
-    for (QimgCacheMode m = QIMG_CACHE_WRITEBACK; m <= QIMG_CACHE_UNSAFE; m++) {
+    for (BlkCacheMode m = BLK_CACHE_WRITEBACK; m <= BLK_CACHE_UNSAFE; m++) {
         const char *dir = mode_direct(m) ? direct_dir : tmpdir;
         if (!dir) {
             continue;
@@ -307,8 +306,8 @@ static void test_cache_modes(void **state)
         uint8_t *abuf = NULL;
         uint8_t small[1000], back[1000];
 
-        assert_int_equal(blk_file_create(p, 1 * MiB, QIMG_PREALLOC_OFF, &err), 0);
-        QimgImage *img = open_img(p, false, m);
+        assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF, &err), 0);
+        BlkNode *img = open_img(p, false, m);
         assert_int_equal(img->size, 1 * MiB);
         assert_false(img->is_block_device);
         assert_true(img->drv->has_zero_init(img));
@@ -319,7 +318,7 @@ static void test_cache_modes(void **state)
         assert_int_equal(fl & O_ACCMODE, O_RDWR);
         assert_int_equal(!!(fl & O_DIRECT), mode_direct(m));
         assert_int_equal(!!(fl & O_DSYNC),
-                         m == QIMG_CACHE_WRITETHROUGH || m == QIMG_CACHE_DIRECTSYNC);
+                         m == BLK_CACHE_WRITETHROUGH || m == BLK_CACHE_DIRECTSYNC);
         if (mode_direct(m)) {
             uint32_t a = img->request_alignment;
             assert_true(a >= 512 && a <= 64 * KiB && (a & (a - 1)) == 0);
@@ -378,7 +377,7 @@ static void test_open_errors(void **state)
     g_autofree char *missing = tpath(tmpdir, "does-not-exist.img");
     g_autofree char *msg = NULL;
 
-    assert_null(open_img_err(missing, false, QIMG_CACHE_WRITEBACK, &err));
+    assert_null(open_img_err(missing, false, BLK_CACHE_WRITEBACK, &err));
     assert_non_null(err);
     assert_true(err->domain == QIMG_ERROR);
     assert_int_equal(err->code, ENOENT);
@@ -386,7 +385,7 @@ static void test_open_errors(void **state)
     assert_string_equal(err->message, msg);
     g_clear_error(&err);
 
-    assert_null(open_img_err(tmpdir, true, QIMG_CACHE_WRITEBACK, &err));
+    assert_null(open_img_err(tmpdir, true, BLK_CACHE_WRITEBACK, &err));
     assert_non_null(err);
     assert_int_equal(err->code, EISDIR);
     g_clear_error(&err);
@@ -397,7 +396,7 @@ static void test_open_errors(void **state)
     g_clear_error(&err);
 
     /* procfs refuses O_DIRECT at open time: the message must say so. */
-    QimgImage *img = open_img_err("/proc/self/status", true, QIMG_CACHE_NONE, &err);
+    BlkNode *img = open_img_err("/proc/self/status", true, BLK_CACHE_NONE, &err);
     if (img) {
         close_img(img);
         g_clear_pointer(&missing, g_free); /* a skip leaves nothing allocated */
@@ -409,7 +408,7 @@ static void test_open_errors(void **state)
                                       "(cache=none) not supported by the filesystem: "
                                       "Invalid argument");
     g_clear_error(&err);
-    assert_null(open_img_err("/proc/self/status", true, QIMG_CACHE_DIRECTSYNC, &err));
+    assert_null(open_img_err("/proc/self/status", true, BLK_CACHE_DIRECTSYNC, &err));
     assert_non_null(strstr(err->message, "O_DIRECT (cache=directsync) not supported"));
 }
 
@@ -432,7 +431,7 @@ static void model_write(Model *m, uint64_t off, const uint8_t *buf, size_t len)
     }
 }
 
-static void model_check_read(Model *m, QimgImage *img, uint64_t off, size_t len,
+static void model_check_read(Model *m, BlkNode *img, uint64_t off, size_t len,
                              size_t misalign)
 {
     uint8_t *raw = g_malloc(len + 16);
@@ -449,7 +448,7 @@ static void model_check_read(Model *m, QimgImage *img, uint64_t off, size_t len,
     g_free(exp);
 }
 
-static void model_do_write(Model *m, QimgImage *img, const char *path, uint64_t off,
+static void model_do_write(Model *m, BlkNode *img, const char *path, uint64_t off,
                            size_t len, size_t misalign, uint32_t seed)
 {
     uint8_t *raw = g_malloc(len + 16);
@@ -476,7 +475,7 @@ static void test_direct_unaligned(void **state)
     fill_pattern(m.data, m.size, 1);
     write_file(p, m.data, m.size);
 
-    QimgImage *img = open_img(p, false, QIMG_CACHE_NONE);
+    BlkNode *img = open_img(p, false, BLK_CACHE_NONE);
     assert_true(img->request_alignment >= 512);
 
     /* The cases from the brief. */
@@ -503,7 +502,7 @@ static void test_direct_unaligned(void **state)
     {
         uint8_t a[5], b[600], c[1];
         struct iovec v[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
-        QimgIOV q;
+        BlkIOV q;
         uint8_t flat[606];
         fill_pattern(flat, sizeof flat, 8);
         memcpy(a, flat, 5);
@@ -555,7 +554,7 @@ static void test_direct_unaligned(void **state)
 #define RMW_BYTES 2048
 
 typedef struct RmwWorker {
-    QimgImage *img;
+    BlkNode *img;
     int t;
     int errors;
 } RmwWorker;
@@ -581,8 +580,8 @@ static void test_direct_concurrent_rmw(void **state)
     }
     g_autofree char *p = tpath(direct_dir, "rmw.img");
     g_autoptr(GError) err = NULL;
-    assert_int_equal(blk_file_create(p, 64 * KiB, QIMG_PREALLOC_OFF, &err), 0);
-    QimgImage *img = open_img(p, false, QIMG_CACHE_NONE);
+    assert_int_equal(blk_file_create(p, 64 * KiB, BLK_PREALLOC_OFF, &err), 0);
+    BlkNode *img = open_img(p, false, BLK_CACHE_NONE);
     RmwWorker w[RMW_THREADS];
     GThread *th[RMW_THREADS];
 
@@ -611,7 +610,7 @@ static void test_direct_concurrent_rmw(void **state)
  * file with ftruncate): no write may be cut off.
  */
 typedef struct ExtendWorker {
-    QimgImage *img;
+    BlkNode *img;
     bool zeroer;
     int errors;
 } ExtendWorker;
@@ -641,8 +640,8 @@ static void test_concurrent_extend(void **state)
     (void)state;
     g_autofree char *p = tpath(tmpdir, "extend.img");
     g_autoptr(GError) err = NULL;
-    assert_int_equal(blk_file_create(p, 0, QIMG_PREALLOC_OFF, &err), 0);
-    QimgImage *img = open_img(p, false, QIMG_CACHE_WRITEBACK);
+    assert_int_equal(blk_file_create(p, 0, BLK_PREALLOC_OFF, &err), 0);
+    BlkNode *img = open_img(p, false, BLK_CACHE_WRITEBACK);
     ExtendWorker w[2] = {{.img = img, .zeroer = false}, {.img = img, .zeroer = true}};
     GThread *th[2];
 
@@ -666,14 +665,14 @@ static void test_concurrent_extend(void **state)
     }
 }
 
-static void check_read_past_eof(const char *dir, QimgCacheMode mode)
+static void check_read_past_eof(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "eof.img");
     uint8_t data[1000], buf[3000];
 
     fill_pattern(data, sizeof data, 9);
     write_file(p, data, sizeof data);
-    QimgImage *img = open_img(p, true, mode);
+    BlkNode *img = open_img(p, true, mode);
     assert_int_equal(img->size, 1000);
 
     memset(buf, 0xaa, sizeof buf);
@@ -697,7 +696,7 @@ static void check_read_past_eof(const char *dir, QimgCacheMode mode)
     /* Scatter-gather across EOF. */
     uint8_t a[900], b[300];
     struct iovec v[2] = {{a, sizeof a}, {b, sizeof b}};
-    QimgIOV q;
+    BlkIOV q;
     memset(a, 0xaa, sizeof a);
     memset(b, 0xaa, sizeof b);
     iov_init_external(&q, v, 2);
@@ -712,26 +711,26 @@ static void check_read_past_eof(const char *dir, QimgCacheMode mode)
 static void test_read_past_eof(void **state)
 {
     (void)state;
-    check_read_past_eof(tmpdir, QIMG_CACHE_WRITEBACK);
+    check_read_past_eof(tmpdir, BLK_CACHE_WRITEBACK);
     if (!direct_dir) {
         tu_skip("O_DIRECT works in no folder here");
     }
-    check_read_past_eof(direct_dir, QIMG_CACHE_NONE);
+    check_read_past_eof(direct_dir, BLK_CACHE_NONE);
 }
 
 /* More iovecs than one preadv/pwritev call takes (IOV_MAX). */
-static void check_many_iovecs(const char *dir, QimgCacheMode mode)
+static void check_many_iovecs(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "iov.img");
     enum { N = 1500, PIECE = 3 };
     uint8_t *flat = g_malloc(N * PIECE);
     uint8_t *back = g_malloc0(N * PIECE);
     struct iovec *v = g_new(struct iovec, N);
-    QimgIOV q;
+    BlkIOV q;
     g_autoptr(GError) err = NULL;
 
-    assert_int_equal(blk_file_create(p, 0, QIMG_PREALLOC_OFF, &err), 0);
-    QimgImage *img = open_img(p, false, mode);
+    assert_int_equal(blk_file_create(p, 0, BLK_PREALLOC_OFF, &err), 0);
+    BlkNode *img = open_img(p, false, mode);
     fill_pattern(flat, N * PIECE, 10);
     for (int i = 0; i < N; i++) {
         v[i].iov_base = flat + i * PIECE;
@@ -761,14 +760,14 @@ static void check_many_iovecs(const char *dir, QimgCacheMode mode)
 static void test_many_iovecs(void **state)
 {
     (void)state;
-    check_many_iovecs(tmpdir, QIMG_CACHE_WRITEBACK);
+    check_many_iovecs(tmpdir, BLK_CACHE_WRITEBACK);
     if (!direct_dir) {
         tu_skip("O_DIRECT works in no folder here");
     }
-    check_many_iovecs(direct_dir, QIMG_CACHE_NONE);
+    check_many_iovecs(direct_dir, BLK_CACHE_NONE);
 }
 
-static void check_zeroes(const char *dir, QimgCacheMode mode)
+static void check_zeroes(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "zero.img");
     const size_t size = 4 * MiB;
@@ -778,7 +777,7 @@ static void check_zeroes(const char *dir, QimgCacheMode mode)
 
     memset(buf, 0x55, size);
     write_file(p, buf, size);
-    QimgImage *img = open_img(p, false, mode);
+    BlkNode *img = open_img(p, false, mode);
 
     /* Without MAY_UNMAP. */
     assert_int_equal(img->drv->pwrite_zeroes(img, 1 * MiB, 1 * MiB, 0), 0);
@@ -841,12 +840,12 @@ static void check_zeroes(const char *dir, QimgCacheMode mode)
 static void test_zeroes(void **state)
 {
     (void)state;
-    check_zeroes(tmpdir, QIMG_CACHE_WRITEBACK);
-    check_zeroes(tmpdir, QIMG_CACHE_WRITETHROUGH);
+    check_zeroes(tmpdir, BLK_CACHE_WRITEBACK);
+    check_zeroes(tmpdir, BLK_CACHE_WRITETHROUGH);
     if (!direct_dir) {
         tu_skip("O_DIRECT works in no folder here");
     }
-    check_zeroes(direct_dir, QIMG_CACHE_NONE);
+    check_zeroes(direct_dir, BLK_CACHE_NONE);
 }
 
 /*
@@ -856,7 +855,7 @@ static void test_zeroes(void **state)
 static void test_no_fallback(void **state)
 {
     (void)state;
-    QimgImage *img = open_img("/dev/null", false, QIMG_CACHE_WRITEBACK);
+    BlkNode *img = open_img("/dev/null", false, BLK_CACHE_WRITEBACK);
 
     assert_false(img->is_block_device);
     assert_int_equal(img->drv->pwrite_zeroes(img, 0, 64 * KiB, BLK_REQ_NO_FALLBACK),
@@ -893,7 +892,7 @@ static void test_block_status(void **state)
     close(fd);
 
     for (int pass = 0; pass < 2; pass++) {
-        QimgCacheMode mode = pass ? QIMG_CACHE_NONE : QIMG_CACHE_WRITEBACK;
+        BlkCacheMode mode = pass ? BLK_CACHE_NONE : BLK_CACHE_WRITEBACK;
         if (pass && !direct_dir) {
             g_clear_pointer(&p, g_free); /* a skip leaves nothing allocated */
             tu_skip("O_DIRECT works in no folder here: cache=none pass not run");
@@ -907,7 +906,7 @@ static void test_block_status(void **state)
                              (ssize_t)sizeof data);
             close(fd);
         }
-        QimgImage *img = open_img(q, true, mode);
+        BlkNode *img = open_img(q, true, mode);
 
         memset(&st, 0, sizeof st);
         assert_int_equal(img->drv->block_status(img, 0, 4 * MiB, &st), 0);
@@ -957,7 +956,7 @@ static void test_block_status(void **state)
     /* Data up to an unaligned EOF. */
     g_autofree char *p2 = tpath(tmpdir, "status-tail.img");
     write_file(p2, data, 5000);
-    QimgImage *img = open_img(p2, true, QIMG_CACHE_WRITEBACK);
+    BlkNode *img = open_img(p2, true, BLK_CACHE_WRITEBACK);
     assert_int_equal(img->drv->block_status(img, 0, 1 * MiB, &st), 0);
     assert_int_equal(st.flags, data_fl);
     assert_int_equal(st.pnum, 5000);
@@ -967,21 +966,21 @@ static void test_block_status(void **state)
     close_img(img);
 }
 
-static void check_truncate(const char *dir, QimgCacheMode mode)
+static void check_truncate(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "trunc.img");
     g_autoptr(GError) err = NULL;
     uint8_t pat[4096], buf[4096];
     g_autofree uint8_t *big = g_malloc(5 * MiB + 123);
 
-    assert_int_equal(blk_file_create(p, 1 * MiB, QIMG_PREALLOC_OFF, &err), 0);
-    QimgImage *img = open_img(p, false, mode);
+    assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF, &err), 0);
+    BlkNode *img = open_img(p, false, mode);
     fill_pattern(pat, sizeof pat, 12);
     assert_int_equal(wr(img, 1 * MiB - 4096, pat, sizeof pat, 0), 0);
 
     /* Grow, sparse. */
     assert_int_equal(
-        img->drv->truncate(img, 2 * MiB, true, QIMG_PREALLOC_OFF, false, &err), 0);
+        img->drv->truncate(img, 2 * MiB, true, BLK_PREALLOC_OFF, false, &err), 0);
     assert_null(err);
     assert_int_equal(img->size, 2 * MiB);
     assert_int_equal(file_size(p), 2 * MiB);
@@ -993,7 +992,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
 
     /* Shrink into the data. */
     assert_int_equal(
-        img->drv->truncate(img, 1 * MiB - 2048, true, QIMG_PREALLOC_OFF, true, &err), 0);
+        img->drv->truncate(img, 1 * MiB - 2048, true, BLK_PREALLOC_OFF, true, &err), 0);
     assert_int_equal(img->size, 1 * MiB - 2048);
     assert_int_equal(file_size(p), 1 * MiB - 2048);
     memset(buf, 0xee, sizeof buf);
@@ -1003,7 +1002,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
 
     /* metadata means nothing to a protocol: refused, as file-posix does */
     assert_int_equal(
-        img->drv->truncate(img, 1 * MiB, false, QIMG_PREALLOC_METADATA, false, &err),
+        img->drv->truncate(img, 1 * MiB, false, BLK_PREALLOC_METADATA, false, &err),
         -ENOTSUP);
     assert_string_equal(err->message, "Unsupported preallocation mode: metadata");
     g_clear_error(&err);
@@ -1011,7 +1010,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
 
     /* Grow again: the cut data must not come back. */
     assert_int_equal(
-        img->drv->truncate(img, 1 * MiB, false, QIMG_PREALLOC_OFF, false, &err), 0);
+        img->drv->truncate(img, 1 * MiB, false, BLK_PREALLOC_OFF, false, &err), 0);
     assert_int_equal(rd(img, 1 * MiB - 4096, buf, sizeof buf), 0);
     assert_memory_equal(buf, pat, 2048);
     assert_true(all_bytes(buf + 2048, 2048, 0));
@@ -1019,7 +1018,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
     /* falloc: the new part is allocated. */
     int64_t before = img->drv->get_allocated_size(img);
     assert_int_equal(
-        img->drv->truncate(img, 3 * MiB, true, QIMG_PREALLOC_FALLOC, false, &err), 0);
+        img->drv->truncate(img, 3 * MiB, true, BLK_PREALLOC_FALLOC, false, &err), 0);
     assert_int_equal(img->size, 3 * MiB);
     assert_int_equal(file_size(p), 3 * MiB);
     assert_true(img->drv->get_allocated_size(img) >= before + (int64_t)(2 * MiB));
@@ -1027,7 +1026,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
     /* full, to an unaligned size. */
     before = img->drv->get_allocated_size(img);
     assert_int_equal(
-        img->drv->truncate(img, 5 * MiB + 123, true, QIMG_PREALLOC_FULL, false, &err), 0);
+        img->drv->truncate(img, 5 * MiB + 123, true, BLK_PREALLOC_FULL, false, &err), 0);
     assert_int_equal(img->size, 5 * MiB + 123);
     assert_int_equal(file_size(p), 5 * MiB + 123);
     assert_true(img->drv->get_allocated_size(img) >= before + (int64_t)(2 * MiB));
@@ -1038,7 +1037,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
     assert_true(all_bytes(big + 1 * MiB - 2048, 4 * MiB + 2048 + 123, 0));
 
     /* Shrinking with preallocation is refused, size unchanged. */
-    assert_true(img->drv->truncate(img, 1 * MiB, true, QIMG_PREALLOC_FALLOC, true, &err) <
+    assert_true(img->drv->truncate(img, 1 * MiB, true, BLK_PREALLOC_FALLOC, true, &err) <
                 0);
     assert_non_null(err);
     assert_non_null(strstr(err->message, "preallocation"));
@@ -1050,8 +1049,7 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
 
     /* Read-only images cannot be resized. */
     img = open_img(p, true, mode);
-    assert_true(img->drv->truncate(img, 1 * MiB, true, QIMG_PREALLOC_OFF, true, &err) <
-                0);
+    assert_true(img->drv->truncate(img, 1 * MiB, true, BLK_PREALLOC_OFF, true, &err) < 0);
     assert_non_null(err);
     g_clear_error(&err);
     assert_int_equal(file_size(p), 5 * MiB + 123);
@@ -1062,18 +1060,18 @@ static void check_truncate(const char *dir, QimgCacheMode mode)
 static void test_truncate(void **state)
 {
     (void)state;
-    check_truncate(tmpdir, QIMG_CACHE_WRITEBACK);
+    check_truncate(tmpdir, BLK_CACHE_WRITEBACK);
     if (!direct_dir) {
         tu_skip("O_DIRECT works in no folder here");
     }
-    check_truncate(direct_dir, QIMG_CACHE_NONE);
+    check_truncate(direct_dir, BLK_CACHE_NONE);
 }
 
 static void test_create(void **state)
 {
     (void)state;
-    const QimgPrealloc modes[] = {QIMG_PREALLOC_OFF, QIMG_PREALLOC_METADATA,
-                                  QIMG_PREALLOC_FALLOC, QIMG_PREALLOC_FULL};
+    const BlkPrealloc modes[] = {BLK_PREALLOC_OFF, BLK_PREALLOC_METADATA,
+                                 BLK_PREALLOC_FALLOC, BLK_PREALLOC_FULL};
     const uint64_t size = 1 * MiB + 123;
 
     for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
@@ -1089,7 +1087,7 @@ static void test_create(void **state)
         assert_null(err);
         assert_int_equal(stat(p, &st), 0);
         assert_int_equal(st.st_size, size);
-        if (modes[i] == QIMG_PREALLOC_FALLOC || modes[i] == QIMG_PREALLOC_FULL) {
+        if (modes[i] == BLK_PREALLOC_FALLOC || modes[i] == BLK_PREALLOC_FULL) {
             assert_true((uint64_t)st.st_blocks * 512 >= size);
         } else {
             assert_true((uint64_t)st.st_blocks * 512 < 256 * KiB);
@@ -1099,7 +1097,7 @@ static void test_create(void **state)
         assert_int_equal(n, size);
         assert_true(all_bytes(all, n, 0));
 
-        QimgImage *img = open_img(p, true, QIMG_CACHE_WRITEBACK);
+        BlkNode *img = open_img(p, true, BLK_CACHE_WRITEBACK);
         assert_int_equal(img->size, size);
         assert_int_equal(img->drv->get_allocated_size(img), (int64_t)st.st_blocks * 512);
         close_img(img);
@@ -1110,7 +1108,7 @@ static void test_create(void **state)
     g_autofree char *bad = tpath(tmpdir, "no-such-dir/x.img");
     g_autofree char *msg =
         g_strdup_printf("Could not create '%s': No such file or directory", bad);
-    assert_int_equal(blk_file_create(bad, 1 * MiB, QIMG_PREALLOC_OFF, &err), -ENOENT);
+    assert_int_equal(blk_file_create(bad, 1 * MiB, BLK_PREALLOC_OFF, &err), -ENOENT);
     assert_non_null(err);
     assert_true(err->domain == QIMG_ERROR);
     assert_int_equal(err->code, ENOENT);
@@ -1118,7 +1116,7 @@ static void test_create(void **state)
 
     /* Empty file. */
     g_autofree char *p0 = tpath(tmpdir, "empty.img");
-    assert_int_equal(blk_file_create(p0, 0, QIMG_PREALLOC_FULL, NULL), 0);
+    assert_int_equal(blk_file_create(p0, 0, BLK_PREALLOC_FULL, NULL), 0);
     assert_int_equal(file_size(p0), 0);
     unlink(p0);
 }
@@ -1132,7 +1130,7 @@ static void test_pdiscard(void **state)
 
     memset(buf, 0x42, 2 * MiB);
     write_file(p, buf, 2 * MiB);
-    QimgImage *img = open_img(p, false, QIMG_CACHE_WRITEBACK);
+    BlkNode *img = open_img(p, false, BLK_CACHE_WRITEBACK);
     int64_t before = img->drv->get_allocated_size(img);
     assert_int_equal(img->drv->pdiscard(img, 512 * KiB, 512 * KiB), 0);
     assert_int_equal(img->drv->pdiscard(img, 2 * MiB - 10, 100), 0); /* past EOF */
@@ -1199,7 +1197,7 @@ static void test_block_device(void **state)
     uint8_t pat[8192], buf[8192];
     BlkStatus st;
 
-    assert_int_equal(blk_file_create(backing, size, QIMG_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(backing, size, BLK_PREALLOC_OFF, &err), 0);
     int lfd = loop_attach(backing, &dev);
     if (lfd < 0) {
         unlink(backing);
@@ -1208,8 +1206,8 @@ static void test_block_device(void **state)
     }
 
     for (int pass = 0; pass < 2; pass++) {
-        QimgCacheMode mode = pass ? QIMG_CACHE_NONE : QIMG_CACHE_WRITEBACK;
-        QimgImage *img = open_img(dev, false, mode);
+        BlkCacheMode mode = pass ? BLK_CACHE_NONE : BLK_CACHE_WRITEBACK;
+        BlkNode *img = open_img(dev, false, mode);
         int ssz = 0;
         assert_int_equal(ioctl(lfd, BLKSSZGET, &ssz), 0);
 
@@ -1225,15 +1223,15 @@ static void test_block_device(void **state)
         assert_int_equal(st.pnum, 1 * MiB);
         assert_int_equal(st.map, 4096);
 
-        assert_true(img->drv->truncate(img, size + 512, false, QIMG_PREALLOC_OFF, false,
+        assert_true(img->drv->truncate(img, size + 512, false, BLK_PREALLOC_OFF, false,
                                        &err) < 0);
         assert_string_equal(err->message, "Cannot grow device files");
         g_clear_error(&err);
         assert_int_equal(
-            img->drv->truncate(img, size - 512, false, QIMG_PREALLOC_OFF, true, &err), 0);
+            img->drv->truncate(img, size - 512, false, BLK_PREALLOC_OFF, true, &err), 0);
         assert_int_equal(img->size, size);
         assert_true(
-            img->drv->truncate(img, size - 512, true, QIMG_PREALLOC_OFF, true, &err) < 0);
+            img->drv->truncate(img, size - 512, true, BLK_PREALLOC_OFF, true, &err) < 0);
         g_clear_error(&err);
 
         /* Round trip, unaligned too. */
@@ -1278,8 +1276,8 @@ static void test_block_device(void **state)
     g_clear_pointer(&dev, g_free);
     lfd = loop_attach(backing, &dev);
     if (lfd >= 0) {
-        assert_int_equal(blk_file_create(dev, size, QIMG_PREALLOC_OFF, &cerr), 0);
-        assert_true(blk_file_create(dev, size + 1, QIMG_PREALLOC_OFF, &cerr) < 0);
+        assert_int_equal(blk_file_create(dev, size, BLK_PREALLOC_OFF, &cerr), 0);
+        assert_true(blk_file_create(dev, size + 1, BLK_PREALLOC_OFF, &cerr) < 0);
         assert_non_null(strstr(cerr->message, "too small"));
         close(lfd);
     }
@@ -1297,8 +1295,8 @@ static void test_write_generations(void **state)
     g_autoptr(GError) err = NULL;
     uint8_t pat[4096];
 
-    assert_int_equal(blk_file_create(p, MiB, QIMG_PREALLOC_OFF, &err), 0);
-    QimgImage *img = open_img(p, false, QIMG_CACHE_WRITEBACK);
+    assert_int_equal(blk_file_create(p, MiB, BLK_PREALLOC_OFF, &err), 0);
+    BlkNode *img = open_img(p, false, BLK_CACHE_WRITEBACK);
     assert_int_equal(blk_write_gen(img), 0);
     assert_true(blk_is_durable(img, 0));
     fill_pattern(pat, sizeof pat, 3);
@@ -1343,7 +1341,7 @@ static void test_sticky_flush_error(void **state)
         tu_skip("cannot mount a tmpfs (needs root): sticky flush errors not tested");
     }
     backing = g_build_filename(mnt, "backing", NULL);
-    assert_int_equal(blk_file_create(backing, 8 * MiB, QIMG_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(backing, 8 * MiB, BLK_PREALLOC_OFF, &err), 0);
     lfd = loop_attach(backing, &dev);
     if (lfd < 0) {
         umount2(mnt, MNT_DETACH);
@@ -1353,7 +1351,7 @@ static void test_sticky_flush_error(void **state)
         g_clear_pointer(&buf, g_free);
         tu_skip("no free loop device: sticky flush errors not tested");
     }
-    QimgImage *img = open_img(dev, false, QIMG_CACHE_WRITEBACK);
+    BlkNode *img = open_img(dev, false, BLK_CACHE_WRITEBACK);
     memset(buf, 0x5a, 4 * MiB);
     assert_int_equal(wr(img, 0, buf, 4 * MiB, 0), 0); /* fits the page cache */
     blk_error_clear();

@@ -13,7 +13,7 @@ static void test_slice_and_copy(void **state)
 {
     char a[5] = "abcde", b[3] = "fgh", c[7] = "ijklmno";
     struct iovec v[3] = {{a, 5}, {b, 3}, {c, 7}};
-    QimgIOV q, s;
+    BlkIOV q, s;
     char out[16] = {0};
 
     iov_init_external(&q, v, 3);
@@ -45,7 +45,7 @@ static void test_slice_many(void **state)
     enum { N = 64 };
     char bufs[N][4];
     struct iovec v[N];
-    QimgIOV q, s;
+    BlkIOV q, s;
 
     for (int i = 0; i < N; i++) {
         memset(bufs[i], 'a' + i % 26, 4);
@@ -67,7 +67,7 @@ static void test_slice_many(void **state)
 static void test_is_zero(void **state)
 {
     static char big[4096 + 13];
-    QimgIOV q;
+    BlkIOV q;
 
     memset(big, 0, sizeof(big));
     iov_init_buf(&q, big + 1, sizeof(big) - 1);

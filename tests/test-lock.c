@@ -231,7 +231,7 @@ static void test_byte_not_lockable(void **state)
 
 /* ---- the permissions of each open (lock.c invariant 5) ---- */
 
-static char *perm_bytes(BlkNodeRole role, QimgOpenOptions o)
+static char *perm_bytes(BlkNodeRole role, BlkOpenOptions o)
 {
     GString *out = g_string_new(NULL);
     unsigned perm, shared;
@@ -252,7 +252,7 @@ static char *perm_bytes(BlkNodeRole role, QimgOpenOptions o)
 
 #define assert_perms(role, want, ...)                                                    \
     do {                                                                                 \
-        g_autofree char *b_ = perm_bytes((role), (QimgOpenOptions){__VA_ARGS__});        \
+        g_autofree char *b_ = perm_bytes((role), (BlkOpenOptions){__VA_ARGS__});         \
         assert_string_equal(b_, (want));                                                 \
     } while (0)
 

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "test-qcow2-image.h"
+#include "test-api.h"
 #include "test-util.h"
 
 #include "qcow2/check.h"
@@ -89,11 +90,11 @@ static void add_snapshot(TImg *t, size_t *pos, uint32_t nb, uint64_t l1_offset,
 
 /* ---- running the check ---- */
 
-static QimgImage *open_check(const char *path, bool rw)
+static BlkNode *open_check(const char *path, bool rw)
 {
-    QimgOpenOptions o = {.format = "qcow2", .read_only = !rw, .check_mode = true};
+    BlkOpenOptions o = {.format = "qcow2", .read_only = !rw, .check_mode = true};
     g_autoptr(GError) err = NULL;
-    QimgImage *img = blk_open_image(path, &o, NULL, &err);
+    BlkNode *img = api_open_node(path, &o, NULL, &err);
     if (!img) {
         fprintf(stderr, "open %s: %s\n", path, err->message);
         fail();
@@ -102,7 +103,7 @@ static QimgImage *open_check(const char *path, bool rw)
 }
 
 typedef struct Run {
-    QimgCheckResult res;
+    BlkCheckResult res;
     gboolean ok;
     int err_code;
     char *err_msg;
@@ -110,32 +111,47 @@ typedef struct Run {
 
 static void run_free(Run *r)
 {
-    qimg_check_result_clear(&r->res);
+    blk_check_result_clear(&r->res);
     g_free(r->err_msg);
     memset(r, 0, sizeof(*r));
 }
 
-/* qimg_image_check on path (with the double check after a repair). */
+/* qimg_image_check on path (with the double check after a repair); the
+ * public result is copied into r->res. */
 static void run(const char *path, unsigned fix, Run *r)
 {
-    QimgImage *img = open_check(path, fix != 0);
+    QimgImage *img = api_image_new(open_check(path, fix != 0));
+    QimgCheckResult pub = {0};
     GError *err = NULL;
 
     memset(r, 0, sizeof(*r));
-    r->ok = qimg_image_check(img, &r->res, fix, &err);
+    r->ok = qimg_image_check(img, &pub, fix, &err);
     if (err) {
         r->err_code = err->code;
         r->err_msg = g_strdup(err->message);
         g_error_free(err);
     }
+    r->res.corruptions = pub.corruptions;
+    r->res.leaks = pub.leaks;
+    r->res.check_errors = pub.check_errors;
+    r->res.corruptions_fixed = pub.corruptions_fixed;
+    r->res.leaks_fixed = pub.leaks_fixed;
+    r->res.image_end_offset = pub.image_end_offset;
+    r->res.total_clusters = pub.total_clusters;
+    r->res.allocated_clusters = pub.allocated_clusters;
+    r->res.fragmented_clusters = pub.fragmented_clusters;
+    r->res.compressed_clusters = pub.compressed_clusters;
+    r->res.unsupported = pub.unsupported;
+    r->res.messages = g_steal_pointer(&pub.messages);
+    qimg_check_result_clear(&pub);
     assert_true(qimg_image_close(img, NULL));
 }
 
 /* The driver check alone, with options (no double check). */
 static int run_opts(const char *path, unsigned fix, const Qcow2CheckOptions *o,
-                    QimgCheckResult *res, char **msg)
+                    BlkCheckResult *res, char **msg)
 {
-    QimgImage *img = open_check(path, fix != 0);
+    BlkNode *img = open_check(path, fix != 0);
     GError *err = NULL;
     int ret;
 
@@ -149,7 +165,7 @@ static int run_opts(const char *path, unsigned fix, const Qcow2CheckOptions *o,
     return ret;
 }
 
-static bool has_msg(const QimgCheckResult *res, const char *line)
+static bool has_msg(const BlkCheckResult *res, const char *line)
 {
     for (guint i = 0; res->messages && i < res->messages->len; i++) {
         if (strcmp(res->messages->pdata[i], line) == 0) {
@@ -159,7 +175,7 @@ static bool has_msg(const QimgCheckResult *res, const char *line)
     return false;
 }
 
-static void dump_msgs(const QimgCheckResult *res)
+static void dump_msgs(const BlkCheckResult *res)
 {
     for (guint i = 0; res->messages && i < res->messages->len; i++) {
         fprintf(stderr, "  | %s\n", (const char *)res->messages->pdata[i]);
@@ -281,7 +297,7 @@ static void check_and_repair(const TImg *t, const char *name, int64_t c, int64_t
     assert_int_equal(r.res.corruptions_fixed, cf);
     assert_int_equal(r.res.leaks_fixed, lf);
     EXPECT(&r, 0, 0, 0);
-    expect_like_qemu(p, fix == QIMG_CHECK_FIX_LEAKS ? "-r leaks" : "-r all", &r);
+    expect_like_qemu(p, fix == BLK_CHECK_FIX_LEAKS ? "-r leaks" : "-r all", &r);
     run_free(&r);
 
     run(pc, 0, &r);
@@ -314,9 +330,9 @@ static void test_leaks(void **state)
     TImg t = base(3, 9);
     set_ref(&t, 6, 1);
     set_ref(&t, 7, 3);
-    check_and_repair(&t, "leaks.qcow2", 0, 2, QIMG_CHECK_FIX_LEAKS, 0, 2);
+    check_and_repair(&t, "leaks.qcow2", 0, 2, BLK_CHECK_FIX_LEAKS, 0, 2);
     check_and_repair(&t, "leaks-all.qcow2", 0, 2,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 0, 2);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 0, 2);
 
     g_autofree char *p = timg_write(&t, dir, "leaks-msg.qcow2");
     Run r;
@@ -333,7 +349,7 @@ static void test_refcount_high(void **state)
 {
     TImg t = base(3, 9);
     set_ref(&t, 5, 2);
-    check_and_repair(&t, "rc-high.qcow2", 1, 1, QIMG_CHECK_FIX_LEAKS, 0, 1);
+    check_and_repair(&t, "rc-high.qcow2", 1, 1, BLK_CHECK_FIX_LEAKS, 0, 1);
     timg_free(&t);
 }
 
@@ -345,13 +361,13 @@ static void test_refcount_low(void **state)
     timg_set_l2(&t, 1, timg_c(&t, 5) | QCOW2_OFLAG_COPIED, 0);
     /* refcount 1 still matches COPIED; once raised to 2, both entries'
      * COPIED flags are wrong and get cleared too */
-    check_and_repair(&t, "rc-low.qcow2", 1, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 3, 0);
+    check_and_repair(&t, "rc-low.qcow2", 1, 0, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS,
+                     3, 0);
 
     /* -r leaks cannot fix a refcount that is too low */
     g_autofree char *p = timg_write(&t, dir, "rc-low-leaks.qcow2");
     Run r;
-    run(p, QIMG_CHECK_FIX_LEAKS, &r);
+    run(p, BLK_CHECK_FIX_LEAKS, &r);
     assert_true(r.ok);
     EXPECT(&r, 1, 0, 0);
     assert_true(has_msg(&r.res, "ERROR cluster 5 refcount=1 reference=2"));
@@ -368,7 +384,7 @@ static void test_refcount_zero_rebuild(void **state)
     g_autofree char *p = timg_write(&t, dir, "rc-zero.qcow2");
     Run r;
 
-    run(p, QIMG_CHECK_FIX_LEAKS, &r);
+    run(p, BLK_CHECK_FIX_LEAKS, &r);
     assert_false(r.ok);
     assert_int_equal(r.err_code, EIO);
     assert_true(has_msg(&r.res, "ERROR need to rebuild refcount structures"));
@@ -377,9 +393,9 @@ static void test_refcount_zero_rebuild(void **state)
 
     /* cluster 5 + COPIED of its L2 entry */
     check_and_repair(&t, "rc-zero-all.qcow2", 2, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 1, 0);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 1, 0);
     g_autofree char *p2 = timg_write(&t, dir, "rc-zero-msg.qcow2");
-    run(p2, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &r);
+    run(p2, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     assert_true(has_msg(&r.res, "Rebuilding refcount structure"));
     /* new refblock at the first free cluster (6), reftable after it (7);
      * the old reftable (1) and refblock (2) leak and are freed */
@@ -394,13 +410,13 @@ static void test_copied(void **state)
 {
     TImg t = base(3, 9);
     timg_set_l2(&t, 0, timg_c(&t, 5), 0); /* COPIED missing */
-    check_and_repair(&t, "copied-l2.qcow2", 1, 0, QIMG_CHECK_FIX_LEAKS, 1, 0);
+    check_and_repair(&t, "copied-l2.qcow2", 1, 0, BLK_CHECK_FIX_LEAKS, 1, 0);
     timg_free(&t);
 
     t = base(3, 9);
     timg_set64(&t, timg_c(&t, 3), timg_c(&t, 4)); /* L1 entry without COPIED */
     check_and_repair(&t, "copied-l1.qcow2", 1, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 1, 0);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 1, 0);
     g_autofree char *p = timg_write(&t, dir, "copied-l1-msg.qcow2");
     Run r;
     run(p, 0, &r);
@@ -439,7 +455,7 @@ static void test_unaligned_entries(void **state)
     EXPECT(&r, 2, 0, 0);
     expect_like_qemu(p, "", &r);
     run_free(&r);
-    run(p, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &r);
+    run(p, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     EXPECT(&r, 1, 0, 0); /* still unaligned after the repair, as with QEMU */
     run_free(&r);
     timg_free(&t);
@@ -451,7 +467,7 @@ static void test_unaligned_entries(void **state)
     /* unaligned + cluster 6 referenced without a refcount; the repair
      * drops the reference, so cluster 5 is then a leak */
     check_and_repair(&t, "unaligned-zero.qcow2", 2, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 1, 1);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 1, 1);
     timg_free(&t);
 
     /* unaligned L2 table in the L1 */
@@ -504,7 +520,7 @@ static void test_refblock_broken(void **state)
     assert_true(has_msg(&r.res, "Can't get refcount for cluster 5: Input/output error"));
     expect_like_qemu(p, "", &r);
     run_free(&r);
-    run(p, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &r);
+    run(p, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     assert_true(r.ok);
     EXPECT(&r, 0, 0, 0);
     run_free(&r);
@@ -517,14 +533,14 @@ static void test_refblock_broken(void **state)
     t = base(3, 9);
     timg_set64(&t, timg_c(&t, 1), timg_c(&t, 64));
     check_and_repair(&t, "rb-outside.qcow2", 8, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 7, 0);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 7, 0);
     timg_free(&t);
 
     /* the refcount table's own refcount 0 */
     t = base(3, 9);
     set_ref(&t, 1, 0);
     check_and_repair(&t, "rt-zero.qcow2", 1, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 1, 0);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 1, 0);
     timg_free(&t);
 }
 
@@ -580,7 +596,7 @@ static void test_snapshots(void **state)
     pos = timg_c(&u, 6);
     add_snapshot(&u, &pos, 1, timg_c(&u, 7), 1, 8);
     check_and_repair(&u, "snap-incomplete.qcow2", 1, 0,
-                     QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, 1, 0);
+                     BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 1, 0);
     timg_free(&u);
 
     /* too much extra data: the check cannot read the table; -r all drops
@@ -598,7 +614,7 @@ static void test_snapshots(void **state)
                                       "extra metadata in snapshot table entry 0"));
     run_free(&r);
     g_autofree char *pxc = timg_write(&u, dir, "snap-extra-fix.qcow2");
-    run(pxc, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &r);
+    run(pxc, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     assert_true(r.ok);
     assert_true(has_msg(&r.res, "Discarding too much extra metadata in snapshot table "
                                 "entry 0 (1100 > 1024)"));
@@ -625,7 +641,7 @@ static void test_refcount_overflow(void **state)
     add_snapshot(&t, &pos, 1, timg_c(&t, 7), 1, 24);
     memcpy(t.buf + timg_c(&t, 7), t.buf + timg_c(&t, 3), 8);
     g_autofree char *p = timg_write(&t, dir, "overflow.qcow2");
-    run(p, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &r);
+    run(p, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     EXPECT(&r, 2, 0, 0);
     assert_true(has_msg(&r.res, "ERROR: overflow cluster offset=0x4000"));
     assert_true(has_msg(&r.res, "ERROR: overflow cluster offset=0x5000"));
@@ -641,7 +657,7 @@ static void test_deferred_references(void **state)
     const uint32_t n = 40;
     TImg t = base(3, 12);
     Qcow2CheckOptions small = {.replay_budget = 512 * 3};
-    QimgCheckResult a, b;
+    BlkCheckResult a, b;
     size_t pos;
 
     grow(&t, 8);
@@ -667,8 +683,8 @@ static void test_deferred_references(void **state)
     assert_int_equal(b.allocated_clusters, a.allocated_clusters);
     assert_int_equal(b.image_end_offset, a.image_end_offset);
     assert_true(has_msg(&b, "ERROR cluster 5 refcount=81 reference=82"));
-    qimg_check_result_clear(&a);
-    qimg_check_result_clear(&b);
+    blk_check_result_clear(&a);
+    blk_check_result_clear(&b);
     timg_free(&t);
 }
 
@@ -678,7 +694,7 @@ static void test_bad_budget(void **state)
 {
     TImg t = base(3, 12);
     Qcow2CheckOptions small = {.bad_budget = 512 * 10};
-    QimgCheckResult res;
+    BlkCheckResult res;
     g_autofree char *msg = NULL;
 
     grow(&t, 9);
@@ -690,11 +706,11 @@ static void test_bad_budget(void **state)
     g_autofree char *p = timg_write(&t, dir, "hostile-l1.qcow2");
     assert_int_equal(run_opts(p, 0, &small, &res, &msg), -EFBIG);
     assert_non_null(strstr(msg, "too many times to be checked"));
-    qimg_check_result_clear(&res);
+    blk_check_result_clear(&res);
     /* with the default budget it completes */
     assert_int_equal(run_opts(p, 0, NULL, &res, NULL), 0);
     assert_true(res.corruptions > 64);
-    qimg_check_result_clear(&res);
+    blk_check_result_clear(&res);
     timg_free(&t);
 }
 
@@ -712,7 +728,7 @@ static void test_dirty_and_corrupt_bits(void **state)
     run(p, 0, &r); /* a plain check changes nothing */
     EXPECT(&r, 0, 1, 0);
     run_free(&r);
-    run(p, QIMG_CHECK_FIX_LEAKS | QIMG_CHECK_FIX_ERRORS, &r);
+    run(p, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     assert_true(r.ok);
     assert_int_equal(r.res.leaks_fixed, 1);
     run_free(&r);
@@ -728,13 +744,13 @@ static void test_dirty_and_corrupt_bits(void **state)
 static void test_unsupported_and_errors(void **state)
 {
     g_autofree char *raw = g_build_filename(dir, "plain.raw", NULL);
-    QimgOpenOptions o = {.format = "raw", .read_only = true};
+    BlkOpenOptions o = {.format = "raw", .read_only = true};
     QimgCheckResult res = {0};
     g_autoptr(GError) err = NULL;
     QimgImage *img;
 
     assert_true(g_file_set_contents(raw, "hello", 5, NULL));
-    img = blk_open_image(raw, &o, NULL, NULL);
+    img = tu_open_handle(raw, &o, NULL);
     assert_non_null(img);
     assert_false(qimg_image_check(img, &res, 0, &err));
     assert_true(res.unsupported);
@@ -742,17 +758,17 @@ static void test_unsupported_and_errors(void **state)
     assert_string_equal(err->message, "This image format does not support checks");
     qimg_check_result_clear(&res);
     assert_false(res.unsupported);
-    blk_close(img);
+    api_image_destroy(img);
 
     /* repairing needs a writable image */
     TImg t = base(3, 9);
     g_autofree char *p = timg_write(&t, dir, "ro.qcow2");
-    img = open_check(p, false);
+    img = api_image_new(open_check(p, false));
     g_clear_error(&err);
     assert_false(qimg_image_check(img, &res, QIMG_CHECK_FIX_LEAKS, &err));
     assert_int_equal(err->code, EACCES);
     qimg_check_result_clear(&res);
-    blk_close(img);
+    api_image_destroy(img);
     timg_free(&t);
 }
 
@@ -776,7 +792,7 @@ static void test_widths(void **state)
         EXPECT(&r, 0, 1, 0);
         expect_like_qemu(p, "", &r);
         run_free(&r);
-        run(p, QIMG_CHECK_FIX_LEAKS, &r);
+        run(p, BLK_CHECK_FIX_LEAKS, &r);
         assert_int_equal(r.res.leaks_fixed, 1);
         EXPECT(&r, 0, 0, 0);
         run_free(&r);

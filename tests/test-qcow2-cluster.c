@@ -17,12 +17,12 @@
 
 static int seq;
 
-static QimgImage *open_ok(const TImg *t)
+static BlkNode *open_ok(const TImg *t)
 {
     g_autofree char *name = g_strdup_printf("img-%d.qcow2", ++seq);
     g_autofree char *path = timg_write(t, tu_tmpdir(), name);
     g_autoptr(GError) err = NULL;
-    QimgImage *img = timg_open(path, true, NULL, &err);
+    BlkNode *img = timg_open(path, true, NULL, &err);
     if (!img) {
         fprintf(stderr, "open failed: %s\n", err->message);
         fail();
@@ -32,7 +32,7 @@ static QimgImage *open_ok(const TImg *t)
 
 static void expect_read_error(const TImg *t, uint64_t off, size_t len, const char *want)
 {
-    QimgImage *img = open_ok(t);
+    BlkNode *img = open_ok(t);
     g_autofree uint8_t *buf = g_malloc(len);
     int ret = blk_pread(img, off, buf, len);
     const char *msg = blk_error_message();
@@ -112,7 +112,7 @@ static void test_bad_entry_after_good(void **state)
     uint8_t buf[2048];
 
     timg_set_l2(&t, 1, 0x1a00 | QCOW2_OFLAG_COPIED, 0);
-    QimgImage *img = open_ok(&t);
+    BlkNode *img = open_ok(&t);
     assert_int_equal(blk_pread(img, 0, buf, 1024), 0);
     assert_int_equal(blk_pread(img, 0, buf, 2048), -EIO);
     assert_int_equal(img->drv->block_status(img, 0, 2048, &st), 0);
@@ -136,7 +136,7 @@ static void test_types_and_status(void **state)
     timg_set_l2(&t, 4, 0, 0);                                    /* unallocated */
     timg_set_l2(&t, 5, timg_c(&t, 100) | QCOW2_OFLAG_COPIED, 0); /* past EOF */
     timg_set_l2(&t, 6, timg_c(&t, 5) | QCOW2_OFLAG_COPIED, 0);   /* not contiguous */
-    QimgImage *img = open_ok(&t);
+    BlkNode *img = open_ok(&t);
 
     struct {
         uint64_t off, pnum;
@@ -193,7 +193,7 @@ static void test_extended_l2(void **state)
     timg_set_l2(&t, 0, c5 | QCOW2_OFLAG_COPIED, 0xfull | (0x300ull << 32));
     timg_set_l2(&t, 1, 0, 0xffffffffull << 32); /* all zero, no host cluster */
     timg_set_l2(&t, 2, 0, 0x0000ff00ull << 32); /* zero 8-15 */
-    QimgImage *img = open_ok(&t);
+    BlkNode *img = open_ok(&t);
     struct {
         uint64_t off, pnum;
         unsigned flags;
@@ -259,7 +259,7 @@ static void test_data_file(void **state)
     /* host offset 0 + COPIED = allocated at 0 with a data file */
     timg_set_l2(&t, 0, QCOW2_OFLAG_COPIED, 0);
     timg_set_l2(&t, 1, timg_c(&t, 1) | QCOW2_OFLAG_COPIED, 0);
-    QimgImage *img = open_ok(&t);
+    BlkNode *img = open_ok(&t);
     uint8_t buf[2048];
     assert_int_equal(blk_pread(img, 0, buf, sizeof(buf)), 0);
     assert_int_equal(buf[0], 0x5a);

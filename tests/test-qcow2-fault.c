@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "test-util.h"
 
@@ -49,7 +50,7 @@ typedef struct Run {
     int failures;
     int first_error;
     Model m;
-    QimgImage *img;
+    BlkNode *img;
 } Run;
 
 static void record(Run *r, int ret, uint64_t off, uint64_t len)
@@ -84,7 +85,7 @@ static void op_zero(Run *r, uint64_t off, uint64_t len, unsigned flags)
 static void op_compressed(Run *r, uint64_t off, uint64_t cs)
 {
     g_autofree uint8_t *buf = g_malloc(cs);
-    QimgIOV q;
+    BlkIOV q;
     for (uint64_t i = 0; i < cs; i++) {
         buf[i] = (uint8_t)(i / 100);
     }
@@ -98,7 +99,7 @@ static void workload(Run *r)
 {
     uint64_t cs = ((Qcow2State *)r->img->opaque)->cluster_size;
     uint8_t vm[4096];
-    QimgIOV q;
+    BlkIOV q;
 
     op_write(r, 1000, 70000, 1);        /* COW from the snapshot's clusters */
     op_write(r, MB_(3) + 77, 300, 2);   /* COW from zeros past the backing */
@@ -127,7 +128,7 @@ static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
     g_autofree char *name = NULL;
     g_autofree char *out = NULL;
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE}; /* no fdatasync: fast */
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE}; /* no fdatasync: fast */
     Run r = {0};
     gchar *data = NULL;
     gsize n = 0;
@@ -154,7 +155,7 @@ static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
                                    event, errnum, nth, once ? ",once" : "",
                                    strcmp(event, "flush") == 0 ? ",op=flush" : "", p)
                  : g_strdup(p);
-    r.img = blk_open_image(name, &o, NULL, &err);
+    r.img = api_open_node(name, &o, NULL, &err);
     if (!r.img) {
         fail_msg("open %s: %s", name, err->message);
     }
@@ -179,7 +180,7 @@ static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
     }
     if (once && flushed) {
         o.read_only = true;
-        QimgImage *img = blk_open_image(p, &o, NULL, &err);
+        BlkNode *img = api_open_node(p, &o, NULL, &err);
         assert_non_null(img);
         g_autofree uint8_t *buf = g_malloc(IMG_SIZE);
         assert_int_equal(blk_pread(img, 0, buf, IMG_SIZE), 0);
@@ -246,9 +247,9 @@ static void sticky_case(const char *rule, bool sticky)
     g_autofree char *name = g_strdup_printf("blkdebug:%s:%s", rule, p);
     g_autofree char *out = NULL;
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.cache = QIMG_CACHE_WRITEBACK};
+    BlkOpenOptions o = {.cache = BLK_CACHE_WRITEBACK};
     uint8_t a[65536], b[65536], back[65536];
-    QimgImage *img;
+    BlkNode *img;
     int ret, rc;
 
     /* durable before the fault: 0xa1 at 0, the L2 table allocated */
@@ -257,7 +258,7 @@ static void sticky_case(const char *rule, bool sticky)
            p, p);
     memset(a, 0xa1, sizeof(a));
     memset(b, 0xb2, sizeof(b));
-    img = blk_open_image(name, &o, NULL, &err);
+    img = api_open_node(name, &o, NULL, &err);
     assert_non_null(img);
     /* the fault: a write (data_write) or the flush after it (flush,
      * l2_update, refblock_update) */
@@ -290,7 +291,7 @@ static void sticky_case(const char *rule, bool sticky)
         fail_msg("%s: qemu-img check exit %d\n%s", rule, rc, out);
     }
     o.read_only = true;
-    img = blk_open_image(p, &o, NULL, &err);
+    img = api_open_node(p, &o, NULL, &err);
     assert_non_null(img);
     assert_int_equal(blk_pread(img, 0, back, sizeof(back)), 0);
     assert_memory_equal(back, a, sizeof(a)); /* flushed before the fault */

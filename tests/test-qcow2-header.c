@@ -1,7 +1,7 @@
 /*
  * tests/test-qcow2-header.c: qcow2 header and extension decoding, and
  * every validation rule of header.c / snapshot.c, one bad field at a time,
- * through the real open path (blk_open_image) with the exact message.
+ * through the real open path (api_open_node) with the exact message.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +23,7 @@ static void expect_open_error_rw(const TImg *t, bool read_only, const char *want
     g_autofree char *name = g_strdup_printf("bad-%d.qcow2", ++seq);
     g_autofree char *path = timg_write(t, tu_tmpdir(), name);
     g_autoptr(GError) err = NULL;
-    QimgImage *img = timg_open(path, read_only, NULL, &err);
+    BlkNode *img = timg_open(path, read_only, NULL, &err);
 
     if (img) {
         fprintf(stderr, "open succeeded, expected: %s\n", want);
@@ -42,12 +42,12 @@ static void expect_open_error(const TImg *t, const char *want)
     expect_open_error_rw(t, true, want);
 }
 
-static QimgImage *open_ok(const TImg *t, bool read_only)
+static BlkNode *open_ok(const TImg *t, bool read_only)
 {
     g_autofree char *name = g_strdup_printf("good-%d.qcow2", ++seq);
     g_autofree char *path = timg_write(t, tu_tmpdir(), name);
     g_autoptr(GError) err = NULL;
-    QimgImage *img = timg_open(path, read_only, NULL, &err);
+    BlkNode *img = timg_open(path, read_only, NULL, &err);
 
     if (!img) {
         fprintf(stderr, "open failed: %s\n", err->message);
@@ -56,7 +56,7 @@ static QimgImage *open_ok(const TImg *t, bool read_only)
     return img;
 }
 
-static void assert_reads_ab(QimgImage *img)
+static void assert_reads_ab(BlkNode *img)
 {
     uint8_t b[512];
     assert_int_equal(blk_pread(img, 0, b, sizeof(b)), 0);
@@ -65,10 +65,10 @@ static void assert_reads_ab(QimgImage *img)
     }
 }
 
-/* The driver's info of img (free with qimg_info_free). */
-static QimgInfo *driver_info(QimgImage *img)
+/* The driver's info of img (free with blk_info_clear + g_free). */
+static BlkInfo *driver_info(BlkNode *img)
 {
-    QimgInfo *info = g_new0(QimgInfo, 1);
+    BlkInfo *info = g_new0(BlkInfo, 1);
     assert_int_equal(img->drv->get_info(img, info, NULL), 0);
     return info;
 }
@@ -113,7 +113,7 @@ static void test_decode_fields(void **state)
     assert_int_equal(h.refcount_order, 4);
     assert_int_equal(h.header_length, 72);
     assert_int_equal(h.incompatible_features, 0);
-    QimgImage *img = open_ok(&t, true);
+    BlkNode *img = open_ok(&t, true);
     assert_reads_ab(img);
     assert_int_equal(img->size, 1 << 20);
     blk_close(img);
@@ -125,7 +125,7 @@ static void test_open_valid(void **state)
     for (int v = 2; v <= 3; v++) {
         for (uint32_t cb = 9; cb <= 21; cb += 3) {
             TImg t = timg_new(v, cb, 3 << 20, false);
-            QimgImage *img = open_ok(&t, true);
+            BlkNode *img = open_ok(&t, true);
             assert_reads_ab(img);
             assert_int_equal(img->size, 3 << 20);
             blk_close(img);
@@ -134,7 +134,7 @@ static void test_open_valid(void **state)
     }
     /* QEMU keeps whole sectors: 1000 bytes -> 512 */
     TImg t = timg_new(3, 9, 1000, false);
-    QimgImage *img = open_ok(&t, true);
+    BlkNode *img = open_ok(&t, true);
     assert_int_equal(img->size, 512);
     blk_close(img);
     timg_free(&t);
@@ -252,11 +252,12 @@ static void test_corrupt_bit(void **state)
     timg_set64(&t, QCOW2_HDR_INCOMPATIBLE_FEATURES, QCOW2_INCOMPAT_CORRUPT);
     expect_open_error_rw(&t, false,
                          "qcow2: Image is corrupt; cannot be opened read/write");
-    QimgImage *img = open_ok(&t, true); /* read-only is fine, as in QEMU */
-    QimgInfo *info = driver_info(img);
+    BlkNode *img = open_ok(&t, true); /* read-only is fine, as in QEMU */
+    BlkInfo *info = driver_info(img);
     assert_true(info->corrupt);
     assert_string_equal(info->compat, "1.1");
-    qimg_info_free(info);
+    blk_info_clear(info);
+    g_free(info);
     blk_close(img);
     timg_free(&t);
 }
@@ -268,7 +269,7 @@ static void test_extended_l2_cluster_size(void **state)
                           "a cluster size of at least 16384 bytes");
     timg_free(&t);
     t = timg_new(3, 14, 1 << 20, true);
-    QimgImage *img = open_ok(&t, true);
+    BlkNode *img = open_ok(&t, true);
     assert_reads_ab(img);
     blk_close(img);
     timg_free(&t);
@@ -366,7 +367,7 @@ static void test_backing_name(void **state)
     expect_open_error(&t, "Backing file name too long (backing_file_size 11");
     /* An empty name is no backing file (QEMU). */
     timg_set32(&t, QCOW2_HDR_BACKING_FILE_SIZE, 0);
-    QimgImage *img = open_ok(&t, true);
+    BlkNode *img = open_ok(&t, true);
     assert_null(img->backing_filename);
     blk_close(img);
     /* A missing backing file fails in the generic layer. */
@@ -416,10 +417,10 @@ static void test_snapshot_table(void **state)
     g_autoptr(GError) err = NULL;
 
     put_snapshot(&t, 24, "1", "snap one");
-    QimgImage *img = open_ok(&t, true);
-    QimgInfo *info = driver_info(img);
+    BlkNode *img = open_ok(&t, true);
+    BlkInfo *info = driver_info(img);
     assert_int_equal(info->snapshots->len, 1);
-    QimgSnapshotInfo *si = &g_array_index(info->snapshots, QimgSnapshotInfo, 0);
+    BlkSnapshotInfo *si = &g_array_index(info->snapshots, BlkSnapshotInfo, 0);
     assert_string_equal(si->id, "1");
     assert_string_equal(si->name, "snap one");
     assert_int_equal(si->vm_state_size, 0x100000000ull);
@@ -428,7 +429,8 @@ static void test_snapshot_table(void **state)
     assert_int_equal(si->date_sec, 1700000000);
     assert_int_equal(si->vm_clock_nsec, 123456789);
     assert_int_equal(si->l1_offset, timg_c(&t, 7));
-    qimg_info_free(info);
+    blk_info_clear(info);
+    g_free(info);
     blk_close(img);
 
     /* the view reads through the snapshot's L1, keeping the current size */
@@ -447,11 +449,12 @@ static void test_snapshot_table(void **state)
     put_snapshot(&t, 0, "1", "old");
     img = open_ok(&t, true);
     info = driver_info(img);
-    si = &g_array_index(info->snapshots, QimgSnapshotInfo, 0);
+    si = &g_array_index(info->snapshots, BlkSnapshotInfo, 0);
     assert_int_equal(si->vm_state_size, 0x1000);
     assert_int_equal(si->disk_size, 1 << 20);
     assert_int_equal(si->icount, -1);
-    qimg_info_free(info);
+    blk_info_clear(info);
+    g_free(info);
     blk_close(img);
 
     put_snapshot(&t, 1025, "1", "x");
@@ -465,10 +468,11 @@ static void test_snapshot_table(void **state)
     img = open_ok(&t, true);
     info = driver_info(img);
     assert_int_equal(info->snapshots->len, 1);
-    si = &g_array_index(info->snapshots, QimgSnapshotInfo, 0);
+    si = &g_array_index(info->snapshots, BlkSnapshotInfo, 0);
     assert_string_equal(si->id, "1");
     assert_true(g_str_has_prefix(si->name, "x"));
-    qimg_info_free(info);
+    blk_info_clear(info);
+    g_free(info);
     blk_close(img);
 
     /* a bad L1 is only an error when the snapshot is used */

@@ -12,6 +12,7 @@
 #define TEST_QCOW2_IMAGE_H
 
 #include "block/block.h"
+#include "api/api.h"
 #include "qcow2/qcow2.h"
 
 #include <glib.h>
@@ -135,11 +136,11 @@ static inline char *timg_write(const TImg *t, const char *dir, const char *name)
 }
 
 /* Open read-only (or read-write) through the generic layer. */
-static inline QimgImage *timg_open(const char *path, bool read_only, const char *snapshot,
-                                   GError **err)
+static inline BlkNode *timg_open(const char *path, bool read_only, const char *snapshot,
+                                 GError **err)
 {
-    QimgOpenOptions o = {.format = "qcow2", .read_only = read_only, .snapshot = snapshot};
-    return blk_open_image(path, &o, NULL, err);
+    BlkOpenOptions o = {.format = "qcow2", .read_only = read_only, .snapshot = snapshot};
+    return api_open_node(path, &o, NULL, err);
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "test-util.h"
 
@@ -49,10 +50,10 @@ static char *run_out(const char *fmt, ...)
 
 #define run(...) g_free(run_out(__VA_ARGS__))
 
-static QimgImage *open_img(const char *path, const char *snapshot, GError **err)
+static BlkNode *open_img(const char *path, const char *snapshot, GError **err)
 {
-    QimgOpenOptions o = {.read_only = true, .snapshot = snapshot};
-    return blk_open_image(path, &o, NULL, err);
+    BlkOpenOptions o = {.read_only = true, .snapshot = snapshot};
+    return api_open_node(path, &o, NULL, err);
 }
 
 /* ---- qemu-img map --output=json, single layer ---- */
@@ -104,7 +105,7 @@ static GArray *qemu_map(const char *path)
 
 /* Our layer's answers, turned into qemu-img map entries the way QEMU's
  * generic layer and img_map do it (no backing file). */
-static GArray *our_map(QimgImage *img)
+static GArray *our_map(BlkNode *img)
 {
     GArray *a = g_array_new(FALSE, TRUE, sizeof(MapEntry));
     uint64_t off = 0;
@@ -141,7 +142,7 @@ static GArray *our_map(QimgImage *img)
     return a;
 }
 
-static void compare_map(const char *path, QimgImage *img)
+static void compare_map(const char *path, BlkNode *img)
 {
     g_autoptr(GArray) q = qemu_map(path);
     g_autoptr(GArray) o = our_map(img);
@@ -170,7 +171,7 @@ static void compare_map(const char *path, QimgImage *img)
 
 /* ---- byte comparison ---- */
 
-static void read_compare(QimgImage *img, const uint8_t *raw, uint64_t off, size_t len,
+static void read_compare(BlkNode *img, const uint8_t *raw, uint64_t off, size_t len,
                          uint8_t *buf)
 {
     memset(buf, 0xa5, len);
@@ -199,7 +200,7 @@ static void compare_image(const char *path, const char *snapshot)
     size_t raw_len;
     g_autofree uint8_t *raw = tu_qemu_raw(path, snapshot, &raw_len);
     g_autoptr(GError) err = NULL;
-    QimgImage *img = open_img(path, snapshot, &err);
+    BlkNode *img = open_img(path, snapshot, &err);
 
     if (!img) {
         fprintf(stderr, "open %s: %s\n", path, err->message);
@@ -306,9 +307,9 @@ static void test_compressed(void **state)
             run("qemu-io -f qcow2 -c 'write -P 0x77 100k 5k' '%s' >/dev/null", p);
             compare_image(p, NULL);
             g_autoptr(GError) err = NULL;
-            QimgImage *img = open_img(p, NULL, &err);
+            BlkNode *img = open_img(p, NULL, &err);
             assert_non_null(img);
-            QimgInfo info = {0};
+            BlkInfo info = {0};
             assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
             assert_string_equal(info.compression_type, types[t]);
             g_free(info.compat);
@@ -373,7 +374,7 @@ static void test_backing_chain(void **state)
     compare_image(top, NULL);
 
     g_autoptr(GError) err = NULL;
-    QimgImage *img = open_img(top, NULL, &err);
+    BlkNode *img = open_img(top, NULL, &err);
     assert_non_null(img);
     assert_string_equal(img->backing_format, "qcow2");
     assert_non_null(img->backing);
@@ -400,22 +401,22 @@ static void test_snapshots(void **state)
     compare_image(p, "2"); /* ID 2 first: the snapshot named "2" is also ID 2 */
 
     g_autoptr(GError) err = NULL;
-    QimgImage *img = open_img(p, "nosuch", &err);
+    BlkNode *img = open_img(p, "nosuch", &err);
     assert_null(img);
     assert_non_null(strstr(err->message, "Failed to load snapshot: Can't find snapshot"));
 
     g_clear_error(&err);
     img = open_img(p, NULL, &err);
     assert_non_null(img);
-    QimgInfo info = {0};
+    BlkInfo info = {0};
     assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
     assert_int_equal(info.snapshots->len, 2);
-    QimgSnapshotInfo *s0 = &g_array_index(info.snapshots, QimgSnapshotInfo, 0);
+    BlkSnapshotInfo *s0 = &g_array_index(info.snapshots, BlkSnapshotInfo, 0);
     assert_string_equal(s0->id, "1");
     assert_string_equal(s0->name, "first");
     assert_int_equal(s0->disk_size, 16 << 20);
     for (guint i = 0; i < info.snapshots->len; i++) {
-        QimgSnapshotInfo *si = &g_array_index(info.snapshots, QimgSnapshotInfo, i);
+        BlkSnapshotInfo *si = &g_array_index(info.snapshots, BlkSnapshotInfo, i);
         g_free(si->id);
         g_free(si->name);
     }
@@ -438,9 +439,9 @@ static void test_data_file(void **state)
         compare_image(p, NULL);
 
         g_autoptr(GError) err = NULL;
-        QimgImage *img = open_img(p, NULL, &err);
+        BlkNode *img = open_img(p, NULL, &err);
         assert_non_null(img);
-        QimgInfo info = {0};
+        BlkInfo info = {0};
         assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
         assert_string_equal(info.data_file, dbase);
         assert_int_equal(info.data_file_raw, raw);
@@ -475,9 +476,9 @@ static void test_dirty_lazy_refcounts(void **state)
                    p));
     compare_image(p, NULL);
     g_autoptr(GError) err = NULL;
-    QimgImage *img = open_img(p, NULL, &err);
+    BlkNode *img = open_img(p, NULL, &err);
     assert_non_null(img);
-    QimgInfo info = {0};
+    BlkInfo info = {0};
     assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
     assert_true(info.dirty);
     assert_true(info.lazy_refcounts);
@@ -490,7 +491,7 @@ static void test_dirty_lazy_refcounts(void **state)
 
 /* Random unaligned reads from several threads, multi-segment vectors. */
 typedef struct ThreadArg {
-    QimgImage *img;
+    BlkNode *img;
     const uint8_t *raw;
     size_t len;
     unsigned seed;
@@ -510,7 +511,7 @@ static gpointer reader_thread(gpointer p)
         size_t cut1 = len / 3, cut2 = len / 3 + len / 5;
         struct iovec iov[3] = {
             {buf, cut1}, {buf + cut1, cut2 - cut1}, {buf + cut2, len - cut2}};
-        QimgIOV q;
+        BlkIOV q;
         iov_init_external(&q, iov, 3);
         if (len == 0) {
             continue;
@@ -537,8 +538,8 @@ static void test_random_parallel(void **state)
     size_t raw_len;
     g_autofree uint8_t *raw = tu_qemu_raw(p, NULL, &raw_len);
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.read_only = true, .metadata_cache_size = 16384};
-    QimgImage *img = blk_open_image(p, &o, NULL, &err); /* tiny cache: evictions */
+    BlkOpenOptions o = {.read_only = true, .metadata_cache_size = 16384};
+    BlkNode *img = api_open_node(p, &o, NULL, &err); /* tiny cache: evictions */
     assert_non_null(img);
 
     ThreadArg args[4];

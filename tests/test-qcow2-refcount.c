@@ -49,10 +49,10 @@ static void test_refblock_decode(void **state)
     assert_int_equal(qcow2_refblock_get(b, 7, 6), UINT64_MAX - 1);
 }
 
-static QimgImage *open_path(const char *path)
+static BlkNode *open_path(const char *path)
 {
     g_autoptr(GError) err = NULL;
-    QimgImage *img = timg_open(path, true, NULL, &err);
+    BlkNode *img = timg_open(path, true, NULL, &err);
     if (!img) {
         fprintf(stderr, "%s\n", err->message);
         fail();
@@ -60,7 +60,7 @@ static QimgImage *open_path(const char *path)
     return img;
 }
 
-static int get_refcount(QimgImage *img, uint64_t cluster, uint64_t *rc)
+static int get_refcount(BlkNode *img, uint64_t cluster, uint64_t *rc)
 {
     Qcow2State *s = img->opaque;
     g_mutex_lock(&s->lock);
@@ -76,7 +76,7 @@ static void test_reftable_validation(void **state)
     g_autofree char *p1 = NULL, *p2 = NULL, *p3 = NULL, *p4 = NULL;
 
     p1 = timg_write(&t, tu_tmpdir(), "rc-good.qcow2");
-    QimgImage *img = open_path(p1);
+    BlkNode *img = open_path(p1);
     for (unsigned i = 0; i < TIMG_CLUSTERS; i++) {
         assert_int_equal(get_refcount(img, i, &rc), 0);
         assert_int_equal(rc, 1);
@@ -126,7 +126,7 @@ static void sh(const char *fmt, ...)
     assert_int_equal(system(cmd), 0);
 }
 
-static uint64_t host_of(QimgImage *img, uint64_t guest)
+static uint64_t host_of(BlkNode *img, uint64_t guest)
 {
     BlkStatus st;
     assert_int_equal(img->drv->block_status(img, guest, 512, &st), 0);
@@ -148,7 +148,7 @@ static void test_qemu_images(void **state)
             sh("qemu-img snapshot -c s '%s'", p);
             sh("qemu-io -f qcow2 -c 'write -P 2 0 4k' '%s' >/dev/null", p);
         }
-        QimgImage *img = open_path(p);
+        BlkNode *img = open_path(p);
         Qcow2State *s = img->opaque;
         uint64_t clusters = s->file_size / 4096, rc, twos = 0;
         assert_int_equal(s->refcount_bits, 1 << order);
@@ -178,7 +178,7 @@ static void test_metadata_preallocation(void **state)
         g_autofree char *p = g_strdup_printf("%s/pre-%s.qcow2", tu_tmpdir(), modes[i]);
         sh("qemu-img create -q -f qcow2 -o preallocation=%s '%s' 8M", modes[i], p);
         sh("qemu-io -f qcow2 -c 'write -P 1 0 64k' '%s' >/dev/null", p);
-        QimgImage *img = open_path(p);
+        BlkNode *img = open_path(p);
         Qcow2State *s = img->opaque;
         g_mutex_lock(&s->lock);
         assert_int_equal(qcow2_detect_metadata_preallocation_locked(s), i);

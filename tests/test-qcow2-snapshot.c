@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "test-api.h"
 #include "qcow2/qcow2.h"
 #include "qimg/snapshot.h"
 #include "test-util.h"
@@ -47,12 +48,12 @@
 
 static QimgImage *open_img(const char *name, bool read_only, const char *snapshot)
 {
-    QimgOpenOptions o = {.format = "qcow2",
-                         .read_only = read_only,
-                         .snapshot = snapshot,
-                         .cache = QIMG_CACHE_UNSAFE};
+    BlkOpenOptions o = {.format = "qcow2",
+                        .read_only = read_only,
+                        .snapshot = snapshot,
+                        .cache = BLK_CACHE_UNSAFE};
     g_autoptr(GError) err = NULL;
-    QimgImage *img = blk_open_image(name, &o, NULL, &err);
+    QimgImage *img = tu_open_handle(name, &o, &err);
 
     if (!img) {
         fail_msg("open %s: %s", name, err->message);
@@ -130,7 +131,7 @@ static void m_write(Model *m, QimgImage *img, uint64_t off, uint64_t len, uint8_
     fill(buf, len, seed);
     assert_true(off + len <= m->size);
     memcpy(m->data + off, buf, len);
-    assert_int_equal(blk_pwrite(img, off, buf, len, 0), 0);
+    assert_int_equal(blk_pwrite(img->node, off, buf, len, 0), 0);
 }
 
 static Snap *m_find(Model *m, const char *id_or_name)
@@ -182,7 +183,7 @@ static void m_apply(Model *m, QimgImage *img, const char *id_or_name)
     g_free(m->data);
     m->data = g_memdup2(sn->data, sn->size);
     m->size = sn->size;
-    assert_int_equal(img->size, m->size);
+    assert_int_equal(img->node->size, m->size);
 }
 
 static void m_delete(Model *m, QimgImage *img, const char *id_or_name)
@@ -200,7 +201,7 @@ static void m_delete(Model *m, QimgImage *img, const char *id_or_name)
 static void m_resize(Model *m, QimgImage *img, uint64_t size)
 {
     g_autoptr(GError) err = NULL;
-    if (blk_truncate(img, size, true, QIMG_PREALLOC_OFF, true, &err) < 0) {
+    if (blk_truncate(img->node, size, true, BLK_PREALLOC_OFF, true, &err) < 0) {
         fail_msg("resize: %s", err->message);
     }
     m->data = g_realloc(m->data, size);
@@ -433,18 +434,18 @@ static void save_vm(QimgImage *img, const uint8_t *buf, uint64_t from, uint64_t 
                     uint64_t piece)
 {
     for (uint64_t pos = from; pos < to; pos += piece) {
-        QimgIOV q;
+        BlkIOV q;
         iov_init_buf(&q, (void *)(buf + pos), (size_t)MIN(piece, to - pos));
-        assert_int_equal(img->drv->save_vmstate(img, pos, &q), 0);
+        assert_int_equal(img->node->drv->save_vmstate(img->node, pos, &q), 0);
     }
 }
 
 static void load_vm_n_equal(QimgImage *img, const uint8_t *want, uint64_t n)
 {
     g_autofree uint8_t *got = g_malloc(n);
-    QimgIOV q;
+    BlkIOV q;
     iov_init_buf(&q, got, n);
-    assert_int_equal(img->drv->load_vmstate(img, 0, &q), 0);
+    assert_int_equal(img->node->drv->load_vmstate(img->node, 0, &q), 0);
     assert_memory_equal(got, want, n);
 }
 
@@ -465,9 +466,9 @@ static gpointer vm_thread(gpointer opaque)
     /* pieces that do not line up with clusters, in decreasing order */
     for (uint64_t pos = j->to; pos > j->from;) {
         uint64_t start = pos >= j->from + 7777 ? pos - 7777 : j->from;
-        QimgIOV q;
+        BlkIOV q;
         iov_init_buf(&q, (void *)(j->buf + start), (size_t)(pos - start));
-        int ret = j->img->drv->save_vmstate(j->img, start, &q);
+        int ret = j->img->node->drv->save_vmstate(j->img->node, start, &q);
         if (ret < 0) {
             g_printerr("save_vmstate at %" PRIu64 " (+%" PRIu64 "): %s (%s)\n", start,
                        pos - start, g_strerror(-ret),
@@ -534,7 +535,7 @@ static void vmstate_case(const char *opts, bool threads)
     /* ours: in a snapshot view, and after apply */
     img = open_img(p, true, id);
     load_vm_equal(img, vm);
-    blk_close(img);
+    api_image_destroy(img);
     img = open_img(p, false, NULL);
     m_apply(&m, img, "vm");
     load_vm_equal(img, vm);
@@ -666,7 +667,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
         g_strdup_printf("%s, event=%s errno=%d nth=%" PRIu64 "%s", op_names[op], event,
                         errnum, nth, once ? " once" : "");
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE};
     QimgSnapshotParams sp = {.name = "new"};
     QimgImage *img;
     bool ok;
@@ -686,7 +687,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
 
     name = g_strdup_printf("blkdebug:event=%s,errno=%d,nth=%" PRIu64 "%s:%s", event,
                            errnum, nth, once ? ",once" : "", p);
-    img = blk_open_image(name, &o, NULL, &err);
+    img = tu_open_handle(name, &o, &err);
     if (!img) {
         fail_msg("open %s: %s", name, err->message);
     }
@@ -710,7 +711,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
     if (ok && nth == 1 && op_touches(op, event)) {
         fail_msg("%s: the injected error did not reach the caller", desc);
     }
-    blk_close(img);
+    api_image_destroy(img);
 
     /* no corruption (leaks allowed); or, when the failure came while the
      * refcounts were in flux (snapshot-write.c R10), the dirty bit is set
@@ -808,7 +809,7 @@ static void test_crash_savevm(void **state)
     g_autofree char *now = g_strdup_printf("%s.now.raw", p);
     const uint64_t n = MiB_(2) + 5;
     g_autofree uint8_t *vm = g_malloc(n);
-    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE};
     bool clean_run = false;
 
     fill(vm, n, 0x77);
@@ -828,12 +829,12 @@ static void test_crash_savevm(void **state)
         int rc;
 
         tu_run("cp '%s' '%s'", p, c);
-        img = blk_open_image(name, &o, NULL, &err);
+        img = tu_open_handle(name, &o, &err);
         assert_non_null(img);
         for (uint64_t pos = 0; pos < n && ok; pos += 100000) {
-            QimgIOV q;
+            BlkIOV q;
             iov_init_buf(&q, vm + pos, (size_t)MIN(100000, n - pos));
-            ok = img->drv->save_vmstate(img, pos, &q) == 0;
+            ok = img->node->drv->save_vmstate(img->node, pos, &q) == 0;
             blk_error_clear();
         }
         if (ok) {
@@ -841,8 +842,8 @@ static void test_crash_savevm(void **state)
             ok = id != NULL;
             g_free(id);
         }
-        clean_run = ok && blk_flush(img) == 0;
-        blk_close(img);
+        clean_run = ok && blk_flush(img->node) == 0;
+        api_image_destroy(img);
 
         rc = tu_run_status(&out, "qemu-img check '%s'", c);
         if (rc != 0 && rc != 3) {
@@ -857,7 +858,7 @@ static void test_crash_savevm(void **state)
         if (strstr(list, ":new:")) {
             img = open_img(c, true, "new");
             load_vm_n_equal(img, vm, n);
-            blk_close(img);
+            api_image_destroy(img);
         } else if (ok) {
             fail_msg("crash at write %" PRIu64 ": create succeeded, no snapshot", nth);
         }
@@ -894,14 +895,14 @@ static void test_refusals(void **state)
     assert_string_equal(g_array_index(list, QimgSnapshotInfo, 0).name, "s1");
     assert_int_equal(g_array_index(list, QimgSnapshotInfo, 0).disk_size, MiB_(1));
     qimg_snapshot_list_free(list);
-    blk_close(img);
+    api_image_destroy(img);
 
     /* read-only images */
     img = open_img(p, true, NULL);
     assert_null(qimg_snapshot_create(img, &sp, &err));
     assert_int_equal(err->code, EACCES);
     g_clear_error(&err);
-    blk_close(img);
+    api_image_destroy(img);
 
     /* external data file: ENOTSUP (as qemu-img: "-95 (Operation not
      * supported)"; apply refuses before the lookup) */
@@ -913,7 +914,7 @@ static void test_refusals(void **state)
     assert_false(qimg_snapshot_apply(img, "x", &err));
     assert_int_equal(err->code, ENOTSUP);
     g_clear_error(&err);
-    blk_close(img);
+    api_image_destroy(img);
 }
 
 /* Write a table of nb entries (extra data 24 + unknown, ID i + 1, name "n")
@@ -994,7 +995,7 @@ static void test_limits(void **state)
     assert_int_equal(err->code, EFBIG);
     assert_string_equal(err->message, "File too large");
     g_clear_error(&err);
-    blk_close(img);
+    api_image_destroy(img);
 
     /* unknown extra data is kept; IDs continue after the highest; long
      * names are cut to 255 bytes */
@@ -1016,7 +1017,7 @@ static void test_limits(void **state)
     assert_int_equal(strlen(g_array_index(list, QimgSnapshotInfo, 3).name), 255);
     qimg_snapshot_list_free(list);
     assert_true(qimg_snapshot_delete(img, "2", &err));
-    blk_close(img);
+    api_image_destroy(img);
     g_autofree uint8_t *file = read_file(q, &len);
     off = load_be64(file + QCOW2_HDR_SNAPSHOTS_OFFSET);
     assert_int_equal(load_be32(file + QCOW2_HDR_NB_SNAPSHOTS), 3);

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "test-util.h"
 
@@ -37,7 +38,7 @@
 #define MB(x) ((uint64_t)(x) << 20)
 
 typedef struct Shared {
-    QimgImage *img;
+    BlkNode *img;
     uint8_t *model; /* each byte is written by its owner thread only */
     uint64_t cs;
     uint64_t shared_end;   /* [0, shared_end): sliced clusters */
@@ -167,7 +168,7 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
     g_autofree char *model_path = g_strdup_printf("%s.model", p);
     g_autofree char *base = tu_fresh("threads-base.raw");
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.metadata_cache_size = cache_size, .cache = QIMG_CACHE_UNSAFE};
+    BlkOpenOptions o = {.metadata_cache_size = cache_size, .cache = BLK_CACHE_UNSAFE};
     Shared sh = {.ops = tu_long_run() ? 3000 : 400};
     Worker w[NTHREADS];
     GThread *th[NTHREADS];
@@ -182,7 +183,7 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
         assert_true(g_file_set_contents(base, (const char *)sh.model, MB(12), NULL));
         tu_run("qemu-img rebase -u -f qcow2 -b '%s' -F raw '%s'", base, p);
     }
-    sh.img = blk_open_image(p, &o, NULL, &err);
+    sh.img = api_open_node(p, &o, NULL, &err);
     if (!sh.img) {
         fail_msg("open: %s", err->message);
     }

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "test-util.h"
 
@@ -49,24 +50,24 @@ static void check_clean(const char *path)
     }
 }
 
-static QimgImage *open_rw(const char *path)
+static BlkNode *open_rw(const char *path)
 {
-    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE}; /* no fdatasync: fast */
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE}; /* no fdatasync: fast */
     g_autoptr(GError) err = NULL;
-    QimgImage *img = blk_open_image(path, &o, NULL, &err);
+    BlkNode *img = api_open_node(path, &o, NULL, &err);
     if (!img) {
         fail_msg("open %s: %s", path, err->message);
     }
     return img;
 }
 
-static void close_ok(QimgImage *img)
+static void close_ok(BlkNode *img)
 {
     assert_int_equal(blk_flush(img), 0);
     blk_close(img);
 }
 
-static Qcow2State *st(QimgImage *img)
+static Qcow2State *st(BlkNode *img)
 {
     return img->opaque;
 }
@@ -126,7 +127,7 @@ static void fill_compressible(GRand *r, uint8_t *buf, size_t len)
 
 /* Whether the L2 entry of guest cluster 'co' holds a host offset (or is
  * compressed): a compressed write over it must fail (compress.c inv. 8). */
-static bool cluster_has_host_offset(QimgImage *img, uint64_t co)
+static bool cluster_has_host_offset(BlkNode *img, uint64_t co)
 {
     Qcow2State *s = img->opaque;
     uint64_t l2_index, e = 0;
@@ -144,7 +145,7 @@ static bool cluster_has_host_offset(QimgImage *img, uint64_t co)
 
 /* Whether a whole cluster of 'buf' compresses below one cluster (else the
  * driver writes it as a normal cluster). */
-static bool compresses(QimgImage *img, const uint8_t *buf, uint64_t len)
+static bool compresses(BlkNode *img, const uint8_t *buf, uint64_t len)
 {
     Qcow2State *s = img->opaque;
     g_autofree uint8_t *in = g_malloc0(s->cluster_size);
@@ -184,7 +185,7 @@ static void model_discard(Model *m, uint64_t off, uint64_t len)
     }
 }
 
-static void compare_all(QimgImage *img, const Model *m)
+static void compare_all(BlkNode *img, const Model *m)
 {
     g_autofree uint8_t *buf = g_malloc(m->size);
     assert_int_equal(blk_pread(img, 0, buf, m->size), 0);
@@ -247,7 +248,7 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
     }
 
     for (int batch = 0; batch < batches; batch++) {
-        QimgImage *img = open_rw(path);
+        BlkNode *img = open_rw(path);
         m.cluster_size = st(img)->cluster_size;
         for (int i = 0; i < ops; i++) {
             unsigned kind = g_rand_int_range(r, 0, 100);
@@ -291,7 +292,7 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
                 uint64_t co = ROUND_DOWN(off, m.cluster_size);
                 uint64_t cl = MIN(m.cluster_size, m.size - co);
                 if (cl <= maxlen && !has_data_file) {
-                    QimgIOV q;
+                    BlkIOV q;
                     fill_compressible(r, buf, cl);
                     if (g_rand_int_range(r, 0, 5) == 0) {
                         fill_random(r, buf, cl); /* incompressible */
@@ -435,7 +436,7 @@ static void test_reftable_growth(void **state)
     tu_run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 '%s' 16M",
            p);
     before = header32(p, QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     for (uint64_t off = 0; off < size; off += 65536 + 512) {
         uint64_t len = MIN((uint64_t)65536, size - off);
         fill_random(r, m + off, len);
@@ -457,12 +458,12 @@ static void test_l1_growth_vmstate(void **state)
     g_autofree char *p = tu_fresh("l1grow.qcow2");
     g_autofree uint8_t *buf = g_malloc(MB(1)), *rd = g_malloc(MB(1));
     g_autoptr(GRand) r = g_rand_new_with_seed(29);
-    QimgIOV q;
+    BlkIOV q;
 
     tu_run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
     uint32_t l1_before = header32(p, QCOW2_HDR_L1_SIZE);
     uint64_t l1_off_before = header64(p, QCOW2_HDR_L1_TABLE_OFFSET);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     /* 4 KiB clusters: one L1 entry maps 2 MiB; vmstate starts at 4 MiB */
     assert_int_equal(qcow2_vm_state_offset(st(img)), MB(4));
     fill_random(r, buf, MB(1));
@@ -498,11 +499,11 @@ static void test_vmstate_snapshot_view(void **state)
     g_autofree uint8_t *buf = g_malloc(300000), *rd = g_malloc(300000);
     g_autoptr(GRand) r = g_rand_new_with_seed(8);
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.snapshot = "s1"};
-    QimgIOV q;
+    BlkOpenOptions o = {.snapshot = "s1"};
+    BlkIOV q;
 
     tu_run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     fill_random(r, buf, 300000);
     iov_init_buf(&q, buf, 300000);
     assert_int_equal(img->drv->save_vmstate(img, 5000, &q), 0);
@@ -517,7 +518,7 @@ static void test_vmstate_snapshot_view(void **state)
     close_ok(img);
     check_clean(p);
 
-    img = blk_open_image(p, &o, NULL, &err);
+    img = api_open_node(p, &o, NULL, &err);
     assert_non_null(img);
     memset(rd, 0, 300000);
     iov_init_buf(&q, rd, 300000);
@@ -534,12 +535,12 @@ static void test_vmstate_aligned_no_cow(void **state)
     g_autofree char *name = NULL;
     g_autofree uint8_t *buf = g_malloc(MB(2));
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.cache = QIMG_CACHE_UNSAFE};
-    QimgIOV q;
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE};
+    BlkIOV q;
 
     tu_run("qemu-img create -q -f qcow2 '%s' 64M", p);
     name = g_strdup_printf("blkdebug:event=cow_write,errno=5:%s", p);
-    QimgImage *img = blk_open_image(name, &o, NULL, &err);
+    BlkNode *img = api_open_node(name, &o, NULL, &err);
     assert_non_null(img);
     memset(buf, 0x5a, MB(2));
     iov_init_buf(&q, buf, MB(2));
@@ -562,10 +563,10 @@ static void compressed_roundtrip(const char *ctype)
 
     tu_run("qemu-img create -q -f qcow2 -o compression_type=%s '%s' %" PRIu64, ctype, p,
            size);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     for (uint64_t c = 0; c < size; c += cs) {
         uint64_t len = MIN(cs, size - c);
-        QimgIOV q;
+        BlkIOV q;
         if (c % (5 * cs) == 0) {
             fill_random(r, m + c, len); /* stored uncompressed */
         } else {
@@ -609,8 +610,8 @@ static void test_resize(void **state)
     static const char *opts[] = {"cluster_size=65536", "cluster_size=512",
                                  "extended_l2=on", "compat=0.10"};
     static const uint64_t steps[] = {50000384, 600000000, 10000384, 40000000, 40000512};
-    static const QimgPrealloc modes[] = {QIMG_PREALLOC_OFF, QIMG_PREALLOC_METADATA,
-                                         QIMG_PREALLOC_FALLOC, QIMG_PREALLOC_FULL};
+    static const BlkPrealloc modes[] = {BLK_PREALLOC_OFF, BLK_PREALLOC_METADATA,
+                                        BLK_PREALLOC_FALLOC, BLK_PREALLOC_FULL};
 
     for (size_t o = 0; o < G_N_ELEMENTS(opts); o++) {
         for (int with_backing = 0; with_backing < 2; with_backing++) {
@@ -632,7 +633,7 @@ static void test_resize(void **state)
             } else {
                 tu_run("qemu-img create -q -f qcow2 -o %s '%s' 30000256", opts[o], p);
             }
-            QimgImage *img = open_rw(p);
+            BlkNode *img = open_rw(p);
             for (int i = 0; i < 40; i++) {
                 uint64_t off = g_rand_int_range(r, 0, 30000256 - MB(1));
                 uint64_t len = g_rand_int_range(r, 1, MB(1));
@@ -645,9 +646,9 @@ static void test_resize(void **state)
             for (size_t s = 0; s < G_N_ELEMENTS(steps); s++) {
                 g_autoptr(GError) err = NULL;
                 /* every mode on a small grow; the big one sparse only */
-                QimgPrealloc mode = s == 1   ? modes[o == 0]
-                                    : s != 2 ? modes[(s + o) % 4]
-                                             : QIMG_PREALLOC_OFF;
+                BlkPrealloc mode = s == 1   ? modes[o == 0]
+                                   : s != 2 ? modes[(s + o) % 4]
+                                            : BLK_PREALLOC_OFF;
                 img = open_rw(p);
                 if (blk_truncate(img, steps[s], true, mode, true, &err) < 0) {
                     fail_msg("resize to %" PRIu64 ": %s", steps[s], err->message);
@@ -679,7 +680,7 @@ static void test_resize_refusals(void **state)
         "qemu-img create -q -f qcow2 -o compat=0.10 '%s' 16M && qemu-img snapshot -c s "
         "'%s'",
         p, p);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     assert_int_equal(blk_truncate(img, MB(32), true, 0, false, &err), -ENOTSUP);
     assert_string_equal(err->message, "Can't resize a v2 image which has snapshots");
     g_clear_error(&err);
@@ -708,7 +709,7 @@ static void test_cow_from_backing(void **state)
            ">/dev/null",
            b, b);
     tu_run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 8M", b, p);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     memset(data, 0x44, sizeof(data));
     assert_int_equal(blk_pwrite(img, 100000, data, sizeof(data), 0), 0);
     assert_int_equal(blk_pwrite(img, 65536 * 3 - 1000, data, sizeof(data), 0), 0);
@@ -753,7 +754,7 @@ static void test_snapshot_shared(void **state)
                opts[o], p, p, p);
         g_autofree uint8_t *before = tu_qemu_raw(p, NULL, &n);
         m = g_memdup2(before, size);
-        QimgImage *img = open_rw(p);
+        BlkNode *img = open_rw(p);
         for (int i = 0; i < 60; i++) {
             uint64_t len = g_rand_int_range(r, 1, 200000);
             uint64_t off = g_rand_int_range(r, 0, (gint32)(size - len));
@@ -784,7 +785,7 @@ static void test_overlap_check(void **state)
     g_autofree char *p = tu_fresh("overlap.qcow2");
     g_autofree char *out = NULL;
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {0};
+    BlkOpenOptions o = {0};
     uint8_t data[512] = {1};
 
     tu_run(
@@ -795,7 +796,7 @@ static void test_overlap_check(void **state)
     uint64_t l2 = header64(p, l1) & QCOW2_L1E_OFFSET_MASK;
     poke64(p, l2, l1 | QCOW2_OFLAG_COPIED);
 
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), -EIO);
     assert_string_equal(blk_error_message(),
                         "qcow2: Marking image as corrupt: Preventing invalid write on "
@@ -809,11 +810,11 @@ static void test_overlap_check(void **state)
 
     tu_run_status(&out, "qemu-img info --output=json '%s'", p);
     assert_non_null(strstr(out, "\"corrupt\": true"));
-    assert_null(blk_open_image(p, &o, NULL, &err));
+    assert_null(api_open_node(p, &o, NULL, &err));
     assert_non_null(strstr(err->message, "qcow2: Image is corrupt; cannot be opened "
                                          "read/write"));
     o.read_only = true;
-    img = blk_open_image(p, &o, NULL, NULL);
+    img = api_open_node(p, &o, NULL, NULL);
     assert_non_null(img);
     blk_close(img);
 }
@@ -830,7 +831,7 @@ static void test_alloc_offset_zero(void **state)
     uint64_t rt = header64(p, QCOW2_HDR_REFCOUNT_TABLE_OFFSET);
     uint64_t rb = header64(p, rt);
     poke64(p, rb, header64(p, rb) & UINT64_C(0x0000ffffffffffff)); /* cluster 0: 0 */
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), -EIO);
     assert_non_null(strstr(blk_error_message(), "Marking image as corrupt: Preventing "
                                                 "invalid allocation of L2 table at "
@@ -851,7 +852,7 @@ static void test_lazy_refcounts_dirty_bit(void **state)
     uint8_t data[4096];
 
     tu_run("qemu-img create -q -f qcow2 -o lazy_refcounts=on '%s' 16M", p);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     assert_int_equal(header64(p, QCOW2_HDR_INCOMPATIBLE_FEATURES) & QCOW2_INCOMPAT_DIRTY,
                      0);
     memset(data, 0x99, sizeof(data));
@@ -888,11 +889,11 @@ static void test_autoclear_cleared(void **state)
 {
     TU_REQUIRE_QEMU();
     g_autofree char *p = tu_fresh("autoclear.qcow2");
-    QimgOpenOptions o = {.read_only = true};
+    BlkOpenOptions o = {.read_only = true};
 
     tu_run("qemu-img create -q -f qcow2 '%s' 16M", p);
     poke64(p, QCOW2_HDR_AUTOCLEAR_FEATURES, UINT64_C(1) << 40);
-    QimgImage *img = blk_open_image(p, &o, NULL, NULL);
+    BlkNode *img = api_open_node(p, &o, NULL, NULL);
     assert_non_null(img);
     blk_close(img);
     assert_int_equal(header64(p, QCOW2_HDR_AUTOCLEAR_FEATURES), UINT64_C(1) << 40);
@@ -920,7 +921,7 @@ static void test_discard_v2_v3(void **state)
             tu_run("qemu-img create -q -f qcow2 -o compat=%s %s%s%s '%s' 128k",
                    v3 ? "1.1" : "0.10", backing ? "-F qcow2 -b '" : "", backing ? b : "",
                    backing ? "'" : "", p);
-            QimgImage *img = open_rw(p);
+            BlkNode *img = open_rw(p);
             memset(data, 1, sizeof(data));
             assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), 0);
             assert_int_equal(blk_pdiscard(img, 0, sizeof(data)), 0);
@@ -954,7 +955,7 @@ static void test_zero_semantics(void **state)
     tu_run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 4M", b, p3);
     tu_run("qemu-img create -q -f qcow2 -o compat=0.10 -b '%s' -F qcow2 '%s' 4M", b, p2);
 
-    QimgImage *img = open_rw(p3);
+    BlkNode *img = open_rw(p3);
     /* unaligned with NO_FALLBACK: refused, nothing done */
     assert_int_equal(blk_pwrite_zeroes(img, 1000, 65536, BLK_REQ_NO_FALLBACK), -ENOTSUP);
     /* aligned: zero flags, no data written */
@@ -990,7 +991,7 @@ static void test_refcount_overflow(void **state)
     uint64_t rc;
 
     tu_run("qemu-img create -q -f qcow2 -o refcount_bits=1 '%s' 16M", p);
-    QimgImage *img = open_rw(p);
+    BlkNode *img = open_rw(p);
     assert_int_equal(blk_pwrite(img, 0, data, sizeof(data), 0), 0);
     Qcow2State *s = st(img);
     qcow2_lock(s);

@@ -23,13 +23,15 @@
 #include <cmocka.h>
 
 #include "block/block.h"
-#include "block/vmstate.h"
+#include "api/vmstate.h"
+#include "test-util.h"
 #include "qimg/vmstate.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MiB ((uint64_t)1 << 20)
 #define KiB ((uint64_t)1 << 10)
@@ -147,7 +149,7 @@ static void fake_free(Fake *f)
     g_free(f);
 }
 
-static Fake *F(QimgImage *img)
+static Fake *F(BlkNode *img)
 {
     return img->opaque;
 }
@@ -157,7 +159,7 @@ static bool ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
     return a < b + blen && b < a + alen;
 }
 
-static int fake_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
+static int fake_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
     Fake *f = F(img);
     uint64_t len = qiov->size;
@@ -237,7 +239,7 @@ static int fake_save_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
     return ret;
 }
 
-static int fake_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
+static int fake_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
     Fake *f = F(img);
     uint64_t len = qiov->size;
@@ -281,7 +283,7 @@ static int fake_load_vmstate(QimgImage *img, uint64_t pos, const QimgIOV *qiov)
     return ret;
 }
 
-static int fake_flush(QimgImage *img)
+static int fake_flush(BlkNode *img)
 {
     Fake *f = F(img);
 
@@ -306,7 +308,7 @@ static int fake_find(Fake *f, const char *id_or_name)
     return -1;
 }
 
-static int fake_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **error)
+static int fake_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **error)
 {
     Fake *f = F(img);
     FakeSnap s = {
@@ -334,7 +336,7 @@ static int fake_snapshot_create(QimgImage *img, QimgSnapshotInfo *sn, GError **e
     return 0;
 }
 
-static int fake_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
+static int fake_snapshot_goto(BlkNode *img, const char *id_or_name, GError **error)
 {
     Fake *f = F(img);
     int i = fake_find(f, id_or_name);
@@ -353,7 +355,7 @@ static int fake_snapshot_goto(QimgImage *img, const char *id_or_name, GError **e
     return 0;
 }
 
-static int fake_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error)
+static int fake_snapshot_delete(BlkNode *img, const char *id_or_name, GError **error)
 {
     Fake *f = F(img);
     int i = fake_find(f, id_or_name);
@@ -370,14 +372,14 @@ static int fake_snapshot_delete(QimgImage *img, const char *id_or_name, GError *
     return 0;
 }
 
-static GArray *fake_snapshot_list(QimgImage *img)
+static GArray *fake_snapshot_list(BlkNode *img)
 {
     Fake *f = F(img);
-    GArray *list = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
+    GArray *list = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
 
     for (guint i = 0; i < f->snaps->len; i++) {
         FakeSnap *s = &g_array_index(f->snaps, FakeSnap, i);
-        QimgSnapshotInfo sn = {
+        BlkSnapshotInfo sn = {
             .id = g_strdup(s->id),
             .name = g_strdup(s->name),
             .vm_state_size = s->vm_state_size,
@@ -391,7 +393,7 @@ static GArray *fake_snapshot_list(QimgImage *img)
     return list;
 }
 
-static void fake_close(QimgImage *img)
+static void fake_close(BlkNode *img)
 {
     Fake *f = F(img);
 
@@ -400,8 +402,12 @@ static void fake_close(QimgImage *img)
     }
 }
 
-static const QimgDriver fake_driver = {
+static int fake_open(BlkNode *node, const char *filename, const BlkOpenOptions *opts,
+                     GError **error);
+
+static const BlkDriver fake_driver = {
     .format_name = "fake",
+    .open = fake_open,
     .close = fake_close,
     .flush = fake_flush,
     .save_vmstate = fake_save_vmstate,
@@ -413,22 +419,32 @@ static const QimgDriver fake_driver = {
 };
 
 /* A driver without snapshots or vmstate, as raw. */
-static const QimgDriver nosnap_driver = {.format_name = "raw"};
+static const BlkDriver nosnap_driver = {.format_name = "raw"};
 
-static QimgImage *image_new(const QimgDriver *drv, Fake *f, uint32_t cluster_size)
+/* The image the next view is opened of (fake_open): tests run one at a
+ * time. */
+static Fake *fake_current;
+
+static BlkNode *node_new(const BlkDriver *drv, Fake *f, uint32_t cluster_size)
 {
-    QimgImage *img = g_new0(QimgImage, 1);
+    BlkNode *node = g_new0(BlkNode, 1);
 
-    img->drv = drv;
-    img->opaque = f;
-    img->filename = g_strdup("fake.qcow2");
-    img->cluster_size = cluster_size;
-    img->size = 1024 * MiB;
-    img->request_alignment = 1;
+    node->drv = drv;
+    node->opaque = f;
+    node->filename = g_strdup("fake.qcow2");
+    node->cluster_size = cluster_size;
+    node->size = 1024 * MiB;
+    node->request_alignment = 1;
     if (f) {
         f->cluster_size = cluster_size;
     }
-    return img;
+    return node;
+}
+
+static QimgImage *image_new(const BlkDriver *drv, Fake *f, uint32_t cluster_size)
+{
+    fake_current = f;
+    return api_image_new(node_new(drv, f, cluster_size));
 }
 
 static QimgImage *fake_image(Fake *f, uint32_t cluster_size)
@@ -436,24 +452,33 @@ static QimgImage *fake_image(Fake *f, uint32_t cluster_size)
     return image_new(&fake_driver, f, cluster_size);
 }
 
-/* The view opener for load_begin(apply = false) over the fake. */
-static QimgImage *fake_open_view(QimgImage *img, const char *id, GError **error)
+/*
+ * The driver's open: only read-only views of a snapshot of the current fake
+ * are opened by name (load_begin(apply = false) opens one through the
+ * normal open path, the driver table: api/vmstate.c).
+ */
+static int fake_open(BlkNode *node, const char *filename, const BlkOpenOptions *opts,
+                     GError **error)
 {
-    Fake *p = F(img);
-    int i = fake_find(p, id);
+    Fake *p = fake_current;
+    int i = opts->snapshot && p ? fake_find(p, opts->snapshot) : -1;
 
     if (i < 0) {
-        g_set_error(error, QIMG_ERROR, ENOENT, "fake: no snapshot '%s'", id);
-        return NULL;
+        g_set_error(error, QIMG_ERROR, ENOENT, "fake: no snapshot '%s'",
+                    opts->snapshot ? opts->snapshot : "");
+        return -ENOENT;
     }
     Fake *v = fake_new(0);
     v->view_of = p;
     v->view_snap = (guint)i;
     v->free_on_close = true;
     v->read_limit = p->read_limit;
-    QimgImage *view = fake_image(v, img->cluster_size);
-    view->read_only = true;
-    return view;
+    v->cluster_size = p->cluster_size;
+    node->opaque = v;
+    node->cluster_size = p->cluster_size;
+    node->size = 1024 * MiB;
+    node->read_only = true;
+    return 0;
 }
 
 /* Facts every test checks on every fake. */
@@ -599,7 +624,7 @@ static void test_coalesce_random(void **state)
     GRand *r = g_rand_new_with_seed(42);
     uint8_t *chunk = g_malloc(32 * KiB);
     QimgSnapshotParams p = {.name = "coalesce"};
-    BlkVmstateStats st;
+    ApiVmstateStats st;
 
     f->pattern = pattern_byte;
     QimgVmstateSave *s = qimg_vmstate_save_begin(img, &p, &err);
@@ -614,7 +639,7 @@ static void test_coalesce_random(void **state)
         total += len;
     }
     assert_int_equal(qimg_vmstate_save_size(s), total);
-    blk_vmstate_get_stats(img, &st);
+    api_vmstate_get_stats(img, &st);
     assert_int_equal(st.buffer_size, MiB);
     g_autofree char *id = qimg_vmstate_save_commit(s, &err);
     assert_non_null(id);
@@ -634,7 +659,7 @@ static void test_coalesce_random(void **state)
 
     g_rand_free(r);
     g_free(chunk);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -661,7 +686,7 @@ static void test_alignment(void **state)
         g_autoptr(GError) err = NULL;
         GRand *r = g_rand_new_with_seed(7 + c);
         uint8_t *model = g_malloc(total);
-        BlkVmstateStats st;
+        ApiVmstateStats st;
 
         if (cases[c].request) {
             set_config(img, 0, cases[c].request);
@@ -672,7 +697,7 @@ static void test_alignment(void **state)
             assert_true(qimg_vmstate_pwrite(img, start + off, model + off, n, &err));
             off += n;
         }
-        blk_vmstate_get_stats(img, &st);
+        api_vmstate_get_stats(img, &st);
         assert_int_equal(st.buffer_size, B);
         assert_true(qimg_vmstate_flush(img, &err));
 
@@ -699,7 +724,7 @@ static void test_alignment(void **state)
 
         g_rand_free(r);
         g_free(model);
-        blk_close(img);
+        api_image_destroy(img);
         fake_free(f);
     }
 }
@@ -736,7 +761,7 @@ static void test_configure_errors(void **state)
     assert_true(qimg_vmstate_configure(img, &ok, &err));
     assert_int_equal(FAKE_GET(f, create_calls), 0);
 
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -811,7 +836,7 @@ static void test_ordering(void **state)
 
     g_rand_free(r);
     g_free(model);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -857,7 +882,7 @@ static void test_read_after_write(void **state)
     g_rand_free(r);
     g_free(model);
     g_free(buf);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -912,7 +937,7 @@ static void test_threads(void **state)
     fake_check(f);
 
     g_free(model);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -952,7 +977,7 @@ static void test_error_stream(void **state)
         append_mib(s, 12, &err); /* may or may not see the error yet */
         g_clear_error(&err);
         /* Once drained, the error shows, and then sticks. */
-        assert_int_equal(blk_flush(img), -errs[e]);
+        assert_int_equal(api_quiesce(img), -errs[e]);
         blk_error_clear();
         unsigned calls = FAKE_GET(f, save_calls);
         for (int i = 0; i < 2; i++) {
@@ -982,7 +1007,7 @@ static void test_error_stream(void **state)
         assert_int_equal(FAKE_GET(f, create_calls), 1);
         fake_check(f);
 
-        blk_close(img);
+        api_image_destroy(img);
         fake_free(f);
     }
 }
@@ -1007,7 +1032,7 @@ static void test_error_last_buffer(void **state)
     assert_int_equal(FAKE_GET(f, save_calls), 3);
     assert_int_equal(FAKE_GET(f, create_calls), 0);
     fake_check(f);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1046,7 +1071,7 @@ static void test_error_positional(void **state)
     g_clear_error(&err);
     assert_int_equal(FAKE_GET(f, create_calls), 0);
     fake_check(f);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1069,7 +1094,7 @@ static void test_error_read(void **state)
     assert_true(qimg_vmstate_pwrite(img, 0, buf, 10, &err));
     assert_true(qimg_vmstate_flush(img, &err));
     fake_check(f);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1084,7 +1109,7 @@ static void test_bounded_memory(void **state)
     QimgImage *img = fake_image(f, 65536);
     g_autoptr(GError) err = NULL;
     QimgSnapshotParams p = {.name = "mem"};
-    BlkVmstateStats st;
+    ApiVmstateStats st;
     GateKeeper k;
 
     set_config(img, MAX, 0);
@@ -1095,7 +1120,7 @@ static void test_bounded_memory(void **state)
     append_bytes(s, 40 * MiB, 100000, &err); /* buffers fill mid-append */
     assert_null(err);
     gate_join(&k);
-    blk_vmstate_get_stats(img, &st);
+    api_vmstate_get_stats(img, &st);
     assert_int_equal(st.max_in_flight, MAX);
     assert_true(st.max_live_buffers <= MAX + 1);
     assert_true(FAKE_GET(f, max_saves_in_flight) <= MAX);
@@ -1113,13 +1138,13 @@ static void test_bounded_memory(void **state)
     }
     assert_int_equal(n, 0);
     assert_int_equal(got, 40 * MiB);
-    blk_vmstate_get_stats(img, &st);
+    api_vmstate_get_stats(img, &st);
     assert_true(st.max_live_buffers <= MAX + 1);
     qimg_vmstate_load_end(l);
-    blk_vmstate_get_stats(img, &st);
+    api_vmstate_get_stats(img, &st);
     assert_int_equal(st.live_buffers, 0);
     fake_check(f);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1238,7 +1263,7 @@ static void test_readahead(void **state)
     g_rand_free(r);
     g_free(model);
     g_free(buf);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1266,7 +1291,7 @@ static void test_readahead_small_state(void **state)
 
     g_rand_free(r);
     g_free(model);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1284,7 +1309,6 @@ static void test_commit_and_load(void **state)
     uint8_t *model = g_malloc(S);
     g_autofree uint8_t *buf = g_malloc(S);
 
-    blk_vmstate_set_view_opener(fake_open_view);
     g_autofree char *id = save_stream(img, "snap", model, S, r);
     assert_string_equal(id, "1");
     assert_int_equal(FAKE_GET(f, create_calls), 1);
@@ -1356,10 +1380,9 @@ static void test_commit_and_load(void **state)
     assert_int_equal(FAKE_GET(f, create_calls), 2);
     fake_check(f);
 
-    blk_vmstate_set_view_opener(NULL);
     g_rand_free(r);
     g_free(model);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1374,7 +1397,6 @@ static void test_close_with_open_stream(void **state)
     g_autoptr(GError) err = NULL;
     uint8_t buf[4096];
 
-    blk_vmstate_set_view_opener(fake_open_view);
     for (int kind = 0; kind < 5; kind++) {
         Fake *f = fake_new(16 * MiB);
         QimgImage *img = fake_image(f, 65536);
@@ -1389,7 +1411,7 @@ static void test_close_with_open_stream(void **state)
                 model[i] = (uint8_t)g_rand_int(r);
             }
             assert_true(qimg_vmstate_save_append(s, model, S, &err));
-            blk_close(img);
+            api_image_destroy(img);
             /* what was buffered was drained into the area before close */
             assert_memory_equal(f->area, model, S);
             if (kind == 0) {
@@ -1412,7 +1434,7 @@ static void test_close_with_open_stream(void **state)
             assert_non_null(l);
             assert_int_equal(qimg_vmstate_load_read(l, buf, sizeof(buf), &err),
                              (gssize)sizeof(buf));
-            blk_close(img);
+            api_image_destroy(img);
             if (kind < 4) {
                 assert_int_equal(qimg_vmstate_load_read(l, buf, sizeof(buf), &err), -1);
                 assert_int_equal(err->code, EBADF);
@@ -1423,7 +1445,6 @@ static void test_close_with_open_stream(void **state)
         g_rand_free(r);
         fake_free(f);
     }
-    blk_vmstate_set_view_opener(NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1492,7 +1513,7 @@ static void test_snapshot_api(void **state)
     g_clear_error(&err);
 
     /* Read-only images refuse modifications. */
-    img->read_only = true;
+    img->node->read_only = true;
     assert_null(qimg_snapshot_create(img, &p, &err));
     assert_int_equal(err->code, EACCES);
     assert_string_equal(err->message, "Image 'fake.qcow2' is read-only");
@@ -1513,7 +1534,7 @@ static void test_snapshot_api(void **state)
     assert_int_equal(list->len, 3);
     qimg_snapshot_list_free(list);
     fake_check(f);
-    blk_close(img);
+    api_image_destroy(img);
     fake_free(f);
 }
 
@@ -1551,7 +1572,21 @@ static void test_snapshot_unsupported(void **state)
     assert_false(qimg_vmstate_pread(img, 0, &b, 1, &err));
     assert_int_equal(err->code, ENOTSUP);
     g_clear_error(&err);
-    blk_close(img);
+    api_image_destroy(img);
+}
+
+/* The fake driver is in the driver table (views are opened by name, through
+ * it), and a file "fake.qcow2" exists for the view's protocol node. */
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *dir = g_getenv("QIMG_TEST_TMPDIR");
+    g_autofree char *tmp = dir ? NULL : g_dir_make_tmp("test-vmstate-XXXXXX", NULL);
+
+    if (chdir(dir ? dir : tmp) < 0 || !g_file_set_contents("fake.qcow2", "", 0, NULL)) {
+        return -1;
+    }
+    return blk_driver_register(&fake_driver) < 0 ? -1 : 0;
 }
 
 int main(void)
@@ -1575,5 +1610,5 @@ int main(void)
         cmocka_unit_test(test_snapshot_api),
         cmocka_unit_test(test_snapshot_unsupported),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_exit_status(cmocka_run_group_tests(tests, group_setup, NULL));
 }

@@ -50,7 +50,6 @@ typedef struct QimgOpenOptions {
     bool read_only;
     QimgCacheMode cache;
     bool no_backing;                 /* do not open the backing chain */
-    const char *backing_format_hint; /* unused unless set */
     uint64_t metadata_cache_size;    /* bytes; 0 = driver default */
     bool force_share;                /* qemu-img -U: take no lock that keeps others
                                       * from writing (read-only opens only) */

@@ -1,7 +1,7 @@
 /*
  * block/vmstate.c: the vmstate writer and reader (savevm / loadvm).
  *
- * Owns: struct BlkVmstate (img->vmstate) -- the buffer that collects
+ * Owns: struct ApiVmstate (img->vmstate) -- the buffer that collects
  * sequential writes, the write buffers in flight, the read-ahead queue, the
  * task pool they share and the sticky error -- and the public API of
  * include/qimg/vmstate.h: positional calls, the save stream, the load
@@ -73,7 +73,8 @@
  * takes op_lock).  Our own sync objects are pthread ones, which
  * ThreadSanitizer understands; the pool annotates its GMutex itself.
  */
-#include "block/vmstate.h"
+#include "api/vmstate.h"
+#include "api/api.h"
 
 #include "aio/pool.h"
 #include "qimg/vmstate.h"
@@ -90,10 +91,10 @@
 #define VMSTATE_MAX_BUFFER ((size_t)256 << 20)
 #define VMSTATE_MEM_ALIGN 4096
 
-typedef struct BlkVmstate BlkVmstate;
+typedef struct ApiVmstate ApiVmstate;
 
 typedef struct VmBuf {
-    BlkVmstate *vs;
+    ApiVmstate *vs;
     uint64_t pos; /* position of data[0] */
     size_t len;   /* bytes held (write) or to read (read-ahead) */
     size_t cap;   /* bytes up to the grid line (invariant 1) */
@@ -105,7 +106,7 @@ typedef struct VmBuf {
     char *msg;
 } VmBuf;
 
-struct BlkVmstate {
+struct ApiVmstate {
     QimgImage *img; /* immutable */
 
     pthread_mutex_t op_lock;
@@ -139,10 +140,6 @@ struct BlkVmstate {
 
 static pthread_mutex_t vs_global_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static QimgImage *open_view_default(QimgImage *img, const char *snapshot_id,
-                                    GError **error);
-static BlkVmstateViewOpener view_opener = open_view_default;
-
 /* ---- buffers and errors ---- */
 
 static size_t round_up_size(size_t n, size_t align)
@@ -153,20 +150,20 @@ static size_t round_up_size(size_t n, size_t align)
 /* Invariant 1. */
 static size_t compute_buf_size(QimgImage *img, size_t requested)
 {
-    size_t cluster = img->cluster_size ? img->cluster_size : 512;
+    size_t cluster = img->node->cluster_size ? img->node->cluster_size : 512;
     size_t b = requested ? requested : MAX(cluster, VMSTATE_MIN_BUFFER);
     return round_up_size(b, cluster);
 }
 
 /* Free the spare blocks (invariant 5).  Caller holds vs->lock. */
-static void spares_drop(BlkVmstate *vs)
+static void spares_drop(ApiVmstate *vs)
 {
     g_slist_free_full(g_steal_pointer(&vs->spares), free);
 }
 
 /* A buffer of cap <= B bytes at pos; its memory is B bytes, a spare when
  * there is one (invariant 5).  Caller holds op_lock. */
-static VmBuf *buf_new(BlkVmstate *vs, uint64_t pos, size_t cap)
+static VmBuf *buf_new(ApiVmstate *vs, uint64_t pos, size_t cap)
 {
     size_t size = MAX(vs->buf_size, cap);
     VmBuf *b = g_try_new0(VmBuf, 1);
@@ -204,7 +201,7 @@ static VmBuf *buf_new(BlkVmstate *vs, uint64_t pos, size_t cap)
 /* Called from tasks too: takes only vs->lock. */
 static void buf_free(VmBuf *b)
 {
-    BlkVmstate *vs = b->vs;
+    ApiVmstate *vs = b->vs;
     void *mem = b->data;
 
     pthread_mutex_lock(&vs->lock);
@@ -219,7 +216,7 @@ static void buf_free(VmBuf *b)
 }
 
 /* Record the first error (invariant 4); takes ownership of msg. */
-static void set_error(BlkVmstate *vs, int ret, char *msg)
+static void set_error(ApiVmstate *vs, int ret, char *msg)
 {
     pthread_mutex_lock(&vs->lock);
     if (vs->error == 0) {
@@ -232,7 +229,7 @@ static void set_error(BlkVmstate *vs, int ret, char *msg)
 }
 
 /* The sticky error, recorded for the calling thread (block.h invariant 2). */
-static int sticky_error(BlkVmstate *vs)
+static int sticky_error(ApiVmstate *vs)
 {
     int ret;
 
@@ -245,7 +242,7 @@ static int sticky_error(BlkVmstate *vs)
     return ret;
 }
 
-static void clear_error(BlkVmstate *vs)
+static void clear_error(ApiVmstate *vs)
 {
     pthread_mutex_lock(&vs->lock);
     vs->error = 0;
@@ -272,14 +269,14 @@ static char *io_error_message(const char *what, uint64_t pos, int ret)
 static int write_task(void *opaque)
 {
     VmBuf *b = opaque;
-    BlkVmstate *vs = b->vs;
-    QimgImage *img = vs->img;
-    QimgIOV q;
+    ApiVmstate *vs = b->vs;
+    BlkNode *node = vs->img->node;
+    BlkIOV q;
     int ret;
 
     blk_error_clear(); /* no stale message of this worker's last task */
     iov_init_buf(&q, b->data, b->len);
-    ret = img->drv->save_vmstate(img, b->pos, &q);
+    ret = node->drv->save_vmstate(node, b->pos, &q);
     if (ret < 0) {
         set_error(vs, ret, io_error_message("write", b->pos, ret));
     }
@@ -291,15 +288,15 @@ static int write_task(void *opaque)
 static int read_task(void *opaque)
 {
     VmBuf *b = opaque;
-    BlkVmstate *vs = b->vs;
-    QimgImage *img = vs->img;
+    ApiVmstate *vs = b->vs;
+    BlkNode *node = vs->img->node;
     char *msg = NULL;
-    QimgIOV q;
+    BlkIOV q;
     int ret;
 
     blk_error_clear();
     iov_init_buf(&q, b->data, b->len);
-    ret = img->drv->load_vmstate(img, b->pos, &q);
+    ret = node->drv->load_vmstate(node, b->pos, &q);
     if (ret < 0) {
         msg = io_error_message("read", b->pos, ret);
     }
@@ -314,14 +311,14 @@ static int read_task(void *opaque)
 
 /* ---- the state ---- */
 
-static BlkVmstate *vs_get(QimgImage *img, bool create)
+static ApiVmstate *vs_get(QimgImage *img, bool create)
 {
-    BlkVmstate *vs;
+    ApiVmstate *vs;
 
     pthread_mutex_lock(&vs_global_lock);
     vs = img->vmstate;
     if (!vs && create) {
-        vs = g_new0(BlkVmstate, 1);
+        vs = g_new0(ApiVmstate, 1);
         vs->img = img;
         pthread_mutex_init(&vs->op_lock, NULL);
         pthread_mutex_init(&vs->lock, NULL);
@@ -336,7 +333,7 @@ static BlkVmstate *vs_get(QimgImage *img, bool create)
     return vs;
 }
 
-static int ensure_pool_locked(BlkVmstate *vs)
+static int ensure_pool_locked(ApiVmstate *vs)
 {
     if (!vs->pool) {
         vs->pool = pool_new(vs->max_in_flight);
@@ -348,7 +345,7 @@ static int ensure_pool_locked(BlkVmstate *vs)
     return 0;
 }
 
-static void wait_done(BlkVmstate *vs, VmBuf *b)
+static void wait_done(ApiVmstate *vs, VmBuf *b)
 {
     pthread_mutex_lock(&vs->lock);
     while (!b->done) {
@@ -358,7 +355,7 @@ static void wait_done(BlkVmstate *vs, VmBuf *b)
 }
 
 /* Invariant 6: wait for every read-ahead task, then free its buffer. */
-static void ra_drop_locked(BlkVmstate *vs)
+static void ra_drop_locked(ApiVmstate *vs)
 {
     VmBuf *b;
 
@@ -370,7 +367,7 @@ static void ra_drop_locked(BlkVmstate *vs)
 }
 
 /* Hands a full or final write buffer to the pool; b is gone either way. */
-static int submit_write_locked(BlkVmstate *vs, VmBuf *b)
+static int submit_write_locked(ApiVmstate *vs, VmBuf *b)
 {
     int ret;
 
@@ -390,7 +387,7 @@ static int submit_write_locked(BlkVmstate *vs, VmBuf *b)
 
 /* Invariants 2-4: submit the current buffer unless an error is sticky, and
  * wait for every task. */
-static int drain_writes_locked(BlkVmstate *vs)
+static int drain_writes_locked(ApiVmstate *vs)
 {
     VmBuf *b = g_steal_pointer(&vs->cur);
 
@@ -408,7 +405,7 @@ static int drain_writes_locked(BlkVmstate *vs)
     return sticky_error(vs);
 }
 
-static int vm_write_locked(BlkVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len)
+static int vm_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len)
 {
     int ret = sticky_error(vs);
 
@@ -465,14 +462,14 @@ static int vm_write_locked(BlkVmstate *vs, uint64_t pos, const uint8_t *buf, siz
     return 0;
 }
 
-static int direct_read(BlkVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
+static int direct_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
-    QimgImage *img = vs->img;
-    QimgIOV q;
+    BlkNode *node = vs->img->node;
+    BlkIOV q;
     int ret;
 
     iov_init_buf(&q, buf, len);
-    ret = img->drv->load_vmstate(img, pos, &q);
+    ret = node->drv->load_vmstate(node, pos, &q);
     if (ret < 0) {
         g_autofree char *msg = io_error_message("read", pos, ret);
         return blk_error(-ret, "%s", msg);
@@ -481,7 +478,7 @@ static int direct_read(BlkVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 }
 
 /* Invariants 5, 6: keep up to max_in_flight buffers prefetched, up to limit. */
-static void ra_fill_locked(BlkVmstate *vs)
+static void ra_fill_locked(ApiVmstate *vs)
 {
     while (g_queue_get_length(&vs->ra) < vs->max_in_flight && vs->ra_next < vs->limit) {
         uint64_t grid_end = (vs->ra_next / vs->buf_size + 1) * vs->buf_size;
@@ -500,7 +497,7 @@ static void ra_fill_locked(BlkVmstate *vs)
     }
 }
 
-static int ra_read_locked(BlkVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
+static int ra_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
     int ret;
 
@@ -536,7 +533,7 @@ static int ra_read_locked(BlkVmstate *vs, uint64_t pos, uint8_t *buf, size_t len
     return 0;
 }
 
-static int vm_read_locked(BlkVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
+static int vm_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
     int ret = sticky_error(vs);
 
@@ -568,7 +565,7 @@ static int vm_read_locked(BlkVmstate *vs, uint64_t pos, uint8_t *buf, size_t len
 }
 
 /* Ends a stream session: no more I/O, error forgotten (invariant 4). */
-static void session_end(BlkVmstate *vs)
+static void session_end(ApiVmstate *vs)
 {
     pthread_mutex_lock(&vs->op_lock);
     if (vs->cur) {
@@ -588,14 +585,14 @@ static void session_end(BlkVmstate *vs)
     pthread_mutex_unlock(&vs->op_lock);
 }
 
-static int session_claim(BlkVmstate *vs)
+static int session_claim(ApiVmstate *vs)
 {
     int ret = 0;
 
     pthread_mutex_lock(&vs->op_lock);
     if (vs->session) {
         ret = blk_error(EBUSY, "A VM state save or load is already in progress on '%s'",
-                        vs->img->filename);
+                        vs->img->node->filename);
     } else {
         vs->session = true;
     }
@@ -604,13 +601,13 @@ static int session_claim(BlkVmstate *vs)
 }
 
 /* Invariant 7 (below the stream structs). */
-static void streams_invalidate(BlkVmstate *vs);
+static void streams_invalidate(ApiVmstate *vs);
 
-/* ---- block.h ---- */
+/* ---- api.h: the handle's quiesce steps (api.h invariant 2) ---- */
 
-int blk_vmstate_drain(QimgImage *img)
+int api_quiesce(QimgImage *img)
 {
-    BlkVmstate *vs = vs_get(img, false);
+    ApiVmstate *vs = vs_get(img, false);
     int ret;
 
     if (!vs) {
@@ -623,9 +620,9 @@ int blk_vmstate_drain(QimgImage *img)
     return ret;
 }
 
-void blk_vmstate_release(QimgImage *img)
+void api_release(QimgImage *img)
 {
-    BlkVmstate *vs = vs_get(img, false);
+    ApiVmstate *vs = vs_get(img, false);
 
     if (!vs) {
         return;
@@ -649,11 +646,11 @@ void blk_vmstate_release(QimgImage *img)
     blk_error_clear();
 }
 
-/* ---- block/vmstate.h ---- */
+/* ---- api/vmstate.h ---- */
 
-void blk_vmstate_get_stats(QimgImage *img, BlkVmstateStats *st)
+void api_vmstate_get_stats(QimgImage *img, ApiVmstateStats *st)
 {
-    BlkVmstate *vs = vs_get(img, false);
+    ApiVmstate *vs = vs_get(img, false);
 
     memset(st, 0, sizeof(*st));
     if (!vs) {
@@ -667,11 +664,6 @@ void blk_vmstate_get_stats(QimgImage *img, BlkVmstateStats *st)
     st->live_buffers = vs->live;
     st->max_live_buffers = vs->max_live;
     pthread_mutex_unlock(&vs->lock);
-}
-
-void blk_vmstate_set_view_opener(BlkVmstateViewOpener fn)
-{
-    view_opener = fn ? fn : open_view_default;
 }
 
 /* ---- public API: positional ---- */
@@ -692,13 +684,15 @@ static bool check_range(QimgImage *img, uint64_t pos, size_t len, GError **error
 
 static bool check_vmstate_ops(QimgImage *img, bool write, GError **error)
 {
-    if (!img->drv->save_vmstate || !img->drv->load_vmstate) {
+    BlkNode *node = img->node;
+
+    if (!node->drv->save_vmstate || !node->drv->load_vmstate) {
         g_set_error(error, QIMG_ERROR, ENOTSUP, "Format '%s' does not support VM state",
-                    img->drv->format_name);
+                    node->drv->format_name);
         return false;
     }
-    if (write && img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", img->filename);
+    if (write && node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
         return false;
     }
     return true;
@@ -711,7 +705,7 @@ gboolean qimg_vmstate_pwrite(QimgImage *img, uint64_t pos, const void *buf, size
     if (!check_vmstate_ops(img, true, error) || !check_range(img, pos, len, error)) {
         return FALSE;
     }
-    BlkVmstate *vs = vs_get(img, true);
+    ApiVmstate *vs = vs_get(img, true);
     blk_error_clear();
     pthread_mutex_lock(&vs->op_lock);
     int ret = vm_write_locked(vs, pos, buf, len);
@@ -730,7 +724,7 @@ gboolean qimg_vmstate_pread(QimgImage *img, uint64_t pos, void *buf, size_t len,
     if (!check_vmstate_ops(img, false, error) || !check_range(img, pos, len, error)) {
         return FALSE;
     }
-    BlkVmstate *vs = vs_get(img, true);
+    ApiVmstate *vs = vs_get(img, true);
     blk_error_clear();
     pthread_mutex_lock(&vs->op_lock);
     int ret = vm_read_locked(vs, pos, buf, len);
@@ -746,7 +740,10 @@ gboolean qimg_vmstate_flush(QimgImage *img, GError **error)
 {
     g_return_val_if_fail(img, FALSE);
     blk_error_clear();
-    int ret = blk_flush(img); /* drains first (invariant 4) */
+    int ret = api_quiesce(img); /* invariant 4 */
+    if (ret == 0) {
+        ret = blk_flush(img->node);
+    }
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);
         return FALSE;
@@ -773,14 +770,14 @@ gboolean qimg_vmstate_configure(QimgImage *img, const QimgVmstateOptions *opts,
                     VMSTATE_MAX_BUFFER, opts->buffer_size);
         return FALSE;
     }
-    BlkVmstate *vs = vs_get(img, true);
+    ApiVmstate *vs = vs_get(img, true);
     blk_error_clear();
     pthread_mutex_lock(&vs->op_lock);
     if (vs->session) {
         ret = blk_error(EBUSY,
                         "Cannot reconfigure VM state I/O of '%s' while a save or "
                         "load is in progress",
-                        img->filename);
+                        img->node->filename);
         goto out;
     }
     ra_drop_locked(vs);
@@ -808,7 +805,7 @@ out:
 
 struct QimgVmstateSave {
     QimgImage *img; /* NULL once the image was closed (invariant 7) */
-    BlkVmstate *vs;
+    ApiVmstate *vs;
     QimgSnapshotParams params;
     char *name;
     uint64_t size; /* bytes appended */
@@ -825,20 +822,37 @@ static bool stream_alive(const void *img, GError **error)
     return true;
 }
 
+/* The driver's snapshot list (BlkSnapshotInfo), or NULL with error set. */
+static GArray *snapshot_list(QimgImage *img, GError **error)
+{
+    BlkNode *node = img->node;
+    GArray *list;
+
+    if (!node->drv->snapshot_list) {
+        return g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
+    }
+    blk_error_clear();
+    list = node->drv->snapshot_list(node);
+    if (!list) {
+        blk_error_propagate(error, -EIO, "Could not list the snapshots");
+    }
+    return list;
+}
+
 /* 1 if a snapshot is called name, 0 if not, -1 with error set. */
 static int snapshot_name_exists(QimgImage *img, const char *name, GError **error)
 {
-    GArray *list = qimg_snapshot_list(img, error);
+    GArray *list = snapshot_list(img, error);
     int found = 0;
 
     if (!list) {
         return -1;
     }
     for (guint i = 0; i < list->len; i++) {
-        const char *n = g_array_index(list, QimgSnapshotInfo, i).name;
+        const char *n = g_array_index(list, BlkSnapshotInfo, i).name;
         found |= n && strcmp(n, name) == 0;
     }
-    qimg_snapshot_list_free(list);
+    blk_snapshot_list_free(list);
     return found;
 }
 
@@ -852,14 +866,15 @@ QimgVmstateSave *qimg_vmstate_save_begin(QimgImage *img, const QimgSnapshotParam
         g_set_error(error, QIMG_ERROR, EINVAL, "A snapshot name is required");
         return NULL;
     }
-    if (!img->drv->save_vmstate || !img->drv->snapshot_create) {
+    if (!img->node->drv->save_vmstate || !img->node->drv->snapshot_create) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Format '%s' does not support internal snapshots",
-                    img->drv->format_name);
+                    img->node->drv->format_name);
         return NULL;
     }
-    if (img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", img->filename);
+    if (img->node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only",
+                    img->node->filename);
         return NULL;
     }
     ret = snapshot_name_exists(img, params->name, error);
@@ -870,7 +885,7 @@ QimgVmstateSave *qimg_vmstate_save_begin(QimgImage *img, const QimgSnapshotParam
         }
         return NULL;
     }
-    BlkVmstate *vs = vs_get(img, true);
+    ApiVmstate *vs = vs_get(img, true);
     blk_error_clear();
     ret = session_claim(vs);
     if (ret == 0) {
@@ -951,12 +966,23 @@ char *qimg_vmstate_save_commit(QimgVmstateSave *s, GError **error)
     }
     blk_error_clear();
     /* Invariant 4, then the driver's metadata (QEMU: qemu_fclose -> bdrv_flush). */
-    ret = blk_flush(s->img);
+    ret = api_quiesce(s->img);
+    if (ret == 0) {
+        ret = blk_flush(s->img->node);
+    }
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);
     } else {
-        s->params.vm_state_size = s->size;
-        id = qimg_snapshot_create(s->img, &s->params, error);
+        /* the driver-level operation: the writer drained itself */
+        BlkSnapshotInfo sn = {
+            .name = (char *)s->params.name,
+            .vm_state_size = s->size,
+            .date_sec = s->params.date_sec,
+            .date_nsec = s->params.date_nsec,
+            .vm_clock_nsec = s->params.vm_clock_nsec,
+            .icount = s->params.icount,
+        };
+        id = api_snapshot_create(s->img, &sn, error);
     }
     save_free(s);
     return id;
@@ -975,70 +1001,61 @@ struct QimgVmstateLoad {
     QimgImage *img;     /* NULL once the image was closed (invariant 7) */
     QimgImage *node;    /* img (apply) or view */
     QimgImage *view;    /* owned, or NULL */
-    BlkVmstate *vs;     /* node's */
-    BlkVmstate *img_vs; /* img's, where the stream is registered */
+    ApiVmstate *vs;     /* node's */
+    ApiVmstate *img_vs; /* img's, where the stream is registered */
     uint64_t size;
     uint64_t pos;
 };
 
-static QimgImage *open_view_default(QimgImage *img, const char *snapshot_id,
-                                    GError **error)
+/* A read-only view of snapshot_id through the normal open path (whatever
+ * driver img has: tests register their own, api.h). */
+static QimgImage *open_view(QimgImage *img, const char *snapshot_id, GError **error)
 {
     /* A second node on the file img holds: img's locks already say what this
      * process does with it, so the view shares everything (block/lock.c). */
-    QimgOpenOptions o = {
-        .format = img->drv->format_name,
+    BlkOpenOptions o = {
+        .format = img->node->drv->format_name,
         .read_only = true,
         .snapshot = snapshot_id,
-        .cache = img->cache,
-        .no_backing = img->opts.no_backing,
+        .cache = img->node->cache,
+        .no_backing = img->node->opts.no_backing,
         .force_share = true,
     };
-    return blk_open_image(img->filename, &o, NULL, error);
+    BlkNode *node = api_open_node(img->node->filename, &o, NULL, error);
+    return node ? api_image_new(node) : NULL;
 }
 
-/* QEMU's order: ID first, then name.  Fills *out (strings owned by caller). */
-static bool find_snapshot(QimgImage *img, const char *id_or_name, QimgSnapshotInfo *out)
+/* QEMU's order: ID first, then name (blk_snapshot_find).  Fills *out
+ * (strings owned by the caller). */
+static bool find_snapshot(QimgImage *img, const char *id_or_name, BlkSnapshotInfo *out)
 {
-    GArray *list = qimg_snapshot_list(img, NULL);
-    int found = -1;
+    GArray *list = snapshot_list(img, NULL);
+    int found = list ? blk_snapshot_find(list, id_or_name) : -1;
 
-    for (guint i = 0; list && found < 0 && i < list->len; i++) {
-        const char *sid = g_array_index(list, QimgSnapshotInfo, i).id;
-        if (sid && strcmp(sid, id_or_name) == 0) {
-            found = (int)i;
-        }
-    }
-    for (guint i = 0; list && found < 0 && i < list->len; i++) {
-        const QimgSnapshotInfo *e = &g_array_index(list, QimgSnapshotInfo, i);
-        if (e->id && e->name && strcmp(e->name, id_or_name) == 0) {
-            found = (int)i;
-        }
-    }
+    blk_error_clear();
     if (found >= 0) {
-        QimgSnapshotInfo *sn = &g_array_index(list, QimgSnapshotInfo, found);
+        BlkSnapshotInfo *sn = &g_array_index(list, BlkSnapshotInfo, found);
         *out = *sn;
         sn->id = NULL; /* stolen */
         sn->name = NULL;
     }
-    qimg_snapshot_list_free(list);
+    blk_snapshot_list_free(list);
     return found >= 0;
 }
 
 QimgVmstateLoad *qimg_vmstate_load_begin(QimgImage *img, const char *id_or_name,
                                          bool apply, GError **error)
 {
-    QimgSnapshotInfo sn = {0};
+    BlkSnapshotInfo sn = {0};
     QimgImage *view = NULL, *node = img;
-    BlkVmstate *img_vs, *vs;
+    ApiVmstate *img_vs, *vs;
     int ret;
 
     g_return_val_if_fail(img && id_or_name, NULL);
-    if (!img->drv->load_vmstate || !img->drv->snapshot_list ||
-        (apply && !img->drv->snapshot_goto)) {
+    const BlkDriver *drv = img->node->drv;
+    if (!drv->load_vmstate || !drv->snapshot_list || (apply && !drv->snapshot_goto)) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Format '%s' does not support internal snapshots",
-                    img->drv->format_name);
+                    "Format '%s' does not support internal snapshots", drv->format_name);
         return NULL;
     }
     if (!find_snapshot(img, id_or_name, &sn)) {
@@ -1063,7 +1080,13 @@ QimgVmstateLoad *qimg_vmstate_load_begin(QimgImage *img, const char *id_or_name,
             blk_error_propagate(error, ret, NULL);
             return NULL;
         }
-        if (!qimg_snapshot_apply(img, id, error)) { /* drains img's state */
+        ret = api_quiesce(img); /* api.h invariant 2 */
+        if (ret < 0) {
+            blk_error_propagate(error, ret, NULL);
+        } else {
+            ret = api_snapshot_goto(img, id, error);
+        }
+        if (ret < 0) {
             pthread_mutex_lock(&img_vs->op_lock);
             img_vs->session = false;
             pthread_mutex_unlock(&img_vs->op_lock);
@@ -1072,12 +1095,15 @@ QimgVmstateLoad *qimg_vmstate_load_begin(QimgImage *img, const char *id_or_name,
         vs = img_vs;
     } else {
         /* The view reads the file: what is buffered or cached must be there. */
-        ret = blk_flush(img);
+        ret = api_quiesce(img);
+        if (ret == 0) {
+            ret = blk_flush(img->node);
+        }
         if (ret < 0) {
             blk_error_propagate(error, ret, NULL);
             return NULL;
         }
-        view = view_opener(img, id, error);
+        view = open_view(img, id, error);
         if (!view) {
             return NULL;
         }
@@ -1150,13 +1176,13 @@ void qimg_vmstate_load_end(QimgVmstateLoad *l)
         l->img_vs->load = NULL;
         pthread_mutex_unlock(&l->img_vs->op_lock);
         session_end(l->vs);
-        blk_close(l->view); /* releases the view's state */
+        api_image_destroy(l->view); /* releases the view's state */
     }
     g_free(l);
 }
 
 /* Invariant 7: the image is going away; its streams forget it. */
-static void streams_invalidate(BlkVmstate *vs)
+static void streams_invalidate(ApiVmstate *vs)
 {
     pthread_mutex_lock(&vs->op_lock);
     struct QimgVmstateSave *save = vs->save;
@@ -1175,6 +1201,6 @@ static void streams_invalidate(BlkVmstate *vs)
         load->view = NULL;
         load->vs = NULL;
         load->img_vs = NULL;
-        blk_close(view); /* the view's own state goes with it */
+        api_image_destroy(view); /* the view's own state goes with it */
     }
 }

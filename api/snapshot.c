@@ -1,5 +1,5 @@
 /*
- * block/snapshot.c: the public internal-snapshot API
+ * api/snapshot.c: the public internal-snapshot API
  * (include/qimg/snapshot.h) over the driver's snapshot_* operations.
  *
  * Owns: argument and capability checks at the API edge, the defaults a
@@ -11,8 +11,10 @@
  *  1. Buffered vmstate writes are drained (and read-ahead dropped) before
  *     any snapshot is created, applied or deleted, so a snapshot never
  *     misses bytes already accepted and read-ahead never serves bytes of
- *     an L1 that is gone (vmstate.c invariants 3, 4).  A drain error fails
- *     the operation before the driver is called.
+ *     an L1 that is gone (vmstate.c invariants 3, 4): the handle's quiesce
+ *     step (api.h invariant 2).  A drain error fails the operation before
+ *     the driver is called.  The vmstate writer, which drains itself,
+ *     uses api_snapshot_create()/api_snapshot_goto() directly.
  *  2. A driver without an operation gives a clear ENOTSUP message naming
  *     the format ("Format 'raw' does not support internal snapshots");
  *     listing such an image gives an empty list, as qemu-img snapshot -l
@@ -28,29 +30,29 @@
  * support snapshots".  Names need not be unique and may be empty: qemu-img
  * snapshot -c creates a second 'a' without complaint.
  */
-#include "block/block.h"
+#include "api/api.h"
 
 #include "qimg/snapshot.h"
 
 #include <errno.h>
 
 /* Invariant 2. */
-static bool check_op(QimgImage *img, bool has_op, GError **error)
+static bool check_op(BlkNode *node, bool has_op, GError **error)
 {
     if (!has_op) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Format '%s' does not support internal snapshots",
-                    img->drv->format_name);
+                    node->drv->format_name);
         return false;
     }
     return true;
 }
 
 /* Invariant 3. */
-static bool check_writable(QimgImage *img, GError **error)
+static bool check_writable(BlkNode *node, GError **error)
 {
-    if (img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", img->filename);
+    if (node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
         return false;
     }
     return true;
@@ -59,7 +61,7 @@ static bool check_writable(QimgImage *img, GError **error)
 /* Invariant 1. */
 static bool drain_vmstate(QimgImage *img, GError **error)
 {
-    int ret = blk_vmstate_drain(img);
+    int ret = api_quiesce(img);
 
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);
@@ -78,41 +80,27 @@ static void driver_error(GError **error, GError *local, int ret)
     }
 }
 
-char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
-                           GError **error)
+char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError **error)
 {
+    BlkNode *node = img->node;
     GError *local = NULL;
+    BlkSnapshotInfo sn = *params;
     int ret;
 
-    g_return_val_if_fail(img, NULL);
-    if (!params || !params->name) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "A snapshot name is required");
+    if (!check_op(node, node->drv->snapshot_create != NULL, error) ||
+        !check_writable(node, error)) {
         return NULL;
     }
-    if (!check_op(img, img->drv->snapshot_create != NULL, error) ||
-        !check_writable(img, error)) {
-        return NULL;
-    }
-    blk_error_clear();
-    if (!drain_vmstate(img, error)) {
-        return NULL;
-    }
-
     g_autofree char *name = g_strdup(params->name);
-    QimgSnapshotInfo sn = {
-        .name = name,
-        .vm_state_size = params->vm_state_size,
-        .date_sec = params->date_sec,
-        .date_nsec = params->date_nsec,
-        .vm_clock_nsec = params->vm_clock_nsec,
-        .icount = params->icount,
-    };
+    sn.name = name;
+    sn.id = NULL;
     if (sn.date_sec == 0 && sn.date_nsec == 0) {
         gint64 now = g_get_real_time(); /* microseconds */
         sn.date_sec = (uint64_t)(now / G_USEC_PER_SEC);
         sn.date_nsec = (uint32_t)(now % G_USEC_PER_SEC) * 1000;
     }
-    ret = img->drv->snapshot_create(img, &sn, &local);
+    blk_error_clear();
+    ret = node->drv->snapshot_create(node, &sn, &local);
     if (ret < 0) {
         driver_error(error, local, ret);
         g_free(sn.id);
@@ -126,43 +114,82 @@ char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
     return sn.id;
 }
 
-gboolean qimg_snapshot_apply(QimgImage *img, const char *id_or_name, GError **error)
+int api_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
 {
+    BlkNode *node = img->node;
     GError *local = NULL;
     int ret;
 
+    if (!check_op(node, node->drv->snapshot_goto != NULL, error) ||
+        !check_writable(node, error)) {
+        return -EINVAL;
+    }
+    blk_error_clear();
+    ret = node->drv->snapshot_goto(node, id_or_name, &local);
+    if (ret < 0) {
+        driver_error(error, local, ret);
+    }
+    return ret;
+}
+
+char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
+                           GError **error)
+{
+    g_return_val_if_fail(img, NULL);
+    if (!params || !params->name) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "A snapshot name is required");
+        return NULL;
+    }
+    if (!check_op(img->node, img->node->drv->snapshot_create != NULL, error) ||
+        !check_writable(img->node, error)) {
+        return NULL;
+    }
+    blk_error_clear();
+    if (!drain_vmstate(img, error)) {
+        return NULL;
+    }
+    BlkSnapshotInfo sn = {
+        .name = (char *)params->name,
+        .vm_state_size = params->vm_state_size,
+        .date_sec = params->date_sec,
+        .date_nsec = params->date_nsec,
+        .vm_clock_nsec = params->vm_clock_nsec,
+        .icount = params->icount,
+    };
+    return api_snapshot_create(img, &sn, error);
+}
+
+gboolean qimg_snapshot_apply(QimgImage *img, const char *id_or_name, GError **error)
+{
     g_return_val_if_fail(img && id_or_name, FALSE);
-    if (!check_op(img, img->drv->snapshot_goto != NULL, error) ||
-        !check_writable(img, error)) {
+    if (!check_op(img->node, img->node->drv->snapshot_goto != NULL, error) ||
+        !check_writable(img->node, error)) {
         return FALSE;
     }
     blk_error_clear();
     if (!drain_vmstate(img, error)) {
         return FALSE;
     }
-    ret = img->drv->snapshot_goto(img, id_or_name, &local);
-    if (ret < 0) {
-        driver_error(error, local, ret);
-        return FALSE;
-    }
-    return TRUE;
+    return api_snapshot_goto(img, id_or_name, error) == 0;
 }
 
 gboolean qimg_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error)
 {
+    BlkNode *node;
     GError *local = NULL;
     int ret;
 
     g_return_val_if_fail(img && id_or_name, FALSE);
-    if (!check_op(img, img->drv->snapshot_delete != NULL, error) ||
-        !check_writable(img, error)) {
+    node = img->node;
+    if (!check_op(node, node->drv->snapshot_delete != NULL, error) ||
+        !check_writable(node, error)) {
         return FALSE;
     }
     blk_error_clear();
     if (!drain_vmstate(img, error)) {
         return FALSE;
     }
-    ret = img->drv->snapshot_delete(img, id_or_name, &local);
+    ret = node->drv->snapshot_delete(node, id_or_name, &local);
     if (ret < 0) {
         driver_error(error, local, ret);
         return FALSE;
@@ -172,21 +199,24 @@ gboolean qimg_snapshot_delete(QimgImage *img, const char *id_or_name, GError **e
 
 GArray *qimg_snapshot_list(QimgImage *img, GError **error)
 {
+    BlkNode *node;
     GArray *list;
 
     g_return_val_if_fail(img, NULL);
-    if (!img->drv->snapshot_list) {
+    node = img->node;
+    if (!node->drv->snapshot_list) {
         return g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo)); /* invariant 2 */
     }
     blk_error_clear();
-    list = img->drv->snapshot_list(img);
+    list = node->drv->snapshot_list(node);
     if (!list) {
         const char *msg = blk_error_message();
         g_set_error(error, QIMG_ERROR, EIO, "Could not list the snapshots of '%s'%s%s",
-                    img->filename, msg ? ": " : "", msg ? msg : "");
+                    node->filename, msg ? ": " : "", msg ? msg : "");
         blk_error_clear();
+        return NULL;
     }
-    return list;
+    return api_snapshot_list_move(list);
 }
 
 void qimg_snapshot_list_free(GArray *list)

@@ -1,6 +1,6 @@
 /*
- * block/api.c: the public libqimg API (include/qimg/qimg.h) over the
- * generic image layer.
+ * api/image.c: the public libqimg API of include/qimg/qimg.h -- image
+ * handles, I/O, block status, information -- over the node layer.
  *
  * Owns: argument checks at the API edge, the GError conversion of internal
  * -errno results (block.h invariant 2), writethrough semantics for format
@@ -14,7 +14,7 @@
  *  3. qimg_image_close() flushes a writable image (writeback must still
  *     flush at close) and reports a failed flush.
  */
-#include "block/block.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <string.h>
@@ -48,28 +48,32 @@ const char *qimg_cache_mode_name(QimgCacheMode mode)
 
 gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error)
 {
-    static const char *const names[] = {"off", "metadata", "falloc", "full"};
-    for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
-        if (strcmp(s, names[i]) == 0) {
-            *out = (QimgPrealloc)i;
-            return TRUE;
-        }
+    BlkPrealloc p;
+    int ret = blk_prealloc_parse(s, &p);
+
+    if (ret < 0) {
+        blk_error_propagate(error, ret, NULL);
+        return FALSE;
     }
-    g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'", s);
-    return FALSE;
+    *out = (QimgPrealloc)p;
+    return TRUE;
 }
 
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error)
 {
-    QimgOpenOptions def = QIMG_OPEN_OPTIONS_INIT;
+    BlkOpenOptions o;
+    BlkNode *node;
 
     if (!filename || !*filename) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
         return NULL;
     }
+    api_register_drivers();
+    api_open_options(opts, &o);
     blk_error_clear();
-    return blk_open_image(filename, opts ? opts : &def, NULL, error);
+    node = api_open_node(filename, &o, NULL, error);
+    return node ? api_image_new(node) : NULL;
 }
 
 gboolean qimg_image_close(QimgImage *img, GError **error)
@@ -79,14 +83,16 @@ gboolean qimg_image_close(QimgImage *img, GError **error)
     if (!img) {
         return TRUE;
     }
-    if (!img->read_only) {
-        ret = blk_flush(img); /* invariant 3 */
+    /* invariant 3; api.h invariant 2: the handle quiesces first */
+    ret = api_quiesce(img);
+    if (ret == 0 && !img->node->read_only) {
+        ret = blk_flush(img->node);
     }
     if (ret < 0) {
-        g_autofree char *p = g_strdup_printf("Failed to flush '%s'", img->filename);
+        g_autofree char *p = g_strdup_printf("Failed to flush '%s'", img->node->filename);
         blk_error_propagate(error, ret, p);
     }
-    blk_close(img);
+    api_image_destroy(img);
     return ret == 0;
 }
 
@@ -98,11 +104,14 @@ void qimg_image_free(QimgImage *img)
 gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
                            GError **error)
 {
+    BlkCreateOptions co;
+
     if (!opts || !opts->format) {
         g_set_error(error, QIMG_ERROR, EINVAL, "No image format given");
         return FALSE;
     }
-    const QimgDriver *drv = blk_find_format(opts->format);
+    api_register_drivers();
+    const BlkDriver *drv = blk_find_format(opts->format);
     if (!drv || drv->is_protocol) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Unknown file format '%s'", opts->format);
         return FALSE;
@@ -112,14 +121,15 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
                     "Format driver '%s' does not support image creation", opts->format);
         return FALSE;
     }
+    api_create_options(opts, &co);
     blk_error_clear();
-    return drv->create(filename, opts, error) == 0;
+    return drv->create(filename, &co, error) == 0;
 }
 
-static gboolean io_result(QimgImage *img, int ret, const char *what, GError **error)
+static gboolean io_result(BlkNode *node, int ret, const char *what, GError **error)
 {
     if (ret < 0) {
-        g_autofree char *p = g_strdup_printf("%s '%s'", what, img->filename);
+        g_autofree char *p = g_strdup_printf("%s '%s'", what, node->filename);
         blk_error_propagate(error, ret, p);
         return FALSE;
     }
@@ -127,11 +137,11 @@ static gboolean io_result(QimgImage *img, int ret, const char *what, GError **er
 }
 
 /* Invariant 2. */
-static int after_write(QimgImage *img, int ret)
+static int after_write(BlkNode *node, int ret)
 {
-    if (ret == 0 && !img->drv->is_protocol &&
-        (img->cache == QIMG_CACHE_WRITETHROUGH || img->cache == QIMG_CACHE_DIRECTSYNC)) {
-        ret = blk_flush(img);
+    if (ret == 0 && !node->drv->is_protocol &&
+        (node->cache == BLK_CACHE_WRITETHROUGH || node->cache == BLK_CACHE_DIRECTSYNC)) {
+        ret = blk_flush(node);
     }
     return ret;
 }
@@ -139,109 +149,121 @@ static int after_write(QimgImage *img, int ret)
 gboolean qimg_image_preadv(QimgImage *img, uint64_t offset, const struct iovec *iov,
                            int iovcnt, GError **error)
 {
-    QimgIOV q;
+    BlkIOV q;
     iov_init_external(&q, (struct iovec *)iov, iovcnt);
-    return io_result(img, blk_preadv(img, offset, &q, 0), "Could not read", error);
+    return io_result(img->node, blk_preadv(img->node, offset, &q, 0), "Could not read",
+                     error);
 }
 
 gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset, const struct iovec *iov,
                             int iovcnt, GError **error)
 {
-    QimgIOV q;
+    BlkIOV q;
     iov_init_external(&q, (struct iovec *)iov, iovcnt);
-    int ret = after_write(img, blk_pwritev(img, offset, &q, 0));
-    return io_result(img, ret, "Could not write", error);
+    int ret = after_write(img->node, blk_pwritev(img->node, offset, &q, 0));
+    return io_result(img->node, ret, "Could not write", error);
 }
 
 gboolean qimg_image_pread(QimgImage *img, uint64_t offset, void *buf, size_t len,
                           GError **error)
 {
-    return io_result(img, blk_pread(img, offset, buf, len), "Could not read", error);
+    return io_result(img->node, blk_pread(img->node, offset, buf, len), "Could not read",
+                     error);
 }
 
 gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t len,
                            GError **error)
 {
-    int ret = after_write(img, blk_pwrite(img, offset, buf, len, 0));
-    return io_result(img, ret, "Could not write", error);
+    int ret = after_write(img->node, blk_pwrite(img->node, offset, buf, len, 0));
+    return io_result(img->node, ret, "Could not write", error);
 }
 
 gboolean qimg_image_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t len,
                                   unsigned flags, GError **error)
 {
-    int ret = after_write(img, blk_pwrite_zeroes(img, offset, len, flags));
-    return io_result(img, ret, "Could not write zeroes to", error);
+    int ret = after_write(img->node, blk_pwrite_zeroes(img->node, offset, len, flags));
+    return io_result(img->node, ret, "Could not write zeroes to", error);
 }
 
 gboolean qimg_image_pdiscard(QimgImage *img, uint64_t offset, uint64_t len,
                              GError **error)
 {
-    int ret = after_write(img, blk_pdiscard(img, offset, len));
-    return io_result(img, ret, "Could not discard", error);
+    int ret = after_write(img->node, blk_pdiscard(img->node, offset, len));
+    return io_result(img->node, ret, "Could not discard", error);
 }
 
 gboolean qimg_image_flush(QimgImage *img, GError **error)
 {
-    return io_result(img, blk_flush(img), "Could not flush", error);
+    int ret = api_quiesce(img); /* api.h invariant 2 */
+    if (ret == 0) {
+        ret = blk_flush(img->node);
+    }
+    return io_result(img->node, ret, "Could not flush", error);
 }
 
 gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
                              QimgPrealloc prealloc, GError **error)
 {
-    if (size < img->size && !shrink) {
+    if (size < img->node->size && !shrink) {
         g_set_error(error, QIMG_ERROR, EINVAL,
                     "Use the --shrink option to perform a shrink operation.");
         return FALSE;
     }
     blk_error_clear();
-    if (blk_truncate(img, size, true, prealloc, shrink, error) < 0) {
+    int ret = api_quiesce(img);
+    if (ret < 0) {
+        return io_result(img->node, ret, "Could not resize", error);
+    }
+    if (blk_truncate(img->node, size, true, api_prealloc(prealloc), shrink, error) < 0) {
         return FALSE;
     }
-    return io_result(img, after_write(img, 0), "Could not flush", error);
+    return io_result(img->node, after_write(img->node, 0), "Could not flush", error);
 }
 
 gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const void *buf,
                                       size_t len, GError **error)
 {
-    if (!img->drv->pwrite_compressed) {
+    BlkNode *node = img->node;
+
+    if (!node->drv->pwrite_compressed) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Compression is not supported for format '%s'",
-                    img->drv->format_name);
+                    node->drv->format_name);
         return FALSE;
     }
-    if (img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", img->filename);
+    if (node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
         return FALSE;
     }
-    QimgIOV q;
+    BlkIOV q;
     iov_init_buf(&q, (void *)buf, len);
-    int ret = after_write(img, img->drv->pwrite_compressed(img, offset, &q));
-    return io_result(img, ret, "Could not write compressed data to", error);
+    int ret = after_write(node, node->drv->pwrite_compressed(node, offset, &q));
+    return io_result(node, ret, "Could not write compressed data to", error);
 }
 
 uint64_t qimg_image_size(QimgImage *img)
 {
-    return img->size;
+    return img->node->size;
 }
 
 const char *qimg_image_filename(QimgImage *img)
 {
-    return img->filename;
+    return img->node->filename;
 }
 
 const char *qimg_image_format(QimgImage *img)
 {
-    return img->drv->format_name;
+    return img->node->drv->format_name;
 }
 
 QimgImage *qimg_image_backing(QimgImage *img)
 {
-    return img->backing;
+    return img->backing; /* api.h invariant 1 */
 }
 
 bool qimg_image_is_read_only(QimgImage *img)
 {
-    return img->read_only;
+    return img->node->read_only;
 }
 
 static void fill_extent(QimgExtent *out, uint64_t offset, const BlkStatus *st, int depth)
@@ -258,9 +280,9 @@ gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t
                                        QimgExtent *out, GError **error)
 {
     BlkStatus st;
-    int ret = blk_block_status(img, offset, len, &st);
+    int ret = blk_block_status(img->node, offset, len, &st);
     if (ret < 0) {
-        return io_result(img, ret, "Could not get block status of", error);
+        return io_result(img->node, ret, "Could not get block status of", error);
     }
     fill_extent(out, offset, &st, 0);
     return TRUE;
@@ -274,15 +296,15 @@ gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t
 gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
                                  QimgExtent *out, GError **error)
 {
-    QimgImage *cur = img;
+    BlkNode *cur = img->node;
     int depth = 0;
     BlkStatus st;
 
-    if (offset >= img->size || len == 0) {
+    if (offset >= cur->size || len == 0) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Block status request out of range");
         return FALSE;
     }
-    len = MIN(len, img->size - offset);
+    len = MIN(len, cur->size - offset);
     for (;;) {
         int ret = blk_block_status(cur, offset, len, &st);
         if (ret < 0) {
@@ -310,17 +332,38 @@ gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
 {
     g_autoptr(QimgInfo) info = g_new0(QimgInfo, 1);
+    BlkNode *node = img->node;
+    BlkInfo bi = {0};
 
-    info->filename = g_strdup(img->filename);
-    info->format = g_strdup(img->drv->format_name);
-    info->virtual_size = img->size;
-    int64_t a = blk_get_allocated_size(img->file ? img->file : img);
+    info->filename = g_strdup(node->filename);
+    info->format = g_strdup(node->drv->format_name);
+    info->virtual_size = node->size;
+    int64_t a = blk_get_allocated_size(node->file ? node->file : node);
     info->actual_size = a < 0 ? -1 : a;
-    info->backing_filename = g_strdup(img->backing_filename);
-    info->full_backing_filename = g_strdup(img->full_backing_filename);
-    info->backing_format = g_strdup(img->backing_format);
-    if (img->drv->get_info && img->drv->get_info(img, info, error) < 0) {
-        return NULL;
+    info->backing_filename = g_strdup(node->backing_filename);
+    info->full_backing_filename = g_strdup(node->full_backing_filename);
+    info->backing_format = g_strdup(node->backing_format);
+    if (node->drv->get_info) {
+        if (node->drv->get_info(node, &bi, error) < 0) {
+            blk_info_clear(&bi);
+            return NULL;
+        }
+        info->cluster_size = bi.cluster_size;
+        info->dirty = bi.dirty;
+        info->encrypted = bi.encrypted;
+        info->format_specific = bi.format_specific;
+        info->compat = g_steal_pointer(&bi.compat);
+        info->compression_type = g_steal_pointer(&bi.compression_type);
+        info->lazy_refcounts = bi.lazy_refcounts;
+        info->refcount_bits = bi.refcount_bits;
+        info->corrupt = bi.corrupt;
+        info->extended_l2 = bi.extended_l2;
+        info->data_file = g_steal_pointer(&bi.data_file);
+        info->data_file_raw = bi.data_file_raw;
+        if (bi.snapshots) {
+            info->snapshots = api_snapshot_list_move(g_steal_pointer(&bi.snapshots));
+        }
+        blk_info_clear(&bi);
     }
     return g_steal_pointer(&info);
 }

@@ -1,0 +1,81 @@
+/*
+ * api/api.h: what the files of api/ share -- the image handle behind the
+ * public QimgImage, the open sequence (format, probing, backing chain), the
+ * conversions between public and internal types, and the handle's quiesce
+ * steps.  Nothing here is public; tools/ never sees it.
+ *
+ * Owns: struct QimgImage.
+ *
+ * Invariants (cited as "api.h invariant N"):
+ *  1. A handle wraps one node (BlkNode) and, for each backing node below
+ *     it, a handle of its own (qimg_image_backing()); only the top handle
+ *     owns the node chain and closes it.
+ *  2. What belongs to the handle, not to the node, lives here: the buffered
+ *     vmstate writer/reader (api/vmstate.c).  Before the node is flushed or
+ *     closed the handle quiesces it -- api_quiesce() drains the buffered
+ *     writes, api_release() also invalidates an open stream -- so no layer
+ *     below calls back up.
+ *  3. Internal functions return 0 / -errno with a message (block.h
+ *     invariant 2); GError appears only where a public function returns.
+ */
+#ifndef QIMG_API_H
+#define QIMG_API_H
+
+#include "block/block.h"
+#include "qimg/qimg.h"
+
+struct ApiVmstate;
+
+struct QimgImage {
+    BlkNode *node;
+    QimgImage *backing;         /* handle of node->backing, or NULL (owned) */
+    bool owns_node;             /* the top handle: closes the chain */
+    struct ApiVmstate *vmstate; /* api/vmstate.c, or NULL (invariant 2) */
+};
+
+/* ---- open.c: the driver table's built-in drivers and the open sequence ---- */
+
+/* Register the built-in drivers once (idempotent, thread-safe). */
+void api_register_drivers(void);
+/* Open 'filename' with format opts->format (NULL: probe), including its
+ * backing chain unless opts->no_backing.  'chain' holds the canonical paths
+ * already in the chain (loop detection); NULL at the top, where 'filename'
+ * is the caller's own name (block.h invariant 5), non-NULL for backing
+ * files. */
+BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList *chain,
+                       GError **error);
+/* Open a format driver on an already open protocol node (tests put a test
+ * node there); takes ownership of file, even on failure. */
+BlkNode *api_open_node_on(BlkNode *file, const char *filename, const BlkOpenOptions *opts,
+                          GError **error);
+/* A handle for node (and its backing chain, invariant 1); owns node. */
+QimgImage *api_image_new(BlkNode *node);
+/* Release the handles (api_release on each) and close the node chain. */
+void api_image_destroy(QimgImage *img);
+
+/* ---- convert.c: public <-> internal types ---- */
+
+void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out);
+BlkCacheMode api_cache_mode(QimgCacheMode mode);
+BlkPrealloc api_prealloc(QimgPrealloc mode);
+void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out);
+/* Move a driver's snapshot entries into public ones (strings move). */
+void api_snapshot_info_move(BlkSnapshotInfo *in, QimgSnapshotInfo *out);
+GArray *api_snapshot_list_move(GArray *blk_list);
+
+/* ---- vmstate.c: the handle's quiesce steps (invariant 2) ---- */
+
+/* Drain buffered vmstate writes; the first error of any of them. */
+int api_quiesce(QimgImage *img);
+/* Drain, invalidate an open stream, free the vmstate state. */
+void api_release(QimgImage *img);
+
+/* ---- snapshot.c: driver-level operations the vmstate writer uses ---- */
+
+/* Create a snapshot without draining the vmstate writer first (the writer
+ * itself calls it after its own drain); returns the new ID or NULL with
+ * error set. */
+char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError **error);
+int api_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error);
+
+#endif

@@ -1,0 +1,264 @@
+/*
+ * api/open.c: opening an image -- the built-in drivers in the driver table,
+ * format probing, the format node over its protocol node, the backing
+ * chain -- and the handles that wrap the node chain (api.h invariant 1).
+ *
+ * Invariants (cited as "open.c invariant N"):
+ *  1. A backing chain never contains the same file twice: each file is
+ *     identified by its canonical path, and a repeat refuses the open
+ *     ("Backing file 'x' creates an infinite loop").
+ *  2. Backing nodes are always opened read-only.
+ *  3. Format probing never guesses anything but raw for an unknown file;
+ *     a driver claims a file only by its magic (block.c invariant 4).
+ *  4. Locks (block.h invariant 6): once the format is known, and before
+ *     its driver reads the file, the protocol node holds the permissions of
+ *     the driver's file_role; force_share, no_io and deny_write reach every
+ *     file of the chain, resize only the image's own file.  A read-write
+ *     open with force_share is refused, as QEMU refuses it, before any file
+ *     is opened.  A backing file's failure reads as QEMU words it: "Could
+ *     not open backing file: " and the backing file's own message.
+ */
+#include "api/api.h"
+#include "qcow2/qcow2.h"
+#include "raw/raw.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static gpointer register_once(gpointer unused)
+{
+    (void)unused;
+    blk_driver_register(&blk_qcow2_driver);
+    blk_driver_register(&blk_raw_driver);
+    return NULL;
+}
+
+void api_register_drivers(void)
+{
+    static GOnce once = G_ONCE_INIT;
+    g_once(&once, register_once, NULL);
+}
+
+static const BlkDriver *probe_format(BlkNode *file)
+{
+    uint8_t buf[BLK_PROBE_BUF_SIZE] = {0};
+    int64_t len = blk_getlength(file);
+    size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
+
+    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
+        n = 0;
+    }
+    const BlkDriver *drv = blk_probe_buf(buf, n);
+    return drv ? drv : blk_find_format("raw"); /* invariant 3 */
+}
+
+static bool chain_contains(GSList *chain, const char *canon)
+{
+    for (GSList *l = chain; l; l = l->next) {
+        if (strcmp(l->data, canon) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
+                        GError **error)
+{
+    BlkOpenOptions bo = *opts;
+    g_autoptr(GError) local = NULL;
+
+    bo.format = img->backing_format;
+    bo.read_only = true; /* invariant 2 */
+    bo.resize = false;
+    bo.snapshot = NULL;
+    bo.check_mode = false;
+    img->backing = api_open_node(img->full_backing_filename, &bo, chain, &local);
+    if (!img->backing) {
+        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
+                    blk_open_error_detail(local, img->full_backing_filename));
+        return -local->code;
+    }
+    return 0;
+}
+
+static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *filename,
+                            const char *canon, const BlkOpenOptions *opts, GSList *chain,
+                            bool user_name, GError **error)
+{
+    bool ro = opts->read_only || opts->snapshot != NULL;
+    bool probed = !drv;
+    BlkNode *img;
+    GSList link;
+
+    if (!drv) {
+        drv = probe_format(file);
+    }
+    if (drv->is_protocol) {
+        return file;
+    }
+
+    img = g_new0(BlkNode, 1);
+    img->drv = drv;
+    img->file = file;
+    img->filename = g_strdup(filename);
+    img->read_only = ro;
+    img->probed = probed;
+    img->cache = opts->cache;
+    img->request_alignment = file->request_alignment;
+    img->opts = *opts;
+    img->opts.format = NULL;
+    img->opts.snapshot = NULL;
+
+    g_autoptr(GError) local = NULL;
+    /* Invariant 4: the locks of the driver's role before it reads the file. */
+    BlkOpenOptions lo = *opts;
+    lo.read_only = ro;
+    int ret = blk_set_role_perm(file, drv->file_role, &lo);
+    if (ret < 0) {
+        g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
+                    blk_error_message());
+        blk_error_clear();
+        goto fail_noclose;
+    }
+    if (drv->open(img, filename, opts, &local) < 0) {
+        g_propagate_prefixed_error(error, g_steal_pointer(&local),
+                                   "Could not open '%s': ", filename);
+        goto fail_noclose;
+    }
+    if (img->backing_filename) {
+        img->full_backing_filename = blk_resolve_backing_name(
+            user_name ? blk_plain_name(filename) : filename, img->backing_filename);
+        if (!opts->no_backing) {
+            link.data = (void *)canon;
+            link.next = chain;
+            if (open_backing(img, opts, &link, &local) < 0) {
+                g_propagate_prefixed_error(error, g_steal_pointer(&local),
+                                           "Could not open '%s': ", filename);
+                goto fail;
+            }
+        }
+    }
+    if (drv->open_finish && drv->open_finish(img, &local) < 0) {
+        g_propagate_prefixed_error(error, g_steal_pointer(&local),
+                                   "Could not open '%s': ", filename);
+        goto fail;
+    }
+    return img;
+
+fail:
+    blk_close(img);
+    return NULL;
+fail_noclose:
+    blk_close(img->file);
+    g_free(img->filename);
+    g_free(img->backing_filename);
+    g_free(img->backing_format);
+    g_free(img);
+    return NULL;
+}
+
+static const BlkDriver *lookup_format(const char *filename, const BlkOpenOptions *opts,
+                                      GError **error)
+{
+    const BlkDriver *drv = blk_find_format(opts->format);
+    if (!drv) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Could not open '%s': Unknown driver '%s'",
+                    filename, opts->format);
+    }
+    return drv;
+}
+
+BlkNode *api_open_node_on(BlkNode *file, const char *filename, const BlkOpenOptions *opts,
+                          GError **error)
+{
+    const BlkDriver *drv = NULL;
+
+    if (opts->format && !(drv = lookup_format(filename, opts, error))) {
+        blk_close(file);
+        return NULL;
+    }
+    return open_format(file, drv, filename, filename, opts, NULL, true, error);
+}
+
+BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList *chain,
+                       GError **error)
+{
+    char canon[PATH_MAX];
+    const BlkDriver *drv = NULL;
+    bool ro = opts->read_only || opts->snapshot != NULL;
+
+    api_register_drivers();
+    if (opts->force_share && !ro) { /* invariant 4 */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': force-share=on can only be used with "
+                    "read-only images",
+                    filename);
+        return NULL;
+    }
+    if (opts->format && !(drv = lookup_format(filename, opts, error))) {
+        return NULL;
+    }
+    /* block.h invariant 5: only the caller's own name (not a backing file
+     * name from an image: chain != NULL) may select a test node. */
+    bool user_name = chain == NULL;
+    if (!realpath(user_name ? blk_plain_name(filename) : filename, canon)) {
+        int e = errno;
+        g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
+                    g_strerror(e));
+        return NULL;
+    }
+    if (chain_contains(chain, canon)) { /* invariant 1 */
+        g_set_error(error, QIMG_ERROR, ELOOP,
+                    "Backing file '%s' creates an infinite loop.", filename);
+        return NULL;
+    }
+
+    BlkOpenOptions po = *opts;
+    po.read_only = ro;
+    BlkNode *file = blk_open_protocol(filename, &po, BLK_ROLE_PROTOCOL,
+                                      user_name ? BLK_OPEN_USER_NAME : 0, error);
+    if (!file) {
+        return NULL;
+    }
+    return open_format(file, drv, filename, canon, opts, chain, user_name, error);
+}
+
+QimgImage *api_image_new(BlkNode *node)
+{
+    QimgImage *img = g_new0(QimgImage, 1);
+
+    img->node = node;
+    img->owns_node = true;
+    /* api.h invariant 1: the chain below gets handles of its own */
+    QimgImage *h = img;
+    for (BlkNode *b = node->backing; b; b = b->backing) {
+        h->backing = g_new0(QimgImage, 1);
+        h->backing->node = b;
+        h = h->backing;
+    }
+    return img;
+}
+
+void api_image_destroy(QimgImage *img)
+{
+    QimgImage *h = img;
+
+    while (h) {
+        QimgImage *next = h->backing;
+        api_release(h); /* api.h invariant 2 */
+        h = next;
+    }
+    if (img && img->owns_node) {
+        blk_close(img->node);
+    }
+    h = img;
+    while (h) {
+        QimgImage *next = h->backing;
+        g_free(h);
+        h = next;
+    }
+}

@@ -1,0 +1,92 @@
+/*
+ * block/types.c: helpers of the shared value types (block/types.h).
+ */
+#include "block/block.h"
+
+#include <errno.h>
+#include <string.h>
+
+void blk_snapshot_info_clear(BlkSnapshotInfo *sn)
+{
+    g_free(sn->id);
+    g_free(sn->name);
+    memset(sn, 0, sizeof(*sn));
+}
+
+void blk_snapshot_list_free(GArray *list)
+{
+    if (!list) {
+        return;
+    }
+    for (guint i = 0; i < list->len; i++) {
+        blk_snapshot_info_clear(&g_array_index(list, BlkSnapshotInfo, i));
+    }
+    g_array_unref(list);
+}
+
+void blk_info_clear(BlkInfo *info)
+{
+    blk_snapshot_list_free(info->snapshots);
+    g_free(info->compat);
+    g_free(info->compression_type);
+    g_free(info->data_file);
+    memset(info, 0, sizeof(*info));
+}
+
+void blk_check_result_clear(BlkCheckResult *res)
+{
+    if (!res) {
+        return;
+    }
+    if (res->messages) {
+        g_ptr_array_unref(res->messages);
+    }
+    memset(res, 0, sizeof(*res));
+}
+
+int blk_prealloc_parse(const char *s, BlkPrealloc *out)
+{
+    static const char *const names[] = {"off", "metadata", "falloc", "full"};
+
+    for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (BlkPrealloc)i;
+            return 0;
+        }
+    }
+    return blk_error(EINVAL, "Invalid parameter '%s'", s);
+}
+
+int blk_snapshot_lookup(unsigned n, const char *(*id_of)(const void *opaque, unsigned i),
+                        const char *(*name_of)(const void *opaque, unsigned i),
+                        const void *opaque, const char *id_or_name)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const char *id = id_of(opaque, i);
+        if (id && strcmp(id, id_or_name) == 0) {
+            return (int)i;
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const char *name = name_of(opaque, i);
+        if (name && strcmp(name, id_or_name) == 0) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static const char *info_id(const void *opaque, unsigned i)
+{
+    return g_array_index((const GArray *)opaque, BlkSnapshotInfo, i).id;
+}
+
+static const char *info_name(const void *opaque, unsigned i)
+{
+    return g_array_index((const GArray *)opaque, BlkSnapshotInfo, i).name;
+}
+
+int blk_snapshot_find(const GArray *list, const char *id_or_name)
+{
+    return blk_snapshot_lookup(list->len, info_id, info_name, list, id_or_name);
+}

@@ -1,0 +1,135 @@
+/*
+ * block/types.h: the value types every layer below the public API shares --
+ * cache modes, preallocation modes, open and create options, image and
+ * snapshot information, check results.
+ *
+ * Owns: nothing but definitions.  The public API (include/qimg/) has its own
+ * types of the same meaning; api/ converts between the two, field by field,
+ * so the public structs can grow (or be reordered) without touching the
+ * drivers, and no layer below api/ includes a public header (README,
+ * "layers").
+ *
+ * Invariants:
+ *  1. The enums' values equal the public ones (api/convert.c checks it
+ *     with _Static_assert), so a conversion is a checked cast.
+ *  2. Strings in these structs are borrowed unless the field says "owned".
+ */
+#ifndef QIMG_BLOCK_TYPES_H
+#define QIMG_BLOCK_TYPES_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum BlkCacheMode {
+    BLK_CACHE_WRITEBACK = 0, /* page cache; flush = fdatasync */
+    BLK_CACHE_WRITETHROUGH,  /* page cache; each write durable (O_DSYNC) */
+    BLK_CACHE_NONE,          /* O_DIRECT; flush = fdatasync */
+    BLK_CACHE_DIRECTSYNC,    /* O_DIRECT and O_DSYNC */
+    BLK_CACHE_UNSAFE,        /* page cache; flush does nothing */
+} BlkCacheMode;
+
+typedef enum BlkPrealloc {
+    BLK_PREALLOC_OFF = 0,
+    BLK_PREALLOC_METADATA,
+    BLK_PREALLOC_FALLOC,
+    BLK_PREALLOC_FULL,
+} BlkPrealloc;
+
+/* How a node is opened (the api/ open sequence fills it). */
+typedef struct BlkOpenOptions {
+    const char *format; /* driver name, or NULL to probe */
+    bool read_only;
+    BlkCacheMode cache;
+    bool no_backing;              /* do not open the backing chain */
+    uint64_t metadata_cache_size; /* bytes; 0 = driver default */
+    bool force_share;             /* take no locks that keep others out */
+    bool no_io;                   /* metadata only (qemu-img info's locks) */
+    bool resize;                  /* take the resize permission at open */
+    bool deny_write;              /* keep other writers out (convert source) */
+    bool check_mode;              /* corrupt images open read-write (check -r) */
+    const char *snapshot;         /* read-only view of this snapshot */
+} BlkOpenOptions;
+
+/* qemu-img create: "options" are -o key=value pairs (char* -> char*). */
+typedef struct BlkCreateOptions {
+    const char *format;
+    uint64_t size;
+    bool size_set;
+    const char *backing_file;
+    const char *backing_format;
+    GHashTable *options; /* may be NULL */
+} BlkCreateOptions;
+
+/* One internal snapshot (strings owned). */
+typedef struct BlkSnapshotInfo {
+    char *id;
+    char *name;
+    uint64_t vm_state_size;
+    uint64_t date_sec;
+    uint32_t date_nsec;
+    uint64_t vm_clock_nsec;
+    int64_t icount; /* -1: none */
+    uint64_t disk_size;
+    uint32_t l1_size;
+    uint64_t l1_offset;
+} BlkSnapshotInfo;
+
+/* What a driver tells about an image (strings owned). */
+typedef struct BlkInfo {
+    uint32_t cluster_size;
+    bool dirty;
+    bool encrypted;
+    GArray *snapshots; /* BlkSnapshotInfo, or NULL */
+    bool format_specific;
+    char *compat;
+    char *compression_type;
+    bool lazy_refcounts;
+    uint32_t refcount_bits;
+    bool corrupt;
+    bool extended_l2;
+    char *data_file;
+    bool data_file_raw;
+} BlkInfo;
+
+void blk_info_clear(BlkInfo *info);
+void blk_snapshot_info_clear(BlkSnapshotInfo *sn);
+/* Free a GArray of BlkSnapshotInfo with its strings (NULL is fine). */
+void blk_snapshot_list_free(GArray *list);
+/* QEMU's rule for "ID or name" (bdrv_snapshot_find): the first entry whose
+ * ID matches, else the first whose name matches; the index or -1. */
+int blk_snapshot_lookup(unsigned n, const char *(*id_of)(const void *opaque, unsigned i),
+                        const char *(*name_of)(const void *opaque, unsigned i),
+                        const void *opaque, const char *id_or_name);
+/* The same over a GArray of BlkSnapshotInfo. */
+int blk_snapshot_find(const GArray *list, const char *id_or_name);
+
+enum {
+    BLK_CHECK_FIX_LEAKS = 1 << 0,
+    BLK_CHECK_FIX_ERRORS = 1 << 1,
+};
+
+/* qemu-img check's counters (ImageCheck) and findings. */
+typedef struct BlkCheckResult {
+    int64_t corruptions;
+    int64_t leaks;
+    int64_t check_errors;
+    int64_t corruptions_fixed;
+    int64_t leaks_fixed;
+    int64_t image_end_offset; /* 0: unknown */
+    int64_t total_clusters;
+    int64_t allocated_clusters;
+    int64_t fragmented_clusters;
+    int64_t compressed_clusters;
+    bool unsupported;    /* the format cannot be checked */
+    GPtrArray *messages; /* char*, owned */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
+} BlkCheckResult;
+
+void blk_check_result_clear(BlkCheckResult *res);
+
+/* "off", "metadata", "falloc", "full"; -EINVAL with a message otherwise. */
+int blk_prealloc_parse(const char *s, BlkPrealloc *out);
+
+#endif
