@@ -36,7 +36,9 @@
  *     nothing planned overlaps).  Each new block's own refcount is set in
  *     the block that covers it (itself when self-describing).  Order: new
  *     blocks and raised counts on disk, file flushed; then either the
- *     reftable entries (synced) or the new table (synced) and the one header
+ *     reftable entries, hooked in rounds -- a block only once the block that
+ *     holds its own refcount is hooked and flushed, so no state names a block
+ *     whose count reads 0 -- or the new table (synced) and the one header
  *     write that switches to it; the old table is freed after the switch.
  *  4. Widths 1..64 bits (refcount.c invariant 1).  An increase past
  *     refcount_max or a decrease below 0 fails with -EINVAL and changes
@@ -138,6 +140,7 @@ typedef struct PlannedBlock {
     uint64_t ti;     /* reftable index it serves */
     uint64_t offset; /* host offset */
     uint8_t *buf;
+    bool hooked; /* its reftable entry is written */
 } PlannedBlock;
 
 typedef struct RefPlan {
@@ -368,16 +371,42 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         qcow2_free_clusters_locked(s, old_offset, old_size * 8); /* invariant 2 */
     } else {
         uint8_t e[8];
+        guint left = p->blocks->len;
         qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
-        for (guint i = 0; i < p->blocks->len && ret == 0; i++) {
-            PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-            store_be64(e, b->offset);
-            ret = qcow2_write_metadata_locked(
-                s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
-                s->refcount_table_offset + b->ti * 8, e, 8, false);
-        }
-        if (ret == 0) {
-            ret = qcow2_flush_file(s);
+        /* Invariant 3: a block is hooked only once the block that holds its
+         * own refcount is (an existing block, itself, or a new block hooked
+         * in an earlier round, flushed since): a reftable entry must never
+         * name a block whose refcount reads 0.  Each round hooks at least
+         * the blocks counted by existing blocks or by themselves, and the
+         * describer of a new block is placed before it, so this ends. */
+        g_autofree guint *round_idx = g_new(guint, p->blocks->len);
+        while (left > 0 && ret == 0) {
+            guint round = 0;
+            for (guint i = 0; i < p->blocks->len && ret == 0; i++) {
+                PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
+                PlannedBlock *d = plan_block(p, (b->offset >> s->cluster_bits) >>
+                                                    s->refcount_block_bits);
+                if (b->hooked || (d && d != b && !d->hooked)) {
+                    continue;
+                }
+                store_be64(e, b->offset);
+                ret = qcow2_write_metadata_locked(
+                    s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
+                    s->refcount_table_offset + b->ti * 8, e, 8, false);
+                round_idx[round++] = i;
+            }
+            if (ret == 0) {
+                ret = qcow2_flush_file(s);
+            }
+            for (guint k = 0; k < round && ret == 0; k++) {
+                /* marked after the round's flush: durable now */
+                g_array_index(p->blocks, PlannedBlock, round_idx[k]).hooked = true;
+            }
+            if (ret == 0 && round == 0) {
+                ret = blk_error(EIO, "qcow2: refcount blocks that only describe each "
+                                     "other cannot be hooked");
+            }
+            left -= round;
         }
         if (ret < 0) {
             goto rollback;

@@ -205,6 +205,13 @@ def cut_points(entries, n, rng):
     may be lost), the end, and random points; at most n, fixed by rng."""
     flushes = [e.index for e in entries if e.type == W_FLUSH]
     pts = set([len(entries)] + flushes)
+    # just after a flush, with one or two writes pending: where the first
+    # of two dependent writes may land alone (the refcount blocks of a
+    # refcount table growth were found so)
+    for f in flushes:
+        for k in (2, 3):
+            if f + k <= len(entries):
+                pts.add(f + k)
     pts = sorted(pts)
     if len(pts) > n // 2:
         pts = sorted(rng.sample(pts, n // 2))
