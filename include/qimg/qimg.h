@@ -49,13 +49,13 @@ typedef struct QimgOpenOptions {
     const char *format; /* "qcow2", "raw" or NULL to probe */
     bool read_only;
     QimgCacheMode cache;
-    bool no_backing;                 /* do not open the backing chain */
-    uint64_t metadata_cache_size;    /* bytes; 0 = driver default */
-    bool force_share;                /* qemu-img -U: take no lock that keeps others
-                                      * from writing (read-only opens only) */
-    bool check_mode;                 /* open for check/repair: corrupt images open r/w */
-    const char *snapshot;            /* read-only view of this internal snapshot
-                                      * (ID or name), as qemu-img convert -l */
+    bool no_backing;              /* do not open the backing chain */
+    uint64_t metadata_cache_size; /* bytes; 0 = driver default */
+    bool force_share;             /* qemu-img -U: take no lock that keeps others
+                                   * from writing (read-only opens only) */
+    bool check_mode;              /* open for check/repair: corrupt images open r/w */
+    const char *snapshot;         /* read-only view of this internal snapshot
+                                   * (ID or name), as qemu-img convert -l */
     bool no_io;      /* read-only: metadata only, no guest data read (qemu-img info);
                       * takes fewer locks */
     bool resize;     /* the image will be resized (qemu-img resize): take the resize
