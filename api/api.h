@@ -33,6 +33,14 @@ struct QimgImage {
     struct ApiVmstate *vmstate; /* api/vmstate.c, or NULL (invariant 2) */
 };
 
+/* ---- error.c ---- */
+
+/* Turn ret (< 0; 0: the recorded errno) and the recorded message (or
+ * strerror) into a GError, with "PREFIX: " in front when fmt is not NULL.
+ * Clears the recorded message (error.c invariant 1). */
+void blk_error_propagate(GError **error, int ret, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+
 /* ---- open.c: the driver table's built-in drivers and the open sequence ---- */
 
 /* Register the built-in drivers once (idempotent, thread-safe). */

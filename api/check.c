@@ -82,8 +82,9 @@ static int run_check(BlkNode *node, BlkCheckResult *res, unsigned fix, GError **
         return -EACCES;
     }
     blk_error_clear();
-    ret = node->drv->check(node, res, fix, error);
+    ret = node->drv->check(node, res, fix);
     if (ret < 0) {
+        blk_error_propagate(error, ret, NULL);
         keep_only_messages(res); /* invariant 4 */
         return ret;
     }
@@ -92,8 +93,9 @@ static int run_check(BlkNode *node, BlkCheckResult *res, unsigned fix, GError **
         second.messages = res->messages;
         second.progress = res->progress;
         second.progress_opaque = res->progress_opaque;
-        ret = node->drv->check(node, &second, 0, error);
+        ret = node->drv->check(node, &second, 0);
         if (ret < 0) {
+            blk_error_propagate(error, ret, NULL);
             keep_only_messages(&second);
         }
         second.corruptions_fixed = res->corruptions_fixed;

@@ -89,8 +89,7 @@ gboolean qimg_image_close(QimgImage *img, GError **error)
         ret = blk_flush(img->node);
     }
     if (ret < 0) {
-        g_autofree char *p = g_strdup_printf("Failed to flush '%s'", img->node->filename);
-        blk_error_propagate(error, ret, p);
+        blk_error_propagate(error, ret, "Failed to flush '%s'", img->node->filename);
     }
     api_image_destroy(img);
     return ret == 0;
@@ -123,14 +122,18 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
     }
     api_create_options(opts, &co);
     blk_error_clear();
-    return drv->create(filename, &co, error) == 0;
+    int ret = drv->create(filename, &co);
+    if (ret < 0) {
+        blk_error_propagate(error, ret, NULL);
+        return FALSE;
+    }
+    return TRUE;
 }
 
 static gboolean io_result(BlkNode *node, int ret, const char *what, GError **error)
 {
     if (ret < 0) {
-        g_autofree char *p = g_strdup_printf("%s '%s'", what, node->filename);
-        blk_error_propagate(error, ret, p);
+        blk_error_propagate(error, ret, "%s '%s'", what, node->filename);
         return FALSE;
     }
     return TRUE;
@@ -214,7 +217,9 @@ gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
     if (ret < 0) {
         return io_result(img->node, ret, "Could not resize", error);
     }
-    if (blk_truncate(img->node, size, true, api_prealloc(prealloc), shrink, error) < 0) {
+    ret = blk_truncate(img->node, size, true, api_prealloc(prealloc), shrink);
+    if (ret < 0) {
+        blk_error_propagate(error, ret, NULL);
         return FALSE;
     }
     return io_result(img->node, after_write(img->node, 0), "Could not flush", error);
@@ -344,7 +349,9 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     info->full_backing_filename = g_strdup(node->full_backing_filename);
     info->backing_format = g_strdup(node->backing_format);
     if (node->drv->get_info) {
-        if (node->drv->get_info(node, &bi, error) < 0) {
+        int ret = node->drv->get_info(node, &bi);
+        if (ret < 0) {
+            blk_error_propagate(error, ret, NULL);
             blk_info_clear(&bi);
             return NULL;
         }

@@ -79,7 +79,8 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     img->backing = api_open_node(img->full_backing_filename, &bo, chain, &local);
     if (!img->backing) {
         g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    blk_open_error_detail(local, img->full_backing_filename));
+                    blk_open_error_detail(local->message, local->code,
+                                          img->full_backing_filename));
         return -local->code;
     }
     return 0;
@@ -118,15 +119,11 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     BlkOpenOptions lo = *opts;
     lo.read_only = ro;
     int ret = blk_set_role_perm(file, drv->file_role, &lo);
-    if (ret < 0) {
-        g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
-                    blk_error_message());
-        blk_error_clear();
-        goto fail_noclose;
+    if (ret == 0) {
+        ret = drv->open(img, filename, opts);
     }
-    if (drv->open(img, filename, opts, &local) < 0) {
-        g_propagate_prefixed_error(error, g_steal_pointer(&local),
-                                   "Could not open '%s': ", filename);
+    if (ret < 0) {
+        blk_error_propagate(error, ret, "Could not open '%s'", filename);
         goto fail_noclose;
     }
     if (img->backing_filename) {
@@ -142,9 +139,8 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
             }
         }
     }
-    if (drv->open_finish && drv->open_finish(img, &local) < 0) {
-        g_propagate_prefixed_error(error, g_steal_pointer(&local),
-                                   "Could not open '%s': ", filename);
+    if (drv->open_finish && (ret = drv->open_finish(img)) < 0) {
+        blk_error_propagate(error, ret, "Could not open '%s'", filename);
         goto fail;
     }
     return img;
@@ -219,9 +215,11 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
 
     BlkOpenOptions po = *opts;
     po.read_only = ro;
+    blk_error_clear(); /* error.c invariant 1 */
     BlkNode *file = blk_open_protocol(filename, &po, BLK_ROLE_PROTOCOL,
-                                      user_name ? BLK_OPEN_USER_NAME : 0, error);
+                                      user_name ? BLK_OPEN_USER_NAME : 0);
     if (!file) {
+        blk_error_propagate(error, 0, NULL);
         return NULL;
     }
     return open_format(file, drv, filename, canon, opts, chain, user_name, error);

@@ -21,8 +21,8 @@
  *     prints nothing for a raw image and succeeds.
  *  3. A read-only image refuses create, apply and delete (EACCES) before
  *     anything is drained or changed.
- *  4. Every failure sets the GError: the driver's, or one made from its
- *     -errno and recorded message (block.h invariant 2).
+ *  4. Every failure sets the GError, made from the driver's -errno and
+ *     recorded message (block.h invariant 2).
  *
  * qemu-img 7.2 wording for reference (its tool adds the prefix): create on
  * raw: "Could not create snapshot 'x': -95 (Operation not supported)";
@@ -70,20 +70,9 @@ static bool drain_vmstate(QimgImage *img, GError **error)
     return true;
 }
 
-/* Invariant 4: the driver's GError, or one from ret. */
-static void driver_error(GError **error, GError *local, int ret)
-{
-    if (local) {
-        g_propagate_error(error, local);
-    } else {
-        blk_error_propagate(error, ret, NULL);
-    }
-}
-
 char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError **error)
 {
     BlkNode *node = img->node;
-    GError *local = NULL;
     BlkSnapshotInfo sn = *params;
     int ret;
 
@@ -100,9 +89,9 @@ char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError 
         sn.date_nsec = (uint32_t)(now % G_USEC_PER_SEC) * 1000;
     }
     blk_error_clear();
-    ret = node->drv->snapshot_create(node, &sn, &local);
+    ret = node->drv->snapshot_create(node, &sn);
     if (ret < 0) {
-        driver_error(error, local, ret);
+        blk_error_propagate(error, ret, NULL);
         g_free(sn.id);
         return NULL;
     }
@@ -117,7 +106,6 @@ char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError 
 int api_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
 {
     BlkNode *node = img->node;
-    GError *local = NULL;
     int ret;
 
     if (!check_op(node, node->drv->snapshot_goto != NULL, error) ||
@@ -125,9 +113,9 @@ int api_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
         return -EINVAL;
     }
     blk_error_clear();
-    ret = node->drv->snapshot_goto(node, id_or_name, &local);
+    ret = node->drv->snapshot_goto(node, id_or_name);
     if (ret < 0) {
-        driver_error(error, local, ret);
+        blk_error_propagate(error, ret, NULL);
     }
     return ret;
 }
@@ -176,7 +164,6 @@ gboolean qimg_snapshot_apply(QimgImage *img, const char *id_or_name, GError **er
 gboolean qimg_snapshot_delete(QimgImage *img, const char *id_or_name, GError **error)
 {
     BlkNode *node;
-    GError *local = NULL;
     int ret;
 
     g_return_val_if_fail(img && id_or_name, FALSE);
@@ -189,9 +176,9 @@ gboolean qimg_snapshot_delete(QimgImage *img, const char *id_or_name, GError **e
     if (!drain_vmstate(img, error)) {
         return FALSE;
     }
-    ret = node->drv->snapshot_delete(node, id_or_name, &local);
+    ret = node->drv->snapshot_delete(node, id_or_name);
     if (ret < 0) {
-        driver_error(error, local, ret);
+        blk_error_propagate(error, ret, NULL);
         return FALSE;
     }
     return TRUE;
@@ -210,10 +197,8 @@ GArray *qimg_snapshot_list(QimgImage *img, GError **error)
     blk_error_clear();
     list = node->drv->snapshot_list(node);
     if (!list) {
-        const char *msg = blk_error_message();
-        g_set_error(error, QIMG_ERROR, EIO, "Could not list the snapshots of '%s'%s%s",
-                    node->filename, msg ? ": " : "", msg ? msg : "");
-        blk_error_clear();
+        blk_error_propagate(error, -EIO, "Could not list the snapshots of '%s'",
+                            node->filename);
         return NULL;
     }
     return api_snapshot_list_move(list);

@@ -87,7 +87,7 @@ const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n)
 }
 
 BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
-                            BlkNodeRole role, GError **error)
+                            BlkNodeRole role)
 {
     BlkNode *img = g_new0(BlkNode, 1);
     BlkOpenOptions o = {
@@ -106,7 +106,7 @@ BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
     img->cache = o.cache;
     img->request_alignment = 1;
     img->opts = o;
-    if (img->drv->open(img, filename, &o, error) < 0) {
+    if (img->drv->open(img, filename, &o) < 0) {
         g_free(img->filename);
         g_free(img);
         return NULL;
@@ -114,9 +114,7 @@ BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
     if (role != BLK_ROLE_PROTOCOL) {
         ret = blk_set_role_perm(img, role, &o);
         if (ret < 0) {
-            g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
-                        blk_error_message());
-            blk_error_clear();
+            blk_error_prefix(ret, "Could not open '%s'", filename);
             blk_close(img);
             return NULL;
         }
@@ -124,12 +122,11 @@ BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
     return img;
 }
 
-BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache,
-                       GError **error)
+BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache)
 {
     BlkOpenOptions o = {.read_only = read_only, .cache = cache};
 
-    return blk_open_file_opts(filename, &o, BLK_ROLE_PROTOCOL, error);
+    return blk_open_file_opts(filename, &o, BLK_ROLE_PROTOCOL);
 }
 
 int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts)
@@ -143,16 +140,16 @@ int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts
     return img->drv->set_perm(img, perm, shared);
 }
 
-const char *blk_open_error_detail(const GError *err, const char *filename)
+const char *blk_open_error_detail(const char *msg, int code, const char *filename)
 {
     g_autofree char *prefix = g_strdup_printf("Could not open '%s': ", filename);
     const char *rest;
 
-    if (!g_str_has_prefix(err->message, prefix)) {
-        return err->message;
+    if (!g_str_has_prefix(msg, prefix)) {
+        return msg;
     }
-    rest = err->message + strlen(prefix);
-    return strcmp(rest, g_strerror(err->code)) == 0 ? err->message : rest;
+    rest = msg + strlen(prefix);
+    return strcmp(rest, g_strerror(code)) == 0 ? msg : rest;
 }
 
 char *blk_resolve_backing_name(const char *image_filename, const char *backing)
@@ -221,37 +218,35 @@ static bool split_prefix(const char *filename, const char *prefix, char **arg,
 }
 
 BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
-                           BlkNodeRole role, unsigned flags, GError **error)
+                           BlkNodeRole role, unsigned flags)
 {
     g_autofree char *arg = NULL;
     const char *rest;
     BlkNode *node;
 
     if (!(flags & BLK_OPEN_USER_NAME)) {
-        return blk_open_file_opts(filename, opts, role, error);
+        return blk_open_file_opts(filename, opts, role);
     }
     if (split_prefix(filename, "blkdebug:", &arg, &rest)) {
-        node = blk_open_faulty(arg, rest, opts->read_only, opts->cache, error);
+        node = blk_open_faulty(arg, rest, opts->read_only, opts->cache);
     } else if (split_prefix(filename, "record:", &arg, &rest)) {
-        BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags, error);
-        node = child ? blk_open_record(arg, child, error) : NULL;
+        BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags);
+        node = child ? blk_open_record(arg, child) : NULL;
     } else if (g_str_has_prefix(filename, "blkdebug:") ||
                g_str_has_prefix(filename, "record:")) {
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Could not open '%s': expected blkdebug:RULES:FILE or "
-                    "record:LOG:FILE",
-                    filename);
+        blk_error(EINVAL,
+                  "Could not open '%s': expected blkdebug:RULES:FILE or "
+                  "record:LOG:FILE",
+                  filename);
         return NULL;
     } else {
-        return blk_open_file_opts(filename, opts, role, error);
+        return blk_open_file_opts(filename, opts, role);
     }
     /* block.h invariant 6: the test node passes the role's locks down */
     if (node && role != BLK_ROLE_PROTOCOL) {
         int ret = blk_set_role_perm(node, role, opts);
         if (ret < 0) {
-            g_set_error(error, QIMG_ERROR, -ret, "Could not open '%s': %s", filename,
-                        blk_error_message());
-            blk_error_clear();
+            blk_error_prefix(ret, "Could not open '%s'", filename);
             blk_close(node);
             return NULL;
         }
@@ -280,13 +275,13 @@ const char *blk_plain_name(const char *filename)
 }
 
 BlkNode *blk_open_file_like(BlkNode *like, const char *filename,
-                            const BlkOpenOptions *opts, BlkNodeRole role, GError **error)
+                            const BlkOpenOptions *opts, BlkNodeRole role)
 {
-    BlkNode *child = blk_open_file_opts(filename, opts, role, error);
+    BlkNode *child = blk_open_file_opts(filename, opts, role);
 
     /* A recorded image records its data file in the same log. */
     if (child && blk_is_record_node(like)) {
-        return blk_open_record(blk_record_log_path(like), child, error);
+        return blk_open_record(blk_record_log_path(like), child);
     }
     return child;
 }
@@ -494,22 +489,19 @@ int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *s
 }
 
 int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                 bool shrink, GError **error)
+                 bool shrink)
 {
     if (img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", img->filename);
-        return -EACCES;
+        return blk_error(EACCES, "Image '%s' is read-only", img->filename);
     }
     if (size > INT64_MAX) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Image size too large");
-        return -EINVAL;
+        return blk_error(EINVAL, "Image size too large");
     }
     if (!img->drv->truncate) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Image format '%s' does not support resizing", img->drv->format_name);
-        return -ENOTSUP;
+        return blk_error(ENOTSUP, "Image format '%s' does not support resizing",
+                         img->drv->format_name);
     }
-    return img->drv->truncate(img, size, exact, prealloc, shrink, error);
+    return img->drv->truncate(img, size, exact, prealloc, shrink);
 }
 
 int64_t blk_get_allocated_size(BlkNode *img)

@@ -13,7 +13,8 @@
  *  2. Internal functions return 0 (or a non-negative count) or -errno.  A
  *     function that fails for a reason a person must read records the
  *     message with blk_error() before returning; the public API turns the
- *     last recorded message (thread-local) into the GError.
+ *     last recorded message (thread-local) into the GError (api/error.c).
+ *     Nothing below api/ sees a GError.
  *  3. Requests reaching a driver are bounds-checked: offset + bytes does not
  *     overflow and, except for vmstate requests and writes to protocol
  *     nodes, stays within img->size.
@@ -35,7 +36,6 @@
 #ifndef QIMG_BLOCK_H
 #define QIMG_BLOCK_H
 
-#include "qimg/qimg.h" /* QIMG_ERROR, until the drivers use blk_error only */
 #include "block/iov.h"
 #include "block/types.h"
 #include "block/lock.h"
@@ -132,11 +132,10 @@ struct BlkDriver {
     int (*probe)(const uint8_t *buf, size_t len);
     /* Protocol drivers: open 'filename' themselves.  Format drivers: img->file
      * is open; parse it and set img->size, img->backing_filename,
-     * img->backing_format.  Messages through GError. */
-    int (*open)(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
-                GError **error);
+     * img->backing_format.  Messages with blk_error(). */
+    int (*open)(BlkNode *img, const char *filename, const BlkOpenOptions *opts);
     /* Called after the backing chain is open (optional). */
-    int (*open_finish)(BlkNode *img, GError **error);
+    int (*open_finish)(BlkNode *img);
     void (*close)(BlkNode *img);
     int (*preadv)(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
     int (*pwritev)(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
@@ -147,11 +146,11 @@ struct BlkDriver {
     /* Status of this layer only, for [offset, offset+bytes).  Returns 0 or -errno. */
     int (*block_status)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
     int (*truncate)(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                    bool shrink, GError **error);
+                    bool shrink);
     int64_t (*get_allocated_size)(BlkNode *img);
     /* Fill the driver-specific parts of info (cluster size, qcow2 data). */
-    int (*get_info)(BlkNode *img, BlkInfo *info, GError **error);
-    int (*create)(const char *filename, const BlkCreateOptions *opts, GError **error);
+    int (*get_info)(BlkNode *img, BlkInfo *info);
+    int (*create)(const char *filename, const BlkCreateOptions *opts);
     /* vmstate area (qcow2): positional access beyond the disk end. */
     int (*save_vmstate)(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
     int (*load_vmstate)(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
@@ -159,16 +158,16 @@ struct BlkDriver {
     bool (*has_zero_init)(BlkNode *img);
     /* Internal snapshots.  create: sn->name, vm_state_size, date_*, vm_clock_nsec
      * and icount are inputs; the driver assigns sn->id (g_strdup).  Messages via
-     * GError.  id_or_name: ID first, then name, as QEMU looks them up. */
-    int (*snapshot_create)(BlkNode *img, BlkSnapshotInfo *sn, GError **error);
-    int (*snapshot_goto)(BlkNode *img, const char *id_or_name, GError **error);
-    int (*snapshot_delete)(BlkNode *img, const char *id_or_name, GError **error);
+     * blk_error().  id_or_name: ID first, then name, as QEMU looks them up. */
+    int (*snapshot_create)(BlkNode *img, BlkSnapshotInfo *sn);
+    int (*snapshot_goto)(BlkNode *img, const char *id_or_name);
+    int (*snapshot_delete)(BlkNode *img, const char *id_or_name);
     /* A new array of BlkSnapshotInfo (strings owned by the array's entries). */
     GArray *(*snapshot_list)(BlkNode *img);
     /* Fault injection: the next requests belong to step ev (optional). */
     void (*event)(BlkNode *img, BlkEvent ev);
     /* Offline check and repair (qemu-img check). */
-    int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix, GError **error);
+    int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix);
     /* Format drivers: what img->file is to them (invariant 4). */
     BlkNodeRole file_role;
     /* Protocol and filter nodes: hold exactly the permissions perm and share
@@ -176,17 +175,29 @@ struct BlkDriver {
     int (*set_perm)(BlkNode *img, unsigned perm, unsigned shared);
 };
 
-/* ---- errors (invariant 2) ---- */
+/* ---- errors (invariant 2; block/error.c) ---- */
 
-/* Record a message for the current thread and return -errnum. */
+/* Record a message for the current thread unless one is recorded already
+ * (the first failure wins, error.c invariant 2); returns -errnum. */
 int blk_error(int errnum, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* Record the message in place of the current one (a deliberate rewording). */
+int blk_error_replace(int errnum, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* "PREFIX: " in front of the current message (or of strerror(-ret));
+ * returns ret (or -EIO when ret >= 0). */
+int blk_error_prefix(int ret, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 /* Forget the current thread's message. */
 void blk_error_clear(void);
 /* The current thread's message, or NULL. */
 const char *blk_error_message(void);
-/* Turn ret (< 0) and the recorded message into a GError with 'prefix: ' added
- * (prefix may be NULL).  Clears the recorded message. */
-void blk_error_propagate(GError **error, int ret, const char *prefix);
+/* Clean-up whose failures are ignored: mark before, unwind after; the
+ * unwind forgets a message only when none was recorded at the mark (one
+ * recorded before stays, error.c invariant 2). */
+bool blk_error_mark(void);
+void blk_error_unwind(bool had_error);
+/* The errno recorded with the current message, 0 if none. */
+int blk_error_code(void);
+/* The message (g_free; NULL if none), and forget it. */
+char *blk_error_take(void);
 
 /* ---- drivers ---- */
 
@@ -213,36 +224,35 @@ enum {
  * protocol, or with BLK_OPEN_USER_NAME a "blkdebug:RULES:FILE" /
  * "record:LOG:FILE" test node (invariant 5). */
 BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
-                           BlkNodeRole role, unsigned flags, GError **error);
+                           BlkNodeRole role, unsigned flags);
 /* The file name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
 /* Open a file that belongs with 'like' (an external data file) as
  * blk_open_file_opts() does, recorded in the same log when 'like' is a
  * recording node. */
 BlkNode *blk_open_file_like(BlkNode *like, const char *filename,
-                            const BlkOpenOptions *opts, BlkNodeRole role, GError **error);
+                            const BlkOpenOptions *opts, BlkNodeRole role);
 /* The recording node (block/record.c) over child, logging to log_path
  * (shared by every node of the process naming it); takes child, even on
  * failure. */
-BlkNode *blk_open_record(const char *log_path, BlkNode *child, GError **error);
+BlkNode *blk_open_record(const char *log_path, BlkNode *child);
 bool blk_is_record_node(const BlkNode *img);
 const char *blk_record_log_path(const BlkNode *img);
 
 /* Open the file protocol on 'filename' (a plain file or block device). */
-BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache,
-                       GError **error);
+BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache);
 /* The same for a node in 'role' (invariant 4), with opts' read_only, cache,
  * force_share, no_io, resize and deny_write. */
 BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
-                            BlkNodeRole role, GError **error);
+                            BlkNodeRole role);
 /* Invariant 4: make the protocol node img hold the permissions of 'role' for
  * an open with opts (o->read_only as in effect).  Returns 0 or -errno with the
  * message recorded; nodes without locks accept anything. */
 int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts);
-/* The message of err, the failed open of 'filename', without the "Could not
+/* The message msg (errno code) of the failed open of 'filename', without the "Could not
  * open 'filename': " in front, as QEMU words it one layer down: kept only
  * when what follows is the bare strerror (a file-level failure). */
-const char *blk_open_error_detail(const GError *err, const char *filename);
+const char *blk_open_error_detail(const char *msg, int code, const char *filename);
 /* Close a node and everything below it (its file, data file, backing). */
 void blk_close(BlkNode *img);
 /* Resolve a backing file name relative to the folder of 'image_filename'. */
@@ -261,7 +271,7 @@ int blk_flush(BlkNode *img);
 int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
 int64_t blk_getlength(BlkNode *img);
 int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                 bool shrink, GError **error);
+                 bool shrink);
 int64_t blk_get_allocated_size(BlkNode *img);
 
 /* Invariant 4: write generation of the protocol node under img (after
@@ -285,11 +295,10 @@ const char *blk_event_name(BlkEvent ev);
  * "event=l2_update,errno=5,nth=1[;...]".  blk_open_protocol() uses it for
  * user names of the form "blkdebug:RULES:FILE". */
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
-                         BlkCacheMode cache, GError **error);
+                         BlkCacheMode cache);
 
 /* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
-int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
-                    GError **error);
+int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);
 
 /* Reads past the end of a backing node return zeros: read [offset, +bytes)
  * of 'img' into qiov, zero-filling what lies beyond img->size. */

@@ -1,63 +1,134 @@
 /*
- * block/error.c: the error convention shared below the public API.
+ * block/error.c: the error convention of every layer below the public API.
  *
- * Owns: the per-thread "last message" that internal code records with
- * blk_error() and the public API turns into a GError.
+ * Owns: the per-thread message that internal code records with blk_error()
+ * next to the -errno it returns; api/ turns it into the GError of the
+ * public call (api/error.c).
  *
  * Invariants:
- *  1. A message belongs to the thread that recorded it; it is cleared when
- *     propagated, so a later failure without a message never shows a stale one.
- *  2. blk_error() always returns -errnum (errnum > 0), so it can be used as
- *     `return blk_error(EINVAL, "...")`.
+ *  1. A message belongs to the thread that recorded it.  The public API
+ *     clears it when a call begins and when it turns it into a GError, so a
+ *     failure never shows a stale message.
+ *  2. The first message wins: blk_error() records its message only when
+ *     none is recorded yet.  The first failure is what a person must read;
+ *     whatever fails while cleaning up after it (a rollback, a free) cannot
+ *     overwrite it.  A caller that rewords a failure on purpose says so:
+ *     blk_error_replace() or blk_error_prefix().
+ *  3. blk_error() always returns -errnum (errnum > 0), so it can be used as
+ *     `return blk_error(EINVAL, "...")`.  The errno is recorded with the
+ *     message, for functions that fail by returning NULL.
  */
 #include "block/block.h"
 
 #include <errno.h>
 #include <stdarg.h>
 
-/* Spelled out rather than G_DEFINE_QUARK(): clang-format puts spaces into
- * the macro's unquoted name, which made the string "qimg - error - quark". */
-GQuark qimg_error_quark(void)
+typedef struct ErrState {
+    int code; /* errno of the recorded message, 0 if none */
+    char *msg;
+} ErrState;
+
+static void err_state_free(gpointer p)
 {
-    return g_quark_from_static_string("qimg-error-quark");
+    ErrState *e = p;
+
+    g_free(e->msg);
+    g_free(e);
 }
 
-static GPrivate last_msg = G_PRIVATE_INIT(g_free);
+static GPrivate last_err = G_PRIVATE_INIT(err_state_free);
+
+static ErrState *err_state(void)
+{
+    ErrState *e = g_private_get(&last_err);
+
+    if (!e) {
+        e = g_new0(ErrState, 1);
+        g_private_set(&last_err, e);
+    }
+    return e;
+}
+
+static void err_set(int code, char *msg)
+{
+    ErrState *e = err_state();
+
+    g_free(e->msg);
+    e->msg = msg;
+    e->code = msg ? code : 0;
+}
 
 int blk_error(int errnum, const char *fmt, ...)
 {
     va_list ap;
 
     g_assert(errnum > 0);
+    if (!err_state()->msg) { /* invariant 2 */
+        va_start(ap, fmt);
+        err_set(errnum, g_strdup_vprintf(fmt, ap));
+        va_end(ap);
+    }
+    return -errnum;
+}
+
+int blk_error_replace(int errnum, const char *fmt, ...)
+{
+    va_list ap;
+
+    g_assert(errnum > 0);
     va_start(ap, fmt);
-    g_private_replace(&last_msg, g_strdup_vprintf(fmt, ap));
+    err_set(errnum, g_strdup_vprintf(fmt, ap));
     va_end(ap);
+    return -errnum;
+}
+
+int blk_error_prefix(int ret, const char *fmt, ...)
+{
+    const char *msg = err_state()->msg;
+    int errnum = ret < 0 ? -ret : (err_state()->code ? err_state()->code : EIO);
+    g_autofree char *prefix = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    prefix = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    err_set(errnum, g_strdup_printf("%s: %s", prefix, msg ? msg : g_strerror(errnum)));
     return -errnum;
 }
 
 void blk_error_clear(void)
 {
-    g_private_replace(&last_msg, NULL);
+    err_set(0, NULL);
 }
 
 const char *blk_error_message(void)
 {
-    return g_private_get(&last_msg);
+    return err_state()->msg;
 }
 
-void blk_error_propagate(GError **error, int ret, const char *prefix)
+bool blk_error_mark(void)
 {
-    const char *msg = blk_error_message();
-    int errnum = ret < 0 ? -ret : EIO;
+    return err_state()->msg != NULL;
+}
 
-    if (prefix && msg) {
-        g_set_error(error, QIMG_ERROR, errnum, "%s: %s", prefix, msg);
-    } else if (prefix) {
-        g_set_error(error, QIMG_ERROR, errnum, "%s: %s", prefix, g_strerror(errnum));
-    } else if (msg) {
-        g_set_error_literal(error, QIMG_ERROR, errnum, msg);
-    } else {
-        g_set_error_literal(error, QIMG_ERROR, errnum, g_strerror(errnum));
+void blk_error_unwind(bool had_error)
+{
+    if (!had_error) {
+        blk_error_clear();
     }
-    blk_error_clear();
+}
+
+int blk_error_code(void)
+{
+    return err_state()->code;
+}
+
+char *blk_error_take(void)
+{
+    ErrState *e = err_state();
+    char *msg = e->msg;
+
+    e->msg = NULL;
+    e->code = 0;
+    return msg;
 }

@@ -44,7 +44,7 @@ typedef struct FaultyState {
 
 static _Thread_local int current_event; /* invariant 3 */
 
-static int parse_rule(const char *text, FaultRule *r, GError **error)
+static int parse_rule(const char *text, FaultRule *r)
 {
     g_auto(GStrv) parts = g_strsplit(text, ",", -1);
     *r = (FaultRule){.event = -1, .errnum = EIO, .nth = 1, .ops = OP_WRITE};
@@ -63,8 +63,7 @@ static int parse_rule(const char *text, FaultRule *r, GError **error)
                 }
             }
             if (r->event == -2) {
-                g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug event '%s'",
-                            val);
+                blk_error(EINVAL, "Unknown blkdebug event '%s'", val);
                 return -EINVAL;
             }
         } else if (strncmp(*p, "errno", klen) == 0 && klen == 5) {
@@ -78,7 +77,7 @@ static int parse_rule(const char *text, FaultRule *r, GError **error)
                      : strcmp(val, "all") == 0 ? (OP_WRITE | OP_FLUSH)
                                                : OP_WRITE;
         } else if (**p) {
-            g_set_error(error, QIMG_ERROR, EINVAL, "Unknown blkdebug rule '%s'", *p);
+            blk_error(EINVAL, "Unknown blkdebug rule '%s'", *p);
             return -EINVAL;
         }
     }
@@ -86,7 +85,7 @@ static int parse_rule(const char *text, FaultRule *r, GError **error)
         r->ops = OP_FLUSH; /* event=flush means the flushes */
     }
     if (r->errnum <= 0 || r->nth == 0) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid blkdebug rule '%s'", text);
+        blk_error(EINVAL, "Invalid blkdebug rule '%s'", text);
         return -EINVAL;
     }
     return 0;
@@ -169,10 +168,10 @@ static int faulty_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
 }
 
 static int faulty_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                           bool shrink, GError **error)
+                           bool shrink)
 {
     FaultyState *s = img->opaque;
-    int ret = blk_truncate(s->child, size, exact, prealloc, shrink, error);
+    int ret = blk_truncate(s->child, size, exact, prealloc, shrink);
     img->size = s->child->size;
     return ret;
 }
@@ -227,21 +226,21 @@ static const BlkDriver faulty_driver = {
 };
 
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
-                         BlkCacheMode cache, GError **error)
+                         BlkCacheMode cache)
 {
     g_auto(GStrv) list = g_strsplit(rules, ";", -1);
     g_autoptr(GArray) arr = g_array_new(FALSE, TRUE, sizeof(FaultRule));
 
     for (char **p = list; *p; p++) {
         FaultRule r;
-        if (**p && parse_rule(*p, &r, error) < 0) {
+        if (**p && parse_rule(*p, &r) < 0) {
             return NULL;
         }
         if (**p) {
             g_array_append_val(arr, r);
         }
     }
-    BlkNode *child = blk_open_file(filename, read_only, cache, error);
+    BlkNode *child = blk_open_file(filename, read_only, cache);
     if (!child) {
         return NULL;
     }

@@ -641,8 +641,7 @@ static int file_set_perm(BlkNode *img, unsigned perm, unsigned shared)
     return blk_lock_apply(&s->locks, s->fd, perm, shared, s->name);
 }
 
-static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
-                     GError **error)
+static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts)
 {
     bool ro = opts ? opts->read_only : img->read_only;
     BlkCacheMode cache = opts ? opts->cache : img->cache;
@@ -666,8 +665,8 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
         flags |= O_DIRECT | O_DSYNC;
         break;
     default:
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Could not open '%s': invalid cache mode %d", filename, (int)cache);
+        blk_error(EINVAL, "Could not open '%s': invalid cache mode %d", filename,
+                  (int)cache);
         return -EINVAL;
     }
 
@@ -677,13 +676,12 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     if (fd < 0) {
         err = errno;
         if (err == EINVAL && (flags & O_DIRECT)) {
-            g_set_error(error, QIMG_ERROR, err,
-                        "Could not open '%s': O_DIRECT (cache=%s) not supported by the "
-                        "filesystem: %s",
-                        filename, cache_name(cache), g_strerror(err));
+            blk_error(err,
+                      "Could not open '%s': O_DIRECT (cache=%s) not supported by the "
+                      "filesystem: %s",
+                      filename, cache_name(cache), g_strerror(err));
         } else {
-            g_set_error(error, QIMG_ERROR, err, "Could not open '%s': %s", filename,
-                        g_strerror(err));
+            blk_error(err, "Could not open '%s': %s", filename, g_strerror(err));
         }
         return -err;
     }
@@ -697,9 +695,7 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     }
     err = -blk_lock_role(&locks, fd, BLK_ROLE_PROTOCOL, opts, ro, filename);
     if (err) { /* invariant 11 */
-        g_set_error(error, QIMG_ERROR, err, "Could not open '%s': %s", filename,
-                    blk_error_message());
-        blk_error_clear();
+        blk_error_prefix(-err, "Could not open '%s'", filename);
         close(fd);
         return -err;
     }
@@ -722,9 +718,8 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
         uint64_t bsize = 0;
         if (ioctl(fd, BLKGETSIZE64, &bsize) < 0) {
             err = errno;
-            g_set_error(error, QIMG_ERROR, err,
-                        "Could not open '%s': cannot get the device size: %s", filename,
-                        g_strerror(err));
+            blk_error(err, "Could not open '%s': cannot get the device size: %s",
+                      filename, g_strerror(err));
             g_rw_lock_clear(&s->lock);
             g_mutex_clear(&s->wlock);
             g_free(s->name);
@@ -745,8 +740,7 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     return 0;
 
 fail_errno:
-    g_set_error(error, QIMG_ERROR, err, "Could not open '%s': %s", filename,
-                g_strerror(err));
+    blk_error(err, "Could not open '%s': %s", filename, g_strerror(err));
     close(fd);
     return -err;
 }
@@ -1074,7 +1068,7 @@ static int file_resize(BlkNode *img, FileState *s, uint64_t cur, uint64_t size,
 }
 
 static int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                         bool shrink, GError **error)
+                         bool shrink)
 {
     FileState *s = img->opaque;
     const char *what = NULL;
@@ -1083,31 +1077,28 @@ static int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc pr
 
     (void)shrink; /* a policy of the layers above; the protocol resizes exactly */
     if (s->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES,
-                    "Could not resize '%s': Image is read-only", s->name);
+        blk_error(EACCES, "Could not resize '%s': Image is read-only", s->name);
         return -EACCES;
     }
     if (img->is_block_device) {
         uint64_t dev = size_get(img);
         if (exact && size != dev) {
-            g_set_error(error, QIMG_ERROR, ENOTSUP, "Cannot resize device files");
+            blk_error(ENOTSUP, "Cannot resize device files");
             return -ENOTSUP;
         }
         if (size > dev) {
-            g_set_error(error, QIMG_ERROR, EINVAL, "Cannot grow device files");
+            blk_error(EINVAL, "Cannot grow device files");
             return -EINVAL;
         }
         return 0;
     }
     if (size > (uint64_t)INT64_MAX) {
-        g_set_error(error, QIMG_ERROR, EFBIG, "Could not resize '%s': %s", s->name,
-                    g_strerror(EFBIG));
+        blk_error(EFBIG, "Could not resize '%s': %s", s->name, g_strerror(EFBIG));
         return -EFBIG;
     }
     if (prealloc == BLK_PREALLOC_METADATA) {
         /* like file-posix: metadata means nothing to a protocol */
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Unsupported preallocation mode: metadata");
+        blk_error(ENOTSUP, "Unsupported preallocation mode: metadata");
         return -ENOTSUP;
     }
     ret = check_sticky(s, "resize");
@@ -1116,7 +1107,6 @@ static int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc pr
         ret = blk_lock_add(&s->locks, s->fd, BLK_PERM_RESIZE, s->name);
     }
     if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
         return ret;
     }
     file_lock(s, LOCK_EXCL);
@@ -1124,9 +1114,9 @@ static int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc pr
         ret = -errno;
     } else if (size < (uint64_t)st.st_size && prealloc != BLK_PREALLOC_OFF) {
         file_unlock(s, LOCK_EXCL);
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Could not resize '%s': Cannot use preallocation for shrinking files",
-                    s->name);
+        blk_error(ENOTSUP,
+                  "Could not resize '%s': Cannot use preallocation for shrinking files",
+                  s->name);
         return -ENOTSUP;
     } else {
         ret = file_resize(img, s, (uint64_t)st.st_size, size, prealloc, &what);
@@ -1137,8 +1127,8 @@ static int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc pr
     file_unlock(s, LOCK_EXCL);
     blk_gen_bump(img); /* invariant 9 */
     if (ret < 0) {
-        g_set_error(error, QIMG_ERROR, -ret, "Could not resize '%s': %s%s%s", s->name,
-                    what ? what : "", what ? ": " : "", g_strerror(-ret));
+        blk_error(-ret, "Could not resize '%s': %s%s%s", s->name, what ? what : "",
+                  what ? ": " : "", g_strerror(-ret));
     }
     return ret;
 }
@@ -1162,8 +1152,7 @@ static bool file_has_zero_init(BlkNode *img)
     return !img->is_block_device;
 }
 
-int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
-                    GError **error)
+int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc)
 {
     BlkNode tmp_img = {0};
     FileState tmp = {0};
@@ -1172,8 +1161,7 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
     int fd, ret;
 
     if (size > (uint64_t)INT64_MAX) {
-        g_set_error(error, QIMG_ERROR, EFBIG, "Could not create '%s': %s", filename,
-                    g_strerror(EFBIG));
+        blk_error(EFBIG, "Could not create '%s': %s", filename, g_strerror(EFBIG));
         return -EFBIG;
     }
     /* Invariant 11: no O_TRUNC; an image in use is refused before it changes. */
@@ -1191,7 +1179,6 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
     }
     ret = blk_lock_role(&tmp.locks, fd, BLK_ROLE_CREATE, NULL, false, filename);
     if (ret < 0) { /* qemu-img prints it after "FILE: " alone */
-        blk_error_propagate(error, ret, NULL);
         close(fd);
         return ret;
     }
@@ -1201,10 +1188,10 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
         ret = ioctl(fd, BLKGETSIZE64, &dev) < 0 ? -errno : 0;
         close(fd);
         if (ret == 0 && dev < size) {
-            g_set_error(error, QIMG_ERROR, ENOSPC,
-                        "Could not create '%s': Device is too small (%" PRIu64
-                        " bytes, need %" PRIu64 ")",
-                        filename, dev, size);
+            blk_error(ENOSPC,
+                      "Could not create '%s': Device is too small (%" PRIu64
+                      " bytes, need %" PRIu64 ")",
+                      filename, dev, size);
             return -ENOSPC;
         }
         if (ret < 0) {
@@ -1229,8 +1216,8 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
     if (ret < 0) {
         close(fd);
         if (what) {
-            g_set_error(error, QIMG_ERROR, -ret, "Could not create '%s': %s: %s",
-                        filename, what, g_strerror(-ret));
+            blk_error(-ret, "Could not create '%s': %s: %s", filename, what,
+                      g_strerror(-ret));
             return ret;
         }
         goto out_err;
@@ -1256,8 +1243,7 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc,
     return 0;
 
 out_err:
-    g_set_error(error, QIMG_ERROR, -ret, "Could not create '%s': %s", filename,
-                g_strerror(-ret));
+    blk_error(-ret, "Could not create '%s': %s", filename, g_strerror(-ret));
     return ret;
 }
 

@@ -173,7 +173,7 @@ static uint64_t log_bytes(RecordLog *log)
     return n;
 }
 
-static RecordLog *log_open(const char *path, GError **error)
+static RecordLog *log_open(const char *path)
 {
     RecordLog *log;
     struct stat st;
@@ -194,8 +194,7 @@ static RecordLog *log_open(const char *path, GError **error)
     } while (fd < 0 && errno == EINTR);
     if (fd < 0 || fstat(fd, &st) < 0) {
         int e = errno;
-        g_set_error(error, QIMG_ERROR, e, "Could not open the record log '%s': %s", path,
-                    g_strerror(e));
+        blk_error(e, "Could not open the record log '%s': %s", path, g_strerror(e));
         if (fd >= 0) {
             close(fd);
         }
@@ -216,8 +215,7 @@ static RecordLog *log_open(const char *path, GError **error)
         log->bytes = sizeof(hdr);
         if (write_all(fd, &v, 1) < 0) {
             int e = errno;
-            g_set_error(error, QIMG_ERROR, e, "Could not write the record log '%s': %s",
-                        path, g_strerror(e));
+            blk_error(e, "Could not write the record log '%s': %s", path, g_strerror(e));
             close(fd);
             g_mutex_clear(&log->lock);
             g_free(log->path);
@@ -324,16 +322,15 @@ static int record_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
 }
 
 static int record_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                           bool shrink, GError **error)
+                           bool shrink)
 {
     RecordState *s = img->opaque;
-    int ret = blk_truncate(s->child, size, exact, prealloc, shrink, error);
+    int ret = blk_truncate(s->child, size, exact, prealloc, shrink);
     int lr;
 
     img->size = s->child->size;
     lr = log_append(s, REC_TRUNCATE, s->child->size, 0, 0, NULL);
     if (ret == 0 && lr < 0) {
-        blk_error_propagate(error, lr, NULL);
         return lr;
     }
     return ret;
@@ -389,9 +386,9 @@ static const BlkDriver record_driver = {
     .set_perm = record_set_perm,
 };
 
-BlkNode *blk_open_record(const char *log_path, BlkNode *child, GError **error)
+BlkNode *blk_open_record(const char *log_path, BlkNode *child)
 {
-    RecordLog *log = log_open(log_path, error);
+    RecordLog *log = log_open(log_path);
     RecordState *s;
     BlkNode *img;
     BlkIOV name;
@@ -425,7 +422,6 @@ BlkNode *blk_open_record(const char *log_path, BlkNode *child, GError **error)
     iov_init_buf(&name, (void *)path, strlen(path));
     ret = log_append(s, REC_OPEN, child->size, name.size, 0, &name);
     if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
         blk_close(img);
         return NULL;
     }

@@ -421,13 +421,11 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
 rollback : {
     /* Nothing refers to the new blocks or table; undo the counts raised in
      * existing blocks (a failure here only leaks). */
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
     for (uint64_t k = 0; k < ncounted; k++) {
-        if (add_existing_locked(s, counted[k], true) < 0) {
-            blk_error_clear();
-        }
+        (void)add_existing_locked(s, counted[k], true);
     }
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
     return ret;
 }
 }
@@ -548,7 +546,7 @@ int qcow2_update_refcount_locked(Qcow2State *s, uint64_t offset, uint64_t length
 
 void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length)
 {
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark(); /* a failed free is never reported here */
     int ret = qcow2_update_refcount_locked(s, offset, length, 1, true);
 
     if (ret < 0) {
@@ -556,13 +554,12 @@ void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length)
          * reported later (meta.c invariant 7); -EINVAL (a refcount that
          * would go below 0) only on a corrupt image. */
         g_debug("qcow2: freeing 0x%" PRIx64 "+%" PRIu64 " failed: %s", offset, length,
-                blk_error_message() ? blk_error_message() : g_strerror(-ret));
+                g_strerror(-ret));
         if (ret != -EINVAL) {
-            qcow2_defer_error_locked(s, ret, blk_error_message());
+            qcow2_defer_error_locked(s, ret, had_error ? NULL : blk_error_message());
         }
     }
-    blk_error_clear();
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
 }
 
 void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length)

@@ -55,8 +55,6 @@
  */
 #include "qcow2/check.h"
 
-#include "qimg/check.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -1431,7 +1429,7 @@ static int check_locked(Qcow2Check *c, BlkCheckResult *result)
 }
 
 int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
-                           const Qcow2CheckOptions *opts, GError **error)
+                           const Qcow2CheckOptions *opts)
 {
     Qcow2State *s = img->opaque;
     Qcow2Check c = {
@@ -1451,9 +1449,7 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
     }
     c.messages = res->messages;
     if (c.fix && img->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only; cannot repair",
-                    img->filename);
-        return -EACCES;
+        return blk_error(EACCES, "Image '%s' is read-only; cannot repair", img->filename);
     }
     c.l2_buf = g_malloc(s->cluster_size);
     qcow2_lock(s);
@@ -1480,20 +1476,15 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
         g_ptr_array_add(c.messages, g_strdup_printf("(%u further messages were not kept)",
                                                     c.messages_dropped));
     }
-    if (ret < 0) {
-        const char *msg = blk_error_message();
-        g_set_error(error, QIMG_ERROR, -ret, "%s", msg ? msg : g_strerror(-ret));
-        blk_error_clear();
-    }
     g_free(c.refs);
     g_free(c.l2_buf);
     qcow2_unlock(s);
     return ret;
 }
 
-int qcow2_check_image(BlkNode *img, BlkCheckResult *res, unsigned fix, GError **error)
+int qcow2_check_image(BlkNode *img, BlkCheckResult *res, unsigned fix)
 {
     Qcow2CheckOptions o = {.progress = res->progress,
                            .progress_opaque = res->progress_opaque};
-    return qcow2_check_image_opts(img, res, fix, &o, error);
+    return qcow2_check_image_opts(img, res, fix, &o);
 }

@@ -23,8 +23,7 @@ struct BlkCheckResult;
  * (lazy refcounts) is opened read-write; on success the dirty and corrupt
  * bits are cleared.
  */
-int qcow2_check_image(BlkNode *img, struct BlkCheckResult *res, unsigned fix,
-                      GError **error);
+int qcow2_check_image(BlkNode *img, struct BlkCheckResult *res, unsigned fix);
 
 /* Progress of a long check: done out of total work units (table entries
  * and clusters). */
@@ -41,7 +40,7 @@ typedef struct Qcow2CheckOptions {
 
 /* qcow2_check_image() with options (opts may be NULL). */
 int qcow2_check_image_opts(BlkNode *img, struct BlkCheckResult *res, unsigned fix,
-                           const Qcow2CheckOptions *opts, GError **error);
+                           const Qcow2CheckOptions *opts);
 
 /* ---- shared by check.c and repair.c only ---- */
 

@@ -247,9 +247,9 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
         ret = qcow2_pre_write_overlap_check_locked(s, 0, coff, csize);
     }
     if (ret < 0) {
-        char *saved = qcow2_error_save();
+        bool had_error = blk_error_mark();
         qcow2_free_l2_entry_locked(s, *entry, false);
-        qcow2_error_restore(saved);
+        blk_error_unwind(had_error);
     }
     return ret;
 }
@@ -316,14 +316,14 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
     if (ret == 0) {
         ret = link_compressed_locked(s, offset, entry, data_gen);
         if (ret < 0) {
-            char *saved = qcow2_error_save();
+            bool had_error = blk_error_mark();
             qcow2_free_l2_entry_locked(s, entry, false);
-            qcow2_error_restore(saved);
+            blk_error_unwind(had_error);
         }
     } else if (entry) {
-        char *saved = qcow2_error_save();
+        bool had_error = blk_error_mark();
         qcow2_free_l2_entry_locked(s, entry, false);
-        qcow2_error_restore(saved);
+        blk_error_unwind(had_error);
     }
 out:
     qcow2_inflight_end_locked(s, &r);

@@ -158,10 +158,9 @@ static bool opt_bool(const BlkCreateOptions *opts, const char *key)
                  strcmp(v, "yes") == 0 || strcmp(v, "y") == 0);
 }
 
-static int bad_value(GError **error, const char *param, const char *value)
+static int bad_value(const char *param, const char *value)
 {
-    g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' does not accept value '%s'",
-                param, value);
+    blk_error(EINVAL, "Parameter '%s' does not accept value '%s'", param, value);
     return -EINVAL;
 }
 
@@ -177,9 +176,9 @@ static int parse_number(const char *s, uint64_t *out)
     return (errno || *end) ? -EINVAL : 0;
 }
 
-static int param_error(GError **error, const char *msg)
+static int param_error(const char *msg)
 {
-    g_set_error_literal(error, QIMG_ERROR, EINVAL, msg);
+    blk_error(EINVAL, "%s", msg);
     return -EINVAL;
 }
 
@@ -187,7 +186,7 @@ static int param_error(GError **error, const char *msg)
  * Fill *p from opts (create.c invariant 1): first the checks of the option
  * types in qemu-img's visiting order, then its consistency checks.
  */
-static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **error)
+static int parse_params(const BlkCreateOptions *opts, CreateParams *p)
 {
     const char *v;
     uint64_t n;
@@ -210,8 +209,7 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
         }
         if (bad->len) {
             g_ptr_array_sort(bad, (GCompareFunc)g_strcmp0);
-            g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'",
-                        (const char *)bad->pdata[0]);
+            blk_error(EINVAL, "Invalid parameter '%s'", (const char *)bad->pdata[0]);
             return -EINVAL;
         }
     }
@@ -222,11 +220,11 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
     p->size = opts->size;
     if (!opts->size_set && (v = opt_get(opts, "size"))) {
         if (parse_number(v, &p->size) < 0) {
-            return param_error(error, "Parameter 'size' expects a size");
+            return param_error("Parameter 'size' expects a size");
         }
     }
     if (p->size > (uint64_t)INT64_MAX) {
-        return param_error(error, "Image size must be less than 8 EiB!");
+        return param_error("Image size must be less than 8 EiB!");
     }
     /* qemu-img silently rounds the size up to 512 bytes */
     p->size = ROUND_UP(p->size, 512);
@@ -238,7 +236,7 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
         } else if (strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
             p->version = 3;
         } else {
-            return bad_value(error, "version", v);
+            return bad_value("version", v);
         }
     }
 
@@ -252,14 +250,14 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
             ok = ok || strcmp(p->backing_format, backing_drivers[i]) == 0;
         }
         if (!ok) {
-            return bad_value(error, "backing-fmt", p->backing_format);
+            return bad_value("backing-fmt", p->backing_format);
         }
     }
 
     p->cluster_size = 65536;
     if ((v = opt_get(opts, "cluster_size"))) {
         if (parse_number(v, &p->cluster_size) < 0) {
-            return param_error(error, "Parameter 'cluster-size' expects a size");
+            return param_error("Parameter 'cluster-size' expects a size");
         }
     }
 
@@ -267,7 +265,7 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
     if ((v = opt_get(opts, "preallocation"))) {
         if (blk_prealloc_parse(v, &p->prealloc) < 0) {
             blk_error_clear();
-            return bad_value(error, "preallocation", v);
+            return bad_value("preallocation", v);
         }
     }
 
@@ -275,7 +273,7 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
 
     n = 16;
     if ((v = opt_get(opts, "refcount_bits")) && parse_number(v, &n) < 0) {
-        return param_error(error, "Parameter 'refcount-bits' expects a number");
+        return param_error("Parameter 'refcount-bits' expects a number");
     }
 
     p->compression_type = QCOW2_COMPRESSION_ZLIB;
@@ -283,70 +281,70 @@ static int parse_params(const BlkCreateOptions *opts, CreateParams *p, GError **
         if (strcmp(v, "zstd") == 0) {
             p->compression_type = QCOW2_COMPRESSION_ZSTD;
         } else if (strcmp(v, "zlib") != 0) {
-            return bad_value(error, "compression-type", v);
+            return bad_value("compression-type", v);
         }
     }
 
     /* qemu-img's consistency checks, in its order */
     if (p->extended_l2 && p->version < 3) {
-        return param_error(error, "Extended L2 entries are only supported with "
-                                  "compatibility level 1.1 and above (use version=v3 "
-                                  "or greater)");
+        return param_error("Extended L2 entries are only supported with "
+                           "compatibility level 1.1 and above (use version=v3 "
+                           "or greater)");
     }
     if (p->cluster_size < 512 || p->cluster_size > 2 * 1024 * 1024 ||
         (p->cluster_size & (p->cluster_size - 1))) {
-        return param_error(error, "Cluster size must be a power of two between 512 and "
-                                  "2048k");
+        return param_error("Cluster size must be a power of two between 512 and "
+                           "2048k");
     }
     p->cluster_bits = (uint32_t)__builtin_ctzll(p->cluster_size);
     if (p->extended_l2 && p->cluster_size < 512 * QCOW2_EXTL2_SUBCLUSTERS) {
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Extended L2 entries are only supported with cluster sizes of at "
-                    "least %u bytes",
-                    512 * QCOW2_EXTL2_SUBCLUSTERS);
+        blk_error(EINVAL,
+                  "Extended L2 entries are only supported with cluster sizes of at "
+                  "least %u bytes",
+                  512 * QCOW2_EXTL2_SUBCLUSTERS);
         return -EINVAL;
     }
     if (p->backing_file && p->prealloc != BLK_PREALLOC_OFF && !p->extended_l2) {
-        return param_error(error, "Backing file and preallocation can only be used at "
-                                  "the same time if extended_l2 is on");
+        return param_error("Backing file and preallocation can only be used at "
+                           "the same time if extended_l2 is on");
     }
     if (p->backing_format && !p->backing_file) {
-        return param_error(error, "Backing format cannot be used without backing file");
+        return param_error("Backing format cannot be used without backing file");
     }
     if (p->lazy_refcounts && p->version < 3) {
-        return param_error(error, "Lazy refcounts only supported with compatibility "
-                                  "level 1.1 and above (use version=v3 or greater)");
+        return param_error("Lazy refcounts only supported with compatibility "
+                           "level 1.1 and above (use version=v3 or greater)");
     }
     if (n > 64 || n == 0 || (n & (n - 1))) {
-        return param_error(error, "Refcount width must be a power of two and may not "
-                                  "exceed 64 bits");
+        return param_error("Refcount width must be a power of two and may not "
+                           "exceed 64 bits");
     }
     if (p->version < 3 && n != 16) {
-        return param_error(error, "Different refcount widths than 16 bits require "
-                                  "compatibility level 1.1 or above (use version=v3 or "
-                                  "greater)");
+        return param_error("Different refcount widths than 16 bits require "
+                           "compatibility level 1.1 or above (use version=v3 or "
+                           "greater)");
     }
     p->refcount_order = (uint32_t)__builtin_ctzll(n);
     if (p->data_file_raw && !p->data_file) {
-        return param_error(error, "data-file-raw requires data-file");
+        return param_error("data-file-raw requires data-file");
     }
     if (p->data_file_raw && p->backing_file) {
-        return param_error(error, "Backing file and data-file-raw cannot be used at the "
-                                  "same time");
+        return param_error("Backing file and data-file-raw cannot be used at the "
+                           "same time");
     }
     if (p->data_file_raw && p->prealloc == BLK_PREALLOC_OFF) {
         /* the raw data file must map 1:1, so qemu-img maps all of it */
         p->prealloc = BLK_PREALLOC_METADATA;
     }
     if (p->data_file && p->version < 3) {
-        return param_error(error, "External data files are only supported with "
-                                  "compatibility level 1.1 and above (use version=v3 or "
-                                  "greater)");
+        return param_error("External data files are only supported with "
+                           "compatibility level 1.1 and above (use version=v3 or "
+                           "greater)");
     }
     if (p->compression_type != QCOW2_COMPRESSION_ZLIB && p->version < 3) {
-        return param_error(error, "Non-zlib compression type is only supported with "
-                                  "compatibility level 1.1 and above (use version=v3 or "
-                                  "greater)");
+        return param_error("Non-zlib compression type is only supported with "
+                           "compatibility level 1.1 and above (use version=v3 or "
+                           "greater)");
     }
     return 0;
 }
@@ -965,7 +963,7 @@ static int write_l1_and_reftable(Layout *L)
 /* Resize the data node to 'size' if it is shorter, like QEMU's file
  * protocol: growing an empty file from 0 with 'off' allocates its first
  * block. */
-static int grow_data_node(Layout *L, uint64_t size, BlkPrealloc mode, GError **error)
+static int grow_data_node(Layout *L, uint64_t size, BlkPrealloc mode)
 {
     BlkNode *node = L->data ? L->data : L->file;
     uint64_t cur = L->data ? L->data_eof : L->eof;
@@ -977,7 +975,7 @@ static int grow_data_node(Layout *L, uint64_t size, BlkPrealloc mode, GError **e
     if (mode == BLK_PREALLOC_METADATA) {
         mode = BLK_PREALLOC_OFF;
     }
-    ret = blk_truncate(node, size, false, mode, false, error);
+    ret = blk_truncate(node, size, false, mode, false);
     if (ret < 0) {
         return ret;
     }
@@ -985,7 +983,6 @@ static int grow_data_node(Layout *L, uint64_t size, BlkPrealloc mode, GError **e
         static const uint8_t zeros[4096];
         ret = file_write(L, node, 0, zeros, MIN(size, sizeof(zeros)));
         if (ret < 0) {
-            blk_error_propagate(error, ret, NULL);
             return ret;
         }
     }
@@ -1097,7 +1094,7 @@ static int prealloc_chunk(Layout *L, uint64_t offset, uint64_t req, uint64_t *ho
 }
 
 /* preallocation=metadata (and falloc/full with a data file). */
-static int prealloc_metadata(Layout *L, uint64_t size, GError **error)
+static int prealloc_metadata(Layout *L, uint64_t size)
 {
     uint64_t offset = 0, host = 0, done = 0;
     uint64_t max_chunk = ROUND_DOWN((uint64_t)INT_MAX, L->cluster_size);
@@ -1109,8 +1106,7 @@ static int prealloc_metadata(Layout *L, uint64_t size, GError **error)
             ret = checkpoint(L);
         }
         if (ret < 0) {
-            blk_error_propagate(error, ret,
-                                "Could not resize image: Allocating clusters failed");
+            blk_error_prefix(ret, "Could not resize image: Allocating clusters failed");
             return ret;
         }
         offset += done;
@@ -1119,7 +1115,7 @@ static int prealloc_metadata(Layout *L, uint64_t size, GError **error)
         return 0;
     }
     /* the file must reach the last data cluster */
-    return grow_data_node(L, host + done, L->p->prealloc, error);
+    return grow_data_node(L, host + done, L->p->prealloc);
 }
 
 /* The last cluster in use among the first 'clusters' clusters. */
@@ -1143,7 +1139,7 @@ static int64_t last_used_cluster(Layout *L, uint64_t clusters)
  * everything first, the data clusters right after them, the file extended
  * (and preallocated) over them, then the L2 tables wherever they fit.
  */
-static int prealloc_file(Layout *L, uint64_t size, GError **error)
+static int prealloc_file(Layout *L, uint64_t size)
 {
     uint64_t n_data = ROUND_UP(size, L->cluster_size) >> L->cluster_bits;
     uint64_t n_l2 = DIV_ROUND_UP(n_data, L->l2_entries) + 1;
@@ -1160,15 +1156,14 @@ static int prealloc_file(Layout *L, uint64_t size, GError **error)
     start = refcount_area(L, old_end, n_data + n_l2, true, 0, 0);
     if (start < 0) {
         ret = (int)start;
-        blk_error_propagate(
-            error, ret, "Could not resize image: Failed to resize refcount structures");
+        blk_error_prefix(ret,
+                         "Could not resize image: Failed to resize refcount structures");
         return ret;
     }
     got = alloc_clusters_at(L, (uint64_t)start, n_data);
     if (got < 0 || (uint64_t)got != n_data) {
         ret = got < 0 ? (int)got : blk_error(EIO, "Data clusters are not free");
-        blk_error_propagate(error, ret,
-                            "Could not resize image: Failed to allocate data clusters");
+        blk_error_prefix(ret, "Could not resize image: Failed to allocate data clusters");
         return ret;
     }
     /* qemu-img's file ends here when it preallocates (invariant 3) */
@@ -1180,15 +1175,11 @@ static int prealloc_file(Layout *L, uint64_t size, GError **error)
         goto err;
     }
     {
-        GError *local = NULL;
         uint64_t new_end = (uint64_t)start + (n_data << L->cluster_bits);
-        ret = blk_truncate(L->file, new_end, false, L->p->prealloc, false, &local);
+        ret = blk_truncate(L->file, new_end, false, L->p->prealloc, false);
         if (ret < 0) {
-            g_set_error(error, QIMG_ERROR, -ret,
-                        "Could not resize image: Failed to resize underlying file: %s",
-                        local->message);
-            g_error_free(local);
-            return ret;
+            return blk_error_prefix(ret, "Could not resize image: Failed to resize "
+                                         "underlying file");
         }
         note_extent(L, 0, new_end);
     }
@@ -1200,8 +1191,7 @@ static int prealloc_file(Layout *L, uint64_t size, GError **error)
                                       ((guest >> L->cluster_bits) & (L->l2_entries - 1)));
         ret = link_l2(L, guest, host, nb);
         if (ret < 0) {
-            blk_error_propagate(error, ret,
-                                "Could not resize image: Failed to update L2 tables");
+            blk_error_prefix(ret, "Could not resize image: Failed to update L2 tables");
             return ret;
         }
         guest += nb << L->cluster_bits;
@@ -1217,7 +1207,7 @@ static int prealloc_file(Layout *L, uint64_t size, GError **error)
     return 0;
 
 err:
-    blk_error_propagate(error, ret, "Could not resize image");
+    blk_error_prefix(ret, "Could not resize image");
     return ret;
 }
 
@@ -1390,22 +1380,17 @@ static void layout_free(Layout *L)
 
 /* Map an allocation failure to qemu-img's wording (qemu-img always adds the
  * hint for qcow2: its cluster_size option has a default). */
-static void size_error(const CreateParams *p, int ret, const char *what, GError **error)
+static void size_error(int ret, const char *what)
 {
     if (ret == -EFBIG) {
-        g_clear_error(error);
-        blk_error_clear();
-        g_set_error(error, QIMG_ERROR, EFBIG,
-                    "The image size is too large for file format 'qcow2' (try using a "
-                    "larger cluster size)");
-        return;
-    }
-    if (error && !*error) {
-        blk_error_propagate(error, ret, what);
+        blk_error_replace(EFBIG, "The image size is too large for file format 'qcow2' "
+                                 "(try using a larger cluster size)");
+    } else if (what) {
+        blk_error_prefix(ret, "%s", what);
     }
 }
 
-static int lay_out(Layout *L, GError **error)
+static int lay_out(Layout *L)
 {
     const CreateParams *p = L->p;
     uint64_t cs = L->cluster_size;
@@ -1417,7 +1402,7 @@ static int lay_out(Layout *L, GError **error)
     /* a: header, refcount table, empty refcount block */
     ret = file_write(L, L->file, 0, buf, 3 * cs);
     if (ret < 0) {
-        blk_error_propagate(error, ret, "Could not write qcow2 header");
+        blk_error_prefix(ret, "Could not write qcow2 header");
         return ret;
     }
     note_extent(L, 0, 3 * cs);
@@ -1436,17 +1421,15 @@ static int lay_out(Layout *L, GError **error)
     off = alloc_clusters(L, 3 * cs);
     if (off != 0) {
         ret = off < 0 ? (int)off : blk_error(EIO, "First cluster already in use");
-        blk_error_propagate(error, ret,
-                            "Could not allocate clusters for qcow2 header "
-                            "and refcount table");
+        blk_error_prefix(ret, "Could not allocate clusters for qcow2 header "
+                              "and refcount table");
         return ret;
     }
 
     /* c */
     ret = build_header(L, false, buf);
     if (ret < 0) {
-        g_set_error(error, QIMG_ERROR, -ret, "Could not update qcow2 header: %s",
-                    g_strerror(-ret));
+        blk_error(-ret, "Could not update qcow2 header: %s", g_strerror(-ret));
         return ret;
     }
 
@@ -1456,25 +1439,24 @@ static int lay_out(Layout *L, GError **error)
     }
     ret = grow_l1(L, l1_entries);
     if (ret < 0) {
-        size_error(p, ret, "Could not resize image: Failed to grow the L1 table", error);
+        size_error(ret, "Could not resize image: Failed to grow the L1 table");
         return ret;
     }
     switch (p->prealloc) {
     case BLK_PREALLOC_OFF:
         if (L->data) {
-            ret = grow_data_node(L, p->size, BLK_PREALLOC_OFF, error);
+            ret = grow_data_node(L, p->size, BLK_PREALLOC_OFF);
         }
         break;
     case BLK_PREALLOC_METADATA:
-        ret = prealloc_metadata(L, p->size, error);
+        ret = prealloc_metadata(L, p->size);
         break;
     default:
-        ret = L->data ? prealloc_metadata(L, p->size, error)
-                      : prealloc_file(L, p->size, error);
+        ret = L->data ? prealloc_metadata(L, p->size) : prealloc_file(L, p->size);
         break;
     }
     if (ret < 0) {
-        size_error(p, ret, "Could not resize image", error);
+        size_error(ret, NULL); /* the preallocation worded its failure */
         return ret;
     }
 
@@ -1483,7 +1465,7 @@ static int lay_out(Layout *L, GError **error)
         ret = write_l1_and_reftable(L);
     }
     if (ret < 0) {
-        blk_error_propagate(error, ret, "Could not resize image");
+        blk_error_prefix(ret, "Could not resize image");
         return ret;
     }
 
@@ -1494,10 +1476,9 @@ static int lay_out(Layout *L, GError **error)
         ret = build_header(L, true, buf);
     }
     if (ret < 0) {
-        g_set_error(error, QIMG_ERROR, -ret,
-                    "Could not assign backing file '%s' with format '%s': %s",
-                    p->backing_file, p->backing_format ? p->backing_format : "(null)",
-                    g_strerror(-ret));
+        blk_error(-ret, "Could not assign backing file '%s' with format '%s': %s",
+                  p->backing_file, p->backing_format ? p->backing_format : "(null)",
+                  g_strerror(-ret));
         return ret;
     }
     /* invariant 5: what the header names is durable before it */
@@ -1510,7 +1491,7 @@ static int lay_out(Layout *L, GError **error)
         ret = file_write(L, L->file, 0, buf, cs);
     }
     if (ret < 0) {
-        blk_error_propagate(error, ret, "Could not write qcow2 header");
+        blk_error_prefix(ret, "Could not write qcow2 header");
         return ret;
     }
     return 0;
@@ -1526,18 +1507,17 @@ static void remove_regular(const char *path)
     }
 }
 
-static int flush_node(BlkNode *node, GError **error)
+static int flush_node(BlkNode *node)
 {
     int ret = node ? blk_flush(node) : 0;
 
     if (ret < 0) {
-        g_autofree char *pfx = g_strdup_printf("Could not flush '%s'", node->filename);
-        blk_error_propagate(error, ret, pfx);
+        blk_error_prefix(ret, "Could not flush '%s'", node->filename);
     }
     return ret;
 }
 
-int qcow2_create(const char *filename, const BlkCreateOptions *opts, GError **error)
+int qcow2_create(const char *filename, const BlkCreateOptions *opts)
 {
     CreateParams p;
     Layout L;
@@ -1549,45 +1529,45 @@ int qcow2_create(const char *filename, const BlkCreateOptions *opts, GError **er
     int ret;
 
     /* qemu-img creates the files first and checks the options after */
-    ret = blk_file_create(blk_plain_name(filename), 0, BLK_PREALLOC_OFF, error);
+    ret = blk_file_create(blk_plain_name(filename), 0, BLK_PREALLOC_OFF);
     if (ret < 0) {
         return ret;
     }
     if (data_name) {
-        ret = blk_file_create(data_name, 0, BLK_PREALLOC_OFF, error);
+        ret = blk_file_create(data_name, 0, BLK_PREALLOC_OFF);
         if (ret < 0) {
             goto fail;
         }
         data_created = true;
     }
-    ret = parse_params(opts, &p, error);
+    ret = parse_params(opts, &p);
     if (ret < 0) {
         goto fail;
     }
 
     /* Locked as the read-write image will be (block/lock.c); a user name:
      * "record:LOG:FILE" records the creation (tests). */
-    file = blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME, error);
+    file = blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME);
     if (!file) {
-        ret = -EIO;
+        ret = blk_error_code() ? -blk_error_code() : -EIO;
         goto fail;
     }
     if (data_name) {
-        data = blk_open_file_like(file, data_name, &fo, BLK_ROLE_DATA, error);
+        data = blk_open_file_like(file, data_name, &fo, BLK_ROLE_DATA);
         if (!data) {
-            ret = -EIO;
+            ret = blk_error_code() ? -blk_error_code() : -EIO;
             goto fail;
         }
     }
 
     layout_init(&L, &p, file, data);
-    ret = lay_out(&L, error);
+    ret = lay_out(&L);
     layout_free(&L);
     if (ret == 0) {
-        ret = flush_node(file, error);
+        ret = flush_node(file);
     }
     if (ret == 0) {
-        ret = flush_node(data, error);
+        ret = flush_node(data);
     }
     if (ret < 0) {
         goto fail;
@@ -1599,9 +1579,6 @@ int qcow2_create(const char *filename, const BlkCreateOptions *opts, GError **er
     return 0;
 
 fail:
-    if (error && !*error) {
-        blk_error_propagate(error, ret, NULL);
-    }
     if (file) {
         blk_close(file);
     }

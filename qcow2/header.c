@@ -510,7 +510,9 @@ int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
      * over the extensions, as QEMU does), then tables, then extensions. */
     if (h->incompatible_features & ~QCOW2_INCOMPAT_KNOWN) {
         Qcow2Extensions tmp = {0};
-        qcow2_read_extensions(cluster0, h, &tmp);
+        bool had_error = blk_error_mark();
+        (void)qcow2_read_extensions(cluster0, h, &tmp); /* lenient: errors ignored */
+        blk_error_unwind(had_error);
         ret = qcow2_header_check_features(h, &tmp, read_write, check_mode);
         qcow2_extensions_free(&tmp);
     } else {

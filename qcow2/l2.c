@@ -131,9 +131,9 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
     return ret;
 
 fail : {
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
     qcow2_free_clusters_locked(s, (uint64_t)offset, bytes);
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
     return ret;
 }
 }
@@ -271,9 +271,9 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
     return 0;
 
 fail : {
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
     qcow2_free_clusters_locked(s, (uint64_t)new_offset, s->cluster_size);
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
     return ret;
 }
 }

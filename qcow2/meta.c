@@ -85,19 +85,6 @@
 #include <errno.h>
 #include <inttypes.h>
 
-char *qcow2_error_save(void)
-{
-    return g_strdup(blk_error_message());
-}
-
-void qcow2_error_restore(char *saved)
-{
-    if (saved) {
-        blk_error(EIO, "%s", saved);
-        g_free(saved);
-    }
-}
-
 void qcow2_defer_error_locked(Qcow2State *s, int ret, const char *msg)
 {
     if (ret < 0 && !s->deferred_error) {
@@ -118,7 +105,7 @@ int qcow2_take_deferred_error_locked(Qcow2State *s, int ret)
     }
     /* The deferred error came first: whatever failed after it (ret) was
      * most likely refused because of it (invariant 9). */
-    return blk_error(-deferred, "%s", msg);
+    return blk_error_replace(-deferred, "%s", msg);
 }
 
 int qcow2_finish_request_locked(Qcow2State *s, int ret)
@@ -128,11 +115,9 @@ int qcow2_finish_request_locked(Qcow2State *s, int ret)
      * request; this one did its work. */
     if (s->writable && s->pending_frees &&
         s->pending_frees->len >= QCOW2_MAX_PENDING_FREES) {
-        char *saved = qcow2_error_save();
-        if (qcow2_flush_all_locked(s) < 0) {
-            blk_error_clear();
-        }
-        qcow2_error_restore(saved);
+        bool had_error = blk_error_mark();
+        (void)qcow2_flush_all_locked(s);
+        blk_error_unwind(had_error);
     }
     return ret;
 }

@@ -36,7 +36,6 @@
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
-#include "qimg/check.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -146,21 +145,24 @@ static int open_data_file(Qcow2State *s, const char *filename)
      * "record:LOG:FILE"-style name (block.h invariant 5). */
     const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
     g_autofree char *path = blk_resolve_backing_name(base, s->ext.data_file);
-    g_autoptr(GError) err = NULL;
+    g_autofree char *msg = NULL;
     BlkOpenOptions o = s->img->opts;
+    int code;
 
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
-    s->data_file =
-        blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA, &err); /* invariant 4 */
-    if (!s->data_file && err && err->code == EAGAIN) {
-        return blk_error(EAGAIN, "%s", blk_open_error_detail(err, path));
+    s->data_file = blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA); /* inv 4 */
+    if (s->data_file) {
+        return 0;
     }
-    if (!s->data_file) {
-        return blk_error(err ? err->code : EIO, "Could not open data file '%s': %s", path,
-                         err ? err->message : "unknown error");
+    /* QEMU's wording one layer up: a deliberate rewording (error.c inv 2) */
+    code = blk_error_code() ? blk_error_code() : EIO;
+    msg = blk_error_take();
+    if (code == EAGAIN && msg) {
+        return blk_error_replace(EAGAIN, "%s", blk_open_error_detail(msg, code, path));
     }
-    return 0;
+    return blk_error_replace(code, "Could not open data file '%s': %s", path,
+                             msg ? msg : g_strerror(code));
 }
 
 /* DESIGN.md rule 5: a dirty image (lazy refcounts, not closed cleanly) has
@@ -168,17 +170,18 @@ static int open_data_file(Qcow2State *s, const char *filename)
 static int repair_dirty(BlkNode *img)
 {
     BlkCheckResult res = {0};
-    g_autoptr(GError) err = NULL;
+    g_autofree char *msg = NULL;
     int ret;
 
-    ret = qcow2_check_image(img, &res, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &err);
+    ret = qcow2_check_image(img, &res, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS);
     if (ret == 0 && res.check_errors) {
         ret = -EIO;
     }
     blk_check_result_clear(&res);
     if (ret < 0) {
-        return blk_error(-ret, "Could not repair dirty image%s%s", err ? ": " : "",
-                         err ? err->message : "");
+        msg = blk_error_take();
+        return blk_error_replace(-ret, "Could not repair dirty image%s%s",
+                                 msg ? ": " : "", msg ? msg : "");
     }
     return 0;
 }
@@ -293,8 +296,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     return 0;
 }
 
-static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
-                      GError **error)
+static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts)
 {
     Qcow2State *s = g_new0(Qcow2State, 1);
     int ret;
@@ -314,7 +316,6 @@ static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *
         img->backing_format = NULL;
         state_free(s);
         img->opaque = NULL;
-        blk_error_propagate(error, ret, NULL);
         return ret;
     }
     return 0;
@@ -406,7 +407,7 @@ static void qcow2_close(BlkNode *img)
 
     if (s && s->writable && !s->corrupt_fatal && !s->sticky_error) {
         /* qcow2.c invariant 7 */
-        char *saved = qcow2_error_save();
+        bool had_error = blk_error_mark();
         qcow2_lock(s);
         int ret = qcow2_flush_all_locked(s);
         if (ret == 0) {
@@ -423,8 +424,7 @@ static void qcow2_close(BlkNode *img)
                     blk_error_message() ? blk_error_message() : g_strerror(-ret));
         }
         qcow2_unlock(s);
-        blk_error_clear();
-        qcow2_error_restore(saved);
+        blk_error_unwind(had_error);
     }
     state_free(s);
     img->opaque = NULL;
@@ -445,7 +445,7 @@ static int64_t qcow2_get_allocated_size(BlkNode *img)
     return blk_get_allocated_size(img->file);
 }
 
-static int qcow2_get_info(BlkNode *img, BlkInfo *info, GError **error)
+static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 {
     Qcow2State *s = img->opaque;
 

@@ -697,10 +697,6 @@ int qcow2_finish_request_locked(Qcow2State *s, int ret);
 /* End of a flush or of a metadata operation (snapshot, resize): the
  * deferred error if any (with its message: it came first), else ret. */
 int qcow2_take_deferred_error_locked(Qcow2State *s, int ret);
-/* Keep the current thread's error message across clean-up that may
- * record its own: save, clean up, restore (frees saved). */
-char *qcow2_error_save(void);
-void qcow2_error_restore(char *saved);
 
 /* ---- alloc.c: cluster allocation and refcount updates ---- */
 
@@ -831,15 +827,15 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 /* ---- resize.c: resize and the vmstate area ---- */
 
 int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                   bool shrink, GError **error);
+                   bool shrink);
 /* Guest offset where the vmstate area of the active L1 starts. */
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
-int qcow2_create(const char *filename, const BlkCreateOptions *opts, GError **error);
+int qcow2_create(const char *filename, const BlkCreateOptions *opts);
 /* snapshot-write.c */
-int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **error);
-int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name, GError **error);
-int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name, GError **error);
+int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
+int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);
+int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name);
 GArray *qcow2_snapshot_list(BlkNode *img);
 /* Append a BlkSnapshotInfo for each snapshot to list (lock held). */
 void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list);

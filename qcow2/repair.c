@@ -36,8 +36,6 @@
  */
 #include "qcow2/check.h"
 
-#include "qimg/check.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -129,10 +127,9 @@ int repair_write_l1_entry(Qcow2Check *c, uint32_t index)
 
 int repair_truncate(Qcow2Check *c, uint64_t size)
 {
-    g_autoptr(GError) err = NULL;
     int ret;
 
-    ret = blk_truncate(c->file, size, false, BLK_PREALLOC_OFF, false, &err);
+    ret = blk_truncate(c->file, size, false, BLK_PREALLOC_OFF, false);
     if (ret < 0) {
         return ret;
     }
@@ -583,8 +580,8 @@ int repair_read_snapshot_table(Qcow2Check *c, Qcow2CheckCounts *res)
         res->check_errors++;
         s->snapshots_offset = 0;
         s->nb_snapshots = 0;
-        return blk_error(-ret, "ERROR failed to read the snapshot table: %s",
-                         why ? why : g_strerror(-ret));
+        return blk_error_replace(-ret, "ERROR failed to read the snapshot table: %s",
+                                 why ? why : g_strerror(-ret));
     }
     res->corruptions += nb_dropped + extra_dropped;
 

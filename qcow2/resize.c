@@ -119,9 +119,9 @@ static int preallocate(Qcow2State *s, uint64_t offset, uint64_t end)
             qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
             qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
         } else if (host >= 0) {
-            char *saved = qcow2_error_save();
+            bool had_error = blk_error_mark();
             qcow2_free_clusters_locked(s, (uint64_t)host, run * cs);
-            qcow2_error_restore(saved);
+            blk_error_unwind(had_error);
         }
         qcow2_unlock(s);
         offset += run * cs;
@@ -208,24 +208,17 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
                 /* The file covers the preallocated clusters (qemu-img check
                  * wants them inside it): a hole for metadata, allocated
                  * (falloc) or written (full) otherwise. */
-                g_autoptr(GError) err = NULL;
                 int64_t cur = blk_getlength(img->file);
                 BlkPrealloc mode =
                     prealloc == BLK_PREALLOC_METADATA ? BLK_PREALLOC_OFF : prealloc;
-                if (cur >= 0 && s->file_size > (uint64_t)cur &&
-                    blk_truncate(img->file, s->file_size, false, mode, false, &err) < 0) {
-                    ret = blk_error(err ? err->code : EIO, "%s",
-                                    err ? err->message : "Could not preallocate");
+                if (cur >= 0 && s->file_size > (uint64_t)cur) {
+                    ret = blk_truncate(img->file, s->file_size, false, mode, false);
                 }
             }
         }
     }
     if (ret == 0 && qcow2_has_data_file(s) && s->data_file_raw && size > old) {
-        g_autoptr(GError) err = NULL;
-        if (blk_truncate(s->data_file, size, false, BLK_PREALLOC_OFF, false, &err) < 0) {
-            ret = blk_error(err ? err->code : EIO, "%s",
-                            err ? err->message : "Could not resize the data file");
-        }
+        ret = blk_truncate(s->data_file, size, false, BLK_PREALLOC_OFF, false);
     }
     if (ret < 0) {
         return ret;
@@ -246,17 +239,9 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
 }
 
 int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                   bool shrink, GError **error)
+                   bool shrink)
 {
-    Qcow2State *s = img->opaque;
-    int ret;
-
-    blk_error_clear();
-    ret = do_truncate(s, size, prealloc, shrink);
-    if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
-    }
-    return ret;
+    return do_truncate(img->opaque, size, prealloc, shrink);
 }
 
 /* ---- vmstate (invariant 5) ---- */

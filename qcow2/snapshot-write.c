@@ -160,16 +160,14 @@ static int batch_add_locked(Qcow2State *s, RefBatch *b, uint64_t off, uint64_t l
 /* Undo logged increments (R6); failures leave leaks. */
 static void undo_log_locked(Qcow2State *s, GArray *log)
 {
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
 
     for (guint i = log->len; i > 0; i--) {
         RefRange *r = &g_array_index(log, RefRange, i - 1);
-        if (qcow2_update_refcount_locked(s, r->off, r->len, 1, true) < 0) {
-            blk_error_clear();
-        }
+        (void)qcow2_update_refcount_locked(s, r->off, r->len, 1, true);
     }
     g_array_set_size(log, 0);
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
 }
 
 /* Validate an L1 entry of any L1 table (invariant 4). */
@@ -419,7 +417,7 @@ static int recompute_copied_locked(Qcow2State *s)
  */
 static void reconcile_l1_locked(Qcow2State *s, const uint64_t *disk_l1)
 {
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
     bool raised = false;
 
     for (uint32_t i = 0; i < s->l1_size; i++) {
@@ -436,8 +434,7 @@ static void reconcile_l1_locked(Qcow2State *s, const uint64_t *disk_l1)
         (qcow2_cache_flush_locked(s->refcount_cache) < 0 || qcow2_flush_file(s) < 0)) {
         revert_refcounts_locked(s);
     }
-    blk_error_clear();
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
 }
 
 /*
@@ -453,7 +450,7 @@ static void reconcile_l2_locked(Qcow2State *s, bool *reverted)
 {
     g_autofree uint8_t *disk = g_malloc(s->cluster_size);
     uint64_t l1_shift = s->cluster_bits + s->l2_bits;
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
     bool raised = false;
 
     for (uint32_t i = 0; i < s->l1_size; i++) {
@@ -485,8 +482,7 @@ static void reconcile_l2_locked(Qcow2State *s, bool *reverted)
         revert_refcounts_locked(s);
         *reverted = true;
     }
-    blk_error_clear();
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
 }
 
 /*
@@ -500,7 +496,6 @@ static void reconcile_l2_locked(Qcow2State *s, bool *reverted)
  */
 static int commit_locked(Qcow2State *s, uint64_t *disk_l1, bool *reverted)
 {
-    char *saved = NULL;
     bool written;
     int ret, r;
 
@@ -523,9 +518,6 @@ static int commit_locked(Qcow2State *s, uint64_t *disk_l1, bool *reverted)
         ret = ret < 0 ? ret : r;
         reconcile_l2_locked(s, reverted);
     }
-    if (ret < 0) {
-        saved = qcow2_error_save();
-    }
     if (s->l1_size && memcmp(s->l1_table, disk_l1, (size_t)s->l1_size * 8) != 0) {
         r = write_active_l1_locked(s, s->l1_table, &written);
         if (written) {
@@ -533,11 +525,7 @@ static int commit_locked(Qcow2State *s, uint64_t *disk_l1, bool *reverted)
         } else {
             reconcile_l1_locked(s, disk_l1);
         }
-        ret = ret < 0 ? ret : r;
-    }
-    if (saved) {
-        blk_error_clear();
-        qcow2_error_restore(saved);
+        ret = ret < 0 ? ret : r; /* the first failure's message (error.c inv 2) */
     }
     return ret;
 }
@@ -547,12 +535,11 @@ static int commit_locked(Qcow2State *s, uint64_t *disk_l1, bool *reverted)
 static int commit_keep_error_locked(Qcow2State *s, uint64_t *disk_l1, bool *reverted,
                                     int ret)
 {
-    char *saved = ret < 0 ? qcow2_error_save() : NULL;
+    bool had_error = blk_error_mark();
     int r = commit_locked(s, disk_l1, reverted);
 
     if (ret < 0) {
-        blk_error_clear();
-        qcow2_error_restore(saved);
+        blk_error_unwind(had_error);
         return ret;
     }
     return r;
@@ -685,9 +672,9 @@ static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
 
 fail:
     if (offset > 0) {
-        char *saved = qcow2_error_save();
+        bool had_error = blk_error_mark();
         qcow2_free_clusters_locked(s, (uint64_t)offset, bytes);
-        qcow2_error_restore(saved);
+        blk_error_unwind(had_error);
     }
     return ret;
 }
@@ -922,7 +909,7 @@ static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_o
          * debugging only. */
         g_debug("qcow2: snapshot creation: %s",
                 blk_error_message() ? blk_error_message() : "refcount overflow");
-        ret = blk_error(EINVAL, "%s", g_strerror(EINVAL));
+        ret = blk_error_replace(EINVAL, "%s", g_strerror(EINVAL));
     }
     if (ret < 0) {
         goto rollback;
@@ -954,20 +941,18 @@ static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_o
 
 rollback : {
     /* R6: nothing names the copy or the raised counts yet. */
-    char *saved = qcow2_error_save();
+    bool had_error = blk_error_mark();
     for (uint64_t k = x_first; x_cleared && k < x_end; k++) {
         s->l1_table[k] = orig_l1[k]; /* back where it was (R9) */
     }
     if (!reverted) {
         undo_log_locked(s, log);
     }
-    if (commit_locked(s, disk_l1, &reverted) < 0) {
-        blk_error_clear();
-    }
+    (void)commit_locked(s, disk_l1, &reverted);
     if (l1_offset > 0) {
         qcow2_free_clusters_locked(s, (uint64_t)l1_offset, l1_bytes);
     }
-    qcow2_error_restore(saved);
+    blk_error_unwind(had_error);
 }
 out:
     free_snapshot_strings(sn);
@@ -1069,14 +1054,12 @@ static int goto_locked(Qcow2State *s, uint64_t sn_l1_offset, uint32_t sn_l1_size
         ret = write_active_l1_locked(s, l1, &written);
     }
     if (!written) {
-        char *saved = qcow2_error_save();
+        bool had_error = blk_error_mark();
         if (!reverted) {
             undo_log_locked(s, log); /* R6 */
         }
-        if (commit_locked(s, disk_l1, &reverted) < 0) {
-            blk_error_clear();
-        }
-        qcow2_error_restore(saved);
+        (void)commit_locked(s, disk_l1, &reverted);
+        blk_error_unwind(had_error);
         return ret;
     }
     /* The file holds the new L1: memory follows. */
@@ -1123,13 +1106,10 @@ static int do_goto(BlkNode *img, const char *id_or_name)
     if (disk_size != img->size) {
         /* QEMU truncates to the snapshot's size first (v3 only: v2 images
          * with snapshots are never resized). */
-        g_autoptr(GError) err = NULL;
-        ret = qcow2_truncate(img, disk_size, true, BLK_PREALLOC_OFF, true, &err);
+        ret = qcow2_truncate(img, disk_size, true, BLK_PREALLOC_OFF, true);
         if (ret < 0) {
-            return blk_error(-ret,
-                             "qcow2: Failed to truncate the image to the snapshot's "
-                             "size: %s",
-                             err ? err->message : g_strerror(-ret));
+            return blk_error_prefix(ret, "qcow2: Failed to truncate the image to the "
+                                         "snapshot's size");
         }
     }
     qcow2_lock(s);
@@ -1235,39 +1215,27 @@ static int do_delete(BlkNode *img, const char *id_or_name)
 
 /* ---- driver operations ---- */
 
-int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **error)
+int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
 {
     int ret;
 
-    blk_error_clear();
     ret = do_create(img->opaque, sn);
-    if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
-    }
     return ret;
 }
 
-int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name, GError **error)
+int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name)
 {
     int ret;
 
-    blk_error_clear();
     ret = do_goto(img, id_or_name);
-    if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
-    }
     return ret;
 }
 
-int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name, GError **error)
+int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name)
 {
     int ret;
 
-    blk_error_clear();
     ret = do_delete(img, id_or_name);
-    if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
-    }
     return ret;
 }
 

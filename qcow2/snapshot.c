@@ -215,10 +215,13 @@ static int load_view_one(Qcow2State *s, const char *id, const char *name)
 
 int qcow2_snapshot_load_view(Qcow2State *s, const char *id_or_name)
 {
+    bool had_error = blk_error_mark();
     int ret = load_view_one(s, id_or_name, NULL);
 
-    /* snapshot.c invariant 5: like bdrv_snapshot_load_tmp_by_id_or_name */
+    /* snapshot.c invariant 5: like bdrv_snapshot_load_tmp_by_id_or_name;
+     * the lookup by name replaces the failure by ID */
     if (ret == -ENOENT || ret == -EINVAL) {
+        blk_error_unwind(had_error);
         ret = load_view_one(s, NULL, id_or_name);
     }
     return ret;

@@ -324,9 +324,9 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         ret = qcow2_pre_write_overlap_check_locked(s, 0, c->host + (c->fstart - c->guest),
                                                    c->fend - c->fstart);
         if (ret < 0 && c->refcounted) {
-            char *saved = qcow2_error_save();
+            bool had_error = blk_error_mark();
             qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
-            qcow2_error_restore(saved);
+            blk_error_unwind(had_error);
             c->refcounted = false;
         }
     }
@@ -464,9 +464,9 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
             ret = link_chunk_locked(s, &c);
         }
         if (ret < 0 && c.refcounted) {
-            char *saved = qcow2_error_save(); /* invariant 9 */
+            bool had_error = blk_error_mark(); /* invariant 9 */
             qcow2_free_clusters_locked(s, c.host, c.nb << s->cluster_bits);
-            qcow2_error_restore(saved);
+            blk_error_unwind(had_error);
         }
         qcow2_unlock(s);
         pos = c.wend;

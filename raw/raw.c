@@ -32,12 +32,10 @@ static int raw_probe(const uint8_t *buf, size_t len)
     return 1; /* anything can be raw; real formats score higher */
 }
 
-static int raw_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
-                    GError **error)
+static int raw_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts)
 {
     if (opts->snapshot) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Block format 'raw' does not support internal snapshots");
+        blk_error(ENOTSUP, "Block format 'raw' does not support internal snapshots");
         return -ENOTSUP;
     }
     /* invariant 2; the block layer works in 512-byte sectors, as QEMU's does */
@@ -129,21 +127,20 @@ static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkSt
 }
 
 static int raw_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
-                        bool shrink, GError **error)
+                        bool shrink)
 {
-    int ret = blk_truncate(img->file, size, exact, prealloc, shrink, error);
+    int ret = blk_truncate(img->file, size, exact, prealloc, shrink);
     img->size = ROUND_UP(img->file->size, 512); /* invariant 2 */
     return ret;
 }
 
-static int raw_create(const char *filename, const BlkCreateOptions *opts, GError **error)
+static int raw_create(const char *filename, const BlkCreateOptions *opts)
 {
     BlkPrealloc prealloc = BLK_PREALLOC_OFF;
     uint64_t size = ROUND_UP(opts->size, 512); /* as qemu-img creates it */
 
     if (opts->backing_file) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Backing file not supported for file format 'raw'");
+        blk_error(ENOTSUP, "Backing file not supported for file format 'raw'");
         return -ENOTSUP;
     }
     if (opts->options) {
@@ -154,22 +151,19 @@ static int raw_create(const char *filename, const BlkCreateOptions *opts, GError
             if (strcmp(k, "preallocation") == 0) {
                 int ret = blk_prealloc_parse(v, &prealloc);
                 if (ret < 0) {
-                    blk_error_propagate(error, ret, NULL);
                     return ret;
                 }
                 if (prealloc == BLK_PREALLOC_METADATA) {
-                    g_set_error(error, QIMG_ERROR, EINVAL,
-                                "Unsupported preallocation mode 'metadata'");
+                    blk_error(EINVAL, "Unsupported preallocation mode 'metadata'");
                     return -EINVAL;
                 }
             } else if (strcmp(k, "size") != 0) {
-                g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'",
-                            (const char *)k);
+                blk_error(EINVAL, "Invalid parameter '%s'", (const char *)k);
                 return -EINVAL;
             }
         }
     }
-    return blk_file_create(blk_plain_name(filename), size, prealloc, error);
+    return blk_file_create(blk_plain_name(filename), size, prealloc);
 }
 
 static bool raw_has_zero_init(BlkNode *img)

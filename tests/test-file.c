@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 #include "test-util.h"
 
 #include <dirent.h>
@@ -72,10 +73,10 @@ static bool odirect_works(const char *dir)
     return true;
 }
 
-static BlkNode *open_img_err(const char *path, bool ro, BlkCacheMode cache, GError **err)
+static BlkNode *open_img_err(const char *path, bool ro, BlkCacheMode cache)
 {
     BlkNode *img = g_new0(BlkNode, 1);
-    BlkOpenOptions o = QIMG_OPEN_OPTIONS_INIT;
+    BlkOpenOptions o = {0};
 
     o.read_only = ro;
     o.cache = cache;
@@ -83,7 +84,7 @@ static BlkNode *open_img_err(const char *path, bool ro, BlkCacheMode cache, GErr
     img->filename = g_strdup(path);
     img->read_only = ro;
     img->cache = cache;
-    if (img->drv->open(img, path, &o, err) < 0) {
+    if (img->drv->open(img, path, &o) < 0) {
         g_free(img->filename);
         g_free(img);
         return NULL;
@@ -93,11 +94,11 @@ static BlkNode *open_img_err(const char *path, bool ro, BlkCacheMode cache, GErr
 
 static BlkNode *open_img(const char *path, bool ro, BlkCacheMode cache)
 {
-    g_autoptr(GError) err = NULL;
-    BlkNode *img = open_img_err(path, ro, cache, &err);
+    blk_error_clear();
+    BlkNode *img = open_img_err(path, ro, cache);
 
     if (!img) {
-        fail_msg("open %s: %s", path, err->message);
+        fail_msg("open %s: %s", path, blk_error_message());
     }
     return img;
 }
@@ -302,11 +303,11 @@ static void test_cache_modes(void **state)
         }
         g_autofree char *name = g_strdup_printf("cache-%s.img", mode_name(m));
         g_autofree char *p = tpath(dir, name);
-        g_autoptr(GError) err = NULL;
+        blk_error_clear();
         uint8_t *abuf = NULL;
         uint8_t small[1000], back[1000];
 
-        assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF, &err), 0);
+        assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF), 0);
         BlkNode *img = open_img(p, false, m);
         assert_int_equal(img->size, 1 * MiB);
         assert_false(img->is_block_device);
@@ -373,43 +374,44 @@ static void test_cache_modes(void **state)
 static void test_open_errors(void **state)
 {
     (void)state;
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
     g_autofree char *missing = tpath(tmpdir, "does-not-exist.img");
     g_autofree char *msg = NULL;
 
-    assert_null(open_img_err(missing, false, BLK_CACHE_WRITEBACK, &err));
-    assert_non_null(err);
-    assert_true(err->domain == QIMG_ERROR);
-    assert_int_equal(err->code, ENOENT);
+    assert_null(open_img_err(missing, false, BLK_CACHE_WRITEBACK));
+    assert_non_null(blk_error_message());
+    assert_int_equal(blk_error_code(), ENOENT);
     msg = g_strdup_printf("Could not open '%s': No such file or directory", missing);
-    assert_string_equal(err->message, msg);
-    g_clear_error(&err);
+    assert_string_equal(blk_error_message(), msg);
+    blk_error_clear();
 
-    assert_null(open_img_err(tmpdir, true, BLK_CACHE_WRITEBACK, &err));
-    assert_non_null(err);
-    assert_int_equal(err->code, EISDIR);
-    g_clear_error(&err);
+    assert_null(open_img_err(tmpdir, true, BLK_CACHE_WRITEBACK));
+    assert_non_null(blk_error_message());
+    assert_int_equal(blk_error_code(), EISDIR);
+    blk_error_clear();
 
-    assert_null(open_img_err(missing, false, 99, &err));
-    assert_non_null(err);
-    assert_int_equal(err->code, EINVAL);
-    g_clear_error(&err);
+    assert_null(open_img_err(missing, false, 99));
+    assert_non_null(blk_error_message());
+    assert_int_equal(blk_error_code(), EINVAL);
+    blk_error_clear();
 
     /* procfs refuses O_DIRECT at open time: the message must say so. */
-    BlkNode *img = open_img_err("/proc/self/status", true, BLK_CACHE_NONE, &err);
+    BlkNode *img = open_img_err("/proc/self/status", true, BLK_CACHE_NONE);
     if (img) {
         close_img(img);
         g_clear_pointer(&missing, g_free); /* a skip leaves nothing allocated */
         g_clear_pointer(&msg, g_free);
         tu_skip("this procfs accepts O_DIRECT: the refusal message cannot be tested");
     }
-    assert_int_equal(err->code, EINVAL);
-    assert_string_equal(err->message, "Could not open '/proc/self/status': O_DIRECT "
-                                      "(cache=none) not supported by the filesystem: "
-                                      "Invalid argument");
-    g_clear_error(&err);
-    assert_null(open_img_err("/proc/self/status", true, BLK_CACHE_DIRECTSYNC, &err));
-    assert_non_null(strstr(err->message, "O_DIRECT (cache=directsync) not supported"));
+    assert_int_equal(blk_error_code(), EINVAL);
+    assert_string_equal(blk_error_message(),
+                        "Could not open '/proc/self/status': O_DIRECT "
+                        "(cache=none) not supported by the filesystem: "
+                        "Invalid argument");
+    blk_error_clear();
+    assert_null(open_img_err("/proc/self/status", true, BLK_CACHE_DIRECTSYNC));
+    assert_non_null(
+        strstr(blk_error_message(), "O_DIRECT (cache=directsync) not supported"));
 }
 
 /* A byte model of the file, compared after every O_DIRECT operation. */
@@ -579,8 +581,8 @@ static void test_direct_concurrent_rmw(void **state)
         tu_skip("O_DIRECT works in no folder here");
     }
     g_autofree char *p = tpath(direct_dir, "rmw.img");
-    g_autoptr(GError) err = NULL;
-    assert_int_equal(blk_file_create(p, 64 * KiB, BLK_PREALLOC_OFF, &err), 0);
+    blk_error_clear();
+    assert_int_equal(blk_file_create(p, 64 * KiB, BLK_PREALLOC_OFF), 0);
     BlkNode *img = open_img(p, false, BLK_CACHE_NONE);
     RmwWorker w[RMW_THREADS];
     GThread *th[RMW_THREADS];
@@ -639,8 +641,8 @@ static void test_concurrent_extend(void **state)
 {
     (void)state;
     g_autofree char *p = tpath(tmpdir, "extend.img");
-    g_autoptr(GError) err = NULL;
-    assert_int_equal(blk_file_create(p, 0, BLK_PREALLOC_OFF, &err), 0);
+    blk_error_clear();
+    assert_int_equal(blk_file_create(p, 0, BLK_PREALLOC_OFF), 0);
     BlkNode *img = open_img(p, false, BLK_CACHE_WRITEBACK);
     ExtendWorker w[2] = {{.img = img, .zeroer = false}, {.img = img, .zeroer = true}};
     GThread *th[2];
@@ -727,9 +729,9 @@ static void check_many_iovecs(const char *dir, BlkCacheMode mode)
     uint8_t *back = g_malloc0(N * PIECE);
     struct iovec *v = g_new(struct iovec, N);
     BlkIOV q;
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
 
-    assert_int_equal(blk_file_create(p, 0, BLK_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(p, 0, BLK_PREALLOC_OFF), 0);
     BlkNode *img = open_img(p, false, mode);
     fill_pattern(flat, N * PIECE, 10);
     for (int i = 0; i < N; i++) {
@@ -969,19 +971,18 @@ static void test_block_status(void **state)
 static void check_truncate(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "trunc.img");
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
     uint8_t pat[4096], buf[4096];
     g_autofree uint8_t *big = g_malloc(5 * MiB + 123);
 
-    assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF), 0);
     BlkNode *img = open_img(p, false, mode);
     fill_pattern(pat, sizeof pat, 12);
     assert_int_equal(wr(img, 1 * MiB - 4096, pat, sizeof pat, 0), 0);
 
     /* Grow, sparse. */
-    assert_int_equal(
-        img->drv->truncate(img, 2 * MiB, true, BLK_PREALLOC_OFF, false, &err), 0);
-    assert_null(err);
+    assert_int_equal(img->drv->truncate(img, 2 * MiB, true, BLK_PREALLOC_OFF, false), 0);
+    assert_null(blk_error_message());
     assert_int_equal(img->size, 2 * MiB);
     assert_int_equal(file_size(p), 2 * MiB);
     assert_true(img->drv->get_allocated_size(img) < (int64_t)(512 * KiB));
@@ -992,7 +993,7 @@ static void check_truncate(const char *dir, BlkCacheMode mode)
 
     /* Shrink into the data. */
     assert_int_equal(
-        img->drv->truncate(img, 1 * MiB - 2048, true, BLK_PREALLOC_OFF, true, &err), 0);
+        img->drv->truncate(img, 1 * MiB - 2048, true, BLK_PREALLOC_OFF, true), 0);
     assert_int_equal(img->size, 1 * MiB - 2048);
     assert_int_equal(file_size(p), 1 * MiB - 2048);
     memset(buf, 0xee, sizeof buf);
@@ -1002,23 +1003,21 @@ static void check_truncate(const char *dir, BlkCacheMode mode)
 
     /* metadata means nothing to a protocol: refused, as file-posix does */
     assert_int_equal(
-        img->drv->truncate(img, 1 * MiB, false, BLK_PREALLOC_METADATA, false, &err),
-        -ENOTSUP);
-    assert_string_equal(err->message, "Unsupported preallocation mode: metadata");
-    g_clear_error(&err);
+        img->drv->truncate(img, 1 * MiB, false, BLK_PREALLOC_METADATA, false), -ENOTSUP);
+    assert_string_equal(blk_error_message(), "Unsupported preallocation mode: metadata");
+    blk_error_clear();
     assert_int_equal(img->size, 1 * MiB - 2048);
 
     /* Grow again: the cut data must not come back. */
-    assert_int_equal(
-        img->drv->truncate(img, 1 * MiB, false, BLK_PREALLOC_OFF, false, &err), 0);
+    assert_int_equal(img->drv->truncate(img, 1 * MiB, false, BLK_PREALLOC_OFF, false), 0);
     assert_int_equal(rd(img, 1 * MiB - 4096, buf, sizeof buf), 0);
     assert_memory_equal(buf, pat, 2048);
     assert_true(all_bytes(buf + 2048, 2048, 0));
 
     /* falloc: the new part is allocated. */
     int64_t before = img->drv->get_allocated_size(img);
-    assert_int_equal(
-        img->drv->truncate(img, 3 * MiB, true, BLK_PREALLOC_FALLOC, false, &err), 0);
+    assert_int_equal(img->drv->truncate(img, 3 * MiB, true, BLK_PREALLOC_FALLOC, false),
+                     0);
     assert_int_equal(img->size, 3 * MiB);
     assert_int_equal(file_size(p), 3 * MiB);
     assert_true(img->drv->get_allocated_size(img) >= before + (int64_t)(2 * MiB));
@@ -1026,7 +1025,7 @@ static void check_truncate(const char *dir, BlkCacheMode mode)
     /* full, to an unaligned size. */
     before = img->drv->get_allocated_size(img);
     assert_int_equal(
-        img->drv->truncate(img, 5 * MiB + 123, true, BLK_PREALLOC_FULL, false, &err), 0);
+        img->drv->truncate(img, 5 * MiB + 123, true, BLK_PREALLOC_FULL, false), 0);
     assert_int_equal(img->size, 5 * MiB + 123);
     assert_int_equal(file_size(p), 5 * MiB + 123);
     assert_true(img->drv->get_allocated_size(img) >= before + (int64_t)(2 * MiB));
@@ -1037,11 +1036,10 @@ static void check_truncate(const char *dir, BlkCacheMode mode)
     assert_true(all_bytes(big + 1 * MiB - 2048, 4 * MiB + 2048 + 123, 0));
 
     /* Shrinking with preallocation is refused, size unchanged. */
-    assert_true(img->drv->truncate(img, 1 * MiB, true, BLK_PREALLOC_FALLOC, true, &err) <
-                0);
-    assert_non_null(err);
-    assert_non_null(strstr(err->message, "preallocation"));
-    g_clear_error(&err);
+    assert_true(img->drv->truncate(img, 1 * MiB, true, BLK_PREALLOC_FALLOC, true) < 0);
+    assert_non_null(blk_error_message());
+    assert_non_null(strstr(blk_error_message(), "preallocation"));
+    blk_error_clear();
     assert_int_equal(img->size, 5 * MiB + 123);
     assert_int_equal(file_size(p), 5 * MiB + 123);
     assert_true(img->drv->has_zero_init(img));
@@ -1049,9 +1047,9 @@ static void check_truncate(const char *dir, BlkCacheMode mode)
 
     /* Read-only images cannot be resized. */
     img = open_img(p, true, mode);
-    assert_true(img->drv->truncate(img, 1 * MiB, true, BLK_PREALLOC_OFF, true, &err) < 0);
-    assert_non_null(err);
-    g_clear_error(&err);
+    assert_true(img->drv->truncate(img, 1 * MiB, true, BLK_PREALLOC_OFF, true) < 0);
+    assert_non_null(blk_error_message());
+    blk_error_clear();
     assert_int_equal(file_size(p), 5 * MiB + 123);
     close_img(img);
     unlink(p);
@@ -1076,15 +1074,15 @@ static void test_create(void **state)
 
     for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
         g_autofree char *p = tpath(tmpdir, "create.img");
-        g_autoptr(GError) err = NULL;
+        blk_error_clear();
         uint8_t junk[8192];
         struct stat st;
 
         /* An existing file is truncated (O_TRUNC). */
         memset(junk, 0x99, sizeof junk);
         write_file(p, junk, sizeof junk);
-        assert_int_equal(blk_file_create(p, size, modes[i], &err), 0);
-        assert_null(err);
+        assert_int_equal(blk_file_create(p, size, modes[i]), 0);
+        assert_null(blk_error_message());
         assert_int_equal(stat(p, &st), 0);
         assert_int_equal(st.st_size, size);
         if (modes[i] == BLK_PREALLOC_FALLOC || modes[i] == BLK_PREALLOC_FULL) {
@@ -1104,19 +1102,18 @@ static void test_create(void **state)
         unlink(p);
     }
 
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
     g_autofree char *bad = tpath(tmpdir, "no-such-dir/x.img");
     g_autofree char *msg =
         g_strdup_printf("Could not create '%s': No such file or directory", bad);
-    assert_int_equal(blk_file_create(bad, 1 * MiB, BLK_PREALLOC_OFF, &err), -ENOENT);
-    assert_non_null(err);
-    assert_true(err->domain == QIMG_ERROR);
-    assert_int_equal(err->code, ENOENT);
-    assert_string_equal(err->message, msg);
+    assert_int_equal(blk_file_create(bad, 1 * MiB, BLK_PREALLOC_OFF), -ENOENT);
+    assert_non_null(blk_error_message());
+    assert_int_equal(blk_error_code(), ENOENT);
+    assert_string_equal(blk_error_message(), msg);
 
     /* Empty file. */
     g_autofree char *p0 = tpath(tmpdir, "empty.img");
-    assert_int_equal(blk_file_create(p0, 0, BLK_PREALLOC_FULL, NULL), 0);
+    assert_int_equal(blk_file_create(p0, 0, BLK_PREALLOC_FULL), 0);
     assert_int_equal(file_size(p0), 0);
     unlink(p0);
 }
@@ -1192,12 +1189,12 @@ static void test_block_device(void **state)
     (void)state;
     g_autofree char *backing = tpath(tmpdir, "loop-backing.img");
     g_autofree char *dev = NULL;
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
     const uint64_t size = 4 * MiB;
     uint8_t pat[8192], buf[8192];
     BlkStatus st;
 
-    assert_int_equal(blk_file_create(backing, size, BLK_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(backing, size, BLK_PREALLOC_OFF), 0);
     int lfd = loop_attach(backing, &dev);
     if (lfd < 0) {
         unlink(backing);
@@ -1223,16 +1220,16 @@ static void test_block_device(void **state)
         assert_int_equal(st.pnum, 1 * MiB);
         assert_int_equal(st.map, 4096);
 
-        assert_true(img->drv->truncate(img, size + 512, false, BLK_PREALLOC_OFF, false,
-                                       &err) < 0);
-        assert_string_equal(err->message, "Cannot grow device files");
-        g_clear_error(&err);
+        assert_true(img->drv->truncate(img, size + 512, false, BLK_PREALLOC_OFF, false) <
+                    0);
+        assert_string_equal(blk_error_message(), "Cannot grow device files");
+        blk_error_clear();
         assert_int_equal(
-            img->drv->truncate(img, size - 512, false, BLK_PREALLOC_OFF, true, &err), 0);
+            img->drv->truncate(img, size - 512, false, BLK_PREALLOC_OFF, true), 0);
         assert_int_equal(img->size, size);
-        assert_true(
-            img->drv->truncate(img, size - 512, true, BLK_PREALLOC_OFF, true, &err) < 0);
-        g_clear_error(&err);
+        assert_true(img->drv->truncate(img, size - 512, true, BLK_PREALLOC_OFF, true) <
+                    0);
+        blk_error_clear();
 
         /* Round trip, unaligned too. */
         fill_pattern(pat, sizeof pat, 20 + pass);
@@ -1271,14 +1268,14 @@ static void test_block_device(void **state)
         close_img(img);
     }
     close(lfd);
-    g_autoptr(GError) cerr = NULL;
+    blk_error_clear();
     /* create on a device: fine if big enough, else a clear error. */
     g_clear_pointer(&dev, g_free);
     lfd = loop_attach(backing, &dev);
     if (lfd >= 0) {
-        assert_int_equal(blk_file_create(dev, size, BLK_PREALLOC_OFF, &cerr), 0);
-        assert_true(blk_file_create(dev, size + 1, BLK_PREALLOC_OFF, &cerr) < 0);
-        assert_non_null(strstr(cerr->message, "too small"));
+        assert_int_equal(blk_file_create(dev, size, BLK_PREALLOC_OFF), 0);
+        assert_true(blk_file_create(dev, size + 1, BLK_PREALLOC_OFF) < 0);
+        assert_non_null(strstr(blk_error_message(), "too small"));
         close(lfd);
     }
     unlink(backing);
@@ -1292,10 +1289,10 @@ static void test_write_generations(void **state)
 {
     (void)state;
     g_autofree char *p = tpath(tmpdir, "gen.img");
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
     uint8_t pat[4096];
 
-    assert_int_equal(blk_file_create(p, MiB, BLK_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(p, MiB, BLK_PREALLOC_OFF), 0);
     BlkNode *img = open_img(p, false, BLK_CACHE_WRITEBACK);
     assert_int_equal(blk_write_gen(img), 0);
     assert_true(blk_is_durable(img, 0));
@@ -1329,7 +1326,7 @@ static void test_sticky_flush_error(void **state)
     (void)state;
     g_autofree char *mnt = tpath(tmpdir, "full-tmpfs");
     g_autofree char *backing = NULL, *dev = NULL;
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
     g_autofree uint8_t *buf = g_malloc(4 * MiB);
     int lfd;
 
@@ -1341,7 +1338,7 @@ static void test_sticky_flush_error(void **state)
         tu_skip("cannot mount a tmpfs (needs root): sticky flush errors not tested");
     }
     backing = g_build_filename(mnt, "backing", NULL);
-    assert_int_equal(blk_file_create(backing, 8 * MiB, BLK_PREALLOC_OFF, &err), 0);
+    assert_int_equal(blk_file_create(backing, 8 * MiB, BLK_PREALLOC_OFF), 0);
     lfd = loop_attach(backing, &dev);
     if (lfd < 0) {
         umount2(mnt, MNT_DETACH);

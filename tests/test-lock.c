@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 #include "block/lock.h"
 #include "qimg/snapshot.h"
 #include "qimg/vmstate.h"
@@ -100,6 +101,7 @@ static QimgImage *open_image(const char *path, bool ro, bool force_share, GError
 
 static void test_bytes_and_conflicts(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *p = new_file("bytes");
     int a = open_fd(p), b = open_fd(p);
     BlkLockState sa = {0}, sb = {0};
@@ -120,6 +122,7 @@ static void test_bytes_and_conflicts(void **state)
         "Failed to get shared \"write\" lock\nIs another process using the image [%s]?",
         p);
     assert_string_equal(blk_error_message(), want1);
+    blk_error_clear(); /* error.c invariant 2: the next failure is new */
     /* invariant 3: B took nothing, A still holds its bytes */
     assert_int_equal(sb.perm | sb.unshared, 0);
     assert_held(p, "100 101 203");
@@ -129,6 +132,7 @@ static void test_bytes_and_conflicts(void **state)
     g_autofree char *want2 = g_strdup_printf(
         "Failed to get \"resize\" lock\nIs another process using the image [%s]?", p);
     assert_string_equal(blk_error_message(), want2);
+    blk_error_clear(); /* error.c invariant 2: the next failure is new */
 
     /* two writers that share everything with each other are fine */
     assert_int_equal(blk_lock_apply(&sb, b, BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
@@ -154,6 +158,7 @@ static void test_bytes_and_conflicts(void **state)
 
 static void test_upgrade_keeps_state_on_failure(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *p = new_file("upgrade");
     int a = open_fd(p), b = open_fd(p);
     BlkLockState sa = {0}, sb = {0};
@@ -183,6 +188,7 @@ static void test_upgrade_keeps_state_on_failure(void **state)
 
 static void test_each_permission_named(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     static const char *const names[] = {"consistent read", "write", "write unchanged",
                                         "resize"};
     g_autofree char *p = new_file("names");
@@ -198,11 +204,13 @@ static void test_each_permission_named(void **state)
         g_autofree char *w1 =
             g_strdup_printf("Failed to get shared \"%s\" lock", names[i]);
         assert_true(g_str_has_prefix(blk_error_message(), w1));
+        blk_error_clear(); /* error.c invariant 2: the next failure is new */
         blk_lock_release(&sa, a);
         assert_int_equal(blk_lock_apply(&sa, a, 0, BLK_PERM_ALL & ~bit, p), 0);
         assert_int_equal(blk_lock_apply(&sb, b, bit, BLK_PERM_ALL, p), -EAGAIN);
         g_autofree char *w2 = g_strdup_printf("Failed to get \"%s\" lock", names[i]);
         assert_true(g_str_has_prefix(blk_error_message(), w2));
+        blk_error_clear(); /* error.c invariant 2: the next failure is new */
         blk_lock_release(&sa, a);
     }
     close(a);
@@ -212,6 +220,7 @@ static void test_each_permission_named(void **state)
 /* A byte someone holds a write lock on cannot be taken (invariant 4). */
 static void test_byte_not_lockable(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *p = new_file("wrlck");
     int a = open_fd(p), w = open_fd(p);
     struct flock fl = {
@@ -223,6 +232,7 @@ static void test_byte_not_lockable(void **state)
                                     BLK_PERM_ALL, p),
                      -EAGAIN);
     assert_string_equal(blk_error_message(), "Failed to lock byte 101");
+    blk_error_clear(); /* error.c invariant 2: the next failure is new */
     assert_int_equal(sa.perm, 0);
     close(w);
     assert_held(p, ""); /* byte 100 was given back */
@@ -258,6 +268,7 @@ static char *perm_bytes(BlkNodeRole role, BlkOpenOptions o)
 
 static void test_perm_table(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     /* measured with qemu-io, qemu-img and qemu-system-x86_64 7.2 */
     assert_perms(BLK_ROLE_PROTOCOL, "100", .read_only = true);
     assert_perms(BLK_ROLE_PROTOCOL, "100", .read_only = true, .force_share = true);
@@ -291,6 +302,7 @@ static QimgImage *open_mode(const char *p, Mode m, GError **err)
 /* Two opens of one image in every pairing of modes: QEMU's outcome. */
 static void test_open_matrix(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     static const char *const m_name[] = {"ro", "rw", "ro -U"};
     /* qcow2: a reader unshares write; a writer unshares write and resize */
     static const char *const qcow2_want[3][3] = {
@@ -354,6 +366,7 @@ static void test_open_matrix(void **state)
 
 static void test_force_share_needs_read_only(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *q = tu_fresh("fs.qcow2");
     g_autoptr(GError) err = NULL;
 
@@ -371,6 +384,7 @@ static void test_force_share_needs_read_only(void **state)
 
 static void test_no_io_and_deny_write(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *q = tu_fresh("noio.qcow2");
     g_autofree char *r = tu_fresh("noio.raw");
     g_autoptr(GError) err = NULL;
@@ -405,6 +419,7 @@ static void test_no_io_and_deny_write(void **state)
 
 static void test_backing_and_data_file(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *base = tu_fresh("base.qcow2");
     g_autofree char *top = tu_fresh("top.qcow2");
     g_autofree char *dimg = tu_fresh("dfile.qcow2");
@@ -485,6 +500,7 @@ static off_t file_size(const char *p)
 /* qemu-img create refuses an image in use and leaves it alone. */
 static void test_create_over_image_in_use(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *q = tu_fresh("busy.qcow2");
     g_autoptr(GError) err = NULL;
 
@@ -515,6 +531,7 @@ static void test_create_over_image_in_use(void **state)
 /* A raw image takes the resize permission when it is resized (qemu-io). */
 static void test_truncate_takes_resize(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *r = tu_fresh("grow.raw");
     g_autoptr(GError) err = NULL;
     QimgOpenOptions o = {.format = "raw"};
@@ -549,6 +566,7 @@ static void test_truncate_takes_resize(void **state)
  * not stand in the way of the handle that is already open read-write. */
 static void test_vmstate_view_of_open_image(void **state)
 {
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *q = tu_fresh("vm.qcow2");
     g_autoptr(GError) err = NULL;
     char buf[4096], out[4096];

@@ -152,15 +152,15 @@ static int run_opts(const char *path, unsigned fix, const Qcow2CheckOptions *o,
                     BlkCheckResult *res, char **msg)
 {
     BlkNode *img = open_check(path, fix != 0);
-    GError *err = NULL;
     int ret;
 
     memset(res, 0, sizeof(*res));
-    ret = qcow2_check_image_opts(img, res, fix, o, &err);
+    blk_error_clear();
+    ret = qcow2_check_image_opts(img, res, fix, o);
     if (msg) {
-        *msg = err ? g_strdup(err->message) : NULL;
+        *msg = ret < 0 ? blk_error_take() : NULL;
     }
-    g_clear_error(&err);
+    blk_error_clear();
     blk_close(img);
     return ret;
 }

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 #include "qcow2/qcow2.h"
 #include "test-util.h"
 

@@ -69,7 +69,7 @@ static void assert_reads_ab(BlkNode *img)
 static BlkInfo *driver_info(BlkNode *img)
 {
     BlkInfo *info = g_new0(BlkInfo, 1);
-    assert_int_equal(img->drv->get_info(img, info, NULL), 0);
+    assert_int_equal(img->drv->get_info(img, info), 0);
     return info;
 }
 

@@ -310,7 +310,7 @@ static void test_compressed(void **state)
             BlkNode *img = open_img(p, NULL, &err);
             assert_non_null(img);
             BlkInfo info = {0};
-            assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+            assert_int_equal(img->drv->get_info(img, &info), 0);
             assert_string_equal(info.compression_type, types[t]);
             g_free(info.compat);
             g_free(info.compression_type);
@@ -409,7 +409,7 @@ static void test_snapshots(void **state)
     img = open_img(p, NULL, &err);
     assert_non_null(img);
     BlkInfo info = {0};
-    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+    assert_int_equal(img->drv->get_info(img, &info), 0);
     assert_int_equal(info.snapshots->len, 2);
     BlkSnapshotInfo *s0 = &g_array_index(info.snapshots, BlkSnapshotInfo, 0);
     assert_string_equal(s0->id, "1");
@@ -442,7 +442,7 @@ static void test_data_file(void **state)
         BlkNode *img = open_img(p, NULL, &err);
         assert_non_null(img);
         BlkInfo info = {0};
-        assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+        assert_int_equal(img->drv->get_info(img, &info), 0);
         assert_string_equal(info.data_file, dbase);
         assert_int_equal(info.data_file_raw, raw);
         g_free(info.data_file);
@@ -479,7 +479,7 @@ static void test_dirty_lazy_refcounts(void **state)
     BlkNode *img = open_img(p, NULL, &err);
     assert_non_null(img);
     BlkInfo info = {0};
-    assert_int_equal(img->drv->get_info(img, &info, NULL), 0);
+    assert_int_equal(img->drv->get_info(img, &info), 0);
     assert_true(info.dirty);
     assert_true(info.lazy_refcounts);
     assert_string_equal(info.compat, "1.1");

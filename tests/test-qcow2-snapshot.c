@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 #include "test-api.h"
 #include "qcow2/qcow2.h"
 #include "qimg/snapshot.h"
@@ -200,9 +201,9 @@ static void m_delete(Model *m, QimgImage *img, const char *id_or_name)
 
 static void m_resize(Model *m, QimgImage *img, uint64_t size)
 {
-    g_autoptr(GError) err = NULL;
-    if (blk_truncate(img->node, size, true, BLK_PREALLOC_OFF, true, &err) < 0) {
-        fail_msg("resize: %s", err->message);
+    blk_error_clear();
+    if (blk_truncate(img->node, size, true, BLK_PREALLOC_OFF, true) < 0) {
+        fail_msg("resize: %s", blk_error_message());
     }
     m->data = g_realloc(m->data, size);
     if (size > m->size) {

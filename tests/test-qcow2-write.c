@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 #include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "test-util.h"
@@ -644,14 +645,14 @@ static void test_resize(void **state)
             tu_run("cp '%s' '%s' && qemu-img convert -O raw '%s' '%s'", p, q, p, expect);
             bool shrunk = false;
             for (size_t s = 0; s < G_N_ELEMENTS(steps); s++) {
-                g_autoptr(GError) err = NULL;
+                blk_error_clear();
                 /* every mode on a small grow; the big one sparse only */
                 BlkPrealloc mode = s == 1   ? modes[o == 0]
                                    : s != 2 ? modes[(s + o) % 4]
                                             : BLK_PREALLOC_OFF;
                 img = open_rw(p);
-                if (blk_truncate(img, steps[s], true, mode, true, &err) < 0) {
-                    fail_msg("resize to %" PRIu64 ": %s", steps[s], err->message);
+                if (blk_truncate(img, steps[s], true, mode, true) < 0) {
+                    fail_msg("resize to %" PRIu64 ": %s", steps[s], blk_error_message());
                 }
                 close_ok(img);
                 check_clean(p);
@@ -674,25 +675,26 @@ static void test_resize_refusals(void **state)
 {
     TU_REQUIRE_QEMU();
     g_autofree char *p = tu_fresh("resize-v2.qcow2");
-    g_autoptr(GError) err = NULL;
+    blk_error_clear();
 
     tu_run(
         "qemu-img create -q -f qcow2 -o compat=0.10 '%s' 16M && qemu-img snapshot -c s "
         "'%s'",
         p, p);
     BlkNode *img = open_rw(p);
-    assert_int_equal(blk_truncate(img, MB(32), true, 0, false, &err), -ENOTSUP);
-    assert_string_equal(err->message, "Can't resize a v2 image which has snapshots");
-    g_clear_error(&err);
+    assert_int_equal(blk_truncate(img, MB(32), true, 0, false), -ENOTSUP);
+    assert_string_equal(blk_error_message(),
+                        "Can't resize a v2 image which has snapshots");
+    blk_error_clear();
     blk_close(img);
 
     g_autofree char *p3 = tu_fresh("resize-v3.qcow2");
     tu_run("qemu-img create -q -f qcow2 '%s' 16M", p3);
     img = open_rw(p3);
-    assert_int_equal(blk_truncate(img, MB(8), true, 0, false, &err), -EINVAL);
-    g_clear_error(&err);
-    assert_int_equal(blk_truncate(img, MB(8) + 1, true, 0, true, &err), -EINVAL);
-    assert_string_equal(err->message, "The new size must be a multiple of 512");
+    assert_int_equal(blk_truncate(img, MB(8), true, 0, false), -EINVAL);
+    blk_error_clear();
+    assert_int_equal(blk_truncate(img, MB(8) + 1, true, 0, true), -EINVAL);
+    assert_string_equal(blk_error_message(), "The new size must be a multiple of 512");
     blk_close(img);
     check_clean(p3);
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 
 #include <errno.h>
 #include <fcntl.h>

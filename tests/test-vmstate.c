@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "qimg/qimg.h"
 #include "api/vmstate.h"
 #include "test-util.h"
 #include "qimg/vmstate.h"
@@ -308,7 +309,7 @@ static int fake_find(Fake *f, const char *id_or_name)
     return -1;
 }
 
-static int fake_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **error)
+static int fake_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
 {
     Fake *f = F(img);
     FakeSnap s = {
@@ -336,14 +337,13 @@ static int fake_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn, GError **erro
     return 0;
 }
 
-static int fake_snapshot_goto(BlkNode *img, const char *id_or_name, GError **error)
+static int fake_snapshot_goto(BlkNode *img, const char *id_or_name)
 {
     Fake *f = F(img);
     int i = fake_find(f, id_or_name);
 
     if (i < 0) {
-        g_set_error(error, QIMG_ERROR, ENOENT, "fake: no snapshot '%s'", id_or_name);
-        return -ENOENT;
+        return blk_error(ENOENT, "fake: no snapshot '%s'", id_or_name);
     }
     FakeSnap *s = &g_array_index(f->snaps, FakeSnap, i);
     pthread_mutex_lock(&f->lock);
@@ -355,13 +355,12 @@ static int fake_snapshot_goto(BlkNode *img, const char *id_or_name, GError **err
     return 0;
 }
 
-static int fake_snapshot_delete(BlkNode *img, const char *id_or_name, GError **error)
+static int fake_snapshot_delete(BlkNode *img, const char *id_or_name)
 {
     Fake *f = F(img);
     int i = fake_find(f, id_or_name);
 
     if (i < 0) {
-        /* No GError: the API must make one from the recorded message. */
         return blk_error(ENOENT, "fake: snapshot not found");
     }
     FakeSnap *s = &g_array_index(f->snaps, FakeSnap, i);
@@ -402,8 +401,7 @@ static void fake_close(BlkNode *img)
     }
 }
 
-static int fake_open(BlkNode *node, const char *filename, const BlkOpenOptions *opts,
-                     GError **error);
+static int fake_open(BlkNode *node, const char *filename, const BlkOpenOptions *opts);
 
 static const BlkDriver fake_driver = {
     .format_name = "fake",
@@ -457,16 +455,14 @@ static QimgImage *fake_image(Fake *f, uint32_t cluster_size)
  * are opened by name (load_begin(apply = false) opens one through the
  * normal open path, the driver table: api/vmstate.c).
  */
-static int fake_open(BlkNode *node, const char *filename, const BlkOpenOptions *opts,
-                     GError **error)
+static int fake_open(BlkNode *node, const char *filename, const BlkOpenOptions *opts)
 {
     Fake *p = fake_current;
     int i = opts->snapshot && p ? fake_find(p, opts->snapshot) : -1;
 
     if (i < 0) {
-        g_set_error(error, QIMG_ERROR, ENOENT, "fake: no snapshot '%s'",
-                    opts->snapshot ? opts->snapshot : "");
-        return -ENOENT;
+        return blk_error(ENOENT, "fake: no snapshot '%s'",
+                         opts->snapshot ? opts->snapshot : "");
     }
     Fake *v = fake_new(0);
     v->view_of = p;
