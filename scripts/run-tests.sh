@@ -4,7 +4,8 @@
 #  1. unit tests (cmocka) in the normal build
 #  2. the same unit tests in the ASan + UBSan build
 #  3. the threaded unit tests in the TSan build
-#  4. clang-format --dry-run on every C file
+#  4. clang-format --dry-run on every C file, and the layering rule
+#     (scripts/check-layers.sh: no #include runs upward)
 #  5. iotests (build/qimg against qemu-img / qemu-io)
 #  6. each fuzz target for a short time on its seeds (fixed seed)
 #
@@ -162,6 +163,13 @@ if command -v clang-format >/dev/null; then
     fi
 else
     missing_step clang-format "clang-format is not installed"
+fi
+
+# Layers: no #include runs upward (tools/ sees include/qimg/ only).
+if layers=$(scripts/check-layers.sh 2>&1); then
+    passed=$((passed + 1)); echo "$layers"
+else
+    failed=$((failed + 1)); failures+=("layers: upward includes"); echo "$layers"
 fi
 
 # iotests (each one skips, or under CI fails, by itself when a tool is missing)

@@ -27,7 +27,7 @@
  *     can't be smaller than depth", "Expecting one image file name".
  *     (qemu-img accepts -d 0 and then waits forever; qimg refuses it.)
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -30,7 +30,7 @@
  *     --output, -T, in that order.
  *  7. qemu-img check has no -p; qimg's -p shows the progress line on stdout.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include "qimg/check.h"
 

@@ -15,7 +15,7 @@
  *     image's allocated tail must read as zeros.  In strict mode (-s)
  *     different sizes or different block status are a difference.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -38,7 +38,7 @@
  *     refused as "T: error while converting FMT: Failed to get \"write\"
  *     lock" (created) or "Could not open 'T': ..." (-n).
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <getopt.h>
 #include <inttypes.h>

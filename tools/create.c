@@ -18,7 +18,7 @@
  *     image in use is refused ("FILE: Failed to get \"write\" lock") and
  *     left as it was.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -24,7 +24,7 @@
  *     does not share writing or resizing but takes no permission (bytes
  *     201 and 203), a raw file takes no lock, -U takes none.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -32,7 +32,7 @@
  *     in front of a bare strerror ("Failed to get \"write\" lock", and
  *     "force-share=on can only be used with read-only images" stand alone).
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 #include "qimg/vmstate.h"
 
 #include <ctype.h>

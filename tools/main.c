@@ -5,7 +5,7 @@
  * subcommand names and their options are qemu-img's, so operators' scripts
  * keep working when they switch binaries.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <string.h>
 

@@ -16,7 +16,7 @@
  *     offset (compressed, external) is an error, other entries are not
  *     shown.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <getopt.h>
 #include <inttypes.h>

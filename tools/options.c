@@ -9,7 +9,7 @@
  *     (0.5 up) and needs a scaling suffix.  "0x" introduces a hex integer
  *     without fraction; a suffix after hex is accepted with a warning.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -14,7 +14,7 @@
  *     about protocol options; with a file name it lists format and
  *     protocol options together under "Supported options:".
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <errno.h>
 #include <inttypes.h>

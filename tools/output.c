@@ -15,7 +15,7 @@
  *  3. Human sizes use the largest binary unit in which the value is below
  *     1000 units, printed with "%0.3g": "1000 bytes" is "0.977 KiB".
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <inttypes.h>
 #include <string.h>

@@ -22,7 +22,7 @@
  *     someone who does not share resizing is refused there); there is no
  *     -U.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include <getopt.h>
 #include <inttypes.h>

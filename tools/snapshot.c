@@ -35,7 +35,7 @@
  * error, a corrupt image), that reason is printed on a line of its own
  * first, the way QEMU prints its corruption event before the failure.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include "qimg/snapshot.h"
 

@@ -39,7 +39,7 @@
  *  6. A regular stream file is mapped rather than read (see map_src); the
  *     pieces appended are the same.  The file must not shrink meanwhile.
  */
-#include "tools/qimg-tool.h"
+#include "qimg-tool.h"
 
 #include "qimg/snapshot.h"
 #include "qimg/vmstate.h"
