@@ -23,6 +23,7 @@
 
 #include "block/block.h"
 #include "qimg/qimg.h"
+#include "qimg/snapshot.h"
 
 struct ApiVmstate;
 
@@ -32,6 +33,23 @@ struct QimgImage {
     bool owns_node;             /* the top handle: closes the chain */
     struct ApiVmstate *vmstate; /* api/vmstate.c, or NULL (invariant 2) */
 };
+
+/* ---- abi.c: the growable public structs (qimg.h ABI rules 1, 2) ---- */
+
+/* Copy the caller's struct src (NULL: defaults) of public type 'type' into
+ * the full-size dst (abi.c invariants 1, 2).  FALSE with error set if src
+ * cannot be honoured. */
+gboolean api_struct_in(void *dst, size_t dst_size, const void *src, const char *type,
+                       GError **error);
+/* Write the full-size result src into the caller's struct dst, within its
+ * struct_size (abi.c invariant 3). */
+void api_struct_out(void *dst, const void *src, size_t src_size);
+/* The caller's snapshot parameters (api_struct_in), checked: a name, an
+ * icount below 2^63. */
+gboolean api_snapshot_params_in(QimgSnapshotParams *dst, const QimgSnapshotParams *src,
+                                GError **error);
+/* The driver's icount of params: -1 unless has_icount (ABI rule 2). */
+int64_t api_snapshot_icount(const QimgSnapshotParams *params);
 
 /* ---- error.c ---- */
 
@@ -69,7 +87,9 @@ BlkPrealloc api_prealloc(QimgPrealloc mode);
 void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out);
 /* Move a driver's snapshot entries into public ones (strings move). */
 void api_snapshot_info_move(BlkSnapshotInfo *in, QimgSnapshotInfo *out);
-GArray *api_snapshot_list_move(GArray *blk_list);
+GPtrArray *api_snapshot_list_move(GArray *blk_list);
+/* An empty public snapshot list (QimgSnapshotInfo *, freed with it). */
+GPtrArray *api_snapshot_list_new(void);
 
 /* ---- vmstate.c: the handle's quiesce steps (invariant 2) ---- */
 

@@ -6,8 +6,9 @@
  * answer for formats without a check, and the double check after a repair.
  *
  * Invariants:
- *  1. res is reset first (its old messages freed); it must be zeroed or the
- *     result of an earlier call.
+ *  1. res is reset first (its old messages freed); it must be initialised
+ *     (QIMG_CHECK_RESULT_INIT) or the result of an earlier call.  Only the
+ *     bytes its struct_size covers are read or written (abi.c).
  *  2. A format without a check operation sets res->unsupported and fails
  *     with ENOTSUP "This image format does not support checks" (qemu-img
  *     exits 63 on it).
@@ -30,13 +31,15 @@
 
 void qimg_check_result_clear(QimgCheckResult *res)
 {
-    if (!res) {
+    QimgCheckResult in, zero = QIMG_CHECK_RESULT_INIT;
+
+    if (!res || !api_struct_in(&in, sizeof(in), res, "QimgCheckResult", NULL)) {
         return;
     }
-    if (res->messages) {
-        g_ptr_array_unref(res->messages);
+    if (in.messages) {
+        g_ptr_array_unref(in.messages);
     }
-    memset(res, 0, sizeof(*res));
+    api_struct_out(res, &zero, sizeof(zero));
 }
 
 static void keep_only_messages(BlkCheckResult *res)
@@ -108,6 +111,7 @@ static int run_check(BlkNode *node, BlkCheckResult *res, unsigned fix, GError **
 gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
                           GError **error)
 {
+    QimgCheckResult out;
     BlkCheckResult r = {0};
     int ret;
 
@@ -115,19 +119,24 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
         g_set_error(error, QIMG_ERROR, EINVAL, "No image or result to check");
         return FALSE;
     }
-    r.progress = res->progress;
-    r.progress_opaque = res->progress_opaque;
+    if (!api_struct_in(&out, sizeof(out), res, "QimgCheckResult", error)) {
+        return FALSE;
+    }
+    r.progress = out.progress;
+    r.progress_opaque = out.progress_opaque;
     r.messages = g_ptr_array_new_with_free_func(g_free);
     qimg_check_result_clear(res); /* invariant 1 */
-    res->progress = r.progress;
-    res->progress_opaque = r.progress_opaque;
+    memset(&out, 0, sizeof(out));
+    out.progress = r.progress;
+    out.progress_opaque = r.progress_opaque;
     ret = api_quiesce(img);
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);
     } else {
         ret = run_check(img->node, &r, fix, error);
     }
-    result_out(&r, res);
+    result_out(&r, &out);
     blk_check_result_clear(&r);
-    return ret == 0 && res->check_errors == 0;
+    api_struct_out(res, &out, sizeof(out));
+    return ret == 0 && out.check_errors == 0;
 }

@@ -85,14 +85,28 @@ void api_snapshot_info_move(BlkSnapshotInfo *in, QimgSnapshotInfo *out)
     out->l1_offset = in->l1_offset;
 }
 
-GArray *api_snapshot_list_move(GArray *blk_list)
+static void snapshot_info_free(gpointer p)
 {
-    GArray *out = g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo));
+    QimgSnapshotInfo *sn = p;
+
+    g_free(sn->id);
+    g_free(sn->name);
+    g_free(sn);
+}
+
+GPtrArray *api_snapshot_list_new(void)
+{
+    return g_ptr_array_new_with_free_func(snapshot_info_free);
+}
+
+GPtrArray *api_snapshot_list_move(GArray *blk_list)
+{
+    GPtrArray *out = api_snapshot_list_new();
 
     for (guint i = 0; blk_list && i < blk_list->len; i++) {
-        QimgSnapshotInfo sn = {0};
-        api_snapshot_info_move(&g_array_index(blk_list, BlkSnapshotInfo, i), &sn);
-        g_array_append_val(out, sn);
+        QimgSnapshotInfo *sn = g_new0(QimgSnapshotInfo, 1);
+        api_snapshot_info_move(&g_array_index(blk_list, BlkSnapshotInfo, i), sn);
+        g_ptr_array_add(out, sn);
     }
     blk_snapshot_list_free(blk_list);
     return out;

@@ -62,6 +62,7 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error)
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error)
 {
+    QimgOpenOptions in;
     BlkOpenOptions o;
     BlkNode *node;
 
@@ -69,8 +70,11 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
         g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
         return NULL;
     }
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgOpenOptions", error)) {
+        return NULL;
+    }
     api_register_drivers();
-    api_open_options(opts, &o);
+    api_open_options(&in, &o);
     blk_error_clear();
     node = api_open_node(filename, &o, NULL, error);
     return node ? api_image_new(node) : NULL;
@@ -103,9 +107,14 @@ void qimg_image_free(QimgImage *img)
 gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
                            GError **error)
 {
+    QimgCreateOptions in;
     BlkCreateOptions co;
 
-    if (!opts || !opts->format) {
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgCreateOptions", error)) {
+        return FALSE;
+    }
+    opts = &in;
+    if (!opts->format) {
         g_set_error(error, QIMG_ERROR, EINVAL, "No image format given");
         return FALSE;
     }
@@ -386,12 +395,7 @@ void qimg_info_free(QimgInfo *info)
     g_free(info->full_backing_filename);
     g_free(info->backing_format);
     if (info->snapshots) {
-        for (guint i = 0; i < info->snapshots->len; i++) {
-            QimgSnapshotInfo *s = &g_array_index(info->snapshots, QimgSnapshotInfo, i);
-            g_free(s->id);
-            g_free(s->name);
-        }
-        g_array_unref(info->snapshots);
+        g_ptr_array_unref(info->snapshots);
     }
     g_free(info->compat);
     g_free(info->compression_type);

@@ -123,11 +123,13 @@ int api_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
 char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
                            GError **error)
 {
+    QimgSnapshotParams in;
+
     g_return_val_if_fail(img, NULL);
-    if (!params || !params->name) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "A snapshot name is required");
+    if (!api_snapshot_params_in(&in, params, error)) {
         return NULL;
     }
+    params = &in;
     if (!check_op(img->node, img->node->drv->snapshot_create != NULL, error) ||
         !check_writable(img->node, error)) {
         return NULL;
@@ -142,7 +144,7 @@ char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
         .date_sec = params->date_sec,
         .date_nsec = params->date_nsec,
         .vm_clock_nsec = params->vm_clock_nsec,
-        .icount = params->icount,
+        .icount = api_snapshot_icount(params),
     };
     return api_snapshot_create(img, &sn, error);
 }
@@ -184,7 +186,7 @@ gboolean qimg_snapshot_delete(QimgImage *img, const char *id_or_name, GError **e
     return TRUE;
 }
 
-GArray *qimg_snapshot_list(QimgImage *img, GError **error)
+GPtrArray *qimg_snapshot_list(QimgImage *img, GError **error)
 {
     BlkNode *node;
     GArray *list;
@@ -192,7 +194,7 @@ GArray *qimg_snapshot_list(QimgImage *img, GError **error)
     g_return_val_if_fail(img, NULL);
     node = img->node;
     if (!node->drv->snapshot_list) {
-        return g_array_new(FALSE, TRUE, sizeof(QimgSnapshotInfo)); /* invariant 2 */
+        return api_snapshot_list_new(); /* invariant 2 */
     }
     blk_error_clear();
     list = node->drv->snapshot_list(node);
@@ -204,15 +206,9 @@ GArray *qimg_snapshot_list(QimgImage *img, GError **error)
     return api_snapshot_list_move(list);
 }
 
-void qimg_snapshot_list_free(GArray *list)
+void qimg_snapshot_list_free(GPtrArray *list)
 {
-    if (!list) {
-        return;
+    if (list) {
+        g_ptr_array_unref(list);
     }
-    for (guint i = 0; i < list->len; i++) {
-        QimgSnapshotInfo *sn = &g_array_index(list, QimgSnapshotInfo, i);
-        g_free(sn->id);
-        g_free(sn->name);
-    }
-    g_array_unref(list);
 }

@@ -754,7 +754,13 @@ gboolean qimg_vmstate_flush(QimgImage *img, GError **error)
 gboolean qimg_vmstate_configure(QimgImage *img, const QimgVmstateOptions *opts,
                                 GError **error)
 {
+    QimgVmstateOptions in;
+
     g_return_val_if_fail(img && opts, FALSE);
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgVmstateOptions", error)) {
+        return FALSE;
+    }
+    opts = &in;
     unsigned max = opts->max_in_flight ? opts->max_in_flight : VMSTATE_DEFAULT_IN_FLIGHT;
     int ret = 0;
 
@@ -859,13 +865,14 @@ static int snapshot_name_exists(QimgImage *img, const char *name, GError **error
 QimgVmstateSave *qimg_vmstate_save_begin(QimgImage *img, const QimgSnapshotParams *params,
                                          GError **error)
 {
+    QimgSnapshotParams in;
     int ret;
 
     g_return_val_if_fail(img, NULL);
-    if (!params || !params->name) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "A snapshot name is required");
+    if (!api_snapshot_params_in(&in, params, error)) {
         return NULL;
     }
+    params = &in;
     if (!img->node->drv->save_vmstate || !img->node->drv->snapshot_create) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Format '%s' does not support internal snapshots",
@@ -980,7 +987,7 @@ char *qimg_vmstate_save_commit(QimgVmstateSave *s, GError **error)
             .date_sec = s->params.date_sec,
             .date_nsec = s->params.date_nsec,
             .vm_clock_nsec = s->params.vm_clock_nsec,
-            .icount = s->params.icount,
+            .icount = api_snapshot_icount(&s->params),
         };
         id = api_snapshot_create(s->img, &sn, error);
     }

@@ -4,8 +4,11 @@
 #  1. unit tests (cmocka) in the normal build
 #  2. the same unit tests in the ASan + UBSan build
 #  3. the threaded unit tests in the TSan build
-#  4. clang-format --dry-run on every C file, and the layering rule
-#     (scripts/check-layers.sh: no #include runs upward)
+#  4. clang-format --dry-run on every C file, the layering rule
+#     (scripts/check-layers.sh: no #include runs upward), the ABI
+#     (scripts/check-abi.sh: headers = exports = libqimg.map, one version
+#     node) and an embedder's build against the installed library
+#     (scripts/check-install.sh: examples/embed.c via pkg-config)
 #  5. iotests (build/qimg against qemu-img / qemu-io)
 #  6. each fuzz target for a short time on its seeds (fixed seed)
 #
@@ -171,6 +174,15 @@ if layers=$(scripts/check-layers.sh 2>&1); then
 else
     failed=$((failed + 1)); failures+=("layers: upward includes"); echo "$layers"
 fi
+
+# The ABI, and examples/embed.c built against the installed library.
+for chk in abi install; do
+    if out=$(scripts/check-$chk.sh build 2>&1); then
+        passed=$((passed + 1)); echo "$out" | tail -1
+    else
+        failed=$((failed + 1)); failures+=("$chk: see above"); echo "$out"
+    fi
+done
 
 # iotests (each one skips, or under CI fails, by itself when a tool is missing)
 log=$(mktemp)

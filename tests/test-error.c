@@ -74,8 +74,8 @@ static void test_replace_and_prefix(void **state)
     assert_int_equal(blk_error_code(), 0);
     /* a prefix with nothing recorded names the errno */
     blk_error_prefix(-ENOENT, "Could not open '%s'", "y");
-    assert_string_equal(blk_error_message(),
-                        g_strdup_printf("Could not open 'y': %s", g_strerror(ENOENT)));
+    g_autofree char *want = g_strdup_printf("Could not open 'y': %s", g_strerror(ENOENT));
+    assert_string_equal(blk_error_message(), want);
     blk_error_clear();
 }
 

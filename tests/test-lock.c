@@ -77,7 +77,10 @@ static void create_image(const char *path, const char *fmt, const char *key,
                          const char *value, const char *backing)
 {
     g_autoptr(GHashTable) o = g_hash_table_new(g_str_hash, g_str_equal);
-    QimgCreateOptions co = {.format = fmt, .size = MiB, .size_set = true};
+    QimgCreateOptions co = {.struct_size = sizeof(QimgCreateOptions),
+                            .format = fmt,
+                            .size = MiB,
+                            .size_set = true};
     g_autoptr(GError) err = NULL;
 
     if (key) {
@@ -93,7 +96,9 @@ static void create_image(const char *path, const char *fmt, const char *key,
 
 static QimgImage *open_image(const char *path, bool ro, bool force_share, GError **err)
 {
-    QimgOpenOptions o = {.read_only = ro, .force_share = force_share};
+    QimgOpenOptions o = {.struct_size = sizeof(QimgOpenOptions),
+                         .read_only = ro,
+                         .force_share = force_share};
     return qimg_image_open(path, &o, err);
 }
 
@@ -348,8 +353,10 @@ static void test_open_matrix(void **state)
             assert_held(q, ""); /* released at close */
 
             /* raw shares everything: any pair opens */
-            QimgOpenOptions o = {
-                .format = "raw", .read_only = i != M_RW, .force_share = i == M_RO_U};
+            QimgOpenOptions o = {.struct_size = sizeof(QimgOpenOptions),
+                                 .format = "raw",
+                                 .read_only = i != M_RW,
+                                 .force_share = i == M_RO_U};
             first = qimg_image_open(r, &o, &err);
             assert_non_null(first);
             assert_held(r, raw_bytes[i]);
@@ -392,7 +399,8 @@ static void test_no_io_and_deny_write(void **state)
     create_image(q, "qcow2", NULL, NULL, NULL);
     create_image(r, "raw", NULL, NULL, NULL);
     /* qemu-img info: metadata only */
-    QimgOpenOptions o = {.read_only = true, .no_io = true};
+    QimgOpenOptions o = {
+        .struct_size = sizeof(QimgOpenOptions), .read_only = true, .no_io = true};
     QimgImage *img = qimg_image_open(q, &o, &err);
     assert_non_null(img);
     assert_held(q, "201 203");
@@ -402,13 +410,19 @@ static void test_no_io_and_deny_write(void **state)
     assert_non_null(img);
     assert_held(q, "");
     qimg_image_free(img);
-    o = (QimgOpenOptions){.format = "raw", .read_only = true, .no_io = true};
+    o = (QimgOpenOptions){.struct_size = sizeof(QimgOpenOptions),
+                          .format = "raw",
+                          .read_only = true,
+                          .no_io = true};
     img = qimg_image_open(r, &o, &err);
     assert_non_null(img);
     assert_held(r, "");
     qimg_image_free(img);
     /* qemu-img convert's source: nobody may write it meanwhile */
-    o = (QimgOpenOptions){.format = "raw", .read_only = true, .deny_write = true};
+    o = (QimgOpenOptions){.struct_size = sizeof(QimgOpenOptions),
+                          .format = "raw",
+                          .read_only = true,
+                          .deny_write = true};
     img = qimg_image_open(r, &o, &err);
     assert_non_null(img);
     assert_held(r, "100 201 203");
@@ -509,8 +523,10 @@ static void test_create_over_image_in_use(void **state)
     assert_non_null(img);
     off_t size = file_size(q);
     for (int f = 0; f < 2; f++) {
-        QimgCreateOptions co = {
-            .format = f ? "raw" : "qcow2", .size = 2 * MiB, .size_set = true};
+        QimgCreateOptions co = {.struct_size = sizeof(QimgCreateOptions),
+                                .format = f ? "raw" : "qcow2",
+                                .size = 2 * MiB,
+                                .size_set = true};
         assert_false(qimg_image_create(q, &co, &err));
         g_autofree char *want = g_strdup_printf(
             "Failed to get \"write\" lock\nIs another process using the image [%s]?", q);
@@ -523,7 +539,10 @@ static void test_create_over_image_in_use(void **state)
     assert_true(qimg_image_pread(img, 0, buf, sizeof(buf), &err));
     qimg_image_free(img);
     /* the creation holds its own locks only while it runs */
-    QimgCreateOptions co = {.format = "raw", .size = MiB, .size_set = true};
+    QimgCreateOptions co = {.struct_size = sizeof(QimgCreateOptions),
+                            .format = "raw",
+                            .size = MiB,
+                            .size_set = true};
     assert_true(qimg_image_create(q, &co, &err));
     assert_held(q, "");
 }
@@ -534,7 +553,7 @@ static void test_truncate_takes_resize(void **state)
     blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *r = tu_fresh("grow.raw");
     g_autoptr(GError) err = NULL;
-    QimgOpenOptions o = {.format = "raw"};
+    QimgOpenOptions o = {.struct_size = sizeof(QimgOpenOptions), .format = "raw"};
 
     create_image(r, "raw", NULL, NULL, NULL);
     QimgImage *img = qimg_image_open(r, &o, &err);
@@ -575,7 +594,7 @@ static void test_vmstate_view_of_open_image(void **state)
     QimgImage *img = open_image(q, false, false, &err);
     assert_non_null(img);
     memset(buf, 0x3c, sizeof(buf));
-    QimgSnapshotParams p = {.name = "s1", .icount = -1};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams), .name = "s1"};
     QimgVmstateSave *s = qimg_vmstate_save_begin(img, &p, &err);
     assert_non_null(s);
     assert_true(qimg_vmstate_save_append(s, buf, sizeof(buf), &err));

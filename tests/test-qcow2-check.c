@@ -121,7 +121,7 @@ static void run_free(Run *r)
 static void run(const char *path, unsigned fix, Run *r)
 {
     QimgImage *img = api_image_new(open_check(path, fix != 0));
-    QimgCheckResult pub = {0};
+    QimgCheckResult pub = {.struct_size = sizeof(QimgCheckResult)};
     GError *err = NULL;
 
     memset(r, 0, sizeof(*r));
@@ -745,7 +745,7 @@ static void test_unsupported_and_errors(void **state)
 {
     g_autofree char *raw = g_build_filename(dir, "plain.raw", NULL);
     BlkOpenOptions o = {.format = "raw", .read_only = true};
-    QimgCheckResult res = {0};
+    QimgCheckResult res = {.struct_size = sizeof(QimgCheckResult)};
     g_autoptr(GError) err = NULL;
     QimgImage *img;
 

@@ -38,7 +38,7 @@ static gboolean create(const char *path, uint64_t size, const char *optlist,
 {
     g_autoptr(GHashTable) h =
         g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    QimgCreateOptions co = {0};
+    QimgCreateOptions co = {.struct_size = sizeof(QimgCreateOptions)};
 
     if (optlist) {
         g_auto(GStrv) parts = g_strsplit(optlist, ",", -1);

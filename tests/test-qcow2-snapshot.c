@@ -154,7 +154,9 @@ static Snap *m_find(Model *m, const char *id_or_name)
 
 static char *m_create(Model *m, QimgImage *img, const char *name, uint64_t vm_size)
 {
-    QimgSnapshotParams p = {.name = name, .vm_state_size = vm_size, .icount = -1};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams),
+                            .name = name,
+                            .vm_state_size = vm_size};
     g_autoptr(GError) err = NULL;
     char *id = qimg_snapshot_create(img, &p, &err);
     Snap *sn;
@@ -591,7 +593,7 @@ static void test_refcount_overflow(void **state)
     g_autofree char *p1 = tu_fresh("r1.qcow2");
     g_autofree char *p2 = tu_fresh("r2.qcow2");
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams sp = {.name = "s"};
+    QimgSnapshotParams sp = {.struct_size = sizeof(QimgSnapshotParams), .name = "s"};
     QimgImage *img;
     Model m;
 
@@ -669,7 +671,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
                         errnum, nth, once ? " once" : "");
     g_autoptr(GError) err = NULL;
     BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE};
-    QimgSnapshotParams sp = {.name = "new"};
+    QimgSnapshotParams sp = {.struct_size = sizeof(QimgSnapshotParams), .name = "new"};
     QimgImage *img;
     bool ok;
     int rc;
@@ -824,7 +826,8 @@ static void test_crash_savevm(void **state)
             g_strdup_printf("blkdebug:event=any,nth=%" PRIu64 ":%s", nth, c);
         g_autofree char *out = NULL;
         g_autoptr(GError) err = NULL;
-        QimgSnapshotParams sp = {.name = "new", .vm_state_size = n, .icount = -1};
+        QimgSnapshotParams sp = {
+            .struct_size = sizeof(QimgSnapshotParams), .name = "new", .vm_state_size = n};
         QimgImage *img;
         bool ok = true;
         int rc;
@@ -876,9 +879,9 @@ static void test_refusals(void **state)
     g_autofree char *df = tu_fresh("data.qcow2");
     g_autofree char *dfraw = g_strdup_printf("%s.raw", df);
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams sp = {.name = "x"};
+    QimgSnapshotParams sp = {.struct_size = sizeof(QimgSnapshotParams), .name = "x"};
     QimgImage *img;
-    GArray *list;
+    GPtrArray *list;
 
     tu_run("qemu-img create -q -f qcow2 '%s' 1M && qemu-img snapshot -c s1 '%s'", p, p);
     img = open_img(p, false, NULL);
@@ -892,9 +895,10 @@ static void test_refusals(void **state)
     list = qimg_snapshot_list(img, &err);
     assert_non_null(list);
     assert_int_equal(list->len, 1);
-    assert_string_equal(g_array_index(list, QimgSnapshotInfo, 0).id, "1");
-    assert_string_equal(g_array_index(list, QimgSnapshotInfo, 0).name, "s1");
-    assert_int_equal(g_array_index(list, QimgSnapshotInfo, 0).disk_size, MiB_(1));
+    assert_string_equal(((QimgSnapshotInfo *)g_ptr_array_index(list, 0))->id, "1");
+    assert_string_equal(((QimgSnapshotInfo *)g_ptr_array_index(list, 0))->name, "s1");
+    assert_int_equal(((QimgSnapshotInfo *)g_ptr_array_index(list, 0))->disk_size,
+                     MiB_(1));
     qimg_snapshot_list_free(list);
     api_image_destroy(img);
 
@@ -983,10 +987,10 @@ static void test_limits(void **state)
     g_autofree char *name300 = g_strnfill(300, 'x');
     g_autofree char *id = NULL;
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams sp = {.name = "x"};
+    QimgSnapshotParams sp = {.struct_size = sizeof(QimgSnapshotParams), .name = "x"};
     uint64_t len, off;
     QimgImage *img;
-    GArray *list;
+    GPtrArray *list;
 
     /* 65536 snapshots: refused with EFBIG before anything changes */
     tu_run("qemu-img create -q -f qcow2 '%s' 1M", p);
@@ -1015,7 +1019,7 @@ static void test_limits(void **state)
     assert_string_equal(id, "4");
     list = qimg_snapshot_list(img, &err);
     assert_int_equal(list->len, 4);
-    assert_int_equal(strlen(g_array_index(list, QimgSnapshotInfo, 3).name), 255);
+    assert_int_equal(strlen(((QimgSnapshotInfo *)g_ptr_array_index(list, 3))->name), 255);
     qimg_snapshot_list_free(list);
     assert_true(qimg_snapshot_delete(img, "2", &err));
     api_image_destroy(img);

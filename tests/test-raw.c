@@ -43,8 +43,12 @@ static char *path(const char *name)
 static QimgImage *create_and_open(const char *name, uint64_t size, QimgCacheMode cache)
 {
     g_autofree char *p = path(name);
-    QimgCreateOptions co = {.format = "raw", .size = size, .size_set = true};
-    QimgOpenOptions oo = {.format = "raw", .cache = cache};
+    QimgCreateOptions co = {.struct_size = sizeof(QimgCreateOptions),
+                            .format = "raw",
+                            .size = size,
+                            .size_set = true};
+    QimgOpenOptions oo = {
+        .struct_size = sizeof(QimgOpenOptions), .format = "raw", .cache = cache};
     g_autoptr(GError) err = NULL;
 
     assert_true(qimg_image_create(p, &co, &err));
@@ -95,7 +99,7 @@ static void test_bounds_and_readonly(void **state)
     assert_true(qimg_image_close(img, &err));
 
     g_autofree char *p = path("b.raw");
-    QimgOpenOptions ro = {.read_only = true};
+    QimgOpenOptions ro = {.struct_size = sizeof(QimgOpenOptions), .read_only = true};
     img = qimg_image_open(p, &ro, &err);
     assert_non_null(img);
     assert_string_equal(qimg_image_format(img), "raw"); /* probed */
@@ -175,7 +179,7 @@ static void test_open_errors(void **state)
 {
     g_autoptr(GError) err = NULL;
     g_autofree char *p = path("missing.raw");
-    QimgOpenOptions o = {0};
+    QimgOpenOptions o = {.struct_size = sizeof(QimgOpenOptions)};
 
     assert_null(qimg_image_open(p, &o, &err));
     assert_int_equal(err->code, ENOENT);
@@ -190,7 +194,10 @@ static void test_open_errors(void **state)
     assert_non_null(strstr(err->message, "Unknown driver 'vmdk-nope'"));
     g_clear_error(&err);
 
-    QimgCreateOptions co = {.format = "raw", .size = 512, .backing_file = "x"};
+    QimgCreateOptions co = {.struct_size = sizeof(QimgCreateOptions),
+                            .format = "raw",
+                            .size = 512,
+                            .backing_file = "x"};
     assert_false(qimg_image_create(e, &co, &err));
     assert_non_null(strstr(err->message, "Backing file not supported"));
 }
@@ -204,7 +211,9 @@ static void qcow2_head(uint8_t *b)
 
 static QimgImage *open_probed(const char *p, const char *format)
 {
-    QimgOpenOptions oo = {.format = format, .cache = QIMG_CACHE_WRITEBACK};
+    QimgOpenOptions oo = {.struct_size = sizeof(QimgOpenOptions),
+                          .format = format,
+                          .cache = QIMG_CACHE_WRITEBACK};
     g_autoptr(GError) err = NULL;
     QimgImage *img = qimg_image_open(p, &oo, &err);
     assert_non_null(img);

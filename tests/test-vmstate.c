@@ -600,7 +600,9 @@ static void fill_random(GRand *r, uint8_t *buf, size_t len)
 static void set_config(QimgImage *img, unsigned max, size_t bufsize)
 {
     g_autoptr(GError) err = NULL;
-    QimgVmstateOptions o = {.max_in_flight = max, .buffer_size = bufsize};
+    QimgVmstateOptions o = {.struct_size = sizeof(QimgVmstateOptions),
+                            .max_in_flight = max,
+                            .buffer_size = bufsize};
     assert_true(qimg_vmstate_configure(img, &o, &err));
 }
 
@@ -619,7 +621,8 @@ static void test_coalesce_random(void **state)
     g_autoptr(GError) err = NULL;
     GRand *r = g_rand_new_with_seed(42);
     uint8_t *chunk = g_malloc(32 * KiB);
-    QimgSnapshotParams p = {.name = "coalesce"};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams),
+                            .name = "coalesce"};
     ApiVmstateStats st;
 
     f->pattern = pattern_byte;
@@ -730,27 +733,33 @@ static void test_configure_errors(void **state)
     Fake *f = fake_new(16 * MiB);
     QimgImage *img = fake_image(f, 65536);
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams p = {.name = "busy"};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams), .name = "busy"};
 
-    QimgVmstateOptions bad = {.max_in_flight = 1000};
+    QimgVmstateOptions bad = {.struct_size = sizeof(QimgVmstateOptions),
+                              .max_in_flight = 1000};
     assert_false(qimg_vmstate_configure(img, &bad, &err));
     assert_int_equal(err->code, EINVAL);
     assert_non_null(strstr(err->message, "max_in_flight"));
     g_clear_error(&err);
 
-    bad = (QimgVmstateOptions){.buffer_size = (size_t)1 << 40};
+    bad = (QimgVmstateOptions){.struct_size = sizeof(QimgVmstateOptions),
+                               .buffer_size = (size_t)1 << 40};
     assert_false(qimg_vmstate_configure(img, &bad, &err));
     assert_int_equal(err->code, EINVAL);
     g_clear_error(&err);
 
     QimgVmstateSave *s = qimg_vmstate_save_begin(img, &p, &err);
     assert_non_null(s);
-    QimgVmstateOptions ok = {.max_in_flight = 2};
+    QimgVmstateOptions ok = {.struct_size = sizeof(QimgVmstateOptions),
+                             .max_in_flight = 2};
     assert_false(qimg_vmstate_configure(img, &ok, &err));
     assert_int_equal(err->code, EBUSY);
     g_clear_error(&err);
     /* One stream at a time. */
-    assert_null(qimg_vmstate_save_begin(img, &(QimgSnapshotParams){.name = "b"}, &err));
+    assert_null(qimg_vmstate_save_begin(
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = "b"},
+        &err));
     assert_int_equal(err->code, EBUSY);
     g_clear_error(&err);
     qimg_vmstate_save_abort(s);
@@ -964,7 +973,7 @@ static void test_error_stream(void **state)
         Fake *f = fake_new(64 * MiB);
         QimgImage *img = fake_image(f, 65536);
         g_autoptr(GError) err = NULL;
-        QimgSnapshotParams p = {.name = "err"};
+        QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams), .name = "err"};
 
         f->fail_save_at = 3;
         f->fail_errno = errs[e];
@@ -1014,7 +1023,7 @@ static void test_error_last_buffer(void **state)
     Fake *f = fake_new(16 * MiB);
     QimgImage *img = fake_image(f, 65536);
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams p = {.name = "last"};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams), .name = "last"};
     uint8_t buf[1000] = {0};
 
     f->fail_save_at = 3;
@@ -1059,10 +1068,16 @@ static void test_error_positional(void **state)
         g_clear_error(&err);
     }
     /* A snapshot must not be taken over lost state, nor a stream started. */
-    assert_null(qimg_snapshot_create(img, &(QimgSnapshotParams){.name = "x"}, &err));
+    assert_null(qimg_snapshot_create(
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = "x"},
+        &err));
     assert_int_equal(err->code, EIO);
     g_clear_error(&err);
-    assert_null(qimg_vmstate_save_begin(img, &(QimgSnapshotParams){.name = "x"}, &err));
+    assert_null(qimg_vmstate_save_begin(
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = "x"},
+        &err));
     assert_int_equal(err->code, EIO);
     g_clear_error(&err);
     assert_int_equal(FAKE_GET(f, create_calls), 0);
@@ -1104,7 +1119,7 @@ static void test_bounded_memory(void **state)
     Fake *f = fake_new(64 * MiB);
     QimgImage *img = fake_image(f, 65536);
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams p = {.name = "mem"};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams), .name = "mem"};
     ApiVmstateStats st;
     GateKeeper k;
 
@@ -1153,7 +1168,8 @@ static char *save_stream(QimgImage *img, const char *name, uint8_t *model, uint6
                          GRand *r)
 {
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams p = {.name = name, .icount = -1, .vm_clock_nsec = 77};
+    QimgSnapshotParams p = {
+        .struct_size = sizeof(QimgSnapshotParams), .name = name, .vm_clock_nsec = 77};
 
     fill_random(r, model, total);
     QimgVmstateSave *s = qimg_vmstate_save_begin(img, &p, &err);
@@ -1318,8 +1334,10 @@ static void test_commit_and_load(void **state)
     assert_memory_equal(sn->data, model, S);
 
     /* Same name again: refused (QEMU's snapshot-save). */
-    assert_null(
-        qimg_vmstate_save_begin(img, &(QimgSnapshotParams){.name = "snap"}, &err));
+    assert_null(qimg_vmstate_save_begin(
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = "snap"},
+        &err));
     assert_int_equal(err->code, EEXIST);
     assert_string_equal(err->message, "Snapshot 'snap' already exists");
     g_clear_error(&err);
@@ -1356,8 +1374,10 @@ static void test_commit_and_load(void **state)
     assert_int_equal(err->code, ENOENT);
     assert_string_equal(err->message, "Snapshot 'nope' does not exist");
     g_clear_error(&err);
-    g_autofree char *disk_only =
-        qimg_snapshot_create(img, &(QimgSnapshotParams){.name = "disk"}, &err);
+    g_autofree char *disk_only = qimg_snapshot_create(
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = "disk"},
+        &err);
     assert_non_null(disk_only);
     assert_null(qimg_vmstate_load_begin(img, "disk", false, &err));
     assert_int_equal(err->code, EINVAL);
@@ -1368,8 +1388,10 @@ static void test_commit_and_load(void **state)
     assert_int_equal(FAKE_GET(f, goto_calls), 1);
 
     /* Abort: no snapshot. */
-    QimgVmstateSave *s =
-        qimg_vmstate_save_begin(img, &(QimgSnapshotParams){.name = "ab"}, &err);
+    QimgVmstateSave *s = qimg_vmstate_save_begin(
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = "ab"},
+        &err);
     assert_non_null(s);
     append_mib(s, 2, &err);
     qimg_vmstate_save_abort(s);
@@ -1400,8 +1422,11 @@ static void test_close_with_open_stream(void **state)
         g_autofree uint8_t *model = g_malloc(S);
 
         if (kind < 2) { /* a save stream: append after close, or commit */
-            QimgVmstateSave *s =
-                qimg_vmstate_save_begin(img, &(QimgSnapshotParams){.name = "s"}, &err);
+            QimgVmstateSave *s = qimg_vmstate_save_begin(
+                img,
+                &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams),
+                                      .name = "s"},
+                &err);
             assert_non_null(s);
             for (uint64_t i = 0; i < S; i++) {
                 model[i] = (uint8_t)g_rand_int(r);
@@ -1452,8 +1477,13 @@ static void test_snapshot_api(void **state)
     Fake *f = fake_new(4 * MiB);
     QimgImage *img = fake_image(f, 65536);
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams p = {
-        .name = "a", .date_sec = 1234, .date_nsec = 5, .vm_clock_nsec = 9, .icount = 3};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams),
+                            .name = "a",
+                            .date_sec = 1234,
+                            .date_nsec = 5,
+                            .vm_clock_nsec = 9,
+                            .has_icount = true,
+                            .icount = 3};
 
     g_autofree char *id1 = qimg_snapshot_create(img, &p, &err);
     assert_string_equal(id1, "1");
@@ -1466,8 +1496,9 @@ static void test_snapshot_api(void **state)
     /* Duplicate and empty names are allowed, as in qemu-img snapshot -c. */
     g_autofree char *id2 = qimg_snapshot_create(img, &p, &err);
     assert_string_equal(id2, "2");
-    g_autofree char *id3 =
-        qimg_snapshot_create(img, &(QimgSnapshotParams){.name = ""}, &err);
+    g_autofree char *id3 = qimg_snapshot_create(
+        img, &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), .name = ""},
+        &err);
     assert_non_null(id3);
     s = &g_array_index(f->snaps, FakeSnap, 2);
     assert_true(s->date_sec > 0);
@@ -1477,16 +1508,20 @@ static void test_snapshot_api(void **state)
     memset(data, 0x5A, sizeof(data));
     assert_true(qimg_vmstate_pwrite(img, 0, data, sizeof(data), &err));
     g_autofree char *id4 = qimg_snapshot_create(
-        img, &(QimgSnapshotParams){.name = "vm", .vm_state_size = 100}, &err);
+        img,
+        &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams),
+                              .name = "vm",
+                              .vm_state_size = 100},
+        &err);
     assert_non_null(id4);
     s = &g_array_index(f->snaps, FakeSnap, 3);
     assert_memory_equal(s->data, data, sizeof(data));
 
-    GArray *list = qimg_snapshot_list(img, &err);
+    GPtrArray *list = qimg_snapshot_list(img, &err);
     assert_non_null(list);
     assert_int_equal(list->len, 4);
-    assert_string_equal(g_array_index(list, QimgSnapshotInfo, 0).name, "a");
-    assert_string_equal(g_array_index(list, QimgSnapshotInfo, 3).id, "4");
+    assert_string_equal(((QimgSnapshotInfo *)g_ptr_array_index(list, 0))->name, "a");
+    assert_string_equal(((QimgSnapshotInfo *)g_ptr_array_index(list, 3))->id, "4");
     qimg_snapshot_list_free(list);
 
     assert_true(qimg_snapshot_apply(img, "vm", &err));
@@ -1504,7 +1539,8 @@ static void test_snapshot_api(void **state)
     assert_int_equal(list->len, 3);
     qimg_snapshot_list_free(list);
 
-    assert_null(qimg_snapshot_create(img, &(QimgSnapshotParams){0}, &err));
+    assert_null(qimg_snapshot_create(
+        img, &(QimgSnapshotParams){.struct_size = sizeof(QimgSnapshotParams), 0}, &err));
     assert_int_equal(err->code, EINVAL);
     g_clear_error(&err);
 
@@ -1538,7 +1574,7 @@ static void test_snapshot_unsupported(void **state)
 {
     QimgImage *img = image_new(&nosnap_driver, NULL, 0);
     g_autoptr(GError) err = NULL;
-    QimgSnapshotParams p = {.name = "x"};
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams), .name = "x"};
     uint8_t b = 0;
 
     assert_null(qimg_snapshot_create(img, &p, &err));
@@ -1551,7 +1587,7 @@ static void test_snapshot_unsupported(void **state)
     assert_false(qimg_snapshot_delete(img, "x", &err));
     assert_int_equal(err->code, ENOTSUP);
     g_clear_error(&err);
-    GArray *list = qimg_snapshot_list(img, &err); /* qemu-img -l: nothing, rc 0 */
+    GPtrArray *list = qimg_snapshot_list(img, &err); /* qemu-img -l: nothing, rc 0 */
     assert_non_null(list);
     assert_int_equal(list->len, 0);
     qimg_snapshot_list_free(list);

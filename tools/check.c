@@ -141,7 +141,7 @@ int cmd_check(int argc, char **argv)
     QimgCacheMode mode;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     g_autoptr(QimgImage) img = NULL;
-    QimgCheckResult res = {0};
+    QimgCheckResult res = QIMG_CHECK_RESULT_INIT;
     ToolProgress prog;
     GError *err = NULL;
     gboolean ok;

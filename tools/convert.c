@@ -417,7 +417,7 @@ static char *parse_snapshot_param(const char *param)
 static bool has_snapshot(const QimgInfo *info, const char *id_or_name)
 {
     for (guint i = 0; info->snapshots && i < info->snapshots->len; i++) {
-        const QimgSnapshotInfo *sn = &g_array_index(info->snapshots, QimgSnapshotInfo, i);
+        const QimgSnapshotInfo *sn = g_ptr_array_index(info->snapshots, i);
         if (g_strcmp0(sn->id, id_or_name) == 0 || g_strcmp0(sn->name, id_or_name) == 0) {
             return true;
         }
@@ -559,7 +559,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         const ToolOptDesc *descs = tool_create_opts(a->out_fmt);
         g_autoptr(GPtrArray) opts = NULL;
         g_autoptr(GHashTable) hash = NULL;
-        QimgCreateOptions co = {0};
+        QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
 
         if (!descs) {
             tool_error("Unknown file format '%s'", a->out_fmt);

@@ -127,7 +127,7 @@ int cmd_create(int argc, char **argv)
     bool unsafe = false, quiet = false, size_set = false;
     uint64_t size = 0;
     const ToolOptDesc *descs;
-    QimgCreateOptions co = {0};
+    QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
     g_autoptr(GHashTable) hash = NULL;
     GError *err = NULL;
     int c;

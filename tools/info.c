@@ -91,7 +91,7 @@ static void json_info(ToolJson *j, const QimgInfo *info)
     if (info->snapshots && info->snapshots->len > 0) {
         tool_json_begin_array(j, "snapshots");
         for (guint i = 0; i < info->snapshots->len; i++) {
-            json_snapshot(j, &g_array_index(info->snapshots, QimgSnapshotInfo, i));
+            json_snapshot(j, g_ptr_array_index(info->snapshots, i));
         }
         tool_json_end_array(j);
     }

@@ -243,12 +243,12 @@ char *tool_size_to_str(uint64_t val)
  * CLOCK right in 13 (hours are not wrapped); ICOUNT right in 11, blank when
  * the snapshot has none.  Over-long values push the rest of the row right.
  */
-void tool_print_snapshot_table(FILE *f, GArray *snapshots)
+void tool_print_snapshot_table(FILE *f, GPtrArray *snapshots)
 {
     fprintf(f, "%-10s%-17s%8s%20s%13s%11s\n", "ID", "TAG", "VM SIZE", "DATE", "VM CLOCK",
             "ICOUNT");
     for (guint i = 0; snapshots && i < snapshots->len; i++) {
-        const QimgSnapshotInfo *sn = &g_array_index(snapshots, QimgSnapshotInfo, i);
+        const QimgSnapshotInfo *sn = g_ptr_array_index(snapshots, i);
         g_autofree char *vmsize = tool_size_to_str(sn->vm_state_size);
         char date[64] = "";
         char clock[64];

@@ -151,7 +151,7 @@ void tool_json_str(ToolJson *j, const char *key, const char *v);
 void tool_json_quote(GString *out, const char *s);
 
 /* The snapshot table of "qimg snapshot -l" and "qimg info". */
-void tool_print_snapshot_table(FILE *f, GArray *snapshots);
+void tool_print_snapshot_table(FILE *f, GPtrArray *snapshots);
 
 /* qemu-img's progress indicator: "    (12.34/100%)\r" on stdout. */
 typedef struct ToolProgress {

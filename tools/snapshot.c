@@ -81,7 +81,9 @@ static int do_list(QimgImage *img)
 static int do_create(QimgImage *img, const char *name)
 {
     QimgSnapshotParams p = {
+        .struct_size = sizeof(p),
         .name = name,
+        .has_icount = true, /* qemu-img snapshot -c records icount 0 */
         .icount = 0,
     };
     GError *err = NULL;
@@ -101,11 +103,11 @@ static int do_create(QimgImage *img, const char *name)
 /* True if 'name' matches an ID or a name (a failed listing says yes). */
 static bool snapshot_exists(QimgImage *img, const char *name)
 {
-    GArray *list = qimg_snapshot_list(img, NULL);
+    GPtrArray *list = qimg_snapshot_list(img, NULL);
     bool found = list == NULL;
 
     for (guint i = 0; list && i < list->len && !found; i++) {
-        const QimgSnapshotInfo *sn = &g_array_index(list, QimgSnapshotInfo, i);
+        const QimgSnapshotInfo *sn = g_ptr_array_index(list, i);
         found = (sn->id && strcmp(sn->id, name) == 0) ||
                 (sn->name && strcmp(sn->name, name) == 0);
     }
@@ -142,7 +144,7 @@ static int do_apply(QimgImage *img, const char *name)
 static int do_delete(QimgImage *img, const char *name)
 {
     GError *err = NULL;
-    GArray *list = qimg_snapshot_list(img, &err);
+    GPtrArray *list = qimg_snapshot_list(img, &err);
     g_autofree char *id = NULL;
 
     if (!list) {
@@ -152,7 +154,7 @@ static int do_delete(QimgImage *img, const char *name)
         return 1;
     }
     for (guint i = 0; i < list->len && !id; i++) {
-        const QimgSnapshotInfo *sn = &g_array_index(list, QimgSnapshotInfo, i);
+        const QimgSnapshotInfo *sn = g_ptr_array_index(list, i);
         if (sn->name && sn->id && strcmp(sn->name, name) == 0) {
             id = g_strdup(sn->id);
         }

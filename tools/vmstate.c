@@ -238,7 +238,7 @@ static int parse_args(int argc, char **argv, bool save, VmArgs *a)
 
 static bool configure(QimgImage *img, const VmArgs *a)
 {
-    QimgVmstateOptions o = {0};
+    QimgVmstateOptions o = QIMG_VMSTATE_OPTIONS_INIT;
     GError *err = NULL;
 
     if (a->unbuffered) {
@@ -385,7 +385,7 @@ static int do_save(const VmArgs *a)
     }
 
     QimgSnapshotParams p = {
-        .name = a->snapshot, .icount = -1, /* QEMU's savevm without icount */
+        .struct_size = sizeof(p), .name = a->snapshot, /* icount off, as QEMU's savevm */
     };
     s = qimg_vmstate_save_begin(img, &p, &err);
     if (!s) {

@@ -15,6 +15,7 @@ typedef enum QimgCheckFix {
 
 /* Counters as qemu-img check reports them (ImageCheck). */
 typedef struct QimgCheckResult {
+    uint32_t struct_size; /* sizeof(QimgCheckResult): QIMG_CHECK_RESULT_INIT */
     int64_t corruptions;
     int64_t leaks;
     int64_t check_errors;
@@ -34,6 +35,11 @@ typedef struct QimgCheckResult {
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;
 } QimgCheckResult;
+
+#define QIMG_CHECK_RESULT_INIT                                                           \
+    {                                                                                    \
+        .struct_size = sizeof(QimgCheckResult)                                           \
+    }
 
 /*
  * Check the image (open it with QimgOpenOptions.check_mode and, to repair,

@@ -16,6 +16,25 @@
  * for I/O (pread/pwrite/zeroes/discard/flush/block_status).  Open, close,
  * truncate and snapshot operations must not race with other calls on the
  * same handle.
+ *
+ * ABI (libqimg.so.0, symbol version QIMG_0.2; libqimg.map):
+ *  1. Every struct the caller fills in and passes (QimgOpenOptions,
+ *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
+ *     QimgCheckResult) begins with `uint32_t struct_size`, which the
+ *     QIMG_*_INIT initialisers set to the sizeof the caller was built with.
+ *     The library reads only the bytes struct_size covers and gives every
+ *     field past them its default, so a program built against an older
+ *     header keeps working; bytes past what the library knows must be zero
+ *     (a newer program asking for something this library cannot do is
+ *     refused with EINVAL, never ignored).  struct_size 0 is refused.
+ *     Results written into such a struct stay within struct_size.
+ *  2. A zero field means the default, in every version (for example
+ *     QimgSnapshotParams: icount off unless has_icount).
+ *  3. Structs the library allocates (QimgInfo, QimgSnapshotInfo) only grow
+ *     at their end, and lists of them are pointer arrays (GPtrArray), so
+ *     new fields never move old ones.  QimgExtent's layout is frozen.
+ *  4. New functions get a new version node; a symbol's meaning never
+ *     changes within its node.
  */
 #ifndef QIMG_QIMG_H
 #define QIMG_QIMG_H
@@ -28,6 +47,11 @@
 G_BEGIN_DECLS
 
 #define QIMG_ERROR (qimg_error_quark())
+
+/* The version of the library in use ("0.2.0"), as opposed to the header's
+ * QIMG_VERSION_STRING. */
+const char *qimg_version(void);
+#define QIMG_VERSION_STRING "0.2.0"
 GQuark qimg_error_quark(void);
 
 typedef struct QimgImage QimgImage;
@@ -46,7 +70,8 @@ gboolean qimg_cache_mode_parse(const char *s, QimgCacheMode *mode, GError **erro
 const char *qimg_cache_mode_name(QimgCacheMode mode);
 
 typedef struct QimgOpenOptions {
-    const char *format; /* "qcow2", "raw" or NULL to probe */
+    uint32_t struct_size; /* sizeof(QimgOpenOptions): QIMG_OPEN_OPTIONS_INIT */
+    const char *format;   /* "qcow2", "raw" or NULL to probe */
     bool read_only;
     QimgCacheMode cache;
     bool no_backing;              /* do not open the backing chain */
@@ -66,7 +91,7 @@ typedef struct QimgOpenOptions {
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
     {                                                                                    \
-        0                                                                                \
+        .struct_size = sizeof(QimgOpenOptions)                                           \
     }
 
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
@@ -93,13 +118,19 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error);
  * backing_fmt, size); the explicit fields override them when set.
  */
 typedef struct QimgCreateOptions {
-    const char *format; /* "qcow2" or "raw" (required) */
-    uint64_t size;      /* virtual size in bytes */
+    uint32_t struct_size; /* sizeof(QimgCreateOptions): QIMG_CREATE_OPTIONS_INIT */
+    const char *format;   /* "qcow2" or "raw" (required) */
+    uint64_t size;        /* virtual size in bytes */
     bool size_set;
     const char *backing_file;
     const char *backing_format;
     GHashTable *options; /* char* -> char*, may be NULL */
 } QimgCreateOptions;
+
+#define QIMG_CREATE_OPTIONS_INIT                                                         \
+    {                                                                                    \
+        .struct_size = sizeof(QimgCreateOptions)                                         \
+    }
 
 gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
                            GError **error);
@@ -189,7 +220,7 @@ typedef struct QimgInfo {
     char *backing_filename; /* as recorded in the image */
     char *full_backing_filename;
     char *backing_format;
-    GArray *snapshots; /* QimgSnapshotInfo, may be NULL */
+    GPtrArray *snapshots; /* QimgSnapshotInfo *, may be NULL (ABI rule 3) */
     /* qcow2 specifics (format_specific = true) */
     bool format_specific;
     char *compat;           /* "0.10" or "1.1" */

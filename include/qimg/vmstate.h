@@ -29,9 +29,15 @@ gboolean qimg_vmstate_pread(QimgImage *img, uint64_t pos, void *buf, size_t len,
 gboolean qimg_vmstate_flush(QimgImage *img, GError **error);
 
 typedef struct QimgVmstateOptions {
+    uint32_t struct_size;   /* sizeof(QimgVmstateOptions): QIMG_VMSTATE_OPTIONS_INIT */
     unsigned max_in_flight; /* buffers written at once; 0: 8 */
     size_t buffer_size;     /* 0: max(cluster size, 1 MiB); rounded to clusters */
 } QimgVmstateOptions;
+
+#define QIMG_VMSTATE_OPTIONS_INIT                                                        \
+    {                                                                                    \
+        .struct_size = sizeof(QimgVmstateOptions)                                        \
+    }
 
 /* Set the writer/reader parameters of an open image.  Pending writes are
  * drained first (their error, if any, is returned); refused with EBUSY while
