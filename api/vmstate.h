@@ -1,13 +1,90 @@
 /*
- * api/vmstate.h: internal hooks of the vmstate writer/reader
- * (api/vmstate.c) for unit tests.  Nothing here is part of libqimg's
- * public API; api.h declares what the rest of api/ calls (api_quiesce,
- * api_release).
+ * api/vmstate.h: the vmstate writer/reader's state, shared by its engine
+ * (api/vmstate.c, whose invariants "vmstate.c invariant N" cite) and its
+ * public calls (api/vmstate-api.c), and hooks for unit tests.  Nothing
+ * here is part of libqimg's public API; api.h declares what the rest of
+ * api/ calls (api_quiesce, api_release).
  */
 #ifndef QIMG_API_VMSTATE_H
 #define QIMG_API_VMSTATE_H
 
 #include "api/api.h"
+
+#include "aio/pool.h"
+
+#include <pthread.h>
+
+#define VMSTATE_DEFAULT_IN_FLIGHT 8
+#define VMSTATE_MAX_IN_FLIGHT 64
+#define VMSTATE_MIN_BUFFER ((size_t)1 << 20)
+#define VMSTATE_MAX_BUFFER ((size_t)256 << 20)
+#define VMSTATE_MEM_ALIGN 4096
+
+typedef struct ApiVmstate ApiVmstate;
+
+typedef struct VmBuf {
+    ApiVmstate *vs;
+    uint64_t pos; /* position of data[0] */
+    size_t len;   /* bytes held (write) or to read (read-ahead) */
+    size_t cap;   /* bytes up to the grid line (invariant 1) */
+    size_t size;  /* bytes allocated at data, >= cap (invariant 5) */
+    uint8_t *data;
+    /* read-ahead only; under vs->lock */
+    bool done;
+    int ret;
+    char *msg;
+} VmBuf;
+
+struct ApiVmstate {
+    QimgImage *img; /* immutable */
+
+    pthread_mutex_t op_lock;
+    /* --- under op_lock --- */
+    Pool *pool; /* created at the first I/O */
+    unsigned max_in_flight;
+    size_t buf_size;         /* B */
+    size_t buf_size_request; /* as configured (0: default) */
+    VmBuf *cur;              /* collects the current run's bytes, or NULL */
+    bool run_valid;
+    uint64_t run_end; /* where the current run ends (invariant 2) */
+    bool ra_active;
+    GQueue ra;                    /* read-ahead buffers in position order (invariant 6) */
+    uint64_t ra_pos;              /* next position the reader wants; inside ra's head */
+    uint64_t ra_next;             /* next position to prefetch */
+    uint64_t last_end;            /* end of the previous read */
+    uint64_t limit;               /* state size, or UINT64_MAX when unknown */
+    bool session;                 /* a save or load stream owns the state */
+    struct QimgVmstateSave *save; /* the open streams begun here (invariant 7) */
+    struct QimgVmstateLoad *load;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a read-ahead buffer completed */
+    /* --- under lock --- */
+    int error; /* sticky first write error (invariant 4) */
+    char *error_msg;
+    unsigned live, max_live; /* buffers allocated now / at most (invariant 5) */
+    GSList *spares;          /* B-byte blocks of freed buffers (invariant 5) */
+    size_t spare_size;       /* their size */
+};
+
+/* ---- the engine (vmstate.c) for the public calls (vmstate-api.c) ---- */
+
+/* img's state, created when 'create' (NULL if none and !create). */
+ApiVmstate *vs_get(QimgImage *img, bool create);
+/* B for a requested size (0: default), vmstate.c invariant 1. */
+size_t vs_compute_buf_size(QimgImage *img, size_t requested);
+/* Invariant 2: positional write / read with op_lock held. */
+int vs_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len);
+int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len);
+/* Invariant 4: submit the current buffer, wait, the first write error. */
+int vs_drain_writes_locked(ApiVmstate *vs);
+/* Invariant 6: drop the read-ahead after waiting for its tasks. */
+void vs_ra_drop_locked(ApiVmstate *vs);
+/* A stream session owns the state (EBUSY if one does), and its end. */
+int vs_session_claim(ApiVmstate *vs);
+void vs_session_end(ApiVmstate *vs);
+/* Invariant 7 (vmstate-api.c): the image is going away; its streams forget it. */
+void vs_streams_invalidate(ApiVmstate *vs);
 
 typedef struct ApiVmstateStats {
     size_t buffer_size; /* B of vmstate.c invariant 1 */
