@@ -799,6 +799,9 @@ void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r);
  * range registration: the caller holds a registration covering it, or the
  * image is read-only).  Lock not held. */
 int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
+/* qcow2_read_guest() registered against overlapping allocating writes
+ * (read.c invariant 6) when the image is writable. */
+int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
 
 /* ---- zero.c: write zeroes and discard ---- */
 

@@ -128,16 +128,15 @@ int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
     return ret < 0 ? ret : 0;
 }
 
-int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 {
-    Qcow2State *s = img->opaque;
     Qcow2Inflight r;
     int ret;
 
     if (!s->writable) {
         return qcow2_read_guest(s, offset, qiov);
     }
-    /* read.c invariant 6 */
+    /* invariant 6 */
     qcow2_lock(s);
     qcow2_inflight_begin_locked(s, &r, offset, qiov->size, false);
     qcow2_unlock(s);
@@ -146,6 +145,11 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
     qcow2_inflight_end_locked(s, &r);
     qcow2_unlock(s);
     return ret;
+}
+
+int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+{
+    return qcow2_read_registered(img->opaque, offset, qiov);
 }
 
 /* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data

@@ -297,7 +297,6 @@ int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
     Qcow2State *s = img->opaque;
     uint64_t base = qcow2_vm_state_offset(s), offset;
-    Qcow2Inflight r;
     int ret;
 
     if (qiov->size == 0) {
@@ -316,15 +315,5 @@ int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
     if (ret < 0) {
         return ret;
     }
-    if (!s->writable) {
-        return qcow2_read_guest(s, offset, qiov);
-    }
-    qcow2_lock(s);
-    qcow2_inflight_begin_locked(s, &r, offset, qiov->size, false);
-    qcow2_unlock(s);
-    ret = qcow2_read_guest(s, offset, qiov);
-    qcow2_lock(s);
-    qcow2_inflight_end_locked(s, &r);
-    qcow2_unlock(s);
-    return ret;
+    return qcow2_read_registered(s, offset, qiov);
 }
