@@ -1,6 +1,11 @@
 /*
  * tests/test-file.c: the file protocol driver (block/file.c).
  *
+ * Covers file.c invariants 1-6, 9 and 10, block.h invariants 2 and 4, and
+ * error.c invariants 2 and 3.  Invariants 7 and 8 (write serialisation and
+ * early writeback) change timing only and have no test; invariant 11 (the
+ * image locks) is tests/test-lock.c's.
+ *
  * The driver is called through blk_file_driver's function pointers so that
  * driver behaviour the block layer would hide (reads past EOF, writes that
  * extend the file) is tested directly.
@@ -290,7 +295,10 @@ static int group_teardown(void **state)
 
 /* ---- tests ---- */
 
-/* Each cache mode: the right open flags, data round-trips, survives reopen. */
+/*
+ * Each cache mode: the right open flags (file.c invariant 2), the O_DIRECT
+ * alignment (invariant 1), data round-trips, survives reopen.
+ */
 static void test_cache_modes(void **state)
 {
     (void)state;
@@ -315,12 +323,15 @@ static void test_cache_modes(void **state)
 
         long fl = fd_flags_for(p);
         assert_true(fl >= 0);
-        assert_true(fl & O_CLOEXEC);
+        assert_true(fl & O_CLOEXEC); /* as QEMU's qemu_open: not inherited by children */
         assert_int_equal(fl & O_ACCMODE, O_RDWR);
+        /* QEMU's cache modes: O_DIRECT for none and directsync; O_DSYNC for
+         * writethrough and directsync, durable on return (file.c invariant 2) */
         assert_int_equal(!!(fl & O_DIRECT), mode_direct(m));
         assert_int_equal(!!(fl & O_DSYNC),
                          m == BLK_CACHE_WRITETHROUGH || m == BLK_CACHE_DIRECTSYNC);
         if (mode_direct(m)) {
+            /* file.c invariant 1: the alignment every O_DIRECT request keeps */
             uint32_t a = img->request_alignment;
             assert_true(a >= 512 && a <= 64 * KiB && (a & (a - 1)) == 0);
             tested_direct++;
@@ -355,7 +366,7 @@ static void test_cache_modes(void **state)
         assert_int_equal(rd(img, 12345, back, sizeof(back)), 0);
         assert_memory_equal(back, small, sizeof(small));
         assert_int_equal(img->drv->flush(img), 0); /* read-only: no-op */
-        assert_true(wr(img, 0, small, 10, 0) < 0);
+        assert_true(wr(img, 0, small, 10, 0) < 0); /* the fd is O_RDONLY */
         close_img(img);
 
         size_t n;
@@ -371,10 +382,15 @@ static void test_cache_modes(void **state)
     }
 }
 
+/*
+ * A failed open returns -errno and records the errno with a message
+ * (block.h invariant 2, error.c invariant 3), worded as QEMU's file-posix:
+ * "Could not open 'FILE': strerror".
+ */
 static void test_open_errors(void **state)
 {
     (void)state;
-    blk_error_clear();
+    blk_error_clear(); /* no message of an earlier test (error.c invariant 2) */
     g_autofree char *missing = tpath(tmpdir, "does-not-exist.img");
     g_autofree char *msg = NULL;
 
@@ -383,7 +399,7 @@ static void test_open_errors(void **state)
     assert_int_equal(blk_error_code(), ENOENT);
     msg = g_strdup_printf("Could not open '%s': No such file or directory", missing);
     assert_string_equal(blk_error_message(), msg);
-    blk_error_clear();
+    blk_error_clear(); /* error.c invariant 2: the next failure is new */
 
     assert_null(open_img_err(tmpdir, true, BLK_CACHE_WRITEBACK));
     assert_non_null(blk_error_message());
@@ -395,7 +411,8 @@ static void test_open_errors(void **state)
     assert_int_equal(blk_error_code(), EINVAL);
     blk_error_clear();
 
-    /* procfs refuses O_DIRECT at open time: the message must say so. */
+    /* procfs refuses O_DIRECT at open time: the message must say so (qimg's
+     * wording, which names the cache mode). */
     BlkNode *img = open_img_err("/proc/self/status", true, BLK_CACHE_NONE);
     if (img) {
         close_img(img);
@@ -459,11 +476,18 @@ static void model_do_write(Model *m, BlkNode *img, const char *path, uint64_t of
     fill_pattern(buf, len, seed);
     assert_int_equal(wr(img, off, buf, len, 0), 0);
     model_write(m, off, buf, len);
+    /* file.c invariant 5: img->size is the file's size after each request */
     assert_int_equal(img->size, m->size);
     assert_int_equal(file_size(path), m->size);
     g_free(raw);
 }
 
+/*
+ * file.c invariant 1: O_DIRECT requests of any offset, length and buffer
+ * alignment, compared byte for byte with a model; invariant 5: img->size is
+ * the file's size after every write (model_do_write); invariant 3: reads
+ * past EOF return zeros.
+ */
 static void test_direct_unaligned(void **state)
 {
     (void)state;
@@ -484,13 +508,15 @@ static void test_direct_unaligned(void **state)
     model_do_write(&m, img, p, 511, 3, 0, 2);
     model_check_read(&m, img, 1, 700, 0);
     model_check_read(&m, img, 1, 700, 3);
-    /* Aligned offset and length, unaligned buffer. */
+    /* Aligned offset and length, unaligned buffer: through an aligned bounce
+     * buffer (invariant 1). */
     model_do_write(&m, img, p, 4096, 4096, 1, 3);
     model_check_read(&m, img, 4096, 4096, 5);
     /* Spanning many blocks, both ends unaligned. */
     model_do_write(&m, img, p, 1000, 9000, 0, 4);
     model_check_read(&m, img, 0, 16 * KiB, 0);
-    /* Extending the file to an unaligned size: EOF must be exact. */
+    /* Extending the file to an unaligned size: EOF must be exact, the
+     * read-modify-write padding cut off again (invariant 5). */
     model_do_write(&m, img, p, 70000, 3, 0, 5);
     model_check_read(&m, img, 64 * KiB - 10, 8 * KiB, 1);
     /* Extending within the last partial block. */
@@ -500,7 +526,7 @@ static void test_direct_unaligned(void **state)
     model_do_write(&m, img, p, 100 * KiB + 7, 300 * KiB + 5, 3, 7);
     model_check_read(&m, img, 100 * KiB, 301 * KiB, 2);
 
-    /* Scatter-gather with odd pieces. */
+    /* Scatter-gather with odd pieces: every buffer length unaligned (invariant 1). */
     {
         uint8_t a[5], b[600], c[1];
         struct iovec v[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
@@ -541,7 +567,7 @@ static void test_direct_unaligned(void **state)
         }
     }
     g_rand_free(r);
-    model_check_read(&m, img, 0, m.size + 5000, 0);
+    model_check_read(&m, img, 0, m.size + 5000, 0); /* past EOF: zeros (invariant 3) */
     close_img(img);
 
     size_t n;
@@ -551,7 +577,11 @@ static void test_direct_unaligned(void **state)
     g_free(m.data);
 }
 
-/* Many small unaligned O_DIRECT writes to the same blocks from many threads. */
+/*
+ * Many small unaligned O_DIRECT writes to the same blocks from many threads:
+ * each read-modify-write holds s->lock exclusively, so none loses another's
+ * bytes (file.c invariant 6).
+ */
 #define RMW_THREADS 8
 #define RMW_BYTES 2048
 
@@ -609,7 +639,9 @@ static void test_direct_concurrent_rmw(void **state)
 
 /*
  * Writes extending the file race with zeroing past EOF (which grows the
- * file with ftruncate): no write may be cut off.
+ * file with ftruncate): no write may be cut off (file.c invariant 6:
+ * ftruncate holds s->lock exclusively, extending writes hold it shared),
+ * and img->size ends at the file's size (invariant 5).
  */
 typedef struct ExtendWorker {
     BlkNode *img;
@@ -667,6 +699,8 @@ static void test_concurrent_extend(void **state)
     }
 }
 
+/* file.c invariant 3: bytes past EOF read as zeros, never as what the
+ * caller's buffer held; with O_DIRECT also after a short aligned read. */
 static void check_read_past_eof(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "eof.img");
@@ -720,7 +754,11 @@ static void test_read_past_eof(void **state)
     check_read_past_eof(direct_dir, BLK_CACHE_NONE);
 }
 
-/* More iovecs than one preadv/pwritev call takes (IOV_MAX). */
+/*
+ * More iovecs than one preadv/pwritev call takes (IOV_MAX): a request moves
+ * all its bytes over several calls (file.c invariant 4, the buffered pass;
+ * with O_DIRECT the 3-byte pieces go through a bounce buffer, invariant 1).
+ */
 static void check_many_iovecs(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "iov.img");
@@ -740,7 +778,7 @@ static void check_many_iovecs(const char *dir, BlkCacheMode mode)
     }
     iov_init_external(&q, v, N);
     assert_int_equal(img->drv->pwritev(img, 7, &q, 0), 0);
-    assert_int_equal(img->size, 7 + N * PIECE);
+    assert_int_equal(img->size, 7 + N * PIECE); /* file.c invariant 5 */
     /* Read back with a different split, including empty pieces. */
     for (int i = 0; i < N; i++) {
         v[i].iov_base = back + i * PIECE;
@@ -769,6 +807,12 @@ static void test_many_iovecs(void **state)
     check_many_iovecs(direct_dir, BLK_CACHE_NONE);
 }
 
+/*
+ * Write zeroes through fallocate: exactly the range reads as zeros, with
+ * MAY_UNMAP it becomes a hole where the filesystem punches one (block status
+ * then says ZERO, as QEMU's file-posix), past EOF the file grows and
+ * img->size follows (file.c invariant 5).
+ */
 static void check_zeroes(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "zero.img");
@@ -813,7 +857,7 @@ static void check_zeroes(const char *dir, BlkCacheMode mode)
         assert_int_equal(st.pnum, 1 * MiB);
     }
 
-    /* Past EOF: the file grows, the new part reads as zeros. */
+    /* Past EOF: the file grows, the new part reads as zeros (invariant 5). */
     assert_int_equal(img->drv->pwrite_zeroes(img, size - 100, 200, 0), 0);
     assert_int_equal(img->size, size + 100);
     assert_int_equal(file_size(p), size + 100);
@@ -826,7 +870,8 @@ static void check_zeroes(const char *dir, BlkCacheMode mode)
     assert_true(all_bytes(buf, 1900, 0x55));
     assert_true(all_bytes(buf + 1900, 4 * KiB - 1900, 0));
 
-    /* NO_FALLBACK on a filesystem with fallocate: either done or refused untouched. */
+    /* NO_FALLBACK on a filesystem with fallocate: either done or refused
+     * untouched (QEMU's BDRV_REQ_NO_FALLBACK). */
     uint8_t d[512];
     memset(d, 0x33, sizeof d);
     assert_int_equal(wr(img, 8192, d, sizeof d, 0), 0);
@@ -852,7 +897,8 @@ static void test_zeroes(void **state)
 
 /*
  * A character device has no fallocate: NO_FALLBACK must refuse with
- * -ENOTSUP, and without it the driver must fall back to writing zeros.
+ * -ENOTSUP, and without it the driver must fall back to writing zeros
+ * (QEMU's BDRV_REQ_NO_FALLBACK).
  */
 static void test_no_fallback(void **state)
 {
@@ -867,11 +913,17 @@ static void test_no_fallback(void **state)
                      -ENOTSUP);
     assert_int_equal(img->drv->pwrite_zeroes(img, 0, 3 * MiB + 5, 0), 0);
     assert_int_equal(img->drv->pwrite_zeroes(img, 0, 4096, BLK_REQ_MAY_UNMAP), 0);
-    /* Discard is advisory: unsupported is not an error. */
+    /* Discard is advisory: unsupported is not an error (QEMU's
+     * bdrv_co_pdiscard ignores ENOTSUP). */
     assert_int_equal(img->drv->pdiscard(img, 0, 4096), 0);
     close_img(img);
 }
 
+/*
+ * SEEK_DATA/SEEK_HOLE block status as QEMU's file-posix reports it (qemu-img
+ * map of a raw file): data DATA|OFFSET_VALID, a hole ZERO|OFFSET_VALID, past
+ * EOF ZERO; an answer is clamped to the request and stops at EOF.
+ */
 static void test_block_status(void **state)
 {
     (void)state;
@@ -968,6 +1020,11 @@ static void test_block_status(void **state)
     close_img(img);
 }
 
+/*
+ * Resizing as QEMU's file-posix does it: sparse growth, shrinking, falloc and
+ * full preallocation, "metadata" refused, no shrinking with preallocation;
+ * img->size is the file's size after each resize (file.c invariant 5).
+ */
 static void check_truncate(const char *dir, BlkCacheMode mode)
 {
     g_autofree char *p = tpath(dir, "trunc.img");
@@ -983,7 +1040,7 @@ static void check_truncate(const char *dir, BlkCacheMode mode)
     /* Grow, sparse. */
     assert_int_equal(img->drv->truncate(img, 2 * MiB, true, BLK_PREALLOC_OFF, false), 0);
     assert_null(blk_error_message());
-    assert_int_equal(img->size, 2 * MiB);
+    assert_int_equal(img->size, 2 * MiB); /* file.c invariant 5 */
     assert_int_equal(file_size(p), 2 * MiB);
     assert_true(img->drv->get_allocated_size(img) < (int64_t)(512 * KiB));
     assert_int_equal(rd(img, 1 * MiB - 4096, buf, sizeof buf), 0);
@@ -1065,6 +1122,11 @@ static void test_truncate(void **state)
     check_truncate(direct_dir, BLK_CACHE_NONE);
 }
 
+/*
+ * blk_file_create as qemu-img create -f raw: an existing file is cut to the
+ * new size and reads as zeros, off and metadata stay sparse, falloc and full
+ * allocate; a failure says "Could not create 'FILE': strerror".
+ */
 static void test_create(void **state)
 {
     (void)state;
@@ -1078,7 +1140,7 @@ static void test_create(void **state)
         uint8_t junk[8192];
         struct stat st;
 
-        /* An existing file is truncated (O_TRUNC). */
+        /* An existing file is cut to the new size. */
         memset(junk, 0x99, sizeof junk);
         write_file(p, junk, sizeof junk);
         assert_int_equal(blk_file_create(p, size, modes[i]), 0);
@@ -1118,6 +1180,10 @@ static void test_create(void **state)
     unlink(p0);
 }
 
+/*
+ * Discard punches a hole (as QEMU's file-posix, PUNCH_HOLE|KEEP_SIZE) and
+ * never changes the size, past EOF either (file.c invariant 5).
+ */
 static void test_pdiscard(void **state)
 {
     (void)state;
@@ -1184,6 +1250,12 @@ static int loop_attach(const char *backing, char **devpath)
     return lfd;
 }
 
+/*
+ * A block device: its size from BLKGETSIZE64, no zero init, the O_DIRECT
+ * alignment is the logical sector size (file.c invariant 1), it never grows
+ * (invariant 5; QEMU's "Cannot grow device files"), BLKZEROOUT zeroes and
+ * refuses unaligned ranges under NO_FALLBACK.
+ */
 static void test_block_device(void **state)
 {
     (void)state;
@@ -1212,7 +1284,7 @@ static void test_block_device(void **state)
         assert_int_equal(img->size, size);
         assert_false(img->drv->has_zero_init(img));
         assert_int_equal(img->drv->get_allocated_size(img), -ENOTSUP);
-        assert_int_equal(img->request_alignment, pass ? (uint32_t)ssz : 1);
+        assert_int_equal(img->request_alignment, pass ? (uint32_t)ssz : 1); /* inv. 1 */
 
         assert_int_equal(img->drv->block_status(img, 4096, 1 * MiB, &st), 0);
         assert_int_equal(st.flags, BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID |
@@ -1231,7 +1303,7 @@ static void test_block_device(void **state)
                     0);
         blk_error_clear();
 
-        /* Round trip, unaligned too. */
+        /* Round trip, unaligned too (bounce buffers with O_DIRECT: invariant 1). */
         fill_pattern(pat, sizeof pat, 20 + pass);
         assert_int_equal(wr(img, 8192, pat, sizeof pat, 0), 0);
         assert_int_equal(wr(img, 20001, pat, 333, 0), 0);
@@ -1240,7 +1312,7 @@ static void test_block_device(void **state)
         assert_memory_equal(buf, pat, sizeof pat);
         assert_int_equal(rd(img, 20001, buf, 333), 0);
         assert_memory_equal(buf, pat, 333);
-        assert_int_equal(img->size, size); /* devices never grow */
+        assert_int_equal(img->size, size); /* devices never grow (invariant 5) */
 
         /* Aligned zeroing works with BLKZEROOUT. */
         assert_int_equal(img->drv->pwrite_zeroes(img, 8192, 4096, BLK_REQ_NO_FALLBACK),
@@ -1282,8 +1354,9 @@ static void test_block_device(void **state)
 }
 
 /*
- * Invariant 9: writes bump write_gen, a flush covers what completed before
- * it began, and a flush with nothing new leaves the generations alone.
+ * file.c invariant 9 (block.h invariant 4): writes, zeroing and discards
+ * bump write_gen, a flush covers what completed before it began, and a
+ * flush with nothing new leaves the generations alone.
  */
 static void test_write_generations(void **state)
 {
@@ -1307,7 +1380,7 @@ static void test_write_generations(void **state)
     assert_true(blk_is_durable(img, 3));
     assert_int_equal(img->drv->flush(img), 0); /* nothing new */
     assert_int_equal(blk_flushed_gen(img), 3);
-    /* FUA covers the write itself */
+    /* file.c invariant 2: a FUA write is durable when it returns */
     assert_int_equal(wr(img, 0, pat, sizeof pat, BLK_REQ_FUA), 0);
     assert_int_equal(blk_flushed_gen(img), 4);
     close_img(img);
@@ -1315,7 +1388,7 @@ static void test_write_generations(void **state)
 }
 
 /*
- * Invariant 10: a failed fdatasync is sticky.  A loop device over a file on
+ * file.c invariant 10: a failed fdatasync is sticky.  A loop device over a file on
  * a full tmpfs takes writes into its page cache and fails their writeback:
  * the kernel reports EIO to one fdatasync, drops the pages, and the next
  * fdatasync succeeds -- data lost without a word.  Needs root (mount, loop
@@ -1360,6 +1433,7 @@ static void test_sticky_flush_error(void **state)
     assert_int_equal(wr(img, 0, buf, 4096, 0), -EIO);
     assert_int_equal(img->drv->pwrite_zeroes(img, 0, 4096, 0), -EIO);
     assert_int_equal(img->drv->pdiscard(img, 0, 4096), -EIO);
+    /* block.h invariant 4: the writes it failed to sync are not durable */
     assert_false(blk_is_durable(img, blk_write_gen(img)));
     assert_int_equal(rd(img, 0, buf, 4096), 0); /* reads still work */
     blk_error_clear();

@@ -1,9 +1,13 @@
 /*
  * tests/test-qcow2-check.c: qcow2 consistency check and repair (check.c,
- * repair.c, block/check.c): every corruption class built in memory,
+ * repair.c, api/check.c): every corruption class built in memory,
  * counted exactly, repaired, and checked again; the same counts as
  * qemu-img check --output=json (without qemu-img: a failure under CI=true,
  * else the test is skipped at its first comparison).
+ *
+ * Covers check.c invariants 1-4 and 6 (and step 4 of its check order), repair.c
+ * invariants 2, 3 and 5, api/check.c invariants 2 and 3, refcount.c
+ * invariant 1, alloc.c invariant 4 and qcow2.c invariants 6 and 8.
  *
  * Images come from test-qcow2-image.h (cluster 0 header, 1 reftable,
  * 2 refblock, 3 L1, 4 L2, 5 data, 6-7 spare), with the spare clusters'
@@ -229,9 +233,10 @@ static bool qemu_check(const char *path, const char *fix, int64_t c[5], int *err
     return true;
 }
 
-/* Our counts must be qemu-img's (on the same bytes); when qemu-img's check
- * fails, ours must fail with the same errno.  Without qemu-img the
- * comparison is noted and the test ends as with_oracle() says. */
+/* Our counts must be qemu-img's (on the same bytes: check.c invariant 1);
+ * when qemu-img's check fails, ours must fail with the same errno (check.c
+ * invariant 6).  Without qemu-img the comparison is noted and the test ends
+ * as with_oracle() says. */
 static void expect_like_qemu(const char *path, const char *fix, const Run *r)
 {
     int64_t q[5];
@@ -289,6 +294,8 @@ static void check_and_repair(const TImg *t, const char *name, int64_t c, int64_t
     expect_like_qemu(p, "", &r);
     run_free(&r);
 
+    /* api/check.c invariant 3: after a repair the counts are the double
+     * check's, with the repair's *_fixed */
     run(pc, fix, &r);
     if (r.res.corruptions_fixed != cf || r.res.leaks_fixed != lf || !r.ok) {
         dump_msgs(&r.res);
@@ -307,6 +314,8 @@ static void check_and_repair(const TImg *t, const char *name, int64_t c, int64_t
 
 /* ---- tests ---- */
 
+/* A clean image: no finding and no message (check.c invariant 1), and
+ * qemu-img check's image end offset and allocated / total clusters. */
 static void test_clean(void **state)
 {
     TImg t = base(3, 9);
@@ -325,6 +334,8 @@ static void test_clean(void **state)
     timg_free(&t);
 }
 
+/* Refcounts above the references are leaks, "Leaked cluster N refcount=R
+ * reference=F" (check.c invariant 1); -r leaks and -r all free them. */
 static void test_leaks(void **state)
 {
     TImg t = base(3, 9);
@@ -344,7 +355,9 @@ static void test_leaks(void **state)
 }
 
 /* refcount 2 for a data cluster referenced once: a leak, and the COPIED
- * flag no longer matches (a corruption); -r leaks fixes both. */
+ * flag no longer matches (a corruption; check.c invariant 1); -r leaks fixes
+ * both: the refcounts are fixed before OFLAG_COPIED is checked (check.c's
+ * check order, step 2), so the flag matches again. */
 static void test_refcount_high(void **state)
 {
     TImg t = base(3, 9);
@@ -354,7 +367,8 @@ static void test_refcount_high(void **state)
 }
 
 /* refcount 1 for a cluster referenced twice (two L2 entries): a corruption
- * plus COPIED mismatches; -r all raises it and clears COPIED. */
+ * (check.c invariant 1) plus COPIED mismatches; -r all raises it and clears
+ * COPIED. */
 static void test_refcount_low(void **state)
 {
     TImg t = base(3, 9);
@@ -364,7 +378,7 @@ static void test_refcount_low(void **state)
     check_and_repair(&t, "rc-low.qcow2", 1, 0, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS,
                      3, 0);
 
-    /* -r leaks cannot fix a refcount that is too low */
+    /* -r leaks cannot fix a refcount that is too low (qemu-img check -r leaks) */
     g_autofree char *p = timg_write(&t, dir, "rc-low-leaks.qcow2");
     Run r;
     run(p, BLK_CHECK_FIX_LEAKS, &r);
@@ -376,7 +390,8 @@ static void test_refcount_low(void **state)
 }
 
 /* A referenced cluster with refcount 0: the refcount structure must be
- * rebuilt (-r leaks refuses: check error). */
+ * rebuilt (check.c invariant 1); -r leaks cannot, so the check stops with a
+ * check error and EIO, qemu-img's "Check failed" (check.c invariant 6). */
 static void test_refcount_zero_rebuild(void **state)
 {
     TImg t = base(3, 9);
@@ -397,8 +412,9 @@ static void test_refcount_zero_rebuild(void **state)
     g_autofree char *p2 = timg_write(&t, dir, "rc-zero-msg.qcow2");
     run(p2, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, &r);
     assert_true(has_msg(&r.res, "Rebuilding refcount structure"));
-    /* new refblock at the first free cluster (6), reftable after it (7);
-     * the old reftable (1) and refblock (2) leak and are freed */
+    /* repair.c invariant 2: new refblock at the first free cluster (6),
+     * reftable after it (7), one header switch; the old reftable (1) and
+     * refblock (2) are left leaked for the second count, which frees them */
     assert_true(has_msg(&r.res, "Repairing cluster 1 refcount=1 reference=0"));
     assert_true(has_msg(&r.res, "Repairing cluster 2 refcount=1 reference=0"));
     assert_int_equal(r.res.image_end_offset, 8 * 512);
@@ -406,6 +422,9 @@ static void test_refcount_zero_rebuild(void **state)
     timg_free(&t);
 }
 
+/* OFLAG_COPIED must say refcount == 1 (QEMU's check_oflag_copied; messages:
+ * check.c invariant 1); with -r leaks it is fixed once the refcounts are
+ * known to be right. */
 static void test_copied(void **state)
 {
     TImg t = base(3, 9);
@@ -425,7 +444,8 @@ static void test_copied(void **state)
     run_free(&r);
     timg_free(&t);
 
-    /* compressed clusters never carry COPIED (not repaired, as QEMU) */
+    /* compressed clusters never carry COPIED (not repaired, as QEMU); the
+     * compressed cluster count is qemu-img check's */
     t = base(3, 9);
     timg_set_l2(&t, 0, QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_COPIED | timg_c(&t, 5), 0);
     g_autofree char *p2 = timg_write(&t, dir, "copied-compressed.qcow2");
@@ -439,6 +459,8 @@ static void test_copied(void **state)
     timg_free(&t);
 }
 
+/* Unaligned data, preallocated zero and L2 table offsets: QEMU's messages
+ * and counts (check.c invariant 1) and QEMU's repairs of them. */
 static void test_unaligned_entries(void **state)
 {
     Run r;
@@ -483,7 +505,8 @@ static void test_unaligned_entries(void **state)
 }
 
 /* An L2 entry pointing past the end of the file: one cluster or more past
- * it is a corruption and not counted (bounded memory, iotest 138). */
+ * it is a corruption and not counted (check.c invariant 2: bounded memory,
+ * iotest 138). */
 static void test_past_eof(void **state)
 {
     TImg t = base(3, 9);
@@ -497,7 +520,7 @@ static void test_past_eof(void **state)
     assert_true(has_msg(&r.res, "ERROR: counting reference for region exceeding the end "
                                 "of the file by one cluster or more: offset "
                                 "0x80000000000000 size 0x200"));
-    assert_int_equal(r.res.image_end_offset, 6 * 512);
+    assert_int_equal(r.res.image_end_offset, 6 * 512); /* the reference was not counted */
     expect_like_qemu(p, "", &r);
     run_free(&r);
     timg_free(&t);
@@ -508,7 +531,8 @@ static void test_refblock_broken(void **state)
     TImg t = base(3, 12);
     Run r;
 
-    /* unaligned refblock: the check cannot read refcounts (check errors);
+    /* unaligned refblock: a corruption (QEMU's message), never read
+     * (check.c invariant 3), so no refcount can be read (check errors);
      * -r all rebuilds (QEMU fails here; qimg repairs) */
     timg_set64(&t, timg_c(&t, 1), timg_c(&t, 2) + 0x200);
     g_autofree char *p = timg_write(&t, dir, "rb-unaligned.qcow2");
@@ -529,14 +553,15 @@ static void test_refblock_broken(void **state)
     run_free(&r);
     timg_free(&t);
 
-    /* refblock outside the image: -r all grows the file, then rebuilds */
+    /* refblock outside the image: -r all grows the file and the in-memory
+     * table (check.c invariant 2), then rebuilds */
     t = base(3, 9);
     timg_set64(&t, timg_c(&t, 1), timg_c(&t, 64));
     check_and_repair(&t, "rb-outside.qcow2", 8, 0,
                      BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 7, 0);
     timg_free(&t);
 
-    /* the refcount table's own refcount 0 */
+    /* the refcount table's own refcount 0: a rebuild (check.c invariant 1) */
     t = base(3, 9);
     set_ref(&t, 1, 0);
     check_and_repair(&t, "rt-zero.qcow2", 1, 0,
@@ -550,7 +575,8 @@ static void test_snapshots(void **state)
     size_t pos;
     Run r;
 
-    /* a snapshot sharing the active L1's tables, refcounts right */
+    /* a snapshot sharing the active L1's tables, refcounts right: every L1
+     * naming a table counts it and its clusters once (qemu-img check) */
     t = base(3, 12);
     grow(&t, 8);
     pos = timg_c(&t, 6);
@@ -568,7 +594,8 @@ static void test_snapshots(void **state)
     expect_like_qemu(p, "", &r);
     run_free(&r);
 
-    /* unaligned / too large snapshot L1: corruption, not repaired */
+    /* unaligned / too large snapshot L1: validated before it is read
+     * (check.c invariant 3), a corruption, not repaired (as QEMU) */
     TImg u = t;
     u.buf = g_memdup2(t.buf, t.len);
     store_be64(u.buf + timg_c(&u, 6), timg_c(&u, 7) + 8);
@@ -589,7 +616,8 @@ static void test_snapshots(void **state)
     timg_free(&u);
 
     /* v3 entry with only 8 bytes of extra data: incomplete, -r all
-     * rewrites the table (new clusters, old one freed) */
+     * rewrites the table (repair.c invariant 2: new clusters, one header
+     * switch, the old one freed after it) */
     u = t;
     u.buf = g_memdup2(t.buf, t.len);
     memset(u.buf + timg_c(&u, 6), 0, u.cs);
@@ -599,8 +627,9 @@ static void test_snapshots(void **state)
                      BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS, 1, 0);
     timg_free(&u);
 
-    /* too much extra data: the check cannot read the table; -r all drops
-     * the excess */
+    /* too much extra data (> 1024 bytes): the check cannot read the table
+     * and fails with qemu-img's line (check.c invariant 6); -r all drops the
+     * excess as QEMU's check-mode reader does (repair.c invariant 5) */
     u = t;
     u.buf = g_memdup2(t.buf, t.len);
     memset(u.buf + timg_c(&u, 6), 0, u.cs);
@@ -626,7 +655,8 @@ static void test_snapshots(void **state)
     timg_free(&t);
 }
 
-/* 1-bit refcounts cannot count a shared cluster: overflow corruptions. */
+/* 1-bit refcounts cannot count a shared cluster: the count saturates and
+ * each further reference is an overflow corruption (check.c invariant 2). */
 static void test_refcount_overflow(void **state)
 {
     TImg t = base(3, 12);
@@ -651,7 +681,7 @@ static void test_refcount_overflow(void **state)
 }
 
 /* Many snapshots sharing one L2 table: the deferred path (small replay
- * budget) counts exactly what the plain walk counts. */
+ * budget) counts exactly what the plain walk counts (check.c invariant 4). */
 static void test_deferred_references(void **state)
 {
     const uint32_t n = 40;
@@ -689,7 +719,8 @@ static void test_deferred_references(void **state)
 }
 
 /* Re-walking broken tables draws on a budget: a hostile L1 whose entries
- * all name the same unaligned L2 table stops with an error. */
+ * all name the same unaligned L2 table stops with an error (check.c
+ * invariant 4; a -errno result, check.c invariant 6). */
 static void test_bad_budget(void **state)
 {
     TImg t = base(3, 12);
@@ -714,6 +745,10 @@ static void test_bad_budget(void **state)
     timg_free(&t);
 }
 
+/* A check_mode open takes the corrupt bit (qcow2.c invariant 6) and does not
+ * repair the dirty image itself (qcow2.c invariant 8), so the repair finds
+ * the leak; a successful repair clears both bits (check.c's check order,
+ * step 4: QEMU's mark_clean, mark_consistent). */
 static void test_dirty_and_corrupt_bits(void **state)
 {
     TImg t = base(3, 9);
@@ -749,6 +784,8 @@ static void test_unsupported_and_errors(void **state)
     g_autoptr(GError) err = NULL;
     QimgImage *img;
 
+    /* api/check.c invariant 2: no check operation, res->unsupported and
+     * qemu-img's message */
     assert_true(g_file_set_contents(raw, "hello", 5, NULL));
     img = tu_open_handle(raw, &o, NULL);
     assert_non_null(img);
@@ -760,7 +797,8 @@ static void test_unsupported_and_errors(void **state)
     assert_false(res.unsupported);
     api_image_destroy(img);
 
-    /* repairing needs a writable image */
+    /* repairing needs a writable image (qemu-img check -r opens it
+     * read-write): EACCES before the driver runs */
     TImg t = base(3, 9);
     g_autofree char *p = timg_write(&t, dir, "ro.qcow2");
     img = api_image_new(open_check(p, false));
@@ -772,7 +810,10 @@ static void test_unsupported_and_errors(void **state)
     timg_free(&t);
 }
 
-/* Every width keeps its counts through the in-memory table. */
+/* Every width keeps its counts through the in-memory table (check.c
+ * invariant 2), reads the refblock entries as QEMU does (refcount.c
+ * invariant 1), and -r leaks lowers a count of each width (alloc.c
+ * invariant 4, through the refcount cache: repair.c invariant 3). */
 static void test_widths(void **state)
 {
     for (uint32_t order = 0; order <= 6; order++) {

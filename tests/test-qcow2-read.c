@@ -6,6 +6,12 @@
  * driver is compared with `qemu-img convert -O raw` of the same image (and
  * snapshot), and for single-layer images the layer's block status is
  * compared with `qemu-img map --output=json`.  Skipped without qemu-img.
+ *
+ * Covers read.c invariants 1-5, cluster.c invariants 2 and 3, compress.c
+ * invariants 1 and 2, snapshot.c invariants 1, 4 and 5, qcow2.c invariants
+ * 3, 4 and 8, qcow2.h invariant 6, header.c invariant 3 and block.c
+ * invariant 3.  Every image is opened read-only, so read.c invariant 6 (the
+ * in-flight list of writable images) is not exercised here.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,6 +148,9 @@ static GArray *our_map(BlkNode *img)
     return a;
 }
 
+/* read.c invariant 5: this layer's block status, merged as img_map merges
+ * it, is qemu-img map's: flags, lengths and host offsets (contiguous within
+ * an extent, cluster.c invariant 3). */
 static void compare_map(const char *path, BlkNode *img)
 {
     g_autoptr(GArray) q = qemu_map(path);
@@ -206,6 +215,7 @@ static void compare_image(const char *path, const char *snapshot)
         fprintf(stderr, "open %s: %s\n", path, err->message);
         fail();
     }
+    /* qcow2.c invariant 3: the virtual size (all sizes here are 512-aligned) */
     assert_int_equal(img->size, raw_len);
     const size_t chunks[] = {1 << 20, 65536 + 511, 4093};
     g_autofree uint8_t *buf = g_malloc(1 << 20);
@@ -239,6 +249,12 @@ static void scribble(const char *path, uint64_t size, bool v3)
         size - 4096, v3 ? "-c 'write -z 320k 128k' -c 'write -z 2M 64k'" : "", path);
 }
 
+/*
+ * The smallest and largest cluster sizes QEMU allows open (header.c
+ * invariant 3: cluster_bits 9..21), v2 and v3: reads cross many L2 tables
+ * (cluster.c invariant 2: an extent stops at each), unallocated clusters read
+ * as zeros (read.c invariant 3), v3 zero clusters too.
+ */
 static void test_cluster_sizes(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -254,6 +270,8 @@ static void test_cluster_sizes(void **state)
     }
 }
 
+/* Every refcount width (header.c invariant 3: refcount_order <= 6), with a
+ * snapshot sharing the clusters from 2 bits on, reads as qemu-img reads it. */
 static void test_refcount_widths(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -290,6 +308,14 @@ static void make_source_raw(const char *path, size_t len)
     assert_true(g_file_set_contents(path, (char *)b, (gssize)len, NULL));
 }
 
+/*
+ * Compressed clusters (zlib and zstd, 512 B to 2 MiB clusters) among plain
+ * ones: the descriptor layout (compress.c invariant 1), decompression of
+ * exactly one cluster (compress.c invariant 2, read.c invariant 4), an extent
+ * never spans two compressed clusters (cluster.c invariant 2), block status
+ * DATA|COMPRESSED without an offset (read.c invariant 5).  The compression
+ * type is qemu-img info's.
+ */
 static void test_compressed(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -320,6 +346,13 @@ static void test_compressed(void **state)
     }
 }
 
+/*
+ * Extended L2 entries, with and without a backing file: extents of one
+ * subcluster type (cluster.c invariant 3), unallocated subclusters read from
+ * the backing file (read.c invariant 3); without one, an unallocated
+ * subcluster of an allocated cluster maps as OFFSET_VALID alone (read.c
+ * invariant 5).
+ */
 static void test_extended_l2(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -349,6 +382,12 @@ static void test_extended_l2(void **state)
     }
 }
 
+/*
+ * A three-layer chain (a v2 overlay on top) over a raw file shorter than the
+ * overlays: unallocated clusters read from the backing node (read.c
+ * invariant 3), zeros past a backing node's end (read.c invariant 2,
+ * block.c invariant 3), zero clusters hide the backing data.
+ */
 static void test_backing_chain(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -382,6 +421,13 @@ static void test_backing_chain(void **state)
     blk_close(img);
 }
 
+/*
+ * Snapshot views, as qemu-img convert -l reads them: lookup by ID first, then
+ * by name (snapshot.c invariant 5); a view keeps the current virtual size
+ * after a resize and reads the clusters past the snapshot's L1 as
+ * unallocated (snapshot.c invariant 4); disk_size from the extra data
+ * (snapshot.c invariant 1).
+ */
 static void test_snapshots(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -403,6 +449,7 @@ static void test_snapshots(void **state)
     g_autoptr(GError) err = NULL;
     BlkNode *img = open_img(p, "nosuch", &err);
     assert_null(img);
+    /* qemu-img convert -l's message for a missing snapshot */
     assert_non_null(strstr(err->message, "Failed to load snapshot: Can't find snapshot"));
 
     g_clear_error(&err);
@@ -414,6 +461,7 @@ static void test_snapshots(void **state)
     BlkSnapshotInfo *s0 = &g_array_index(info.snapshots, BlkSnapshotInfo, 0);
     assert_string_equal(s0->id, "1");
     assert_string_equal(s0->name, "first");
+    /* snapshot.c invariant 1: disk_size from the extra data, not the current 20M */
     assert_int_equal(s0->disk_size, 16 << 20);
     for (guint i = 0; i < info.snapshots->len; i++) {
         BlkSnapshotInfo *si = &g_array_index(info.snapshots, BlkSnapshotInfo, i);
@@ -426,6 +474,9 @@ static void test_snapshots(void **state)
     blk_close(img);
 }
 
+/* An external data file, raw or not: guest data is read from the data file
+ * node only (qcow2.c invariant 4), at the guest offset the map reports; the
+ * data file name and data_file_raw are qemu-img info's. */
 static void test_data_file(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -453,6 +504,9 @@ static void test_data_file(void **state)
     }
 }
 
+/* preallocation=metadata, falloc, full: the map follows QEMU's
+ * metadata-preallocation heuristic, so data clusters that are holes in the
+ * file map as zeros (read.c invariant 5, QEMU's BDRV_BLOCK_RECURSE). */
 static void test_preallocation(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -465,6 +519,8 @@ static void test_preallocation(void **state)
     }
 }
 
+/* A dirty image (lazy refcounts, qemu-io abort) opened read-only reads as it
+ * is and stays dirty: only a read-write open repairs (qcow2.c invariant 8). */
 static void test_dirty_lazy_refcounts(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -524,6 +580,13 @@ static gpointer reader_thread(gpointer p)
     return NULL;
 }
 
+/*
+ * Four readers at once over compressed, plain and zero clusters: the lock is
+ * held only for lookups (read.c invariant 1), each request decompresses into
+ * its own buffers (read.c invariant 4), and with a tiny metadata cache the
+ * lookups evict each other's L2 tables while no reference to one is kept
+ * after the lock is dropped (qcow2.h invariant 6).
+ */
 static void test_random_parallel(void **state)
 {
     TU_REQUIRE_QEMU();
