@@ -13,7 +13,7 @@ struct BlkCheckResult;
 /*
  * Check the image and, with fix (BLK_CHECK_FIX_LEAKS and/or
  * BLK_CHECK_FIX_ERRORS), repair it, as QEMU's qcow2_co_check_locked does:
- * one pass, no double check (block/check.c does that for qimg_image_check).
+ * one pass, no double check (api/check.c does that for qimg_image_check).
  * The image must be open with check_mode, and read-write to repair.
  * Findings are appended to res->messages (created when NULL), the counters
  * are added to res.  Returns 0 when the check ran to its end (res->check_errors

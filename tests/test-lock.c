@@ -1,6 +1,6 @@
 /*
  * tests/test-lock.c: image locks (block/lock.c invariants 1-5, block.h
- * invariant 4, block.c invariant 5, file.c invariant 9).
+ * invariant 6, file.c invariant 11).
  *
  * OFD locks belong to an open file description, so two opens in this
  * process conflict exactly as two processes do: every test here is the
@@ -295,7 +295,7 @@ static void test_perm_table(void **state)
     assert_perms(BLK_ROLE_CREATE, "101 103 203", .read_only = false);
 }
 
-/* ---- opens through the public API (block.c invariant 5) ---- */
+/* ---- opens through the public API (block.h invariant 6) ---- */
 
 typedef enum { M_RO, M_RW, M_RO_U } Mode;
 
