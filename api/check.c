@@ -21,6 +21,8 @@
  *     are zero, except the *_fixed counts when it was the second pass that
  *     failed.  FALSE without *error when the check ran but had internal
  *     errors (res->check_errors > 0).
+ *  5. A repair (fix != 0) of an image opened read-only fails with EACCES
+ *     before the driver runs ("Image 'F' is read-only; cannot repair it").
  */
 #include "api/api.h"
 

@@ -334,6 +334,27 @@ static void test_clean(void **state)
     timg_free(&t);
 }
 
+/* api/check.c invariant 5: a repair of an image opened read-only is
+ * refused before the driver runs; the image is left as it was. */
+static void test_repair_read_only(void **state)
+{
+    TImg t = base(3, 9);
+    g_autofree char *p = timg_write(&t, dir, "ro-repair.qcow2");
+    QimgImage *img = api_image_new(open_check(p, false));
+    QimgCheckResult pub = QIMG_CHECK_RESULT_INIT;
+    g_autoptr(GError) err = NULL;
+    g_autofree char *want =
+        g_strdup_printf("Image '%s' is read-only; cannot repair it", p);
+
+    assert_false(qimg_image_check(img, &pub, QIMG_CHECK_FIX_LEAKS, &err));
+    assert_true(g_error_matches(err, QIMG_ERROR, EACCES));
+    assert_string_equal(err->message, want);
+    assert_int_equal(pub.corruptions_fixed + pub.leaks_fixed, 0);
+    qimg_check_result_clear(&pub);
+    qimg_image_free(img);
+    timg_free(&t);
+}
+
 /* Refcounts above the references are leaks, "Leaked cluster N refcount=R
  * reference=F" (check.c invariant 1); -r leaks and -r all free them. */
 static void test_leaks(void **state)
@@ -890,6 +911,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         oracle_test(test_clean),
+        oracle_test(test_repair_read_only),
         oracle_test(test_leaks),
         oracle_test(test_refcount_high),
         oracle_test(test_refcount_low),
