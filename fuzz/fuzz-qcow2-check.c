@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz-qcow2-check.c: libFuzzer target for qcow2 check and repair
- * (qcow2/check.c, qcow2/repair.c).
+ * (qcow2/check*.c, qcow2/repair.c).
  *
  * Each input (at most 1 MiB) is written to a scratch file, opened in check
  * mode without its backing chain and checked; then a copy is opened

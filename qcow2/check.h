@@ -1,7 +1,8 @@
 /*
  * qcow2/check.h: consistency check and repair of qcow2 images (what
  * qemu-img check reports and fixes).  See check.c for the design notes and
- * invariants, repair.c for the on-disk writes.
+ * invariants (check-refs.c, check-l2.c and check-bitmap.c cite them as
+ * "check.c invariant N"), repair.c for the on-disk writes.
  */
 #ifndef QIMG_QCOW2_CHECK_H
 #define QIMG_QCOW2_CHECK_H
@@ -42,7 +43,16 @@ typedef struct Qcow2CheckOptions {
 int qcow2_check_image_opts(BlkNode *img, struct BlkCheckResult *res, unsigned fix,
                            const Qcow2CheckOptions *opts);
 
-/* ---- shared by check.c and repair.c only ---- */
+/* ---- shared by check*.c and repair.c only ---- */
+
+/* Walk flag: compute the allocation and fragmentation counters. */
+#define CHECK_FRAG_INFO 1
+
+/* Lines kept in res->messages; further ones are counted, not kept.  The
+ * overflow pair (two lines per reference a cluster cannot count) has its
+ * own, smaller cap, so a hostile image cannot crowd out the rest. */
+#define CHECK_MAX_MESSAGES 1000000u
+#define CHECK_MAX_OVERFLOW_MESSAGES 10000u
 
 /* The counters of one part of the check (QEMU's BdrvCheckResult). */
 typedef struct Qcow2CheckCounts {
@@ -84,16 +94,47 @@ typedef struct Qcow2Check {
     uint64_t replay_budget, bad_budget; /* per walk (check.c invariant 4) */
 } Qcow2Check;
 
+/* State of one calculate pass (besides Qcow2Check). */
+typedef struct Qcow2CheckWalk {
+    GHashTable *l2memo; /* uint64_t offset -> L2Memo (check-l2.c) */
+    uint64_t replay_budget;
+    uint64_t bad_budget;
+    uint64_t l1_budget;
+    bool deferred; /* some L2Memo has pending references */
+} Qcow2CheckWalk;
+
+/* check.c */
 void check_msg(Qcow2Check *c, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* Read from the image file, zeros past its end. */
+int check_pread(Qcow2Check *c, uint64_t offset, void *buf, size_t len);
+/* Refresh c->file_size (and raise the driver's file_size) from the file. */
+int check_refresh_file_size(Qcow2Check *c);
+void check_progress_add(Qcow2Check *c, uint64_t units);
+
+/* check-refs.c */
 uint64_t check_refs_get(const Qcow2Check *c, uint64_t cluster);
 void check_refs_set(Qcow2Check *c, uint64_t cluster, uint64_t value);
 int check_refs_resize(Qcow2Check *c, uint64_t nb_clusters);
-/* Read from the image file, zeros past its end. */
-int check_pread(Qcow2Check *c, uint64_t offset, void *buf, size_t len);
-/* The on-disk refcount as qemu-img check reads it (check.c). */
+/* The on-disk refcount as qemu-img check reads it. */
 int check_get_refcount(Qcow2Check *c, uint64_t cluster, uint64_t *refcount);
-/* Refresh c->file_size (and raise the driver's file_size) from the file. */
-int check_refresh_file_size(Qcow2Check *c);
+/* Count mult references (or one) to every cluster [offset, offset + size)
+ * touches. */
+int check_inc_refcounts_n(Qcow2Check *c, Qcow2CheckCounts *res, uint64_t offset,
+                          uint64_t size, uint64_t mult);
+int check_inc_refcounts(Qcow2Check *c, Qcow2CheckCounts *res, uint64_t offset,
+                        uint64_t size);
+int check_refblocks(Qcow2Check *c, Qcow2CheckCounts *res, bool *rebuild);
+void check_compare_refcounts(Qcow2Check *c, Qcow2CheckCounts *res, unsigned fix,
+                             bool *rebuild, uint64_t *highest);
+
+/* check-l2.c */
+int check_l1(Qcow2Check *c, Qcow2CheckWalk *w, Qcow2CheckCounts *res, uint64_t l1_offset,
+             uint32_t l1_size, int flags, bool active);
+int check_apply_deferred(Qcow2Check *c, Qcow2CheckWalk *w, Qcow2CheckCounts *res);
+int check_oflag_copied(Qcow2Check *c, Qcow2CheckCounts *res);
+
+/* check-bitmap.c */
+int check_bitmaps(Qcow2Check *c, Qcow2CheckCounts *res);
 
 /* repair.c */
 int repair_write(Qcow2Check *c, BlkEvent ev, unsigned ign, uint64_t offset,

@@ -1,5 +1,5 @@
 /*
- * tests/test-qcow2-check.c: qcow2 consistency check and repair (check.c,
+ * tests/test-qcow2-check.c: qcow2 consistency check and repair (check*.c,
  * repair.c, api/check.c): every corruption class built in memory,
  * counted exactly, repaired, and checked again; the same counts as
  * qemu-img check --output=json (without qemu-img: a failure under CI=true,

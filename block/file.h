@@ -1,0 +1,71 @@
+/*
+ * block/file.h: shared by the files of the file protocol driver (file.c,
+ * file-io.c, file-create.c) and nothing else.  See file.c for what the
+ * driver owns and its invariants, which the other files cite as
+ * "file.c invariant N".
+ */
+#ifndef QIMG_BLOCK_FILE_H
+#define QIMG_BLOCK_FILE_H
+
+#include "block/block.h"
+#include "block/lock.h"
+
+#include <sys/uio.h>
+
+/* Bounce buffers and zero-writing buffers are at most this big. */
+#define FILE_CHUNK_MAX (1u << 20)
+/* Buffers are aligned to at least this (a page). */
+#define FILE_MIN_BUF_ALIGN 4096u
+typedef struct FileState {
+    int fd;
+    char *name;    /* for messages */
+    bool direct;   /* O_DIRECT: file.c invariant 1 applies */
+    bool dsync;    /* O_DSYNC: every write durable (file.c invariant 2) */
+    bool no_flush; /* cache=unsafe (file.c invariant 2) */
+    bool read_only;
+    size_t buf_align; /* max(request_alignment, 4096) */
+    GRWLock lock;     /* file.c invariant 6 */
+    GMutex wlock;     /* file.c invariant 7 */
+    bool serialize_writes;
+    bool early_writeback; /* file.c invariant 8 */
+    int flush_error;      /* file.c invariant 10: errno of the failed fdatasync, atomic */
+    BlkLockState locks;   /* file.c invariant 11 */
+} FileState;
+
+typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
+
+/* file-io.c */
+void file_lock(FileState *s, FileLockMode m);
+void file_unlock(FileState *s, FileLockMode m);
+uint64_t file_size_get(BlkNode *img);
+/* file.c invariant 5: img->size only grows while requests run. */
+void file_size_grow(BlkNode *img, uint64_t end);
+void file_size_set(BlkNode *img, uint64_t size);
+void *file_buf_alloc(size_t align, size_t size);
+/* Errors that mean "this way of zeroing/discarding is not available here". */
+bool file_errno_unsupported(int err);
+bool file_qiov_aligned(const BlkIOV *qiov, uint64_t offset, uint64_t align);
+bool file_range_aligned(uint64_t offset, uint64_t size, uint64_t align);
+/* file.c invariant 10: -EIO with the reason once a flush of the node failed. */
+int file_check_sticky(const FileState *s, const char *what);
+/* fdatasync; a failure is remembered (file.c invariant 10). */
+int file_fdatasync_sticky(FileState *s);
+/* fdatasync for a flush or a FUA write (file.c invariants 9, 10). */
+int file_sync_node(BlkNode *img, FileState *s);
+int file_do_fallocate(int fd, int mode, uint64_t offset, uint64_t bytes);
+int file_do_ftruncate(int fd, uint64_t size);
+/* Move all 'bytes' described by iov at 'offset' (file.c invariants 3, 4). */
+int file_fd_rw_full(FileState *s, uint64_t align, bool is_write, const struct iovec *iov,
+                    int niov, uint64_t offset, size_t bytes);
+/* Unaligned O_DIRECT read through a bounce buffer (file.c invariant 1). */
+int file_bounce_read(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *qiov);
+/* Write qiov at offset; caller holds s->lock as file.c invariant 6 requires. */
+int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *qiov);
+/* Write zeros in chunks of at most 1 MiB; locking as for file_do_pwritev. */
+int file_write_zeroes_slow(BlkNode *img, FileState *s, uint64_t offset, uint64_t bytes);
+
+/* file-create.c */
+int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
+                  bool shrink);
+
+#endif

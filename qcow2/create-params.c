@@ -1,0 +1,278 @@
+/*
+ * qcow2/create-params.c: the qcow2 create options (part of create.c's
+ * design).
+ *
+ * Owns: the options qemu-img create -f qcow2 accepts (compat, cluster_size,
+ * refcount_bits, lazy_refcounts, compression_type, extended_l2,
+ * preallocation, data_file, data_file_raw, backing_file, backing_fmt,
+ * size), their parsing and their checks with qemu-img's messages.
+ *
+ * Invariants: create.c's list, cited as "create.c invariant N"; this file
+ * keeps 1 (every option checked before anything is laid out, in
+ * qemu-img's order).
+ */
+#include "qcow2/create.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- parameters ---- */
+/* QEMU's block driver names (BlockdevDriver), accepted as backing_fmt. */
+static const char *const backing_drivers[] = {
+    "blkdebug",
+    "blklogwrites",
+    "blkreplay",
+    "blkverify",
+    "bochs",
+    "cloop",
+    "compress",
+    "copy-before-write",
+    "copy-on-read",
+    "dmg",
+    "file",
+    "snapshot-access",
+    "ftp",
+    "ftps",
+    "gluster",
+    "host_cdrom",
+    "host_device",
+    "http",
+    "https",
+    "io_uring",
+    "iscsi",
+    "luks",
+    "nbd",
+    "nfs",
+    "null-aio",
+    "null-co",
+    "nvme",
+    "nvme-io_uring",
+    "parallels",
+    "preallocate",
+    "qcow",
+    "qcow2",
+    "qed",
+    "quorum",
+    "raw",
+    "rbd",
+    "replication",
+    "ssh",
+    "throttle",
+    "vdi",
+    "vhdx",
+    "virtio-blk-vfio-pci",
+    "virtio-blk-vhost-user",
+    "virtio-blk-vhost-vdpa",
+    "vmdk",
+    "vpc",
+    "vvfat",
+};
+
+static const char *const known_options[] = {
+    "compat",           "cluster_size", "refcount_bits", "lazy_refcounts",
+    "compression_type", "extended_l2",  "preallocation", "data_file",
+    "data_file_raw",    "backing_file", "backing_fmt",   "size",
+};
+
+static const char *opt_get(const BlkCreateOptions *opts, const char *key)
+{
+    return opts->options ? g_hash_table_lookup(opts->options, key) : NULL;
+}
+
+static bool opt_bool(const BlkCreateOptions *opts, const char *key)
+{
+    const char *v = opt_get(opts, key);
+    return v && (strcmp(v, "on") == 0 || strcmp(v, "true") == 0 ||
+                 strcmp(v, "yes") == 0 || strcmp(v, "y") == 0);
+}
+
+static int bad_value(const char *param, const char *value)
+{
+    blk_error(EINVAL, "Parameter '%s' does not accept value '%s'", param, value);
+    return -EINVAL;
+}
+
+static int parse_number(const char *s, uint64_t *out)
+{
+    char *end;
+
+    if (!s || !*s || strchr(s, '-')) {
+        return -EINVAL;
+    }
+    errno = 0;
+    *out = g_ascii_strtoull(s, &end, 0);
+    return (errno || *end) ? -EINVAL : 0;
+}
+
+static int param_error(const char *msg)
+{
+    blk_error(EINVAL, "%s", msg);
+    return -EINVAL;
+}
+
+/*
+ * Fill *p from opts (create.c invariant 1): first the checks of the option
+ * types in qemu-img's visiting order, then its consistency checks.
+ */
+int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
+{
+    const char *v;
+    uint64_t n;
+
+    memset(p, 0, sizeof(*p));
+    if (opts->options) {
+        GHashTableIter it;
+        gpointer k;
+        g_autoptr(GPtrArray) bad = g_ptr_array_new();
+
+        g_hash_table_iter_init(&it, opts->options);
+        while (g_hash_table_iter_next(&it, &k, NULL)) {
+            bool known = false;
+            for (size_t i = 0; i < G_N_ELEMENTS(known_options); i++) {
+                known = known || strcmp(k, known_options[i]) == 0;
+            }
+            if (!known) {
+                g_ptr_array_add(bad, k);
+            }
+        }
+        if (bad->len) {
+            g_ptr_array_sort(bad, (GCompareFunc)g_strcmp0);
+            blk_error(EINVAL, "Invalid parameter '%s'", (const char *)bad->pdata[0]);
+            return -EINVAL;
+        }
+    }
+
+    p->data_file = opt_get(opts, "data_file");
+    p->data_file_raw = opt_bool(opts, "data_file_raw");
+    p->extended_l2 = opt_bool(opts, "extended_l2");
+    p->size = opts->size;
+    if (!opts->size_set && (v = opt_get(opts, "size"))) {
+        if (parse_number(v, &p->size) < 0) {
+            return param_error("Parameter 'size' expects a size");
+        }
+    }
+    if (p->size > (uint64_t)INT64_MAX) {
+        return param_error("Image size must be less than 8 EiB!");
+    }
+    /* qemu-img silently rounds the size up to 512 bytes */
+    p->size = ROUND_UP(p->size, 512);
+
+    p->version = 3;
+    if ((v = opt_get(opts, "compat"))) {
+        if (strcmp(v, "0.10") == 0 || strcmp(v, "v2") == 0) {
+            p->version = 2;
+        } else if (strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
+            p->version = 3;
+        } else {
+            return bad_value("version", v);
+        }
+    }
+
+    p->backing_file =
+        opts->backing_file ? opts->backing_file : opt_get(opts, "backing_file");
+    p->backing_format =
+        opts->backing_format ? opts->backing_format : opt_get(opts, "backing_fmt");
+    if (p->backing_format) {
+        bool ok = false;
+        for (size_t i = 0; i < G_N_ELEMENTS(backing_drivers); i++) {
+            ok = ok || strcmp(p->backing_format, backing_drivers[i]) == 0;
+        }
+        if (!ok) {
+            return bad_value("backing-fmt", p->backing_format);
+        }
+    }
+
+    p->cluster_size = 65536;
+    if ((v = opt_get(opts, "cluster_size"))) {
+        if (parse_number(v, &p->cluster_size) < 0) {
+            return param_error("Parameter 'cluster-size' expects a size");
+        }
+    }
+
+    p->prealloc = BLK_PREALLOC_OFF;
+    if ((v = opt_get(opts, "preallocation"))) {
+        if (blk_prealloc_parse(v, &p->prealloc) < 0) {
+            blk_error_clear();
+            return bad_value("preallocation", v);
+        }
+    }
+
+    p->lazy_refcounts = opt_bool(opts, "lazy_refcounts");
+
+    n = 16;
+    if ((v = opt_get(opts, "refcount_bits")) && parse_number(v, &n) < 0) {
+        return param_error("Parameter 'refcount-bits' expects a number");
+    }
+
+    p->compression_type = QCOW2_COMPRESSION_ZLIB;
+    if ((v = opt_get(opts, "compression_type"))) {
+        if (strcmp(v, "zstd") == 0) {
+            p->compression_type = QCOW2_COMPRESSION_ZSTD;
+        } else if (strcmp(v, "zlib") != 0) {
+            return bad_value("compression-type", v);
+        }
+    }
+
+    /* qemu-img's consistency checks, in its order */
+    if (p->extended_l2 && p->version < 3) {
+        return param_error("Extended L2 entries are only supported with "
+                           "compatibility level 1.1 and above (use version=v3 "
+                           "or greater)");
+    }
+    if (p->cluster_size < 512 || p->cluster_size > 2 * 1024 * 1024 ||
+        (p->cluster_size & (p->cluster_size - 1))) {
+        return param_error("Cluster size must be a power of two between 512 and "
+                           "2048k");
+    }
+    p->cluster_bits = (uint32_t)__builtin_ctzll(p->cluster_size);
+    if (p->extended_l2 && p->cluster_size < 512 * QCOW2_EXTL2_SUBCLUSTERS) {
+        blk_error(EINVAL,
+                  "Extended L2 entries are only supported with cluster sizes of at "
+                  "least %u bytes",
+                  512 * QCOW2_EXTL2_SUBCLUSTERS);
+        return -EINVAL;
+    }
+    if (p->backing_file && p->prealloc != BLK_PREALLOC_OFF && !p->extended_l2) {
+        return param_error("Backing file and preallocation can only be used at "
+                           "the same time if extended_l2 is on");
+    }
+    if (p->backing_format && !p->backing_file) {
+        return param_error("Backing format cannot be used without backing file");
+    }
+    if (p->lazy_refcounts && p->version < 3) {
+        return param_error("Lazy refcounts only supported with compatibility "
+                           "level 1.1 and above (use version=v3 or greater)");
+    }
+    if (n > 64 || n == 0 || (n & (n - 1))) {
+        return param_error("Refcount width must be a power of two and may not "
+                           "exceed 64 bits");
+    }
+    if (p->version < 3 && n != 16) {
+        return param_error("Different refcount widths than 16 bits require "
+                           "compatibility level 1.1 or above (use version=v3 or "
+                           "greater)");
+    }
+    p->refcount_order = (uint32_t)__builtin_ctzll(n);
+    if (p->data_file_raw && !p->data_file) {
+        return param_error("data-file-raw requires data-file");
+    }
+    if (p->data_file_raw && p->backing_file) {
+        return param_error("Backing file and data-file-raw cannot be used at the "
+                           "same time");
+    }
+    if (p->data_file_raw && p->prealloc == BLK_PREALLOC_OFF) {
+        /* the raw data file must map 1:1, so qemu-img maps all of it */
+        p->prealloc = BLK_PREALLOC_METADATA;
+    }
+    if (p->data_file && p->version < 3) {
+        return param_error("External data files are only supported with "
+                           "compatibility level 1.1 and above (use version=v3 or "
+                           "greater)");
+    }
+    if (p->compression_type != QCOW2_COMPRESSION_ZLIB && p->version < 3) {
+        return param_error("Non-zlib compression type is only supported with "
+                           "compatibility level 1.1 and above (use version=v3 or "
+                           "greater)");
+    }
+    return 0;
+}
