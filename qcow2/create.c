@@ -71,37 +71,6 @@
 
 /* ---- the header ---- */
 
-static size_t header_ext_add(uint8_t *buf, size_t pos, size_t buflen, uint32_t magic,
-                             const void *data, size_t len)
-{
-    size_t ext_len = QCOW2_EXT_HEADER_SIZE + ROUND_UP(len, 8);
-
-    if (pos > buflen || buflen - pos < ext_len) {
-        return 0;
-    }
-    store_be32(buf + pos, magic);
-    store_be32(buf + pos + 4, (uint32_t)len);
-    if (len) {
-        memcpy(buf + pos + QCOW2_EXT_HEADER_SIZE, data, len);
-    }
-    return ext_len;
-}
-
-/* The feature name table qemu-img writes. */
-static const struct {
-    uint8_t type, bit;
-    const char *name;
-} feature_names[] = {
-    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_DIRTY_BITNR, "dirty bit"},
-    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_CORRUPT_BITNR, "corrupt bit"},
-    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_DATA_FILE_BITNR, "external data file"},
-    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_COMPRESSION_BITNR, "compression type"},
-    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_EXTL2_BITNR, "extended L2 entries"},
-    {QCOW2_FEAT_TYPE_COMPATIBLE, QCOW2_COMPAT_LAZY_REFCOUNTS_BITNR, "lazy refcounts"},
-    {QCOW2_FEAT_TYPE_AUTOCLEAR, QCOW2_AUTOCLEAR_BITMAPS_BITNR, "bitmaps"},
-    {QCOW2_FEAT_TYPE_AUTOCLEAR, QCOW2_AUTOCLEAR_DATA_FILE_RAW_BITNR, "raw external data"},
-};
-
 /*
  * Cluster 0 as qemu-img writes it; with_backing adds the backing format
  * extension and the backing file name.  -ENOSPC if it does not fit.
@@ -112,16 +81,20 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
     size_t buflen = L->cluster_size, pos, n;
     uint64_t incompat = 0, compat = 0, autoclear = 0;
 
-    memset(buf, 0, buflen);
-    store_be32(buf + QCOW2_HDR_MAGIC, QCOW2_MAGIC);
-    store_be32(buf + QCOW2_HDR_VERSION, (uint32_t)p->version);
-    store_be32(buf + QCOW2_HDR_CLUSTER_BITS, L->cluster_bits);
-    store_be64(buf + QCOW2_HDR_SIZE, p->size);
-    store_be32(buf + QCOW2_HDR_L1_SIZE, (uint32_t)L->l1_size);
-    store_be64(buf + QCOW2_HDR_L1_TABLE_OFFSET, L->l1_offset);
-    store_be64(buf + QCOW2_HDR_REFCOUNT_TABLE_OFFSET, L->reftable_offset);
-    store_be32(buf + QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS,
-               (uint32_t)(L->reftable_size * 8 >> L->cluster_bits));
+    Qcow2Header h = {
+        .magic = QCOW2_MAGIC,
+        .version = (uint32_t)p->version,
+        .cluster_bits = L->cluster_bits,
+        .size = p->size,
+        .l1_size = (uint32_t)L->l1_size,
+        .l1_table_offset = L->l1_offset,
+        .refcount_table_offset = L->reftable_offset,
+        .refcount_table_clusters = (uint32_t)(L->reftable_size * 8 >> L->cluster_bits),
+        .refcount_order = p->refcount_order,
+        .header_length = QCOW2_HDR_V3_FULL_LENGTH,
+        .compression_type = (uint8_t)p->compression_type,
+    };
+
     if (p->version >= 3) {
         if (p->data_file) {
             incompat |= QCOW2_INCOMPAT_DATA_FILE;
@@ -138,28 +111,24 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
         if (p->data_file_raw) {
             autoclear |= QCOW2_AUTOCLEAR_DATA_FILE_RAW;
         }
-        store_be64(buf + QCOW2_HDR_INCOMPATIBLE_FEATURES, incompat);
-        store_be64(buf + QCOW2_HDR_COMPATIBLE_FEATURES, compat);
-        store_be64(buf + QCOW2_HDR_AUTOCLEAR_FEATURES, autoclear);
-        store_be32(buf + QCOW2_HDR_REFCOUNT_ORDER, p->refcount_order);
-        store_be32(buf + QCOW2_HDR_HEADER_LENGTH, QCOW2_HDR_V3_FULL_LENGTH);
-        buf[QCOW2_HDR_COMPRESSION_TYPE] = p->compression_type;
-        pos = QCOW2_HDR_V3_FULL_LENGTH;
-    } else {
-        pos = QCOW2_HDR_V2_LENGTH;
+        h.incompatible_features = incompat;
+        h.compatible_features = compat;
+        h.autoclear_features = autoclear;
     }
+    memset(buf, 0, buflen);
+    pos = qcow2_header_encode(&h, buf, buflen);
 
     if (with_backing && p->backing_format) {
-        n = header_ext_add(buf, pos, buflen, QCOW2_EXT_BACKING_FORMAT, p->backing_format,
-                           strlen(p->backing_format));
+        n = qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_BACKING_FORMAT,
+                                    p->backing_format, strlen(p->backing_format));
         if (!n) {
             return -ENOSPC;
         }
         pos += n;
     }
     if (p->data_file) {
-        n = header_ext_add(buf, pos, buflen, QCOW2_EXT_DATA_FILE, p->data_file,
-                           strlen(p->data_file));
+        n = qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_DATA_FILE, p->data_file,
+                                    strlen(p->data_file));
         if (!n) {
             return -ENOSPC;
         }
@@ -168,21 +137,13 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
     /* qemu-img leaves the table out for clusters of 4 KiB and less, to keep
      * room for a backing file name */
     if (p->version >= 3 && L->cluster_size > 4096) {
-        uint8_t table[G_N_ELEMENTS(feature_names) * QCOW2_FEATURE_NAME_ENTRY_SIZE] = {0};
-        for (size_t i = 0; i < G_N_ELEMENTS(feature_names); i++) {
-            uint8_t *e = table + i * QCOW2_FEATURE_NAME_ENTRY_SIZE;
-            e[0] = feature_names[i].type;
-            e[1] = feature_names[i].bit;
-            memcpy(e + 2, feature_names[i].name, strlen(feature_names[i].name));
-        }
-        n = header_ext_add(buf, pos, buflen, QCOW2_EXT_FEATURE_TABLE, table,
-                           sizeof(table));
+        n = qcow2_feature_table_encode(buf, pos, buflen);
         if (!n) {
             return -ENOSPC;
         }
         pos += n;
     }
-    n = header_ext_add(buf, pos, buflen, QCOW2_EXT_END, NULL, 0);
+    n = qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_END, NULL, 0);
     if (!n) {
         return -ENOSPC;
     }
@@ -193,8 +154,9 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
             return -ENOSPC;
         }
         memcpy(buf + pos, p->backing_file, len);
-        store_be64(buf + QCOW2_HDR_BACKING_FILE_OFFSET, pos);
-        store_be32(buf + QCOW2_HDR_BACKING_FILE_SIZE, (uint32_t)len);
+        h.backing_file_offset = pos;
+        h.backing_file_size = (uint32_t)len;
+        qcow2_header_encode(&h, buf, buflen);
     }
     return 0;
 }

@@ -1,8 +1,8 @@
 /*
- * qcow2/header.c: decoding and validation of the qcow2 header (v2, v3)
- * and its extensions.
+ * qcow2/header.c: the one codec of the qcow2 header (v2, v3) and its
+ * extensions: decoding, validation, encoding.
  *
- * Owns: the field-by-field decode of bytes 0..header_length, the header
+ * Owns: the field-by-field decode and encode of bytes 0..header_length, the header
  * extension area (backing format, feature name table, external data file
  * name, bitmaps and crypto pointers, unknown extensions kept verbatim), the
  * backing file name, and every limit QEMU 7.2 enforces when it opens an
@@ -23,6 +23,10 @@
  *     past the end; no image qemu-img writes has that).
  *  5. Extensions are parsed from the in-memory first cluster only; nothing
  *     here allocates more than the cluster size.
+ *  6. The encoder is the decoder's inverse: qcow2_header_decode() of what
+ *     qcow2_header_encode() wrote gives the same fields back, and the
+ *     extensions and feature name table it writes are what the extension
+ *     parser reads (tests/test-qcow2-header.c round-trips them).
  */
 #include "qcow2/qcow2.h"
 
@@ -541,4 +545,85 @@ int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
         return blk_error(EINVAL, "data-file-raw requires a data file");
     }
     return 0;
+}
+
+/* ---- encoding (invariant 6) ---- */
+
+size_t qcow2_header_encode(const Qcow2Header *h, uint8_t *buf, size_t len)
+{
+    size_t hl = h->version >= 3 ? h->header_length : QCOW2_HDR_V2_LENGTH;
+
+    g_assert(h->version >= 3 ? hl >= QCOW2_HDR_V3_MIN_LENGTH : h->version == 2);
+    g_assert(hl <= len);
+    memset(buf, 0, hl);
+    store_be32(buf + QCOW2_HDR_MAGIC, h->magic);
+    store_be32(buf + QCOW2_HDR_VERSION, h->version);
+    store_be64(buf + QCOW2_HDR_BACKING_FILE_OFFSET, h->backing_file_offset);
+    store_be32(buf + QCOW2_HDR_BACKING_FILE_SIZE, h->backing_file_size);
+    store_be32(buf + QCOW2_HDR_CLUSTER_BITS, h->cluster_bits);
+    store_be64(buf + QCOW2_HDR_SIZE, h->size);
+    store_be32(buf + QCOW2_HDR_CRYPT_METHOD, h->crypt_method);
+    store_be32(buf + QCOW2_HDR_L1_SIZE, h->l1_size);
+    store_be64(buf + QCOW2_HDR_L1_TABLE_OFFSET, h->l1_table_offset);
+    store_be64(buf + QCOW2_HDR_REFCOUNT_TABLE_OFFSET, h->refcount_table_offset);
+    store_be32(buf + QCOW2_HDR_REFCOUNT_TABLE_CLUSTERS, h->refcount_table_clusters);
+    store_be32(buf + QCOW2_HDR_NB_SNAPSHOTS, h->nb_snapshots);
+    store_be64(buf + QCOW2_HDR_SNAPSHOTS_OFFSET, h->snapshots_offset);
+    if (h->version >= 3) {
+        store_be64(buf + QCOW2_HDR_INCOMPATIBLE_FEATURES, h->incompatible_features);
+        store_be64(buf + QCOW2_HDR_COMPATIBLE_FEATURES, h->compatible_features);
+        store_be64(buf + QCOW2_HDR_AUTOCLEAR_FEATURES, h->autoclear_features);
+        store_be32(buf + QCOW2_HDR_REFCOUNT_ORDER, h->refcount_order);
+        store_be32(buf + QCOW2_HDR_HEADER_LENGTH, (uint32_t)hl);
+        if (hl > QCOW2_HDR_COMPRESSION_TYPE) {
+            buf[QCOW2_HDR_COMPRESSION_TYPE] = h->compression_type;
+        }
+    }
+    return hl;
+}
+
+size_t qcow2_header_ext_encode(uint8_t *buf, size_t pos, size_t buflen, uint32_t magic,
+                               const void *data, size_t len)
+{
+    size_t ext_len = QCOW2_EXT_HEADER_SIZE + ROUND_UP(len, 8);
+
+    if (len > UINT32_MAX || pos > buflen || buflen - pos < ext_len) {
+        return 0;
+    }
+    store_be32(buf + pos, magic);
+    store_be32(buf + pos + 4, (uint32_t)len);
+    memset(buf + pos + QCOW2_EXT_HEADER_SIZE, 0, ext_len - QCOW2_EXT_HEADER_SIZE);
+    if (len) {
+        memcpy(buf + pos + QCOW2_EXT_HEADER_SIZE, data, len);
+    }
+    return ext_len;
+}
+
+/* The feature name table qemu-img writes. */
+static const struct {
+    uint8_t type, bit;
+    const char *name;
+} feature_names[] = {
+    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_DIRTY_BITNR, "dirty bit"},
+    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_CORRUPT_BITNR, "corrupt bit"},
+    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_DATA_FILE_BITNR, "external data file"},
+    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_COMPRESSION_BITNR, "compression type"},
+    {QCOW2_FEAT_TYPE_INCOMPATIBLE, QCOW2_INCOMPAT_EXTL2_BITNR, "extended L2 entries"},
+    {QCOW2_FEAT_TYPE_COMPATIBLE, QCOW2_COMPAT_LAZY_REFCOUNTS_BITNR, "lazy refcounts"},
+    {QCOW2_FEAT_TYPE_AUTOCLEAR, QCOW2_AUTOCLEAR_BITMAPS_BITNR, "bitmaps"},
+    {QCOW2_FEAT_TYPE_AUTOCLEAR, QCOW2_AUTOCLEAR_DATA_FILE_RAW_BITNR, "raw external data"},
+};
+
+size_t qcow2_feature_table_encode(uint8_t *buf, size_t pos, size_t buflen)
+{
+    uint8_t table[G_N_ELEMENTS(feature_names) * QCOW2_FEATURE_NAME_ENTRY_SIZE] = {0};
+
+    for (size_t i = 0; i < G_N_ELEMENTS(feature_names); i++) {
+        uint8_t *e = table + i * QCOW2_FEATURE_NAME_ENTRY_SIZE;
+        e[0] = feature_names[i].type;
+        e[1] = feature_names[i].bit;
+        memcpy(e + 2, feature_names[i].name, strlen(feature_names[i].name));
+    }
+    return qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_FEATURE_TABLE, table,
+                                   sizeof(table));
 }

@@ -537,6 +537,16 @@ int qcow2_header_check_tables(const Qcow2Header *h, uint64_t file_size, bool che
 int qcow2_validate_table(const char *name, uint64_t offset, uint64_t entries,
                          uint64_t entry_size, uint64_t max_bytes, uint32_t cluster_bits,
                          uint64_t file_size);
+/* Encoding (header.c invariant 6).  Write h's fixed fields into buf (len >=
+ * its header length: 72 for v2, h->header_length for v3); returns the
+ * header length. */
+size_t qcow2_header_encode(const Qcow2Header *h, uint8_t *buf, size_t len);
+/* Append one extension (magic, len bytes of data padded to 8) at pos;
+ * returns the bytes it took, 0 when it does not fit before buflen. */
+size_t qcow2_header_ext_encode(uint8_t *buf, size_t pos, size_t buflen, uint32_t magic,
+                               const void *data, size_t len);
+/* Append the feature name table qemu-img writes; as qcow2_header_ext_encode. */
+size_t qcow2_feature_table_encode(uint8_t *buf, size_t pos, size_t buflen);
 /* Backing file name from cluster 0, or NULL (none / empty). */
 int qcow2_read_backing_name(const uint8_t *cluster0, const Qcow2Header *h, char **name);
 /* Number of L1 entries needed to map 'size' bytes; false on overflow. */
