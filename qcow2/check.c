@@ -35,8 +35,10 @@
  *     cluster or more past the end of the file is a corruption and is not
  *     counted, so a pointer to 32 PB costs nothing (iotest 138).  The table
  *     grows only by the one cluster a reference may legally overhang, by
- *     what a rebuild allocates, and by at most twice its size when -r all
- *     grows the file to hold a refcount block.  It is allocated zeroed and
+ *     what a rebuild allocates, and, when -r all grows the file to hold a
+ *     refcount block outside it, to at most 2 x its size + 1024 clusters
+ *     (a block further out is replaced by the rebuild instead; QEMU grows
+ *     the file whatever the distance).  It is allocated zeroed and
  *     untouched, so a huge sparse file costs address space, not memory.
  *  3. Everything read from the image is bounds-checked before use; reads
  *     past the end of the file return zeros, as QEMU reads them.  Sizes that
@@ -54,9 +56,14 @@
  *  5. Nothing is written unless fix says so; every write goes through
  *     repair.c (overlap-checked, caches kept coherent).
  *  6. qcow2_check_image returns -errno only when the check could not run to
- *     its end; error->message is then the line qemu-img prints with its
- *     prefix before "Check failed" ("ERROR failed to read the snapshot
- *     table: ..."), or just strerror(errno) when qemu-img prints none.
+ *     its end; the recorded message (block/error.c) is then the line
+ *     qemu-img prints with its prefix before "Check failed" ("ERROR failed
+ *     to read the snapshot table: ..."), or none (strerror(errno)) when
+ *     qemu-img prints none.
+ *  7. A repair that ran to its end with no check error and no corruption
+ *     left unfixed clears the dirty and corrupt bits (step 4; repair.c
+ *     writes them); any other outcome leaves them set, so the image is
+ *     repaired again at the next read-write open.
  */
 #include "qcow2/check.h"
 
@@ -359,7 +366,8 @@ static int check_locked(Qcow2Check *c, BlkCheckResult *result)
         return ret;
     }
     if (c->fix && result->check_errors == 0 && result->corruptions == 0) {
-        /* clean and consistent now (QEMU's mark_clean, mark_consistent) */
+        /* invariant 7: clean and consistent now (QEMU's mark_clean,
+         * mark_consistent) */
         ret = repair_mark_consistent(c);
     }
     return ret;
