@@ -90,15 +90,13 @@ static bool check(const char *path, bool rw, unsigned fix, bool *ran)
 {
     BlkNode *img = open_image(path, rw, true);
     BlkCheckResult res = {0};
-    GError *err = NULL;
     bool clean;
 
     *ran = false;
     if (!img) {
         return false;
     }
-    *ran = qcow2_check_image_opts(img, &res, fix, &opts, &err) == 0;
-    g_clear_error(&err);
+    *ran = qcow2_check_image_opts(img, &res, fix, &opts) == 0;
     clean = *ran && res.corruptions == 0 && res.leaks == 0 && res.check_errors == 0;
     blk_check_result_clear(&res);
     blk_close(img);

@@ -140,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     BlkInfo info = {0};
     char *snap = NULL;
-    if (img->drv->get_info(img, &info, NULL) == 0 && info.snapshots &&
+    if (img->drv->get_info(img, &info) == 0 && info.snapshots &&
         info.snapshots->len > 0) {
         snap = g_strdup(g_array_index(info.snapshots, BlkSnapshotInfo, 0).name);
     }

@@ -106,15 +106,13 @@ static bool check(const char *path, bool rw, unsigned fix, bool *ran)
 {
     BlkNode *img = open_image(path, rw, true, NULL);
     BlkCheckResult res = {0};
-    GError *err = NULL;
     bool clean;
 
     *ran = false;
     if (!img) {
         return false;
     }
-    *ran = qcow2_check_image_opts(img, &res, fix, &opts, &err) == 0;
-    g_clear_error(&err);
+    *ran = qcow2_check_image_opts(img, &res, fix, &opts) == 0;
     clean = *ran && res.corruptions == 0 && res.leaks == 0 && res.check_errors == 0;
     blk_check_result_clear(&res);
     blk_close(img);
@@ -133,7 +131,7 @@ static int list_and_view(const char *path)
     if (!img) {
         return -1;
     }
-    if (img->drv->get_info(img, &info, NULL) == 0 && info.snapshots) {
+    if (img->drv->get_info(img, &info) == 0 && info.snapshots) {
         n = (int)info.snapshots->len;
         for (guint i = 0; i < info.snapshots->len; i++) {
             BlkSnapshotInfo *si = &g_array_index(info.snapshots, BlkSnapshotInfo, i);
