@@ -1,9 +1,10 @@
 /*
  * fuzz/fuzz-qcow2-snapshot.c: libFuzzer target for the internal snapshot
- * table: the parser of a normal open (qcow2/snapshot.c), the snapshot view
- * (convert -l), and the check-mode parser with its repairs (qcow2/check.c:
+ * table: its codec (qcow2/snapshot-codec.c) under the rules of a normal
+ * open (qcow2/snapshot.c) and of the check with its repairs (repair.c:
  * dropping extra data and overhanging entries, completing v3 entries,
- * rewriting the table in repair.c).
+ * rewriting the table through snapshot-write.c), and the snapshot view
+ * (convert -l).
  *
  * Input: byte 0 (bit 0: compat 0.10 instead of 1.1), bytes 1-2 the number
  * of snapshots (big-endian), the rest the snapshot table; or a whole qcow2

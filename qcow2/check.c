@@ -7,7 +7,8 @@
  * snapshot L1/L2 tables, data and compressed clusters, refcount table and
  * blocks, snapshot table, bitmap directory and tables), the comparison with
  * the on-disk refcounts, the OFLAG_COPIED check, and the classification of
- * each finding.  The snapshot table parser and every write are in repair.c.
+ * each finding.  Reading the snapshot table and every write are in
+ * repair.c (the table's codec is snapshot-codec.c).
  *
  * The order of one check (qcow2_check_image), QEMU's:
  *   1. read the snapshot table (dropping what -r all drops),
