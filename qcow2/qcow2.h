@@ -921,6 +921,15 @@ int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);
 int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name);
 GArray *qcow2_snapshot_list(BlkNode *img);
+/*
+ * Write sns[0..nb) as the new snapshot table and switch the header to it
+ * (snapshot-write.c R3; also repair.c's rewrite).  *written: the header
+ * names the new table (then the caller's memory must follow even if
+ * ret < 0: only the flush failed, and the old table is kept as a leak).
+ * On !*written the new clusters are freed again.
+ */
+int qcow2_snapshot_table_write_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
+                                      bool *written);
 /* Append a BlkSnapshotInfo for each snapshot to list (lock held). */
 void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list);
 

@@ -10,7 +10,7 @@
  * snapshot list, header fields) equal to what was written.  The write
  * path's primitives do the rest: overlap checks and metadata writes
  * (meta.c), refcount updates and cluster allocation (alloc.c), L1 entry
- * writes (l2.c).
+ * writes (l2.c), the snapshot table rewrite (snapshot-write.c).
  *
  * Invariants (cited as "repair.c invariant N"):
  *  1. Every write is overlap-checked against the metadata it could hit
@@ -517,60 +517,27 @@ int repair_write_nb_snapshots(Qcow2Check *c, uint32_t nb)
     return ret;
 }
 
-/* QEMU's qcow2_write_snapshots: every entry with at least the known 24
- * bytes of extra data, unknown extra data kept (snapshot-codec.c
- * invariant 4), into new clusters. */
+/* QEMU's qcow2_write_snapshots, through the write path's one sequence
+ * (snapshot-write.c R3, invariant 2): new clusters, their refcounts on
+ * disk, the table synced, one synced header write, the old table freed. */
 int repair_write_snapshot_table(Qcow2Check *c)
 {
     Qcow2State *s = c->s;
-    g_autofree uint8_t *t = NULL;
-    uint64_t old_offset = s->snapshots_offset, old_size = s->snapshots_size;
-    uint64_t new_offset = 0, used, bytes;
-    uint8_t hdr[12];
-    int ret;
+    unsigned events = s->corruption_events;
+    bool written;
+    int ret, r;
 
-    if (!qcow2_snapshot_table_size(s->snapshots, s->nb_snapshots, &used)) {
-        return -EFBIG;
-    }
-    if (used) {
-        int64_t off = qcow2_alloc_clusters_locked(s, DIV_ROUND_UP(used, s->cluster_size));
-        if (off < 0) {
-            return (int)off;
-        }
-        new_offset = (uint64_t)off;
-        /* the refcounts on disk before anything points at the clusters */
-        ret = repair_flush_refcounts(c);
-        /* whole clusters, so the tail is defined */
-        bytes = ROUND_UP(used, s->cluster_size);
-        t = g_malloc0(bytes);
-        qcow2_snapshot_table_encode(s->snapshots, s->nb_snapshots, t);
-        if (ret == 0) {
-            ret = repair_write(c, BLKEV_SNAPSHOT_TABLE, 0, new_offset, t, bytes, true);
-        }
-        if (ret < 0) {
-            qcow2_free_clusters_locked(s, new_offset, used);
-            return ret;
-        }
-    }
-
-    store_be32(hdr, s->nb_snapshots);
-    store_be64(hdr + 4, new_offset);
-    ret = qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE, QCOW2_HDR_NB_SNAPSHOTS, hdr,
-                                    sizeof(hdr));
+    ret = qcow2_snapshot_table_write_locked(s, s->snapshots, s->nb_snapshots, &written);
     if (ret < 0) {
-        if (used) {
-            qcow2_free_clusters_locked(s, new_offset, used);
-        }
-        return ret;
+        /* the check's ERROR line says why (invariant 1) */
+        take_corruption_message(c, events);
     }
-    s->snapshots_offset = new_offset;
-    s->snapshots_size = used;
-    s->header.nb_snapshots = s->nb_snapshots;
-    s->header.snapshots_offset = new_offset;
-
-    /* the old table only now (invariant 2) */
-    if (old_size) {
-        qcow2_free_clusters_locked(s, old_offset, old_size);
+    r = check_refresh_file_size(c); /* the table may have grown the file */
+    if (ret == 0) {
+        ret = r;
+    }
+    if (ret < 0) {
+        return ret;
     }
     return repair_flush_refcounts(c);
 }

@@ -3,12 +3,12 @@
  * snapshots, and listing them (driver .snapshot_create / _goto / _delete /
  * _list).
  *
- * Owns: rewriting the snapshot table, copying an L1 table for a snapshot,
- * raising and lowering the refcounts of a whole L1 tree, and recomputing
- * the COPIED flags of the active tree.  (Encoding and decoding table
- * entries is snapshot-codec.c; reading the table at open and the
- * read-only snapshot view are snapshot.c; allocation and refcount updates
- * are alloc.c.)
+ * Owns: rewriting the snapshot table (for repair.c's rewrite too),
+ * copying an L1 table for a snapshot, raising and lowering the refcounts
+ * of a whole L1 tree, and recomputing the COPIED flags of the active tree.
+ * (Encoding and decoding table entries is snapshot-codec.c; reading the
+ * table at open and the read-only snapshot view are snapshot.c; allocation
+ * and refcount updates are alloc.c.)
  *
  * On-disk safety rules kept here (DESIGN.md rules 1-3):
  *  R1. Refcounts are raised, and on disk (refcount blocks written, file
@@ -26,7 +26,9 @@
  *  R3. The snapshot table is always written whole to newly allocated
  *      clusters (their refcounts on disk first), flushed, then switched to
  *      with one synced 12-byte header write (nb_snapshots +
- *      snapshots_offset); the old table is freed after that.
+ *      snapshots_offset); the old table is freed after that.  One function
+ *      does it (qcow2_snapshot_table_write_locked), for check -r all's
+ *      rewrite in repair.c too.
  *  R4. Every metadata write is overlap-checked (qcow2_write_metadata_locked
  *      and the cache write-back hooks, meta.c invariant 1).
  *  R5. COPIED flags follow the refcounts: set exactly where the refcount is
@@ -553,10 +555,10 @@ static int commit_keep_error_locked(Qcow2State *s, uint64_t *disk_l1, bool *reve
  * snapshot-codec.c (invariant 3).  *written: the header names the new
  * table (then memory must follow even if ret < 0: only the flush failed,
  * and the old table is kept as a leak, R2).  On !*written the new clusters
- * are freed again.
+ * are freed again.  repair.c rewrites the table through this too.
  */
-static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
-                              bool *written)
+int qcow2_snapshot_table_write_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
+                                      bool *written)
 {
     g_autofree uint8_t *buf = NULL;
     uint64_t size, bytes = 0, old_offset = s->snapshots_offset,
@@ -862,7 +864,7 @@ static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_o
         goto rollback;
     }
 
-    ret = write_table_locked(s, sns, s->nb_snapshots + 1, &written);
+    ret = qcow2_snapshot_table_write_locked(s, sns, s->nb_snapshots + 1, &written);
     if (!written) {
         goto rollback;
     }
@@ -1082,7 +1084,7 @@ static int delete_locked(Qcow2State *s, int idx, const uint64_t *sn_l1)
     memcpy(sns, s->snapshots, (size_t)idx * sizeof(*sns));
     memcpy(sns + idx, s->snapshots + idx + 1,
            (size_t)(nb - (uint32_t)idx) * sizeof(*sns));
-    ret = write_table_locked(s, sns, nb, &written);
+    ret = qcow2_snapshot_table_write_locked(s, sns, nb, &written);
     if (!written) {
         return ret;
     }
