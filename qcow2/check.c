@@ -10,9 +10,9 @@
  * refcount blocks, the comparison with the on-disk refcounts and the
  * classification of each finding), check-l2.c (the L1/L2 walk and the
  * OFLAG_COPIED check), check-bitmap.c (the bitmap directory and tables).
- * The snapshot table parser and every write are in repair.c.  The
- * invariants below are the whole check's; those files cite them as
- * "check.c invariant N".
+ * Reading the snapshot table (its codec: snapshot-codec.c) and every
+ * write are in repair.c.  The invariants below are the whole check's;
+ * those files cite them as "check.c invariant N".
  *
  * The order of one check (qcow2_check_image), QEMU's:
  *   1. read the snapshot table (dropping what -r all drops),

@@ -308,6 +308,44 @@ typedef struct Qcow2Snapshot {
     uint32_t unknown_extra_size;
 } Qcow2Snapshot;
 
+/* Snapshot table entry field offsets (spec "Snapshot table entry"; coded
+ * only by snapshot-codec.c): the header, then the known extra data, then
+ * any unknown extra data, the ID, the name and padding to 8 bytes. */
+enum {
+    QCOW2_SNE_L1_TABLE_OFFSET = 0,
+    QCOW2_SNE_L1_SIZE = 8,
+    QCOW2_SNE_ID_SIZE = 12,
+    QCOW2_SNE_NAME_SIZE = 14,
+    QCOW2_SNE_DATE_SEC = 16,
+    QCOW2_SNE_DATE_NSEC = 20,
+    QCOW2_SNE_VM_CLOCK_NSEC = 24,
+    QCOW2_SNE_VM_STATE_SIZE = 32,
+    QCOW2_SNE_EXTRA_DATA_SIZE = 36,
+    QCOW2_SNE_EXTRA = 40, /* the extra data starts here */
+    QCOW2_SNE_VM_STATE_SIZE_LARGE = 40,
+    QCOW2_SNE_DISK_SIZE = 48,
+    QCOW2_SNE_ICOUNT = 56,
+    QCOW2_SNE_KNOWN_END = 64,
+};
+
+_Static_assert(QCOW2_SNE_L1_SIZE == QCOW2_SNE_L1_TABLE_OFFSET + 8, "snapshot entry");
+_Static_assert(QCOW2_SNE_ID_SIZE == QCOW2_SNE_L1_SIZE + 4, "snapshot entry");
+_Static_assert(QCOW2_SNE_NAME_SIZE == QCOW2_SNE_ID_SIZE + 2, "snapshot entry");
+_Static_assert(QCOW2_SNE_DATE_SEC == QCOW2_SNE_NAME_SIZE + 2, "snapshot entry");
+_Static_assert(QCOW2_SNE_DATE_NSEC == QCOW2_SNE_DATE_SEC + 4, "snapshot entry");
+_Static_assert(QCOW2_SNE_VM_CLOCK_NSEC == QCOW2_SNE_DATE_NSEC + 4, "snapshot entry");
+_Static_assert(QCOW2_SNE_VM_STATE_SIZE == QCOW2_SNE_VM_CLOCK_NSEC + 8, "snapshot entry");
+_Static_assert(QCOW2_SNE_EXTRA_DATA_SIZE == QCOW2_SNE_VM_STATE_SIZE + 4,
+               "snapshot entry");
+_Static_assert(QCOW2_SNE_EXTRA == QCOW2_SNE_EXTRA_DATA_SIZE + 4, "snapshot entry");
+_Static_assert(QCOW2_SNE_EXTRA == QCOW2_SNAPSHOT_HEADER_SIZE, "snapshot entry");
+_Static_assert(QCOW2_SNE_DISK_SIZE == QCOW2_SNE_VM_STATE_SIZE_LARGE + 8,
+               "snapshot entry");
+_Static_assert(QCOW2_SNE_ICOUNT == QCOW2_SNE_DISK_SIZE + 8, "snapshot entry");
+_Static_assert(QCOW2_SNE_KNOWN_END == QCOW2_SNE_ICOUNT + 8, "snapshot entry");
+_Static_assert(QCOW2_SNE_KNOWN_END - QCOW2_SNE_EXTRA == QCOW2_SNAPSHOT_EXTRA_KNOWN,
+               "snapshot entry");
+
 /* ---- mapping ---- */
 
 typedef enum Qcow2SubclusterType {
@@ -597,6 +635,52 @@ int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
                                  uint64_t *block_offset);
 int qcow2_detect_metadata_preallocation_locked(Qcow2State *s);
 
+/* ---- snapshot-codec.c: the snapshot table's one codec ---- */
+
+/* Whose rules the decoder applies (snapshot-codec.c invariant 2). */
+typedef enum Qcow2SnapshotPolicy {
+    QCOW2_SNAPSHOT_OPEN,   /* opening the image: any excess is an error */
+    QCOW2_SNAPSHOT_CHECK,  /* qemu-img check: the same, with the -r all hint */
+    QCOW2_SNAPSHOT_REPAIR, /* check -r all: the excess is dropped and noted */
+} Qcow2SnapshotPolicy;
+
+typedef struct Qcow2SnapshotSource {
+    /* len bytes of the file at offset, zeros past its end; 0 or -errno */
+    int (*read)(void *opaque, uint64_t offset, void *buf, uint64_t len);
+    /* QCOW2_SNAPSHOT_REPAIR: one line for the check's messages */
+    void (*note)(void *opaque, const char *line);
+    void *opaque;
+} Qcow2SnapshotSource;
+
+typedef struct Qcow2SnapshotTable {
+    Qcow2Snapshot *sns; /* nb entries */
+    uint32_t nb;
+    uint64_t size;      /* from the table's start to the end of its last entry */
+    uint32_t extra_cut; /* REPAIR: entries whose extra data was cut to 1 KiB */
+    uint32_t dropped;   /* REPAIR: overhanging entries dropped */
+} Qcow2SnapshotTable;
+
+/* Decode the nb entries of the table at offset (nb <= QCOW2_MAX_SNAPSHOTS);
+ * disk_size is the default for entries without one.  On failure nothing
+ * is left in *t and the message is recorded (blk_error). */
+int qcow2_snapshot_table_decode(const Qcow2SnapshotSource *src,
+                                Qcow2SnapshotPolicy policy, uint64_t offset, uint32_t nb,
+                                uint64_t disk_size, Qcow2SnapshotTable *t);
+/* Bytes of sn's entry as encoded (without padding). */
+uint64_t qcow2_snapshot_entry_size(const Qcow2Snapshot *sn);
+/* Encode sn at buf (qcow2_snapshot_entry_size() bytes); returns that size. */
+uint64_t qcow2_snapshot_entry_encode(const Qcow2Snapshot *sn, uint8_t *buf);
+/* Size of sns[0..nb) encoded as a table (entries 8-byte aligned, the last
+ * one not padded); false when it would pass the 64 MiB limit. */
+bool qcow2_snapshot_table_size(const Qcow2Snapshot *sns, uint32_t nb, uint64_t *size);
+/* Encode sns[0..nb) into buf (qcow2_snapshot_table_size() bytes). */
+void qcow2_snapshot_table_encode(const Qcow2Snapshot *sns, uint32_t nb, uint8_t *buf);
+/* Free what one entry owns (its strings and unknown extra data; the
+ * pointers become NULL, the other fields stay). */
+void qcow2_snapshot_clear(Qcow2Snapshot *sn);
+/* Free nb entries and the array. */
+void qcow2_snapshots_free(Qcow2Snapshot *sns, uint32_t nb);
+
 /* ---- snapshot.c ---- */
 
 int qcow2_read_snapshots(Qcow2State *s, bool check_mode);
@@ -850,6 +934,15 @@ int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);
 int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name);
 GArray *qcow2_snapshot_list(BlkNode *img);
+/*
+ * Write sns[0..nb) as the new snapshot table and switch the header to it
+ * (snapshot-write.c R3; also repair.c's rewrite).  *written: the header
+ * names the new table (then the caller's memory must follow even if
+ * ret < 0: only the flush failed, and the old table is kept as a leak).
+ * On !*written the new clusters are freed again.
+ */
+int qcow2_snapshot_table_write_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
+                                      bool *written);
 /* Append a BlkSnapshotInfo for each snapshot to list (lock held). */
 void qcow2_snapshot_list_append_locked(Qcow2State *s, GArray *list);
 

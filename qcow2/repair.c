@@ -4,12 +4,13 @@
  * rebuild, the snapshot table (read as qemu-img check reads it, with what
  * -r all drops, and rewritten), and the dirty / corrupt bits.
  *
- * Owns: every write check.c makes to the image, the check-mode snapshot
- * table parser, and keeping the driver's in-memory state (L1 and refcount
- * tables, metadata caches, snapshot list, header fields) equal to what was
- * written.  The write path's primitives
- * do the rest: overlap checks and metadata writes (meta.c), refcount
- * updates and cluster allocation (alloc.c), L1 entry writes (l2.c).
+ * Owns: every write check.c makes to the image, reading the snapshot
+ * table as the check does (decoded by snapshot-codec.c), and keeping the
+ * driver's in-memory state (L1 and refcount tables, metadata caches,
+ * snapshot list, header fields) equal to what was written.  The write
+ * path's primitives do the rest: overlap checks and metadata writes
+ * (meta.c), refcount updates and cluster allocation (alloc.c), L1 entry
+ * writes (l2.c), the snapshot table rewrite (snapshot-write.c).
  *
  * Invariants (cited as "repair.c invariant N"):
  *  1. Every write is overlap-checked against the metadata it could hit
@@ -30,15 +31,16 @@
  *  4. Qcow2State follows every write: L1 entries, the refcount table, the
  *     snapshot list and pointer, header feature bits, file_size; an L2 table
  *     written here leaves the L2 cache.
- *  5. The snapshot table parser reads like QEMU's in check mode (zeros past
- *     the end of the file); what it allocates is bounded by the 64 MiB
- *     table limit (entries past it are an error, or dropped by -r all).
+ *  5. The snapshot table is read like QEMU's in check mode (zeros past the
+ *     end of the file), with the codec's check or repair rules
+ *     (snapshot-codec.c invariants 2 and 3): what it allocates is bounded
+ *     by the 64 MiB table limit (entries past it are an error, or dropped
+ *     by -r all).
  */
 #include "qcow2/check.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 
 /* The first corruption event of the image goes to the check's messages
  * (meta.c records it with blk_error); the caller prints its own line for
@@ -325,18 +327,18 @@ int repair_rebuild_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
 
 /* ---- reading the snapshot table (QEMU's qcow2_check_read_snapshot_table) ---- */
 
-/* Snapshot table reads go through a window (the table is read sequentially). */
+/* The check reads the table through a window (it is read sequentially);
+ * zeros past the end of the file (invariant 5). */
 typedef struct SnapReader {
     Qcow2Check *c;
     uint8_t buf[65536];
     uint64_t start, len;
 } SnapReader;
 
-static int snap_read(SnapReader *r, uint64_t offset, void *buf, uint64_t len)
+static int snap_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
 {
-    if (len == 0) {
-        return 0;
-    }
+    SnapReader *r = opaque;
+
     if (len > sizeof(r->buf)) {
         return check_pread(r->c, offset, buf, len);
     }
@@ -350,178 +352,46 @@ static int snap_read(SnapReader *r, uint64_t offset, void *buf, uint64_t len)
         r->start = offset;
         r->len = sizeof(r->buf);
     }
-    if (buf) { /* NULL: only make the window hold it */
-        memcpy(buf, r->buf + (offset - r->start), len);
-    }
+    memcpy(buf, r->buf + (offset - r->start), len);
     return 0;
 }
 
-static char *snap_read_string(SnapReader *r, uint64_t offset, uint32_t len, int *ret)
+static void snap_note(void *opaque, const char *line)
 {
-    g_autofree char *big = NULL;
-    const char *p;
-
-    *ret = 0;
-    if (len == 0) {
-        return g_strdup("");
-    }
-    if (len <= sizeof(r->buf)) {
-        /* bring it into the window and copy it from there */
-        *ret = snap_read(r, offset, NULL, len);
-        if (*ret < 0) {
-            return NULL;
-        }
-        p = (const char *)r->buf + (offset - r->start);
-    } else {
-        big = g_malloc(len);
-        *ret = snap_read(r, offset, big, len);
-        if (*ret < 0) {
-            return NULL;
-        }
-        p = big;
-    }
-    return g_strndup(p, len); /* a C string, as QEMU keeps it */
+    SnapReader *r = opaque;
+    check_msg(r->c, "%s", line);
 }
 
 /*
  * Read the snapshot table the way QEMU's qcow2_do_read_snapshots does in
  * check mode; with repair, entries with more than 1 KiB of extra data lose
- * the excess and a table over 64 MiB loses its overhanging entries.
- * Installs the result in s->snapshots.
+ * the excess and a table over 64 MiB loses its overhanging entries
+ * (snapshot-codec.c invariant 2).  Installs the result in s->snapshots.
  */
 static int read_snapshot_table(Qcow2Check *c, uint32_t nb, bool repair,
                                int64_t *nb_dropped, int64_t *extra_dropped)
 {
     Qcow2State *s = c->s;
     g_autofree SnapReader *r = g_new0(SnapReader, 1);
-    uint64_t offset = s->snapshots_offset;
-    uint64_t table_length = 0;
-    int ret = 0;
+    const Qcow2SnapshotSource src = {.read = snap_read, .note = snap_note, .opaque = r};
+    Qcow2SnapshotTable t;
+    int ret;
 
     r->c = c;
     qcow2_free_snapshots(s);
     s->snapshots_size = 0;
-    if (nb == 0) {
-        return 0;
+    ret = qcow2_snapshot_table_decode(
+        &src, repair ? QCOW2_SNAPSHOT_REPAIR : QCOW2_SNAPSHOT_CHECK, s->snapshots_offset,
+        nb, s->img->size, &t);
+    if (ret < 0) {
+        return ret;
     }
-    s->snapshots = g_new0(Qcow2Snapshot, nb);
-    for (uint32_t i = 0; i < nb; i++) {
-        Qcow2Snapshot *sn = &s->snapshots[i];
-        uint8_t h[QCOW2_SNAPSHOT_HEADER_SIZE];
-        uint8_t extra[QCOW2_SNAPSHOT_EXTRA_KNOWN] = {0};
-        uint64_t entry_start = offset;
-        bool truncate_extra = false;
-
-        s->nb_snapshots = i + 1; /* so that this entry is freed on failure */
-        table_length = ROUND_UP(table_length, 8);
-        offset = ROUND_UP(offset, 8);
-        ret = snap_read(r, offset, h, sizeof(h));
-        if (ret < 0) {
-            ret = blk_error(-ret, "Failed to read snapshot table: %s", g_strerror(-ret));
-            goto fail;
-        }
-        offset += sizeof(h);
-        sn->l1_table_offset = load_be64(h);
-        sn->l1_size = load_be32(h + 8);
-        uint32_t id_len = load_be16(h + 12);
-        uint32_t name_len = load_be16(h + 14);
-        sn->date_sec = load_be32(h + 16);
-        sn->date_nsec = load_be32(h + 20);
-        sn->vm_clock_nsec = load_be64(h + 24);
-        sn->vm_state_size = load_be32(h + 32);
-        sn->extra_data_size = load_be32(h + 36);
-
-        if (sn->extra_data_size > QCOW2_MAX_SNAPSHOT_EXTRA_DATA) {
-            if (!repair) {
-                ret = blk_error(EFBIG,
-                                "Too much extra metadata in snapshot table entry %" PRIu32
-                                "\nYou can force-remove this extra metadata with qimg "
-                                "check -r all",
-                                i);
-                goto fail;
-            }
-            check_msg(
-                c,
-                "Discarding too much extra metadata in snapshot table entry %" PRIu32
-                " (%" PRIu32 " > %u)",
-                i, sn->extra_data_size, QCOW2_MAX_SNAPSHOT_EXTRA_DATA);
-            (*extra_dropped)++;
-            truncate_extra = true;
-        }
-        uint32_t known = MIN(sn->extra_data_size, QCOW2_SNAPSHOT_EXTRA_KNOWN);
-        ret = snap_read(r, offset, extra, known);
-        if (ret < 0) {
-            ret = blk_error(-ret, "Failed to read snapshot table: %s", g_strerror(-ret));
-            goto fail;
-        }
-        offset += known;
-        if (sn->extra_data_size >= 8) {
-            sn->vm_state_size = load_be64(extra);
-        }
-        sn->disk_size = sn->extra_data_size >= 16 ? load_be64(extra + 8) : s->img->size;
-        sn->icount = sn->extra_data_size >= 24 ? (int64_t)load_be64(extra + 16) : -1;
-        if (sn->extra_data_size > QCOW2_SNAPSHOT_EXTRA_KNOWN) {
-            uint64_t extra_end =
-                offset + sn->extra_data_size - QCOW2_SNAPSHOT_EXTRA_KNOWN;
-            if (truncate_extra) {
-                sn->extra_data_size = QCOW2_MAX_SNAPSHOT_EXTRA_DATA;
-            }
-            sn->unknown_extra_size = sn->extra_data_size - QCOW2_SNAPSHOT_EXTRA_KNOWN;
-            sn->unknown_extra = g_malloc(sn->unknown_extra_size);
-            ret = snap_read(r, offset, sn->unknown_extra, sn->unknown_extra_size);
-            if (ret < 0) {
-                ret = blk_error(-ret, "Failed to read snapshot table: %s",
-                                g_strerror(-ret));
-                goto fail;
-            }
-            offset = extra_end;
-        }
-        sn->id_str = snap_read_string(r, offset, id_len, &ret);
-        if (ret < 0) {
-            ret = blk_error(-ret, "Failed to read snapshot table: %s", g_strerror(-ret));
-            goto fail;
-        }
-        offset += id_len;
-        sn->name = snap_read_string(r, offset, name_len, &ret);
-        if (ret < 0) {
-            ret = blk_error(-ret, "Failed to read snapshot table: %s", g_strerror(-ret));
-            goto fail;
-        }
-        offset += name_len;
-
-        /* the extra data may have been truncated */
-        table_length += QCOW2_SNAPSHOT_HEADER_SIZE + (uint64_t)sn->extra_data_size +
-                        id_len + name_len;
-        if (table_length > QCOW2_MAX_SNAPSHOTS_BYTES ||
-            offset - s->snapshots_offset > (uint64_t)INT_MAX) {
-            if (!repair) {
-                ret =
-                    blk_error(EFBIG,
-                              "Snapshot table is too big\nYou can force-remove all "
-                              "%" PRIu32 " overhanging snapshots with qimg check -r all",
-                              nb - i);
-                goto fail;
-            }
-            check_msg(c,
-                      "Discarding %" PRIu32 " overhanging snapshots (snapshot table is "
-                      "too big)",
-                      nb - i);
-            *nb_dropped += nb - i;
-            g_free(sn->id_str);
-            g_free(sn->name);
-            g_free(sn->unknown_extra);
-            memset(sn, 0, sizeof(*sn));
-            s->nb_snapshots = i;
-            offset = entry_start;
-            break;
-        }
-    }
-    s->snapshots_size = offset - s->snapshots_offset;
+    s->snapshots = t.sns;
+    s->nb_snapshots = t.nb;
+    s->snapshots_size = t.size;
+    *nb_dropped += t.dropped;
+    *extra_dropped += t.extra_cut;
     return 0;
-
-fail:
-    qcow2_free_snapshots(s);
-    return ret;
 }
 
 int repair_read_snapshot_table(Qcow2Check *c, Qcow2CheckCounts *res)
@@ -647,89 +517,27 @@ int repair_write_nb_snapshots(Qcow2Check *c, uint32_t nb)
     return ret;
 }
 
-/* QEMU's qcow2_write_snapshots: every entry with at least the known 24
- * bytes of extra data, unknown extra data kept, into new clusters. */
+/* QEMU's qcow2_write_snapshots, through the write path's one sequence
+ * (snapshot-write.c R3, invariant 2): new clusters, their refcounts on
+ * disk, the table synced, one synced header write, the old table freed. */
 int repair_write_snapshot_table(Qcow2Check *c)
 {
     Qcow2State *s = c->s;
-    g_autoptr(GByteArray) t = g_byte_array_new();
-    uint64_t old_offset = s->snapshots_offset, old_size = s->snapshots_size;
-    uint64_t new_offset = 0, used;
-    uint8_t hdr[12];
-    int ret;
+    unsigned events = s->corruption_events;
+    bool written;
+    int ret, r;
 
-    for (uint32_t i = 0; i < s->nb_snapshots; i++) {
-        const Qcow2Snapshot *sn = &s->snapshots[i];
-        uint8_t h[QCOW2_SNAPSHOT_HEADER_SIZE + QCOW2_SNAPSHOT_EXTRA_KNOWN];
-        uint32_t extra = QCOW2_SNAPSHOT_EXTRA_KNOWN + sn->unknown_extra_size;
-        size_t id_len = strlen(sn->id_str), name_len = strlen(sn->name);
-        static const uint8_t pad[8];
-
-        g_byte_array_append(t, pad, (guint)(ROUND_UP(t->len, 8) - t->len));
-        store_be64(h, sn->l1_table_offset);
-        store_be32(h + 8, sn->l1_size);
-        store_be16(h + 12, (uint16_t)id_len);
-        store_be16(h + 14, (uint16_t)name_len);
-        store_be32(h + 16, sn->date_sec);
-        store_be32(h + 20, sn->date_nsec);
-        store_be64(h + 24, sn->vm_clock_nsec);
-        store_be32(h + 32,
-                   sn->vm_state_size > UINT32_MAX ? 0 : (uint32_t)sn->vm_state_size);
-        store_be32(h + 36, extra);
-        store_be64(h + 40, sn->vm_state_size);
-        store_be64(h + 48, sn->disk_size);
-        store_be64(h + 56, (uint64_t)sn->icount);
-        g_byte_array_append(t, h, sizeof(h));
-        if (sn->unknown_extra_size) {
-            g_byte_array_append(t, sn->unknown_extra, sn->unknown_extra_size);
-        }
-        g_byte_array_append(t, (const uint8_t *)sn->id_str, (guint)id_len);
-        g_byte_array_append(t, (const uint8_t *)sn->name, (guint)name_len);
-        if (t->len > QCOW2_MAX_SNAPSHOTS_BYTES) {
-            return -EFBIG;
-        }
-    }
-    used = t->len;
-
-    if (used) {
-        int64_t off = qcow2_alloc_clusters_locked(s, DIV_ROUND_UP(used, s->cluster_size));
-        if (off < 0) {
-            return (int)off;
-        }
-        new_offset = (uint64_t)off;
-        /* the refcounts on disk before anything points at the clusters */
-        ret = repair_flush_refcounts(c);
-        /* whole clusters, so the tail is defined */
-        g_byte_array_set_size(t, (guint)ROUND_UP(used, s->cluster_size));
-        memset(t->data + used, 0, t->len - used);
-        if (ret == 0) {
-            ret = repair_write(c, BLKEV_SNAPSHOT_TABLE, 0, new_offset, t->data, t->len,
-                               true);
-        }
-        if (ret < 0) {
-            qcow2_free_clusters_locked(s, new_offset, used);
-            return ret;
-        }
-    }
-
-    store_be32(hdr, s->nb_snapshots);
-    store_be64(hdr + 4, new_offset);
-    ret = qcow2_write_header_locked(s, BLKEV_HEADER_UPDATE, QCOW2_HDR_NB_SNAPSHOTS, hdr,
-                                    sizeof(hdr));
+    ret = qcow2_snapshot_table_write_locked(s, s->snapshots, s->nb_snapshots, &written);
     if (ret < 0) {
-        if (used) {
-            qcow2_free_clusters_locked(s, new_offset, used);
-        }
-        return ret;
+        /* the check's ERROR line says why (invariant 1) */
+        take_corruption_message(c, events);
     }
-    s->snapshots_offset = new_offset;
-    s->snapshots_size = used;
-    s->header.nb_snapshots = s->nb_snapshots;
-    s->header.snapshots_offset = new_offset;
-
-    /* the old table only now (invariant 2) */
-    if (old_size) {
-        qcow2_free_clusters_locked(s, old_offset, old_size);
+    r = check_refresh_file_size(c); /* the table may have grown the file */
+    if (ret == 0) {
+        ret = r;
+    }
+    if (ret < 0) {
+        return ret;
     }
     return repair_flush_refcounts(c);
 }

@@ -3,11 +3,12 @@
  * snapshots, and listing them (driver .snapshot_create / _goto / _delete /
  * _list).
  *
- * Owns: rewriting the snapshot table, copying an L1 table for a snapshot,
- * raising and lowering the refcounts of a whole L1 tree, and recomputing
- * the COPIED flags of the active tree.  (Parsing the table and the
- * read-only snapshot view are snapshot.c; allocation and refcount updates
- * are alloc.c.)
+ * Owns: rewriting the snapshot table (for repair.c's rewrite too),
+ * copying an L1 table for a snapshot, raising and lowering the refcounts
+ * of a whole L1 tree, and recomputing the COPIED flags of the active tree.
+ * (Encoding and decoding table entries is snapshot-codec.c; reading the
+ * table at open and the read-only snapshot view are snapshot.c; allocation
+ * and refcount updates are alloc.c.)
  *
  * On-disk safety rules kept here (DESIGN.md rules 1-3):
  *  R1. Refcounts are raised, and on disk (refcount blocks written, file
@@ -25,7 +26,9 @@
  *  R3. The snapshot table is always written whole to newly allocated
  *      clusters (their refcounts on disk first), flushed, then switched to
  *      with one synced 12-byte header write (nb_snapshots +
- *      snapshots_offset); the old table is freed after that.
+ *      snapshots_offset); the old table is freed after that.  One function
+ *      does it (qcow2_snapshot_table_write_locked), for check -r all's
+ *      rewrite in repair.c too.
  *  R4. Every metadata write is overlap-checked (qcow2_write_metadata_locked
  *      and the cache write-back hooks, meta.c invariant 1).
  *  R5. COPIED flags follow the refcounts: set exactly where the refcount is
@@ -80,8 +83,8 @@
  *  3. Entries are rewritten with 24 bytes of known extra data
  *     (vm_state_size_large, disk_size, icount) followed by any unknown
  *     extra data they had; the 32-bit vm_state_size field is 0 when the
- *     size does not fit.  New names are cut to 255 bytes (QEMU's
- *     QEMUSnapshotInfo.name).
+ *     size does not fit (the encoder, snapshot-codec.c invariant 4).  New
+ *     names are cut to 255 bytes (QEMU's QEMUSnapshotInfo.name).
  *  4. An L1 tree's references are counted the way qemu-img check counts
  *     them: every L2 table once per L1 entry naming it, every host cluster
  *     of a non-compressed L2 entry with a host offset (not with an
@@ -547,74 +550,15 @@ static int commit_keep_error_locked(Qcow2State *s, uint64_t *disk_l1, bool *reve
 
 /* ---- the snapshot table (R3, invariant 3) ---- */
 
-static uint64_t entry_size(const Qcow2Snapshot *sn)
-{
-    return QCOW2_SNAPSHOT_HEADER_SIZE + QCOW2_SNAPSHOT_EXTRA_KNOWN +
-           sn->unknown_extra_size + strlen(sn->id_str) + strlen(sn->name);
-}
-
-/* Size of the table as written (entries 8-byte aligned, the last one not
- * padded); false when it would pass QEMU's 64 MiB limit. */
-static bool table_size(const Qcow2Snapshot *sns, uint32_t nb, uint64_t *size)
-{
-    uint64_t off = 0;
-
-    for (uint32_t i = 0; i < nb; i++) {
-        off = ROUND_UP(off, 8) + entry_size(&sns[i]);
-        if (off > QCOW2_MAX_SNAPSHOTS_BYTES) {
-            return false;
-        }
-    }
-    *size = off;
-    return true;
-}
-
-static void table_serialize(const Qcow2Snapshot *sns, uint32_t nb, uint8_t *buf)
-{
-    uint64_t off = 0;
-
-    for (uint32_t i = 0; i < nb; i++) {
-        const Qcow2Snapshot *sn = &sns[i];
-        size_t id_len = strlen(sn->id_str), name_len = strlen(sn->name);
-        uint8_t *p;
-
-        off = ROUND_UP(off, 8);
-        p = buf + off;
-        store_be64(p, sn->l1_table_offset);
-        store_be32(p + 8, sn->l1_size);
-        store_be16(p + 12, (uint16_t)id_len);
-        store_be16(p + 14, (uint16_t)name_len);
-        store_be32(p + 16, sn->date_sec);
-        store_be32(p + 20, sn->date_nsec);
-        store_be64(p + 24, sn->vm_clock_nsec);
-        /* invariant 3: old readers see a disk-only snapshot rather than a
-         * truncated state */
-        store_be32(p + 32,
-                   sn->vm_state_size <= UINT32_MAX ? (uint32_t)sn->vm_state_size : 0);
-        store_be32(p + 36, QCOW2_SNAPSHOT_EXTRA_KNOWN + sn->unknown_extra_size);
-        p += QCOW2_SNAPSHOT_HEADER_SIZE;
-        store_be64(p, sn->vm_state_size);
-        store_be64(p + 8, sn->disk_size);
-        store_be64(p + 16, (uint64_t)sn->icount);
-        p += QCOW2_SNAPSHOT_EXTRA_KNOWN;
-        if (sn->unknown_extra_size) {
-            memcpy(p, sn->unknown_extra, sn->unknown_extra_size);
-            p += sn->unknown_extra_size;
-        }
-        memcpy(p, sn->id_str, id_len);
-        memcpy(p + id_len, sn->name, name_len);
-        off += entry_size(sn);
-    }
-}
-
 /*
- * Write sns[0..nb) as the new snapshot table (R3).  *written: the header
- * names the new table (then memory must follow even if ret < 0: only the
- * flush failed, and the old table is kept as a leak).  On !*written the new
- * clusters are freed again.
+ * Write sns[0..nb) as the new snapshot table (R3), encoded by
+ * snapshot-codec.c (invariant 3).  *written: the header names the new
+ * table (then memory must follow even if ret < 0: only the flush failed,
+ * and the old table is kept as a leak, R2).  On !*written the new clusters
+ * are freed again.  repair.c rewrites the table through this too.
  */
-static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
-                              bool *written)
+int qcow2_snapshot_table_write_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
+                                      bool *written)
 {
     g_autofree uint8_t *buf = NULL;
     uint64_t size, bytes = 0, old_offset = s->snapshots_offset,
@@ -624,13 +568,13 @@ static int write_table_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_t nb,
     int ret = 0;
 
     *written = false;
-    if (!table_size(sns, nb, &size)) {
+    if (!qcow2_snapshot_table_size(sns, nb, &size)) {
         return blk_error(EFBIG, "Snapshot table too big (more than 64 MiB)");
     }
     if (size > 0) {
         bytes = ROUND_UP(size, s->cluster_size);
-        buf = g_malloc0(bytes);
-        table_serialize(sns, nb, buf);
+        buf = g_malloc0(bytes); /* whole clusters: the tail is zeros */
+        qcow2_snapshot_table_encode(sns, nb, buf);
         offset = qcow2_alloc_clusters_locked(s, bytes >> s->cluster_bits);
         if (offset < 0) {
             return (int)offset;
@@ -746,13 +690,6 @@ static void exclusive_begin_locked(Qcow2State *s, Qcow2Inflight *r)
     qcow2_inflight_begin_locked(s, r, 0, UINT64_C(1) << 63, true);
 }
 
-static void free_snapshot_strings(Qcow2Snapshot *sn)
-{
-    g_free(sn->id_str);
-    g_free(sn->name);
-    g_free(sn->unknown_extra);
-}
-
 /* Discard [offset, offset + bytes) of the active tree, registered
  * (QEMU's discard of the active VM state after a snapshot). */
 static int discard_registered_range(Qcow2State *s, uint64_t offset, uint64_t bytes)
@@ -855,7 +792,7 @@ static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_o
     sn->disk_size = s->img->size;
     sn->icount = info->icount;
     sn->extra_data_size = QCOW2_SNAPSHOT_EXTRA_KNOWN;
-    if (!table_size(sns, s->nb_snapshots + 1, &size)) {
+    if (!qcow2_snapshot_table_size(sns, s->nb_snapshots + 1, &size)) {
         ret = blk_error(EFBIG, "Snapshot table too big (more than 64 MiB)");
         goto out;
     }
@@ -927,7 +864,7 @@ static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_o
         goto rollback;
     }
 
-    ret = write_table_locked(s, sns, s->nb_snapshots + 1, &written);
+    ret = qcow2_snapshot_table_write_locked(s, sns, s->nb_snapshots + 1, &written);
     if (!written) {
         goto rollback;
     }
@@ -955,7 +892,7 @@ rollback : {
     blk_error_unwind(had_error);
 }
 out:
-    free_snapshot_strings(sn);
+    qcow2_snapshot_clear(sn);
     return ret;
 }
 
@@ -1147,14 +1084,14 @@ static int delete_locked(Qcow2State *s, int idx, const uint64_t *sn_l1)
     memcpy(sns, s->snapshots, (size_t)idx * sizeof(*sns));
     memcpy(sns + idx, s->snapshots + idx + 1,
            (size_t)(nb - (uint32_t)idx) * sizeof(*sns));
-    ret = write_table_locked(s, sns, nb, &written);
+    ret = qcow2_snapshot_table_write_locked(s, sns, nb, &written);
     if (!written) {
         return ret;
     }
     g_free(s->snapshots);
     s->snapshots = g_steal_pointer(&sns);
     s->nb_snapshots = nb;
-    free_snapshot_strings(&removed);
+    qcow2_snapshot_clear(&removed);
     if (ret < 0) {
         return ret; /* R2: maybe not durable; keep everything (leaks) */
     }

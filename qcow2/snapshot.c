@@ -2,17 +2,17 @@
  * qcow2/snapshot.c: the internal snapshot table and the read-only
  * snapshot view (qemu-img convert -l).
  *
- * Owns: parsing and validating the snapshot table, looking snapshots up by
- * ID or name, and switching the L1 table the driver reads through to a
- * snapshot's L1 (read-only).
+ * Owns: reading the snapshot table at open (decoded by snapshot-codec.c),
+ * looking snapshots up by ID or name, and switching the L1 table the
+ * driver reads through to a snapshot's L1 (read-only).
  *
  * Invariants (cited as "snapshot.c invariant N"):
- *  1. Entries start 8-byte aligned; each is a 40-byte header, extra data
- *     (<= 1024 bytes), ID, name.  Known extra data: vm_state_size_large
- *     (overrides the 32-bit field), disk_size (default: current virtual
- *     size), icount (default -1); the rest is kept verbatim.
+ *  1. The table is decoded with QEMU's rules for an open
+ *     (QCOW2_SNAPSHOT_OPEN, snapshot-codec.c invariants 1 and 2): more
+ *     than 1024 bytes of extra data in an entry refuses the open; the
+ *     default disk size is the current virtual size.
  *  2. The whole table is <= 64 MiB and holds <= 65536 entries (header.c
- *     checks count and offset; this file checks the size as it reads).
+ *     checks count and offset; the codec checks the size as it reads).
  *     What lies past the end of the file reads as zeros, as QEMU's reads
  *     do: QEMU opens such an image and qemu-img check (as check.c) may
  *     find it clean, so refusing it would strand a repaired image.
@@ -32,24 +32,19 @@
 
 void qcow2_free_snapshots(Qcow2State *s)
 {
-    for (uint32_t i = 0; s->snapshots && i < s->nb_snapshots; i++) {
-        g_free(s->snapshots[i].id_str);
-        g_free(s->snapshots[i].name);
-        g_free(s->snapshots[i].unknown_extra);
-    }
-    g_free(s->snapshots);
+    qcow2_snapshots_free(s->snapshots, s->nb_snapshots);
     s->snapshots = NULL;
     s->nb_snapshots = 0;
 }
 
 /* Read len bytes of the table at offset; zeros past the file end
  * (snapshot.c invariant 2). */
-static int table_read(Qcow2State *s, uint32_t i, uint64_t offset, void *buf, uint64_t len)
+static int table_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
 {
+    Qcow2State *s = opaque;
     uint64_t n = 0;
     int ret;
 
-    (void)i;
     if (offset < s->file_size) {
         n = MIN(len, s->file_size - offset);
     }
@@ -61,25 +56,10 @@ static int table_read(Qcow2State *s, uint32_t i, uint64_t offset, void *buf, uin
     return ret < 0 ? ret : 0;
 }
 
-static char *table_read_string(Qcow2State *s, uint32_t i, uint64_t offset, uint32_t len,
-                               int *ret)
-{
-    g_autofree char *buf = g_malloc(len + 1);
-
-    *ret = table_read(s, i, offset, buf, len);
-    if (*ret < 0) {
-        return NULL;
-    }
-    buf[len] = '\0';
-    return g_strdup(buf); /* stops at an embedded NUL, like QEMU's C strings */
-}
-
 int qcow2_read_snapshots(Qcow2State *s, bool check_mode)
 {
-    uint8_t h[QCOW2_SNAPSHOT_HEADER_SIZE];
-    uint8_t extra[QCOW2_SNAPSHOT_EXTRA_KNOWN];
-    uint64_t offset = s->header.snapshots_offset;
-    uint64_t table_length = 0;
+    const Qcow2SnapshotSource src = {.read = table_read, .opaque = s};
+    Qcow2SnapshotTable t;
     int ret;
 
     s->snapshots_offset = s->header.snapshots_offset;
@@ -88,88 +68,17 @@ int qcow2_read_snapshots(Qcow2State *s, bool check_mode)
     if (check_mode || s->header.nb_snapshots == 0) {
         return 0; /* QEMU does not read the table in check mode */
     }
-    /* nb_snapshots <= 65536 (qcow2_header_check_tables) */
-    s->snapshots = g_new0(Qcow2Snapshot, s->header.nb_snapshots);
-
-    for (uint32_t i = 0; i < s->header.nb_snapshots; i++) {
-        Qcow2Snapshot *sn = &s->snapshots[i];
-        s->nb_snapshots = i + 1; /* so qcow2_free_snapshots frees this one */
-
-        /* offset - snapshots_offset <= 64 MiB + one entry: no overflow
-         * (the end is checked against the file size by table_read) */
-        offset = (offset + 7) & ~UINT64_C(7);
-        table_length = (table_length + 7) & ~UINT64_C(7);
-        ret = table_read(s, i, offset, h, sizeof(h));
-        if (ret < 0) {
-            goto fail;
-        }
-        offset += sizeof(h);
-        sn->l1_table_offset = load_be64(h);
-        sn->l1_size = load_be32(h + 8);
-        uint32_t id_len = load_be16(h + 12);
-        uint32_t name_len = load_be16(h + 14);
-        sn->date_sec = load_be32(h + 16);
-        sn->date_nsec = load_be32(h + 20);
-        sn->vm_clock_nsec = load_be64(h + 24);
-        sn->vm_state_size = load_be32(h + 32);
-        sn->extra_data_size = load_be32(h + 36);
-
-        if (sn->extra_data_size > QCOW2_MAX_SNAPSHOT_EXTRA_DATA) {
-            ret = blk_error(EFBIG,
-                            "Too much extra metadata in snapshot table entry %" PRIu32
-                            " (%" PRIu32 " bytes, at most 1024)",
-                            i, sn->extra_data_size);
-            goto fail;
-        }
-        uint32_t known = MIN(sn->extra_data_size, QCOW2_SNAPSHOT_EXTRA_KNOWN);
-        memset(extra, 0, sizeof(extra));
-        ret = table_read(s, i, offset, extra, known);
-        if (ret < 0) {
-            goto fail;
-        }
-        offset += known;
-        if (sn->extra_data_size >= 8) {
-            sn->vm_state_size = load_be64(extra);
-        }
-        sn->disk_size = sn->extra_data_size >= 16 ? load_be64(extra + 8) : s->img->size;
-        sn->icount = sn->extra_data_size >= 24 ? (int64_t)load_be64(extra + 16) : -1;
-        if (sn->extra_data_size > QCOW2_SNAPSHOT_EXTRA_KNOWN) {
-            sn->unknown_extra_size = sn->extra_data_size - QCOW2_SNAPSHOT_EXTRA_KNOWN;
-            sn->unknown_extra = g_malloc(sn->unknown_extra_size);
-            ret = table_read(s, i, offset, sn->unknown_extra, sn->unknown_extra_size);
-            if (ret < 0) {
-                goto fail;
-            }
-            offset += sn->unknown_extra_size;
-        }
-        sn->id_str = table_read_string(s, i, offset, id_len, &ret);
-        if (ret < 0) {
-            goto fail;
-        }
-        offset += id_len;
-        sn->name = table_read_string(s, i, offset, name_len, &ret);
-        if (ret < 0) {
-            goto fail;
-        }
-        offset += name_len;
-
-        table_length +=
-            QCOW2_SNAPSHOT_HEADER_SIZE + sn->extra_data_size + id_len + name_len;
-        if (table_length > QCOW2_MAX_SNAPSHOTS_BYTES) {
-            ret =
-                blk_error(EFBIG,
-                          "Snapshot table is too big (more than 64 MiB at entry %" PRIu32
-                          " of %" PRIu32 ")",
-                          i, s->header.nb_snapshots);
-            goto fail;
-        }
+    /* nb_snapshots <= 65536 (qcow2_header_check_tables); snapshot.c
+     * invariant 1 */
+    ret = qcow2_snapshot_table_decode(&src, QCOW2_SNAPSHOT_OPEN, s->snapshots_offset,
+                                      s->header.nb_snapshots, s->img->size, &t);
+    if (ret < 0) {
+        return ret;
     }
-    s->snapshots_size = offset - s->snapshots_offset;
+    s->snapshots = t.sns;
+    s->nb_snapshots = t.nb;
+    s->snapshots_size = t.size;
     return 0;
-
-fail:
-    qcow2_free_snapshots(s);
-    return ret;
 }
 
 int qcow2_find_snapshot(const Qcow2State *s, const char *id, const char *name)
