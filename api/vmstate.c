@@ -6,7 +6,8 @@
  * task pool they share and the sticky error -- and the public API of
  * include/qimg/vmstate.h (in api/vmstate-api.c: positional calls, the save
  * stream, the load stream).  It never touches the image format: bytes go through the
- * driver's save_vmstate/load_vmstate, snapshots through block/snapshot.c.
+ * driver's save_vmstate/load_vmstate, snapshots through the driver-level operations
+ * (api/snapshot.c).
  *
  * A position ("pos") is an offset in the node's active vmstate area; pos 0
  * is the start of the area, which the driver puts on a cluster boundary.

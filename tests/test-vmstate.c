@@ -1,6 +1,6 @@
 /*
- * tests/test-vmstate.c: unit tests for block/vmstate.c (the vmstate writer
- * and reader) and block/snapshot.c (the public snapshot API).
+ * tests/test-vmstate.c: unit tests for api/vmstate.c, api/vmstate-api.c (the vmstate
+ * writer and reader) and api/snapshot.c (the public snapshot API).
  *
  * "Invariant N" means vmstate.c's.  The tests run over a recording fake
  * driver defined here: an in-memory vmstate area, every save/load call
@@ -1469,7 +1469,7 @@ static void test_close_with_open_stream(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The snapshot API (block/snapshot.c)                                      */
+/* The snapshot API (api/snapshot.c)                                        */
 /* ------------------------------------------------------------------------ */
 
 static void test_snapshot_api(void **state)
