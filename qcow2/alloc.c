@@ -293,6 +293,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
     if (nplaced == 0) {
         return 0;
     }
+    qcow2_fastmap_meta_changed(s->fastmap); /* fastmap.c invariant 4 */
     counted = g_new(uint64_t, nplaced);
     for (guint i = 0; i < p->blocks->len; i++) {
         PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
@@ -365,6 +366,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         s->refcount_table = mem;
         s->refcount_table_offset = p->table_offset;
         s->refcount_table_size = p->table_entries;
+        qcow2_reftable_count_used(s);
         if (ret < 0) {
             return ret;
         }
@@ -414,6 +416,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         for (guint i = 0; i < p->blocks->len; i++) {
             PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
             s->refcount_table[b->ti] = b->offset;
+            s->refcount_table_used = MAX(s->refcount_table_used, b->ti + 1);
         }
     }
     return 0;

@@ -89,6 +89,7 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
     if (offset < 0) {
         return (int)offset;
     }
+    qcow2_fastmap_meta_changed(s->fastmap); /* fastmap.c invariant 4 */
     if (offset == 0) {
         return qcow2_corrupt_locked(s, "Preventing invalid allocation of L1 table at "
                                        "offset 0");
@@ -215,6 +216,7 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
     if (new_offset < 0) {
         return (int)new_offset;
     }
+    qcow2_fastmap_meta_changed(s->fastmap); /* fastmap.c invariant 4 */
     if (new_offset == 0) {
         return qcow2_corrupt_locked(s, "Preventing invalid allocation of L2 table at "
                                        "offset 0");

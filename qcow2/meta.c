@@ -127,6 +127,7 @@ int qcow2_set_sticky_locked(Qcow2State *s, int ret)
     if (ret < 0 && s->sticky_error == 0) {
         const char *msg = blk_error_message();
         s->sticky_error = ret;
+        qcow2_fastmap_set_writes_locked(s->fastmap, false); /* fastmap.c inv 3 */
         s->sticky_msg = g_strdup(msg ? msg : g_strerror(-ret));
     }
     return ret;
@@ -225,7 +226,7 @@ unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64
         return QCOW2_OL_REFCOUNT_TABLE;
     }
     if (chk & QCOW2_OL_REFCOUNT_BLOCK) {
-        for (uint64_t i = 0; i < s->refcount_table_size; i++) {
+        for (uint64_t i = 0; i < s->refcount_table_used; i++) {
             uint64_t rb = s->refcount_table[i] & QCOW2_REFT_OFFSET_MASK;
             if (rb && overlaps(s, start, end, rb, s->cluster_size)) {
                 return QCOW2_OL_REFCOUNT_BLOCK;
@@ -357,6 +358,7 @@ int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
         return blk_error(EIO, "qcow2: Image is corrupt: %s", msg); /* invariant 3 */
     }
     s->corrupt_fatal = true; /* invariant 2: before the header write below */
+    qcow2_fastmap_set_writes_locked(s->fastmap, false); /* fastmap.c inv 3 */
     if (s->qcow_version >= 3) {
         uint8_t buf[8];
         store_be64(buf, s->incompatible_features | QCOW2_INCOMPAT_CORRUPT);

@@ -59,6 +59,7 @@ static void state_free(Qcow2State *s)
     qcow2_free_snapshots(s);
     qcow2_refcount_close(s);
     qcow2_cache_free(s->l2_cache);
+    qcow2_fastmap_free(s->fastmap);
     g_free(s->l1_table);
     if (s->data_file) {
         blk_close(s->data_file);
@@ -246,6 +247,8 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     cache_sizes(s, img->size, opts ? opts->metadata_cache_size : 0, &l2_bytes,
                 &refcount_bytes);
     qcow2_l2_cache_init(s, l2_bytes);
+    s->fastmap =
+        qcow2_fastmap_new(s->cluster_bits, DIV_ROUND_UP(img->size, s->cluster_size));
     ret = qcow2_refcount_init(s, refcount_bytes);
     if (ret < 0) {
         return ret;

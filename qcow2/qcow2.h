@@ -32,6 +32,7 @@
 
 #include "block/block.h"
 #include "qcow2/cache.h"
+#include "qcow2/fastmap.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -419,6 +420,7 @@ typedef struct Qcow2State {
     /* [lock] refcount table in host order */
     uint64_t *refcount_table;
     uint64_t refcount_table_size; /* entries */
+    uint64_t refcount_table_used; /* 1 + the last non-zero entry's index */
     uint64_t refcount_table_offset;
 
     /* [open] snapshot table */
@@ -429,6 +431,7 @@ typedef struct Qcow2State {
     int snapshot_view; /* index of the snapshot served read-only, or -1 */
 
     Qcow2Cache *l2_cache;       /* [lock] */
+    Qcow2FastMap *fastmap;      /* [open] the lock-free request path (fastmap.c) */
     Qcow2Cache *refcount_cache; /* [lock] */
 
     BlkNode *data_file; /* [open] external data file node (owned), or NULL */
@@ -624,6 +627,8 @@ int qcow2_decompress(int compression_type, void *dest, size_t dest_size, const v
 
 int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes);
 void qcow2_refcount_close(Qcow2State *s);
+/* Set refcount_table_used from the table (after it was read or replaced). */
+void qcow2_reftable_count_used(Qcow2State *s);
 int qcow2_get_refcount_locked(Qcow2State *s, uint64_t cluster_index, uint64_t *refcount);
 uint64_t qcow2_refblock_get(const void *block, uint64_t index, uint32_t refcount_order);
 /* Store value (<= refcount_max) as entry index of a raw refcount block. */

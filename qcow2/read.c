@@ -76,7 +76,19 @@ static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offs
     return 0;
 }
 
-int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+/* fastmap.c invariant 1: a NORMAL cluster read by a request registered
+ * over it (or of a read-only image) is remembered for fast reads. */
+static void learn_read_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m)
+{
+    uint64_t in = qcow2_offset_into_cluster(s, pos);
+
+    if (m->type == QCOW2_SC_NORMAL && pos < s->img->size &&
+        (!s->extended_l2 || (in == 0 && m->bytes >= s->cluster_size))) {
+        qcow2_fastmap_learn_locked(s->fastmap, pos - in, m->host_offset - in, false, 0);
+    }
+}
+
+static int read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool learn)
 {
     BlkNode *img = s->img;
     ReadBuffers rb = {0};
@@ -90,6 +102,9 @@ int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 
         qcow2_lock(s);
         ret = qcow2_get_host_offset_locked(s, pos, qiov->size - done, &m);
+        if (ret == 0 && learn) {
+            learn_read_locked(s, pos, &m);
+        }
         qcow2_unlock(s); /* read.c invariant 1 */
         if (ret < 0) {
             break;
@@ -128,28 +143,48 @@ int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
     return ret < 0 ? ret : 0;
 }
 
-int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+int qcow2_read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+{
+    return read_guest(s, offset, qiov, false);
+}
+
+static int read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool learn)
 {
     Qcow2Inflight r;
     int ret;
 
     if (!s->writable) {
-        return qcow2_read_guest(s, offset, qiov);
+        return read_guest(s, offset, qiov, learn);
     }
     /* invariant 6 */
     qcow2_lock(s);
     qcow2_inflight_begin_locked(s, &r, offset, qiov->size, false);
     qcow2_unlock(s);
-    ret = qcow2_read_guest(s, offset, qiov);
+    ret = read_guest(s, offset, qiov, learn);
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
     qcow2_unlock(s);
     return ret;
 }
 
+int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+{
+    return read_registered(s, offset, qiov, false);
+}
+
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
-    return qcow2_read_registered(img->opaque, offset, qiov);
+    Qcow2State *s = img->opaque;
+    Qcow2FastRef ref;
+    int ret;
+
+    if (qcow2_fastmap_begin(s->fastmap, offset, qiov->size, false, &ref)) {
+        /* fastmap.c: an allocated cluster, read without the lock */
+        ret = blk_preadv(qcow2_data_node(s), ref.host, qiov, 0);
+        qcow2_fastmap_end(s->fastmap, &ref);
+        return ret;
+    }
+    return read_registered(s, offset, qiov, true);
 }
 
 /* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data

@@ -50,9 +50,20 @@ int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes)
     if (ret < 0) {
         return ret;
     }
+    qcow2_reftable_count_used(s);
     s->refcount_cache =
         qcow2_cache_new((unsigned)MIN(entries, UINT32_MAX), s->cluster_size, &ops);
     return 0;
+}
+
+void qcow2_reftable_count_used(Qcow2State *s)
+{
+    uint64_t n = s->refcount_table_size;
+
+    while (n > 0 && !(s->refcount_table[n - 1] & QCOW2_REFT_OFFSET_MASK)) {
+        n--;
+    }
+    s->refcount_table_used = n;
 }
 
 void qcow2_refcount_close(Qcow2State *s)

@@ -319,6 +319,7 @@ int repair_rebuild_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
     s->refcount_table = g_steal_pointer(&rt);
     s->refcount_table_offset = (uint64_t)rt_offset;
     s->refcount_table_size = rt_entries;
+    qcow2_reftable_count_used(s);
     s->header.refcount_table_offset = (uint64_t)rt_offset;
     s->header.refcount_table_clusters = (uint32_t)rt_clusters;
     s->free_cluster_index = 0; /* the allocator's hint: search from the start */

@@ -203,6 +203,7 @@ static int create_locked(Qcow2State *s, const BlkSnapshotInfo *info, char **id_o
             l1_offset = 0;
             goto out;
         }
+        qcow2_fastmap_meta_changed(s->fastmap); /* fastmap.c invariant 4 */
         if (l1_offset == 0) {
             ret = qcow2_corrupt_locked(s, "Preventing invalid allocation of a snapshot "
                                           "L1 table at offset 0");

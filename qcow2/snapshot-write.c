@@ -575,6 +575,7 @@ int qcow2_snapshot_table_write_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_
         if (offset < 0) {
             return (int)offset;
         }
+        qcow2_fastmap_meta_changed(s->fastmap); /* fastmap.c invariant 4 */
         if (offset == 0) {
             return qcow2_corrupt_locked(s, "Preventing invalid allocation of the "
                                            "snapshot table at offset 0");

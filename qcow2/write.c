@@ -99,6 +99,9 @@ void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offse
         }
         qcow2_wait_locked(s);
     }
+    if (write) {
+        qcow2_fastmap_forget_locked(s->fastmap, start, end); /* fastmap.c inv 2 */
+    }
     r->start = start;
     r->end = end;
     r->write = write;
@@ -142,6 +145,8 @@ typedef struct Chunk {
     uint64_t *new_bitmap;  /* nb bitmaps to link (extended L2) */
     bool refcounted;       /* host clusters were allocated (not a data file) */
     uint64_t data_gen;     /* write generation once the data was written */
+    uint32_t meta_gen;     /* fastmap generation before the overlap check */
+    bool learn;            /* a guest write: remember the mapping (fastmap.c) */
 } Chunk;
 
 static void chunk_clear(Chunk *c)
@@ -320,6 +325,7 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
             c->refcounted = true;
         }
     }
+    c->meta_gen = qcow2_fastmap_gen(s->fastmap);
     if (!qcow2_has_data_file(s)) {
         ret = qcow2_pre_write_overlap_check_locked(s, 0, c->host + (c->fstart - c->guest),
                                                    c->fend - c->fstart);
@@ -403,6 +409,26 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
 
 /* ---- linking ---- */
 
+/* fastmap.c invariant 1: the chunk's clusters are COPIED now (in place, or
+ * just linked); writable entries where every subcluster is allocated.  Not
+ * the vmstate area (past the disk size). */
+static void learn_chunk_locked(Qcow2State *s, const Chunk *c)
+{
+    if (!c->learn) {
+        return;
+    }
+    for (uint64_t i = 0; i < c->nb; i++) {
+        uint64_t guest = c->guest + (i << s->cluster_bits);
+        if (guest >= s->img->size) {
+            break;
+        }
+        if (!s->extended_l2 || (uint32_t)c->new_bitmap[i] == UINT32_MAX) {
+            qcow2_fastmap_learn_locked(
+                s->fastmap, guest, c->host + (i << s->cluster_bits), true, c->meta_gen);
+        }
+    }
+}
+
 static int link_chunk_locked(Qcow2State *s, const Chunk *c)
 {
     uint64_t l2_index;
@@ -410,7 +436,7 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
     int ret;
 
     if (c->kind == CHUNK_IN_PLACE) {
-        return 0;
+        return 0; /* learnt when planned */
     }
     if (c->refcounted && qcow2_need_accurate_refcounts(s)) {
         ret =
@@ -436,10 +462,15 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
             qcow2_free_l2_entry_locked(s, c->old_entry[i], true); /* invariant 3 */
         }
     }
+    learn_chunk_locked(s, c);
     return 0;
 }
 
-int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+/* learn: a guest write (qcow2_pwritev), which changes each cluster's
+ * mapping at most once (its chunk's link) and may remember the result
+ * (fastmap.c invariant 1); other callers change mappings afterwards. */
+static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
+                            bool learn)
 {
     uint64_t end = offset + qiov->size, pos = offset;
     int ret = 0;
@@ -451,6 +482,10 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
             ret = plan_chunk_locked(s, pos, end, &c);
+            c.learn = learn;
+        }
+        if (ret == 0 && c.kind == CHUNK_IN_PLACE) {
+            learn_chunk_locked(s, &c);
         }
         qcow2_unlock(s);
         if (ret < 0) {
@@ -475,22 +510,37 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
     return ret;
 }
 
+int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+{
+    return write_registered(s, offset, qiov, false);
+}
+
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
+    Qcow2FastRef ref;
     int ret;
 
+    if (!(flags & BLK_REQ_FUA) &&
+        qcow2_fastmap_begin(s->fastmap, offset, qiov->size, true, &ref)) {
+        /* fastmap.c: an allocated COPIED cluster, written in place */
+        blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
+        ret = blk_pwritev(qcow2_data_node(s), ref.host, qiov, 0);
+        qcow2_fastmap_end(s->fastmap, &ref);
+        return ret;
+    }
     qcow2_lock(s);
     ret = qcow2_check_data_writable_locked(s); /* meta.c invariant 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;
     }
+    qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
     qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
     qcow2_unlock(s);
 
-    ret = qcow2_write_registered(s, offset, qiov);
+    ret = write_registered(s, offset, qiov, true);
 
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
