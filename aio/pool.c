@@ -28,7 +28,9 @@
  */
 #include "aio/pool.h"
 
+#include <errno.h>
 #include <glib.h>
+#include <limits.h>
 
 #if defined(__SANITIZE_THREAD__)
 #define POOL_TSAN 1
@@ -52,7 +54,8 @@ struct Pool {
     GCond space_cond; /* in_flight fell below max, or an error was recorded */
     GCond idle_cond;  /* in_flight reached 0 */
 
-    PoolTask *ring; /* max slots; queued tasks are ring[head .. head+nqueued) */
+    PoolTask *ring; /* cap slots; queued tasks are ring[head .. head+nqueued) */
+    unsigned cap;   /* max, or for an unbounded pool grown as needed */
     unsigned head;
     unsigned nqueued;
     unsigned in_flight; /* queued + running */
@@ -121,7 +124,7 @@ static bool pool_take_locked(Pool *p, PoolTask *out)
     }
     /* Invariant 1: the oldest queued task is started first. */
     *out = p->ring[p->head];
-    p->head = (p->head + 1) % p->max;
+    p->head = (p->head + 1) % p->cap;
     p->nqueued--;
     return true;
 }
@@ -197,9 +200,9 @@ static void pool_destroy(Pool *p)
  * cannot be had (the process is at its limits; the caller reports -ENOMEM or
  * -EAGAIN), rather than aborting.
  */
-Pool *pool_new(unsigned max_in_flight)
+static Pool *pool_create(unsigned threads, unsigned max_in_flight)
 {
-    if (max_in_flight == 0) {
+    if (threads == 0 || max_in_flight == 0) {
         return NULL;
     }
 
@@ -212,14 +215,15 @@ Pool *pool_new(unsigned max_in_flight)
     g_cond_init(&p->space_cond);
     g_cond_init(&p->idle_cond);
     p->max = max_in_flight;
-    p->ring = g_try_new(PoolTask, max_in_flight);
-    p->threads = g_try_new0(GThread *, max_in_flight);
+    p->cap = MIN(max_in_flight, MAX(threads * 2, 16u));
+    p->ring = g_try_new(PoolTask, p->cap);
+    p->threads = g_try_new0(GThread *, threads);
     if (!p->ring || !p->threads) {
         pool_destroy(p);
         return NULL;
     }
 
-    for (unsigned i = 0; i < max_in_flight; i++) {
+    for (unsigned i = 0; i < threads; i++) {
         GError *err = NULL;
         GThread *t = g_thread_try_new("qimg-pool", pool_worker, p, &err);
         if (!t) {
@@ -231,6 +235,35 @@ Pool *pool_new(unsigned max_in_flight)
         p->threads[p->nthreads++] = t;
     }
     return p;
+}
+
+Pool *pool_new(unsigned max_in_flight)
+{
+    return pool_create(max_in_flight, max_in_flight);
+}
+
+Pool *pool_new_unbounded(unsigned threads)
+{
+    return pool_create(threads, UINT_MAX);
+}
+
+/* Invariant 5: an unbounded pool's ring doubles when full.  Lock held. */
+static int pool_grow_locked(Pool *p)
+{
+    unsigned ncap = p->cap > UINT_MAX / 2 ? UINT_MAX : p->cap * 2;
+    PoolTask *ring = ncap > p->cap ? g_try_new(PoolTask, ncap) : NULL;
+
+    if (!ring) {
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < p->nqueued; i++) {
+        ring[i] = p->ring[(p->head + i) % p->cap];
+    }
+    g_free(p->ring);
+    p->ring = ring;
+    p->head = 0;
+    p->cap = ncap;
+    return 0;
 }
 
 /* No other thread may use p once pool_free() has been called. */
@@ -260,9 +293,12 @@ int pool_submit(Pool *p, PoolFunc fn, void *opaque)
         pool_wait_locked(p, &p->space_cond);
     }
     ret = p->error;
+    if (ret == 0 && p->nqueued == p->cap) {
+        ret = pool_grow_locked(p);
+    }
     if (ret == 0) {
-        g_assert(p->nqueued < p->max);
-        p->ring[(p->head + p->nqueued) % p->max] = (PoolTask){.fn = fn, .opaque = opaque};
+        g_assert(p->nqueued < p->cap);
+        p->ring[(p->head + p->nqueued) % p->cap] = (PoolTask){.fn = fn, .opaque = opaque};
         p->nqueued++;
         p->in_flight++;
         g_cond_signal(&p->task_cond);

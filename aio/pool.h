@@ -13,6 +13,9 @@
  *  3. The sticky error is the first error any task returned (by completion time).
  *  4. A task function owns its opaque; when pool_submit() fails, the task was
  *     not queued and the caller still owns it.
+ *  5. An unbounded pool (pool_new_unbounded) never blocks a submitter: its
+ *     queue grows with memory (-ENOMEM when it cannot); 'threads' tasks run
+ *     at once.
  */
 #ifndef QIMG_AIO_POOL_H
 #define QIMG_AIO_POOL_H
@@ -24,6 +27,8 @@ typedef int (*PoolFunc)(void *opaque); /* 0 or -errno; runs on a worker thread *
 
 /* max_in_flight >= 1; threads = max_in_flight. */
 Pool *pool_new(unsigned max_in_flight);
+/* threads >= 1 workers, no bound on queued tasks (invariant 5). */
+Pool *pool_new_unbounded(unsigned threads);
 /* Waits for all tasks, then frees the pool. */
 void pool_free(Pool *p);
 /* Blocks while max_in_flight tasks are queued or running.

@@ -11,7 +11,8 @@
  *     it, a handle of its own (qimg_image_backing()); only the top handle
  *     owns the node chain and closes it.
  *  2. What belongs to the handle, not to the node, lives here: the buffered
- *     vmstate writer/reader (api/vmstate.c).  Before the node is flushed or
+ *     vmstate writer/reader (api/vmstate.c) and the asynchronous requests
+ *     (api/aio.c, drained first).  Before the node is flushed or
  *     closed the handle quiesces it -- api_quiesce() drains the buffered
  *     writes, api_release() also invalidates an open stream -- so no layer
  *     below calls back up.
@@ -26,13 +27,38 @@
 #include "qimg/snapshot.h"
 
 struct ApiVmstate;
+struct ApiAio;
 
 struct QimgImage {
     BlkNode *node;
     QimgImage *backing;         /* handle of node->backing, or NULL (owned) */
     bool owns_node;             /* the top handle: closes the chain */
     struct ApiVmstate *vmstate; /* api/vmstate.c, or NULL (invariant 2) */
+    struct ApiAio *aio;         /* api/aio.c, or NULL (invariant 2) */
 };
+
+/* ---- image.c: one request as the public calls run it ---- */
+
+typedef enum ApiIoOp {
+    API_IO_READ,
+    API_IO_WRITE,
+    API_IO_ZERO,
+    API_IO_DISCARD,
+    API_IO_FLUSH,
+} ApiIoOp;
+
+/* Run one request (image.c invariant 2 included; a flush quiesces the
+ * handle first): 0 or -errno with a message.  flags are BLK_REQ_*. */
+int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkIOV *q,
+           unsigned flags);
+/* The public error for a failed api_io(): "Could not read 'file': ...". */
+void api_io_error(QimgImage *img, ApiIoOp op, int ret, GError **error);
+
+/* ---- aio.c ---- */
+
+/* Wait for every asynchronous request and run its callback (aio.h rule 6),
+ * then free the context.  Before the handle is flushed and closed. */
+void api_aio_close(QimgImage *img);
 
 /* ---- abi.c: the growable public structs (qimg.h ABI rules 1, 2) ---- */
 

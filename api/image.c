@@ -87,7 +87,9 @@ gboolean qimg_image_close(QimgImage *img, GError **error)
     if (!img) {
         return TRUE;
     }
-    /* invariant 3; api.h invariant 2: the handle quiesces first */
+    /* invariant 3; api.h invariant 2: the handle quiesces first (its
+     * asynchronous requests, aio.h rule 6, then the vmstate writer) */
+    api_aio_close(img);
     ret = api_quiesce(img);
     if (ret == 0 && !img->node->read_only) {
         ret = blk_flush(img->node);
@@ -139,15 +141,6 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
     return TRUE;
 }
 
-static gboolean io_result(BlkNode *node, int ret, const char *what, GError **error)
-{
-    if (ret < 0) {
-        blk_error_propagate(error, ret, "%s '%s'", what, node->filename);
-        return FALSE;
-    }
-    return TRUE;
-}
-
 /* Invariant 2. */
 static int after_write(BlkNode *node, int ret)
 {
@@ -158,12 +151,65 @@ static int after_write(BlkNode *node, int ret)
     return ret;
 }
 
+static const char *const io_what[] = {
+    [API_IO_READ] = "Could not read",
+    [API_IO_WRITE] = "Could not write",
+    [API_IO_ZERO] = "Could not write zeroes to",
+    [API_IO_DISCARD] = "Could not discard",
+    [API_IO_FLUSH] = "Could not flush",
+};
+
+int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkIOV *q,
+           unsigned flags)
+{
+    BlkNode *node = img->node;
+    int ret;
+
+    switch (op) {
+    case API_IO_READ:
+        return blk_preadv(node, offset, q, 0);
+    case API_IO_WRITE:
+        return after_write(node, blk_pwritev(node, offset, q, flags));
+    case API_IO_ZERO:
+        return after_write(node, blk_pwrite_zeroes(node, offset, len, flags));
+    case API_IO_DISCARD:
+        return after_write(node, blk_pdiscard(node, offset, len));
+    case API_IO_FLUSH:
+        ret = api_quiesce(img); /* api.h invariant 2 */
+        return ret < 0 ? ret : blk_flush(node);
+    }
+    g_assert_not_reached();
+}
+
+void api_io_error(QimgImage *img, ApiIoOp op, int ret, GError **error)
+{
+    blk_error_propagate(error, ret, "%s '%s'", io_what[op], img->node->filename);
+}
+
+static gboolean node_result(BlkNode *node, int ret, const char *what, GError **error)
+{
+    if (ret < 0) {
+        blk_error_propagate(error, ret, "%s '%s'", what, node->filename);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+static gboolean io_result(QimgImage *img, ApiIoOp op, int ret, GError **error)
+{
+    if (ret < 0) {
+        api_io_error(img, op, ret, error);
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean qimg_image_preadv(QimgImage *img, uint64_t offset, const struct iovec *iov,
                            int iovcnt, GError **error)
 {
     BlkIOV q;
     iov_init_external(&q, (struct iovec *)iov, iovcnt);
-    return io_result(img->node, blk_preadv(img->node, offset, &q, 0), "Could not read",
+    return io_result(img, API_IO_READ, api_io(img, API_IO_READ, offset, q.size, &q, 0),
                      error);
 }
 
@@ -172,45 +218,41 @@ gboolean qimg_image_pwritev(QimgImage *img, uint64_t offset, const struct iovec 
 {
     BlkIOV q;
     iov_init_external(&q, (struct iovec *)iov, iovcnt);
-    int ret = after_write(img->node, blk_pwritev(img->node, offset, &q, 0));
-    return io_result(img->node, ret, "Could not write", error);
+    return io_result(img, API_IO_WRITE, api_io(img, API_IO_WRITE, offset, q.size, &q, 0),
+                     error);
 }
 
 gboolean qimg_image_pread(QimgImage *img, uint64_t offset, void *buf, size_t len,
                           GError **error)
 {
-    return io_result(img->node, blk_pread(img->node, offset, buf, len), "Could not read",
-                     error);
+    struct iovec v = {.iov_base = buf, .iov_len = len};
+    return qimg_image_preadv(img, offset, &v, 1, error);
 }
 
 gboolean qimg_image_pwrite(QimgImage *img, uint64_t offset, const void *buf, size_t len,
                            GError **error)
 {
-    int ret = after_write(img->node, blk_pwrite(img->node, offset, buf, len, 0));
-    return io_result(img->node, ret, "Could not write", error);
+    struct iovec v = {.iov_base = (void *)buf, .iov_len = len};
+    return qimg_image_pwritev(img, offset, &v, 1, error);
 }
 
 gboolean qimg_image_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t len,
                                   unsigned flags, GError **error)
 {
-    int ret = after_write(img->node, blk_pwrite_zeroes(img->node, offset, len, flags));
-    return io_result(img->node, ret, "Could not write zeroes to", error);
+    return io_result(img, API_IO_ZERO, api_io(img, API_IO_ZERO, offset, len, NULL, flags),
+                     error);
 }
 
 gboolean qimg_image_pdiscard(QimgImage *img, uint64_t offset, uint64_t len,
                              GError **error)
 {
-    int ret = after_write(img->node, blk_pdiscard(img->node, offset, len));
-    return io_result(img->node, ret, "Could not discard", error);
+    return io_result(img, API_IO_DISCARD,
+                     api_io(img, API_IO_DISCARD, offset, len, NULL, 0), error);
 }
 
 gboolean qimg_image_flush(QimgImage *img, GError **error)
 {
-    int ret = api_quiesce(img); /* api.h invariant 2 */
-    if (ret == 0) {
-        ret = blk_flush(img->node);
-    }
-    return io_result(img->node, ret, "Could not flush", error);
+    return io_result(img, API_IO_FLUSH, api_io(img, API_IO_FLUSH, 0, 0, NULL, 0), error);
 }
 
 gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
@@ -224,14 +266,14 @@ gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
     blk_error_clear();
     int ret = api_quiesce(img);
     if (ret < 0) {
-        return io_result(img->node, ret, "Could not resize", error);
+        return node_result(img->node, ret, "Could not resize", error);
     }
     ret = blk_truncate(img->node, size, true, api_prealloc(prealloc), shrink);
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);
         return FALSE;
     }
-    return io_result(img->node, after_write(img->node, 0), "Could not flush", error);
+    return node_result(img->node, after_write(img->node, 0), "Could not flush", error);
 }
 
 gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const void *buf,
@@ -252,7 +294,7 @@ gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const voi
     BlkIOV q;
     iov_init_buf(&q, (void *)buf, len);
     int ret = after_write(node, node->drv->pwrite_compressed(node, offset, &q));
-    return io_result(node, ret, "Could not write compressed data to", error);
+    return node_result(node, ret, "Could not write compressed data to", error);
 }
 
 uint64_t qimg_image_size(QimgImage *img)
@@ -296,7 +338,7 @@ gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t
     BlkStatus st;
     int ret = blk_block_status(img->node, offset, len, &st);
     if (ret < 0) {
-        return io_result(img->node, ret, "Could not get block status of", error);
+        return node_result(img->node, ret, "Could not get block status of", error);
     }
     fill_extent(out, offset, &st, 0);
     return TRUE;
@@ -322,7 +364,7 @@ gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
     for (;;) {
         int ret = blk_block_status(cur, offset, len, &st);
         if (ret < 0) {
-            return io_result(cur, ret, "Could not get block status of", error);
+            return node_result(cur, ret, "Could not get block status of", error);
         }
         len = st.pnum;
         if (st.flags & BLK_STATUS_ALLOCATED) {

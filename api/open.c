@@ -247,7 +247,8 @@ void api_image_destroy(QimgImage *img)
 
     while (h) {
         QimgImage *next = h->backing;
-        api_release(h); /* api.h invariant 2 */
+        api_aio_close(h); /* api.h invariant 2: requests first */
+        api_release(h);
         h = next;
     }
     if (img && img->owns_node) {

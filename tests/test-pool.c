@@ -89,6 +89,7 @@ typedef struct OrderCtx {
     atomic_uint next; /* next slot in started[] */
     unsigned started[ORDER_TASKS];
     atomic_uint runs[ORDER_TASKS];
+    Gate *gate; /* test_unbounded_never_blocks */
 } OrderCtx;
 
 typedef struct OrderTask {
@@ -487,13 +488,51 @@ static void test_new_zero(void **state)
 {
     (void)state;
     assert_null(pool_new(0));
+    assert_null(pool_new_unbounded(0));
     pool_free(NULL);
+}
+
+/* Invariant 5: with both workers held at a gate, an unbounded pool still
+ * takes many more tasks than it has slots in its first ring (the ring
+ * grows, in FIFO order: invariant 1), and every one runs once. */
+static int gated_order_task(void *opaque)
+{
+    OrderTask *t = opaque;
+    gate_pass(t->ctx->gate);
+    return order_task(opaque);
+}
+
+static void test_unbounded_never_blocks(void **state)
+{
+    (void)state;
+    Pool *p = pool_new_unbounded(1);
+    OrderCtx *ctx = g_new0(OrderCtx, 1);
+    Gate g;
+
+    gate_init(&g);
+    ctx->gate = &g;
+    for (unsigned i = 0; i < ORDER_TASKS; i++) {
+        OrderTask *t = g_new(OrderTask, 1);
+        *t = (OrderTask){.ctx = ctx, .index = i};
+        assert_int_equal(pool_submit(p, gated_order_task, t), 0); /* never blocks */
+    }
+    assert_int_equal(pool_in_flight(p), ORDER_TASKS);
+    gate_open(&g);
+    assert_int_equal(pool_wait_all(p), 0);
+    for (unsigned i = 0; i < ORDER_TASKS; i++) {
+        assert_int_equal(ctx->started[i], i); /* one worker: FIFO */
+        assert_int_equal(atomic_load(&ctx->runs[i]), 1);
+    }
+    pool_free(p);
+    gate_clear(&g);
+    g_free(ctx);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_fifo_one_worker),
+        cmocka_unit_test(test_unbounded_never_blocks),
         cmocka_unit_test(test_order_all_run_n_workers),
         cmocka_unit_test(test_workers_run_in_parallel),
         cmocka_unit_test(test_backpressure),

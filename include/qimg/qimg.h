@@ -17,10 +17,10 @@
  * truncate and snapshot operations must not race with other calls on the
  * same handle.
  *
- * ABI (libqimg.so.0, symbol version QIMG_0.2; libqimg.map):
+ * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
- *     QimgCheckResult) begins with `uint32_t struct_size`, which the
+ *     QimgCheckResult, QimgAioOptions) begins with `uint32_t struct_size`, which the
  *     QIMG_*_INIT initialisers set to the sizeof the caller was built with.
  *     The library reads only the bytes struct_size covers and gives every
  *     field past them its default, so a program built against an older
@@ -48,10 +48,10 @@ G_BEGIN_DECLS
 
 #define QIMG_ERROR (qimg_error_quark())
 
-/* The version of the library in use ("0.2.0"), as opposed to the header's
+/* The version of the library in use ("0.3.0"), as opposed to the header's
  * QIMG_VERSION_STRING. */
 const char *qimg_version(void);
-#define QIMG_VERSION_STRING "0.2.0"
+#define QIMG_VERSION_STRING "0.3.0"
 GQuark qimg_error_quark(void);
 
 typedef struct QimgImage QimgImage;

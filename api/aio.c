@@ -1,0 +1,382 @@
+/*
+ * api/aio.c: asynchronous requests (include/qimg/aio.h) on the same path as
+ * the synchronous calls.
+ *
+ * Owns: the per-handle context (struct ApiAio): an unbounded task pool
+ * whose workers run each request through api_io() -- the code the
+ * synchronous calls use, so a request behaves, fails and is ordered with the
+ * metadata exactly as they do -- the list of completed requests, the
+ * eventfd that signals them, and the drain at close.
+ *
+ * Invariants (cited as "aio.c invariant N"):
+ *  1. A request is counted in 'live' from the moment it is queued until
+ *     its callback returned; the context is freed only at live == 0
+ *     (api_aio_close), so no worker or callback sees it gone.
+ *  2. Callbacks run only in qimg_image_aio_poll/wait and api_aio_close, in
+ *     the caller's thread, with no lock held (aio.h rules 1, 2).
+ *  3. The eventfd is readable exactly while 'done' is non-empty: a worker
+ *     that makes it non-empty adds 1; poll reads it to 0 before it takes
+ *     the whole list, and re-signals if more remain.
+ *  4. A request's error message is taken on the worker thread that made it
+ *     (block/error.c keeps it per thread) into the request's GError.
+ *  5. Flags are checked against what each operation can honour before
+ *     anything is queued (aio.h rule 1): nothing is accepted and ignored.
+ */
+#include "aio/pool.h"
+#include "api/api.h"
+#include "qimg/aio.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define AIO_DEFAULT_THREADS 64u
+
+_Static_assert((int)QIMG_AIO_MAY_UNMAP == BLK_REQ_MAY_UNMAP, "flag values");
+_Static_assert((int)QIMG_AIO_NO_FALLBACK == BLK_REQ_NO_FALLBACK, "flag values");
+_Static_assert((int)QIMG_AIO_FUA == BLK_REQ_FUA, "flag values");
+
+typedef struct ApiAio ApiAio;
+typedef struct ApiAioReq ApiAioReq;
+
+struct ApiAio {
+    QimgImage *img;
+    Pool *pool;
+    int efd;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a request completed */
+    ApiAioReq *done;     /* [lock] completed, callback not run (newest first) */
+    unsigned live;       /* [lock] invariant 1 */
+};
+
+struct ApiAioReq {
+    ApiAio *aio;
+    ApiIoOp op;
+    uint64_t offset, len;
+    unsigned flags;
+    BlkIOV q;
+    struct iovec *vec; /* the caller's iovec array, copied (aio.h rule 3) */
+    QimgAioFunc cb;
+    void *opaque;
+    int ret;
+    GError *error;
+    ApiAioReq *next;
+};
+
+static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
+{
+    ApiAio *a;
+
+    if (o->engine != QIMG_AIO_ENGINE_THREADS) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Unknown asynchronous I/O engine %d",
+                    (int)o->engine);
+        return -EINVAL;
+    }
+    a = g_new0(ApiAio, 1);
+    a->img = img;
+    a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    a->pool = pool_new_unbounded(o->threads ? o->threads : AIO_DEFAULT_THREADS);
+    if (a->efd < 0 || !a->pool) {
+        int e = a->efd < 0 ? errno : EAGAIN;
+        g_set_error(error, QIMG_ERROR, e, "Cannot set up asynchronous I/O: %s",
+                    g_strerror(e));
+        if (a->efd >= 0) {
+            close(a->efd);
+        }
+        pool_free(a->pool);
+        g_free(a);
+        return -e;
+    }
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->cond, NULL);
+    img->aio = a;
+    return 0;
+}
+
+gboolean qimg_image_aio_setup(QimgImage *img, const QimgAioOptions *opts, GError **error)
+{
+    QimgAioOptions o;
+
+    if (img->aio) {
+        g_set_error(error, QIMG_ERROR, EBUSY,
+                    "Asynchronous I/O is already set up for '%s'", img->node->filename);
+        return FALSE;
+    }
+    if (!api_struct_in(&o, sizeof(o), opts, "QimgAioOptions", error)) {
+        return FALSE;
+    }
+    return aio_new(img, &o, error) == 0;
+}
+
+static ApiAio *aio_get(QimgImage *img, GError **error)
+{
+    QimgAioOptions o = QIMG_AIO_OPTIONS_INIT;
+
+    if (!img->aio && aio_new(img, &o, error) < 0) {
+        return NULL;
+    }
+    return img->aio;
+}
+
+int qimg_image_aio_fd(QimgImage *img, GError **error)
+{
+    ApiAio *a = aio_get(img, error);
+    return a ? a->efd : -1;
+}
+
+static void signal_efd(ApiAio *a)
+{
+    uint64_t one = 1;
+    while (write(a->efd, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+}
+
+/* The worker side: run, record the outcome, hand it to the poller. */
+static int run_req(void *opaque)
+{
+    ApiAioReq *r = opaque;
+    ApiAio *a = r->aio;
+    bool first;
+
+    blk_error_clear();
+    r->ret = api_io(a->img, r->op, r->offset, r->len, &r->q, r->flags);
+    if (r->ret < 0) {
+        api_io_error(a->img, r->op, r->ret, &r->error); /* invariant 4 */
+    }
+    pthread_mutex_lock(&a->lock);
+    first = a->done == NULL;
+    r->next = a->done;
+    a->done = r;
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->lock);
+    if (first) {
+        signal_efd(a); /* invariant 3 */
+    }
+    return 0; /* the outcome goes to the callback, not to the pool */
+}
+
+static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len,
+                       const struct iovec *iov, int iovcnt, unsigned flags,
+                       unsigned allowed, QimgAioFunc cb, void *opaque, GError **error)
+{
+    ApiAio *a;
+    ApiAioReq *r;
+    int ret;
+
+    if (!cb || iovcnt < 0 || (iovcnt > 0 && !iov)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Invalid asynchronous request (no callback or no iovec)");
+        return FALSE;
+    }
+    if (flags & ~allowed) { /* invariant 5 */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Request flags 0x%x cannot be honoured by this operation",
+                    flags & ~allowed);
+        return FALSE;
+    }
+    a = aio_get(img, error);
+    if (!a) {
+        return FALSE;
+    }
+    r = g_new0(ApiAioReq, 1);
+    r->aio = a;
+    r->op = op;
+    r->offset = offset;
+    r->len = len;
+    r->flags = flags;
+    r->cb = cb;
+    r->opaque = opaque;
+    if (op == API_IO_READ || op == API_IO_WRITE) {
+        r->vec = g_memdup2(iov, sizeof(*iov) * (size_t)iovcnt);
+        iov_init_external(&r->q, r->vec, iovcnt);
+        r->len = r->q.size;
+    }
+    pthread_mutex_lock(&a->lock);
+    a->live++;
+    pthread_mutex_unlock(&a->lock);
+    ret = pool_submit(a->pool, run_req, r);
+    if (ret < 0) {
+        pthread_mutex_lock(&a->lock);
+        a->live--;
+        pthread_mutex_unlock(&a->lock);
+        g_set_error(error, QIMG_ERROR, -ret, "Cannot queue the request: %s",
+                    g_strerror(-ret));
+        g_free(r->vec);
+        g_free(r);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+gboolean qimg_image_aio_preadv(QimgImage *img, uint64_t offset, const struct iovec *iov,
+                               int iovcnt, unsigned flags, QimgAioFunc cb, void *opaque,
+                               GError **error)
+{
+    return submit(img, API_IO_READ, offset, 0, iov, iovcnt, flags, 0, cb, opaque, error);
+}
+
+gboolean qimg_image_aio_pwritev(QimgImage *img, uint64_t offset, const struct iovec *iov,
+                                int iovcnt, unsigned flags, QimgAioFunc cb, void *opaque,
+                                GError **error)
+{
+    return submit(img, API_IO_WRITE, offset, 0, iov, iovcnt, flags, QIMG_AIO_FUA, cb,
+                  opaque, error);
+}
+
+gboolean qimg_image_aio_pwrite_zeroes(QimgImage *img, uint64_t offset, uint64_t len,
+                                      unsigned flags, QimgAioFunc cb, void *opaque,
+                                      GError **error)
+{
+    return submit(img, API_IO_ZERO, offset, len, NULL, 0, flags,
+                  QIMG_AIO_FUA | QIMG_AIO_MAY_UNMAP | QIMG_AIO_NO_FALLBACK, cb, opaque,
+                  error);
+}
+
+gboolean qimg_image_aio_pdiscard(QimgImage *img, uint64_t offset, uint64_t len,
+                                 unsigned flags, QimgAioFunc cb, void *opaque,
+                                 GError **error)
+{
+    return submit(img, API_IO_DISCARD, offset, len, NULL, 0, flags, 0, cb, opaque, error);
+}
+
+gboolean qimg_image_aio_flush(QimgImage *img, unsigned flags, QimgAioFunc cb,
+                              void *opaque, GError **error)
+{
+    return submit(img, API_IO_FLUSH, 0, 0, NULL, 0, flags, 0, cb, opaque, error);
+}
+
+/* Run the callbacks of list (newest first), oldest first; invariant 2. */
+static unsigned run_callbacks(ApiAio *a, ApiAioReq *list)
+{
+    ApiAioReq *rev = NULL;
+    unsigned n = 0;
+
+    while (list) {
+        ApiAioReq *next = list->next;
+        list->next = rev;
+        rev = list;
+        list = next;
+    }
+    while (rev) {
+        ApiAioReq *r = rev;
+        rev = r->next;
+        r->cb(r->opaque, r->ret, r->error);
+        g_clear_error(&r->error);
+        g_free(r->vec);
+        g_free(r);
+        pthread_mutex_lock(&a->lock);
+        a->live--; /* invariant 1 */
+        pthread_cond_broadcast(&a->cond);
+        pthread_mutex_unlock(&a->lock);
+        n++;
+    }
+    return n;
+}
+
+/* Take up to max completed requests (0: all).  Lock held; invariant 3. */
+static ApiAioReq *take_done_locked(ApiAio *a, unsigned max)
+{
+    uint64_t v;
+    ApiAioReq *list = a->done, **tail = &list;
+
+    if (!list) {
+        return NULL;
+    }
+    while (read(a->efd, &v, sizeof(v)) < 0 && errno == EINTR) {
+    }
+    if (max == 0) {
+        a->done = NULL;
+        return list;
+    }
+    /* keep the oldest beyond max for later: cut after max from the newest
+     * end would reorder; take the whole list and put back the newest ones */
+    unsigned len = 0;
+    for (ApiAioReq *r = list; r; r = r->next) {
+        len++;
+    }
+    if (len <= max) {
+        a->done = NULL;
+        return list;
+    }
+    for (unsigned i = 0; i < len - max; i++) {
+        tail = &(*tail)->next;
+    }
+    a->done = list; /* the newest len - max stay */
+    list = *tail;   /* the oldest max run now */
+    *tail = NULL;
+    signal_efd(a);
+    return list;
+}
+
+unsigned qimg_image_aio_poll(QimgImage *img, unsigned max)
+{
+    ApiAio *a = img->aio;
+    ApiAioReq *list;
+
+    if (!a) {
+        return 0;
+    }
+    pthread_mutex_lock(&a->lock);
+    list = take_done_locked(a, max);
+    pthread_mutex_unlock(&a->lock);
+    return run_callbacks(a, list);
+}
+
+unsigned qimg_image_aio_wait(QimgImage *img)
+{
+    ApiAio *a = img->aio;
+    ApiAioReq *list;
+    unsigned running;
+
+    if (!a) {
+        return 0;
+    }
+    pthread_mutex_lock(&a->lock);
+    for (;;) {
+        running = a->live;
+        for (ApiAioReq *r = a->done; r; r = r->next) {
+            running--;
+        }
+        if (a->done || running == 0) {
+            break;
+        }
+        pthread_cond_wait(&a->cond, &a->lock);
+    }
+    list = take_done_locked(a, 0);
+    pthread_mutex_unlock(&a->lock);
+    return run_callbacks(a, list);
+}
+
+unsigned qimg_image_aio_in_flight(QimgImage *img)
+{
+    ApiAio *a = img->aio;
+    unsigned n;
+
+    if (!a) {
+        return 0;
+    }
+    pthread_mutex_lock(&a->lock);
+    n = a->live;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+void api_aio_close(QimgImage *img)
+{
+    ApiAio *a = img->aio;
+
+    if (!a) {
+        return;
+    }
+    while (qimg_image_aio_in_flight(img) > 0) { /* aio.h rule 6 */
+        qimg_image_aio_wait(img);
+    }
+    pool_free(a->pool);
+    close(a->efd);
+    pthread_mutex_destroy(&a->lock);
+    pthread_cond_destroy(&a->cond);
+    g_free(a);
+    img->aio = NULL;
+}
