@@ -1,0 +1,494 @@
+/*
+ * qimg convert [-f fmt] [-O fmt] [-B backing -F fmt] [-l snapshot] [-S size]
+ *              [-n] [--target-is-zero] [-o options] [-t cache] [-T cache]
+ *              [-m N] [-W] [-c] [-p] [-q] [-U] SRC DST
+ *
+ * A sequential copy that leaves the same layout in the target as
+ * qemu-img 7.2 (see shared/reference/qemu-behaviour.md section c).
+ *
+ * Owns: the options, opening the source (snapshot included), the checks
+ * of the target's creation options, creating and opening the target, what
+ * the copy may assume of it (the Convert state), and the end: flush, close,
+ * progress.  The copy itself, block status to writes, is convert-copy.c.
+ *
+ *  1. The target cache defaults to unsafe and the source cache to
+ *     writeback.  The target is flushed at the end unless unsafe.
+ *  2. Zeros are skipped (convert-copy.c fact 3) when the target was created
+ *     by this run, has no backing file, -S is not 0 and it reads as zeros.
+ *  3. --target-is-zero (only with -n, never with a backing file) promises
+ *     that the existing target reads as zeros: zeros are not written.
+ *  4. With -B the target's backing file is taken to hold what the source's
+ *     backing chain holds (convert-copy.c fact 4).  -B wins over -o
+ *     backing_file and needs a backing format (-F or -o backing_fmt).
+ *  5. Locks: nobody may write or resize any file of the source's chain
+ *     while it is copied (deny_write; -U lifts it); the target is created
+ *     with the creation locks and opened read-write, so a target in use is
+ *     refused as "T: error while converting FMT: Failed to get \"write\"
+ *     lock" (created) or "Could not open 'T': ..." (-n).
+ */
+#include "convert.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Does the whole target read as zeros (regular file just created, or block
+ * status says so)? */
+static bool target_reads_zero(QimgImage *dst, const char *filename)
+{
+    struct stat st;
+    uint64_t size = qimg_image_size(dst);
+
+    if (stat(filename, &st) == 0 && S_ISREG(st.st_mode)) {
+        return true;
+    }
+    for (uint64_t off = 0; off < size;) {
+        QimgExtent ext;
+        GError *err = NULL;
+
+        if (!qimg_image_block_status(dst, off, size - off, &ext, &err)) {
+            g_clear_error(&err);
+            return false;
+        }
+        if (!(ext.flags & QIMG_STATUS_ZERO) || ext.length == 0) {
+            return false;
+        }
+        off += ext.length;
+    }
+    return true;
+}
+
+/* "-l ID_OR_NAME" or "-l snapshot.id=ID,snapshot.name=NAME". */
+static char *parse_snapshot_param(const char *param)
+{
+    g_auto(GStrv) parts = NULL;
+    const char *id = NULL, *name = NULL;
+
+    if (!g_str_has_prefix(param, "snapshot.id=") &&
+        !g_str_has_prefix(param, "snapshot.name=")) {
+        return g_strdup(param);
+    }
+    parts = g_strsplit(param, ",", -1);
+    for (int i = 0; parts[i]; i++) {
+        if (g_str_has_prefix(parts[i], "snapshot.id=")) {
+            id = parts[i] + strlen("snapshot.id=");
+        } else if (g_str_has_prefix(parts[i], "snapshot.name=")) {
+            name = parts[i] + strlen("snapshot.name=");
+        } else {
+            tool_error("Invalid parameter '%s'", parts[i]);
+            return NULL;
+        }
+    }
+    return g_strdup(id && *id ? id : name);
+}
+
+/* Guard for drivers that ignore QimgOpenOptions.snapshot (raw). */
+static bool has_snapshot(const QimgInfo *info, const char *id_or_name)
+{
+    for (guint i = 0; info->snapshots && i < info->snapshots->len; i++) {
+        const QimgSnapshotInfo *sn = g_ptr_array_index(info->snapshots, i);
+        if (g_strcmp0(sn->id, id_or_name) == 0 || g_strcmp0(sn->name, id_or_name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool parse_sparse(const char *arg, unsigned *sectors)
+{
+    int64_t v;
+
+    if (!tool_cvtnum("buffer size for sparse output", arg, INT64_MAX, &v)) {
+        return false;
+    }
+    if (v % SECTOR || v > 16 * 1024 * 1024) {
+        tool_error(
+            "Invalid buffer size for sparse output specified. Valid sizes are "
+            "multiples of 512 up to 16777216. Select 0 to disable sparse detection "
+            "(fully allocates output).");
+        return false;
+    }
+    *sectors = (unsigned)(v / SECTOR);
+    return true;
+}
+
+static unsigned pow2floor(unsigned v)
+{
+    unsigned p = 1;
+
+    while (p <= v / 2) {
+        p *= 2;
+    }
+    return v ? p : 0;
+}
+
+typedef struct ConvertArgs {
+    const char *src_fmt, *out_fmt, *snapshot, *src_name, *dst_name;
+    const char *backing, *backing_fmt; /* -B, -F */
+    char *optlist;
+    QimgCacheMode src_cache, dst_cache;
+    bool skip_create, progress, quiet, force_share, compress, target_is_zero;
+    unsigned min_sparse;
+} ConvertArgs;
+
+static bool can_compress(const char *fmt)
+{
+    if (strcmp(fmt, "qcow2") != 0) {
+        tool_error("Compression not supported for this file format");
+        return false;
+    }
+    return true;
+}
+
+static bool desc_has(const ToolOptDesc *descs, const char *name)
+{
+    for (; descs->name; descs++) {
+        if (strcmp(descs->name, name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The target's creation options as qemu-img checks them, in its order:
+ * -B/-F over -o (fact 4), --target-is-zero, the backing format, -c.
+ * Returns NULL after printing the error.
+ */
+static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
+{
+    g_autoptr(GPtrArray) opts =
+        tool_opts_parse(a->optlist ? a->optlist : "", descs, NULL);
+    const char *prealloc;
+
+    if (!opts) {
+        return NULL;
+    }
+    tool_opts_remove(opts, "size");
+    tool_opts_remove(opts, "nocow"); /* hints the library does not take */
+    tool_opts_remove(opts, "extent_size_hint");
+    if (a->backing && !desc_has(descs, "backing_file")) {
+        tool_error("Backing file not supported for file format '%s'", a->out_fmt);
+        return NULL;
+    }
+    if (a->backing_fmt && !desc_has(descs, "backing_fmt")) {
+        tool_error("Backing file format not supported for file format '%s'", a->out_fmt);
+        return NULL;
+    }
+    if (a->backing) {
+        tool_opts_set(opts, "backing_file", a->backing, NULL);
+    }
+    if (a->backing_fmt) {
+        tool_opts_set(opts, "backing_fmt", a->backing_fmt, NULL);
+    }
+    if (a->target_is_zero && tool_opts_get(opts, "backing_file")) {
+        tool_error("Cannot use --target-is-zero when the destination image has a backing "
+                   "file");
+        return NULL;
+    }
+    if (tool_opts_get(opts, "backing_file") && !tool_opts_get(opts, "backing_fmt")) {
+        tool_error("Use of backing file requires explicit backing format");
+        return NULL;
+    }
+    if (a->compress && !can_compress(a->out_fmt)) {
+        return NULL;
+    }
+    prealloc = tool_opts_get(opts, "preallocation");
+    if (a->compress && prealloc && strcmp(prealloc, "off") != 0) {
+        tool_error("Compression and preallocation not supported at the same time");
+        return NULL;
+    }
+    return g_steal_pointer(&opts);
+}
+
+/* Size of the target's backing file, -1 if unknown (convert-copy.c fact 4). */
+static int64_t backing_size(QimgImage *dst)
+{
+    QimgImage *b = qimg_image_backing(dst);
+
+    return b ? (int64_t)qimg_image_size(b) : -1;
+}
+
+/* Create (unless -n) and open the target; prints errors. */
+static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
+{
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    GError *err = NULL;
+    QimgImage *dst;
+
+    if (a->skip_create && a->target_is_zero && a->backing) {
+        tool_error("Cannot use --target-is-zero when the destination image has a backing "
+                   "file");
+        return NULL;
+    }
+    if (a->skip_create && a->compress && !can_compress(a->out_fmt)) {
+        return NULL;
+    }
+    if (!a->skip_create) {
+        const ToolOptDesc *descs = tool_create_opts(a->out_fmt);
+        g_autoptr(GPtrArray) opts = NULL;
+        g_autoptr(GHashTable) hash = NULL;
+        QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+
+        if (!descs) {
+            tool_error("Unknown file format '%s'", a->out_fmt);
+            return NULL;
+        }
+        opts = target_opts(a, descs);
+        if (!opts) {
+            return NULL;
+        }
+        s->target_has_backing = tool_opts_get(opts, "backing_file") != NULL;
+        s->top_only = s->target_has_backing;
+        hash = tool_opts_to_hash(opts);
+        co.format = a->out_fmt;
+        co.size = size;
+        co.size_set = true;
+        co.backing_file = tool_opts_get(opts, "backing_file");
+        co.backing_format = tool_opts_get(opts, "backing_fmt");
+        co.options = hash;
+        if (!qimg_image_create(a->dst_name, &co, &err)) {
+            tool_error("%s: error while converting %s: %s", a->dst_name, a->out_fmt,
+                       err->message);
+            g_clear_error(&err);
+            return NULL;
+        }
+    }
+
+    oo.format = a->out_fmt;
+    oo.cache = a->dst_cache;
+    dst = qimg_image_open(a->dst_name, &oo, &err);
+    if (!dst) {
+        tool_report_open_error(a->dst_name, err);
+        return NULL;
+    }
+    s->target_backing = -1;
+    if (a->skip_create) {
+        s->target_has_backing = a->backing || qimg_image_backing(dst) != NULL;
+        s->top_only = a->backing != NULL;
+        if (qimg_image_size(dst) < size) {
+            tool_error("output file is smaller than input file");
+            qimg_image_free(dst);
+            return NULL;
+        }
+    } else if (s->target_has_backing) {
+        s->target_backing = backing_size(dst);
+    }
+    if (a->target_is_zero) {
+        s->zero_init = true; /* fact 3 */
+    } else {
+        s->zero_init = !a->skip_create && !s->target_has_backing && a->min_sparse != 0 &&
+                       target_reads_zero(dst, a->dst_name);
+    }
+    return dst;
+}
+
+static int run_convert(ConvertArgs *a)
+{
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    g_autoptr(QimgImage) src = NULL;
+    g_autoptr(QimgInfo) info = NULL;
+    g_autofree char *snapshot = NULL;
+    Convert s = {0};
+    ToolProgress prog;
+    GError *err = NULL;
+    bool ok;
+
+    if (a->snapshot) {
+        snapshot = parse_snapshot_param(a->snapshot);
+        if (!snapshot) {
+            return 1;
+        }
+    }
+    oo.format = a->src_fmt;
+    oo.read_only = true;
+    oo.cache = a->src_cache;
+    oo.force_share = a->force_share;
+    oo.deny_write = true; /* qemu-img: nobody writes the source while we copy it */
+    oo.snapshot = snapshot;
+    src = qimg_image_open(a->src_name, &oo, &err);
+    if (!src) {
+        tool_report_open_error(a->src_name, err);
+        return 1;
+    }
+    info = qimg_image_get_info(src, &err);
+    if (!info) {
+        tool_report_gerror(err, NULL);
+        return 1;
+    }
+    if (snapshot && !has_snapshot(info, snapshot)) {
+        tool_error("Failed to load snapshot: Can't find snapshot");
+        return 1;
+    }
+
+    s.src = src;
+    s.size = qimg_image_size(src);
+    s.src_align = MAX(info->cluster_size, SECTOR);
+    s.min_sparse = a->min_sparse;
+    s.alignment = MAX(pow2floor(a->min_sparse), 1u);
+    s.dst = open_target(a, s.size, &s);
+    if (!s.dst) {
+        return 1;
+    }
+
+    s.buf = g_malloc(BUF_SIZE);
+    if (a->compress) {
+        g_autoptr(QimgInfo) ti = qimg_image_get_info(s.dst, NULL);
+        s.compress = true;
+        s.cluster = ti && ti->cluster_size ? ti->cluster_size : 65536;
+        if (s.cluster > BUF_SIZE) {
+            s.cluster = BUF_SIZE;
+        }
+    }
+    tool_progress_init(&prog, a->progress && !a->quiet);
+    ok = convert_copy(&s, &prog);
+    g_free(s.buf);
+    if (ok && a->dst_cache != QIMG_CACHE_UNSAFE && !qimg_image_flush(s.dst, &err)) {
+        tool_report_gerror(err, "error while flushing the target");
+        err = NULL;
+        ok = false;
+    }
+    if (!qimg_image_close(s.dst, &err)) {
+        if (ok) {
+            tool_report_gerror(err, NULL);
+        } else {
+            g_clear_error(&err);
+        }
+        ok = false;
+    }
+    if (ok) {
+        tool_progress_update(&prog, s.size, s.size);
+    }
+    tool_progress_end(&prog);
+    return ok ? 0 : 1;
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    enum { OPT_TARGET_IS_ZERO = 256 };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"force-share", no_argument, NULL, 'U'},
+        {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
+        {NULL, 0, NULL, 0},
+    };
+    ConvertArgs a = {
+        .out_fmt = "raw",
+        .src_cache = QIMG_CACHE_WRITEBACK,
+        .dst_cache = QIMG_CACHE_UNSAFE,
+        .min_sparse = 8,
+    };
+    int c, ret;
+
+    while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WU", longopts,
+                            NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            g_free(a.optlist);
+            return tool_command_help("convert");
+        case 'f':
+            a.src_fmt = optarg;
+            break;
+        case 'O':
+            a.out_fmt = optarg;
+            break;
+        case 'B':
+            a.backing = optarg;
+            break;
+        case 'F':
+            a.backing_fmt = optarg;
+            break;
+        case OPT_TARGET_IS_ZERO:
+            a.target_is_zero = true;
+            break;
+        case 'o':
+            a.optlist = tool_opts_append(a.optlist, optarg);
+            break;
+        case 'l':
+            a.snapshot = optarg;
+            break;
+        case 'S':
+            if (!parse_sparse(optarg, &a.min_sparse)) {
+                goto fail;
+            }
+            break;
+        case 'p':
+            a.progress = true;
+            break;
+        case 't':
+            if (!tool_parse_cache(optarg, false, &a.dst_cache)) {
+                goto fail;
+            }
+            break;
+        case 'T':
+            if (!tool_parse_cache(optarg, true, &a.src_cache)) {
+                goto fail;
+            }
+            break;
+        case 'q':
+            a.quiet = true;
+            break;
+        case 'n':
+            a.skip_create = true;
+            break;
+        case 'm': {
+            char *end;
+            long m = strtol(optarg, &end, 10);
+            if (*end || end == optarg || m < 1 || m > 16) {
+                tool_error(
+                    "Invalid number of coroutines. Allowed number of coroutines is "
+                    "between 1 and 16");
+                goto fail;
+            }
+            break; /* the copy is sequential; accepted for compatibility */
+        }
+        case 'c':
+            a.compress = true;
+            break;
+        case 'W':
+            break; /* out-of-order writes: accepted, the copy is in order anyway */
+        case 'U':
+            a.force_share = true;
+            break;
+        default:
+            g_free(a.optlist);
+            return tool_bad_option(c, argv);
+        }
+    }
+
+    if (a.optlist && tool_opts_want_help(a.optlist)) {
+        if (!tool_create_opts(a.out_fmt)) {
+            tool_error("Unknown file format '%s'", a.out_fmt);
+            goto fail;
+        }
+        tool_opts_print_help(a.out_fmt, optind < argc);
+        g_free(a.optlist);
+        return 0;
+    }
+    if (a.target_is_zero && !a.skip_create) {
+        tool_error("--target-is-zero requires use of -n flag");
+        goto fail;
+    }
+    if (argc - optind < 2) {
+        tool_error("Must specify image file name");
+        goto fail;
+    }
+    if (argc - optind > 2) {
+        tool_error("Converting several source images into one is not supported");
+        goto fail;
+    }
+    if (a.skip_create && a.optlist) {
+        tool_error("-o has no effect when skipping image creation");
+        goto fail;
+    }
+    a.src_name = argv[optind];
+    a.dst_name = argv[optind + 1];
+    ret = run_convert(&a);
+    g_free(a.optlist);
+    return ret;
+
+fail:
+    g_free(a.optlist);
+    return 1;
+}
