@@ -260,7 +260,7 @@ static int plan_cover_locked(Qcow2State *s, RefPlan *p, uint64_t first, uint64_t
 static void raise_file_size(Qcow2State *s, uint64_t end)
 {
     if (end > s->file_size) {
-        s->file_size = end; /* qcow2.h invariant 7 */
+        s->file_size = end; /* qcow2.h invariant 5 */
     }
 }
 

@@ -3,7 +3,7 @@
  *
  * Owns: the L2 table cache and the refcount block cache (one Qcow2Cache
  * each).  Tables are kept raw (big-endian), as on disk (qcow2.h
- * invariant 5).  Callers hold the image metadata lock around every call
+ * invariant 3).  Callers hold the image metadata lock around every call
  * (hence _locked); the cache has no lock of its own.
  *
  * Invariants (cited as "cache.c invariant N"):

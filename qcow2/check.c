@@ -117,7 +117,7 @@ int check_refresh_file_size(Qcow2Check *c)
         return (int)len;
     }
     c->file_size = (uint64_t)len;
-    /* qcow2.h invariant 7: the driver's idea of the file only grows */
+    /* qcow2.h invariant 5: the driver's idea of the file only grows */
     c->s->file_size = MAX(c->s->file_size, c->file_size);
     return 0;
 }

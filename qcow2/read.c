@@ -7,7 +7,7 @@
  *
  * Invariants (cited as "read.c invariant N"):
  *  1. The metadata lock is held only while an extent is looked up; it is
- *     dropped before any guest data is read (qcow2.h invariant 3), so
+ *     dropped before any guest data is read (qcow2.h invariant 1), so
  *     readers of different clusters run in parallel.
  *  2. Bytes past the end of the data file or the backing node read as
  *     zeros, as QEMU reads them: protocol nodes (image and data file) do

@@ -4,7 +4,7 @@
  * caller (opening the image, qemu-img check, check -r all), and entries
  * encoded back into a table.
  *
- * Owns: the entry layout (qcow2.h, QCOW2_SNE_*), the table's limits and
+ * Owns: the entry layout (format.h, QCOW2_SNE_*), the table's limits and
  * every message about them.  snapshot.c (the open) and repair.c (the
  * check) read the table through qcow2_snapshot_table_decode();
  * snapshot-write.c and repair.c write it through

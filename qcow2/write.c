@@ -38,7 +38,7 @@
  *  3. Replaced clusters are freed after the L2 entries point away from them
  *     (in the cache): alloc.c invariant 2 then orders the refcount block
  *     after the L2 table.
- *  4. qcow2.h invariant 3: the plan (L2 table ready, clusters allocated,
+ *  4. qcow2.h invariant 1: the plan (L2 table ready, clusters allocated,
  *     overlap checked) is made under the lock, no cache reference is kept,
  *     the lock is dropped while data moves, then retaken to link.
  *  5. A cluster is written in place only when its L2 entry has COPIED
@@ -337,7 +337,7 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         }
     }
 out:
-    qcow2_cache_put_locked(s->l2_cache, (void **)&l2); /* qcow2.h invariant 6 */
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2); /* qcow2.h invariant 4 */
     return ret;
 }
 

@@ -2,8 +2,9 @@
 # scripts/check-install.sh BUILD_DIR: an embedder's view of libqimg.
 # Installs the build into a scratch root (meson install --destdir), builds
 # examples/embed.c with nothing but `pkg-config libqimg` from there (the
-# installed headers and libqimg.so), runs it, and has qemu-img check and
-# qemu-io verify the image it wrote.  Exits non-zero on any failure.
+# installed headers and libqimg.so), runs it, and has qemu-img check,
+# qemu-io (the disk) and qemu-img info (the snapshot and its VM state)
+# verify the image it wrote.  Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -27,10 +28,19 @@ LD_LIBRARY_PATH=$libdir ldd "$root/embed" | grep -q "$libdir/libqimg.so" ||
 img=$root/embed.qcow2
 LD_LIBRARY_PATH=$libdir "$root/embed" "$img"
 qemu-img check -q "$img"
-# thread 1's first chunk: 1 MiB in, byte i = 37 + i/512
-if ! out=$(qemu-io -f qcow2 -c 'read -q -P 37 1M 512' -c 'read -q -P 38 1049088 512' "$img" 2>&1) ||
-    [ -n "$out" ]; then
+# what embed wrote, as QEMU reads it: MiB t of the disk holds t + 1 (the
+# zeroing of MiB 0 was reverted by loadvm), the rest reads as zeros ...
+if ! out=$(qemu-io -f qcow2 -c 'read -q -P 1 0 1M' -c 'read -q -P 2 1M 1M' \
+    -c 'read -q -P 3 2M 1M' -c 'read -q -P 4 3M 1M' -c 'read -q -P 0 4M 60M' \
+    "$img" 2>&1) || [ -n "$out" ]; then
     echo "install: qemu-io reads other data: $out"
     exit 1
 fi
-echo "install: examples/embed built against the installed libqimg; qemu-img check clean"
+# ... and snapshot vm1 holds the 3 MiB + 123 bytes of VM state
+info=$(qemu-img info --output=json "$img")
+if ! grep -q '"name": "vm1"' <<<"$info" || ! grep -q '"vm-state-size": 3145851' <<<"$info"; then
+    echo "install: qemu-img does not see snapshot vm1 with its VM state: $info"
+    exit 1
+fi
+echo "install: examples/embed built against the installed libqimg; qemu-img check clean," \
+    "qemu-io and qemu-img info read what it wrote"

@@ -9,7 +9,7 @@
  *
  * Covers read.c invariants 1-5, cluster.c invariants 2 and 3, compress.c
  * invariants 1 and 2, snapshot.c invariants 1, 4 and 5, qcow2.c invariants
- * 3, 4 and 8, qcow2.h invariant 6, header.c invariant 3 and block.c
+ * 3, 4 and 8, qcow2.h invariant 4, header.c invariant 3 and block.c
  * invariant 3.  Every image is opened read-only, so read.c invariant 6 (the
  * in-flight list of writable images) is not exercised here.
  */
@@ -585,7 +585,7 @@ static gpointer reader_thread(gpointer p)
  * held only for lookups (read.c invariant 1), each request decompresses into
  * its own buffers (read.c invariant 4), and with a tiny metadata cache the
  * lookups evict each other's L2 tables while no reference to one is kept
- * after the lock is dropped (qcow2.h invariant 6).
+ * after the lock is dropped (qcow2.h invariant 4).
  */
 static void test_random_parallel(void **state)
 {

@@ -4,364 +4,34 @@
  *              [-m N] [-W] [-c] [-p] [-q] [-U] SRC DST
  *
  * A sequential copy that leaves the same layout in the target as
- * qemu-img 7.2 (see shared/reference/qemu-behaviour.md section c):
+ * qemu-img 7.2 (see shared/reference/qemu-behaviour.md section c).
  *
- *  1. The source is walked by block status through its chain.  A status
- *     region is trimmed so that it ends on a source cluster boundary (when
- *     that leaves something).  ZERO regions are one chunk; DATA regions
- *     (and ZERO regions with -S 0, which become explicit zero data) are
- *     cut into 2 MiB chunks counted from the region start.
- *  2. In a data chunk, sparse detection works on 512-byte sectors: a run
- *     of zero sectors of at least -S bytes (default 4 KiB) is not written;
- *     shorter zero runs between data are written as data.  Run ends are
- *     moved to multiples of the alignment (pow2floor(-S)) so that writes
- *     stay aligned: a data run is extended to the next boundary, a zero run
- *     is shortened to end at the previous one (or becomes data if that
- *     would leave nothing).  -S 0 writes everything.
- *  3. Zeros are skipped when the target was created by this run, has no
- *     backing file, -S is not 0 and it reads as zeros; otherwise they are
- *     written with pwrite_zeroes (may unmap unless the target has a backing
- *     file).  A region that is neither data nor zero is data, unless the
- *     target has a backing file, where it is left unallocated.
- *  4. The target cache defaults to unsafe and the source cache to
+ * Owns: the options, opening the source (snapshot included), the checks
+ * of the target's creation options, creating and opening the target, what
+ * the copy may assume of it (the Convert state), and the end: flush, close,
+ * progress.  The copy itself, block status to writes, is convert-copy.c.
+ *
+ *  1. The target cache defaults to unsafe and the source cache to
  *     writeback.  The target is flushed at the end unless unsafe.
- *  5. With -B the target's backing file is taken to hold what the source's
- *     backing chain holds: only the source's top layer is asked for status,
- *     and what it does not define (and zeros past the end of the target's
- *     backing file) is left unallocated.  -B wins over -o backing_file and
- *     needs a backing format (-F or -o backing_fmt).
- *  6. --target-is-zero (only with -n, never with a backing file) promises
+ *  2. Zeros are skipped (convert-copy.c fact 3) when the target was created
+ *     by this run, has no backing file, -S is not 0 and it reads as zeros.
+ *  3. --target-is-zero (only with -n, never with a backing file) promises
  *     that the existing target reads as zeros: zeros are not written.
- *  7. Locks: nobody may write or resize any file of the source's chain
+ *  4. With -B the target's backing file is taken to hold what the source's
+ *     backing chain holds (convert-copy.c fact 4).  -B wins over -o
+ *     backing_file and needs a backing format (-F or -o backing_fmt).
+ *  5. Locks: nobody may write or resize any file of the source's chain
  *     while it is copied (deny_write; -U lifts it); the target is created
  *     with the creation locks and opened read-write, so a target in use is
  *     refused as "T: error while converting FMT: Failed to get \"write\"
  *     lock" (created) or "Could not open 'T': ..." (-n).
  */
-#include "qimg-tool.h"
+#include "convert.h"
 
 #include <getopt.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#define SECTOR 512u
-#define BUF_SIZE (2u * 1024 * 1024)
-#define REQUEST_MAX ((uint64_t)(INT32_MAX / SECTOR) * SECTOR)
-
-typedef enum { ST_DATA, ST_ZERO, ST_BACKING } ChunkStatus;
-
-typedef struct Convert {
-    QimgImage *src;
-    QimgImage *dst;
-    uint64_t size;
-    uint64_t src_align;  /* bytes, >= 512 */
-    unsigned min_sparse; /* sectors; 0 = no sparse detection */
-    unsigned alignment;  /* sectors */
-    bool zero_init;      /* target already reads as zeros */
-    bool target_has_backing;
-    bool top_only;          /* -B: status of the source's top layer (fact 5) */
-    int64_t target_backing; /* size of the target's backing file, -1 unknown */
-    bool compress;          /* -c: whole clusters through pwrite_compressed */
-    uint32_t cluster;       /* target cluster size (with -c) */
-    uint8_t *buf;
-} Convert;
-
-static bool sector_is_zero_buf(const uint8_t *buf, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        if (buf[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
-static bool sector_is_zero(const uint8_t *buf, size_t len)
-{
-    static const uint8_t zeros[SECTOR];
-
-    return memcmp(buf, zeros, len) == 0;
-}
-
-/* Length of sector i of a buffer of 'len' bytes (the last may be short). */
-static size_t sector_len(size_t len, size_t i)
-{
-    return MIN(SECTOR, len - i * SECTOR);
-}
-
-/*
- * One run of sectors in the same state (fact 2) from the start of buf
- * (nsec sectors, 'len' bytes, first sector number 'sector').  Returns
- * whether the run is data; *run is its length in sectors.
- */
-static bool same_run(const uint8_t *buf, size_t len, size_t nsec, uint64_t sector,
-                     unsigned align, size_t *run)
-{
-    bool zero = sector_is_zero(buf, sector_len(len, 0));
-    size_t i = 1;
-    uint64_t tail;
-
-    while (i < nsec && sector_is_zero(buf + i * SECTOR, sector_len(len, i)) == zero) {
-        i++;
-    }
-    if (i == nsec) {
-        *run = i;
-        return !zero;
-    }
-    tail = (sector + i) % align;
-    if (tail) {
-        if (zero && i <= tail) {
-            zero = false;
-        }
-        if (!zero) {
-            i = MIN(i + (align - tail), nsec);
-        } else {
-            i -= tail;
-        }
-    }
-    *run = i;
-    return !zero;
-}
-
-/* Like same_run, but zero runs shorter than 'min' sectors that follow data
- * are taken into the data run. */
-static bool data_run(const uint8_t *buf, size_t len, uint64_t sector, unsigned min,
-                     unsigned align, size_t *run)
-{
-    size_t nsec = (len + SECTOR - 1) / SECTOR;
-    size_t used, checked, r;
-
-    if (nsec < min) {
-        min = (unsigned)nsec;
-    }
-    if (!same_run(buf, len, nsec, sector, align, &r)) {
-        *run = r;
-        return false;
-    }
-    used = checked = r;
-    while (checked < nsec) {
-        bool data = same_run(buf + checked * SECTOR, len - checked * SECTOR,
-                             nsec - checked, sector + checked, align, &r);
-        checked += r;
-        if (data) {
-            used = checked;
-        } else if (r >= min) {
-            break;
-        }
-    }
-    *run = used;
-    return true;
-}
-
-static bool write_zeroes(Convert *s, uint64_t offset, uint64_t len)
-{
-    GError *err = NULL;
-
-    if (s->zero_init) {
-        return true;
-    }
-    if (!qimg_image_pwrite_zeroes(
-            s->dst, offset, len, s->target_has_backing ? 0 : QIMG_ZERO_MAY_UNMAP, &err)) {
-        tool_error("error while writing at byte %" PRIu64 ": %s", offset, err->message);
-        g_clear_error(&err);
-        return false;
-    }
-    return true;
-}
-
-static bool write_data(Convert *s, uint64_t offset, const uint8_t *buf, size_t len)
-{
-    GError *err = NULL;
-
-    if (!qimg_image_pwrite(s->dst, offset, buf, len, &err)) {
-        tool_error("error while writing at byte %" PRIu64 ": %s", offset, err->message);
-        g_clear_error(&err);
-        return false;
-    }
-    return true;
-}
-
-/* Write one data chunk with sparse detection (fact 2). */
-static bool write_chunk(Convert *s, uint64_t offset, size_t len)
-{
-    size_t pos = 0;
-
-    if (s->min_sparse == 0) {
-        return write_data(s, offset, s->buf, len);
-    }
-    while (pos < len) {
-        size_t run, bytes;
-        bool data = data_run(s->buf + pos, len - pos, (offset + pos) / SECTOR,
-                             s->min_sparse, s->alignment, &run);
-
-        bytes = MIN((uint64_t)run * SECTOR, len - pos);
-        if (data ? !write_data(s, offset + pos, s->buf + pos, bytes)
-                 : !write_zeroes(s, offset + pos, bytes)) {
-            return false;
-        }
-        pos += bytes;
-    }
-    return true;
-}
-
-/*
- * Block status of the source: of the whole chain, or with -B of its top
- * layer alone (fact 5), where what the layer leaves undefined reads as zeros
- * when nothing is below it or the offset is past the end of what is below.
- */
-static bool source_status(Convert *s, uint64_t offset, uint64_t len, QimgExtent *ext,
-                          GError **err)
-{
-    QimgImage *below;
-
-    if (!s->top_only) {
-        return qimg_image_block_status(s->src, offset, len, ext, err);
-    }
-    if (!qimg_image_block_status_layer(s->src, offset, len, ext, err)) {
-        return false;
-    }
-    if (ext->flags & (QIMG_STATUS_ALLOCATED | QIMG_STATUS_ZERO | QIMG_STATUS_DATA)) {
-        return true;
-    }
-    below = qimg_image_backing(s->src);
-    if (!below) {
-        ext->flags |= QIMG_STATUS_ZERO;
-    } else if (offset >= qimg_image_size(below)) {
-        ext->flags |= QIMG_STATUS_ZERO;
-    } else {
-        ext->length = MIN(ext->length, qimg_image_size(below) - offset);
-    }
-    return true;
-}
-
-/* Status of the source at 'offset' and where it ends (fact 1). */
-static bool next_status(Convert *s, uint64_t offset, ChunkStatus *st, uint64_t *end)
-{
-    QimgExtent ext;
-    GError *err = NULL;
-    uint64_t n, tail;
-
-    if (!source_status(s, offset, s->size - offset, &ext, &err)) {
-        tool_error("error while reading block status at offset %" PRIu64 ": %s", offset,
-                   err->message);
-        g_clear_error(&err);
-        return false;
-    }
-    n = MIN(ext.length, s->size - offset);
-    if (n == 0) {
-        tool_error("error while reading block status at offset %" PRIu64, offset);
-        return false;
-    }
-    n = (n + SECTOR - 1) / SECTOR * SECTOR;
-    tail = (offset + n) % s->src_align;
-    if (n > tail) {
-        n -= tail;
-    }
-    *end = MIN(offset + n, s->size);
-    if (ext.flags & QIMG_STATUS_ZERO) {
-        bool past_backing = s->top_only && s->target_backing >= 0 &&
-                            offset >= (uint64_t)s->target_backing;
-        *st = past_backing ? ST_BACKING : ST_ZERO;
-    } else if (ext.flags & QIMG_STATUS_DATA) {
-        *st = ST_DATA;
-    } else {
-        *st = s->target_has_backing ? ST_BACKING : ST_DATA;
-    }
-    return true;
-}
-
-/*
- * -c, as qemu-img: the target is written cluster by cluster; an all-zero
- * cluster goes down the zero path, anything else is compressed.
- */
-static bool do_copy_compressed(Convert *s, ToolProgress *prog)
-{
-    for (uint64_t offset = 0; offset < s->size; offset += s->cluster) {
-        size_t n = (size_t)MIN((uint64_t)s->cluster, s->size - offset);
-        GError *err = NULL;
-        ChunkStatus st;
-        uint64_t end;
-
-        if (!next_status(s, offset, &st, &end)) {
-            return false;
-        }
-        if (end - offset < n) {
-            st = ST_DATA; /* a partly defined cluster is written whole */
-        }
-        if (st == ST_BACKING) {
-            tool_progress_update(prog, offset + n, s->size);
-            continue; /* fact 5: the target's backing file shows through */
-        }
-        if (st == ST_ZERO) {
-            memset(s->buf, 0, n);
-        } else if (!qimg_image_pread(s->src, offset, s->buf, n, &err)) {
-            tool_error("error while reading at byte %" PRIu64 ": %s", offset,
-                       err->message);
-            g_clear_error(&err);
-            return false;
-        }
-        if (sector_is_zero_buf(s->buf, n)) {
-            if (!s->zero_init && !write_zeroes(s, offset, n)) {
-                return false;
-            }
-        } else if (!qimg_image_pwrite_compressed(s->dst, offset, s->buf, n, &err)) {
-            tool_error("error while compressing sector %" PRIu64 ": %s", offset / SECTOR,
-                       err->message);
-            g_clear_error(&err);
-            return false;
-        }
-        tool_progress_update(prog, offset + n, s->size);
-    }
-    return true;
-}
-
-static bool do_copy(Convert *s, ToolProgress *prog)
-{
-    if (s->compress) {
-        return do_copy_compressed(s, prog);
-    }
-    uint64_t offset = 0, status_end = 0;
-    ChunkStatus st = ST_DATA;
-
-    while (offset < s->size) {
-        uint64_t n;
-        GError *err = NULL;
-
-        if (offset >= status_end && !next_status(s, offset, &st, &status_end)) {
-            return false;
-        }
-        n = MIN(status_end - offset, REQUEST_MAX);
-        if (st == ST_DATA || (st == ST_ZERO && s->min_sparse == 0)) {
-            n = MIN(n, BUF_SIZE);
-        }
-
-        if (st == ST_DATA) {
-            if (!qimg_image_pread(s->src, offset, s->buf, n, &err)) {
-                tool_error("error while reading at byte %" PRIu64 ": %s", offset,
-                           err->message);
-                g_clear_error(&err);
-                return false;
-            }
-            if (!write_chunk(s, offset, n)) {
-                return false;
-            }
-        } else if (st == ST_ZERO && s->min_sparse == 0) {
-            memset(s->buf, 0, n);
-            if (!write_data(s, offset, s->buf, n)) {
-                return false;
-            }
-        } else if (st == ST_ZERO) {
-            if (!write_zeroes(s, offset, n)) {
-                return false;
-            }
-        }
-        offset += n;
-        tool_progress_update(prog, offset, s->size);
-    }
-    return true;
-}
 
 /* Does the whole target read as zeros (regular file just created, or block
  * status says so)? */
@@ -483,7 +153,7 @@ static bool desc_has(const ToolOptDesc *descs, const char *name)
 
 /*
  * The target's creation options as qemu-img checks them, in its order:
- * -B/-F over -o (fact 5), --target-is-zero, the backing format, -c.
+ * -B/-F over -o (fact 4), --target-is-zero, the backing format, -c.
  * Returns NULL after printing the error.
  */
 static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
@@ -532,7 +202,7 @@ static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
     return g_steal_pointer(&opts);
 }
 
-/* Size of the target's backing file, -1 if unknown (fact 5). */
+/* Size of the target's backing file, -1 if unknown (convert-copy.c fact 4). */
 static int64_t backing_size(QimgImage *dst)
 {
     QimgImage *b = qimg_image_backing(dst);
@@ -606,7 +276,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         s->target_backing = backing_size(dst);
     }
     if (a->target_is_zero) {
-        s->zero_init = true; /* fact 6 */
+        s->zero_init = true; /* fact 3 */
     } else {
         s->zero_init = !a->skip_create && !s->target_has_backing && a->min_sparse != 0 &&
                        target_reads_zero(dst, a->dst_name);
@@ -672,7 +342,7 @@ static int run_convert(ConvertArgs *a)
         }
     }
     tool_progress_init(&prog, a->progress && !a->quiet);
-    ok = do_copy(&s, &prog);
+    ok = convert_copy(&s, &prog);
     g_free(s.buf);
     if (ok && a->dst_cache != QIMG_CACHE_UNSAFE && !qimg_image_flush(s.dst, &err)) {
         tool_report_gerror(err, "error while flushing the target");

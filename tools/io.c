@@ -8,6 +8,10 @@
  * quit, help.  Without -c, commands are read from standard input with a
  * "qimg-io> " prompt (qemu-io's is "qemu-io> ").
  *
+ * Owns: the options, the open, the command table, how a line becomes a
+ * command (help and quit included) and the exit status; the commands that
+ * do I/O, with their options, numbers and reports, are in io-cmds.c.
+ *
  * Facts learnt from running qemu-io 7.2 (not from its source):
  *  1. A command line is split at single spaces (empty words are dropped);
  *     the name or its one-letter alias picks the command; options are
@@ -15,44 +19,22 @@
  *     count is checked first ("bad argument count N to read, expected at
  *     least 2 arguments", on stderr), then, for commands that write, the
  *     image must be writable ("qemu-io: Block node is read-only").
- *  2. Results and per-command errors go to stdout: "read failed: <strerror>",
- *     "Pattern verification failed at offset N, M bytes", "Parsing error:
- *     ...", usage lines "name args -- description".
- *  3. The report is "<op> T/C bytes at offset O" then "<size>, 1 ops; <time>
- *     (<size>/sec and <n> ops/sec)"; sizes as "4 KiB", "1.500 KiB",
- *     "17 bytes"; times "%05.2f sec" below one second, else "h:mm:ss.ss".
- *     -C prints "bytes,ops,h:mm:ss.ss,bytes/sec,ops/sec"; -q prints nothing.
- *  4. write's default pattern is 0xcd; a read buffer starts as 0xab.  -b
- *     accesses the vmstate area, -c writes compressed (cluster aligned, or
- *     up to the end of the image), -z writes zeroes (-u may unmap).
- *  5. The exit status is 1 if any command failed (a pattern mismatch
+ *  2. The exit status is 1 if any command failed (a pattern mismatch
  *     counts), else 0; "quit" stops the list.
- *  6. An open failure reads "can't open device F: <reason>", the reason
+ *  3. An open failure reads "can't open device F: <reason>", the reason
  *     one layer down from qemu-img's: "Could not open 'F': " appears only
  *     in front of a bare strerror ("Failed to get \"write\" lock", and
  *     "force-share=on can only be used with read-only images" stand alone).
  */
-#include "qimg-tool.h"
-#include "qimg/vmstate.h"
+#include "io.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
-#include <inttypes.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#define IO_MAX_REQUEST ((int64_t)INT_MAX & ~INT64_C(511)) /* QEMU's request limit */
 #define IO_PROMPT "qimg-io> "
-
-typedef struct IoCtx {
-    QimgImage *img;
-    bool read_only;
-    bool quit;
-} IoCtx;
 
 typedef struct IoCommand {
     const char *name;
@@ -64,614 +46,9 @@ typedef struct IoCommand {
     const char *oneline;
 } IoCommand;
 
-static const IoCommand *find_command(const char *name);
-
 static void usage_of(const IoCommand *c)
 {
     printf("%s %s -- %s\n", c->name, c->args, c->oneline);
-}
-
-/* ---- numbers and reports (facts 2, 3) ---- */
-
-static int64_t cvtnum(const char *s)
-{
-    uint64_t v;
-    int ret = tool_strtosz(s, &v);
-
-    if (ret < 0) {
-        return ret;
-    }
-    return v > INT64_MAX ? -ERANGE : (int64_t)v;
-}
-
-static void print_cvtnum_err(int64_t rc, const char *arg)
-{
-    if (rc == -EINVAL) {
-        printf(
-            "Parsing error: non-numeric argument, or extraneous/unrecognized suffix -- "
-            "%s\n",
-            arg);
-    } else if (rc == -ERANGE) {
-        printf("Parsing error: argument too large -- %s\n", arg);
-    } else {
-        printf("Parsing error: %s\n", arg);
-    }
-}
-
-static int parse_pattern(const char *arg)
-{
-    char *end = NULL;
-    long v = strtol(arg, &end, 0);
-
-    if (v < 0 || v > UCHAR_MAX || *end != '\0') {
-        printf("%s is not a valid pattern byte\n", arg);
-        return -1;
-    }
-    return (int)v;
-}
-
-static void cvtstr(double value, char *str, size_t size)
-{
-    static const char *const units[] = {" EiB", " PiB", " TiB", " GiB", " MiB", " KiB"};
-    const char *suffix = " bytes";
-    char *trim;
-    int i;
-
-    for (i = 0; i < 6; i++) {
-        double unit = (double)(UINT64_C(1) << (10 * (6 - i)));
-        if (value >= unit) {
-            suffix = units[i];
-            snprintf(str, size - 4, "%.3f", value / unit);
-            break;
-        }
-    }
-    if (i == 6) {
-        snprintf(str, size - 6, "%f", value);
-    }
-    trim = strstr(str, ".000");
-    if (trim) {
-        strcpy(trim, suffix);
-    } else {
-        strcat(str, suffix);
-    }
-}
-
-static void timestr(const struct timespec *t, char *ts, size_t size, bool fixed)
-{
-    double frac = t->tv_nsec / 1e9;
-    unsigned h = (unsigned)(t->tv_sec / 3600), m = (unsigned)(t->tv_sec % 3600 / 60);
-
-    if (fixed || t->tv_sec) {
-        snprintf(ts, size, "%u:%02u:%05.2f", h, m, (double)(t->tv_sec % 60) + frac);
-    } else {
-        snprintf(ts, size, "%05.2f sec", frac);
-    }
-}
-
-static struct timespec tsub(struct timespec a, struct timespec b)
-{
-    a.tv_sec -= b.tv_sec;
-    a.tv_nsec -= b.tv_nsec;
-    if (a.tv_nsec < 0) {
-        a.tv_sec--;
-        a.tv_nsec += 1000000000;
-    }
-    return a;
-}
-
-static double tdiv(double value, struct timespec t)
-{
-    return value / ((double)t.tv_sec + t.tv_nsec / 1e9);
-}
-
-static void print_report(const char *op, struct timespec t, int64_t offset, int64_t count,
-                         int64_t total, int cnt, bool cflag)
-{
-    char s1[64], s2[64], ts[64];
-
-    timestr(&t, ts, sizeof(ts), cflag);
-    if (!cflag) {
-        cvtstr((double)total, s1, sizeof(s1));
-        cvtstr(tdiv((double)total, t), s2, sizeof(s2));
-        printf("%s %" PRId64 "/%" PRId64 " bytes at offset %" PRId64 "\n", op, total,
-               count, offset);
-        printf("%s, %d ops; %s (%s/sec and %.4f ops/sec)\n", s1, cnt, ts, s2,
-               tdiv((double)cnt, t));
-    } else {
-        printf("%" PRId64 ",%d,%s,%.3f,%.3f\n", total, cnt, ts, tdiv((double)total, t),
-               tdiv((double)cnt, t));
-    }
-}
-
-static void dump_buffer(const uint8_t *buf, int64_t offset, int64_t len)
-{
-    for (int64_t i = 0; i < len; i += 16) {
-        int j;
-
-        printf("%08" PRIx64 ":  ", (uint64_t)(offset + i));
-        for (j = 0; j < 16 && i + j < len; j++) {
-            printf("%02x ", buf[i + j]);
-        }
-        printf(" ");
-        for (j = 0; j < 16 && i + j < len; j++) {
-            printf("%c", isalnum(buf[i + j]) ? buf[i + j] : '.');
-        }
-        printf("\n");
-    }
-}
-
-/* The errno of a failed call (QIMG_ERROR codes are errno values). */
-static int take_errno(GError *err)
-{
-    int e = (err && err->domain == QIMG_ERROR && err->code > 0) ? err->code : EIO;
-
-    g_clear_error(&err);
-    return -e;
-}
-
-/* Parse "off len" (optind points at off); prints the error. */
-static int parse_off_len(char **argv, int64_t *offset, int64_t *count)
-{
-    *offset = cvtnum(argv[optind]);
-    if (*offset < 0) {
-        print_cvtnum_err(*offset, argv[optind]);
-        return (int)*offset;
-    }
-    optind++;
-    *count = cvtnum(argv[optind]);
-    if (*count < 0) {
-        print_cvtnum_err(*count, argv[optind]);
-        return (int)*count;
-    }
-    return 0;
-}
-
-static int check_sector_aligned(int64_t offset, int64_t count)
-{
-    if (offset % 512) {
-        printf("%" PRId64 " is not a sector-aligned value for 'offset'\n", offset);
-        return -EINVAL;
-    }
-    if (count % 512) {
-        printf("%" PRId64 " is not a sector-aligned value for 'count'\n", count);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* ---- read ---- */
-
-static int read_f(IoCtx *io, int argc, char **argv)
-{
-    bool cflag = false, qflag = false, vflag = false, pflag = false, sflag = false;
-    bool lflag = false, bflag = false;
-    int64_t offset, count, pattern_offset = 0, pattern_count = 0;
-    int pattern = 0, c, ret;
-    struct timespec t1, t2;
-    g_autofree uint8_t *buf = NULL;
-    GError *err = NULL;
-    gboolean ok;
-
-    while ((c = getopt(argc, argv, "bCl:pP:qs:vr")) != -1) {
-        switch (c) {
-        case 'b':
-            bflag = true;
-            break;
-        case 'C':
-            cflag = true;
-            break;
-        case 'l':
-            lflag = true;
-            pattern_count = cvtnum(optarg);
-            if (pattern_count < 0) {
-                print_cvtnum_err(pattern_count, optarg);
-                return (int)pattern_count;
-            }
-            break;
-        case 'p': /* ignored, as by qemu-io */
-        case 'r':
-            break;
-        case 'P':
-            pflag = true;
-            pattern = parse_pattern(optarg);
-            if (pattern < 0) {
-                return -EINVAL;
-            }
-            break;
-        case 'q':
-            qflag = true;
-            break;
-        case 's':
-            sflag = true;
-            pattern_offset = cvtnum(optarg);
-            if (pattern_offset < 0) {
-                print_cvtnum_err(pattern_offset, optarg);
-                return (int)pattern_offset;
-            }
-            break;
-        case 'v':
-            vflag = true;
-            break;
-        default:
-            usage_of(find_command("read"));
-            return -EINVAL;
-        }
-    }
-    if (optind != argc - 2) {
-        usage_of(find_command("read"));
-        return -EINVAL;
-    }
-    ret = parse_off_len(argv, &offset, &count);
-    if (ret < 0) {
-        return ret;
-    }
-    if (count > IO_MAX_REQUEST) {
-        printf("length cannot exceed %" PRId64 ", given %s\n", IO_MAX_REQUEST,
-               argv[optind]);
-        return -EINVAL;
-    }
-    if (!pflag && (lflag || sflag)) {
-        usage_of(find_command("read"));
-        return -EINVAL;
-    }
-    if (!lflag) {
-        pattern_count = count - pattern_offset;
-    }
-    if (pattern_count < 0 || pattern_count + pattern_offset > count) {
-        printf("pattern verification range exceeds end of read data\n");
-        return -EINVAL;
-    }
-    if (bflag && (ret = check_sector_aligned(offset, count)) < 0) {
-        return ret;
-    }
-
-    buf = g_malloc(count ? (size_t)count : 1);
-    memset(buf, 0xab, (size_t)count);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (bflag) {
-        ok = qimg_vmstate_pread(io->img, (uint64_t)offset, buf, (size_t)count, &err);
-    } else {
-        ok = qimg_image_pread(io->img, (uint64_t)offset, buf, (size_t)count, &err);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t2);
-    if (!ok) {
-        printf("read failed: %s\n", strerror(-take_errno(err)));
-        return -EIO;
-    }
-
-    ret = 0;
-    if (pflag) {
-        for (int64_t i = 0; i < pattern_count; i++) {
-            if (buf[pattern_offset + i] != pattern) {
-                printf("Pattern verification failed at offset %" PRId64 ", %" PRId64
-                       " bytes\n",
-                       offset + pattern_offset, pattern_count);
-                ret = -EINVAL;
-                break;
-            }
-        }
-    }
-    if (qflag) {
-        return ret;
-    }
-    if (vflag) {
-        dump_buffer(buf, offset, count);
-    }
-    print_report("read", tsub(t2, t1), offset, count, count, 1, cflag);
-    return ret;
-}
-
-/* ---- write ---- */
-
-/* qemu-io's compressed write: cluster-aligned, whole clusters unless the
- * request ends at the end of the image; split into single clusters. */
-static gboolean write_compressed(QimgImage *img, uint64_t offset, const uint8_t *buf,
-                                 uint64_t count, GError **error)
-{
-    g_autoptr(QimgInfo) info = qimg_image_get_info(img, error);
-    uint64_t cs, size = qimg_image_size(img);
-
-    if (!info) {
-        return FALSE;
-    }
-    cs = info->cluster_size;
-    if (cs == 0) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP, "Compressed writes are not supported");
-        return FALSE;
-    }
-    if (count == 0) {
-        return TRUE;
-    }
-    if (offset % cs || (count % cs && offset + count != size)) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Unaligned compressed write");
-        return FALSE;
-    }
-    for (uint64_t done = 0; done < count; done += cs) {
-        if (!qimg_image_pwrite_compressed(img, offset + done, buf + done,
-                                          (size_t)MIN(cs, count - done), error)) {
-            return FALSE;
-        }
-    }
-    return TRUE;
-}
-
-static int write_f(IoCtx *io, int argc, char **argv)
-{
-    bool bflag = false, cflag = false, Cflag = false, qflag = false, pflag = false;
-    bool zflag = false, sflag = false, fua = false, no_fallback = false, unmap = false;
-    int64_t offset, count;
-    int pattern = 0xcd, c, ret;
-    const char *source = NULL;
-    struct timespec t1, t2;
-    g_autofree uint8_t *buf = NULL;
-    GError *err = NULL;
-    gboolean ok;
-
-    while ((c = getopt(argc, argv, "bcCfnpP:qrs:uz")) != -1) {
-        switch (c) {
-        case 'b':
-            bflag = true;
-            break;
-        case 'c':
-            cflag = true;
-            break;
-        case 'C':
-            Cflag = true;
-            break;
-        case 'f':
-            fua = true;
-            break;
-        case 'n':
-            no_fallback = true;
-            break;
-        case 'p':
-        case 'r':
-            break;
-        case 'P':
-            pflag = true;
-            pattern = parse_pattern(optarg);
-            if (pattern < 0) {
-                return -EINVAL;
-            }
-            break;
-        case 'q':
-            qflag = true;
-            break;
-        case 's':
-            sflag = true;
-            source = optarg;
-            break;
-        case 'u':
-            unmap = true;
-            break;
-        case 'z':
-            zflag = true;
-            break;
-        default:
-            usage_of(find_command("write"));
-            return -EINVAL;
-        }
-    }
-    if (optind != argc - 2) {
-        usage_of(find_command("write"));
-        return -EINVAL;
-    }
-    if (bflag && zflag) {
-        printf("-b and -z cannot be specified at the same time\n");
-        return -EINVAL;
-    }
-    if (fua && (bflag || cflag)) {
-        printf("-f and -b or -c cannot be specified at the same time\n");
-        return -EINVAL;
-    }
-    if (no_fallback && !zflag) {
-        printf("-n requires -z to be specified\n");
-        return -EINVAL;
-    }
-    if (unmap && !zflag) {
-        printf("-u requires -z to be specified\n");
-        return -EINVAL;
-    }
-    if (zflag + pflag + sflag > 1) {
-        printf("Only one of -z, -P, and -s can be specified at the same time\n");
-        return -EINVAL;
-    }
-    ret = parse_off_len(argv, &offset, &count);
-    if (ret < 0) {
-        return ret;
-    }
-    if (count > IO_MAX_REQUEST && !no_fallback) {
-        printf("length cannot exceed %" PRId64 " without -n, given %s\n", IO_MAX_REQUEST,
-               argv[optind]);
-        return -EINVAL;
-    }
-    if ((bflag || cflag) && (ret = check_sector_aligned(offset, count)) < 0) {
-        return ret;
-    }
-
-    if (!zflag) {
-        buf = g_malloc(count ? (size_t)count : 1);
-        memset(buf, pattern, (size_t)count);
-        if (sflag) {
-            FILE *f = fopen(source, "r");
-            size_t n;
-            if (!f) {
-                printf("'%s': %s\n", source, strerror(errno));
-                return -EINVAL;
-            }
-            n = fread(buf, 1, (size_t)count, f);
-            if (ferror(f)) {
-                printf("'%s': %s\n", source, strerror(errno));
-                fclose(f);
-                return -EINVAL;
-            }
-            fclose(f);
-            if (n < (size_t)count) {
-                printf("'%s': file is too short (%zu bytes, %" PRId64 " needed)\n",
-                       source, n, count);
-                return -EINVAL;
-            }
-        }
-    }
-
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (bflag) {
-        ok = qimg_vmstate_pwrite(io->img, (uint64_t)offset, buf, (size_t)count, &err);
-    } else if (zflag) {
-        unsigned flags =
-            (unmap ? QIMG_ZERO_MAY_UNMAP : 0) | (no_fallback ? QIMG_ZERO_NO_FALLBACK : 0);
-        ok = qimg_image_pwrite_zeroes(io->img, (uint64_t)offset, (uint64_t)count, flags,
-                                      &err);
-    } else if (cflag) {
-        ok = write_compressed(io->img, (uint64_t)offset, buf, (uint64_t)count, &err);
-    } else {
-        ok = qimg_image_pwrite(io->img, (uint64_t)offset, buf, (size_t)count, &err);
-        if (ok && fua) {
-            ok = qimg_image_flush(io->img, &err);
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t2);
-    if (!ok) {
-        printf("write failed: %s\n", strerror(-take_errno(err)));
-        return -EIO;
-    }
-    if (!qflag) {
-        print_report("wrote", tsub(t2, t1), offset, count, count, 1, Cflag);
-    }
-    return 0;
-}
-
-/* ---- discard, flush, length, truncate, sleep, abort, quit, help ---- */
-
-static int discard_f(IoCtx *io, int argc, char **argv)
-{
-    bool cflag = false, qflag = false;
-    int64_t offset, bytes;
-    struct timespec t1, t2;
-    GError *err = NULL;
-    gboolean ok;
-    int c, ret;
-
-    while ((c = getopt(argc, argv, "Cq")) != -1) {
-        switch (c) {
-        case 'C':
-            cflag = true;
-            break;
-        case 'q':
-            qflag = true;
-            break;
-        default:
-            usage_of(find_command("discard"));
-            return -EINVAL;
-        }
-    }
-    if (optind != argc - 2) {
-        usage_of(find_command("discard"));
-        return -EINVAL;
-    }
-    ret = parse_off_len(argv, &offset, &bytes);
-    if (ret < 0) {
-        return ret;
-    }
-    if (bytes > IO_MAX_REQUEST) {
-        printf("length cannot exceed %" PRId64 ", given %s\n", IO_MAX_REQUEST,
-               argv[optind]);
-        return -EINVAL;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    ok = qimg_image_pdiscard(io->img, (uint64_t)offset, (uint64_t)bytes, &err);
-    clock_gettime(CLOCK_MONOTONIC, &t2);
-    if (!ok) {
-        ret = take_errno(err);
-        printf("discard failed: %s\n", strerror(-ret));
-        return ret;
-    }
-    if (!qflag) {
-        print_report("discard", tsub(t2, t1), offset, bytes, bytes, 1, cflag);
-    }
-    return 0;
-}
-
-static int flush_f(IoCtx *io, int argc, char **argv)
-{
-    GError *err = NULL;
-
-    (void)argc;
-    (void)argv;
-    return qimg_image_flush(io->img, &err) ? 0 : take_errno(err);
-}
-
-static int length_f(IoCtx *io, int argc, char **argv)
-{
-    char s[64];
-
-    (void)argc;
-    (void)argv;
-    cvtstr((double)qimg_image_size(io->img), s, sizeof(s));
-    printf("%s\n", s);
-    return 0;
-}
-
-static int truncate_f(IoCtx *io, int argc, char **argv)
-{
-    QimgPrealloc prealloc = QIMG_PREALLOC_OFF;
-    int64_t offset;
-    GError *err = NULL;
-    int c;
-
-    while ((c = getopt(argc, argv, "m:")) != -1) {
-        switch (c) {
-        case 'm':
-            if (!qimg_prealloc_parse(optarg, &prealloc, NULL)) {
-                tool_error("Invalid preallocation mode '%s'", optarg);
-                return -EINVAL;
-            }
-            break;
-        default:
-            usage_of(find_command("truncate"));
-            return -EINVAL;
-        }
-    }
-    if (optind != argc - 1) {
-        usage_of(find_command("truncate"));
-        return -EINVAL;
-    }
-    offset = cvtnum(argv[optind]);
-    if (offset < 0) {
-        print_cvtnum_err(offset, argv[optind]);
-        return (int)offset;
-    }
-    /* qemu-io's truncate may shrink */
-    if (!qimg_image_truncate(io->img, (uint64_t)offset, true, prealloc, &err)) {
-        tool_error("%s", err->message);
-        g_clear_error(&err);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-static int sleep_f(IoCtx *io, int argc, char **argv)
-{
-    char *end;
-    long ms = strtol(argv[1], &end, 10);
-
-    (void)io;
-    (void)argc;
-    if (ms < 0 || *end) {
-        printf("%s is not a valid number\n", argv[1]);
-        return -EINVAL;
-    }
-    g_usleep((gulong)ms * 1000);
-    return 0;
-}
-
-static int abort_f(IoCtx *io, int argc, char **argv)
-{
-    (void)io;
-    (void)argc;
-    (void)argv;
-    fflush(stdout);
-    abort();
 }
 
 static int quit_f(IoCtx *io, int argc, char **argv)
@@ -685,20 +62,23 @@ static int quit_f(IoCtx *io, int argc, char **argv)
 static int help_f(IoCtx *io, int argc, char **argv);
 
 static const IoCommand io_commands[] = {
-    {"abort", NULL, abort_f, 0, 0, false, "", "simulate a program crash using abort(3)"},
-    {"discard", "d", discard_f, 2, -1, true, "[-Cq] off len",
+    {"abort", NULL, io_cmd_abort, 0, 0, false, "",
+     "simulate a program crash using abort(3)"},
+    {"discard", "d", io_cmd_discard, 2, -1, true, "[-Cq] off len",
      "discards a number of bytes at a specified offset"},
-    {"flush", "f", flush_f, 0, 0, false, "", "flush all in-core file state to disk"},
+    {"flush", "f", io_cmd_flush, 0, 0, false, "", "flush all in-core file state to disk"},
     {"help", "?", help_f, 0, 1, false, "[command]", "help for one or all commands"},
-    {"length", "l", length_f, 0, 0, false, "", "gets the length of the current file"},
+    {"length", "l", io_cmd_length, 0, 0, false, "",
+     "gets the length of the current file"},
     {"quit", "q", quit_f, 0, 0, false, "", "exit the program"},
-    {"read", "r", read_f, 2, -1, false, "[-abCqv] [-P pattern [-s off] [-l len]] off len",
+    {"read", "r", io_cmd_read, 2, -1, false,
+     "[-abCqv] [-P pattern [-s off] [-l len]] off len",
      "reads a number of bytes at a specified offset"},
-    {"sleep", NULL, sleep_f, 1, 1, false, "",
+    {"sleep", NULL, io_cmd_sleep, 1, 1, false, "",
      "waits for the given value in milliseconds"},
-    {"truncate", "t", truncate_f, 1, 3, true, "[-m prealloc_mode] off",
+    {"truncate", "t", io_cmd_truncate, 1, 3, true, "[-m prealloc_mode] off",
      "truncates the current file at the given offset"},
-    {"write", "w", write_f, 2, -1, true,
+    {"write", "w", io_cmd_write, 2, -1, true,
      "[-bcCfnquz] [-P pattern | -s source_file] off len",
      "writes a number of bytes at a specified offset"},
 };
@@ -712,6 +92,11 @@ static const IoCommand *find_command(const char *name)
         }
     }
     return NULL;
+}
+
+void io_command_usage(const char *name)
+{
+    usage_of(find_command(name));
 }
 
 static int help_f(IoCtx *io, int argc, char **argv)
@@ -783,7 +168,7 @@ static int run_line(IoCtx *io, const char *line)
     return c->run(io, argc, (char **)words->pdata);
 }
 
-/* Fact 6: the library's message without its "Could not open 'F': ". */
+/* Fact 3: the library's message without its "Could not open 'F': ". */
 static const char *open_reason(const char *name, const GError *err)
 {
     g_autofree char *prefix = g_strdup_printf("Could not open '%s': ", name);

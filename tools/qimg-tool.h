@@ -8,7 +8,9 @@
  *
  * Conventions:
  *  1. Each subcommand is one file with one entry point cmd_<name>(argc,
- *     argv) returning the process exit code.
+ *     argv) returning the process exit code.  A subcommand too long for
+ *     one file is split by concern into <name>.c, which has the entry
+ *     point, and <name>-*.c, sharing a small <name>.h (io, convert).
  *  2. Errors are printed once, where they are detected, as
  *     "qimg: <message>" on stderr (tool_error); usage errors add the
  *     "Try 'qimg --help'" line (tool_usage_error) and return 1.
