@@ -35,7 +35,7 @@
 
 /* ---- numbers and reports (facts 1, 2) ---- */
 
-static int64_t cvtnum(const char *s)
+int64_t io_cvtnum(const char *s)
 {
     uint64_t v;
     int ret = tool_strtosz(s, &v);
@@ -46,7 +46,7 @@ static int64_t cvtnum(const char *s)
     return v > INT64_MAX ? -ERANGE : (int64_t)v;
 }
 
-static void print_cvtnum_err(int64_t rc, const char *arg)
+void io_print_cvtnum_err(int64_t rc, const char *arg)
 {
     if (rc == -EINVAL) {
         printf(
@@ -60,7 +60,7 @@ static void print_cvtnum_err(int64_t rc, const char *arg)
     }
 }
 
-static int parse_pattern(const char *arg)
+int io_parse_pattern(const char *arg)
 {
     char *end = NULL;
     long v = strtol(arg, &end, 0);
@@ -126,8 +126,8 @@ static double tdiv(double value, struct timespec t)
     return value / ((double)t.tv_sec + t.tv_nsec / 1e9);
 }
 
-static void print_report(const char *op, struct timespec t, int64_t offset, int64_t count,
-                         int64_t total, int cnt, bool cflag)
+void io_print_report(const char *op, struct timespec t, int64_t offset, int64_t count,
+                     int64_t total, int cnt, bool cflag)
 {
     char s1[64], s2[64], ts[64];
 
@@ -145,7 +145,7 @@ static void print_report(const char *op, struct timespec t, int64_t offset, int6
     }
 }
 
-static void dump_buffer(const uint8_t *buf, int64_t offset, int64_t len)
+void io_dump_buffer(const uint8_t *buf, int64_t offset, int64_t len)
 {
     for (int64_t i = 0; i < len; i += 16) {
         int j;
@@ -163,7 +163,7 @@ static void dump_buffer(const uint8_t *buf, int64_t offset, int64_t len)
 }
 
 /* The errno of a failed call (QIMG_ERROR codes are errno values). */
-static int take_errno(GError *err)
+int io_take_errno(GError *err)
 {
     int e = (err && err->domain == QIMG_ERROR && err->code > 0) ? err->code : EIO;
 
@@ -174,15 +174,15 @@ static int take_errno(GError *err)
 /* Parse "off len" (optind points at off); prints the error. */
 static int parse_off_len(char **argv, int64_t *offset, int64_t *count)
 {
-    *offset = cvtnum(argv[optind]);
+    *offset = io_cvtnum(argv[optind]);
     if (*offset < 0) {
-        print_cvtnum_err(*offset, argv[optind]);
+        io_print_cvtnum_err(*offset, argv[optind]);
         return (int)*offset;
     }
     optind++;
-    *count = cvtnum(argv[optind]);
+    *count = io_cvtnum(argv[optind]);
     if (*count < 0) {
-        print_cvtnum_err(*count, argv[optind]);
+        io_print_cvtnum_err(*count, argv[optind]);
         return (int)*count;
     }
     return 0;
@@ -224,9 +224,9 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
             break;
         case 'l':
             lflag = true;
-            pattern_count = cvtnum(optarg);
+            pattern_count = io_cvtnum(optarg);
             if (pattern_count < 0) {
-                print_cvtnum_err(pattern_count, optarg);
+                io_print_cvtnum_err(pattern_count, optarg);
                 return (int)pattern_count;
             }
             break;
@@ -235,7 +235,7 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
             break;
         case 'P':
             pflag = true;
-            pattern = parse_pattern(optarg);
+            pattern = io_parse_pattern(optarg);
             if (pattern < 0) {
                 return -EINVAL;
             }
@@ -245,9 +245,9 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
             break;
         case 's':
             sflag = true;
-            pattern_offset = cvtnum(optarg);
+            pattern_offset = io_cvtnum(optarg);
             if (pattern_offset < 0) {
-                print_cvtnum_err(pattern_offset, optarg);
+                io_print_cvtnum_err(pattern_offset, optarg);
                 return (int)pattern_offset;
             }
             break;
@@ -297,7 +297,7 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        printf("read failed: %s\n", strerror(-take_errno(err)));
+        printf("read failed: %s\n", strerror(-io_take_errno(err)));
         return -EIO;
     }
 
@@ -317,9 +317,9 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
         return ret;
     }
     if (vflag) {
-        dump_buffer(buf, offset, count);
+        io_dump_buffer(buf, offset, count);
     }
-    print_report("read", tsub(t2, t1), offset, count, count, 1, cflag);
+    io_print_report("read", tsub(t2, t1), offset, count, count, 1, cflag);
     return ret;
 }
 
@@ -391,7 +391,7 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
             break;
         case 'P':
             pflag = true;
-            pattern = parse_pattern(optarg);
+            pattern = io_parse_pattern(optarg);
             if (pattern < 0) {
                 return -EINVAL;
             }
@@ -494,11 +494,11 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        printf("write failed: %s\n", strerror(-take_errno(err)));
+        printf("write failed: %s\n", strerror(-io_take_errno(err)));
         return -EIO;
     }
     if (!qflag) {
-        print_report("wrote", tsub(t2, t1), offset, count, count, 1, Cflag);
+        io_print_report("wrote", tsub(t2, t1), offset, count, count, 1, Cflag);
     }
     return 0;
 }
@@ -544,12 +544,12 @@ int io_cmd_discard(IoCtx *io, int argc, char **argv)
     ok = qimg_image_pdiscard(io->img, (uint64_t)offset, (uint64_t)bytes, &err);
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        ret = take_errno(err);
+        ret = io_take_errno(err);
         printf("discard failed: %s\n", strerror(-ret));
         return ret;
     }
     if (!qflag) {
-        print_report("discard", tsub(t2, t1), offset, bytes, bytes, 1, cflag);
+        io_print_report("discard", tsub(t2, t1), offset, bytes, bytes, 1, cflag);
     }
     return 0;
 }
@@ -560,7 +560,7 @@ int io_cmd_flush(IoCtx *io, int argc, char **argv)
 
     (void)argc;
     (void)argv;
-    return qimg_image_flush(io->img, &err) ? 0 : take_errno(err);
+    return qimg_image_flush(io->img, &err) ? 0 : io_take_errno(err);
 }
 
 int io_cmd_length(IoCtx *io, int argc, char **argv)
@@ -598,9 +598,9 @@ int io_cmd_truncate(IoCtx *io, int argc, char **argv)
         io_command_usage("truncate");
         return -EINVAL;
     }
-    offset = cvtnum(argv[optind]);
+    offset = io_cvtnum(argv[optind]);
     if (offset < 0) {
-        print_cvtnum_err(offset, argv[optind]);
+        io_print_cvtnum_err(offset, argv[optind]);
         return (int)offset;
     }
     /* qemu-io's truncate may shrink */

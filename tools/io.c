@@ -64,6 +64,12 @@ static int help_f(IoCtx *io, int argc, char **argv);
 static const IoCommand io_commands[] = {
     {"abort", NULL, io_cmd_abort, 0, 0, false, "",
      "simulate a program crash using abort(3)"},
+    {"aio_flush", NULL, io_cmd_aio_flush, 0, 0, false, "",
+     "completes all outstanding aio requests"},
+    {"aio_read", NULL, io_cmd_aio_read, 2, -1, false,
+     "[-Cqv] [-P pattern] off len [len..]", "asynchronously reads a number of bytes"},
+    {"aio_write", NULL, io_cmd_aio_write, 2, -1, true,
+     "[-Cfquz] [-P pattern] off len [len..]", "asynchronously writes a number of bytes"},
     {"discard", "d", io_cmd_discard, 2, -1, true, "[-Cq] off len",
      "discards a number of bytes at a specified offset"},
     {"flush", "f", io_cmd_flush, 0, 0, false, "", "flush all in-core file state to disk"},
@@ -281,6 +287,7 @@ int cmd_io(int argc, char **argv)
                 ret = -EINVAL;
             } else {
                 ret = run_line(&io, cmds->pdata[i]);
+                io_aio_poll(&io); /* io-aio.c: completions after each line */
             }
             fflush(stdout);
             if (ret < 0) {
@@ -308,6 +315,7 @@ int cmd_io(int argc, char **argv)
                 ret = -EINVAL;
             } else {
                 ret = run_line(&io, line);
+                io_aio_poll(&io);
             }
             fflush(stdout);
             if (ret < 0) {

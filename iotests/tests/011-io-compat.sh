@@ -163,6 +163,19 @@ write -z 0 4k
 read -P 0 0 4k
 EOF
 
+# the asynchronous commands (tools/io-aio.c facts 1-4): one request per
+# aio_flush where they print, bursts in quiet mode, then synchronous checks
+new_image aio -f qcow2 64M
+io_both "aio" aio -c 'aio_write -P 5 0 4k' -c 'aio_flush' -c 'aio_write -P 6 4k 4k 4k' \
+    -c 'aio_flush' -c 'aio_read -P 6 4k 4k 4k' -c 'aio_flush' -c 'aio_read -v 0 16' \
+    -c 'aio_flush' -c 'aio_read -P 9 0 4k' -c 'aio_flush' -c 'aio_write -C -f -P 7 64k 512' \
+    -c 'aio_flush' -c 'aio_write -q -P 1 1M 4k' -c 'aio_write -q -P 2 1088k 4k' \
+    -c 'aio_write -q -z -u 2M 64k' -c 'aio_write -q -P 3 3M 512 512' -c 'aio_read -q -P 0 2M 64k' \
+    -c 'aio_flush' -c 'read -P 1 1M 4k' -c 'read -P 2 1088k 4k' -c 'read -P 3 3M 1k' \
+    -c 'aio_write -z 0 1 2' -c 'aio_write -u 0 1' -c 'aio_read' -c 'aio_write 64M 4k' \
+    -c 'aio_flush'
+io_both "aio read-only" aio -r -c 'aio_write 0 1'
+
 # quit ends a -c list; top-level option errors
 new_image q -f qcow2 64M
 io_both "quit" q -c 'write 0 1' -c 'quit' -c 'write 1 1'
