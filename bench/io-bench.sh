@@ -56,7 +56,7 @@ for op in write read; do
         echo "floor.raw add"
         echo "floor.raw open"
         awk -v n="$COUNT" -v step="$STEP" -v size=$((SIZE_GIB << 30)) -v op=$op \
-            'BEGIN { for (i = 0; i < n; i++) printf "floor.raw %s %d 4096\n", op, (i * step) % size }'
+            'BEGIN { for (i = 0; i < n; i++) printf "floor.raw %s %.0f 4096\n", op, (i * step) % size }'
         echo "floor.raw close"
     } >$op.iolog
 done
