@@ -308,6 +308,30 @@ int pool_submit(Pool *p, PoolFunc fn, void *opaque)
     return ret;
 }
 
+bool pool_run_one(Pool *p)
+{
+    PoolTask t;
+    Pool *outer = pool_current;
+    int ret;
+
+    pool_lock(p);
+    if (p->nqueued == 0) {
+        pool_unlock(p);
+        return false;
+    }
+    t = p->ring[p->head]; /* invariant 1: the oldest first */
+    p->head = (p->head + 1) % p->cap;
+    p->nqueued--;
+    pool_unlock(p);
+    pool_current = p;
+    ret = t.fn(t.opaque);
+    pool_current = outer;
+    pool_lock(p);
+    pool_finish_locked(p, ret);
+    pool_unlock(p);
+    return true;
+}
+
 int pool_wait_all(Pool *p)
 {
     int ret;

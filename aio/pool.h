@@ -16,6 +16,8 @@
  *  5. An unbounded pool (pool_new_unbounded) never blocks a submitter: its
  *     queue grows with memory (-ENOMEM when it cannot); 'threads' tasks run
  *     at once.
+ *  6. pool_run_one() lets a waiting caller run a queued task itself, in
+ *     queue order, counted like a worker's (invariants 1-3 hold).
  */
 #ifndef QIMG_AIO_POOL_H
 #define QIMG_AIO_POOL_H
@@ -34,6 +36,9 @@ void pool_free(Pool *p);
 /* Blocks while max_in_flight tasks are queued or running.
  * Returns 0, or the sticky error (task not queued). */
 int pool_submit(Pool *p, PoolFunc fn, void *opaque);
+/* Run the oldest queued task in the calling thread, if there is one
+ * (invariant 6); false when nothing was queued. */
+bool pool_run_one(Pool *p);
 /* Waits until nothing is queued or running; returns the sticky error or 0. */
 int pool_wait_all(Pool *p);
 /* The sticky error or 0, without waiting. */

@@ -21,6 +21,10 @@
  *     (block/error.c keeps it per thread) into the request's GError.
  *  5. Flags are checked against what each operation can honour before
  *     anything is queued (aio.h rule 1): nothing is accepted and ignored.
+ *  6. A thread in qimg_image_aio_wait() with nothing completed runs a
+ *     queued request itself (pool_run_one) before it sleeps: the request
+ *     path is the same, only the handoffs are saved.  Callbacks still run
+ *     only as invariant 2 says.
  */
 #include "aio/pool.h"
 #include "api/api.h"
@@ -49,6 +53,7 @@ struct ApiAio {
     pthread_cond_t cond; /* a request completed */
     ApiAioReq *done;     /* [lock] completed, callback not run (newest first) */
     unsigned live;       /* [lock] invariant 1 */
+    unsigned waiters;    /* [lock] threads in qimg_image_aio_wait() */
 };
 
 struct ApiAioReq {
@@ -149,7 +154,9 @@ static int run_req(void *opaque)
     first = a->done == NULL;
     r->next = a->done;
     a->done = r;
-    pthread_cond_broadcast(&a->cond);
+    if (a->waiters) { /* no futex call when nobody waits */
+        pthread_cond_broadcast(&a->cond);
+    }
     pthread_mutex_unlock(&a->lock);
     if (first) {
         signal_efd(a); /* invariant 3 */
@@ -268,7 +275,9 @@ static unsigned run_callbacks(ApiAio *a, ApiAioReq *list)
         g_free(r);
         pthread_mutex_lock(&a->lock);
         a->live--; /* invariant 1 */
-        pthread_cond_broadcast(&a->cond);
+        if (a->waiters) {
+            pthread_cond_broadcast(&a->cond);
+        }
         pthread_mutex_unlock(&a->lock);
         n++;
     }
@@ -342,7 +351,17 @@ unsigned qimg_image_aio_wait(QimgImage *img)
         if (a->done || running == 0) {
             break;
         }
+        /* invariant 6: rather than sleep while requests wait for a worker
+         * (two context switches each), run one here */
+        pthread_mutex_unlock(&a->lock);
+        bool ran = pool_run_one(a->pool);
+        pthread_mutex_lock(&a->lock);
+        if (ran) {
+            continue;
+        }
+        a->waiters++;
         pthread_cond_wait(&a->cond, &a->lock);
+        a->waiters--;
     }
     list = take_done_locked(a, 0);
     pthread_mutex_unlock(&a->lock);
