@@ -236,6 +236,100 @@ static inline bool qcow2_range_within(uint64_t offset, uint64_t len, uint64_t li
     return !qcow2_add(offset, len, &end) && end <= limit;
 }
 
+/* ---- persistent dirty bitmaps (spec "Bitmaps extension", "Bitmap
+ * directory", "Bitmap table"; coded only by bitmap-codec.c) ---- */
+
+/* Bitmaps extension field offsets. */
+enum {
+    QCOW2_BMX_NB_BITMAPS = 0,
+    QCOW2_BMX_RESERVED = 4,
+    QCOW2_BMX_DIRECTORY_SIZE = 8,
+    QCOW2_BMX_DIRECTORY_OFFSET = 16,
+    QCOW2_BMX_END = 24,
+};
+_Static_assert(QCOW2_BMX_RESERVED == QCOW2_BMX_NB_BITMAPS + 4, "bitmaps extension");
+_Static_assert(QCOW2_BMX_DIRECTORY_SIZE == QCOW2_BMX_RESERVED + 4, "bitmaps extension");
+_Static_assert(QCOW2_BMX_DIRECTORY_OFFSET == QCOW2_BMX_DIRECTORY_SIZE + 8,
+               "bitmaps extension");
+_Static_assert(QCOW2_BMX_END == QCOW2_BMX_DIRECTORY_OFFSET + 8, "bitmaps extension");
+_Static_assert(QCOW2_BMX_END == QCOW2_BITMAPS_EXT_SIZE, "bitmaps extension");
+
+/* Bitmap directory entry field offsets: the header, then extra data, the
+ * name and zero padding to a multiple of 8. */
+enum {
+    QCOW2_BME_TABLE_OFFSET = 0,
+    QCOW2_BME_TABLE_SIZE = 8,
+    QCOW2_BME_FLAGS = 12,
+    QCOW2_BME_TYPE = 16,
+    QCOW2_BME_GRANULARITY_BITS = 17,
+    QCOW2_BME_NAME_SIZE = 18,
+    QCOW2_BME_EXTRA_DATA_SIZE = 20,
+    QCOW2_BME_EXTRA = 24, /* the extra data starts here */
+};
+#define QCOW2_BITMAP_ENTRY_HEADER_SIZE 24
+_Static_assert(QCOW2_BME_TABLE_SIZE == QCOW2_BME_TABLE_OFFSET + 8, "bitmap entry");
+_Static_assert(QCOW2_BME_FLAGS == QCOW2_BME_TABLE_SIZE + 4, "bitmap entry");
+_Static_assert(QCOW2_BME_TYPE == QCOW2_BME_FLAGS + 4, "bitmap entry");
+_Static_assert(QCOW2_BME_GRANULARITY_BITS == QCOW2_BME_TYPE + 1, "bitmap entry");
+_Static_assert(QCOW2_BME_NAME_SIZE == QCOW2_BME_GRANULARITY_BITS + 1, "bitmap entry");
+_Static_assert(QCOW2_BME_EXTRA_DATA_SIZE == QCOW2_BME_NAME_SIZE + 2, "bitmap entry");
+_Static_assert(QCOW2_BME_EXTRA == QCOW2_BME_EXTRA_DATA_SIZE + 4, "bitmap entry");
+_Static_assert(QCOW2_BME_EXTRA == QCOW2_BITMAP_ENTRY_HEADER_SIZE, "bitmap entry");
+_Static_assert(QCOW2_BITMAP_ENTRY_HEADER_SIZE % 8 == 0, "bitmap entry alignment");
+
+/* Directory entry flags. */
+typedef enum Qcow2BitmapFlag {
+    QCOW2_BITMAP_IN_USE = 1u << 0,
+    QCOW2_BITMAP_AUTO = 1u << 1,
+    QCOW2_BITMAP_EXTRA_DATA_COMPATIBLE = 1u << 2,
+} Qcow2BitmapFlag;
+#define QCOW2_BITMAP_FLAGS_KNOWN                                                         \
+    (QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO | QCOW2_BITMAP_EXTRA_DATA_COMPATIBLE)
+/* What QEMU 7.2 accepts (its BME_RESERVED_FLAGS is the complement). */
+#define QCOW2_BITMAP_FLAGS_QEMU (QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO)
+
+typedef enum Qcow2BitmapType {
+    QCOW2_BITMAP_TYPE_DIRTY_TRACKING = 1,
+} Qcow2BitmapType;
+
+/* QEMU's limits (its BME_*). */
+#define QCOW2_BITMAP_MIN_GRANULARITY_BITS 9u
+#define QCOW2_BITMAP_MAX_GRANULARITY_BITS 31u
+#define QCOW2_BITMAP_MAX_NAME_SIZE 1023u
+#define QCOW2_BITMAP_MAX_TABLE_SIZE 0x8000000u /* entries */
+#define QCOW2_BITMAP_MAX_PHYS_SIZE 0x20000000u /* table entries x cluster size */
+
+/* Bitmap table entries. */
+typedef enum Qcow2BitmapTableBits {
+    QCOW2_BTE_ALL_ONES = 1u << 0, /* with offset 0: the cluster reads as ones */
+} Qcow2BitmapTableBits;
+#define QCOW2_BTE_OFFSET_MASK UINT64_C(0x00fffffffffffe00)
+#define QCOW2_BTE_RESERVED_MASK UINT64_C(0xff000000000001fe)
+#define QCOW2_BTE_KNOWN (QCOW2_BTE_OFFSET_MASK | QCOW2_BTE_ALL_ONES)
+_Static_assert((QCOW2_BTE_KNOWN & QCOW2_BTE_RESERVED_MASK) == 0, "bitmap table entry");
+_Static_assert((QCOW2_BTE_KNOWN | QCOW2_BTE_RESERVED_MASK) == UINT64_MAX,
+               "bitmap table entry");
+
+/* The bitmaps extension, decoded. */
+typedef struct Qcow2BitmapsExt {
+    uint32_t nb_bitmaps;
+    uint64_t directory_size;
+    uint64_t directory_offset;
+} Qcow2BitmapsExt;
+
+/* One bitmap directory entry, decoded. */
+typedef struct Qcow2Bitmap {
+    uint64_t table_offset;
+    uint32_t table_size; /* entries */
+    uint32_t flags;      /* Qcow2BitmapFlag bits (QCOW2_BITMAP_RAW: as on disk) */
+    uint8_t type;        /* Qcow2BitmapType */
+    uint8_t granularity_bits;
+    uint16_t name_size;
+    char *name; /* name_size bytes as on disk, then a NUL (not on disk) */
+    uint32_t extra_data_size;
+    uint8_t *extra_data; /* kept verbatim; NULL when there is none */
+} Qcow2Bitmap;
+
 /* ---- decoded header and extensions ---- */
 
 typedef struct Qcow2Header {
@@ -680,6 +774,79 @@ void qcow2_snapshot_table_encode(const Qcow2Snapshot *sns, uint32_t nb, uint8_t 
 void qcow2_snapshot_clear(Qcow2Snapshot *sn);
 /* Free nb entries and the array. */
 void qcow2_snapshots_free(Qcow2Snapshot *sns, uint32_t nb);
+
+/* ---- bitmap-codec.c: the persistent bitmaps' one codec ---- */
+
+/* Whose rules the directory decoder applies (bitmap-codec.c invariants 3-5). */
+typedef enum Qcow2BitmapPolicy {
+    QCOW2_BITMAP_OPEN,  /* strict: the spec's rules and QEMU's limits */
+    QCOW2_BITMAP_CHECK, /* qemu-img check: QEMU's bitmap_list_load, its words */
+    QCOW2_BITMAP_RAW,   /* the entries' framing only, fields kept as on disk */
+} Qcow2BitmapPolicy;
+
+/* What the rules need to know about the image. */
+typedef struct Qcow2BitmapImage {
+    uint32_t cluster_bits;
+    uint64_t disk_size; /* virtual size */
+    uint64_t file_size; /* QCOW2_BITMAP_OPEN: tables and data lie below it */
+} Qcow2BitmapImage;
+
+typedef struct Qcow2BitmapSource {
+    /* len bytes of the file at offset (zeros past its end, or an error);
+     * 0 or -errno */
+    int (*read)(void *opaque, uint64_t offset, void *buf, uint64_t len);
+    void *opaque;
+} Qcow2BitmapSource;
+
+typedef struct Qcow2BitmapDir {
+    Qcow2Bitmap *bms; /* nb entries */
+    uint32_t nb;
+    uint64_t size; /* bytes the entries take, padding included */
+} Qcow2BitmapDir;
+
+/* Decode the extension's len bytes at data (invariant 2).  consistent:
+ * the autoclear bit is set; if not, only the length is checked and *x is
+ * zeroed (QEMU ignores the data). */
+int qcow2_bitmaps_ext_decode(const uint8_t *data, uint32_t len, uint32_t cluster_bits,
+                             bool consistent, Qcow2BitmapsExt *x);
+/* Encode x as the extension's QCOW2_BITMAPS_EXT_SIZE bytes. */
+void qcow2_bitmaps_ext_encode(const Qcow2BitmapsExt *x, uint8_t *buf);
+/* Decode the directory of nb_bitmaps entries in buf[0..size).  On failure
+ * nothing is left in *dir and the message is recorded (blk_error). */
+int qcow2_bitmap_dir_decode(const uint8_t *buf, uint64_t size, uint32_t nb_bitmaps,
+                            const Qcow2BitmapImage *img, Qcow2BitmapPolicy policy,
+                            Qcow2BitmapDir *dir);
+/* Check the directory size, read the directory x describes through src
+ * and decode it. */
+int qcow2_bitmap_dir_read(const Qcow2BitmapSource *src, const Qcow2BitmapsExt *x,
+                          const Qcow2BitmapImage *img, Qcow2BitmapPolicy policy,
+                          Qcow2BitmapDir *dir);
+/* Bytes of bm's entry as encoded, padding included (a multiple of 8). */
+uint64_t qcow2_bitmap_entry_size(const Qcow2Bitmap *bm);
+/* Size of bms[0..nb) encoded as a directory; false past the 64 MiB limit. */
+bool qcow2_bitmap_dir_size(const Qcow2Bitmap *bms, uint32_t nb, uint64_t *size);
+/* Encode bms[0..nb) into buf (qcow2_bitmap_dir_size() bytes). */
+void qcow2_bitmap_dir_encode(const Qcow2Bitmap *bms, uint32_t nb, uint8_t *buf);
+/* Free what one entry owns (name, extra data; the pointers become NULL). */
+void qcow2_bitmap_clear(Qcow2Bitmap *bm);
+/* Free the entries and zero *dir. */
+void qcow2_bitmap_dir_free(Qcow2BitmapDir *dir);
+/* Table entries a bitmap of granularity 2^granularity_bits needs for a
+ * disk of disk_size bytes (granularity_bits <= 63). */
+uint64_t qcow2_bitmap_table_size_for(uint64_t disk_size, uint32_t granularity_bits,
+                                     uint32_t cluster_bits);
+/* Validate bm's table (bm->table_size big-endian entries at buf, invariant
+ * 8) and store it in host order in entries (which may be buf itself);
+ * index is bm's place in the directory, for the messages. */
+int qcow2_bitmap_table_decode(const uint8_t *buf, const Qcow2Bitmap *bm, uint32_t index,
+                              const Qcow2BitmapImage *img, Qcow2BitmapPolicy policy,
+                              uint64_t *entries);
+/* Read bm's table through src and decode it into *entries (g_free). */
+int qcow2_bitmap_table_read(const Qcow2BitmapSource *src, const Qcow2Bitmap *bm,
+                            uint32_t index, const Qcow2BitmapImage *img,
+                            Qcow2BitmapPolicy policy, uint64_t **entries);
+/* Encode n host-order entries as a bitmap table (8 * n bytes). */
+void qcow2_bitmap_table_encode(const uint64_t *entries, uint32_t n, uint8_t *buf);
 
 /* ---- snapshot.c ---- */
 
