@@ -68,7 +68,7 @@ static bool bitmap_entry_ok(const Qcow2State *s, const uint8_t *e)
 static GArray *load_bitmap_directory(Qcow2Check *c)
 {
     Qcow2State *s = c->s;
-    uint64_t size = s->ext.bitmap_directory_size;
+    uint64_t size = s->ext.bitmaps.directory_size;
     g_autofree uint8_t *dir = NULL;
     g_autoptr(GArray) list = g_array_new(FALSE, FALSE, sizeof(BitmapEntry));
     uint64_t pos = 0;
@@ -84,7 +84,7 @@ static GArray *load_bitmap_directory(Qcow2Check *c)
         blk_error(ENOMEM, "Failed to allocate space for bitmap directory");
         return NULL;
     }
-    if (check_pread(c, s->ext.bitmap_directory_offset, dir, size) < 0) {
+    if (check_pread(c, s->ext.bitmaps.directory_offset, dir, size) < 0) {
         blk_error(EIO, "Failed to read bitmap directory");
         return NULL;
     }
@@ -96,7 +96,7 @@ static GArray *load_bitmap_directory(Qcow2Check *c)
             blk_error(EINVAL, "Broken bitmap directory");
             return NULL;
         }
-        if (list->len >= s->ext.nb_bitmaps) {
+        if (list->len >= s->ext.bitmaps.nb_bitmaps) {
             blk_error(EINVAL, "More bitmaps found than specified in header extension");
             return NULL;
         }
@@ -119,7 +119,7 @@ static GArray *load_bitmap_directory(Qcow2Check *c)
         g_array_append_val(list, be);
         pos += entry_size;
     }
-    if (list->len != s->ext.nb_bitmaps) {
+    if (list->len != s->ext.bitmaps.nb_bitmaps) {
         blk_error(EINVAL, "Less bitmaps found than specified in header extension");
         return NULL;
     }
@@ -132,11 +132,11 @@ int check_bitmaps(Qcow2Check *c, Qcow2CheckCounts *res)
     g_autoptr(GArray) list = NULL;
     int ret;
 
-    if (!s->ext.has_bitmaps || s->ext.nb_bitmaps == 0) {
+    if (!s->ext.has_bitmaps || s->ext.bitmaps.nb_bitmaps == 0) {
         return 0;
     }
-    ret = check_inc_refcounts(c, res, s->ext.bitmap_directory_offset,
-                              s->ext.bitmap_directory_size);
+    ret = check_inc_refcounts(c, res, s->ext.bitmaps.directory_offset,
+                              s->ext.bitmaps.directory_size);
     if (ret < 0) {
         return ret;
     }

@@ -246,8 +246,8 @@ unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64
     }
     if ((chk & QCOW2_OL_BITMAP_DIRECTORY) && s->ext.has_bitmaps &&
         (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS) &&
-        overlaps(s, start, end, s->ext.bitmap_directory_offset,
-                 s->ext.bitmap_directory_size)) {
+        overlaps(s, start, end, s->ext.bitmaps.directory_offset,
+                 s->ext.bitmaps.directory_size)) {
         return QCOW2_OL_BITMAP_DIRECTORY;
     }
     return 0;
@@ -286,7 +286,7 @@ int qcow2_check_writable_locked(Qcow2State *s)
 /* Invariant 8: mark every bitmap of the directory in use. */
 static int mark_bitmaps_in_use_locked(Qcow2State *s)
 {
-    uint64_t size = s->ext.bitmap_directory_size, off = s->ext.bitmap_directory_offset;
+    uint64_t size = s->ext.bitmaps.directory_size, off = s->ext.bitmaps.directory_offset;
     g_autofree uint8_t *dir = NULL;
     bool changed = false;
     uint64_t p = 0;
@@ -298,7 +298,7 @@ static int mark_bitmaps_in_use_locked(Qcow2State *s)
     if (ret < 0) {
         return ret;
     }
-    for (uint32_t i = 0; i < s->ext.nb_bitmaps; i++) {
+    for (uint32_t i = 0; i < s->ext.bitmaps.nb_bitmaps; i++) {
         uint64_t len;
         if (size - p < BME_HEADER_SIZE) {
             return blk_error(EINVAL, "Bitmap directory entry %" PRIu32 " is truncated",

@@ -372,11 +372,8 @@ typedef struct Qcow2Extensions {
     char *data_file;            /* NULL if absent */
     Qcow2FeatureName *features; /* feature name table */
     size_t nb_features;
-    bool has_bitmaps; /* bitmaps extension, kept, not interpreted */
-    uint32_t nb_bitmaps;
-    uint64_t bitmap_directory_size;
-    uint64_t bitmap_directory_offset;
-    uint8_t bitmaps_raw[QCOW2_BITMAPS_EXT_SIZE];
+    bool has_bitmaps;        /* bitmaps extension present and consistent */
+    Qcow2BitmapsExt bitmaps; /* bitmap-codec.c decoded it (all 0 if !has_bitmaps) */
     bool has_crypto;
     uint64_t crypto_offset;
     uint64_t crypto_length;
