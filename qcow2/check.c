@@ -9,7 +9,8 @@
  * tables).  Its parts: check-refs.c (the in-memory refcount table, the
  * refcount blocks, the comparison with the on-disk refcounts and the
  * classification of each finding), check-l2.c (the L1/L2 walk and the
- * OFLAG_COPIED check), check-bitmap.c (the bitmap directory and tables).
+ * OFLAG_COPIED check), check-bitmap.c (the bitmap directory and tables,
+ * read through their codec, bitmap-codec.c).
  * Reading the snapshot table (its codec: snapshot-codec.c) and every
  * write are in repair.c.  The invariants below are the whole check's;
  * those files cite them as "check.c invariant N".

@@ -1,9 +1,9 @@
 /*
  * qcow2/format.h: the qcow2 on-disk format, for the qcow2/ files: layout
- * constants and limits, header and snapshot table field offsets, feature
- * bits, table entry masks, the decoded header, extensions and snapshot
- * entries, and the codecs that turn bytes into them and back (header.c,
- * snapshot-codec.c).  Nothing here knows an open image (Qcow2State is in
+ * constants and limits, header, snapshot table and bitmap directory field
+ * offsets, feature and bitmap flag bits, table entry masks, the decoded
+ * header, extensions, snapshot and bitmap entries, and the codecs that turn
+ * bytes into them and back (header.c, snapshot-codec.c; bitmap-codec.h).  Nothing here knows an open image (Qcow2State is in
  * qcow2.h, which includes this file).
  *
  * Owns: the on-disk constants and field offsets (each layout checked
@@ -221,6 +221,100 @@ static inline bool qcow2_range_within(uint64_t offset, uint64_t len, uint64_t li
     return !qcow2_add(offset, len, &end) && end <= limit;
 }
 
+/* ---- persistent dirty bitmaps (spec "Bitmaps extension", "Bitmap
+ * directory", "Bitmap table"; coded only by bitmap-codec.c) ---- */
+
+/* Bitmaps extension field offsets. */
+enum {
+    QCOW2_BMX_NB_BITMAPS = 0,
+    QCOW2_BMX_RESERVED = 4,
+    QCOW2_BMX_DIRECTORY_SIZE = 8,
+    QCOW2_BMX_DIRECTORY_OFFSET = 16,
+    QCOW2_BMX_END = 24,
+};
+_Static_assert(QCOW2_BMX_RESERVED == QCOW2_BMX_NB_BITMAPS + 4, "bitmaps extension");
+_Static_assert(QCOW2_BMX_DIRECTORY_SIZE == QCOW2_BMX_RESERVED + 4, "bitmaps extension");
+_Static_assert(QCOW2_BMX_DIRECTORY_OFFSET == QCOW2_BMX_DIRECTORY_SIZE + 8,
+               "bitmaps extension");
+_Static_assert(QCOW2_BMX_END == QCOW2_BMX_DIRECTORY_OFFSET + 8, "bitmaps extension");
+_Static_assert(QCOW2_BMX_END == QCOW2_BITMAPS_EXT_SIZE, "bitmaps extension");
+
+/* Bitmap directory entry field offsets: the header, then extra data, the
+ * name and zero padding to a multiple of 8. */
+enum {
+    QCOW2_BME_TABLE_OFFSET = 0,
+    QCOW2_BME_TABLE_SIZE = 8,
+    QCOW2_BME_FLAGS = 12,
+    QCOW2_BME_TYPE = 16,
+    QCOW2_BME_GRANULARITY_BITS = 17,
+    QCOW2_BME_NAME_SIZE = 18,
+    QCOW2_BME_EXTRA_DATA_SIZE = 20,
+    QCOW2_BME_EXTRA = 24, /* the extra data starts here */
+};
+#define QCOW2_BITMAP_ENTRY_HEADER_SIZE 24
+_Static_assert(QCOW2_BME_TABLE_SIZE == QCOW2_BME_TABLE_OFFSET + 8, "bitmap entry");
+_Static_assert(QCOW2_BME_FLAGS == QCOW2_BME_TABLE_SIZE + 4, "bitmap entry");
+_Static_assert(QCOW2_BME_TYPE == QCOW2_BME_FLAGS + 4, "bitmap entry");
+_Static_assert(QCOW2_BME_GRANULARITY_BITS == QCOW2_BME_TYPE + 1, "bitmap entry");
+_Static_assert(QCOW2_BME_NAME_SIZE == QCOW2_BME_GRANULARITY_BITS + 1, "bitmap entry");
+_Static_assert(QCOW2_BME_EXTRA_DATA_SIZE == QCOW2_BME_NAME_SIZE + 2, "bitmap entry");
+_Static_assert(QCOW2_BME_EXTRA == QCOW2_BME_EXTRA_DATA_SIZE + 4, "bitmap entry");
+_Static_assert(QCOW2_BME_EXTRA == QCOW2_BITMAP_ENTRY_HEADER_SIZE, "bitmap entry");
+_Static_assert(QCOW2_BITMAP_ENTRY_HEADER_SIZE % 8 == 0, "bitmap entry alignment");
+
+/* Directory entry flags. */
+typedef enum Qcow2BitmapFlag {
+    QCOW2_BITMAP_IN_USE = 1u << 0,
+    QCOW2_BITMAP_AUTO = 1u << 1,
+    QCOW2_BITMAP_EXTRA_DATA_COMPATIBLE = 1u << 2,
+} Qcow2BitmapFlag;
+#define QCOW2_BITMAP_FLAGS_KNOWN                                                         \
+    (QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO | QCOW2_BITMAP_EXTRA_DATA_COMPATIBLE)
+/* What QEMU 7.2 accepts (its BME_RESERVED_FLAGS is the complement). */
+#define QCOW2_BITMAP_FLAGS_QEMU (QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO)
+
+typedef enum Qcow2BitmapType {
+    QCOW2_BITMAP_TYPE_DIRTY_TRACKING = 1,
+} Qcow2BitmapType;
+
+/* QEMU's limits (its BME_*). */
+#define QCOW2_BITMAP_MIN_GRANULARITY_BITS 9u
+#define QCOW2_BITMAP_MAX_GRANULARITY_BITS 31u
+#define QCOW2_BITMAP_MAX_NAME_SIZE 1023u
+#define QCOW2_BITMAP_MAX_TABLE_SIZE 0x8000000u /* entries */
+#define QCOW2_BITMAP_MAX_PHYS_SIZE 0x20000000u /* table entries x cluster size */
+
+/* Bitmap table entries. */
+typedef enum Qcow2BitmapTableBits {
+    QCOW2_BTE_ALL_ONES = 1u << 0, /* with offset 0: the cluster reads as ones */
+} Qcow2BitmapTableBits;
+#define QCOW2_BTE_OFFSET_MASK UINT64_C(0x00fffffffffffe00)
+#define QCOW2_BTE_RESERVED_MASK UINT64_C(0xff000000000001fe)
+#define QCOW2_BTE_KNOWN (QCOW2_BTE_OFFSET_MASK | QCOW2_BTE_ALL_ONES)
+_Static_assert((QCOW2_BTE_KNOWN & QCOW2_BTE_RESERVED_MASK) == 0, "bitmap table entry");
+_Static_assert((QCOW2_BTE_KNOWN | QCOW2_BTE_RESERVED_MASK) == UINT64_MAX,
+               "bitmap table entry");
+
+/* The bitmaps extension, decoded. */
+typedef struct Qcow2BitmapsExt {
+    uint32_t nb_bitmaps;
+    uint64_t directory_size;
+    uint64_t directory_offset;
+} Qcow2BitmapsExt;
+
+/* One bitmap directory entry, decoded. */
+typedef struct Qcow2Bitmap {
+    uint64_t table_offset;
+    uint32_t table_size; /* entries */
+    uint32_t flags;      /* Qcow2BitmapFlag bits (QCOW2_BITMAP_RAW: as on disk) */
+    uint8_t type;        /* Qcow2BitmapType */
+    uint8_t granularity_bits;
+    uint16_t name_size;
+    char *name; /* name_size bytes as on disk, then a NUL (not on disk) */
+    uint32_t extra_data_size;
+    uint8_t *extra_data; /* kept verbatim; NULL when there is none */
+} Qcow2Bitmap;
+
 /* ---- decoded header and extensions ---- */
 
 typedef struct Qcow2Header {
@@ -263,11 +357,8 @@ typedef struct Qcow2Extensions {
     char *data_file;            /* NULL if absent */
     Qcow2FeatureName *features; /* feature name table */
     size_t nb_features;
-    bool has_bitmaps; /* bitmaps extension, kept, not interpreted */
-    uint32_t nb_bitmaps;
-    uint64_t bitmap_directory_size;
-    uint64_t bitmap_directory_offset;
-    uint8_t bitmaps_raw[QCOW2_BITMAPS_EXT_SIZE];
+    bool has_bitmaps;        /* bitmaps extension present and consistent */
+    Qcow2BitmapsExt bitmaps; /* bitmap-codec.c decoded it (all 0 if !has_bitmaps) */
     bool has_crypto;
     uint64_t crypto_offset;
     uint64_t crypto_length;

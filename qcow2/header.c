@@ -4,10 +4,11 @@
  *
  * Owns: the field-by-field decode and encode of bytes 0..header_length, the header
  * extension area (backing format, feature name table, external data file
- * name, bitmaps and crypto pointers, unknown extensions kept verbatim), the
- * backing file name, and every limit QEMU 7.2 enforces when it opens an
- * image.  All functions here are pure: they take buffers already read from
- * the file, so tests can feed them any bytes.
+ * name, bitmaps and crypto pointers, unknown extensions kept verbatim; the
+ * bitmaps extension's fields are decoded by bitmap-codec.c), the backing
+ * file name, and every limit QEMU 7.2 enforces when it opens an image.  All functions
+ * here are pure: they take buffers already read from the file, so tests can feed them any
+ * bytes.
  *
  * Invariants (cited as "header.c invariant N"):
  *  1. Validation follows the order of QEMU's qcow2_do_open, so an image with
@@ -133,55 +134,6 @@ static int read_feature_table(const uint8_t *data, uint32_t len, Qcow2Extensions
     return 0;
 }
 
-static int read_bitmaps_ext(const uint8_t *data, uint32_t len, const Qcow2Header *h,
-                            Qcow2Extensions *ext)
-{
-    uint64_t cluster_size = UINT64_C(1) << h->cluster_bits;
-
-    if (len != QCOW2_BITMAPS_EXT_SIZE) {
-        return blk_error(
-            EINVAL, "bitmaps_ext: Invalid extension length %" PRIu32 " (expected 24)",
-            len);
-    }
-    if (!(h->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
-        /* Inconsistent bitmaps: QEMU ignores (and later drops) them. */
-        return 0;
-    }
-    uint32_t nb = load_be32(data);
-    uint32_t reserved = load_be32(data + 4);
-    uint64_t dir_size = load_be64(data + 8);
-    uint64_t dir_offset = load_be64(data + 16);
-    if (reserved != 0) {
-        return blk_error(EINVAL, "bitmaps_ext: Reserved field is not zero");
-    }
-    if (nb > QCOW2_MAX_BITMAPS) {
-        return blk_error(EINVAL,
-                         "bitmaps_ext: Image has %" PRIu32
-                         " bitmaps, exceeding the QEMU supported maximum of %u",
-                         nb, QCOW2_MAX_BITMAPS);
-    }
-    if (nb == 0) {
-        return blk_error(EINVAL, "found bitmaps extension with zero bitmaps");
-    }
-    if (dir_offset & (cluster_size - 1)) {
-        return blk_error(EINVAL,
-                         "bitmaps_ext: invalid bitmap directory offset 0x%" PRIx64,
-                         dir_offset);
-    }
-    if (dir_size > QCOW2_MAX_BITMAP_DIRECTORY_SIZE) {
-        return blk_error(EINVAL,
-                         "bitmaps_ext: bitmap directory size (%" PRIu64
-                         ") exceeds the maximum supported size (%u)",
-                         dir_size, QCOW2_MAX_BITMAP_DIRECTORY_SIZE);
-    }
-    ext->has_bitmaps = true;
-    ext->nb_bitmaps = nb;
-    ext->bitmap_directory_size = dir_size;
-    ext->bitmap_directory_offset = dir_offset;
-    memcpy(ext->bitmaps_raw, data, QCOW2_BITMAPS_EXT_SIZE);
-    return 0;
-}
-
 static void unknown_ext_free(gpointer p)
 {
     Qcow2UnknownExt *u = p;
@@ -265,10 +217,14 @@ int qcow2_read_extensions(const uint8_t *cluster0, const Qcow2Header *h,
             ext->crypto_length = load_be64(data + 8);
             break;
         case QCOW2_EXT_BITMAPS:
-            ret = read_bitmaps_ext(data, len, h, ext);
+            /* bitmap-codec.c invariant 2 */
+            ret = qcow2_bitmaps_ext_decode(
+                data, len, h->cluster_bits,
+                (h->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS) != 0, &ext->bitmaps);
             if (ret < 0) {
                 return ret;
             }
+            ext->has_bitmaps = (h->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS) != 0;
             break;
         case QCOW2_EXT_DATA_FILE:
             g_free(ext->data_file);

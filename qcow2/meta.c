@@ -46,11 +46,13 @@
  *  8. qimg does not maintain persistent dirty bitmaps.  Before the first
  *     guest write, zero, discard or compressed write of an open image, every
  *     bitmap in the directory is marked in use (flag bit 0), one synced
- *     write: QEMU then treats them as inconsistent instead of trusting bits
- *     that miss qimg's writes (an incremental backup would lose data).
- *     Clearing the bitmaps autoclear bit instead would make qemu-img check
- *     report the bitmap clusters as leaks.  Snapshot operations and the
- *     vmstate area do not touch what bitmaps track and leave them alone.
+ *     write of the entries (decoded and encoded by bitmap-codec.c under
+ *     QCOW2_BITMAP_RAW, so every other byte stays): QEMU then treats them
+ *     as inconsistent instead of trusting bits that miss qimg's writes (an
+ *     incremental backup would lose data).  Clearing the bitmaps autoclear
+ *     bit instead would make qemu-img check report the bitmap clusters as
+ *     leaks.  Snapshot operations and the vmstate area do not touch what
+ *     bitmaps track and leave them alone.
  *  9. A failed metadata write or flush is sticky (SQLite's ERROR state): a
  *     power loss may now keep any subset of what was written since the
  *     last good flush, and memory may describe tables the file does not
@@ -247,8 +249,8 @@ unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64
     }
     if ((chk & QCOW2_OL_BITMAP_DIRECTORY) && s->ext.has_bitmaps &&
         (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS) &&
-        overlaps(s, start, end, s->ext.bitmap_directory_offset,
-                 s->ext.bitmap_directory_size)) {
+        overlaps(s, start, end, s->ext.bitmaps.directory_offset,
+                 s->ext.bitmaps.directory_size)) {
         return QCOW2_OL_BITMAP_DIRECTORY;
     }
     return 0;
@@ -281,48 +283,45 @@ int qcow2_check_writable_locked(Qcow2State *s)
     return 0;
 }
 
-#define BME_FLAG_IN_USE 1u
-#define BME_HEADER_SIZE 24u
+static int bitmap_source_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
+{
+    return blk_pread(opaque, offset, buf, len);
+}
 
-/* Invariant 8: mark every bitmap of the directory in use. */
+/* Invariant 8: mark every bitmap of the directory in use.  The directory
+ * is decoded and encoded by its codec under QCOW2_BITMAP_RAW (only the
+ * framing checked, every other byte kept: bitmap-codec.c invariants 5, 7),
+ * and the entries are written back in place. */
 static int mark_bitmaps_in_use_locked(Qcow2State *s)
 {
-    uint64_t size = s->ext.bitmap_directory_size, off = s->ext.bitmap_directory_offset;
-    g_autofree uint8_t *dir = NULL;
+    const Qcow2BitmapSource src = {.read = bitmap_source_read, .opaque = s->img->file};
+    const Qcow2BitmapImage img = {.cluster_bits = s->cluster_bits,
+                                  .disk_size = s->img->size,
+                                  .file_size = s->file_size};
+    g_autofree uint8_t *buf = NULL;
+    Qcow2BitmapDir dir;
     bool changed = false;
-    uint64_t p = 0;
     int ret;
 
-    /* size <= QCOW2_MAX_BITMAP_DIRECTORY_SIZE (header.c) */
-    dir = g_malloc(size);
-    ret = blk_pread(s->img->file, off, dir, size);
+    ret = qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &img, QCOW2_BITMAP_RAW, &dir);
     if (ret < 0) {
         return ret;
     }
-    for (uint32_t i = 0; i < s->ext.nb_bitmaps; i++) {
-        uint64_t len;
-        if (size - p < BME_HEADER_SIZE) {
-            return blk_error(EINVAL, "Bitmap directory entry %" PRIu32 " is truncated",
-                             i);
-        }
-        uint32_t flags = load_be32(dir + p + 12);
-        len =
-            BME_HEADER_SIZE + (uint64_t)load_be32(dir + p + 20) + load_be16(dir + p + 18);
-        len = ROUND_UP(len, 8);
-        if (len > size - p) {
-            return blk_error(EINVAL, "Bitmap directory entry %" PRIu32 " is truncated",
-                             i);
-        }
-        if (!(flags & BME_FLAG_IN_USE)) {
-            store_be32(dir + p + 12, flags | BME_FLAG_IN_USE);
+    for (uint32_t i = 0; i < dir.nb; i++) {
+        if (!(dir.bms[i].flags & QCOW2_BITMAP_IN_USE)) {
+            dir.bms[i].flags |= QCOW2_BITMAP_IN_USE;
             changed = true;
         }
-        p += len;
     }
     if (changed) {
+        /* dir.size <= the directory's size (<= 64 MiB, header.c) */
+        buf = g_malloc(dir.size);
+        qcow2_bitmap_dir_encode(dir.bms, dir.nb, buf);
         ret = qcow2_write_metadata_locked(
-            s, BLKEV_HEADER_UPDATE, QCOW2_OL_BITMAP_DIRECTORY, off, dir, size, true);
+            s, BLKEV_HEADER_UPDATE, QCOW2_OL_BITMAP_DIRECTORY,
+            s->ext.bitmaps.directory_offset, buf, dir.size, true);
     }
+    qcow2_bitmap_dir_free(&dir);
     return ret;
 }
 

@@ -28,6 +28,7 @@
 #define QIMG_QCOW2_H
 
 #include "block/block.h"
+#include "qcow2/bitmap-codec.h"
 #include "qcow2/cache.h"
 #include "qcow2/fastmap.h"
 #include "qcow2/format.h"
