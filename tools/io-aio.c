@@ -18,7 +18,9 @@
  *  3. -z writes zeroes (-u: may unmap) and takes one length only ("-z
  *     supports only a single length parameter"); -f is FUA; -i (an invalid
  *     request for the statistics) is refused here: qimg keeps no block
- *     statistics.
+ *     statistics.  qimg's aio_write also takes write's -s source_file (the
+ *     crash-state explorer writes tagged sectors with it; qemu-io's has no
+ *     -s).
  *  4. aio_flush waits for every request in flight (it flushes nothing).
  */
 #include "io.h"
@@ -116,6 +118,7 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
 {
     const char *name = write ? "aio_write" : "aio_read";
     AioReq *r = g_new0(AioReq, 1);
+    const char *source = NULL;
     unsigned flags = 0;
     GError *err = NULL;
     gboolean ok;
@@ -123,7 +126,7 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
 
     r->write = write;
     r->pattern = write ? 0xcd : 0;
-    while ((c = getopt(argc, argv, write ? "CfiqP:uz" : "CiqP:v")) != -1) {
+    while ((c = getopt(argc, argv, write ? "CfiqP:s:uz" : "CiqP:v")) != -1) {
         switch (c) {
         case 'C':
             r->cflag = true;
@@ -145,6 +148,9 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
             if (r->pattern < 0) {
                 goto fail;
             }
+            break;
+        case 's':
+            source = optarg;
             break;
         case 'u':
             flags |= QIMG_AIO_MAY_UNMAP;
@@ -176,7 +182,12 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
         printf("-z supports only a single length parameter\n"); /* fact 3 */
         goto fail;
     }
-    if (parse_vector(r, argc, argv) < 0) {
+    if (source && (r->zero || r->pflag)) {
+        printf("-s cannot be combined with -z or -P\n");
+        goto fail;
+    }
+    if (parse_vector(r, argc, argv) < 0 ||
+        (source && io_read_source(source, r->buf, r->count) < 0)) {
         goto fail;
     }
     clock_gettime(CLOCK_MONOTONIC, &r->t1);

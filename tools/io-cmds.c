@@ -325,6 +325,30 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
 
 /* ---- write ---- */
 
+int io_read_source(const char *source, uint8_t *buf, int64_t count)
+{
+    FILE *f = fopen(source, "r");
+    size_t n;
+
+    if (!f) {
+        printf("'%s': %s\n", source, strerror(errno));
+        return -EINVAL;
+    }
+    n = fread(buf, 1, (size_t)count, f);
+    if (ferror(f)) {
+        printf("'%s': %s\n", source, strerror(errno));
+        fclose(f);
+        return -EINVAL;
+    }
+    fclose(f);
+    if (n < (size_t)count) {
+        printf("'%s': file is too short (%zu bytes, %" PRId64 " needed)\n", source, n,
+               count);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /* qemu-io's compressed write: cluster-aligned, whole clusters unless the
  * request ends at the end of the image; split into single clusters. */
 static gboolean write_compressed(QimgImage *img, uint64_t offset, const uint8_t *buf,
@@ -454,25 +478,8 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
     if (!zflag) {
         buf = g_malloc(count ? (size_t)count : 1);
         memset(buf, pattern, (size_t)count);
-        if (sflag) {
-            FILE *f = fopen(source, "r");
-            size_t n;
-            if (!f) {
-                printf("'%s': %s\n", source, strerror(errno));
-                return -EINVAL;
-            }
-            n = fread(buf, 1, (size_t)count, f);
-            if (ferror(f)) {
-                printf("'%s': %s\n", source, strerror(errno));
-                fclose(f);
-                return -EINVAL;
-            }
-            fclose(f);
-            if (n < (size_t)count) {
-                printf("'%s': file is too short (%zu bytes, %" PRId64 " needed)\n",
-                       source, n, count);
-                return -EINVAL;
-            }
+        if (sflag && io_read_source(source, buf, count) < 0) {
+            return -EINVAL;
         }
     }
 

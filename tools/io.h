@@ -27,6 +27,8 @@ void io_print_report(const char *op, struct timespec t, int64_t offset, int64_t 
                      int64_t total, int cnt, bool cflag);
 void io_dump_buffer(const uint8_t *buf, int64_t offset, int64_t len);
 int io_take_errno(GError *err); /* -errno of a failed call; frees err */
+/* Fill buf with the first count bytes of the file source (write -s). */
+int io_read_source(const char *source, uint8_t *buf, int64_t count);
 
 /*
  * The commands of io-cmds.c.  io.c checked the argument count and, for

@@ -261,10 +261,24 @@ def marker_positions(entries):
 
 def make_workload(args):
     """A random guest I/O workload as a qemu-io command script: tagged
-    writes, zero writes, discards, flushes, each followed by a marker."""
+    writes, zero writes, discards, flushes, each followed by a marker.
+
+    With --aio the tagged writes are qimg io aio_write requests, left in
+    flight (up to --aio-depth): the marker after op i is written once op i
+    was submitted, not completed, so op i's data may reach the file after
+    later markers -- the model allows an unflushed op's data or the old one
+    either way.  Every flush, zero write and discard drains first
+    (aio_flush), as does a write overlapping one in flight, so the order
+    the model applies at a flush is the order the data landed in."""
     rng = random.Random(args.seed)
     size, cs = args.size, args.cluster_size
     ops, lines = [], []
+    in_flight = []  # (off, len) of aio writes since the last drain
+
+    def drain():
+        if in_flight:
+            lines.append("aio_flush")
+            in_flight.clear()
     os.makedirs(args.dir, exist_ok=True)
     marker_off = size - SECTOR
     far = [0, size // 3 // cs * cs, size // 2, size - 16 * cs - cs]
@@ -274,6 +288,7 @@ def make_workload(args):
         span = min(size - SECTOR - base, 64 * cs if args.spread else size - SECTOR)
         if r < 0.12:
             op = {"op": "flush"}
+            drain()
             lines.append("flush")
         else:
             if rng.random() < 0.5:
@@ -282,6 +297,8 @@ def make_workload(args):
                 n = cs * rng.randint(1, 4)
             n = max(SECTOR, min(n, span - SECTOR, args.max_len))
             off = base + SECTOR * rng.randrange(0, max(1, (span - n) // SECTOR))
+            if r < 0.26:
+                drain()
             if r < 0.2:
                 op = {"op": "zero", "off": off, "len": n, "unmap": rng.random() < 0.5}
                 lines.append("write -q -z %s%d %d" % ("-u " if op["unmap"] else "", off, n))
@@ -294,12 +311,20 @@ def make_workload(args):
                 with open(path, "wb") as f:
                     for s in range(off // SECTOR, (off + n) // SECTOR):
                         f.write(tag_sector(TAG_DATA, i, s))
-                lines.append("write -q -s %s %d %d" % (path, off, n))
+                if not args.aio:
+                    lines.append("write -q -s %s %d %d" % (path, off, n))
+                else:
+                    if len(in_flight) >= args.aio_depth or any(
+                            o < off + n and off < o + ln for o, ln in in_flight):
+                        drain()
+                    lines.append("aio_write -q -s %s %d %d" % (path, off, n))
+                    in_flight.append((off, n))
         ops.append(op)
         mpath = os.path.join(args.dir, "m%d" % i)
         with open(mpath, "wb") as f:
             f.write(tag_sector(TAG_MARK, i, marker_off // SECTOR))
         lines.append("write -q -s %s %d %d" % (mpath, marker_off, SECTOR))
+    drain()
     lines.append("flush")
     with open(os.path.join(args.dir, "script"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -679,6 +704,9 @@ def main():
     w.add_argument("--max-len", type=int, default=1 << 20)
     w.add_argument("--spread", action="store_true", help="far apart offsets (L1 growth)")
     w.add_argument("--no-discard", dest="discard", action="store_false")
+    w.add_argument("--aio", action="store_true",
+                   help="tagged writes as qimg io aio_write, in flight (qimg only)")
+    w.add_argument("--aio-depth", type=int, default=8)
     e = sub.add_parser("explore")
     e.add_argument("--log", required=True)
     e.add_argument("--qemu-file", help="the file a QEMU blklogwrites log recorded")

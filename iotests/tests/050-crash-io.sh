@@ -9,7 +9,8 @@
 # with qemu-img: no corruption (leaks are fine; a dirty image must be
 # repaired clean by check -r all), and every write a completed flush covered
 # reads back.  qemu-io over QEMU's blklogwrites runs the same scripts as the
-# positive control (reported, not judged).
+# positive control (reported, not judged).  The aio cases drive the
+# asynchronous path with writes in flight (crash.py workload --aio).
 . "$(dirname "$0")/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
@@ -33,6 +34,13 @@ BACKING=$((2 * M)) crash_io_case backing-v2-4k $((8 * M)) 4096 "-o compat=0.10,c
 # fill refcount blocks fast and grow the refcount table
 crash_io_case grow-512 $((4096 * M)) 512 "-o cluster_size=512,refcount_bits=64" --ops 60 \
     --spread --max-len 65536
+
+# the asynchronous path (qimg io aio_write, api/aio.c; fastmap.c rewrites in
+# place): up to 8 tagged writes in flight; qemu-io has no aio_write -s, so
+# no control
+NO_CONTROL=1 crash_io_case aio-64k $((64 * M)) 65536 "" --ops 100 --aio
+NO_CONTROL=1 crash_io_case aio-xl2-lazy $((32 * M)) 16384 \
+    "-o extended_l2=on,cluster_size=16k,lazy_refcounts=on" --ops 100 --aio
 
 crash_summary
 finish
