@@ -25,6 +25,11 @@
  *     queued request itself (pool_run_one) before it sleeps: the request
  *     path is the same, only the handoffs are saved.  Callbacks still run
  *     only as invariant 2 says.
+ *  7. The io_uring engine: a read the driver can map straight onto an
+ *     O_DIRECT file (qcow2: a fast map hit, held until the read completes,
+ *     fastmap.c invariant 2; uring.c invariant 1) is submitted to the ring
+ *     from the submitting thread, without a worker; any other request, and
+ *     a ring read that came back short or failed, runs on the pool.
  */
 #include "aio/pool.h"
 #include "api/api.h"
@@ -48,6 +53,7 @@ typedef struct ApiAioReq ApiAioReq;
 struct ApiAio {
     QimgImage *img;
     Pool *pool;
+    BlkUring *uring; /* the io_uring engine (invariant 7), or NULL */
     int efd;
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a request completed */
@@ -67,6 +73,7 @@ struct ApiAioReq {
     void *opaque;
     int ret;
     GError *error;
+    BlkDirect direct; /* invariant 7: the mapping a ring read holds */
     ApiAioReq *next;
 };
 
@@ -74,12 +81,22 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
 {
     ApiAio *a;
 
-    if (o->engine != QIMG_AIO_ENGINE_THREADS) {
+    if (o->engine != QIMG_AIO_ENGINE_THREADS && o->engine != QIMG_AIO_ENGINE_IO_URING) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Unknown asynchronous I/O engine %d",
                     (int)o->engine);
         return -EINVAL;
     }
     a = g_new0(ApiAio, 1);
+    if (o->engine == QIMG_AIO_ENGINE_IO_URING) {
+        int e = 0;
+        a->uring = blk_uring_new(256, &e);
+        if (!a->uring) {
+            g_set_error(error, QIMG_ERROR, e, "io_uring is not available here: %s",
+                        g_strerror(e));
+            g_free(a);
+            return -e;
+        }
+    }
     a->img = img;
     a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     a->pool = pool_new_unbounded(o->threads ? o->threads : AIO_DEFAULT_THREADS);
@@ -90,6 +107,7 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
         if (a->efd >= 0) {
             close(a->efd);
         }
+        blk_uring_free(a->uring);
         pool_free(a->pool);
         g_free(a);
         return -e;
@@ -138,18 +156,12 @@ static void signal_efd(ApiAio *a)
     }
 }
 
-/* The worker side: run, record the outcome, hand it to the poller. */
-static int run_req(void *opaque)
+/* Hand a finished request to the poller. */
+static void complete(ApiAioReq *r)
 {
-    ApiAioReq *r = opaque;
     ApiAio *a = r->aio;
     bool first;
 
-    blk_error_clear();
-    r->ret = api_io(a->img, r->op, r->offset, r->len, &r->q, r->flags);
-    if (r->ret < 0) {
-        api_io_error(a->img, r->op, r->ret, &r->error); /* invariant 4 */
-    }
     pthread_mutex_lock(&a->lock);
     first = a->done == NULL;
     r->next = a->done;
@@ -161,7 +173,62 @@ static int run_req(void *opaque)
     if (first) {
         signal_efd(a); /* invariant 3 */
     }
+}
+
+/* The worker side: run, record the outcome, hand it to the poller. */
+static int run_req(void *opaque)
+{
+    ApiAioReq *r = opaque;
+    ApiAio *a = r->aio;
+
+    blk_error_clear();
+    r->ret = api_io(a->img, r->op, r->offset, r->len, &r->q, r->flags);
+    if (r->ret < 0) {
+        api_io_error(a->img, r->op, r->ret, &r->error); /* invariant 4 */
+    }
+    complete(r);
     return 0; /* the outcome goes to the callback, not to the pool */
+}
+
+/* Invariant 7: a ring read finished (on the reaper thread).  Anything but
+ * a full read runs again on the pool, through the node, for its error. */
+static void uring_done(void *opaque, int ret)
+{
+    ApiAioReq *r = opaque;
+    BlkNode *node = r->aio->img->node;
+
+    node->drv->direct_end(node, &r->direct);
+    if (ret < 0 && pool_submit(r->aio->pool, run_req, r) == 0) {
+        return;
+    }
+    r->ret = ret < 0 ? -EIO : 0;
+    if (ret < 0) {
+        g_set_error(&r->error, QIMG_ERROR, EIO, "Could not read '%s': %s", node->filename,
+                    g_strerror(-ret));
+    }
+    complete(r);
+}
+
+/* Invariant 7: send a read to the ring if the mapping allows it. */
+static bool try_uring(ApiAio *a, ApiAioReq *r)
+{
+    BlkNode *node = a->img->node;
+    uint64_t end;
+
+    if (!a->uring || r->op != API_IO_READ || !node->drv->direct_begin ||
+        __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
+        return false;
+    }
+    if (!node->drv->direct_begin(node, r->offset, r->len, false, &r->direct)) {
+        return false;
+    }
+    if (!blk_uring_can_read(r->direct.node, r->direct.offset, &r->q) ||
+        blk_uring_readv(a->uring, r->direct.node, r->direct.offset, &r->q, uring_done,
+                        r) < 0) {
+        node->drv->direct_end(node, &r->direct);
+        return false;
+    }
+    return true;
 }
 
 static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len,
@@ -203,6 +270,9 @@ static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len
     pthread_mutex_lock(&a->lock);
     a->live++;
     pthread_mutex_unlock(&a->lock);
+    if (try_uring(a, r)) {
+        return TRUE;
+    }
     ret = pool_submit(a->pool, run_req, r);
     if (ret < 0) {
         pthread_mutex_lock(&a->lock);
@@ -393,6 +463,7 @@ void api_aio_close(QimgImage *img)
         qimg_image_aio_wait(img);
     }
     pool_free(a->pool);
+    blk_uring_free(a->uring); /* nothing in flight now */
     close(a->efd);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);

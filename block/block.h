@@ -86,6 +86,14 @@ enum {
     BLK_REQ_FUA = 1 << 4,         /* durable before completion */
 };
 
+/* A mapping held for a request that goes straight to a protocol node. */
+typedef struct BlkDirect {
+    BlkNode *node;   /* the protocol node holding the bytes */
+    uint64_t offset; /* their offset there */
+    void *hold;      /* the driver's hold (qcow2: its fast map slot) */
+    unsigned hold_aux;
+} BlkDirect;
+
 struct BlkNode {
     const BlkDriver *drv;
     void *opaque;     /* driver state */
@@ -143,6 +151,13 @@ struct BlkDriver {
     int (*pdiscard)(BlkNode *img, uint64_t offset, uint64_t bytes);
     int (*pwrite_compressed)(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
     int (*flush)(BlkNode *img);
+    /* Where guest [offset, offset + bytes) lies, for a request that goes
+     * straight to a protocol node (api/aio.c's io_uring reads); false: use
+     * preadv/pwritev.  A true return holds the mapping until direct_end.
+     * Optional. */
+    bool (*direct_begin)(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
+                         struct BlkDirect *d);
+    void (*direct_end)(BlkNode *img, struct BlkDirect *d);
     /* Status of this layer only, for [offset, offset+bytes).  Returns 0 or -errno. */
     int (*block_status)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
     int (*truncate)(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
@@ -303,5 +318,23 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);
 /* Reads past the end of a backing node return zeros: read [offset, +bytes)
  * of 'img' into qiov, zero-filling what lies beyond img->size. */
 int blk_preadv_padded(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
+
+/* ---- uring.c: io_uring reads of O_DIRECT file nodes ---- */
+
+typedef struct BlkUring BlkUring;
+/* ret: 0, or -errno / -EAGAIN (short: run it again the normal way). */
+typedef void (*BlkUringDone)(void *opaque, int ret);
+
+/* A ring of 'entries' and its reaper thread; NULL with *err = errno when the
+ * kernel has none for us. */
+BlkUring *blk_uring_new(unsigned entries, int *err);
+/* Nothing may be in flight. */
+void blk_uring_free(BlkUring *u);
+/* May this read of node go to the ring (uring.c invariant 1)? */
+bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
+/* Submit it; cb runs on the reaper thread (q's iovec array and buffers must
+ * live until then).  0, or -errno with nothing queued. */
+int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
+                    BlkUringDone cb, void *opaque);
 
 #endif

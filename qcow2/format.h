@@ -3,8 +3,9 @@
  * constants and limits, header, snapshot table and bitmap directory field
  * offsets, feature and bitmap flag bits, table entry masks, the decoded
  * header, extensions, snapshot and bitmap entries, and the codecs that turn
- * bytes into them and back (header.c, snapshot-codec.c; bitmap-codec.h).  Nothing here knows an open image (Qcow2State is in
- * qcow2.h, which includes this file).
+ * bytes into them and back (header.c, snapshot-codec.c; bitmap-codec.h).
+ * Nothing here knows an open image (Qcow2State is in qcow2.h, which
+ * includes this file).
  *
  * Owns: the on-disk constants and field offsets (each layout checked
  * field by field under _Static_assert), the big-endian load/store helpers

@@ -303,6 +303,9 @@ int qcow2_snapshot_load_view(Qcow2State *s, const char *id_or_name);
 /* ---- read.c ---- */
 
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
+                        BlkDirect *d);
+void qcow2_direct_end(BlkNode *img, BlkDirect *d);
 int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
 
 /* ================= write path ================= */

@@ -187,6 +187,32 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
     return read_registered(s, offset, qiov, true);
 }
 
+/* fastmap.c: a read of an allocated cluster that goes straight to the data
+ * node (the io_uring engine); the slot stays held until qcow2_direct_end. */
+bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
+                        BlkDirect *d)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2FastRef ref;
+
+    if (write || !qcow2_fastmap_begin(s->fastmap, offset, bytes, false, &ref)) {
+        return false; /* writes keep the file node's locks (uring.c inv. 1) */
+    }
+    d->node = qcow2_data_node(s);
+    d->offset = ref.host;
+    d->hold = ref.slot;
+    d->hold_aux = ref.stripe;
+    return true;
+}
+
+void qcow2_direct_end(BlkNode *img, BlkDirect *d)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2FastRef ref = {.slot = d->hold, .stripe = d->hold_aux, .host = d->offset};
+
+    qcow2_fastmap_end(s->fastmap, &ref);
+}
+
 /* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data
  * extent that is a hole in the file reads as zeros. */
 static void recurse_into_file(BlkStatus *st)

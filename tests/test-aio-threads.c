@@ -11,7 +11,8 @@
  * races included, and each party checks every read of its own blocks.
  * Flushes come from everyone.  At the end the whole image equals the model
  * and `qemu-img check` is clean.
- * Configurations: 64 KiB clusters; 4 KiB clusters with lazy refcounts and
+ * Configurations: 64 KiB clusters (also with the io_uring engine and
+ * cache=none, so ring reads race with rewrites); 4 KiB clusters with lazy refcounts and
  * a tiny metadata cache (constant eviction); extended L2 over a raw backing
  * file.  Built under ThreadSanitizer by `make test` (the name says thread).
  */
@@ -27,6 +28,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MiB (UINT64_C(1) << 20)
@@ -114,12 +116,20 @@ static gpointer sync_main(gpointer opaque)
 /* ---- the asynchronous submitter ---- */
 
 typedef struct Req {
+    _Alignas(4096) uint8_t buf[BLOCK]; /* O_DIRECT-aligned: ring reads */
     Party *p;
     int op;
     uint64_t slot, block;
-    uint8_t buf[BLOCK];
     struct iovec iov;
 } Req;
+
+static Req *req_new(void)
+{
+    void *q = NULL;
+    assert_int_equal(posix_memalign(&q, 4096, sizeof(Req)), 0);
+    memset(q, 0, sizeof(Req));
+    return q;
+}
 
 static void req_done(void *opaque, int ret, const GError *err)
 {
@@ -136,13 +146,13 @@ static void req_done(void *opaque, int ret, const GError *err)
         p->busy[q->slot] = false;
     }
     p->in_flight--;
-    g_free(q);
+    free(q);
 }
 
 static void submit_one(Party *p, GRand *r)
 {
     Shared *sh = p->sh;
-    Req *q = g_new0(Req, 1);
+    Req *q = req_new();
     GError *err = NULL;
     gboolean ok;
 
@@ -152,7 +162,7 @@ static void submit_one(Party *p, GRand *r)
     q->block = own_block(p, r, &q->slot);
     if (q->op != 3) {
         if (p->busy[q->slot]) {
-            g_free(q);
+            free(q);
             return;
         }
         p->busy[q->slot] = true;
@@ -180,7 +190,7 @@ static void submit_one(Party *p, GRand *r)
     if (!ok) {
         fail_party(p, "submit failed", q->block, err->message);
         g_clear_error(&err);
-        g_free(q);
+        free(q);
         return;
     }
     p->in_flight++;
@@ -204,7 +214,8 @@ static gpointer async_main(gpointer opaque)
     return NULL;
 }
 
-static void torture(const char *opts, bool raw_backing, uint64_t cache_size)
+static void torture(const char *opts, bool raw_backing, uint64_t cache_size,
+                    QimgAioEngine engine)
 {
     g_autofree char *path = tu_fresh("aiothreads.qcow2");
     g_autofree char *base = tu_fresh("aiothreads-base.raw");
@@ -225,9 +236,13 @@ static void torture(const char *opts, bool raw_backing, uint64_t cache_size)
         tu_run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, SIZE);
     }
     oo.metadata_cache_size = cache_size;
+    if (engine == QIMG_AIO_ENGINE_IO_URING) {
+        oo.cache = QIMG_CACHE_NONE; /* the ring serves O_DIRECT reads */
+    }
     sh.img = qimg_image_open(path, &oo, &err);
     assert_non_null(sh.img);
     ao.threads = 16;
+    ao.engine = engine;
     assert_true(qimg_image_aio_setup(sh.img, &ao, &err));
 
     memset(parties, 0, sizeof(parties));
@@ -259,25 +274,33 @@ static void torture(const char *opts, bool raw_backing, uint64_t cache_size)
 static void test_aio_threads_64k(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
-    torture("cluster_size=65536", false, 0);
+    torture("cluster_size=65536", false, 0, QIMG_AIO_ENGINE_THREADS);
+}
+
+/* aio.c invariant 7: ring reads of clusters others rewrite and zero */
+static void test_aio_threads_io_uring(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    torture("cluster_size=65536", false, 0, QIMG_AIO_ENGINE_IO_URING);
 }
 
 static void test_aio_threads_4k_lazy_small_cache(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
-    torture("cluster_size=4096,lazy_refcounts=on", false, 16384);
+    torture("cluster_size=4096,lazy_refcounts=on", false, 16384, QIMG_AIO_ENGINE_THREADS);
 }
 
 static void test_aio_threads_extl2_backing(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
-    torture("extended_l2=on", true, 0);
+    torture("extended_l2=on", true, 0, QIMG_AIO_ENGINE_THREADS);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_aio_threads_64k),
+        cmocka_unit_test(test_aio_threads_io_uring),
         cmocka_unit_test(test_aio_threads_4k_lazy_small_cache),
         cmocka_unit_test(test_aio_threads_extl2_backing),
     };

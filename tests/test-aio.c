@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MiB (UINT64_C(1) << 20)
@@ -104,8 +105,16 @@ static void req_done(void *opaque, int ret, const GError *err)
     }
     w->in_flight--;
     w->done++;
-    g_free(r->buf);
+    free(r->buf);
     g_free(r);
+}
+
+/* O_DIRECT-aligned, so reads can take the io_uring path (uring.c inv. 1). */
+static uint8_t *aligned_buf(size_t len)
+{
+    void *p = NULL;
+    assert_int_equal(posix_memalign(&p, 4096, len), 0);
+    return p;
 }
 
 /* Submit one random request on free blocks; false if none was free. */
@@ -140,7 +149,7 @@ static bool submit_random(Work *w, GRand *rnd)
     uint64_t off = r->block * BLOCK, len = r->nblocks * BLOCK;
     switch (r->op) {
     case 0:
-        r->buf = g_malloc(len);
+        r->buf = aligned_buf(len);
         for (uint64_t i = 0; i < len; i++) {
             r->buf[i] = (uint8_t)g_rand_int(rnd);
         }
@@ -151,7 +160,7 @@ static bool submit_random(Work *w, GRand *rnd)
                                     req_done, r, &err);
         break;
     case 1:
-        r->buf = g_malloc(len);
+        r->buf = aligned_buf(len);
         r->iov = (struct iovec){.iov_base = r->buf, .iov_len = len};
         ok = qimg_image_aio_preadv(w->img, off, &r->iov, 1, 0, req_done, r, &err);
         break;
@@ -175,7 +184,8 @@ static bool submit_random(Work *w, GRand *rnd)
     return true;
 }
 
-static void workload(const char *opts, uint64_t cs)
+static void workload_with(const char *opts, uint64_t cs, QimgCacheMode cache,
+                          QimgAioEngine engine)
 {
     const uint64_t size = 32 * MiB;
     g_autofree char *p = new_qcow2("aio.qcow2", size, opts);
@@ -187,8 +197,9 @@ static void workload(const char *opts, uint64_t cs)
 
     w.model = g_malloc0(size);
     w.busy = g_new0(bool, w.nblocks);
-    w.img = open_image(p, QIMG_CACHE_WRITEBACK);
+    w.img = open_image(p, cache);
     ao.threads = 8;
+    ao.engine = engine;
     assert_true(qimg_image_aio_setup(w.img, &ao, &err));
     while (submitted < 6000) {
         while (w.in_flight < 64 && submitted < 6000) {
@@ -214,6 +225,20 @@ static void workload(const char *opts, uint64_t cs)
     tu_run("qemu-img check -q '%s'", p);
     g_free(w.model);
     g_free(w.busy);
+}
+
+static void workload(const char *opts, uint64_t cs)
+{
+    workload_with(opts, cs, QIMG_CACHE_WRITEBACK, QIMG_AIO_ENGINE_THREADS);
+}
+
+/* The io_uring engine (aio.c invariant 7): O_DIRECT, reads of clusters the
+ * fast map knows go to the ring, the rest to the pool. */
+static void test_workload_io_uring(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    workload_with(NULL, 65536, QIMG_CACHE_NONE, QIMG_AIO_ENGINE_IO_URING);
+    workload_with("extended_l2=on", 65536, QIMG_CACHE_NONE, QIMG_AIO_ENGINE_IO_URING);
 }
 
 static void test_workload_64k(void **state)
@@ -456,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_workload_64k),
         cmocka_unit_test(test_workload_4k_lazy),
         cmocka_unit_test(test_workload_extl2),
+        cmocka_unit_test(test_workload_io_uring),
         cmocka_unit_test(test_eventfd),
         cmocka_unit_test(test_close_drains),
         cmocka_unit_test(test_refused),

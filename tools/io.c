@@ -27,6 +27,7 @@
  *     "force-share=on can only be used with read-only images" stand alone).
  */
 #include "io.h"
+#include "qimg/aio.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -222,6 +223,8 @@ int cmd_io(int argc, char **argv)
     };
     g_autoptr(GPtrArray) cmds = g_ptr_array_new();
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    bool aio_given = false; /* else the aio_* commands set up the defaults */
     IoCtx io = {0};
     GError *err = NULL;
     int c, last_error = 0;
@@ -253,7 +256,21 @@ int cmd_io(int argc, char **argv)
         case 'h':
             io_usage();
             return 0;
-        case 'i': /* aio mode: accepted, threads are always used */
+        case 'i': /* the engine of the aio_* commands (io-aio.c) */
+            aio_given = true;
+            if (strcmp(optarg, "threads") == 0) {
+                ao.engine = QIMG_AIO_ENGINE_THREADS;
+            } else if (strcmp(optarg, "io_uring") == 0) {
+                ao.engine = QIMG_AIO_ENGINE_IO_URING;
+            } else if (strcmp(optarg, "native") == 0) {
+                tool_error(
+                    "aio=native is not supported by qimg: use threads or io_uring");
+                return 1;
+            } else {
+                tool_error("Invalid aio option: %s", optarg);
+                return 1;
+            }
+            break;
         case 'd': /* discard mode: accepted */
         case 'k':
         case 'C':
@@ -278,6 +295,12 @@ int cmd_io(int argc, char **argv)
         }
         io.read_only = qimg_image_is_read_only(io.img);
         tool_warn_probed_raw(io.img, &oo, name);
+        if (aio_given && !qimg_image_aio_setup(io.img, &ao, &err)) {
+            tool_error("%s", err->message);
+            g_clear_error(&err);
+            qimg_image_free(io.img);
+            return 1;
+        }
     }
 
     if (cmds->len) {

@@ -28,7 +28,8 @@
  *     (a failed metadata write or flush makes later writes fail).
  *
  * Defaults (NULL options, or the first submission without
- * qimg_image_aio_setup()): 64 threads, engine "threads".
+ * qimg_image_aio_setup()): 64 threads, engine "threads" (io_uring only where
+ * asked: it serves reads alone so far).
  */
 #ifndef QIMG_AIO_H
 #define QIMG_AIO_H
@@ -51,6 +52,11 @@ typedef enum QimgAioFlags {
 
 typedef enum QimgAioEngine {
     QIMG_AIO_ENGINE_THREADS = 0, /* a pool of worker threads */
+    /* reads of allocated clusters of an O_DIRECT (cache=none) image go to an
+     * io_uring from the submitting thread; everything else, and every read
+     * the ring cannot take, runs on the pool.  Refused where the kernel has
+     * no io_uring. */
+    QIMG_AIO_ENGINE_IO_URING = 1,
 } QimgAioEngine;
 
 typedef struct QimgAioOptions {

@@ -1,0 +1,200 @@
+/*
+ * block/uring.c: an io_uring for O_DIRECT reads of file nodes, completed on
+ * a reaper thread (the asynchronous API's io_uring engine, api/aio.c).
+ *
+ * Owns: the ring, the mutex that serialises submissions (an SQ has one
+ * producer), the reaper thread that waits for completions and hands each
+ * to its callback, and the test of which reads may bypass the file node's
+ * own path.
+ *
+ * Invariants (cited as "uring.c invariant N"):
+ *  1. Only reads go to the ring, and only those the file node would send to
+ *     the kernel unchanged: the node is a file protocol node opened
+ *     O_DIRECT, the range and every buffer are aligned (file.c invariant 1)
+ *     and the range ends inside the file (so no zero fill is needed, file.c
+ *     invariant 3).  Reads never take the file node's lock (file.c
+ *     invariant 6) and change no generation (invariant 9), so bypassing it
+ *     skips nothing.  Writes keep the node's path.
+ *  2. A completion that moved fewer bytes than asked, or failed, is
+ *     reported as such (-EAGAIN for short): the caller runs the request
+ *     again through the node (file.c invariant 4 retries short transfers)
+ *     so the error and its message come from there.
+ *  3. Every submitted read gets exactly one callback, from the reaper
+ *     thread.  blk_uring_free() is called only with nothing in flight; it
+ *     stops the reaper with a NOP whose user data is the ring itself.
+ */
+#include "block/block.h"
+#include "block/file.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <sched.h>
+
+/* The kernel hands a request from the submitter to the reaper, which
+ * ThreadSanitizer cannot see: tell it (release at submission, acquire at
+ * the completion), as aio/pool.c does for its futexes. */
+#if defined(__SANITIZE_THREAD__)
+#define URING_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define URING_TSAN 1
+#endif
+#endif
+#ifdef URING_TSAN
+#include <sanitizer/tsan_interface.h>
+#define uring_release(p) __tsan_release(p)
+#define uring_acquire(p) __tsan_acquire(p)
+#else
+#define uring_release(p) ((void)(p))
+#define uring_acquire(p) ((void)(p))
+#endif
+
+struct BlkUring {
+    struct io_uring ring;
+    pthread_mutex_t sq_lock; /* invariant 3: one producer at a time */
+    pthread_t reaper;
+};
+
+typedef struct UringReq {
+    BlkUringDone cb;
+    void *opaque;
+    size_t len;
+} UringReq;
+
+static void *reaper_main(void *opaque)
+{
+    BlkUring *u = opaque;
+
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        int ret = io_uring_wait_cqe(&u->ring, &cqe);
+
+        if (ret == -EINTR) {
+            continue;
+        }
+        if (ret < 0) {
+            g_error("io_uring_wait_cqe: %s", g_strerror(-ret)); /* cannot recover */
+        }
+        void *data = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&u->ring, cqe);
+        uring_acquire(data);
+        if (data == u) {
+            return NULL; /* invariant 3: the stop NOP */
+        }
+        UringReq *r = data;
+        /* invariant 2 */
+        ret = res < 0 ? res : (size_t)res == r->len ? 0 : -EAGAIN;
+        r->cb(r->opaque, ret);
+        g_free(r);
+    }
+}
+
+BlkUring *blk_uring_new(unsigned entries, int *err)
+{
+    BlkUring *u = g_new0(BlkUring, 1);
+    int ret = io_uring_queue_init(entries, &u->ring, 0);
+
+    if (ret < 0) {
+        *err = -ret;
+        g_free(u);
+        return NULL;
+    }
+    pthread_mutex_init(&u->sq_lock, NULL);
+    ret = pthread_create(&u->reaper, NULL, reaper_main, u);
+    if (ret != 0) {
+        *err = ret;
+        io_uring_queue_exit(&u->ring);
+        pthread_mutex_destroy(&u->sq_lock);
+        g_free(u);
+        return NULL;
+    }
+    return u;
+}
+
+/* Get an SQE, submitting what is queued when the SQ is full.  Lock held. */
+static struct io_uring_sqe *get_sqe_locked(BlkUring *u)
+{
+    struct io_uring_sqe *sqe;
+
+    while (!(sqe = io_uring_get_sqe(&u->ring))) {
+        int ret = io_uring_submit(&u->ring);
+        if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) {
+            return NULL;
+        }
+    }
+    return sqe;
+}
+
+void blk_uring_free(BlkUring *u)
+{
+    struct io_uring_sqe *sqe;
+
+    if (!u) {
+        return;
+    }
+    pthread_mutex_lock(&u->sq_lock);
+    sqe = get_sqe_locked(u);
+    g_assert(sqe);
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data(sqe, u);
+    uring_release(u);
+    while (io_uring_submit(&u->ring) == -EINTR) {
+    }
+    pthread_mutex_unlock(&u->sq_lock);
+    pthread_join(u->reaper, NULL);
+    io_uring_queue_exit(&u->ring);
+    pthread_mutex_destroy(&u->sq_lock);
+    g_free(u);
+}
+
+bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q)
+{
+    const FileState *s;
+    uint64_t end;
+
+    if (node->drv != &blk_file_driver || q->niov > IOV_MAX) {
+        return false;
+    }
+    s = node->opaque;
+    /* invariant 1 */
+    return s->direct && q->size > 0 &&
+           file_qiov_aligned(q, offset, node->request_alignment) &&
+           !__builtin_add_overflow(offset, q->size, &end) &&
+           end <= __atomic_load_n(&node->size, __ATOMIC_ACQUIRE);
+}
+
+int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
+                    BlkUringDone cb, void *opaque)
+{
+    const FileState *s = node->opaque;
+    UringReq *r = g_new(UringReq, 1);
+    struct io_uring_sqe *sqe;
+    int ret;
+
+    r->cb = cb;
+    r->opaque = opaque;
+    r->len = q->size;
+    pthread_mutex_lock(&u->sq_lock);
+    sqe = get_sqe_locked(u);
+    if (!sqe) {
+        pthread_mutex_unlock(&u->sq_lock);
+        g_free(r);
+        return -EAGAIN;
+    }
+    io_uring_prep_readv(sqe, s->fd, q->iov, (unsigned)q->niov, offset);
+    io_uring_sqe_set_data(sqe, r);
+    uring_release(r);
+    /* Once in the SQ the read cannot be taken back: submit until the kernel
+     * has it (EAGAIN/EBUSY pass as the reaper empties the CQ), so its one
+     * callback comes (invariant 3).  Anything else is a broken ring. */
+    while ((ret = io_uring_submit(&u->ring)) < 0) {
+        if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+            g_error("io_uring_submit: %s", g_strerror(-ret));
+        }
+        sched_yield();
+    }
+    pthread_mutex_unlock(&u->sq_lock);
+    return 0;
+}
