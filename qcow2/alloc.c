@@ -3,9 +3,10 @@
  *
  * Owns: the free-cluster search (free_cluster_index), refcount increases
  * and decreases through the refcount block cache, creating refcount blocks
- * and growing the refcount table, byte-granular allocation for compressed
- * clusters, and freeing.  (Reading refcounts and the entry encoding is
- * refcount.c.)
+ * and replacing the refcount table (where QEMU puts them), byte-granular
+ * allocation for compressed clusters, and freeing.  It is the one allocator:
+ * create builds new images through it too (create.c).  (Reading refcounts
+ * and the entry encoding is refcount.c.)
  *
  * Invariants (cited as "alloc.c invariant N"):
  *  1. DESIGN.md rule 1, raising: a cluster is handed out with its refcount
@@ -29,24 +30,37 @@
  *     are freed at once (qcow2_free_clusters_locked).  So no decrease waits
  *     for a cached L2 table: the refcount cache never depends on the L2
  *     cache, and freeing never writes an L2 table behind a request's back.
- *  3. Refcount metadata is created only by the planner (plan_cover +
- *     plan_commit), never recursively: new refcount blocks and a new
- *     refcount table are placed after the clusters being allocated, on
- *     clusters whose refcount is 0, at a cursor that only moves forward (so
- *     nothing planned overlaps).  Each new block's own refcount is set in
- *     the block that covers it (itself when self-describing).  Order: new
- *     blocks and raised counts on disk, file flushed; then either the
- *     reftable entries, hooked in rounds -- a block only once the block that
- *     holds its own refcount is hooked and flushed, so no state names a block
- *     whose count reads 0 -- or the new table (synced) and the one header
- *     write that switches to it; the old table is freed after the switch.
+ *  3. Refcount metadata is placed by QEMU's rules (so that a fresh image is
+ *     the one qemu-img writes, create.c), one structure per round, never by
+ *     recursion through the caches.  When clusters about to be counted lack
+ *     a refcount block, the block for the first of them goes at the first
+ *     free cluster past them and the free index (never inside a range being
+ *     counted); it counts itself when it lies in the range it covers, else
+ *     the existing block of its own range counts it -- and when that block
+ *     is missing too, that one is made in this round instead.  A block whose
+ *     index is past the refcount table comes with a new table: blocks for
+ *     every index up to what the new structures need and the table after
+ *     them (1.5x room), at the first block boundary past the clusters
+ *     involved (QEMU's refcount area; qcow2_refcount_area_locked() puts an
+ *     exact-size one where preallocation asks).  Each round is committed
+ *     before the allocation searches again (QEMU's -EAGAIN), so nothing
+ *     planned overlaps.  Each new block's own refcount is set in the block
+ *     that covers it (itself when self-describing).  Order: new blocks and
+ *     raised counts on disk, file flushed; then either the reftable entries,
+ *     one block's reftable entry (synced) -- its own refcount lives in itself
+ *     or in a hooked block, so no state names a block whose count reads
+ *     0 -- or the new table (synced) and the one header write that
+ *     switches to it; the old table is freed after the switch (and may serve
+ *     the search that follows).
  *  4. Widths 1..64 bits (refcount.c invariant 1).  An increase past
  *     refcount_max or a decrease below 0 fails with -EINVAL and changes
  *     nothing (QEMU's update_refcount; iotest 112).
- *  5. The search is not quadratic: free_cluster_index moves forward past
- *     every run handed out and back only to a cluster just freed; a missing
- *     refcount block, or the area past the reftable, is skipped in one step,
- *     and used clusters are skipped a block at a time.
+ *  5. The search is first fit from free_cluster_index (QEMU's), and not
+ *     quadratic: the index moves forward past every run handed out and back
+ *     only to a cluster just freed; a missing refcount block, or the area
+ *     past the reftable, is skipped in one step, and used clusters are
+ *     skipped a block at a time.  A round of invariant 3 searches again from
+ *     the same place.
  *  6. When a refcount drops to 0 the cluster leaves both metadata caches (a
  *     stale table must never be written over a reused cluster) and the
  *     compressed packing cursor leaves it.
@@ -134,22 +148,20 @@ static int find_free_run_locked(Qcow2State *s, uint64_t from, uint64_t n, uint64
     return 0;
 }
 
-/* ---- the refcount metadata planner (invariant 3) ---- */
+/* ---- refcount metadata (invariant 3) ---- */
 
 typedef struct PlannedBlock {
     uint64_t ti;     /* reftable index it serves */
     uint64_t offset; /* host offset */
     uint8_t *buf;
-    bool hooked; /* its reftable entry is written */
 } PlannedBlock;
 
 typedef struct RefPlan {
     GArray *blocks; /* PlannedBlock */
-    bool grow;
+    bool grow;      /* a new refcount table replaces the old one */
     uint64_t table_offset;
     uint64_t table_clusters;
     uint64_t table_entries;
-    uint64_t cursor; /* next cluster index to place something at */
 } RefPlan;
 
 static PlannedBlock *plan_block(RefPlan *p, uint64_t ti)
@@ -163,98 +175,77 @@ static PlannedBlock *plan_block(RefPlan *p, uint64_t ti)
     return NULL;
 }
 
-static uint64_t plan_table_entries(const Qcow2State *s, const RefPlan *p)
+static void plan_add_block(RefPlan *p, uint64_t ti, uint64_t offset)
 {
-    return p->grow ? p->table_entries : s->refcount_table_size;
+    PlannedBlock b = {.ti = ti, .offset = offset};
+    g_array_append_val(p->blocks, b);
 }
 
-/* Plan a refcount table of at least min_entries (QEMU grows by 1.5). */
-static int plan_grow_locked(Qcow2State *s, RefPlan *p, uint64_t min_entries)
+/* Refcount blocks needed to count 'clusters' clusters and the refcount
+ * structures themselves, a fixed point; 'generous' leaves room for the table
+ * to grow by half (QEMU's qcow2_refcount_metadata_size). */
+static uint64_t refblocks_needed(const Qcow2State *s, uint64_t clusters, bool generous)
 {
-    uint64_t per_cluster = s->cluster_size / 8;
-    uint64_t clusters = MAX(plan_table_entries(s, p) / per_cluster, 1);
-    uint64_t start;
-    int ret;
-
-    while (clusters * per_cluster < min_entries) {
-        clusters = (clusters * 3 + 1) / 2;
-        if (clusters > (QCOW2_MAX_REFTABLE_BYTES >> s->cluster_bits)) {
-            return blk_error(EFBIG, "qcow2: the refcount table would exceed 8 MiB");
-        }
-    }
-    ret = find_free_run_locked(s, p->cursor, clusters, &start);
-    if (ret < 0) {
-        return ret;
-    }
-    p->grow = true;
-    p->table_offset = start << s->cluster_bits;
-    p->table_clusters = clusters;
-    p->table_entries = clusters * per_cluster;
-    p->cursor = start + clusters;
-    return 0;
-}
-
-/* Plan whatever makes every cluster of [first, first + n) covered by a
- * reftable entry; returns 1 if something changed, 0 if all was in place. */
-static int plan_range_locked(Qcow2State *s, RefPlan *p, uint64_t first, uint64_t n)
-{
-    uint64_t ti_end = ((first + n - 1) >> s->refcount_block_bits) + 1;
-    int changed = 0;
-
-    for (uint64_t ti = first >> s->refcount_block_bits; ti < ti_end; ti++) {
-        uint64_t block_offset = 0, at;
-        int ret;
-
-        if (ti >= plan_table_entries(s, p)) {
-            ret = plan_grow_locked(s, p, ti + 1);
-            if (ret < 0) {
-                return ret;
-            }
-            changed = 1;
-        }
-        if (plan_block(p, ti)) {
-            continue;
-        }
-        ret = qcow2_refblock_offset_locked(s, ti, &block_offset);
-        if (ret < 0) {
-            return ret;
-        }
-        if (block_offset != 0) {
-            continue;
-        }
-        ret = find_free_run_locked(s, p->cursor, 1, &at);
-        if (ret < 0) {
-            return ret;
-        }
-        PlannedBlock b = {.ti = ti, .offset = at << s->cluster_bits};
-        g_array_append_val(p->blocks, b);
-        p->cursor = at + 1;
-        changed = 1;
-    }
-    return changed;
-}
-
-/* Cover the allocation and everything planned for it, to a fixed point:
- * each round adds a block or a bigger table, and each block covers >= 64
- * clusters while the cursor moves by one per block, so it terminates. */
-static int plan_cover_locked(Qcow2State *s, RefPlan *p, uint64_t first, uint64_t n)
-{
-    int changed;
+    uint64_t per_table_cluster = s->cluster_size / 8;
+    uint64_t table = 0, blocks = 0, n = 0, last;
 
     do {
-        changed = plan_range_locked(s, p, first, n);
-        for (guint i = 0; changed >= 0 && i < p->blocks->len; i++) {
-            PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-            int c = plan_range_locked(s, p, b->offset >> s->cluster_bits, 1);
-            changed = c < 0 ? c : (changed | c);
+        last = n;
+        blocks = DIV_ROUND_UP(clusters + table + blocks, rb_entries(s));
+        table = DIV_ROUND_UP(blocks, per_table_cluster);
+        n = clusters + blocks + table;
+        if (n == last && generous) {
+            clusters += DIV_ROUND_UP(table, 2);
+            n = 0;
+            generous = false;
         }
-        if (changed >= 0 && p->grow) {
-            int c = plan_range_locked(s, p, p->table_offset >> s->cluster_bits,
-                                      p->table_clusters);
-            changed = c < 0 ? c : (changed | c);
+    } while (n != last);
+    return blocks;
+}
+
+/*
+ * Plan a refcount area at cluster 'start' (free, and nothing in use after
+ * it): a refcount block for every reftable index from start's up to what
+ * counting start + 'additional' clusters and the area itself takes (where
+ * none exists or is planned), then a new refcount table after them that
+ * keeps the old entries (QEMU's qcow2_refcount_area; 1.5x room unless
+ * exact, never smaller than the old table).  *end: the cluster after it.
+ */
+static int plan_area_locked(Qcow2State *s, RefPlan *p, uint64_t start,
+                            uint64_t additional, bool exact, uint64_t *end)
+{
+    const uint64_t max_entries = QCOW2_MAX_REFTABLE_BYTES / 8;
+    uint64_t per_cluster = s->cluster_size / 8, total, entries, at = start;
+
+    if (start + additional > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
+        return blk_error(EFBIG, "qcow2: no free host clusters below 2^56 bytes");
+    }
+    total = refblocks_needed(s, start + additional, !exact);
+    entries = exact ? total : total + DIV_ROUND_UP(total, 2);
+    if (total > max_entries || entries > max_entries) {
+        return blk_error(EFBIG, "qcow2: the refcount table would exceed 8 MiB");
+    }
+    entries = MAX(ROUND_UP(entries, per_cluster), s->refcount_table_size);
+    for (uint64_t ti = start >> s->refcount_block_bits; ti < total; ti++) {
+        uint64_t off;
+        int ret = qcow2_refblock_offset_locked(s, ti, &off);
+        if (ret < 0) {
+            return ret;
         }
-    } while (changed > 0);
-    return changed;
+        if (off == 0 && !plan_block(p, ti)) {
+            plan_add_block(p, ti, at << s->cluster_bits);
+            at++;
+        }
+    }
+    p->grow = true;
+    p->table_offset = at << s->cluster_bits;
+    p->table_clusters = entries / per_cluster;
+    p->table_entries = entries;
+    *end = at + p->table_clusters;
+    if (*end > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
+        return blk_error(EFBIG, "qcow2: no free host clusters below 2^56 bytes");
+    }
+    return 0;
 }
 
 static void raise_file_size(Qcow2State *s, uint64_t end)
@@ -264,10 +255,13 @@ static void raise_file_size(Qcow2State *s, uint64_t end)
     }
 }
 
+static int update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                              uint64_t addend, bool decrease);
+
 /* +1 (or -1) on one cluster whose refcount block exists, in the cache. */
 static int add_existing_locked(Qcow2State *s, uint64_t idx, bool decrease)
 {
-    return qcow2_update_refcount_locked(s, idx << s->cluster_bits, 1, 1, decrease);
+    return update_core_locked(s, idx << s->cluster_bits, 1, 1, decrease);
 }
 
 /* Mark cluster idx used by something the plan creates. */
@@ -336,7 +330,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         uint8_t hdr[12];
 
         table = g_malloc0(bytes);
-        memcpy(mem, s->refcount_table, old_size * 8);
+        memcpy(mem, s->refcount_table, MIN(old_size, p->table_entries) * 8);
         for (guint i = 0; i < p->blocks->len; i++) {
             PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
             mem[b->ti] = b->offset;
@@ -370,51 +364,22 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         }
         qcow2_free_clusters_locked(s, old_offset, old_size * 8); /* invariant 2 */
     } else {
+        /* Invariant 3: one block, whose own refcount is in itself or in an
+         * existing (hooked, durable) block, so the entry never names a
+         * block whose count reads 0. */
+        PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, 0);
         uint8_t e[8];
-        guint left = p->blocks->len;
+
+        g_assert(p->blocks->len == 1);
         qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
-        /* Invariant 3: a block is hooked only once the block that holds its
-         * own refcount is (an existing block, itself, or a new block hooked
-         * in an earlier round, flushed since): a reftable entry must never
-         * name a block whose refcount reads 0.  Each round hooks at least
-         * the blocks counted by existing blocks or by themselves, and the
-         * describer of a new block is placed before it, so this ends. */
-        g_autofree guint *round_idx = g_new(guint, p->blocks->len);
-        while (left > 0 && ret == 0) {
-            guint round = 0;
-            for (guint i = 0; i < p->blocks->len && ret == 0; i++) {
-                PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-                PlannedBlock *d = plan_block(p, (b->offset >> s->cluster_bits) >>
-                                                    s->refcount_block_bits);
-                if (b->hooked || (d && d != b && !d->hooked)) {
-                    continue;
-                }
-                store_be64(e, b->offset);
-                ret = qcow2_write_metadata_locked(
-                    s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
-                    s->refcount_table_offset + b->ti * 8, e, 8, false);
-                round_idx[round++] = i;
-            }
-            if (ret == 0) {
-                ret = qcow2_flush_file(s);
-            }
-            for (guint k = 0; k < round && ret == 0; k++) {
-                /* marked after the round's flush: durable now */
-                g_array_index(p->blocks, PlannedBlock, round_idx[k]).hooked = true;
-            }
-            if (ret == 0 && round == 0) {
-                ret = blk_error(EIO, "qcow2: refcount blocks that only describe each "
-                                     "other cannot be hooked");
-            }
-            left -= round;
-        }
+        store_be64(e, b->offset);
+        ret =
+            qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
+                                        s->refcount_table_offset + b->ti * 8, e, 8, true);
         if (ret < 0) {
             goto rollback;
         }
-        for (guint i = 0; i < p->blocks->len; i++) {
-            PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-            s->refcount_table[b->ti] = b->offset;
-        }
+        s->refcount_table[b->ti] = b->offset;
     }
     return 0;
 
@@ -438,18 +403,88 @@ static void plan_free(RefPlan *p)
     g_array_free(p->blocks, TRUE);
 }
 
-/* Make sure every cluster of [first, first + n) has a refcount block. */
-static int ensure_refblocks_locked(Qcow2State *s, uint64_t first, uint64_t n)
+/*
+ * One round of invariant 3 (QEMU's alloc_refcount_block) for cluster c:
+ * the refcount block of c's index goes at the first free cluster from
+ * *cursor on, counted by itself or by the existing block of its own index;
+ * when that one is missing too it is made instead (c's block waits for the
+ * next round).  An index past the table brings a new table.  Committed.
+ */
+static int make_block_locked(Qcow2State *s, uint64_t c, uint64_t *cursor)
 {
-    RefPlan p = {.blocks = g_array_new(FALSE, TRUE, sizeof(PlannedBlock)),
-                 .cursor = first + n};
-    int ret = plan_cover_locked(s, &p, first, n);
+    uint64_t ti = c >> s->refcount_block_bits, nb, off, end;
+    RefPlan p = {.blocks = g_array_new(FALSE, TRUE, sizeof(PlannedBlock))};
+    int ret = find_free_run_locked(s, *cursor, 1, &nb);
 
-    if (ret == 0 && (p.blocks->len > 0 || p.grow)) {
+    if (ret == 0 && nb == 0) {
+        ret = qcow2_corrupt_locked(s, "Preventing invalid allocation of refcount block "
+                                      "at offset 0");
+    }
+    if (ret < 0) {
+        goto out;
+    }
+    *cursor = nb + 1;
+    if ((nb >> s->refcount_block_bits) != ti) {
+        ret = qcow2_refblock_offset_locked(s, nb >> s->refcount_block_bits, &off);
+        if (ret == 0 && off == 0) {
+            plan_free(&p);
+            return make_block_locked(s, nb, cursor); /* at most twice */
+        }
+        if (ret < 0) {
+            goto out;
+        }
+    }
+    plan_add_block(&p, ti, nb << s->cluster_bits);
+    if (ti >= s->refcount_table_size) {
+        /* the area starts at the first block boundary past c and nb */
+        uint64_t used = DIV_ROUND_UP(MAX(c, nb) + 1, rb_entries(s));
+        ret = plan_area_locked(s, &p, used << s->refcount_block_bits, 0, false, &end);
+    }
+    if (ret == 0) {
+        ret = plan_commit_locked(s, &p);
+    }
+out:
+    plan_free(&p);
+    return ret;
+}
+
+/*
+ * Invariant 3: a round for the first cluster of [first, first + n) without
+ * a refcount block, its block searched for from past the range and the free
+ * index.  1: something was made (the caller searches again: QEMU's
+ * -EAGAIN), 0: every cluster has its block.
+ */
+static int cover_round_locked(Qcow2State *s, uint64_t first, uint64_t n)
+{
+    uint64_t ti_end = ((first + n - 1) >> s->refcount_block_bits) + 1;
+
+    for (uint64_t ti = first >> s->refcount_block_bits; ti < ti_end; ti++) {
+        uint64_t off, cursor;
+        int ret = qcow2_refblock_offset_locked(s, ti, &off);
+
+        if (ret < 0) {
+            return ret;
+        }
+        if (off == 0) {
+            cursor = MAX(s->free_cluster_index, first + n);
+            ret = make_block_locked(s, MAX(first, ti << s->refcount_block_bits), &cursor);
+            return ret < 0 ? ret : 1;
+        }
+    }
+    return 0;
+}
+
+int64_t qcow2_refcount_area_locked(Qcow2State *s, uint64_t offset, uint64_t additional)
+{
+    RefPlan p = {.blocks = g_array_new(FALSE, TRUE, sizeof(PlannedBlock))};
+    uint64_t end = 0;
+    int ret = plan_area_locked(s, &p, offset >> s->cluster_bits, additional, true, &end);
+
+    if (ret == 0) {
         ret = plan_commit_locked(s, &p);
     }
     plan_free(&p);
-    return ret < 0 ? ret : 0;
+    return ret < 0 ? ret : (int64_t)(end << s->cluster_bits);
 }
 
 /* ---- refcount updates ---- */
@@ -468,27 +503,57 @@ static void on_freed_locked(Qcow2State *s, uint64_t idx)
     }
 }
 
+/* Check the range of a refcount update; first and last cluster index. */
+static int update_range(const Qcow2State *s, uint64_t offset, uint64_t length,
+                        uint64_t *first, uint64_t *last)
+{
+    uint64_t end;
+
+    if (qcow2_add(offset, length - 1, &end) || end >= HOST_OFFSET_LIMIT) {
+        return blk_error(EINVAL, "qcow2: refcount update past 2^56 bytes");
+    }
+    *first = offset >> s->cluster_bits;
+    *last = end >> s->cluster_bits;
+    return 0;
+}
+
 int qcow2_update_refcount_locked(Qcow2State *s, uint64_t offset, uint64_t length,
                                  uint64_t addend, bool decrease)
 {
-    uint64_t first, last, end;
+    uint64_t first = 0, last = 0;
     int ret;
 
     if (length == 0) {
         return 0;
     }
-    if (qcow2_add(offset, length - 1, &end) || end >= HOST_OFFSET_LIMIT) {
-        return blk_error(EINVAL, "qcow2: refcount update past 2^56 bytes");
-    }
-    first = offset >> s->cluster_bits;
-    last = end >> s->cluster_bits;
+    ret = update_range(s, offset, length, &first, &last);
     /* A decrease needs no refcount -> L2 cache edge: its caller made the
-     * unlink durable first (invariant 2). */
-    if (!decrease) {
-        ret = ensure_refblocks_locked(s, first, last - first + 1);
-        if (ret < 0) {
-            return ret;
+     * unlink durable first (invariant 2).  An increase first gets the
+     * refcount blocks it needs (invariant 3; none inside the range). */
+    while (ret == 0 && !decrease) {
+        ret = cover_round_locked(s, first, last - first + 1);
+        if (ret == 0) {
+            break;
         }
+        ret = ret < 0 ? ret : 0;
+    }
+    return ret < 0 ? ret : update_core_locked(s, offset, length, addend, decrease);
+}
+
+/* The update itself: every refcount block exists (or it is a decrease below
+ * 0). */
+static int update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                              uint64_t addend, bool decrease)
+{
+    uint64_t first = 0, last = 0;
+    int ret;
+
+    if (length == 0) {
+        return 0;
+    }
+    ret = update_range(s, offset, length, &first, &last);
+    if (ret < 0) {
+        return ret;
     }
     /* Two passes so that an error changes nothing (invariant 4): check all,
      * then apply. */
@@ -636,59 +701,59 @@ void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred)
 
 /* ---- allocation ---- */
 
-static int64_t alloc_at_index_locked(Qcow2State *s, uint64_t start, uint64_t n)
-{
-    int ret = ensure_refblocks_locked(s, start, n);
-
-    if (ret == 0) {
-        ret = qcow2_update_refcount_locked(s, start << s->cluster_bits,
-                                           n << s->cluster_bits, 1, false);
-    }
-    if (ret < 0) {
-        return ret;
-    }
-    raise_file_size(s, (start + n) << s->cluster_bits);
-    return (int64_t)(start << s->cluster_bits);
-}
-
-int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n)
+/*
+ * n free clusters, the first run at or after 'from' -- or, with 'hint', the
+ * free index (invariant 5, which then follows the allocation) -- with the
+ * refcount blocks they need made first, a round at a time, searching again
+ * after each (invariant 3, QEMU's retry).
+ */
+static int64_t alloc_run_locked(Qcow2State *s, uint64_t from, uint64_t n, bool hint)
 {
     uint64_t start;
     int ret;
 
     g_assert(n > 0);
-    ret = find_free_run_locked(s, from >> s->cluster_bits, n, &start);
+    do {
+        ret = find_free_run_locked(s, hint ? s->free_cluster_index : from, n, &start);
+        if (ret == 0) {
+            ret = cover_round_locked(s, start, n);
+        }
+    } while (ret > 0);
+    if (ret == 0) {
+        ret = update_core_locked(s, start << s->cluster_bits, n << s->cluster_bits, 1,
+                                 false);
+    }
     if (ret < 0) {
         return ret;
     }
-    return alloc_at_index_locked(s, start, n);
+    raise_file_size(s, (start + n) << s->cluster_bits);
+    if (hint && start + n > s->free_cluster_index) {
+        s->free_cluster_index = start + n; /* invariant 5 */
+    }
+    return (int64_t)(start << s->cluster_bits);
+}
+
+int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n)
+{
+    uint64_t idx = from >> s->cluster_bits;
+
+    /* from the free index when that is not before 'from' */
+    return alloc_run_locked(s, idx, n, idx <= s->free_cluster_index);
 }
 
 int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n)
 {
-    uint64_t start;
-    int64_t ret;
-
-    g_assert(n > 0);
-    ret = find_free_run_locked(s, s->free_cluster_index, n, &start);
-    if (ret < 0) {
-        return ret;
-    }
-    ret = alloc_at_index_locked(s, start, n);
-    if (ret >= 0 && start + n > s->free_cluster_index) {
-        s->free_cluster_index = start + n; /* invariant 5 */
-    }
-    return ret;
+    return alloc_run_locked(s, 0, n, true);
 }
 
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)
 {
     uint64_t idx = offset >> s->cluster_bits, done = 0;
+    int ret;
 
     while (done < n) {
         bool is_free;
         uint64_t len;
-        int ret;
 
         if (idx + n > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
             return -EAGAIN;
@@ -702,8 +767,12 @@ int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)
         }
         done += len;
     }
-    int64_t r = alloc_at_index_locked(s, idx, n);
-    return r < 0 ? (int)r : 0;
+    /* the rounds place nothing inside the range (invariant 3) */
+    ret = qcow2_update_refcount_locked(s, offset, n << s->cluster_bits, 1, false);
+    if (ret == 0) {
+        raise_file_size(s, (idx + n) << s->cluster_bits);
+    }
+    return ret;
 }
 
 int64_t qcow2_alloc_bytes_locked(Qcow2State *s, uint64_t size)

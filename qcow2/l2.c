@@ -18,9 +18,10 @@
  *     reference only after the synced L1 write (alloc.c invariant 2).
  *  3. L1 growth: new size = max(min, old x 1.5 steps) unless exact, at most
  *     32 MiB of entries; the new table's refcount is flushed, the table is
- *     written and flushed, then one synced 12-byte header write switches
- *     l1_size + l1_table_offset, then the old table is freed.  The in-memory
- *     L1 switches only after the header write worked.
+ *     written with its exact length (as QEMU: the file may end inside its
+ *     last cluster) and flushed, then one synced 12-byte header write
+ *     switches l1_size + l1_table_offset, then the old table is freed.  The
+ *     in-memory L1 switches only after the header write worked.
  *  4. Memory describes what is in the file: a failed L1 write restores the
  *     in-memory entry, drops the new table from the cache and frees its
  *     cluster; a write that worked but whose flush failed keeps the new
@@ -100,12 +101,14 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
     if (ret < 0) {
         goto fail;
     }
-    buf = g_malloc0(bytes);
+    buf = g_malloc0(new_size * 8);
     for (uint64_t i = 0; i < s->l1_size; i++) {
         store_be64(buf + i * 8, s->l1_table[i]);
     }
-    ret = qcow2_write_metadata_locked(s, BLKEV_L1_GROW, 0, (uint64_t)offset, buf, bytes,
-                                      true);
+    /* invariant 3: its exact length; the rest of its last cluster is not
+     * part of it */
+    ret = qcow2_write_metadata_locked(s, BLKEV_L1_GROW, 0, (uint64_t)offset, buf,
+                                      new_size * 8, true);
     if (ret < 0) {
         goto fail;
     }

@@ -634,6 +634,9 @@ void qcow2_refblock_set(void *block, uint64_t index, uint32_t refcount_order,
 int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
                                  uint64_t *block_offset);
 int qcow2_detect_metadata_preallocation_locked(Qcow2State *s);
+/* The index of the last cluster below 'clusters' with a refcount, or -EIO
+ * (a corruption) when there is none (QEMU's qcow2_get_last_cluster). */
+int64_t qcow2_last_used_cluster_locked(Qcow2State *s, uint64_t clusters);
 
 /* ---- snapshot-codec.c: the snapshot table's one codec ---- */
 
@@ -803,6 +806,12 @@ int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t 
 /* Allocate exactly the n clusters at 'offset' if all are free: 0, -EAGAIN
  * if one is in use, or -errno. */
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n);
+/* QEMU's refcount area (alloc.c invariant 3): at host offset 'offset'
+ * (cluster aligned, free, nothing in use after it) refcount blocks for
+ * everything up to 'additional' more clusters past them and a new refcount
+ * table of exactly the size needed, switched to; the old table is freed.
+ * Returns the host offset just past the new structures, or -errno. */
+int64_t qcow2_refcount_area_locked(Qcow2State *s, uint64_t offset, uint64_t additional);
 /* Allocate 'size' (1..cluster_size) bytes for compressed data, packed after
  * the previous compressed allocation when the refcount allows it.  Every
  * cluster the bytes touch gets one more reference. */
