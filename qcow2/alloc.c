@@ -2,19 +2,19 @@
  * qcow2/alloc.c: cluster allocation and reference count updates.
  *
  * Owns: the free-cluster search (free_cluster_index), refcount increases
- * and decreases through the refcount block cache, creating refcount blocks
- * and replacing the refcount table (where QEMU puts them), byte-granular
- * allocation for compressed clusters, and freeing.  It is the one allocator:
- * create builds new images through it too (create.c).  (Reading refcounts
- * and the entry encoding is refcount.c.)
+ * and decreases through the refcount block cache, byte-granular allocation
+ * for compressed clusters, and freeing; with its part alloc-refmeta.c,
+ * making refcount blocks and replacing the refcount table where QEMU puts
+ * them.  It is the one allocator: create builds new images through it too
+ * (create.c).  (Reading refcounts and the entry encoding is refcount.c.)
  *
  * Invariants (cited as "alloc.c invariant N"):
  *  1. DESIGN.md rule 1, raising: a cluster is handed out with its refcount
  *     raised in the refcount cache.  Callers make that durable before any
  *     table that references the cluster reaches the disk: L2 tables through
  *     the L2 -> refcount cache dependency (write.c), L1 entries, new tables
- *     and header switches by flushing the refcount cache first (l2.c and
- *     the planner below).
+ *     and header switches by flushing the refcount cache first (l2.c,
+ *     prealloc.c and alloc-refmeta.c).
  *  2. DESIGN.md rule 1, lowering: a refcount is lowered only once the last
  *     reference is gone *on disk*, and so a freed cluster is never handed out
  *     again while a durable table still points at it (reusing it would let
@@ -51,7 +51,15 @@
  *     or in a hooked block, so no state names a block whose count reads
  *     0 -- or the new table (synced) and the one header write that
  *     switches to it; the old table is freed after the switch (and may serve
- *     the search that follows).
+ *     the search that follows).  Batched (preallocation, lock held
+ *     throughout, qcow2_defer_refblocks_locked): a round puts its block in
+ *     the refcount cache and its entry in memory only, and
+ *     qcow2_settle_refblocks_locked() -- before anything else is written,
+ *     the lock dropped, or the table replaced (the waiting entries go into
+ *     the old table first) -- flushes the blocks and every count, then
+ *     writes the entries in rounds, each flushed, a block only once the
+ *     block holding its own count is hooked.  Every write of a table that
+ *     may reference clusters asserts that nothing waits.
  *  4. Widths 1..64 bits (refcount.c invariant 1).  An increase past
  *     refcount_max or a decrease below 0 fails with -EINVAL and changes
  *     nothing (QEMU's update_refcount; iotest 112).
@@ -70,17 +78,10 @@
  *     (QEMU): freeing an L2 entry's data does nothing there.
  * All functions run with the metadata lock held.
  */
-#include "qcow2/qcow2.h"
+#include "qcow2/alloc.h"
 
 #include <errno.h>
 #include <inttypes.h>
-
-#define HOST_OFFSET_LIMIT (UINT64_C(1) << 56) /* invariant 7 */
-
-static inline uint64_t rb_entries(const Qcow2State *s)
-{
-    return UINT64_C(1) << s->refcount_block_bits;
-}
 
 /*
  * Length of the run of clusters from idx that share idx's state (free or
@@ -91,7 +92,7 @@ static int run_from_locked(Qcow2State *s, uint64_t idx, uint64_t max, bool *is_f
                            uint64_t *len)
 {
     uint64_t ti = idx >> s->refcount_block_bits;
-    uint64_t bi = idx & (rb_entries(s) - 1);
+    uint64_t bi = idx & (alloc_rb_entries(s) - 1);
     uint64_t block_offset, n = 0;
     void *block;
     int ret;
@@ -102,7 +103,7 @@ static int run_from_locked(Qcow2State *s, uint64_t idx, uint64_t max, bool *is_f
     }
     if (block_offset == 0) {
         *is_free = true;
-        *len = ti >= s->refcount_table_size ? max : MIN(max, rb_entries(s) - bi);
+        *len = ti >= s->refcount_table_size ? max : MIN(max, alloc_rb_entries(s) - bi);
         return 0;
     }
     ret = qcow2_cache_get_locked(s->refcount_cache, block_offset, &block);
@@ -110,7 +111,7 @@ static int run_from_locked(Qcow2State *s, uint64_t idx, uint64_t max, bool *is_f
         return ret;
     }
     *is_free = qcow2_refblock_get(block, bi, s->refcount_order) == 0;
-    while (bi + n < rb_entries(s) && n < max &&
+    while (bi + n < alloc_rb_entries(s) && n < max &&
            (qcow2_refblock_get(block, bi + n, s->refcount_order) == 0) == *is_free) {
         n++;
     }
@@ -120,7 +121,7 @@ static int run_from_locked(Qcow2State *s, uint64_t idx, uint64_t max, bool *is_f
 }
 
 /* First cluster index >= from starting n free clusters. */
-static int find_free_run_locked(Qcow2State *s, uint64_t from, uint64_t n, uint64_t *start)
+int alloc_find_free_run_locked(Qcow2State *s, uint64_t from, uint64_t n, uint64_t *start)
 {
     uint64_t idx = from, run = 0;
 
@@ -130,7 +131,7 @@ static int find_free_run_locked(Qcow2State *s, uint64_t from, uint64_t n, uint64
         uint64_t len;
         int ret;
 
-        if (idx + (n - run) > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
+        if (idx + (n - run) > (QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits)) {
             return blk_error(EFBIG, "qcow2: no free host clusters below 2^56 bytes");
         }
         ret = run_from_locked(s, idx, n - run, &is_free, &len);
@@ -148,343 +149,11 @@ static int find_free_run_locked(Qcow2State *s, uint64_t from, uint64_t n, uint64
     return 0;
 }
 
-/* ---- refcount metadata (invariant 3) ---- */
-
-typedef struct PlannedBlock {
-    uint64_t ti;     /* reftable index it serves */
-    uint64_t offset; /* host offset */
-    uint8_t *buf;
-} PlannedBlock;
-
-typedef struct RefPlan {
-    GArray *blocks; /* PlannedBlock */
-    bool grow;      /* a new refcount table replaces the old one */
-    uint64_t table_offset;
-    uint64_t table_clusters;
-    uint64_t table_entries;
-} RefPlan;
-
-static PlannedBlock *plan_block(RefPlan *p, uint64_t ti)
-{
-    for (guint i = 0; i < p->blocks->len; i++) {
-        PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-        if (b->ti == ti) {
-            return b;
-        }
-    }
-    return NULL;
-}
-
-static void plan_add_block(RefPlan *p, uint64_t ti, uint64_t offset)
-{
-    PlannedBlock b = {.ti = ti, .offset = offset};
-    g_array_append_val(p->blocks, b);
-}
-
-/* Refcount blocks needed to count 'clusters' clusters and the refcount
- * structures themselves, a fixed point; 'generous' leaves room for the table
- * to grow by half (QEMU's qcow2_refcount_metadata_size). */
-static uint64_t refblocks_needed(const Qcow2State *s, uint64_t clusters, bool generous)
-{
-    uint64_t per_table_cluster = s->cluster_size / 8;
-    uint64_t table = 0, blocks = 0, n = 0, last;
-
-    do {
-        last = n;
-        blocks = DIV_ROUND_UP(clusters + table + blocks, rb_entries(s));
-        table = DIV_ROUND_UP(blocks, per_table_cluster);
-        n = clusters + blocks + table;
-        if (n == last && generous) {
-            clusters += DIV_ROUND_UP(table, 2);
-            n = 0;
-            generous = false;
-        }
-    } while (n != last);
-    return blocks;
-}
-
-/*
- * Plan a refcount area at cluster 'start' (free, and nothing in use after
- * it): a refcount block for every reftable index from start's up to what
- * counting start + 'additional' clusters and the area itself takes (where
- * none exists or is planned), then a new refcount table after them that
- * keeps the old entries (QEMU's qcow2_refcount_area; 1.5x room unless
- * exact, never smaller than the old table).  *end: the cluster after it.
- */
-static int plan_area_locked(Qcow2State *s, RefPlan *p, uint64_t start,
-                            uint64_t additional, bool exact, uint64_t *end)
-{
-    const uint64_t max_entries = QCOW2_MAX_REFTABLE_BYTES / 8;
-    uint64_t per_cluster = s->cluster_size / 8, total, entries, at = start;
-
-    if (start + additional > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
-        return blk_error(EFBIG, "qcow2: no free host clusters below 2^56 bytes");
-    }
-    total = refblocks_needed(s, start + additional, !exact);
-    entries = exact ? total : total + DIV_ROUND_UP(total, 2);
-    if (total > max_entries || entries > max_entries) {
-        return blk_error(EFBIG, "qcow2: the refcount table would exceed 8 MiB");
-    }
-    entries = MAX(ROUND_UP(entries, per_cluster), s->refcount_table_size);
-    for (uint64_t ti = start >> s->refcount_block_bits; ti < total; ti++) {
-        uint64_t off;
-        int ret = qcow2_refblock_offset_locked(s, ti, &off);
-        if (ret < 0) {
-            return ret;
-        }
-        if (off == 0 && !plan_block(p, ti)) {
-            plan_add_block(p, ti, at << s->cluster_bits);
-            at++;
-        }
-    }
-    p->grow = true;
-    p->table_offset = at << s->cluster_bits;
-    p->table_clusters = entries / per_cluster;
-    p->table_entries = entries;
-    *end = at + p->table_clusters;
-    if (*end > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
-        return blk_error(EFBIG, "qcow2: no free host clusters below 2^56 bytes");
-    }
-    return 0;
-}
-
-static void raise_file_size(Qcow2State *s, uint64_t end)
+void alloc_raise_file_size(Qcow2State *s, uint64_t end)
 {
     if (end > s->file_size) {
         s->file_size = end; /* qcow2.h invariant 7 */
     }
-}
-
-static int update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
-                              uint64_t addend, bool decrease);
-
-/* +1 (or -1) on one cluster whose refcount block exists, in the cache. */
-static int add_existing_locked(Qcow2State *s, uint64_t idx, bool decrease)
-{
-    return update_core_locked(s, idx << s->cluster_bits, 1, 1, decrease);
-}
-
-/* Mark cluster idx used by something the plan creates. */
-static int plan_count_locked(Qcow2State *s, RefPlan *p, uint64_t idx)
-{
-    PlannedBlock *b = plan_block(p, idx >> s->refcount_block_bits);
-
-    if (b) {
-        qcow2_refblock_set(b->buf, idx & (rb_entries(s) - 1), s->refcount_order, 1);
-        return 0;
-    }
-    return add_existing_locked(s, idx, false);
-}
-
-static int plan_commit_locked(Qcow2State *s, RefPlan *p)
-{
-    g_autofree uint64_t *counted = NULL; /* clusters raised in existing blocks */
-    g_autofree uint8_t *table = NULL;
-    uint64_t ncounted = 0, nplaced = p->blocks->len + (p->grow ? p->table_clusters : 0);
-    bool written = false;
-    int ret = 0;
-
-    if (nplaced == 0) {
-        return 0;
-    }
-    counted = g_new(uint64_t, nplaced);
-    for (guint i = 0; i < p->blocks->len; i++) {
-        PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-        b->buf = g_malloc0(s->cluster_size);
-        raise_file_size(s, b->offset + s->cluster_size);
-    }
-    if (p->grow) {
-        raise_file_size(s, p->table_offset + p->table_clusters * s->cluster_size);
-    }
-    /* Raise the counts of everything placed (blocks, then the table). */
-    for (uint64_t k = 0; k < nplaced && ret == 0; k++) {
-        uint64_t idx =
-            k < p->blocks->len
-                ? g_array_index(p->blocks, PlannedBlock, k).offset >> s->cluster_bits
-                : (p->table_offset >> s->cluster_bits) + (k - p->blocks->len);
-        bool in_plan = plan_block(p, idx >> s->refcount_block_bits) != NULL;
-        ret = plan_count_locked(s, p, idx);
-        if (ret == 0 && !in_plan) {
-            counted[ncounted++] = idx;
-        }
-    }
-    for (guint i = 0; i < p->blocks->len && ret == 0; i++) {
-        PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-        ret = qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, 0, b->offset, b->buf,
-                                          s->cluster_size, false);
-    }
-    if (ret == 0) {
-        ret = qcow2_cache_flush_locked(s->refcount_cache);
-    }
-    if (ret == 0) {
-        ret = qcow2_flush_file(s);
-    }
-    if (ret < 0) {
-        goto rollback;
-    }
-
-    if (p->grow) {
-        uint64_t bytes = p->table_clusters * s->cluster_size;
-        uint64_t old_offset = s->refcount_table_offset, old_size = s->refcount_table_size;
-        uint64_t *mem = g_new0(uint64_t, p->table_entries);
-        uint8_t hdr[12];
-
-        table = g_malloc0(bytes);
-        memcpy(mem, s->refcount_table, MIN(old_size, p->table_entries) * 8);
-        for (guint i = 0; i < p->blocks->len; i++) {
-            PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, i);
-            mem[b->ti] = b->offset;
-        }
-        for (uint64_t i = 0; i < p->table_entries; i++) {
-            store_be64(table + i * 8, mem[i]);
-        }
-        ret = qcow2_write_metadata_locked(s, BLKEV_REFTABLE_GROW, 0, p->table_offset,
-                                          table, bytes, true);
-        if (ret == 0) {
-            qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
-            qcow2_assert_durable(s->img->file, s->table_gen, "alloc.c invariant 3");
-            store_be64(hdr, p->table_offset);
-            store_be32(hdr + 8, (uint32_t)p->table_clusters);
-            ret = qcow2_write_header_ex_locked(s, BLKEV_REFTABLE_GROW,
-                                               QCOW2_HDR_REFCOUNT_TABLE_OFFSET, hdr,
-                                               sizeof(hdr), &written);
-        }
-        if (!written) {
-            g_free(mem);
-            goto rollback;
-        }
-        /* The file names the new table now, even if the flush failed
-         * (meta.c invariant 4): memory follows, the old table is kept. */
-        g_free(s->refcount_table);
-        s->refcount_table = mem;
-        s->refcount_table_offset = p->table_offset;
-        s->refcount_table_size = p->table_entries;
-        if (ret < 0) {
-            return ret;
-        }
-        qcow2_free_clusters_locked(s, old_offset, old_size * 8); /* invariant 2 */
-    } else {
-        /* Invariant 3: one block, whose own refcount is in itself or in an
-         * existing (hooked, durable) block, so the entry never names a
-         * block whose count reads 0. */
-        PlannedBlock *b = &g_array_index(p->blocks, PlannedBlock, 0);
-        uint8_t e[8];
-
-        g_assert(p->blocks->len == 1);
-        qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
-        store_be64(e, b->offset);
-        ret =
-            qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
-                                        s->refcount_table_offset + b->ti * 8, e, 8, true);
-        if (ret < 0) {
-            goto rollback;
-        }
-        s->refcount_table[b->ti] = b->offset;
-    }
-    return 0;
-
-rollback : {
-    /* Nothing refers to the new blocks or table; undo the counts raised in
-     * existing blocks (a failure here only leaks). */
-    bool had_error = blk_error_mark();
-    for (uint64_t k = 0; k < ncounted; k++) {
-        (void)add_existing_locked(s, counted[k], true);
-    }
-    blk_error_unwind(had_error);
-    return ret;
-}
-}
-
-static void plan_free(RefPlan *p)
-{
-    for (guint i = 0; i < p->blocks->len; i++) {
-        g_free(g_array_index(p->blocks, PlannedBlock, i).buf);
-    }
-    g_array_free(p->blocks, TRUE);
-}
-
-/*
- * One round of invariant 3 (QEMU's alloc_refcount_block) for cluster c:
- * the refcount block of c's index goes at the first free cluster from
- * *cursor on, counted by itself or by the existing block of its own index;
- * when that one is missing too it is made instead (c's block waits for the
- * next round).  An index past the table brings a new table.  Committed.
- */
-static int make_block_locked(Qcow2State *s, uint64_t c, uint64_t *cursor)
-{
-    uint64_t ti = c >> s->refcount_block_bits, nb, off, end;
-    RefPlan p = {.blocks = g_array_new(FALSE, TRUE, sizeof(PlannedBlock))};
-    int ret = find_free_run_locked(s, *cursor, 1, &nb);
-
-    if (ret == 0 && nb == 0) {
-        ret = qcow2_corrupt_locked(s, "Preventing invalid allocation of refcount block "
-                                      "at offset 0");
-    }
-    if (ret < 0) {
-        goto out;
-    }
-    *cursor = nb + 1;
-    if ((nb >> s->refcount_block_bits) != ti) {
-        ret = qcow2_refblock_offset_locked(s, nb >> s->refcount_block_bits, &off);
-        if (ret == 0 && off == 0) {
-            plan_free(&p);
-            return make_block_locked(s, nb, cursor); /* at most twice */
-        }
-        if (ret < 0) {
-            goto out;
-        }
-    }
-    plan_add_block(&p, ti, nb << s->cluster_bits);
-    if (ti >= s->refcount_table_size) {
-        /* the area starts at the first block boundary past c and nb */
-        uint64_t used = DIV_ROUND_UP(MAX(c, nb) + 1, rb_entries(s));
-        ret = plan_area_locked(s, &p, used << s->refcount_block_bits, 0, false, &end);
-    }
-    if (ret == 0) {
-        ret = plan_commit_locked(s, &p);
-    }
-out:
-    plan_free(&p);
-    return ret;
-}
-
-/*
- * Invariant 3: a round for the first cluster of [first, first + n) without
- * a refcount block, its block searched for from past the range and the free
- * index.  1: something was made (the caller searches again: QEMU's
- * -EAGAIN), 0: every cluster has its block.
- */
-static int cover_round_locked(Qcow2State *s, uint64_t first, uint64_t n)
-{
-    uint64_t ti_end = ((first + n - 1) >> s->refcount_block_bits) + 1;
-
-    for (uint64_t ti = first >> s->refcount_block_bits; ti < ti_end; ti++) {
-        uint64_t off, cursor;
-        int ret = qcow2_refblock_offset_locked(s, ti, &off);
-
-        if (ret < 0) {
-            return ret;
-        }
-        if (off == 0) {
-            cursor = MAX(s->free_cluster_index, first + n);
-            ret = make_block_locked(s, MAX(first, ti << s->refcount_block_bits), &cursor);
-            return ret < 0 ? ret : 1;
-        }
-    }
-    return 0;
-}
-
-int64_t qcow2_refcount_area_locked(Qcow2State *s, uint64_t offset, uint64_t additional)
-{
-    RefPlan p = {.blocks = g_array_new(FALSE, TRUE, sizeof(PlannedBlock))};
-    uint64_t end = 0;
-    int ret = plan_area_locked(s, &p, offset >> s->cluster_bits, additional, true, &end);
-
-    if (ret == 0) {
-        ret = plan_commit_locked(s, &p);
-    }
-    plan_free(&p);
-    return ret < 0 ? ret : (int64_t)(end << s->cluster_bits);
 }
 
 /* ---- refcount updates ---- */
@@ -509,7 +178,7 @@ static int update_range(const Qcow2State *s, uint64_t offset, uint64_t length,
 {
     uint64_t end;
 
-    if (qcow2_add(offset, length - 1, &end) || end >= HOST_OFFSET_LIMIT) {
+    if (qcow2_add(offset, length - 1, &end) || end >= QCOW2_HOST_OFFSET_LIMIT) {
         return blk_error(EINVAL, "qcow2: refcount update past 2^56 bytes");
     }
     *first = offset >> s->cluster_bits;
@@ -531,19 +200,19 @@ int qcow2_update_refcount_locked(Qcow2State *s, uint64_t offset, uint64_t length
      * unlink durable first (invariant 2).  An increase first gets the
      * refcount blocks it needs (invariant 3; none inside the range). */
     while (ret == 0 && !decrease) {
-        ret = cover_round_locked(s, first, last - first + 1);
+        ret = alloc_cover_round_locked(s, first, last - first + 1);
         if (ret == 0) {
             break;
         }
         ret = ret < 0 ? ret : 0;
     }
-    return ret < 0 ? ret : update_core_locked(s, offset, length, addend, decrease);
+    return ret < 0 ? ret : alloc_update_core_locked(s, offset, length, addend, decrease);
 }
 
 /* The update itself: every refcount block exists (or it is a decrease below
  * 0). */
-static int update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
-                              uint64_t addend, bool decrease)
+int alloc_update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                             uint64_t addend, bool decrease)
 {
     uint64_t first = 0, last = 0;
     int ret;
@@ -561,7 +230,7 @@ static int update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
         uint64_t idx = first;
         while (idx <= last) {
             uint64_t ti = idx >> s->refcount_block_bits, block_offset;
-            uint64_t bi = idx & (rb_entries(s) - 1);
+            uint64_t bi = idx & (alloc_rb_entries(s) - 1);
             void *block;
 
             ret = qcow2_refblock_offset_locked(s, ti, &block_offset);
@@ -580,7 +249,7 @@ static int update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
             if (ret < 0) {
                 return ret;
             }
-            for (; idx <= last && bi < rb_entries(s); idx++, bi++) {
+            for (; idx <= last && bi < alloc_rb_entries(s); idx++, bi++) {
                 uint64_t v = qcow2_refblock_get(block, bi, s->refcount_order);
                 if (pass == 0) {
                     if (decrease ? v < addend : s->refcount_max - v < addend) {
@@ -702,32 +371,32 @@ void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred)
 /* ---- allocation ---- */
 
 /*
- * n free clusters, the first run at or after 'from' -- or, with 'hint', the
- * free index (invariant 5, which then follows the allocation) -- with the
- * refcount blocks they need made first, a round at a time, searching again
- * after each (invariant 3, QEMU's retry).
+ * n free clusters: the first run at or after the free index and 'from',
+ * with the refcount blocks they need made first, a round at a time,
+ * searching again after each (invariant 3, QEMU's retry); the free index
+ * then moves past the run (invariant 5).
  */
-static int64_t alloc_run_locked(Qcow2State *s, uint64_t from, uint64_t n, bool hint)
+static int64_t alloc_run_locked(Qcow2State *s, uint64_t from, uint64_t n)
 {
     uint64_t start;
     int ret;
 
     g_assert(n > 0);
     do {
-        ret = find_free_run_locked(s, hint ? s->free_cluster_index : from, n, &start);
+        ret = alloc_find_free_run_locked(s, MAX(s->free_cluster_index, from), n, &start);
         if (ret == 0) {
-            ret = cover_round_locked(s, start, n);
+            ret = alloc_cover_round_locked(s, start, n);
         }
     } while (ret > 0);
     if (ret == 0) {
-        ret = update_core_locked(s, start << s->cluster_bits, n << s->cluster_bits, 1,
-                                 false);
+        ret = alloc_update_core_locked(s, start << s->cluster_bits, n << s->cluster_bits,
+                                       1, false);
     }
     if (ret < 0) {
         return ret;
     }
-    raise_file_size(s, (start + n) << s->cluster_bits);
-    if (hint && start + n > s->free_cluster_index) {
+    alloc_raise_file_size(s, (start + n) << s->cluster_bits);
+    if (start + n > s->free_cluster_index) {
         s->free_cluster_index = start + n; /* invariant 5 */
     }
     return (int64_t)(start << s->cluster_bits);
@@ -735,15 +404,12 @@ static int64_t alloc_run_locked(Qcow2State *s, uint64_t from, uint64_t n, bool h
 
 int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n)
 {
-    uint64_t idx = from >> s->cluster_bits;
-
-    /* from the free index when that is not before 'from' */
-    return alloc_run_locked(s, idx, n, idx <= s->free_cluster_index);
+    return alloc_run_locked(s, from >> s->cluster_bits, n);
 }
 
 int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n)
 {
-    return alloc_run_locked(s, 0, n, true);
+    return alloc_run_locked(s, 0, n);
 }
 
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)
@@ -755,7 +421,7 @@ int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)
         bool is_free;
         uint64_t len;
 
-        if (idx + n > (HOST_OFFSET_LIMIT >> s->cluster_bits)) {
+        if (idx + n > (QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits)) {
             return -EAGAIN;
         }
         ret = run_from_locked(s, idx + done, n - done, &is_free, &len);
@@ -770,7 +436,7 @@ int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)
     /* the rounds place nothing inside the range (invariant 3) */
     ret = qcow2_update_refcount_locked(s, offset, n << s->cluster_bits, 1, false);
     if (ret == 0) {
-        raise_file_size(s, (idx + n) << s->cluster_bits);
+        alloc_raise_file_size(s, (idx + n) << s->cluster_bits);
     }
     return ret;
 }

@@ -70,6 +70,9 @@ static void state_free(Qcow2State *s)
     if (s->pending_frees) {
         g_array_free(s->pending_frees, TRUE);
     }
+    if (s->pending_hooks) {
+        g_array_free(s->pending_hooks, TRUE);
+    }
     g_cond_clear(&s->inflight_cond);
     g_mutex_clear(&s->lock);
     g_free(s);

@@ -1,9 +1,11 @@
 #!/bin/bash
 # Power-loss states of the other commands that write metadata (the
-# crash-state explorer, iotests/crash/): resize grow (L1 growth) and
-# shrink, check -r leaks and -r all, convert -O qcow2 with and without -c,
-# and create with preallocation=metadata/falloc/full, each on the
-# recording node.  In every state qemu-img check finds no corruption and
+# crash-state explorer, iotests/crash/): resize grow (L1 growth), grow with
+# preallocation=metadata and falloc (qcow2/prealloc.c: batches of L2
+# tables, refcount blocks made many at a time, a refcount area; with small
+# clusters the refcount table is replaced on the way) and shrink, check -r
+# leaks and -r all, convert -O qcow2 with and without -c, and create with
+# preallocation=metadata/falloc/full, each on the recording node.  In every state qemu-img check finds no corruption and
 # the disk reads as the operation allows: resize keeps the data (grown
 # area zeros; a shrink's cut-off tail reads old data or zeros), a repair
 # changes no data, a convert target reads source data or zeros (and the
@@ -70,6 +72,13 @@ ops_cases() {
     prepare "$d" "$copts"
     CONTROL_ARGS=(resize --image-opts @IMGOPTS@ 4G)
     crash_op "resize-grow-$cfg" "$d" --expect-raw "$d/A0.raw" -- resize @IMG@ 4G
+
+    for p in metadata falloc; do
+        prepare "$d" "$copts"
+        CONTROL_ARGS=(resize --preallocation=$p --image-opts @IMGOPTS@ 40M)
+        crash_op "resize-$p-$cfg" "$d" --expect-raw "$d/A0.raw" -- \
+            resize --preallocation=$p @IMG@ 40M
+    done
 
     prepare "$d" "$copts"
     head -c 4M "$d/A0.raw" >"$d/A4.raw"
