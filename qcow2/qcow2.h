@@ -990,6 +990,11 @@ int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
 
 /* The driver, for the driver table (api/ registers it). */
 extern const BlkDriver blk_qcow2_driver;
+/* Open img (drv, file and filename set) read-write as the new image whose
+ * cluster 0 (one cluster at cluster0) is not written yet (qcow2.c
+ * invariant 9); data_file: its external data file node or NULL, taken (also
+ * on failure).  Close with blk_close(). */
+int qcow2_open_new(BlkNode *img, const uint8_t *cluster0, BlkNode *data_file);
 int qcow2_flush(BlkNode *img);
 
 #endif

@@ -5,7 +5,8 @@
 # tables, refcount blocks made many at a time, a refcount area; with small
 # clusters the refcount table is replaced on the way) and shrink, check -r
 # leaks and -r all, convert -O qcow2 with and without -c, and create with
-# preallocation=metadata/falloc/full, each on the recording node.  In every state qemu-img check finds no corruption and
+# preallocation=metadata/falloc/full, also with small clusters (the same
+# driver code on a new image, create.c), each on the recording node.  In every state qemu-img check finds no corruption and
 # the disk reads as the operation allows: resize keeps the data (grown
 # area zeros; a shrink's cut-off tail reads old data or zeros), a repair
 # changes no data, a convert target reads source data or zeros (and the
@@ -135,16 +136,19 @@ for v in "plain:" "compressed:-c" "xl2:-o extended_l2=on" "v2-4k:-o compat=0.10,
         --expect-mode per-sector
 done
 
-for p in metadata falloc full; do
-    d=$SCRATCH/create-$p
+for v in metadata: falloc: full: metadata-512:,cluster_size=512 \
+    falloc-4k-rc64:,cluster_size=4k,refcount_bits=64 metadata-xl2:,extended_l2=on; do
+    name=${v%%:*}
+    p=${name%%-*}
+    d=$SCRATCH/create-$name
     mkdir -p "$d"
-    if ! (cd "$d" && "$QIMG" create -q -f qcow2 -o preallocation=$p \
+    if ! (cd "$d" && "$QIMG" create -q -f qcow2 -o "preallocation=$p${v#*:}" \
         "record:$d/log:img.qcow2" 32M >op.out 2>&1); then
-        _fail "create $p failed"
+        _fail "create $name failed"
         cat "$d/op.out"
         continue
     fi
-    crash_explore "qimg-create-$p" --log "$d/log" --base "$d/img.qcow2=" \
+    crash_explore "qimg-create-$name" --log "$d/log" --base "$d/img.qcow2=" \
         --image "$d/img.qcow2" --allow-no-image --expect-raw zero
 done
 
