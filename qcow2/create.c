@@ -2,42 +2,41 @@
  * qcow2/create.c: creating qcow2 images (qemu-img create -f qcow2).
  *
  * Owns: the steps of a creation (a-e below) and their order, the header
- * qemu-img writes, and removing the files again on failure.  Its parts:
- * create-params.c (the qcow2 create options -- compat, cluster_size,
+ * qemu-img writes, and removing the files again on failure.  Its part
+ * create-params.c holds the qcow2 create options (compat, cluster_size,
  * refcount_bits, lazy_refcounts, compression_type, extended_l2,
- * preallocation, data_file, data_file_raw, backing_file, backing_fmt --
- * and their checks with qemu-img's messages), create-layout.c (the layout
- * model and qemu-img's allocator replayed on it), create-prealloc.c
- * (preallocation).  The invariants below are the whole creation's; those
- * files cite them as "create.c invariant N".
+ * preallocation, data_file, data_file_raw, backing_file, backing_fmt) and
+ * their checks with qemu-img's messages.  Everything in between is the
+ * driver's own code: there is one allocator (alloc.c) and one
+ * preallocation (prealloc.c), shared with every other writer and with
+ * resize.  The invariants below are the whole creation's; create-params.c
+ * cites them as "create.c invariant N".
  *
  * A fresh image must be byte-for-byte the image qemu-img 7.2 writes, so
- * that `cmp` is the test.  What qemu-img does, learnt by running it and
- * reading its documentation (no QEMU code is used here):
+ * that `cmp` is the test.  qemu-img makes it with its normal driver, and so
+ * does qimg, in the same steps (learnt by running qemu-img and reading its
+ * documentation; no QEMU code is used here):
  *
- *   a. It writes cluster 0 (a header for size 0), then clusters 1 and 2: a
- *      one-cluster refcount table whose entry 0 points at cluster 2, and an
- *      empty refcount block.
- *   b. It allocates clusters 0..2 through its normal cluster allocator.
- *   c. It writes the full header (extensions: backing format, data file
- *      name, and for v3 with clusters > 4 KiB the feature name table).
- *   d. It resizes the image from 0 to the requested size: the L1 table is
- *      allocated with exactly size_to_l1(size) entries and written with
- *      exactly that many bytes (so the file usually ends inside a cluster).
- *      preallocation=metadata then allocates L2 tables and data clusters
- *      guest-cluster by guest-cluster; falloc/full first build refcount
- *      structures past the end of the file for everything to come, then
- *      take the data clusters there and let the L2 tables fall wherever the
- *      allocator puts them (the old refcount table, freed, is reused).
- *   e. It sets the backing file (another full header write).
- *
- * The allocator's choices shape the layout: first fit from a "free index"
- * that only moves backwards when a cluster is freed or an allocation must be
- * retried; refcount blocks that describe themselves when they are placed in
- * the range they cover; a refcount table that, when too small, is replaced
- * by a bigger one placed after everything else, with the old one freed.  So
- * create-layout.c replays those rules on an in-memory model (struct Layout)
- * and create.c writes what they produce.
+ *   a. Cluster 0, then clusters 1 and 2: a one-cluster refcount table whose
+ *      entry 0 points at cluster 2, and an empty refcount block.  qemu-img
+ *      writes a header for size 0 into cluster 0; qimg writes zeros there
+ *      and keeps that header in memory (invariant 5).
+ *   b. The image is opened with the qcow2 driver -- on that in-memory
+ *      header (qcow2_open_new(), qcow2.c) -- and clusters 0..2 are
+ *      allocated through the normal allocator.
+ *   c. qemu-img writes the full header (extensions: backing format, data
+ *      file name, and for v3 with clusters > 4 KiB the feature name table);
+ *      it is the in-memory header of step b already.
+ *   d. The image is resized from 0 to the requested size by the driver's
+ *      truncate (resize.c) with the requested preallocation (prealloc.c; for
+ *      falloc/full even at size 0, as QEMU's driver does): the L1 table is
+ *      allocated with exactly the entries the size needs and written with
+ *      exactly that length, the allocator places refcount blocks and tables
+ *      as QEMU's does (alloc.c invariant 3), preallocation as QEMU's
+ *      (prealloc.c invariant 1).
+ *   e. The caches are written and everything flushed; then the final header
+ *      (with the backing file: qemu-img's second full header write) goes to
+ *      cluster 0 from the driver's state.
  *
  * Invariants (cited as "create.c invariant N"):
  *  1. Every option is checked before anything is laid out, in qemu-img's
@@ -45,51 +44,64 @@
  *  2. On any failure after the image file (and the data file) were created
  *     they are removed again, as qemu-img does; a regular file that existed
  *     before is gone too (qemu-img truncates and then deletes it).
- *  3. The file extents written equal qemu-img's: every table is written
- *     with the same offset and length (header, refcount tables and blocks
- *     and L2 tables as whole clusters, the L1 table with its exact length),
- *     a replaced refcount table is written before anything can reuse its
- *     clusters, and the file is extended or preallocated at the same moment
- *     (the model tracks where qemu-img's file would end: Layout.eof).
- *  4. Metadata is kept in memory only until it is written at a checkpoint;
- *     memory stays bounded by the tables of one L2 slice plus the refcount
- *     blocks and the L1 table (<= 32 MiB).
+ *  3. The image is made only by the driver's allocator and metadata writers,
+ *     asked for what qemu-img's driver asks for in the same order (steps
+ *     b, d), so its layout is qemu-img's wherever the driver's rules are
+ *     QEMU's.  Where they are not, by design, the image may differ (it is
+ *     still clean, equal in contents and in allocation): preallocated data
+ *     clusters that would fall on a refcount table the allocator replaced
+ *     during the creation are zeroed (qemu-img leaves the table's old bytes
+ *     in them; prealloc.c invariant 2); only tiny clusters with large
+ *     preallocated images replace the table.
+ *  4. Memory is what the driver needs for any resize: its caches (sized for
+ *     the size-0 image: the minimum), the L1 table and at most one batch of
+ *     new L2 tables (prealloc.c invariant 4).
  *  5. Power loss (DESIGN.md rules 1-2): until the final header is written
- *     the file has no qcow2 magic (cluster 0 holds zeros), and everything
- *     the header names -- refcount table and blocks, L1 and L2 tables,
- *     preallocated data and the file size -- is flushed before it is
+ *     the file has no qcow2 magic -- cluster 0 is written as zeros, and the
+ *     driver writes only header fields past it (size, L1 and refcount table
+ *     switches, feature bits: meta.c invariant 4) -- so no earlier state is
+ *     an image; the driver keeps its own write order throughout anyway.
+ *     Everything the header names (refcount table and blocks, L1 and L2
+ *     tables, preallocated data and the file size) is flushed before it is
  *     written.  A crash leaves either no image or a complete one.
  */
 #include "qcow2/create.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- the header ---- */
+/* The tables the header names. */
+typedef struct HeaderTables {
+    uint64_t size;
+    uint64_t l1_size;
+    uint64_t l1_offset;
+    uint64_t reftable_offset;
+    uint64_t reftable_clusters;
+} HeaderTables;
 
 /*
- * Cluster 0 as qemu-img writes it; with_backing adds the backing format
- * extension and the backing file name.  -ENOSPC if it does not fit.
+ * Cluster 0 as qemu-img writes it (buf: one cluster); with_backing adds the
+ * backing format extension and the backing file name.  -ENOSPC if it does
+ * not fit.
  */
-static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
+static int build_header(const CreateParams *p, const HeaderTables *t, bool with_backing,
+                        uint8_t *buf)
 {
-    const CreateParams *p = L->p;
-    size_t buflen = L->cluster_size, pos, n;
+    size_t buflen = p->cluster_size, pos, n;
     uint64_t incompat = 0, compat = 0, autoclear = 0;
 
     Qcow2Header h = {
         .magic = QCOW2_MAGIC,
         .version = (uint32_t)p->version,
-        .cluster_bits = L->cluster_bits,
-        .size = p->size,
-        .l1_size = (uint32_t)L->l1_size,
-        .l1_table_offset = L->l1_offset,
-        .refcount_table_offset = L->reftable_offset,
-        .refcount_table_clusters = (uint32_t)(L->reftable_size * 8 >> L->cluster_bits),
+        .cluster_bits = p->cluster_bits,
+        .size = t->size,
+        .l1_size = (uint32_t)t->l1_size,
+        .l1_table_offset = t->l1_offset,
+        .refcount_table_offset = t->reftable_offset,
+        .refcount_table_clusters = (uint32_t)t->reftable_clusters,
         .refcount_order = p->refcount_order,
         .header_length = QCOW2_HDR_V3_FULL_LENGTH,
         .compression_type = (uint8_t)p->compression_type,
@@ -136,7 +148,7 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
     }
     /* qemu-img leaves the table out for clusters of 4 KiB and less, to keep
      * room for a backing file name */
-    if (p->version >= 3 && L->cluster_size > 4096) {
+    if (p->version >= 3 && p->cluster_size > 4096) {
         n = qcow2_feature_table_encode(buf, pos, buflen);
         if (!n) {
             return -ENOSPC;
@@ -161,124 +173,135 @@ static int build_header(const Layout *L, bool with_backing, uint8_t *buf)
     return 0;
 }
 
-/* Map an allocation failure to qemu-img's wording (qemu-img always adds the
- * hint for qcow2: its cluster_size option has a default). */
-static void size_error(int ret, const char *what)
+static int write_file(BlkNode *node, uint64_t offset, const void *buf, uint64_t len)
 {
-    if (ret == -EFBIG) {
-        blk_error_replace(EFBIG, "The image size is too large for file format 'qcow2' "
-                                 "(try using a larger cluster size)");
-    } else if (what) {
-        blk_error_prefix(ret, "%s", what);
+    int ret = blk_pwrite(node, offset, buf, len, 0);
+    if (ret < 0) {
+        return blk_error(-ret, "Could not write to '%s': %s", node->filename,
+                         g_strerror(-ret));
     }
+    return 0;
 }
 
-static int lay_out(Layout *L)
+/* Step a: cluster 0 (zeros, invariant 5), the refcount table, its block. */
+static int write_minimal(const CreateParams *p, BlkNode *file)
 {
-    const CreateParams *p = L->p;
-    uint64_t cs = L->cluster_size;
+    uint64_t cs = p->cluster_size;
     g_autofree uint8_t *buf = g_malloc0(3 * cs);
-    uint64_t l1_entries;
+    int ret;
+
+    store_be64(buf + cs, 2 * cs);
+    ret = write_file(file, 0, buf, 3 * cs);
+    return ret < 0 ? blk_error_prefix(ret, "Could not write qcow2 header") : 0;
+}
+
+/* Map a resize failure to qemu-img's wording (qemu-img always adds the
+ * hint for qcow2: its cluster_size option has a default). */
+static int resize_error(int ret)
+{
+    if (ret == -EFBIG) {
+        return blk_error_replace(EFBIG, "The image size is too large for file format "
+                                        "'qcow2' (try using a larger cluster size)");
+    }
+    return blk_error_prefix(ret, "Could not resize image");
+}
+
+/* Steps b-e on the image opened in step b (invariants 3, 5). */
+static int build(const CreateParams *p, BlkNode *img)
+{
+    Qcow2State *s = img->opaque;
+    g_autofree uint8_t *buf = g_malloc0(p->cluster_size);
+    HeaderTables t;
     int64_t off;
     int ret;
 
-    /* a: header, refcount table, empty refcount block */
-    ret = create_file_write(L, L->file, 0, buf, 3 * cs);
-    if (ret < 0) {
-        blk_error_prefix(ret, "Could not write qcow2 header");
-        return ret;
-    }
-    create_note_extent(L, 0, 3 * cs);
-    L->reftable_size = cs / 8;
-    L->reftable = g_new0(uint64_t, L->reftable_size);
-    L->reftable_offset = cs;
-    L->reftable[0] = 2 * cs;
-    {
-        Table *rb = g_new0(Table, 1);
-        rb->offset = 2 * cs;
-        rb->data = g_malloc0(cs);
-        g_hash_table_insert(L->refblocks, &rb->offset, rb);
-    }
-
     /* b */
-    off = create_alloc_clusters(L, 3 * cs);
+    qcow2_lock(s);
+    off = qcow2_alloc_clusters_locked(s, 3);
+    qcow2_unlock(s);
     if (off != 0) {
         ret = off < 0 ? (int)off : blk_error(EIO, "First cluster already in use");
-        blk_error_prefix(ret, "Could not allocate clusters for qcow2 header "
-                              "and refcount table");
-        return ret;
-    }
-
-    /* c */
-    ret = build_header(L, false, buf);
-    if (ret < 0) {
-        blk_error(-ret, "Could not update qcow2 header: %s", g_strerror(-ret));
-        return ret;
+        return blk_error_prefix(ret, "Could not allocate clusters for qcow2 header "
+                                     "and refcount table");
     }
 
     /* d */
-    if (!qcow2_size_to_l1(p->size, L->cluster_bits, L->l2_bits, &l1_entries)) {
-        l1_entries = UINT64_MAX;
-    }
-    ret = create_grow_l1(L, l1_entries);
+    ret = qcow2_truncate(img, p->size, false, p->prealloc, false);
     if (ret < 0) {
-        size_error(ret, "Could not resize image: Failed to grow the L1 table");
-        return ret;
-    }
-    switch (p->prealloc) {
-    case BLK_PREALLOC_OFF:
-        if (L->data) {
-            ret = create_grow_data_node(L, p->size, BLK_PREALLOC_OFF);
-        }
-        break;
-    case BLK_PREALLOC_METADATA:
-        ret = create_prealloc_metadata(L, p->size);
-        break;
-    default:
-        ret = L->data ? create_prealloc_metadata(L, p->size)
-                      : create_prealloc_file(L, p->size);
-        break;
-    }
-    if (ret < 0) {
-        size_error(ret, NULL); /* the preallocation worded its failure */
-        return ret;
+        return resize_error(ret);
     }
 
-    ret = create_checkpoint(L);
+    /* e: the caches written and everything durable before the header */
+    qcow2_lock(s);
+    ret = qcow2_flush_all_locked(s);
     if (ret == 0) {
-        ret = create_write_l1_and_reftable(L);
+        ret = qcow2_write_caches_locked(s, true);
     }
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    t = (HeaderTables){
+        .size = p->size,
+        .l1_size = s->l1_size,
+        .l1_offset = s->l1_table_offset,
+        .reftable_offset = s->refcount_table_offset,
+        .reftable_clusters = s->refcount_table_size * 8 >> s->cluster_bits,
+    };
+    qcow2_unlock(s);
     if (ret < 0) {
-        blk_error_prefix(ret, "Could not resize image");
-        return ret;
+        return blk_error_prefix(ret, "Could not resize image");
     }
-
-    /* e */
     if (p->backing_file && strlen(p->backing_file) > QCOW2_MAX_BACKING_NAME) {
         ret = -EINVAL;
     } else {
-        ret = build_header(L, true, buf);
+        ret = build_header(p, &t, true, buf);
     }
     if (ret < 0) {
-        blk_error(-ret, "Could not assign backing file '%s' with format '%s': %s",
-                  p->backing_file, p->backing_format ? p->backing_format : "(null)",
-                  g_strerror(-ret));
-        return ret;
+        return blk_error(-ret, "Could not assign backing file '%s' with format '%s': %s",
+                         p->backing_file,
+                         p->backing_format ? p->backing_format : "(null)",
+                         g_strerror(-ret));
     }
-    /* invariant 5: what the header names is durable before it */
-    ret = blk_flush(L->file);
-    if (ret == 0 && L->data) {
-        ret = blk_flush(L->data);
+    /* invariant 5 */
+    qcow2_assert_durable(img->file, blk_write_gen(img->file), "create.c invariant 5");
+    if (s->data_file) {
+        qcow2_assert_durable(s->data_file, blk_write_gen(s->data_file),
+                             "create.c invariant 5");
     }
+    ret = write_file(img->file, 0, buf, p->cluster_size);
     if (ret == 0) {
-        qcow2_assert_durable(L->file, blk_write_gen(L->file), "create.c invariant 5");
-        ret = create_file_write(L, L->file, 0, buf, cs);
+        ret = blk_flush(img->file);
+    }
+    return ret < 0 ? blk_error_prefix(ret, "Could not write qcow2 header") : 0;
+}
+
+/* Step b's open: the qcow2 driver on 'file' with the header of step c held
+ * in memory; takes file and data (closed with the image). */
+static BlkNode *open_new(const CreateParams *p, const char *filename, BlkNode *file,
+                         BlkNode *data)
+{
+    const HeaderTables t = {.reftable_offset = p->cluster_size, .reftable_clusters = 1};
+    g_autofree uint8_t *hdr = g_malloc0(p->cluster_size);
+    BlkNode *img = g_new0(BlkNode, 1);
+    int ret = build_header(p, &t, false, hdr);
+
+    img->drv = &blk_qcow2_driver;
+    img->file = file;
+    img->filename = g_strdup(filename);
+    img->cache = BLK_CACHE_WRITEBACK;
+    img->opts.cache = BLK_CACHE_WRITEBACK;
+    img->request_alignment = file->request_alignment;
+    if (ret < 0) {
+        blk_close(data);
+        blk_error(-ret, "Could not update qcow2 header: %s", g_strerror(-ret));
+    } else {
+        ret = qcow2_open_new(img, hdr, data);
     }
     if (ret < 0) {
-        blk_error_prefix(ret, "Could not write qcow2 header");
-        return ret;
+        blk_close(img);
+        return NULL;
     }
-    return 0;
+    return img;
 }
 
 /* Invariant 2: remove what qemu-img would have created and removed. */
@@ -291,21 +314,10 @@ static void remove_regular(const char *path)
     }
 }
 
-static int flush_node(BlkNode *node)
-{
-    int ret = node ? blk_flush(node) : 0;
-
-    if (ret < 0) {
-        blk_error_prefix(ret, "Could not flush '%s'", node->filename);
-    }
-    return ret;
-}
-
 int qcow2_create(const char *filename, const BlkCreateOptions *opts)
 {
     CreateParams p;
-    Layout L;
-    BlkNode *file = NULL, *data = NULL;
+    BlkNode *file = NULL, *data = NULL, *img = NULL;
     BlkOpenOptions fo = {.cache = BLK_CACHE_WRITEBACK};
     const char *data_name =
         opts->options ? g_hash_table_lookup(opts->options, "data_file") : NULL;
@@ -344,31 +356,21 @@ int qcow2_create(const char *filename, const BlkCreateOptions *opts)
         }
     }
 
-    create_layout_init(&L, &p, file, data);
-    ret = lay_out(&L);
-    create_layout_free(&L);
+    ret = write_minimal(&p, file);
     if (ret == 0) {
-        ret = flush_node(file);
-    }
-    if (ret == 0) {
-        ret = flush_node(data);
+        img = open_new(&p, filename, g_steal_pointer(&file), g_steal_pointer(&data));
+        ret = img ? build(&p, img) : (blk_error_code() ? -blk_error_code() : -EIO);
     }
     if (ret < 0) {
         goto fail;
     }
-    blk_close(file);
-    if (data) {
-        blk_close(data);
-    }
+    blk_close(img);
     return 0;
 
 fail:
-    if (file) {
-        blk_close(file);
-    }
-    if (data) {
-        blk_close(data);
-    }
+    blk_close(img);
+    blk_close(file);
+    blk_close(data);
     remove_regular(blk_plain_name(filename));
     if (data_created) {
         remove_regular(data_name);

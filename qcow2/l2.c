@@ -2,8 +2,8 @@
  * qcow2/l2.c: L1 and L2 table updates.
  *
  * Owns: getting an L2 table ready to be modified (allocating a new one, or
- * copying a shared one), writing L1 entries, growing and shrinking the
- * active L1 table.
+ * copying a shared one), linking batches of new tables, writing L1 entries,
+ * growing and shrinking the active L1 table.
  *
  * Invariants (cited as "l2.c invariant N"):
  *  1. DESIGN.md rule 2, "L2 before L1": a new L2 table (zeroed, or a copy of
@@ -18,15 +18,21 @@
  *     reference only after the synced L1 write (alloc.c invariant 2).
  *  3. L1 growth: new size = max(min, old x 1.5 steps) unless exact, at most
  *     32 MiB of entries; the new table's refcount is flushed, the table is
- *     written and flushed, then one synced 12-byte header write switches
- *     l1_size + l1_table_offset, then the old table is freed.  The in-memory
- *     L1 switches only after the header write worked.
+ *     written with its exact length (as QEMU: the file may end inside its
+ *     last cluster) and flushed, then one synced 12-byte header write
+ *     switches l1_size + l1_table_offset, then the old table is freed.  The
+ *     in-memory L1 switches only after the header write worked.
  *  4. Memory describes what is in the file: a failed L1 write restores the
  *     in-memory entry, drops the new table from the cache and frees its
  *     cluster; a write that worked but whose flush failed keeps the new
  *     state and frees nothing the old one references (meta.c invariant 4).
  *  5. L1 writes are 512-byte pieces of the table (QEMU writes L1 sectors),
  *     overlap-checked without the active L1 itself.
+ *  6. A batch of new L2 tables (preallocation, qcow2_link_new_l2_tables_locked)
+ *     keeps invariant 1 for all of them at once: their refcounts and those
+ *     of the clusters they link flushed, the data those clusters need
+ *     durable, the tables written whole and flushed, then the L1 sectors
+ *     that point at them written and flushed.
  * All functions run with the metadata lock held.
  */
 #include "qcow2/qcow2.h"
@@ -101,12 +107,14 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
     if (ret < 0) {
         goto fail;
     }
-    buf = g_malloc0(bytes);
+    buf = g_malloc0(new_size * 8);
     for (uint64_t i = 0; i < s->l1_size; i++) {
         store_be64(buf + i * 8, s->l1_table[i]);
     }
-    ret = qcow2_write_metadata_locked(s, BLKEV_L1_GROW, 0, (uint64_t)offset, buf, bytes,
-                                      true);
+    /* invariant 3: its exact length; the rest of its last cluster is not
+     * part of it */
+    ret = qcow2_write_metadata_locked(s, BLKEV_L1_GROW, 0, (uint64_t)offset, buf,
+                                      new_size * 8, true);
     if (ret < 0) {
         goto fail;
     }
@@ -278,4 +286,62 @@ fail : {
     blk_error_unwind(had_error);
     return ret;
 }
+}
+
+int qcow2_link_new_l2_tables_locked(Qcow2State *s, const Qcow2NewL2 *t, size_t n,
+                                    uint64_t data_gen, bool *linked)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    g_autofree uint8_t *buf = NULL;
+    uint64_t first, count;
+    int ret;
+
+    *linked = false;
+    if (n == 0) {
+        return 0;
+    }
+    /* invariant 6: refcounts, then the tables, then the L1 */
+    ret = qcow2_cache_flush_locked(s->refcount_cache);
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    for (size_t i = 0; i < n && ret == 0; i++) {
+        g_assert(t[i].l1_index < s->l1_size && s->l1_table[t[i].l1_index] == 0);
+        qcow2_assert_refcounts_durable_locked(s, "l2.c invariant 6");
+        qcow2_assert_durable(qcow2_data_node(s), data_gen, "l2.c invariant 6");
+        ret = qcow2_write_metadata_locked(s, BLKEV_L2_ALLOC, 0, t[i].offset, t[i].table,
+                                          s->cluster_size, false);
+        lo = MIN(lo, t[i].l1_index);
+        hi = MAX(hi, t[i].l1_index);
+    }
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    if (ret < 0) {
+        return ret; /* nothing links them: the caller frees them */
+    }
+    for (size_t i = 0; i < n; i++) {
+        s->l1_table[t[i].l1_index] = t[i].offset | QCOW2_OFLAG_COPIED;
+    }
+    /* invariant 5: the 512-byte pieces holding [lo, hi], in one write */
+    first = lo & ~(uint64_t)(L1_ENTRIES_PER_SECTOR - 1);
+    count = MIN(ROUND_UP(hi + 1, L1_ENTRIES_PER_SECTOR), (uint64_t)s->l1_size) - first;
+    buf = g_malloc(count * 8);
+    for (uint64_t i = 0; i < count; i++) {
+        store_be64(buf + i * 8, s->l1_table[first + i]);
+    }
+    qcow2_assert_durable(s->img->file, s->table_gen, "l2.c invariant 6");
+    ret = qcow2_write_metadata_locked(s, BLKEV_L1_UPDATE, QCOW2_OL_ACTIVE_L1,
+                                      s->l1_table_offset + first * 8, buf, count * 8,
+                                      false);
+    if (ret < 0) {
+        for (size_t i = 0; i < n; i++) { /* invariant 4 */
+            s->l1_table[t[i].l1_index] = 0;
+        }
+        return ret;
+    }
+    /* The entries are in the file now; a failed flush leaves them linked
+     * (meta.c invariant 4). */
+    *linked = true;
+    return qcow2_flush_file(s);
 }

@@ -147,6 +147,9 @@ void qcow2_assert_refcounts_durable_locked(Qcow2State *s, const char *rule)
     if (qcow2_cache_has_dirty_locked(s->refcount_cache)) {
         g_error("write ordering broken (%s): a refcount block is still dirty", rule);
     }
+    if (s->pending_hooks && s->pending_hooks->len > 0) {
+        g_error("write ordering broken (%s): a refcount block is not hooked yet", rule);
+    }
     qcow2_assert_durable(s->img->file, s->refblock_gen, rule);
 #else
     (void)s, (void)rule;

@@ -2,8 +2,9 @@
  * qcow2/qcow2.c: the qcow2 driver table: probe, open, close, info.
  *
  * Owns: the open sequence (header -> tables -> caches -> data file ->
- * backing name -> snapshots -> snapshot view), the state lifetime and the
- * driver-specific image information.
+ * backing name -> snapshots -> snapshot view), also on a header held in
+ * memory for create, the state lifetime and the driver-specific image
+ * information.
  *
  * Invariants (cited as "qcow2.c invariant N"):
  *  1. open() either succeeds with every [open] field of Qcow2State set
@@ -33,6 +34,10 @@
  *  8. A read-write open (not check_mode) of an image with the dirty bit runs
  *     the repair (check.c, FIX_LEAKS | FIX_ERRORS) before anything else may
  *     write, and fails with "Could not repair dirty image" if it cannot.
+ *  9. qcow2_open_new() is the same open for an image being created, whose
+ *     cluster 0 is still zeros (create.c invariant 5): cluster 0 comes from
+ *     memory and goes through every check of invariant 2 as if read, and
+ *     the data file is the node create opened.
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
@@ -70,6 +75,9 @@ static void state_free(Qcow2State *s)
     g_free(s->sticky_msg);
     if (s->pending_frees) {
         g_array_free(s->pending_frees, TRUE);
+    }
+    if (s->pending_hooks) {
+        g_array_free(s->pending_hooks, TRUE);
     }
     g_cond_clear(&s->inflight_cond);
     g_mutex_clear(&s->lock);
@@ -187,7 +195,9 @@ static int repair_dirty(BlkNode *img)
     return 0;
 }
 
-static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *opts)
+/* hdr: cluster 0 from memory instead of the file (qcow2_open_new). */
+static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *opts,
+                   const uint8_t *hdr)
 {
     BlkNode *img = s->img;
     bool check_mode = opts && opts->check_mode;
@@ -208,19 +218,28 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     }
     s->file_size = (uint64_t)len;
 
-    ret = read_padded(img->file, s->file_size, head, sizeof(head));
-    if (ret < 0) {
-        return ret;
+    if (hdr) {
+        memcpy(head, hdr, sizeof(head));
+    } else {
+        ret = read_padded(img->file, s->file_size, head, sizeof(head));
+        if (ret < 0) {
+            return ret;
+        }
     }
     ret = qcow2_header_decode(head, sizeof(head), &h);
     if (ret < 0) {
         return ret;
     }
     /* cluster_bits <= 21: at most 2 MiB */
-    cluster0 = g_malloc(UINT64_C(1) << h.cluster_bits);
-    ret = read_padded(img->file, s->file_size, cluster0, UINT64_C(1) << h.cluster_bits);
-    if (ret < 0) {
-        return ret;
+    if (hdr) {
+        cluster0 = g_memdup2(hdr, UINT64_C(1) << h.cluster_bits);
+    } else {
+        cluster0 = g_malloc(UINT64_C(1) << h.cluster_bits);
+        ret =
+            read_padded(img->file, s->file_size, cluster0, UINT64_C(1) << h.cluster_bits);
+        if (ret < 0) {
+            return ret;
+        }
     }
     ret = qcow2_header_parse(cluster0, UINT64_C(1) << h.cluster_bits, s->file_size,
                              !img->read_only, check_mode, &s->header, &s->ext);
@@ -254,7 +273,11 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         return ret;
     }
 
-    if (s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) {
+    if (hdr && !!(s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) !=
+                   !!s->data_file) {
+        return blk_error(EINVAL, "qcow2: the data file does not match the header");
+    }
+    if ((s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) && !s->data_file) {
         ret = open_data_file(s, filename); /* qcow2.c invariant 4 */
         if (ret < 0) {
             return ret;
@@ -299,7 +322,8 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     return 0;
 }
 
-static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts)
+static int open_state(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
+                      const uint8_t *hdr, BlkNode *data_file)
 {
     Qcow2State *s = g_new0(Qcow2State, 1);
     int ret;
@@ -308,9 +332,10 @@ static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *
     g_cond_init(&s->inflight_cond);
     s->img = img;
     s->snapshot_view = -1;
+    s->data_file = data_file; /* owned from here on */
     img->opaque = s;
     blk_error_clear();
-    ret = do_open(s, filename, opts);
+    ret = do_open(s, filename, opts, hdr);
     if (ret < 0) {
         /* qcow2.c invariant 1 */
         g_free(img->backing_filename);
@@ -322,6 +347,16 @@ static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *
         return ret;
     }
     return 0;
+}
+
+static int qcow2_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts)
+{
+    return open_state(img, filename, opts, NULL, NULL);
+}
+
+int qcow2_open_new(BlkNode *img, const uint8_t *cluster0, BlkNode *data_file)
+{
+    return open_state(img, img->filename, NULL, cluster0, data_file);
 }
 
 /* fdatasync of the image file and the data file, lock not held. */

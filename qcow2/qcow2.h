@@ -149,6 +149,8 @@ typedef struct Qcow2State {
     char *deferred_msg;
     GArray *pending_frees; /* RefRange: decreases waiting for a durable unlink
                             * (alloc.c invariant 2) */
+    bool defer_hooks;      /* refcount block entries wait (alloc.c invariant 3) */
+    GArray *pending_hooks; /* their (index, offset), until settled */
     int sticky_error;      /* a metadata write or flush failed (meta.c inv. 9) */
     char *sticky_msg;
     /* write generations of the image file after the last write of each
@@ -292,6 +294,9 @@ void qcow2_refblock_set(void *block, uint64_t index, uint32_t refcount_order,
 int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
                                  uint64_t *block_offset);
 int qcow2_detect_metadata_preallocation_locked(Qcow2State *s);
+/* The index of the last cluster below 'clusters' with a refcount, or -EIO
+ * (a corruption) when there is none (QEMU's qcow2_get_last_cluster). */
+int64_t qcow2_last_used_cluster_locked(Qcow2State *s, uint64_t clusters);
 
 /* ---- snapshot.c ---- */
 
@@ -413,11 +418,18 @@ int qcow2_take_deferred_error_locked(Qcow2State *s, int ret);
  * blocks and growing the refcount table as needed.  Returns the host offset
  * (cluster aligned) or -errno.  Callers refuse offset 0 (corruption). */
 int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n);
-/* Same, searching only from host offset 'from' on (the hint is not used). */
+/* Same, searching from host offset 'from' on if that is past the free
+ * index (which then moves past the run as well). */
 int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n);
 /* Allocate exactly the n clusters at 'offset' if all are free: 0, -EAGAIN
  * if one is in use, or -errno. */
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n);
+/* QEMU's refcount area (alloc.c invariant 3): at host offset 'offset'
+ * (cluster aligned, free, nothing in use after it) refcount blocks for
+ * everything up to 'additional' more clusters past them and a new refcount
+ * table of exactly the size needed, switched to; the old table is freed.
+ * Returns the host offset just past the new structures, or -errno. */
+int64_t qcow2_refcount_area_locked(Qcow2State *s, uint64_t offset, uint64_t additional);
 /* Allocate 'size' (1..cluster_size) bytes for compressed data, packed after
  * the previous compressed allocation when the refcount allows it.  Every
  * cluster the bytes touch gets one more reference. */
@@ -441,6 +453,13 @@ void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_
  * Nothing for external data files.  deferred: the entry was replaced in a
  * cached L2 table (alloc.c invariant 2); else the entry was never linked. */
 void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred);
+/* alloc.c invariant 3: from now on new refcount blocks wait in the cache
+ * with their reftable entries in memory only, until ... */
+void qcow2_defer_refblocks_locked(Qcow2State *s);
+/* ... this writes the blocks, flushes, and writes the entries (in rounds,
+ * flushed); nothing may reference what they count before.  Call it before
+ * the lock is dropped or anything else is written. */
+int qcow2_settle_refblocks_locked(Qcow2State *s);
 /* Apply the pending decreases; the caller made every table that dropped
  * them durable (L2 cache written, file flushed). */
 void qcow2_apply_pending_frees_locked(Qcow2State *s);
@@ -483,6 +502,19 @@ int qcow2_get_l2_locked(Qcow2State *s, uint64_t offset, uint8_t **l2, uint64_t *
 /* Grow the active L1 to at least min_size entries (x1.5 steps unless
  * exact): new table written, header switched, old table freed. */
 int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact);
+/* A new L2 table for an unallocated L1 entry: its cluster (allocated) and
+ * its contents (one cluster, entries set). */
+typedef struct Qcow2NewL2 {
+    uint64_t l1_index;
+    uint64_t offset;
+    uint8_t *table;
+} Qcow2NewL2;
+/* Link t[0..n) (l2.c invariant 6); the clusters their entries name need
+ * their data durable up to write generation data_gen of the data node.
+ * *linked: the L1 names them now (then only a flush may have failed);
+ * otherwise nothing does and the caller frees them. */
+int qcow2_link_new_l2_tables_locked(Qcow2State *s, const Qcow2NewL2 *t, size_t n,
+                                    uint64_t data_gen, bool *linked);
 /* Write the 512-byte part of the active L1 that holds entry l1_index, synced. */
 int qcow2_write_l1_entry_locked(Qcow2State *s, uint64_t l1_index);
 /* Clear L1 entries from new_size on (synced) and free their L2 tables (the
@@ -540,6 +572,11 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 
 int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                    bool shrink);
+/* prealloc.c: preallocate guest [offset, end) of a grown disk with mode
+ * (resize.c invariant 3; OFF: nothing).  Lock not held. */
+int qcow2_preallocate(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc mode);
+/* Grow the external data file to size if it is shorter (lock not held). */
+int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
 /* Guest offset where the vmstate area of the active L1 starts. */
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
@@ -568,6 +605,11 @@ int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
 
 /* The driver, for the driver table (api/ registers it). */
 extern const BlkDriver blk_qcow2_driver;
+/* Open img (drv, file and filename set) read-write as the new image whose
+ * cluster 0 (one cluster at cluster0) is not written yet (qcow2.c
+ * invariant 9); data_file: its external data file node or NULL, taken (also
+ * on failure).  Close with blk_close(). */
+int qcow2_open_new(BlkNode *img, const uint8_t *cluster0, BlkNode *data_file);
 int qcow2_flush(BlkNode *img);
 
 #endif

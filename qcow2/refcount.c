@@ -3,9 +3,10 @@
  * blocks of 1..64-bit entries), for check, the write path and the
  * metadata-preallocation heuristic of block status.
  *
- * Owns: the in-memory refcount table, the refcount block cache and the
- * decoding and encoding of refcount block entries of every width (the
- * write side, allocation and updates, is alloc.c).
+ * Owns: the in-memory refcount table, the refcount block cache, the
+ * decoding and encoding of refcount block entries of every width, and
+ * finding the last cluster in use (the write side, allocation and updates,
+ * is alloc.c).
  *
  * Invariants (cited as "refcount.c invariant N"):
  *  1. refcount_bits = 1 << refcount_order, order 0..6 (header.c checked).
@@ -223,4 +224,19 @@ int qcow2_detect_metadata_preallocation_locked(Qcow2State *s)
         count += refcount != 0;
     }
     return count >= threshold;
+}
+
+int64_t qcow2_last_used_cluster_locked(Qcow2State *s, uint64_t clusters)
+{
+    for (uint64_t i = clusters; i-- > 0;) {
+        uint64_t refcount;
+        int ret = qcow2_get_refcount_locked(s, i, &refcount);
+        if (ret < 0) {
+            return ret;
+        }
+        if (refcount) {
+            return (int64_t)i;
+        }
+    }
+    return qcow2_corrupt_locked(s, "There are no references in the refcount table.");
 }

@@ -4,7 +4,8 @@
  *
  * Owns: the size-dependent state (header size, img->size,
  * l1_vm_state_index), what happens to the clusters a resize uncovers or
- * cuts off, preallocation of a grown area, and where the vmstate lives.
+ * cuts off (preallocating a grown area is prealloc.c), and where the
+ * vmstate lives.
  *
  * Invariants (cited as "resize.c invariant N"):
  *  1. The new size is a multiple of 512.  A v2 image with snapshots is not
@@ -21,9 +22,11 @@
  *     L1 mapped there (the tail of the last cluster, an old vmstate area) is
  *     zeroed, and so is the part a backing file would show through (zero
  *     flags; zeros on v2); nothing else gets an L2 table.  Preallocation
- *     metadata/falloc/full allocates clusters for the new whole clusters
- *     past the end of the file (where they read as zeros), links them, and
- *     for falloc/full extends the file with that mode.
+ *     metadata/falloc/full (also at the same size, as QEMU's driver does;
+ *     metadata always with a raw data file) is prealloc.c, from the first
+ *     whole cluster of the area on -- the same code that preallocates a new
+ *     image (create.c) -- and the caches are written after it.  Without
+ *     preallocation an external data file grows with the disk (QEMU).
  *  4. The header size is written last, with one synced write, then
  *     img->size and l1_vm_state_index follow, so the vmstate area moves with
  *     the size (QEMU).  A crash before leaves the old size (plus leaked or
@@ -71,64 +74,6 @@ static int full_discard(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned
     return qcow2_discard_registered(s, offset, bytes, true);
 }
 
-/* Invariant 3: link preallocated clusters for the unallocated whole
- * clusters of [offset, end).  Lock not held. */
-static int preallocate(Qcow2State *s, uint64_t offset, uint64_t end)
-{
-    uint64_t cs = s->cluster_size;
-    int ret = 0;
-
-    offset = ROUND_UP(offset, cs);
-    end = ROUND_DOWN(end, cs);
-    while (offset < end && ret == 0) {
-        uint64_t l2_index, n, run = 0;
-        uint8_t *l2;
-        int64_t host;
-
-        qcow2_lock(s);
-        ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
-        if (ret < 0) {
-            qcow2_unlock(s);
-            break;
-        }
-        n = MIN(s->l2_size - l2_index, (end - offset) >> s->cluster_bits);
-        while (run < n && qcow2_l2_get(s, l2, l2_index + run) == 0 &&
-               qcow2_l2_get_bitmap(s, l2, l2_index + run) == 0) {
-            run++;
-        }
-        qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
-        if (run == 0) {
-            offset += cs; /* already allocated (or zero): keep it */
-            qcow2_unlock(s);
-            continue;
-        }
-        host = qcow2_alloc_clusters_from_locked(s, ROUND_UP(s->file_size, cs), run);
-        ret = host < 0 ? (int)host : 0;
-        if (ret == 0 && qcow2_need_accurate_refcounts(s)) {
-            ret = qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
-        }
-        if (ret == 0) {
-            ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
-        }
-        if (ret == 0) {
-            for (uint64_t i = 0; i < run; i++) {
-                qcow2_l2_set(s, l2, l2_index + i,
-                             ((uint64_t)host + i * cs) | QCOW2_OFLAG_COPIED,
-                             s->extended_l2 ? QCOW2_L2_BITMAP_ALL_ALLOC : 0);
-            }
-            qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
-            qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
-        } else if (host >= 0) {
-            bool had_error = blk_error_mark();
-            qcow2_free_clusters_locked(s, (uint64_t)host, run * cs);
-            blk_error_unwind(had_error);
-        }
-        qcow2_unlock(s);
-        offset += run * cs;
-    }
-    return ret;
-}
-
 static int check_resize(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool shrink)
 {
     if (size % 512) {
@@ -146,10 +91,6 @@ static int check_resize(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool
     }
     if (size < s->img->size && prealloc != BLK_PREALLOC_OFF) {
         return blk_error(ENOTSUP, "Preallocation can't be used for shrinking an image");
-    }
-    if (prealloc != BLK_PREALLOC_OFF && qcow2_has_data_file(s)) {
-        return blk_error(ENOTSUP, "Preallocation is not supported with an external data "
-                                  "file");
     }
     return 0;
 }
@@ -186,39 +127,32 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
             ret = qcow2_shrink_l1_table_locked(s, new_l1);
             qcow2_unlock(s);
         }
-    } else if (size > old) {
+    } else {
         /* invariant 3 */
         uint64_t backing_end = img->backing ? MIN(img->backing->size, size) : 0;
-        qcow2_lock(s);
-        ret = qcow2_grow_l1_table_locked(s, new_l1, true);
-        qcow2_unlock(s);
-        if (ret == 0) {
+        if (size > old) {
+            qcow2_lock(s);
+            ret = qcow2_grow_l1_table_locked(s, new_l1, true);
+            qcow2_unlock(s);
+        }
+        if (ret == 0 && size > old) {
             ret = registered(s, old, MIN(size, MAX(old_map_end, backing_end)),
                              qcow2_zero_registered,
                              BLK_REQ_MAY_UNMAP | QCOW2_ZERO_IF_NEEDED);
         }
+        if (qcow2_has_data_file(s) && s->data_file_raw && prealloc == BLK_PREALLOC_OFF) {
+            prealloc = BLK_PREALLOC_METADATA; /* the raw data file maps 1:1 (QEMU) */
+        }
         if (ret == 0 && prealloc != BLK_PREALLOC_OFF) {
-            ret = preallocate(s, old, size);
+            ret = qcow2_preallocate(s, old, size, prealloc);
             if (ret == 0) {
                 qcow2_lock(s);
                 ret = qcow2_write_caches_locked(s, true);
                 qcow2_unlock(s);
             }
-            if (ret == 0) {
-                /* The file covers the preallocated clusters (qemu-img check
-                 * wants them inside it): a hole for metadata, allocated
-                 * (falloc) or written (full) otherwise. */
-                int64_t cur = blk_getlength(img->file);
-                BlkPrealloc mode =
-                    prealloc == BLK_PREALLOC_METADATA ? BLK_PREALLOC_OFF : prealloc;
-                if (cur >= 0 && s->file_size > (uint64_t)cur) {
-                    ret = blk_truncate(img->file, s->file_size, false, mode, false);
-                }
-            }
+        } else if (ret == 0 && qcow2_has_data_file(s) && size > old) {
+            ret = qcow2_grow_data_file(s, size); /* QEMU resizes it too */
         }
-    }
-    if (ret == 0 && qcow2_has_data_file(s) && s->data_file_raw && size > old) {
-        ret = blk_truncate(s->data_file, size, false, BLK_PREALLOC_OFF, false);
     }
     if (ret < 0) {
         return ret;

@@ -1,5 +1,6 @@
 /*
- * tests/test-qcow2-create.c: qcow2 image creation (qcow2/create.c).
+ * tests/test-qcow2-create.c: qcow2 image creation (qcow2/create.c: the
+ * driver's allocator, resize and preallocation on a minimal image).
  *
  * The expected layouts are facts read from images qemu-img 7.2 made with
  * the same options (offsets, table contents, file length); when qemu-img
@@ -344,6 +345,8 @@ static void test_same_as_qemu_img(void **state)
                       "cluster_size=4096,preallocation=falloc,extended_l2=off");
     compare_with_qemu(33 << 20, "extended_l2=on,preallocation=full,refcount_bits=2");
     compare_with_qemu(12345 << 10, "lazy_refcounts=on,compression_type=zstd");
+    /* the refcount table is replaced while metadata is preallocated */
+    compare_with_qemu(16 << 20, "cluster_size=512,preallocation=metadata");
 }
 
 int main(void)

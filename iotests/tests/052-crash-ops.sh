@@ -1,9 +1,12 @@
 #!/bin/bash
 # Power-loss states of the other commands that write metadata (the
-# crash-state explorer, iotests/crash/): resize grow (L1 growth) and
-# shrink, check -r leaks and -r all, convert -O qcow2 with and without -c,
-# and create with preallocation=metadata/falloc/full, each on the
-# recording node.  In every state qemu-img check finds no corruption and
+# crash-state explorer, iotests/crash/): resize grow (L1 growth), grow with
+# preallocation=metadata and falloc (qcow2/prealloc.c: batches of L2
+# tables, refcount blocks made many at a time, a refcount area; with small
+# clusters the refcount table is replaced on the way) and shrink, check -r
+# leaks and -r all, convert -O qcow2 with and without -c, and create with
+# preallocation=metadata/falloc/full, also with small clusters (the same
+# driver code on a new image, create.c), each on the recording node.  In every state qemu-img check finds no corruption and
 # the disk reads as the operation allows: resize keeps the data (grown
 # area zeros; a shrink's cut-off tail reads old data or zeros), a repair
 # changes no data, a convert target reads source data or zeros (and the
@@ -71,6 +74,13 @@ ops_cases() {
     CONTROL_ARGS=(resize --image-opts @IMGOPTS@ 4G)
     crash_op "resize-grow-$cfg" "$d" --expect-raw "$d/A0.raw" -- resize @IMG@ 4G
 
+    for p in metadata falloc; do
+        prepare "$d" "$copts"
+        CONTROL_ARGS=(resize --preallocation=$p --image-opts @IMGOPTS@ 40M)
+        crash_op "resize-$p-$cfg" "$d" --expect-raw "$d/A0.raw" -- \
+            resize --preallocation=$p @IMG@ 40M
+    done
+
     prepare "$d" "$copts"
     head -c 4M "$d/A0.raw" >"$d/A4.raw"
     CONTROL_ARGS=(resize --shrink --image-opts @IMGOPTS@ 4M)
@@ -126,16 +136,19 @@ for v in "plain:" "compressed:-c" "xl2:-o extended_l2=on" "v2-4k:-o compat=0.10,
         --expect-mode per-sector
 done
 
-for p in metadata falloc full; do
-    d=$SCRATCH/create-$p
+for v in metadata: falloc: full: metadata-512:,cluster_size=512 \
+    falloc-4k-rc64:,cluster_size=4k,refcount_bits=64 metadata-xl2:,extended_l2=on; do
+    name=${v%%:*}
+    p=${name%%-*}
+    d=$SCRATCH/create-$name
     mkdir -p "$d"
-    if ! (cd "$d" && "$QIMG" create -q -f qcow2 -o preallocation=$p \
+    if ! (cd "$d" && "$QIMG" create -q -f qcow2 -o "preallocation=$p${v#*:}" \
         "record:$d/log:img.qcow2" 32M >op.out 2>&1); then
-        _fail "create $p failed"
+        _fail "create $name failed"
         cat "$d/op.out"
         continue
     fi
-    crash_explore "qimg-create-$p" --log "$d/log" --base "$d/img.qcow2=" \
+    crash_explore "qimg-create-$name" --log "$d/log" --base "$d/img.qcow2=" \
         --image "$d/img.qcow2" --allow-no-image --expect-raw zero
 done
 
