@@ -169,6 +169,57 @@ same_as_qemu() {
     fi
 }
 
+# sparse_cmp A B: like cmp -s (exit 0 if equal, 1 with a line saying where
+# if not), but what is a hole in both files is not read, so comparing the
+# raw images of sparse multi-GiB disks costs what their data costs.
+sparse_cmp() {
+    python3 "$IOTESTS_DIR/sparse_cmp.py" "$1" "$2"
+}
+
+# same_file DESC EXPECTED ACTUAL: a check that file ACTUAL has the bytes of
+# EXPECTED (sparse_cmp).
+same_file() {
+    _checks=$((_checks + 1))
+    if ! sparse_cmp "$2" "$3"; then
+        _fail "$1: $3 differs from $2 ($(stat -c %s "$2") vs $(stat -c %s "$3") bytes)"
+        return 1
+    fi
+}
+
+# vm_state_size IMG NAME: snapshot NAME's vm-state-size per qemu-img info.
+vm_state_size() {
+    "$QEMU_IMG" info --output=json "$1" | python3 -c '
+import json, sys
+for s in json.load(sys.stdin).get("snapshots", []):
+    if s["name"] == sys.argv[1]:
+        print(s["vm-state-size"])' "$2"
+}
+
+# qemu_vmstate_read IMG NAME OFF LEN OUT: bytes [OFF, OFF+LEN) of the VM
+# state of snapshot NAME as QEMU's own load path reads them: on a copy of
+# IMG, "qemu-img snapshot -a NAME", then "qemu-io -c 'read -b -v'" (whole
+# 512-byte sectors, cut back to LEN) parsed from its hex dump into OUT.
+qemu_vmstate_read() {
+    local img=$1 name=$2 off=$3 len=$4 out=$5
+    local first=$((off / 512 * 512))
+    local end=$(((off + len + 511) / 512 * 512))
+    cp "$img" "$SCRATCH/.qemu-vmstate.qcow2" || return 1
+    "$QEMU_IMG" snapshot -a "$name" "$SCRATCH/.qemu-vmstate.qcow2" || return 1
+    "$QEMU_IO" -c "read -b -v $first $((end - first))" "$SCRATCH/.qemu-vmstate.qcow2" |
+        python3 -c '
+import sys
+skip, size = int(sys.argv[1]), int(sys.argv[2])
+out = bytearray()
+for line in sys.stdin.buffer:
+    # "0000fe00:  xx xx ... xx  ascii": 16 bytes of hex from column 11
+    if len(line) > 58 and line[8:11] == b":  ":
+        out += bytes.fromhex(line[11:58].decode())
+sys.stdout.buffer.write(bytes(out[skip:skip + size]))' "$((off - first))" "$len" >"$out"
+    local rc=$?
+    rm -f "$SCRATCH/.qemu-vmstate.qcow2"
+    return $rc
+}
+
 # qi ARGS...: run qemu-img ARGS to set up a test; on failure print its
 # output and end the test.
 qi() {

@@ -8,38 +8,6 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img python3
 
-# sparse_cmp A B: like cmp -s, but skips what is a hole in both files.
-cat >sparse_cmp.py <<'PY'
-import os, sys
-def extents(fd, size):
-    out, off = [], 0
-    while off < size:
-        try:
-            d = os.lseek(fd, off, os.SEEK_DATA)
-        except OSError:
-            break
-        h = os.lseek(fd, d, os.SEEK_HOLE)
-        out.append((d, h))
-        off = h
-    return out
-fa, fb = (os.open(p, os.O_RDONLY) for p in sys.argv[1:3])
-sa, sb = os.fstat(fa).st_size, os.fstat(fb).st_size
-if sa != sb:
-    print("sizes differ: %d / %d" % (sa, sb))
-    sys.exit(1)
-for start, end in sorted(extents(fa, sa) + extents(fb, sb)):
-    off = start
-    while off < end:
-        n = min(end - off, 1 << 20)
-        if os.pread(fa, n, off) != os.pread(fb, n, off):
-            print("differ in [%d, %d)" % (off, off + n))
-            sys.exit(1)
-        off += n
-PY
-sparse_cmp() {
-    python3 sparse_cmp.py "$1" "$2"
-}
-
 mkdir q m
 # The backing images the option sets refer to, in both folders.
 for d in q m; do

@@ -55,7 +55,7 @@ check_image() {
     if [ "$M_RC" != 0 ]; then
         _fail "$img: qimg convert -O raw exited $M_RC"
         head -n 5 .m.out
-    elif ! cmp q.raw m.raw; then
+    elif ! sparse_cmp q.raw m.raw; then
         _fail "$img: qimg convert -O raw differs from qemu-img's"
     fi
     # Internal snapshots: by ID, by name and with snapshot.id=,snapshot.name=.
@@ -73,7 +73,7 @@ for s in json.load(sys.stdin).get("snapshots", []):
             if [ "$M_RC" != 0 ]; then
                 _fail "$img: qimg convert -O raw -l '$l' exited $M_RC"
                 head -n 5 .m.out
-            elif ! cmp q.raw m.raw; then
+            elif ! sparse_cmp q.raw m.raw; then
                 _fail "$img: qimg convert -O raw -l '$l' differs from qemu-img's"
             fi
         done

@@ -55,12 +55,12 @@ compare_copies() {
         "$("$QEMU_IMG" info --output=json "$M" | grep '"virtual-size"')"
     "$QEMU_IMG" convert -O raw "$Q" q.raw && "$QEMU_IMG" convert -O raw "$M" m.raw
     _checks=$((_checks + 1))
-    cmp -s q.raw m.raw || _fail "$V/$step: active layer differs"
+    sparse_cmp q.raw m.raw || _fail "$V/$step: active layer differs"
     for id in $(snap_ids "$Q"); do
         "$QEMU_IMG" convert -l "$id" -O raw "$Q" q.raw &&
             "$QEMU_IMG" convert -l "$id" -O raw "$M" m.raw
         _checks=$((_checks + 1))
-        cmp -s q.raw m.raw || _fail "$V/$step: snapshot $id differs"
+        sparse_cmp q.raw m.raw || _fail "$V/$step: snapshot $id differs"
     done
     rm -f q.raw m.raw
 }

@@ -32,33 +32,6 @@ for n in 1 4095 $((MiB + 3)) $((20 * MiB)); do
     head -c "$n" rand.bin >"in-$n.bin"
 done
 
-# vm_state_size IMG NAME: the snapshot's vm-state-size per qemu-img info.
-vm_state_size() {
-    "$QEMU_IMG" info --output=json "$1" | python3 -c '
-import json, sys
-for s in json.load(sys.stdin).get("snapshots", []):
-    if s["name"] == sys.argv[1]:
-        print(s["vm-state-size"])' "$2"
-}
-
-# qemu_read_state IMG NAME SIZE OUT: QEMU's loadvm path on a copy of IMG:
-# qemu-img snapshot -a, then qemu-io read -b (whole sectors), cut to SIZE.
-qemu_read_state() {
-    local img=$1 name=$2 size=$3 out=$4
-    local len=$(((size + 511) / 512 * 512))
-    cp "$img" qemu-copy.qcow2
-    "$QEMU_IMG" snapshot -a "$name" qemu-copy.qcow2 || return 1
-    "$QEMU_IO" -c "read -b -v 0 $len" qemu-copy.qcow2 | python3 -c '
-import re, sys
-size = int(sys.argv[1])
-out = bytearray()
-for line in sys.stdin:
-    if re.match(r"^[0-9a-f]{8}:  ", line):
-        out += bytes.fromhex(line[11:58])
-sys.stdout.buffer.write(bytes(out[:size]))' "$size" >"$out"
-    rm -f qemu-copy.qcow2
-}
-
 # set_vm_state_size IMG NAME SIZE: patch the snapshot table entry (both the
 # 32-bit field and the 64-bit extra field), as if savevm had recorded it.
 set_vm_state_size() {
@@ -90,15 +63,6 @@ EOF
 # check_clean DESC IMG: qemu-img check finds neither errors nor leaks.
 check_clean() {
     assert_rc "$1: qemu-img check" 0 "$QEMU_IMG" check "$2"
-}
-
-# same_file DESC EXPECTED ACTUAL
-same_file() {
-    _checks=$((_checks + 1))
-    if ! cmp "$2" "$3"; then
-        _fail "$1: $3 differs from $2 ($(stat -c %s "$2") vs $(stat -c %s "$3") bytes)"
-        return 1
-    fi
 }
 
 # variant: "create options|disk size"
@@ -160,7 +124,7 @@ for v in "${variants[@]}"; do
 
     for n in "${sizes[@]}"; do
         name="s-$n"
-        qemu_read_state img.qcow2 "$name" "$n" qemu.out
+        qemu_vmstate_read img.qcow2 "$name" 0 "$n" qemu.out
         same_file "$V: $name through qemu-img snapshot -a + qemu-io read -b" "in-$n.bin" qemu.out
         rm -f qemu.out
         "$QIMG" vmstate load img.qcow2 "$name" load.out

@@ -39,37 +39,6 @@ monitor_ok() {
     fi
 }
 
-vm_state_size() {
-    "$QEMU_IMG" info --output=json "$1" | python3 -c '
-import json, sys
-for s in json.load(sys.stdin).get("snapshots", []):
-    if s["name"] == sys.argv[1]:
-        print(s["vm-state-size"])' "$2"
-}
-
-# qemu_read_state IMG NAME SIZE OUT: QEMU's own load path on a copy.
-qemu_read_state() {
-    local len=$((($3 + 511) / 512 * 512))
-    cp "$1" qemu-copy.qcow2
-    "$QEMU_IMG" snapshot -a "$2" qemu-copy.qcow2 || return 1
-    "$QEMU_IO" -c "read -b -v 0 $len" qemu-copy.qcow2 | python3 -c '
-import re, sys
-out = bytearray()
-for line in sys.stdin:
-    if re.match(r"^[0-9a-f]{8}:  ", line):
-        out += bytes.fromhex(line[11:58])
-sys.stdout.buffer.write(bytes(out[:int(sys.argv[1])]))' "$3" >"$4"
-    rm -f qemu-copy.qcow2
-}
-
-same_file() {
-    _checks=$((_checks + 1))
-    if ! cmp "$2" "$3"; then
-        _fail "$1: $3 differs from $2"
-        return 1
-    fi
-}
-
 qi create -f qcow2 vm.qcow2 64M
 "$QEMU_IO" -c "write -q -P 0x42 0 $MiB" vm.qcow2 >/dev/null
 
@@ -83,7 +52,7 @@ _checks=$((_checks + 1))
 
 assert_rc "qimg vmstate load snap1" 0 "$QIMG" vmstate load vm.qcow2 snap1 state.bin
 assert_eq "size of snap1's state" "$size" "$(stat -c %s state.bin)"
-qemu_read_state vm.qcow2 snap1 "$size" qemu-state.bin
+qemu_vmstate_read vm.qcow2 snap1 0 "$size" qemu-state.bin
 same_file "snap1 through qimg vs QEMU's own read" qemu-state.bin state.bin
 
 # 2. qimg saves the same bytes; QEMU loads them.
@@ -119,7 +88,7 @@ assert_rc "qemu-img check after QEMU's savevm next to qimg's" 0 "$QEMU_IMG" chec
 size4=$(vm_state_size copy.qcow2 snap4)
 "$QIMG" vmstate load copy.qcow2 snap4 state4.bin
 assert_eq "size of snap4's state" "$size4" "$(stat -c %s state4.bin)"
-qemu_read_state copy.qcow2 snap4 "$size4" qemu-state4.bin
+qemu_vmstate_read copy.qcow2 snap4 0 "$size4" qemu-state4.bin
 same_file "snap4 through qimg vs QEMU's own read" qemu-state4.bin state4.bin
 "$QIMG" vmstate load copy.qcow2 snap2 back.bin
 same_file "snap2 intact after QEMU's savevm" state.bin back.bin

@@ -78,27 +78,10 @@ else:
 EOF
 }
 
-vm_state_size() {
-    "$QEMU_IMG" info --output=json "$1" | python3 -c '
-import json, sys
-for s in json.load(sys.stdin).get("snapshots", []):
-    if s["name"] == sys.argv[1]:
-        print(s["vm-state-size"])' "$2"
-}
-
 # QEMU's own read of bytes [off, off+len) of a snapshot's state vs the file.
 qemu_sample_ok() {
     local img=$1 name=$2 file=$3 off=$4 len=$5
-    cp "$img" qemu-copy.qcow2
-    "$QEMU_IMG" snapshot -a "$name" qemu-copy.qcow2 || return 1
-    "$QEMU_IO" -c "read -b -v $off $len" qemu-copy.qcow2 | python3 -c '
-import re, sys
-out = bytearray()
-for line in sys.stdin:
-    if re.match(r"^[0-9a-f]{8}:  ", line):
-        out += bytes.fromhex(line[11:58])
-sys.stdout.buffer.write(bytes(out))' >sample.bin
-    rm -f qemu-copy.qcow2
+    qemu_vmstate_read "$img" "$name" "$off" "$len" sample.bin || return 1
     cmp -s sample.bin <(tail -c +$((off + 1)) "$file" | head -c "$len")
 }
 
@@ -127,7 +110,7 @@ verify() {
         assert_eq "$desc: size of the surviving snapshot" "$SIZE" "$n"
         "$QIMG" vmstate load crash.qcow2 new out.bin
         _checks=$((_checks + 1))
-        cmp -s big.bin out.bin || _fail "$desc: the surviving snapshot's state differs"
+        sparse_cmp big.bin out.bin || _fail "$desc: the surviving snapshot's state differs"
         _checks=$((_checks + 1))
         qemu_sample_ok crash.qcow2 new big.bin $((SIZE - 4 * MiB)) $((4 * MiB)) ||
             _fail "$desc: QEMU reads the surviving state differently"
@@ -136,13 +119,13 @@ verify() {
     fi
     "$QIMG" vmstate load crash.qcow2 old out.bin
     _checks=$((_checks + 1))
-    cmp -s old.bin out.bin || _fail "$desc: the older snapshot's state differs"
+    sparse_cmp old.bin out.bin || _fail "$desc: the older snapshot's state differs"
     "$QEMU_IMG" convert -O raw crash.qcow2 now.raw
     _checks=$((_checks + 1))
-    cmp -s disk.raw now.raw || _fail "$desc: the disk changed"
+    sparse_cmp disk.raw now.raw || _fail "$desc: the disk changed"
     "$QEMU_IMG" convert -l disk -O raw crash.qcow2 now.raw
     _checks=$((_checks + 1))
-    cmp -s disk.raw now.raw || _fail "$desc: the disk-only snapshot changed"
+    sparse_cmp disk.raw now.raw || _fail "$desc: the disk-only snapshot changed"
     rm -f out.bin now.raw
     assert_rc "$desc: qemu-img check -r leaks" 0 "$QEMU_IMG" check -r leaks crash.qcow2
     assert_rc "$desc: qemu-img check after repair" 0 "$QEMU_IMG" check crash.qcow2
