@@ -25,11 +25,13 @@
  *     queued request itself (pool_run_one) before it sleeps: the request
  *     path is the same, only the handoffs are saved.  Callbacks still run
  *     only as invariant 2 says.
- *  7. The io_uring engine: a read the driver can map straight onto an
- *     O_DIRECT file (qcow2: a fast map hit, held until the read completes,
+ *  7. The io_uring engine: a read, or a write without flags on a
+ *     cache=none image, that the driver can map straight onto an O_DIRECT
+ *     file (qcow2: a fast map hit -- for a write, an allocated COPIED
+ *     cluster rewritten in place -- held until the request completes,
  *     fastmap.c invariant 2; uring.c invariant 1) is submitted to the ring
  *     from the submitting thread, without a worker; any other request, and
- *     a ring read that came back short or failed, runs on the pool.
+ *     a ring request that came back short or failed, runs on the pool.
  */
 #include "aio/pool.h"
 #include "api/api.h"
@@ -60,6 +62,7 @@ struct ApiAio {
     ApiAioReq *done;     /* [lock] completed, callback not run (newest first) */
     unsigned live;       /* [lock] invariant 1 */
     unsigned waiters;    /* [lock] threads in qimg_image_aio_wait() */
+    QimgAioStats stats;  /* counters: atomic (relaxed) */
 };
 
 struct ApiAioReq {
@@ -190,8 +193,9 @@ static int run_req(void *opaque)
     return 0; /* the outcome goes to the callback, not to the pool */
 }
 
-/* Invariant 7: a ring read finished (on the reaper thread).  Anything but
- * a full read runs again on the pool, through the node, for its error. */
+/* Invariant 7: a ring request finished (on the reaper thread).  Anything
+ * but a full transfer runs again on the pool, through the node, for its
+ * error. */
 static void uring_done(void *opaque, int ret)
 {
     ApiAioReq *r = opaque;
@@ -199,35 +203,56 @@ static void uring_done(void *opaque, int ret)
 
     node->drv->direct_end(node, &r->direct);
     if (ret < 0 && pool_submit(r->aio->pool, run_req, r) == 0) {
+        __atomic_add_fetch(&r->aio->stats.ring_retries, 1, __ATOMIC_RELAXED);
         return;
     }
     r->ret = ret < 0 ? -EIO : 0;
     if (ret < 0) {
-        g_set_error(&r->error, QIMG_ERROR, EIO, "Could not read '%s': %s", node->filename,
-                    g_strerror(-ret));
+        g_set_error(&r->error, QIMG_ERROR, EIO, "%s '%s': %s",
+                    r->op == API_IO_READ ? "Could not read" : "Could not write",
+                    node->filename, g_strerror(-ret));
     }
     complete(r);
 }
 
-/* Invariant 7: send a read to the ring if the mapping allows it. */
+/* Invariant 7: send a read, or a write that needs nothing after it, to the
+ * ring if the mapping allows it. */
 static bool try_uring(ApiAio *a, ApiAioReq *r)
 {
     BlkNode *node = a->img->node;
+    bool write = r->op == API_IO_WRITE;
     uint64_t end;
+    int ret;
 
-    if (!a->uring || r->op != API_IO_READ || !node->drv->direct_begin ||
+    if (!a->uring || (r->op != API_IO_READ && !write) || !node->drv->direct_begin ||
         __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
         return false;
     }
-    if (!node->drv->direct_begin(node, r->offset, r->len, false, &r->direct)) {
+    /* a write with FUA, or on a read-only or writethrough image, needs the
+     * sync path's checks or its flush (api.h invariant 2) */
+    if (write && (r->flags != 0 || node->read_only || node->cache != BLK_CACHE_NONE)) {
         return false;
     }
-    if (!blk_uring_can_read(r->direct.node, r->direct.offset, &r->q) ||
-        blk_uring_readv(a->uring, r->direct.node, r->direct.offset, &r->q, uring_done,
-                        r) < 0) {
+    if (!node->drv->direct_begin(node, r->offset, r->len, write, &r->direct)) {
+        return false;
+    }
+    if (write) {
+        ret = blk_uring_can_write(r->direct.node, r->direct.offset, &r->q)
+                  ? blk_uring_writev(a->uring, r->direct.node, r->direct.offset, &r->q,
+                                     uring_done, r)
+                  : -EAGAIN;
+    } else {
+        ret = blk_uring_can_read(r->direct.node, r->direct.offset, &r->q)
+                  ? blk_uring_readv(a->uring, r->direct.node, r->direct.offset, &r->q,
+                                    uring_done, r)
+                  : -EAGAIN;
+    }
+    if (ret < 0) {
         node->drv->direct_end(node, &r->direct);
         return false;
     }
+    __atomic_add_fetch(write ? &a->stats.ring_writes : &a->stats.ring_reads, 1,
+                       __ATOMIC_RELAXED);
     return true;
 }
 
@@ -270,11 +295,13 @@ static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len
     pthread_mutex_lock(&a->lock);
     a->live++;
     pthread_mutex_unlock(&a->lock);
+    __atomic_add_fetch(&a->stats.submitted, 1, __ATOMIC_RELAXED);
     if (try_uring(a, r)) {
         return TRUE;
     }
     ret = pool_submit(a->pool, run_req, r);
     if (ret < 0) {
+        __atomic_sub_fetch(&a->stats.submitted, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&a->lock);
         a->live--;
         pthread_mutex_unlock(&a->lock);
@@ -340,6 +367,7 @@ static unsigned run_callbacks(ApiAio *a, ApiAioReq *list)
         ApiAioReq *r = rev;
         rev = r->next;
         r->cb(r->opaque, r->ret, r->error);
+        __atomic_add_fetch(&a->stats.completed, 1, __ATOMIC_RELAXED);
         g_clear_error(&r->error);
         g_free(r->vec);
         g_free(r);
@@ -450,6 +478,30 @@ unsigned qimg_image_aio_in_flight(QimgImage *img)
     n = a->live;
     pthread_mutex_unlock(&a->lock);
     return n;
+}
+
+gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **error)
+{
+    QimgAioStats in, out = {.struct_size = sizeof(out)};
+    ApiAio *a;
+
+    if (!img || !stats) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "No image or statistics to fill");
+        return FALSE;
+    }
+    a = img->aio;
+    if (!api_struct_in(&in, sizeof(in), stats, "QimgAioStats", error)) {
+        return FALSE;
+    }
+    if (a) {
+        out.submitted = __atomic_load_n(&a->stats.submitted, __ATOMIC_RELAXED);
+        out.completed = __atomic_load_n(&a->stats.completed, __ATOMIC_RELAXED);
+        out.ring_reads = __atomic_load_n(&a->stats.ring_reads, __ATOMIC_RELAXED);
+        out.ring_writes = __atomic_load_n(&a->stats.ring_writes, __ATOMIC_RELAXED);
+        out.ring_retries = __atomic_load_n(&a->stats.ring_retries, __ATOMIC_RELAXED);
+    }
+    api_struct_out(stats, &out, sizeof(out));
+    return TRUE;
 }
 
 void api_aio_close(QimgImage *img)

@@ -152,7 +152,7 @@ struct BlkDriver {
     int (*pwrite_compressed)(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
     int (*flush)(BlkNode *img);
     /* Where guest [offset, offset + bytes) lies, for a request that goes
-     * straight to a protocol node (api/aio.c's io_uring reads); false: use
+     * straight to a protocol node (api/aio.c's io_uring engine); false: use
      * preadv/pwritev.  A true return holds the mapping until direct_end.
      * Optional. */
     bool (*direct_begin)(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
@@ -319,7 +319,7 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);
  * of 'img' into qiov, zero-filling what lies beyond img->size. */
 int blk_preadv_padded(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 
-/* ---- uring.c: io_uring reads of O_DIRECT file nodes ---- */
+/* ---- uring.c: io_uring reads and writes of O_DIRECT file nodes ---- */
 
 typedef struct BlkUring BlkUring;
 /* ret: 0, or -errno / -EAGAIN (short: run it again the normal way). */
@@ -332,9 +332,14 @@ BlkUring *blk_uring_new(unsigned entries, int *err);
 void blk_uring_free(BlkUring *u);
 /* May this read of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
+/* May this write of node go to the ring (uring.c invariant 1)? */
+bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q);
 /* Submit it; cb runs on the reaper thread (q's iovec array and buffers must
- * live until then).  0, or -errno with nothing queued. */
+ * live until then).  0, or -errno (-EAGAIN: use the node's path) with
+ * nothing queued. */
 int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
                     BlkUringDone cb, void *opaque);
+int blk_uring_writev(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
+                     BlkUringDone cb, void *opaque);
 
 #endif

@@ -33,21 +33,106 @@
 /* Buffered writes at least this big are serialised (file.c invariant 7). */
 #define FILE_SERIAL_WRITE_MIN (128u * 1024)
 
+/*
+ * s->lock (file.c invariant 6) is a reader-writer lock that a thread other
+ * than the one that took it may release: an io_uring write holds it shared
+ * from submission to its completion on the reaper thread (uring.c
+ * invariant 1).  state counts shared holders; FILE_RW_WRITER is set by the
+ * one writer from the moment it waits (no new shared holder gets in: a
+ * writer waits for the holders in flight only) until it unlocks.  Shared
+ * lock and unlock are one atomic operation when no writer is about; the
+ * mutex and condition serve the waits, and every wake-up is sent with the
+ * mutex held after the state changed, so none is lost.
+ */
+#define FILE_RW_WRITER 0x80000000u
+
+void file_rwlock_init(FileRwLock *l)
+{
+    l->state = 0;
+    g_mutex_init(&l->m);
+    g_cond_init(&l->c);
+}
+
+void file_rwlock_clear(FileRwLock *l)
+{
+    g_assert(l->state == 0);
+    g_mutex_clear(&l->m);
+    g_cond_clear(&l->c);
+}
+
+bool file_lock_try_shared(FileState *s)
+{
+    unsigned v = __atomic_load_n(&s->lock.state, __ATOMIC_RELAXED);
+
+    while (!(v & FILE_RW_WRITER)) {
+        if (__atomic_compare_exchange_n(&s->lock.state, &v, v + 1, true, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void rw_shared_lock(FileRwLock *l, FileState *s)
+{
+    while (!file_lock_try_shared(s)) {
+        g_mutex_lock(&l->m);
+        while (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) & FILE_RW_WRITER) {
+            g_cond_wait(&l->c, &l->m);
+        }
+        g_mutex_unlock(&l->m);
+    }
+}
+
+static void rw_shared_unlock(FileRwLock *l)
+{
+    unsigned v = __atomic_sub_fetch(&l->state, 1, __ATOMIC_RELEASE);
+
+    g_assert((v & ~FILE_RW_WRITER) != ~FILE_RW_WRITER); /* no unlock without a hold */
+    if (v == FILE_RW_WRITER) { /* the last holder a writer waits for */
+        g_mutex_lock(&l->m);
+        g_cond_broadcast(&l->c);
+        g_mutex_unlock(&l->m);
+    }
+}
+
+static void rw_writer_lock(FileRwLock *l)
+{
+    g_mutex_lock(&l->m);
+    /* one writer at a time: FILE_RW_WRITER is set only with the mutex held */
+    while (__atomic_load_n(&l->state, __ATOMIC_RELAXED) & FILE_RW_WRITER) {
+        g_cond_wait(&l->c, &l->m);
+    }
+    __atomic_fetch_or(&l->state, FILE_RW_WRITER, __ATOMIC_ACQ_REL);
+    while (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != FILE_RW_WRITER) {
+        g_cond_wait(&l->c, &l->m);
+    }
+    g_mutex_unlock(&l->m);
+}
+
+static void rw_writer_unlock(FileRwLock *l)
+{
+    g_mutex_lock(&l->m);
+    __atomic_fetch_and(&l->state, ~FILE_RW_WRITER, __ATOMIC_RELEASE);
+    g_cond_broadcast(&l->c);
+    g_mutex_unlock(&l->m);
+}
+
 void file_lock(FileState *s, FileLockMode m)
 {
     if (m == LOCK_EXCL) {
-        g_rw_lock_writer_lock(&s->lock);
+        rw_writer_lock(&s->lock);
     } else if (m == LOCK_SHARED) {
-        g_rw_lock_reader_lock(&s->lock);
+        rw_shared_lock(&s->lock, s);
     }
 }
 
 void file_unlock(FileState *s, FileLockMode m)
 {
     if (m == LOCK_EXCL) {
-        g_rw_lock_writer_unlock(&s->lock);
+        rw_writer_unlock(&s->lock);
     } else if (m == LOCK_SHARED) {
-        g_rw_lock_reader_unlock(&s->lock);
+        rw_shared_unlock(&s->lock);
     }
 }
 

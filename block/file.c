@@ -232,7 +232,7 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     s->dsync = (flags & O_DSYNC) != 0;
     s->no_flush = cache == BLK_CACHE_UNSAFE;
     s->read_only = ro;
-    g_rw_lock_init(&s->lock);
+    file_rwlock_init(&s->lock);
     g_mutex_init(&s->wlock);
     s->serialize_writes = !s->direct && S_ISREG(st.st_mode);             /* invariant 7 */
     s->early_writeback = !s->direct && !s->dsync && S_ISREG(st.st_mode); /* invariant 8 */
@@ -244,7 +244,7 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
             err = errno;
             blk_error(err, "Could not open '%s': cannot get the device size: %s",
                       filename, g_strerror(err));
-            g_rw_lock_clear(&s->lock);
+            file_rwlock_clear(&s->lock);
             g_mutex_clear(&s->wlock);
             g_free(s->name);
             g_free(s);
@@ -278,7 +278,7 @@ static void file_close(BlkNode *img)
     }
     blk_lock_release(&s->locks, s->fd);
     close(s->fd);
-    g_rw_lock_clear(&s->lock);
+    file_rwlock_clear(&s->lock);
     g_mutex_clear(&s->wlock);
     g_free(s->name);
     g_free(s);

@@ -16,6 +16,13 @@
 #define FILE_CHUNK_MAX (1u << 20)
 /* Buffers are aligned to at least this (a page). */
 #define FILE_MIN_BUF_ALIGN 4096u
+/* s->lock (file.c invariant 6): released by any thread (file-io.c). */
+typedef struct FileRwLock {
+    unsigned state; /* shared holders | FILE_RW_WRITER; atomic */
+    GMutex m;
+    GCond c;
+} FileRwLock;
+
 typedef struct FileState {
     int fd;
     char *name;    /* for messages */
@@ -24,7 +31,7 @@ typedef struct FileState {
     bool no_flush; /* cache=unsafe (file.c invariant 2) */
     bool read_only;
     size_t buf_align; /* max(request_alignment, 4096) */
-    GRWLock lock;     /* file.c invariant 6 */
+    FileRwLock lock;  /* file.c invariant 6 */
     GMutex wlock;     /* file.c invariant 7 */
     bool serialize_writes;
     bool early_writeback; /* file.c invariant 8 */
@@ -35,7 +42,11 @@ typedef struct FileState {
 typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
 
 /* file-io.c */
+void file_rwlock_init(FileRwLock *l);
+void file_rwlock_clear(FileRwLock *l);
 void file_lock(FileState *s, FileLockMode m);
+/* A shared hold without waiting; false while a writer holds or waits. */
+bool file_lock_try_shared(FileState *s);
 void file_unlock(FileState *s, FileLockMode m);
 uint64_t file_size_get(BlkNode *img);
 /* file.c invariant 5: img->size only grows while requests run. */

@@ -1,25 +1,32 @@
 /*
- * block/uring.c: an io_uring for O_DIRECT reads of file nodes, completed on
- * a reaper thread (the asynchronous API's io_uring engine, api/aio.c).
+ * block/uring.c: an io_uring for O_DIRECT reads and writes of file nodes,
+ * completed on a reaper thread (the asynchronous API's io_uring engine,
+ * api/aio.c).
  *
  * Owns: the ring, the mutex that serialises submissions (an SQ has one
  * producer), the reaper thread that waits for completions and hands each
- * to its callback, and the test of which reads may bypass the file node's
- * own path.
+ * to its callback, and the test of which requests may bypass the file
+ * node's own path.
  *
  * Invariants (cited as "uring.c invariant N"):
- *  1. Only reads go to the ring, and only those the file node would send to
- *     the kernel unchanged: the node is a file protocol node opened
- *     O_DIRECT, the range and every buffer are aligned (file.c invariant 1)
- *     and the range ends inside the file (so no zero fill is needed, file.c
- *     invariant 3).  Reads never take the file node's lock (file.c
- *     invariant 6) and change no generation (invariant 9), so bypassing it
- *     skips nothing.  Writes keep the node's path.
+ *  1. Only requests the file node would send to the kernel unchanged go to
+ *     the ring: the node is a file protocol node opened O_DIRECT, the range
+ *     and every buffer are aligned (file.c invariant 1) and the range ends
+ *     inside the file (no zero fill, file.c invariant 3; no write extends
+ *     it, invariant 5).  A read takes no lock and changes no generation, as
+ *     on the node's path.  A write does what the node's path does around
+ *     the kernel's write: it is refused once a flush failed (file.c
+ *     invariant 10), holds s->lock shared from before its submission until
+ *     its completion (invariant 6: no read-modify-write or truncate runs
+ *     meanwhile; a writer holding or waiting for it sends the write to the
+ *     node's path instead of blocking the submitter), and bumps the node's
+ *     write generation when it completed (invariant 9), before its callback,
+ *     so that a flush submitted after the callback syncs it.
  *  2. A completion that moved fewer bytes than asked, or failed, is
  *     reported as such (-EAGAIN for short): the caller runs the request
  *     again through the node (file.c invariant 4 retries short transfers)
  *     so the error and its message come from there.
- *  3. Every submitted read gets exactly one callback, from the reaper
+ *  3. Every submitted request gets exactly one callback, from the reaper
  *     thread.  blk_uring_free() is called only with nothing in flight; it
  *     stops the reaper with a NOP whose user data is the ring itself.
  */
@@ -60,6 +67,7 @@ typedef struct UringReq {
     BlkUringDone cb;
     void *opaque;
     size_t len;
+    BlkNode *wnode; /* a write's node: its lock and generation (invariant 1) */
 } UringReq;
 
 static void *reaper_main(void *opaque)
@@ -86,6 +94,10 @@ static void *reaper_main(void *opaque)
         UringReq *r = data;
         /* invariant 2 */
         ret = res < 0 ? res : (size_t)res == r->len ? 0 : -EAGAIN;
+        if (r->wnode) { /* invariant 1 */
+            file_unlock(r->wnode->opaque, LOCK_SHARED);
+            blk_gen_bump(r->wnode);
+        }
         r->cb(r->opaque, ret);
         g_free(r);
     }
@@ -149,7 +161,9 @@ void blk_uring_free(BlkUring *u)
     g_free(u);
 }
 
-bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q)
+/* Invariant 1: the node's own path would hand this range to the kernel as
+ * it is. */
+static bool uring_can(BlkNode *node, uint64_t offset, const BlkIOV *q)
 {
     const FileState *s;
     uint64_t end;
@@ -158,37 +172,65 @@ bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q)
         return false;
     }
     s = node->opaque;
-    /* invariant 1 */
     return s->direct && q->size > 0 &&
            file_qiov_aligned(q, offset, node->request_alignment) &&
-           !__builtin_add_overflow(offset, q->size, &end) &&
-           end <= __atomic_load_n(&node->size, __ATOMIC_ACQUIRE);
+           !__builtin_add_overflow(offset, q->size, &end) && end <= file_size_get(node);
 }
 
-int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
-                    BlkUringDone cb, void *opaque)
+bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q)
 {
-    const FileState *s = node->opaque;
-    UringReq *r = g_new(UringReq, 1);
+    return uring_can(node, offset, q);
+}
+
+bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q)
+{
+    return uring_can(node, offset, q) && !node->read_only &&
+           !((const FileState *)node->opaque)->read_only;
+}
+
+static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
+                        const BlkIOV *q, BlkUringDone cb, void *opaque)
+{
+    FileState *s = node->opaque;
+    UringReq *r;
     struct io_uring_sqe *sqe;
     int ret;
 
+    if (write) { /* invariant 1 */
+        if (!file_lock_try_shared(s)) {
+            return -EAGAIN;
+        }
+        if (__atomic_load_n(&s->flush_error, __ATOMIC_ACQUIRE) != 0 ||
+            offset + q->size > file_size_get(node)) {
+            file_unlock(s, LOCK_SHARED);
+            return -EAGAIN; /* the node's path says why, or extends the file */
+        }
+    }
+    r = g_new(UringReq, 1);
     r->cb = cb;
     r->opaque = opaque;
     r->len = q->size;
+    r->wnode = write ? node : NULL;
     pthread_mutex_lock(&u->sq_lock);
     sqe = get_sqe_locked(u);
     if (!sqe) {
         pthread_mutex_unlock(&u->sq_lock);
+        if (write) {
+            file_unlock(s, LOCK_SHARED);
+        }
         g_free(r);
         return -EAGAIN;
     }
-    io_uring_prep_readv(sqe, s->fd, q->iov, (unsigned)q->niov, offset);
+    if (write) {
+        io_uring_prep_writev(sqe, s->fd, q->iov, (unsigned)q->niov, offset);
+    } else {
+        io_uring_prep_readv(sqe, s->fd, q->iov, (unsigned)q->niov, offset);
+    }
     io_uring_sqe_set_data(sqe, r);
     uring_release(r);
-    /* Once in the SQ the read cannot be taken back: submit until the kernel
-     * has it (EAGAIN/EBUSY pass as the reaper empties the CQ), so its one
-     * callback comes (invariant 3).  Anything else is a broken ring. */
+    /* Once in the SQ the request cannot be taken back: submit until the
+     * kernel has it (EAGAIN/EBUSY pass as the reaper empties the CQ), so its
+     * one callback comes (invariant 3).  Anything else is a broken ring. */
     while ((ret = io_uring_submit(&u->ring)) < 0) {
         if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
             g_error("io_uring_submit: %s", g_strerror(-ret));
@@ -197,4 +239,16 @@ int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q
     }
     pthread_mutex_unlock(&u->sq_lock);
     return 0;
+}
+
+int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
+                    BlkUringDone cb, void *opaque)
+{
+    return uring_submit(u, node, false, offset, q, cb, opaque);
+}
+
+int blk_uring_writev(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
+                     BlkUringDone cb, void *opaque)
+{
+    return uring_submit(u, node, true, offset, q, cb, opaque);
 }

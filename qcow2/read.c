@@ -187,18 +187,23 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
     return read_registered(s, offset, qiov, true);
 }
 
-/* fastmap.c: a read of an allocated cluster that goes straight to the data
- * node (the io_uring engine); the slot stays held until qcow2_direct_end. */
+/* fastmap.c: a read of an allocated cluster, or a rewrite of an allocated
+ * COPIED one, that goes straight to the data node (the io_uring engine);
+ * the slot stays held until qcow2_direct_end. */
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d)
 {
     Qcow2State *s = img->opaque;
     Qcow2FastRef ref;
 
-    if (write || !qcow2_fastmap_begin(s->fastmap, offset, bytes, false, &ref)) {
-        return false; /* writes keep the file node's locks (uring.c inv. 1) */
+    /* A write: the in-place rewrite of qcow2_pwritev's fast path */
+    if (!qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref)) {
+        return false;
     }
     d->node = qcow2_data_node(s);
+    if (write) {
+        blk_event(d->node, BLKEV_DATA_WRITE);
+    }
     d->offset = ref.host;
     d->hold = ref.slot;
     d->hold_aux = ref.stripe;

@@ -214,6 +214,21 @@ static void workload_with(const char *opts, uint64_t cs, QimgCacheMode cache,
     if (w.failures) {
         fail_msg("%d failures, first: %s", w.failures, w.why);
     }
+    /* where the requests went (aio.c invariant 7) */
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    assert_true(qimg_image_aio_get_stats(w.img, &st, &err));
+    assert_int_equal(st.submitted, (uint64_t)submitted);
+    assert_int_equal(st.completed, (uint64_t)submitted);
+    if (engine == QIMG_AIO_ENGINE_IO_URING && !opts) {
+        /* rewrites and reads of clusters written before take the ring
+         * (seen: 1246 reads and 1304 writes of 6000 requests).  With
+         * extended L2 the fast map knows only clusters whose every
+         * subcluster is allocated, which these small writes rarely make. */
+        assert_true(st.ring_reads > 300 && st.ring_writes > 300);
+        assert_true(st.ring_reads + st.ring_writes < (uint64_t)submitted);
+    } else if (engine != QIMG_AIO_ENGINE_IO_URING) {
+        assert_int_equal(st.ring_reads + st.ring_writes + st.ring_retries, 0);
+    }
     assert_true(qimg_image_close(w.img, &err));
 
     /* what the image holds now, read synchronously after a reopen */

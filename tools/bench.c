@@ -7,9 +7,9 @@
  * bytes at offsets offset, offset + step, ... (modulo the image size),
  * 'depth' of them in flight at once, sent from this one thread through the
  * asynchronous API (qimg/aio.h; -i threads: a pool of min(depth, 64)
- * workers runs them, as qemu's thread pool does; -i io_uring: reads of
- * allocated clusters with -t none go to an io_uring, the rest to the
- * pool).  -n and -i native are refused: qimg has no native AIO engine.
+ * workers runs them, as qemu's thread pool does; -i io_uring: reads and
+ * in-place rewrites of allocated clusters with -t none go to an io_uring,
+ * the rest to the pool).  -n and -i native are refused: qimg has no native AIO engine.
  *
  * Facts learnt from running qemu-img 7.2:
  *  1. Defaults: 75000 requests, depth 64, 4 KiB buffers, step = buffer

@@ -29,7 +29,7 @@
  *
  * Defaults (NULL options, or the first submission without
  * qimg_image_aio_setup()): 64 threads, engine "threads" (io_uring only where
- * asked: it serves reads alone so far).
+ * asked: see QimgAioEngine).
  */
 #ifndef QIMG_AIO_H
 #define QIMG_AIO_H
@@ -52,10 +52,11 @@ typedef enum QimgAioFlags {
 
 typedef enum QimgAioEngine {
     QIMG_AIO_ENGINE_THREADS = 0, /* a pool of worker threads */
-    /* reads of allocated clusters of an O_DIRECT (cache=none) image go to an
-     * io_uring from the submitting thread; everything else, and every read
-     * the ring cannot take, runs on the pool.  Refused where the kernel has
-     * no io_uring. */
+    /* on an O_DIRECT (cache=none) image, reads of allocated clusters and
+     * in-place rewrites of allocated clusters (no flags) go to an io_uring
+     * from the submitting thread; everything else, and every request the
+     * ring cannot take, runs on the pool.  Refused where the kernel has no
+     * io_uring. */
     QIMG_AIO_ENGINE_IO_URING = 1,
 } QimgAioEngine;
 
@@ -99,6 +100,26 @@ unsigned qimg_image_aio_poll(QimgImage *img, unsigned max);
 unsigned qimg_image_aio_wait(QimgImage *img);
 /* Requests submitted whose callback has not run yet. */
 unsigned qimg_image_aio_in_flight(QimgImage *img);
+
+/* Where requests went, since qimg_image_aio_setup(): for choosing an engine
+ * by measurement.  Counters only grow. */
+typedef struct QimgAioStats {
+    uint32_t struct_size;  /* sizeof(QimgAioStats): QIMG_AIO_STATS_INIT */
+    uint64_t submitted;    /* requests accepted */
+    uint64_t completed;    /* callbacks run */
+    uint64_t ring_reads;   /* reads submitted to the io_uring */
+    uint64_t ring_writes;  /* writes submitted to the io_uring */
+    uint64_t ring_retries; /* ring requests that came back short or failed and
+                            * ran again on the pool */
+} QimgAioStats;
+
+#define QIMG_AIO_STATS_INIT                                                              \
+    {                                                                                    \
+        .struct_size = sizeof(QimgAioStats)                                              \
+    }
+
+/* Fill *stats (within its struct_size); all zero before any setup. */
+gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **error);
 
 #ifdef __cplusplus
 }
