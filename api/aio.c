@@ -441,7 +441,7 @@ unsigned qimg_image_aio_wait(QimgImage *img)
         return 0;
     }
     pthread_mutex_lock(&a->lock);
-    for (;;) {
+    for (bool try_run = true;;) {
         running = a->live;
         for (ApiAioReq *r = a->done; r; r = r->next) {
             running--;
@@ -449,17 +449,23 @@ unsigned qimg_image_aio_wait(QimgImage *img)
         if (a->done || running == 0) {
             break;
         }
-        /* invariant 6: rather than sleep while requests wait for a worker
-         * (two context switches each), run one here */
-        pthread_mutex_unlock(&a->lock);
-        bool ran = pool_run_one(a->pool);
-        pthread_mutex_lock(&a->lock);
-        if (ran) {
+        if (try_run) {
+            /* invariant 6: rather than sleep while requests wait for a
+             * worker (two context switches each), run one here.  Without
+             * the lock: a request may complete meanwhile, unseen by
+             * complete() as a waiter, so the test above runs again before
+             * any sleep. */
+            pthread_mutex_unlock(&a->lock);
+            try_run = pool_run_one(a->pool);
+            pthread_mutex_lock(&a->lock);
             continue;
         }
+        /* checked and sleeping under one hold of the lock: no completion
+         * is missed (complete() signals waiters under it) */
         a->waiters++;
         pthread_cond_wait(&a->cond, &a->lock);
         a->waiters--;
+        try_run = true;
     }
     list = take_done_locked(a, 0);
     pthread_mutex_unlock(&a->lock);
