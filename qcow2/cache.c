@@ -355,6 +355,11 @@ void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
     lru_push_tail(c, e);
 }
 
+bool qcow2_cache_holds_locked(const Qcow2Cache *c, uint64_t offset)
+{
+    return g_hash_table_lookup(c->by_offset, &offset) != NULL;
+}
+
 bool qcow2_cache_has_dirty_locked(const Qcow2Cache *c)
 {
     for (Qcow2CacheEntry *e = c->head; e; e = e->next) {

@@ -71,6 +71,8 @@ int qcow2_cache_flush_locked(Qcow2Cache *c);
 void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
 /* True if some table is dirty (not yet written back). */
 bool qcow2_cache_has_dirty_locked(const Qcow2Cache *c);
+/* Is the table at offset in the cache (a get would do no I/O)? */
+bool qcow2_cache_holds_locked(const Qcow2Cache *c, uint64_t offset);
 void qcow2_cache_get_stats_locked(const Qcow2Cache *c, Qcow2CacheStats *st);
 
 #endif

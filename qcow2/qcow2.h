@@ -194,6 +194,21 @@ static inline void qcow2_lock(Qcow2State *s)
 #endif
 }
 
+/* The metadata lock if it is free; false at once otherwise. */
+static inline bool qcow2_trylock(Qcow2State *s)
+{
+    bool ok;
+#ifdef QCOW2_TSAN
+    __tsan_mutex_pre_lock(&s->lock, __tsan_mutex_try_lock);
+#endif
+    ok = g_mutex_trylock(&s->lock);
+#ifdef QCOW2_TSAN
+    __tsan_mutex_post_lock(
+        &s->lock, __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed), 0);
+#endif
+    return ok;
+}
+
 static inline void qcow2_unlock(Qcow2State *s)
 {
 #ifdef QCOW2_TSAN
@@ -533,6 +548,10 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
                                  uint64_t bytes, bool write);
 void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r);
+/* Would a request over [offset, offset + bytes) (a write if 'write') have
+ * to wait for one in the list (write.c invariant 6)?  Lock held. */
+bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                     bool write);
 
 /* ---- read.c ---- */
 

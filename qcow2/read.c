@@ -190,14 +190,79 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
 /* fastmap.c: a read of an allocated cluster, or a rewrite of an allocated
  * COPIED one, that goes straight to the data node (the io_uring engine);
  * the slot stays held until qcow2_direct_end. */
+/*
+ * fastmap.c invariant 1: learn guest cluster X (holding [offset, offset +
+ * bytes)) for a direct request that missed the map, without I/O and
+ * without waiting: the metadata lock only if it is free, X's L2 table only
+ * if it is cached, and only while no write registration covers X -- so X's
+ * mapping cannot change before a registration forgets it again.  A read
+ * entry as a registered read learns it (learn_read_locked); a writable one
+ * for a COPIED cluster that a write would rewrite in place (write.c
+ * invariant 5: every subcluster allocated), overlap checked in the current
+ * metadata generation (invariant 4).  false: nothing learnt.
+ */
+static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write)
+{
+    uint64_t cs = s->cluster_size, gc = offset & ~(cs - 1);
+    uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits), l2_offset, l2_index;
+    uint8_t *l2;
+    Qcow2Mapping m;
+
+    if (gc >= s->img->size || qcow2_has_data_file(s) || l1_index >= s->l1_size) {
+        return false;
+    }
+    l2_offset = s->l1_table[l1_index] & QCOW2_L1E_OFFSET_MASK;
+    if (l2_offset == 0 || (s->l1_table[l1_index] & QCOW2_L1E_RESERVED_MASK) ||
+        !qcow2_cache_holds_locked(s->l2_cache, l2_offset) ||
+        qcow2_inflight_conflicts_locked(s, offset, bytes, false)) {
+        return false;
+    }
+    if (!write) {
+        if (qcow2_get_host_offset_locked(s, gc, cs, &m) < 0) {
+            blk_error_clear(); /* the slow path reports it */
+            return false;
+        }
+        learn_read_locked(s, gc, &m);
+        return true;
+    }
+    if (qcow2_get_l2_locked(s, gc, &l2, &l2_index) < 0 || !l2) {
+        blk_error_clear();
+        return false;
+    }
+    uint64_t e = qcow2_l2_get(s, l2, l2_index), bm = qcow2_l2_get_bitmap(s, l2, l2_index);
+    uint64_t host = e & QCOW2_L2E_OFFSET_MASK;
+    Qcow2SubclusterType type;
+    bool in_place =
+        qcow2_l2_entry_valid(s, e, bm, gc, &type) && (e & QCOW2_OFLAG_COPIED) &&
+        !(e & QCOW2_OFLAG_COMPRESSED) && host &&
+        (s->extended_l2 ? (uint32_t)bm == UINT32_MAX : type == QCOW2_SC_NORMAL);
+    qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    if (!in_place) {
+        return false;
+    }
+    uint32_t gen = qcow2_fastmap_gen(s->fastmap);
+    if (qcow2_check_metadata_overlap_locked(s, 0, host, cs) != 0) {
+        return false; /* the slow path's check reports it (meta.c invariant 2) */
+    }
+    qcow2_fastmap_learn_locked(s->fastmap, gc, host, true, gen);
+    return true;
+}
+
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d)
 {
     Qcow2State *s = img->opaque;
     Qcow2FastRef ref;
+    bool hit;
 
     /* A write: the in-place rewrite of qcow2_pwritev's fast path */
-    if (!qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref)) {
+    hit = qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref);
+    if (!hit && qcow2_trylock(s)) {
+        bool learnt = prime_locked(s, offset, bytes, write);
+        qcow2_unlock(s);
+        hit = learnt && qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref);
+    }
+    if (!hit) {
         return false;
     }
     d->node = qcow2_data_node(s);

@@ -81,6 +81,20 @@
 
 /* ---- in-flight list (invariant 6) ---- */
 
+bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                     bool write)
+{
+    uint64_t start = offset & ~(s->cluster_size - 1);
+    uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
+
+    for (const Qcow2Inflight *a = s->inflight; a; a = a->next) {
+        if ((a->write || write) && a->start < end && start < a->end) {
+            return true;
+        }
+    }
+    return false;
+}
+
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
                                  uint64_t bytes, bool write)
 {
@@ -89,14 +103,7 @@ void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offse
     uint64_t start = offset & ~(s->cluster_size - 1);
     uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
 
-    for (;;) {
-        bool busy = false;
-        for (Qcow2Inflight *a = s->inflight; a && !busy; a = a->next) {
-            busy = (a->write || write) && a->start < end && start < a->end;
-        }
-        if (!busy) {
-            break;
-        }
+    while (qcow2_inflight_conflicts_locked(s, offset, bytes, write)) {
         qcow2_wait_locked(s);
     }
     if (write) {

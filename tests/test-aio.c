@@ -469,6 +469,72 @@ static void test_error_metadata_sticky(void **state)
     g_free(c.last_msg);
 }
 
+/* read.c prime_locked (fastmap.c invariant 1): clusters another process
+ * wrote, touched for the first time, still go to the ring once their L2
+ * table is cached; the bytes are right both ways. */
+static void first_touch_done(void *opaque, int ret, const GError *err)
+{
+    *(int *)opaque = ret;
+    (void)err;
+}
+
+static void one_request(QimgImage *img, bool write, uint64_t off, uint8_t *buf)
+{
+    g_autoptr(GError) err = NULL;
+    struct iovec iov = {.iov_base = buf, .iov_len = 4096};
+    int ret = 1;
+
+    assert_true(
+        write
+            ? qimg_image_aio_pwritev(img, off, &iov, 1, 0, first_touch_done, &ret, &err)
+            : qimg_image_aio_preadv(img, off, &iov, 1, 0, first_touch_done, &ret, &err));
+    while (ret == 1) {
+        qimg_image_aio_wait(img);
+    }
+    assert_int_equal(ret, 0);
+}
+
+static void test_io_uring_first_touch(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = new_qcow2("first.qcow2", 4 * MiB, NULL);
+    g_autoptr(GError) err = NULL;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    uint8_t *buf = aligned_buf(4096);
+
+    tu_run("qemu-io -c 'write -P 0x11 0 4M' '%s' >/dev/null", p);
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    ao.engine = QIMG_AIO_ENGINE_IO_URING;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    for (uint64_t c = 0; c < 64; c++) { /* one read per cluster */
+        memset(buf, 0, 4096);
+        one_request(img, false, c * 65536 + 8192, buf);
+        for (int i = 0; i < 4096; i++) {
+            assert_int_equal(buf[i], 0x11);
+        }
+    }
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    /* the first loads the L2 table on the pool */
+    assert_int_equal(st.ring_reads, 63);
+    memset(buf, 0x22, 4096);
+    for (uint64_t c = 63; c < 64; c--) { /* cluster 63 first: not read by this one */
+        one_request(img, true, c * 65536 + 4096, buf);
+    }
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    /* the first write switches fast writes on (fastmap.c invariant 3) */
+    assert_int_equal(st.ring_writes, 63);
+    assert_int_equal(st.ring_retries, 0);
+    assert_true(qimg_image_close(img, &err));
+    free(buf);
+    for (uint64_t c = 0; c < 64; c += 9) {
+        tu_run("qemu-io -c 'read -q -P 0x11 %" PRIu64 " 4k' -c 'read -q -P 0x22 %" PRIu64
+               " 4k' -c 'read -q -P 0x11 %" PRIu64 " 56k' '%s'",
+               c * 65536, c * 65536 + 4096, c * 65536 + 8192, p);
+    }
+    tu_run("qemu-img check -q '%s'", p);
+}
+
 static void test_error_flush_sticky(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
@@ -497,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_workload_4k_lazy),
         cmocka_unit_test(test_workload_extl2),
         cmocka_unit_test(test_workload_io_uring),
+        cmocka_unit_test(test_io_uring_first_touch),
         cmocka_unit_test(test_eventfd),
         cmocka_unit_test(test_close_drains),
         cmocka_unit_test(test_refused),
