@@ -60,6 +60,7 @@ struct ApiAio {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a request completed */
     ApiAioReq *done;     /* [lock] completed, callback not run (newest first) */
+    ApiAioReq *reaped;   /* [reaper thread] ring requests done, not yet in done */
     unsigned live;       /* [lock] invariant 1 */
     unsigned waiters;    /* [lock] threads in qimg_image_aio_wait() */
     QimgAioStats stats;  /* counters: atomic (relaxed) */
@@ -80,6 +81,8 @@ struct ApiAioReq {
     ApiAioReq *next;
 };
 
+static void uring_batch_end(void *opaque);
+
 static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
 {
     ApiAio *a;
@@ -92,7 +95,7 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
     a = g_new0(ApiAio, 1);
     if (o->engine == QIMG_AIO_ENGINE_IO_URING) {
         int e = 0;
-        a->uring = blk_uring_new(256, &e);
+        a->uring = blk_uring_new(256, uring_batch_end, a, &e);
         if (!a->uring) {
             g_set_error(error, QIMG_ERROR, e, "io_uring is not available here: %s",
                         g_strerror(e));
@@ -159,16 +162,15 @@ static void signal_efd(ApiAio *a)
     }
 }
 
-/* Hand a finished request to the poller. */
-static void complete(ApiAioReq *r)
+/* Hand finished requests (list..last, linked by next) to the poller. */
+static void complete_list(ApiAio *a, ApiAioReq *list, ApiAioReq *last)
 {
-    ApiAio *a = r->aio;
     bool first;
 
     pthread_mutex_lock(&a->lock);
     first = a->done == NULL;
-    r->next = a->done;
-    a->done = r;
+    last->next = a->done;
+    a->done = list;
     if (a->waiters) { /* no futex call when nobody waits */
         pthread_cond_broadcast(&a->cond);
     }
@@ -176,6 +178,11 @@ static void complete(ApiAioReq *r)
     if (first) {
         signal_efd(a); /* invariant 3 */
     }
+}
+
+static void complete(ApiAioReq *r)
+{
+    complete_list(r->aio, r, r);
 }
 
 /* The worker side: run, record the outcome, hand it to the poller. */
@@ -212,7 +219,23 @@ static void uring_done(void *opaque, int ret)
                     r->op == API_IO_READ ? "Could not read" : "Could not write",
                     node->filename, g_strerror(-ret));
     }
-    complete(r);
+    r->next = r->aio->reaped; /* handed on at the batch's end (uring.c inv. 4) */
+    r->aio->reaped = r;
+}
+
+static void uring_batch_end(void *opaque)
+{
+    ApiAio *a = opaque;
+    ApiAioReq *list = a->reaped, *last = list;
+
+    if (!list) {
+        return;
+    }
+    while (last->next) {
+        last = last->next;
+    }
+    a->reaped = NULL;
+    complete_list(a, list, last);
 }
 
 /* Invariant 7: send a read, or a write that needs nothing after it, to the

@@ -325,9 +325,11 @@ typedef struct BlkUring BlkUring;
 /* ret: 0, or -errno / -EAGAIN (short: run it again the normal way). */
 typedef void (*BlkUringDone)(void *opaque, int ret);
 
-/* A ring of 'entries' and its reaper thread; NULL with *err = errno when the
- * kernel has none for us. */
-BlkUring *blk_uring_new(unsigned entries, int *err);
+/* A ring of 'entries' and its reaper thread, which calls batch_end (if
+ * non-NULL) after each batch of callbacks (uring.c invariant 4); NULL with
+ * *err = errno when the kernel has none for us. */
+BlkUring *blk_uring_new(unsigned entries, void (*batch_end)(void *opaque),
+                        void *batch_opaque, int *err);
 /* Nothing may be in flight. */
 void blk_uring_free(BlkUring *u);
 /* May this read of node go to the ring (uring.c invariant 1)? */
