@@ -32,6 +32,9 @@
  *     fastmap.c invariant 2; uring.c invariant 1) is submitted to the ring
  *     from the submitting thread, without a worker; any other request, and
  *     a ring request that came back short or failed, runs on the pool.
+ *  8. QIMG_AIO_ENGINE_AUTO is io_uring on a cache=none image when the
+ *     kernel gives us a ring, else threads (no error: the pool serves every
+ *     request either way); stats.engine says which.
  */
 #include "aio/pool.h"
 #include "api/api.h"
@@ -87,20 +90,27 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
 {
     ApiAio *a;
 
-    if (o->engine != QIMG_AIO_ENGINE_THREADS && o->engine != QIMG_AIO_ENGINE_IO_URING) {
+    if (o->engine != QIMG_AIO_ENGINE_AUTO && o->engine != QIMG_AIO_ENGINE_THREADS &&
+        o->engine != QIMG_AIO_ENGINE_IO_URING) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Unknown asynchronous I/O engine %d",
                     (int)o->engine);
         return -EINVAL;
     }
     a = g_new0(ApiAio, 1);
-    if (o->engine == QIMG_AIO_ENGINE_IO_URING) {
+    a->stats.engine = QIMG_AIO_ENGINE_THREADS;
+    /* invariant 8 */
+    if (o->engine == QIMG_AIO_ENGINE_IO_URING ||
+        (o->engine == QIMG_AIO_ENGINE_AUTO && img->node->cache == BLK_CACHE_NONE)) {
         int e = 0;
         a->uring = blk_uring_new(256, uring_batch_end, a, &e);
-        if (!a->uring) {
+        if (!a->uring && o->engine == QIMG_AIO_ENGINE_IO_URING) {
             g_set_error(error, QIMG_ERROR, e, "io_uring is not available here: %s",
                         g_strerror(e));
             g_free(a);
             return -e;
+        }
+        if (a->uring) {
+            a->stats.engine = QIMG_AIO_ENGINE_IO_URING;
         }
     }
     a->img = img;
@@ -523,6 +533,7 @@ gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **
         return FALSE;
     }
     if (a) {
+        out.engine = a->stats.engine;
         out.submitted = __atomic_load_n(&a->stats.submitted, __ATOMIC_RELAXED);
         out.completed = __atomic_load_n(&a->stats.completed, __ATOMIC_RELAXED);
         out.ring_reads = __atomic_load_n(&a->stats.ring_reads, __ATOMIC_RELAXED);

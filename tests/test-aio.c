@@ -535,6 +535,43 @@ static void test_io_uring_first_touch(void **state)
     tu_run("qemu-img check -q '%s'", p);
 }
 
+/* aio.c invariant 8: the default engine is io_uring where it serves. */
+static void test_engine_auto(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = new_qcow2("auto.qcow2", 4 * MiB, NULL);
+    g_autoptr(GError) err = NULL;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    uint8_t *buf = aligned_buf(4096);
+
+    assert_int_equal(ao.engine, QIMG_AIO_ENGINE_AUTO);
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    assert_true(qimg_image_aio_get_stats(img, &st, &err)); /* before any setup */
+    assert_int_equal(st.engine, QIMG_AIO_ENGINE_AUTO);
+    assert_int_equal(st.submitted, 0);
+    memset(buf, 0x33, 4096);
+    one_request(img, true, 0, buf); /* the first request sets up the defaults */
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    assert_int_equal(st.engine, QIMG_AIO_ENGINE_IO_URING); /* the CI kernel has it */
+    assert_true(qimg_image_close(img, &err));
+
+    img = open_image(p, QIMG_CACHE_WRITEBACK);
+    ao.engine = (QimgAioEngine)7;
+    assert_false(qimg_image_aio_setup(img, &ao, &err));
+    assert_int_equal(err->code, EINVAL);
+    g_clear_error(&err);
+    ao.engine = QIMG_AIO_ENGINE_AUTO;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    one_request(img, false, 0, buf);
+    assert_int_equal(buf[0], 0x33);
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    assert_int_equal(st.engine, QIMG_AIO_ENGINE_THREADS);
+    assert_int_equal(st.ring_reads, 0);
+    assert_true(qimg_image_close(img, &err));
+    free(buf);
+}
+
 static void test_error_flush_sticky(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
@@ -564,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_workload_extl2),
         cmocka_unit_test(test_workload_io_uring),
         cmocka_unit_test(test_io_uring_first_touch),
+        cmocka_unit_test(test_engine_auto),
         cmocka_unit_test(test_eventfd),
         cmocka_unit_test(test_close_drains),
         cmocka_unit_test(test_refused),

@@ -9,7 +9,9 @@
  * asynchronous API (qimg/aio.h; -i threads: a pool of min(depth, 64)
  * workers runs them, as qemu's thread pool does; -i io_uring: reads and
  * in-place rewrites of allocated clusters with -t none go to an io_uring,
- * the rest to the pool).  -n and -i native are refused: qimg has no native AIO engine.
+ * the rest to the pool; without -i, the API's default engine: io_uring
+ * with -t none where the kernel has it, threads otherwise -- qemu-img's
+ * default is threads).  -n and -i native are refused: qimg has no native AIO engine.
  *
  * Facts learnt from running qemu-img 7.2:
  *  1. Defaults: 75000 requests, depth 64, 4 KiB buffers, step = buffer

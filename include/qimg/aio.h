@@ -28,8 +28,7 @@
  *     (a failed metadata write or flush makes later writes fail).
  *
  * Defaults (NULL options, or the first submission without
- * qimg_image_aio_setup()): 64 threads, engine "threads" (io_uring only where
- * asked: see QimgAioEngine).
+ * qimg_image_aio_setup()): 64 threads, engine QIMG_AIO_ENGINE_AUTO.
  */
 #ifndef QIMG_AIO_H
 #define QIMG_AIO_H
@@ -51,19 +50,23 @@ typedef enum QimgAioFlags {
 } QimgAioFlags;
 
 typedef enum QimgAioEngine {
-    QIMG_AIO_ENGINE_THREADS = 0, /* a pool of worker threads */
+    /* io_uring where it serves (an O_DIRECT, cache=none image, and a kernel
+     * that has io_uring), otherwise threads: measured faster than the pool
+     * for both reads and rewrites at depths 1 and 32 (bench/io-bench.sh) */
+    QIMG_AIO_ENGINE_AUTO = 0,
+    QIMG_AIO_ENGINE_THREADS = 1, /* a pool of worker threads */
     /* on an O_DIRECT (cache=none) image, reads of allocated clusters and
      * in-place rewrites of allocated clusters (no flags) go to an io_uring
      * from the submitting thread; everything else, and every request the
      * ring cannot take, runs on the pool.  Refused where the kernel has no
      * io_uring. */
-    QIMG_AIO_ENGINE_IO_URING = 1,
+    QIMG_AIO_ENGINE_IO_URING = 2,
 } QimgAioEngine;
 
 typedef struct QimgAioOptions {
     uint32_t struct_size; /* sizeof(QimgAioOptions): QIMG_AIO_OPTIONS_INIT */
     unsigned threads;     /* requests running at once; 0: 64 */
-    QimgAioEngine engine; /* QIMG_AIO_ENGINE_THREADS */
+    QimgAioEngine engine; /* QIMG_AIO_ENGINE_AUTO */
 } QimgAioOptions;
 
 #define QIMG_AIO_OPTIONS_INIT                                                            \
@@ -105,6 +108,7 @@ unsigned qimg_image_aio_in_flight(QimgImage *img);
  * by measurement.  Counters only grow. */
 typedef struct QimgAioStats {
     uint32_t struct_size;  /* sizeof(QimgAioStats): QIMG_AIO_STATS_INIT */
+    QimgAioEngine engine;  /* the engine in use (never AUTO once set up) */
     uint64_t submitted;    /* requests accepted */
     uint64_t completed;    /* callbacks run */
     uint64_t ring_reads;   /* reads submitted to the io_uring */
