@@ -11,12 +11,13 @@
  * races included, and each party checks every read of its own blocks.
  * Flushes come from everyone.  At the end the whole image equals the model
  * and `qemu-img check` is clean.
- * Configurations: 64 KiB clusters (also with the io_uring engine and
+ * Configurations (configs[]): those of the random-write test, iotests 012
+ * (cluster sizes 512 to 2M, refcount widths 1 to 64, compat 0.10,
+ * extended L2, raw and qcow2 backing files, lazy refcounts), some with a
+ * metadata cache of a few tables, some with the io_uring engine and
  * cache=none, so ring reads and in-place ring writes race with rewrites,
- * zeroing and the file node's read-modify-write of unaligned writes);
- * 4 KiB clusters with lazy refcounts and
- * a tiny metadata cache (constant eviction); extended L2 over a raw backing
- * file.  Built under ThreadSanitizer by `make test` (the name says thread).
+ * zeroing and the file node's read-modify-write of unaligned writes.
+ * Built under ThreadSanitizer by `make test` (the name says thread).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -225,11 +226,14 @@ static gpointer async_main(gpointer opaque)
     return NULL;
 }
 
-static void torture(const char *opts, bool raw_backing, uint64_t cache_size,
-                    QimgAioEngine engine)
+typedef enum Backing { NO_BACKING, RAW_BACKING, QCOW2_BACKING } Backing;
+
+static void torture(const char *opts, Backing backing, uint64_t cache_size,
+                    QimgAioEngine engine, bool expect_ring)
 {
     g_autofree char *path = tu_fresh("aiothreads.qcow2");
     g_autofree char *base = tu_fresh("aiothreads-base.raw");
+    g_autofree char *qbase = tu_fresh("aiothreads-base.qcow2");
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autoptr(GError) err = NULL;
@@ -237,12 +241,16 @@ static void torture(const char *opts, bool raw_backing, uint64_t cache_size,
     Party parties[PARTIES];
     GThread *threads[PARTIES];
 
-    if (raw_backing) {
+    if (backing != NO_BACKING) {
         g_autoptr(GRand) r = g_rand_new_with_seed(3);
         fill(r, sh.model, SIZE / 2); /* shorter than the image: zeros after */
         assert_true(g_file_set_contents(base, (const char *)sh.model, SIZE / 2, NULL));
-        tu_run("qemu-img create -q -f qcow2 -o %s -b '%s' -F raw '%s' %" PRIu64, opts,
-               base, path, SIZE);
+        if (backing == QCOW2_BACKING) {
+            tu_run("qemu-img convert -q -O qcow2 '%s' '%s'", base, qbase);
+        }
+        tu_run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, opts,
+               backing == QCOW2_BACKING ? qbase : base,
+               backing == QCOW2_BACKING ? "qcow2" : "raw", path, SIZE);
     } else {
         tu_run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, SIZE);
     }
@@ -273,7 +281,7 @@ static void torture(const char *opts, bool raw_backing, uint64_t cache_size,
     QimgAioStats st = QIMG_AIO_STATS_INIT;
     assert_true(qimg_image_aio_get_stats(sh.img, &st, &err));
     assert_int_equal(st.submitted, st.completed);
-    if (engine == QIMG_AIO_ENGINE_IO_URING) {
+    if (expect_ring) {
         /* the race this configuration is for: ring reads and writes */
         assert_true(st.ring_reads > 0 && st.ring_writes > 0);
     }
@@ -289,38 +297,73 @@ static void torture(const char *opts, bool raw_backing, uint64_t cache_size,
     g_free(sh.model);
 }
 
-static void test_aio_threads_64k(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    torture("cluster_size=65536", false, 0, QIMG_AIO_ENGINE_THREADS);
-}
+/* The configurations of the random-write test (iotests 012), each with the
+ * pool, some with the io_uring engine (cache=none: ring reads and writes
+ * race with everything else), some with a metadata cache of a few tables
+ * (eviction all the time). */
+typedef struct Config {
+    const char *opts;
+    Backing backing;
+    uint64_t cache_size; /* 0: the default */
+    QimgAioEngine engine;
+    /* io_uring: the fast map serves requests inside one cluster, and with
+     * extended L2 only clusters whose every subcluster is allocated, so
+     * with 512-byte clusters or extended L2 every 4 KiB request here takes
+     * the pool (which is what those configurations check) */
+    bool ring;
+} Config;
 
-/* aio.c invariant 7: ring reads of clusters others rewrite and zero */
-static void test_aio_threads_io_uring(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    torture("cluster_size=65536", false, 0, QIMG_AIO_ENGINE_IO_URING);
-}
+#define T QIMG_AIO_ENGINE_THREADS
+#define U QIMG_AIO_ENGINE_IO_URING
+static const Config configs[] = {
+    {"cluster_size=65536", NO_BACKING, 0, T, false},
+    /* aio.c invariant 7: ring reads and writes of clusters others rewrite */
+    {"cluster_size=65536", NO_BACKING, 0, U, true},
+    {"cluster_size=512", NO_BACKING, 4096, T, false},
+    {"cluster_size=4096", NO_BACKING, 0, U, true},
+    {"cluster_size=2M", NO_BACKING, 0, T, false},
+    {"cluster_size=4096,refcount_bits=1", NO_BACKING, 16384, T, false},
+    {"compat=0.10,cluster_size=512", NO_BACKING, 0, T, false},
+    {"extended_l2=on", RAW_BACKING, 0, T, false},
+    {"extended_l2=on", NO_BACKING, 0, U, false},
+    {"extended_l2=on,cluster_size=2M", NO_BACKING, 0, T, false},
+    {"extended_l2=on,cluster_size=32k", QCOW2_BACKING, 0, T, false},
+    {"cluster_size=512,refcount_bits=64", QCOW2_BACKING, 4096, U, false},
+    {"cluster_size=1k,refcount_bits=2", NO_BACKING, 0, T, false},
+    {"cluster_size=4096,lazy_refcounts=on", NO_BACKING, 16384, T, false},
+    {"lazy_refcounts=on", NO_BACKING, 0, U, true},
+    {"extended_l2=on,cluster_size=16k,refcount_bits=1", NO_BACKING, 65536, T, false},
+    {"cluster_size=2M", QCOW2_BACKING, 0, U, true},
+};
+#undef T
+#undef U
 
-static void test_aio_threads_4k_lazy_small_cache(void **state)
+static void test_config(void **state)
 {
-    TU_REQUIRE_QEMU_IMG();
-    torture("cluster_size=4096,lazy_refcounts=on", false, 16384, QIMG_AIO_ENGINE_THREADS);
-}
+    const Config *c = *state;
 
-static void test_aio_threads_extl2_backing(void **state)
-{
     TU_REQUIRE_QEMU_IMG();
-    torture("extended_l2=on", true, 0, QIMG_AIO_ENGINE_THREADS);
+    print_message("config: %s, %s backing, cache %" PRIu64 ", %s\n", c->opts,
+                  c->backing == NO_BACKING    ? "no"
+                  : c->backing == RAW_BACKING ? "raw"
+                                              : "qcow2",
+                  c->cache_size,
+                  c->engine == QIMG_AIO_ENGINE_IO_URING ? "io_uring" : "threads");
+    torture(c->opts, c->backing, c->cache_size, c->engine, c->ring);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_aio_threads_64k),
-        cmocka_unit_test(test_aio_threads_io_uring),
-        cmocka_unit_test(test_aio_threads_4k_lazy_small_cache),
-        cmocka_unit_test(test_aio_threads_extl2_backing),
-    };
-    return tu_run_group_tests("test-aio-threads", tests);
+    struct CMUnitTest tests[G_N_ELEMENTS(configs)];
+
+    for (size_t i = 0; i < G_N_ELEMENTS(configs); i++) {
+        tests[i] = (struct CMUnitTest){.name = g_strdup_printf("config_%zu", i),
+                                       .test_func = test_config,
+                                       .initial_state = (void *)&configs[i]};
+    }
+    int rc = tu_run_group_tests("test-aio-threads", tests);
+    for (size_t i = 0; i < G_N_ELEMENTS(configs); i++) {
+        g_free((char *)tests[i].name);
+    }
+    return rc;
 }
