@@ -39,8 +39,8 @@
 #define SIZE (16 * MiB)
 #define NBLOCKS (SIZE / BLOCK)
 #define PARTIES 4
-#define SYNC_OPS 1500
-#define ASYNC_OPS 4000
+#define SYNC_OPS 700
+#define ASYNC_OPS 2000
 
 typedef struct Shared {
     QimgImage *img;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # kill -9 during "qimg vmstate save": while the stream is written (at
-# several points of a 192 MiB save, buffered, unbuffered and cache=none)
+# several points of a 96 MiB save, buffered, unbuffered and cache=none)
 # and during the commit (flush, snapshot creation, dropping the active
 # copy; detected as the moment the stream file has been read to its end,
 # then killed after 0 .. 150 ms).  After every kill:
@@ -23,7 +23,7 @@
 requires qimg qemu-img qemu-io cmp python3
 
 MiB=$((1024 * 1024))
-SIZE=$((192 * MiB))
+SIZE=$((96 * MiB))
 
 head -c "$SIZE" /dev/urandom >big.bin
 head -c $((3 * MiB + 5)) /dev/urandom >old.bin
