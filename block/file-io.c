@@ -37,18 +37,25 @@
  * s->lock (file.c invariant 6) is a reader-writer lock that a thread other
  * than the one that took it may release: an io_uring write holds it shared
  * from submission to its completion on the reaper thread (uring.c
- * invariant 1).  state counts shared holders; FILE_RW_WRITER is set by the
- * one writer from the moment it waits (no new shared holder gets in: a
- * writer waits for the holders in flight only) until it unlocks.  Shared
- * lock and unlock are one atomic operation when no writer is about; the
- * mutex and condition serve the waits, and every wake-up is sent with the
- * mutex held after the state changed, so none is lost.
+ * invariant 1).  state counts shared holders; FILE_RW_WRITER is set while
+ * the one writer holds it.  Readers are preferred, as with the GRWLock
+ * (pthread's default) this replaced: a writer waits until no reader holds
+ * it, and readers keep coming meanwhile.  Writer preference made every
+ * allocating O_DIRECT write wait for all writes in flight, since zeroing
+ * the rest of a new cluster past the end of the file (file_pwrite_zeroes)
+ * takes the lock exclusively: allocating writes at depth 32 ran at half
+ * speed.  Shared lock and unlock are one atomic operation when no writer
+ * holds or waits; waits use the mutex and condition, and every wake-up is
+ * sent with the mutex held after the state changed, so none is lost
+ * (writers_waiting and state are sequentially consistent: a reader that
+ * drops the count to 0 sees a writer that counted itself before trying).
  */
 #define FILE_RW_WRITER 0x80000000u
 
 void file_rwlock_init(FileRwLock *l)
 {
     l->state = 0;
+    l->writers_waiting = 0;
     g_mutex_init(&l->m);
     g_cond_init(&l->c);
 }
@@ -86,10 +93,10 @@ static void rw_shared_lock(FileRwLock *l, FileState *s)
 
 static void rw_shared_unlock(FileRwLock *l)
 {
-    unsigned v = __atomic_sub_fetch(&l->state, 1, __ATOMIC_RELEASE);
+    unsigned v = __atomic_sub_fetch(&l->state, 1, __ATOMIC_SEQ_CST);
 
-    g_assert((v & ~FILE_RW_WRITER) != ~FILE_RW_WRITER); /* no unlock without a hold */
-    if (v == FILE_RW_WRITER) { /* the last holder a writer waits for */
+    g_assert(v < FILE_RW_WRITER); /* a hold was there, and no writer with it */
+    if (v == 0 && __atomic_load_n(&l->writers_waiting, __ATOMIC_SEQ_CST) > 0) {
         g_mutex_lock(&l->m);
         g_cond_broadcast(&l->c);
         g_mutex_unlock(&l->m);
@@ -98,15 +105,16 @@ static void rw_shared_unlock(FileRwLock *l)
 
 static void rw_writer_lock(FileRwLock *l)
 {
+    unsigned zero = 0;
+
     g_mutex_lock(&l->m);
-    /* one writer at a time: FILE_RW_WRITER is set only with the mutex held */
-    while (__atomic_load_n(&l->state, __ATOMIC_RELAXED) & FILE_RW_WRITER) {
+    __atomic_add_fetch(&l->writers_waiting, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_compare_exchange_n(&l->state, &zero, FILE_RW_WRITER, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
         g_cond_wait(&l->c, &l->m);
+        zero = 0;
     }
-    __atomic_fetch_or(&l->state, FILE_RW_WRITER, __ATOMIC_ACQ_REL);
-    while (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != FILE_RW_WRITER) {
-        g_cond_wait(&l->c, &l->m);
-    }
+    __atomic_sub_fetch(&l->writers_waiting, 1, __ATOMIC_SEQ_CST);
     g_mutex_unlock(&l->m);
 }
 

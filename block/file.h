@@ -18,7 +18,8 @@
 #define FILE_MIN_BUF_ALIGN 4096u
 /* s->lock (file.c invariant 6): released by any thread (file-io.c). */
 typedef struct FileRwLock {
-    unsigned state; /* shared holders | FILE_RW_WRITER; atomic */
+    unsigned state;           /* shared holders | FILE_RW_WRITER; atomic */
+    unsigned writers_waiting; /* atomic */
     GMutex m;
     GCond c;
 } FileRwLock;
@@ -45,7 +46,7 @@ typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
 void file_rwlock_init(FileRwLock *l);
 void file_rwlock_clear(FileRwLock *l);
 void file_lock(FileState *s, FileLockMode m);
-/* A shared hold without waiting; false while a writer holds or waits. */
+/* A shared hold without waiting; false while a writer holds it. */
 bool file_lock_try_shared(FileState *s);
 void file_unlock(FileState *s, FileLockMode m);
 uint64_t file_size_get(BlkNode *img);

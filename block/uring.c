@@ -18,8 +18,8 @@
  *     the kernel's write: it is refused once a flush failed (file.c
  *     invariant 10), holds s->lock shared from before its submission until
  *     its completion (invariant 6: no read-modify-write or truncate runs
- *     meanwhile; a writer holding or waiting for it sends the write to the
- *     node's path instead of blocking the submitter), and bumps the node's
+ *     meanwhile; while a writer holds it, the write goes to the node's path
+ *     instead of blocking the submitter), and bumps the node's
  *     write generation when it completed (invariant 9), before its callback,
  *     so that a flush submitted after the callback syncs it.
  *  2. A completion that moved fewer bytes than asked, or failed, is
