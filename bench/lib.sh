@@ -13,7 +13,10 @@
 # scratch folder removed at exit; parent BENCH_TMPDIR, default bench/out)
 # and MEMWARM.  Functions:
 #   bench_warm                 run memwarm (MEMWARM_MIB, default 6144)
-#   bench_time VAR CMD...      warm, run CMD, sync; VAR := wall seconds
+#   bench_time VAR CMD...      warm, run CMD, sync; VAR := wall seconds;
+#                              a command (not a shell function) running
+#                              longer than BENCH_RUN_TIMEOUT seconds
+#                              (default 600) is killed and ends the bench
 #   bench_median N...          median of the numbers (3 decimals)
 #   bench_ratio A B            A / B (3 decimals)
 #   bench_require_space GIB    exit unless the scratch file system has it
@@ -50,6 +53,7 @@ if [ ! -x "$MEMWARM" ] || [ "$SHARED_DIR/tools/memwarm.c" -nt "$MEMWARM" ]; then
     }
 fi
 MEMWARM_MIB=${MEMWARM_MIB:-6144}
+BENCH_RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
 
 # Scratch on the repository's file system: the numbers are about this
 # machine's disk, not a tmpfs.
@@ -71,7 +75,14 @@ bench_time() {
     shift
     bench_warm
     t0=$EPOCHREALTIME
-    "$@" >/dev/null || { echo "failed: $*" >&2; exit 1; }
+    local limit=(timeout "$BENCH_RUN_TIMEOUT")
+    declare -F "$1" >/dev/null && limit=() # a shell function: its own commands
+    "${limit[@]}" "$@" >/dev/null || {
+        local rc=$?
+        [ $rc = 124 ] && echo "timed out after $BENCH_RUN_TIMEOUT s (a hang?): $*" >&2
+        echo "failed: $*" >&2
+        exit 1
+    }
     sync
     t1=$EPOCHREALTIME
     printf -v "$__var" '%s' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
