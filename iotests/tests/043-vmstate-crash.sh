@@ -158,8 +158,15 @@ full=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
 echo "a full save takes $full s"
 verify "no crash"
 
+# QIMG_LONG=1 (make check-long): more kill points
+fracs="0.05 0.4 0.8"
+delays="0 0.01 0.06 0.15"
+if [ -n "${QIMG_LONG:-}" ]; then
+    fracs="0.05 0.2 0.4 0.6 0.8"
+    delays="0 0.002 0.01 0.03 0.06 0.1 0.15"
+fi
 for opts in "" "--unbuffered" "-t none"; do
-    for frac in 0.05 0.2 0.4 0.6 0.8; do
+    for frac in $fracs; do
         cp base.qcow2 crash.qcow2
         d=$(awk -v f="$full" -v x="$frac" 'BEGIN { printf "%.3f", f * x }')
         # shellcheck disable=SC2086
@@ -167,7 +174,7 @@ for opts in "" "--unbuffered" "-t none"; do
         echo "[$opts] kill at $d s: $what"
         verify "[$opts] kill at $d s ($what)"
     done
-    for d in 0 0.002 0.01 0.03 0.06 0.1 0.15; do
+    for d in $delays; do
         cp base.qcow2 crash.qcow2
         # shellcheck disable=SC2086
         what=$(crash_run eof "$d" $opts)
