@@ -14,9 +14,11 @@
  *     (api_aio_close), so no worker or callback sees it gone.
  *  2. Callbacks run only in qimg_image_aio_poll/wait and api_aio_close, in
  *     the caller's thread, with no lock held (aio.h rules 1, 2).
- *  3. The eventfd is readable exactly while 'done' is non-empty: a worker
- *     that makes it non-empty adds 1; poll reads it to 0 before it takes
- *     the whole list, and re-signals if more remain.
+ *  3. Once qimg_image_aio_fd() handed it out, the eventfd is readable
+ *     exactly while 'done' is non-empty: a worker that makes it non-empty
+ *     adds 1; poll reads it to 0 before it takes the whole list, and
+ *     re-signals if more remain.  Before that nobody can wait on it, and it
+ *     is left alone (two system calls per batch saved).
  *  4. A request's error message is taken on the worker thread that made it
  *     (block/error.c keeps it per thread) into the request's GError.
  *  5. Flags are checked against what each operation can honour before
@@ -35,12 +37,19 @@
  *  8. QIMG_AIO_ENGINE_AUTO is io_uring on a cache=none image when the
  *     kernel gives us a ring, else threads (no error: the pool serves every
  *     request either way); stats.engine says which.
+ *  9. A waiter with a ring waits on the ring itself (uring.c invariant 5):
+ *     it polls the ring's fd and wake_fd, reaps what completed, and checks
+ *     again; wake_fd is written for it (ring_waiters) where the condition
+ *     variable is broadcast for the others -- by a completion from the pool
+ *     or from the reaper thread, and by each callback's end, since 'live'
+ *     going down may end its wait -- except by its own reaping.
  */
 #include "aio/pool.h"
 #include "api/api.h"
 #include "qimg/aio.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -60,13 +69,16 @@ struct ApiAio {
     Pool *pool;
     BlkUring *uring; /* the io_uring engine (invariant 7), or NULL */
     int efd;
+    int wake_fd;   /* invariant 9 */
+    bool efd_used; /* [lock] invariant 3 */
     pthread_mutex_t lock;
-    pthread_cond_t cond; /* a request completed */
-    ApiAioReq *done;     /* [lock] completed, callback not run (newest first) */
-    ApiAioReq *reaped;   /* [reaper thread] ring requests done, not yet in done */
-    unsigned live;       /* [lock] invariant 1 */
-    unsigned waiters;    /* [lock] threads in qimg_image_aio_wait() */
-    QimgAioStats stats;  /* counters: atomic (relaxed) */
+    pthread_cond_t cond;   /* a request completed */
+    ApiAioReq *done;       /* [lock] completed, callback not run (newest first) */
+    ApiAioReq *reaped;     /* [reaper thread] ring requests done, not yet in done */
+    unsigned live;         /* [lock] invariant 1 */
+    unsigned waiters;      /* [lock] threads in qimg_image_aio_wait() */
+    unsigned ring_waiters; /* [lock] of those, waiting on the ring (inv. 9) */
+    QimgAioStats stats;    /* counters: atomic (relaxed) */
 };
 
 struct ApiAioReq {
@@ -115,13 +127,17 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
     }
     a->img = img;
     a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    a->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     a->pool = pool_new_unbounded(o->threads ? o->threads : AIO_DEFAULT_THREADS);
-    if (a->efd < 0 || !a->pool) {
-        int e = a->efd < 0 ? errno : EAGAIN;
+    if (a->efd < 0 || a->wake_fd < 0 || !a->pool) {
+        int e = a->efd < 0 || a->wake_fd < 0 ? errno : EAGAIN;
         g_set_error(error, QIMG_ERROR, e, "Cannot set up asynchronous I/O: %s",
                     g_strerror(e));
         if (a->efd >= 0) {
             close(a->efd);
+        }
+        if (a->wake_fd >= 0) {
+            close(a->wake_fd);
         }
         blk_uring_free(a->uring);
         pool_free(a->pool);
@@ -159,17 +175,46 @@ static ApiAio *aio_get(QimgImage *img, GError **error)
     return img->aio;
 }
 
-int qimg_image_aio_fd(QimgImage *img, GError **error)
+static void signal_fd(int fd)
 {
-    ApiAio *a = aio_get(img, error);
-    return a ? a->efd : -1;
+    uint64_t one = 1;
+    while (write(fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
 }
 
 static void signal_efd(ApiAio *a)
 {
-    uint64_t one = 1;
-    while (write(a->efd, &one, sizeof(one)) < 0 && errno == EINTR) {
+    signal_fd(a->efd);
+}
+
+int qimg_image_aio_fd(QimgImage *img, GError **error)
+{
+    ApiAio *a = aio_get(img, error);
+
+    if (!a) {
+        return -1;
     }
+    pthread_mutex_lock(&a->lock);
+    if (!a->efd_used) { /* invariant 3 from now on */
+        a->efd_used = true;
+        if (a->done) {
+            signal_efd(a);
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return a->efd;
+}
+
+/* Set while this thread reaps the ring in qimg_image_aio_wait (inv. 9). */
+static __thread bool tls_ring_waiter;
+
+/* Wake the waiters (under a->lock); true: write wake_fd after unlocking. */
+static bool wake_waiters_locked(ApiAio *a)
+{
+    if (a->waiters > a->ring_waiters) { /* no futex call when nobody waits */
+        pthread_cond_broadcast(&a->cond);
+    }
+    return a->ring_waiters > (tls_ring_waiter ? 1u : 0u); /* invariant 9 */
 }
 
 /* Hand finished requests (list..last, linked by next) to the poller. */
@@ -177,16 +222,19 @@ static void complete_list(ApiAio *a, ApiAioReq *list, ApiAioReq *last)
 {
     bool first;
 
+    bool wake;
+
     pthread_mutex_lock(&a->lock);
-    first = a->done == NULL;
+    first = a->done == NULL && a->efd_used;
     last->next = a->done;
     a->done = list;
-    if (a->waiters) { /* no futex call when nobody waits */
-        pthread_cond_broadcast(&a->cond);
-    }
+    wake = wake_waiters_locked(a);
     pthread_mutex_unlock(&a->lock);
     if (first) {
         signal_efd(a); /* invariant 3 */
+    }
+    if (wake) {
+        signal_fd(a->wake_fd);
     }
 }
 
@@ -406,10 +454,11 @@ static unsigned run_callbacks(ApiAio *a, ApiAioReq *list)
         g_free(r);
         pthread_mutex_lock(&a->lock);
         a->live--; /* invariant 1 */
-        if (a->waiters) {
-            pthread_cond_broadcast(&a->cond);
-        }
+        bool wake = wake_waiters_locked(a);
         pthread_mutex_unlock(&a->lock);
+        if (wake) {
+            signal_fd(a->wake_fd);
+        }
         n++;
     }
     return n;
@@ -424,7 +473,7 @@ static ApiAioReq *take_done_locked(ApiAio *a, unsigned max)
     if (!list) {
         return NULL;
     }
-    while (read(a->efd, &v, sizeof(v)) < 0 && errno == EINTR) {
+    while (a->efd_used && read(a->efd, &v, sizeof(v)) < 0 && errno == EINTR) {
     }
     if (max == 0) {
         a->done = NULL;
@@ -446,7 +495,9 @@ static ApiAioReq *take_done_locked(ApiAio *a, unsigned max)
     a->done = list; /* the newest len - max stay */
     list = *tail;   /* the oldest max run now */
     *tail = NULL;
-    signal_efd(a);
+    if (a->efd_used) {
+        signal_efd(a);
+    }
     return list;
 }
 
@@ -458,10 +509,38 @@ unsigned qimg_image_aio_poll(QimgImage *img, unsigned max)
     if (!a) {
         return 0;
     }
+    if (a->uring) {
+        blk_uring_reap(a->uring); /* no handoff through the reaper */
+    }
     pthread_mutex_lock(&a->lock);
     list = take_done_locked(a, max);
     pthread_mutex_unlock(&a->lock);
     return run_callbacks(a, list);
+}
+
+/* Invariant 9: reap the ring, or sleep until it or wake_fd has news. */
+static void wait_ring(ApiAio *a)
+{
+    BlkUring *u = a->uring;
+
+    blk_uring_consumer_enter(u);
+    tls_ring_waiter = true;
+    if (blk_uring_reap(u) == 0) {
+        struct pollfd fds[2] = {{.fd = blk_uring_fd(u), .events = POLLIN},
+                                {.fd = a->wake_fd, .events = POLLIN}};
+        if (poll(fds, 2, -1) > 0) {
+            uint64_t v;
+            if (fds[1].revents & POLLIN) {
+                while (read(a->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+                }
+            }
+            if (fds[0].revents & POLLIN) {
+                blk_uring_reap(u);
+            }
+        }
+    }
+    tls_ring_waiter = false;
+    blk_uring_consumer_leave(u);
 }
 
 unsigned qimg_image_aio_wait(QimgImage *img)
@@ -496,7 +575,15 @@ unsigned qimg_image_aio_wait(QimgImage *img)
         /* checked and sleeping under one hold of the lock: no completion
          * is missed (complete() signals waiters under it) */
         a->waiters++;
-        pthread_cond_wait(&a->cond, &a->lock);
+        if (a->uring) { /* invariant 9 */
+            a->ring_waiters++;
+            pthread_mutex_unlock(&a->lock);
+            wait_ring(a);
+            pthread_mutex_lock(&a->lock);
+            a->ring_waiters--;
+        } else {
+            pthread_cond_wait(&a->cond, &a->lock);
+        }
         a->waiters--;
         try_run = true;
     }
@@ -557,6 +644,7 @@ void api_aio_close(QimgImage *img)
     pool_free(a->pool);
     blk_uring_free(a->uring); /* nothing in flight now */
     close(a->efd);
+    close(a->wake_fd);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     g_free(a);

@@ -330,15 +330,22 @@ typedef void (*BlkUringDone)(void *opaque, int ret);
  * *err = errno when the kernel has none for us. */
 BlkUring *blk_uring_new(unsigned entries, void (*batch_end)(void *opaque),
                         void *batch_opaque, int *err);
-/* Nothing may be in flight. */
+/* Nothing may be in flight, and no consumer between enter and leave. */
 void blk_uring_free(BlkUring *u);
+/* A thread that waits for completions itself (uring.c invariant 5): enter,
+ * poll blk_uring_fd() for POLLIN and blk_uring_reap() (the callbacks and
+ * batch_end run there; returns how many completed), leave. */
+void blk_uring_consumer_enter(BlkUring *u);
+void blk_uring_consumer_leave(BlkUring *u);
+int blk_uring_fd(BlkUring *u);
+unsigned blk_uring_reap(BlkUring *u);
 /* May this read of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
 /* May this write of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q);
-/* Submit it; cb runs on the reaper thread (q's iovec array and buffers must
- * live until then).  0, or -errno (-EAGAIN: use the node's path) with
- * nothing queued. */
+/* Submit it; cb runs on the reaper thread or in blk_uring_reap (q's iovec
+ * array and buffers must live until then).  0, or -errno (-EAGAIN: use the
+ * node's path) with nothing queued. */
 int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
                     BlkUringDone cb, void *opaque);
 int blk_uring_writev(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,

@@ -27,20 +27,35 @@
  *     again through the node (file.c invariant 4 retries short transfers)
  *     so the error and its message come from there.
  *  3. Every submitted request gets exactly one callback, from the reaper
- *     thread.  blk_uring_free() is called only with nothing in flight; it
- *     stops the reaper with a NOP whose user data is the ring itself.
- *  4. The reaper takes every completion the ring has posted, one callback
- *     each, then calls batch_end once: a caller can hand a whole batch on
+ *     thread or a consumer (invariant 5).  blk_uring_free() is called only
+ *     with nothing in flight; it stops the reaper with a NOP whose user
+ *     data is the ring itself.
+ *  4. Whoever reaps -- the reaper or a consumer (invariant 5) -- takes
+ *     every completion the ring has posted, one callback each, then calls
+ *     batch_end once, all under cq_lock: a caller can hand a whole batch on
  *     with one lock and one wake-up (a wake-up per completion cost as much
- *     as the I/O at depth 32).
+ *     as the I/O at depth 32), and callbacks never run concurrently.
+ *  5. A consumer is a thread that waits for completions itself
+ *     (blk_uring_consumer_enter/reap/leave: api/aio.c's waiter polls the
+ *     ring's fd), so a completion reaches the thread that waits for it
+ *     without a handoff.  While a consumer is there, or has been within the
+ *     last REAPER_PARK_NS, the reaper parks instead of waiting on the ring
+ *     (where it would wake for every completion too); it then waits on the
+ *     ring again, so a completion nobody asks for (a write holding the file
+ *     lock that a synchronous call needs, say) is reaped within about
+ *     2 * REAPER_PARK_NS.
  */
 #include "block/block.h"
 #include "block/file.h"
 
 #include <errno.h>
 #include <liburing.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
+
+#define REAPER_PARK_NS 2000000L /* invariant 5 */
 
 /* The kernel hands a request from the submitter to the reaper, which
  * ThreadSanitizer cannot see: tell it (release at submission, acquire at
@@ -64,9 +79,16 @@
 struct BlkUring {
     struct io_uring ring;
     pthread_mutex_t sq_lock; /* invariant 3: one producer at a time */
+    pthread_mutex_t cq_lock; /* invariant 4: one reaper at a time */
     pthread_t reaper;
     void (*batch_end)(void *opaque); /* invariant 4 */
     void *batch_opaque;
+    pthread_mutex_t park_lock; /* invariant 5 */
+    pthread_cond_t park_cond;
+    unsigned consumers;    /* [park_lock] threads between enter and leave */
+    uint64_t consumer_gen; /* [park_lock] bumped by each enter */
+    bool quit;             /* [park_lock] blk_uring_free() asks the reaper to go */
+    bool stop;             /* [cq_lock] the stop NOP was reaped (invariant 3) */
 };
 
 typedef struct UringReq {
@@ -76,8 +98,9 @@ typedef struct UringReq {
     BlkNode *wnode; /* a write's node: its lock and generation (invariant 1) */
 } UringReq;
 
-/* One completion (invariant 2); false for the stop NOP (invariant 3). */
-static bool reap_one(BlkUring *u, struct io_uring_cqe *cqe)
+/* One completion (invariant 2); false for the stop NOP (invariant 3).
+ * cq_lock held. */
+static bool reap_one_locked(BlkUring *u, struct io_uring_cqe *cqe)
 {
     void *data = io_uring_cqe_get_data(cqe);
     int res = cqe->res, ret;
@@ -85,6 +108,7 @@ static bool reap_one(BlkUring *u, struct io_uring_cqe *cqe)
     io_uring_cqe_seen(&u->ring, cqe);
     uring_acquire(data);
     if (data == u) {
+        u->stop = true;
         return false;
     }
     UringReq *r = data;
@@ -98,32 +122,98 @@ static bool reap_one(BlkUring *u, struct io_uring_cqe *cqe)
     return true;
 }
 
+/* Invariant 4: every completion posted now, then one batch_end. */
+unsigned blk_uring_reap(BlkUring *u)
+{
+    struct io_uring_cqe *cqe;
+    unsigned n = 0;
+
+    pthread_mutex_lock(&u->cq_lock);
+    while (!u->stop && io_uring_peek_cqe(&u->ring, &cqe) == 0) {
+        n += reap_one_locked(u, cqe);
+    }
+    if (n && u->batch_end) {
+        u->batch_end(u->batch_opaque);
+    }
+    pthread_mutex_unlock(&u->cq_lock);
+    return n;
+}
+
+int blk_uring_fd(BlkUring *u)
+{
+    return u->ring.ring_fd;
+}
+
+void blk_uring_consumer_enter(BlkUring *u)
+{
+    pthread_mutex_lock(&u->park_lock);
+    u->consumers++;
+    u->consumer_gen++;
+    pthread_mutex_unlock(&u->park_lock);
+}
+
+void blk_uring_consumer_leave(BlkUring *u)
+{
+    pthread_mutex_lock(&u->park_lock);
+    u->consumers--;
+    pthread_mutex_unlock(&u->park_lock);
+}
+
+/* Invariant 5: if a consumer is here or came since *gen, park until one
+ * whole REAPER_PARK_NS passed with none (or blk_uring_free asks). */
+static void reaper_park(BlkUring *u, uint64_t *gen)
+{
+    pthread_mutex_lock(&u->park_lock);
+    while (!u->quit && (u->consumers > 0 || u->consumer_gen != *gen)) {
+        struct timespec ts;
+        *gen = u->consumer_gen;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += REAPER_PARK_NS;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&u->park_cond, &u->park_lock, &ts);
+    }
+    pthread_mutex_unlock(&u->park_lock);
+}
+
 static void *reaper_main(void *opaque)
 {
     BlkUring *u = opaque;
+    uint64_t gen = 0;
 
     for (;;) {
-        struct io_uring_cqe *cqe;
-        int ret = io_uring_wait_cqe(&u->ring, &cqe);
-        bool more = true;
+        bool stop;
+        int ret;
 
-        if (ret == -EINTR) {
+        reaper_park(u, &gen);
+        /* Wait for a completion without touching the CQ (only reapers do,
+         * under cq_lock): a consumer may reap it first (invariant 4). */
+        struct pollfd pfd = {.fd = u->ring.ring_fd, .events = POLLIN};
+        ret = poll(&pfd, 1, -1);
+        if (ret < 0 && errno == EINTR) {
             continue;
         }
         if (ret < 0) {
-            g_error("io_uring_wait_cqe: %s", g_strerror(-ret)); /* cannot recover */
+            g_error("poll on the io_uring: %s", g_strerror(errno)); /* cannot recover */
         }
-        /* every completion already posted, then one batch_end (invariant 4) */
-        do {
-            more = reap_one(u, cqe);
-        } while (more && io_uring_peek_cqe(&u->ring, &cqe) == 0);
-        if (u->batch_end) {
-            u->batch_end(u->batch_opaque);
-        }
-        if (!more) {
+        blk_uring_reap(u);
+        pthread_mutex_lock(&u->cq_lock);
+        stop = u->stop;
+        pthread_mutex_unlock(&u->cq_lock);
+        if (stop) {
             return NULL; /* invariant 3: the stop NOP */
         }
     }
+}
+
+static void uring_destroy_locks(BlkUring *u)
+{
+    pthread_mutex_destroy(&u->sq_lock);
+    pthread_mutex_destroy(&u->cq_lock);
+    pthread_mutex_destroy(&u->park_lock);
+    pthread_cond_destroy(&u->park_cond);
 }
 
 BlkUring *blk_uring_new(unsigned entries, void (*batch_end)(void *opaque),
@@ -140,11 +230,18 @@ BlkUring *blk_uring_new(unsigned entries, void (*batch_end)(void *opaque),
         return NULL;
     }
     pthread_mutex_init(&u->sq_lock, NULL);
+    pthread_mutex_init(&u->cq_lock, NULL);
+    pthread_mutex_init(&u->park_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* reaper_park's clock */
+    pthread_cond_init(&u->park_cond, &ca);
+    pthread_condattr_destroy(&ca);
     ret = pthread_create(&u->reaper, NULL, reaper_main, u);
     if (ret != 0) {
         *err = ret;
         io_uring_queue_exit(&u->ring);
-        pthread_mutex_destroy(&u->sq_lock);
+        uring_destroy_locks(u);
         g_free(u);
         return NULL;
     }
@@ -181,9 +278,13 @@ void blk_uring_free(BlkUring *u)
     while (io_uring_submit(&u->ring) == -EINTR) {
     }
     pthread_mutex_unlock(&u->sq_lock);
+    pthread_mutex_lock(&u->park_lock); /* invariant 5: unpark it for the NOP */
+    u->quit = true;
+    pthread_cond_signal(&u->park_cond);
+    pthread_mutex_unlock(&u->park_lock);
     pthread_join(u->reaper, NULL);
     io_uring_queue_exit(&u->ring);
-    pthread_mutex_destroy(&u->sq_lock);
+    uring_destroy_locks(u);
     g_free(u);
 }
 

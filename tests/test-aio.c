@@ -6,7 +6,9 @@
  *  - a random workload of reads, writes, zero writes, discards and flushes
  *    against a byte model, many requests in flight (never two on the same
  *    bytes), read back after a reopen, `qemu-img check` clean;
- *  - the eventfd is readable exactly while completions wait (invariant 3);
+ *  - the eventfd is readable exactly while completions wait (invariant 3),
+ *    also for ring completions, and a ring write nobody waits for does not
+ *    block a synchronous call (uring.c invariant 5);
  *  - close drains: every callback runs, once (rule 6, invariant 1);
  *  - flags an operation cannot honour, and a NULL callback, are refused at
  *    submission, with no callback (rule 1, invariant 5);
@@ -535,6 +537,67 @@ static void test_io_uring_first_touch(void **state)
     tu_run("qemu-img check -q '%s'", p);
 }
 
+/* uring.c invariant 5: with nobody waiting, ring completions still come --
+ * through the eventfd to an event loop, and to a synchronous call that
+ * needs what a ring write holds (the file lock for a read-modify-write),
+ * even right after a waiter parked the reaper. */
+static void test_io_uring_no_waiter(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = new_qcow2("nowait.qcow2", 4 * MiB, NULL);
+    g_autoptr(GError) err = NULL;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    uint8_t *buf = aligned_buf(4096), small[512];
+    struct iovec v = {.iov_base = buf, .iov_len = 4096};
+    struct pollfd pfd;
+    Count c = {0};
+
+    tu_run("qemu-io -c 'write -P 0x11 0 4M' '%s' >/dev/null", p);
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    ao.engine = QIMG_AIO_ENGINE_IO_URING;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    one_request(img, false, 0, buf); /* loads the L2 table */
+    int fd = qimg_image_aio_fd(img, &err);
+    assert_true(fd >= 0);
+    for (int i = 0; i < 20; i++) { /* event loop: the eventfd, then poll */
+        assert_true(qimg_image_aio_preadv(img, (uint64_t)i * 65536, &v, 1, 0, count_cb,
+                                          &c, &err));
+        pfd = (struct pollfd){.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&pfd, 1, 10000), 1); /* aio.c invariant 3 */
+        assert_int_equal(qimg_image_aio_poll(img, 0), 1);
+        assert_false(fd_readable(fd));
+    }
+    assert_int_equal(c.calls, 20);
+    assert_int_equal(c.errors, 0);
+    memset(buf, 0x22, 4096);
+    memset(small, 0x33, sizeof(small));
+    for (int i = 0; i < 20; i++) {
+        one_request(img, false, 65536, buf); /* a waiter: the reaper parks */
+        memset(buf, 0x22, 4096);
+        assert_true(qimg_image_aio_pwritev(img, (uint64_t)i * 65536, &v, 1, 0, count_cb,
+                                           &c, &err));
+        /* unaligned: a read-modify-write that takes the file lock the ring
+         * write holds until it is reaped -- by nobody but the reaper */
+        assert_true(qimg_image_pwrite(img, (uint64_t)i * 65536 + 4096 + 100, small,
+                                      sizeof(small), &err));
+        assert_int_equal(qimg_image_aio_wait(img), 1);
+    }
+    assert_int_equal(c.calls, 40);
+    assert_int_equal(c.errors, 0);
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    assert_true(st.ring_writes >= 19); /* the path under test was taken */
+    assert_true(qimg_image_close(img, &err));
+    free(buf);
+    for (int i = 0; i < 20; i += 7) {
+        tu_run("qemu-io -c 'read -q -P 0x22 %d 4k' -c 'read -q -P 0x11 %d 100' "
+               "-c 'read -q -P 0x33 %d 512' '%s'",
+               i * 65536, i * 65536 + 4096, i * 65536 + 4196, p);
+    }
+    tu_run("qemu-img check -q '%s'", p);
+    g_free(c.last_msg);
+}
+
 /* aio.c invariant 8: the default engine is io_uring where it serves. */
 static void test_engine_auto(void **state)
 {
@@ -602,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_workload_io_uring),
         cmocka_unit_test(test_io_uring_first_touch),
         cmocka_unit_test(test_engine_auto),
+        cmocka_unit_test(test_io_uring_no_waiter),
         cmocka_unit_test(test_eventfd),
         cmocka_unit_test(test_close_drains),
         cmocka_unit_test(test_refused),
