@@ -1,19 +1,22 @@
 /*
  * block/faulty.c: a fault-injecting protocol node for tests (QEMU's blkdebug).
  *
- * Owns: failing chosen writes and flushes of the file under a format driver,
- * selected by the metadata step the driver announced with blk_event().
+ * Owns: failing chosen writes and flushes (and, when asked, reads) of the
+ * file under a format driver, selected by the metadata step the driver
+ * announced with blk_event().
  *
  * Rules (';'-separated), each a ','-separated list of:
  *   event=NAME   step whose requests count (blk_event_name(); "any" = all)
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
- *   op=write|flush|all   which requests count (default write; flush for
- *                event=flush)
+ *   op=write|flush|all|read   which requests count (default write; flush
+ *                for event=flush; all = writes and flushes; read = reads
+ *                only, with event=any: a source that fails mid-copy)
  *
  * Invariants:
- *  1. Reads are never failed: a test reads back what the image holds.
+ *  1. Reads are failed only by an op=read rule: a test reads back what the
+ *     image holds.
  *  2. A failed request has no effect on the file (it is not passed down), so
  *     the file holds exactly what a crash at that point would leave, minus
  *     the page cache (which the tests' checks don't depend on).
@@ -26,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OP_WRITE = 1, OP_FLUSH = 2 } FaultOp;
+typedef enum { OP_WRITE = 1, OP_FLUSH = 2, OP_READ = 4 } FaultOp;
 
 typedef struct FaultRule {
     int event; /* BlkEvent, or -1 for any */
@@ -73,9 +76,10 @@ static int parse_rule(const char *text, FaultRule *r)
         } else if (strcmp(*p, "once") == 0) {
             r->once = true;
         } else if (strncmp(*p, "op", klen) == 0 && klen == 2) {
-            r->ops = strcmp(val, "flush") == 0 ? OP_FLUSH
-                     : strcmp(val, "all") == 0 ? (OP_WRITE | OP_FLUSH)
-                                               : OP_WRITE;
+            r->ops = strcmp(val, "flush") == 0  ? OP_FLUSH
+                     : strcmp(val, "all") == 0  ? (OP_WRITE | OP_FLUSH)
+                     : strcmp(val, "read") == 0 ? OP_READ
+                                                : OP_WRITE;
         } else if (**p) {
             blk_error(EINVAL, "Unknown blkdebug rule '%s'", *p);
             return -EINVAL;
@@ -113,7 +117,8 @@ static int faulty_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                          unsigned flags)
 {
     FaultyState *s = img->opaque;
-    return blk_preadv(s->child, offset, qiov, flags); /* invariant 1 */
+    int ret = should_fail(s, OP_READ); /* invariant 1 */
+    return ret < 0 ? ret : blk_preadv(s->child, offset, qiov, flags);
 }
 
 static int faulty_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
