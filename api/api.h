@@ -53,6 +53,12 @@ int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkI
            unsigned flags);
 /* The public error for a failed api_io(): "Could not read 'file': ...". */
 void api_io_error(QimgImage *img, ApiIoOp op, int ret, GError **error);
+/* qimg_image_block_status (chain) or qimg_image_block_status_layer. */
+gboolean api_block_status(QimgImage *img, bool layer, uint64_t offset, uint64_t len,
+                          QimgExtent *out, GError **error);
+/* qimg_image_pwrite_compressed on an iovec. */
+gboolean api_pwrite_compressed(QimgImage *img, uint64_t offset, const BlkIOV *q,
+                               GError **error);
 
 /* ---- aio.c ---- */
 

@@ -276,8 +276,8 @@ gboolean qimg_image_truncate(QimgImage *img, uint64_t size, bool shrink,
     return node_result(img->node, after_write(img->node, 0), "Could not flush", error);
 }
 
-gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const void *buf,
-                                      size_t len, GError **error)
+gboolean api_pwrite_compressed(QimgImage *img, uint64_t offset, const BlkIOV *q,
+                               GError **error)
 {
     BlkNode *node = img->node;
 
@@ -291,10 +291,16 @@ gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const voi
         g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
         return FALSE;
     }
+    int ret = after_write(node, node->drv->pwrite_compressed(node, offset, q));
+    return node_result(node, ret, "Could not write compressed data to", error);
+}
+
+gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const void *buf,
+                                      size_t len, GError **error)
+{
     BlkIOV q;
     iov_init_buf(&q, (void *)buf, len);
-    int ret = after_write(node, node->drv->pwrite_compressed(node, offset, &q));
-    return node_result(node, ret, "Could not write compressed data to", error);
+    return api_pwrite_compressed(img, offset, &q, error);
 }
 
 uint64_t qimg_image_size(QimgImage *img)
@@ -332,8 +338,8 @@ static void fill_extent(QimgExtent *out, uint64_t offset, const BlkStatus *st, i
     out->filename = st->file ? st->file->filename : NULL;
 }
 
-gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t len,
-                                       QimgExtent *out, GError **error)
+static gboolean status_layer(QimgImage *img, uint64_t offset, uint64_t len,
+                             QimgExtent *out, GError **error)
 {
     BlkStatus st;
     int ret = blk_block_status(img->node, offset, len, &st);
@@ -349,8 +355,8 @@ gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t
  * an unallocated range with no backing node below reads as zeros (and is not
  * "present"); so does a range past the end of the backing node.
  */
-gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
-                                 QimgExtent *out, GError **error)
+static gboolean status_chain(QimgImage *img, uint64_t offset, uint64_t len,
+                             QimgExtent *out, GError **error)
 {
     BlkNode *cur = img->node;
     int depth = 0;
@@ -383,6 +389,25 @@ gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
     }
     fill_extent(out, offset, &st, depth);
     return TRUE;
+}
+
+gboolean api_block_status(QimgImage *img, bool layer, uint64_t offset, uint64_t len,
+                          QimgExtent *out, GError **error)
+{
+    return layer ? status_layer(img, offset, len, out, error)
+                 : status_chain(img, offset, len, out, error);
+}
+
+gboolean qimg_image_block_status_layer(QimgImage *img, uint64_t offset, uint64_t len,
+                                       QimgExtent *out, GError **error)
+{
+    return status_layer(img, offset, len, out, error);
+}
+
+gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
+                                 QimgExtent *out, GError **error)
+{
+    return status_chain(img, offset, len, out, error);
 }
 
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)

@@ -319,6 +319,26 @@ int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);
  * of 'img' into qiov, zero-filling what lies beyond img->size. */
 int blk_preadv_padded(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 
+/* ---- order.c: allocations in ticket order across threads ---- */
+
+typedef struct BlkOrder BlkOrder;
+BlkOrder *blk_order_new(void);
+void blk_order_free(BlkOrder *o);
+/* After an error: every wait returns at once (order.c invariant 3). */
+void blk_order_cancel(BlkOrder *o);
+/* This thread's requests until blk_order_leave() are ticket 'ticket''s
+ * (tickets 0, 1, 2, ..., each entered once, order.c invariant 1). */
+void blk_order_enter(BlkOrder *o, uint64_t ticket);
+/* The next allocating request is the ticket's last (invariant 2). */
+void blk_order_mark_last(void);
+/* Pass the turn if it was not passed yet (waiting for it first). */
+void blk_order_leave(void);
+/* Drivers: before planning allocations, wait for this thread's turn; after
+ * a request's allocations, pass it if the request was marked last.  No-ops
+ * without a ticket. */
+void blk_order_wait(void);
+void blk_order_allocated(void);
+
 /* ---- uring.c: io_uring reads and writes of O_DIRECT file nodes ---- */
 
 typedef struct BlkUring BlkUring;

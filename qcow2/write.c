@@ -73,6 +73,12 @@
  *     then write 4 KiB instead of 64 KiB each.  Without cheap zeroing
  *     (ENOTSUP) invariant 8 applies.  Invariant 1's flush dependency holds
  *     for the zeroed parts as for written COW parts.
+ * 12. On a thread with an allocation ticket (block/order.c) every chunk is
+ *     planned in the ticket's turn, and the turn passes once the request's
+ *     last chunk is planned: host clusters are assigned in ticket order
+ *     while the data writes run in parallel.  The turn is awaited before
+ *     the request registers (invariant 6): a later ticket never holds a
+ *     registration an earlier one waits for while it waits for its turn.
  */
 #include "qcow2/qcow2.h"
 
@@ -485,6 +491,7 @@ static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
     while (pos < end && ret == 0) {
         Chunk c = {0};
 
+        blk_order_wait(); /* invariant 12 */
         qcow2_lock(s);
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
@@ -495,6 +502,9 @@ static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
             learn_chunk_locked(s, &c);
         }
         qcow2_unlock(s);
+        if (ret < 0 || c.wend >= end) {
+            blk_order_allocated(); /* invariant 12: the last plan is made */
+        }
         if (ret < 0) {
             chunk_clear(&c);
             break;
@@ -537,6 +547,7 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
         qcow2_fastmap_end(s->fastmap, &ref);
         return ret;
     }
+    blk_order_wait(); /* invariant 12, before registering: see there */
     qcow2_lock(s);
     ret = qcow2_check_data_writable_locked(s); /* meta.c invariant 8 */
     if (ret < 0) {

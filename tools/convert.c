@@ -3,8 +3,9 @@
  *              [-n] [--target-is-zero] [-o options] [-t cache] [-T cache]
  *              [-m N] [-W] [-c] [-p] [-q] [-U] SRC DST
  *
- * A sequential copy that leaves the same layout in the target as
- * qemu-img 7.2 (see shared/reference/qemu-behaviour.md section c).
+ * The same layout in the target as qemu-img 7.2 (see
+ * shared/reference/qemu-behaviour.md section c), copied with -m requests
+ * at once (default 8) through the library's pipeline (qimg/copy.h).
  *
  * Owns: the options, opening the source (snapshot included), the checks
  * of the target's creation options, creating and opening the target, what
@@ -13,12 +14,12 @@
  *
  *  1. The target cache defaults to unsafe and the source cache to
  *     writeback.  The target is flushed at the end unless unsafe.
- *  2. Zeros are skipped (convert-copy.c fact 3) when the target was created
+ *  2. Zeros are skipped (api/copy-plan.c fact 3) when the target was created
  *     by this run, has no backing file, -S is not 0 and it reads as zeros.
  *  3. --target-is-zero (only with -n, never with a backing file) promises
  *     that the existing target reads as zeros: zeros are not written.
  *  4. With -B the target's backing file is taken to hold what the source's
- *     backing chain holds (convert-copy.c fact 4).  -B wins over -o
+ *     backing chain holds (api/copy-plan.c fact 4).  -B wins over -o
  *     backing_file and needs a backing format (-F or -o backing_fmt).
  *  5. Locks: nobody may write or resize any file of the source's chain
  *     while it is copied (deny_write; -U lifts it); the target is created
@@ -113,23 +114,15 @@ static bool parse_sparse(const char *arg, unsigned *sectors)
     return true;
 }
 
-static unsigned pow2floor(unsigned v)
-{
-    unsigned p = 1;
-
-    while (p <= v / 2) {
-        p *= 2;
-    }
-    return v ? p : 0;
-}
-
 typedef struct ConvertArgs {
     const char *src_fmt, *out_fmt, *snapshot, *src_name, *dst_name;
     const char *backing, *backing_fmt; /* -B, -F */
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
+    bool out_of_order; /* -W */
     unsigned min_sparse;
+    unsigned in_flight; /* -m */
 } ConvertArgs;
 
 static bool can_compress(const char *fmt)
@@ -202,7 +195,7 @@ static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
     return g_steal_pointer(&opts);
 }
 
-/* Size of the target's backing file, -1 if unknown (convert-copy.c fact 4). */
+/* Size of the target's backing file, -1 if unknown (api/copy-plan.c fact 4). */
 static int64_t backing_size(QimgImage *dst)
 {
     QimgImage *b = qimg_image_backing(dst);
@@ -324,26 +317,17 @@ static int run_convert(ConvertArgs *a)
 
     s.src = src;
     s.size = qimg_image_size(src);
-    s.src_align = MAX(info->cluster_size, SECTOR);
     s.min_sparse = a->min_sparse;
-    s.alignment = MAX(pow2floor(a->min_sparse), 1u);
     s.dst = open_target(a, s.size, &s);
     if (!s.dst) {
         return 1;
     }
 
-    s.buf = g_malloc(BUF_SIZE);
-    if (a->compress) {
-        g_autoptr(QimgInfo) ti = qimg_image_get_info(s.dst, NULL);
-        s.compress = true;
-        s.cluster = ti && ti->cluster_size ? ti->cluster_size : 65536;
-        if (s.cluster > BUF_SIZE) {
-            s.cluster = BUF_SIZE;
-        }
-    }
+    s.compress = a->compress;
+    s.in_flight = a->in_flight;
+    s.out_of_order = a->out_of_order;
     tool_progress_init(&prog, a->progress && !a->quiet);
     ok = convert_copy(&s, &prog);
-    g_free(s.buf);
     if (ok && a->dst_cache != QIMG_CACHE_UNSAFE && !qimg_image_flush(s.dst, &err)) {
         tool_report_gerror(err, "error while flushing the target");
         err = NULL;
@@ -381,6 +365,7 @@ int cmd_convert(int argc, char **argv)
     };
     int c, ret;
 
+    convert_signals_init(); /* convert-copy.c fact 2 */
     while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WU", longopts,
                             NULL)) != -1) {
         switch (c) {
@@ -441,13 +426,15 @@ int cmd_convert(int argc, char **argv)
                     "between 1 and 16");
                 goto fail;
             }
-            break; /* the copy is sequential; accepted for compatibility */
+            a.in_flight = (unsigned)m;
+            break;
         }
         case 'c':
             a.compress = true;
             break;
         case 'W':
-            break; /* out-of-order writes: accepted, the copy is in order anyway */
+            a.out_of_order = true;
+            break;
         case 'U':
             a.force_share = true;
             break;

@@ -8,28 +8,29 @@
 
 #include "qimg-tool.h"
 
+#include <qimg/copy.h>
+
 #define SECTOR 512u
-#define BUF_SIZE (2u * 1024 * 1024)
 
 typedef struct Convert {
     QimgImage *src;
     QimgImage *dst;
     uint64_t size;
-    uint64_t src_align;  /* bytes, >= 512 */
     unsigned min_sparse; /* sectors; 0 = no sparse detection */
-    unsigned alignment;  /* sectors */
     bool zero_init;      /* target already reads as zeros (convert.c facts 2, 3) */
     bool target_has_backing;
-    bool top_only; /* -B: status of the source's top layer (convert-copy.c fact 4) */
+    bool top_only; /* -B: status of the source's top layer (api/copy-plan.c fact 4) */
     int64_t target_backing; /* size of the target's backing file, -1 unknown */
-    bool compress;          /* -c: whole clusters through pwrite_compressed */
-    uint32_t cluster;       /* target cluster size (with -c) */
-    uint8_t *buf;           /* BUF_SIZE bytes */
+    bool compress;          /* -c: compressed clusters */
+    unsigned in_flight;     /* -m; 0: the pipeline's default */
+    bool out_of_order;      /* -W */
 } Convert;
 
-/* Copy the source to the target (convert-copy.c facts 1-4, or cluster by
- * cluster with -c), updating prog; prints the error and returns false on
- * failure.  Neither flushes nor closes the target. */
+/* Copy the source to the target (qimg/copy.h), updating prog; prints the
+ * error and returns false on failure (convert-copy.c facts 1, 2).  Neither
+ * flushes nor closes the target. */
 bool convert_copy(Convert *s, ToolProgress *prog);
+/* SIGUSR1 (progress) and SIGINT/SIGTERM (stop) for the copy. */
+void convert_signals_init(void);
 
 #endif

@@ -17,17 +17,19 @@
  * truncate and snapshot operations must not race with other calls on the
  * same handle.
  *
- * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h); libqimg.map):
+ * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h), QIMG_0.4
+ * (qimg/copy.h); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
- *     QimgCheckResult, QimgAioOptions) begins with `uint32_t struct_size`, which the
- *     QIMG_*_INIT initialisers set to the sizeof the caller was built with.
- *     The library reads only the bytes struct_size covers and gives every
- *     field past them its default, so a program built against an older
- *     header keeps working; bytes past what the library knows must be zero
- *     (a newer program asking for something this library cannot do is
- *     refused with EINVAL, never ignored).  struct_size 0 is refused.
- *     Results written into such a struct stay within struct_size.
+ *     QimgCheckResult, QimgAioOptions, QimgCopyOptions) begins with
+ *     `uint32_t struct_size`, which the QIMG_*_INIT initialisers set to the
+ *     sizeof the caller was built with.  The library reads only the bytes
+ *     struct_size covers and gives every field past them its default, so a
+ *     program built against an older header keeps working; bytes past what
+ *     the library knows must be zero (a newer program asking for something
+ *     this library cannot do is refused with EINVAL, never ignored).
+ *     struct_size 0 is refused.  Results written into such a struct stay
+ *     within struct_size.
  *  2. A zero field means the default, in every version (for example
  *     QimgSnapshotParams: icount off unless has_icount).
  *  3. Structs the library allocates (QimgInfo, QimgSnapshotInfo) only grow

@@ -1,0 +1,268 @@
+/*
+ * api/copy-plan.c: what the copy writes where -- the same layout in the
+ * target as qemu-img 7.2's convert (shared/reference/qemu-behaviour.md
+ * section c).  The pipeline (copy.c) takes chunks from here in order and
+ * moves them in parallel.
+ *
+ * Owns: the walk over the source by block status, cutting it into chunks,
+ * and sparse detection inside a data chunk.
+ *
+ * Facts (cited as "copy-plan.c fact N"):
+ *  1. The source is walked by block status through its chain.  A status
+ *     region is trimmed so that it ends on a source cluster boundary (when
+ *     that leaves something).  ZERO regions are one chunk; DATA regions
+ *     (and ZERO regions with -S 0, which become explicit zero data) are
+ *     cut into 2 MiB chunks counted from the region start.  With compress,
+ *     every chunk is one target cluster, data if the status region does
+ *     not cover it whole.
+ *  2. In a data chunk, sparse detection works on 512-byte sectors: a run
+ *     of zero sectors of at least -S bytes (default 4 KiB) is not written;
+ *     shorter zero runs between data are written as data.  Run ends are
+ *     moved to multiples of the alignment (pow2floor(-S)) so that writes
+ *     stay aligned: a data run is extended to the next boundary, a zero run
+ *     is shortened to end at the previous one (or becomes data if that
+ *     would leave nothing).  -S 0 writes everything.
+ *  3. Zeros are skipped when the target reads as zeros already
+ *     (target_is_zero); otherwise they are written as zeroes requests (may
+ *     unmap unless the target has a backing file).  A region that is
+ *     neither data nor zero is data, unless the target has a backing file,
+ *     where it is left unallocated.
+ *  4. With top_only (-B) the target's backing file is taken to hold what
+ *     the source's backing chain holds: only the source's top layer is
+ *     asked for status, and what it does not define (and zeros past the
+ *     end of the target's backing file) is left unallocated.
+ */
+#include "api/copy-plan.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define REQUEST_MAX ((uint64_t)(INT32_MAX / COPY_SECTOR) * COPY_SECTOR)
+
+static unsigned pow2floor(unsigned v)
+{
+    unsigned p = 1;
+
+    while (p <= v / 2) {
+        p *= 2;
+    }
+    return p;
+}
+
+void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst, const QimgCopyOptions *o)
+{
+    BlkInfo si = {0}, di = {0};
+
+    memset(p, 0, sizeof(*p));
+    p->src = src;
+    p->size = src->node->size;
+    if (src->node->drv->get_info && src->node->drv->get_info(src->node, &si) == 0) {
+        p->src_align = si.cluster_size;
+    }
+    blk_info_clear(&si);
+    p->src_align = MAX(p->src_align, COPY_SECTOR);
+    p->min_sparse = o->sparse_size == QIMG_COPY_SPARSE_OFF ? 0
+                    : o->sparse_size == 0                  ? 4096 / COPY_SECTOR
+                                                           : o->sparse_size / COPY_SECTOR;
+    p->alignment = MAX(pow2floor(p->min_sparse), 1u);
+    p->target_has_backing = o->target_has_backing;
+    p->top_only = o->top_only;
+    p->target_backing = o->target_backing_size ? (int64_t)o->target_backing_size : -1;
+    p->compress = o->compress;
+    if (o->compress) {
+        if (dst->node->drv->get_info && dst->node->drv->get_info(dst->node, &di) == 0) {
+            p->cluster = di.cluster_size;
+        }
+        blk_info_clear(&di);
+        p->cluster = p->cluster ? MIN(p->cluster, COPY_BUF_SIZE) : 65536;
+    }
+}
+
+static bool sector_is_zero(const uint8_t *buf, size_t len)
+{
+    static const uint8_t zeros[COPY_SECTOR];
+
+    return memcmp(buf, zeros, len) == 0;
+}
+
+bool copy_buf_is_zero(const uint8_t *buf, size_t len)
+{
+    while (len >= COPY_SECTOR) {
+        if (!sector_is_zero(buf, COPY_SECTOR)) {
+            return false;
+        }
+        buf += COPY_SECTOR;
+        len -= COPY_SECTOR;
+    }
+    return sector_is_zero(buf, len);
+}
+
+/* Length of sector i of a buffer of 'len' bytes (the last may be short). */
+static size_t sector_len(size_t len, size_t i)
+{
+    return MIN(COPY_SECTOR, len - i * COPY_SECTOR);
+}
+
+/*
+ * One run of sectors in the same state (fact 2) from the start of buf
+ * (nsec sectors, 'len' bytes, first sector number 'sector').  Returns
+ * whether the run is data; *run is its length in sectors.
+ */
+static bool same_run(const uint8_t *buf, size_t len, size_t nsec, uint64_t sector,
+                     unsigned align, size_t *run)
+{
+    bool zero = sector_is_zero(buf, sector_len(len, 0));
+    size_t i = 1;
+    uint64_t tail;
+
+    while (i < nsec &&
+           sector_is_zero(buf + i * COPY_SECTOR, sector_len(len, i)) == zero) {
+        i++;
+    }
+    if (i == nsec) {
+        *run = i;
+        return !zero;
+    }
+    tail = (sector + i) % align;
+    if (tail) {
+        if (zero && i <= tail) {
+            zero = false;
+        }
+        if (!zero) {
+            i = MIN(i + (align - tail), nsec);
+        } else {
+            i -= tail;
+        }
+    }
+    *run = i;
+    return !zero;
+}
+
+/* Like same_run, but zero runs shorter than min_sparse sectors that follow
+ * data are taken into the data run. */
+bool copy_data_run(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t sector,
+                   size_t *run)
+{
+    size_t nsec = (len + COPY_SECTOR - 1) / COPY_SECTOR;
+    unsigned min = p->min_sparse;
+    size_t used, checked, r;
+
+    if (nsec < min) {
+        min = (unsigned)nsec;
+    }
+    if (!same_run(buf, len, nsec, sector, p->alignment, &r)) {
+        *run = r;
+        return false;
+    }
+    used = checked = r;
+    while (checked < nsec) {
+        bool data = same_run(buf + checked * COPY_SECTOR, len - checked * COPY_SECTOR,
+                             nsec - checked, sector + checked, p->alignment, &r);
+        checked += r;
+        if (data) {
+            used = checked;
+        } else if (r >= min) {
+            break;
+        }
+    }
+    *run = used;
+    return true;
+}
+
+/*
+ * Block status of the source: of the whole chain, or with top_only of its
+ * top layer alone (fact 4), where what the layer leaves undefined reads as
+ * zeros when nothing is below it or the offset is past the end of what is
+ * below.
+ */
+static gboolean source_status(CopyPlan *p, uint64_t offset, uint64_t len, QimgExtent *ext,
+                              GError **err)
+{
+    QimgImage *below;
+
+    if (!api_block_status(p->src, p->top_only, offset, len, ext, err)) {
+        return FALSE;
+    }
+    if (!p->top_only ||
+        (ext->flags & (QIMG_STATUS_ALLOCATED | QIMG_STATUS_ZERO | QIMG_STATUS_DATA))) {
+        return TRUE;
+    }
+    below = p->src->backing;
+    if (!below || offset >= below->node->size) {
+        ext->flags |= QIMG_STATUS_ZERO;
+    } else {
+        ext->length = MIN(ext->length, below->node->size - offset);
+    }
+    return TRUE;
+}
+
+/* Status of the source at 'offset' and where it ends (fact 1). */
+static gboolean next_status(CopyPlan *p, uint64_t offset, CopyKind *st, uint64_t *end,
+                            GError **error)
+{
+    g_autoptr(GError) err = NULL;
+    QimgExtent ext;
+    uint64_t n, tail;
+
+    if (!source_status(p, offset, p->size - offset, &ext, &err)) {
+        g_set_error(error, QIMG_ERROR, err->code,
+                    "error while reading block status at offset %" PRIu64 ": %s", offset,
+                    err->message);
+        return FALSE;
+    }
+    n = MIN(ext.length, p->size - offset);
+    if (n == 0) {
+        g_set_error(error, QIMG_ERROR, EIO,
+                    "error while reading block status at offset %" PRIu64, offset);
+        return FALSE;
+    }
+    n = (n + COPY_SECTOR - 1) / COPY_SECTOR * COPY_SECTOR;
+    tail = (offset + n) % p->src_align;
+    if (n > tail) {
+        n -= tail;
+    }
+    *end = MIN(offset + n, p->size);
+    if (ext.flags & QIMG_STATUS_ZERO) {
+        bool past_backing = p->top_only && p->target_backing >= 0 &&
+                            offset >= (uint64_t)p->target_backing;
+        *st = past_backing ? COPY_BACKING : COPY_ZERO;
+    } else if (ext.flags & QIMG_STATUS_DATA) {
+        *st = COPY_DATA;
+    } else {
+        *st = p->target_has_backing ? COPY_BACKING : COPY_DATA;
+    }
+    return TRUE;
+}
+
+gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error)
+{
+    uint64_t n, end;
+
+    *more = p->pos < p->size;
+    if (!*more) {
+        return FALSE;
+    }
+    if (p->compress) { /* fact 1: one cluster each */
+        n = MIN((uint64_t)p->cluster, p->size - p->pos);
+        if (!next_status(p, p->pos, &c->kind, &end, error)) {
+            return FALSE;
+        }
+        if (end - p->pos < n) {
+            c->kind = COPY_DATA; /* a partly defined cluster is written whole */
+        }
+    } else {
+        if (p->pos >= p->status_end &&
+            !next_status(p, p->pos, &p->status, &p->status_end, error)) {
+            return FALSE;
+        }
+        c->kind = p->status;
+        n = MIN(p->status_end - p->pos, REQUEST_MAX);
+        if (c->kind == COPY_DATA || (c->kind == COPY_ZERO && p->min_sparse == 0)) {
+            n = MIN(n, COPY_BUF_SIZE);
+        }
+    }
+    c->offset = p->pos;
+    c->len = n;
+    p->pos += n;
+    return TRUE;
+}

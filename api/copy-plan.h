@@ -1,0 +1,52 @@
+/*
+ * api/copy-plan.h: what the copy pipeline (copy.c) writes where
+ * (copy-plan.c): the source's block status cut into chunks, and the runs of
+ * data and zeros inside a data chunk.  Internal to api/.
+ */
+#ifndef QIMG_API_COPY_PLAN_H
+#define QIMG_API_COPY_PLAN_H
+
+#include "api/api.h"
+#include "qimg/copy.h"
+
+#define COPY_SECTOR 512u
+#define COPY_BUF_SIZE (2u * 1024 * 1024)
+
+typedef enum CopyKind {
+    COPY_DATA,    /* read and write (with sparse detection) */
+    COPY_ZERO,    /* zeros: a zeroes request unless the target reads as zeros */
+    COPY_BACKING, /* left unallocated: the target's backing file shows */
+} CopyKind;
+
+typedef struct CopyPlan {
+    QimgImage *src;
+    uint64_t size;       /* bytes to copy */
+    uint64_t src_align;  /* the source's cluster size, >= 512 */
+    unsigned min_sparse; /* sectors; 0: no sparse detection */
+    unsigned alignment;  /* sectors: pow2floor(min_sparse), >= 1 */
+    bool target_has_backing, top_only, compress;
+    int64_t target_backing; /* -1: unknown */
+    uint32_t cluster;       /* the target's cluster size (compress) */
+    /* the walk, under the pipeline's lock */
+    uint64_t pos, status_end;
+    CopyKind status;
+} CopyPlan;
+
+typedef struct CopyChunk {
+    uint64_t offset, len;
+    CopyKind kind;
+} CopyChunk;
+
+/* Set up the plan for copying src (copy-plan.c facts 1-4). */
+void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst,
+                    const QimgCopyOptions *o);
+/* The next chunk at p->pos (advancing it); FALSE at the end (*more false)
+ * or on an error (*more true, error set). */
+gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error);
+/* One run of data or zeros at the start of buf (len bytes, first sector
+ * number 'sector'): TRUE for data; *run is its length in sectors (fact 2). */
+bool copy_data_run(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t sector,
+                   size_t *run);
+bool copy_buf_is_zero(const uint8_t *buf, size_t len);
+
+#endif

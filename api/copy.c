@@ -1,0 +1,374 @@
+/*
+ * api/copy.c: the copy pipeline (include/qimg/copy.h): in_flight workers,
+ * each taking the next chunk of the plan (copy-plan.c) in order and moving
+ * it -- read, sparse detection, write -- in parallel with the others.
+ *
+ * Owns: the workers and their buffers, the order of allocations in the
+ * target, the first error, and progress.
+ *
+ * Invariants (cited as "copy.c invariant N"):
+ *  1. Chunks are taken under the lock in guest order, each with the next
+ *     ticket (block/order.c).  Into a qcow2 target every allocating write
+ *     of chunk k is planned after those of chunks < k (write.c invariant
+ *     12), with or without out_of_order: host clusters in guest order is
+ *     what the format needs not to fragment.  The chunk's last data write
+ *     is marked last so that its data moves while chunk k + 1 allocates
+ *     (order.c invariant 2).  Into other targets, unless out_of_order, the
+ *     pipeline takes the turn itself before each write (issue_turn): writes
+ *     are issued in guest order, then run in parallel; with out_of_order
+ *     they are issued in any order.
+ *  2. A zero range is written (as zeroes) only where the plan says zeros and
+ *     the target may not read as zeros; no range gets both a zeroes request
+ *     and data (copy-plan.c facts 2, 3).
+ *  3. The first error (or a progress callback's FALSE) is kept, stops the
+ *     taking of chunks and cancels the order (order.c invariant 3); workers
+ *     finish the chunk they hold and stop.  qimg_copy returns only when
+ *     every worker has stopped.
+ *  4. done counts bytes of chunks completed, not taken; the progress
+ *     callback runs under the lock, so calls never overlap.
+ *  5. Memory: one COPY_BUF_SIZE buffer per worker, aligned for O_DIRECT.
+ */
+#include "api/copy-plan.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define COPY_DEFAULT_IN_FLIGHT 8u
+#define COPY_MAX_IN_FLIGHT 16u
+
+typedef struct Copy {
+    QimgImage *src, *dst;
+    QimgCopyOptions o;
+    pthread_mutex_t lock;
+    CopyPlan plan;    /* [lock] */
+    uint64_t ticket;  /* [lock] the next chunk's (invariant 1) */
+    BlkOrder *order;  /* NULL: no ordering */
+    bool issue_order; /* invariant 1: the pipeline orders the writes */
+    uint64_t done;    /* [lock] invariant 4 */
+    GError *error;    /* [lock] the first (invariant 3) */
+} Copy;
+
+typedef struct Worker {
+    Copy *c;
+    uint8_t *buf;
+    pthread_t thread;
+} Worker;
+
+/* Invariant 3: keep the first error. */
+static void copy_fail(Copy *c, GError *err)
+{
+    pthread_mutex_lock(&c->lock);
+    if (!c->error) {
+        c->error = err;
+        err = NULL;
+        if (c->order) {
+            blk_order_cancel(c->order);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    g_clear_error(&err);
+}
+
+static bool copy_stopped(Copy *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool stopped = c->error != NULL;
+    pthread_mutex_unlock(&c->lock);
+    return stopped;
+}
+
+static bool io_failed(Copy *c, QimgImage *img, ApiIoOp op, int ret, const char *what,
+                      uint64_t offset)
+{
+    GError *err = NULL, *full = NULL;
+
+    if (ret >= 0) {
+        return false;
+    }
+    api_io_error(img, op, ret, &err);
+    g_set_error(&full, QIMG_ERROR, err->code, "error while %s at byte %" PRIu64 ": %s",
+                what, offset, err->message);
+    g_error_free(err);
+    copy_fail(c, full);
+    return true;
+}
+
+/* Invariant 1: a target that does not order its own allocations gets its
+ * writes issued in ticket order, unless out_of_order. */
+static void issue_turn(const Copy *c)
+{
+    if (c->issue_order) {
+        blk_order_wait();
+        blk_order_allocated();
+    }
+}
+
+static bool write_zeroes(Copy *c, uint64_t offset, uint64_t len)
+{
+    if (c->o.target_is_zero) {
+        return true; /* invariant 2 */
+    }
+    issue_turn(c);
+    int ret = api_io(c->dst, API_IO_ZERO, offset, len, NULL,
+                     c->plan.target_has_backing ? 0 : BLK_REQ_MAY_UNMAP);
+    return !io_failed(c, c->dst, API_IO_ZERO, ret, "writing", offset);
+}
+
+static bool write_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
+{
+    BlkIOV q;
+
+    iov_init_buf(&q, buf, len);
+    issue_turn(c);
+    return !io_failed(c, c->dst, API_IO_WRITE,
+                      api_io(c->dst, API_IO_WRITE, offset, len, &q, 0), "writing",
+                      offset);
+}
+
+static bool read_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
+{
+    BlkIOV q;
+
+    iov_init_buf(&q, buf, len);
+    return !io_failed(c, c->src, API_IO_READ,
+                      api_io(c->src, API_IO_READ, offset, len, &q, 0), "reading", offset);
+}
+
+/* Where the last data run of the chunk starts (copy-plan.c fact 2), or
+ * len if it has none. */
+static size_t last_data_run(const Copy *c, const uint8_t *buf, uint64_t offset,
+                            size_t len)
+{
+    size_t pos = 0, last = len;
+
+    while (pos < len) {
+        size_t run;
+        bool data = copy_data_run(&c->plan, buf + pos, len - pos,
+                                  (offset + pos) / COPY_SECTOR, &run);
+        if (data) {
+            last = pos;
+        }
+        pos += MIN((uint64_t)run * COPY_SECTOR, len - pos);
+    }
+    return last;
+}
+
+/* A data chunk with sparse detection (fact 2; invariant 1 marks the last
+ * data write). */
+static bool write_chunk(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
+{
+    size_t pos = 0, last;
+
+    if (c->plan.min_sparse == 0) {
+        blk_order_mark_last();
+        return write_data(c, offset, buf, len);
+    }
+    last = last_data_run(c, buf, offset, len);
+    while (pos < len) {
+        size_t run, bytes;
+        bool data = copy_data_run(&c->plan, buf + pos, len - pos,
+                                  (offset + pos) / COPY_SECTOR, &run);
+
+        bytes = MIN((uint64_t)run * COPY_SECTOR, len - pos);
+        if (data && pos == last) {
+            blk_order_mark_last();
+        }
+        if (data ? !write_data(c, offset + pos, buf + pos, bytes)
+                 : !write_zeroes(c, offset + pos, bytes)) {
+            return false;
+        }
+        pos += bytes;
+    }
+    return true;
+}
+
+/* With compress: one cluster (copy.h rule 4). */
+static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
+{
+    size_t n = (size_t)k->len;
+    g_autoptr(GError) err = NULL;
+    BlkIOV q;
+
+    if (k->kind == COPY_ZERO) {
+        memset(buf, 0, n);
+    } else if (!read_data(c, k->offset, buf, n)) {
+        return false;
+    }
+    if (copy_buf_is_zero(buf, n)) {
+        return write_zeroes(c, k->offset, n);
+    }
+    iov_init_buf(&q, buf, n);
+    blk_order_mark_last();
+    if (!api_pwrite_compressed(c->dst, k->offset, &q, &err)) {
+        GError *full = g_error_new(QIMG_ERROR, err->code,
+                                   "error while compressing sector %" PRIu64 ": %s",
+                                   k->offset / COPY_SECTOR, err->message);
+        copy_fail(c, full);
+        return false;
+    }
+    return true;
+}
+
+static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf)
+{
+    size_t n = (size_t)k->len;
+
+    if (k->kind == COPY_BACKING) {
+        return true; /* fact 4: the target's backing file shows through */
+    }
+    if (c->plan.compress) {
+        return write_compressed(c, k, buf);
+    }
+    if (k->kind == COPY_DATA) {
+        return read_data(c, k->offset, buf, n) && write_chunk(c, k->offset, buf, n);
+    }
+    if (c->plan.min_sparse == 0) { /* zeros as data (-S 0) */
+        memset(buf, 0, n);
+        blk_order_mark_last();
+        return write_data(c, k->offset, buf, n);
+    }
+    return write_zeroes(c, k->offset, k->len);
+}
+
+/* Invariant 1: the next chunk and its ticket, or FALSE when done or
+ * stopped. */
+static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
+{
+    GError *err = NULL;
+    bool more, ok;
+
+    pthread_mutex_lock(&c->lock);
+    ok = !c->error && copy_plan_next(&c->plan, k, &more, &err);
+    *ticket = c->ticket++;
+    pthread_mutex_unlock(&c->lock);
+    if (!ok && err) {
+        copy_fail(c, err);
+    }
+    return ok;
+}
+
+static void chunk_done(Copy *c, uint64_t len)
+{
+    pthread_mutex_lock(&c->lock);
+    c->done += len; /* invariant 4 */
+    if (c->o.progress && !c->error &&
+        !c->o.progress(c->o.progress_opaque, c->done, c->plan.size)) {
+        c->error = g_error_new(QIMG_ERROR, ECANCELED, "The copy was interrupted");
+        if (c->order) {
+            blk_order_cancel(c->order);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void *worker_main(void *opaque)
+{
+    Worker *w = opaque;
+    Copy *c = w->c;
+    CopyChunk k;
+    uint64_t ticket;
+
+    while (take_chunk(c, &k, &ticket)) {
+        bool ok;
+        if (c->order) {
+            blk_order_enter(c->order, ticket);
+        }
+        blk_error_clear();
+        ok = move_chunk(c, &k, w->buf);
+        if (c->order) {
+            blk_order_leave(); /* order.c invariant 2 */
+        }
+        if (!ok || copy_stopped(c)) {
+            break;
+        }
+        chunk_done(c, k.len);
+    }
+    return NULL;
+}
+
+gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
+                   GError **error)
+{
+    Copy c = {.src = src, .dst = dst};
+    Worker *w;
+    unsigned n, started = 0;
+
+    if (!src || !dst) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "No source or target image to copy");
+        return FALSE;
+    }
+    if (!api_struct_in(&c.o, sizeof(c.o), opts, "QimgCopyOptions", error)) {
+        return FALSE;
+    }
+    if (c.o.in_flight > COPY_MAX_IN_FLIGHT ||
+        (c.o.sparse_size != QIMG_COPY_SPARSE_OFF &&
+         (c.o.sparse_size % COPY_SECTOR || c.o.sparse_size > 16 * 1024 * 1024))) {
+        g_set_error(
+            error, QIMG_ERROR, EINVAL,
+            "Invalid copy options: in_flight %u (at most %u), sparse_size %" PRIu32
+            " (a multiple of 512, at most 16 MiB)",
+            c.o.in_flight, COPY_MAX_IN_FLIGHT, c.o.sparse_size);
+        return FALSE;
+    }
+    if (dst->node->size < src->node->size) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "output file is smaller than input file");
+        return FALSE;
+    }
+    if (dst->node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only",
+                    dst->node->filename);
+        return FALSE;
+    }
+    if (c.o.compress && !dst->node->drv->pwrite_compressed) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "Compression is not supported for format '%s'",
+                    dst->node->drv->format_name);
+        return FALSE;
+    }
+    copy_plan_init(&c.plan, src, dst, &c.o);
+    n = c.o.in_flight ? c.o.in_flight : COPY_DEFAULT_IN_FLIGHT;
+    if (c.o.compress) { /* compression on every core */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n = MAX(n, (unsigned)MIN(MAX(cpus, 1), 64));
+    }
+    /* invariant 1 */
+    bool allocates = strcmp(dst->node->drv->format_name, "qcow2") == 0;
+    if (n > 1 && (allocates || !c.o.out_of_order)) {
+        c.order = blk_order_new();
+        c.issue_order = !allocates;
+    }
+    pthread_mutex_init(&c.lock, NULL);
+    w = g_new0(Worker, n);
+    for (unsigned i = 0; i < n; i++) {
+        w[i].c = &c;
+        if (posix_memalign((void **)&w[i].buf, 4096, COPY_BUF_SIZE) != 0) {
+            w[i].buf = NULL;
+            break;
+        }
+        if (pthread_create(&w[i].thread, NULL, worker_main, &w[i]) != 0) {
+            free(w[i].buf);
+            w[i].buf = NULL;
+            break;
+        }
+        started++;
+    }
+    if (started == 0) {
+        copy_fail(&c, g_error_new(QIMG_ERROR, ENOMEM, "Cannot start the copy's threads"));
+    }
+    for (unsigned i = 0; i < started; i++) { /* invariant 3 */
+        pthread_join(w[i].thread, NULL);
+        free(w[i].buf);
+    }
+    g_free(w);
+    blk_order_free(c.order);
+    pthread_mutex_destroy(&c.lock);
+    if (c.error) {
+        g_propagate_error(error, c.error);
+        return FALSE;
+    }
+    return TRUE;
+}

@@ -1,0 +1,132 @@
+#!/bin/bash
+# bench/convert-bench.sh: convert (issue 12's table) -- qimg, qemu-img and
+# the floor on the same work in one run.
+#
+# Sources (SIZE_GIB, default 4): full.raw, incompressible data everywhere;
+# half.raw, the same data in extents of 64 KiB .. 4 MiB alternating with
+# holes (50% data); for -c, the first CSIZE_GIB (default 1) of full.raw.
+# Cases (CASES selects; each: tools interleaved, ROUNDS rounds, default 3):
+#   full-warm, half-warm    raw -> qcow2, source in the page cache
+#   full-cold, half-cold    raw -> qcow2, caches dropped before each run
+#   full-direct, half-direct  -t none -T none, caches dropped
+#   zlib, zstd              -c (-o compression_type=zstd), 1 GiB full
+#   loop-raw, loop-qcow2    -n -O raw / -n -O qcow2 onto a loop device
+#                           (half and full sources; skipped without losetup)
+# Tools per case: qemu-img with its defaults and with -W -m 16, qimg with
+# its defaults, and the floor: cp (warm), reading the source alone and dd
+# writing the same bytes (cold, direct).  Every timed run: memwarm, the
+# whole process, the final sync; the target removed between runs.  Printed:
+# per case, medians, ratio to qemu-img's default (lower is better) and the
+# per-round ratios.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+ROUNDS=${ROUNDS:-3}
+SIZE_GIB=${SIZE_GIB:-4}
+CSIZE_GIB=${CSIZE_GIB:-1}
+CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2}
+cd "$BENCH_SCRATCH" || exit 1
+bench_require_space $((SIZE_GIB * 4 + 2))
+
+echo "# convert-bench: ${SIZE_GIB} GiB sources, $ROUNDS rounds, $(nproc) CPUs"
+echo "# $("$QEMU_IMG" --version | head -n 1); $("$QIMG" --version | head -n 1)"
+
+python3 - "$SIZE_GIB" <<'PY'
+import os, random, sys
+size = int(sys.argv[1]) << 30
+rng = random.Random(20261201)
+pool = os.urandom(64 << 20)
+sizes = [64 << 10, 128 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20]
+with open('full.raw', 'wb') as f:
+    for off in range(0, size, len(pool)):
+        f.write(pool)
+with open('half.raw', 'wb') as f:
+    f.truncate(size)
+    off = 0
+    while off < size:
+        n = min(rng.choice(sizes), (size - off) // 2)
+        if n <= 0:
+            break
+        p = rng.randrange(0, len(pool) - n, 4096)
+        f.seek(off)
+        f.write(pool[p:p + n])
+        off += 2 * n
+PY
+head -c $((CSIZE_GIB << 30)) full.raw >c.raw
+sync
+
+drop_caches() {
+    sync
+    [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches
+}
+
+LOOP=
+loop_setup() {
+    [ -n "$LOOP" ] && return 0
+    command -v losetup >/dev/null || return 1
+    truncate -s $((SIZE_GIB << 30)) loop.img || return 1
+    LOOP=$(losetup -f --show loop.img 2>/dev/null) || { LOOP=; return 1; }
+    trap 'losetup -d "$LOOP"; _bench_cleanup' EXIT
+}
+
+# run_case CASE TOOL: sets BENCH_T
+run_case() {
+    local c=$1 tool=$2 src cold=0 args=() out=dst.qcow2 floor
+    case $c in
+    full-* | loop-*-full) src=full.raw ;;
+    half-* | loop-*-half) src=half.raw ;;
+    zlib | zstd) src=c.raw ;;
+    esac
+    case $c in
+    *-cold) cold=1 ;;
+    *-direct) cold=1 args=(-t none -T none) ;;
+    zlib) args=(-c) ;;
+    zstd) args=(-c -o compression_type=zstd) ;;
+    loop-raw-*) cold=1 args=(-n -O raw) out=$LOOP ;;
+    loop-qcow2-*) cold=1 args=(-n -O qcow2) out=$LOOP ;;
+    esac
+    case $c in loop-*) ;; *) args=(-O qcow2 "${args[@]}") ;; esac
+    if [ "$c" = "${c#loop-qcow2}" ]; then :; else
+        "$QEMU_IMG" create -q -f qcow2 "$LOOP" "${SIZE_GIB}G" # a fresh qcow2 on the device
+    fi
+    [ "$out" = dst.qcow2 ] && rm -f dst.qcow2
+    if [ $cold = 1 ]; then drop_caches; else cat "$src" >/dev/null; fi
+    case $tool in
+    qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -f raw "${args[@]}" "$src" "$out" ;;
+    qemu-img-W16) bench_time BENCH_T "$QEMU_IMG" convert -f raw -W -m 16 "${args[@]}" "$src" "$out" ;;
+    qimg) bench_time BENCH_T "$QIMG" convert -f raw "${args[@]}" "$src" "$out" ;;
+    floor)
+        case $c in
+        *-warm) bench_time BENCH_T cp --sparse=always "$src" floor.raw ;;
+        *) bench_time BENCH_T dd if="$src" of=/dev/null bs=2M iflag=direct status=none ;;
+        esac
+        rm -f floor.raw ;;
+    floor-write) # the same bytes written with O_DIRECT (onto the device for loop-*)
+        local fout=floor.raw
+        [ "$out" = dst.qcow2 ] || fout=$out
+        bench_time BENCH_T dd if="$src" of="$fout" bs=2M oflag=direct conv=notrunc status=none
+        rm -f floor.raw ;;
+    esac
+    [ "$out" = dst.qcow2 ] && rm -f dst.qcow2
+    sync
+}
+
+for c in $CASES; do
+    tools=(qemu-img qemu-img-W16 qimg)
+    case $c in
+    *-warm) tools+=(floor) ;;
+    *-cold | *-direct | loop-*) tools+=(floor floor-write) ;;
+    esac
+    subcases=("$c")
+    case $c in
+    loop-*)
+        loop_setup || { echo "# $c: skipped (no loop device)"; continue; }
+        subcases=("$c-half" "$c-full") ;;
+    esac
+    for sc in "${subcases[@]}"; do
+        ccase() { run_case "$sc" "$1"; }
+        bench_rounds "$ROUNDS" ccase "${tools[@]}"
+        bench_table "$sc" qemu-img "${tools[@]}"
+        bench_reset
+    done
+done

@@ -1,0 +1,84 @@
+/*
+ * qimg/copy.h: the copy pipeline behind "qimg convert": one image's
+ * contents into another, several requests in flight.
+ *
+ *     QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+ *     o.target_is_zero = true;              (a target just created)
+ *     qimg_copy(src, dst, &o, &err);
+ *     qimg_image_flush(dst, &err);          (the copy does not flush)
+ *
+ * Rules:
+ *  1. What is written is what qemu-img convert writes: block status of the
+ *     source's chain decides data, zeros and (with a backing file in the
+ *     target) what is left unallocated; runs of zero sectors in the data at
+ *     least sparse_size long are not written as data; zeros are written
+ *     (as zeroes requests) only where the target may not read as zeros
+ *     already.  Never a pre-zeroing pass.
+ *  2. in_flight requests run at once, each on its own thread with its own
+ *     buffer of up to 2 MiB: memory is bounded by in_flight, never by the
+ *     image's size.
+ *  3. A qcow2 target's host clusters are assigned in guest order even
+ *     though the data writes run in parallel and complete in any order: the
+ *     output is no more fragmented than a sequential copy's, with or
+ *     without out_of_order.  Into other targets (raw files, block devices)
+ *     writes are issued in guest order unless out_of_order, where they are
+ *     issued in any order (qemu-img -W's use: preallocated devices).
+ *  4. compress writes compressed clusters (the target's cluster size, the
+ *     compression type of the target), compressed in parallel; a cluster
+ *     that does not shrink is stored uncompressed, an all-zero one as
+ *     zeros.
+ *  5. The first error stops every request; it is returned with the offset
+ *     it happened at ("error while writing at byte N: ...").  A progress
+ *     callback that returns FALSE stops the copy the same way (ECANCELED).
+ */
+#ifndef QIMG_COPY_H
+#define QIMG_COPY_H
+
+#include <qimg/qimg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* done: bytes of the source completed (read and written), of total.
+ * Called from the copy's threads, one call at a time.  FALSE stops. */
+typedef gboolean (*QimgCopyProgressFunc)(void *opaque, uint64_t done, uint64_t total);
+
+#define QIMG_COPY_SPARSE_OFF UINT32_MAX /* sparse_size: write zeros as data */
+
+typedef struct QimgCopyOptions {
+    uint32_t struct_size; /* sizeof(QimgCopyOptions): QIMG_COPY_OPTIONS_INIT */
+    unsigned in_flight;   /* requests at once (qemu-img -m), 1..16; 0: 8 */
+    bool out_of_order;    /* qemu-img -W: writes issued in any order (rule 3) */
+    bool compress;        /* qemu-img -c (rule 4) */
+    /* Zero runs in data of at least this many bytes (a multiple of 512, at
+     * most 16 MiB) are not written (qemu-img -S); 0: 4096;
+     * QIMG_COPY_SPARSE_OFF: every byte is written, zeros as data (-S 0). */
+    uint32_t sparse_size;
+    bool target_is_zero;     /* the target reads as zeros: zeros are skipped */
+    bool target_has_backing; /* what the source leaves undefined stays so */
+    /* qemu-img -B: the target's backing file holds what the source's
+     * backing chain holds; only the source's top layer is copied. */
+    bool top_only;
+    /* With top_only, where the target's backing file ends: zeros of the
+     * source past it stay unallocated (they read as zeros).  0: unknown. */
+    uint64_t target_backing_size;
+    QimgCopyProgressFunc progress; /* or NULL */
+    void *progress_opaque;
+} QimgCopyOptions;
+
+#define QIMG_COPY_OPTIONS_INIT                                                           \
+    {                                                                                    \
+        .struct_size = sizeof(QimgCopyOptions)                                           \
+    }
+
+/* Copy the source's size in bytes of src into dst (at least that large).
+ * Neither flushes nor closes dst. */
+gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
+                   GError **error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

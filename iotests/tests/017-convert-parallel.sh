@@ -1,0 +1,161 @@
+#!/bin/bash
+# qimg convert's parallel pipeline (api/copy.c) against qemu-img convert:
+#  - -m 1, the default, -m 16, -W, -S 0, -c, cache=none on both sides, small
+#    clusters, extended L2: the copy equals the source (qemu-img compare),
+#    qemu-img check is clean, the allocation map is qemu-img's;
+#  - host clusters in guest order (copy.c invariant 1): with and without
+#    -W the output is no more fragmented than qemu-img's default convert;
+#  - faults in the source's reads and the target's writes at many points
+#    end in a clean error naming the offset, never a hang (copy.c
+#    invariant 3);
+#  - SIGUSR1 prints the progress line, SIGINT stops the copy with an error;
+#  - memory stays bounded with -m 16 and -c on every core.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io python3
+
+# A 40 MiB + 512 source: random data, explicit zeros, a hole, data with
+# zero runs of several lengths, and an unaligned tail.
+python3 - <<'PY'
+import random
+random.seed(20261201)
+size = 40 * 1024 * 1024 + 512
+def rnd(n):
+    return random.getrandbits(8 * n).to_bytes(n, 'little')
+with open('src.raw', 'wb') as f:
+    f.truncate(size)
+    f.seek(0); f.write(rnd(8 << 20))
+    f.seek(8 << 20); f.write(b'\0' * (4 << 20))
+    blk = bytearray(rnd(8 << 20))
+    for z in [512, 4096, 65536, 1536, 131072, 4096 * 3, 2 << 20]:
+        o = random.randrange(0, len(blk) - z)
+        blk[o:o + z] = b'\0' * z
+    f.seek(20 << 20); f.write(bytes(blk))
+    f.seek(28 << 20); f.write(rnd((12 << 20) + 512))
+PY
+"$QEMU_IMG" create -q -f qcow2 base.qcow2 40M
+"$QEMU_IO" -c 'write -P 0x11 0 24M' base.qcow2 >/dev/null
+"$QEMU_IMG" create -q -f qcow2 -b base.qcow2 -F qcow2 src.qcow2 40M
+"$QEMU_IO" -c 'write -P 0x22 1M 3M' -c 'write -z 6M 2M' -c 'write -P 0x33 20M 10M' \
+    -c 'write -c -P 0x44 35M 1M' src.qcow2 >/dev/null
+
+check_field() {
+    "$QEMU_IMG" check --output=json "$1" 2>/dev/null |
+        sed -n "s/.*\"$2\": \\([0-9]*\\).*/\\1/p" | grep . || echo 0
+}
+
+# parallel_case SRC ARGS...: qimg and qemu-img with the same arguments.
+parallel_case() {
+    local src=$1 desc qf mf ref
+    shift
+    desc="convert $* $src"
+    rm -f q.qcow2 m.qcow2 r.qcow2
+    "$QEMU_IMG" convert "$@" "$src" q.qcow2 || { _fail "$desc: qemu-img failed"; return; }
+    assert_rc "$desc" 0 "$QIMG" convert "$@" "$src" m.qcow2 || return
+    assert_rc "$desc: same contents" 0 "$QEMU_IMG" compare "$src" m.qcow2
+    assert_rc "$desc: qemu-img check" 0 "$QEMU_IMG" check m.qcow2
+    assert_eq "$desc: map" "$(map_flags q.qcow2)" "$(map_flags m.qcow2)"
+    mf=$(check_field m.qcow2 fragmented-clusters)
+    # qemu-img's default convert (one write at a time, in order) of the
+    # same source: the reference with and without -W (copy.h rule 3)
+    local plain=() a skip=0
+    for a in "$@"; do
+        if [ $skip = 1 ]; then
+            skip=0
+        elif [ "$a" = -m ]; then
+            skip=1
+        elif [ "$a" != -W ]; then
+            plain+=("$a")
+        fi
+    done
+    "$QEMU_IMG" convert "${plain[@]}" "$src" r.qcow2
+    qf=$(check_field r.qcow2 fragmented-clusters)
+    ref="qemu-img ${plain[*]}"
+    _checks=$((_checks + 1))
+    if [ "$mf" -gt "$qf" ]; then
+        _fail "$desc: $mf fragmented clusters, $ref has $qf"
+    fi
+}
+
+for src in src.raw src.qcow2; do
+    case "$src" in *.raw) f=(-f raw) ;; *) f=() ;; esac
+    for args in "-m 1" "" "-m 16" "-W" "-W -m 16" "-S 0 -m 16" "-c -m 16" "-c -W" \
+        "-t none -T none -m 16" "-o cluster_size=4k -m 16" "-o extended_l2=on -m 16" \
+        "-o cluster_size=2M -m 16" "-S 64k -m 16"; do
+        # shellcheck disable=SC2086
+        parallel_case "$src" "${f[@]}" -O qcow2 $args
+    done
+done
+# -B: only the top layer, the rest from the target's backing file
+parallel_case src.qcow2 -O qcow2 -B base.qcow2 -F qcow2 -m 16
+# -n into an existing raw target
+"$QEMU_IMG" create -q -f raw old.raw 41M
+"$QEMU_IO" -f raw -c 'write -P 0x77 0 41M' old.raw >/dev/null
+assert_rc "convert -n -m 16 into a written raw file" 0 \
+    "$QIMG" convert -n -m 16 -f raw -O raw src.raw old.raw
+assert_rc "convert -n: the source's bytes" 0 \
+    cmp -n $((40 * 1024 * 1024 + 512)) src.raw old.raw
+
+# Faults: a source read or a target write fails at the N-th request.
+for nth in 1 2 3 5 8 13 17; do
+    rm -f t.qcow2
+    "$QEMU_IMG" create -q -f qcow2 t.qcow2 41M
+    timeout 60 "$QIMG" convert -n -m 16 -f raw -O qcow2 \
+        "blkdebug:event=any,op=read,nth=$nth,once:src.raw" t.qcow2 >f.out 2>f.err
+    rc=$?
+    assert_eq "read fault #$nth: exit code" 1 "$rc"
+    assert_eq "read fault #$nth: message" \
+        "qimg: error while reading at byte N: Could not read 'blkdebug:event=any,op=read,nth=$nth,once:src.raw': Injected error (blkdebug, none #$nth)" \
+        "$(sed 's/at byte [0-9]*/at byte N/' f.err)"
+    assert_rc "read fault #$nth: target consistent" 0 "$QEMU_IMG" check t.qcow2
+    rm -f t.qcow2
+    "$QEMU_IMG" create -q -f qcow2 t.qcow2 41M
+    timeout 60 "$QIMG" convert -n -m 16 -f raw -O qcow2 src.raw \
+        "blkdebug:event=any,nth=$nth:t.qcow2" >f.out 2>f.err
+    rc=$?
+    assert_eq "write fault #$nth: exit code" 1 "$rc"
+    _checks=$((_checks + 1))
+    grep -q "^qimg: error while writing at byte [0-9]*: .*Injected error" f.err ||
+        _fail "write fault #$nth: message: $(cat f.err)"
+    # a failed data or metadata write may leak clusters, never corrupt
+    "$QEMU_IMG" check t.qcow2 >c.out 2>&1
+    rc=$?
+    _checks=$((_checks + 1))
+    [ "$rc" = 0 ] || [ "$rc" = 3 ] || { _fail "write fault #$nth: check rc $rc"; cat c.out; }
+done
+
+# Signals: SIGUSR1 prints the progress, SIGINT stops the copy.
+"$QEMU_IMG" create -q -f raw big.raw 1G
+"$QEMU_IO" -f raw -c 'write -P 0x5a 0 1G' big.raw >/dev/null
+rm -f big.qcow2
+"$QIMG" convert -m 1 -t none -T none -f raw -O qcow2 big.raw big.qcow2 >sig.out 2>sig.err &
+pid=$!
+sleep 0.2
+kill -USR1 $pid 2>/dev/null
+sleep 0.2
+kill -INT $pid 2>/dev/null
+timeout 30 tail --pid=$pid -f /dev/null
+wait $pid
+rc=$?
+if grep -q "interrupted" sig.err; then
+    assert_eq "SIGINT: exit code" 1 "$rc"
+    assert_eq "SIGINT: message" "qimg: The copy was interrupted" "$(cat sig.err)"
+    _checks=$((_checks + 1))
+    grep -qE '^    \([0-9]+\.[0-9]{2}/100%\)$' sig.out || _fail "SIGUSR1: no progress line: $(cat sig.out)"
+else
+    # finished before the signals: then it must have succeeded
+    assert_eq "convert (done before SIGINT)" "0" "$rc"
+fi
+rm -f big.qcow2
+
+# Memory: bounded by the requests in flight, not by the image (copy.c 5).
+for args in "-m 16" "-c -m 16"; do
+    rm -f mem.qcow2
+    # shellcheck disable=SC2086
+    /usr/bin/time -f '%M' -o mem.txt "$QIMG" convert $args -f raw -O qcow2 big.raw mem.qcow2
+    kib=$(tail -n 1 mem.txt)
+    _checks=$((_checks + 1))
+    [ "$kib" -le $((64 * 1024)) ] || _fail "convert $args: max RSS $kib KiB > 64 MiB"
+done
+rm -f mem.qcow2 big.raw
+
+finish
