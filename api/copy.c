@@ -16,7 +16,9 @@
  *     (order.c invariant 2).  Into other targets, unless out_of_order, the
  *     pipeline takes the turn itself before each write (issue_turn): writes
  *     are issued in guest order, then run in parallel; with out_of_order
- *     they are issued in any order.
+ *     they are issued in any order.  Chunks that write nothing (holes on a
+ *     target that reads as zeros, what the backing file shows) take no
+ *     ticket, so they never wait for a turn.
  *  2. A zero range is written (as zeroes) only where the plan says zeros and
  *     the target may not read as zeros; no range gets both a zeroes request
  *     and data (copy-plan.c facts 2, 3).
@@ -39,6 +41,7 @@
 
 #define COPY_DEFAULT_IN_FLIGHT 8u
 #define COPY_MAX_IN_FLIGHT 16u
+#define NO_TICKET UINT64_MAX
 
 typedef struct Copy {
     QimgImage *src, *dst;
@@ -234,8 +237,23 @@ static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf)
     return write_zeroes(c, k->offset, k->len);
 }
 
-/* Invariant 1: the next chunk and its ticket, or FALSE when done or
- * stopped. */
+/* Does moving the chunk write anything (invariant 2)? */
+static bool chunk_writes(const Copy *c, const CopyChunk *k)
+{
+    switch (k->kind) {
+    case COPY_BACKING:
+        return false;
+    case COPY_ZERO:
+        return !c->o.target_is_zero || (c->plan.min_sparse == 0 && !c->plan.compress);
+    case COPY_DATA:
+        break;
+    }
+    return true;
+}
+
+/* Invariant 1: the next chunk and its ticket (NO_TICKET for a chunk that
+ * writes nothing: it must not hold up the turns of those that do), or
+ * FALSE when done or stopped. */
 static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
 {
     GError *err = NULL;
@@ -243,7 +261,7 @@ static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
 
     pthread_mutex_lock(&c->lock);
     ok = !c->error && copy_plan_next(&c->plan, k, &more, &err);
-    *ticket = c->ticket++;
+    *ticket = ok && chunk_writes(c, k) ? c->ticket++ : NO_TICKET;
     pthread_mutex_unlock(&c->lock);
     if (!ok && err) {
         copy_fail(c, err);
@@ -274,12 +292,13 @@ static void *worker_main(void *opaque)
 
     while (take_chunk(c, &k, &ticket)) {
         bool ok;
-        if (c->order) {
+        bool ordered = c->order && ticket != NO_TICKET;
+        if (ordered) {
             blk_order_enter(c->order, ticket);
         }
         blk_error_clear();
         ok = move_chunk(c, &k, w->buf);
-        if (c->order) {
+        if (ordered) {
             blk_order_leave(); /* order.c invariant 2 */
         }
         if (!ok || copy_stopped(c)) {
