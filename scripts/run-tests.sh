@@ -222,7 +222,7 @@ else
         # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
         regress=()
         [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
-        if "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 \
+        if "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-15}" -rss_limit_mb=2048 \
               -timeout=10 -artifact_prefix="$corpus/" "$corpus" "$seeds" \
               "${regress[@]+"${regress[@]}"}" >/tmp/$name.log 2>&1; then
             passed=$((passed + 1)); echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' /tmp/$name.log))"
