@@ -388,6 +388,9 @@ int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned 
     Qcow2Inflight r;
     int ret;
 
+    /* write.c invariant 12: the partial clusters may be written as data
+     * (write_zeros), which takes the turn; take it before registering. */
+    blk_order_wait();
     qcow2_lock(s);
     ret = qcow2_check_data_writable_locked(s); /* meta.c inv. 8 */
     if (ret < 0) {
