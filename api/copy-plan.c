@@ -18,7 +18,8 @@
  *  2. In a data chunk, sparse detection works on 512-byte sectors: a run
  *     of zero sectors of at least -S bytes (default 4 KiB) is not written;
  *     shorter zero runs between data are written as data.  Run ends are
- *     moved to multiples of the alignment (pow2floor(-S)) so that writes
+ *     moved to multiples of the alignment (pow2floor(-S), or the target's
+ *     request alignment if larger: O_DIRECT onto 4K sectors) so that writes
  *     stay aligned: a data run is extended to the next boundary, a zero run
  *     is shortened to end at the previous one (or becomes data if that
  *     would leave nothing).  -S 0 writes everything.
@@ -64,7 +65,9 @@ void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst, const QimgCopyO
     p->min_sparse = o->sparse_size == QIMG_COPY_SPARSE_OFF ? 0
                     : o->sparse_size == 0                  ? 4096 / COPY_SECTOR
                                                            : o->sparse_size / COPY_SECTOR;
-    p->alignment = MAX(pow2floor(p->min_sparse), 1u);
+    /* fact 2: as qemu-img, MAX(pow2floor(-S), the target's request alignment) */
+    p->alignment = MAX(MAX(pow2floor(p->min_sparse), 1u),
+                       (unsigned)DIV_ROUND_UP(dst->node->request_alignment, COPY_SECTOR));
     p->target_has_backing = o->target_has_backing;
     p->top_only = o->top_only;
     p->target_backing = o->target_backing_size ? (int64_t)o->target_backing_size : -1;

@@ -75,6 +75,14 @@
  *     (set_perm), a resize first takes the resize permission, and
  *     blk_file_create holds the creation locks before it truncates
  *     anything.
+ * 12. A zero request to a block device reaches BLKZEROOUT only in whole
+ *     logical blocks (the kernel refuses anything else with EINVAL, cache
+ *     mode or not); the unaligned head and tail are written as zeros.
+ *     BLKZEROOUT is the cheapest correct way: the kernel sends WRITE ZEROES
+ *     (which may unmap, and always reads back zeros) and writes zero pages
+ *     itself where the device has none; BLKDISCARD is never used to zero,
+ *     since a discarded range need not read back zeros.  When the ioctl is
+ *     refused (EOPNOTSUPP, ENOTTY) the range is written as zeros.
  */
 #include "block/block.h"
 #include "block/file.h"
@@ -252,6 +260,10 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
             return -err;
         }
         img->size = bsize;
+        int ssz = 0;
+        s->lbs = ioctl(fd, BLKSSZGET, &ssz) == 0 && ssz > 0 && is_pow2((uint64_t)ssz)
+                     ? (uint32_t)ssz
+                     : 512; /* invariant 12 */
     } else {
         img->size = (uint64_t)st.st_size;
     }
@@ -391,6 +403,39 @@ static int file_zero_fallocate(FileState *s, uint64_t offset, uint64_t bytes,
     return ret;
 }
 
+/* Invariant 12: BLKZEROOUT for the whole logical blocks of the range. */
+static int file_zero_blkdev(BlkNode *img, FileState *s, uint64_t offset, uint64_t bytes,
+                            unsigned flags)
+{
+    uint64_t end = offset + bytes;
+    uint64_t start = ROUND_UP(offset, s->lbs), stop = end / s->lbs * s->lbs;
+    int ret = 0;
+
+    /* Nothing whole to zero, or NO_FALLBACK and edges that would need
+     * writing: the caller writes the range, or refuses it. */
+    if (start >= stop ||
+        ((flags & BLK_REQ_NO_FALLBACK) && (start != offset || stop != end))) {
+        return -ENOTSUP;
+    }
+    uint64_t range[2] = {start, stop - start};
+    while (ioctl(s->fd, BLKZEROOUT, range) < 0) {
+        if (errno != EINTR) {
+            ret = file_errno_unsupported(errno) ? -ENOTSUP : -errno;
+            break;
+        }
+    }
+    if (ret == -ENOTSUP) {
+        return ret; /* the caller writes the whole range, or refuses it */
+    }
+    if (ret == 0 && start > offset) {
+        ret = file_write_zeroes_slow(img, s, offset, start - offset);
+    }
+    if (ret == 0 && end > stop) {
+        ret = file_write_zeroes_slow(img, s, stop, end - stop);
+    }
+    return ret;
+}
+
 static int file_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                               unsigned flags)
 {
@@ -417,14 +462,7 @@ static int file_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     }
     file_lock(s, m);
     if (img->is_block_device) {
-        uint64_t range[2] = {offset, bytes};
-        ret = 0;
-        while (ioctl(s->fd, BLKZEROOUT, range) < 0) {
-            if (errno != EINTR) {
-                ret = file_errno_unsupported(errno) ? -ENOTSUP : -errno;
-                break;
-            }
-        }
+        ret = file_zero_blkdev(img, s, offset, bytes, flags);
     } else {
         ret = file_zero_fallocate(s, offset, bytes, flags);
         if (ret == 0) {
@@ -563,9 +601,7 @@ static int64_t file_get_allocated_size(BlkNode *img)
     FileState *s = img->opaque;
     struct stat st;
 
-    if (img->is_block_device) {
-        return -ENOTSUP;
-    }
+    /* As QEMU's: st_blocks, which is 0 for a block device ("disk size: 0 B"). */
     if (fstat(s->fd, &st) < 0) {
         return -errno;
     }

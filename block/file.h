@@ -32,6 +32,7 @@ typedef struct FileState {
     bool no_flush; /* cache=unsafe (file.c invariant 2) */
     bool read_only;
     size_t buf_align; /* max(request_alignment, 4096) */
+    uint32_t lbs;     /* block devices: the logical block size (invariant 12) */
     FileRwLock lock;  /* file.c invariant 6 */
     GMutex wlock;     /* file.c invariant 7 */
     bool serialize_writes;

@@ -1283,7 +1283,7 @@ static void test_block_device(void **state)
         assert_true(img->is_block_device);
         assert_int_equal(img->size, size);
         assert_false(img->drv->has_zero_init(img));
-        assert_int_equal(img->drv->get_allocated_size(img), -ENOTSUP);
+        assert_int_equal(img->drv->get_allocated_size(img), 0); /* as QEMU's */
         assert_int_equal(img->request_alignment, pass ? (uint32_t)ssz : 1); /* inv. 1 */
 
         assert_int_equal(img->drv->block_status(img, 4096, 1 * MiB, &st), 0);
@@ -1334,6 +1334,22 @@ static void test_block_device(void **state)
         assert_memory_equal(buf + 4096, pat + 4096, 100);
         assert_true(all_bytes(buf + 4196, 1000, 0));
         assert_memory_equal(buf + 5196, pat + 5196, sizeof pat - 5196);
+
+        /* Whole blocks and unaligned edges (invariant 12): BLKZEROOUT for
+         * the blocks, the edges written; NO_FALLBACK refuses the edges. */
+        assert_int_equal(wr(img, 8192, pat, sizeof pat, 0), 0);
+        assert_int_equal(img->drv->pwrite_zeroes(img, 8192 + 100, (uint64_t)ssz * 2,
+                                                 BLK_REQ_NO_FALLBACK),
+                         -ENOTSUP);
+        assert_int_equal(rd(img, 8192, buf, sizeof buf), 0);
+        assert_memory_equal(buf, pat, sizeof pat);
+        assert_int_equal(img->drv->pwrite_zeroes(img, 8192 + 100, (uint64_t)ssz * 2, 0),
+                         0);
+        assert_int_equal(rd(img, 8192, buf, sizeof buf), 0);
+        assert_memory_equal(buf, pat, 100);
+        assert_true(all_bytes(buf + 100, (size_t)ssz * 2, 0));
+        assert_memory_equal(buf + 100 + ssz * 2, pat + 100 + ssz * 2,
+                            sizeof pat - 100 - (size_t)ssz * 2);
 
         assert_int_equal(img->drv->pdiscard(img, 1 * MiB, 1 * MiB), 0);
         assert_int_equal(img->drv->pdiscard(img, 1, 3), 0); /* unaligned: advisory */
