@@ -308,6 +308,12 @@ uint64_t qimg_image_size(QimgImage *img)
     return img->node->size;
 }
 
+gboolean qimg_image_has_zero_init(QimgImage *img)
+{
+    const BlkDriver *drv = img->node->drv;
+    return drv->has_zero_init && drv->has_zero_init(img->node);
+}
+
 const char *qimg_image_filename(QimgImage *img)
 {
     return img->node->filename;

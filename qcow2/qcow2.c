@@ -469,11 +469,23 @@ static void qcow2_close(BlkNode *img)
 }
 
 /* A new image reads as zeros unless a backing file shows through (QEMU's
- * bdrv_has_zero_init) or a raw data file holds old contents. */
+ * bdrv_has_zero_init) or a raw data file holds old contents.  A
+ * preallocated image (its last L1 entry set, as QEMU tests it) maps its
+ * clusters to whatever the data file held: zeros only if that reads as
+ * zeros (not a block device). */
 static bool qcow2_has_zero_init(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
-    return !img->backing && !img->backing_filename && !(s->data_file && s->data_file_raw);
+    BlkNode *data = qcow2_data_node(s);
+    bool preallocated;
+
+    if (img->backing || img->backing_filename || (s->data_file && s->data_file_raw)) {
+        return false;
+    }
+    qcow2_lock(s);
+    preallocated = s->l1_size > 0 && s->l1_table[s->l1_size - 1] != 0;
+    qcow2_unlock(s);
+    return !preallocated || (data->drv->has_zero_init && data->drv->has_zero_init(data));
 }
 
 static int64_t qcow2_get_allocated_size(BlkNode *img)

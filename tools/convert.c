@@ -32,33 +32,6 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-/* Does the whole target read as zeros (regular file just created, or block
- * status says so)? */
-static bool target_reads_zero(QimgImage *dst, const char *filename)
-{
-    struct stat st;
-    uint64_t size = qimg_image_size(dst);
-
-    if (stat(filename, &st) == 0 && S_ISREG(st.st_mode)) {
-        return true;
-    }
-    for (uint64_t off = 0; off < size;) {
-        QimgExtent ext;
-        GError *err = NULL;
-
-        if (!qimg_image_block_status(dst, off, size - off, &ext, &err)) {
-            g_clear_error(&err);
-            return false;
-        }
-        if (!(ext.flags & QIMG_STATUS_ZERO) || ext.length == 0) {
-            return false;
-        }
-        off += ext.length;
-    }
-    return true;
-}
 
 /* "-l ID_OR_NAME" or "-l snapshot.id=ID,snapshot.name=NAME". */
 static char *parse_snapshot_param(const char *param)
@@ -272,7 +245,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         s->zero_init = true; /* fact 3 */
     } else {
         s->zero_init = !a->skip_create && !s->target_has_backing && a->min_sparse != 0 &&
-                       target_reads_zero(dst, a->dst_name);
+                       qimg_image_has_zero_init(dst);
     }
     return dst;
 }

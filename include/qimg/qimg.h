@@ -18,7 +18,7 @@
  * same handle.
  *
  * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h), QIMG_0.4
- * (qimg/copy.h); libqimg.map):
+ * (qimg/copy.h), QIMG_0.5 (qimg_image_has_zero_init); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
  *     QimgCheckResult, QimgAioOptions, QimgCopyOptions) begins with
@@ -165,6 +165,11 @@ gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const voi
                                       size_t len, GError **error);
 
 uint64_t qimg_image_size(QimgImage *img);
+/* Does the image read as zeros wherever nothing was written to it since it
+ * was created (QEMU's bdrv_has_zero_init)?  FALSE for a block device, an
+ * image with a backing file, a preallocated qcow2 on a block device or a
+ * raw external data file: a copy into it must write its zeros (0.5). */
+gboolean qimg_image_has_zero_init(QimgImage *img);
 const char *qimg_image_filename(QimgImage *img);
 const char *qimg_image_format(QimgImage *img);
 QimgImage *qimg_image_backing(QimgImage *img); /* borrowed; NULL if none */
