@@ -64,7 +64,8 @@ LOOP=
 loop_setup() {
     [ -n "$LOOP" ] && return 0
     command -v losetup >/dev/null || return 1
-    truncate -s $((SIZE_GIB << 30)) loop.img || return 1
+    # room for the qcow2 metadata of a full source (-n -O qcow2)
+    truncate -s $(((SIZE_GIB << 30) + (256 << 20))) loop.img || return 1
     LOOP=$(losetup -f --show loop.img 2>/dev/null) || { LOOP=; return 1; }
     trap 'losetup -d "$LOOP"; _bench_cleanup' EXIT
 }

@@ -13,7 +13,8 @@
 #  - a block device gets BLKZEROOUT in whole logical blocks, the unaligned
 #    head and tail written (file.c invariant 12); with O_DIRECT on 4 KiB
 #    sectors the writes are aligned to them (copy-plan.c fact 2); raw and
-#    qcow2 on the device read back as the source, qcow2 checks clean.
+#    qcow2 on the device read back as the source, qcow2 checks clean;
+#  - a full disk ends the copy with the first error and its offset.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
@@ -145,6 +146,7 @@ loop_cleanup() {
     for d in "${loops[@]}"; do
         losetup -d "$d" 2>/dev/null
     done
+    mountpoint -q "$SCRATCH/small" 2>/dev/null && umount "$SCRATCH/small"
     _cleanup
 }
 trap loop_cleanup EXIT
@@ -212,6 +214,31 @@ for dev in "$dev512" "$dev4k"; do
         assert_rc "$d: -n: contents" 0 cmp -n $((8 * MiB + 512)) s512.raw back.raw
     done
 done
+
+# A full disk (a 16 MiB tmpfs, 40 MiB of data, 16 requests in flight):
+# the first error with its offset, exit 1, no hang, the qcow2 consistent.
+head -c $((40 * MiB)) /dev/urandom >r40.raw
+mkdir small
+if mount -t tmpfs -o size=16m tmpfs small; then
+    for fmt in raw qcow2; do
+        timeout -k 5 60 "$QIMG" convert -m 16 -f raw -O $fmt r40.raw small/t.$fmt >e.out 2>e.err
+        assert_eq "ENOSPC ($fmt): exit code" 1 "$?"
+        _checks=$((_checks + 1))
+        grep -q "^qimg: error while writing at byte [0-9]*: .*No space left on device$" e.err ||
+            _fail "ENOSPC ($fmt): message: $(cat e.err)"
+        assert_eq "ENOSPC ($fmt): one message" 1 "$(wc -l <e.err)"
+        if [ $fmt = qcow2 ]; then
+            "$QEMU_IMG" check small/t.qcow2 >c.out 2>&1
+            rc=$?
+            _checks=$((_checks + 1))
+            [ "$rc" = 0 ] || [ "$rc" = 3 ] || { _fail "ENOSPC: check rc $rc"; cat c.out; }
+        fi
+        rm -f small/t.$fmt
+    done
+    umount small
+else
+    _fail "cannot mount a tmpfs as root"
+fi
 
 # A device smaller than the source is refused, as qemu-img refuses it.
 truncate -s 40M src-big.raw
