@@ -17,6 +17,7 @@
 #   QEMU_IMG  qemu-img (default: qemu-img on PATH)
 #   QEMU_IO   qemu-io (default: qemu-io on PATH)
 #   QEMU_SYSTEM  qemu-system-x86_64 (default: qemu-system-x86_64 on PATH)
+#   QIMG_NBD_PLUGIN  nbdkit-qimg-plugin.so (default: ../nbd/ next to QIMG)
 #   TMPDIR    where scratch folders go (default: iotests/scratch)
 #   CI        "true" (or "1"): a missing tool fails the test instead of
 #             skipping it
@@ -35,10 +36,12 @@ case "$QIMG" in
 /*) ;;
 *) QIMG=$PWD/$QIMG ;;
 esac
+# The nbdkit plugin built next to the qimg binary (nbd/).
+QIMG_NBD_PLUGIN=${QIMG_NBD_PLUGIN:-$(dirname "$QIMG")/../nbd/nbdkit-qimg-plugin.so}
 QEMU_IMG=${QEMU_IMG:-qemu-img}
 QEMU_IO=${QEMU_IO:-qemu-io}
 QEMU_SYSTEM=${QEMU_SYSTEM:-qemu-system-x86_64}
-export QIMG QEMU_IMG QEMU_IO QEMU_SYSTEM
+export QIMG QIMG_NBD_PLUGIN QEMU_IMG QEMU_IO QEMU_SYSTEM
 
 # Local time affects snapshot dates; make both tools agree.
 export TZ=UTC LC_ALL=C
@@ -95,6 +98,8 @@ requires() {
     for t in "$@"; do
         case "$t" in
         qimg) [ -x "$QIMG" ] || missing "qimg not built ($QIMG)" ;;
+        qimg-nbd-plugin) [ -e "$QIMG_NBD_PLUGIN" ] ||
+            missing "nbdkit-qimg-plugin.so not built ($QIMG_NBD_PLUGIN; needs nbdkit-plugin-dev)" ;;
         qemu-img) command -v "$QEMU_IMG" >/dev/null 2>&1 ||
             missing "qemu-img not found (QEMU_IMG=$QEMU_IMG)" ;;
         qemu-io) command -v "$QEMU_IO" >/dev/null 2>&1 ||

@@ -33,5 +33,12 @@ if command -v qemu-img >/dev/null; then
     step "$QIMG" convert -l before -O raw "$dir/snap.qcow2" "$dir/before.raw"
     step "$QIMG" info --output=json "$dir/snap.qcow2"
 fi
+PLUGIN=${QIMG_NBD_PLUGIN:-$(dirname "$QIMG")/../nbd/nbdkit-qimg-plugin.so}
+if [ -e "$PLUGIN" ] && [ -e "$dir/disk.qcow2" ] && command -v nbdcopy >/dev/null; then
+    # Serve the qcow2 over NBD (nbdkit with the qimg plugin), copy it back.
+    step nbdkit -U - "$PLUGIN" file="$dir/disk.qcow2" readonly=true \
+        --run "nbdinfo --map \$uri && nbdcopy \$uri $dir/back.raw"
+    step "$QIMG" compare -f raw -F raw "$dir/disk.raw" "$dir/back.raw"
+fi
 echo
 echo "demo done"
