@@ -9,7 +9,7 @@ pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
 # qemu-nbd): python3 (iotests, scripts/run-tests.sh), and the NBD, io_uring
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
-pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio)
+pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)

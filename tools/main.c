@@ -56,6 +56,14 @@ static const ToolCommand commands[] = {
      "map [-f fmt] [--start-offset=offset] [--max-length=len] [--output=ofmt] [-U] "
      "filename",
      "Dump the allocation of an image, layer by layer of its backing chain."},
+    {"nbd", cmd_nbd,
+     "nbd [-k socket | -p port [-b addr]] [-x name] [-r] [-s] [-f fmt] [-l snapshot] "
+     "[-e shared] [-t] [-n] [--cache=mode] [--discard=mode] [--detect-zeroes=mode] "
+     "[--fork] [--pid-file=file] [--object tls-creds-x509,id=id,dir=dir --tls-creds=id] "
+     "[-v] filename",
+     "Serve the image over NBD with qemu-nbd's options and defaults (one client,\n"
+     "exit when it leaves unless -t; cache writeback), by running nbdkit with\n"
+     "nbdkit-qimg-plugin.so."},
     {"resize", cmd_resize,
      "resize [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename [+ | -]size",
      "Change the virtual size of the image; shrinking needs --shrink."},
