@@ -430,6 +430,9 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     info->backing_filename = g_strdup(node->backing_filename);
     info->full_backing_filename = g_strdup(node->full_backing_filename);
     info->backing_format = g_strdup(node->backing_format);
+    BlkNode *proto = node->file ? node->file : node;
+    info->dirty_unknown =
+        !node->drv->get_info && strcmp(proto->drv->format_name, "nbd") == 0;
     if (node->drv->get_info) {
         int ret = node->drv->get_info(node, &bi);
         if (ret < 0) {

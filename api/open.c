@@ -201,7 +201,9 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     /* block.h invariant 5: only the caller's own name (not a backing file
      * name from an image: chain != NULL) may select a test node. */
     bool user_name = chain == NULL;
-    if (!realpath(user_name ? blk_plain_name(filename) : filename, canon)) {
+    if (user_name && blk_is_nbd_name(blk_plain_name(filename))) {
+        g_strlcpy(canon, blk_plain_name(filename), sizeof(canon)); /* not a path */
+    } else if (!realpath(user_name ? blk_plain_name(filename) : filename, canon)) {
         int e = errno;
         g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
                     g_strerror(e));
@@ -221,6 +223,10 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     if (!file) {
         blk_error_propagate(error, 0, NULL);
         return NULL;
+    }
+    if (user_name && blk_is_nbd_name(blk_plain_name(filename)) &&
+        file->drv->is_protocol && !file->filtered) {
+        filename = file->filename; /* QEMU's name for the export (nbd.c) */
     }
     return open_format(file, drv, filename, canon, opts, chain, user_name, error);
 }

@@ -217,6 +217,12 @@ static bool split_prefix(const char *filename, const char *prefix, char **arg,
     return true;
 }
 
+bool blk_is_nbd_name(const char *filename)
+{
+    return g_str_has_prefix(filename, "nbd:") || g_str_has_prefix(filename, "nbd+") ||
+           g_str_has_prefix(filename, "nbds:") || g_str_has_prefix(filename, "nbds+");
+}
+
 BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                            BlkNodeRole role, unsigned flags)
 {
@@ -232,6 +238,14 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
     } else if (split_prefix(filename, "record:", &arg, &rest)) {
         BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags);
         node = child ? blk_open_record(arg, child) : NULL;
+    } else if (blk_is_nbd_name(filename)) {
+#ifdef QIMG_HAVE_LIBNBD
+        return blk_open_nbd(filename, opts->read_only);
+#else
+        blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
+                  filename);
+        return NULL;
+#endif
     } else if (g_str_has_prefix(filename, "blkdebug:") ||
                g_str_has_prefix(filename, "record:")) {
         blk_error(EINVAL,

@@ -309,6 +309,10 @@ const char *blk_event_name(BlkEvent ev);
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
  * "event=l2_update,errno=5,nth=1[;...]".  blk_open_protocol() uses it for
  * user names of the form "blkdebug:RULES:FILE". */
+/* The names block/nbd.c opens (with libnbd): libnbd's URIs (nbd://,
+ * nbd+unix://, nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT. */
+bool blk_is_nbd_name(const char *filename);
+BlkNode *blk_open_nbd(const char *filename, bool read_only);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
 

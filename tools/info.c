@@ -116,7 +116,9 @@ static void json_info(ToolJson *j, const QimgInfo *info)
     if (info->backing_filename) {
         tool_json_str(j, "backing-filename", info->backing_filename);
     }
-    tool_json_bool(j, "dirty-flag", info->dirty);
+    if (!info->dirty_unknown) {
+        tool_json_bool(j, "dirty-flag", info->dirty);
+    }
     tool_json_end_object(j);
 }
 

@@ -96,6 +96,9 @@ typedef struct QimgOpenOptions {
         .struct_size = sizeof(QimgOpenOptions)                                           \
     }
 
+/* filename: a path, or an NBD export (nbd://, nbd+unix://, nbds://, or
+ * qemu-img's nbd:unix:PATH / nbd:HOST:PORT[:exportname=NAME]) where qimg
+ * was built with libnbd. */
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error);
 /* Flushes (unless read-only) and closes; returns FALSE if the final flush
@@ -238,6 +241,9 @@ typedef struct QimgInfo {
     bool extended_l2;
     char *data_file;
     bool data_file_raw;
+    /* 0.5: no dirty flag to report (a raw NBD export: QEMU's nbd driver has
+     * no image info, so qemu-img prints none) */
+    bool dirty_unknown;
 } QimgInfo;
 
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error);

@@ -1,0 +1,139 @@
+#!/bin/bash
+# NBD images in qimg's commands (block/nbd.c, libnbd), qemu-nbd as the
+# server and qemu-img as the oracle on the same URIs:
+#  - info, map (base:allocation), compare, io, convert from an export, and
+#    convert -n into one; URI forms nbd+unix://, nbd://host:port/name and
+#    qemu-img's nbd:unix:PATH / nbd:HOST:PORT:exportname=NAME;
+#  - check and writes of a qcow2 file exported raw (qemu-nbd -f raw);
+#  - several connections to a multi-conn server (qimg nbd -e 0);
+#  - a read-only export refuses a read-write open; server errors reach the
+#    command (nbdkit's error filter); a server that is not there is a clear
+#    open error.
+. "$(dirname "$0")/../common.sh"
+requires qimg qimg-nbd-plugin nbdkit qemu-img qemu-io qemu-nbd
+
+"$QEMU_IMG" create -q -f qcow2 d.qcow2 64M
+"$QEMU_IO" -c 'write -P 0x11 0 4M' -c 'write -z 8M 1M' -c 'write -P 0x12 30M 64k' \
+    -c 'write -P 0x13 63M 1M' d.qcow2 >/dev/null
+cp d.qcow2 ref.qcow2 # d.qcow2 as served, for local comparisons while it is
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; _cleanup' EXIT
+wait_sock() {
+    for _ in $(seq 100); do
+        [ -S "$1" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+U="nbd+unix:///?socket=$PWD/q.sock"
+qemu-nbd -t -e 4 -k "$PWD/q.sock" -f qcow2 d.qcow2 &
+pids+=($!)
+wait_sock q.sock
+
+# 1. Reading through an export, as qemu-img reads it.
+same_as_qemu info -f raw "$U"
+same_as_qemu info -f raw --output=json "$U"
+same_as_qemu map -f raw --output=json "$U"
+same_as_qemu map -f raw "$U"
+same_as_qemu info -f raw "nbd:unix:$PWD/q.sock"
+same_as_qemu compare -f raw -F qcow2 "$U" ref.qcow2
+rm -f from.qcow2
+assert_rc "convert from an export" 0 "$QIMG" convert -f raw -O qcow2 "$U" from.qcow2
+assert_rc "convert from an export: contents" 0 "$QEMU_IMG" compare ref.qcow2 from.qcow2
+rm -f qfrom.qcow2
+"$QEMU_IMG" convert -f raw -O qcow2 "$U" qfrom.qcow2
+assert_eq "convert from an export: qemu-img's map" "$(map_flags qfrom.qcow2)" \
+    "$(map_flags from.qcow2)"
+assert_rc "io through an export" 0 \
+    "$QIMG" io -f raw -c 'write -P 0x21 1M 100k' -c 'read -P 0x21 1M 100k' "$U"
+assert_rc "io: the write reached the image" 0 "$QEMU_IO" -f raw -c 'read -P 0x21 1M 100k' "$U"
+
+kill "${pids[0]}"
+wait "${pids[0]}" 2>/dev/null
+
+# 2. convert -n into an export (qemu-nbd serving a fresh qcow2).
+"$QEMU_IMG" create -q -f qcow2 t.qcow2 64M
+qemu-nbd -t -k "$PWD/t.sock" -f qcow2 t.qcow2 &
+tpid=$!
+pids+=($tpid)
+wait_sock t.sock
+assert_rc "convert -n into an export" 0 \
+    "$QIMG" convert -n -f qcow2 -O raw d.qcow2 "nbd+unix:///?socket=$PWD/t.sock"
+kill $tpid
+wait $tpid 2>/dev/null
+assert_rc "convert -n into an export: contents" 0 "$QEMU_IMG" compare d.qcow2 t.qcow2
+assert_rc "convert -n into an export: check" 0 "$QEMU_IMG" check t.qcow2
+
+# 3. A qcow2 file exported as raw: qimg check and writes through NBD.
+cp d.qcow2 c.qcow2
+qemu-nbd -t -k "$PWD/c.sock" -f raw c.qcow2 &
+cpid=$!
+pids+=($cpid)
+wait_sock c.sock
+C="nbd+unix:///?socket=$PWD/c.sock"
+same_as_qemu check -f qcow2 "$C"
+same_as_qemu check -f qcow2 --output=json "$C"
+# (in place: the export cannot grow, as for qemu-io)
+assert_rc "write a qcow2 on an export" 0 \
+    "$QIMG" io -f qcow2 -c 'write -P 0x31 1M 2M' -c 'write -z 0 64k' "$C"
+same_as_qemu check -f qcow2 "$C"
+kill $cpid
+wait $cpid 2>/dev/null
+assert_rc "qcow2 on an export: check after" 0 "$QEMU_IMG" check c.qcow2
+assert_rc "qcow2 on an export: the data" 0 "$QEMU_IO" -c 'read -P 0x31 1M 2M' c.qcow2
+
+# 4. Several connections (qimg nbd -e 0 advertises multi-conn), TCP and a
+# named export in both URI forms.
+port=$((20000 + RANDOM % 20000))
+cp d.qcow2 m.qcow2
+"$QIMG" nbd -t -e 0 -p $port -b 127.0.0.1 -x disk m.qcow2 &
+mpid=$!
+pids+=($mpid)
+for _ in $(seq 100); do nbdinfo --size "nbd://127.0.0.1:$port/disk" >/dev/null 2>&1 && break; sleep 0.05; done
+M="nbd://127.0.0.1:$port/disk"
+rm -f src.raw
+head -c $((64 * 1024 * 1024)) /dev/urandom >src.raw
+assert_rc "convert -n -m 16 into a multi-conn export" 0 \
+    "$QIMG" convert -n -m 16 -f raw -O raw src.raw "$M"
+assert_rc "multi-conn: the data" 0 "$QEMU_IMG" compare -f raw -F raw src.raw \
+    "nbd:127.0.0.1:$port:exportname=disk"
+same_as_qemu info -f raw "nbd:127.0.0.1:$port:exportname=disk"
+kill $mpid
+wait $mpid 2>/dev/null
+assert_rc "multi-conn: check" 0 "$QEMU_IMG" check m.qcow2
+
+# 5. Errors.
+qemu-nbd -t -r -k "$PWD/r.sock" -f qcow2 d.qcow2 &
+pids+=($!)
+wait_sock r.sock
+"$QIMG" io -f raw -c 'write 0 4k' "nbd+unix:///?socket=$PWD/r.sock" >e.out 2>&1
+assert_eq "read-only export: exit code" 1 "$?"
+_checks=$((_checks + 1))
+grep -q "^qimg: .*read-only" e.out || _fail "read-only export: $(cat e.out)"
+assert_rc "read-only export: -r reads" 0 \
+    "$QIMG" io -r -f raw -c 'read -P 0x11 2M 2M' "nbd+unix:///?socket=$PWD/r.sock"
+"$QIMG" info -f raw "nbd+unix:///?socket=$PWD/nosuch.sock" >e.out 2>&1
+assert_eq "no server: exit code" 1 "$?"
+_checks=$((_checks + 1))
+grep -q "^qimg: Could not open 'nbd+unix:///?socket=.*nosuch.sock'" e.out ||
+    _fail "no server: $(cat e.out)"
+"$QIMG" info -f raw "nbd:bogus:1:2:3" >e.out 2>&1
+assert_eq "bad nbd: name: exit code" 1 "$?"
+_checks=$((_checks + 1))
+grep -q "expected nbd:unix:PATH" e.out || _fail "bad nbd: name: $(cat e.out)"
+# read errors from the server reach the command with the offset
+cp d.qcow2 f.qcow2
+nbdkit -U "$PWD/f.sock" -P f.pid --filter=error "$QIMG_NBD_PLUGIN" file=f.qcow2 \
+    error=EIO error-pread-rate=100% error-pwrite-rate=100%
+wait_sock f.sock
+pids+=("$(cat f.pid)")
+"$QIMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/f.sock" out.raw >e.out 2>&1
+assert_eq "server read error: exit code" 1 "$?"
+_checks=$((_checks + 1))
+grep -q "^qimg: error while reading at byte [0-9]*: .*Input/output error" e.out ||
+    _fail "server read error: $(cat e.out)"
+"$QIMG" io -f raw -c 'write 0 4k' "nbd+unix:///?socket=$PWD/f.sock" >e.out 2>&1
+_checks=$((_checks + 1))
+grep -q "Input/output error" e.out || _fail "server write error: $(cat e.out)"
+
+finish
