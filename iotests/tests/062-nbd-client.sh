@@ -8,7 +8,8 @@
 #  - several connections to a multi-conn server (qimg nbd -e 0);
 #  - a read-only export refuses a read-write open; server errors reach the
 #    command (nbdkit's error filter); a server that is not there is a clear
-#    open error.
+#    open error;
+#  - odd servers (nbdkit's blocksize, nozero, noextents, delay filters).
 . "$(dirname "$0")/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit qemu-img qemu-io qemu-nbd
 
@@ -135,5 +136,29 @@ grep -q "^qimg: error while reading at byte [0-9]*: .*Input/output error" e.out 
 "$QIMG" io -f raw -c 'write 0 4k' "nbd+unix:///?socket=$PWD/f.sock" >e.out 2>&1
 _checks=$((_checks + 1))
 grep -q "Input/output error" e.out || _fail "server write error: $(cat e.out)"
+
+# 6. Odd servers (nbdkit filters in front of the plugin): small maximum
+# requests, no zeroes, no extents, slow reads; data right, map as qemu-img's.
+cp d.qcow2 o.qcow2
+odd() { # DESC "FILTERS" PARAMS...
+    local desc=$1 filters=$2
+    shift 2
+    rm -f o.sock o.pid
+    # shellcheck disable=SC2086
+    nbdkit -U "$PWD/o.sock" -P o.pid $filters "$QIMG_NBD_PLUGIN" file=o.qcow2 "$@"
+    wait_sock o.sock
+    O="nbd+unix:///?socket=$PWD/o.sock"
+    assert_rc "$desc: io" 0 "$QIMG" io -f raw -c 'write -P 0x71 100 300000' \
+        -c 'read -P 0x71 100 300000' -c 'write -z 5M 1M' -c 'read -P 0 5M 1M' "$O"
+    same_as_qemu map -f raw --output=json "$O"
+    rm -f odd.qcow2
+    assert_rc "$desc: convert from it" 0 "$QIMG" convert -f raw -O qcow2 "$O" odd.qcow2
+    assert_rc "$desc: the copy" 0 "$QEMU_IMG" compare -f raw "$O" odd.qcow2
+    kill "$(cat o.pid)"
+    for _ in $(seq 100); do kill -0 "$(cat o.pid)" 2>/dev/null || break; sleep 0.05; done
+}
+odd "blocksize maxdata=64k" --filter=blocksize maxdata=65536
+odd "nozero, noextents" "--filter=nozero --filter=noextents"
+odd "slow reads" --filter=delay rdelay=5ms
 
 finish
