@@ -10,6 +10,8 @@
 #  - a client that leaves without flushing loses nothing: the recording
 #    node shows a flush after every write once the last client is gone
 #    (invariant 2);
+#  - a client killed mid-write leaves what it flushed, a server killed
+#    mid-write leaves a consistent image (leaks at most);
 #  - readonly=true and snapshot= refuse writes; bad parameters, a malformed
 #    image and an image another process holds fail the server at start.
 . "$(dirname "$0")/../common.sh"
@@ -169,6 +171,33 @@ python3 flushed.py rec.log ||
 stop
 assert_rc "nbdcopy, no flush: contents" 0 cmp src.raw c.raw
 
+# 4b. A client killed mid-write: what it flushed is there, the image is
+# consistent.  A server killed (SIGKILL) mid-write: consistent, leaks at most.
+rm -f k.qcow2
+"$QEMU_IMG" create -q -f qcow2 k.qcow2 64M
+assert_rc "serve k.qcow2" 0 serve m.sock file=k.qcow2
+assert_rc "a client writes and flushes" 0 \
+    "$QEMU_IO" -f raw -c 'write -P 0x61 0 8M' -c flush "$(uri m.sock)"
+"$QEMU_IO" -f raw -c 'write -P 0x62 16M 40M' "$(uri m.sock)" >/dev/null 2>&1 &
+client=$!
+sleep 0.2
+kill -9 $client 2>/dev/null
+wait $client 2>/dev/null
+stop
+assert_rc "client killed: check" 0 "$QEMU_IMG" check k.qcow2
+assert_rc "client killed: the flushed data" 0 "$QEMU_IO" -c 'read -P 0x61 0 8M' k.qcow2
+assert_rc "serve k.qcow2 again" 0 serve m.sock file=k.qcow2
+nbdcopy src.raw "$(uri m.sock)" >/dev/null 2>&1 &
+client=$!
+sleep 0.3
+kill -9 "$(cat srv.pid)"
+wait $client 2>/dev/null
+rm -f srv.pid
+"$QEMU_IMG" check k.qcow2 >c.out 2>&1
+rc=$?
+_checks=$((_checks + 1))
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || { _fail "server killed: check rc $rc"; cat c.out; }
+
 # 5. Snapshots are read-only views.
 cp top.qcow2 s.qcow2
 "$QEMU_IMG" snapshot -c snap1 s.qcow2
@@ -202,9 +231,8 @@ start_fails "malformed image" "bad.qcow2" file=bad.qcow2 format=qcow2
 start_fails "missing image" "No such file" file=nosuch.qcow2
 # an image another process holds for writing (QEMU's locks)
 cp top.qcow2 held.qcow2
-# qemu-io reads its commands from a pipe that sleep holds open: killing the
-# sleep ends both
-sleep 60 > >("$QEMU_IO" held.qcow2 >/dev/null 2>&1) &
+# qemu-io holds the image open (its sleep command) until killed
+"$QEMU_IO" -c 'sleep 60000' held.qcow2 >hold.out 2>&1 &
 hold=$!
 locked=
 for _ in $(seq 200); do

@@ -86,8 +86,8 @@ for e in 1 2; do
     srv=$!
     pids+=($srv)
     wait_sock e.sock
-    # a client that stays connected: qemu-io reading commands from sleep
-    sleep 30 > >("$QEMU_IO" -f raw "$(uri e.sock)" >/dev/null 2>&1) &
+    # a client that stays connected (qemu-io's sleep command)
+    "$QEMU_IO" -f raw -c 'sleep 30000' "$(uri e.sock)" >/dev/null 2>&1 &
     hold=$!
     sleep 1
     nbdinfo --size "$(uri e.sock)" >e.out 2>&1
@@ -199,7 +199,8 @@ printf 'QFI\373\0\0\0\3garbage' >bad.qcow2
 truncate -s 1M bad.qcow2
 refused "malformed image" "bad.qcow2" "$QIMG" nbd -f qcow2 -k "$PWD/x.sock" bad.qcow2
 cp d.qcow2 held.qcow2
-sleep 60 > >("$QEMU_IO" held.qcow2 >hold.out 2>&1) &
+# qemu-io holds the image open (its sleep command) until killed
+"$QEMU_IO" -c 'sleep 60000' held.qcow2 >hold.out 2>&1 &
 hold=$!
 pids+=($hold)
 locked=
