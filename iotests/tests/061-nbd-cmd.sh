@@ -6,7 +6,8 @@
 #    and writes --pid-file; -p/-b TCP; -x only that export name; -e limits
 #    the clients at once; -r refuses writes; -s throws writes away; -l
 #    serves a snapshot; qemu-img map through the export is qemu-nbd's;
-#    TLS with qemu-nbd's --object tls-creds-x509 / --tls-creds;
+#    TLS with qemu-nbd's --object tls-creds-x509 / --tls-creds; -L prints
+#    qemu-nbd -L's listing of either server;
 #  - bad options, nbdkit missing, a malformed image and an image in use
 #    end with exit 1 and the reason (nbd.c facts 3, 4).
 . "$(dirname "$0")/../common.sh"
@@ -68,6 +69,11 @@ for i in 1 2; do
         "$("$QEMU_IMG" map -f raw --output=json "$(uri q.sock)")" \
         "$("$QEMU_IMG" map -f raw --output=json "$(uri m.sock)")"
 done
+# -L: the listing of both servers, as qemu-nbd -L prints it
+for sk in m.sock q.sock; do
+    assert_eq "-L -k $sk: qemu-nbd's listing" "$(qemu-nbd -L -k "$PWD/$sk")" \
+        "$("$QIMG" nbd -L -k "$PWD/$sk")"
+done
 _checks=$((_checks + 1))
 kill -0 $srv 2>/dev/null || _fail "-t: the server exited"
 rm -f w.out
@@ -124,6 +130,8 @@ _checks=$((_checks + 1))
 nbdinfo --list "nbd://127.0.0.1:$port/" | grep -q "^export=\"disk\":\|export=.disk" ||
     _fail "-x disk: not listed: $(nbdinfo --list "nbd://127.0.0.1:$port/" 2>&1)"
 assert_eq "-x disk: the size over TCP" 67108864 "$(nbdinfo --size "nbd://127.0.0.1:$port/disk")"
+assert_eq "-L over TCP: qemu-nbd's listing" "$(qemu-nbd -L -b 127.0.0.1 -p $port)" \
+    "$("$QIMG" nbd -L -b 127.0.0.1 -p $port)"
 kill "$srv"
 gone "$srv"
 # without -t a forked server also ends with its client
@@ -193,6 +201,8 @@ refused "bad cache" "^qimg: Invalid cache option: sometimes" \
     "$QIMG" nbd --cache=sometimes -k x.sock d.qcow2
 refused "bad port" "^qimg: Invalid port number" "$QIMG" nbd -p 99999 d.qcow2
 refused "-A" "not supported" "$QIMG" nbd -A -k x.sock d.qcow2
+refused "-L with a file" "L takes no image file name" "$QIMG" nbd -L -k x.sock d.qcow2
+refused "-L, no server" "^qimg: .*connect" "$QIMG" nbd -L -k "$PWD/nosuch.sock"
 refused "nbdkit missing" "^qimg: nbdkit not found" \
     env PATH=/nonexistent "$QIMG" nbd -k x.sock d.qcow2
 printf 'QFI\373\0\0\0\3garbage' >bad.qcow2
