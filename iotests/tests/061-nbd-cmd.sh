@@ -9,9 +9,10 @@
 #    TLS with qemu-nbd's --object tls-creds-x509 / --tls-creds; -L prints
 #    qemu-nbd -L's listing of either server;
 #  - bad options, nbdkit missing, a malformed image and an image in use
-#    end with exit 1 and the reason (nbd.c facts 3, 4).
+#    (by qemu-io, and by a running QEMU) end with exit 1 and the reason
+#    (nbd.c facts 3, 4).
 . "$(dirname "$0")/../common.sh"
-requires qimg qimg-nbd-plugin nbdkit nbdinfo qemu-img qemu-io qemu-nbd openssl
+requires qimg qimg-nbd-plugin nbdkit nbdinfo qemu-img qemu-io qemu-nbd openssl qemu-system-x86_64
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 64M
 "$QEMU_IO" -c 'write -P 0x11 0 4M' -c 'write -z 8M 1M' -c 'write -P 0x12 30M 64k' \
@@ -221,5 +222,20 @@ done
 assert_eq "qemu-io holds held.qcow2" 1 "$locked" || cat hold.out
 refused "image in use" "lock" "$QIMG" nbd -k "$PWD/x.sock" held.qcow2
 kill $hold
+wait $hold 2>/dev/null
+# a running QEMU (TCG, no guest: -S) with the image as its disk
+cp d.qcow2 vm.qcow2
+timeout 120 "$QEMU_SYSTEM" -machine pc,accel=tcg -m 64 -nographic -nodefaults -S \
+    -drive file=vm.qcow2,format=qcow2,if=virtio -monitor none >vm.out 2>&1 &
+vm=$!
+pids+=($vm)
+locked=
+for _ in $(seq 400); do
+    "$QEMU_IMG" info vm.qcow2 >/dev/null 2>&1 || { locked=1; break; }
+    sleep 0.05
+done
+assert_eq "QEMU holds vm.qcow2" 1 "$locked" || cat vm.out
+refused "an image QEMU runs" "lock" "$QIMG" nbd -k "$PWD/x.sock" vm.qcow2
+kill $vm
 
 finish
