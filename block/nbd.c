@@ -11,12 +11,18 @@
  * Invariants (cited as "nbd.c invariant N"):
  *  1. Connections: one, or up to NBD_CONNS when the server advertises
  *     multi-conn (a flush on any connection then covers the writes that
- *     completed on all of them); a request takes a free connection for its
- *     whole length (libnbd's synchronous calls), so NBD_CONNS requests are
- *     in flight at once.  Extra connections the server refuses (a client
- *     limit) are dropped at open: the node works with those it got.
+ *     completed on all of them).  Requests go out with libnbd's async calls,
+ *     many in flight per connection; the connection with the fewest in
+ *     flight takes the next one.  Each connection has one poller thread, the
+ *     only one that reads its socket (nbd_aio_notify_read/write); a
+ *     submitter that leaves output pending wakes it (its eventfd), and
+ *     completion callbacks, run by the poller, only record the result and
+ *     wake the waiting caller.  Extra connections the server refuses (a
+ *     client limit) are dropped at open: the node works with those it got.
  *  2. Every reply is checked: a failed command fails the request with the
- *     server's errno (EIO when it sent none) and libnbd's message.
+ *     server's errno (EIO when it sent none); a connection that dies fails
+ *     the commands in flight on it (libnbd retires them with an error), and
+ *     a submission refused by libnbd fails with libnbd's message.
  *  3. Requests are cut at the server's maximum block size (32 MiB when it
  *     says none); a server whose minimum block size is above 1 is refused
  *     at open (no read-modify-write here yet).
@@ -34,25 +40,91 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libnbd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #define NBD_CONNS 4
 #define NBD_MAX_REQUEST (32u << 20)
+#define NBD_WINDOW 8 /* pieces of one request in flight at once */
+
+typedef struct NbdConn {
+    struct nbd_handle *h;
+    int efd; /* wakes the poller (invariant 1) */
+    pthread_t poller;
+    bool started;
+    const bool *stop_flag; /* &NbdState.stop */
+    unsigned inflight;     /* [NbdState.lock] */
+} NbdConn;
 
 typedef struct NbdState {
     char *name;
-    struct nbd_handle *h[NBD_CONNS];
-    bool busy[NBD_CONNS]; /* [lock] */
+    NbdConn c[NBD_CONNS];
     int nconns;
+    bool stop; /* atomic */
     pthread_mutex_t lock;
-    pthread_cond_t cond;
     uint32_t max_request; /* invariant 3 */
     bool can_zero, can_fast_zero, can_fua, can_trim, can_flush, has_status;
 } NbdState;
 
-/* Invariant 2: the failed call's errno and message. */
+/* What one caller waits for: its commands' completions (invariant 1). */
+typedef struct NbdWait {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    unsigned pending;
+    int err; /* the first failure's errno */
+    uint64_t err_offset;
+    bool reported; /* err came from a refused submission, already reported */
+} NbdWait;
+
+/* One command of a caller; the completion callback's user data. */
+typedef struct NbdCmd {
+    NbdWait *w;
+    NbdState *s;
+    int conn;
+    uint64_t offset;
+} NbdCmd;
+
+static void wait_init(NbdWait *w)
+{
+    pthread_mutex_init(&w->m, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->pending = 0;
+    w->err = 0;
+    w->err_offset = 0;
+    w->reported = false;
+}
+
+static bool wait_note(NbdWait *w, int err, uint64_t offset)
+{
+    if (err && !w->err) {
+        w->err = err;
+        w->err_offset = offset;
+        return true;
+    }
+    return false;
+}
+
+/* Blocks until every submitted command of @w completed; then destroys it. */
+static int wait_finish(NbdWait *w)
+{
+    int err;
+
+    pthread_mutex_lock(&w->m);
+    while (w->pending > 0) {
+        pthread_cond_wait(&w->cv, &w->m);
+    }
+    err = w->err;
+    pthread_mutex_unlock(&w->m);
+    pthread_mutex_destroy(&w->m);
+    pthread_cond_destroy(&w->cv);
+    return err;
+}
+
+/* Invariant 2: the failed submission's errno and libnbd's message. */
 static int nbd_fail(const NbdState *s, const char *what, uint64_t offset)
 {
     int err = nbd_get_errno();
@@ -65,28 +137,179 @@ static int nbd_fail(const NbdState *s, const char *what, uint64_t offset)
                      offset, msg ? msg : g_strerror(err));
 }
 
-/* Invariant 1. */
-static int conn_get(NbdState *s)
+/* Invariant 2: a command the server (or a dead connection) failed. */
+static int cmd_fail(const NbdState *s, const char *what, int err, uint64_t offset)
 {
-    pthread_mutex_lock(&s->lock);
-    for (;;) {
-        for (int i = 0; i < s->nconns; i++) {
-            if (!s->busy[i]) {
-                s->busy[i] = true;
-                pthread_mutex_unlock(&s->lock);
-                return i;
-            }
-        }
-        pthread_cond_wait(&s->cond, &s->lock);
-    }
+    return blk_error(err, "Could not %s '%s' at offset %" PRIu64 ": %s", what, s->name,
+                     offset, g_strerror(err));
 }
 
-static void conn_put(NbdState *s, int i)
+/* Runs in the poller thread, handle lock held: no libnbd calls here. */
+static int cmd_done(void *opaque, int *error)
 {
+    NbdCmd *cmd = opaque;
+    NbdWait *w = cmd->w;
+    NbdState *s = cmd->s;
+
     pthread_mutex_lock(&s->lock);
-    s->busy[i] = false;
-    pthread_cond_signal(&s->cond);
+    s->c[cmd->conn].inflight--;
     pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&w->m);
+    wait_note(w, *error ? (*error > 0 ? *error : EIO) : 0, cmd->offset);
+    w->pending--;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->m);
+    return 1; /* retire it */
+}
+
+static void cmd_free(void *opaque)
+{
+    g_free(opaque);
+}
+
+/* Invariant 1: the least busy connection; counted in flight until done. */
+static NbdCmd *cmd_new(NbdState *s, NbdWait *w, uint64_t offset)
+{
+    NbdCmd *cmd = g_new(NbdCmd, 1);
+    int best = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (int i = 1; i < s->nconns; i++) {
+        if (s->c[i].inflight < s->c[best].inflight) {
+            best = i;
+        }
+    }
+    s->c[best].inflight++;
+    pthread_mutex_unlock(&s->lock);
+    *cmd = (NbdCmd){.w = w, .s = s, .conn = best, .offset = offset};
+    pthread_mutex_lock(&w->m);
+    w->pending++;
+    pthread_mutex_unlock(&w->m);
+    return cmd;
+}
+
+typedef enum NbdOp { OP_READ, OP_WRITE, OP_ZERO, OP_TRIM, OP_FLUSH, OP_STATUS } NbdOp;
+
+static const char *const op_what[] = {
+    [OP_READ] = "read from",      [OP_WRITE] = "write to",
+    [OP_ZERO] = "write zeros to", [OP_TRIM] = "discard",
+    [OP_FLUSH] = "flush",         [OP_STATUS] = "get the block status of",
+};
+
+/*
+ * Sends one command on the least busy connection; @w counts it until its
+ * completion.  A command libnbd refuses (it freed cmd: callback lifetimes) is
+ * undone here and fails with libnbd's message; an accepted one that left
+ * output pending wakes the poller, so that it polls for writing.
+ */
+static int submit(NbdState *s, NbdWait *w, NbdOp op, void *buf, uint64_t len,
+                  uint64_t offset, uint32_t flags, nbd_extent_callback *ext)
+{
+    NbdCmd *cmd = cmd_new(s, w, offset);
+    int conn = cmd->conn;
+    NbdConn *c = &s->c[conn];
+    nbd_completion_callback cb = {
+        .callback = cmd_done, .user_data = cmd, .free = cmd_free};
+    int64_t cookie = -1;
+
+    switch (op) {
+    case OP_READ:
+        cookie = nbd_aio_pread(c->h, buf, (size_t)len, offset, cb, flags);
+        break;
+    case OP_WRITE:
+        cookie = nbd_aio_pwrite(c->h, buf, (size_t)len, offset, cb, flags);
+        break;
+    case OP_ZERO:
+        cookie = nbd_aio_zero(c->h, len, offset, cb, flags);
+        break;
+    case OP_TRIM:
+        cookie = nbd_aio_trim(c->h, len, offset, cb, flags);
+        break;
+    case OP_FLUSH:
+        cookie = nbd_aio_flush(c->h, cb, flags);
+        break;
+    case OP_STATUS:
+        cookie = nbd_aio_block_status(c->h, len, offset, *ext, cb, flags);
+        break;
+    }
+    if (cookie < 0) {
+        int ret = nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1
+                      ? cmd_fail(s, op_what[op], ENOTCONN, offset)
+                      : nbd_fail(s, op_what[op], offset);
+        pthread_mutex_lock(&s->lock);
+        c->inflight--;
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_lock(&w->m);
+        w->pending--;
+        if (wait_note(w, -ret, offset)) {
+            w->reported = true;
+        }
+        pthread_mutex_unlock(&w->m);
+        return ret;
+    }
+    if (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE) {
+        uint64_t one = 1;
+        if (write(c->efd, &one, sizeof(one)) < 0) {
+            /* the counter is non-zero already: the poller wakes anyway */
+        }
+    }
+    return 0;
+}
+
+/* Waits for @w's commands; a failure the submitter did not report yet is
+ * reported as the server's (invariant 2). */
+static int wait_result(NbdState *s, NbdWait *w, NbdOp op)
+{
+    int err = wait_finish(w); /* no callback touches w after this */
+
+    if (!err) {
+        return 0;
+    }
+    return w->reported ? -err : cmd_fail(s, op_what[op], err, w->err_offset);
+}
+
+/* Invariant 1: the only reader of the connection's socket. */
+static void *poller_main(void *opaque)
+{
+    NbdConn *c = opaque;
+    int fd = nbd_aio_get_fd(c->h);
+
+    for (;;) {
+        unsigned dir = nbd_aio_get_direction(c->h);
+        struct pollfd fds[2] = {
+            {.fd = fd,
+             .events = (short)((dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+                               (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0))},
+            {.fd = c->efd, .events = POLLIN},
+        };
+        uint64_t v;
+
+        if (nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1) {
+            break;
+        }
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        if (fds[1].revents & POLLIN) {
+            if (read(c->efd, &v, sizeof(v)) < 0) {
+                /* drained by an earlier read */
+            }
+            if (__atomic_load_n(c->stop_flag, __ATOMIC_ACQUIRE)) {
+                break;
+            }
+        }
+        if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            (dir & LIBNBD_AIO_DIRECTION_READ)) {
+            nbd_aio_notify_read(c->h); /* a dead connection retires its commands */
+        } else if ((fds[0].revents & (POLLOUT | POLLHUP | POLLERR)) &&
+                   (dir & LIBNBD_AIO_DIRECTION_WRITE)) {
+            nbd_aio_notify_write(c->h);
+        }
+    }
+    return NULL;
 }
 
 /* qemu-img's nbd:unix:PATH[:exportname=NAME] / nbd:HOST:PORT[:exportname=NAME] */
@@ -168,58 +391,87 @@ static void nbd_node_close(BlkNode *img)
 {
     NbdState *s = img->opaque;
 
+    __atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
     for (int i = 0; i < s->nconns; i++) {
-        nbd_shutdown(s->h[i], 0);
-        nbd_close(s->h[i]);
+        NbdConn *c = &s->c[i];
+        uint64_t one = 1;
+        if (c->started) {
+            if (write(c->efd, &one, sizeof(one)) < 0) {
+                /* already signalled */
+            }
+            pthread_join(c->poller, NULL);
+        }
+        nbd_shutdown(c->h, 0);
+        nbd_close(c->h);
+        if (c->efd >= 0) {
+            close(c->efd);
+        }
     }
     pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->cond);
     g_free(s->name);
     g_free(s);
 }
 
-typedef int (*NbdIo)(struct nbd_handle *h, void *buf, size_t len, uint64_t off,
-                     uint32_t flags);
-
-static int do_pread(struct nbd_handle *h, void *buf, size_t len, uint64_t off,
-                    uint32_t flags)
-{
-    return nbd_pread(h, buf, len, off, flags);
-}
-
-static int do_pwrite(struct nbd_handle *h, void *buf, size_t len, uint64_t off,
-                     uint32_t flags)
-{
-    return nbd_pwrite(h, buf, len, off, flags);
-}
-
-/* One command per max_request piece (invariant 3), contiguous buffers. */
+/* Reads or writes: pieces of max_request (invariant 3), NBD_WINDOW of them
+ * in flight at once, through a bounce buffer when the vector has several
+ * buffers. */
 static int nbd_rw(BlkNode *img, uint64_t offset, const BlkIOV *qiov, bool write,
                   uint32_t flags)
 {
     NbdState *s = img->opaque;
-    size_t piece = MIN(qiov->size, (size_t)s->max_request);
-    g_autofree uint8_t *bounce = qiov->niov == 1 ? NULL : g_malloc(piece);
-    NbdIo io = write ? do_pwrite : do_pread;
+    NbdOp op = write ? OP_WRITE : OP_READ;
+    size_t window = MIN(qiov->size, (size_t)s->max_request * NBD_WINDOW);
+    g_autofree uint8_t *bounce = qiov->niov == 1 ? NULL : g_malloc(window);
     int ret = 0;
 
     for (size_t done = 0; done < qiov->size && ret == 0;) {
-        size_t n = MIN(piece, qiov->size - done);
-        uint8_t *buf = bounce ? bounce : (uint8_t *)qiov->iov[0].iov_base + done;
+        size_t wlen = MIN(window, qiov->size - done);
+        uint8_t *base = bounce ? bounce : (uint8_t *)qiov->iov[0].iov_base + done;
+        NbdWait w;
+
         if (bounce && write) {
-            iov_to_buf(qiov, done, bounce, n);
+            iov_to_buf(qiov, done, bounce, wlen);
         }
-        int c = conn_get(s);
-        if (io(s->h[c], buf, n, offset + done, flags) < 0) {
-            ret = nbd_fail(s, write ? "write to" : "read from", offset + done);
+        wait_init(&w);
+        for (size_t off = 0; off < wlen;) {
+            size_t n = MIN((size_t)s->max_request, wlen - off);
+            if (submit(s, &w, op, base + off, n, offset + done + off, flags, NULL) < 0) {
+                break;
+            }
+            off += n;
         }
-        conn_put(s, c);
+        ret = wait_result(s, &w, op);
         if (ret == 0 && bounce && !write) {
-            iov_from_buf(qiov, done, bounce, n);
+            iov_from_buf(qiov, done, bounce, wlen);
         }
-        done += n;
+        done += wlen;
     }
     return ret;
+}
+
+/* Zero or trim requests, cut at max_request, all in flight at once. */
+static int nbd_ranges(NbdState *s, NbdOp op, uint64_t offset, uint64_t bytes,
+                      uint32_t flags)
+{
+    NbdWait w;
+
+    wait_init(&w);
+    while (bytes > 0) {
+        uint64_t n = MIN(bytes, (uint64_t)s->max_request);
+        if (submit(s, &w, op, NULL, n, offset, flags, NULL) < 0) {
+            break;
+        }
+        offset += n;
+        bytes -= n;
+    }
+    if (op == OP_ZERO && (flags & LIBNBD_CMD_FLAG_FAST_ZERO)) {
+        int err = wait_finish(&w);
+        if (err == ENOTSUP) {
+            return -ENOTSUP; /* invariant 4: not fast, nothing reported */
+        }
+        return !err ? 0 : w.reported ? -err : cmd_fail(s, op_what[op], err, w.err_offset);
+    }
+    return wait_result(s, &w, op);
 }
 
 static int nbd_node_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
@@ -233,17 +485,16 @@ static int nbd_node_flush(BlkNode *img)
 {
     NbdState *s = img->opaque;
     uint64_t gen = __atomic_load_n(&img->write_gen, __ATOMIC_ACQUIRE);
-    int ret = 0, c;
+    NbdWait w;
+    int ret;
 
     if (img->read_only || !s->can_flush ||
         gen == __atomic_load_n(&img->flushed_gen, __ATOMIC_ACQUIRE)) {
         return 0;
     }
-    c = conn_get(s);
-    if (nbd_flush(s->h[c], 0) < 0) {
-        ret = nbd_fail(s, "flush", 0);
-    }
-    conn_put(s, c);
+    wait_init(&w);
+    submit(s, &w, OP_FLUSH, NULL, 0, 0, 0, NULL);
+    ret = wait_result(s, &w, OP_FLUSH);
     if (ret == 0) {
         blk_gen_flushed(img, gen); /* invariant 5 */
     }
@@ -294,7 +545,6 @@ static int nbd_node_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     bool fua = (flags & BLK_REQ_FUA) && s->can_fua;
     uint32_t f = (flags & BLK_REQ_MAY_UNMAP ? 0 : LIBNBD_CMD_FLAG_NO_HOLE) |
                  (fua ? LIBNBD_CMD_FLAG_FUA : 0);
-    int ret = 0;
 
     if (!s->can_zero || ((flags & BLK_REQ_NO_FALLBACK) && !s->can_fast_zero)) {
         if (flags & BLK_REQ_NO_FALLBACK) {
@@ -305,39 +555,18 @@ static int nbd_node_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     if (flags & BLK_REQ_NO_FALLBACK) {
         f |= LIBNBD_CMD_FLAG_FAST_ZERO;
     }
-    while (bytes > 0 && ret == 0) {
-        uint64_t n = MIN(bytes, (uint64_t)s->max_request);
-        int c = conn_get(s);
-        if (nbd_zero(s->h[c], n, offset, f) < 0) {
-            ret = (flags & BLK_REQ_NO_FALLBACK) && nbd_get_errno() == ENOTSUP
-                      ? -ENOTSUP
-                      : nbd_fail(s, "write zeros to", offset);
-        }
-        conn_put(s, c);
-        offset += n;
-        bytes -= n;
-    }
-    return finish_write(img, ret, flags, fua);
+    return finish_write(img, nbd_ranges(s, OP_ZERO, offset, bytes, f), flags, fua);
 }
 
 static int nbd_node_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     NbdState *s = img->opaque;
-    int ret = 0;
+    int ret;
 
     if (!s->can_trim) {
         return 0; /* discard is advisory */
     }
-    while (bytes > 0 && ret == 0) {
-        uint64_t n = MIN(bytes, (uint64_t)s->max_request);
-        int c = conn_get(s);
-        if (nbd_trim(s->h[c], n, offset, 0) < 0) {
-            ret = nbd_fail(s, "discard", offset);
-        }
-        conn_put(s, c);
-        offset += n;
-        bytes -= n;
-    }
+    ret = nbd_ranges(s, OP_TRIM, offset, bytes, 0);
     blk_gen_bump(img);
     return ret;
 }
@@ -348,6 +577,7 @@ typedef struct StatusReply {
     bool got;
 } StatusReply;
 
+/* Runs in the poller thread; the caller reads r after its wait. */
 static int status_cb(void *opaque, const char *context, uint64_t offset,
                      uint32_t *entries, size_t nr_entries, int *error)
 {
@@ -370,7 +600,9 @@ static int nbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
 {
     NbdState *s = img->opaque;
     StatusReply r = {0};
-    int ret = 0;
+    nbd_extent_callback ext = {.callback = status_cb, .user_data = &r};
+    NbdWait w;
+    int ret;
 
     st->flags = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
     st->pnum = bytes;
@@ -380,13 +612,9 @@ static int nbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
         return 0;
     }
     bytes = MIN(bytes, (uint64_t)UINT32_MAX & ~(uint64_t)511);
-    int c = conn_get(s);
-    if (nbd_block_status(s->h[c], bytes, offset,
-                         (nbd_extent_callback){.callback = status_cb, .user_data = &r},
-                         LIBNBD_CMD_FLAG_REQ_ONE) < 0) {
-        ret = nbd_fail(s, "get the block status of", offset);
-    }
-    conn_put(s, c);
+    wait_init(&w);
+    submit(s, &w, OP_STATUS, NULL, bytes, offset, LIBNBD_CMD_FLAG_REQ_ONE, &ext);
+    ret = wait_result(s, &w, OP_STATUS);
     if (ret < 0) {
         return ret;
     }
@@ -428,6 +656,27 @@ static const BlkDriver nbd_driver = {
     .has_zero_init = nbd_node_has_zero_init,
 };
 
+/* Invariant 1: one poller per connection, each with its wake-up eventfd. */
+static int start_pollers(NbdState *s)
+{
+    for (int i = 0; i < s->nconns; i++) {
+        NbdConn *c = &s->c[i];
+        int err;
+        c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (c->efd < 0) {
+            return blk_error(errno, "Could not open '%s': eventfd: %s", s->name,
+                             g_strerror(errno));
+        }
+        err = pthread_create(&c->poller, NULL, poller_main, c);
+        if (err) {
+            return blk_error(err, "Could not open '%s': cannot start a thread: %s",
+                             s->name, g_strerror(err));
+        }
+        c->started = true;
+    }
+    return 0;
+}
+
 BlkNode *blk_open_nbd(const char *filename, bool read_only)
 {
     NbdState *s = g_new0(NbdState, 1);
@@ -437,13 +686,16 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only)
 
     s->name = g_strdup(filename);
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
-    s->h[0] = connect_one(filename, &legacy_err);
+    for (int i = 0; i < NBD_CONNS; i++) {
+        s->c[i].efd = -1;
+        s->c[i].stop_flag = &s->stop;
+    }
+    s->c[0].h = connect_one(filename, &legacy_err);
     img = g_new0(BlkNode, 1);
     img->drv = &nbd_driver;
     img->opaque = s;
     img->filename = g_strdup(filename);
-    if (!s->h[0]) {
+    if (!s->c[0].h) {
         if (legacy_err) {
             blk_error(EINVAL,
                       "Could not open '%s': expected nbd:unix:PATH[:exportname=NAME] or "
@@ -458,9 +710,9 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only)
         return NULL;
     }
     s->nconns = 1;
-    size = nbd_get_size(s->h[0]);
-    minb = nbd_get_block_size(s->h[0], LIBNBD_SIZE_MINIMUM);
-    maxb = nbd_get_block_size(s->h[0], LIBNBD_SIZE_MAXIMUM);
+    size = nbd_get_size(s->c[0].h);
+    minb = nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MINIMUM);
+    maxb = nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MAXIMUM);
     if (size < 0) {
         blk_error(EIO, "Could not open '%s': %s", filename, nbd_get_error());
         blk_close(img);
@@ -474,30 +726,34 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only)
         blk_close(img);
         return NULL;
     }
-    if (!read_only && nbd_is_read_only(s->h[0]) == 1) {
+    if (!read_only && nbd_is_read_only(s->c[0].h) == 1) {
         blk_error(EACCES, "Could not open '%s': the NBD export is read-only", filename);
         blk_close(img);
         return NULL;
     }
     s->max_request =
         maxb > 0 ? (uint32_t)MIN(maxb, (int64_t)NBD_MAX_REQUEST) : NBD_MAX_REQUEST;
-    s->can_zero = nbd_can_zero(s->h[0]) == 1;
-    s->can_fast_zero = nbd_can_fast_zero(s->h[0]) == 1;
-    s->can_fua = nbd_can_fua(s->h[0]) == 1;
-    s->can_trim = nbd_can_trim(s->h[0]) == 1;
-    s->can_flush = nbd_can_flush(s->h[0]) == 1;
-    s->has_status = nbd_can_meta_context(s->h[0], LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
-    if (nbd_can_multi_conn(s->h[0]) == 1) { /* invariant 1 */
+    s->can_zero = nbd_can_zero(s->c[0].h) == 1;
+    s->can_fast_zero = nbd_can_fast_zero(s->c[0].h) == 1;
+    s->can_fua = nbd_can_fua(s->c[0].h) == 1;
+    s->can_trim = nbd_can_trim(s->c[0].h) == 1;
+    s->can_flush = nbd_can_flush(s->c[0].h) == 1;
+    s->has_status = nbd_can_meta_context(s->c[0].h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+    if (nbd_can_multi_conn(s->c[0].h) == 1) { /* invariant 1 */
         while (s->nconns < NBD_CONNS) {
             struct nbd_handle *h = connect_one(filename, &legacy_err);
             if (!h) {
                 break;
             }
-            s->h[s->nconns++] = h;
+            s->c[s->nconns++].h = h;
         }
     }
+    if (start_pollers(s) < 0) {
+        blk_close(img);
+        return NULL;
+    }
     g_free(img->filename);
-    img->filename = canonical_name(s->h[0], filename);
+    img->filename = canonical_name(s->c[0].h, filename);
     g_free(s->name);
     s->name = g_strdup(img->filename); /* messages name it as qemu-img does */
     img->read_only = read_only;

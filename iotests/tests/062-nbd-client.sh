@@ -161,4 +161,31 @@ odd "blocksize maxdata=64k" --filter=blocksize maxdata=65536
 odd "nozero, noextents" "--filter=nozero --filter=noextents"
 odd "slow reads" --filter=delay rdelay=5ms
 
+# 7. Requests in flight per connection (nbd.c invariant 1): eight reads on a
+# server whose reads take 300 ms overlap on the connections (nbdkit's log
+# filter records when each starts and returns); a server killed while they
+# are in flight fails each of them, no hang.
+rm -f l.sock l.pid l.log
+nbdkit -U "$PWD/l.sock" -P l.pid --filter=log --filter=delay file src.raw \
+    delay-read=300ms logfile="$PWD/l.log"
+wait_sock l.sock
+L="nbd+unix:///?socket=$PWD/l.sock"
+reads=()
+for i in 0 1 2 3 4 5 6 7; do reads+=(-c "aio_read -P 0 ${i}M 64k"); done
+"$QIMG" io -r -f raw "${reads[@]/-P 0 /}" -c aio_flush "$L" >/dev/null
+assert_rc "in flight: reads done" 0 test "$(grep -c '\.\.\.Read id=.* return=0' l.log)" = 8
+inflight=$(awk '/ Read id=/ { c = $3; n[c]++; if (n[c] > m) m = n[c] }
+    /\.\.\.Read id=/ { n[$3]-- } END { print m + 0 }' l.log)
+assert_rc "in flight: several reads on one connection ($inflight)" 0 test "$inflight" -ge 2
+kill "$(cat l.pid)"
+rm -f l.sock l.pid
+nbdkit -U "$PWD/l.sock" -P l.pid --filter=delay file src.raw delay-read=5
+wait_sock l.sock
+(sleep 0.5; kill -9 "$(cat l.pid)") &
+timeout 30 "$QIMG" io -r -f raw "${reads[@]/-P 0 /}" "$L" >e.out 2>&1
+rc=$? # (aio failures print, as qemu-io's; the exit code is not theirs)
+assert_rc "server killed mid-read: no hang ($rc)" 0 test "$rc" -ne 124
+assert_eq "server killed mid-read: every read failed" 8 \
+    "$(grep -c 'readv failed: Transport endpoint is not connected' e.out)"
+
 finish
