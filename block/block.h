@@ -166,6 +166,13 @@ struct BlkDriver {
     /* Fill the driver-specific parts of info (cluster size, qcow2 data). */
     int (*get_info)(BlkNode *img, BlkInfo *info);
     int (*create)(const char *filename, const BlkCreateOptions *opts);
+    /* qemu-img measure for a new image of this format made with opts and
+     * holding src (NULL: opts' size of nothing). */
+    int (*measure)(const BlkCreateOptions *opts, const BlkMeasureSource *src,
+                   BlkMeasure *out);
+    /* What this image's persistent bitmaps take in an image of
+     * cluster_size (optional: -ENOTSUP, it cannot have any). */
+    int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);
     /* vmstate area (qcow2): positional access beyond the disk end. */
     int (*save_vmstate)(BlkNode *img, uint64_t pos, const BlkIOV *qiov);
     int (*load_vmstate)(BlkNode *img, uint64_t pos, const BlkIOV *qiov);

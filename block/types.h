@@ -61,6 +61,25 @@ typedef struct BlkCreateOptions {
     GHashTable *options; /* may be NULL */
 } BlkCreateOptions;
 
+/* qemu-img measure: what the source of a copy holds (BlkDriver.measure). */
+typedef struct BlkMeasureSource {
+    uint64_t size; /* virtual size */
+    /* Bytes of the clusters of cluster_size that hold data not reading as
+     * zeros, through the whole chain; 0 or -errno (message recorded). */
+    int (*data_bytes)(void *opaque, uint64_t cluster_size, uint64_t *bytes);
+    /* What the source's persistent bitmaps take in an image of
+     * cluster_size; -ENOTSUP when the source cannot have any. */
+    int (*bitmaps_bytes)(void *opaque, uint64_t cluster_size, uint64_t *bytes);
+    void *opaque;
+} BlkMeasureSource;
+
+typedef struct BlkMeasure {
+    uint64_t required;
+    uint64_t fully_allocated;
+    bool has_bitmaps;
+    uint64_t bitmaps;
+} BlkMeasure;
+
 /* One internal snapshot (strings owned). */
 typedef struct BlkSnapshotInfo {
     char *id;

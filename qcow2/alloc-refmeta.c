@@ -49,28 +49,6 @@ static void plan_add_block(RefPlan *p, uint64_t ti, uint64_t offset)
     g_array_append_val(p->blocks, b);
 }
 
-/* Refcount blocks needed to count 'clusters' clusters and the refcount
- * structures themselves, a fixed point; 'generous' leaves room for the table
- * to grow by half (QEMU's qcow2_refcount_metadata_size). */
-static uint64_t refblocks_needed(const Qcow2State *s, uint64_t clusters, bool generous)
-{
-    uint64_t per_table_cluster = s->cluster_size / 8;
-    uint64_t table = 0, blocks = 0, n = 0, last;
-
-    do {
-        last = n;
-        blocks = DIV_ROUND_UP(clusters + table + blocks, alloc_rb_entries(s));
-        table = DIV_ROUND_UP(blocks, per_table_cluster);
-        n = clusters + blocks + table;
-        if (n == last && generous) {
-            clusters += DIV_ROUND_UP(table, 2);
-            n = 0;
-            generous = false;
-        }
-    } while (n != last);
-    return blocks;
-}
-
 /*
  * Plan a refcount area at cluster 'start' (free, and nothing in use after
  * it): a refcount block for every reftable index from start's up to what
@@ -88,7 +66,8 @@ static int plan_area_locked(Qcow2State *s, RefPlan *p, uint64_t start,
     if (start + additional > (QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits)) {
         return blk_error(EFBIG, "qcow2: no free host clusters below 2^56 bytes");
     }
-    total = refblocks_needed(s, start + additional, !exact);
+    total = qcow2_refblocks_for(start + additional, s->cluster_bits, s->refcount_order,
+                                !exact, NULL);
     entries = exact ? total : total + DIV_ROUND_UP(total, 2);
     if (total > max_entries || entries > max_entries) {
         return blk_error(EFBIG, "qcow2: the refcount table would exceed 8 MiB");

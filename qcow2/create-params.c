@@ -110,6 +110,83 @@ static int param_error(const char *msg)
     return -EINVAL;
 }
 
+/* compat: 2 or 3 (3 when not given), 0 for a value qemu-img refuses. */
+static int parse_compat(const char *v)
+{
+    if (!v || strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
+        return 3;
+    }
+    return strcmp(v, "0.10") == 0 || strcmp(v, "v2") == 0 ? 2 : 0;
+}
+
+/* The cluster size (with extended L2: 32 subclusters of >= 512 bytes);
+ * sets cluster_bits. */
+static int check_cluster_size(CreateParams *p)
+{
+    if (p->cluster_size < 512 || p->cluster_size > 2 * 1024 * 1024 ||
+        (p->cluster_size & (p->cluster_size - 1))) {
+        return param_error("Cluster size must be a power of two between 512 and "
+                           "2048k");
+    }
+    p->cluster_bits = (uint32_t)__builtin_ctzll(p->cluster_size);
+    if (p->extended_l2 && p->cluster_size < 512 * QCOW2_EXTL2_SUBCLUSTERS) {
+        blk_error(EINVAL,
+                  "Extended L2 entries are only supported with cluster sizes of at "
+                  "least %u bytes",
+                  512 * QCOW2_EXTL2_SUBCLUSTERS);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* A refcount width of n bits for p->version; sets refcount_order.  hint:
+ * how the message says v3 (create and measure word it differently). */
+static int check_refcount_bits(CreateParams *p, uint64_t n, const char *hint)
+{
+    if (n > 64 || n == 0 || (n & (n - 1))) {
+        return param_error("Refcount width must be a power of two and may not "
+                           "exceed 64 bits");
+    }
+    if (p->version < 3 && n != 16) {
+        blk_error(EINVAL,
+                  "Different refcount widths than 16 bits require compatibility "
+                  "level 1.1 or above (use %s or greater)",
+                  hint);
+        return -EINVAL;
+    }
+    p->refcount_order = (uint32_t)__builtin_ctzll(n);
+    return 0;
+}
+
+/* Every key is one qemu-img knows for qcow2 (the first unknown one, by
+ * name, is the error). */
+static int check_known(const BlkCreateOptions *opts)
+{
+    GHashTableIter it;
+    gpointer k;
+    g_autoptr(GPtrArray) bad = g_ptr_array_new();
+
+    if (!opts->options) {
+        return 0;
+    }
+    g_hash_table_iter_init(&it, opts->options);
+    while (g_hash_table_iter_next(&it, &k, NULL)) {
+        bool known = false;
+        for (size_t i = 0; i < G_N_ELEMENTS(known_options); i++) {
+            known = known || strcmp(k, known_options[i]) == 0;
+        }
+        if (!known) {
+            g_ptr_array_add(bad, k);
+        }
+    }
+    if (bad->len) {
+        g_ptr_array_sort(bad, (GCompareFunc)g_strcmp0);
+        blk_error(EINVAL, "Invalid parameter '%s'", (const char *)bad->pdata[0]);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /*
  * Fill *p from opts (create.c invariant 1): first the checks of the option
  * types in qemu-img's visiting order, then its consistency checks.
@@ -120,26 +197,8 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
     uint64_t n;
 
     memset(p, 0, sizeof(*p));
-    if (opts->options) {
-        GHashTableIter it;
-        gpointer k;
-        g_autoptr(GPtrArray) bad = g_ptr_array_new();
-
-        g_hash_table_iter_init(&it, opts->options);
-        while (g_hash_table_iter_next(&it, &k, NULL)) {
-            bool known = false;
-            for (size_t i = 0; i < G_N_ELEMENTS(known_options); i++) {
-                known = known || strcmp(k, known_options[i]) == 0;
-            }
-            if (!known) {
-                g_ptr_array_add(bad, k);
-            }
-        }
-        if (bad->len) {
-            g_ptr_array_sort(bad, (GCompareFunc)g_strcmp0);
-            blk_error(EINVAL, "Invalid parameter '%s'", (const char *)bad->pdata[0]);
-            return -EINVAL;
-        }
+    if (check_known(opts) < 0) {
+        return -EINVAL;
     }
 
     p->data_file = opt_get(opts, "data_file");
@@ -157,15 +216,8 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
     /* qemu-img silently rounds the size up to 512 bytes */
     p->size = ROUND_UP(p->size, 512);
 
-    p->version = 3;
-    if ((v = opt_get(opts, "compat"))) {
-        if (strcmp(v, "0.10") == 0 || strcmp(v, "v2") == 0) {
-            p->version = 2;
-        } else if (strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
-            p->version = 3;
-        } else {
-            return bad_value("version", v);
-        }
+    if ((p->version = parse_compat(opt_get(opts, "compat"))) == 0) {
+        return bad_value("version", opt_get(opts, "compat"));
     }
 
     p->backing_file =
@@ -219,17 +271,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
                            "compatibility level 1.1 and above (use version=v3 "
                            "or greater)");
     }
-    if (p->cluster_size < 512 || p->cluster_size > 2 * 1024 * 1024 ||
-        (p->cluster_size & (p->cluster_size - 1))) {
-        return param_error("Cluster size must be a power of two between 512 and "
-                           "2048k");
-    }
-    p->cluster_bits = (uint32_t)__builtin_ctzll(p->cluster_size);
-    if (p->extended_l2 && p->cluster_size < 512 * QCOW2_EXTL2_SUBCLUSTERS) {
-        blk_error(EINVAL,
-                  "Extended L2 entries are only supported with cluster sizes of at "
-                  "least %u bytes",
-                  512 * QCOW2_EXTL2_SUBCLUSTERS);
+    if (check_cluster_size(p) < 0) {
         return -EINVAL;
     }
     if (p->backing_file && p->prealloc != BLK_PREALLOC_OFF && !p->extended_l2) {
@@ -243,16 +285,9 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
         return param_error("Lazy refcounts only supported with compatibility "
                            "level 1.1 and above (use version=v3 or greater)");
     }
-    if (n > 64 || n == 0 || (n & (n - 1))) {
-        return param_error("Refcount width must be a power of two and may not "
-                           "exceed 64 bits");
+    if (check_refcount_bits(p, n, "version=v3") < 0) {
+        return -EINVAL;
     }
-    if (p->version < 3 && n != 16) {
-        return param_error("Different refcount widths than 16 bits require "
-                           "compatibility level 1.1 or above (use version=v3 or "
-                           "greater)");
-    }
-    p->refcount_order = (uint32_t)__builtin_ctzll(n);
     if (p->data_file_raw && !p->data_file) {
         return param_error("data-file-raw requires data-file");
     }
@@ -273,6 +308,53 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
         return param_error("Non-zlib compression type is only supported with "
                            "compatibility level 1.1 and above (use version=v3 or "
                            "greater)");
+    }
+    return 0;
+}
+
+/*
+ * qemu-img measure's reading of the same options: only those the size
+ * depends on, in its order and with its messages (it checks no
+ * combination create refuses but the refcount width of v2).
+ */
+int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p)
+{
+    const char *v;
+    uint64_t n = 16;
+
+    memset(p, 0, sizeof(*p));
+    if (check_known(opts) < 0) {
+        return -EINVAL;
+    }
+    p->extended_l2 = opt_bool(opts, "extended_l2");
+    p->cluster_size = 65536;
+    if ((v = opt_get(opts, "cluster_size")) && parse_number(v, &p->cluster_size) < 0) {
+        return param_error("Parameter 'cluster-size' expects a size");
+    }
+    if (check_cluster_size(p) < 0) {
+        return -EINVAL;
+    }
+    if ((p->version = parse_compat(opt_get(opts, "compat"))) == 0) {
+        blk_error(EINVAL, "Invalid compatibility level: '%s'", opt_get(opts, "compat"));
+        return -EINVAL;
+    }
+    if ((v = opt_get(opts, "refcount_bits")) && parse_number(v, &n) < 0) {
+        return param_error("Parameter 'refcount-bits' expects a number");
+    }
+    if (check_refcount_bits(p, n, "compat=1.1") < 0) {
+        return -EINVAL;
+    }
+    p->prealloc = BLK_PREALLOC_OFF;
+    if ((v = opt_get(opts, "preallocation")) && blk_prealloc_parse(v, &p->prealloc) < 0) {
+        blk_error_clear();
+        blk_error(EINVAL, "invalid parameter value: %s", v);
+        return -EINVAL;
+    }
+    p->backing_file =
+        opts->backing_file ? opts->backing_file : opt_get(opts, "backing_file");
+    p->size = opts->size;
+    if (!opts->size_set && (v = opt_get(opts, "size")) && parse_number(v, &p->size) < 0) {
+        return param_error("Parameter 'size' expects a size");
     }
     return 0;
 }

@@ -28,5 +28,7 @@ typedef struct CreateParams {
 /* create-params.c */
 /* Fill *p from opts, checked in qemu-img's order (create.c invariant 1). */
 int create_parse_params(const BlkCreateOptions *opts, CreateParams *p);
+/* The options qemu-img measure reads (measure.c), with its checks. */
+int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p);
 
 #endif

@@ -526,6 +526,8 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 
 const BlkDriver blk_qcow2_driver = {
     .create = qcow2_create,
+    .measure = qcow2_measure,
+    .bitmaps_size = qcow2_bitmaps_size,
     .format_name = "qcow2",
     .is_protocol = false,
     .probe = qcow2_probe,

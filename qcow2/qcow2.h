@@ -295,6 +295,13 @@ int qcow2_decompress(int compression_type, void *dest, size_t dest_size, const v
 
 /* ---- refcount.c ---- */
 
+/* Refcount blocks needed to count 'clusters' clusters and the refcount
+ * structures themselves, a fixed point (QEMU's qcow2_refcount_metadata_size);
+ * 'generous' leaves room for the table to grow by half.  *table (may be
+ * NULL): the refcount table's clusters. */
+uint64_t qcow2_refblocks_for(uint64_t clusters, uint32_t cluster_bits,
+                             uint32_t refcount_order, bool generous, uint64_t *table);
+
 int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes);
 void qcow2_refcount_close(Qcow2State *s);
 /* Set refcount_table_used from the table (after it was read or replaced). */
@@ -600,6 +607,10 @@ int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
 int qcow2_create(const char *filename, const BlkCreateOptions *opts);
+/* measure.c */
+int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
+                  BlkMeasure *out);
+int qcow2_bitmaps_size(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);
 /* snapshot-write.c */
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);

@@ -240,3 +240,27 @@ int64_t qcow2_last_used_cluster_locked(Qcow2State *s, uint64_t clusters)
     }
     return qcow2_corrupt_locked(s, "There are no references in the refcount table.");
 }
+
+uint64_t qcow2_refblocks_for(uint64_t clusters, uint32_t cluster_bits,
+                             uint32_t refcount_order, bool generous, uint64_t *table)
+{
+    const uint64_t per_table_cluster = (1ull << cluster_bits) / 8;
+    const uint64_t per_block = (1ull << (cluster_bits + 3)) >> refcount_order;
+    uint64_t t = 0, blocks = 0, n = 0, last;
+
+    do {
+        last = n;
+        blocks = DIV_ROUND_UP(clusters + t + blocks, per_block);
+        t = DIV_ROUND_UP(blocks, per_table_cluster);
+        n = clusters + blocks + t;
+        if (n == last && generous) {
+            clusters += DIV_ROUND_UP(t, 2);
+            n = 0;
+            generous = false;
+        }
+    } while (n != last);
+    if (table) {
+        *table = t;
+    }
+    return blocks;
+}

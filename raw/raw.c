@@ -35,7 +35,9 @@ static int raw_probe(const uint8_t *buf, size_t len)
 static int raw_open(BlkNode *img, const char *filename, const BlkOpenOptions *opts)
 {
     if (opts->snapshot) {
-        blk_error(ENOTSUP, "Block format 'raw' does not support internal snapshots");
+        blk_error(ENOTSUP,
+                  "Failed to load snapshot: Block format 'raw' used by device '' "
+                  "does not support temporarily loading internal snapshots");
         return -ENOTSUP;
     }
     /* invariant 2; the block layer works in 512-byte sectors, as QEMU's does */
@@ -166,6 +168,43 @@ static int raw_create(const char *filename, const BlkCreateOptions *opts)
     return blk_file_create(blk_plain_name(filename), size, prealloc);
 }
 
+/* qemu-img measure -O raw: the whole virtual size (rounded up to 512 bytes
+ * without a source), holes included: a raw copy's file is that long. */
+static int raw_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
+                       BlkMeasure *out)
+{
+    uint64_t size = opts->size;
+
+    if (opts->options) {
+        GHashTableIter it;
+        gpointer k, v;
+        g_hash_table_iter_init(&it, opts->options);
+        while (g_hash_table_iter_next(&it, &k, &v)) {
+            BlkPrealloc prealloc;
+            if (strcmp(k, "preallocation") == 0) {
+                if (blk_prealloc_parse(v, &prealloc) < 0) {
+                    blk_error_clear();
+                    return blk_error(EINVAL, "invalid parameter value: %s",
+                                     (const char *)v);
+                }
+            } else if (strcmp(k, "size") == 0) {
+                if (!opts->size_set) {
+                    size = g_ascii_strtoull(v, NULL, 10);
+                }
+            } else {
+                return blk_error(EINVAL, "Invalid parameter '%s'", (const char *)k);
+            }
+        }
+    }
+    if (size > (uint64_t)INT64_MAX) {
+        return blk_error(EFBIG, "Image size must be less than 8 EiB!");
+    }
+    memset(out, 0, sizeof(*out));
+    out->required = src ? src->size : ROUND_UP(size, 512);
+    out->fully_allocated = out->required;
+    return 0;
+}
+
 static bool raw_has_zero_init(BlkNode *img)
 {
     return img->file->drv->has_zero_init && img->file->drv->has_zero_init(img->file);
@@ -183,5 +222,6 @@ const BlkDriver blk_raw_driver = {
     .block_status = raw_block_status,
     .truncate = raw_truncate,
     .create = raw_create,
+    .measure = raw_measure,
     .has_zero_init = raw_has_zero_init,
 };

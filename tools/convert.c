@@ -33,42 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* "-l ID_OR_NAME" or "-l snapshot.id=ID,snapshot.name=NAME". */
-static char *parse_snapshot_param(const char *param)
-{
-    g_auto(GStrv) parts = NULL;
-    const char *id = NULL, *name = NULL;
-
-    if (!g_str_has_prefix(param, "snapshot.id=") &&
-        !g_str_has_prefix(param, "snapshot.name=")) {
-        return g_strdup(param);
-    }
-    parts = g_strsplit(param, ",", -1);
-    for (int i = 0; parts[i]; i++) {
-        if (g_str_has_prefix(parts[i], "snapshot.id=")) {
-            id = parts[i] + strlen("snapshot.id=");
-        } else if (g_str_has_prefix(parts[i], "snapshot.name=")) {
-            name = parts[i] + strlen("snapshot.name=");
-        } else {
-            tool_error("Invalid parameter '%s'", parts[i]);
-            return NULL;
-        }
-    }
-    return g_strdup(id && *id ? id : name);
-}
-
-/* Guard for drivers that ignore QimgOpenOptions.snapshot (raw). */
-static bool has_snapshot(const QimgInfo *info, const char *id_or_name)
-{
-    for (guint i = 0; info->snapshots && i < info->snapshots->len; i++) {
-        const QimgSnapshotInfo *sn = g_ptr_array_index(info->snapshots, i);
-        if (g_strcmp0(sn->id, id_or_name) == 0 || g_strcmp0(sn->name, id_or_name) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
 static bool parse_sparse(const char *arg, unsigned *sectors)
 {
     int64_t v;
@@ -254,37 +218,18 @@ static int run_convert(ConvertArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     g_autoptr(QimgImage) src = NULL;
-    g_autoptr(QimgInfo) info = NULL;
-    g_autofree char *snapshot = NULL;
     Convert s = {0};
     ToolProgress prog;
     GError *err = NULL;
     bool ok;
 
-    if (a->snapshot) {
-        snapshot = parse_snapshot_param(a->snapshot);
-        if (!snapshot) {
-            return 1;
-        }
-    }
     oo.format = a->src_fmt;
     oo.read_only = true;
     oo.cache = a->src_cache;
     oo.force_share = a->force_share;
     oo.deny_write = true; /* qemu-img: nobody writes the source while we copy it */
-    oo.snapshot = snapshot;
-    src = qimg_image_open(a->src_name, &oo, &err);
+    src = tool_open_snapshot(a->src_name, &oo, a->snapshot);
     if (!src) {
-        tool_report_open_error(a->src_name, err);
-        return 1;
-    }
-    info = qimg_image_get_info(src, &err);
-    if (!info) {
-        tool_report_gerror(err, NULL);
-        return 1;
-    }
-    if (snapshot && !has_snapshot(info, snapshot)) {
-        tool_error("Failed to load snapshot: Can't find snapshot");
         return 1;
     }
 

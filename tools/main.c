@@ -56,6 +56,11 @@ static const ToolCommand commands[] = {
      "map [-f fmt] [--start-offset=offset] [--max-length=len] [--output=ofmt] [-U] "
      "filename",
      "Dump the allocation of an image, layer by layer of its backing chain."},
+    {"measure", cmd_measure,
+     "measure [--output=ofmt] [-O output_fmt] [-o options] [--size N | [-f fmt] "
+     "[-l snapshot_param] [-U] filename]",
+     "Measure the file size a new image of output_fmt needs for a virtual size\n"
+     "or to hold filename's contents."},
     {"nbd", cmd_nbd,
      "nbd [-k socket | -p port [-b addr]] [-x name] [-r] [-s] [-f fmt] [-l snapshot] "
      "[-e shared] [-t] [-n] [--cache=mode] [--discard=mode] [--detect-zeroes=mode] "

@@ -229,3 +229,78 @@ bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode)
     }
     return true;
 }
+
+/* "-l ID_OR_NAME" or "-l snapshot.id=ID,snapshot.name=NAME". */
+char *tool_parse_snapshot_param(const char *param)
+{
+    g_auto(GStrv) parts = NULL;
+    const char *id = NULL, *name = NULL;
+
+    if (!g_str_has_prefix(param, "snapshot.id=") &&
+        !g_str_has_prefix(param, "snapshot.name=")) {
+        return g_strdup(param);
+    }
+    parts = g_strsplit(param, ",", -1);
+    for (int i = 0; parts[i]; i++) {
+        if (g_str_has_prefix(parts[i], "snapshot.id=")) {
+            id = parts[i] + strlen("snapshot.id=");
+        } else if (g_str_has_prefix(parts[i], "snapshot.name=")) {
+            name = parts[i] + strlen("snapshot.name=");
+        } else {
+            tool_error("Invalid parameter '%s'", parts[i]);
+            return NULL;
+        }
+    }
+    return g_strdup(id && *id ? id : name);
+}
+
+/* Guard for drivers that ignore QimgOpenOptions.snapshot (raw). */
+static bool has_snapshot(const QimgInfo *info, const char *id_or_name)
+{
+    for (guint i = 0; info->snapshots && i < info->snapshots->len; i++) {
+        const QimgSnapshotInfo *sn = g_ptr_array_index(info->snapshots, i);
+        if (g_strcmp0(sn->id, id_or_name) == 0 || g_strcmp0(sn->name, id_or_name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
+                              const char *snapshot_param)
+{
+    g_autofree char *snapshot = NULL;
+    g_autoptr(QimgImage) img = NULL;
+    g_autoptr(QimgInfo) info = NULL;
+    GError *err = NULL;
+
+    if (snapshot_param && !(snapshot = tool_parse_snapshot_param(snapshot_param))) {
+        return NULL;
+    }
+    oo->snapshot = snapshot;
+    img = qimg_image_open(filename, oo, &err);
+    oo->snapshot = NULL;
+    if (!img) {
+        /* qemu-img loads the snapshot after the open: its own message */
+        const char *load = strstr(err->message, "Failed to load snapshot: ");
+        if (snapshot && load) {
+            tool_error("%s", load);
+            g_error_free(err);
+        } else {
+            tool_report_open_error(filename, err);
+        }
+        return NULL;
+    }
+    if (snapshot) {
+        info = qimg_image_get_info(img, &err);
+        if (!info) {
+            tool_report_gerror(err, NULL);
+            return NULL;
+        }
+        if (!has_snapshot(info, snapshot)) {
+            tool_error("Failed to load snapshot: Can't find snapshot");
+            return NULL;
+        }
+    }
+    return g_steal_pointer(&img);
+}

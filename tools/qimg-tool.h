@@ -40,6 +40,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_io(int argc, char **argv);
 int cmd_resize(int argc, char **argv);
 int cmd_nbd(int argc, char **argv);
+int cmd_measure(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);
@@ -76,6 +77,15 @@ bool tool_parse_output(const char *s, ToolOutput *out);
 /* Cache mode with qemu-img's message ("Invalid cache option: x" or
  * "Invalid source cache option: x" when 'source'). */
 bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode);
+/* -l: "ID_OR_NAME" or "snapshot.id=ID,snapshot.name=NAME" -> the ID or
+ * name to open (g_free), or NULL after printing the error. */
+char *tool_parse_snapshot_param(const char *param);
+/* Open a source read as qemu-img reads it with -l snapshot_param (NULL:
+ * none): the snapshot's view, "Failed to load snapshot: ..." when it is not
+ * there (also for drivers without snapshots).  NULL after printing the
+ * error. */
+QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
+                              const char *snapshot_param);
 
 /* ---- -o option lists (optlist.c) ---- */
 

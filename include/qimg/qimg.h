@@ -140,6 +140,30 @@ typedef struct QimgCreateOptions {
 gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
                            GError **error);
 
+/*
+ * qemu-img measure: the file size a new image of opts->format made with
+ * opts->options needs -- for opts->size (src NULL) or to hold src's
+ * contents through its backing chain.  "required" is what the copy needs,
+ * "fully_allocated" what a fully allocated image takes; bitmaps is set
+ * (has_bitmaps) when both src and the target can hold persistent bitmaps.
+ * out->struct_size must be set (QIMG_MEASURE_INIT) (0.6).
+ */
+typedef struct QimgMeasure {
+    uint32_t struct_size;
+    uint64_t required;
+    uint64_t fully_allocated;
+    bool has_bitmaps;
+    uint64_t bitmaps;
+} QimgMeasure;
+
+#define QIMG_MEASURE_INIT                                                                \
+    {                                                                                    \
+        .struct_size = sizeof(QimgMeasure)                                               \
+    }
+
+gboolean qimg_measure(const QimgCreateOptions *opts, QimgImage *src, QimgMeasure *out,
+                      GError **error);
+
 /* I/O.  Offsets and lengths are in bytes; no alignment is required. */
 gboolean qimg_image_pread(QimgImage *img, uint64_t offset, void *buf, size_t len,
                           GError **error);
