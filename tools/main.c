@@ -47,6 +47,11 @@ static const ToolCommand commands[] = {
      "create [-q] [-f fmt] [-b backing_file [-F backing_fmt]] [-u] [-o options] "
      "filename [size]",
      "Create a new image; -o help lists the format's options."},
+    {"dd", cmd_dd,
+     "dd [-U] [-f fmt] [-O output_fmt] [bs=block_size] [count=blocks] [skip=blocks] "
+     "if=input of=output",
+     "Copy the input to a new output image, as dd(1) copies a file (bs defaults\n"
+     "to 512; count and skip count blocks)."},
     {"info", cmd_info, "info [-f fmt] [--output=ofmt] [--backing-chain] [-U] filename",
      "Show information about an image."},
     {"io", cmd_io, "io [-f fmt] [-t cache] [-n] [-r] [-U] [-c command]... filename",
