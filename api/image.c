@@ -308,6 +308,48 @@ uint64_t qimg_image_size(QimgImage *img)
     return img->node->size;
 }
 
+char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)
+{
+    return blk_resolve_backing_name(blk_plain_name(img->node->filename), backing_file);
+}
+
+gboolean qimg_format_name_valid(const char *fmt)
+{
+    return fmt && blk_qemu_driver_name(fmt);
+}
+
+gboolean qimg_image_set_backing(QimgImage *img, const char *backing_file,
+                                const char *backing_fmt, GError **error)
+{
+    BlkNode *node = img->node;
+    int ret;
+
+    if (node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
+        return FALSE;
+    }
+    if (!node->drv->set_backing) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "Format '%s' does not support changing the backing file",
+                    node->drv->format_name);
+        return FALSE;
+    }
+    if (backing_file && *backing_file && !backing_fmt) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "backing format must be specified");
+        return FALSE;
+    }
+    ret = api_quiesce(img);
+    if (ret == 0) {
+        blk_error_clear();
+        ret = node->drv->set_backing(node, backing_file, backing_fmt);
+    }
+    if (ret < 0) {
+        blk_error_propagate(error, ret, NULL); /* the caller names the file */
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean qimg_image_has_zero_init(QimgImage *img)
 {
     const BlkDriver *drv = img->node->drv;

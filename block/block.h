@@ -170,6 +170,9 @@ struct BlkDriver {
      * holding src (NULL: opts' size of nothing). */
     int (*measure)(const BlkCreateOptions *opts, const BlkMeasureSource *src,
                    BlkMeasure *out);
+    /* Name backing (NULL: none) of format fmt in the image header, after
+     * making everything written durable (optional). */
+    int (*set_backing)(BlkNode *img, const char *backing, const char *fmt);
     /* What this image's persistent bitmaps take in an image of
      * cluster_size (optional: -ENOTSUP, it cannot have any). */
     int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);

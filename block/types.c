@@ -90,3 +90,64 @@ int blk_snapshot_find(const GArray *list, const char *id_or_name)
 {
     return blk_snapshot_lookup(list->len, info_id, info_name, list, id_or_name);
 }
+
+/* QEMU's block driver names (BlockdevDriver), accepted as backing_fmt. */
+static const char *const qemu_drivers[] = {
+    "blkdebug",
+    "blklogwrites",
+    "blkreplay",
+    "blkverify",
+    "bochs",
+    "cloop",
+    "compress",
+    "copy-before-write",
+    "copy-on-read",
+    "dmg",
+    "file",
+    "snapshot-access",
+    "ftp",
+    "ftps",
+    "gluster",
+    "host_cdrom",
+    "host_device",
+    "http",
+    "https",
+    "io_uring",
+    "iscsi",
+    "luks",
+    "nbd",
+    "nfs",
+    "null-aio",
+    "null-co",
+    "nvme",
+    "nvme-io_uring",
+    "parallels",
+    "preallocate",
+    "qcow",
+    "qcow2",
+    "qed",
+    "quorum",
+    "raw",
+    "rbd",
+    "replication",
+    "ssh",
+    "throttle",
+    "vdi",
+    "vhdx",
+    "virtio-blk-vfio-pci",
+    "virtio-blk-vhost-user",
+    "virtio-blk-vhost-vdpa",
+    "vmdk",
+    "vpc",
+    "vvfat",
+};
+
+bool blk_qemu_driver_name(const char *name)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(qemu_drivers); i++) {
+        if (strcmp(name, qemu_drivers[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}

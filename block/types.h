@@ -150,5 +150,8 @@ void blk_check_result_clear(BlkCheckResult *res);
 
 /* "off", "metadata", "falloc", "full"; -EINVAL with a message otherwise. */
 int blk_prealloc_parse(const char *s, BlkPrealloc *out);
+/* Is name one of QEMU 7.2's block driver names (what qemu-img accepts as a
+ * backing format)? */
+bool blk_qemu_driver_name(const char *name);
 
 #endif

@@ -174,6 +174,29 @@ same_as_qemu() {
     fi
 }
 
+# hold_image IMG: start qemu-io holding IMG open read-write (its sleep
+# command) in the background, HOLDER=its pid, and wait until /proc/locks
+# shows the lock of its write permission on IMG (QEMU's byte 101) --
+# watching the locks, not opening IMG, which would race with qemu-io's own
+# open.  Returns 1 after a failed check if it never holds it.  Kill
+# $HOLDER when done.
+hold_image() {
+    local ino
+    ino=$(stat -c %i "$1")
+    "$QEMU_IO" -c 'sleep 60000' "$1" >"$SCRATCH/.hold.out" 2>&1 &
+    HOLDER=$!
+    for _ in $(seq 200); do
+        awk -v i=":$ino" '$6 ~ i"$" && $7 <= 101 && $8 >= 101 { f = 1 } END { exit !f }' \
+            /proc/locks &&
+            return 0
+        kill -0 "$HOLDER" 2>/dev/null || break
+        sleep 0.05
+    done
+    _checks=$((_checks + 1))
+    _fail "qemu-io did not hold $1: $(cat "$SCRATCH/.hold.out")"
+    return 1
+}
+
 # sparse_cmp A B: like cmp -s (exit 0 if equal, 1 with a line saying where
 # if not), but what is a hole in both files is not read, so comparing the
 # raw images of sparse multi-GiB disks costs what their data costs.

@@ -17,57 +17,6 @@
 #include <string.h>
 
 /* ---- parameters ---- */
-/* QEMU's block driver names (BlockdevDriver), accepted as backing_fmt. */
-static const char *const backing_drivers[] = {
-    "blkdebug",
-    "blklogwrites",
-    "blkreplay",
-    "blkverify",
-    "bochs",
-    "cloop",
-    "compress",
-    "copy-before-write",
-    "copy-on-read",
-    "dmg",
-    "file",
-    "snapshot-access",
-    "ftp",
-    "ftps",
-    "gluster",
-    "host_cdrom",
-    "host_device",
-    "http",
-    "https",
-    "io_uring",
-    "iscsi",
-    "luks",
-    "nbd",
-    "nfs",
-    "null-aio",
-    "null-co",
-    "nvme",
-    "nvme-io_uring",
-    "parallels",
-    "preallocate",
-    "qcow",
-    "qcow2",
-    "qed",
-    "quorum",
-    "raw",
-    "rbd",
-    "replication",
-    "ssh",
-    "throttle",
-    "vdi",
-    "vhdx",
-    "virtio-blk-vfio-pci",
-    "virtio-blk-vhost-user",
-    "virtio-blk-vhost-vdpa",
-    "vmdk",
-    "vpc",
-    "vvfat",
-};
-
 static const char *const known_options[] = {
     "compat",           "cluster_size", "refcount_bits", "lazy_refcounts",
     "compression_type", "extended_l2",  "preallocation", "data_file",
@@ -225,11 +174,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
     p->backing_format =
         opts->backing_format ? opts->backing_format : opt_get(opts, "backing_fmt");
     if (p->backing_format) {
-        bool ok = false;
-        for (size_t i = 0; i < G_N_ELEMENTS(backing_drivers); i++) {
-            ok = ok || strcmp(p->backing_format, backing_drivers[i]) == 0;
-        }
-        if (!ok) {
+        if (!blk_qemu_driver_name(p->backing_format)) {
             return bad_value("backing-fmt", p->backing_format);
         }
     }

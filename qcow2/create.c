@@ -90,7 +90,7 @@ typedef struct HeaderTables {
 static int build_header(const CreateParams *p, const HeaderTables *t, bool with_backing,
                         uint8_t *buf)
 {
-    size_t buflen = p->cluster_size, pos, n;
+    size_t buflen = p->cluster_size;
     uint64_t incompat = 0, compat = 0, autoclear = 0;
 
     Qcow2Header h = {
@@ -127,50 +127,14 @@ static int build_header(const CreateParams *p, const HeaderTables *t, bool with_
         h.compatible_features = compat;
         h.autoclear_features = autoclear;
     }
-    memset(buf, 0, buflen);
-    pos = qcow2_header_encode(&h, buf, buflen);
-
-    if (with_backing && p->backing_format) {
-        n = qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_BACKING_FORMAT,
-                                    p->backing_format, strlen(p->backing_format));
-        if (!n) {
-            return -ENOSPC;
-        }
-        pos += n;
-    }
-    if (p->data_file) {
-        n = qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_DATA_FILE, p->data_file,
-                                    strlen(p->data_file));
-        if (!n) {
-            return -ENOSPC;
-        }
-        pos += n;
-    }
-    /* qemu-img leaves the table out for clusters of 4 KiB and less, to keep
-     * room for a backing file name */
-    if (p->version >= 3 && p->cluster_size > 4096) {
-        n = qcow2_feature_table_encode(buf, pos, buflen);
-        if (!n) {
-            return -ENOSPC;
-        }
-        pos += n;
-    }
-    n = qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_END, NULL, 0);
-    if (!n) {
-        return -ENOSPC;
-    }
-    pos += n;
-    if (with_backing && p->backing_file) {
-        size_t len = strlen(p->backing_file);
-        if (buflen - pos < len) {
-            return -ENOSPC;
-        }
-        memcpy(buf + pos, p->backing_file, len);
-        h.backing_file_offset = pos;
-        h.backing_file_size = (uint32_t)len;
-        qcow2_header_encode(&h, buf, buflen);
-    }
-    return 0;
+    Qcow2Extensions ext = {
+        .backing_format = with_backing ? (char *)p->backing_format : NULL,
+        .data_file = (char *)p->data_file,
+    };
+    return qcow2_header_cluster_encode(&h, &ext, with_backing ? p->backing_file : NULL,
+                                       buf, buflen)
+               ? 0
+               : -ENOSPC;
 }
 
 static int write_file(BlkNode *node, uint64_t offset, const void *buf, uint64_t len)

@@ -461,6 +461,14 @@ size_t qcow2_header_ext_encode(uint8_t *buf, size_t pos, size_t buflen, uint32_t
                                const void *data, size_t len);
 /* Append the feature name table qemu-img writes; as qcow2_header_ext_encode. */
 size_t qcow2_feature_table_encode(uint8_t *buf, size_t pos, size_t buflen);
+/* Cluster 0 as QEMU lays it out (its qcow2_update_header): the header h,
+ * then the extensions -- backing format (with a backing name), data file,
+ * crypto, the feature table (v3, clusters over 4 KiB), bitmaps, ext's
+ * unknown ones in file order, end -- then the backing file name (NULL:
+ * none); sets h's backing fields.  buf[0..buflen) is zeroed first.
+ * Returns the bytes used, 0 when it does not fit. */
+size_t qcow2_header_cluster_encode(Qcow2Header *h, const Qcow2Extensions *ext,
+                                   const char *backing, uint8_t *buf, size_t buflen);
 /* Backing file name from cluster 0, or NULL (none / empty). */
 int qcow2_read_backing_name(const uint8_t *cluster0, const Qcow2Header *h, char **name);
 /* Number of L1 entries needed to map 'size' bytes; false on overflow. */

@@ -583,3 +583,65 @@ size_t qcow2_feature_table_encode(uint8_t *buf, size_t pos, size_t buflen)
     return qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_FEATURE_TABLE, table,
                                    sizeof(table));
 }
+
+size_t qcow2_header_cluster_encode(Qcow2Header *h, const Qcow2Extensions *ext,
+                                   const char *backing, uint8_t *buf, size_t buflen)
+{
+    size_t pos, n;
+
+    memset(buf, 0, buflen);
+    h->backing_file_offset = 0;
+    h->backing_file_size = 0;
+    pos = qcow2_header_encode(h, buf, buflen);
+#define APPEND(expr)                                                                     \
+    do {                                                                                 \
+        if (!(n = (expr))) {                                                             \
+            return 0;                                                                    \
+        }                                                                                \
+        pos += n;                                                                        \
+    } while (0)
+    if (backing && ext->backing_format) {
+        APPEND(qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_BACKING_FORMAT,
+                                       ext->backing_format, strlen(ext->backing_format)));
+    }
+    if (ext->data_file) {
+        APPEND(qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_DATA_FILE,
+                                       ext->data_file, strlen(ext->data_file)));
+    }
+    if (ext->has_crypto) {
+        uint8_t c[QCOW2_CRYPTO_EXT_SIZE];
+        store_be64(c, ext->crypto_offset);
+        store_be64(c + 8, ext->crypto_length);
+        APPEND(qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_CRYPTO_HEADER, c,
+                                       sizeof(c)));
+    }
+    /* qemu-img leaves the table out for clusters of 4 KiB and less, to keep
+     * room for a backing file name */
+    if (h->version >= 3 && h->cluster_bits > 12) {
+        APPEND(qcow2_feature_table_encode(buf, pos, buflen));
+    }
+    if (ext->has_bitmaps) {
+        uint8_t b[QCOW2_BITMAPS_EXT_SIZE];
+        qcow2_bitmaps_ext_encode(&ext->bitmaps, b);
+        APPEND(
+            qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_BITMAPS, b, sizeof(b)));
+    }
+    for (guint i = 0; ext->unknown && i < ext->unknown->len; i++) {
+        const Qcow2UnknownExt *u = g_ptr_array_index(ext->unknown, i);
+        APPEND(qcow2_header_ext_encode(buf, pos, buflen, u->magic, u->data, u->len));
+    }
+    APPEND(qcow2_header_ext_encode(buf, pos, buflen, QCOW2_EXT_END, NULL, 0));
+#undef APPEND
+    if (backing) {
+        size_t len = strlen(backing);
+        if (buflen - pos < len || len > QCOW2_MAX_BACKING_NAME) {
+            return 0;
+        }
+        memcpy(buf + pos, backing, len);
+        h->backing_file_offset = pos;
+        h->backing_file_size = (uint32_t)len;
+        qcow2_header_encode(h, buf, buflen);
+        pos += len;
+    }
+    return pos;
+}

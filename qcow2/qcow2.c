@@ -527,6 +527,7 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 const BlkDriver blk_qcow2_driver = {
     .create = qcow2_create,
     .measure = qcow2_measure,
+    .set_backing = qcow2_set_backing,
     .bitmaps_size = qcow2_bitmaps_size,
     .format_name = "qcow2",
     .is_protocol = false,

@@ -607,6 +607,8 @@ int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
 int qcow2_create(const char *filename, const BlkCreateOptions *opts);
+/* backing.c: change the backing file name and format (backing.c). */
+int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt);
 /* measure.c */
 int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
                   BlkMeasure *out);

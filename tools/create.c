@@ -24,17 +24,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-/* A relative backing name is relative to the folder of the new image. */
-static char *resolve_backing(const char *image, const char *backing)
-{
-    const char *slash = strrchr(image, '/');
-
-    if (backing[0] == '/' || !slash) {
-        return g_strdup(backing);
-    }
-    return g_strdup_printf("%.*s%s", (int)(slash - image + 1), image, backing);
-}
-
 /*
  * Check the backing image (fact 2); sets *size from it when 'need_size'.
  * Returns false after printing the error.
@@ -43,7 +32,7 @@ static bool check_backing(const char *filename, const char *backing,
                           const char *backing_fmt, bool unsafe, bool need_size,
                           uint64_t *size)
 {
-    g_autofree char *path = resolve_backing(filename, backing);
+    g_autofree char *path = tool_resolve_backing(filename, backing);
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     GError *err = NULL;
     QimgImage *bimg;

@@ -74,6 +74,11 @@ static const ToolCommand commands[] = {
      "Serve the image over NBD with qemu-nbd's options and defaults (one client,\n"
      "exit when it leaves unless -t; cache writeback), by running nbdkit with\n"
      "nbdkit-qimg-plugin.so."},
+    {"rebase", cmd_rebase,
+     "rebase [-U] [-q] [-f fmt] [-t cache] [-T src_cache] [-p] [-u] -b backing_file "
+     "[-F backing_fmt] filename",
+     "Change the backing file of an image; without -u the contents stay the same\n"
+     "(what differs between the old and the new backing file is copied in)."},
     {"resize", cmd_resize,
      "resize [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename [+ | -]size",
      "Change the virtual size of the image; shrinking needs --shrink."},

@@ -304,3 +304,14 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
     }
     return g_steal_pointer(&img);
 }
+
+/* A relative backing name is relative to the folder of the new image. */
+char *tool_resolve_backing(const char *image, const char *backing)
+{
+    const char *slash = strrchr(image, '/');
+
+    if (backing[0] == '/' || !slash) {
+        return g_strdup(backing);
+    }
+    return g_strdup_printf("%.*s%s", (int)(slash - image + 1), image, backing);
+}

@@ -42,6 +42,7 @@ int cmd_resize(int argc, char **argv);
 int cmd_nbd(int argc, char **argv);
 int cmd_measure(int argc, char **argv);
 int cmd_dd(int argc, char **argv);
+int cmd_rebase(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);
@@ -81,6 +82,9 @@ bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode);
 /* -l: "ID_OR_NAME" or "snapshot.id=ID,snapshot.name=NAME" -> the ID or
  * name to open (g_free), or NULL after printing the error. */
 char *tool_parse_snapshot_param(const char *param);
+/* A backing file name as the image names it, resolved against the image's
+ * folder (g_free). */
+char *tool_resolve_backing(const char *image, const char *backing);
 /* Open a source read as qemu-img reads it with -l snapshot_param (NULL:
  * none): the snapshot's view, "Failed to load snapshot: ..." when it is not
  * there (also for drivers without snapshots).  NULL after printing the

@@ -202,6 +202,22 @@ const char *qimg_image_format(QimgImage *img);
 QimgImage *qimg_image_backing(QimgImage *img); /* borrowed; NULL if none */
 bool qimg_image_is_read_only(QimgImage *img);
 
+/*
+ * qemu-img rebase -u: record backing_file (NULL or "": none) of format
+ * backing_fmt (required with a file) in the image's header, after making
+ * everything written to the image durable.  Only the header changes: the
+ * open handle keeps reading through the chain it was opened with (reopen
+ * to read through the new one).  qcow2 only (0.6).
+ */
+gboolean qimg_image_set_backing(QimgImage *img, const char *backing_file,
+                                const char *backing_fmt, GError **error);
+/* A backing file name resolved as img's own backing file name is: against
+ * the folder of img's file (g_free) (0.6). */
+char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file);
+/* Is fmt a block driver name QEMU knows (what qemu-img takes for -F and
+ * backing_fmt, qimg opening only raw and qcow2)?  (0.6) */
+gboolean qimg_format_name_valid(const char *fmt);
+
 /* Block status of one layer or of the whole chain. */
 typedef enum QimgStatusFlags {
     QIMG_STATUS_DATA = 1 << 0,         /* reads return data stored here */

@@ -231,15 +231,8 @@ start_fails "malformed image" "bad.qcow2" file=bad.qcow2 format=qcow2
 start_fails "missing image" "No such file" file=nosuch.qcow2
 # an image another process holds for writing (QEMU's locks)
 cp top.qcow2 held.qcow2
-# qemu-io holds the image open (its sleep command) until killed
-"$QEMU_IO" -c 'sleep 60000' held.qcow2 >hold.out 2>&1 &
-hold=$!
-locked=
-for _ in $(seq 200); do
-    "$QEMU_IMG" info held.qcow2 >/dev/null 2>&1 || { locked=1; break; }
-    sleep 0.05
-done
-assert_eq "qemu-io holds held.qcow2" 1 "$locked"
+hold_image held.qcow2
+hold=$HOLDER
 start_fails "image in use" "lock" file=held.qcow2
 kill $hold 2>/dev/null
 wait $hold 2>/dev/null

@@ -210,16 +210,9 @@ printf 'QFI\373\0\0\0\3garbage' >bad.qcow2
 truncate -s 1M bad.qcow2
 refused "malformed image" "bad.qcow2" "$QIMG" nbd -f qcow2 -k "$PWD/x.sock" bad.qcow2
 cp d.qcow2 held.qcow2
-# qemu-io holds the image open (its sleep command) until killed
-"$QEMU_IO" -c 'sleep 60000' held.qcow2 >hold.out 2>&1 &
-hold=$!
+hold_image held.qcow2
+hold=$HOLDER
 pids+=($hold)
-locked=
-for _ in $(seq 200); do
-    "$QEMU_IMG" info held.qcow2 >/dev/null 2>&1 || { locked=1; break; }
-    sleep 0.05
-done
-assert_eq "qemu-io holds held.qcow2" 1 "$locked" || cat hold.out
 refused "image in use" "lock" "$QIMG" nbd -k "$PWD/x.sock" held.qcow2
 kill $hold
 wait $hold 2>/dev/null

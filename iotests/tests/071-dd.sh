@@ -62,10 +62,9 @@ for ops in "if=in.raw" "of=out.img" "" "if=in.raw of=out.img bs=0" "if=in.raw of
 done
 expect_error "dd of a raw file as qcow2" dd -f qcow2 if=in.raw of=out.img
 # an input someone writes: refused without -U, read with it
-"$QEMU_IO" -c 'sleep 60000' t.qcow2 &
-holder=$!
+hold_image t.qcow2
+holder=$HOLDER
 trap 'kill $holder 2>/dev/null; _cleanup' EXIT
-for _ in $(seq 50); do "$QEMU_IMG" info t.qcow2 >/dev/null 2>&1 || break; sleep 0.1; done
 dd_both if=t.qcow2 of=out.img
 dd_both -U if=t.qcow2 of=out.img bs=64k
 assert_rc "dd -U of an image in use: contents" 0 cmp q.img m.img

@@ -1,0 +1,109 @@
+/*
+ * qcow2/backing.c: changing the backing file an image names (qemu-img
+ * rebase, QEMU's bdrv_change_backing_file).
+ *
+ * Owns: rewriting cluster 0 with a new backing file name and format.
+ *
+ * Invariants (cited as "backing.c invariant N"):
+ *  1. Before the header names the new backing file, everything written to
+ *     the image is durable (qcow2_flush_all_locked, asserted in debug
+ *     builds): a safe rebase's copied clusters must never be lost while the
+ *     header already says the new backing file shows through.
+ *  2. Cluster 0 is re-read from the file, parsed and re-encoded with the
+ *     one cluster-0 encoder (qcow2_header_cluster_encode, QEMU's layout):
+ *     every header field, unknown header bytes past the known fields,
+ *     every extension (unknown ones included) is kept; only the backing
+ *     name, its format extension and the header length fields change.
+ *  3. One synced write of the bytes in use (the old or new layout's end,
+ *     whichever is larger, in whole 512-byte sectors): when they fit in the
+ *     first 4 KiB page, as they do unless names and unknown extensions are
+ *     large, a power loss leaves the old or the new header.
+ *  4. Memory (img->backing_filename/format, s->header, s->ext) follows only
+ *     after the write worked.  The open chain is not reopened: the node
+ *     keeps reading through the backing node it was opened with.
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <string.h>
+
+int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt)
+{
+    Qcow2State *s = img->opaque;
+    size_t cs = (size_t)s->cluster_size, used, old_end, len;
+    g_autofree uint8_t *old = g_malloc(cs);
+    g_autofree uint8_t *buf = g_malloc(cs);
+    Qcow2Header h;
+    Qcow2Extensions ext = {0};
+    char *old_fmt;
+    int ret;
+
+    if (backing && !*backing) {
+        backing = NULL;
+    }
+    if (backing && strlen(backing) > QCOW2_MAX_BACKING_NAME) {
+        return blk_error(EINVAL, "Backing file name too long");
+    }
+    if (fmt && !blk_qemu_driver_name(fmt)) {
+        return blk_error(EINVAL, "Invalid format name: '%s'", fmt);
+    }
+    qcow2_lock(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret == 0) {
+        ret = qcow2_flush_all_locked(s); /* invariant 1 */
+    }
+    if (ret < 0) {
+        goto out;
+    }
+    qcow2_assert_durable(img->file, blk_write_gen(img->file), "backing.c invariant 1");
+    if (s->data_file) {
+        qcow2_assert_durable(s->data_file, blk_write_gen(s->data_file),
+                             "backing.c invariant 1");
+    }
+    /* invariant 2 */
+    ret = blk_pread(img->file, 0, old, cs);
+    if (ret < 0) {
+        ret = blk_error(-ret, "Could not read the header of '%s': %s", img->filename,
+                        g_strerror(-ret));
+        goto out;
+    }
+    ret = qcow2_header_parse(old, cs, s->file_size, true, false, &h, &ext);
+    if (ret < 0) {
+        goto out;
+    }
+    old_end =
+        MAX((size_t)ext.end + 8, (size_t)(h.backing_file_offset + h.backing_file_size));
+    old_fmt = ext.backing_format;
+    ext.backing_format = (char *)fmt;
+    used = qcow2_header_cluster_encode(&h, &ext, backing, buf, cs);
+    ext.backing_format = old_fmt;
+    if (!used) {
+        ret = blk_error(ENOSPC, "Could not change the backing file: the header does not "
+                                "fit in cluster 0");
+        goto out;
+    }
+    if (h.version >= 3 && h.header_length > QCOW2_HDR_V3_FULL_LENGTH) {
+        /* unknown header fields: kept as they were */
+        memcpy(buf + QCOW2_HDR_V3_FULL_LENGTH, old + QCOW2_HDR_V3_FULL_LENGTH,
+               h.header_length - QCOW2_HDR_V3_FULL_LENGTH);
+    }
+    len = MIN(ROUND_UP(MAX(used, old_end), 512), cs); /* invariant 3 */
+    ret = qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, QCOW2_OL_MAIN_HEADER, 0,
+                                      buf, len, true);
+    if (ret < 0) {
+        goto out;
+    }
+    /* invariant 4 */
+    g_free(img->backing_filename);
+    img->backing_filename = g_strdup(backing);
+    g_free(img->backing_format);
+    img->backing_format = backing ? g_strdup(fmt) : NULL;
+    s->header.backing_file_offset = h.backing_file_offset;
+    s->header.backing_file_size = h.backing_file_size;
+    g_free(s->ext.backing_format);
+    s->ext.backing_format = backing ? g_strdup(fmt) : NULL;
+out:
+    qcow2_unlock(s);
+    qcow2_extensions_free(&ext);
+    return ret;
+}
