@@ -31,7 +31,9 @@
  *  4. With top_only (-B) the target's backing file is taken to hold what
  *     the source's backing chain holds: only the source's top layer is
  *     asked for status, and what it does not define (and zeros past the
- *     end of the target's backing file) is left unallocated.
+ *     end of the target's backing file) is left unallocated.  With
+ *     top_layers N > 1 (commit -b) the chain is asked and what a layer at
+ *     depth N or below defines counts as undefined.
  */
 #include "api/copy-plan.h"
 
@@ -62,14 +64,20 @@ void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst, const QimgCopyO
     }
     blk_info_clear(&si);
     p->src_align = MAX(p->src_align, COPY_SECTOR);
-    p->min_sparse = o->sparse_size == QIMG_COPY_SPARSE_OFF ? 0
-                    : o->sparse_size == 0                  ? 4096 / COPY_SECTOR
-                                                           : o->sparse_size / COPY_SECTOR;
+    p->mirror_writes = o->mirror_writes;
+    if (o->mirror_writes) {
+        copy_plan_mirror_init(p, dst);
+    }
+    p->zeros_as_data = o->sparse_size == QIMG_COPY_SPARSE_OFF && !o->mirror_writes;
+    p->min_sparse = o->sparse_size == QIMG_COPY_SPARSE_OFF || o->mirror_writes ? 0
+                    : o->sparse_size == 0 ? 4096 / COPY_SECTOR
+                                          : o->sparse_size / COPY_SECTOR;
     /* fact 2: as qemu-img, MAX(pow2floor(-S), the target's request alignment) */
     p->alignment = MAX(MAX(pow2floor(p->min_sparse), 1u),
                        (unsigned)DIV_ROUND_UP(dst->node->request_alignment, COPY_SECTOR));
     p->target_has_backing = o->target_has_backing;
     p->top_only = o->top_only;
+    p->top_layers = o->top_only ? MAX(o->top_layers, 1u) : 0;
     p->target_backing = o->target_backing_size ? (int64_t)o->target_backing_size : -1;
     p->compress = o->compress;
     if (o->compress) {
@@ -173,6 +181,43 @@ bool copy_data_run(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t s
 }
 
 /*
+ * Fact 4, top_layers N > 1: the first of the top N layers that defines
+ * offset, asked layer by layer so that nothing at or below depth N is
+ * read (a commit writes the base while this runs); undefined in all of
+ * them: flags 0, left alone, as QEMU's commit copies only what is
+ * allocated above the base; past the end of a layer below the top (and
+ * above the base) it reads zeros: ZERO, allocated.
+ */
+gboolean copy_plan_layers_status(CopyPlan *p, uint64_t offset, uint64_t len,
+                                 QimgExtent *ext, GError **err)
+{
+    QimgImage *layer = p->src;
+
+    *ext = (QimgExtent){.start = offset, .length = len};
+    for (unsigned d = 0; d < p->top_layers && layer; d++, layer = layer->backing) {
+        if (offset >= layer->node->size) {
+            /* past the end of a layer above the base: reads zeros, which
+             * QEMU's commit writes */
+            ext->flags = QIMG_STATUS_ZERO | QIMG_STATUS_ALLOCATED;
+            ext->depth = (int)d;
+            return TRUE;
+        }
+        if (!api_block_status(layer, true, offset, MIN(len, layer->node->size - offset),
+                              ext, err)) {
+            return FALSE;
+        }
+        len = ext->length;
+        if (ext->flags & QIMG_STATUS_ALLOCATED) {
+            ext->depth = (int)d;
+            return TRUE;
+        }
+    }
+    ext->flags = 0; /* defined at or below the base: left alone */
+    ext->length = len;
+    return TRUE;
+}
+
+/*
  * Block status of the source: of the whole chain, or with top_only of its
  * top layer alone (fact 4), where what the layer leaves undefined reads as
  * zeros when nothing is below it or the offset is past the end of what is
@@ -183,12 +228,15 @@ static gboolean source_status(CopyPlan *p, uint64_t offset, uint64_t len, QimgEx
 {
     QimgImage *below;
 
+    if (p->top_layers > 1) {
+        return copy_plan_layers_status(p, offset, len, ext, err);
+    }
     if (!api_block_status(p->src, p->top_only, offset, len, ext, err)) {
         return FALSE;
     }
-    if (!p->top_only ||
+    if (!p->top_only || p->mirror_writes ||
         (ext->flags & (QIMG_STATUS_ALLOCATED | QIMG_STATUS_ZERO | QIMG_STATUS_DATA))) {
-        return TRUE;
+        return TRUE; /* (a commit leaves what the top does not define) */
     }
     below = p->src->backing;
     if (!below || offset >= below->node->size) {
@@ -225,7 +273,9 @@ static gboolean next_status(CopyPlan *p, uint64_t offset, CopyKind *st, uint64_t
         n -= tail;
     }
     *end = MIN(offset + n, p->size);
-    if (ext.flags & QIMG_STATUS_ZERO) {
+    if ((ext.flags & QIMG_STATUS_DATA) && p->mirror_writes) {
+        *st = COPY_DATA; /* a commit copies data clusters, zero or not */
+    } else if (ext.flags & QIMG_STATUS_ZERO) {
         bool past_backing = p->top_only && p->target_backing >= 0 &&
                             offset >= (uint64_t)p->target_backing;
         *st = past_backing ? COPY_BACKING : COPY_ZERO;
@@ -245,6 +295,9 @@ gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error)
     if (!*more) {
         return FALSE;
     }
+    if (p->mirror_writes) {
+        return copy_plan_mirror_next(p, c, error);
+    }
     if (p->compress) { /* fact 1: one cluster each */
         n = MIN((uint64_t)p->cluster, p->size - p->pos);
         if (!next_status(p, p->pos, &c->kind, &end, error)) {
@@ -260,7 +313,7 @@ gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error)
         }
         c->kind = p->status;
         n = MIN(p->status_end - p->pos, REQUEST_MAX);
-        if (c->kind == COPY_DATA || (c->kind == COPY_ZERO && p->min_sparse == 0)) {
+        if (c->kind == COPY_DATA || (c->kind == COPY_ZERO && p->zeros_as_data)) {
             n = MIN(n, COPY_BUF_SIZE);
         }
     }

@@ -23,10 +23,15 @@ typedef struct CopyPlan {
     uint64_t size;       /* bytes to copy */
     uint64_t src_align;  /* the source's cluster size, >= 512 */
     unsigned min_sparse; /* sectors; 0: no sparse detection */
+    bool zeros_as_data;  /* -S 0: the source's zeros are written as data */
+    bool mirror_writes;  /* QimgCopyOptions.mirror_writes */
     unsigned alignment;  /* sectors: pow2floor(min_sparse), >= 1 */
     bool target_has_backing, top_only, compress;
+    unsigned top_layers;    /* fact 4 */
     int64_t target_backing; /* -1: unknown */
     uint32_t cluster;       /* the target's cluster size (compress) */
+    uint64_t granularity;   /* mirror_writes: copy-mirror.c invariant 1 */
+    uint64_t dst_cluster;   /* mirror_writes: the target's cluster size */
     /* the walk, under the pipeline's lock */
     uint64_t pos, status_end;
     CopyKind status;
@@ -36,6 +41,14 @@ typedef struct CopyChunk {
     uint64_t offset, len;
     CopyKind kind;
 } CopyChunk;
+
+/* copy-plan.c: the first layer of the top_layers that defines offset
+ * (fact 4). */
+gboolean copy_plan_layers_status(CopyPlan *p, uint64_t offset, uint64_t len,
+                                 QimgExtent *ext, GError **err);
+/* copy-mirror.c: the plan of a commit (mirror_writes). */
+void copy_plan_mirror_init(CopyPlan *p, QimgImage *dst);
+gboolean copy_plan_mirror_next(CopyPlan *p, CopyChunk *c, GError **error);
 
 /* Set up the plan for copying src (copy-plan.c facts 1-4). */
 void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst,

@@ -116,8 +116,9 @@ static bool write_zeroes(Copy *c, uint64_t offset, uint64_t len)
         return true; /* invariant 2 */
     }
     issue_turn(c);
-    int ret = api_io(c->dst, API_IO_ZERO, offset, len, NULL,
-                     c->plan.target_has_backing ? 0 : BLK_REQ_MAY_UNMAP);
+    int ret = api_io(
+        c->dst, API_IO_ZERO, offset, len, NULL,
+        c->plan.target_has_backing && !c->plan.mirror_writes ? 0 : BLK_REQ_MAY_UNMAP);
     return !io_failed(c, c->dst, API_IO_ZERO, ret, "writing", offset);
 }
 
@@ -229,7 +230,7 @@ static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf)
     if (k->kind == COPY_DATA) {
         return read_data(c, k->offset, buf, n) && write_chunk(c, k->offset, buf, n);
     }
-    if (c->plan.min_sparse == 0) { /* zeros as data (-S 0) */
+    if (c->plan.zeros_as_data) { /* -S 0 */
         memset(buf, 0, n);
         blk_order_mark_last();
         return write_data(c, k->offset, buf, n);
@@ -244,7 +245,7 @@ static bool chunk_writes(const Copy *c, const CopyChunk *k)
     case COPY_BACKING:
         return false;
     case COPY_ZERO:
-        return !c->o.target_is_zero || (c->plan.min_sparse == 0 && !c->plan.compress);
+        return !c->o.target_is_zero || (c->plan.zeros_as_data && !c->plan.compress);
     case COPY_DATA:
         break;
     }

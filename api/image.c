@@ -80,6 +80,30 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     return node ? api_image_new(node) : NULL;
 }
 
+QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
+                                 const QimgOpenOptions *opts, GError **error)
+{
+    QimgOpenOptions in;
+    BlkOpenOptions o;
+    BlkNode *file, *node;
+    const char *name = layer->node->filename;
+
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgOpenOptions", error)) {
+        return NULL;
+    }
+    api_open_options(&in, &o);
+    o.format = layer->node->drv->format_name;
+    blk_error_clear();
+    /* the protocol stack of top's file: a recorded top records it too */
+    file = blk_open_file_like(top->node->file, name, &o, BLK_ROLE_PROTOCOL);
+    if (!file) {
+        blk_error_propagate(error, 0, "Could not open '%s'", name);
+        return NULL;
+    }
+    node = api_open_node_on(file, name, &o, error);
+    return node ? api_image_new(node) : NULL;
+}
+
 gboolean qimg_image_close(QimgImage *img, GError **error)
 {
     int ret = 0;
@@ -306,6 +330,28 @@ gboolean qimg_image_pwrite_compressed(QimgImage *img, uint64_t offset, const voi
 uint64_t qimg_image_size(QimgImage *img)
 {
     return img->node->size;
+}
+
+gboolean qimg_image_make_empty(QimgImage *img, GError **error)
+{
+    BlkNode *node = img->node;
+    int ret;
+
+    if (node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
+        return FALSE;
+    }
+    if (!node->drv->make_empty) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "Format '%s' cannot be emptied",
+                    node->drv->format_name);
+        return FALSE;
+    }
+    ret = api_quiesce(img);
+    if (ret == 0) {
+        blk_error_clear();
+        ret = node->drv->make_empty(node);
+    }
+    return node_result(node, ret, "Could not empty", error);
 }
 
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)

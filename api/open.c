@@ -13,7 +13,8 @@
  *  4. Locks (block.h invariant 6): once the format is known, and before
  *     its driver reads the file, the protocol node holds the permissions of
  *     the driver's file_role; force_share, no_io and deny_write reach every
- *     file of the chain, resize only the image's own file.  A read-write
+ *     file of the chain, resize only the image's own file, share_write
+ *     (backing_shared_write) only the backing files.  A read-write
  *     open with force_share is refused, as QEMU refuses it, before any file
  *     is opened.  A backing file's failure reads as QEMU words it: "Could
  *     not open backing file: " and the backing file's own message.
@@ -76,6 +77,7 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;
+    bo.share_write = opts->backing_share_write;
     img->backing = api_open_node(img->full_backing_filename, &bo, chain, &local);
     if (!img->backing) {
         g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",

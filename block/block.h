@@ -173,6 +173,9 @@ struct BlkDriver {
     /* Name backing (NULL: none) of format fmt in the image header, after
      * making everything written durable (optional). */
     int (*set_backing)(BlkNode *img, const char *backing, const char *fmt);
+    /* Drop every cluster so that the image reads through its backing file,
+     * then flush (optional). */
+    int (*make_empty)(BlkNode *img);
     /* What this image's persistent bitmaps take in an image of
      * cluster_size (optional: -ENOTSUP, it cannot have any). */
     int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);

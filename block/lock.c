@@ -44,7 +44,8 @@
  *     deny_write (qemu-img convert's source) adds W RESIZE to what every
  *     file does not share; force_share (read-only opens only) shares
  *     everything; no_io (read-only metadata opens: qemu-img info) drops CR,
- *     and a data file then takes nothing.
+ *     and a data file then takes nothing; share_write (read-only backing
+ *     files of an image being committed) shares W RESIZE.
  */
 #include "block/lock.h"
 #include "block/block.h"
@@ -107,6 +108,9 @@ void blk_lock_perms(BlkNodeRole role, const BlkOpenOptions *o, unsigned *perm,
     }
     if (o->force_share && !rw) {
         unshared = 0;
+    }
+    if (o->share_write && !rw) {
+        unshared &= ~(BLK_PERM_WRITE | BLK_PERM_RESIZE);
     }
     *perm = p;
     *shared = BLK_PERM_ALL & ~unshared;

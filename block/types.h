@@ -47,6 +47,8 @@ typedef struct BlkOpenOptions {
     bool no_io;                   /* metadata only (qemu-img info's locks) */
     bool resize;                  /* take the resize permission at open */
     bool deny_write;              /* keep other writers out (convert source) */
+    bool share_write;             /* let another writer in (a commit's base) */
+    bool backing_share_write;     /* share_write for the backing chain */
     bool check_mode;              /* corrupt images open read-write (check -r) */
     const char *snapshot;         /* read-only view of this snapshot */
 } BlkOpenOptions;

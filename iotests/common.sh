@@ -174,6 +174,18 @@ same_as_qemu() {
     fi
 }
 
+# mk_qcow2 NAME SIZE OPTS [QEMU-IO-CMD...]: qemu-img create -f qcow2 -o
+# OPTS (a leading comma dropped; empty: none), then the qemu-io commands.
+mk_qcow2() {
+    local name=$1 size=$2 opts=$3
+    shift 3
+    opts=${opts#,}
+    "$QEMU_IMG" create -q -f qcow2 ${opts:+-o "$opts"} "$name" "$size" || return 1
+    local args=()
+    for w in "$@"; do args+=(-c "$w"); done
+    [ ${#args[@]} -eq 0 ] || "$QEMU_IO" "${args[@]}" "$name" >/dev/null
+}
+
 # hold_image IMG: start qemu-io holding IMG open read-write (its sleep
 # command) in the background, HOLDER=its pid, and wait until /proc/locks
 # shows the lock of its write permission on IMG (QEMU's byte 101) --

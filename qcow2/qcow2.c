@@ -528,6 +528,7 @@ const BlkDriver blk_qcow2_driver = {
     .create = qcow2_create,
     .measure = qcow2_measure,
     .set_backing = qcow2_set_backing,
+    .make_empty = qcow2_make_empty,
     .bitmaps_size = qcow2_bitmaps_size,
     .format_name = "qcow2",
     .is_protocol = false,

@@ -609,6 +609,8 @@ uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 int qcow2_create(const char *filename, const BlkCreateOptions *opts);
 /* backing.c: change the backing file name and format (backing.c). */
 int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt);
+/* zero.c: drop every cluster (qemu-img commit), then flush. */
+int qcow2_make_empty(BlkNode *img);
 /* measure.c */
 int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
                   BlkMeasure *out);

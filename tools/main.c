@@ -33,6 +33,10 @@ static const ToolCommand commands[] = {
      "Check the image for consistency (and repair it with -r).\n"
      "Exit status: 0 consistent, 1 check not completed, 2 corruptions, 3 leaks,\n"
      "63 format without checks."},
+    {"commit", cmd_commit,
+     "commit [-q] [-f fmt] [-t cache] [-b base] [-r rate_limit] [-d] [-p] filename",
+     "Write what the image holds into its backing file (or into base deeper in\n"
+     "the chain), then empty the image unless -d (-b implies -d)."},
     {"compare", cmd_compare,
      "compare [-f fmt] [-F fmt] [-T src_cache] [-p] [-q] [-s] [-U] filename1 filename2",
      "Check whether two images have the same contents.\n"

@@ -43,6 +43,7 @@ int cmd_nbd(int argc, char **argv);
 int cmd_measure(int argc, char **argv);
 int cmd_dd(int argc, char **argv);
 int cmd_rebase(int argc, char **argv);
+int cmd_commit(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);

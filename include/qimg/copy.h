@@ -65,6 +65,15 @@ typedef struct QimgCopyOptions {
     uint64_t target_backing_size;
     QimgCopyProgressFunc progress; /* or NULL */
     void *progress_opaque;
+    /* With top_only: how many layers from the source's top count as its
+     * top (qemu-img commit -b: the layers above the base); 0 or 1: the top
+     * alone.  What they leave undefined stays unallocated (0.6). */
+    unsigned top_layers;
+    /* Writes as QEMU's commit (mirror) job makes them: data as read, no
+     * zero detection in it; what the source reports as zeros as zeroes
+     * requests that may unmap, also into a target with a backing file;
+     * sparse_size is then ignored (0.6). */
+    bool mirror_writes;
 } QimgCopyOptions;
 
 #define QIMG_COPY_OPTIONS_INIT                                                           \

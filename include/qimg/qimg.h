@@ -89,6 +89,10 @@ typedef struct QimgOpenOptions {
                       * permission at open */
     bool deny_write; /* nobody else may write or resize any file of the image
                       * while it is open (qemu-img convert's source) */
+    /* The backing files let one other writer in (qimg commit writes the base
+     * through a second handle); the caller reads nothing of a backing file
+     * that is being written through this chain (0.6). */
+    bool backing_shared_write;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -101,6 +105,12 @@ typedef struct QimgOpenOptions {
  * was built with libnbd. */
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error);
+/* Open a layer of top's backing chain (qimg_image_backing()) a second
+ * time, with opts (read-write for qimg commit's base; the chain must have
+ * been opened with backing_shared_write), through the same protocol
+ * layers as top's own file (0.6). */
+QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
+                                 const QimgOpenOptions *opts, GError **error);
 /* Flushes (unless read-only) and closes; returns FALSE if the final flush
  * failed (the handle is freed either way). */
 gboolean qimg_image_close(QimgImage *img, GError **error);
@@ -211,6 +221,10 @@ bool qimg_image_is_read_only(QimgImage *img);
  */
 gboolean qimg_image_set_backing(QimgImage *img, const char *backing_file,
                                 const char *backing_fmt, GError **error);
+/* qemu-img commit's last step: drop everything img itself stores, so that
+ * it reads through its backing file again (internal snapshots keep theirs),
+ * then flush.  qcow2 only (0.6). */
+gboolean qimg_image_make_empty(QimgImage *img, GError **error);
 /* A backing file name resolved as img's own backing file name is: against
  * the folder of img's file (g_free) (0.6). */
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file);

@@ -56,23 +56,13 @@ sys.stdout.buffer.write(h)
 PY
 }
 
-mk() { # NAME SIZE OPTS WRITES...
-    local name=$1 size=$2 opts=$3
-    shift 3
-    opts=${opts#,}
-    "$QEMU_IMG" create -q -f qcow2 ${opts:+-o "$opts"} "$name" "$size"
-    local args=()
-    for w in "$@"; do args+=(-c "$w"); done
-    [ ${#args[@]} -gt 0 ] && "$QEMU_IO" "${args[@]}" "$name" >/dev/null
-}
-
 for o in "" "compat=0.10" "cluster_size=4k" "cluster_size=64k,extended_l2=on"; do
-    mk b0.qcow2 10M "$o" 'write -P 7 0 4M'
-    mk b1.qcow2 10M "$o,backing_file=b0.qcow2,backing_fmt=qcow2" 'write -P 1 0 2M' \
+    mk_qcow2 b0.qcow2 10M "$o" 'write -P 7 0 4M'
+    mk_qcow2 b1.qcow2 10M "$o,backing_file=b0.qcow2,backing_fmt=qcow2" 'write -P 1 0 2M' \
         'write -P 9 5M 100k' 'write -z 3M 64k'
-    mk b2.qcow2 8M "$o" 'write -P 2 1M 2M' 'write -P 9 5M 100k' 'write -P 5 7M 1000'
+    mk_qcow2 b2.qcow2 8M "$o" 'write -P 2 1M 2M' 'write -P 9 5M 100k' 'write -P 5 7M 1000'
     head -c 3000000 /dev/urandom >r.raw
-    mk t.qcow2 12M "$o,backing_file=b1.qcow2,backing_fmt=qcow2" 'write -P 3 1536k 64k' \
+    mk_qcow2 t.qcow2 12M "$o,backing_file=b1.qcow2,backing_fmt=qcow2" 'write -P 3 1536k 64k' \
         'write -P 4 9M 64k' 'write -P 6 100k 7k'
     cp t.qcow2 before.qcow2
     all=("-b b2.qcow2 -F qcow2" "-b ''" "-u -b b2.qcow2 -F qcow2")
@@ -88,7 +78,7 @@ for o in "" "compat=0.10" "cluster_size=4k" "cluster_size=64k,extended_l2=on"; d
 done
 
 # -u keeps what it does not change: a bitmaps extension, unknown extensions
-mk bm.qcow2 10M "" 'write -P 1 0 1M'
+mk_qcow2 bm.qcow2 10M "" 'write -P 1 0 1M'
 "$QEMU_IMG" bitmap --add bm.qcow2 bitmap0
 python3 - <<'PY'
 import struct
@@ -128,9 +118,9 @@ d=$SCRATCH/crash
 mkdir -p "$d"
 (
     cd "$d" || exit 1
-    mk b1.qcow2 4M "" 'write -P 1 0 1M' 'write -P 9 2M 100k'
-    mk b2.qcow2 4M "" 'write -P 2 512k 1M' 'write -P 9 2M 100k'
-    mk img.qcow2 4M "backing_file=b1.qcow2,backing_fmt=qcow2" 'write -P 3 700k 64k'
+    mk_qcow2 b1.qcow2 4M "" 'write -P 1 0 1M' 'write -P 9 2M 100k'
+    mk_qcow2 b2.qcow2 4M "" 'write -P 2 512k 1M' 'write -P 9 2M 100k'
+    mk_qcow2 img.qcow2 4M "backing_file=b1.qcow2,backing_fmt=qcow2" 'write -P 3 700k 64k'
     "$QEMU_IMG" convert -O raw img.qcow2 A0.raw
 )
 cp "$d/img.qcow2" "$d/img0.qcow2"

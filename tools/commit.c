@@ -1,0 +1,207 @@
+/*
+ * qimg commit [-q] [-f fmt] [-t cache] [-b base] [-r rate_limit] [-d] [-p]
+ *             filename
+ *
+ * Facts learnt from running qemu-img 7.2:
+ *  1. One file name ("Expecting one image file name"); -r takes qemu-img's
+ *     sizes (bytes per second, "Invalid rate limit specified..."); -b
+ *     names an image of the backing chain, as written in the chain or
+ *     resolved ("Did not find 'B' in the backing chain of 'F'") and implies
+ *     -d; without -b the base is the backing file ("Image does not have a
+ *     backing file").
+ *  2. The image is opened read-write (-t, default writeback); what the
+ *     layers above the base define -- data, and zeros as zero clusters --
+ *     is written into the base (grown first when it is smaller), nothing
+ *     else; then, unless -d, the image is emptied (every cluster dropped:
+ *     it reads through the base again).  "Image committed." unless -q.
+ *  3. Crash safety (qimg's rule): the base's new contents are durable (it
+ *     is flushed and closed) before the top is emptied, so at any power
+ *     loss the chain reads as before: the base changes only under ranges
+ *     the top defines, and the top loses a cluster only once the base
+ *     holds it.
+ */
+#include "qimg-tool.h"
+
+#include <qimg/copy.h>
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <string.h>
+
+enum { OPT_OBJECT = 256, OPT_IMAGE_OPTS };
+
+typedef struct CommitProgress {
+    ToolProgress prog;
+    uint64_t rate; /* bytes per second, 0: unlimited */
+    gint64 start;
+} CommitProgress;
+
+/* Progress, and -r: the copy waits until it is not ahead of the rate. */
+static gboolean commit_progress(void *opaque, uint64_t done, uint64_t total)
+{
+    CommitProgress *cp = opaque;
+
+    tool_progress_update(&cp->prog, done, total);
+    if (cp->rate) {
+        gint64 due = cp->start + (gint64)((double)done / (double)cp->rate * 1e6);
+        gint64 now = g_get_monotonic_time();
+        if (due > now) {
+            g_usleep((gulong)(due - now));
+        }
+    }
+    return TRUE;
+}
+
+/* Fact 1: the base in img's chain and its depth (1: the backing file). */
+static QimgImage *find_base(QimgImage *img, const char *name, unsigned *depth)
+{
+    unsigned d = 1;
+
+    for (QimgImage *b = qimg_image_backing(img); b; b = qimg_image_backing(b), d++) {
+        g_autofree char *resolved = NULL;
+        if (!name) {
+            *depth = d;
+            return b;
+        }
+        resolved = qimg_image_resolve_backing(img, name);
+        if (strcmp(qimg_image_filename(b), name) == 0 ||
+            strcmp(qimg_image_filename(b), resolved) == 0) {
+            *depth = d;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+int cmd_commit(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, OPT_OBJECT},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {NULL, 0, NULL, 0},
+    };
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT, bo = QIMG_OPEN_OPTIONS_INIT;
+    QimgCopyOptions co = QIMG_COPY_OPTIONS_INIT;
+    const char *base_name = NULL, *filename;
+    bool quiet = false, progress = false, drop = true;
+    int64_t rate = 0;
+    unsigned depth = 0;
+    g_autoptr(QimgImage) img = NULL;
+    g_autoptr(QimgImage) base = NULL;
+    QimgImage *chain_base;
+    CommitProgress cp = {0};
+    uint64_t size, base_size;
+    GError *err = NULL;
+    int c;
+
+    oo.cache = QIMG_CACHE_WRITEBACK;
+    oo.backing_shared_write = true; /* the base is written beside the chain */
+    while ((c = getopt_long(argc, argv, ":f:ht:b:dpqr:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            return tool_command_help("commit");
+        case 'f':
+            oo.format = optarg;
+            break;
+        case 't':
+            if (!tool_parse_cache(optarg, false, &oo.cache)) {
+                return 1;
+            }
+            break;
+        case 'b':
+            base_name = optarg;
+            drop = false; /* -b implies -d */
+            break;
+        case 'd':
+            drop = false;
+            break;
+        case 'p':
+            progress = true;
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'r':
+            if (!tool_cvtnum("rate limit", optarg, INT64_MAX, &rate)) {
+                return 1;
+            }
+            break;
+        case OPT_OBJECT:
+        case OPT_IMAGE_OPTS:
+            tool_error("--object and --image-opts are not supported");
+            return 1;
+        default:
+            return tool_bad_option(c, argv);
+        }
+    }
+    if (optind != argc - 1) {
+        return tool_usage_error("Expecting one image file name");
+    }
+    filename = argv[optind];
+
+    img = qimg_image_open(filename, &oo, &err);
+    if (!img) {
+        tool_report_open_error(filename, err);
+        return 1;
+    }
+    tool_warn_probed_raw(img, &oo, filename);
+    chain_base = find_base(img, base_name, &depth);
+    if (!chain_base) {
+        if (base_name) {
+            tool_error("Did not find '%s' in the backing chain of '%s'", base_name,
+                       filename);
+        } else {
+            tool_error("Image does not have a backing file");
+        }
+        return 1;
+    }
+
+    /* fact 2: the base, read-write beside the chain's read-only view */
+    bo.cache = oo.cache;
+    base = qimg_image_open_layer(img, chain_base, &bo, &err);
+    if (!base) {
+        tool_report_open_error(qimg_image_filename(chain_base), err);
+        return 1;
+    }
+    size = qimg_image_size(img);
+    base_size = qimg_image_size(base);
+    if (base_size < size &&
+        !qimg_image_truncate(base, size, false, QIMG_PREALLOC_OFF, &err)) {
+        tool_error("Block job failed: %s", err->message);
+        g_error_free(err);
+        return 1;
+    }
+    tool_progress_init(&cp.prog, progress && !quiet);
+    cp.rate = (uint64_t)rate;
+    cp.start = g_get_monotonic_time();
+    co.top_only = true;
+    co.top_layers = depth;
+    co.target_has_backing = true;
+    co.mirror_writes = true;
+    co.progress = commit_progress;
+    co.progress_opaque = &cp;
+    if (!qimg_copy(img, base, &co, &err) ||
+        !qimg_image_close(g_steal_pointer(&base), &err)) { /* fact 3: durable */
+        tool_progress_end(&cp.prog);
+        tool_error("Block job failed: %s", err->message);
+        g_error_free(err);
+        return 1;
+    }
+    if (drop && !qimg_image_make_empty(img, &err)) {
+        tool_progress_end(&cp.prog);
+        tool_error("Block job failed: %s", err->message);
+        g_error_free(err);
+        return 1;
+    }
+    tool_progress_update(&cp.prog, size, size);
+    tool_progress_end(&cp.prog);
+    if (!qimg_image_close(g_steal_pointer(&img), &err)) {
+        tool_report_gerror(err, NULL);
+        return 1;
+    }
+    if (!quiet) {
+        printf("Image committed.\n");
+    }
+    return 0;
+}
