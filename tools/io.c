@@ -35,7 +35,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define IO_PROMPT "qimg-io> "
+/* "qimg-io> ", "qemu-io> " under the qemu-io personality */
+#define IO_PROMPT_FMT "%s> "
 
 typedef struct IoCommand {
     const char *name;
@@ -191,8 +192,10 @@ static const char *open_reason(const char *name, const GError *err)
 
 static void io_usage(void)
 {
-    printf("Usage: qimg io [OPTIONS]... [-c STRING]... [file]\n"
-           "qemu-io compatible disk exerciser\n"
+    const char *self = strcmp(tool_program(), "qemu-io") == 0 ? "qemu-io" : "qimg io";
+
+    printf("Usage: %s [OPTIONS]... [-c STRING]... [file]\n", self);
+    printf("qemu-io compatible disk exerciser\n"
            "\n"
            "  -c, --cmd STRING     execute command with its arguments\n"
            "                       from the given string\n"
@@ -204,7 +207,10 @@ static void io_usage(void)
            "  -U, --force-share    force shared permissions\n"
            "  -h, --help           display this help and exit\n"
            "\n"
-           "See 'qimg io -c help' for information on available commands.\n");
+           "  -V, --version        output version information and exit\n"
+           "\n"
+           "See '%s -c help' for information on available commands.\n",
+           self);
 }
 
 int cmd_io(int argc, char **argv)
@@ -217,6 +223,7 @@ int cmd_io(int argc, char **argv)
         {"cache", required_argument, NULL, 't'},
         {"force-share", no_argument, NULL, 'U'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {"aio", required_argument, NULL, 'i'},
         {"discard", required_argument, NULL, 'd'},
         {NULL, 0, NULL, 0},
@@ -230,7 +237,7 @@ int cmd_io(int argc, char **argv)
     int c, last_error = 0;
 
     oo.cache = QIMG_CACHE_WRITETHROUGH;
-    while ((c = getopt_long(argc, argv, "c:f:rnt:Uhi:d:kCm", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:f:rnt:UhVi:d:kCm", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             g_ptr_array_add(cmds, optarg);
@@ -238,6 +245,9 @@ int cmd_io(int argc, char **argv)
         case 'f':
             oo.format = optarg;
             break;
+        case 'V':
+            tool_print_version();
+            return 0;
         case 'r':
             oo.read_only = true;
             break;
@@ -325,7 +335,8 @@ int cmd_io(int argc, char **argv)
 
         for (;;) {
             int ret;
-            printf(IO_PROMPT);
+            printf(IO_PROMPT_FMT,
+                   strcmp(tool_program(), "qemu-io") == 0 ? "qemu-io" : "qimg-io");
             fflush(stdout);
             n = getline(&line, &cap, stdin);
             if (n < 0 || io.quit) {

@@ -44,7 +44,8 @@ static const ToolCommand commands[] = {
      "check error, 4 read error."},
     {"convert", cmd_convert,
      "convert [-U] [-p] [-q] [-n] [-f fmt] [-t cache] [-T src_cache] [-O output_fmt] "
-     "[-B backing_file [-F backing_fmt]] [--target-is-zero] [-c] [-m num] [-W] "
+     "[-B backing_file [-F backing_fmt]] [--target-is-zero] [-c] [-m num_coroutines] "
+     "[-W] "
      "[-o options] [-l snapshot_param] [-S sparse_size] filename output_filename",
      "Copy an image (or an internal snapshot of it) to a new or existing image."},
     {"create", cmd_create,
@@ -67,7 +68,7 @@ static const ToolCommand commands[] = {
      "Dump the allocation of an image, layer by layer of its backing chain."},
     {"measure", cmd_measure,
      "measure [--output=ofmt] [-O output_fmt] [-o options] [--size N | [-f fmt] "
-     "[-l snapshot_param] [-U] filename]",
+     "[-l snapshot_param] filename]",
      "Measure the file size a new image of output_fmt needs for a virtual size\n"
      "or to hold filename's contents."},
     {"nbd", cmd_nbd,
@@ -97,17 +98,30 @@ static const ToolCommand commands[] = {
      "out (QEMU's savevm/loadvm, offline); 'qimg vmstate --help' for details."},
 };
 
-static void print_version(void)
+/* Personalities: run as "qemu-img" (a link from make install's qemu-compat
+ * folder) qimg is qemu-img to a script -- messages start "qemu-img:",
+ * --version's first line is "qemu-img version 7.2.0 (qimg X.Y.Z)", which
+ * management stacks parse (Cinder wants >= 2.10 before it passes -U); as
+ * "qemu-io" it is "qimg io" with qemu-io's name and prompt. */
+#define QEMU_COMPAT_VERSION "7.2.0"
+
+void tool_print_version(void)
 {
-    printf("qimg version " QIMG_VERSION "\n"
-           "Command line compatible with qemu-img 7.2\n");
+    if (strcmp(tool_program(), "qimg") == 0) {
+        printf("qimg version " QIMG_VERSION "\n"
+               "Command line compatible with qemu-img 7.2\n");
+    } else {
+        printf("%s version " QEMU_COMPAT_VERSION " (qimg " QIMG_VERSION ")\n"
+               "qimg, a qcow2 image engine with the command line of QEMU 7.2's %s\n",
+               tool_program(), tool_program());
+    }
 }
 
 static void print_help(void)
 {
-    print_version();
-    printf("usage: qimg [standard options] command [command options]\n"
-           "qcow2 and raw disk image utility\n"
+    tool_print_version();
+    printf("usage: %s [standard options] command [command options]\n", tool_program());
+    printf("qcow2 and raw disk image utility\n"
            "\n"
            "    '-h', '--help'       display this help and exit\n"
            "    '-V', '--version'    output version information and exit\n"
@@ -147,14 +161,16 @@ static void print_help(void)
            "  '-U' opens read-only without keeping others from writing (force share)\n"
            "  '-q' suppresses normal output; '-p' shows progress\n"
            "\n"
-           "Run 'qimg COMMAND --help' for one command's usage.\n");
+           "Run '%s COMMAND --help' for one command's usage.\n",
+           tool_program());
 }
 
 int tool_command_help(const char *name)
 {
     for (size_t i = 0; i < G_N_ELEMENTS(commands); i++) {
         if (strcmp(commands[i].name, name) == 0) {
-            printf("usage: qimg %s\n\n%s\n", commands[i].usage, commands[i].summary);
+            printf("usage: %s %s\n\n%s\n", tool_program(), commands[i].usage,
+                   commands[i].summary);
             return 0;
         }
     }
@@ -164,8 +180,16 @@ int tool_command_help(const char *name)
 
 int main(int argc, char **argv)
 {
-    const char *cmd;
+    const char *cmd, *self = strrchr(argv[0], '/');
 
+    self = self ? self + 1 : argv[0];
+    if (strcmp(self, "qemu-io") == 0) {
+        tool_set_program("qemu-io");
+        return cmd_io(argc, argv);
+    }
+    if (strcmp(self, "qemu-img") == 0) {
+        tool_set_program("qemu-img");
+    }
     if (argc < 2) {
         return tool_usage_error("Not enough arguments");
     }
@@ -175,7 +199,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
-        print_version();
+        tool_print_version();
         return 0;
     }
     if (cmd[0] == '-') {

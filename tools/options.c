@@ -20,10 +20,22 @@
 
 /* ---- messages ---- */
 
+static const char *program = "qimg";
+
+void tool_set_program(const char *name)
+{
+    program = name;
+}
+
+const char *tool_program(void)
+{
+    return program;
+}
+
 static void vreport(const char *prefix, const char *fmt, va_list ap)
 {
     fflush(stdout);
-    fputs(prefix, stderr);
+    fprintf(stderr, "%s: %s", program, prefix);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
 }
@@ -33,7 +45,7 @@ void tool_error(const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vreport("qimg: ", fmt, ap);
+    vreport("", fmt, ap);
     va_end(ap);
 }
 
@@ -42,7 +54,7 @@ void tool_warning(const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vreport("qimg: warning: ", fmt, ap);
+    vreport("warning: ", fmt, ap);
     va_end(ap);
 }
 
@@ -51,9 +63,9 @@ int tool_usage_error(const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vreport("qimg: ", fmt, ap);
+    vreport("", fmt, ap);
     va_end(ap);
-    fputs("Try 'qimg --help' for more information\n", stderr);
+    fprintf(stderr, "Try '%s --help' for more information\n", program);
     return 1;
 }
 

@@ -47,6 +47,12 @@ int cmd_commit(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);
+/* The name messages start with ("qimg", or "qemu-img" / "qemu-io" when
+ * run under those names: main.c's personalities). */
+void tool_set_program(const char *name);
+const char *tool_program(void);
+/* "--version" as the program the personality is. */
+void tool_print_version(void);
 
 /* ---- messages (options.c) ---- */
 
