@@ -504,6 +504,13 @@ gboolean qimg_image_block_status(QimgImage *img, uint64_t offset, uint64_t len,
     return status_chain(img, offset, len, out, error);
 }
 
+static void bitmap_info_free(gpointer p)
+{
+    QimgBitmapInfo *b = p;
+    g_free(b->name);
+    g_free(b);
+}
+
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
 {
     g_autoptr(QimgInfo) info = g_new0(QimgInfo, 1);
@@ -540,6 +547,18 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         info->extended_l2 = bi.extended_l2;
         info->data_file = g_steal_pointer(&bi.data_file);
         info->data_file_raw = bi.data_file_raw;
+        for (guint i = 0; bi.bitmaps && i < bi.bitmaps->len; i++) {
+            BlkBitmapInfo *b = &g_array_index(bi.bitmaps, BlkBitmapInfo, i);
+            QimgBitmapInfo *q = g_new0(QimgBitmapInfo, 1);
+            if (!info->bitmaps) {
+                info->bitmaps = g_ptr_array_new_with_free_func(bitmap_info_free);
+            }
+            *q = (QimgBitmapInfo){.name = g_steal_pointer(&b->name),
+                                  .granularity = b->granularity,
+                                  .in_use = b->in_use,
+                                  .enabled = b->enabled};
+            g_ptr_array_add(info->bitmaps, q);
+        }
         if (bi.snapshots) {
             info->snapshots = api_snapshot_list_move(g_steal_pointer(&bi.snapshots));
         }
@@ -560,6 +579,9 @@ void qimg_info_free(QimgInfo *info)
     g_free(info->backing_format);
     if (info->snapshots) {
         g_ptr_array_unref(info->snapshots);
+    }
+    if (info->bitmaps) {
+        g_ptr_array_unref(info->bitmaps);
     }
     g_free(info->compat);
     g_free(info->compression_type);

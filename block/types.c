@@ -24,8 +24,18 @@ void blk_snapshot_list_free(GArray *list)
     g_array_unref(list);
 }
 
+void blk_bitmap_info_clear(void *bitmap_info)
+{
+    BlkBitmapInfo *b = bitmap_info;
+    g_free(b->name);
+    b->name = NULL;
+}
+
 void blk_info_clear(BlkInfo *info)
 {
+    if (info->bitmaps) {
+        g_array_unref(info->bitmaps);
+    }
     blk_snapshot_list_free(info->snapshots);
     g_free(info->compat);
     g_free(info->compression_type);

@@ -111,7 +111,17 @@ typedef struct BlkInfo {
     bool extended_l2;
     char *data_file;
     bool data_file_raw;
+    GArray *bitmaps; /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
 } BlkInfo;
+
+typedef struct BlkBitmapInfo {
+    char *name;
+    uint32_t granularity;
+    bool in_use;  /* not to be trusted: QEMU's "in-use" */
+    bool enabled; /* records writes: QEMU's "auto" */
+} BlkBitmapInfo;
+
+void blk_bitmap_info_clear(void *bitmap_info);
 
 void blk_info_clear(BlkInfo *info);
 void blk_snapshot_info_clear(BlkSnapshotInfo *sn);

@@ -498,6 +498,7 @@ static int64_t qcow2_get_allocated_size(BlkNode *img)
 static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 {
     Qcow2State *s = img->opaque;
+    int ret;
 
     qcow2_lock(s);
     info->cluster_size = (uint32_t)s->cluster_size;
@@ -520,8 +521,13 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
         info->snapshots = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
     }
     qcow2_snapshot_list_append_locked(s, info->snapshots);
+    if (info->bitmaps) {
+        g_array_unref(info->bitmaps);
+        info->bitmaps = NULL;
+    }
+    ret = s->qcow_version >= 3 ? qcow2_bitmaps_list_locked(s, &info->bitmaps) : 0;
     qcow2_unlock(s);
-    return 0;
+    return ret;
 }
 
 const BlkDriver blk_qcow2_driver = {

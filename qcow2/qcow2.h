@@ -614,7 +614,11 @@ int qcow2_make_empty(BlkNode *img);
 /* measure.c */
 int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
                   BlkMeasure *out);
+/* bitmap.c */
 int qcow2_bitmaps_size(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);
+/* The persistent bitmaps as qemu-img info lists them (a GArray of
+ * BlkBitmapInfo, NULL when there are none). */
+int qcow2_bitmaps_list_locked(Qcow2State *s, GArray **out);
 /* snapshot-write.c */
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);

@@ -69,6 +69,25 @@ static void json_format_specific(ToolJson *j, const QimgInfo *info)
     if (v3) {
         tool_json_bool(j, "lazy-refcounts", info->lazy_refcounts);
     }
+    if (info->bitmaps) {
+        tool_json_begin_array(j, "bitmaps");
+        for (guint i = 0; i < info->bitmaps->len; i++) {
+            const QimgBitmapInfo *b = g_ptr_array_index(info->bitmaps, i);
+            tool_json_begin_object(j, NULL);
+            tool_json_begin_array(j, "flags");
+            if (b->in_use) {
+                tool_json_str(j, NULL, "in-use");
+            }
+            if (b->enabled) {
+                tool_json_str(j, NULL, "auto");
+            }
+            tool_json_end_array(j);
+            tool_json_str(j, "name", b->name);
+            tool_json_uint(j, "granularity", b->granularity);
+            tool_json_end_object(j);
+        }
+        tool_json_end_array(j);
+    }
     tool_json_uint(j, "refcount-bits", info->refcount_bits);
     if (info->data_file) {
         tool_json_str(j, "data-file", info->data_file);
@@ -174,6 +193,22 @@ static void human_info(const QimgInfo *info)
         }
         if (v3) {
             printf("    lazy refcounts: %s\n", bool_str(info->lazy_refcounts));
+        }
+        if (info->bitmaps) {
+            printf("    bitmaps:\n");
+            for (guint i = 0; i < info->bitmaps->len; i++) {
+                const QimgBitmapInfo *b = g_ptr_array_index(info->bitmaps, i);
+                int f = 0;
+                printf("        [%u]:\n            flags:\n", i);
+                if (b->in_use) {
+                    printf("                [%d]: in-use\n", f++);
+                }
+                if (b->enabled) {
+                    printf("                [%d]: auto\n", f++);
+                }
+                printf("            name: %s\n            granularity: %" PRIu32 "\n",
+                       b->name, b->granularity);
+            }
         }
         printf("    refcount bits: %" PRIu32 "\n", info->refcount_bits);
         if (info->data_file) {

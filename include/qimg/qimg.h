@@ -298,7 +298,17 @@ typedef struct QimgInfo {
     /* 0.5: no dirty flag to report (a raw NBD export: QEMU's nbd driver has
      * no image info, so qemu-img prints none) */
     bool dirty_unknown;
+    /* 0.6: persistent dirty bitmaps (QimgBitmapInfo *), NULL when none */
+    GPtrArray *bitmaps;
 } QimgInfo;
+
+/* One persistent dirty bitmap, as qemu-img info lists it (0.6). */
+typedef struct QimgBitmapInfo {
+    char *name;
+    uint32_t granularity; /* bytes per bit */
+    bool in_use;          /* "in-use": its bits are not to be trusted */
+    bool enabled;         /* "auto": it records the image's writes */
+} QimgBitmapInfo;
 
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error);
 void qimg_info_free(QimgInfo *info);

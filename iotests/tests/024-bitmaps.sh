@@ -3,7 +3,7 @@
 # them, so the first guest write, zero write, discard or compressed write
 # marks every bitmap in use, and QEMU no longer trusts them; reads,
 # snapshot operations and the vmstate area leave them alone.  qemu-img
-# check stays clean either way.
+# check stays clean either way.  info lists them as qemu-img does.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img python3
 
@@ -53,4 +53,26 @@ printf 'x' | dd of=src.raw bs=1 seek=100000 conv=notrunc status=none
 "$QIMG" convert -n -f raw -O qcow2 src.raw c.qcow2
 assert_eq "after convert -n" "$used" "$(in_use c.qcow2)"
 assert_rc "convert -n: same contents" 0 "$QEMU_IMG" compare -f raw src.raw c.qcow2
+
+# info lists the bitmaps as qemu-img does (bitmap.c): enabled, disabled,
+# in use, several granularities; none without the autoclear bit
+same_as_qemu_err info a.qcow2
+same_as_qemu_err info --output=json c.qcow2
+fresh d.qcow2
+"$QEMU_IMG" bitmap --add -g 4k --disable d.qcow2 off
+"$QEMU_IMG" bitmap --add -g 1M d.qcow2 with_a_longer_name
+same_as_qemu_err info d.qcow2
+same_as_qemu_err info --output=json d.qcow2
+same_as_qemu_err info --output=json --backing-chain d.qcow2
+python3 - d.qcow2 <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:  # clear the bitmaps autoclear bit
+    f.seek(88)
+    v = struct.unpack(">Q", f.read(8))[0]
+    f.seek(88)
+    f.write(struct.pack(">Q", v & ~1))
+PY
+# (QEMU also warns at every open that the bitmaps are inconsistent now;
+# qimg does not)
+same_as_qemu info d.qcow2
 finish
