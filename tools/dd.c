@@ -75,7 +75,7 @@ static int copy(QimgImage *src, QimgImage *dst, uint64_t in_pos, uint64_t size,
                 uint64_t bs)
 {
     uint64_t chunk = MAX(bs, (1u << 20) / bs * bs);
-    g_autofree uint8_t *buf = g_malloc(chunk);
+    g_autofree uint8_t *buf = tool_alloc_aligned(chunk);
     GError *err = NULL;
 
     for (uint64_t out_pos = 0; in_pos < size;) {

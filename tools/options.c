@@ -327,3 +327,13 @@ char *tool_resolve_backing(const char *image, const char *backing)
     }
     return g_strdup_printf("%.*s%s", (int)(slash - image + 1), image, backing);
 }
+
+void *tool_alloc_aligned(size_t size)
+{
+    void *p = NULL;
+
+    if (posix_memalign(&p, 4096, size ? size : 1) != 0) {
+        g_error("out of memory (%zu bytes)", size);
+    }
+    return p;
+}
