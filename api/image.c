@@ -332,18 +332,27 @@ uint64_t qimg_image_size(QimgImage *img)
     return img->node->size;
 }
 
+/* A metadata operation on a writable node whose driver has it. */
+static gboolean can_change(BlkNode *node, bool has_op, const char *what, GError **error)
+{
+    if (node->read_only) {
+        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
+        return FALSE;
+    }
+    if (!has_op) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "Format '%s' does not support %s",
+                    node->drv->format_name, what);
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean qimg_image_make_empty(QimgImage *img, GError **error)
 {
     BlkNode *node = img->node;
     int ret;
 
-    if (node->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
-        return FALSE;
-    }
-    if (!node->drv->make_empty) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP, "Format '%s' cannot be emptied",
-                    node->drv->format_name);
+    if (!can_change(node, node->drv->make_empty, "emptying", error)) {
         return FALSE;
     }
     ret = api_quiesce(img);
@@ -352,6 +361,31 @@ gboolean qimg_image_make_empty(QimgImage *img, GError **error)
         ret = node->drv->make_empty(node);
     }
     return node_result(node, ret, "Could not empty", error);
+}
+
+gboolean qimg_image_bitmap_op(QimgImage *img, QimgBitmapOp op, const char *name,
+                              uint32_t granularity, GError **error)
+{
+    BlkNode *node = img->node;
+    int ret;
+
+    if (!can_change(node, node->drv->bitmap_op, "persistent dirty bitmaps", error)) {
+        return FALSE;
+    }
+    if ((unsigned)op > QIMG_BITMAP_DISABLE || !name) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid bitmap operation");
+        return FALSE;
+    }
+    ret = api_quiesce(img);
+    if (ret == 0) {
+        blk_error_clear();
+        ret = node->drv->bitmap_op(node, (BlkBitmapOp)op, name, granularity);
+    }
+    if (ret < 0) {
+        blk_error_propagate(error, ret, NULL);
+        return FALSE;
+    }
+    return TRUE;
 }
 
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)
@@ -370,14 +404,7 @@ gboolean qimg_image_set_backing(QimgImage *img, const char *backing_file,
     BlkNode *node = img->node;
     int ret;
 
-    if (node->read_only) {
-        g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
-        return FALSE;
-    }
-    if (!node->drv->set_backing) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "Format '%s' does not support changing the backing file",
-                    node->drv->format_name);
+    if (!can_change(node, node->drv->set_backing, "changing the backing file", error)) {
         return FALSE;
     }
     if (backing_file && *backing_file && !backing_fmt) {

@@ -176,6 +176,9 @@ struct BlkDriver {
     /* Drop every cluster so that the image reads through its backing file,
      * then flush (optional). */
     int (*make_empty)(BlkNode *img);
+    /* qemu-img bitmap's operations on persistent bitmaps (optional). */
+    int (*bitmap_op)(BlkNode *img, BlkBitmapOp op, const char *name,
+                     uint32_t granularity);
     /* What this image's persistent bitmaps take in an image of
      * cluster_size (optional: -ENOTSUP, it cannot have any). */
     int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);

@@ -123,6 +123,14 @@ typedef struct BlkBitmapInfo {
 
 void blk_bitmap_info_clear(void *bitmap_info);
 
+typedef enum BlkBitmapOp {
+    BLK_BITMAP_ADD,
+    BLK_BITMAP_REMOVE,
+    BLK_BITMAP_CLEAR,
+    BLK_BITMAP_ENABLE,
+    BLK_BITMAP_DISABLE,
+} BlkBitmapOp;
+
 void blk_info_clear(BlkInfo *info);
 void blk_snapshot_info_clear(BlkSnapshotInfo *sn);
 /* Free a GArray of BlkSnapshotInfo with its strings (NULL is fine). */

@@ -2,7 +2,8 @@
  * qcow2/backing.c: changing the backing file an image names (qemu-img
  * rebase, QEMU's bdrv_change_backing_file).
  *
- * Owns: rewriting cluster 0 with a new backing file name and format.
+ * Owns: rewriting cluster 0 with a new backing file name and format, or a
+ * new bitmaps extension (qcow2_header_rewrite_locked).
  *
  * Invariants (cited as "backing.c invariant N"):
  *  1. Before the header names the new backing file, everything written to
@@ -21,21 +22,104 @@
  *  4. Memory (img->backing_filename/format, s->header, s->ext) follows only
  *     after the write worked.  The open chain is not reopened: the node
  *     keeps reading through the backing node it was opened with.
+ *  5. The same rewrite switches the bitmaps extension (bitmap-ops.c): the
+ *     autoclear bit is set with a non-empty directory and cleared, the
+ *     extension dropped, with an empty one (as QEMU does).
  */
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
 #include <string.h>
 
-int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt)
+int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
 {
-    Qcow2State *s = img->opaque;
+    BlkNode *img = s->img;
     size_t cs = (size_t)s->cluster_size, used, old_end, len;
     g_autofree uint8_t *old = g_malloc(cs);
     g_autofree uint8_t *buf = g_malloc(cs);
+    g_autofree char *kept_name = NULL;
+    const char *backing;
     Qcow2Header h;
     Qcow2Extensions ext = {0};
     char *old_fmt;
+    int ret;
+
+    ret = qcow2_check_writable_locked(s);
+    if (ret == 0) {
+        ret = qcow2_flush_all_locked(s); /* invariant 1 */
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    qcow2_assert_durable(img->file, blk_write_gen(img->file), "backing.c invariant 1");
+    if (s->data_file) {
+        qcow2_assert_durable(s->data_file, blk_write_gen(s->data_file),
+                             "backing.c invariant 1");
+    }
+    /* invariant 2 */
+    ret = blk_pread(img->file, 0, old, cs);
+    if (ret < 0) {
+        return blk_error(-ret, "Could not read the header of '%s': %s", img->filename,
+                         g_strerror(-ret));
+    }
+    ret = qcow2_header_parse(old, cs, s->file_size, true, false, &h, &ext);
+    if (ret == 0 && !e->set_backing) {
+        ret = qcow2_read_backing_name(old, &h, &kept_name);
+    }
+    if (ret < 0) {
+        qcow2_extensions_free(&ext);
+        return ret;
+    }
+    old_end =
+        MAX((size_t)ext.end + 8, (size_t)(h.backing_file_offset + h.backing_file_size));
+    old_fmt = ext.backing_format;
+    backing = e->set_backing ? e->backing : kept_name;
+    if (e->set_backing) {
+        ext.backing_format = (char *)e->fmt;
+    }
+    if (e->set_bitmaps) {
+        ext.has_bitmaps = e->bitmaps.nb_bitmaps > 0;
+        ext.bitmaps = e->bitmaps;
+        if (ext.has_bitmaps) {
+            h.autoclear_features |= QCOW2_AUTOCLEAR_BITMAPS;
+        } else {
+            h.autoclear_features &= ~(uint64_t)QCOW2_AUTOCLEAR_BITMAPS;
+        }
+    }
+    used = qcow2_header_cluster_encode(&h, &ext, backing, buf, cs);
+    ext.backing_format = old_fmt;
+    qcow2_extensions_free(&ext);
+    if (!used) {
+        return blk_error(ENOSPC, "Could not rewrite the header: it does not fit in "
+                                 "cluster 0");
+    }
+    if (h.version >= 3 && h.header_length > QCOW2_HDR_V3_FULL_LENGTH) {
+        /* unknown header fields: kept as they were */
+        memcpy(buf + QCOW2_HDR_V3_FULL_LENGTH, old + QCOW2_HDR_V3_FULL_LENGTH,
+               h.header_length - QCOW2_HDR_V3_FULL_LENGTH);
+    }
+    len = MIN(ROUND_UP(MAX(used, old_end), 512), cs); /* invariant 3 */
+    ret = qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, QCOW2_OL_MAIN_HEADER, 0,
+                                      buf, len, true);
+    if (ret < 0) {
+        return ret;
+    }
+    /* invariant 4 */
+    s->header.backing_file_offset = h.backing_file_offset;
+    s->header.backing_file_size = h.backing_file_size;
+    s->header.autoclear_features = h.autoclear_features;
+    s->autoclear_features = h.autoclear_features;
+    if (e->set_bitmaps) {
+        s->ext.has_bitmaps = e->bitmaps.nb_bitmaps > 0;
+        s->ext.bitmaps = e->bitmaps;
+    }
+    return 0;
+}
+
+int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2HeaderEdit e = {.set_backing = true};
     int ret;
 
     if (backing && !*backing) {
@@ -47,63 +131,18 @@ int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt)
     if (fmt && !blk_qemu_driver_name(fmt)) {
         return blk_error(EINVAL, "Invalid format name: '%s'", fmt);
     }
+    e.backing = backing;
+    e.fmt = fmt;
     qcow2_lock(s);
-    ret = qcow2_check_writable_locked(s);
+    ret = qcow2_header_rewrite_locked(s, &e);
     if (ret == 0) {
-        ret = qcow2_flush_all_locked(s); /* invariant 1 */
+        g_free(img->backing_filename);
+        img->backing_filename = g_strdup(backing);
+        g_free(img->backing_format);
+        img->backing_format = backing ? g_strdup(fmt) : NULL;
+        g_free(s->ext.backing_format);
+        s->ext.backing_format = backing ? g_strdup(fmt) : NULL;
     }
-    if (ret < 0) {
-        goto out;
-    }
-    qcow2_assert_durable(img->file, blk_write_gen(img->file), "backing.c invariant 1");
-    if (s->data_file) {
-        qcow2_assert_durable(s->data_file, blk_write_gen(s->data_file),
-                             "backing.c invariant 1");
-    }
-    /* invariant 2 */
-    ret = blk_pread(img->file, 0, old, cs);
-    if (ret < 0) {
-        ret = blk_error(-ret, "Could not read the header of '%s': %s", img->filename,
-                        g_strerror(-ret));
-        goto out;
-    }
-    ret = qcow2_header_parse(old, cs, s->file_size, true, false, &h, &ext);
-    if (ret < 0) {
-        goto out;
-    }
-    old_end =
-        MAX((size_t)ext.end + 8, (size_t)(h.backing_file_offset + h.backing_file_size));
-    old_fmt = ext.backing_format;
-    ext.backing_format = (char *)fmt;
-    used = qcow2_header_cluster_encode(&h, &ext, backing, buf, cs);
-    ext.backing_format = old_fmt;
-    if (!used) {
-        ret = blk_error(ENOSPC, "Could not change the backing file: the header does not "
-                                "fit in cluster 0");
-        goto out;
-    }
-    if (h.version >= 3 && h.header_length > QCOW2_HDR_V3_FULL_LENGTH) {
-        /* unknown header fields: kept as they were */
-        memcpy(buf + QCOW2_HDR_V3_FULL_LENGTH, old + QCOW2_HDR_V3_FULL_LENGTH,
-               h.header_length - QCOW2_HDR_V3_FULL_LENGTH);
-    }
-    len = MIN(ROUND_UP(MAX(used, old_end), 512), cs); /* invariant 3 */
-    ret = qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, QCOW2_OL_MAIN_HEADER, 0,
-                                      buf, len, true);
-    if (ret < 0) {
-        goto out;
-    }
-    /* invariant 4 */
-    g_free(img->backing_filename);
-    img->backing_filename = g_strdup(backing);
-    g_free(img->backing_format);
-    img->backing_format = backing ? g_strdup(fmt) : NULL;
-    s->header.backing_file_offset = h.backing_file_offset;
-    s->header.backing_file_size = h.backing_file_size;
-    g_free(s->ext.backing_format);
-    s->ext.backing_format = backing ? g_strdup(fmt) : NULL;
-out:
     qcow2_unlock(s);
-    qcow2_extensions_free(&ext);
     return ret;
 }

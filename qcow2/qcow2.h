@@ -607,7 +607,14 @@ int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
 int qcow2_create(const char *filename, const BlkCreateOptions *opts);
-/* backing.c: change the backing file name and format (backing.c). */
+/* backing.c: cluster 0 rewritten (backing.c invariants 1-5). */
+typedef struct Qcow2HeaderEdit {
+    bool set_backing;
+    const char *backing, *fmt; /* set_backing: the new name (NULL: none) */
+    bool set_bitmaps;
+    Qcow2BitmapsExt bitmaps; /* set_bitmaps: nb_bitmaps 0 drops the extension */
+} Qcow2HeaderEdit;
+int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e);
 int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt);
 /* zero.c: drop every cluster (qemu-img commit), then flush. */
 int qcow2_make_empty(BlkNode *img);
@@ -619,6 +626,9 @@ int qcow2_bitmaps_size(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);
 /* The persistent bitmaps as qemu-img info lists them (a GArray of
  * BlkBitmapInfo, NULL when there are none). */
 int qcow2_bitmaps_list_locked(Qcow2State *s, GArray **out);
+/* bitmap-ops.c: qemu-img bitmap's operations (granularity: add only, 0
+ * for the default). */
+int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity);
 /* snapshot-write.c */
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);

@@ -129,8 +129,7 @@ int cmd_commit(int argc, char **argv)
             break;
         case OPT_OBJECT:
         case OPT_IMAGE_OPTS:
-            tool_error("--object and --image-opts are not supported");
-            return 1;
+            return tool_refuse_object_opts();
         default:
             return tool_bad_option(c, argv);
         }
@@ -140,12 +139,10 @@ int cmd_commit(int argc, char **argv)
     }
     filename = argv[optind];
 
-    img = qimg_image_open(filename, &oo, &err);
+    img = tool_open_image(filename, &oo);
     if (!img) {
-        tool_report_open_error(filename, err);
         return 1;
     }
-    tool_warn_probed_raw(img, &oo, filename);
     chain_base = find_base(img, base_name, &depth);
     if (!chain_base) {
         if (base_name) {
@@ -196,8 +193,7 @@ int cmd_commit(int argc, char **argv)
     }
     tool_progress_update(&cp.prog, size, size);
     tool_progress_end(&cp.prog);
-    if (!qimg_image_close(g_steal_pointer(&img), &err)) {
-        tool_report_gerror(err, NULL);
+    if (!tool_close_image(g_steal_pointer(&img))) {
         return 1;
     }
     if (!quiet) {

@@ -27,6 +27,12 @@ static const ToolCommand commands[] = {
      "[-S step_size] [-t cache] [-w] [-U] filename",
      "Run a simple sequential I/O benchmark on the image (depth requests in\n"
      "flight at once); -w writes."},
+    {"bitmap", cmd_bitmap,
+     "bitmap (--merge SOURCE | --add | --remove | --clear | --enable | --disable)... "
+     "[-b source_file [-F source_fmt]] [-g granularity] [-f fmt] filename bitmap",
+     "Add, remove, clear, enable or disable a persistent dirty bitmap of a qcow2\n"
+     "image, in the order given (--merge is refused: qimg cannot copy bitmap data\n"
+     "yet)."},
     {"check", cmd_check,
      "check [-q] [-f fmt] [--output=ofmt] [-r [leaks | all]] [-T src_cache] [-U] [-p] "
      "filename",

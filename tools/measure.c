@@ -109,8 +109,7 @@ int cmd_measure(int argc, char **argv)
             break;
         case OPT_OBJECT:
         case OPT_IMAGE_OPTS:
-            tool_error("--object and --image-opts are not supported");
-            return 1;
+            return tool_refuse_object_opts();
         default:
             return tool_bad_option(c, argv);
         }

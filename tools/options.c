@@ -337,3 +337,33 @@ void *tool_alloc_aligned(size_t size)
     }
     return p;
 }
+
+int tool_refuse_object_opts(void)
+{
+    tool_error("--object and --image-opts are not supported");
+    return 1;
+}
+
+QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo)
+{
+    GError *err = NULL;
+    QimgImage *img = qimg_image_open(filename, oo, &err);
+
+    if (!img) {
+        tool_report_open_error(filename, err);
+        return NULL;
+    }
+    tool_warn_probed_raw(img, oo, filename);
+    return img;
+}
+
+bool tool_close_image(QimgImage *img)
+{
+    GError *err = NULL;
+
+    if (!qimg_image_close(img, &err)) {
+        tool_report_gerror(err, NULL);
+        return false;
+    }
+    return true;
+}

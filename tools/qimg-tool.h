@@ -44,6 +44,7 @@ int cmd_measure(int argc, char **argv);
 int cmd_dd(int argc, char **argv);
 int cmd_rebase(int argc, char **argv);
 int cmd_commit(int argc, char **argv);
+int cmd_bitmap(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);
@@ -93,6 +94,12 @@ char *tool_parse_snapshot_param(const char *param);
  * system's): the kernel copies file data into page-aligned buffers about
  * twice as fast (measured with bench/chain-bench.sh). */
 void *tool_alloc_aligned(size_t size);
+/* "--object and --image-opts are not supported"; returns 1 (exit code). */
+int tool_refuse_object_opts(void);
+/* Open, report a failure (NULL), warn about a probed raw image. */
+QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
+/* Close (final flush) and report a failure (false). */
+bool tool_close_image(QimgImage *img);
 /* A backing file name as the image names it, resolved against the image's
  * folder (g_free). */
 char *tool_resolve_backing(const char *image, const char *backing);

@@ -258,8 +258,7 @@ int cmd_rebase(int argc, char **argv)
             break;
         case OPT_OBJECT:
         case OPT_IMAGE_OPTS:
-            tool_error("--object and --image-opts are not supported");
-            return 1;
+            return tool_refuse_object_opts();
         default:
             return tool_bad_option(c, argv);
         }
@@ -284,12 +283,10 @@ int cmd_rebase(int argc, char **argv)
     }
 
     /* fact 2 */
-    img = qimg_image_open(filename, &oo, &err);
+    img = tool_open_image(filename, &oo);
     if (!img) {
-        tool_report_open_error(filename, err);
         return 1;
     }
-    tool_warn_probed_raw(img, &oo, filename);
     if (!unsafe) {
         tool_progress_init(&r.prog, progress && !quiet);
         r.img = img;
@@ -328,8 +325,7 @@ int cmd_rebase(int argc, char **argv)
         g_error_free(err);
         return 1;
     }
-    if (!qimg_image_close(g_steal_pointer(&img), &err)) {
-        tool_report_gerror(err, NULL);
+    if (!tool_close_image(g_steal_pointer(&img))) {
         return 1;
     }
     return 0;

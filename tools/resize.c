@@ -77,8 +77,7 @@ int cmd_resize(int argc, char **argv)
             break;
         case OPT_OBJECT:
         case OPT_IMAGE_OPTS:
-            tool_error("--object and --image-opts are not supported");
-            return 1;
+            return tool_refuse_object_opts();
         default:
             return tool_bad_option(c, argv);
         }
@@ -106,12 +105,10 @@ int cmd_resize(int argc, char **argv)
 
     oo.cache = QIMG_CACHE_WRITEBACK;
     oo.resize = true; /* the resize lock at open, as qemu-img takes it */
-    img = qimg_image_open(filename, &oo, &err);
+    img = tool_open_image(filename, &oo);
     if (!img) {
-        tool_report_open_error(filename, err);
         return 1;
     }
-    tool_warn_probed_raw(img, &oo, filename);
     current = qimg_image_size(img);
 
     /* fact 3: qemu-img computes in signed 64-bit arithmetic */
@@ -143,8 +140,7 @@ int cmd_resize(int argc, char **argv)
     if (!quiet) {
         printf("Image resized.\n");
     }
-    if (!qimg_image_close(g_steal_pointer(&img), &err)) {
-        tool_report_gerror(err, NULL);
+    if (!tool_close_image(g_steal_pointer(&img))) {
         return 1;
     }
     return 0;

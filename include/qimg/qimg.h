@@ -302,6 +302,22 @@ typedef struct QimgInfo {
     GPtrArray *bitmaps;
 } QimgInfo;
 
+/* qemu-img bitmap's operations (0.6). */
+typedef enum QimgBitmapOp {
+    QIMG_BITMAP_ADD,     /* a new, empty, enabled bitmap */
+    QIMG_BITMAP_REMOVE,  /* gone, its clusters freed */
+    QIMG_BITMAP_CLEAR,   /* every bit 0 */
+    QIMG_BITMAP_ENABLE,  /* records writes ("auto") */
+    QIMG_BITMAP_DISABLE, /* kept as it is */
+} QimgBitmapOp;
+
+/* One operation on the persistent bitmap name of a qcow2 v3 image opened
+ * read-write; granularity (bytes per bit, a power of two >= 512) for
+ * QIMG_BITMAP_ADD, 0: the cluster size within [4 KiB, 64 KiB].  Each is a
+ * crash-safe switch to a new bitmap directory (0.6). */
+gboolean qimg_image_bitmap_op(QimgImage *img, QimgBitmapOp op, const char *name,
+                              uint32_t granularity, GError **error);
+
 /* One persistent dirty bitmap, as qemu-img info lists it (0.6). */
 typedef struct QimgBitmapInfo {
     char *name;

@@ -91,6 +91,7 @@ def synopses(path, strip):
             if strip:
                 for s in ("[--object objectdef] ", "[--image-opts] ", "[--target-image-opts] "):
                     l = l.replace(s, "")
+                l = l.replace("[--image-opts | -f fmt]", "[-f fmt]")
             res.setdefault(l.split()[0], l)
     return res
 q, m = synopses(sys.argv[1], True), synopses(sys.argv[2], False)

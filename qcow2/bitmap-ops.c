@@ -1,0 +1,244 @@
+/*
+ * qcow2/bitmap-ops.c: qemu-img bitmap's operations on the persistent
+ * bitmaps of an image -- add, remove, clear, enable, disable -- each a
+ * crash-safe switch to a new bitmap directory.
+ *
+ * Owns: building the new directory and the order of the switch.
+ *
+ * Invariants (cited as "bitmap-ops.c invariant N"):
+ *  1. Nothing the current directory references is written: a new
+ *     directory (and, for add and clear, a new zeroed bitmap table) goes
+ *     to newly allocated clusters; everything is made durable
+ *     (qcow2_header_rewrite_locked flushes first), then one synced header
+ *     write switches the bitmaps extension to it (backing.c invariants
+ *     1-3).  A power loss before that leaves the old directory in force
+ *     (and leaked clusters at worst), after it the new one.
+ *  2. Only after the switch are the clusters the old directory alone
+ *     referenced freed: the old directory, and for remove and clear the
+ *     old table and the bitmap data clusters it points to.
+ *  3. Entries other than the one operated on are re-encoded unchanged
+ *     (the codec's invariant 7: extra data, reserved flags kept).  The
+ *     directory is decoded strictly (QCOW2_BITMAP_OPEN): a damaged one is
+ *     refused, never rewritten.
+ *  4. A bitmap added while guest writes since the open already marked the
+ *     bitmaps in use (meta.c invariant 8) is in use too: it would miss
+ *     them.  Messages are qemu-img's ("Bitmap already exists: NAME",
+ *     "Dirty bitmap 'NAME' not found", "Granularity must be power of 2 and
+ *     at least 512", v2: "Cannot store dirty bitmaps in qcow2 v2 files").
+ */
+#include "qcow2/qcow2.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int bitmap_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
+{
+    return blk_pread(opaque, offset, buf, len);
+}
+
+static Qcow2BitmapImage bitmap_image(const Qcow2State *s)
+{
+    return (Qcow2BitmapImage){.cluster_bits = s->cluster_bits,
+                              .disk_size = s->img->size,
+                              .file_size = s->file_size};
+}
+
+/* Clusters [offset, +bytes) freshly allocated and zeroed: a table. */
+static int64_t new_zero_table_locked(Qcow2State *s, uint64_t entries)
+{
+    uint64_t bytes = ROUND_UP(entries * 8, s->cluster_size);
+    g_autofree uint8_t *zeros = g_malloc0(bytes);
+    int64_t off = qcow2_alloc_clusters_locked(s, bytes >> s->cluster_bits);
+    int ret;
+
+    if (off <= 0) {
+        return off < 0 ? off : -EIO;
+    }
+    ret = qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, 0, (uint64_t)off, zeros,
+                                      bytes, false);
+    if (ret < 0) {
+        qcow2_free_clusters_locked(s, (uint64_t)off, bytes); /* never linked */
+        return ret;
+    }
+    return off;
+}
+
+/* Invariant 2: what bm's table references, and the table itself. */
+static void free_bitmap_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_t index)
+{
+    const Qcow2BitmapSource src = {.read = bitmap_read, .opaque = s->img->file};
+    const Qcow2BitmapImage bimg = bitmap_image(s);
+    g_autofree uint64_t *t = NULL;
+
+    if (qcow2_bitmap_table_read(&src, bm, index, &bimg, QCOW2_BITMAP_OPEN, &t) == 0) {
+        for (uint32_t i = 0; i < bm->table_size; i++) {
+            uint64_t off = t[i] & QCOW2_BTE_OFFSET_MASK;
+            if (off) {
+                qcow2_free_clusters_locked(s, off, s->cluster_size);
+            }
+        }
+    } else {
+        blk_error_clear(); /* unreadable: its clusters leak, nothing breaks */
+    }
+    qcow2_free_clusters_locked(s, bm->table_offset,
+                               ROUND_UP((uint64_t)bm->table_size * 8, s->cluster_size));
+}
+
+static int find(const Qcow2BitmapDir *dir, const char *name)
+{
+    for (uint32_t i = 0; i < dir->nb; i++) {
+        if (strcmp(dir->bms[i].name, name) == 0) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* Invariants 1, 2: write dir (nb entries) and switch to it. */
+static int switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
+{
+    Qcow2HeaderEdit e = {.set_bitmaps = true};
+    const Qcow2BitmapsExt old = s->ext.bitmaps;
+    const bool had = s->ext.has_bitmaps;
+    g_autofree uint8_t *buf = NULL;
+    uint64_t size = 0, alloc = 0;
+    int64_t off = 0;
+    int ret;
+
+    if (dir->nb > 0) {
+        if (!qcow2_bitmap_dir_size(dir->bms, dir->nb, &size)) {
+            return blk_error(EFBIG, "The bitmap directory would exceed 64 MiB");
+        }
+        alloc = ROUND_UP(size, s->cluster_size);
+        buf = g_malloc0(alloc);
+        qcow2_bitmap_dir_encode(dir->bms, dir->nb, buf);
+        off = qcow2_alloc_clusters_locked(s, alloc >> s->cluster_bits);
+        if (off <= 0) {
+            return off < 0 ? (int)off : -EIO;
+        }
+        ret = qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, 0, (uint64_t)off, buf,
+                                          alloc, false);
+        if (ret < 0) {
+            qcow2_free_clusters_locked(s, (uint64_t)off, alloc);
+            return ret;
+        }
+        e.bitmaps = (Qcow2BitmapsExt){.nb_bitmaps = dir->nb,
+                                      .directory_size = size,
+                                      .directory_offset = (uint64_t)off};
+    }
+    ret = qcow2_header_rewrite_locked(s, &e);
+    if (ret < 0) {
+        if (off > 0) {
+            qcow2_free_clusters_locked(s, (uint64_t)off, alloc); /* never referenced */
+        }
+        return ret;
+    }
+    if (had && old.directory_offset) {
+        qcow2_free_clusters_locked(s, old.directory_offset,
+                                   ROUND_UP(old.directory_size, s->cluster_size));
+    }
+    return 0;
+}
+
+int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity)
+{
+    Qcow2State *s = img->opaque;
+    const Qcow2BitmapSource src = {.read = bitmap_read, .opaque = img->file};
+    Qcow2BitmapImage bimg;
+    Qcow2BitmapDir dir = {0};
+    Qcow2Bitmap dropped = {0}, added = {0};
+    bool drop = false;
+    int i, ret;
+
+    if (s->qcow_version < 3) {
+        return blk_error(ENOTSUP, "Cannot store dirty bitmaps in qcow2 v2 files");
+    }
+    qcow2_lock(s);
+    bimg = bitmap_image(s);
+    ret = qcow2_check_writable_locked(s);
+    if (ret == 0 && s->ext.has_bitmaps &&
+        (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        ret =
+            qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &bimg, QCOW2_BITMAP_OPEN, &dir);
+    }
+    if (ret < 0) {
+        goto out;
+    }
+    i = find(&dir, name);
+    if (op == BLK_BITMAP_ADD) {
+        uint64_t g = granularity
+                         ? granularity
+                         : MIN(MAX(s->cluster_size, (uint64_t)4096), (uint64_t)65536);
+        int64_t t;
+        if (i >= 0) {
+            ret = blk_error(EEXIST, "Bitmap already exists: %s", name);
+            goto out;
+        }
+        if (g < 512 || (g & (g - 1)) || g > (1ull << 31)) {
+            ret = blk_error(EINVAL, "Granularity must be power of 2 and at least 512");
+            goto out;
+        }
+        if (strlen(name) > QCOW2_BITMAP_MAX_NAME_SIZE || !*name) {
+            ret = blk_error(EINVAL, "Bitmap name '%s' must be 1..1023 bytes", name);
+            goto out;
+        }
+        if (dir.nb >= QCOW2_MAX_BITMAPS) {
+            ret = blk_error(EFBIG, "Too many bitmaps in the image");
+            goto out;
+        }
+        added.granularity_bits = (uint8_t)__builtin_ctzll(g);
+        added.table_size = (uint32_t)qcow2_bitmap_table_size_for(
+            img->size, added.granularity_bits, s->cluster_bits);
+        t = new_zero_table_locked(s, added.table_size);
+        if (t < 0) {
+            ret = (int)t;
+            goto out;
+        }
+        added.table_offset = (uint64_t)t;
+        added.type = QCOW2_BITMAP_TYPE_DIRTY_TRACKING;
+        added.flags = QCOW2_BITMAP_AUTO | (s->bitmaps_in_use ? QCOW2_BITMAP_IN_USE : 0);
+        added.name_size = (uint16_t)strlen(name);
+        added.name = g_strdup(name);
+        dir.bms = g_renew(Qcow2Bitmap, dir.bms, dir.nb + 1);
+        dir.bms[dir.nb++] = added;
+        added.name = NULL; /* dir owns it */
+    } else if (i < 0) {
+        ret = blk_error(ENOENT, "Dirty bitmap '%s' not found", name);
+        goto out;
+    } else if (op == BLK_BITMAP_REMOVE) {
+        dropped = dir.bms[i];
+        memmove(&dir.bms[i], &dir.bms[i + 1],
+                (dir.nb - (uint32_t)i - 1) * sizeof(*dir.bms));
+        dir.nb--;
+        drop = true;
+    } else if (op == BLK_BITMAP_CLEAR) {
+        int64_t t = new_zero_table_locked(s, dir.bms[i].table_size);
+        if (t < 0) {
+            ret = (int)t;
+            goto out;
+        }
+        dropped = dir.bms[i];
+        dropped.name = NULL;
+        dropped.extra_data = NULL;
+        dir.bms[i].table_offset = (uint64_t)t;
+        drop = true;
+    } else if (op == BLK_BITMAP_ENABLE) {
+        dir.bms[i].flags |= QCOW2_BITMAP_AUTO;
+    } else {
+        dir.bms[i].flags &= ~(uint32_t)QCOW2_BITMAP_AUTO;
+    }
+    ret = switch_dir_locked(s, &dir); /* invariant 1 */
+    if (ret == 0 && drop) {
+        free_bitmap_locked(s, &dropped, (uint32_t)(i < 0 ? 0 : i)); /* invariant 2 */
+    }
+    if (ret == 0) {
+        ret = qcow2_flush_all_locked(s);
+    }
+out:
+    if (drop && op == BLK_BITMAP_REMOVE) {
+        qcow2_bitmap_clear(&dropped);
+    }
+    qcow2_bitmap_dir_free(&dir);
+    qcow2_unlock(s);
+    return ret;
+}
