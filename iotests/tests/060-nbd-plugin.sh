@@ -190,8 +190,11 @@ assert_rc "serve k.qcow2 again" 0 serve m.sock file=k.qcow2
 nbdcopy src.raw "$(uri m.sock)" >/dev/null 2>&1 &
 client=$!
 sleep 0.3
-kill -9 "$(cat srv.pid)"
+spid=$(cat srv.pid)
+kill -9 "$spid"
 wait $client 2>/dev/null
+# (not our child: wait until it is gone and its locks with it)
+for _ in $(seq 200); do kill -0 "$spid" 2>/dev/null || break; sleep 0.05; done
 rm -f srv.pid
 "$QEMU_IMG" check k.qcow2 >c.out 2>&1
 rc=$?
