@@ -56,7 +56,10 @@ sys.stdout.buffer.write(h)
 PY
 }
 
-for o in "" "compat=0.10" "cluster_size=4k" "cluster_size=64k,extended_l2=on"; do
+# (make test: v3 64k and 4k clusters; QIMG_LONG=1 adds v2 and extended L2)
+configs=("" "cluster_size=4k")
+[ -n "${QIMG_LONG:-}" ] && configs=("" "compat=0.10" "cluster_size=4k" "cluster_size=64k,extended_l2=on")
+for o in "${configs[@]}"; do
     mk_qcow2 b0.qcow2 10M "$o" 'write -P 7 0 4M'
     mk_qcow2 b1.qcow2 10M "$o,backing_file=b0.qcow2,backing_fmt=qcow2" 'write -P 1 0 2M' \
         'write -P 9 5M 100k' 'write -z 3M 64k'
