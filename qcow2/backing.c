@@ -44,17 +44,21 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
     char *old_fmt;
     int ret;
 
+    /* invariant 1: what was written before the rewrite began; guest writes
+     * still in flight on the lock-free path (a bitmap store does not
+     * quiesce) may land after the flush and need not be durable */
+    uint64_t gen = blk_write_gen(img->file);
+    uint64_t data_gen = s->data_file ? blk_write_gen(s->data_file) : 0;
     ret = qcow2_check_writable_locked(s);
     if (ret == 0) {
-        ret = qcow2_flush_all_locked(s); /* invariant 1 */
+        ret = qcow2_flush_all_locked(s);
     }
     if (ret < 0) {
         return ret;
     }
-    qcow2_assert_durable(img->file, blk_write_gen(img->file), "backing.c invariant 1");
+    qcow2_assert_durable(img->file, gen, "backing.c invariant 1");
     if (s->data_file) {
-        qcow2_assert_durable(s->data_file, blk_write_gen(s->data_file),
-                             "backing.c invariant 1");
+        qcow2_assert_durable(s->data_file, data_gen, "backing.c invariant 1");
     }
     /* invariant 2 */
     ret = blk_pread(img->file, 0, old, cs);
