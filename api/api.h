@@ -123,6 +123,11 @@ GPtrArray *api_snapshot_list_move(GArray *blk_list);
 /* An empty public snapshot list (QimgSnapshotInfo *, freed with it). */
 GPtrArray *api_snapshot_list_new(void);
 
+/* image.c: an operation that changes node may run (writable, has_op),
+ * else FALSE with "Image ... is read-only" / "Format ... does not support
+ * WHAT". */
+gboolean api_can_change(BlkNode *node, bool has_op, const char *what, GError **error);
+
 /* ---- vmstate.c: the handle's quiesce steps (invariant 2) ---- */
 
 /* Drain buffered vmstate writes; the first error of any of them. */

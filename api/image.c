@@ -333,7 +333,7 @@ uint64_t qimg_image_size(QimgImage *img)
 }
 
 /* A metadata operation on a writable node whose driver has it. */
-static gboolean can_change(BlkNode *node, bool has_op, const char *what, GError **error)
+gboolean api_can_change(BlkNode *node, bool has_op, const char *what, GError **error)
 {
     if (node->read_only) {
         g_set_error(error, QIMG_ERROR, EACCES, "Image '%s' is read-only", node->filename);
@@ -352,7 +352,7 @@ gboolean qimg_image_make_empty(QimgImage *img, GError **error)
     BlkNode *node = img->node;
     int ret;
 
-    if (!can_change(node, node->drv->make_empty, "emptying", error)) {
+    if (!api_can_change(node, node->drv->make_empty, "emptying", error)) {
         return FALSE;
     }
     ret = api_quiesce(img);
@@ -361,31 +361,6 @@ gboolean qimg_image_make_empty(QimgImage *img, GError **error)
         ret = node->drv->make_empty(node);
     }
     return node_result(node, ret, "Could not empty", error);
-}
-
-gboolean qimg_image_bitmap_op(QimgImage *img, QimgBitmapOp op, const char *name,
-                              uint32_t granularity, GError **error)
-{
-    BlkNode *node = img->node;
-    int ret;
-
-    if (!can_change(node, node->drv->bitmap_op, "persistent dirty bitmaps", error)) {
-        return FALSE;
-    }
-    if ((unsigned)op > QIMG_BITMAP_DISABLE || !name) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid bitmap operation");
-        return FALSE;
-    }
-    ret = api_quiesce(img);
-    if (ret == 0) {
-        blk_error_clear();
-        ret = node->drv->bitmap_op(node, (BlkBitmapOp)op, name, granularity);
-    }
-    if (ret < 0) {
-        blk_error_propagate(error, ret, NULL);
-        return FALSE;
-    }
-    return TRUE;
 }
 
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)
@@ -404,7 +379,8 @@ gboolean qimg_image_set_backing(QimgImage *img, const char *backing_file,
     BlkNode *node = img->node;
     int ret;
 
-    if (!can_change(node, node->drv->set_backing, "changing the backing file", error)) {
+    if (!api_can_change(node, node->drv->set_backing, "changing the backing file",
+                        error)) {
         return FALSE;
     }
     if (backing_file && *backing_file && !backing_fmt) {

@@ -20,6 +20,10 @@
 # between flushes (qemu-img bench --flush-interval; there is always a flush
 # at the end).  QIMG_BEFORE=/path/to/qimg adds that binary as a fourth tool
 # ("qimg-before") in the same interleaved rounds, for before/after tables.
+# WITH_BITMAP=1 adds "qimg-bitmap" and "qemu-img-bitmap" to the scattered
+# rows: the same tool on an image with one enabled persistent dirty bitmap
+# (qemu-img bitmap --add, 64 KiB granularity), whose bits they maintain and
+# store at close -- the cost of bitmap maintenance.
 # Every run: memwarm first, wall time of
 # the whole process (which flushes at close) plus a sync.  ROUNDS rounds
 # (default 5), tools interleaved in a rotating order; the table shows
@@ -37,6 +41,8 @@ flush_args=()
 [ -n "$FLUSH_INTERVAL" ] && flush_args=(--flush-interval="$FLUSH_INTERVAL")
 qimgs=(qimg)
 [ -n "$QIMG_BEFORE" ] && qimgs+=(qimg-before)
+scattered=("${qimgs[@]}")
+[ -n "${WITH_BITMAP:-}" ] && scattered+=(qimg-bitmap qemu-img-bitmap)
 SEQ_MIB=${SEQ_MIB:-1024}
 SIZE_GIB=${SIZE_GIB:-4}
 RAND_COUNT=${RAND_COUNT:-65536}
@@ -51,6 +57,13 @@ echo "# disk: $(df -h --output=avail,target "$BENCH_SCRATCH" | tail -n 1)"
 fresh_qcow2() {
     rm -f "$1"
     "$QEMU_IMG" create -q -f qcow2 "$1" "$2"
+    sync
+}
+
+# fresh_bitmap IMG SIZE: a fresh qcow2 image with one enabled bitmap
+fresh_bitmap() {
+    fresh_qcow2 "$1" "$2"
+    "$QEMU_IMG" bitmap --add "$1" b
     sync
 }
 
@@ -102,6 +115,10 @@ alloc_case() {
     local tool=$1 img=alloc.qcow2 fmt=qcow2
     case $tool in
     qemu-img | qimg | qimg-before) fresh_qcow2 $img "${SIZE_GIB}G" ;;
+    qimg-bitmap | qemu-img-bitmap)
+        fresh_bitmap $img "${SIZE_GIB}G"
+        tool=${tool%-bitmap}
+        ;;
     floor-raw)
         img=alloc.raw fmt=raw
         fresh_raw $img "${SIZE_GIB}G"
@@ -115,18 +132,18 @@ alloc_case() {
     esac
     rm -f $img
 }
-bench_rounds "$ROUNDS" alloc_case qemu-img "${qimgs[@]}" floor-raw
+bench_rounds "$ROUNDS" alloc_case qemu-img "${scattered[@]}" floor-raw
 echo
 bench_table "scattered 4 KiB allocating writes, $RAND_COUNT into ${SIZE_GIB} GiB" qemu-img \
-    qemu-img "${qimgs[@]}" floor-raw
+    qemu-img "${scattered[@]}" floor-raw
 bench_reset
 
 # each tool rewrites an image it allocated itself (untimed first pass)
 rewrite_case() {
     local tool=$1 img=rw-$1.img fmt=qcow2 bin
     case $tool in
-    qemu-img) bin=$QEMU_IMG ;;
-    qimg) bin=$QIMG ;;
+    qemu-img | qemu-img-bitmap) bin=$QEMU_IMG ;;
+    qimg | qimg-bitmap) bin=$QIMG ;;
     qimg-before) bin=$QIMG_BEFORE ;;
     floor-raw) bin=$QEMU_IMG fmt=raw ;;
     esac
@@ -134,15 +151,18 @@ rewrite_case() {
         if [ $fmt = raw ]; then
             fresh_raw "$img" "${SIZE_GIB}G"
         else
-            fresh_qcow2 "$img" "${SIZE_GIB}G"
+            case $tool in
+            *-bitmap) fresh_bitmap "$img" "${SIZE_GIB}G" ;;
+            *) fresh_qcow2 "$img" "${SIZE_GIB}G" ;;
+            esac
             "$bin" bench -f qcow2 "${rand_args[@]}" "$img" >/dev/null
             sync
         fi
     fi
     bench_time BENCH_T "$bin" bench -f $fmt --pattern=7 "${rand_args[@]}" "$img"
 }
-bench_rounds "$ROUNDS" rewrite_case qemu-img "${qimgs[@]}" floor-raw
+bench_rounds "$ROUNDS" rewrite_case qemu-img "${scattered[@]}" floor-raw
 rm -f rw-*.img
 echo
 bench_table "scattered 4 KiB rewrites of allocated clusters, $RAND_COUNT" qemu-img \
-    qemu-img "${qimgs[@]}" floor-raw
+    qemu-img "${scattered[@]}" floor-raw

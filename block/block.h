@@ -179,6 +179,12 @@ struct BlkDriver {
     /* qemu-img bitmap's operations on persistent bitmaps (optional). */
     int (*bitmap_op)(BlkNode *img, BlkBitmapOp op, const char *name,
                      uint32_t granularity);
+    /* The dirty extents (GArray of BlkRange) of a persistent bitmap. */
+    int (*bitmap_extents)(BlkNode *img, const char *name, GArray **out);
+    /* Set the bits of bitmap name covering r[0..n). */
+    int (*bitmap_merge)(BlkNode *img, const char *name, const BlkRange *r, size_t n);
+    /* Write the maintained bitmaps back now (as close does). */
+    int (*bitmaps_store)(BlkNode *img);
     /* What this image's persistent bitmaps take in an image of
      * cluster_size (optional: -ENOTSUP, it cannot have any). */
     int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);

@@ -131,6 +131,12 @@ typedef enum BlkBitmapOp {
     BLK_BITMAP_DISABLE,
 } BlkBitmapOp;
 
+/* A range of guest bytes (a bitmap's dirty extent). */
+typedef struct BlkRange {
+    uint64_t offset;
+    uint64_t length;
+} BlkRange;
+
 void blk_info_clear(BlkInfo *info);
 void blk_snapshot_info_clear(BlkSnapshotInfo *sn);
 /* Free a GArray of BlkSnapshotInfo with its strings (NULL is fine). */

@@ -270,6 +270,23 @@ qi() {
     fi
 }
 
+# dirty_map IMG NAME: the dirty extents of bitmap NAME as QEMU sees them
+# (qemu-nbd -r -B NAME, nbdinfo --map), one "offset length 1  dirty" line
+# each; an error line when qemu-nbd refuses the bitmap.
+dirty_map() {
+    local sock=$SCRATCH/dm.$$.sock pidf=$SCRATCH/dm.$$.pid
+    rm -f "$sock" "$pidf"
+    if qemu-nbd --fork --pid-file="$pidf" -r -f qcow2 -B "$2" -k "$sock" "$1" \
+        2>"$SCRATCH/dm.err"; then
+        nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" | awk '$3 == 1'
+        kill "$(cat "$pidf")" 2>/dev/null
+        for _ in $(seq 100); do kill -0 "$(cat "$pidf")" 2>/dev/null || break; sleep 0.02; done
+    else
+        echo "qemu-nbd: $(cat "$SCRATCH/dm.err")"
+    fi
+    rm -f "$sock" "$pidf"
+}
+
 # qio IMG CMD...: run qemu-io -c CMD... on IMG to set up a test; on failure
 # (or an error in its output) print the output and end the test.
 qio() {

@@ -43,7 +43,7 @@
  *  5. QCOW2_BITMAP_RAW checks only the framing: nb_bitmaps entries from
  *     the start of the directory, each inside it (bytes after them are
  *     ignored).  Every field is kept as on disk, reserved flag bits too,
- *     so meta.c can rewrite the flags (meta.c invariant 8).  For bitmap
+ *     so the flags can be rewritten (bitmap-store.c invariant 1).  For bitmap
  *     tables RAW is OPEN.
  *  6. Every value from disk enters arithmetic through qcow2_add() /
  *     qcow2_mul() (__builtin_*_overflow) or under a bound named next to

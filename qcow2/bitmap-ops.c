@@ -19,29 +19,19 @@
  *  3. Entries other than the one operated on are re-encoded unchanged
  *     (the codec's invariant 7: extra data, reserved flags kept).  The
  *     directory is decoded strictly (QCOW2_BITMAP_OPEN): a damaged one is
- *     refused, never rewritten.
- *  4. A bitmap added while guest writes since the open already marked the
- *     bitmaps in use (meta.c invariant 8) is in use too: it would miss
- *     them.  Messages are qemu-img's ("Bitmap already exists: NAME",
- *     "Dirty bitmap 'NAME' not found", "Granularity must be power of 2 and
- *     at least 512", v2: "Cannot store dirty bitmaps in qcow2 v2 files").
+ *     refused, never rewritten.  A bitmap in use can only be removed
+ *     (QEMU refuses the rest: "Bitmap 'NAME' is inconsistent ...").
+ *  4. The bitmaps an open image maintains are stored first and retired
+ *     after the switch (bitmap-store.c invariant 4), so the operation sees
+ *     their bits and the next guest write loads what it wrote -- a bitmap
+ *     added is maintained from then on.  Messages are qemu-img's ("Bitmap already exists:
+ * NAME", "Dirty bitmap 'NAME' not found", "Granularity must be power of 2 and at least
+ * 512", v2: "Cannot store dirty bitmaps in qcow2 v2 files").
  */
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
 #include <string.h>
-
-static int bitmap_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
-{
-    return blk_pread(opaque, offset, buf, len);
-}
-
-static Qcow2BitmapImage bitmap_image(const Qcow2State *s)
-{
-    return (Qcow2BitmapImage){.cluster_bits = s->cluster_bits,
-                              .disk_size = s->img->size,
-                              .file_size = s->file_size};
-}
 
 /* Clusters [offset, +bytes) freshly allocated and zeroed: a table. */
 static int64_t new_zero_table_locked(Qcow2State *s, uint64_t entries)
@@ -64,10 +54,10 @@ static int64_t new_zero_table_locked(Qcow2State *s, uint64_t entries)
 }
 
 /* Invariant 2: what bm's table references, and the table itself. */
-static void free_bitmap_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_t index)
+void qcow2_bitmap_free_data_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_t index)
 {
-    const Qcow2BitmapSource src = {.read = bitmap_read, .opaque = s->img->file};
-    const Qcow2BitmapImage bimg = bitmap_image(s);
+    const Qcow2BitmapSource src = qcow2_bitmap_source(s);
+    const Qcow2BitmapImage bimg = qcow2_bitmap_image(s);
     g_autofree uint64_t *t = NULL;
 
     if (qcow2_bitmap_table_read(&src, bm, index, &bimg, QCOW2_BITMAP_OPEN, &t) == 0) {
@@ -95,7 +85,7 @@ static int find(const Qcow2BitmapDir *dir, const char *name)
 }
 
 /* Invariants 1, 2: write dir (nb entries) and switch to it. */
-static int switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
+int qcow2_bitmap_switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
 {
     Qcow2HeaderEdit e = {.set_bitmaps = true};
     const Qcow2BitmapsExt old = s->ext.bitmaps;
@@ -143,8 +133,6 @@ static int switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
 int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity)
 {
     Qcow2State *s = img->opaque;
-    const Qcow2BitmapSource src = {.read = bitmap_read, .opaque = img->file};
-    Qcow2BitmapImage bimg;
     Qcow2BitmapDir dir = {0};
     Qcow2Bitmap dropped = {0}, added = {0};
     bool drop = false;
@@ -154,12 +142,12 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
         return blk_error(ENOTSUP, "Cannot store dirty bitmaps in qcow2 v2 files");
     }
     qcow2_lock(s);
-    bimg = bitmap_image(s);
     ret = qcow2_check_writable_locked(s);
-    if (ret == 0 && s->ext.has_bitmaps &&
-        (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
-        ret =
-            qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &bimg, QCOW2_BITMAP_OPEN, &dir);
+    if (ret == 0) {
+        ret = qcow2_bitmaps_store_locked(s); /* bitmap-store.c invariant 4 */
+    }
+    if (ret == 0) {
+        ret = qcow2_bitmap_dir_read_locked(s, &dir);
     }
     if (ret < 0) {
         goto out;
@@ -196,7 +184,7 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
         }
         added.table_offset = (uint64_t)t;
         added.type = QCOW2_BITMAP_TYPE_DIRTY_TRACKING;
-        added.flags = QCOW2_BITMAP_AUTO | (s->bitmaps_in_use ? QCOW2_BITMAP_IN_USE : 0);
+        added.flags = QCOW2_BITMAP_AUTO; /* invariant 4 */
         added.name_size = (uint16_t)strlen(name);
         added.name = g_strdup(name);
         dir.bms = g_renew(Qcow2Bitmap, dir.bms, dir.nb + 1);
@@ -205,6 +193,9 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
     } else if (i < 0) {
         ret = blk_error(ENOENT, "Dirty bitmap '%s' not found", name);
         goto out;
+    } else if (op != BLK_BITMAP_REMOVE &&
+               (ret = qcow2_bitmap_check_consistent(&dir.bms[i])) < 0) {
+        goto out; /* invariant 3 */
     } else if (op == BLK_BITMAP_REMOVE) {
         dropped = dir.bms[i];
         memmove(&dir.bms[i], &dir.bms[i + 1],
@@ -227,11 +218,13 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
     } else {
         dir.bms[i].flags &= ~(uint32_t)QCOW2_BITMAP_AUTO;
     }
-    ret = switch_dir_locked(s, &dir); /* invariant 1 */
+    ret = qcow2_bitmap_switch_dir_locked(s, &dir); /* invariant 1 */
     if (ret == 0 && drop) {
-        free_bitmap_locked(s, &dropped, (uint32_t)(i < 0 ? 0 : i)); /* invariant 2 */
+        qcow2_bitmap_free_data_locked(s, &dropped,
+                                      (uint32_t)(i < 0 ? 0 : i)); /* inv. 2 */
     }
     if (ret == 0) {
+        qcow2_bitmaps_retire_locked(s); /* invariant 4 */
         ret = qcow2_flush_all_locked(s);
     }
 out:

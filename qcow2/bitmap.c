@@ -22,13 +22,34 @@ static int bitmap_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
     return blk_pread(opaque, offset, buf, len);
 }
 
-/* Invariant 1. */
-static int read_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
+Qcow2BitmapSource qcow2_bitmap_source(const Qcow2State *s)
 {
-    const Qcow2BitmapSource src = {.read = bitmap_read, .opaque = s->img->file};
-    const Qcow2BitmapImage bimg = {.cluster_bits = s->cluster_bits,
-                                   .disk_size = s->img->size,
-                                   .file_size = s->file_size};
+    return (Qcow2BitmapSource){.read = bitmap_read, .opaque = s->img->file};
+}
+
+Qcow2BitmapImage qcow2_bitmap_image(const Qcow2State *s)
+{
+    return (Qcow2BitmapImage){.cluster_bits = s->cluster_bits,
+                              .disk_size = s->img->size,
+                              .file_size = s->file_size};
+}
+
+int qcow2_bitmap_check_consistent(const Qcow2Bitmap *bm)
+{
+    if (bm->flags & QCOW2_BITMAP_IN_USE) { /* QEMU's words, its hint too */
+        return blk_error(EBUSY,
+                         "Bitmap '%s' is inconsistent and cannot be used\n"
+                         "Try block-dirty-bitmap-remove to delete this bitmap from disk",
+                         bm->name);
+    }
+    return 0;
+}
+
+/* Invariant 1. */
+int qcow2_bitmap_dir_read_locked(Qcow2State *s, Qcow2BitmapDir *dir)
+{
+    const Qcow2BitmapSource src = qcow2_bitmap_source(s);
+    const Qcow2BitmapImage bimg = qcow2_bitmap_image(s);
 
     memset(dir, 0, sizeof(*dir));
     if (!s->ext.has_bitmaps || !(s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
@@ -40,7 +61,7 @@ static int read_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
 int qcow2_bitmaps_list_locked(Qcow2State *s, GArray **out)
 {
     Qcow2BitmapDir dir;
-    int ret = read_dir_locked(s, &dir);
+    int ret = qcow2_bitmap_dir_read_locked(s, &dir);
 
     *out = NULL;
     if (ret < 0 || dir.nb == 0) {

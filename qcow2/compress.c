@@ -356,7 +356,7 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
 
     blk_order_wait(); /* write.c invariant 12: compressed clusters in order */
     qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s); /* meta.c invariant 8 */
+    ret = qcow2_check_data_writable_locked(s, offset, qiov->size); /* meta.c inv 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;

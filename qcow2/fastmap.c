@@ -39,7 +39,8 @@
  *     switched on under the metadata lock after qcow2_check_data_writable
  *     succeeded (so the first write's header work, meta.c invariant 8, is
  *     done) and off, under the same lock, by a sticky error or the corrupt
- *     bit (meta.c invariants 2, 9).
+ *     bit (meta.c invariants 2, 9) and by a store of the persistent bitmaps
+ *     (bitmap-store.c invariant 2: the next write marks them in use).
  *  4. A writable entry is used only in the metadata generation in which its
  *     host cluster passed the overlap check (meta.c invariant 2): every
  *     allocation of metadata clusters bumps the generation

@@ -43,16 +43,13 @@
  *  7. An I/O error is never swallowed: when freeing fails (the refcount is
  *     left high: a leak, never a corruption), the error is kept and the next
  *     flush returns it -- not an unrelated guest write, which succeeded.
- *  8. qimg does not maintain persistent dirty bitmaps.  Before the first
- *     guest write, zero, discard or compressed write of an open image, every
- *     bitmap in the directory is marked in use (flag bit 0), one synced
- *     write of the entries (decoded and encoded by bitmap-codec.c under
- *     QCOW2_BITMAP_RAW, so every other byte stays): QEMU then treats them
- *     as inconsistent instead of trusting bits that miss qimg's writes (an
- *     incremental backup would lose data).  Clearing the bitmaps autoclear
- *     bit instead would make qemu-img check report the bitmap clusters as
- *     leaks.  Snapshot operations and the vmstate area do not touch what
- *     bitmaps track and leave them alone.
+ *  8. Persistent dirty bitmaps are maintained (bitmap-store.c): before the
+ *     first guest write, zero, discard or compressed write of an open image
+ *     the enabled bitmaps are loaded and marked in use, and every such
+ *     request sets their bits before it is issued; close stores them.  An
+ *     enabled bitmap qimg cannot maintain stays in use, so QEMU never
+ *     trusts bits that miss qimg's writes (an incremental backup would
+ *     lose data).  The vmstate area sets no bits.
  *  9. A failed metadata write or flush is sticky (SQLite's ERROR state): a
  *     power loss may now keep any subset of what was written since the
  *     last good flush, and memory may describe tables the file does not
@@ -286,58 +283,15 @@ int qcow2_check_writable_locked(Qcow2State *s)
     return 0;
 }
 
-static int bitmap_source_read(void *opaque, uint64_t offset, void *buf, uint64_t len)
-{
-    return blk_pread(opaque, offset, buf, len);
-}
-
-/* Invariant 8: mark every bitmap of the directory in use.  The directory
- * is decoded and encoded by its codec under QCOW2_BITMAP_RAW (only the
- * framing checked, every other byte kept: bitmap-codec.c invariants 5, 7),
- * and the entries are written back in place. */
-static int mark_bitmaps_in_use_locked(Qcow2State *s)
-{
-    const Qcow2BitmapSource src = {.read = bitmap_source_read, .opaque = s->img->file};
-    const Qcow2BitmapImage img = {.cluster_bits = s->cluster_bits,
-                                  .disk_size = s->img->size,
-                                  .file_size = s->file_size};
-    g_autofree uint8_t *buf = NULL;
-    Qcow2BitmapDir dir;
-    bool changed = false;
-    int ret;
-
-    ret = qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &img, QCOW2_BITMAP_RAW, &dir);
-    if (ret < 0) {
-        return ret;
-    }
-    for (uint32_t i = 0; i < dir.nb; i++) {
-        if (!(dir.bms[i].flags & QCOW2_BITMAP_IN_USE)) {
-            dir.bms[i].flags |= QCOW2_BITMAP_IN_USE;
-            changed = true;
-        }
-    }
-    if (changed) {
-        /* dir.size <= the directory's size (<= 64 MiB, header.c) */
-        buf = g_malloc(dir.size);
-        qcow2_bitmap_dir_encode(dir.bms, dir.nb, buf);
-        ret = qcow2_write_metadata_locked(
-            s, BLKEV_HEADER_UPDATE, QCOW2_OL_BITMAP_DIRECTORY,
-            s->ext.bitmaps.directory_offset, buf, dir.size, true);
-    }
-    qcow2_bitmap_dir_free(&dir);
-    return ret;
-}
-
-int qcow2_check_data_writable_locked(Qcow2State *s)
+int qcow2_check_data_writable_locked(Qcow2State *s, uint64_t offset, uint64_t bytes)
 {
     int ret = qcow2_check_writable_locked(s);
 
-    if (ret == 0 && !s->bitmaps_in_use && s->ext.has_bitmaps &&
-        (s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
-        ret = mark_bitmaps_in_use_locked(s);
-        if (ret == 0) {
-            s->bitmaps_in_use = true;
-        }
+    if (ret == 0 && !s->bitmaps_in_use) {
+        ret = qcow2_bitmaps_begin_write_locked(s); /* invariant 8 */
+    }
+    if (ret == 0) {
+        qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
     }
     return ret;
 }

@@ -65,6 +65,7 @@ static void state_free(Qcow2State *s)
     qcow2_refcount_close(s);
     qcow2_cache_free(s->l2_cache);
     qcow2_fastmap_free(s->fastmap);
+    qcow2_bitmaps_free(s);
     g_free(s->l1_table);
     if (s->data_file) {
         blk_close(s->data_file);
@@ -447,7 +448,12 @@ static void qcow2_close(BlkNode *img)
         /* qcow2.c invariant 7 */
         bool had_error = blk_error_mark();
         qcow2_lock(s);
-        int ret = qcow2_flush_all_locked(s);
+        int ret = qcow2_bitmaps_store_locked(s); /* bitmap-store.c invariant 3 */
+        if (ret < 0) {
+            g_debug("qcow2: storing the bitmaps of '%s' failed: %s", img->filename,
+                    blk_error_message() ? blk_error_message() : g_strerror(-ret));
+        }
+        ret = qcow2_flush_all_locked(s);
         if (ret == 0) {
             ret = qcow2_write_caches_locked(s, true);
         }
@@ -536,6 +542,9 @@ const BlkDriver blk_qcow2_driver = {
     .set_backing = qcow2_set_backing,
     .make_empty = qcow2_make_empty,
     .bitmap_op = qcow2_bitmap_op,
+    .bitmap_extents = qcow2_bitmap_extents,
+    .bitmap_merge = qcow2_bitmap_merge,
+    .bitmaps_store = qcow2_bitmaps_store,
     .bitmaps_size = qcow2_bitmaps_size,
     .format_name = "qcow2",
     .is_protocol = false,

@@ -144,7 +144,9 @@ typedef struct Qcow2State {
     uint64_t free_cluster_index; /* allocation search hint (cluster index) */
     uint64_t free_byte_offset;   /* compressed packing: next free byte, or 0 */
     bool corrupt_fatal;          /* corrupt bit set while open: writes refused */
-    bool bitmaps_in_use;         /* meta.c invariant 8 done */
+    bool bitmaps_in_use;         /* bitmap-store.c invariant 1 done */
+    struct Qcow2DirtySet *dirty; /* [atomic; lock to replace] maintained bitmaps */
+    GPtrArray *dirty_retired;    /* sets replaced (dirty.c invariant 1) */
     int deferred_error;          /* an I/O error met while freeing (meta.c inv. 7) */
     char *deferred_msg;
     GArray *pending_frees; /* RefRange: decreases waiting for a durable unlink
@@ -362,9 +364,10 @@ int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t o
                                          uint64_t size);
 /* -EIO once the image was marked corrupt while open (writes refused). */
 int qcow2_check_writable_locked(Qcow2State *s);
-/* The same before a guest data write, zero, discard or compressed write:
- * also marks persistent bitmaps in use (meta.c invariant 8). */
-int qcow2_check_data_writable_locked(Qcow2State *s);
+/* The same before a guest data write, zero, discard or compressed write of
+ * guest bytes [offset, offset + bytes): also loads and marks persistent
+ * bitmaps in use and sets their bits (meta.c invariant 8). */
+int qcow2_check_data_writable_locked(Qcow2State *s, uint64_t offset, uint64_t bytes);
 /* Overlap check (ign: the kind being written), announce ev on the image
  * file, write, and flush the file if sync. */
 int qcow2_write_metadata_locked(Qcow2State *s, BlkEvent ev, unsigned ign, uint64_t offset,
@@ -629,6 +632,28 @@ int qcow2_bitmaps_list_locked(Qcow2State *s, GArray **out);
 /* bitmap-ops.c: qemu-img bitmap's operations (granularity: add only, 0
  * for the default). */
 int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity);
+/* bitmap.c, bitmap-ops.c: shared by the bitmap modules */
+Qcow2BitmapSource qcow2_bitmap_source(const Qcow2State *s);
+Qcow2BitmapImage qcow2_bitmap_image(const Qcow2State *s);
+/* 0, or QEMU's refusal of a bitmap in use ("... is inconsistent ..."). */
+int qcow2_bitmap_check_consistent(const Qcow2Bitmap *bm);
+/* The directory (strict), empty without the extension or autoclear bit. */
+int qcow2_bitmap_dir_read_locked(Qcow2State *s, Qcow2BitmapDir *dir);
+/* Write dir to new clusters and switch the header to it (bitmap-ops.c
+ * invariant 1); the old directory's clusters are freed. */
+int qcow2_bitmap_switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir);
+/* Free bm's table and the data clusters it references (invariant 2). */
+void qcow2_bitmap_free_data_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_t index);
+/* bitmap-store.c: the bitmaps an open image maintains */
+int qcow2_bitmaps_begin_write_locked(Qcow2State *s);
+/* A request about to write guest bytes [offset, +bytes) (lock-free). */
+void qcow2_bitmaps_note(Qcow2State *s, uint64_t offset, uint64_t bytes);
+int qcow2_bitmaps_store_locked(Qcow2State *s);
+void qcow2_bitmaps_retire_locked(Qcow2State *s);
+void qcow2_bitmaps_free(Qcow2State *s);
+int qcow2_bitmap_extents(BlkNode *img, const char *name, GArray **out);
+int qcow2_bitmap_merge(BlkNode *img, const char *name, const BlkRange *r, size_t n);
+int qcow2_bitmaps_store(BlkNode *img);
 /* snapshot-write.c */
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);

@@ -256,6 +256,9 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
     bool hit;
 
     /* A write: the in-place rewrite of qcow2_pwritev's fast path */
+    if (write) {
+        qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
+    }
     hit = qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref);
     if (!hit && qcow2_trylock(s)) {
         bool learnt = prime_locked(s, offset, bytes, write);

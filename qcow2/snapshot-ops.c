@@ -442,7 +442,7 @@ static int do_goto(BlkNode *img, const char *id_or_name)
         }
     }
     qcow2_lock(s);
-    ret = qcow2_check_writable_locked(s);
+    ret = qcow2_check_data_writable_locked(s, 0, img->size); /* all bits: reverted */
     if (ret == 0) {
         bool marked;
         exclusive_begin_locked(s, &r); /* invariant 1 */

@@ -539,6 +539,7 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
     Qcow2FastRef ref;
     int ret;
 
+    qcow2_bitmaps_note(s, offset, qiov->size); /* bitmap-store.c invariant 2 */
     if (!(flags & BLK_REQ_FUA) &&
         qcow2_fastmap_begin(s->fastmap, offset, qiov->size, true, &ref)) {
         /* fastmap.c: an allocated COPIED cluster, written in place */
@@ -549,7 +550,7 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
     }
     blk_order_wait(); /* invariant 12, before registering: see there */
     qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s); /* meta.c invariant 8 */
+    ret = qcow2_check_data_writable_locked(s, offset, qiov->size); /* meta.c inv. 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;

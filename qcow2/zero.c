@@ -392,7 +392,7 @@ int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned 
      * (write_zeros), which takes the turn; take it before registering. */
     blk_order_wait();
     qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s); /* meta.c inv. 8 */
+    ret = qcow2_check_data_writable_locked(s, offset, bytes); /* meta.c inv. 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;
@@ -422,12 +422,11 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
     /* invariant 2: whole clusters, and the unaligned last one */
     b = end == img->size ? ROUND_UP(end, s->cluster_size)
                          : ROUND_DOWN(end, s->cluster_size);
-    if (a >= b) {
-        return 0;
-    }
     qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s); /* meta.c inv. 8 */
-    if (ret < 0) {
+    /* meta.c inv. 8: the bits of the whole request, as QEMU sets them even
+     * where nothing is discarded */
+    ret = qcow2_check_data_writable_locked(s, offset, bytes);
+    if (ret < 0 || a >= b) {
         qcow2_unlock(s);
         return ret;
     }
@@ -454,7 +453,7 @@ int qcow2_make_empty(BlkNode *img)
     int ret;
 
     qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s); /* meta.c inv. 8 */
+    ret = qcow2_check_data_writable_locked(s, 0, img->size); /* meta.c inv. 8 */
     if (ret < 0) {
         qcow2_unlock(s);
         return ret;

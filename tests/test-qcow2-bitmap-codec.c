@@ -995,8 +995,35 @@ static void test_qemu_img(void **state)
     qemu_image_free(&q);
 }
 
-/* meta.c marks the bitmaps in use through the codec (RAW): the directory
- * qemu-img wrote comes back with bit 0 set and every other byte equal. */
+/* bitmap-store.c invariant 1: before the first write the enabled bitmaps
+ * are marked in use in place through the codec, every other byte equal
+ * (the disabled one untouched); invariant 3: close stores them, in use
+ * cleared, in a new directory. */
+static void check_flags(const char *path, uint32_t first, uint32_t second,
+                        const char *before)
+{
+    QemuImage q;
+    Qcow2BitmapDir dir;
+
+    qemu_image_load(&q, path);
+    const Qcow2BitmapsExt *x = &q.ext.bitmaps;
+    assert_int_equal(
+        qcow2_bitmap_dir_decode((const uint8_t *)q.bytes + x->directory_offset,
+                                x->directory_size, 2, &q.img, QCOW2_BITMAP_OPEN, &dir),
+        0);
+    assert_int_equal(dir.bms[0].flags, first);
+    assert_int_equal(dir.bms[1].flags, second);
+    if (before) {
+        for (uint32_t i = 0; i < 2; i++) {
+            dir.bms[i].flags &= ~(uint32_t)QCOW2_BITMAP_IN_USE;
+        }
+        g_autoptr(GByteArray) a = encode(dir.bms, dir.nb);
+        assert_memory_equal(a->data, before + x->directory_offset, a->len);
+    }
+    qcow2_bitmap_dir_free(&dir);
+    qemu_image_free(&q);
+}
+
 static void test_qemu_img_in_use(void **state)
 {
     g_autofree char *path = NULL;
@@ -1004,7 +1031,6 @@ static void test_qemu_img_in_use(void **state)
     g_autoptr(GError) err = NULL;
     uint8_t data[4096];
     gsize len;
-    QemuImage q;
 
     TU_REQUIRE_QEMU_IMG();
     path = tu_fresh("inuse.qcow2");
@@ -1018,24 +1044,10 @@ static void test_qemu_img_in_use(void **state)
     assert_non_null(node);
     memset(data, 0x5a, sizeof(data));
     assert_int_equal(blk_pwrite(node, 0, data, sizeof(data), 0), 0);
+    check_flags(path, QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO, 0, before);
     blk_close(node);
-
-    qemu_image_load(&q, path);
-    const Qcow2BitmapsExt *x = &q.ext.bitmaps;
-    Qcow2BitmapDir dir;
-    assert_int_equal(
-        qcow2_bitmap_dir_decode((const uint8_t *)q.bytes + x->directory_offset,
-                                x->directory_size, 2, &q.img, QCOW2_BITMAP_OPEN, &dir),
-        0);
-    assert_int_equal(dir.bms[0].flags, QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO);
-    assert_int_equal(dir.bms[1].flags, QCOW2_BITMAP_IN_USE);
-    for (uint32_t i = 0; i < 2; i++) {
-        dir.bms[i].flags &= ~(uint32_t)QCOW2_BITMAP_IN_USE;
-    }
-    g_autoptr(GByteArray) a = encode(dir.bms, dir.nb);
-    assert_memory_equal(a->data, before + x->directory_offset, a->len);
-    qcow2_bitmap_dir_free(&dir);
-    qemu_image_free(&q);
+    check_flags(path, QCOW2_BITMAP_AUTO, 0, NULL);
+    tu_run("qemu-img check -q '%s'", path);
 }
 
 int main(void)

@@ -1,7 +1,8 @@
 /*
  * qimg convert [-f fmt] [-O fmt] [-B backing -F fmt] [-l snapshot] [-S size]
  *              [-n] [--target-is-zero] [-o options] [-t cache] [-T cache]
- *              [-m N] [-W] [-c] [-p] [-q] [-U] SRC DST
+ *              [-m N] [-W] [-c] [-p] [-q] [-U]
+ *              [--bitmaps [--skip-broken-bitmaps]] SRC DST
  *
  * The same layout in the target as qemu-img 7.2 (see
  * shared/reference/qemu-behaviour.md section c), copied with -m requests
@@ -26,6 +27,8 @@
  *     with the creation locks and opened read-write, so a target in use is
  *     refused as "T: error while converting FMT: Failed to get \"write\"
  *     lock" (created) or "Could not open 'T': ..." (-n).
+ *  6. --bitmaps copies the persistent bitmaps after the data
+ *     (convert-bitmaps.c).
  */
 #include "convert.h"
 
@@ -57,6 +60,7 @@ typedef struct ConvertArgs {
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
+    bool bitmaps, skip_broken_bitmaps;
     bool out_of_order; /* -W */
     unsigned min_sparse;
     unsigned in_flight; /* -m */
@@ -233,6 +237,9 @@ static int run_convert(ConvertArgs *a)
         return 1;
     }
 
+    if (a->bitmaps && !convert_bitmaps_check_source(src, a->skip_broken_bitmaps)) {
+        return 1;
+    }
     s.src = src;
     s.size = qimg_image_size(src);
     s.min_sparse = a->min_sparse;
@@ -241,11 +248,18 @@ static int run_convert(ConvertArgs *a)
         return 1;
     }
 
+    if (a->bitmaps && !convert_bitmaps_check_target(s.dst)) {
+        qimg_image_free(s.dst);
+        return 1;
+    }
     s.compress = a->compress;
     s.in_flight = a->in_flight;
     s.out_of_order = a->out_of_order;
     tool_progress_init(&prog, a->progress && !a->quiet);
     ok = convert_copy(&s, &prog);
+    if (ok && a->bitmaps) {
+        ok = convert_bitmaps_copy(src, s.dst);
+    }
     if (ok && a->dst_cache != QIMG_CACHE_UNSAFE && !qimg_image_flush(s.dst, &err)) {
         tool_report_gerror(err, "error while flushing the target");
         err = NULL;
@@ -268,11 +282,13 @@ static int run_convert(ConvertArgs *a)
 
 int cmd_convert(int argc, char **argv)
 {
-    enum { OPT_TARGET_IS_ZERO = 256 };
+    enum { OPT_TARGET_IS_ZERO = 256, OPT_BITMAPS, OPT_SKIP_BROKEN };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
+        {"bitmaps", no_argument, NULL, OPT_BITMAPS},
+        {"skip-broken-bitmaps", no_argument, NULL, OPT_SKIP_BROKEN},
         {NULL, 0, NULL, 0},
     };
     ConvertArgs a = {
@@ -304,6 +320,12 @@ int cmd_convert(int argc, char **argv)
             break;
         case OPT_TARGET_IS_ZERO:
             a.target_is_zero = true;
+            break;
+        case OPT_BITMAPS:
+            a.bitmaps = true;
+            break;
+        case OPT_SKIP_BROKEN:
+            a.skip_broken_bitmaps = true;
             break;
         case 'o':
             a.optlist = tool_opts_append(a.optlist, optarg);
@@ -373,6 +395,10 @@ int cmd_convert(int argc, char **argv)
     }
     if (a.target_is_zero && !a.skip_create) {
         tool_error("--target-is-zero requires use of -n flag");
+        goto fail;
+    }
+    if (a.skip_broken_bitmaps && !a.bitmaps) { /* convert-bitmaps.c fact 1 */
+        tool_error("Use of --skip-broken-bitmaps requires --bitmaps");
         goto fail;
     }
     if (argc - optind < 2) {

@@ -30,6 +30,11 @@ typedef struct Convert {
  * error and returns false on failure (convert-copy.c facts 1, 2).  Neither
  * flushes nor closes the target. */
 bool convert_copy(Convert *s, ToolProgress *prog);
+/* convert-bitmaps.c (its facts 2-4): --bitmaps; false with the error
+ * printed. */
+bool convert_bitmaps_check_source(QimgImage *src, bool skip_broken);
+bool convert_bitmaps_check_target(QimgImage *dst);
+bool convert_bitmaps_copy(QimgImage *src, QimgImage *dst);
 /* SIGUSR1 (progress) and SIGINT/SIGTERM (stop) for the copy. */
 void convert_signals_init(void);
 

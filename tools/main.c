@@ -50,7 +50,8 @@ static const ToolCommand commands[] = {
      "check error, 4 read error."},
     {"convert", cmd_convert,
      "convert [-U] [-p] [-q] [-n] [-f fmt] [-t cache] [-T src_cache] [-O output_fmt] "
-     "[-B backing_file [-F backing_fmt]] [--target-is-zero] [-c] [-m num_coroutines] "
+     "[-B backing_file [-F backing_fmt]] [--target-is-zero] [--bitmaps] [-c] "
+     "[-m num_coroutines] "
      "[-W] "
      "[-o options] [-l snapshot_param] [-S sparse_size] filename output_filename",
      "Copy an image (or an internal snapshot of it) to a new or existing image."},

@@ -318,6 +318,30 @@ typedef enum QimgBitmapOp {
 gboolean qimg_image_bitmap_op(QimgImage *img, QimgBitmapOp op, const char *name,
                               uint32_t granularity, GError **error);
 
+/* A range of guest bytes (0.7). */
+typedef struct QimgRange {
+    uint64_t offset;
+    uint64_t length;
+} QimgRange;
+
+/* The dirty extents of persistent bitmap name (0.7): *extents is a GArray
+ * of QimgRange in ascending order, adjacent ones merged, each a multiple
+ * of the bitmap's granularity (the last one clipped to the image size).
+ * For a bitmap the open image maintains, its bits as they are now (writes
+ * so far included); else as stored.  A bitmap marked in use that this
+ * handle does not maintain is refused as inconsistent. */
+gboolean qimg_image_bitmap_extents(QimgImage *img, const char *name, GArray **extents,
+                                   GError **error);
+/* Set the bits of bitmap name covering ranges[0..n) -- a merge of another
+ * bitmap's extents (qemu-img bitmap --merge, convert --bitmaps) -- as one
+ * crash-safe switch to a new table (0.7). */
+gboolean qimg_image_bitmap_merge(QimgImage *img, const char *name,
+                                 const QimgRange *ranges, size_t n, GError **error);
+/* Write the bitmaps this handle maintains back to the image now, in-use
+ * cleared, as closing does (0.7); later writes mark them in use again.
+ * An image opened read-only maintains nothing: TRUE. */
+gboolean qimg_image_bitmaps_store(QimgImage *img, GError **error);
+
 /* One persistent dirty bitmap, as qemu-img info lists it (0.6). */
 typedef struct QimgBitmapInfo {
     char *name;

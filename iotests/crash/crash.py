@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 SECTOR = 512
 PAGE = 4096
@@ -513,6 +514,8 @@ def judge_state(job):
             problems += check_expected(raw, expect, args.expect_mode)
     if not problems and verdict != "no-image" and args.snapshot_check:
         problems += check_snapshots(simg, args.snapshot_check, work)
+    if not problems and verdict != "no-image" and args.bitmap_check:
+        problems += check_bitmaps(simg, args.bitmap_check, work)
     if not problems and verdict != "no-image" and args.vmstate_check:
         problems += check_vmstate(simg, args.vmstate_check, work)
     if problems and args.keep_failed:
@@ -672,6 +675,69 @@ def check_snapshots(img, spec, work):
     return bad
 
 
+def dirty_extents(img, name, work):
+    """The dirty extents of bitmap name as QEMU sees them (qemu-nbd -B,
+    nbdinfo --map): a list of (offset, length), or an error string."""
+    sock = os.path.join(work, "bm.sock")
+    pidf = os.path.join(work, "bm.pid")
+    # --fork: qemu-nbd returns once the socket accepts connections
+    errf = os.path.join(work, "bm.err")
+    with open(errf, "wb") as err:  # (no pipe the daemon would keep open)
+        rc = subprocess.call(["qemu-nbd", "--fork", "--pid-file=" + pidf, "-r", "-f",
+                              "qcow2", "-B", name, "-k", sock, img],
+                             stdout=subprocess.DEVNULL, stderr=err)
+    if rc != 0:
+        return "qemu-nbd: " + open(errf, errors="replace").read().strip()
+    pid = int(open(pidf).read().strip())
+    try:
+        rc, out = run(["nbdinfo", "--map=qemu:dirty-bitmap:" + name,
+                       "nbd+unix:///?socket=" + sock])
+        if rc != 0:
+            return "nbdinfo: " + out.strip()
+        ext = []
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 3 and f[2] == "1":
+                o, l = int(f[0]), int(f[1])
+                if ext and ext[-1][0] + ext[-1][1] == o:
+                    ext[-1] = (ext[-1][0], ext[-1][1] + l)
+                else:
+                    ext.append((o, l))
+        return ext
+    finally:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+def check_bitmaps(img, spec, work):
+    """spec: NAME=OFF:LEN[+OFF:LEN...][,NAME=...]: a bitmap the state holds
+    that is not marked in use must have every byte of those ranges dirty
+    (bitmap-store.c invariant 3: never wrong bits)."""
+    rc, out = run([QEMU_IMG, "info", "--output=json", "-U", img], cwd=os.path.dirname(img))
+    if rc != 0:
+        return ["qemu-img info failed: " + out.strip()]
+    data = json.loads(out).get("format-specific", {}).get("data", {})
+    flags = {b["name"]: b["flags"] for b in data.get("bitmaps", [])}
+    bad = []
+    for item in spec.split(","):
+        name, ranges = item.split("=", 1)
+        if name not in flags or "in-use" in flags[name]:
+            continue  # absent, or not to be trusted: never wrong
+        ext = dirty_extents(img, name, work)
+        if isinstance(ext, str):
+            bad.append("bitmap %s: %s" % (name, ext))
+            continue
+        for r in ranges.split("+"):
+            off, length = (int(x) for x in r.split(":"))
+            covered = any(o <= off and off + length <= o + l for o, l in ext)
+            if not covered:
+                bad.append("bitmap %s is consistent but misses %d+%d (dirty: %s)"
+                           % (name, off, length, ext))
+    return bad
+
+
 def check_vmstate(img, spec, work):
     """spec: NAME=STREAM: if snapshot NAME exists in the state, its VM state
     reads back as STREAM (qimg's reader: qemu-img has no vmstate reader)."""
@@ -720,6 +786,7 @@ def main():
     e.add_argument("--expect-raw", help="RAW[,RAW|zero]: allowed contents")
     e.add_argument("--expect-mode", default="one-of", choices=["one-of", "per-sector"])
     e.add_argument("--snapshot-check", help="NAME=RAW[,...]; NAME? when it may be absent")
+    e.add_argument("--bitmap-check", help="NAME=OFF:LEN[+...]: a consistent bitmap covers these")
     e.add_argument("--vmstate-check", help="NAME=STREAM: the snapshot's VM state")
     e.add_argument("--base-errors", metavar="IMAGE",
                    help="a repair: states may report the errors IMAGE reports")

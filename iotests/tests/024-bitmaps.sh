@@ -1,11 +1,12 @@
 #!/bin/bash
-# Persistent dirty bitmaps (meta.c invariant 8): qimg does not maintain
-# them, so the first guest write, zero write, discard or compressed write
-# marks every bitmap in use, and QEMU no longer trusts them; reads,
-# snapshot operations and the vmstate area leave them alone.  qemu-img
-# check stays clean either way.  info lists them as qemu-img does.
+# Persistent dirty bitmaps (meta.c invariant 8, bitmap-store.c): a guest
+# write, zero write, discard or compressed write sets the bits QEMU sets
+# for it (the same command through qemu-io, compared through qemu-nbd -B)
+# and close stores them consistent; reads, snapshot creation and the
+# vmstate area set none.  qemu-img check stays clean.  info lists them as
+# qemu-img does.
 . "$(dirname "$0")/../common.sh"
-requires qimg qemu-img python3
+requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 
 # in_use IMG: one line per bitmap, "NAME in-use" or "NAME ok".
 in_use() {
@@ -26,8 +27,6 @@ fresh() {
 
 clean="b0 ok
 b1 ok"
-used="b0 in-use
-b1 in-use"
 
 fresh a.qcow2
 assert_eq "fresh" "$clean" "$(in_use a.qcow2)"
@@ -39,19 +38,29 @@ assert_eq "after snapshot -c" "$clean" "$(in_use a.qcow2)"
 assert_eq "after a vmstate write" "$clean" "$(in_use a.qcow2)"
 assert_rc "check before writing" 0 "$QEMU_IMG" check a.qcow2
 
-for cmd in 'write -P 1 0 4k' 'write -z 0 64k' 'discard 0 64k' 'write -c -P 2 64k 64k'; do
+for cmd in 'write -P 1 0 4k' 'write -z 0 64k' 'discard 0 64k' 'write -c -P 2 64k 64k' \
+    'write -P 3 200k 1k' 'write -z 1M 300k' 'discard 3M 100k' 'write 64M-1k 1k'; do
     fresh b.qcow2
+    fresh q.qcow2
     "$QIMG" io -c "$cmd" b.qcow2 >/dev/null
-    assert_eq "after $cmd" "$used" "$(in_use b.qcow2)"
+    "$QEMU_IO" -c "$cmd" q.qcow2 >/dev/null
+    assert_eq "after $cmd" "$clean" "$(in_use b.qcow2)"
+    for b in b0 b1; do
+        assert_eq "after $cmd: $b as QEMU's" "$(dirty_map q.qcow2 $b)" "$(dirty_map b.qcow2 $b)"
+    done
     assert_rc "check after $cmd" 0 "$QEMU_IMG" check b.qcow2
 done
 
 # convert -n into an image with bitmaps writes guest data
 fresh c.qcow2
+fresh qc.qcow2
 truncate -s 64M src.raw
 printf 'x' | dd of=src.raw bs=1 seek=100000 conv=notrunc status=none
 "$QIMG" convert -n -f raw -O qcow2 src.raw c.qcow2
-assert_eq "after convert -n" "$used" "$(in_use c.qcow2)"
+"$QEMU_IMG" convert -n -f raw -O qcow2 src.raw qc.qcow2
+assert_eq "after convert -n" "$clean" "$(in_use c.qcow2)"
+assert_eq "after convert -n: the bits as QEMU's" "$(dirty_map qc.qcow2 b0)" \
+    "$(dirty_map c.qcow2 b0)"
 assert_rc "convert -n: same contents" 0 "$QEMU_IMG" compare -f raw src.raw c.qcow2
 
 # info lists the bitmaps as qemu-img does (bitmap.c): enabled, disabled,
