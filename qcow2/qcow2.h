@@ -580,6 +580,10 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
 /* Internal zero flag: create no L2 table for a range that already reads as
  * zeros without one (resize). */
 #define QCOW2_ZERO_IF_NEEDED (1u << 16)
+/* Internal zero flag: a guest zero write (QEMU's qcow2_co_pwrite_zeroes):
+ * a partial (sub)cluster whose rest reads as zeros is zeroed whole; the
+ * caller registered the range widened to (sub)clusters (zero.c inv. 1). */
+#define QCOW2_ZERO_WIDEN (1u << 17)
 /* Make [offset, offset + bytes) read as zeros (registered, lock not held):
  * zero flags (v3), unallocation (v2 without backing), else zero writes. */
 int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned flags);

@@ -12,9 +12,14 @@
  *     (COPIED) and MAY_UNMAP is not given, else freed; compressed clusters
  *     are always freed.  v2 without a backing file: the cluster becomes
  *     unallocated.  v2 with a backing file: zeros are written (-ENOTSUP with
- *     NO_FALLBACK).  Partial (sub)clusters at the ends are written as zeros
- *     through the normal write path unless they already read as zeros
- *     (-ENOTSUP with NO_FALLBACK, before anything changed).
+ *     NO_FALLBACK).  A guest zero write (QCOW2_ZERO_WIDEN) zeroes a partial
+ *     (sub)cluster at an end whole when it holds no data in this image
+ *     (unallocated or zero) and the rest of it reads as zeros through the
+ *     backing chain -- QEMU's is_zero(), which takes a raw file's contents
+ *     as data; the request is registered over the widened range, so no
+ *     write into that rest runs meanwhile.  Other partial (sub)clusters are
+ *     written as zeros through the normal write path unless they already
+ *     read as zeros (-ENOTSUP with NO_FALLBACK, before anything changed).
  *  2. Discard (QEMU's non-full discard, iotest 290): afterwards a v3 cluster
  *     reads as zeros (zero flag; extended L2: no host cluster, all zero
  *     bits), except an unallocated one without a backing file, which is left
@@ -39,6 +44,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <string.h>
 
 typedef enum ZeroOp { OP_ZERO, OP_DISCARD, OP_FULL_DISCARD } ZeroOp;
 
@@ -260,6 +266,73 @@ static int zero_extent(Qcow2State *s, uint64_t offset, uint64_t bytes, bool *zer
     return 0;
 }
 
+/* Whether [off, off + len) of node n (a backing file) reads as zeros as
+ * QEMU's is_zero() sees it (invariant 1): zero status or past the end;
+ * unallocated ranges ask n's backing file; a raw file is data. */
+static int backing_reads_zero(BlkNode *n, uint64_t off, uint64_t len, bool *zero)
+{
+    *zero = true;
+    while (len > 0 && n && off < n->size) {
+        BlkStatus st;
+        int ret;
+
+        if (n->drv->is_protocol || !n->drv->block_status || !n->file ||
+            strcmp(n->drv->format_name, "raw") == 0) {
+            *zero = false; /* want_zero=false: a raw file's blocks are data */
+            return 0;
+        }
+        ret = blk_block_status(n, off, len, &st);
+        if (ret < 0) {
+            return ret;
+        }
+        if (!(st.flags & BLK_STATUS_ZERO)) {
+            if (st.flags & (BLK_STATUS_DATA | BLK_STATUS_ALLOCATED)) {
+                *zero = false;
+                return 0;
+            }
+            ret = backing_reads_zero(n->backing, off, st.pnum, zero);
+            if (ret < 0 || !*zero) {
+                return ret;
+            }
+        }
+        off += st.pnum;
+        len -= st.pnum;
+    }
+    return 0;
+}
+
+/* Invariant 1: whether the (sub)cluster holding guest bytes [p, p + len)
+ * (inside it) is zeroed whole by a guest zero write. */
+static int whole_if_zero(Qcow2State *s, uint64_t p, uint64_t len, bool *whole)
+{
+    uint64_t g = UINT64_C(1) << s->subcluster_bits, s0 = ROUND_DOWN(p, g);
+    uint64_t s1 = MIN(s0 + g, s->img->size);
+    Qcow2Mapping m;
+    bool z = true;
+    int ret;
+
+    *whole = false;
+    qcow2_lock(s);
+    ret = qcow2_get_host_offset_locked(s, s0, g, &m);
+    qcow2_unlock(s);
+    if (ret < 0) {
+        return ret;
+    }
+    if (m.type == QCOW2_SC_ZERO_PLAIN || m.type == QCOW2_SC_ZERO_ALLOC) {
+        *whole = true;
+        return 0;
+    }
+    if (m.type != QCOW2_SC_UNALLOCATED_PLAIN && m.type != QCOW2_SC_UNALLOCATED_ALLOC) {
+        return 0;
+    }
+    ret = backing_reads_zero(s->img->backing, s0, p - s0, &z);
+    if (ret == 0 && z && p + len < s1) {
+        ret = backing_reads_zero(s->img->backing, p + len, s1 - (p + len), &z);
+    }
+    *whole = ret == 0 && z;
+    return ret;
+}
+
 /* Write zeros through the normal write path (registered range), skipping
  * the extents that already read as zeros. */
 static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes)
@@ -296,7 +369,7 @@ static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes)
 int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned flags)
 {
     uint64_t g = UINT64_C(1) << s->subcluster_bits, cs = s->cluster_size;
-    uint64_t end = offset + bytes, a, b;
+    uint64_t end = offset + bytes, req_end = offset + bytes, a, b, head_end, tail;
     bool backing = s->img->backing != NULL;
     int ret = 0;
 
@@ -313,24 +386,51 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
     if (end == s->img->size && end % g) {
         end = ROUND_UP(end, g);
     }
+    /* [a, b): whole (sub)clusters; [offset, head_end) and [tail, req_end):
+     * the partial ones (one piece when the request lies in one) */
     a = MIN(ROUND_UP(offset, g), end);
     b = MAX(ROUND_DOWN(end, g), a);
-    if ((flags & BLK_REQ_NO_FALLBACK) && (a != offset || b != end)) {
+    head_end = MIN(a, req_end);
+    tail = b != end ? b : req_end;
+    if ((flags & QCOW2_ZERO_WIDEN) && s->qcow_version >= 3) { /* invariant 1 */
+        uint64_t last = ROUND_UP(s->img->size, g);
+        bool whole = false;
+        if (head_end > offset) {
+            ret = whole_if_zero(s, offset, head_end - offset, &whole);
+            if (ret == 0 && whole) {
+                a = ROUND_DOWN(offset, g);
+                b = MAX(b, MIN(a + g, last));
+                head_end = offset;
+            }
+        }
+        if (ret == 0 && req_end > tail && tail >= head_end) {
+            ret = whole_if_zero(s, tail, req_end - tail, &whole);
+            if (ret == 0 && whole) {
+                b = MIN(tail + g, last);
+                tail = req_end;
+            }
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if ((flags & BLK_REQ_NO_FALLBACK) && (head_end > offset || req_end > tail)) {
         return -ENOTSUP;
     }
     if (s->data_file && s->data_file_raw) {
         /* invariant 6: the raw data file follows the guest view */
         blk_event(s->data_file, BLKEV_DATA_WRITE);
-        ret = blk_pwrite_zeroes(s->data_file, offset, bytes, 0);
+        uint64_t zs = MIN(a, offset), ze = MIN(MAX(b, req_end), s->img->size);
+        ret = blk_pwrite_zeroes(s->data_file, zs, ze - zs, 0);
         if (ret < 0) {
             return ret;
         }
     }
-    if (a != offset) {
-        ret = write_zeros(s, offset, MIN(a, offset + bytes) - offset);
+    if (head_end > offset) {
+        ret = write_zeros(s, offset, head_end - offset);
     }
-    if (ret == 0 && b != end) {
-        ret = write_zeros(s, b, offset + bytes - b);
+    if (ret == 0 && req_end > tail) {
+        ret = write_zeros(s, tail, req_end - tail);
     }
     /* [a, b) is aligned to g (subclusters or clusters). */
     if (ret == 0 && a < b && s->extended_l2 && a % cs) {
@@ -385,6 +485,7 @@ int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, boo
 int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags)
 {
     Qcow2State *s = img->opaque;
+    uint64_t g;
     Qcow2Inflight r;
     int ret;
 
@@ -397,10 +498,16 @@ int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned 
         qcow2_unlock(s);
         return ret;
     }
-    qcow2_inflight_begin_locked(s, &r, offset, bytes, true);
+    /* invariant 1: registered over whole (sub)clusters, as it may zero them */
+    g = UINT64_C(1) << s->subcluster_bits;
+    qcow2_inflight_begin_locked(s, &r, ROUND_DOWN(offset, g),
+                                MIN(ROUND_UP(offset + bytes, g), ROUND_UP(img->size, g)) -
+                                    ROUND_DOWN(offset, g),
+                                true);
     qcow2_unlock(s);
 
-    ret = qcow2_zero_registered(s, offset, bytes, flags & ~QCOW2_ZERO_IF_NEEDED);
+    ret = qcow2_zero_registered(s, offset, bytes,
+                                (flags & ~QCOW2_ZERO_IF_NEEDED) | QCOW2_ZERO_WIDEN);
 
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
