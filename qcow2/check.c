@@ -399,6 +399,7 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
     }
     c.l2_buf = g_malloc(s->cluster_size);
     qcow2_lock(s);
+    s->in_check = true; /* repair.c invariant 1: corruption lines are ours */
     blk_error_clear();
     ret = check_refresh_file_size(&c);
     if (ret == 0 && c.fix) {
@@ -424,6 +425,7 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
     }
     g_free(c.refs);
     g_free(c.l2_buf);
+    s->in_check = false;
     qcow2_unlock(s);
     return ret;
 }

@@ -210,49 +210,48 @@ static int report_fault_locked(Qcow2State *s, EntryFault f, uint64_t entry,
     case FAULT_RESERVED:
         return qcow2_corrupt_locked(s,
                                     "L2 entry 0x%016" PRIx64 " has reserved bits set "
-                                    "(L2 offset: 0x%" PRIx64 ", L2 index: 0x%" PRIx64 ")",
+                                    "(L2 offset: %#" PRIx64 ", L2 index: %#" PRIx64 ")",
                                     entry, l2_offset, l2_index);
     case FAULT_ZERO_V2:
         return qcow2_corrupt_locked(s,
                                     "Zero cluster entry found in pre-v3 image "
-                                    "(L2 offset: 0x%" PRIx64 ", L2 index: 0x%" PRIx64 ")",
+                                    "(L2 offset: %#" PRIx64 ", L2 index: %#" PRIx64 ")",
                                     l2_offset, l2_index);
     case FAULT_COMPRESSED_DATA_FILE:
         return qcow2_corrupt_locked(s,
                                     "Compressed cluster entry found in image with "
-                                    "external data file (L2 offset: 0x%" PRIx64
-                                    ", L2 index: 0x%" PRIx64 ")",
+                                    "external data file (L2 offset: %#" PRIx64
+                                    ", L2 index: %#" PRIx64 ")",
                                     l2_offset, l2_index);
     case FAULT_COMPRESSED_OFFSET:
-        return qcow2_corrupt_locked(
-            s,
-            "Compressed cluster entry 0x%016" PRIx64
-            " has a host offset beyond 2^56 (L2 offset: 0x%" PRIx64
-            ", L2 index: 0x%" PRIx64 ")",
-            entry, l2_offset, l2_index);
+        return qcow2_corrupt_locked(s,
+                                    "Compressed cluster entry 0x%016" PRIx64
+                                    " has a host offset beyond 2^56 (L2 offset: %#" PRIx64
+                                    ", L2 index: %#" PRIx64 ")",
+                                    entry, l2_offset, l2_index);
     case FAULT_COMPRESSED_BITMAP:
         return qcow2_corrupt_locked(s,
                                     "Compressed cluster entry has a non-zero subcluster "
-                                    "bitmap 0x%016" PRIx64 " (L2 offset: 0x%" PRIx64
-                                    ", L2 index: 0x%" PRIx64 ")",
+                                    "bitmap 0x%016" PRIx64 " (L2 offset: %#" PRIx64
+                                    ", L2 index: %#" PRIx64 ")",
                                     bitmap, l2_offset, l2_index);
     case FAULT_BITMAP:
-        return qcow2_corrupt_locked(
-            s,
-            "Invalid subcluster bitmap 0x%016" PRIx64 " for L2 entry 0x%016" PRIx64
-            " (L2 offset: 0x%" PRIx64 ", L2 index: 0x%" PRIx64 ")",
-            bitmap, entry, l2_offset, l2_index);
+        return qcow2_corrupt_locked(s,
+                                    "Invalid subcluster bitmap 0x%016" PRIx64
+                                    " for L2 entry 0x%016" PRIx64 " (L2 offset: %#" PRIx64
+                                    ", L2 index: %#" PRIx64 ")",
+                                    bitmap, entry, l2_offset, l2_index);
     case FAULT_UNALIGNED:
         return qcow2_corrupt_locked(s,
                                     "Cluster allocation offset 0x%" PRIx64
-                                    " unaligned (L2 offset: 0x%" PRIx64
-                                    ", L2 index: 0x%" PRIx64 ")",
+                                    " unaligned (L2 offset: %#" PRIx64
+                                    ", L2 index: %#" PRIx64 ")",
                                     host, l2_offset, l2_index);
     case FAULT_DATA_FILE_OFFSET:
         return qcow2_corrupt_locked(s,
                                     "External data file host cluster offset 0x%" PRIx64
                                     " does not match guest cluster offset: 0x%" PRIx64
-                                    " (L2 index: 0x%" PRIx64 ")",
+                                    " (L2 index: %#" PRIx64 ")",
                                     host, guest_cluster, l2_index);
     case FAULT_NONE:
         break;
@@ -291,7 +290,7 @@ int qcow2_l1_entry_locked(Qcow2State *s, uint64_t l1_index, uint64_t *l2_offset)
     if (e & QCOW2_L1E_RESERVED_MASK) {
         return qcow2_corrupt_locked(s,
                                     "L1 entry 0x%016" PRIx64 " has reserved bits set "
-                                    "(L1 index: 0x%" PRIx64 ")",
+                                    "(L1 index: %#" PRIx64 ")",
                                     e, l1_index);
     }
     if (*l2_offset == 0) {
@@ -300,12 +299,12 @@ int qcow2_l1_entry_locked(Qcow2State *s, uint64_t l1_index, uint64_t *l2_offset)
     if (qcow2_offset_into_cluster(s, *l2_offset)) {
         return qcow2_corrupt_locked(s,
                                     "L2 table offset 0x%" PRIx64 " unaligned "
-                                    "(L1 index: 0x%" PRIx64 ")",
+                                    "(L1 index: %#" PRIx64 ")",
                                     *l2_offset, l1_index);
     }
     if (!qcow2_range_within(*l2_offset, s->cluster_size, s->file_size)) {
         return qcow2_corrupt_locked(s,
-                                    "L2 table offset 0x%" PRIx64 " (L1 index: 0x%" PRIx64
+                                    "L2 table offset 0x%" PRIx64 " (L1 index: %#" PRIx64
                                     ") is beyond the end of the file (%" PRIu64 " bytes)",
                                     *l2_offset, l1_index, s->file_size);
     }

@@ -21,7 +21,13 @@
  *  3. Only the first corruption event of a writable image reports "qcow2:
  *     Marking image as corrupt: ...; further corruption events will be
  *     suppressed"; a read-only image (or a snapshot view) only reports
- *     "Image is corrupt: ..." and sets nothing.
+ *     "Image is corrupt: ..." and sets nothing.  As QEMU prints it, the
+ *     first event's line goes to standard error at once (g_printerr: an
+ *     embedder redirects it with g_set_printerr_handler), "... Image is
+ *     corrupt: ...; further non-fatal corruption events will be
+ *     suppressed" when read-only; the request's error says it too.  During
+ *     a check the line goes to the check's messages instead, in order
+ *     (repair.c invariant 1).
  *  4. Header updates are one write of the changed fields, then a flush
  *     (synced), so a crash leaves either the old or the new value: l1_size
  *     and l1_table_offset (12 bytes at 36), refcount_table_offset and
@@ -308,12 +314,22 @@ int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
     s->corruption_events++;
     g_debug("qcow2 corruption detected at %s:%d: %s", file, line, msg);
     if (!s->writable) {
+        if (s->corruption_events == 1 && !s->in_check) { /* invariant 3 */
+            g_printerr("qcow2: Image is corrupt: %s; further non-fatal corruption events "
+                       "will be suppressed\n",
+                       msg);
+        }
         return blk_error(EIO, "Image is corrupt: %s", msg);
     }
     if (s->corrupt_fatal) {
         return blk_error(EIO, "qcow2: Image is corrupt: %s", msg); /* invariant 3 */
     }
     s->corrupt_fatal = true; /* invariant 2: before the header write below */
+    if (!s->in_check) {      /* invariant 3 (a check reports it in its messages) */
+        g_printerr("qcow2: Marking image as corrupt: %s; further corruption events will "
+                   "be suppressed\n",
+                   msg);
+    }
     qcow2_fastmap_set_writes_locked(s->fastmap, false); /* fastmap.c inv 3 */
     if (s->qcow_version >= 3) {
         uint8_t buf[8];

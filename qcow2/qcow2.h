@@ -19,10 +19,11 @@
  *     as on disk, so the write path can write them back unchanged.
  *  4. No cache table reference (qcow2_cache_get_locked) is held while the
  *     lock is dropped: another thread may evict or reuse the entry.
- *  5. file_size only grows while the image is open: every cluster handed
- *     out by the allocator lies below it (alloc.c), so a table allocated
- *     past the end of the file passes the "inside the file" checks before
- *     it is written.
+ *  5. file_size only grows while the image is open -- except that a shrink
+ *     cuts off free clusters after the last one in use, under the lock
+ *     (resize.c invariant 6): every cluster handed out by the allocator
+ *     lies below it (alloc.c), so a table allocated past the end of the
+ *     file passes the "inside the file" checks before it is written.
  */
 #ifndef QIMG_QCOW2_H
 #define QIMG_QCOW2_H
@@ -139,6 +140,7 @@ typedef struct Qcow2State {
     bool metadata_preallocated;
 
     unsigned corruption_events; /* [lock] */
+    bool in_check; /* [lock] a check runs: it reports corruption (meta.c inv. 3) */
 
     /* [lock] write path (alloc.c, meta.c) */
     uint64_t free_cluster_index; /* allocation search hint (cluster index) */

@@ -54,11 +54,11 @@ static void test_l1_entries(void **state)
     timg_set64(&t, l1, timg_c(&t, 4) | QCOW2_OFLAG_COPIED | 1);
     expect_read_error(&t, 0, 512,
                       "Image is corrupt: L1 entry 0x8000000000001001 has "
-                      "reserved bits set (L1 index: 0x0)");
+                      "reserved bits set (L1 index: 0)");
     timg_set64(&t, l1, timg_c(&t, 4) | (UINT64_C(1) << 56));
     expect_read_error(&t, 0, 512, "L1 entry 0x0100000000001000 has reserved bits set");
     timg_set64(&t, l1, 0x1200);
-    expect_read_error(&t, 0, 512, "L2 table offset 0x1200 unaligned (L1 index: 0x0)");
+    expect_read_error(&t, 0, 512, "L2 table offset 0x1200 unaligned (L1 index: 0)");
     timg_set64(&t, l1 + 8, 0x100000);
     timg_set64(&t, l1, timg_c(&t, 4));
     expect_read_error(&t, 128 * 1024, 512,
@@ -74,13 +74,13 @@ static void test_l2_entries(void **state)
     timg_set_l2(&t, 0, timg_c(&t, 5) | QCOW2_OFLAG_COPIED | 2, 0);
     expect_read_error(&t, 0, 512,
                       "L2 entry 0x8000000000001402 has reserved bits set "
-                      "(L2 offset: 0x1000, L2 index: 0x0)");
+                      "(L2 offset: 0x1000, L2 index: 0)");
     timg_set_l2(&t, 0, timg_c(&t, 5) | (UINT64_C(1) << 61), 0);
     expect_read_error(&t, 0, 512, "has reserved bits set");
     timg_set_l2(&t, 0, 0x1600 | QCOW2_OFLAG_COPIED, 0);
     expect_read_error(&t, 0, 512,
                       "Cluster allocation offset 0x1600 unaligned (L2 offset: "
-                      "0x1000, L2 index: 0x0)");
+                      "0x1000, L2 index: 0)");
     timg_set_l2(&t, 0, 0x1600 | QCOW2_OFLAG_ZERO, 0);
     expect_read_error(&t, 0, 512, "Cluster allocation offset 0x1600 unaligned");
     /* the garbage compressed cluster: 0xab bytes are no deflate stream */
@@ -230,7 +230,7 @@ static void test_extended_l2(void **state)
     expect_read_error(&t, 0, 512,
                       "Invalid subcluster bitmap 0x0000000100000001 for L2 "
                       "entry 0x8000000000014000 (L2 offset: 0x10000, L2 index: "
-                      "0x0)");
+                      "0)");
     timg_set_l2(&t, 0, 0, 1);
     expect_read_error(&t, 0, 512, "Invalid subcluster bitmap 0x0000000000000001");
     timg_set_l2(&t, 0, QCOW2_OFLAG_COMPRESSED | c5, 5);

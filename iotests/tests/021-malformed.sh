@@ -258,11 +258,11 @@ cmds l2-unaligned.qcow2 0 "1:Cluster allocation offset 0x50200 unaligned" \
     "1:Cluster allocation offset 0x50200 unaligned" 3 \
     "2:ERROR offset=50200: Data cluster is not properly aligned; L2 entry corrupted." 0
 variant l2-table-unaligned l1 0 0x8000000000040200
-cmds l2-table-unaligned.qcow2 0 "1:L2 table offset 0x40200 unaligned (L1 index: 0x0)" \
+cmds l2-table-unaligned.qcow2 0 "1:L2 table offset 0x40200 unaligned (L1 index: 0)" \
     "1:L2 table offset 0x40200 unaligned" 3 \
     "2:ERROR l2_offset=40200: Table is not cluster aligned; L1 entry corrupted" 0
 variant l2-table-past l1 0 0x8000001000000000
-cmds l2-table-past.qcow2 0 "1:L2 table offset 0x1000000000 (L1 index: 0x0) is beyond the end of the file" \
+cmds l2-table-past.qcow2 0 "1:L2 table offset 0x1000000000 (L1 index: 0) is beyond the end of the file" \
     "1:is beyond the end of the file" 3 \
     "2:counting reference for region exceeding the end of the file by one cluster or more: offset 0x1000000000" 0
 variant l1-reserved l1 0 0x8000000000040001
@@ -299,7 +299,7 @@ open_fails trunc-header.qcow2 "qcow2 header too short (header_length 0"
 head -c $((0x28000)) good.qcow2 >trunc-tables.qcow2
 open_fails trunc-tables.qcow2 "L1 table (offset 0x30000, 8 bytes) extends past the end of the file"
 head -c $((0x48000)) good.qcow2 >trunc-data.qcow2
-cmds trunc-data.qcow2 0 "1:L2 table offset 0x40000 (L1 index: 0x0) is beyond the end of the file" \
+cmds trunc-data.qcow2 0 "1:L2 table offset 0x40000 (L1 index: 0) is beyond the end of the file" \
     "1:is beyond the end of the file" 3 \
     "2:counting reference for region exceeding the end of the file by one cluster or more" 0
 : >empty.qcow2
