@@ -38,6 +38,11 @@
  *     writes (so whole-cluster writes need no COW); in a snapshot view,
  *     loading reads the snapshot's vmstate through its L1, where its disk
  *     size puts it.
+ *  6. After a shrink, once everything is durable (no L2 entry or refcount
+ *     the cut could remove can come back after a power loss), the image
+ *     file is truncated after its last cluster in use, as QEMU does (a
+ *     preallocated image gives the space back); a failure there is only a
+ *     warning.  Not with an external data file.
  */
 #include "qcow2/qcow2.h"
 
@@ -95,6 +100,35 @@ static int check_resize(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool
     return 0;
 }
 
+/* Invariant 6: the file ends after its last cluster in use. */
+static int shrink_file_locked(Qcow2State *s)
+{
+    uint64_t cs = s->cluster_size, end;
+    int64_t last;
+    int ret = qcow2_flush_all_locked(s);
+
+    if (ret < 0 || qcow2_has_data_file(s)) {
+        return ret;
+    }
+    last = qcow2_last_used_cluster_locked(s, (s->file_size + cs - 1) >> s->cluster_bits);
+    if (last < 0) {
+        return (int)last;
+    }
+    end = ((uint64_t)last + 1) * cs;
+    if (end >= s->file_size) {
+        return 0;
+    }
+    ret = blk_truncate(s->img->file, end, false, BLK_PREALLOC_OFF, true);
+    if (ret < 0) { /* QEMU warns and goes on: the space is only kept */
+        g_printerr("warning: Failed to truncate the tail of the image: %s\n",
+                   blk_error_message() ? blk_error_message() : g_strerror(-ret));
+        blk_error_clear();
+        return 0;
+    }
+    s->file_size = end;
+    return 0;
+}
+
 static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool shrink)
 {
     BlkNode *img = s->img;
@@ -110,7 +144,8 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
     }
     if (!qcow2_size_to_l1(size, s->cluster_bits, s->l2_bits, &new_l1) ||
         new_l1 > QCOW2_MAX_L1_BYTES / 8) {
-        return blk_error(EFBIG, "Image size too large (%" PRIu64 " bytes)", size);
+        /* QEMU's words (qcow2_grow_l1_table's -EFBIG) */
+        return blk_error(EFBIG, "Failed to grow the L1 table: %s", g_strerror(EFBIG));
     }
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
@@ -125,6 +160,9 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
         if (ret == 0) {
             qcow2_lock(s);
             ret = qcow2_shrink_l1_table_locked(s, new_l1);
+            if (ret == 0) {
+                ret = shrink_file_locked(s);
+            }
             qcow2_unlock(s);
         }
     } else {
