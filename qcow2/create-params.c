@@ -18,9 +18,28 @@
 
 /* ---- parameters ---- */
 static const char *const known_options[] = {
-    "compat",           "cluster_size", "refcount_bits", "lazy_refcounts",
-    "compression_type", "extended_l2",  "preallocation", "data_file",
-    "data_file_raw",    "backing_file", "backing_fmt",   "size",
+    "compat",
+    "cluster_size",
+    "refcount_bits",
+    "lazy_refcounts",
+    "compression_type",
+    "extended_l2",
+    "preallocation",
+    "data_file",
+    "data_file_raw",
+    "backing_file",
+    "backing_fmt",
+    "size",
+    /* encryption: parsed to give qemu-img's refusals (encryption()) */
+    "encryption",
+    "encrypt.format",
+    "encrypt.key-secret",
+    "encrypt.cipher-alg",
+    "encrypt.cipher-mode",
+    "encrypt.ivgen-alg",
+    "encrypt.ivgen-hash-alg",
+    "encrypt.hash-alg",
+    "encrypt.iter-time",
 };
 
 static const char *opt_get(const BlkCreateOptions *opts, const char *key)
@@ -56,6 +75,45 @@ static int parse_number(const char *s, uint64_t *out)
 static int param_error(const char *msg)
 {
     blk_error(EINVAL, "%s", msg);
+    return -EINVAL;
+}
+
+/* qimg has no encryption.  qemu-img's checks of the encrypt options, at
+ * its visiting time (late: after every other check, where qemu-img looks
+ * the secret up), give its messages; an image is never created encrypted
+ * or silently not.  Returns 1 if encryption is asked for, 0, or -EINVAL. */
+static int encryption(const BlkCreateOptions *opts, bool late)
+{
+    const char *fmt = opt_get(opts, "encrypt.format"), *on = opt_get(opts, "encryption");
+    const char *secret = opt_get(opts, "encrypt.key-secret");
+    bool any = false;
+
+    for (size_t i = 0; opts->options && i < G_N_ELEMENTS(known_options); i++) {
+        any = any || (g_str_has_prefix(known_options[i], "encrypt.") &&
+                      opt_get(opts, known_options[i]));
+    }
+    if (on && strcmp(on, "off") != 0 && strcmp(on, "no") != 0 &&
+        strcmp(on, "false") != 0 && strcmp(on, "n") != 0) {
+        if (fmt) {
+            return param_error(
+                "'encrypt.format' and its alias 'encryption' can't be used at the same "
+                "time");
+        }
+        fmt = "aes";
+    }
+    if (fmt && strcmp(fmt, "aes") != 0 && strcmp(fmt, "luks") != 0) {
+        return bad_value("format", fmt);
+    }
+    if (!fmt) {
+        return any ? param_error("Parameter 'encrypt.format' is missing") : 0;
+    }
+    if (!late) {
+        return 1;
+    }
+    if (!secret) {
+        return param_error("Parameter 'encrypt.key-secret' is required for cipher");
+    }
+    blk_error(EINVAL, "No secret with id '%s'", secret); /* qimg knows no secrets */
     return -EINVAL;
 }
 
@@ -178,6 +236,9 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
             return bad_value("backing-fmt", p->backing_format);
         }
     }
+    if (encryption(opts, false) < 0) {
+        return -EINVAL;
+    }
 
     p->cluster_size = 65536;
     if ((v = opt_get(opts, "cluster_size"))) {
@@ -254,7 +315,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
                            "compatibility level 1.1 and above (use version=v3 or "
                            "greater)");
     }
-    return 0;
+    return encryption(opts, true) < 0 ? -EINVAL : 0;
 }
 
 /*
@@ -269,6 +330,15 @@ int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p)
 
     memset(p, 0, sizeof(*p));
     if (check_known(opts) < 0) {
+        return -EINVAL;
+    }
+    switch (encryption(opts, false)) {
+    case 0:
+        break;
+    case 1: /* qemu-img would add the LUKS header: qimg cannot size it */
+        blk_error(ENOTSUP, "qimg cannot measure encrypted images (encrypt.format)");
+        return -ENOTSUP;
+    default:
         return -EINVAL;
     }
     p->extended_l2 = opt_bool(opts, "extended_l2");

@@ -31,8 +31,28 @@ static const ToolOptDesc raw_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
-/* Print order of qemu-img 7.2's "Formatting" line. */
+/* Print order of qemu-img 7.2's "Formatting" line.  The encryption
+ * options are known so that create refuses them as qemu-img does without
+ * a secret (qcow2/create-params.c: qimg has no encryption). */
 static const ToolOptDesc qcow2_opts[] = {
+    {"encryption", TOOL_OPT_BOOL,
+     "Encrypt the image with format 'aes'. (Deprecated in favor of encrypt.format=aes)",
+     NULL, false},
+    {"encrypt.format", TOOL_OPT_STRING,
+     "Encrypt the image, format choices: 'aes', 'luks'", NULL, false},
+    {"encrypt.key-secret", TOOL_OPT_STRING,
+     "ID of secret providing qcow AES key or LUKS passphrase", NULL, false},
+    {"encrypt.cipher-alg", TOOL_OPT_STRING, "Name of encryption cipher algorithm", NULL,
+     false},
+    {"encrypt.cipher-mode", TOOL_OPT_STRING, "Name of encryption cipher mode", NULL,
+     false},
+    {"encrypt.ivgen-alg", TOOL_OPT_STRING, "Name of IV generator algorithm", NULL, false},
+    {"encrypt.ivgen-hash-alg", TOOL_OPT_STRING, "Name of IV generator hash algorithm",
+     NULL, false},
+    {"encrypt.hash-alg", TOOL_OPT_STRING, "Name of encryption hash algorithm", NULL,
+     false},
+    {"encrypt.iter-time", TOOL_OPT_NUMBER, "Time to spend in PBKDF in milliseconds", NULL,
+     false},
     {"cluster_size", TOOL_OPT_SIZE, "qcow2 cluster size", "65536", false},
     {"extended_l2", TOOL_OPT_BOOL, "Extended L2 tables", "off", false},
     {"preallocation", TOOL_OPT_STRING,

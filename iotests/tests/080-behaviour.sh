@@ -1,0 +1,107 @@
+#!/bin/bash
+# Behaviours a script can see, each against qemu-img/qemu-io on the same
+# input (issue 15 items 4 and 5):
+#  - the first corruption event prints QEMU's "qcow2: Marking image as
+#    corrupt: ...; further corruption events will be suppressed" line
+#    (meta.c invariant 3), and a read-only image's "qcow2: Image is
+#    corrupt: ...; further non-fatal corruption events will be suppressed";
+#  - resize --shrink gives the space back: the file ends where qemu-img's
+#    does, for every preallocation mode (resize.c invariant 6);
+#  - unknown incompatible features are named from the image's feature-name
+#    table ("Unsupported qcow2 feature(s): NAME, Unknown ...: MASK");
+#  - encryption: create -o encrypt.*/encryption gives qemu-img's messages
+#    (and "Formatting" line) without a secret; images with LUKS or AES
+#    encryption are refused as qemu-img refuses them without a secret;
+#  - resize past the L1 limit: qemu-img's "Failed to grow the L1 table".
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io python3
+
+# both_err ARGS...: qemu-img and qimg with ARGS: exit code and output
+# (program name filtered) equal
+both_err() {
+    "$QEMU_IMG" "$@" >q.out 2>&1
+    local qrc=$?
+    "$QIMG" "$@" >m.out 2>&1
+    local mrc=$?
+    sed -i 's/^qemu-img: /qimg: /' q.out
+    assert_eq "$*: exit code" "$qrc" "$mrc"
+    assert_eq "$*: output" "$(cat q.out)" "$(cat m.out)"
+}
+
+# ---- corruption lines ----
+"$QEMU_IMG" create -q -f qcow2 c.qcow2 1M
+"$QEMU_IO" -c 'write -P 1 0 64k' c.qcow2 >/dev/null
+python3 - c.qcow2 <<'PY' # cluster 0's L2 entry -> the refcount table
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    d = f.read(1 << 20)
+    l1 = struct.unpack(">Q", d[40:48])[0]
+    l2 = struct.unpack(">Q", d[l1:l1 + 8])[0] & 0x00fffffffffffe00
+    f.seek(l2)
+    f.write(struct.pack(">Q", (1 << 63) | struct.unpack(">Q", d[48:56])[0]))
+PY
+cp c.qcow2 q.qcow2
+cp c.qcow2 m.qcow2
+"$QEMU_IO" -c 'write -P 2 0 4k' q.qcow2 >q.out 2>q.err
+"$QIMG" io -c 'write -P 2 0 4k' m.qcow2 >m.out 2>m.err
+assert_eq "overlap: the write fails as qemu-io's" "$(cat q.out)" "$(cat m.out)"
+assert_eq "overlap: QEMU's marking line" "$(grep '^qcow2:' q.err)" "$(grep '^qcow2:' m.err)"
+assert_eq "overlap: the bit" "$("$QEMU_IMG" info q.qcow2 | grep corrupt)" \
+    "$("$QEMU_IMG" info m.qcow2 | grep corrupt)"
+
+# ---- resize --shrink gives the space back ----
+for p in off metadata falloc full; do
+    for t in q m; do
+        rm -f $t.qcow2
+        "$QEMU_IMG" create -q -f qcow2 -o preallocation=$p $t.qcow2 64M
+        "$QEMU_IO" -c 'write -P 3 40M 1M' $t.qcow2 >/dev/null
+    done
+    "$QEMU_IMG" resize -q --shrink q.qcow2 32M
+    "$QIMG" resize -q --shrink m.qcow2 32M
+    assert_eq "shrink, preallocation=$p: file size" "$(stat -c %s q.qcow2)" \
+        "$(stat -c %s m.qcow2)"
+    assert_rc "shrink, preallocation=$p: check" 0 "$QEMU_IMG" check -q m.qcow2
+    assert_rc "shrink, preallocation=$p: contents" 0 "$QEMU_IMG" compare -q q.qcow2 m.qcow2
+done
+
+# ---- unknown incompatible features, named from the feature-name table ----
+"$QEMU_IMG" create -q -f qcow2 f.qcow2 1M
+python3 - f.qcow2 <<'PY' # rename the "extended L2" entry to bit 5, set 5 and 9
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    d = bytearray(f.read(65536))
+    i = d.find(b"extended L2 entries")
+    d[i - 1] = 5
+    d[i:i + 46] = b"future feature".ljust(46, b"\0")
+    v = struct.unpack(">Q", d[72:80])[0]
+    d[72:80] = struct.pack(">Q", v | (1 << 5) | (1 << 9))
+    f.seek(0)
+    f.write(d)
+PY
+both_err info f.qcow2
+both_err check f.qcow2
+
+# ---- encryption ----
+for o in encryption=off encrypt.cipher-alg=aes-128 encrypt.format=foo \
+    encrypt.format=luks,encrypt.iter-time=10 encryption=on,encrypt.format=luks \
+    encrypt.format=luks,compat=0.10 encrypt.key-secret=x encryption=on,compat=0.10 \
+    encrypt.format=luks,cluster_size=3 encrypt.cipher-alg=x,cluster_size=3 \
+    encrypt.format=luks,compat=0.9 encrypt.format=luks,encrypt.key-secret=s0; do
+    rm -f e.qcow2
+    both_err create -f qcow2 -o "$o" e.qcow2 1M
+    rm -f e.qcow2
+done
+both_err create -f qcow2 -o help
+for fmt in luks aes; do
+    rm -f $fmt.qcow2
+    "$QEMU_IMG" create -q --object secret,id=s0,data=abc -f qcow2 \
+        -o encrypt.format=$fmt,encrypt.key-secret=s0,encrypt.iter-time=10 $fmt.qcow2 1M
+    both_err check $fmt.qcow2
+    both_err map $fmt.qcow2
+    both_err convert -O raw $fmt.qcow2 out.raw
+done
+
+# ---- resize past the L1 table's limit ----
+"$QEMU_IMG" create -q -f qcow2 r.qcow2 1M
+both_err resize r.qcow2 100P
+finish
