@@ -34,6 +34,10 @@
  *     end of the target's backing file) is left unallocated.  With
  *     top_layers N > 1 (commit -b) the chain is asked and what a layer at
  *     depth N or below defines counts as undefined.
+ *  5. Salvage (qemu-img --salvage): a block status that fails is reported
+ *     ("error while reading block status at offset N: REASON") and the next
+ *     sector counts as data, so the read decides (copy.c reads a failing
+ *     chunk again sector by sector, zeros where a sector still fails).
  */
 #include "api/copy-plan.h"
 
@@ -65,6 +69,7 @@ void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst, const QimgCopyO
     blk_info_clear(&si);
     p->src_align = MAX(p->src_align, COPY_SECTOR);
     p->mirror_writes = o->mirror_writes;
+    p->salvage = o->salvage;
     if (o->mirror_writes) {
         copy_plan_mirror_init(p, dst);
     }
@@ -256,6 +261,15 @@ static gboolean next_status(CopyPlan *p, uint64_t offset, CopyKind *st, uint64_t
     uint64_t n, tail;
 
     if (!source_status(p, offset, p->size - offset, &ext, &err)) {
+        if (p->salvage) { /* fact 5: read it, sector by sector if need be */
+            g_autofree char *msg = g_strdup_printf(
+                "error while reading block status at offset %" PRIu64 ": %s", offset,
+                g_strerror(err->code > 0 ? err->code : EIO));
+            p->warn(p->warn_opaque, msg);
+            *st = COPY_DATA;
+            *end = MIN(offset + COPY_SECTOR, p->size);
+            return TRUE;
+        }
         g_set_error(error, QIMG_ERROR, err->code,
                     "error while reading block status at offset %" PRIu64 ": %s", offset,
                     err->message);

@@ -32,6 +32,9 @@ typedef struct CopyPlan {
     uint32_t cluster;       /* the target's cluster size (compress) */
     uint64_t granularity;   /* mirror_writes: copy-mirror.c invariant 1 */
     uint64_t dst_cluster;   /* mirror_writes: the target's cluster size */
+    bool salvage;           /* QimgCopyOptions.salvage (fact 5) */
+    void (*warn)(void *opaque, const char *message); /* salvage's warnings */
+    void *warn_opaque;
     /* the walk, under the pipeline's lock */
     uint64_t pos, status_end;
     CopyKind status;

@@ -47,12 +47,13 @@ typedef struct Copy {
     QimgImage *src, *dst;
     QimgCopyOptions o;
     pthread_mutex_t lock;
-    CopyPlan plan;    /* [lock] */
-    uint64_t ticket;  /* [lock] the next chunk's (invariant 1) */
-    BlkOrder *order;  /* NULL: no ordering */
-    bool issue_order; /* invariant 1: the pipeline orders the writes */
-    uint64_t done;    /* [lock] invariant 4 */
-    GError *error;    /* [lock] the first (invariant 3) */
+    pthread_mutex_t warn_lock; /* salvage's warnings (copy_warn) */
+    CopyPlan plan;             /* [lock] */
+    uint64_t ticket;           /* [lock] the next chunk's (invariant 1) */
+    BlkOrder *order;           /* NULL: no ordering */
+    bool issue_order;          /* invariant 1: the pipeline orders the writes */
+    uint64_t done;             /* [lock] invariant 4 */
+    GError *error;             /* [lock] the first (invariant 3) */
 } Copy;
 
 typedef struct Worker {
@@ -133,13 +134,52 @@ static bool write_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
                       offset);
 }
 
+/* Salvage's warnings (qimg/copy.h), one at a time (also the plan's). */
+static void copy_warn(void *opaque, const char *msg)
+{
+    Copy *c = opaque;
+
+    if (c->o.warn) {
+        pthread_mutex_lock(&c->warn_lock);
+        c->o.warn(c->o.warn_opaque, msg);
+        pthread_mutex_unlock(&c->warn_lock);
+    }
+}
+
+/* Salvage (qimg/copy.h): the failed read again, sector by sector. */
+static void salvage_read(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
+{
+    for (size_t pos = 0; pos < len; pos += COPY_SECTOR) {
+        size_t n = MIN((size_t)COPY_SECTOR, len - pos);
+        BlkIOV q;
+        int ret;
+
+        iov_init_buf(&q, buf + pos, n);
+        ret = api_io(c->src, API_IO_READ, offset + pos, n, &q, 0);
+        if (ret < 0) {
+            g_autofree char *msg =
+                g_strdup_printf("error while reading offset %" PRIu64 ": %s",
+                                offset + pos, g_strerror(-ret));
+            memset(buf + pos, 0, n);
+            copy_warn(c, msg);
+            blk_error_clear();
+        }
+    }
+}
+
 static bool read_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
 {
     BlkIOV q;
+    int ret;
 
     iov_init_buf(&q, buf, len);
-    return !io_failed(c, c->src, API_IO_READ,
-                      api_io(c->src, API_IO_READ, offset, len, &q, 0), "reading", offset);
+    ret = api_io(c->src, API_IO_READ, offset, len, &q, 0);
+    if (ret < 0 && c->o.salvage) {
+        blk_error_clear();
+        salvage_read(c, offset, buf, len);
+        return true;
+    }
+    return !io_failed(c, c->src, API_IO_READ, ret, "reading", offset);
 }
 
 /* Where the last data run of the chunk starts (copy-plan.c fact 2), or
@@ -350,6 +390,8 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
         return FALSE;
     }
     copy_plan_init(&c.plan, src, dst, &c.o);
+    c.plan.warn = copy_warn;
+    c.plan.warn_opaque = &c;
     n = c.o.in_flight ? c.o.in_flight : COPY_DEFAULT_IN_FLIGHT;
     if (c.o.compress) { /* compression on every core */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -362,6 +404,7 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
         c.issue_order = !allocates;
     }
     pthread_mutex_init(&c.lock, NULL);
+    pthread_mutex_init(&c.warn_lock, NULL);
     w = g_new0(Worker, n);
     for (unsigned i = 0; i < n; i++) {
         w[i].c = &c;
@@ -386,6 +429,7 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
     g_free(w);
     blk_order_free(c.order);
     pthread_mutex_destroy(&c.lock);
+    pthread_mutex_destroy(&c.warn_lock);
     if (c.error) {
         g_propagate_error(error, c.error);
         return FALSE;

@@ -10,6 +10,7 @@
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
+ *   offset=N     only requests that cover byte N count (a bad sector)
  *   op=write|flush|all|read   which requests count (default write; flush
  *                for event=flush; all = writes and flushes; read = reads
  *                only, with event=any: a source that fails mid-copy)
@@ -36,6 +37,8 @@ typedef struct FaultRule {
     int errnum;
     uint64_t nth;
     bool once;
+    bool has_offset;
+    uint64_t offset; /* has_offset: the byte a counted request covers */
     unsigned ops;
     uint64_t seen; /* matching requests so far (atomic) */
 } FaultRule;
@@ -75,6 +78,14 @@ static int parse_rule(const char *text, FaultRule *r)
             r->nth = g_ascii_strtoull(val, NULL, 10);
         } else if (strcmp(*p, "once") == 0) {
             r->once = true;
+        } else if (strncmp(*p, "offset", klen) == 0 && klen == 6) {
+            char *end = NULL;
+            r->has_offset = true;
+            r->offset = g_ascii_strtoull(val, &end, 0);
+            if (!*val || *end) {
+                blk_error(EINVAL, "Invalid blkdebug rule '%s'", text);
+                return -EINVAL;
+            }
         } else if (strncmp(*p, "op", klen) == 0 && klen == 2) {
             r->ops = strcmp(val, "flush") == 0  ? OP_FLUSH
                      : strcmp(val, "all") == 0  ? (OP_WRITE | OP_FLUSH)
@@ -96,11 +107,12 @@ static int parse_rule(const char *text, FaultRule *r)
 }
 
 /* Returns -errno if this request must fail. */
-static int should_fail(FaultyState *s, FaultOp op)
+static int should_fail(FaultyState *s, FaultOp op, uint64_t offset, uint64_t bytes)
 {
     for (guint i = 0; i < s->rules->len; i++) {
         FaultRule *r = &g_array_index(s->rules, FaultRule, i);
-        if (!(r->ops & op) || (r->event >= 0 && r->event != current_event)) {
+        if (!(r->ops & op) || (r->event >= 0 && r->event != current_event) ||
+            (r->has_offset && (r->offset < offset || r->offset - offset >= bytes))) {
             continue;
         }
         uint64_t n = __atomic_add_fetch(&r->seen, 1, __ATOMIC_SEQ_CST);
@@ -117,7 +129,7 @@ static int faulty_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                          unsigned flags)
 {
     FaultyState *s = img->opaque;
-    int ret = should_fail(s, OP_READ); /* invariant 1 */
+    int ret = should_fail(s, OP_READ, offset, qiov->size); /* invariant 1 */
     return ret < 0 ? ret : blk_preadv(s->child, offset, qiov, flags);
 }
 
@@ -125,7 +137,7 @@ static int faulty_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                           unsigned flags)
 {
     FaultyState *s = img->opaque;
-    int ret = should_fail(s, OP_WRITE); /* invariant 2 */
+    int ret = should_fail(s, OP_WRITE, offset, qiov->size); /* invariant 2 */
     if (ret == 0) {
         ret = blk_pwritev(s->child, offset, qiov, flags);
         img->size = s->child->size;
@@ -137,7 +149,7 @@ static int faulty_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                                 unsigned flags)
 {
     FaultyState *s = img->opaque;
-    int ret = should_fail(s, OP_WRITE);
+    int ret = should_fail(s, OP_WRITE, offset, bytes);
     if (ret == 0) {
         ret = blk_pwrite_zeroes(s->child, offset, bytes, flags);
         img->size = s->child->size;
@@ -156,7 +168,7 @@ static int faulty_flush(BlkNode *img)
     FaultyState *s = img->opaque;
     int saved = current_event;
     current_event = BLKEV_FLUSH;
-    int ret = should_fail(s, OP_FLUSH);
+    int ret = should_fail(s, OP_FLUSH, 0, UINT64_MAX);
     current_event = saved;
     return ret < 0 ? ret : blk_flush(s->child);
 }

@@ -53,6 +53,13 @@ static gboolean copy_progress(void *opaque, uint64_t done, uint64_t total)
     return !got_stop;
 }
 
+/* convert.c fact 7 */
+static void salvage_warning(void *opaque, const char *message)
+{
+    (void)opaque;
+    tool_warning("%s", message);
+}
+
 void convert_signals_init(void)
 {
     struct sigaction sa;
@@ -83,6 +90,8 @@ bool convert_copy(Convert *s, ToolProgress *prog)
     o.target_backing_size = s->target_backing > 0 ? (uint64_t)s->target_backing : 0;
     o.progress = copy_progress;
     o.progress_opaque = &cp;
+    o.salvage = s->salvage;
+    o.warn = s->quiet ? NULL : salvage_warning;
 
     ok = qimg_copy(s->src, s->dst, &o, &err);
     if (!ok) {

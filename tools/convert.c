@@ -29,6 +29,9 @@
  *     lock" (created) or "Could not open 'T': ..." (-n).
  *  6. --bitmaps copies the persistent bitmaps after the data
  *     (convert-bitmaps.c).
+ *  7. --salvage: source read errors become zeros, each failing sector
+ *     warned about as qemu-img does ("warning: error while reading offset
+ *     N: REASON", not with -q); the convert succeeds (qimg/copy.h).
  */
 #include "convert.h"
 
@@ -60,7 +63,7 @@ typedef struct ConvertArgs {
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
-    bool bitmaps, skip_broken_bitmaps;
+    bool bitmaps, skip_broken_bitmaps, salvage;
     bool out_of_order; /* -W */
     unsigned min_sparse;
     unsigned in_flight; /* -m */
@@ -253,6 +256,8 @@ static int run_convert(ConvertArgs *a)
         return 1;
     }
     s.compress = a->compress;
+    s.salvage = a->salvage;
+    s.quiet = a->quiet;
     s.in_flight = a->in_flight;
     s.out_of_order = a->out_of_order;
     tool_progress_init(&prog, a->progress && !a->quiet);
@@ -282,12 +287,13 @@ static int run_convert(ConvertArgs *a)
 
 int cmd_convert(int argc, char **argv)
 {
-    enum { OPT_TARGET_IS_ZERO = 256, OPT_BITMAPS, OPT_SKIP_BROKEN };
+    enum { OPT_TARGET_IS_ZERO = 256, OPT_BITMAPS, OPT_SKIP_BROKEN, OPT_SALVAGE };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"bitmaps", no_argument, NULL, OPT_BITMAPS},
+        {"salvage", no_argument, NULL, OPT_SALVAGE},
         {"skip-broken-bitmaps", no_argument, NULL, OPT_SKIP_BROKEN},
         {NULL, 0, NULL, 0},
     };
@@ -326,6 +332,9 @@ int cmd_convert(int argc, char **argv)
             break;
         case OPT_SKIP_BROKEN:
             a.skip_broken_bitmaps = true;
+            break;
+        case OPT_SALVAGE:
+            a.salvage = true;
             break;
         case 'o':
             a.optlist = tool_opts_append(a.optlist, optarg);

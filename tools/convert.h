@@ -24,6 +24,8 @@ typedef struct Convert {
     bool compress;          /* -c: compressed clusters */
     unsigned in_flight;     /* -m; 0: the pipeline's default */
     bool out_of_order;      /* -W */
+    bool salvage;           /* --salvage (convert.c fact 7) */
+    bool quiet;             /* -q: no salvage warnings */
 } Convert;
 
 /* Copy the source to the target (qimg/copy.h), updating prog; prints the

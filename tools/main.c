@@ -52,7 +52,7 @@ static const ToolCommand commands[] = {
      "convert [-U] [-p] [-q] [-n] [-f fmt] [-t cache] [-T src_cache] [-O output_fmt] "
      "[-B backing_file [-F backing_fmt]] [--target-is-zero] [--bitmaps] [-c] "
      "[-m num_coroutines] "
-     "[-W] "
+     "[-W] [--salvage] "
      "[-o options] [-l snapshot_param] [-S sparse_size] filename output_filename",
      "Copy an image (or an internal snapshot of it) to a new or existing image."},
     {"create", cmd_create,

@@ -28,7 +28,8 @@
  *     that does not shrink is stored uncompressed, an all-zero one as
  *     zeros.
  *  5. The first error stops every request; it is returned with the offset
- *     it happened at ("error while writing at byte N: ...").  A progress
+ *     it happened at ("error while writing at byte N: ...") -- except the
+ *     source's read and block status errors under salvage.  A progress
  *     callback that returns FALSE stops the copy the same way (ECANCELED).
  */
 #ifndef QIMG_COPY_H
@@ -74,6 +75,14 @@ typedef struct QimgCopyOptions {
      * requests that may unmap, also into a target with a backing file;
      * sparse_size is then ignored (0.6). */
     bool mirror_writes;
+    /* qemu-img --salvage (0.7): a source read that fails is read again in
+     * 512-byte sectors, and a sector that still fails is copied as zeros;
+     * a block status that fails counts as data.  Each is reported to warn
+     * (one call at a time) in qemu-img's words ("error while reading
+     * offset N: REASON"); the copy goes on. */
+    bool salvage;
+    void (*warn)(void *opaque, const char *message);
+    void *warn_opaque;
 } QimgCopyOptions;
 
 #define QIMG_COPY_OPTIONS_INIT                                                           \

@@ -1,0 +1,63 @@
+#!/bin/bash
+# convert --salvage (api/copy.c, copy-plan.c fact 5; tools/convert.c fact
+# 7) against qemu-img convert --salvage on the same sources with the same
+# bad sectors (QEMU's blkdebug read_aio errors at a sector, qimg's fault
+# node at the same byte): the same bytes in the target, the same warnings
+# ("warning: error while reading offset N: ..."), none with -q, exit 0;
+# without --salvage both fail.  Sources: raw, and qcow2 with the error in
+# a data cluster, into raw and qcow2 targets.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io
+
+head -c 4M /dev/urandom >s.raw
+"$QEMU_IMG" convert -f raw -O qcow2 s.raw s.qcow2
+qemu_src() { # FMT FILE SECTOR...: a json: name with blkdebug errors
+    local errs="" s
+    for s in "${@:3}"; do
+        errs="$errs${errs:+,}{\"event\":\"read_aio\",\"sector\":$s}"
+    done
+    echo "json:{\"driver\":\"$1\",\"file\":{\"driver\":\"blkdebug\",\"inject-error\":[$errs],\"image\":{\"driver\":\"file\",\"filename\":\"$2\"}}}"
+}
+qimg_src() { # FILE SECTOR...
+    local rules="" s
+    for s in "${@:2}"; do
+        rules="$rules${rules:+;}op=read,offset=$((s * 512))"
+    done
+    echo "blkdebug:$rules:$1"
+}
+# host offset of guest byte 1 MiB in s.qcow2 (data cluster)
+host=$("$QEMU_IMG" map --output=json s.qcow2 | python3 -c '
+import json, sys
+for e in json.load(sys.stdin):
+    if e["start"] <= 1048576 < e["start"] + e["length"]:
+        print(e["offset"] + 1048576 - e["start"])')
+
+for case in "raw s.raw 2048 4000" "qcow2 s.qcow2 $((host / 512)) $((host / 512 + 7))"; do
+    # shellcheck disable=SC2086
+    set -- $case
+    fmt=$1 file=$2
+    shift 2
+    for out in raw qcow2; do
+        for q in "" -q; do
+            rm -f q.img m.img
+            # shellcheck disable=SC2086
+            "$QEMU_IMG" convert $q --salvage -f "$fmt" -O $out "$(qemu_src "$fmt" "$file" "$@")" \
+                q.img >q.err 2>&1
+            qrc=$?
+            # shellcheck disable=SC2086
+            "$QIMG" convert $q --salvage -f "$fmt" -O $out "$(qimg_src "$file" "$@")" m.img \
+                >m.err 2>&1
+            mrc=$?
+            sed -i 's/^qemu-img: /qimg: /' q.err
+            assert_eq "$fmt -> $out $q: exit code" "$qrc" "$mrc"
+            assert_eq "$fmt -> $out $q: warnings" "$(cat q.err)" "$(cat m.err)"
+            assert_rc "$fmt -> $out $q: the bytes" 0 "$QEMU_IMG" compare -q q.img m.img
+        done
+    done
+    rm -f q.img m.img
+    "$QEMU_IMG" convert -f "$fmt" -O raw "$(qemu_src "$fmt" "$file" "$@")" q.img 2>/dev/null
+    qrc=$?
+    "$QIMG" convert -f "$fmt" -O raw "$(qimg_src "$file" "$@")" m.img 2>/dev/null
+    assert_eq "$fmt without --salvage: fails" "$qrc" "$?"
+done
+finish
