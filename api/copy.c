@@ -47,13 +47,14 @@ typedef struct Copy {
     QimgImage *src, *dst;
     QimgCopyOptions o;
     pthread_mutex_t lock;
-    pthread_mutex_t warn_lock; /* salvage's warnings (copy_warn) */
-    CopyPlan plan;             /* [lock] */
-    uint64_t ticket;           /* [lock] the next chunk's (invariant 1) */
-    BlkOrder *order;           /* NULL: no ordering */
-    bool issue_order;          /* invariant 1: the pipeline orders the writes */
-    uint64_t done;             /* [lock] invariant 4 */
-    GError *error;             /* [lock] the first (invariant 3) */
+    pthread_mutex_t warn_lock;        /* salvage's warnings (copy_warn) */
+    CopyPlan plan;                    /* [lock] */
+    uint64_t ticket;                  /* [lock] the next chunk's (invariant 1) */
+    BlkOrder *order;                  /* NULL: no ordering */
+    bool issue_order;                 /* invariant 1: the pipeline orders the writes */
+    uint64_t done;                    /* [lock] invariant 4 */
+    uint64_t alloc_done, alloc_total; /* [lock] progress_allocated */
+    GError *error;                    /* [lock] the first (invariant 3) */
 } Copy;
 
 typedef struct Worker {
@@ -292,6 +293,48 @@ static bool chunk_writes(const Copy *c, const CopyChunk *k)
     return true;
 }
 
+/* What qemu-img convert -p counts (qimg/copy.h progress_allocated). */
+static bool chunk_counts(const Copy *c, const CopyChunk *k)
+{
+    return k->kind == COPY_DATA || (k->kind == COPY_ZERO && c->plan.zeros_as_data);
+}
+
+/* Invariant 4: the progress callback; FALSE from it stops the copy. */
+static void report_locked(Copy *c)
+{
+    bool alloc = c->o.progress_allocated;
+
+    if (c->o.progress && !c->error &&
+        !c->o.progress(c->o.progress_opaque, alloc ? c->alloc_done : c->done,
+                       alloc ? c->alloc_total : c->plan.size)) {
+        c->error = g_error_new(QIMG_ERROR, ECANCELED, "The copy was interrupted");
+        if (c->order) {
+            blk_order_cancel(c->order);
+        }
+    }
+}
+
+/* progress_allocated: the total, from a walk of a second plan (a block
+ * status that fails there is the copy's to report). */
+static void count_allocated(Copy *c, QimgImage *src, QimgImage *dst)
+{
+    CopyPlan walk;
+    CopyChunk k;
+    bool more = true;
+
+    copy_plan_init(&walk, src, dst, &c->o);
+    walk.salvage = false; /* (it has no warn: the copy warns) */
+    while (more) {
+        g_autoptr(GError) err = NULL;
+        if (!copy_plan_next(&walk, &k, &more, &err)) {
+            break;
+        }
+        if (chunk_counts(c, &k)) {
+            c->alloc_total += k.len;
+        }
+    }
+}
+
 /* Invariant 1: the next chunk and its ticket (NO_TICKET for a chunk that
  * writes nothing: it must not hold up the turns of those that do), or
  * FALSE when done or stopped. */
@@ -303,6 +346,10 @@ static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
     pthread_mutex_lock(&c->lock);
     ok = !c->error && copy_plan_next(&c->plan, k, &more, &err);
     *ticket = ok && chunk_writes(c, k) ? c->ticket++ : NO_TICKET;
+    if (ok && c->o.progress_allocated && chunk_counts(c, k)) {
+        c->alloc_done += k->len; /* qimg/copy.h: as qemu-img, when taken */
+        report_locked(c);
+    }
     pthread_mutex_unlock(&c->lock);
     if (!ok && err) {
         copy_fail(c, err);
@@ -314,13 +361,7 @@ static void chunk_done(Copy *c, uint64_t len)
 {
     pthread_mutex_lock(&c->lock);
     c->done += len; /* invariant 4 */
-    if (c->o.progress && !c->error &&
-        !c->o.progress(c->o.progress_opaque, c->done, c->plan.size)) {
-        c->error = g_error_new(QIMG_ERROR, ECANCELED, "The copy was interrupted");
-        if (c->order) {
-            blk_order_cancel(c->order);
-        }
-    }
+    report_locked(c);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -392,6 +433,9 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
     copy_plan_init(&c.plan, src, dst, &c.o);
     c.plan.warn = copy_warn;
     c.plan.warn_opaque = &c;
+    if (c.o.progress_allocated && c.o.progress) {
+        count_allocated(&c, src, dst);
+    }
     n = c.o.in_flight ? c.o.in_flight : COPY_DEFAULT_IN_FLIGHT;
     if (c.o.compress) { /* compression on every core */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);

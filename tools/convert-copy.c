@@ -6,7 +6,9 @@
  * Owns: mapping the command's state (tools/convert.h) onto the pipeline's
  * options, progress, and signals.
  *
- *  1. -p prints the bytes completed, as "(NN.NN/100%)"; without -p,
+ *  1. -p prints qemu-img's sequence of "(NN.NN/100%)" lines: the share of
+ *     the bytes copied as data started so far, in guest order, under its
+ *     print rule (tool_progress_update), and a last 100; without -p,
  *     SIGUSR1 prints the same line once, as qemu-img does.
  *  2. SIGINT and SIGTERM stop the copy: every request in flight finishes,
  *     nothing more starts, and convert fails with "The copy was
@@ -91,6 +93,7 @@ bool convert_copy(Convert *s, ToolProgress *prog)
     o.progress = copy_progress;
     o.progress_opaque = &cp;
     o.salvage = s->salvage;
+    o.progress_allocated = true; /* fact 1: qemu-img's sequence */
     o.warn = s->quiet ? NULL : salvage_warning;
 
     ok = qimg_copy(s->src, s->dst, &o, &err);

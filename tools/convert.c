@@ -279,7 +279,7 @@ static int run_convert(ConvertArgs *a)
         ok = false;
     }
     if (ok) {
-        tool_progress_update(&prog, s.size, s.size);
+        tool_progress_finish(&prog);
     }
     tool_progress_end(&prog);
     return ok ? 0 : 1;

@@ -273,35 +273,50 @@ void tool_print_snapshot_table(FILE *f, GPtrArray *snapshots)
 
 /* ---- progress ---- */
 
-static void progress_print(double pct)
+/* qemu-img's progress line and rule (its qemu_progress_print, in single
+ * precision as it computes): a value is printed when it moved more than
+ * one point from the last printed, or is 0 or 100.  A value equal to the
+ * one before is a repeated report (the copy reports again at completions)
+ * and prints nothing. */
+static void progress_show(ToolProgress *p, float current, bool force)
 {
-    printf("    (%3.2f/100%%)\r", pct);
-    fflush(stdout);
+    if (current > 100.0f) {
+        current = 100.0f;
+    }
+    if (!force && current == p->seen) {
+        return;
+    }
+    p->seen = current;
+    if (force || current > p->last + 1.0f || current < p->last - 1.0f ||
+        current == 100.0f || current == 0.0f) {
+        p->last = current;
+        printf("    (%3.2f/100%%)\r", (double)current);
+        fflush(stdout);
+    }
 }
 
 void tool_progress_init(ToolProgress *p, bool enabled)
 {
     p->enabled = enabled;
-    p->last = 0.0;
+    p->last = 0.0f;
+    p->seen = 0.0f;
     if (enabled) {
-        progress_print(0.0);
+        progress_show(p, 0.0f, true);
     }
 }
 
 void tool_progress_update(ToolProgress *p, uint64_t done, uint64_t total)
 {
-    double pct;
+    if (p->enabled) {
+        progress_show(p, total ? (float)((double)done * 100.0 / (double)total) : 100.0f,
+                      false);
+    }
+}
 
-    if (!p->enabled) {
-        return;
-    }
-    pct = total ? (double)done * 100.0 / (double)total : 100.0;
-    if (pct > 100.0) {
-        pct = 100.0;
-    }
-    if (pct - p->last >= 1.0 || pct == 100.0) {
-        p->last = pct;
-        progress_print(pct);
+void tool_progress_finish(ToolProgress *p)
+{
+    if (p->enabled) {
+        progress_show(p, 100.0f, true); /* qemu-img's last print */
     }
 }
 

@@ -192,11 +192,14 @@ void tool_print_snapshot_table(FILE *f, GPtrArray *snapshots);
 /* qemu-img's progress indicator: "    (12.34/100%)\r" on stdout. */
 typedef struct ToolProgress {
     bool enabled;
-    double last;
+    float last; /* printed last */
+    float seen; /* reported last */
 } ToolProgress;
 
 void tool_progress_init(ToolProgress *p, bool enabled);
 void tool_progress_update(ToolProgress *p, uint64_t done, uint64_t total);
+/* The final "(100.00/100%)" qemu-img prints when the job is done. */
+void tool_progress_finish(ToolProgress *p);
 void tool_progress_end(ToolProgress *p);
 
 /* ---- images ---- */

@@ -83,6 +83,12 @@ typedef struct QimgCopyOptions {
     bool salvage;
     void (*warn)(void *opaque, const char *message);
     void *warn_opaque;
+    /* Progress as qemu-img convert -p counts it (0.7): done and total are
+     * the bytes of the chunks copied as data (zeros too when they are
+     * written as data), total from a first walk of the source, done
+     * counted as each chunk is started, in guest order; the callback is
+     * also called again with the same values as chunks complete. */
+    bool progress_allocated;
 } QimgCopyOptions;
 
 #define QIMG_COPY_OPTIONS_INIT                                                           \

@@ -12,7 +12,10 @@
 #  - encryption: create -o encrypt.*/encryption gives qemu-img's messages
 #    (and "Formatting" line) without a secret; images with LUKS or AES
 #    encryption are refused as qemu-img refuses them without a secret;
-#  - resize past the L1 limit: qemu-img's "Failed to grow the L1 table".
+#  - resize past the L1 limit: qemu-img's "Failed to grow the L1 table";
+#  - convert -p prints qemu-img's sequence of "(NN.NN/100%)" lines (the
+#    share of the data started, its print rule, the last 100) for raw and
+#    qcow2 sources, -S 0, -c, other cluster sizes, -m 1.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
@@ -99,6 +102,25 @@ for fmt in luks aes; do
     both_err check $fmt.qcow2
     both_err map $fmt.qcow2
     both_err convert -O raw $fmt.qcow2 out.raw
+done
+
+# ---- convert -p: qemu-img's sequence ----
+truncate -s 64M p.raw
+dd if=/dev/urandom of=p.raw bs=1M count=8 seek=20 conv=notrunc status=none
+dd if=/dev/urandom of=p.raw bs=64k count=3 seek=700 conv=notrunc status=none
+"$QEMU_IMG" convert -O qcow2 p.raw p.qcow2
+truncate -s 256M big.raw
+dd if=/dev/urandom of=big.raw bs=1M count=90 seek=30 conv=notrunc status=none
+for t in "-O qcow2 p.raw" "-O raw p.raw" "-O qcow2 -S 0 p.raw" "-c -O qcow2 p.raw" \
+    "-O qcow2 p.qcow2" "-O raw big.raw" "-O qcow2 -o cluster_size=4k big.raw" \
+    "-O qcow2 -m 1 big.raw"; do
+    rm -f o.img
+    # shellcheck disable=SC2086
+    q=$("$QEMU_IMG" convert -p $t o.img | tr '\r' '\n')
+    rm -f o.img
+    # shellcheck disable=SC2086
+    m=$("$QIMG" convert -p $t o.img | tr '\r' '\n')
+    assert_eq "convert -p $t: the progress lines" "$q" "$m"
 done
 
 # ---- resize past the L1 table's limit ----
