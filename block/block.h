@@ -179,6 +179,8 @@ struct BlkDriver {
     /* qemu-img bitmap's operations on persistent bitmaps (optional). */
     int (*bitmap_op)(BlkNode *img, BlkBitmapOp op, const char *name,
                      uint32_t granularity);
+    /* qemu-img amend: change the creation options opts names (optional). */
+    int (*amend)(BlkNode *img, const BlkAmendOptions *opts);
     /* What this image's persistent bitmaps take in an image of
      * cluster_size (optional: -ENOTSUP, it cannot have any). */
     int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);

@@ -536,6 +536,7 @@ const BlkDriver blk_qcow2_driver = {
     .set_backing = qcow2_set_backing,
     .make_empty = qcow2_make_empty,
     .bitmap_op = qcow2_bitmap_op,
+    .amend = qcow2_amend,
     .bitmaps_size = qcow2_bitmaps_size,
     .format_name = "qcow2",
     .is_protocol = false,

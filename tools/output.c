@@ -279,6 +279,11 @@ static void progress_print(double pct)
     fflush(stdout);
 }
 
+void tool_progress_show(double pct)
+{
+    progress_print(pct);
+}
+
 void tool_progress_init(ToolProgress *p, bool enabled)
 {
     p->enabled = enabled;
