@@ -14,9 +14,10 @@
 #include <inttypes.h>
 
 /* A reference an entry dropped: the old cluster loses 'count' of them once
- * the table no longer naming it is durable (DESIGN.md rule 1). */
+ * the table no longer naming it is durable (DESIGN.md rule 1); 'fresh':
+ * the new cluster that replaced it (or 0). */
 typedef struct Dropped {
-    uint64_t offset, count;
+    uint64_t offset, count, fresh;
 } Dropped;
 
 /* A new zeroed cluster for an entry of a table l2_refcount L1 entries
@@ -40,6 +41,7 @@ static int64_t new_zero_cluster_locked(Qcow2State *s, uint64_t l2_refcount)
         ret = qcow2_pre_write_overlap_check_locked(s, 0, (uint64_t)off, s->cluster_size);
     }
     if (ret == 0) {
+        blk_event(s->img->file, BLKEV_DATA_WRITE);
         ret = blk_pwrite_zeroes(s->img->file, (uint64_t)off, s->cluster_size, 0);
     }
     if (ret < 0) {
@@ -62,6 +64,7 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
     int ret;
 
     drop->count = 0;
+    drop->fresh = 0;
     if (host == 0 && !s->img->backing_filename) {
         *entry = 0; /* unallocated reads as zeros without a backing file */
         return 0;
@@ -84,6 +87,7 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
         /* only the entries of this table reference it: zero it in place */
         ret = qcow2_pre_write_overlap_check_locked(s, 0, host, s->cluster_size);
         if (ret == 0) {
+            blk_event(s->img->file, BLKEV_DATA_WRITE);
             ret = blk_pwrite_zeroes(s->img->file, host, s->cluster_size, 0);
         }
         if (ret < 0) {
@@ -99,10 +103,9 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
     if (off < 0) {
         return (int)off;
     }
-    if (host) {
-        drop->offset = host;
-        drop->count = l2_refcount;
-    }
+    drop->offset = host;
+    drop->count = host ? l2_refcount : 0;
+    drop->fresh = (uint64_t)off;
     *entry = (uint64_t)off | copied;
     return 0;
 }
@@ -147,12 +150,20 @@ static int expand_table_locked(Qcow2State *s, uint64_t l2_offset, uint64_t guest
         if (ret == 0) {
             qcow2_l2_set(s, buf, j, entry, 0);
             changed = true;
-            if (d.count) {
-                g_array_append_val(drops, d);
-            }
+            g_array_append_val(drops, d);
         }
     }
-    if (ret == 0 && changed) {
+    if (ret < 0) {
+        /* nothing on disk names the new clusters: freed at once */
+        for (guint i = 0; i < drops->len; i++) {
+            const Dropped *d = &g_array_index(drops, Dropped, i);
+            for (uint64_t k = 0; d->fresh && k < l2_refcount; k++) {
+                qcow2_free_clusters_locked(s, d->fresh, s->cluster_size);
+            }
+        }
+        return ret;
+    }
+    if (changed) {
         /* invariant 4: the clusters' refcounts and zeros durable first */
         ret = qcow2_cache_flush_locked(s->refcount_cache);
         if (ret == 0) {
@@ -165,7 +176,7 @@ static int expand_table_locked(Qcow2State *s, uint64_t l2_offset, uint64_t guest
                                               l2_offset, buf, s->cluster_size, true);
         }
         if (ret < 0) {
-            return ret; /* the new clusters leak, nothing names a free one */
+            return ret; /* the new clusters leak: the table may be on disk */
         }
     }
     for (guint i = 0; i < drops->len; i++) {

@@ -135,6 +135,12 @@ assert_rc "v2 compat=1.1: header" 0 cmp <(head -c 4096 q/img.qcow2) <(head -c 40
 # clusters its snapshots still read: only qimg's result is checked fully)
 QEMU_BROKEN=1 amend_both "snapshots compat=0.10" sn.qcow2 -o compat=0.10 img.qcow2
 same_snapshots "snapshots compat=0.10" sn.qcow2 m/img.qcow2
+# an L2 table the active L1 shares with the snapshot: zeroed in place
+mk_qcow2 sh.qcow2 64M "" 'write -P 1 0 1M' 'write -z 0 256k' 'write -z 2M 64k'
+qi snapshot -c s sh.qcow2
+amend_both "shared L2 compat=0.10" sh.qcow2 -o compat=0.10 img.qcow2
+same_snapshots "shared L2 compat=0.10" sh.qcow2 m/img.qcow2
+assert_eq "shared L2 compat=0.10: map" "$(map_flags q/img.qcow2)" "$(map_flags m/img.qcow2)"
 # over a backing file plain zero clusters get data clusters
 mk_qcow2 top.qcow2 64M backing_file=v3.qcow2,backing_fmt=qcow2 'write -z 0 128k' \
     'write -z 512k 64k' 'write -P 4 1M 64k'
