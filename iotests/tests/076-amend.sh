@@ -131,6 +131,37 @@ done
 amend_both "v2 compat=1.1: header" v2.qcow2 -o compat=1.1 img.qcow2
 assert_rc "v2 compat=1.1: header" 0 cmp <(head -c 4096 q/img.qcow2) <(head -c 4096 m/img.qcow2)
 
+# a v2 image whose snapshots have no extra data (as old QEMU wrote them):
+# the upgrade rewrites the snapshot table first (amend.c invariant 2)
+strip_snapshot_extra() {
+    python3 - "$1" <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b")
+nb, off = struct.unpack(">IQ", f.read(72)[60:72])
+f.seek(off)
+raw = f.read(1 << 20)
+out, p = bytearray(), 0
+for _ in range(nb):
+    e = bytearray(raw[p:p + 40])
+    id_len, name_len = struct.unpack(">HH", e[12:16])
+    extra = struct.unpack(">I", e[36:40])[0]
+    e[36:40] = bytes(4)
+    ent = bytes(e) + raw[p + 40 + extra:p + 40 + extra + id_len + name_len]
+    out += ent + bytes(-len(ent) % 8)
+    p += 40 + extra + id_len + name_len
+    p += -p % 8
+f.seek(off)
+f.write(out + bytes(p - len(out)))
+PY
+}
+mk_qcow2 v2s.qcow2 64M compat=0.10 'write -P 1 0 1M'
+qi snapshot -c snap1 v2s.qcow2
+qio v2s.qcow2 'write -P 2 0 64k'
+qi snapshot -c s2 v2s.qcow2
+strip_snapshot_extra v2s.qcow2
+amend_both "v2 no snapshot extra data compat=1.1" v2s.qcow2 -o compat=1.1 img.qcow2
+same_snapshots "v2 no snapshot extra data compat=1.1" v2s.qcow2 m/img.qcow2
+
 # downgrade with zero clusters and snapshots (QEMU 7.2 zeroes preallocated
 # clusters its snapshots still read: only qimg's result is checked fully)
 QEMU_BROKEN=1 amend_both "snapshots compat=0.10" sn.qcow2 -o compat=0.10 img.qcow2
@@ -173,6 +204,14 @@ for args in "-o data_file_raw=off" "-o data_file_raw=on" "-o refcount_bits=2" \
     eval "set -- $args"
     amend_both "data file $args" f.qcow2 "$@" img.qcow2
 done
+# an empty name drops the name but not the feature (the image then opens
+# nowhere, in QEMU neither): the same header
+cp f.qcow2 q/img.qcow2
+cp f.qcow2 m/img.qcow2
+(cd q && "$QEMU_IMG" amend -o data_file= img.qcow2)
+assert_rc "data file -o data_file=" 0 sh -c "cd m && '$QIMG' amend -o data_file= img.qcow2"
+assert_rc "data file -o data_file=: header" 0 cmp <(head -c 65536 q/img.qcow2) \
+    <(head -c 65536 m/img.qcow2)
 
 # --- refcount widths, cluster sizes (QEMU with 2 MiB clusters and narrow
 # refcounts takes minutes: qimg's result alone there) ---
