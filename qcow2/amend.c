@@ -331,7 +331,7 @@ static int amend_locked(Qcow2State *s, const AmendPlan *plan, Qcow2AmendProgress
 int qcow2_amend(BlkNode *img, const BlkAmendOptions *opts)
 {
     Qcow2State *s = img->opaque;
-    Qcow2AmendProgress p = {.opts = opts, .current = -1, .last = -1};
+    Qcow2AmendProgress p = {.opts = opts, .last = -1};
     AmendPlan plan;
     bool resize;
     int ret;

@@ -13,7 +13,7 @@
 typedef struct Qcow2AmendProgress {
     const BlkAmendOptions *opts;
     unsigned total_ops;     /* operations that report progress */
-    int current, last;      /* the operation now and at the last report (-1) */
+    int last;               /* the operation of the last report (-1: none) */
     unsigned ops_completed; /* operations finished */
     uint64_t offset_done;   /* their work */
     uint64_t last_work;     /* the total work of the last operation reported */

@@ -244,7 +244,9 @@ typedef struct QimgAmendOptions {
      * in decimal. */
     GHashTable *options;
     bool force; /* qemu-img amend --force */
-    /* Optional: called now and then with work done out of the total. */
+    /* Optional: called now and then with work done out of the total, on
+     * the calling thread, while the image's metadata is locked (it must
+     * not call into the image). */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;
 } QimgAmendOptions;

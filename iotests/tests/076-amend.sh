@@ -86,7 +86,8 @@ for args in "-o cluster_size=512" "-o extended_l2=on" "-o compression_type=zstd"
     "-o compat=0.10,refcount_bits=8" "-o compat=0.10,lazy_refcounts=on" "-o ''" \
     "-o compat=1.1," "-o ,compat=1.1" "-o compat=1.1,," "" "-x" "-o" "-t foo -o compat=1.1" \
     "-o help" "-o compat=1.1,help" "-o ?" "-f qcow2 -o help" "-f raw -o help" \
-    "-f foo -o help" "-f raw -o size=2M"; do
+    "-f foo -o help" "-f raw -o size=2M" "-p -o foo=bar" "-p -o size=1000" "-p -o help" \
+    "-p -f qcow2 -o help"; do
     eval "set -- $args"
     amend_both "v3 $args" v3.qcow2 "$@" img.qcow2
 done
@@ -99,7 +100,7 @@ cp r.raw q/r.raw
 cp r.raw m/r.raw
 for args in "-o compat=1.1 r.raw" "-o help r.raw" "-f raw -o help r.raw" \
     "-o compat=1.1 nosuch.qcow2" "-o help nosuch.qcow2" "-o compat=1.1 a b" \
-    "-o compat=1.1" "-o help"; do
+    "-o compat=1.1" "-o help" "-p -o compat=1.1 nosuch.qcow2"; do
     eval "set -- $args"
     amend_both "$args" v3.qcow2 "$@"
 done
