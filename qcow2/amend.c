@@ -58,6 +58,7 @@
  *     first, each one's work is added to the total when it starts.
  */
 #include "qcow2/amend.h"
+#include "qcow2/create.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -138,11 +139,8 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
         p->size = g_ascii_strtoull(v, NULL, 10);
     }
     if ((v = opt_get(o, "compat"))) {
-        if (strcmp(v, "0.10") == 0 || strcmp(v, "v2") == 0) {
-            p->version = 2;
-        } else if (strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
-            p->version = 3;
-        } else {
+        p->version = (uint32_t)create_parse_compat(v);
+        if (p->version == 0) {
             return blk_error(EINVAL, "Unknown compatibility level %s", v);
         }
     }
@@ -164,7 +162,7 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
     }
     if ((v = opt_get(o, "refcount_bits"))) {
         uint64_t n = g_ascii_strtoull(v, NULL, 10);
-        if (n == 0 || n > 64 || (n & (n - 1))) {
+        if (!create_refcount_bits_valid(n)) {
             return param_error("Refcount width must be a power of two and may not exceed "
                                "64 bits");
         }

@@ -59,8 +59,7 @@ static int param_error(const char *msg)
     return -EINVAL;
 }
 
-/* compat: 2 or 3 (3 when not given), 0 for a value qemu-img refuses. */
-static int parse_compat(const char *v)
+int create_parse_compat(const char *v)
 {
     if (!v || strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
         return 3;
@@ -90,9 +89,14 @@ static int check_cluster_size(CreateParams *p)
 
 /* A refcount width of n bits for p->version; sets refcount_order.  hint:
  * how the message says v3 (create and measure word it differently). */
+bool create_refcount_bits_valid(uint64_t n)
+{
+    return n > 0 && n <= 64 && !(n & (n - 1));
+}
+
 static int check_refcount_bits(CreateParams *p, uint64_t n, const char *hint)
 {
-    if (n > 64 || n == 0 || (n & (n - 1))) {
+    if (!create_refcount_bits_valid(n)) {
         return param_error("Refcount width must be a power of two and may not "
                            "exceed 64 bits");
     }
@@ -165,7 +169,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
     /* qemu-img silently rounds the size up to 512 bytes */
     p->size = ROUND_UP(p->size, 512);
 
-    if ((p->version = parse_compat(opt_get(opts, "compat"))) == 0) {
+    if ((p->version = create_parse_compat(opt_get(opts, "compat"))) == 0) {
         return bad_value("version", opt_get(opts, "compat"));
     }
 
@@ -279,7 +283,7 @@ int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p)
     if (check_cluster_size(p) < 0) {
         return -EINVAL;
     }
-    if ((p->version = parse_compat(opt_get(opts, "compat"))) == 0) {
+    if ((p->version = create_parse_compat(opt_get(opts, "compat"))) == 0) {
         blk_error(EINVAL, "Invalid compatibility level: '%s'", opt_get(opts, "compat"));
         return -EINVAL;
     }
