@@ -15,8 +15,9 @@
 #    raw images, missing files, -o help, an image in use;
 #  - -p and -q;
 #  - power loss during a refcount width change (no state with an error or
-#    a leak: amend.c invariant 5) and during a downgrade that expands zero
-#    clusters (the crash-state explorer).
+#    a leak: amend.c invariant 5), during a downgrade that expands zero
+#    clusters and during an upgrade that rewrites the snapshot table (the
+#    crash-state explorer).
 . "$(dirname "$0")/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
@@ -266,6 +267,9 @@ assert_eq "refcount-bits: no state leaks" "" \
 "$QEMU_IO" -c 'write -z 1M 64k' -c 'write -P 9 2M 8k' -c 'write -z 2M 4k' "$d/img.qcow2" >/dev/null
 "$QEMU_IMG" convert -O raw "$d/img.qcow2" "$d/A1.raw"
 crash_op downgrade "$d" --expect-raw "$d/A1.raw" -- amend -o compat=0.10 @IMG@
+cp v2s.qcow2 "$d/img.qcow2"
+"$QEMU_IMG" convert -O raw "$d/img.qcow2" "$d/A2.raw"
+crash_op upgrade "$d" --expect-raw "$d/A2.raw" -- amend -o compat=1.1,refcount_bits=2 @IMG@
 crash_summary
 
 finish
