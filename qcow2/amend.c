@@ -66,6 +66,7 @@
 
 enum { OP_VERSION, OP_REFCOUNT };
 
+/* Invariant 7. */
 void qcow2_amend_progress(Qcow2AmendProgress *p, int op, uint64_t done, uint64_t total)
 {
     uint64_t current, projected;
@@ -104,14 +105,47 @@ static const char *opt_get(const BlkAmendOptions *o, const char *key)
     return o->options ? g_hash_table_lookup(o->options, key) : NULL;
 }
 
-static bool opt_on(const char *v)
-{
-    return v && strcmp(v, "on") == 0;
-}
-
 static int param_error(const char *msg)
 {
     return blk_error(EINVAL, "%s", msg);
+}
+
+/* The amend options (qemu-img's, encrypt.* apart). */
+static const char *const amend_options[] = {
+    "size",      "compat",        "backing_file",   "backing_fmt",
+    "data_file", "data_file_raw", "lazy_refcounts", "refcount_bits",
+};
+
+/* A decimal number (the API's normalised form, invariant 1). */
+static int opt_number(const BlkAmendOptions *o, const char *key, uint64_t *n)
+{
+    const char *v = opt_get(o, key);
+    char *end;
+
+    if (!v) {
+        return 0;
+    }
+    errno = 0;
+    *n = g_ascii_strtoull(v, &end, 10);
+    if (!*v || *end || errno || !g_ascii_isdigit(*v)) {
+        return blk_error(EINVAL, "Parameter '%s' expects a number", key);
+    }
+    return 1;
+}
+
+/* "on" or "off" (the API's normalised form). */
+static int opt_bool(const BlkAmendOptions *o, const char *key, bool *b)
+{
+    const char *v = opt_get(o, key);
+
+    if (!v) {
+        return 0;
+    }
+    if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+        return blk_error(EINVAL, "Parameter '%s' expects 'on' or 'off'", key);
+    }
+    *b = strcmp(v, "on") == 0;
+    return 1;
 }
 
 /* Invariant 1: the options in QEMU's order, with its checks. */
@@ -120,12 +154,25 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
     GHashTableIter it;
     gpointer k;
     const char *v;
+    uint64_t n;
+    int ret;
 
     *p = (AmendPlan){.version = s->qcow_version,
                      .data_file_raw = s->data_file_raw,
                      .lazy = (s->compatible_features & QCOW2_COMPAT_LAZY_REFCOUNTS) != 0,
                      .refcount_bits = s->refcount_bits};
     if (o->options) {
+        g_autoptr(GHashTable) rest = g_hash_table_new(g_str_hash, g_str_equal);
+        g_hash_table_iter_init(&it, o->options);
+        while (g_hash_table_iter_next(&it, &k, NULL)) {
+            if (!g_str_has_prefix(k, "encrypt.")) {
+                g_hash_table_add(rest, k);
+            }
+        }
+        ret = create_check_known(rest, amend_options, G_N_ELEMENTS(amend_options));
+        if (ret < 0) {
+            return ret;
+        }
         g_hash_table_iter_init(&it, o->options);
         while (g_hash_table_iter_next(&it, &k, NULL)) {
             if (g_str_has_prefix(k, "encrypt.")) {
@@ -135,8 +182,9 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
             }
         }
     }
-    if ((v = opt_get(o, "size"))) {
-        p->size = g_ascii_strtoull(v, NULL, 10);
+    ret = opt_number(o, "size", &p->size);
+    if (ret < 0) {
+        return ret;
     }
     if ((v = opt_get(o, "compat"))) {
         p->version = (uint32_t)create_parse_compat(v);
@@ -151,17 +199,22 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
         return param_error("data-file can only be set for images that use an external "
                            "data file");
     }
-    if ((v = opt_get(o, "data_file_raw"))) {
-        p->data_file_raw = opt_on(v);
-        if (p->data_file_raw && !s->data_file_raw) {
-            return param_error("data-file-raw cannot be set on existing images");
-        }
+    ret = opt_bool(o, "data_file_raw", &p->data_file_raw);
+    if (ret < 0) {
+        return ret;
     }
-    if ((v = opt_get(o, "lazy_refcounts"))) {
-        p->lazy = opt_on(v);
+    if (ret && p->data_file_raw && !s->data_file_raw) {
+        return param_error("data-file-raw cannot be set on existing images");
     }
-    if ((v = opt_get(o, "refcount_bits"))) {
-        uint64_t n = g_ascii_strtoull(v, NULL, 10);
+    ret = opt_bool(o, "lazy_refcounts", &p->lazy);
+    if (ret < 0) {
+        return ret;
+    }
+    ret = opt_number(o, "refcount_bits", &n);
+    if (ret < 0) {
+        return ret;
+    }
+    if (ret) {
         if (!create_refcount_bits_valid(n)) {
             return param_error("Refcount width must be a power of two and may not exceed "
                                "64 bits");

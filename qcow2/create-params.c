@@ -111,22 +111,20 @@ static int check_refcount_bits(CreateParams *p, uint64_t n, const char *hint)
     return 0;
 }
 
-/* Every key is one qemu-img knows for qcow2 (the first unknown one, by
- * name, is the error). */
-static int check_known(const BlkCreateOptions *opts)
+int create_check_known(GHashTable *options, const char *const *known_names, size_t n)
 {
     GHashTableIter it;
     gpointer k;
     g_autoptr(GPtrArray) bad = g_ptr_array_new();
 
-    if (!opts->options) {
+    if (!options) {
         return 0;
     }
-    g_hash_table_iter_init(&it, opts->options);
+    g_hash_table_iter_init(&it, options);
     while (g_hash_table_iter_next(&it, &k, NULL)) {
         bool known = false;
-        for (size_t i = 0; i < G_N_ELEMENTS(known_options); i++) {
-            known = known || strcmp(k, known_options[i]) == 0;
+        for (size_t i = 0; i < n; i++) {
+            known = known || strcmp(k, known_names[i]) == 0;
         }
         if (!known) {
             g_ptr_array_add(bad, k);
@@ -138,6 +136,11 @@ static int check_known(const BlkCreateOptions *opts)
         return -EINVAL;
     }
     return 0;
+}
+
+static int check_known(const BlkCreateOptions *opts)
+{
+    return create_check_known(opts->options, known_options, G_N_ELEMENTS(known_options));
 }
 
 /*

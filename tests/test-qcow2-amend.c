@@ -149,11 +149,51 @@ static void test_downgrade(void **state)
     run_faults(&downgrade_case, events, G_N_ELEMENTS(events));
 }
 
+/* amend.c invariant 1 for callers of the API that skip qimg's option
+ * parsing: unknown keys and values not in the normalised form are refused
+ * with qemu-img's messages, and nothing changes. */
+static void test_bad_options(void **state)
+{
+    static const char *const bad[][3] = {
+        {"foo", "1", "Invalid parameter 'foo'"},
+        {"cluster_size", "512", "Invalid parameter 'cluster_size'"},
+        {"size", "1G", "Parameter 'size' expects a number"},
+        {"refcount_bits", "", "Parameter 'refcount_bits' expects a number"},
+        {"refcount_bits", "3",
+         "Refcount width must be a power of two and may not "
+         "exceed 64 bits"},
+        {"lazy_refcounts", "yes", "Parameter 'lazy_refcounts' expects 'on' or 'off'"},
+        {"compat", "0.9", "Unknown compatibility level 0.9"},
+        {"encrypt.state", "x", "Can't amend encryption options - encryption not present"},
+    };
+    g_autofree char *p = tu_fresh("bad.qcow2");
+    g_autoptr(GError) err = NULL;
+    BlkOpenOptions o = {.cache = BLK_CACHE_WRITEBACK};
+    BlkNode *img;
+
+    TU_REQUIRE_QEMU_IMG();
+    tu_run("qemu-img create -q -f qcow2 '%s' 16M && cp '%s' '%s.orig'", p, p, p);
+    img = api_open_node(p, &o, NULL, &err);
+    assert_non_null(img);
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash, g_str_equal);
+        BlkAmendOptions ao = {.options = opts};
+        g_hash_table_insert(opts, (gpointer)bad[i][0], (gpointer)bad[i][1]);
+        blk_error_clear();
+        assert_int_equal(img->drv->amend(img, &ao), -EINVAL);
+        assert_string_equal(blk_error_message(), bad[i][2]);
+    }
+    blk_error_clear();
+    blk_close(img);
+    tu_run("cmp -s '%s' '%s.orig'", p, p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refcount_width),
         cmocka_unit_test(test_downgrade),
+        cmocka_unit_test(test_bad_options),
     };
     return tu_run_group_tests("qcow2-amend", tests);
 }
