@@ -15,43 +15,73 @@
 #include <errno.h>
 #include <inttypes.h>
 
-/* A bit per cluster, growing (zero-filled) as needed. */
-static void bit_set(GArray *b, uint64_t i)
+/*
+ * A bit per cluster, in chunks of BITS_CHUNK bits made when a bit in them
+ * is first set: the memory follows the clusters in use, never the indexes
+ * an image's reftable could name (DESIGN.md rule 4; a reftable entry far
+ * out does not make a gigabyte bitmap).
+ */
+#define BITS_CHUNK (UINT64_C(1) << 16)
+
+typedef struct Bits {
+    GHashTable *chunks; /* chunk index (uint64_t *) -> BITS_CHUNK / 8 bytes */
+} Bits;
+
+static void bits_init(Bits *b)
 {
-    if (i / 8 >= b->len) {
-        g_array_set_size(b, (guint)(i / 8 + 1));
-    }
-    b->data[i / 8] |= (guint8)(1u << (i % 8));
+    b->chunks = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
 }
 
-static bool bit_get(const GArray *b, uint64_t i)
+static void bits_free(Bits *b)
 {
-    return i / 8 < b->len && (b->data[i / 8] >> (i % 8)) & 1;
+    g_hash_table_destroy(b->chunks);
+}
+
+static void bit_set(Bits *b, uint64_t i)
+{
+    uint64_t key = i / BITS_CHUNK;
+    uint8_t *chunk = g_hash_table_lookup(b->chunks, &key);
+
+    if (!chunk) {
+        chunk = g_malloc0(BITS_CHUNK / 8);
+        g_hash_table_insert(b->chunks, g_memdup2(&key, sizeof(key)), chunk);
+    }
+    i %= BITS_CHUNK;
+    chunk[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static bool bit_get(const Bits *b, uint64_t i)
+{
+    uint64_t key = i / BITS_CHUNK;
+    const uint8_t *chunk = g_hash_table_lookup(b->chunks, &key);
+
+    i %= BITS_CHUNK;
+    return chunk && (chunk[i / 8] >> (i % 8)) & 1;
 }
 
 typedef struct Reorder {
     Qcow2State *s;
     uint32_t order, block_bits; /* the new width and entries per block (log2) */
     uint64_t max;               /* the new largest refcount */
-    GArray *used;               /* old refcount > 0 */
-    GArray *meta;               /* an old refcount block or table cluster */
-    GArray *counted;            /* new refcount > 0 without the new structures */
-    GArray *base_ranges;        /* new blocks that 'counted' needs */
-    GArray *blocks;             /* uint64_t: clusters of the new blocks, ascending */
+    Bits used;                  /* old refcount > 0 */
+    Bits meta;                  /* an old refcount block or table cluster */
+    Bits counted;               /* new refcount > 0 without the new structures */
+    GArray *base_ranges; /* uint64_t: new reftable indexes 'counted' needs, ascending */
+    GArray *blocks;      /* uint64_t: clusters of the new blocks, ascending */
     uint64_t table_start, table_clusters;
     GArray *ranges; /* uint64_t: new reftable indexes that get a block, ascending */
-    GArray *placed; /* bit per cluster of the new structures (after place()) */
+    Bits placed;    /* the clusters of the new structures (after place()) */
 } Reorder;
 
 static void reorder_free(Reorder *r)
 {
-    g_array_free(r->used, TRUE);
-    g_array_free(r->meta, TRUE);
-    g_array_free(r->counted, TRUE);
+    bits_free(&r->used);
+    bits_free(&r->meta);
+    bits_free(&r->counted);
+    bits_free(&r->placed);
     g_array_free(r->base_ranges, TRUE);
     g_array_free(r->blocks, TRUE);
     g_array_free(r->ranges, TRUE);
-    g_array_free(r->placed, TRUE);
 }
 
 /* The old structures (they read as free in the new ones, invariant 5). */
@@ -62,7 +92,7 @@ static int mark_meta_locked(Reorder *r)
     uint64_t n = DIV_ROUND_UP(s->refcount_table_size * 8, s->cluster_size);
 
     for (uint64_t i = 0; i < n; i++) {
-        bit_set(r->meta, first + i);
+        bit_set(&r->meta, first + i);
     }
     for (uint64_t ti = 0; ti < s->refcount_table_used; ti++) {
         uint64_t off;
@@ -70,8 +100,16 @@ static int mark_meta_locked(Reorder *r)
         if (ret < 0) {
             return ret;
         }
+        if (off && bit_get(&r->meta, off >> s->cluster_bits)) {
+            /* the scan's work stays what the file holds (DESIGN.md rule 4) */
+            return qcow2_corrupt_locked(s,
+                                        "Refcount block at 0x%" PRIx64
+                                        " (reftable index 0x%" PRIx64
+                                        ") is also another refcount structure",
+                                        off, ti);
+        }
         if (off) {
-            bit_set(r->meta, off >> s->cluster_bits);
+            bit_set(&r->meta, off >> s->cluster_bits);
         }
     }
     return 0;
@@ -112,10 +150,16 @@ static int scan_locked(Reorder *r)
                                  " has a refcount of %" PRIu64,
                                  1u << r->order, c << s->cluster_bits, v);
             }
-            bit_set(r->used, c);
-            if (v > (uint64_t)bit_get(r->meta, c)) {
-                bit_set(r->counted, c);
-                bit_set(r->base_ranges, c >> r->block_bits);
+            bit_set(&r->used, c);
+            if (v > (uint64_t)bit_get(&r->meta, c)) {
+                uint64_t nti = c >> r->block_bits;
+                bit_set(&r->counted, c);
+                /* clusters come in ascending order: so do their ranges */
+                if (r->base_ranges->len == 0 ||
+                    g_array_index(r->base_ranges, uint64_t, r->base_ranges->len - 1) !=
+                        nti) {
+                    g_array_append_val(r->base_ranges, nti);
+                }
             }
         }
         qcow2_cache_put_locked(s->refcount_cache, &block);
@@ -136,41 +180,42 @@ static bool is_placed(const Reorder *r, uint64_t c)
     return false;
 }
 
-/* The new reftable indexes that need a block: base_ranges and the ranges
- * of the new structures; how many table clusters they take. */
-static uint64_t needed_ranges(Reorder *r)
-{
-    Qcow2State *s = r->s;
-    uint64_t nbits = (uint64_t)r->base_ranges->len * 8, last = 0;
-
-    g_array_set_size(r->ranges, 0);
-    for (uint64_t i = 0; i < nbits; i++) {
-        if (bit_get(r->base_ranges, i)) {
-            g_array_append_val(r->ranges, i);
-        }
-    }
-    for (uint64_t k = 0; k < r->blocks->len + r->table_clusters; k++) {
-        uint64_t c = k < r->blocks->len ? g_array_index(r->blocks, uint64_t, k)
-                                        : r->table_start + (k - r->blocks->len);
-        uint64_t ti = c >> r->block_bits;
-        bool have = false;
-        for (guint j = 0; j < r->ranges->len && !have; j++) {
-            have = g_array_index(r->ranges, uint64_t, j) == ti;
-        }
-        if (!have) {
-            g_array_append_val(r->ranges, ti);
-        }
-    }
-    for (guint j = 0; j < r->ranges->len; j++) {
-        last = MAX(last, g_array_index(r->ranges, uint64_t, j));
-    }
-    return MAX(DIV_ROUND_UP((last + 1) * 8, s->cluster_size), 1);
-}
-
 static gint cmp_u64(gconstpointer a, gconstpointer b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The new reftable indexes that need a block (r->ranges, ascending):
+ * base_ranges and the ranges of the new structures; returns how many
+ * table clusters they take. */
+static uint64_t needed_ranges(Reorder *r)
+{
+    Qcow2State *s = r->s;
+    guint n = 0;
+
+    g_array_set_size(r->ranges, 0);
+    g_array_append_vals(r->ranges, r->base_ranges->data, r->base_ranges->len);
+    for (uint64_t k = 0; k < r->blocks->len + r->table_clusters; k++) {
+        uint64_t c = k < r->blocks->len ? g_array_index(r->blocks, uint64_t, k)
+                                        : r->table_start + (k - r->blocks->len);
+        uint64_t ti = c >> r->block_bits;
+        g_array_append_val(r->ranges, ti);
+    }
+    g_array_sort(r->ranges, cmp_u64);
+    for (guint i = 0; i < r->ranges->len; i++) { /* unique */
+        uint64_t ti = g_array_index(r->ranges, uint64_t, i);
+        if (n == 0 || g_array_index(r->ranges, uint64_t, n - 1) != ti) {
+            g_array_index(r->ranges, uint64_t, n++) = ti;
+        }
+    }
+    g_array_set_size(r->ranges, n);
+    if (n == 0) {
+        return 1;
+    }
+    return MAX(DIV_ROUND_UP((g_array_index(r->ranges, uint64_t, n - 1) + 1) * 8,
+                            s->cluster_size),
+               1);
 }
 
 /*
@@ -185,22 +230,20 @@ static int place(Reorder *r)
     Qcow2State *s = r->s;
     uint64_t nblocks = 0, ntable = 1, limit = QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits;
 
-    for (uint64_t i = 0; i < (uint64_t)r->base_ranges->len * 8; i++) {
-        nblocks += bit_get(r->base_ranges, i);
-    }
+    nblocks = r->base_ranges->len;
     for (;;) {
         uint64_t c = 0, need_table, run = 0;
 
         g_array_set_size(r->blocks, 0);
         r->table_clusters = 0;
         while (r->blocks->len < nblocks) {
-            if (!bit_get(r->used, c)) {
+            if (!bit_get(&r->used, c)) {
                 g_array_append_val(r->blocks, c);
             }
             c++;
         }
         for (c = 0; run < ntable; c++) {
-            if (bit_get(r->used, c) || is_placed(r, c)) {
+            if (bit_get(&r->used, c) || is_placed(r, c)) {
                 run = 0;
             } else if (run++ == 0) {
                 r->table_start = c;
@@ -222,12 +265,11 @@ static int place(Reorder *r)
         g_array_set_size(r->blocks, r->blocks->len - 1);
         needed_ranges(r);
     }
-    g_array_sort(r->ranges, cmp_u64);
     for (guint k = 0; k < r->blocks->len; k++) {
-        bit_set(r->placed, g_array_index(r->blocks, uint64_t, k));
+        bit_set(&r->placed, g_array_index(r->blocks, uint64_t, k));
     }
     for (uint64_t k = 0; k < r->table_clusters; k++) {
-        bit_set(r->placed, r->table_start + k);
+        bit_set(&r->placed, r->table_start + k);
     }
     return 0;
 }
@@ -242,13 +284,13 @@ static int fill_block_locked(Reorder *r, uint64_t ti, uint8_t *buf)
     memset(buf, 0, s->cluster_size);
     for (uint64_t bi = 0; bi < per_block; bi++) {
         uint64_t c = ti * per_block + bi, v = 0;
-        if (bit_get(r->counted, c)) {
+        if (bit_get(&r->counted, c)) {
             int ret = qcow2_get_refcount_locked(s, c, &v);
             if (ret < 0) {
                 return ret;
             }
-            v -= bit_get(r->meta, c);
-        } else if (bit_get(r->placed, c)) {
+            v -= bit_get(&r->meta, c);
+        } else if (bit_get(&r->placed, c)) {
             v = 1;
         }
         if (v) {
@@ -307,18 +349,18 @@ int qcow2_amend_refcount_order_locked(Qcow2State *s, uint32_t order,
         .order = order,
         .block_bits = s->cluster_bits + 3 - order,
         .max = order == 6 ? UINT64_MAX : (UINT64_C(1) << (1u << order)) - 1,
-        .used = g_array_new(FALSE, TRUE, 1),
-        .meta = g_array_new(FALSE, TRUE, 1),
-        .counted = g_array_new(FALSE, TRUE, 1),
-        .base_ranges = g_array_new(FALSE, TRUE, 1),
+        .base_ranges = g_array_new(FALSE, FALSE, sizeof(uint64_t)),
         .blocks = g_array_new(FALSE, FALSE, sizeof(uint64_t)),
         .ranges = g_array_new(FALSE, FALSE, sizeof(uint64_t)),
-        .placed = g_array_new(FALSE, TRUE, 1),
     };
     Qcow2HeaderEdit e = {.set_refcount = true, .refcount_order = order};
     uint64_t *table = NULL;
     int ret;
 
+    bits_init(&r.used);
+    bits_init(&r.meta);
+    bits_init(&r.counted);
+    bits_init(&r.placed);
     /* invariant 5: everything durable and every free applied, so that the
      * old counts are the final ones */
     ret = qcow2_flush_all_locked(s);

@@ -188,12 +188,41 @@ static void test_bad_options(void **state)
     tu_run("cmp -s '%s' '%s.orig'", p, p);
 }
 
+/* DESIGN.md rule 4: a reftable that names one refcount block twice (far
+ * out, so a dense bitmap would be huge and the scan long) is a corruption,
+ * reported before anything is written. */
+static void test_duplicate_refblock(void **state)
+{
+    g_autofree char *p = tu_fresh("dup.qcow2");
+    g_autoptr(GError) err = NULL;
+    g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash, g_str_equal);
+    BlkOpenOptions o = {.cache = BLK_CACHE_WRITEBACK};
+    BlkAmendOptions ao = {.options = opts};
+    BlkNode *img;
+
+    TU_REQUIRE_QEMU_IMG();
+    tu_run("qemu-img create -q -f qcow2 '%s' 64M && printf "
+           "'\\000\\000\\000\\000\\000\\002\\000\\000' | dd of='%s' bs=1 "
+           "seek=%d conv=notrunc 2>/dev/null",
+           p, p, 0x10000 + 8 * 4000);
+    g_hash_table_insert(opts, "refcount_bits", "4");
+    img = api_open_node(p, &o, NULL, &err);
+    assert_non_null(img);
+    blk_error_clear();
+    assert_int_equal(img->drv->amend(img, &ao), -EIO);
+    assert_non_null(strstr(blk_error_message(), "is also another refcount structure"));
+    blk_error_clear();
+    blk_close(img);
+    blk_error_clear();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refcount_width),
         cmocka_unit_test(test_downgrade),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_duplicate_refblock),
     };
     return tu_run_group_tests("qcow2-amend", tests);
 }
