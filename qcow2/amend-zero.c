@@ -110,27 +110,114 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
     return 0;
 }
 
-/* Invariant 4 for the L2 table at l2_offset (guest offset 'guest' of the
- * L1 it was reached from, for messages). */
-static int expand_table_locked(Qcow2State *s, uint64_t l2_offset, uint64_t guest,
-                               bool *compressed)
+/* A table rewritten in memory, waiting for its batch's barriers. */
+typedef struct Table {
+    uint64_t offset, guest, refcount; /* where, what it maps, who names it */
+    uint8_t *buf;
+    GArray *drops; /* Dropped */
+} Table;
+
+/* Invariant 4 in batches: the tables of one L1 table, up to
+ * BATCH_TABLES at a time, share one barrier for their new clusters and
+ * one for themselves (QEMU's cache flushes once at the end). */
+#define BATCH_TABLES 64u
+
+static void table_free(gpointer p)
 {
-    g_autofree uint8_t *buf = g_malloc(s->cluster_size);
-    g_autoptr(GArray) drops = g_array_new(FALSE, FALSE, sizeof(Dropped));
-    uint64_t l2_refcount;
+    Table *t = p;
+    g_free(t->buf);
+    g_array_free(t->drops, TRUE);
+    g_free(t);
+}
+
+/* Nothing on disk names the batch's new clusters: freed at once. */
+static void batch_abort_locked(Qcow2State *s, GPtrArray *batch)
+{
+    for (guint i = 0; i < batch->len; i++) {
+        const Table *t = batch->pdata[i];
+        for (guint j = 0; j < t->drops->len; j++) {
+            const Dropped *d = &g_array_index(t->drops, Dropped, j);
+            for (uint64_t k = 0; d->fresh && k < t->refcount; k++) {
+                qcow2_free_clusters_locked(s, d->fresh, s->cluster_size);
+            }
+        }
+    }
+    g_ptr_array_set_size(batch, 0);
+}
+
+/* Invariant 4's order for the batch: the new clusters' refcounts and
+ * zeros durable, then the tables (synced), then the dropped references. */
+static int batch_commit_locked(Qcow2State *s, GPtrArray *batch, bool active)
+{
+    int ret;
+
+    if (batch->len == 0) {
+        return 0;
+    }
+    ret = qcow2_cache_flush_locked(s->refcount_cache);
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    if (ret < 0) {
+        batch_abort_locked(s, batch);
+        return ret;
+    }
+    qcow2_assert_refcounts_durable_locked(s, "amend.c invariant 4");
+    for (guint i = 0; i < batch->len && ret == 0; i++) {
+        const Table *t = batch->pdata[i];
+        qcow2_cache_discard_locked(s->l2_cache, t->offset);
+        ret = qcow2_write_metadata_locked(s, BLKEV_L2_UPDATE, QCOW2_OL_ACTIVE_L2,
+                                          t->offset, t->buf, s->cluster_size, false);
+    }
+    if (ret == 0) {
+        ret = qcow2_flush_file(s);
+    }
+    if (ret < 0) {
+        g_ptr_array_set_size(batch, 0); /* the new clusters leak: tables may be on disk */
+        return ret;
+    }
+    for (guint i = 0; i < batch->len; i++) {
+        const Table *t = batch->pdata[i];
+        for (guint j = 0; j < t->drops->len; j++) {
+            const Dropped *d = &g_array_index(t->drops, Dropped, j);
+            for (uint64_t k = 0; k < d->count; k++) {
+                qcow2_free_clusters_locked(s, d->offset, s->cluster_size);
+            }
+        }
+        if (active) {
+            qcow2_fastmap_forget_locked(s->fastmap, t->guest,
+                                        t->guest + (s->cluster_size << s->l2_bits));
+        }
+    }
+    g_ptr_array_set_size(batch, 0);
+    return 0;
+}
+
+/* Invariant 4 for the L2 table at l2_offset (guest offset 'guest' of the
+ * L1 it was reached from): its new contents into the batch if it changes
+ * (new clusters allocated and zeroed, nothing written to it yet). */
+static int expand_table_locked(Qcow2State *s, uint64_t l2_offset, uint64_t guest,
+                               bool *compressed, GPtrArray *batch)
+{
+    Table *t = g_new0(Table, 1);
     bool changed = false;
     int ret;
 
-    ret = qcow2_get_refcount_locked(s, l2_offset >> s->cluster_bits, &l2_refcount);
-    if (ret == 0 && l2_refcount == 0) {
+    t->offset = l2_offset;
+    t->guest = guest;
+    t->buf = g_malloc(s->cluster_size);
+    t->drops = g_array_new(FALSE, FALSE, sizeof(Dropped));
+    g_ptr_array_add(batch, t); /* batch_abort_locked frees what it made */
+    ret = qcow2_get_refcount_locked(s, l2_offset >> s->cluster_bits, &t->refcount);
+    if (ret == 0 && t->refcount == 0) {
         ret = qcow2_corrupt_locked(s, "L2 table at 0x%" PRIx64 " has refcount 0",
                                    l2_offset);
     }
     if (ret == 0) {
-        ret = blk_pread(s->img->file, l2_offset, buf, s->cluster_size);
+        ret = blk_pread(s->img->file, l2_offset, t->buf, s->cluster_size);
     }
     for (uint64_t j = 0; ret == 0 && j < s->l2_size; j++) {
-        uint64_t entry = qcow2_l2_get(s, buf, j);
+        uint64_t entry = qcow2_l2_get(s, t->buf, j);
         Qcow2SubclusterType type;
         Dropped d;
 
@@ -146,46 +233,27 @@ static int expand_table_locked(Qcow2State *s, uint64_t l2_offset, uint64_t guest
         if (type != QCOW2_SC_ZERO_PLAIN && type != QCOW2_SC_ZERO_ALLOC) {
             continue;
         }
-        ret = expand_entry_locked(s, &entry, l2_refcount, l2_offset, j, &d);
+        ret = expand_entry_locked(s, &entry, t->refcount, l2_offset, j, &d);
         if (ret == 0) {
-            qcow2_l2_set(s, buf, j, entry, 0);
+            qcow2_l2_set(s, t->buf, j, entry, 0);
             changed = true;
-            g_array_append_val(drops, d);
+            g_array_append_val(t->drops, d);
         }
     }
-    if (ret < 0) {
-        /* nothing on disk names the new clusters: freed at once */
-        for (guint i = 0; i < drops->len; i++) {
-            const Dropped *d = &g_array_index(drops, Dropped, i);
-            for (uint64_t k = 0; d->fresh && k < l2_refcount; k++) {
-                qcow2_free_clusters_locked(s, d->fresh, s->cluster_size);
-            }
-        }
-        return ret;
-    }
-    if (changed) {
-        /* invariant 4: the clusters' refcounts and zeros durable first */
-        ret = qcow2_cache_flush_locked(s->refcount_cache);
-        if (ret == 0) {
-            ret = qcow2_flush_file(s);
-        }
-        if (ret == 0) {
-            qcow2_assert_refcounts_durable_locked(s, "amend.c invariant 4");
-            qcow2_cache_discard_locked(s->l2_cache, l2_offset);
-            ret = qcow2_write_metadata_locked(s, BLKEV_L2_UPDATE, QCOW2_OL_ACTIVE_L2,
-                                              l2_offset, buf, s->cluster_size, true);
-        }
-        if (ret < 0) {
-            return ret; /* the new clusters leak: the table may be on disk */
-        }
-    }
-    for (guint i = 0; i < drops->len; i++) {
-        const Dropped *d = &g_array_index(drops, Dropped, i);
-        for (uint64_t k = 0; k < d->count; k++) {
-            qcow2_free_clusters_locked(s, d->offset, s->cluster_size);
-        }
+    if (ret == 0 && !changed) {
+        g_ptr_array_remove_index(batch, batch->len - 1);
     }
     return ret;
+}
+
+static bool in_batch(const GPtrArray *batch, uint64_t l2_offset)
+{
+    for (guint i = 0; i < batch->len; i++) {
+        if (((const Table *)batch->pdata[i])->offset == l2_offset) {
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Invariant 4 for one L1 table of l1_size entries (host order). */
@@ -193,10 +261,12 @@ static int expand_l1_locked(Qcow2State *s, const uint64_t *l1, uint32_t l1_size,
                             bool active, Qcow2AmendProgress *p, int op, uint64_t *visited,
                             uint64_t total, bool *compressed)
 {
-    for (uint32_t i = 0; i < l1_size; i++) {
+    g_autoptr(GPtrArray) batch = g_ptr_array_new_with_free_func(table_free);
+    int ret = 0;
+
+    for (uint32_t i = 0; i < l1_size && ret == 0; i++) {
         uint64_t l2_offset = l1[i] & QCOW2_L1E_OFFSET_MASK;
         uint64_t guest = (uint64_t)i << (s->cluster_bits + s->l2_bits);
-        int ret = 0;
 
         if (active) {
             ret = qcow2_l1_entry_locked(s, i, &l2_offset);
@@ -209,19 +279,23 @@ static int expand_l1_locked(Qcow2State *s, const uint64_t *l1, uint32_t l1_size,
                                        "(snapshot L1 index: 0x%" PRIx32 ")",
                                        l2_offset, i);
         }
+        /* a table named twice is read again only once it is on disk */
+        if (ret == 0 && (batch->len >= BATCH_TABLES || in_batch(batch, l2_offset))) {
+            ret = batch_commit_locked(s, batch, active);
+        }
         if (ret == 0 && l2_offset) {
-            ret = expand_table_locked(s, l2_offset, guest, compressed);
-            if (ret == 0 && active) {
-                qcow2_fastmap_forget_locked(s->fastmap, guest,
-                                            guest + (s->cluster_size << s->l2_bits));
-            }
+            ret = expand_table_locked(s, l2_offset, guest, compressed, batch);
         }
-        if (ret < 0) {
-            return ret;
+        if (ret == 0) {
+            qcow2_amend_progress(p, op, ++*visited, total);
         }
-        qcow2_amend_progress(p, op, ++*visited, total);
     }
-    return 0;
+    if (ret == 0) {
+        ret = batch_commit_locked(s, batch, active); /* before the next L1 reads */
+    } else {
+        batch_abort_locked(s, batch);
+    }
+    return ret;
 }
 
 int qcow2_amend_expand_zeros_locked(Qcow2State *s, Qcow2AmendProgress *p, int op,

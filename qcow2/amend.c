@@ -38,9 +38,11 @@
  *     its cluster comes from this table, else it gets a new zeroed cluster
  *     (QEMU 7.2 zeroes a cluster a snapshot still reads, destroying the
  *     snapshot's data; we do not).  New clusters have the table's refcount.
- *     Per table: the new refcounts and the zeros durable, then the table
- *     (one synced write), then the dropped references are freed.  The
- *     header says v2 only after every table is durable.
+ *     In batches of tables of one L1 table: the new refcounts and the
+ *     zeros durable, then the tables (written, synced), then the dropped
+ *     references are freed; a table named again is read only after its
+ *     batch is on disk.  The header says v2 only after every table is
+ *     durable.
  *  5. Refcount width (amend-refcount.c): new refcount blocks and a new
  *     table go into clusters the old refcounts call free (first fit, the
  *     blocks before the table, as QEMU's allocator places them); they hold
