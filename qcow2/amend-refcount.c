@@ -225,13 +225,13 @@ static uint64_t needed_ranges(Reorder *r)
  * they cover themselves (they only grow, so this ends), then drop blocks
  * no range needs.
  */
-static int place(Reorder *r)
+static int place(Reorder *r, unsigned *rounds)
 {
     Qcow2State *s = r->s;
     uint64_t nblocks = 0, ntable = 1, limit = QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits;
 
     nblocks = r->base_ranges->len;
-    for (;;) {
+    for (*rounds = 1;; ++*rounds) {
         uint64_t c = 0, need_table, run = 0;
 
         g_array_set_size(r->blocks, 0);
@@ -301,14 +301,13 @@ static int fill_block_locked(Reorder *r, uint64_t ti, uint8_t *buf)
 }
 
 /* Write the planned blocks and table; nothing names them yet. */
-static int write_new_locked(Reorder *r, Qcow2AmendProgress *p, int op, uint64_t **table)
+static int write_new_locked(Reorder *r, uint64_t **table)
 {
     Qcow2State *s = r->s;
     uint64_t entries = r->table_clusters * s->cluster_size / 8;
     g_autofree uint8_t *buf = g_malloc(s->cluster_size);
     g_autofree uint8_t *tbuf = g_malloc0(r->table_clusters * s->cluster_size);
     uint64_t *mem = g_new0(uint64_t, entries);
-    uint64_t total = r->ranges->len + 1;
     int ret = 0;
 
     alloc_raise_file_size(s, (r->table_start + r->table_clusters) << s->cluster_bits);
@@ -326,7 +325,6 @@ static int write_new_locked(Reorder *r, Qcow2AmendProgress *p, int op, uint64_t 
         }
         mem[ti] = off;
         store_be64(tbuf + ti * 8, off);
-        qcow2_amend_progress(p, op, k + 1, total);
     }
     if (ret == 0) {
         ret = qcow2_write_metadata_locked(s, BLKEV_REFTABLE_GROW, 0,
@@ -339,6 +337,26 @@ static int write_new_locked(Reorder *r, Qcow2AmendProgress *p, int op, uint64_t 
     }
     *table = mem;
     return 0;
+}
+
+/*
+ * Invariant 7: the progress QEMU reports for this operation, one step per
+ * entry of the old reftable in each of its walks over it: 'walks' that
+ * find what to allocate (the placement's rounds plus the one that finds
+ * nothing more), then the one that writes the blocks (write).
+ */
+static void report_walks(Qcow2State *s, Qcow2AmendProgress *p, int op, unsigned walks,
+                         bool write)
+{
+    uint64_t n = s->refcount_table_size;
+
+    for (unsigned w = write ? walks : 0; w < (write ? walks + 1 : walks); w++) {
+        uint64_t total = write ? walks + 1 : MAX(w + 2, 3);
+        for (uint64_t i = 0; i < n; i++) {
+            qcow2_amend_progress(p, op, w * n + i, total * n);
+        }
+        qcow2_amend_progress(p, op, (w + 1) * n, total * n);
+    }
 }
 
 int qcow2_amend_refcount_order_locked(Qcow2State *s, uint32_t order,
@@ -355,6 +373,7 @@ int qcow2_amend_refcount_order_locked(Qcow2State *s, uint32_t order,
     };
     Qcow2HeaderEdit e = {.set_refcount = true, .refcount_order = order};
     uint64_t *table = NULL;
+    unsigned rounds = 0;
     int ret;
 
     bits_init(&r.used);
@@ -371,16 +390,18 @@ int qcow2_amend_refcount_order_locked(Qcow2State *s, uint32_t order,
         ret = scan_locked(&r);
     }
     if (ret == 0) {
-        ret = place(&r);
+        ret = place(&r, &rounds);
     }
     if (ret == 0) {
         qcow2_fastmap_meta_changed(s->fastmap); /* fastmap.c invariant 4 */
-        ret = write_new_locked(&r, p, op, &table);
+        report_walks(s, p, op, rounds + 1, false);
+        ret = write_new_locked(&r, &table);
     }
     if (ret < 0) {
         reorder_free(&r);
         return ret;
     }
+    report_walks(s, p, op, rounds + 1, true);
     /* invariant 5: the one synced header write that switches */
     e.reftable_offset = r.table_start << s->cluster_bits;
     e.reftable_clusters = (uint32_t)r.table_clusters;
@@ -407,7 +428,6 @@ int qcow2_amend_refcount_order_locked(Qcow2State *s, uint32_t order,
     s->refcount_max = r.max;
     s->free_cluster_index = 0; /* the old structures are free now */
     s->free_byte_offset = 0;
-    qcow2_amend_progress(p, op, 1, 1);
     reorder_free(&r);
     return 0;
 }

@@ -119,14 +119,15 @@ qi snapshot -c s2 sn.qcow2
 qio sn.qcow2 'write -z 4M 64k'
 for args in "-o compat=0.10" "-o compat=v2" "-o lazy_refcounts=on" "-o size=128M" \
     "-o size=32M" "-o size=0" "-p -o compat=0.10" "-p -o lazy_refcounts=on" \
-    "-q -p -o compat=0.10" "-o compat=0.10,lazy_refcounts=off" "-t none -o compat=0.10"; do
+    "-q -p -o compat=0.10" "-o compat=0.10,lazy_refcounts=off" "-t none -o compat=0.10" \
+    "-p -o refcount_bits=4" "-p -o refcount_bits=64,compat=0.10"; do
     eval "set -- $args"
     amend_both "v3 $args" v3.qcow2 "$@" img.qcow2
 done
 amend_both "v3 compat=0.10: header" v3.qcow2 -o compat=0.10 img.qcow2
 assert_rc "v3 compat=0.10: header" 0 cmp <(head -c 4096 q/img.qcow2) <(head -c 4096 m/img.qcow2)
 for args in "-o compat=1.1" "-o compat=1.1,lazy_refcounts=on" "-o compat=1.1,refcount_bits=4" \
-    "-p -o compat=1.1" "-o size=128M"; do
+    "-p -o compat=1.1" "-o size=128M" "-p -o compat=1.1,refcount_bits=1"; do
     eval "set -- $args"
     amend_both "v2 $args" v2.qcow2 "$@" img.qcow2
 done
