@@ -195,7 +195,7 @@ int cmd_amend(int argc, char **argv)
         ret = 1;
     } else {
         oo.format = fmt;
-        if (!tool_opts_want_help(optlist) && strstr(optlist, "size")) {
+        if (g_str_has_prefix(optlist, "size=") || strstr(optlist, ",size=")) {
             oo.resize = true; /* qemu-img takes the resize permission for size= */
         }
         img = tool_open_image(argv[optind], &oo);
