@@ -22,8 +22,7 @@ typedef struct ToolCommand {
 
 static const ToolCommand commands[] = {
     {"amend", cmd_amend,
-     "amend [--object objectdef] [--image-opts] [-p] [-q] [-f fmt] [-t cache] [--force] "
-     "-o options filename",
+     "amend [-p] [-q] [-f fmt] [-t cache] [--force] -o options filename",
      "Change the format-specific options of a qcow2 image (compat, refcount_bits,\n"
      "lazy_refcounts, size, data_file_raw, ...); -o help lists them."},
     {"bench", cmd_bench,
