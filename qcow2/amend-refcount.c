@@ -167,6 +167,13 @@ static int scan_locked(Reorder *r)
     return 0;
 }
 
+/* In use in the old structures: counted, or an old refcount structure
+ * (even one whose own count a damaged image lost). */
+static bool taken(const Reorder *r, uint64_t c)
+{
+    return bit_get(&r->used, c) || bit_get(&r->meta, c);
+}
+
 static bool is_placed(const Reorder *r, uint64_t c)
 {
     if (c >= r->table_start && c < r->table_start + r->table_clusters) {
@@ -237,13 +244,13 @@ static int place(Reorder *r, unsigned *rounds)
         g_array_set_size(r->blocks, 0);
         r->table_clusters = 0;
         while (r->blocks->len < nblocks) {
-            if (!bit_get(&r->used, c)) {
+            if (!taken(r, c)) {
                 g_array_append_val(r->blocks, c);
             }
             c++;
         }
         for (c = 0; run < ntable; c++) {
-            if (bit_get(&r->used, c) || is_placed(r, c)) {
+            if (taken(r, c) || is_placed(r, c)) {
                 run = 0;
             } else if (run++ == 0) {
                 r->table_start = c;
