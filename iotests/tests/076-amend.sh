@@ -196,6 +196,11 @@ for o in refcount_bits=8 extended_l2=on data_file=img.data lazy_refcounts=on \
 done
 mk_qcow2 f.qcow2 64M compression_type=zstd 'write -c -P 1 0 64k'
 amend_both "zstd compressed compat=0.10" f.qcow2 -o compat=0.10 img.qcow2
+# compressed clusters share host clusters: refcounts above 1
+mk_qcow2 f.qcow2 64M "" 'write -c -P 1 0 64k' 'write -c -P 2 64k 64k' 'write -c -P 3 128k 64k'
+amend_both "compressed refcount_bits=1" f.qcow2 -o refcount_bits=1 img.qcow2
+amend_both "compressed refcount_bits=2" f.qcow2 -o refcount_bits=2 img.qcow2
+amend_both "compressed compat=0.10" f.qcow2 -o compat=0.10 img.qcow2
 mk_qcow2 f.qcow2 64M "" 'write -P 1 0 1M'
 qi bitmap --add f.qcow2 b0
 amend_both "bitmaps compat=0.10" f.qcow2 -o compat=0.10 img.qcow2
