@@ -185,6 +185,8 @@ struct BlkDriver {
     int (*bitmap_merge)(BlkNode *img, const char *name, const BlkRange *r, size_t n);
     /* Write the maintained bitmaps back now (as close does). */
     int (*bitmaps_store)(BlkNode *img);
+    /* qemu-img amend: change the creation options opts names (optional). */
+    int (*amend)(BlkNode *img, const BlkAmendOptions *opts);
     /* What this image's persistent bitmaps take in an image of
      * cluster_size (optional: -ENOTSUP, it cannot have any). */
     int (*bitmaps_size)(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);

@@ -137,6 +137,16 @@ typedef struct BlkRange {
     uint64_t length;
 } BlkRange;
 
+/* qemu-img amend's request to a format driver (api/amend.c). */
+typedef struct BlkAmendOptions {
+    GHashTable *options; /* key -> value as -o names them (values normalised:
+                          * booleans "on"/"off", numbers and sizes decimal) */
+    bool force;          /* qemu-img amend --force */
+    /* Called now and then with work done out of the total, or NULL. */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
+} BlkAmendOptions;
+
 void blk_info_clear(BlkInfo *info);
 void blk_snapshot_info_clear(BlkSnapshotInfo *sn);
 /* Free a GArray of BlkSnapshotInfo with its strings (NULL is fine). */

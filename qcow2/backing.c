@@ -25,11 +25,77 @@
  *  5. The same rewrite switches the bitmaps extension (bitmap-ops.c): the
  *     autoclear bit is set with a non-empty directory and cleared, the
  *     extension dropped, with an empty one (as QEMU does).
+ *  6. And what qemu-img amend changes (amend.c), each in this one write:
+ *     the version (v3: header_length 112 as QEMU writes it, v2: 72 with no
+ *     feature fields, compression type or feature name table), the three
+ *     feature words, the refcount order together with the refcount table
+ *     it describes (amend-refcount.c: the switch to the new structures is
+ *     this single synced write), and the external data file's name.
  */
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
 #include <string.h>
+
+/* Invariant 6: amend's fields into the decoded header h and its
+ * extensions (ext->data_file is borrowed from e; the caller drops it). */
+static void header_edit_amend(const Qcow2HeaderEdit *e, Qcow2Header *h,
+                              Qcow2Extensions *ext)
+{
+    if (e->set_version) {
+        h->version = e->version;
+        h->header_length =
+            e->version >= 3 ? QCOW2_HDR_V3_FULL_LENGTH : QCOW2_HDR_V2_LENGTH;
+        if (e->version < 3) {
+            h->incompatible_features = 0;
+            h->compatible_features = 0;
+            h->autoclear_features = 0;
+            h->compression_type = QCOW2_COMPRESSION_ZLIB;
+        }
+    }
+    if (e->set_features) {
+        h->incompatible_features = e->incompatible;
+        h->compatible_features = e->compatible;
+        h->autoclear_features = e->autoclear;
+    }
+    if (e->set_refcount) {
+        h->refcount_order = e->refcount_order;
+        h->refcount_table_offset = e->reftable_offset;
+        h->refcount_table_clusters = e->reftable_clusters;
+    }
+    if (e->set_data_file) {
+        g_free(ext->data_file);
+        ext->data_file = (char *)e->data_file;
+    }
+}
+
+/* Invariant 4 for invariant 6's fields: memory follows the file. */
+static void header_edit_follow(Qcow2State *s, const Qcow2HeaderEdit *e,
+                               const Qcow2Header *h)
+{
+    if (e->set_version || e->set_features) {
+        s->header.version = h->version;
+        s->header.header_length = h->header_length;
+        s->header.incompatible_features = h->incompatible_features;
+        s->header.compatible_features = h->compatible_features;
+        s->header.autoclear_features = h->autoclear_features;
+        s->header.compression_type = h->compression_type;
+        s->qcow_version = h->version;
+        s->incompatible_features = h->incompatible_features;
+        s->compatible_features = h->compatible_features;
+        s->autoclear_features = h->autoclear_features;
+        s->compression_type = h->compression_type;
+    }
+    if (e->set_refcount) {
+        s->header.refcount_order = h->refcount_order;
+        s->header.refcount_table_offset = h->refcount_table_offset;
+        s->header.refcount_table_clusters = h->refcount_table_clusters;
+    }
+    if (e->set_data_file) {
+        g_free(s->ext.data_file);
+        s->ext.data_file = g_strdup(e->data_file);
+    }
+}
 
 int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
 {
@@ -90,8 +156,12 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
             h.autoclear_features &= ~(uint64_t)QCOW2_AUTOCLEAR_BITMAPS;
         }
     }
+    header_edit_amend(e, &h, &ext); /* invariant 6 */
     used = qcow2_header_cluster_encode(&h, &ext, backing, buf, cs);
     ext.backing_format = old_fmt;
+    if (e->set_data_file) {
+        ext.data_file = NULL; /* borrowed from e */
+    }
     qcow2_extensions_free(&ext);
     if (!used) {
         return blk_error(ENOSPC, "Could not rewrite the header: it does not fit in "
@@ -117,6 +187,7 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
         s->ext.has_bitmaps = e->bitmaps.nb_bitmaps > 0;
         s->ext.bitmaps = e->bitmaps;
     }
+    header_edit_follow(s, e, &h);
     return 0;
 }
 

@@ -117,8 +117,7 @@ static int encryption(const BlkCreateOptions *opts, bool late)
     return -EINVAL;
 }
 
-/* compat: 2 or 3 (3 when not given), 0 for a value qemu-img refuses. */
-static int parse_compat(const char *v)
+int create_parse_compat(const char *v)
 {
     if (!v || strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
         return 3;
@@ -148,9 +147,14 @@ static int check_cluster_size(CreateParams *p)
 
 /* A refcount width of n bits for p->version; sets refcount_order.  hint:
  * how the message says v3 (create and measure word it differently). */
+bool create_refcount_bits_valid(uint64_t n)
+{
+    return n > 0 && n <= 64 && !(n & (n - 1));
+}
+
 static int check_refcount_bits(CreateParams *p, uint64_t n, const char *hint)
 {
-    if (n > 64 || n == 0 || (n & (n - 1))) {
+    if (!create_refcount_bits_valid(n)) {
         return param_error("Refcount width must be a power of two and may not "
                            "exceed 64 bits");
     }
@@ -165,22 +169,20 @@ static int check_refcount_bits(CreateParams *p, uint64_t n, const char *hint)
     return 0;
 }
 
-/* Every key is one qemu-img knows for qcow2 (the first unknown one, by
- * name, is the error). */
-static int check_known(const BlkCreateOptions *opts)
+int create_check_known(GHashTable *options, const char *const *known_names, size_t n)
 {
     GHashTableIter it;
     gpointer k;
     g_autoptr(GPtrArray) bad = g_ptr_array_new();
 
-    if (!opts->options) {
+    if (!options) {
         return 0;
     }
-    g_hash_table_iter_init(&it, opts->options);
+    g_hash_table_iter_init(&it, options);
     while (g_hash_table_iter_next(&it, &k, NULL)) {
         bool known = false;
-        for (size_t i = 0; i < G_N_ELEMENTS(known_options); i++) {
-            known = known || strcmp(k, known_options[i]) == 0;
+        for (size_t i = 0; i < n; i++) {
+            known = known || strcmp(k, known_names[i]) == 0;
         }
         if (!known) {
             g_ptr_array_add(bad, k);
@@ -192,6 +194,11 @@ static int check_known(const BlkCreateOptions *opts)
         return -EINVAL;
     }
     return 0;
+}
+
+static int check_known(const BlkCreateOptions *opts)
+{
+    return create_check_known(opts->options, known_options, G_N_ELEMENTS(known_options));
 }
 
 /*
@@ -223,7 +230,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
     /* qemu-img silently rounds the size up to 512 bytes */
     p->size = ROUND_UP(p->size, 512);
 
-    if ((p->version = parse_compat(opt_get(opts, "compat"))) == 0) {
+    if ((p->version = create_parse_compat(opt_get(opts, "compat"))) == 0) {
         return bad_value("version", opt_get(opts, "compat"));
     }
 
@@ -349,7 +356,7 @@ int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p)
     if (check_cluster_size(p) < 0) {
         return -EINVAL;
     }
-    if ((p->version = parse_compat(opt_get(opts, "compat"))) == 0) {
+    if ((p->version = create_parse_compat(opt_get(opts, "compat"))) == 0) {
         blk_error(EINVAL, "Invalid compatibility level: '%s'", opt_get(opts, "compat"));
         return -EINVAL;
     }

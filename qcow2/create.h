@@ -28,6 +28,14 @@ typedef struct CreateParams {
 /* create-params.c */
 /* Fill *p from opts, checked in qemu-img's order (create.c invariant 1). */
 int create_parse_params(const BlkCreateOptions *opts, CreateParams *p);
+/* compat: 2 or 3 (3 when not given), 0 for a value qemu-img refuses (also
+ * amend.c's reading). */
+int create_parse_compat(const char *v);
+/* Every key of options is one of known_names[0..n) (the first unknown one,
+ * by name, is the error: "Invalid parameter 'k'"). */
+int create_check_known(GHashTable *options, const char *const *known_names, size_t n);
+/* A refcount width qemu-img takes: a power of two, 1..64 bits. */
+bool create_refcount_bits_valid(uint64_t n);
 /* The options qemu-img measure reads (measure.c), with its checks. */
 int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p);
 

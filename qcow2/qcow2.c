@@ -545,6 +545,7 @@ const BlkDriver blk_qcow2_driver = {
     .bitmap_extents = qcow2_bitmap_extents,
     .bitmap_merge = qcow2_bitmap_merge,
     .bitmaps_store = qcow2_bitmaps_store,
+    .amend = qcow2_amend,
     .bitmaps_size = qcow2_bitmaps_size,
     .format_name = "qcow2",
     .is_protocol = false,

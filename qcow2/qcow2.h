@@ -622,9 +622,21 @@ typedef struct Qcow2HeaderEdit {
     const char *backing, *fmt; /* set_backing: the new name (NULL: none) */
     bool set_bitmaps;
     Qcow2BitmapsExt bitmaps; /* set_bitmaps: nb_bitmaps 0 drops the extension */
+    /* amend.c (backing.c invariant 6): */
+    bool set_version; /* version 2 or 3; v2 drops the feature fields */
+    uint32_t version;
+    bool set_features; /* the three feature words (v3) */
+    uint64_t incompatible, compatible, autoclear;
+    bool set_refcount; /* refcount_order and the refcount table together */
+    uint32_t refcount_order, reftable_clusters;
+    uint64_t reftable_offset;
+    bool set_data_file;
+    const char *data_file; /* set_data_file: the new name (NULL: none) */
 } Qcow2HeaderEdit;
 int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e);
 int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt);
+/* amend.c: qemu-img amend (amend.c invariants 1-7). */
+int qcow2_amend(BlkNode *img, const BlkAmendOptions *opts);
 /* zero.c: drop every cluster (qemu-img commit), then flush. */
 int qcow2_make_empty(BlkNode *img);
 /* measure.c */

@@ -21,6 +21,10 @@ typedef struct ToolCommand {
 } ToolCommand;
 
 static const ToolCommand commands[] = {
+    {"amend", cmd_amend,
+     "amend [-p] [-q] [-f fmt] [-t cache] [--force] -o options filename",
+     "Change the format-specific options of a qcow2 image (compat, refcount_bits,\n"
+     "lazy_refcounts, size, data_file_raw, ...); -o help lists them."},
     {"bench", cmd_bench,
      "bench [-c count] [-d depth] [-f fmt] [--flush-interval=flush_interval] [-i aio] "
      "[-n] [--no-drain] [-o offset] [--pattern=pattern] [-q] [-s buffer_size] "

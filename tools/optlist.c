@@ -76,6 +76,67 @@ static const ToolOptDesc qcow2_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
+/* qemu-img 7.2's amend options for qcow2 (fact 4); the hint list adds
+ * the create options it tries when a list does not parse. */
+#define AMEND_OPTS                                                                       \
+    {"backing_file", TOOL_OPT_STRING, "File name of a base image", NULL, false},         \
+        {"backing_fmt", TOOL_OPT_STRING, "Image format of the base image", NULL, false}, \
+        {"compat", TOOL_OPT_STRING, "Compatibility level (v2 [0.10] or v3 [1.1])", NULL, \
+         false},                                                                         \
+        {"data_file", TOOL_OPT_STRING, "File name of an external data file", NULL,       \
+         false},                                                                         \
+        {"data_file_raw", TOOL_OPT_BOOL,                                                 \
+         "The external data file must stay valid as a raw image", NULL, false},          \
+        {"encrypt.iter-time", TOOL_OPT_NUMBER, "Time to spend in PBKDF in milliseconds", \
+         NULL, false},                                                                   \
+        {"encrypt.keyslot", TOOL_OPT_NUMBER,                                             \
+         "Select a single keyslot to modify "                                            \
+         "explicitly",                                                                   \
+         NULL, false},                                                                   \
+        {"encrypt.new-secret", TOOL_OPT_STRING,                                          \
+         "New secret to set in the matching keyslots. Empty string to erase", NULL,      \
+         false},                                                                         \
+        {"encrypt.old-secret", TOOL_OPT_STRING,                                          \
+         "Select all keyslots that match this password", NULL, false},                   \
+        {"encrypt.state", TOOL_OPT_STRING,                                               \
+         "Select new state of affected keyslots (active/inactive)", NULL, false},        \
+        {"lazy_refcounts", TOOL_OPT_BOOL, "Postpone refcount updates", NULL, false},     \
+        {"refcount_bits", TOOL_OPT_NUMBER, "Width of a reference count entry in bits",   \
+         NULL, false},                                                                   \
+    {                                                                                    \
+        "size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false                          \
+    }
+
+static const ToolOptDesc qcow2_amend_opts[] = {
+    AMEND_OPTS,
+    {NULL, 0, NULL, NULL, false},
+};
+
+static const ToolOptDesc qcow2_amend_create_opts[] = {
+    AMEND_OPTS,
+    {"cluster_size", TOOL_OPT_SIZE, NULL, NULL, false},
+    {"compression_type", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.cipher-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.cipher-mode", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.format", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.hash-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.ivgen-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.ivgen-hash-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encrypt.key-secret", TOOL_OPT_STRING, NULL, NULL, false},
+    {"encryption", TOOL_OPT_BOOL, NULL, NULL, false},
+    {"extended_l2", TOOL_OPT_BOOL, NULL, NULL, false},
+    {"preallocation", TOOL_OPT_STRING, NULL, NULL, false},
+    {NULL, 0, NULL, NULL, false},
+};
+
+const ToolOptDesc *tool_amend_opts(const char *format, bool with_create)
+{
+    if (strcmp(format, "qcow2") != 0) {
+        return NULL;
+    }
+    return with_create ? qcow2_amend_create_opts : qcow2_amend_opts;
+}
+
 const ToolOptDesc *tool_create_opts(const char *format)
 {
     if (strcmp(format, "raw") == 0) {
@@ -167,9 +228,11 @@ static gint cmp_desc(gconstpointer a, gconstpointer b)
     return strcmp(x->name, y->name);
 }
 
-void tool_opts_print_help(const char *format, bool with_protocol)
+/* The options of descs (protocol ones only if with_protocol) sorted by
+ * name, one "  name=<type> - help" line each; raw_fmt: the raw format's
+ * preallocation wording with a file name. */
+static void print_opt_lines(const ToolOptDesc *descs, bool with_protocol, bool raw_fmt)
 {
-    const ToolOptDesc *descs = tool_create_opts(format);
     g_autoptr(GPtrArray) list = g_ptr_array_new();
 
     for (const ToolOptDesc *d = descs; d && d->name; d++) {
@@ -179,23 +242,32 @@ void tool_opts_print_help(const char *format, bool with_protocol)
         g_ptr_array_add(list, (gpointer)d);
     }
     g_ptr_array_sort(list, cmp_desc);
-
-    if (with_protocol) {
-        printf("Supported options:\n");
-    } else {
-        printf("Supported %s options:\n", format);
-    }
     for (guint i = 0; i < list->len; i++) {
         const ToolOptDesc *d = list->pdata[i];
         g_autofree char *left = g_strdup_printf("%s=<%s>", d->name, type_name(d->type));
         const char *help = d->help;
 
-        if (with_protocol && strcmp(format, "raw") == 0 &&
-            strcmp(d->name, "preallocation") == 0) {
+        if (with_protocol && raw_fmt && strcmp(d->name, "preallocation") == 0) {
             help = "Preallocation mode (allowed values: off, falloc, full)";
         }
         printf("  %-22s - %s\n", left, help);
     }
+}
+
+void tool_opts_print_amend_help(const char *format)
+{
+    printf("Amend options for '%s':\n", format);
+    print_opt_lines(tool_amend_opts(format, false), false, false);
+}
+
+void tool_opts_print_help(const char *format, bool with_protocol)
+{
+    if (with_protocol) {
+        printf("Supported options:\n");
+    } else {
+        printf("Supported %s options:\n", format);
+    }
+    print_opt_lines(tool_create_opts(format), with_protocol, strcmp(format, "raw") == 0);
     if (!with_protocol) {
         printf("\nThe protocol level may support further options.\n"
                "Specify the target filename to include those options.\n");
@@ -293,7 +365,7 @@ static void opt_error(const char *prefix, const char *msg)
 
 /* Check one value against its type; fills *value and *shown. */
 static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char **shown,
-                      const char *prefix)
+                      const char *prefix, bool quiet)
 {
     g_autofree char *msg = NULL;
 
@@ -348,11 +420,34 @@ static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char 
         return true;
     }
     }
-    opt_error(prefix, msg);
+    if (!quiet) {
+        opt_error(prefix, msg);
+    }
     return false;
 }
 
+/* tool_opts_parse() without messages (quiet): true if list parses. */
+static GPtrArray *opts_parse(const char *list, const ToolOptDesc *descs,
+                             const char *prefix, bool quiet);
+
+bool tool_opts_valid(const char *list, const ToolOptDesc *descs)
+{
+    GPtrArray *opts = opts_parse(list, descs, NULL, true);
+
+    if (!opts) {
+        return false;
+    }
+    g_ptr_array_unref(opts);
+    return true;
+}
+
 GPtrArray *tool_opts_parse(const char *list, const ToolOptDesc *descs, const char *prefix)
+{
+    return opts_parse(list, descs, prefix, false);
+}
+
+static GPtrArray *opts_parse(const char *list, const ToolOptDesc *descs,
+                             const char *prefix, bool quiet)
 {
     g_autoptr(GPtrArray) parts = split_list(list);
     GPtrArray *opts = g_ptr_array_new_with_free_func(opt_free);
@@ -369,7 +464,9 @@ GPtrArray *tool_opts_parse(const char *list, const ToolOptDesc *descs, const cha
         char *value = NULL, *shown = NULL;
 
         if (*e == '\0') {
-            tool_error("Invalid option list: %s", list);
+            if (!quiet) {
+                tool_error("Invalid option list: %s", list);
+            }
             goto fail;
         }
         if (strcmp(e, "help") == 0 || strcmp(e, "?") == 0) {
@@ -388,10 +485,12 @@ GPtrArray *tool_opts_parse(const char *list, const ToolOptDesc *descs, const cha
         d = find_desc(descs, key);
         if (!d) {
             g_autofree char *msg = g_strdup_printf("Invalid parameter '%s'", key);
-            opt_error(prefix, msg);
+            if (!quiet) {
+                opt_error(prefix, msg);
+            }
             goto fail;
         }
-        if (!normalise(d, raw, &value, &shown, prefix)) {
+        if (!normalise(d, raw, &value, &shown, prefix, quiet)) {
             goto fail;
         }
         tool_opts_set(opts, key, value, shown);

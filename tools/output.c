@@ -273,6 +273,12 @@ void tool_print_snapshot_table(FILE *f, GPtrArray *snapshots)
 
 /* ---- progress ---- */
 
+void tool_progress_show(double pct)
+{
+    printf("    (%3.2f/100%%)\r", pct);
+    fflush(stdout);
+}
+
 /* qemu-img's progress line and rule (its qemu_progress_print, in single
  * precision as it computes): a value is printed when it moved more than
  * one point from the last printed, or is 0 or 100.  A value equal to the
@@ -290,10 +296,10 @@ static void progress_show(ToolProgress *p, float current, bool force)
     if (force || current > p->last + 1.0f || current < p->last - 1.0f ||
         current == 100.0f || current == 0.0f) {
         p->last = current;
-        printf("    (%3.2f/100%%)\r", (double)current);
-        fflush(stdout);
+        tool_progress_show((double)current);
     }
 }
+
 
 void tool_progress_init(ToolProgress *p, bool enabled)
 {

@@ -45,6 +45,7 @@ int cmd_dd(int argc, char **argv);
 int cmd_rebase(int argc, char **argv);
 int cmd_commit(int argc, char **argv);
 int cmd_bitmap(int argc, char **argv);
+int cmd_amend(int argc, char **argv);
 
 /* Print the usage of one subcommand (qimg <cmd> --help); returns 0. */
 int tool_command_help(const char *name);
@@ -136,6 +137,14 @@ typedef struct ToolOpt {
 /* Create options of a format in qemu-img's print order (NULL-terminated
  * list), or NULL for an unknown format. */
 const ToolOptDesc *tool_create_opts(const char *format);
+/* qemu-img amend's options of a format (NULL: it has none); with_create
+ * adds the create options amend knows only to say "This option is only
+ * supported for image creation". */
+const ToolOptDesc *tool_amend_opts(const char *format, bool with_create);
+/* "-o help" of qemu-img amend ("Amend options for 'qcow2':"). */
+void tool_opts_print_amend_help(const char *format);
+/* Does 'list' parse against 'descs' (tool_opts_parse without messages)? */
+bool tool_opts_valid(const char *list, const ToolOptDesc *descs);
 /* Concatenate repeated -o arguments the way qemu-img does. */
 char *tool_opts_append(char *list, const char *more);
 /* True if the list asks for help ("help" or "?" as an element). */
@@ -201,6 +210,8 @@ void tool_progress_update(ToolProgress *p, uint64_t done, uint64_t total);
 /* The final "(100.00/100%)" qemu-img prints when the job is done. */
 void tool_progress_finish(ToolProgress *p);
 void tool_progress_end(ToolProgress *p);
+/* One progress line at pct (qemu-img amend prints by its own rule). */
+void tool_progress_show(double pct);
 
 /* ---- images ---- */
 

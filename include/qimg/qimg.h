@@ -18,10 +18,12 @@
  * same handle.
  *
  * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h), QIMG_0.4
- * (qimg/copy.h), QIMG_0.5 (qimg_image_has_zero_init); libqimg.map):
+ * (qimg/copy.h), QIMG_0.5 (qimg_image_has_zero_init), QIMG_0.6, QIMG_0.7
+ * (qimg_image_amend); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
- *     QimgCheckResult, QimgAioOptions, QimgCopyOptions) begins with
+ *     QimgCheckResult, QimgAioOptions, QimgCopyOptions, QimgAmendOptions)
+ *     begins with
  *     `uint32_t struct_size`, which the QIMG_*_INIT initialisers set to the
  *     sizeof the caller was built with.  The library reads only the bytes
  *     struct_size covers and gives every field past them its default, so a
@@ -231,6 +233,35 @@ char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file);
 /* Is fmt a block driver name QEMU knows (what qemu-img takes for -F and
  * backing_fmt, qimg opening only raw and qcow2)?  (0.6) */
 gboolean qimg_format_name_valid(const char *fmt);
+
+/* qemu-img amend's request (0.7). */
+typedef struct QimgAmendOptions {
+    uint32_t struct_size; /* sizeof(QimgAmendOptions): QIMG_AMEND_OPTIONS_INIT */
+    /* key -> value, the -o options qemu-img amend takes for qcow2 (compat,
+     * refcount_bits, lazy_refcounts, size, backing_file, backing_fmt,
+     * data_file, data_file_raw, encrypt.*), values as in
+     * QimgCreateOptions.options: booleans "on"/"off", numbers and sizes
+     * in decimal. */
+    GHashTable *options;
+    bool force; /* qemu-img amend --force */
+    /* Optional: called now and then with work done out of the total, on
+     * the calling thread, while the image's metadata is locked (it must
+     * not call into the image). */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
+} QimgAmendOptions;
+
+#define QIMG_AMEND_OPTIONS_INIT                                                          \
+    {                                                                                    \
+        .struct_size = sizeof(QimgAmendOptions)                                          \
+    }
+
+/* qemu-img amend: change the creation options opts names on an image opened
+ * read-write (qcow2 only: compatibility level up or down, refcount width,
+ * lazy refcounts, virtual size, the data file's name and raw flag), with
+ * QEMU 7.2's checks and messages.  Each step is crash-safe; on failure the
+ * steps before the failing one stay done, as with qemu-img (0.7). */
+gboolean qimg_image_amend(QimgImage *img, const QimgAmendOptions *opts, GError **error);
 
 /* Block status of one layer or of the whole chain. */
 typedef enum QimgStatusFlags {
