@@ -276,9 +276,11 @@ qi() {
 dirty_map() {
     local sock=$SCRATCH/dm.$$.sock pidf=$SCRATCH/dm.$$.pid
     rm -f "$sock" "$pidf"
+    # (</dev/null: neither may eat a caller's here-document)
     if qemu-nbd --fork --pid-file="$pidf" -r -f qcow2 -B "$2" -k "$sock" "$1" \
-        2>"$SCRATCH/dm.err"; then
-        nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" | awk '$3 == 1'
+        </dev/null 2>"$SCRATCH/dm.err"; then
+        nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" </dev/null |
+            awk '$3 == 1'
         kill "$(cat "$pidf")" 2>/dev/null
         for _ in $(seq 100); do kill -0 "$(cat "$pidf")" 2>/dev/null || break; sleep 0.02; done
     else

@@ -27,7 +27,7 @@ cp base.qcow2 m.qcow2
 # both_ops COMPARE: each line of stdin is "OPTIONS... NAME", run by both
 # on q.qcow2 and m.qcow2; exit codes, messages and then COMPARE LABEL.
 both_ops() {
-    local args name opts
+    local compare=$1 args name opts
     while read -r args; do
         # shellcheck disable=SC2086
         set -- $args
@@ -40,7 +40,7 @@ both_ops() {
         sed -i 's/^qemu-img: /qimg: /' q.err
         assert_eq "bitmap $args: exit code" "$qrc" "$mrc"
         assert_eq "bitmap $args: messages" "$(cat q.out q.err)" "$(cat m.out m.err)"
-        "$1" "bitmap $args"
+        "$compare" "bitmap $args"
     done
 }
 same_list() { assert_eq "$1: the bitmaps" "$(bitmaps q.qcow2)" "$(bitmaps m.qcow2)"; }
