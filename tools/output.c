@@ -300,7 +300,6 @@ static void progress_show(ToolProgress *p, float current, bool force)
     }
 }
 
-
 void tool_progress_init(ToolProgress *p, bool enabled)
 {
     p->enabled = enabled;
