@@ -281,8 +281,16 @@ dirty_map() {
         </dev/null 2>"$SCRATCH/dm.err"; then
         nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" </dev/null |
             awk '$3 == 1'
-        kill "$(cat "$pidf")" 2>/dev/null
-        for _ in $(seq 100); do kill -0 "$(cat "$pidf")" 2>/dev/null || break; sleep 0.02; done
+        local pid
+        pid=$(cat "$pidf")
+        kill "$pid" 2>/dev/null
+        # gone, or a zombie (--fork's daemon is reaped by whoever is pid 1,
+        # maybe seconds later; a zombie holds no lock)
+        for _ in $(seq 200); do
+            kill -0 "$pid" 2>/dev/null || break
+            [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+            sleep 0.01
+        done
     else
         echo "qemu-nbd: $(cat "$SCRATCH/dm.err")"
     fi
