@@ -203,13 +203,26 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     /* block.h invariant 5: only the caller's own name (not a backing file
      * name from an image: chain != NULL) may select a test node. */
     bool user_name = chain == NULL;
-    if (user_name && blk_is_nbd_name(blk_plain_name(filename))) {
-        g_strlcpy(canon, blk_plain_name(filename), sizeof(canon)); /* not a path */
-    } else if (!realpath(user_name ? blk_plain_name(filename) : filename, canon)) {
+    const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
+    if (g_str_has_prefix(path, "file:")) {
+        path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
+    }
+    if (user_name && blk_is_nbd_name(path)) {
+        g_strlcpy(canon, path, sizeof(canon)); /* not a path */
+    } else if (!realpath(path, canon)) {
         int e = errno;
-        g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
-                    g_strerror(e));
+        if (path != base) { /* "file:NAME": QEMU names both */
+            g_set_error(error, QIMG_ERROR, e,
+                        "Could not open '%s': Could not open '%s': %s", filename, path,
+                        g_strerror(e));
+        } else {
+            g_set_error(error, QIMG_ERROR, e, "Could not open '%s': %s", filename,
+                        g_strerror(e));
+        }
         return NULL;
+    }
+    if (path != base && base == filename) {
+        filename = path; /* the image's name has no "file:" (QEMU's bs->filename) */
     }
     if (chain_contains(chain, canon)) { /* invariant 1 */
         g_set_error(error, QIMG_ERROR, ELOOP,

@@ -100,6 +100,9 @@ BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
     };
     int ret;
 
+    if (g_str_has_prefix(filename, "file:")) {
+        filename += strlen("file:"); /* QEMU's file protocol prefix */
+    }
     img->drv = &blk_file_driver;
     img->filename = g_strdup(filename);
     img->read_only = o.read_only;
@@ -154,7 +157,10 @@ const char *blk_open_error_detail(const char *msg, int code, const char *filenam
 
 char *blk_resolve_backing_name(const char *image_filename, const char *backing)
 {
-    if (g_path_is_absolute(backing) || strstr(backing, "://") != NULL) {
+    /* QEMU: a name with a protocol prefix ("file:NAME", relative to the
+     * working directory, not the image's) is taken as it is */
+    if (g_path_is_absolute(backing) || strstr(backing, "://") != NULL ||
+        g_str_has_prefix(backing, "file:")) {
         return g_strdup(backing);
     }
     g_autofree char *dir = g_path_get_dirname(image_filename);

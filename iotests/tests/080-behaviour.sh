@@ -13,6 +13,9 @@
 #    (and "Formatting" line) without a secret; images with LUKS or AES
 #    encryption are refused as qemu-img refuses them without a secret;
 #  - resize past the L1 limit: qemu-img's "Failed to grow the L1 table";
+#  - a "file:" prefix: the file protocol, for a name given and a backing
+#    file name (taken as it is: relative to the working directory), with
+#    QEMU's names and messages;
 #  - convert -p prints qemu-img's sequence of "(NN.NN/100%)" lines (the
 #    share of the data started, its print rule, the last 100) for raw and
 #    qcow2 sources, -S 0, -c, other cluster sizes, -m 1.
@@ -121,6 +124,25 @@ for t in "-O qcow2 p.raw" "-O raw p.raw" "-O qcow2 -S 0 p.raw" "-c -O qcow2 p.ra
     # shellcheck disable=SC2086
     m=$("$QIMG" convert -p $t o.img | tr '\r' '\n')
     assert_eq "convert -p $t: the progress lines" "$q" "$m"
+done
+
+# ---- file: ----
+mkdir -p sub
+"$QEMU_IMG" create -q -f qcow2 sub/base.qcow2 1M
+"$QEMU_IMG" create -q -f qcow2 -b file:base.qcow2 -F qcow2 sub/top.qcow2
+(cd sub && both_err info file:top.qcow2)
+(cd sub && both_err info --backing-chain top.qcow2)
+(cd sub && both_err info file:nosuch.qcow2)
+both_err info --backing-chain sub/top.qcow2
+both_err compare file:sub/base.qcow2 sub/base.qcow2
+for d in . sub; do
+    t=top.qcow2
+    [ $d = . ] && t=sub/top.qcow2
+    (cd $d && "$QEMU_IO" -c 'read 0 1k' $t >"$SCRATCH/q.out" 2>&1)
+    (cd $d && "$QIMG" io -c 'read 0 1k' $t >"$SCRATCH/m.out" 2>&1)
+    sed -i -e 's/^qemu-io: /qimg: /' -e '/ops; /d' q.out
+    sed -i '/ops; /d' m.out
+    assert_eq "file: backing name, io from $d" "$(cat q.out)" "$(cat m.out)"
 done
 
 # ---- resize past the L1 table's limit ----
