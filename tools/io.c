@@ -29,9 +29,10 @@
  *     in front of a bare strerror ("Failed to get \"write\" lock", and
  *     "force-share=on can only be used with read-only images" stand alone).
  *     It fails the start: nothing runs, the exit status is 1.
- *  4. -C (copy-on-read), -k (native AIO), -m (misaligned buffers) and -d
- *     MODE are options of qemu-io; qimg refuses those it cannot honour
- *     (io-open.c), and -m always.
+ *  4. -C (copy-on-read), -k (native AIO), -m (misaligned buffers), -d
+ *     MODE, -T (tracing), --object and --image-opts are options of qemu-io;
+ *     qimg refuses those it cannot honour (io-open.c), and -m, -T, --object
+ *     and --image-opts always.
  */
 #include "io.h"
 #include "qimg/aio.h"
@@ -230,9 +231,12 @@ static void io_usage(void)
            "                       from the given string\n"
            "  -f, --format FMT     specifies the block driver to use\n"
            "  -r, --read-only      export read-only\n"
+           "  -s, --snapshot       use snapshot file (writes are discarded)\n"
            "  -n, --nocache        disable host cache, short for -t none\n"
+           "  -i, --aio=MODE       use AIO mode (threads or io_uring)\n"
            "  -t, --cache=MODE     use the given cache mode for the image\n"
            "                       (default: writethrough, as qemu-io)\n"
+           "  -d, --discard=MODE   discard mode: unmap (qimg's only one)\n"
            "  -U, --force-share    force shared permissions\n"
            "  -h, --help           display this help and exit\n"
            "\n"
@@ -271,6 +275,9 @@ int cmd_io(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {"aio", required_argument, NULL, 'i'},
         {"discard", required_argument, NULL, 'd'},
+        {"trace", required_argument, NULL, 'T'},
+        {"object", required_argument, NULL, 'O'},
+        {"image-opts", no_argument, NULL, 'I'},
         {NULL, 0, NULL, 0},
     };
     g_autoptr(GPtrArray) cmds = g_ptr_array_new();
@@ -282,7 +289,7 @@ int cmd_io(int argc, char **argv)
     int c, last_error = 0;
 
     oo.cache = QIMG_CACHE_WRITETHROUGH;
-    while ((c = getopt_long(argc, argv, "c:f:rsnt:UhVi:d:kCm", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:f:rsnt:UhVi:d:kCmT:", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             g_ptr_array_add(cmds, optarg);
@@ -314,6 +321,12 @@ int cmd_io(int argc, char **argv)
         case 'm': /* fact 4 */
             tool_error("misaligned buffers (-m) are not supported by qimg");
             return 1;
+        case 'T':
+            tool_error("tracing (-T) is not supported by qimg");
+            return 1;
+        case 'O': /* --object */
+        case 'I': /* --image-opts */
+            return tool_refuse_object_opts();
         case 'n':
         case 't':
         case 'd':

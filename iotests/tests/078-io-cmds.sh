@@ -161,13 +161,16 @@ refused() {
     shift 2
     (cd m && "$QIMG" io "$@" >../m.out 2>../m.err)
     rc=$?
-    assert_eq "$desc: refused" "1 $want" "$rc $(grep -o "$want" m.err m.out | head -n 1 |
+    assert_eq "$desc: refused" "1 $want" "$rc $(grep -o -e "$want" m.err m.out | head -n 1 |
         cut -d: -f2-)"
 }
 cp a.qcow2 m/img
 refused "-m" "misaligned buffers (-m) are not supported by qimg" -m -c 'read 0 1' img
 refused "-C" "copy-on-read (-C) is not supported by qimg" -C -c 'read 0 1' img
 refused "-k" "aio=native (-k) is not supported by qimg" -k -c 'read 0 1' img
+refused "-T" "tracing (-T) is not supported by qimg" -T foo -c 'read 0 1' img
+refused "--object" "--object and --image-opts are not supported" --object x img
+refused "--image-opts" "--object and --image-opts are not supported" --image-opts img
 refused "-d ignore" "discard=ignore is not supported by qimg" -d ignore -c 'read 0 1' img
 refused "open -C" "copy-on-read (-C) is not supported by qimg" -c 'open -C img'
 refused "open -o" "open -o lazy-refcounts=on: qimg takes only driver=FORMAT" \
