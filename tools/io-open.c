@@ -120,8 +120,7 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
             return -EINVAL;
         }
         o.format = "qcow2";
-        o.read_only = false;
-        o.force_share = false;
+        o.force_share = false; /* the overlay is ours; -r keeps it read-only */
     }
     io->img = qimg_image_open(overlay ? overlay : name, &o, &err);
     if (overlay) {

@@ -61,11 +61,17 @@ typedef struct IoCommand {
     const char *oneline;
 } IoCommand;
 
-/* "name args -- oneline"; "name -- oneline" without args (map's are "") */
+/* "name args -- oneline"; "name -- oneline" without args (map's are "");
+ * help names the command as it was asked for (an alias: "r [-abCqv] ...") */
+static void usage_named(const IoCommand *c, const char *name)
+{
+    printf("%s %s%s-- %s\n", name, c->args ? c->args : "", c->args ? " " : "",
+           c->oneline);
+}
+
 static void usage_of(const IoCommand *c)
 {
-    printf("%s %s%s-- %s\n", c->name, c->args ? c->args : "", c->args ? " " : "",
-           c->oneline);
+    usage_named(c, c->name);
 }
 
 static int quit_f(IoCtx *io, int argc, char **argv)
@@ -154,9 +160,12 @@ static int help_f(IoCtx *io, int argc, char **argv)
         const IoCommand *c = find_command(argv[1]);
         if (!c) {
             printf("command %s not found\n", argv[1]);
-            return 0;
+            return -EINVAL;
         }
-        usage_of(c);
+        usage_named(c, argv[1]);
+        if (io_command_help(c->name)) { /* io-help.c fact 1 */
+            fputs(io_command_help(c->name), stdout);
+        }
         return 0;
     }
     for (size_t i = 0; i < G_N_ELEMENTS(io_commands); i++) {

@@ -48,6 +48,8 @@ int64_t io_length(IoCtx *io);
 /* qemu-io's human sizes: "4 KiB", "1.500 KiB", "17 bytes" (io-cmds.c fact 2). */
 void io_cvtstr(double value, char *str, size_t size);
 
+/* The text "help name" prints after the usage line, or NULL (io-help.c). */
+const char *io_command_help(const char *name);
 /* Print the usage line "name args -- description" of a command (io.c). */
 void io_command_usage(const char *name);
 

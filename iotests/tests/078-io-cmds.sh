@@ -105,6 +105,8 @@ opencmds=(-c 'close' -c 'read 0 1' -c 'close' -c 'open img' -c 'read -P 1 0 1'
     -c 'open -s img' -c 'write -P 8 0 64k' -c 'read -q -P 8 0 64k' -c close
     -c 'open -r img' -c 'read -q -P 7 0 1' -c foo)
 both "open/close" a.qcow2 "${opencmds[@]}"
+both "-r -s" a.qcow2 -r -s -c 'write 0 1' -c 'read -q -P 1 0 1' -c close \
+    -c 'open -r -s img' -c 'write 0 1' -c 'open -r' -c info
 cp a.qcow2 q/img
 cp a.qcow2 m/img
 nofile=(-c 'read 0 1' -c 'foo' -c help -c 'sleep 1' -c 'sigraise 0' -c map -c alloc
@@ -184,6 +186,13 @@ refused "break on blkdebug:" "break: qimg's blkdebug node cannot suspend request
     -c 'break write_aio a' "blkdebug::img"
 # -d unmap is what qimg does: accepted
 both "-d unmap" a.qcow2 -d unmap -c 'discard 0 64k' -c map
+
+# ---- help: the list, each command's extended help, aliases (io-help.c) ----
+helps=(-c help)
+for c in $("$QEMU_IO" -c help | awk 'NF > 2 && $1 != "Use" { print $1 }') r w ? a foo; do
+    helps+=(-c "help $c")
+done
+both "help" - "${helps[@]}"
 
 # ---- the prompt under the qemu-io personality: byte for byte ----
 ln -s "$QIMG" m/qemu-io
