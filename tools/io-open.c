@@ -75,6 +75,12 @@ static char *create_overlay(const char *name, const QimgOpenOptions *oo)
     GError *err = NULL;
     int fd;
 
+    if (g_str_has_prefix(name, "blkdebug:") || g_str_has_prefix(name, "record:")) {
+        /* a backing file name never opens a test node (block.h invariant 5) */
+        tool_error("-s (snapshot) is not supported by qimg over a blkdebug: or "
+                   "record: node");
+        return NULL;
+    }
     ro.read_only = true;
     ro.force_share = true;
     base = qimg_image_open(name, &ro, &err);
@@ -90,7 +96,9 @@ static char *create_overlay(const char *name, const QimgOpenOptions *oo)
         return NULL;
     }
     close(fd);
-    abs = g_path_is_absolute(name) ? g_strdup(name) : g_canonicalize_filename(name, NULL);
+    abs = g_path_is_absolute(name) || g_str_has_prefix(name, "nbd") /* a URI */
+              ? g_strdup(name)
+              : g_canonicalize_filename(name, NULL);
     fmt = g_strdup(qimg_image_format(base));
     co.format = "qcow2";
     co.size = qimg_image_size(base);

@@ -184,6 +184,8 @@ refused "wait_break" "wait_break: qimg's blkdebug node cannot suspend requests" 
     -c 'wait_break a' img
 refused "break on blkdebug:" "break: qimg's blkdebug node cannot suspend requests" \
     -c 'break write_aio a' "blkdebug::img"
+refused "-s over blkdebug:" "-s (snapshot) is not supported by qimg over a blkdebug:" \
+    -s -c 'read 0 1' "blkdebug::img"
 # -d unmap is what qimg does: accepted
 both "-d unmap" a.qcow2 -d unmap -c 'discard 0 64k' -c map
 
