@@ -123,6 +123,9 @@ both "reopen" a.qcow2 -c 'reopen -r -w' -c 'reopen a' -c 'reopen -x' \
     -c 'reopen -c none' -c 'write -q -P 2 0 1' -c 'reopen -c writeback -r' \
     -c 'read -q -P 2 0 1' -c 'write 0 1' -c 'reopen' -c 'write 0 1' -c 'reopen -w' \
     -c 'aio_write -P 3 0 4k' -c 'reopen -r' -c 'read -q -P 3 0 4k'
+both "requests in flight at close and reopen" a.qcow2 -c 'aio_write -P 7 0 64k' \
+    -c 'close' -c 'open img' -c 'read -P 7 0 64k' -c 'aio_write -P 8 0 4k' \
+    -c 'reopen -r' -c 'read -P 8 0 4k' -c 'aio_read -P 8 0 4k' -c 'quit'
 both "reopen read-only at the start" a.qcow2 -r -c 'reopen -w' -c 'write -q -P 4 0 1' \
     -c 'read -q -P 4 0 1'
 # a writer elsewhere: -w must fail on the write lock, the image stays open
