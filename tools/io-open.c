@@ -31,14 +31,19 @@
  *     waits for ever.
  *  5. -s (snapshot) puts a temporary qcow2 overlay over the image: writes
  *     go to it and are gone at exit; "info" describes the overlay.
+ *  6. -o (open, reopen) takes the block layer's options; cache.direct=on|off
+ *     and cache.no-flush=on|off change the cache mode ("Parameter 'X'
+ *     expects 'on' or 'off'"), reopen cannot change driver ("Cannot change
+ *     the option 'driver'") nor take them with -c ("Cannot set both -c and
+ *     the cache options").
  *
  * What qimg cannot honour is refused with a message saying so, never
  * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
  * discard=ignore (qimg always passes discards to the file), misaligned
- * buffers (-m), -o options other than driver=, reopen -o, reopening a -s
- * overlay, and breakpoints: qimg's blkdebug node (block/faulty.c) fails
- * requests by rule but cannot suspend one, and the tool reaches it only
- * through the public API, which has no breakpoint call.
+ * buffers (-m), -o options other than driver=, cache.direct and
+ * cache.no-flush, reopening a -s overlay, and breakpoints: qimg's blkdebug node
+ * (block/faulty.c) fails requests by rule but cannot suspend one, and the tool reaches it
+ * only through the public API, which has no breakpoint call.
  */
 #include "io.h"
 #include "qimg/aio.h"
@@ -235,20 +240,68 @@ int io_parse_aio(const char *arg, QimgAioOptions *ao)
     return 0;
 }
 
-/* -o for open: only driver=FMT (the format); the rest is refused. */
-static int parse_open_o(const char *list, QimgOpenOptions *oo, char **format)
+/* m with cache.direct and cache.no-flush set (1 on, 0 off, -1 as m has
+ * them) (fact 6); false when qimg has no such cache mode (no-flush with
+ * O_DIRECT).  Writethrough without flushes is unsafe: its flushes do
+ * nothing; cache.no-flush=off then gives writeback (as from -t unsafe). */
+static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode *out)
+{
+    bool d = m == QIMG_CACHE_NONE || m == QIMG_CACHE_DIRECTSYNC;
+    bool nf = m == QIMG_CACHE_UNSAFE;
+    bool wt = m == QIMG_CACHE_WRITETHROUGH || m == QIMG_CACHE_DIRECTSYNC;
+
+    d = direct >= 0 ? direct : d;
+    nf = no_flush >= 0 ? no_flush : nf;
+    if (nf && d) {
+        return false;
+    }
+    *out = nf  ? QIMG_CACHE_UNSAFE
+           : d ? (wt ? QIMG_CACHE_DIRECTSYNC : QIMG_CACHE_NONE)
+               : (wt ? QIMG_CACHE_WRITETHROUGH : QIMG_CACHE_WRITEBACK);
+    return true;
+}
+
+/* -o of open and reopen (fact 6): driver=FMT (open only), cache.direct and
+ * cache.no-flush; the rest is refused.  format: where open keeps the
+ * driver name (NULL for reopen); prefix: of the messages (open's "can't
+ * open device F: "). */
+static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
+                   const char *prefix)
 {
     g_auto(GStrv) parts = g_strsplit(list, ",", -1);
+    int direct = -1, no_flush = -1;
 
     for (char **p = parts; *p; p++) {
-        if (g_str_has_prefix(*p, "driver=")) {
+        const char *eq = strchr(*p, '=');
+        int *flag = g_str_has_prefix(*p, "cache.direct=")     ? &direct
+                    : g_str_has_prefix(*p, "cache.no-flush=") ? &no_flush
+                                                              : NULL;
+        if (flag) {
+            if (strcmp(eq + 1, "on") != 0 && strcmp(eq + 1, "off") != 0) {
+                tool_error("%sParameter '%.*s' expects 'on' or 'off'", prefix,
+                           (int)(eq - *p), *p);
+                return -EINVAL;
+            }
+            *flag = strcmp(eq + 1, "on") == 0;
+        } else if (g_str_has_prefix(*p, "driver=") && format) {
             g_free(*format);
             *format = g_strdup(*p + strlen("driver="));
             oo->format = *format;
+        } else if (g_str_has_prefix(*p, "driver=")) {
+            tool_error("%sCannot change the option 'driver'", prefix);
+            return -EINVAL;
         } else if (**p) {
-            tool_error("open -o %s: qimg takes only driver=FORMAT", *p);
+            tool_error("%s-o %s: qimg takes only %scache.direct and cache.no-flush",
+                       prefix, *p, format ? "driver, " : "");
             return -EINVAL;
         }
+    }
+    if ((direct >= 0 || no_flush >= 0) &&
+        !cache_with(oo->cache, direct, no_flush, &oo->cache)) {
+        tool_error("%s-o: qimg has no cache mode with cache.no-flush=on and "
+                   "cache.direct=on",
+                   prefix);
+        return -EINVAL;
     }
     return 0;
 }
@@ -257,7 +310,8 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
-    g_autofree char *format = NULL;
+    g_autofree char *format = NULL, *prefix = NULL;
+    g_autofree char *o_list = NULL; /* every -o, joined by commas */
     bool snapshot = false, aio_given = false;
     int c;
 
@@ -278,9 +332,7 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
             oo.force_share = true;
             break;
         case 'o':
-            if (parse_open_o(optarg, &oo, &format) < 0) {
-                return -EINVAL;
-            }
+            o_list = tool_opts_append(o_list, optarg); /* parsed with the path */
             break;
         case 'i':
             aio_given = true;
@@ -306,6 +358,10 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
         io_command_usage("open");
         return -EINVAL;
     }
+    prefix = g_strdup_printf("can't open device %s: ", argv[optind]);
+    if (o_list && parse_o(o_list, &oo, &format, prefix) < 0) {
+        return -EINVAL;
+    }
     return io_open(io, argv[optind], &oo, snapshot, aio_given ? &ao : NULL, false);
 }
 
@@ -323,20 +379,22 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
     g_autofree char *name = g_strdup(io->name);
     g_autofree char *format = g_strdup(io->format);
     QimgAioOptions ao = io->ao;
-    bool r = false, w = false, aio_given = io->aio_given;
+    g_autofree char *o_list = NULL; /* every -o, joined by commas */
+    bool r = false, w = false, aio_given = io->aio_given, cache_given = false;
     int c, ret;
 
     while ((c = getopt(argc, argv, "c:o:rw")) != -1) {
         switch (c) {
         case 'c':
+            cache_given = true;
             if (!qimg_cache_mode_parse(optarg, &oo.cache, NULL)) {
                 tool_error("Invalid cache option: %s", optarg);
                 return -EINVAL;
             }
             break;
         case 'o':
-            tool_error("reopen -o is not supported by qimg");
-            return -EINVAL;
+            o_list = tool_opts_append(o_list, optarg); /* after -c (fact 6) */
+            break;
         case 'r':
             r = true;
             break;
@@ -354,6 +412,14 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
     }
     if (r && w) { /* fact 2 */
         tool_error("Only one -r/-w option may be given");
+        return -EINVAL;
+    }
+    if (o_list && cache_given &&
+        (strstr(o_list, "cache.direct=") || strstr(o_list, "cache.no-flush="))) {
+        tool_error("Cannot set both -c and the cache options"); /* fact 6 */
+        return -EINVAL;
+    }
+    if (o_list && parse_o(o_list, &oo, NULL, "") < 0) {
         return -EINVAL;
     }
     if (io->snapshot) {

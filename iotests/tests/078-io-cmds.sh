@@ -126,6 +126,14 @@ both "reopen" a.qcow2 -c 'reopen -r -w' -c 'reopen a' -c 'reopen -x' \
 both "requests in flight at close and reopen" a.qcow2 -c 'aio_write -P 7 0 64k' \
     -c 'close' -c 'open img' -c 'read -P 7 0 64k' -c 'aio_write -P 8 0 4k' \
     -c 'reopen -r' -c 'read -P 8 0 4k' -c 'aio_read -P 8 0 4k' -c 'quit'
+both "open -o, reopen -o: cache.direct, cache.no-flush" a.qcow2 \
+    -c 'reopen -o cache.direct=on' -c 'write -q -P 5 0 1' \
+    -c 'reopen -o cache.no-flush=on,cache.direct=off' -c 'write -q 0 1' \
+    -c 'reopen -o cache.no-flush=off' -c 'reopen -o driver=raw' \
+    -c 'reopen -o cache.direct=x' -c 'reopen -c writethrough -o cache.no-flush=on' \
+    -c 'close' -c 'open -o cache.direct=on,driver=qcow2 img' -c 'read -q -P 205 0 1' \
+    -c 'close' -c 'open -o cache.no-flush=maybe img' -c 'open -n -o cache.direct=off img' \
+    -c 'flush' -c 'reopen -r -o cache.direct=on' -c 'write 0 1'
 both "reopen read-only at the start" a.qcow2 -r -c 'reopen -w' -c 'write -q -P 4 0 1' \
     -c 'read -q -P 4 0 1'
 # a writer elsewhere: -w must fail on the write lock, the image stays open
@@ -178,9 +186,12 @@ refused "--object" "--object and --image-opts are not supported" --object x img
 refused "--image-opts" "--object and --image-opts are not supported" --image-opts img
 refused "-d ignore" "discard=ignore is not supported by qimg" -d ignore -c 'read 0 1' img
 refused "open -C" "copy-on-read (-C) is not supported by qimg" -c 'open -C img'
-refused "open -o" "open -o lazy-refcounts=on: qimg takes only driver=FORMAT" \
+refused "open -o" "-o lazy-refcounts=on: qimg takes only driver, cache.direct and" \
     -c 'open -o lazy-refcounts=on img'
-refused "reopen -o" "reopen -o is not supported by qimg" -c 'reopen -o a=b' img
+refused "reopen -o" "-o a=b: qimg takes only cache.direct and cache.no-flush" \
+    -c 'reopen -o a=b' img
+refused "O_DIRECT without flushes" "qimg has no cache mode with cache.no-flush=on and" \
+    -c 'reopen -o cache.direct=on,cache.no-flush=on' img
 refused "reopen -s" "reopen of a -s (snapshot) image is not supported by qimg" -s \
     -c 'reopen -r' img
 refused "wait_break" "wait_break: qimg's blkdebug node cannot suspend requests" \
