@@ -242,13 +242,17 @@ int io_parse_aio(const char *arg, QimgAioOptions *ao)
 
 /* m with cache.direct and cache.no-flush set (1 on, 0 off, -1 as m has
  * them) (fact 6); false when qimg has no such cache mode (no-flush with
- * O_DIRECT).  Writethrough without flushes is unsafe: its flushes do
- * nothing; cache.no-flush=off then gives writeback (as from -t unsafe). */
-static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode *out)
+ * O_DIRECT).  Writethrough without flushes is unsafe (its flushes do
+ * nothing); *wt says whether an unsafe mode came from writethrough, so that
+ * cache.no-flush=off gives it back. */
+static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode *out,
+                       bool *wt)
 {
     bool d = m == QIMG_CACHE_NONE || m == QIMG_CACHE_DIRECTSYNC;
     bool nf = m == QIMG_CACHE_UNSAFE;
-    bool wt = m == QIMG_CACHE_WRITETHROUGH || m == QIMG_CACHE_DIRECTSYNC;
+    bool w = m == QIMG_CACHE_UNSAFE
+                 ? *wt
+                 : m == QIMG_CACHE_WRITETHROUGH || m == QIMG_CACHE_DIRECTSYNC;
 
     d = direct >= 0 ? direct : d;
     nf = no_flush >= 0 ? no_flush : nf;
@@ -256,8 +260,9 @@ static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode 
         return false;
     }
     *out = nf  ? QIMG_CACHE_UNSAFE
-           : d ? (wt ? QIMG_CACHE_DIRECTSYNC : QIMG_CACHE_NONE)
-               : (wt ? QIMG_CACHE_WRITETHROUGH : QIMG_CACHE_WRITEBACK);
+           : d ? (w ? QIMG_CACHE_DIRECTSYNC : QIMG_CACHE_NONE)
+               : (w ? QIMG_CACHE_WRITETHROUGH : QIMG_CACHE_WRITEBACK);
+    *wt = nf && w;
     return true;
 }
 
@@ -266,7 +271,7 @@ static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode 
  * driver name (NULL for reopen); prefix: of the messages (open's "can't
  * open device F: "). */
 static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
-                   const char *prefix)
+                   const char *prefix, bool *wt)
 {
     g_auto(GStrv) parts = g_strsplit(list, ",", -1);
     int direct = -1, no_flush = -1;
@@ -297,7 +302,7 @@ static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
         }
     }
     if ((direct >= 0 || no_flush >= 0) &&
-        !cache_with(oo->cache, direct, no_flush, &oo->cache)) {
+        !cache_with(oo->cache, direct, no_flush, &oo->cache, wt)) {
         tool_error("%s-o: qimg has no cache mode with cache.no-flush=on and "
                    "cache.direct=on",
                    prefix);
@@ -311,6 +316,7 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autofree char *format = NULL, *prefix = NULL;
+    bool wt = false;                /* parse_o */
     g_autofree char *o_list = NULL; /* every -o, joined by commas */
     bool snapshot = false, aio_given = false;
     int c;
@@ -359,10 +365,14 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
         return -EINVAL;
     }
     prefix = g_strdup_printf("can't open device %s: ", argv[optind]);
-    if (o_list && parse_o(o_list, &oo, &format, prefix) < 0) {
+    if (o_list && parse_o(o_list, &oo, &format, prefix, &wt) < 0) {
         return -EINVAL;
     }
-    return io_open(io, argv[optind], &oo, snapshot, aio_given ? &ao : NULL, false);
+    if (io_open(io, argv[optind], &oo, snapshot, aio_given ? &ao : NULL, false) < 0) {
+        return -EINVAL;
+    }
+    io->unsafe_wt = wt;
+    return 0;
 }
 
 int io_cmd_close(IoCtx *io, int argc, char **argv)
@@ -381,12 +391,14 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
     QimgAioOptions ao = io->ao;
     g_autofree char *o_list = NULL; /* every -o, joined by commas */
     bool r = false, w = false, aio_given = io->aio_given, cache_given = false;
+    bool wt = io->unsafe_wt;
     int c, ret;
 
     while ((c = getopt(argc, argv, "c:o:rw")) != -1) {
         switch (c) {
         case 'c':
             cache_given = true;
+            wt = false; /* -c unsafe is writeback without flushes */
             if (!qimg_cache_mode_parse(optarg, &oo.cache, NULL)) {
                 tool_error("Invalid cache option: %s", optarg);
                 return -EINVAL;
@@ -419,7 +431,7 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
         tool_error("Cannot set both -c and the cache options"); /* fact 6 */
         return -EINVAL;
     }
-    if (o_list && parse_o(o_list, &oo, NULL, "") < 0) {
+    if (o_list && parse_o(o_list, &oo, NULL, "", &wt) < 0) {
         return -EINVAL;
     }
     if (io->snapshot) {
@@ -441,6 +453,7 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
         return ret;
     }
     if (io_open(io, name, &oo, false, aio_given ? &ao : NULL, true) == 0) {
+        io->unsafe_wt = wt;
         return 0;
     }
     io_open(io, name, &old, false, aio_given ? &ao : NULL, true);

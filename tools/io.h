@@ -25,6 +25,7 @@ typedef struct IoCtx {
     char *format;       /* -f / -o driver=, or NULL: probed */
     QimgOpenOptions oo; /* oo.format is format */
     bool snapshot;      /* -s: img is a temporary overlay */
+    bool unsafe_wt;     /* oo.cache unsafe: writethrough with no-flush (io-open.c) */
     bool aio_given;     /* ao was given (-i) */
     QimgAioOptions ao;
 } IoCtx;
