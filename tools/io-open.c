@@ -40,10 +40,16 @@
  * What qimg cannot honour is refused with a message saying so, never
  * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
  * discard=ignore (qimg always passes discards to the file), misaligned
- * buffers (-m), -o options other than driver=, cache.direct and
- * cache.no-flush, reopening a -s overlay, and breakpoints: qimg's blkdebug node
- * (block/faulty.c) fails requests by rule but cannot suspend one, and the tool reaches it
- * only through the public API, which has no breakpoint call.
+ * buffers (-m), -o keys other than driver, cache.direct and cache.no-flush,
+ * O_DIRECT without flushes, reopening a -s overlay, -s over a test node,
+ * and breakpoints: qimg's blkdebug node (block/faulty.c) fails requests by
+ * rule but cannot suspend one, and the tool reaches it only through the
+ * public API, which has no breakpoint call.
+ *
+ * The API has no reopen: reopen closes the handle, then opens the image
+ * with the new options (the old handle's locks would refuse the new one),
+ * and on failure with the old ones again.  Between the two another process
+ * could take the image; qemu-io's reopen is atomic.
  */
 #include "io.h"
 #include "qimg/aio.h"
