@@ -1,7 +1,9 @@
 /*
- * tools/io.h: what the two halves of "qimg io" share: the command loop
- * (io.c: options, the command table, line splitting, help, quit) and the
- * commands that do I/O (io-cmds.c).  Internal to tools/.
+ * tools/io.h: what the parts of "qimg io" share: the command loop (io.c:
+ * options, the command table, line splitting, help, quit), the image and
+ * its open/close/reopen (io-open.c), the I/O commands (io-cmds.c, io-vec.c,
+ * io-aio.c), map/alloc/info (io-map.c) and the extended help (io-help.c).
+ * Internal to tools/.
  */
 #ifndef QIMG_TOOL_IO_H
 #define QIMG_TOOL_IO_H
