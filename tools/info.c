@@ -146,6 +146,51 @@ static const char *bool_str(bool b)
     return b ? "true" : "false";
 }
 
+/* "Format specific information:" and what follows, as qemu-img info and
+ * qemu-io's info print it (nothing for a format without it). */
+void tool_print_format_specific(const QimgInfo *info)
+{
+    bool v3;
+
+    if (!info->format_specific) {
+        return;
+    }
+    v3 = is_v3(info);
+    printf("Format specific information:\n");
+    printf("    compat: %s\n", info->compat ? info->compat : "");
+    if (info->compression_type) {
+        printf("    compression type: %s\n", info->compression_type);
+    }
+    if (v3) {
+        printf("    lazy refcounts: %s\n", bool_str(info->lazy_refcounts));
+    }
+    if (info->bitmaps) {
+        printf("    bitmaps:\n");
+        for (guint i = 0; i < info->bitmaps->len; i++) {
+            const QimgBitmapInfo *b = g_ptr_array_index(info->bitmaps, i);
+            int f = 0;
+            printf("        [%u]:\n            flags:\n", i);
+            if (b->in_use) {
+                printf("                [%d]: in-use\n", f++);
+            }
+            if (b->enabled) {
+                printf("                [%d]: auto\n", f++);
+            }
+            printf("            name: %s\n            granularity: %" PRIu32 "\n",
+                   b->name, b->granularity);
+        }
+    }
+    printf("    refcount bits: %" PRIu32 "\n", info->refcount_bits);
+    if (info->data_file) {
+        printf("    data file: %s\n", info->data_file);
+        printf("    data file raw: %s\n", bool_str(info->data_file_raw));
+    }
+    if (v3) {
+        printf("    corrupt: %s\n", bool_str(info->corrupt));
+        printf("    extended l2: %s\n", bool_str(info->extended_l2));
+    }
+}
+
 static void human_info(const QimgInfo *info)
 {
     g_autofree char *vsize = tool_size_to_str(info->virtual_size);
@@ -183,43 +228,7 @@ static void human_info(const QimgInfo *info)
         printf("Snapshot list:\n");
         tool_print_snapshot_table(stdout, info->snapshots);
     }
-    if (info->format_specific) {
-        bool v3 = is_v3(info);
-
-        printf("Format specific information:\n");
-        printf("    compat: %s\n", info->compat ? info->compat : "");
-        if (info->compression_type) {
-            printf("    compression type: %s\n", info->compression_type);
-        }
-        if (v3) {
-            printf("    lazy refcounts: %s\n", bool_str(info->lazy_refcounts));
-        }
-        if (info->bitmaps) {
-            printf("    bitmaps:\n");
-            for (guint i = 0; i < info->bitmaps->len; i++) {
-                const QimgBitmapInfo *b = g_ptr_array_index(info->bitmaps, i);
-                int f = 0;
-                printf("        [%u]:\n            flags:\n", i);
-                if (b->in_use) {
-                    printf("                [%d]: in-use\n", f++);
-                }
-                if (b->enabled) {
-                    printf("                [%d]: auto\n", f++);
-                }
-                printf("            name: %s\n            granularity: %" PRIu32 "\n",
-                       b->name, b->granularity);
-            }
-        }
-        printf("    refcount bits: %" PRIu32 "\n", info->refcount_bits);
-        if (info->data_file) {
-            printf("    data file: %s\n", info->data_file);
-            printf("    data file raw: %s\n", bool_str(info->data_file_raw));
-        }
-        if (v3) {
-            printf("    corrupt: %s\n", bool_str(info->corrupt));
-            printf("    extended l2: %s\n", bool_str(info->extended_l2));
-        }
-    }
+    tool_print_format_specific(info);
 }
 
 /* Identity of a file for loop detection: its canonical path if it exists. */

@@ -31,8 +31,6 @@
 #include <string.h>
 #include <time.h>
 
-#define IO_MAX_REQUEST ((int64_t)INT_MAX & ~INT64_C(511)) /* QEMU's request limit */
-
 /* ---- numbers and reports (facts 1, 2) ---- */
 
 int64_t io_cvtnum(const char *s)
@@ -72,7 +70,7 @@ int io_parse_pattern(const char *arg)
     return (int)v;
 }
 
-static void cvtstr(double value, char *str, size_t size)
+void io_cvtstr(double value, char *str, size_t size)
 {
     static const char *const units[] = {" EiB", " PiB", " TiB", " GiB", " MiB", " KiB"};
     const char *suffix = " bytes";
@@ -110,7 +108,7 @@ static void timestr(const struct timespec *t, char *ts, size_t size, bool fixed)
     }
 }
 
-static struct timespec tsub(struct timespec a, struct timespec b)
+struct timespec io_tsub(struct timespec a, struct timespec b)
 {
     a.tv_sec -= b.tv_sec;
     a.tv_nsec -= b.tv_nsec;
@@ -133,8 +131,8 @@ void io_print_report(const char *op, struct timespec t, int64_t offset, int64_t 
 
     timestr(&t, ts, sizeof(ts), cflag);
     if (!cflag) {
-        cvtstr((double)total, s1, sizeof(s1));
-        cvtstr(tdiv((double)total, t), s2, sizeof(s2));
+        io_cvtstr((double)total, s1, sizeof(s1));
+        io_cvtstr(tdiv((double)total, t), s2, sizeof(s2));
         printf("%s %" PRId64 "/%" PRId64 " bytes at offset %" PRId64 "\n", op, total,
                count, offset);
         printf("%s, %d ops; %s (%s/sec and %.4f ops/sec)\n", s1, cnt, ts, s2,
@@ -319,7 +317,7 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
     if (vflag) {
         io_dump_buffer(buf, offset, count);
     }
-    io_print_report("read", tsub(t2, t1), offset, count, count, 1, cflag);
+    io_print_report("read", io_tsub(t2, t1), offset, count, count, 1, cflag);
     return ret;
 }
 
@@ -505,7 +503,7 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
         return -EIO;
     }
     if (!qflag) {
-        io_print_report("wrote", tsub(t2, t1), offset, count, count, 1, Cflag);
+        io_print_report("wrote", io_tsub(t2, t1), offset, count, count, 1, Cflag);
     }
     return 0;
 }
@@ -556,7 +554,7 @@ int io_cmd_discard(IoCtx *io, int argc, char **argv)
         return ret;
     }
     if (!qflag) {
-        io_print_report("discard", tsub(t2, t1), offset, bytes, bytes, 1, cflag);
+        io_print_report("discard", io_tsub(t2, t1), offset, bytes, bytes, 1, cflag);
     }
     return 0;
 }
@@ -576,7 +574,7 @@ int io_cmd_length(IoCtx *io, int argc, char **argv)
 
     (void)argc;
     (void)argv;
-    cvtstr((double)qimg_image_size(io->img), s, sizeof(s));
+    io_cvtstr((double)io_length(io), s, sizeof(s)); /* io-map.c fact 1 */
     printf("%s\n", s);
     return 0;
 }

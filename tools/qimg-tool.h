@@ -195,6 +195,10 @@ void tool_json_str(ToolJson *j, const char *key, const char *v);
 /* Append s as a quoted JSON string. */
 void tool_json_quote(GString *out, const char *s);
 
+/* "Format specific information:" and its lines, as qemu-img info and
+ * qemu-io's info print them (info.c); nothing without format_specific. */
+void tool_print_format_specific(const QimgInfo *info);
+
 /* The snapshot table of "qimg snapshot -l" and "qimg info". */
 void tool_print_snapshot_table(FILE *f, GPtrArray *snapshots);
 
