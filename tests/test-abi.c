@@ -47,6 +47,8 @@ static void test_version(void **state)
 {
     (void)state;
     assert_string_equal(qimg_version(), QIMG_VERSION_STRING);
+    /* the header's version is the project's (meson.build) */
+    assert_string_equal(QIMG_VERSION_STRING, QIMG_PROJECT_VERSION);
 }
 
 /* Rule 1: struct_size 0 (a struct not made with its INIT macro) is refused. */

@@ -55,7 +55,7 @@ G_BEGIN_DECLS
 /* The version of the library in use ("0.3.0"), as opposed to the header's
  * QIMG_VERSION_STRING. */
 const char *qimg_version(void);
-#define QIMG_VERSION_STRING "0.3.0"
+#define QIMG_VERSION_STRING "0.7.0"
 GQuark qimg_error_quark(void);
 
 typedef struct QimgImage QimgImage;
