@@ -123,6 +123,12 @@ GPtrArray *api_snapshot_list_move(GArray *blk_list);
 /* An empty public snapshot list (QimgSnapshotInfo *, freed with it). */
 GPtrArray *api_snapshot_list_new(void);
 
+/* json-name.c: a "json:{...}" name, or --image-opts' key=value list, onto
+ * *o and the image file's *path (g_free). */
+gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error);
+gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
+                             GError **error);
+
 /* image.c: an operation that changes node may run (writable, has_op),
  * else FALSE with "Image ... is read-only" / "Format ... does not support
  * WHAT". */

@@ -65,6 +65,7 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     QimgOpenOptions in;
     BlkOpenOptions o;
     BlkNode *node;
+    g_autofree char *path = NULL;
 
     if (!filename || !*filename) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
@@ -75,8 +76,18 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     }
     api_register_drivers();
     api_open_options(&in, &o);
+    /* json-name.c invariant 1: the caller's own name */
+    if ((in.image_opts && !api_image_opts_name(filename, &o, &path, error)) ||
+        (!in.image_opts && g_str_has_prefix(filename, "json:") &&
+         !api_json_name(filename, &o, &path, error))) {
+        g_prefix_error(error, "Could not open '%s': ", filename);
+        return NULL;
+    }
     blk_error_clear();
-    node = api_open_node(filename, &o, NULL, error);
+    node = api_open_node(path ? path : filename, &o, NULL, error);
+    if (!node && path) { /* QEMU names the json: name, then the file */
+        g_prefix_error(error, "Could not open '%s': ", filename);
+    }
     return node ? api_image_new(node) : NULL;
 }
 

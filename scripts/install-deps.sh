@@ -4,7 +4,8 @@
 set -euo pipefail
 
 pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
-      libzstd-dev libcmocka-dev qemu-utils clang libclang-rt-14-dev clang-format)
+      libzstd-dev libcmocka-dev libjson-glib-dev qemu-utils clang libclang-rt-14-dev
+      clang-format)
 # What the tests run besides the oracle (qemu-utils: qemu-img, qemu-io,
 # qemu-nbd): python3 (iotests, scripts/run-tests.sh), and the NBD, io_uring
 # and fio tools that tests may require.  Under CI=true a test whose tool is

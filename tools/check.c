@@ -39,7 +39,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_OUTPUT = 256 };
+enum { OPT_OUTPUT = 256, OPT_IMAGE_OPTS };
 
 static void dump_human(const QimgCheckResult *r)
 {
@@ -132,6 +132,7 @@ int cmd_check(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"force-share", no_argument, NULL, 'U'},
         {"progress", no_argument, NULL, 'p'},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = NULL, *output = "human", *cache = "writeback", *filename;
@@ -177,6 +178,9 @@ int cmd_check(int argc, char **argv)
         case 'p':
             progress = true;
             break;
+        case OPT_IMAGE_OPTS:
+            oo.image_opts = true;
+            break;
         case OPT_OUTPUT:
             output = optarg;
             break;
@@ -204,6 +208,9 @@ int cmd_check(int argc, char **argv)
     oo.cache = mode;
     oo.force_share = force_share;
     oo.check_mode = true;
+    if (!tool_image_opts_format_ok(&oo)) {
+        return 1;
+    }
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
         tool_report_open_error(filename, err);

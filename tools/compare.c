@@ -225,7 +225,7 @@ static int do_compare(Compare *s, ToolProgress *prog)
 }
 
 static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cache,
-                            bool force_share)
+                            bool force_share, bool image_opts)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     GError *err = NULL;
@@ -235,6 +235,10 @@ static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cac
     oo.read_only = true;
     oo.cache = cache;
     oo.force_share = force_share;
+    oo.image_opts = image_opts;
+    if (!tool_image_opts_format_ok(&oo)) {
+        return NULL;
+    }
     img = qimg_image_open(name, &oo, &err);
     if (!img) {
         tool_report_open_error(name, err);
@@ -247,10 +251,11 @@ int cmd_compare(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, 256},
         {NULL, 0, NULL, 0},
     };
     const char *fmt1 = NULL, *fmt2 = NULL, *cache = "writeback";
-    bool progress = false, force_share = false;
+    bool progress = false, force_share = false, image_opts = false;
     QimgCacheMode mode;
     g_autoptr(QimgImage) img1 = NULL;
     g_autoptr(QimgImage) img2 = NULL;
@@ -283,6 +288,9 @@ int cmd_compare(int argc, char **argv)
         case 'U':
             force_share = true;
             break;
+        case 256: /* --image-opts: both names are options */
+            image_opts = true;
+            break;
         default:
             return tool_bad_option(c, argv);
         }
@@ -299,11 +307,11 @@ int cmd_compare(int argc, char **argv)
 
     s.a.name = argv[optind];
     s.b.name = argv[optind + 1];
-    img1 = open_side(s.a.name, fmt1, mode, force_share);
+    img1 = open_side(s.a.name, fmt1, mode, force_share, image_opts);
     if (!img1) {
         return 2;
     }
-    img2 = open_side(s.b.name, fmt2, mode, force_share);
+    img2 = open_side(s.b.name, fmt2, mode, force_share, image_opts);
     if (!img2) {
         return 2;
     }

@@ -63,7 +63,7 @@ typedef struct ConvertArgs {
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
-    bool bitmaps, skip_broken_bitmaps, salvage;
+    bool bitmaps, skip_broken_bitmaps, salvage, image_opts, target_image_opts;
     bool out_of_order; /* -W */
     unsigned min_sparse;
     unsigned in_flight; /* -m */
@@ -193,8 +193,9 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         }
     }
 
-    oo.format = a->out_fmt;
+    oo.format = a->target_image_opts ? NULL : a->out_fmt; /* the options name it */
     oo.cache = a->dst_cache;
+    oo.image_opts = a->target_image_opts;
     dst = qimg_image_open(a->dst_name, &oo, &err);
     if (!dst) {
         tool_report_open_error(a->dst_name, err);
@@ -235,6 +236,7 @@ static int run_convert(ConvertArgs *a)
     oo.cache = a->src_cache;
     oo.force_share = a->force_share;
     oo.deny_write = true; /* qemu-img: nobody writes the source while we copy it */
+    oo.image_opts = a->image_opts;
     src = tool_open_snapshot(a->src_name, &oo, a->snapshot);
     if (!src) {
         return 1;
@@ -287,13 +289,22 @@ static int run_convert(ConvertArgs *a)
 
 int cmd_convert(int argc, char **argv)
 {
-    enum { OPT_TARGET_IS_ZERO = 256, OPT_BITMAPS, OPT_SKIP_BROKEN, OPT_SALVAGE };
+    enum {
+        OPT_TARGET_IS_ZERO = 256,
+        OPT_BITMAPS,
+        OPT_SKIP_BROKEN,
+        OPT_SALVAGE,
+        OPT_IMAGE_OPTS,
+        OPT_TARGET_IMAGE_OPTS,
+    };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"bitmaps", no_argument, NULL, OPT_BITMAPS},
         {"salvage", no_argument, NULL, OPT_SALVAGE},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"target-image-opts", no_argument, NULL, OPT_TARGET_IMAGE_OPTS},
         {"skip-broken-bitmaps", no_argument, NULL, OPT_SKIP_BROKEN},
         {NULL, 0, NULL, 0},
     };
@@ -335,6 +346,12 @@ int cmd_convert(int argc, char **argv)
             break;
         case OPT_SALVAGE:
             a.salvage = true;
+            break;
+        case OPT_IMAGE_OPTS:
+            a.image_opts = true;
+            break;
+        case OPT_TARGET_IMAGE_OPTS:
+            a.target_image_opts = true;
             break;
         case 'o':
             a.optlist = tool_opts_append(a.optlist, optarg);
@@ -404,6 +421,10 @@ int cmd_convert(int argc, char **argv)
     }
     if (a.target_is_zero && !a.skip_create) {
         tool_error("--target-is-zero requires use of -n flag");
+        goto fail;
+    }
+    if (a.target_image_opts && !a.skip_create) { /* qemu-img's check */
+        tool_error("--target-image-opts requires use of -n flag");
         goto fail;
     }
     if (a.skip_broken_bitmaps && !a.bitmaps) { /* convert-bitmaps.c fact 1 */

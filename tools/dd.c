@@ -131,8 +131,10 @@ int cmd_dd(int argc, char **argv)
             oo.force_share = true;
             break;
         case OPT_OBJECT:
-        case OPT_IMAGE_OPTS:
             return tool_refuse_object_opts();
+        case OPT_IMAGE_OPTS:
+            oo.image_opts = true; /* options.c: tool_open_image */
+            break;
         default:
             return tool_bad_option(c, argv);
         }
@@ -147,6 +149,9 @@ int cmd_dd(int argc, char **argv)
         return 1;
     }
     oo.read_only = true;
+    if (!tool_image_opts_format_ok(&oo)) {
+        return 1;
+    }
     src = qimg_image_open(a.in, &oo, &err);
     if (!src) {
         tool_report_open_error(a.in, err);

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN };
+enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN, OPT_IMAGE_OPTS };
 
 static bool is_v3(const QimgInfo *info)
 {
@@ -247,7 +247,8 @@ static void free_info(gpointer p)
 }
 
 /* Open one layer (fact 1) and read its info; prints the error. */
-static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share)
+static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share,
+                            bool image_opts)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     g_autoptr(QimgImage) img = NULL;
@@ -259,6 +260,10 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
     oo.no_backing = true;
     oo.force_share = force_share;
     oo.no_io = true; /* metadata only: qemu-img info's locks */
+    oo.image_opts = image_opts;
+    if (!tool_image_opts_format_ok(&oo)) {
+        return NULL;
+    }
     img = qimg_image_open(filename, &oo, &err);
     if (!img) {
         tool_report_open_error(filename, err);
@@ -279,11 +284,12 @@ int cmd_info(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {"force-share", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = NULL, *output = "human";
-    bool chain = false, force_share = false;
+    bool chain = false, force_share = false, image_opts = false;
     ToolOutput out;
     g_autoptr(GPtrArray) infos = g_ptr_array_new_with_free_func(free_info);
     g_autoptr(GHashTable) seen =
@@ -308,6 +314,9 @@ int cmd_info(int argc, char **argv)
         case OPT_BACKING_CHAIN:
             chain = true;
             break;
+        case OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         default:
             return tool_bad_option(c, argv);
         }
@@ -331,7 +340,8 @@ int cmd_info(int argc, char **argv)
             return 1;
         }
         g_hash_table_add(seen, key);
-        info = layer_info(next_name, next_fmt, force_share);
+        info = layer_info(next_name, next_fmt, force_share, image_opts);
+        image_opts = false; /* the top only: backing names are names */
         if (!info) {
             return 1;
         }

@@ -22,7 +22,7 @@ typedef struct ToolCommand {
 
 static const ToolCommand commands[] = {
     {"amend", cmd_amend,
-     "amend [-p] [-q] [-f fmt] [-t cache] [--force] -o options filename",
+     "amend [--image-opts] [-p] [-q] [-f fmt] [-t cache] [--force] -o options filename",
      "Change the format-specific options of a qcow2 image (compat, refcount_bits,\n"
      "lazy_refcounts, size, data_file_raw, ...); -o help lists them."},
     {"bench", cmd_bench,
@@ -32,28 +32,33 @@ static const ToolCommand commands[] = {
      "Run a simple sequential I/O benchmark on the image (depth requests in\n"
      "flight at once); -w writes."},
     {"bitmap", cmd_bitmap,
-     "bitmap (--merge SOURCE | --add | --remove | --clear | --enable | --disable)... "
+     "bitmap [--image-opts] (--merge SOURCE | --add | --remove | --clear | --enable | "
+     "--disable)... "
      "[-b source_file [-F source_fmt]] [-g granularity] [-f fmt] filename bitmap",
      "Add, remove, clear, enable or disable a persistent dirty bitmap of a qcow2\n"
      "image, in the order given (--merge is refused: qimg cannot copy bitmap data\n"
      "yet)."},
     {"check", cmd_check,
-     "check [-q] [-f fmt] [--output=ofmt] [-r [leaks | all]] [-T src_cache] [-U] [-p] "
+     "check [--image-opts] [-q] [-f fmt] [--output=ofmt] [-r [leaks | all]] [-T "
+     "src_cache] [-U] [-p] "
      "filename",
      "Check the image for consistency (and repair it with -r).\n"
      "Exit status: 0 consistent, 1 check not completed, 2 corruptions, 3 leaks,\n"
      "63 format without checks."},
     {"commit", cmd_commit,
-     "commit [-q] [-f fmt] [-t cache] [-b base] [-r rate_limit] [-d] [-p] filename",
+     "commit [--image-opts] [-q] [-f fmt] [-t cache] [-b base] [-r rate_limit] [-d] [-p] "
+     "filename",
      "Write what the image holds into its backing file (or into base deeper in\n"
      "the chain), then empty the image unless -d (-b implies -d)."},
     {"compare", cmd_compare,
-     "compare [-f fmt] [-F fmt] [-T src_cache] [-p] [-q] [-s] [-U] filename1 filename2",
+     "compare [--image-opts] [-f fmt] [-F fmt] [-T src_cache] [-p] [-q] [-s] [-U] "
+     "filename1 filename2",
      "Check whether two images have the same contents.\n"
      "Exit status: 0 identical, 1 different, 2 open error, 3 allocation\n"
      "check error, 4 read error."},
     {"convert", cmd_convert,
-     "convert [-U] [-p] [-q] [-n] [-f fmt] [-t cache] [-T src_cache] [-O output_fmt] "
+     "convert [--image-opts] [--target-image-opts] [-U] [-p] [-q] [-n] [-f fmt] [-t "
+     "cache] [-T src_cache] [-O output_fmt] "
      "[-B backing_file [-F backing_fmt]] [--target-is-zero] [--bitmaps] [-c] "
      "[-m num_coroutines] "
      "[-W] [--salvage] "
@@ -64,22 +69,25 @@ static const ToolCommand commands[] = {
      "filename [size]",
      "Create a new image; -o help lists the format's options."},
     {"dd", cmd_dd,
-     "dd [-U] [-f fmt] [-O output_fmt] [bs=block_size] [count=blocks] [skip=blocks] "
+     "dd [--image-opts] [-U] [-f fmt] [-O output_fmt] [bs=block_size] [count=blocks] "
+     "[skip=blocks] "
      "if=input of=output",
      "Copy the input to a new output image, as dd(1) copies a file (bs defaults\n"
      "to 512; count and skip count blocks)."},
-    {"info", cmd_info, "info [-f fmt] [--output=ofmt] [--backing-chain] [-U] filename",
+    {"info", cmd_info,
+     "info [--image-opts] [-f fmt] [--output=ofmt] [--backing-chain] [-U] filename",
      "Show information about an image."},
     {"io", cmd_io, "io [-f fmt] [-t cache] [-n] [-r] [-U] [-c command]... filename",
      "Run qemu-io compatible commands (read, write, discard, flush, ...) on the\n"
      "image; 'qimg io -c help' lists them."},
     {"map", cmd_map,
-     "map [-f fmt] [--start-offset=offset] [--max-length=len] [--output=ofmt] [-U] "
+     "map [--image-opts] [-f fmt] [--start-offset=offset] [--max-length=len] "
+     "[--output=ofmt] [-U] "
      "filename",
      "Dump the allocation of an image, layer by layer of its backing chain."},
     {"measure", cmd_measure,
-     "measure [--output=ofmt] [-O output_fmt] [-o options] [--size N | [-f fmt] "
-     "[-l snapshot_param] filename]",
+     "measure [--output=ofmt] [-O output_fmt] [-o options] [--size N | [--image-opts] "
+     "[-f fmt] [-l snapshot_param] filename]",
      "Measure the file size a new image of output_fmt needs for a virtual size\n"
      "or to hold filename's contents."},
     {"nbd", cmd_nbd,
@@ -91,15 +99,17 @@ static const ToolCommand commands[] = {
      "exit when it leaves unless -t; cache writeback), by running nbdkit with\n"
      "nbdkit-qimg-plugin.so."},
     {"rebase", cmd_rebase,
-     "rebase [-U] [-q] [-f fmt] [-t cache] [-T src_cache] [-p] [-u] -b backing_file "
+     "rebase [--image-opts] [-U] [-q] [-f fmt] [-t cache] [-T src_cache] [-p] [-u] -b "
+     "backing_file "
      "[-F backing_fmt] filename",
      "Change the backing file of an image; without -u the contents stay the same\n"
      "(what differs between the old and the new backing file is copied in)."},
     {"resize", cmd_resize,
-     "resize [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename [+ | -]size",
+     "resize [--image-opts] [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename "
+     "[+ | -]size",
      "Change the virtual size of the image; shrinking needs --shrink."},
     {"snapshot", cmd_snapshot,
-     "snapshot [-U] [-q] [-l | -a snapshot | -c snapshot | -d snapshot] "
+     "snapshot [--image-opts] [-U] [-q] [-l | -a snapshot | -c snapshot | -d snapshot] "
      "filename",
      "List (-l), create (-c), apply (-a: revert the disk to it) or delete (-d)\n"
      "internal snapshots of an image."},

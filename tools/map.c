@@ -22,7 +22,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_OUTPUT = 256, OPT_START, OPT_LENGTH };
+enum { OPT_OUTPUT = 256, OPT_START, OPT_LENGTH, OPT_IMAGE_OPTS };
 
 typedef struct MapEntry {
     uint64_t start;
@@ -151,6 +151,7 @@ int cmd_map(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"start-offset", required_argument, NULL, OPT_START},
         {"max-length", required_argument, NULL, OPT_LENGTH},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {"force-share", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
@@ -173,6 +174,9 @@ int cmd_map(int argc, char **argv)
             return tool_command_help("map");
         case 'U':
             force_share = true;
+            break;
+        case OPT_IMAGE_OPTS:
+            oo.image_opts = true;
             break;
         case OPT_OUTPUT:
             output = optarg;
@@ -201,6 +205,9 @@ int cmd_map(int argc, char **argv)
     oo.format = fmt;
     oo.read_only = true;
     oo.force_share = force_share;
+    if (!tool_image_opts_format_ok(&oo)) {
+        return 1;
+    }
     img = qimg_image_open(argv[optind], &oo, &err);
     if (!img) {
         tool_report_open_error(argv[optind], err);

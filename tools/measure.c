@@ -65,7 +65,7 @@ int cmd_measure(int argc, char **argv)
     };
     const char *fmt = NULL, *out_fmt = "raw", *snap = NULL, *filename = NULL;
     g_autofree char *optlist = NULL;
-    bool force_share = false, size_set = false;
+    bool force_share = false, size_set = false, image_opts = false;
     int64_t size = 0;
     ToolOutput output = TOOL_OUTPUT_HUMAN;
     g_autoptr(QimgImage) src = NULL;
@@ -108,8 +108,10 @@ int cmd_measure(int argc, char **argv)
             }
             break;
         case OPT_OBJECT:
-        case OPT_IMAGE_OPTS:
             return tool_refuse_object_opts();
+        case OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         default:
             return tool_bad_option(c, argv);
         }
@@ -134,6 +136,7 @@ int cmd_measure(int argc, char **argv)
     }
     if (filename) { /* fact 2 */
         QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+        oo.image_opts = image_opts;
         oo.format = fmt;
         oo.read_only = true;
         oo.force_share = force_share;

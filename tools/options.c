@@ -286,7 +286,8 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
     g_autoptr(QimgInfo) info = NULL;
     GError *err = NULL;
 
-    if (snapshot_param && !(snapshot = tool_parse_snapshot_param(snapshot_param))) {
+    if (!tool_image_opts_format_ok(oo) ||
+        (snapshot_param && !(snapshot = tool_parse_snapshot_param(snapshot_param)))) {
         return NULL;
     }
     oo->snapshot = snapshot;
@@ -340,14 +341,28 @@ void *tool_alloc_aligned(size_t size)
 
 int tool_refuse_object_opts(void)
 {
-    tool_error("--object and --image-opts are not supported");
+    tool_error("--object is not supported: qimg has no secrets or other objects");
     return 1;
+}
+
+bool tool_image_opts_format_ok(const QimgOpenOptions *oo)
+{
+    if (oo->image_opts && oo->format) { /* qemu-img's img_open */
+        tool_error("--image-opts and --format are mutually exclusive");
+        return false;
+    }
+    return true;
 }
 
 QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo)
 {
     GError *err = NULL;
-    QimgImage *img = qimg_image_open(filename, oo, &err);
+    QimgImage *img;
+
+    if (!tool_image_opts_format_ok(oo)) {
+        return NULL;
+    }
+    img = qimg_image_open(filename, oo, &err);
 
     if (!img) {
         tool_report_open_error(filename, err);

@@ -99,6 +99,9 @@ void *tool_alloc_aligned(size_t size);
 int tool_refuse_object_opts(void);
 /* Open, report a failure (NULL), warn about a probed raw image. */
 QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
+/* --image-opts (oo->image_opts: the name is key=value options) with -f:
+ * qemu-img's refusal, printed; false. */
+bool tool_image_opts_format_ok(const QimgOpenOptions *oo);
 /* Close (final flush) and report a failure (false). */
 bool tool_close_image(QimgImage *img);
 /* A backing file name as the image names it, resolved against the image's

@@ -76,8 +76,10 @@ int cmd_resize(int argc, char **argv)
             shrink = true;
             break;
         case OPT_OBJECT:
-        case OPT_IMAGE_OPTS:
             return tool_refuse_object_opts();
+        case OPT_IMAGE_OPTS:
+            oo.image_opts = true; /* options.c: tool_open_image */
+            break;
         default:
             return tool_bad_option(c, argv);
         }

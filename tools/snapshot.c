@@ -178,6 +178,7 @@ int cmd_snapshot(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, 256},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = NULL, *name = NULL, *filename;
@@ -210,6 +211,9 @@ int cmd_snapshot(int argc, char **argv)
         case 'U':
             force_share = true;
             break;
+        case 256: /* --image-opts */
+            oo.image_opts = true;
+            break;
         default:
             return tool_bad_option(c, argv);
         }
@@ -235,6 +239,9 @@ int cmd_snapshot(int argc, char **argv)
         tool_error("Could not open '%s': force-share=on can only be used with read-only "
                    "images",
                    filename);
+        return 1;
+    }
+    if (!tool_image_opts_format_ok(&oo)) {
         return 1;
     }
     img = qimg_image_open(filename, &oo, &err);

@@ -95,6 +95,10 @@ typedef struct QimgOpenOptions {
      * through a second handle); the caller reads nothing of a backing file
      * that is being written through this chain (0.6). */
     bool backing_shared_write;
+    /* filename is not a name but qemu-img --image-opts' options
+     * ("driver=qcow2,file.filename=PATH,..."), read as a "json:{...}" name
+     * is (0.7) */
+    bool image_opts;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -102,9 +106,12 @@ typedef struct QimgOpenOptions {
         .struct_size = sizeof(QimgOpenOptions)                                           \
     }
 
-/* filename: a path, or an NBD export (nbd://, nbd+unix://, nbds://, or
- * qemu-img's nbd:unix:PATH / nbd:HOST:PORT[:exportname=NAME]) where qimg
- * was built with libnbd. */
+/* filename: a path (a "file:" prefix is the file protocol), QEMU's
+ * "json:{...}" name (driver, file.filename, file.driver "file", backing
+ * null, read-only, cache.direct/no-flush, qcow2's cache-size and
+ * l2-cache-size; anything else refused), or an NBD export (nbd://,
+ * nbd+unix://, nbds://, or qemu-img's nbd:unix:PATH /
+ * nbd:HOST:PORT[:exportname=NAME]) where qimg was built with libnbd. */
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error);
 /* Open a layer of top's backing chain (qimg_image_backing()) a second

@@ -8,8 +8,8 @@
 #    to filter): open errors, usage errors, the --help hint, qemu-io's
 #    "can't open device";
 #  - every synopsis line of --help has qemu-img's shape: for each command
-#    both have, qimg's options are qemu-img's (less --object and
-#    --image-opts, which qimg refuses; plus check -p, qimg's own) and the
+#    both have, qimg's options are qemu-img's (less --object, which qimg
+#    refuses; plus check -p, qimg's own) and the
 #    file operands are the same;
 #  - qemu-io's prompt and command output.
 . "$(dirname "$0")/../common.sh"
@@ -89,9 +89,8 @@ def synopses(path, strip):
         if re.match(r"  [a-z]", l) and not l.startswith("   "):
             l = l.strip()
             if strip:
-                for s in ("[--object objectdef] ", "[--image-opts] ", "[--target-image-opts] "):
-                    l = l.replace(s, "")
-                l = l.replace("[--image-opts | -f fmt]", "[-f fmt]")
+                l = l.replace("[--object objectdef] ", "")
+                l = l.replace("[--image-opts | -f fmt]", "[--image-opts] [-f fmt]")
             res.setdefault(l.split()[0], l)
     return res
 q, m = synopses(sys.argv[1], True), synopses(sys.argv[2], False)

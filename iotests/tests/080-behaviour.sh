@@ -22,17 +22,6 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
-# both_err ARGS...: qemu-img and qimg with ARGS: exit code and output
-# (program name filtered) equal
-both_err() {
-    "$QEMU_IMG" "$@" >q.out 2>&1
-    local qrc=$?
-    "$QIMG" "$@" >m.out 2>&1
-    local mrc=$?
-    sed -i 's/^qemu-img: /qimg: /' q.out
-    assert_eq "$*: exit code" "$qrc" "$mrc"
-    assert_eq "$*: output" "$(cat q.out)" "$(cat m.out)"
-}
 
 # ---- corruption lines ----
 "$QEMU_IMG" create -q -f qcow2 c.qcow2 1M
@@ -84,8 +73,8 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(0)
     f.write(d)
 PY
-both_err info f.qcow2
-both_err check f.qcow2
+same_as_qemu_err info f.qcow2
+same_as_qemu_err check f.qcow2
 
 # ---- encryption ----
 for o in encryption=off encrypt.cipher-alg=aes-128 encrypt.format=foo \
@@ -94,17 +83,17 @@ for o in encryption=off encrypt.cipher-alg=aes-128 encrypt.format=foo \
     encrypt.format=luks,cluster_size=3 encrypt.cipher-alg=x,cluster_size=3 \
     encrypt.format=luks,compat=0.9 encrypt.format=luks,encrypt.key-secret=s0; do
     rm -f e.qcow2
-    both_err create -f qcow2 -o "$o" e.qcow2 1M
+    same_as_qemu_err create -f qcow2 -o "$o" e.qcow2 1M
     rm -f e.qcow2
 done
-both_err create -f qcow2 -o help
+same_as_qemu_err create -f qcow2 -o help
 for fmt in luks aes; do
     rm -f $fmt.qcow2
     "$QEMU_IMG" create -q --object secret,id=s0,data=abc -f qcow2 \
         -o encrypt.format=$fmt,encrypt.key-secret=s0,encrypt.iter-time=10 $fmt.qcow2 1M
-    both_err check $fmt.qcow2
-    both_err map $fmt.qcow2
-    both_err convert -O raw $fmt.qcow2 out.raw
+    same_as_qemu_err check $fmt.qcow2
+    same_as_qemu_err map $fmt.qcow2
+    same_as_qemu_err convert -O raw $fmt.qcow2 out.raw
 done
 
 # ---- convert -p: qemu-img's sequence ----
@@ -130,11 +119,11 @@ done
 mkdir -p sub
 "$QEMU_IMG" create -q -f qcow2 sub/base.qcow2 1M
 "$QEMU_IMG" create -q -f qcow2 -b file:base.qcow2 -F qcow2 sub/top.qcow2
-(cd sub && both_err info file:top.qcow2)
-(cd sub && both_err info --backing-chain top.qcow2)
-(cd sub && both_err info file:nosuch.qcow2)
-both_err info --backing-chain sub/top.qcow2
-both_err compare file:sub/base.qcow2 sub/base.qcow2
+(cd sub && same_as_qemu_err info file:top.qcow2)
+(cd sub && same_as_qemu_err info --backing-chain top.qcow2)
+(cd sub && same_as_qemu_err info file:nosuch.qcow2)
+same_as_qemu_err info --backing-chain sub/top.qcow2
+same_as_qemu_err compare file:sub/base.qcow2 sub/base.qcow2
 for d in . sub; do
     t=top.qcow2
     [ $d = . ] && t=sub/top.qcow2
@@ -147,5 +136,5 @@ done
 
 # ---- resize past the L1 table's limit ----
 "$QEMU_IMG" create -q -f qcow2 r.qcow2 1M
-both_err resize r.qcow2 100P
+same_as_qemu_err resize r.qcow2 100P
 finish

@@ -1,0 +1,254 @@
+/*
+ * api/json-name.c: QEMU's "json:{...}" pseudo-filenames (and the same
+ * options as key=value pairs, qemu-img's --image-opts) for the caller's own
+ * image name: the image file, its format and the runtime options qimg
+ * honours, as QEMU reads them.
+ *
+ * Owns: parsing and flattening the options (nested objects become dotted
+ * keys, as QEMU's qdict_flatten) and mapping them onto BlkOpenOptions.
+ *
+ * Invariants (cited as "json-name.c invariant N"):
+ *  1. Only a name the caller gives is parsed; a backing file name read from
+ *     an image is never (block.h invariant 5: an image cannot make qimg
+ *     open a test node, or anything but a file).
+ *  2. Every key is honoured or refused: an unknown key is QEMU's "Block
+ *     format 'FMT' does not support the option 'KEY'"; an option QEMU has
+ *     and qimg cannot honour (another protocol, a node reference, a
+ *     backing or data file given by options) is refused with a message
+ *     naming it.  Nothing is accepted and ignored.
+ *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
+ *     a bad one is "Parameter 'KEY' expects ...".
+ */
+#include "api/api.h"
+
+#include <errno.h>
+#include <json-glib/json-glib.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Flatten obj into flat (key -> string; JSON null -> ""), prefix "a.b.". */
+static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
+                        GError **error)
+{
+    g_autoptr(GList) members = json_object_get_members(obj);
+
+    for (GList *l = members; l; l = l->next) {
+        const char *k = l->data;
+        JsonNode *v = json_object_get_member(obj, k);
+        g_autofree char *key = g_strconcat(prefix, k, NULL);
+
+        switch (json_node_get_node_type(v)) {
+        case JSON_NODE_OBJECT: {
+            g_autofree char *p = g_strconcat(key, ".", NULL);
+            if (!flatten(json_node_get_object(v), p, flat, error)) {
+                return FALSE;
+            }
+            break;
+        }
+        case JSON_NODE_NULL:
+            g_hash_table_insert(flat, g_steal_pointer(&key), g_strdup(""));
+            break;
+        case JSON_NODE_ARRAY:
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Option '%s': lists are not supported by qimg", key);
+            return FALSE;
+        case JSON_NODE_VALUE:
+            if (json_node_get_value_type(v) == G_TYPE_BOOLEAN) {
+                g_hash_table_insert(flat, g_steal_pointer(&key),
+                                    g_strdup(json_node_get_boolean(v) ? "on" : "off"));
+            } else if (json_node_get_value_type(v) == G_TYPE_STRING) {
+                g_hash_table_insert(flat, g_steal_pointer(&key),
+                                    g_strdup(json_node_get_string(v)));
+            } else if (json_node_get_value_type(v) == G_TYPE_INT64) {
+                g_hash_table_insert(
+                    flat, g_steal_pointer(&key),
+                    g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(v)));
+            } else {
+                g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
+                            key);
+                return FALSE;
+            }
+            break;
+        }
+    }
+    return TRUE;
+}
+
+static gboolean parse_bool(const char *key, const char *v, bool *out, GError **error)
+{
+    if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0) {
+        *out = true;
+    } else if (strcmp(v, "off") == 0 || strcmp(v, "false") == 0) {
+        *out = false;
+    } else {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects 'on' or 'off'",
+                    key);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+/* Invariants 2, 3: flat onto *o and *path. */
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error)
+{
+    const char *driver = g_hash_table_lookup(flat, "driver");
+    const char *file = g_hash_table_lookup(flat, "file.filename");
+    const char *fdrv = g_hash_table_lookup(flat, "file.driver");
+    const char *v;
+    bool direct = o->cache == BLK_CACHE_NONE || o->cache == BLK_CACHE_DIRECTSYNC;
+    bool no_flush = o->cache == BLK_CACHE_UNSAFE, cache_set = false;
+    GHashTableIter it;
+    gpointer k, val;
+
+    if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0) {
+        g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
+        return FALSE;
+    }
+    if ((v = g_hash_table_lookup(flat, "file")) && !file) {
+        g_set_error(error, QIMG_ERROR, ENODEV,
+                    "Cannot find device='%s' nor node-name='%s'", v, v);
+        return FALSE;
+    }
+    if (fdrv && strcmp(fdrv, "file") != 0) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "qimg opens images only through the file protocol (file.driver '%s')",
+                    fdrv);
+        return FALSE;
+    }
+    if (!file) {
+        file = g_hash_table_lookup(flat, "filename");
+    }
+    if (!file) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "A block device must be specified for \"file\"");
+        return FALSE;
+    }
+    g_hash_table_iter_init(&it, flat);
+    while (g_hash_table_iter_next(&it, &k, &val)) {
+        const char *key = k, *value = val;
+        if (strcmp(key, "driver") == 0 || strcmp(key, "file.filename") == 0 ||
+            strcmp(key, "file.driver") == 0 || strcmp(key, "file") == 0 ||
+            strcmp(key, "filename") == 0) {
+            continue;
+        }
+        if (strcmp(key, "read-only") == 0) {
+            bool ro;
+            if (!parse_bool(key, value, &ro, error)) {
+                return FALSE;
+            }
+            o->read_only = o->read_only || ro;
+        } else if (strcmp(key, "cache.direct") == 0 ||
+                   strcmp(key, "file.cache.direct") == 0) {
+            if (!parse_bool(key, value, &direct, error)) {
+                return FALSE;
+            }
+            cache_set = true;
+        } else if (strcmp(key, "cache.no-flush") == 0 ||
+                   strcmp(key, "file.cache.no-flush") == 0) {
+            if (!parse_bool(key, value, &no_flush, error)) {
+                return FALSE;
+            }
+            cache_set = true;
+        } else if (strcmp(key, "backing") == 0 && !*value) {
+            o->no_backing = true; /* "backing": null */
+        } else if (strcmp(key, "backing") == 0 || g_str_has_prefix(key, "backing.") ||
+                   strcmp(key, "data-file") == 0 || g_str_has_prefix(key, "data-file.")) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "qimg takes the backing and data files from the image, not from "
+                        "options ('%s')",
+                        key);
+            return FALSE;
+        } else if (driver && strcmp(driver, "qcow2") == 0 &&
+                   (strcmp(key, "cache-size") == 0 ||
+                    strcmp(key, "l2-cache-size") == 0)) {
+            char *end = NULL;
+            guint64 n = g_ascii_strtoull(value, &end, 10);
+            if (!*value || *end) {
+                g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a size",
+                            key);
+                return FALSE;
+            }
+            o->metadata_cache_size = n;
+        } else {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Block format '%s' does not support the option '%s'",
+                        driver ? driver : "raw", key);
+            return FALSE;
+        }
+    }
+    if (cache_set && direct && no_flush) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "cache.direct=on with cache.no-flush=on is not supported by qimg");
+        return FALSE;
+    }
+    if (cache_set) {
+        o->cache = direct     ? BLK_CACHE_NONE
+                   : no_flush ? BLK_CACHE_UNSAFE
+                              : BLK_CACHE_WRITEBACK;
+    }
+    if (driver) {
+        o->format = g_intern_string(driver);
+    }
+    *path = g_strdup(file);
+    return TRUE;
+}
+
+gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error)
+{
+    g_autoptr(JsonParser) parser = json_parser_new();
+    g_autoptr(GHashTable) flat =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GError) err = NULL;
+    JsonNode *root;
+
+    if (!json_parser_load_from_data(parser, name + strlen("json:"), -1, &err)) {
+        /* QEMU's words, json-glib's detail (QEMU's lexer words it its way) */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not parse the JSON options: JSON parse error, %s",
+                    err->message);
+        return FALSE;
+    }
+    root = json_parser_get_root(parser);
+    if (!root || json_node_get_node_type(root) != JSON_NODE_OBJECT) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid JSON object given");
+        return FALSE;
+    }
+    return flatten(json_node_get_object(root), "", flat, error) &&
+           apply(flat, o, path, error);
+}
+
+gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
+                             GError **error)
+{
+    g_autoptr(GHashTable) flat =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    GString *cur = g_string_new(NULL);
+    gboolean ok = TRUE;
+
+    /* key=value,... with ",," a literal comma (QemuOpts) */
+    for (const char *p = opts;; p++) {
+        if (*p == ',' && p[1] == ',') {
+            g_string_append_c(cur, ',');
+            p++;
+            continue;
+        }
+        if (*p && *p != ',') {
+            g_string_append_c(cur, *p);
+            continue;
+        }
+        char *eq = strchr(cur->str, '=');
+        if (!eq || eq == cur->str) {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'", cur->str);
+            ok = FALSE;
+            break;
+        }
+        g_hash_table_insert(flat, g_strndup(cur->str, (gsize)(eq - cur->str)),
+                            g_strdup(eq + 1));
+        g_string_truncate(cur, 0);
+        if (!*p) {
+            break;
+        }
+    }
+    g_string_free(cur, TRUE);
+    return ok && apply(flat, o, path, error);
+}
