@@ -241,6 +241,10 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
     }
     if (split_prefix(filename, "blkdebug:", &arg, &rest)) {
         node = blk_open_faulty(arg, rest, opts->read_only, opts->cache);
+        if (!node && *arg && !strchr(arg, '=') && strcmp(arg, "once") != 0) {
+            /* QEMU's config file: its words name the whole name */
+            blk_error_prefix(-blk_error_code(), "Could not open '%s'", filename);
+        }
     } else if (split_prefix(filename, "record:", &arg, &rest)) {
         BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags);
         node = child ? blk_open_record(arg, child) : NULL;

@@ -337,6 +337,9 @@ const char *blk_event_name(BlkEvent ev);
  * nbd+unix://, nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT. */
 bool blk_is_nbd_name(const char *filename);
 BlkNode *blk_open_nbd(const char *filename, bool read_only);
+/* faulty-config.c: QEMU's blkdebug config file at path as fault rules
+ * (*rules: g_free), or -errno with QEMU's message. */
+int blk_faulty_config_rules(const char *path, char **rules);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
 

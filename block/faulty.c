@@ -5,7 +5,9 @@
  * file under a format driver, selected by the metadata step the driver
  * announced with blk_event().
  *
- * Rules (';'-separated), each a ','-separated list of:
+ * RULES is a file name (no '='): QEMU's blkdebug config file, read into
+ * these rules by faulty-config.c.  Otherwise rules (';'-separated), each a
+ * ','-separated list of:
  *   event=NAME   step whose requests count (blk_event_name(); "any" = all)
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
@@ -245,8 +247,18 @@ static const BlkDriver faulty_driver = {
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache)
 {
-    g_auto(GStrv) list = g_strsplit(rules, ";", -1);
+    g_autofree char *from_config = NULL;
+    g_auto(GStrv) list = NULL;
     g_autoptr(GArray) arr = g_array_new(FALSE, TRUE, sizeof(FaultRule));
+
+    /* no '=' and not "once": QEMU's config file (faulty-config.c) */
+    if (*rules && !strchr(rules, '=') && strcmp(rules, "once") != 0) {
+        if (blk_faulty_config_rules(rules, &from_config) < 0) {
+            return NULL;
+        }
+        rules = from_config;
+    }
+    list = g_strsplit(rules, ";", -1);
 
     for (char **p = list; *p; p++) {
         FaultRule r;

@@ -133,6 +133,9 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
     QimgOpenOptions o = *oo;
     GError *err = NULL;
 
+    if (!tool_image_opts_format_ok(oo)) {
+        return -EINVAL;
+    }
     if (snapshot) {
         overlay = create_overlay(name, oo);
         if (!overlay) {
@@ -140,6 +143,7 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         }
         o.format = "qcow2";
         o.force_share = false; /* the overlay is ours; -r keeps it read-only */
+        o.image_opts = false;  /* the overlay is a file name */
     }
     io->img = qimg_image_open(overlay ? overlay : name, &o, &err);
     if (overlay) {

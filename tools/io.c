@@ -31,8 +31,9 @@
  *     It fails the start: nothing runs, the exit status is 1.
  *  4. -C (copy-on-read), -k (native AIO), -m (misaligned buffers), -d
  *     MODE, -T (tracing), --object and --image-opts are options of qemu-io;
- *     qimg refuses those it cannot honour (io-open.c), and -m, -T, --object
- *     and --image-opts always.
+ *     qimg refuses those it cannot honour (io-open.c), and -m, -T and
+ *     --object always; --image-opts names the image by options
+ *     (api/json-name.c).
  */
 #include "io.h"
 #include "qimg/aio.h"
@@ -334,8 +335,10 @@ int cmd_io(int argc, char **argv)
             tool_error("tracing (-T) is not supported by qimg");
             return 1;
         case 'O': /* --object */
-        case 'I': /* --image-opts */
             return tool_refuse_object_opts();
+        case 'I': /* --image-opts: the name is key=value options */
+            oo.image_opts = true;
+            break;
         case 'n':
         case 't':
         case 'd':

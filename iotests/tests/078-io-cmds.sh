@@ -182,8 +182,8 @@ refused "-m" "misaligned buffers (-m) are not supported by qimg" -m -c 'read 0 1
 refused "-C" "copy-on-read (-C) is not supported by qimg" -C -c 'read 0 1' img
 refused "-k" "aio=native (-k) is not supported by qimg" -k -c 'read 0 1' img
 refused "-T" "tracing (-T) is not supported by qimg" -T foo -c 'read 0 1' img
-refused "--object" "--object and --image-opts are not supported" --object x img
-refused "--image-opts" "--object and --image-opts are not supported" --image-opts img
+refused "--object" "--object is not supported: qimg has no secrets or other objects" \
+    --object x img
 refused "-d ignore" "discard=ignore is not supported by qimg" -d ignore -c 'read 0 1' img
 refused "open -C" "copy-on-read (-C) is not supported by qimg" -c 'open -C img'
 refused "open -o" "-o lazy-refcounts=on: qimg takes only driver, cache.direct and" \
@@ -200,6 +200,9 @@ refused "break on blkdebug:" "break: qimg's blkdebug node cannot suspend request
     -c 'break write_aio a' "blkdebug::img"
 refused "-s over blkdebug:" "-s (snapshot) is not supported by qimg over a blkdebug:" \
     -s -c 'read 0 1' "blkdebug::img"
+# --image-opts names the image by options (api/json-name.c), as qemu-io
+cp a.qcow2 q/img && cp a.qcow2 m/img
+both "--image-opts" - --image-opts -c 'read -P 0 0 4k' -c map driver=qcow2,file.filename=img
 # -d unmap is what qimg does: accepted
 both "-d unmap" a.qcow2 -d unmap -c 'discard 0 64k' -c map
 

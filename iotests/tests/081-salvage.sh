@@ -5,7 +5,10 @@
 # node at the same byte): the same bytes in the target, the same warnings
 # ("warning: error while reading offset N: ..."), none with -q, exit 0;
 # without --salvage both fail.  Sources: raw, and qcow2 with the error in
-# a data cluster, into raw and qcow2 targets.
+# a data cluster, into raw and qcow2 targets.  The same with one QEMU
+# blkdebug config file given to both (block/faulty-config.c), and that
+# file's refusals in qemu-img's words (a bad event name, a missing file,
+# an unknown group); what qimg's fault node cannot do is refused.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -60,4 +63,28 @@ for case in "raw s.raw 2048 4000" "qcow2 s.qcow2 $((host / 512)) $((host / 512 +
     "$QIMG" convert -f "$fmt" -O raw "$(qimg_src "$file" "$@")" m.img 2>/dev/null
     assert_eq "$fmt without --salvage: fails" "$qrc" "$?"
 done
+# one blkdebug config file for both (QEMU's format)
+printf '[inject-error]\nevent = "read_aio"\nerrno = "5"\nsector = "2048"\n\n[inject-error]\nevent = "read_aio"\nsector = "6000"\n' >rd.cfg
+rm -f q.img m.img
+"$QEMU_IMG" convert --salvage -f raw -O raw blkdebug:rd.cfg:s.raw q.img >q.err 2>&1
+qrc=$?
+"$QIMG" convert --salvage -f raw -O raw blkdebug:rd.cfg:s.raw m.img >m.err 2>&1
+assert_eq "config file: exit code" "$qrc" "$?"
+sed -i 's/^qemu-img: /qimg: /' q.err
+assert_eq "config file: warnings" "$(cat q.err)" "$(cat m.err)"
+assert_rc "config file: the bytes" 0 cmp q.img m.img
+printf '[inject-error]\nevent = "nosuch"\n' >bad.cfg
+printf '[foo]\nx = "1"\n' >grp.cfg
+for cfg in bad.cfg grp.cfg nosuch.cfg; do
+    same_as_qemu_err convert -f raw -O raw "blkdebug:$cfg:s.raw" out.raw
+done
+printf '[set-state]\nevent = "read_aio"\nstate = "1"\nnew_state = "2"\n' >st.cfg
+expect_rc_msg() { # DESC RC PATTERN CMD...
+    local desc=$1 rc=$2 pat=$3
+    shift 3
+    "$@" >m.out 2>&1
+    assert_eq "$desc: exit code" "$rc" "$?"
+    assert_rc "$desc: message" 0 grep -q "$pat" m.out
+}
+expect_rc_msg "set-state refused" 1 "no states" "$QIMG" convert -f raw -O raw blkdebug:st.cfg:s.raw out.raw
 finish
