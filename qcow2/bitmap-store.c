@@ -161,12 +161,12 @@ static int write_bits_locked(Qcow2State *s, const Qcow2DirtyBits *b, uint64_t *t
     uint64_t tbytes = ROUND_UP((uint64_t)b->nchunks * 8, s->cluster_size);
     g_autofree uint64_t *table = g_new0(uint64_t, b->nchunks ? b->nchunks : 1);
     g_autofree uint8_t *tbuf = g_malloc0(tbytes);
+    g_autofree uint8_t *c = g_malloc(s->cluster_size);
     int64_t off;
     int ret = 0;
 
     for (uint32_t i = 0; i < b->nchunks && ret == 0; i++) {
-        const uint8_t *c = qcow2_dirty_bits_chunk(b, i);
-        if (!c) {
+        if (!qcow2_dirty_bits_copy_chunk(b, i, c)) { /* dirty.c invariant 2 */
             continue;
         }
         off = qcow2_alloc_clusters_locked(s, 1);

@@ -178,6 +178,21 @@ const uint8_t *qcow2_dirty_bits_chunk(const Qcow2DirtyBits *b, uint32_t i)
     return NULL;
 }
 
+bool qcow2_dirty_bits_copy_chunk(const Qcow2DirtyBits *b, uint32_t i, uint8_t *buf)
+{
+    const uint8_t *c = __atomic_load_n(&b->chunks[i], __ATOMIC_ACQUIRE);
+    uint8_t any = 0;
+
+    if (!c) {
+        return false;
+    }
+    for (uint64_t j = 0; j < chunk_bytes(b); j++) {
+        buf[j] = __atomic_load_n(&c[j], __ATOMIC_RELAXED);
+        any |= buf[j];
+    }
+    return any != 0;
+}
+
 static void add_range(GArray *out, uint64_t offset, uint64_t end)
 {
     BlkRange *last = out->len ? &g_array_index(out, BlkRange, out->len - 1) : NULL;

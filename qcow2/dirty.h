@@ -41,6 +41,9 @@ int qcow2_dirty_bits_load(Qcow2DirtyBits *b, BlkNode *file, const uint64_t *tabl
 void qcow2_dirty_bits_set(Qcow2DirtyBits *b, uint64_t offset, uint64_t bytes);
 /* Chunk i as it is now, or NULL when all its bits are zero. */
 const uint8_t *qcow2_dirty_bits_chunk(const Qcow2DirtyBits *b, uint32_t i);
+/* Copy chunk i into buf (cluster_size bytes) with atomic loads, as
+ * requests may set bits meanwhile (invariant 2); false if all zero. */
+bool qcow2_dirty_bits_copy_chunk(const Qcow2DirtyBits *b, uint32_t i, uint8_t *buf);
 /* Append the dirty ranges (BlkRange: guest bytes, granularity-aligned,
  * the last clipped to the disk) to out, merged where adjacent. */
 void qcow2_dirty_bits_extents(const Qcow2DirtyBits *b, GArray *out);

@@ -1,5 +1,5 @@
 /*
- * tests/test-bitmap-api.c: maintained persistent dirty bitmaps through the
+ * tests/test-bitmap-threads.c: maintained persistent dirty bitmaps through the
  * public API (include/qimg/qimg.h 0.7; qcow2/bitmap-store.c invariants
  * 1-5, qcow2/dirty.c invariants 1-3), as a backup tool and a hypervisor
  * use them, against a byte model of the granules written:
@@ -15,7 +15,8 @@
  *  - four threads rewriting allocated clusters (the lock-free path) while
  *    the main thread stores again and again: every write is in memory,
  *    in what the next store writes (read by a second handle) and in what
- *    close stores (bitmap-store.c invariant 2).
+ *    close stores (bitmap-store.c invariant 2); under TSan in make test
+ *    (its name has "thread": the Makefile's build-tsan list).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -280,5 +281,5 @@ int main(void)
         cmocka_unit_test(test_workload),
         cmocka_unit_test(test_store_under_writes),
     };
-    return tu_run_group_tests("test-bitmap-api", tests);
+    return tu_run_group_tests("test-bitmap-threads", tests);
 }
