@@ -83,6 +83,11 @@ gboolean api_snapshot_params_in(QimgSnapshotParams *dst, const QimgSnapshotParam
 /* The driver's icount of params: -1 unless has_icount (ABI rule 2). */
 int64_t api_snapshot_icount(const QimgSnapshotParams *params);
 
+/* ---- debug.c ---- */
+
+/* Resume every request stopped at a breakpoint (api/debug.c invariant 2). */
+void api_debug_release(QimgImage *img);
+
 /* ---- error.c ---- */
 
 /* Turn ret (< 0; 0: the recorded errno) and the recorded message (or

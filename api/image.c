@@ -124,6 +124,7 @@ gboolean qimg_image_close(QimgImage *img, GError **error)
     }
     /* invariant 3; api.h invariant 2: the handle quiesces first (its
      * asynchronous requests, aio.h rule 6, then the vmstate writer) */
+    api_debug_release(img); /* api/debug.c invariant 2 */
     api_aio_close(img);
     ret = api_quiesce(img);
     if (ret == 0 && !img->node->read_only) {

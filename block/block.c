@@ -200,6 +200,30 @@ void blk_event(BlkNode *img, BlkEvent ev)
     }
 }
 
+/* The node blk_debug_op() works on: top itself, or down its protocol and
+ * filter children, as QEMU looks for its blkdebug node. */
+static BlkNode *debug_node(BlkNode *top)
+{
+    for (BlkNode *n = top; n; n = n->file ? n->file : n->filtered) {
+        if (n->drv->debug_op) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+int blk_debug_op(BlkNode *top, BlkDebugOp op, const char *event, const char *tag)
+{
+    BlkNode *n = debug_node(top);
+    return n ? n->drv->debug_op(n, op, event, tag) : -ENOTSUP;
+}
+
+char **blk_debug_suspended(BlkNode *top, bool only_new)
+{
+    BlkNode *n = debug_node(top);
+    return n ? n->drv->debug_suspended(n, only_new) : NULL;
+}
+
 /*
  * Test nodes the caller may ask for by name (block.h invariant 5):
  * "blkdebug:RULES:FILE" puts a fault-injecting node under the format,

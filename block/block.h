@@ -133,6 +133,13 @@ typedef struct BlkStatus {
     BlkNode *file;  /* node 'map' refers to */
 } BlkStatus;
 
+typedef enum {
+    BLK_DEBUG_BREAK,        /* suspend the next request reaching event, as tag */
+    BLK_DEBUG_REMOVE_BREAK, /* drop tag's breakpoints, resume tag's requests */
+    BLK_DEBUG_RESUME,       /* resume the oldest request suspended as tag */
+    BLK_DEBUG_RESUME_ALL,   /* drop every breakpoint, resume every request */
+} BlkDebugOp;
+
 struct BlkDriver {
     const char *format_name;
     bool is_protocol;
@@ -205,6 +212,12 @@ struct BlkDriver {
     GArray *(*snapshot_list)(BlkNode *img);
     /* Fault injection: the next requests belong to step ev (optional). */
     void (*event)(BlkNode *img, BlkEvent ev);
+    /* Breakpoints (QEMU's blkdebug break/remove_break/resume; faulty.c):
+     * event is QEMU's name (BLK_DEBUG_BREAK only).  Optional. */
+    int (*debug_op)(BlkNode *img, BlkDebugOp op, const char *event, const char *tag);
+    /* Tags of the requests suspended now, oldest first (g_strfreev);
+     * only_new: those not returned before. */
+    char **(*debug_suspended)(BlkNode *img, bool only_new);
     /* Offline check and repair (qemu-img check). */
     int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix);
     /* Format drivers: what img->file is to them (invariant 4). */
@@ -329,6 +342,15 @@ void blk_gen_flushed(BlkNode *img, uint64_t gen);
  * unless img is a fault-injecting node). */
 void blk_event(BlkNode *img, BlkEvent ev);
 const char *blk_event_name(BlkEvent ev);
+/* Breakpoints on the first node below top (its protocol child, or what a
+ * filter node filters) that has them; -ENOTSUP if none does. */
+int blk_debug_op(BlkNode *top, BlkDebugOp op, const char *event, const char *tag);
+/* That node's suspended requests (debug_suspended); NULL if none. */
+char **blk_debug_suspended(BlkNode *top, bool only_new);
+/* faulty-config.c: QEMU's blkdebug event name as the step qimg announces
+ * (*ev: BlkEvent, or -1 with *read: the read requests); -ENOENT for a name
+ * QEMU does not have, -ENOTSUP (with a message) for one qimg cannot match. */
+int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
  * "event=l2_update,errno=5,nth=1[;...]".  blk_open_protocol() uses it for

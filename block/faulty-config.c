@@ -24,63 +24,103 @@
 #include <stdio.h>
 #include <string.h>
 
-/* QEMU's events (its BlkdebugEvent names) and the qimg rule each is;
- * NULL: QEMU has it, qimg cannot match it. */
+/* QEMU's events (its BlkdebugEvent names) and the step each is in qimg:
+ * a BlkEvent, EV_READ (read requests) or EV_NONE (qimg cannot match it). */
+enum { EV_READ = -1, EV_NONE = -2 };
+
 static const struct {
     const char *qemu;
-    const char *rule;
+    int ev;
 } events[] = {
-    {"l1_update", "event=l1_update"},
-    {"l1_grow_alloc_table", NULL},
-    {"l1_grow_write_table", "event=l1_grow"},
-    {"l1_grow_activate_table", "event=l1_grow"},
-    {"l2_load", NULL},
-    {"l2_update", "event=l2_update"},
-    {"l2_update_compressed", NULL},
-    {"l2_alloc_cow_read", NULL},
-    {"l2_alloc_write", "event=l2_alloc"},
-    {"read_aio", "event=any,op=read"},
-    {"read_backing_aio", NULL},
-    {"read_compressed", NULL},
-    {"write_aio", "event=data_write"},
-    {"write_compressed", "event=compressed_write"},
-    {"vmstate_load", NULL},
-    {"vmstate_save", NULL},
-    {"cow_read", NULL},
-    {"cow_write", "event=cow_write"},
-    {"reftable_load", NULL},
-    {"reftable_grow", "event=reftable_grow"},
-    {"reftable_update", NULL},
-    {"refblock_load", NULL},
-    {"refblock_update", "event=refblock_update"},
-    {"refblock_update_part", "event=refblock_update"},
-    {"refblock_alloc", "event=refblock_alloc"},
-    {"refblock_alloc_hookup", NULL},
-    {"refblock_alloc_write", "event=refblock_alloc"},
-    {"refblock_alloc_write_blocks", "event=refblock_alloc"},
-    {"refblock_alloc_write_table", "event=reftable_grow"},
-    {"refblock_alloc_switch_table", "event=reftable_grow"},
-    {"cluster_alloc", NULL},
-    {"cluster_alloc_bytes", NULL},
-    {"cluster_free", "event=cluster_free"},
-    {"flush_to_os", "event=flush"},
-    {"flush_to_disk", "event=flush"},
-    {"pwritev_rmw_head", NULL},
-    {"pwritev_rmw_after_head", NULL},
-    {"pwritev_rmw_tail", NULL},
-    {"pwritev_rmw_after_tail", NULL},
-    {"pwritev", NULL},
-    {"pwritev_zero", NULL},
-    {"pwritev_done", NULL},
-    {"empty_image_prepare", NULL},
-    {"l1_shrink_write_table", NULL},
-    {"l1_shrink_free_l2_clusters", NULL},
-    {"cor_write", NULL},
-    {"cluster_alloc_space", NULL},
-    {"none", NULL},
+    {"l1_update", BLKEV_L1_UPDATE},
+    {"l1_grow_alloc_table", EV_NONE},
+    {"l1_grow_write_table", BLKEV_L1_GROW},
+    {"l1_grow_activate_table", BLKEV_L1_GROW},
+    {"l2_load", EV_NONE},
+    {"l2_update", BLKEV_L2_UPDATE},
+    {"l2_update_compressed", EV_NONE},
+    {"l2_alloc_cow_read", EV_NONE},
+    {"l2_alloc_write", BLKEV_L2_ALLOC},
+    {"read_aio", EV_READ},
+    {"read_backing_aio", EV_NONE},
+    {"read_compressed", EV_NONE},
+    {"write_aio", BLKEV_DATA_WRITE},
+    {"write_compressed", BLKEV_COMPRESSED_WRITE},
+    {"vmstate_load", EV_NONE},
+    {"vmstate_save", EV_NONE},
+    {"cow_read", EV_NONE},
+    {"cow_write", BLKEV_COW_WRITE},
+    {"reftable_load", EV_NONE},
+    {"reftable_grow", BLKEV_REFTABLE_GROW},
+    {"reftable_update", EV_NONE},
+    {"refblock_load", EV_NONE},
+    {"refblock_update", BLKEV_REFBLOCK_UPDATE},
+    {"refblock_update_part", BLKEV_REFBLOCK_UPDATE},
+    {"refblock_alloc", BLKEV_REFBLOCK_ALLOC},
+    {"refblock_alloc_hookup", EV_NONE},
+    {"refblock_alloc_write", BLKEV_REFBLOCK_ALLOC},
+    {"refblock_alloc_write_blocks", BLKEV_REFBLOCK_ALLOC},
+    {"refblock_alloc_write_table", BLKEV_REFTABLE_GROW},
+    {"refblock_alloc_switch_table", BLKEV_REFTABLE_GROW},
+    {"cluster_alloc", EV_NONE},
+    {"cluster_alloc_bytes", EV_NONE},
+    {"cluster_free", BLKEV_CLUSTER_FREE},
+    {"flush_to_os", BLKEV_FLUSH},
+    {"flush_to_disk", BLKEV_FLUSH},
+    {"pwritev_rmw_head", EV_NONE},
+    {"pwritev_rmw_after_head", EV_NONE},
+    {"pwritev_rmw_tail", EV_NONE},
+    {"pwritev_rmw_after_tail", EV_NONE},
+    {"pwritev", EV_NONE},
+    {"pwritev_zero", EV_NONE},
+    {"pwritev_done", EV_NONE},
+    {"empty_image_prepare", EV_NONE},
+    {"l1_shrink_write_table", EV_NONE},
+    {"l1_shrink_free_l2_clusters", EV_NONE},
+    {"cor_write", EV_NONE},
+    {"cluster_alloc_space", EV_NONE},
+    {"none", EV_NONE},
 };
 
-/* One [inject-error] group (fact 2) as a rule appended to out. */
+int blk_faulty_qemu_event(const char *name, int *ev, bool *read)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(events); i++) {
+        if (strcmp(name, events[i].qemu) != 0) {
+            continue;
+        }
+        if (events[i].ev == EV_NONE) {
+            return blk_error(ENOTSUP,
+                             "blkdebug: qimg's fault node cannot match QEMU's event "
+                             "'%s'",
+                             name);
+        }
+        *read = events[i].ev == EV_READ;
+        *ev = *read ? -1 : events[i].ev;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+/* A number of a group (fact 2): QEMU's "Parameter 'KEY' expects a number". */
+static int group_number(GKeyFile *kf, const char *group, const char *key, GString *out)
+{
+    g_autofree char *v = g_key_file_get_value(kf, group, key, NULL);
+    char *end = NULL;
+
+    if (!v) {
+        return 0;
+    }
+    g_strstrip(v);
+    guint64 n = g_ascii_strtoull(v, &end, 10);
+    if (!*v || *end || n > G_MAXINT) {
+        return blk_error(EINVAL, "Parameter '%s' expects a number", key);
+    }
+    g_string_append_printf(out, ",%s=%" G_GUINT64_FORMAT, key, n);
+    return 0;
+}
+
+/* One [inject-error] or [set-state] group (facts 2, 3) as a rule appended
+ * to out. */
 static int group_rule(GKeyFile *kf, const char *group, GString *out)
 {
     g_autofree char *event = g_key_file_get_value(kf, group, "event", NULL);
@@ -88,38 +128,43 @@ static int group_rule(GKeyFile *kf, const char *group, GString *out)
     g_autofree char *sector = g_key_file_get_value(kf, group, "sector", NULL);
     g_autofree char *once = g_key_file_get_value(kf, group, "once", NULL);
     g_autofree char *imm = g_key_file_get_value(kf, group, "immediately", NULL);
-    const char *rule = NULL;
-    bool known = false;
+    bool set_state = g_str_has_prefix(group, "set-state ");
+    bool read;
+    int ev, ret;
 
-    if (g_key_file_has_key(kf, group, "state", NULL) ||
-        g_key_file_has_key(kf, group, "iotype", NULL)) {
-        return blk_error(ENOTSUP, "blkdebug: qimg's fault node has no states or I/O "
-                                  "types (state=, iotype=)");
+    if (g_key_file_has_key(kf, group, "iotype", NULL)) {
+        return blk_error(ENOTSUP, "blkdebug: qimg's fault node has no I/O types "
+                                  "(iotype=)");
     }
     if (!event) {
         return blk_error(EINVAL, "Parameter 'event' is missing");
     }
     g_strstrip(event);
-    for (size_t i = 0; i < G_N_ELEMENTS(events); i++) {
-        if (strcmp(event, events[i].qemu) == 0) {
-            known = true;
-            rule = events[i].rule;
-        }
-    }
-    if (!known) {
+    ret = blk_faulty_qemu_event(event, &ev, &read);
+    if (ret == -ENOENT) {
         return blk_error(EINVAL, "invalid parameter value: %s", event); /* fact 1 */
+    } else if (ret < 0) {
+        return ret;
     }
-    if (!rule) {
-        return blk_error(ENOTSUP,
-                         "blkdebug: qimg's fault node cannot match QEMU's event "
-                         "'%s'",
-                         event);
+    g_string_append_printf(out, "%sevent=%s%s", out->len ? ";" : "",
+                           read ? "any" : blk_event_name((BlkEvent)ev),
+                           read                ? ",op=read"
+                           : ev == BLKEV_FLUSH ? ",op=flush"
+                                               : "");
+    if (group_number(kf, group, "state", out) < 0) {
+        return -EINVAL;
+    }
+    if (set_state) {
+        if (!g_key_file_has_key(kf, group, "new_state", NULL)) {
+            g_string_append(out, ",new_state=0"); /* fact 3 */
+            return 0;
+        }
+        return group_number(kf, group, "new_state", out);
     }
     if (imm && strcmp(g_strstrip(imm), "off") != 0) {
         return blk_error(ENOTSUP, "blkdebug: immediately=%s is not supported by qimg",
                          imm);
     }
-    g_string_append_printf(out, "%s%s", out->len ? ";" : "", rule);
     if (err) {
         g_string_append_printf(out, ",errno=%s", g_strstrip(err));
     }
@@ -189,12 +234,7 @@ int blk_faulty_config_rules(const char *path, char **rules)
     }
     groups = g_key_file_get_groups(kf, NULL);
     for (char **g = groups; *g; g++) {
-        int ret;
-        if (g_str_has_prefix(*g, "set-state ")) {
-            return blk_error(ENOTSUP, "blkdebug: qimg's fault node has no states "
-                                      "([set-state])");
-        }
-        ret = group_rule(kf, *g, out);
+        int ret = group_rule(kf, *g, out);
         if (ret < 0) {
             return ret;
         }

@@ -16,6 +16,12 @@
  *   op=write|flush|all|read   which requests count (default write; flush
  *                for event=flush; all = writes and flushes; read = reads
  *                only, with event=any: a source that fails mid-copy)
+ *   state=N      only in state N (QEMU's blkdebug states; 0: any)
+ *   new_state=N  not a failure: entering the step switches to state N
+ *                (QEMU's [set-state]; the state starts at 1)
+ *
+ * Breakpoints (QEMU's break/resume, for qimg io): a request reaching the
+ * step of a breakpoint is suspended under its tag until resumed.
  *
  * Invariants:
  *  1. Reads are failed only by an op=read rule: a test reads back what the
@@ -25,10 +31,20 @@
  *     the page cache (which the tests' checks don't depend on).
  *  3. The announced step is per thread, as metadata steps run on the thread
  *     that holds the driver's metadata lock.
+ *  4. States as QEMU's: a step is judged in the state it began in (every
+ *     rule's state= is compared with the state before the step's
+ *     new_state rules switch it), so a rule and the switch on one step do
+ *     not see each other.
+ *  5. A breakpoint stops one request and is gone (as QEMU's).  A request
+ *     that reaches one on the thread that set it is not suspended -- that
+ *     thread is the one that must resume it -- but fails with EDEADLK;
+ *     close resumes every suspended request (BLK_DEBUG_RESUME_ALL) before
+ *     it drains, so nothing waits for ever.
  */
 #include "block/block.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,20 +58,41 @@ typedef struct FaultRule {
     bool has_offset;
     uint64_t offset; /* has_offset: the byte a counted request covers */
     unsigned ops;
+    int state;     /* 0: any (invariant 4) */
+    int new_state; /* >= 0: a state switch, not a failure */
     uint64_t seen; /* matching requests so far (atomic) */
 } FaultRule;
+
+typedef struct FaultSuspended {
+    char *tag;
+    bool resumed, reported;
+} FaultSuspended;
+
+typedef struct FaultBreak {
+    int event; /* BlkEvent, or -1: read requests */
+    char *tag;
+    pthread_t owner; /* the thread that set it (invariant 5) */
+} FaultBreak;
 
 typedef struct FaultyState {
     BlkNode *child;
     GArray *rules; /* FaultRule */
+    int state;     /* atomic; invariant 4 */
+    pthread_mutex_t lock;
+    pthread_cond_t resumed;
+    GPtrArray *breaks;    /* [lock] FaultBreak */
+    GPtrArray *suspended; /* [lock] FaultSuspended, oldest first */
 } FaultyState;
 
-static _Thread_local int current_event; /* invariant 3 */
+static _Thread_local int current_event;    /* invariant 3 */
+static _Thread_local int event_state = -1; /* invariant 4: when it began */
+static _Thread_local int pending_error;    /* invariant 5: for the next request */
 
 static int parse_rule(const char *text, FaultRule *r)
 {
     g_auto(GStrv) parts = g_strsplit(text, ",", -1);
-    *r = (FaultRule){.event = -1, .errnum = EIO, .nth = 1, .ops = OP_WRITE};
+    *r = (FaultRule){
+        .event = -1, .errnum = EIO, .nth = 1, .ops = OP_WRITE, .new_state = -1};
     for (char **p = parts; *p; p++) {
         char *eq = strchr(*p, '=');
         const char *val = eq ? eq + 1 : "";
@@ -88,6 +125,15 @@ static int parse_rule(const char *text, FaultRule *r)
                 blk_error(EINVAL, "Invalid blkdebug rule '%s'", text);
                 return -EINVAL;
             }
+        } else if ((strncmp(*p, "state", klen) == 0 && klen == 5) ||
+                   (strncmp(*p, "new_state", klen) == 0 && klen == 9)) {
+            char *end = NULL;
+            guint64 n = g_ascii_strtoull(val, &end, 10);
+            if (!*val || *end || n > G_MAXINT) {
+                blk_error(EINVAL, "Invalid blkdebug rule '%s'", text);
+                return -EINVAL;
+            }
+            *(klen == 5 ? &r->state : &r->new_state) = (int)n;
         } else if (strncmp(*p, "op", klen) == 0 && klen == 2) {
             r->ops = strcmp(val, "flush") == 0  ? OP_FLUSH
                      : strcmp(val, "all") == 0  ? (OP_WRITE | OP_FLUSH)
@@ -108,11 +154,89 @@ static int parse_rule(const char *text, FaultRule *r)
     return 0;
 }
 
+static void break_free(gpointer p)
+{
+    FaultBreak *b = p;
+    g_free(b->tag);
+    g_free(b);
+}
+
+/* A step begins (invariant 4): remember its state, then switch. */
+static void begin_step(FaultyState *s, int ev, FaultOp op)
+{
+    int old = __atomic_load_n(&s->state, __ATOMIC_SEQ_CST), next = old;
+
+    for (guint i = 0; i < s->rules->len; i++) {
+        FaultRule *r = &g_array_index(s->rules, FaultRule, i);
+        if (r->new_state >= 0 && (r->ops & op) && (r->event < 0 || r->event == ev) &&
+            (r->state == 0 || r->state == old)) {
+            next = r->new_state;
+        }
+    }
+    event_state = old;
+    if (next != old) {
+        __atomic_store_n(&s->state, next, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* Suspend the caller at each breakpoint on ev (-1: a read) there is as it
+ * arrives, one after the other, until each is resumed (invariant 5; a
+ * breakpoint set meanwhile is for the next request, as QEMU's). */
+static void maybe_suspend(FaultyState *s, int ev)
+{
+    g_autoptr(GPtrArray) mine = NULL;
+
+    pthread_mutex_lock(&s->lock);
+    for (guint i = 0; i < s->breaks->len;) {
+        FaultBreak *b = g_ptr_array_index(s->breaks, i);
+        if (b->event != ev) {
+            i++;
+            continue;
+        }
+        if (!mine) {
+            mine = g_ptr_array_new_with_free_func(break_free);
+        }
+        g_ptr_array_add(mine, g_ptr_array_steal_index(s->breaks, i));
+    }
+    for (guint i = 0; mine && i < mine->len; i++) {
+        FaultBreak *b = g_ptr_array_index(mine, i);
+        if (pthread_equal(b->owner, pthread_self())) {
+            pending_error = -EDEADLK;
+            blk_error(EDEADLK,
+                      "blkdebug: request '%s' reached its breakpoint on the thread "
+                      "that must resume it",
+                      b->tag);
+            continue;
+        }
+        FaultSuspended *q = g_new0(FaultSuspended, 1);
+        q->tag = g_strdup(b->tag);
+        g_ptr_array_add(s->suspended, q);
+        while (!q->resumed) {
+            pthread_cond_wait(&s->resumed, &s->lock);
+        }
+        g_ptr_array_remove(s->suspended, q);
+        g_free(q->tag);
+        g_free(q);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Returns -errno if this request must fail. */
 static int should_fail(FaultyState *s, FaultOp op, uint64_t offset, uint64_t bytes)
 {
+    /* outside any step: the state now */
+    int st =
+        event_state >= 0 ? event_state : __atomic_load_n(&s->state, __ATOMIC_SEQ_CST);
+    if (pending_error) {
+        int ret = pending_error;
+        pending_error = 0;
+        return ret;
+    }
     for (guint i = 0; i < s->rules->len; i++) {
         FaultRule *r = &g_array_index(s->rules, FaultRule, i);
+        if (r->new_state >= 0 || (r->state && r->state != st)) {
+            continue;
+        }
         if (!(r->ops & op) || (r->event >= 0 && r->event != current_event) ||
             (r->has_offset && (r->offset < offset || r->offset - offset >= bytes))) {
             continue;
@@ -131,7 +255,11 @@ static int faulty_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                          unsigned flags)
 {
     FaultyState *s = img->opaque;
+    int saved = event_state;
+    begin_step(s, -1, OP_READ);
+    maybe_suspend(s, -1);
     int ret = should_fail(s, OP_READ, offset, qiov->size); /* invariant 1 */
+    event_state = saved;
     return ret < 0 ? ret : blk_preadv(s->child, offset, qiov, flags);
 }
 
@@ -168,10 +296,13 @@ static int faulty_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 static int faulty_flush(BlkNode *img)
 {
     FaultyState *s = img->opaque;
-    int saved = current_event;
+    int saved = current_event, saved_state = event_state;
     current_event = BLKEV_FLUSH;
+    begin_step(s, BLKEV_FLUSH, OP_FLUSH);
+    maybe_suspend(s, BLKEV_FLUSH);
     int ret = should_fail(s, OP_FLUSH, 0, UINT64_MAX);
     current_event = saved;
+    event_state = saved_state;
     return ret < 0 ? ret : blk_flush(s->child);
 }
 
@@ -216,7 +347,99 @@ static int faulty_set_perm(BlkNode *img, unsigned perm, unsigned shared)
 
 static void faulty_event(BlkNode *img, BlkEvent ev)
 {
+    FaultyState *s = img->opaque;
     current_event = ev;
+    event_state = -1;
+    if (ev != BLKEV_NONE) {
+        begin_step(s, ev, OP_WRITE);
+        maybe_suspend(s, ev);
+    }
+}
+
+/* Resume the requests suspended as tag (NULL: all; first: only the
+ * oldest); returns how many. */
+static unsigned resume_locked(FaultyState *s, const char *tag, bool first)
+{
+    unsigned n = 0;
+    for (guint i = 0; i < s->suspended->len; i++) {
+        FaultSuspended *q = g_ptr_array_index(s->suspended, i);
+        if (!q->resumed && (!tag || strcmp(q->tag, tag) == 0)) {
+            q->resumed = true;
+            n++;
+            if (first) {
+                break;
+            }
+        }
+    }
+    if (n) {
+        pthread_cond_broadcast(&s->resumed);
+    }
+    return n;
+}
+
+static int faulty_debug_op(BlkNode *img, BlkDebugOp op, const char *event,
+                           const char *tag)
+{
+    FaultyState *s = img->opaque;
+    int ret = 0, ev;
+    bool read;
+
+    if (op == BLK_DEBUG_BREAK) {
+        ret = blk_faulty_qemu_event(event, &ev, &read);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    pthread_mutex_lock(&s->lock);
+    switch (op) {
+    case BLK_DEBUG_BREAK: {
+        FaultBreak *b = g_new0(FaultBreak, 1);
+        b->event = read ? -1 : ev;
+        b->tag = g_strdup(tag);
+        b->owner = pthread_self();
+        g_ptr_array_add(s->breaks, b);
+        break;
+    }
+    case BLK_DEBUG_REMOVE_BREAK:
+        /* QEMU's: the tag's requests resume; ENOENT if no breakpoint went */
+        ret = -ENOENT;
+        for (guint i = s->breaks->len; i-- > 0;) {
+            FaultBreak *b = g_ptr_array_index(s->breaks, i);
+            if (strcmp(b->tag, tag) == 0) {
+                g_ptr_array_remove_index(s->breaks, i);
+                ret = 0;
+            }
+        }
+        resume_locked(s, tag, false);
+        break;
+    case BLK_DEBUG_RESUME:
+        ret = resume_locked(s, tag, true) ? 0 : -ENOENT;
+        break;
+    case BLK_DEBUG_RESUME_ALL:
+        g_ptr_array_set_size(s->breaks, 0);
+        resume_locked(s, NULL, false);
+        break;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ret;
+}
+
+static char **faulty_debug_suspended(BlkNode *img, bool only_new)
+{
+    FaultyState *s = img->opaque;
+    GPtrArray *tags = g_ptr_array_new();
+
+    pthread_mutex_lock(&s->lock);
+    for (guint i = 0; i < s->suspended->len; i++) {
+        FaultSuspended *q = g_ptr_array_index(s->suspended, i);
+        if (!q->resumed && !(only_new && q->reported)) {
+            g_ptr_array_add(tags, g_strdup(q->tag));
+            q->reported |= only_new;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    g_ptr_array_add(tags, NULL);
+    return (char **)g_ptr_array_free(tags, FALSE);
 }
 
 static void faulty_close(BlkNode *img)
@@ -224,6 +447,10 @@ static void faulty_close(BlkNode *img)
     FaultyState *s = img->opaque;
     blk_close(s->child);
     g_array_unref(s->rules);
+    g_ptr_array_unref(s->breaks);
+    g_ptr_array_unref(s->suspended);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->resumed);
     g_free(s);
 }
 
@@ -241,6 +468,8 @@ static const BlkDriver faulty_driver = {
     .get_allocated_size = faulty_get_allocated_size,
     .has_zero_init = faulty_has_zero_init,
     .event = faulty_event,
+    .debug_op = faulty_debug_op,
+    .debug_suspended = faulty_debug_suspended,
     .set_perm = faulty_set_perm,
 };
 
@@ -276,6 +505,11 @@ BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only
     FaultyState *s = g_new0(FaultyState, 1);
     s->child = child;
     s->rules = g_steal_pointer(&arr);
+    s->state = 1; /* invariant 4: QEMU's first state */
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->resumed, NULL);
+    s->breaks = g_ptr_array_new_with_free_func(break_free);
+    s->suspended = g_ptr_array_new();
 
     BlkNode *img = g_new0(BlkNode, 1);
     img->drv = &faulty_driver;

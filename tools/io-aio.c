@@ -76,7 +76,7 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
     const char *name = write ? "aio_write" : "aio_read";
     AioReq *r = g_new0(AioReq, 1);
     const char *source = NULL;
-    unsigned flags = 0;
+    unsigned flags = 0, before;
     GError *err = NULL;
     gboolean ok;
     int c;
@@ -148,6 +148,7 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
         goto fail;
     }
     clock_gettime(CLOCK_MONOTONIC, &r->t1);
+    before = qimg_image_aio_in_flight(io->img);
     if (r->zero) {
         ok = qimg_image_aio_pwrite_zeroes(io->img, (uint64_t)r->v.offset,
                                           (uint64_t)r->v.count, flags, aio_done, r, &err);
@@ -163,6 +164,7 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
         g_clear_error(&err);
         goto fail;
     }
+    io_break_settle(io, before); /* io-break.c */
     return 0;
 fail:
     req_free(r);
@@ -181,6 +183,10 @@ int io_cmd_aio_write(IoCtx *io, int argc, char **argv)
 
 void io_drain(IoCtx *io)
 {
+    if (io->breakpoints) {
+        io_break_drain(io, true); /* io-break.c */
+        return;
+    }
     while (io->img && qimg_image_aio_in_flight(io->img) > 0) {
         qimg_image_aio_wait(io->img);
     }
@@ -190,6 +196,9 @@ int io_cmd_aio_flush(IoCtx *io, int argc, char **argv)
 {
     (void)argc;
     (void)argv;
+    if (io->breakpoints) {
+        return io_break_drain(io, false); /* io-break.c */
+    }
     io_drain(io); /* fact 4 */
     return 0;
 }

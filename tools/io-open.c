@@ -1,7 +1,7 @@
 /*
  * qimg io: the image a command list works on -- open, close, reopen, the
  * snapshot overlay of -s -- and the commands open, close, reopen,
- * sigraise, and break / remove_break / resume / wait_break.
+ * sigraise.
  *
  * Owns: the open options (shared by the command line and the open
  * command), opening and closing IoCtx.img, and what those commands print.
@@ -24,14 +24,9 @@
  *     stays open as it was (read-only).  -w drops -U (force-share).
  *  3. "sigraise N": N is a cvtnum number ("Parsing error: ..."), above
  *     NSIG "signal argument 'N' is too large to be a valid signal".
- *  4. break/remove_break/resume on an image without a blkdebug node print
- *     "Could not set breakpoint: Operation not supported", "Could not
- *     remove breakpoint TAG: Operation not supported", "Could not resume
- *     request: Operation not supported" (stdout, failing); wait_break
- *     waits for ever.
- *  5. -s (snapshot) puts a temporary qcow2 overlay over the image: writes
+ *  4. -s (snapshot) puts a temporary qcow2 overlay over the image: writes
  *     go to it and are gone at exit; "info" describes the overlay.
- *  6. -o (open, reopen) takes the block layer's options; cache.direct=on|off
+ *  5. -o (open, reopen) takes the block layer's options; cache.direct=on|off
  *     and cache.no-flush=on|off change the cache mode ("Parameter 'X'
  *     expects 'on' or 'off'"), reopen cannot change driver ("Cannot change
  *     the option 'driver'") nor take them with -c ("Cannot set both -c and
@@ -41,10 +36,7 @@
  * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
  * discard=ignore (qimg always passes discards to the file), misaligned
  * buffers (-m), -o keys other than driver, cache.direct and cache.no-flush,
- * O_DIRECT without flushes, reopening a -s overlay, -s over a test node,
- * and breakpoints: qimg's blkdebug node (block/faulty.c) fails requests by
- * rule but cannot suspend one, and the tool reaches it only through the
- * public API, which has no breakpoint call.
+ * O_DIRECT without flushes, reopening a -s overlay, -s over a test node.
  *
  * The API has no reopen: reopen closes the handle, then opens the image
  * with the new options (the old handle's locks would refuse the new one),
@@ -147,7 +139,7 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
     }
     io->img = qimg_image_open(overlay ? overlay : name, &o, &err);
     if (overlay) {
-        unlink(overlay); /* fact 5: gone at exit, whatever the exit */
+        unlink(overlay); /* fact 4: gone at exit, whatever the exit */
     }
     if (!io->img && reopen) { /* fact 2: the reason alone */
         tool_error("%s", open_reason(name, err));
@@ -251,7 +243,7 @@ int io_parse_aio(const char *arg, QimgAioOptions *ao)
 }
 
 /* m with cache.direct and cache.no-flush set (1 on, 0 off, -1 as m has
- * them) (fact 6); false when qimg has no such cache mode (no-flush with
+ * them) (fact 5); false when qimg has no such cache mode (no-flush with
  * O_DIRECT).  Writethrough without flushes is unsafe (its flushes do
  * nothing); *wt says whether an unsafe mode came from writethrough, so that
  * cache.no-flush=off gives it back. */
@@ -276,7 +268,7 @@ static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode 
     return true;
 }
 
-/* -o of open and reopen (fact 6): driver=FMT (open only), cache.direct and
+/* -o of open and reopen (fact 5): driver=FMT (open only), cache.direct and
  * cache.no-flush; the rest is refused.  format: where open keeps the
  * driver name (NULL for reopen); prefix: of the messages (open's "can't
  * open device F: "). */
@@ -415,7 +407,7 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
             }
             break;
         case 'o':
-            o_list = tool_opts_append(o_list, optarg); /* after -c (fact 6) */
+            o_list = tool_opts_append(o_list, optarg); /* after -c (fact 5) */
             break;
         case 'r':
             r = true;
@@ -438,7 +430,7 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
     }
     if (o_list && cache_given &&
         (strstr(o_list, "cache.direct=") || strstr(o_list, "cache.no-flush="))) {
-        tool_error("Cannot set both -c and the cache options"); /* fact 6 */
+        tool_error("Cannot set both -c and the cache options"); /* fact 5 */
         return -EINVAL;
     }
     if (o_list && parse_o(o_list, &oo, NULL, "", &wt) < 0) {
@@ -488,27 +480,4 @@ int io_cmd_sigraise(IoCtx *io, int argc, char **argv)
     fflush(stderr);
     raise((int)sig);
     return 0;
-}
-
-/*
- * break, remove_break, resume, wait_break (fact 4 and the header): without
- * a blkdebug node qemu-io's ENOTSUP lines; with one, the refusal.  wait_break
- * is refused either way: qemu-io waits for ever there.
- */
-int io_cmd_breakpoint(IoCtx *io, int argc, char **argv)
-{
-    bool fault_node = io->name && g_str_has_prefix(io->name, "blkdebug:");
-
-    (void)argc;
-    if (fault_node || strcmp(argv[0], "wait_break") == 0) {
-        printf("%s: qimg's blkdebug node cannot suspend requests (no breakpoints)\n",
-               argv[0]);
-    } else if (strcmp(argv[0], "break") == 0) {
-        printf("Could not set breakpoint: %s\n", strerror(ENOTSUP));
-    } else if (strcmp(argv[0], "remove_break") == 0) {
-        printf("Could not remove breakpoint %s: %s\n", argv[1], strerror(ENOTSUP));
-    } else {
-        printf("Could not resume request: %s\n", strerror(ENOTSUP));
-    }
-    return -ENOTSUP;
 }

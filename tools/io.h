@@ -29,6 +29,7 @@ typedef struct IoCtx {
     bool snapshot;      /* -s: img is a temporary overlay */
     bool unsafe_wt;     /* oo.cache unsafe: writethrough with no-flush (io-open.c) */
     bool aio_given;     /* ao was given (-i) */
+    bool breakpoints;   /* a break was set: waits change (io-break.c) */
     QimgAioOptions ao;
 } IoCtx;
 
@@ -101,8 +102,15 @@ int io_cmd_open(IoCtx *io, int argc, char **argv);
 int io_cmd_close(IoCtx *io, int argc, char **argv);
 int io_cmd_reopen(IoCtx *io, int argc, char **argv);
 int io_cmd_sigraise(IoCtx *io, int argc, char **argv);
-/* break, remove_break, resume and wait_break, by argv[0] */
+/* io-break.c: break, remove_break, resume and wait_break, by argv[0] */
 int io_cmd_breakpoint(IoCtx *io, int argc, char **argv);
+/* After an aio command that made before + 1 requests in flight: wait until
+ * it completed or stopped at a breakpoint, when breakpoints were set. */
+void io_break_settle(IoCtx *io, unsigned before);
+/* Wait for the requests in flight while breakpoints may stop them: a
+ * stopped one ends the wait (closing: quietly, the close resumes it; else
+ * failing, as aio_flush). */
+int io_break_drain(IoCtx *io, bool closing);
 /* io-map.c */
 int io_cmd_map(IoCtx *io, int argc, char **argv);
 int io_cmd_alloc(IoCtx *io, int argc, char **argv);

@@ -19,7 +19,7 @@
  *
  * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h), QIMG_0.4
  * (qimg/copy.h), QIMG_0.5 (qimg_image_has_zero_init), QIMG_0.6, QIMG_0.7
- * (qimg_image_amend); libqimg.map):
+ * (qimg_image_amend), QIMG_0.8 (qimg_image_debug_*); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
  *     QimgCheckResult, QimgAioOptions, QimgCopyOptions, QimgAmendOptions)
@@ -55,7 +55,7 @@ G_BEGIN_DECLS
 /* The version of the library in use ("0.3.0"), as opposed to the header's
  * QIMG_VERSION_STRING. */
 const char *qimg_version(void);
-#define QIMG_VERSION_STRING "0.7.0"
+#define QIMG_VERSION_STRING "0.8.0"
 GQuark qimg_error_quark(void);
 
 typedef struct QimgImage QimgImage;
@@ -387,6 +387,27 @@ typedef struct QimgBitmapInfo {
     bool in_use;          /* "in-use": its bits are not to be trusted */
     bool enabled;         /* "auto": it records the image's writes */
 } QimgBitmapInfo;
+
+/* Breakpoints for tests (0.8), as QEMU's blkdebug break/resume: on an image
+ * opened through a fault node ("blkdebug:RULES:FILE", RULES may be empty).
+ * The next request that reaches event (QEMU's blkdebug event name, e.g.
+ * "write_aio", "l2_update", "read_aio") stops there, tagged tag, until
+ * qimg_image_debug_resume(); each breakpoint stops one request.  A request
+ * that reaches it on the thread that set it fails with EDEADLK instead (that
+ * thread must resume it); closing the image resumes every stopped request.
+ * Errors carry the errno as code: ENOTSUP (no fault node, or an event qimg
+ * cannot stop at), ENOENT (no such event, breakpoint or stopped request). */
+gboolean qimg_image_debug_break(QimgImage *img, const char *event, const char *tag,
+                                GError **error);
+/* Drop tag's breakpoints and resume the requests stopped as tag; ENOENT if
+ * no breakpoint was dropped (the requests are resumed even so). */
+gboolean qimg_image_debug_remove_break(QimgImage *img, const char *tag, GError **error);
+/* Resume the oldest request stopped as tag. */
+gboolean qimg_image_debug_resume(QimgImage *img, const char *tag, GError **error);
+/* The tags of the requests stopped now, oldest first (g_strfreev; an empty
+ * list without a fault node); only_new: those no earlier call with
+ * only_new returned. */
+char **qimg_image_debug_suspended(QimgImage *img, gboolean only_new);
 
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error);
 void qimg_info_free(QimgInfo *info);

@@ -80,7 +80,7 @@ printf '[foo]\nx = "1"\n' >grp.cfg
 for cfg in bad.cfg grp.cfg nosuch.cfg; do
     same_as_qemu_err convert -f raw -O raw "blkdebug:$cfg:s.raw" out.raw
 done
-printf '[set-state]\nevent = "read_aio"\nstate = "1"\nnew_state = "2"\n' >st.cfg
+printf '[inject-error]\nevent = "read_aio"\niotype = "read"\n' >st.cfg
 expect_rc_msg() { # DESC RC PATTERN CMD...
     local desc=$1 rc=$2 pat=$3
     shift 3
@@ -88,5 +88,5 @@ expect_rc_msg() { # DESC RC PATTERN CMD...
     assert_eq "$desc: exit code" "$rc" "$?"
     assert_rc "$desc: message" 0 grep -q "$pat" m.out
 }
-expect_rc_msg "set-state refused" 1 "no states" "$QIMG" convert -f raw -O raw blkdebug:st.cfg:s.raw out.raw
+expect_rc_msg "iotype refused" 1 "no I/O types" "$QIMG" convert -f raw -O raw blkdebug:st.cfg:s.raw out.raw
 finish
