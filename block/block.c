@@ -200,6 +200,21 @@ void blk_event(BlkNode *img, BlkEvent ev)
     }
 }
 
+void blk_filter_size_update(BlkNode *img, bool grow)
+{
+    uint64_t want = __atomic_load_n(&img->filtered->size, __ATOMIC_ACQUIRE);
+    uint64_t cur = __atomic_load_n(&img->size, __ATOMIC_RELAXED);
+
+    if (!grow) {
+        __atomic_store_n(&img->size, want, __ATOMIC_RELEASE);
+        return;
+    }
+    while (want > cur &&
+           !__atomic_compare_exchange_n(&img->size, &cur, want, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED)) {
+    }
+}
+
 /* The node blk_debug_op() works on: top itself, or down its protocol and
  * filter children, as QEMU looks for its blkdebug node. */
 static BlkNode *debug_node(BlkNode *top)

@@ -338,6 +338,11 @@ bool blk_is_durable(BlkNode *img, uint64_t gen);
 void blk_gen_bump(BlkNode *img);
 void blk_gen_flushed(BlkNode *img, uint64_t gen);
 
+/* A filter node takes img->filtered's size after a request: it only grows
+ * while requests run (grow, concurrent writers never shrink it), a
+ * truncate sets it; atomic, as the file node's (file.c invariant 5). */
+void blk_filter_size_update(BlkNode *img, bool grow);
+
 /* Announce the metadata step the next requests on img belong to (no-op
  * unless img is a fault-injecting node). */
 void blk_event(BlkNode *img, BlkEvent ev);

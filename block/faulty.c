@@ -270,7 +270,7 @@ static int faulty_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     int ret = should_fail(s, OP_WRITE, offset, qiov->size); /* invariant 2 */
     if (ret == 0) {
         ret = blk_pwritev(s->child, offset, qiov, flags);
-        img->size = s->child->size;
+        blk_filter_size_update(img, true);
     }
     return ret;
 }
@@ -282,7 +282,7 @@ static int faulty_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     int ret = should_fail(s, OP_WRITE, offset, bytes);
     if (ret == 0) {
         ret = blk_pwrite_zeroes(s->child, offset, bytes, flags);
-        img->size = s->child->size;
+        blk_filter_size_update(img, true);
     }
     return ret;
 }
@@ -322,7 +322,7 @@ static int faulty_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc 
 {
     FaultyState *s = img->opaque;
     int ret = blk_truncate(s->child, size, exact, prealloc, shrink);
-    img->size = s->child->size;
+    blk_filter_size_update(img, false);
     return ret;
 }
 

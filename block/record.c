@@ -264,7 +264,7 @@ static int record_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     int ret = blk_pwritev(s->child, offset, qiov, flags & ~BLK_REQ_FUA);
     int lr;
 
-    img->size = s->child->size;
+    blk_filter_size_update(img, true);
     lr = log_append(s, REC_WRITE, offset, qiov->size, 0, qiov);
     ret = logged(ret, lr);
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
@@ -280,7 +280,7 @@ static int record_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     RecordState *s = img->opaque;
     int ret = blk_pwrite_zeroes(s->child, offset, bytes, flags & ~BLK_REQ_FUA);
 
-    img->size = s->child->size;
+    blk_filter_size_update(img, true);
     if (ret == -ENOTSUP) {
         return ret; /* nothing happened (NO_FALLBACK) */
     }
@@ -328,7 +328,7 @@ static int record_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc 
     int ret = blk_truncate(s->child, size, exact, prealloc, shrink);
     int lr;
 
-    img->size = s->child->size;
+    blk_filter_size_update(img, false);
     lr = log_append(s, REC_TRUNCATE, s->child->size, 0, 0, NULL);
     if (ret == 0 && lr < 0) {
         return lr;
