@@ -95,8 +95,14 @@ static bool io_failed(Copy *c, QimgImage *img, ApiIoOp op, int ret, const char *
         return false;
     }
     api_io_error(img, op, ret, &err);
-    g_set_error(&full, QIMG_ERROR, err->code, "error while %s at byte %" PRIu64 ": %s",
-                what, offset, err->message);
+    /* qemu-img's line (the bare strerror), qimg's detail on a second line
+     * when it says more (issue 15: "qimg's extra detail goes on a second
+     * line") */
+    const char *bare = g_strerror(err->code > 0 ? err->code : EIO);
+    g_set_error(&full, QIMG_ERROR, err->code,
+                "error while %s at byte %" PRIu64 ": %s%s%s", what, offset, bare,
+                strcmp(err->message, bare) ? "\n" : "",
+                strcmp(err->message, bare) ? err->message : "");
     g_error_free(err);
     copy_fail(c, full);
     return true;

@@ -112,7 +112,8 @@ for nth in $nths; do
     rc=$?
     assert_eq "read fault #$nth: exit code" 1 "$rc"
     assert_eq "read fault #$nth: message" \
-        "qimg: error while reading at byte N: Could not read 'blkdebug:event=any,op=read,nth=$nth,once:src.raw': Injected error (blkdebug, none #$nth)" \
+        "qimg: error while reading at byte N: Input/output error
+Could not read 'blkdebug:event=any,op=read,nth=$nth,once:src.raw': Injected error (blkdebug, none #$nth)" \
         "$(sed 's/at byte [0-9]*/at byte N/' f.err)"
     assert_rc "read fault #$nth: target consistent" 0 "$QEMU_IMG" check t.qcow2
     rm -f t.qcow2
@@ -122,7 +123,8 @@ for nth in $nths; do
     rc=$?
     assert_eq "write fault #$nth: exit code" 1 "$rc"
     _checks=$((_checks + 1))
-    grep -q "^qimg: error while writing at byte [0-9]*: .*Injected error" f.err ||
+    grep -q "^qimg: error while writing at byte [0-9]*: Input/output error$" f.err &&
+        grep -q "Injected error" f.err ||
         _fail "write fault #$nth: message: $(cat f.err)"
     # a failed data or metadata write may leak clusters, never corrupt
     "$QEMU_IMG" check t.qcow2 >c.out 2>&1
