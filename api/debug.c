@@ -23,6 +23,7 @@ static gboolean debug_op(QimgImage *img, BlkDebugOp op, const char *event,
         g_set_error(error, QIMG_ERROR, EINVAL, "No image, event or tag");
         return FALSE;
     }
+    blk_error_clear(); /* a message left by an earlier step is not this one's */
     ret = blk_debug_op(img->node, op, event, tag);
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL); /* invariant 1 */

@@ -255,6 +255,13 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
     Qcow2FastRef ref;
     bool hit;
 
+    /* A test node (fault, record) under us takes no ring requests (only
+     * file nodes do, uring.c): answer before anything is announced to it,
+     * or its step and breakpoints would run on the submitting thread and
+     * again on the pool (faulty.c invariant 5). */
+    if (qcow2_data_node(s)->filtered) {
+        return false;
+    }
     /* A write: the in-place rewrite of qcow2_pwritev's fast path */
     if (write) {
         qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */

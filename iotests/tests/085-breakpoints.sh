@@ -52,6 +52,11 @@ both "write_aio" - e.qcow2 blkdebug::img -c 'break write_aio A' -c 'aio_write -P
 both "write_aio over data" - a.qcow2 blkdebug::img -c 'break write_aio A' \
     -c 'aio_write -P 7 4k 4k' -c 'wait_break A' -c 'resume A' -c 'aio_flush' \
     -c 'read -P 1 0 4k' -c 'read -P 7 4k 4k'
+# cache=none: an in-place rewrite could go to io_uring from the submitting
+# thread; over a fault node it goes to the pool (qcow2/read.c direct_begin)
+both "write_aio in place, -n" - a.qcow2 blkdebug::img -n -c 'break write_aio A' \
+    -c 'aio_write -P 7 4k 4k' -c 'wait_break A' -c 'resume A' -c 'aio_flush' \
+    -c 'read -P 7 4k 4k'
 both "l2_update" - a.qcow2 blkdebug::img -c 'break l2_update A' -c 'aio_write -P 5 16M 4k' \
     -c 'wait_break A' -c 'resume A' -c 'aio_flush' -c 'read -P 5 16M 4k'
 both "read_aio" - a.qcow2 blkdebug::img -c 'break read_aio R' -c 'aio_read -P 2 8M 4k' \
