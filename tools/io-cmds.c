@@ -18,6 +18,9 @@
  *  3. write's default pattern is 0xcd; a read buffer starts as 0xab.  -b
  *     accesses the vmstate area, -c writes compressed (cluster aligned, or
  *     up to the end of the image), -z writes zeroes (-u may unmap).
+ *  4. Buffers are aligned for O_DIRECT; -m ("misalign allocations for
+ *     O_DIRECT") puts every one 16 bytes past that, so that the block layer
+ *     must bounce them under cache=none; the results are the same.
  */
 #include "io.h"
 #include "qimg/vmstate.h"
@@ -30,6 +33,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* ---- buffers (fact 4) ---- */
+
+static bool misalign;
+
+void io_set_misalign(bool on)
+{
+    misalign = on;
+}
+
+IoBuf *io_buf_alloc(size_t size)
+{
+    uint8_t *p = tool_alloc_aligned(size + IO_MISALIGN);
+    return misalign ? p + IO_MISALIGN : p;
+}
+
+void io_buf_free(IoBuf *buf)
+{
+    if (buf) {
+        free(misalign ? buf - IO_MISALIGN : buf);
+    }
+}
 
 /* ---- numbers and reports (facts 1, 2) ---- */
 
@@ -208,7 +233,7 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
     int64_t offset, count, pattern_offset = 0, pattern_count = 0;
     int pattern = 0, c, ret;
     struct timespec t1, t2;
-    g_autofree uint8_t *buf = NULL;
+    g_autoptr(IoBuf) buf = NULL;
     GError *err = NULL;
     gboolean ok;
 
@@ -285,7 +310,7 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
         return ret;
     }
 
-    buf = g_malloc(count ? (size_t)count : 1);
+    buf = io_buf_alloc((size_t)count);
     memset(buf, 0xab, (size_t)count);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (bflag) {
@@ -387,7 +412,7 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
     int pattern = 0xcd, c, ret;
     const char *source = NULL;
     struct timespec t1, t2;
-    g_autofree uint8_t *buf = NULL;
+    g_autoptr(IoBuf) buf = NULL;
     GError *err = NULL;
     gboolean ok;
 
@@ -474,7 +499,7 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
     }
 
     if (!zflag) {
-        buf = g_malloc(count ? (size_t)count : 1);
+        buf = io_buf_alloc((size_t)count);
         memset(buf, pattern, (size_t)count);
         if (sflag && io_read_source(source, buf, count) < 0) {
             return -EINVAL;

@@ -34,9 +34,9 @@
  *
  * What qimg cannot honour is refused with a message saying so, never
  * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
- * discard=ignore (qimg always passes discards to the file), misaligned
- * buffers (-m), -o keys other than driver, cache.direct and cache.no-flush,
- * O_DIRECT without flushes, reopening a -s overlay, -s over a test node.
+ * discard=ignore (qimg always passes discards to the file), -o keys other than driver,
+ * cache.direct and cache.no-flush, O_DIRECT without flushes, reopening a -s overlay, -s
+ * over a test node.
  *
  * The API has no reopen: reopen closes the handle, then opens the image
  * with the new options (the old handle's locks would refuse the new one),

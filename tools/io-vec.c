@@ -63,7 +63,7 @@ int io_parse_vec(IoVec *v, int argc, char **argv, int fill)
         v->iov[i].iov_len = (size_t)len;
         v->count += len;
     }
-    v->buf = g_malloc(v->count ? (size_t)v->count : 1);
+    v->buf = io_buf_alloc((size_t)v->count);
     memset(v->buf, fill, (size_t)v->count);
     for (int i = 0; i < v->niov; done += (int64_t)v->iov[i].iov_len, i++) {
         v->iov[i].iov_base = v->buf + done;
@@ -73,7 +73,7 @@ int io_parse_vec(IoVec *v, int argc, char **argv, int fill)
 
 void io_vec_clear(IoVec *v)
 {
-    g_clear_pointer(&v->buf, g_free);
+    g_clear_pointer(&v->buf, io_buf_free);
     g_clear_pointer(&v->iov, g_free);
 }
 

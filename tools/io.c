@@ -31,9 +31,9 @@
  *     It fails the start: nothing runs, the exit status is 1.
  *  4. -C (copy-on-read), -k (native AIO), -m (misaligned buffers), -d
  *     MODE, -T (tracing), --object and --image-opts are options of qemu-io;
- *     qimg refuses those it cannot honour (io-open.c), and -m, -T and
- *     --object always; --image-opts names the image by options
- *     (api/json-name.c).
+ *     qimg refuses those it cannot honour (io-open.c), and -T and --object
+ *     always; -m misaligns the buffers (io-cmds.c fact 4); --image-opts
+ *     names the image by options (api/json-name.c).
  */
 #include "io.h"
 #include "qimg/aio.h"
@@ -328,9 +328,9 @@ int cmd_io(int argc, char **argv)
                 return 1;
             }
             break;
-        case 'm': /* fact 4 */
-            tool_error("misaligned buffers (-m) are not supported by qimg");
-            return 1;
+        case 'm': /* fact 4; io-cmds.c fact 4 */
+            io_set_misalign(true);
+            break;
         case 'T':
             tool_error("tracing (-T) is not supported by qimg");
             return 1;

@@ -69,10 +69,20 @@ int io_take_errno(GError *err); /* -errno of a failed call; frees err */
 /* Fill buf with the first count bytes of the file source (write -s). */
 int io_read_source(const char *source, uint8_t *buf, int64_t count);
 
+/* Request buffers as qemu-io's (io-cmds.c fact 4): aligned for O_DIRECT,
+ * or IO_MISALIGN bytes past that after io_set_misalign(true) (-m, before
+ * any buffer is made). */
+#define IO_MISALIGN 16
+typedef uint8_t IoBuf;
+void io_set_misalign(bool on);
+IoBuf *io_buf_alloc(size_t size);
+void io_buf_free(IoBuf *buf);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(IoBuf, io_buf_free)
+
 /* The buffers of "off len [len..]" (io-vec.c fact 1). */
 typedef struct IoVec {
     int64_t offset, count; /* count: the sum of the lengths */
-    uint8_t *buf;          /* count bytes, filled with the fill byte */
+    IoBuf *buf;            /* count bytes, filled with the fill byte */
     struct iovec *iov;     /* niov pieces of buf */
     int niov;
 } IoVec;

@@ -168,6 +168,12 @@ both "-s" a.qcow2 -s -c 'write -P 9 0 64k' -c 'read -q -P 9 0 64k' -c map -c inf
 assert_rc "-s left the image as it was" 0 "$QEMU_IMG" compare -q a.qcow2 m/img
 both "-s raw" r.raw -s -f raw -c 'writev -P 9 0 64k 1' -c map -c info
 
+# ---- -m: buffers 16 bytes off alignment, bounced under cache=none ----
+both "-m -n" a.qcow2 -m -n -c 'write -P 5 512 4k' -c 'read -P 5 512 4k' \
+    -c 'writev -P 6 8k 1k 3k' -c 'readv -P 6 8k 3k 1k' -c 'aio_write -P 7 64k 4k' \
+    -c 'aio_flush' -c 'aio_read -P 7 64k 4k' -c 'aio_flush' -c 'read -v 512 32'
+both "-m" a.qcow2 -m -c 'write -P 5 0 4k' -c 'read -P 5 0 4k'
+
 # ---- what qimg refuses: a message, exit 1 ----
 refused() {
     local desc=$1 want=$2 rc
@@ -178,7 +184,6 @@ refused() {
         cut -d: -f2-)"
 }
 cp a.qcow2 m/img
-refused "-m" "misaligned buffers (-m) are not supported by qimg" -m -c 'read 0 1' img
 refused "-C" "copy-on-read (-C) is not supported by qimg" -C -c 'read 0 1' img
 refused "-k" "aio=native (-k) is not supported by qimg" -k -c 'read 0 1' img
 refused "-T" "tracing (-T) is not supported by qimg" -T foo -c 'read 0 1' img
