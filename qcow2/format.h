@@ -432,10 +432,12 @@ int qcow2_header_decode(const uint8_t *buf, size_t len, Qcow2Header *h);
 /* Everything QEMU checks from cluster 0 before reading tables: decode,
  * feature bits, table locations and limits, extensions, data file bits.
  * cluster0 holds the whole first cluster (len >= cluster size), zero padded.
- * check_mode relaxes what QEMU relaxes for qemu-img check. */
+ * check_mode relaxes what QEMU relaxes for qemu-img check.  metadata_only
+ * (a read-only open that reads no guest data) lets an encrypted image open
+ * (header.c invariant 7). */
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
-                       bool read_write, bool check_mode, Qcow2Header *h,
-                       Qcow2Extensions *ext);
+                       bool read_write, bool check_mode, bool metadata_only,
+                       Qcow2Header *h, Qcow2Extensions *ext);
 /* Parse the header extensions in cluster 0 (buf: the first cluster, zero
  * padded when the file is shorter). */
 int qcow2_read_extensions(const uint8_t *cluster0, const Qcow2Header *h,
