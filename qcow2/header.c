@@ -326,7 +326,7 @@ int qcow2_header_check_features(const Qcow2Header *h, const Qcow2Extensions *ext
                          h->refcount_order);
     }
     if (h->crypt_method > QCOW2_CRYPT_LUKS) {
-        return blk_error(EINVAL, "Unsupported encryption method: %" PRIu32,
+        return blk_error(EINVAL, "Unsupported encryption method %" PRIu32,
                          h->crypt_method);
     }
     return 0;

@@ -166,7 +166,7 @@ static const FieldCase field_cases[] = {
      "Unsupported qcow2 feature(s): Unknown incompatible feature: 20"},
     {3, QCOW2_HDR_REFCOUNT_ORDER, 4, 7,
      "Reference count entry width too large; may not exceed 64 bits"},
-    {3, QCOW2_HDR_CRYPT_METHOD, 4, 3, "Unsupported encryption method: 3"},
+    {3, QCOW2_HDR_CRYPT_METHOD, 4, 3, "Unsupported encryption method 3"},
     {3, QCOW2_HDR_CRYPT_METHOD, 4, 1,
      "Parameter 'encrypt.key-secret' is required for cipher"},
     {2, QCOW2_HDR_CRYPT_METHOD, 4, 2,
