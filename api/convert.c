@@ -70,6 +70,7 @@ void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out)
     out->backing_file = in->backing_file;
     out->backing_format = in->backing_format;
     out->options = in->options;
+    out->secrets = in->secrets;
 }
 
 void api_snapshot_info_move(BlkSnapshotInfo *in, QimgSnapshotInfo *out)

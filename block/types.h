@@ -61,6 +61,7 @@ typedef struct BlkCreateOptions {
     const char *backing_file;
     const char *backing_format;
     GHashTable *options; /* may be NULL */
+    GHashTable *secrets; /* ids of the caller's secret objects, may be NULL */
 } BlkCreateOptions;
 
 /* qemu-img measure: what the source of a copy holds (BlkDriver.measure). */

@@ -127,6 +127,7 @@ int cmd_check(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"format", required_argument, NULL, 'f'},
         {"repair", required_argument, NULL, 'r'},
         {"output", required_argument, NULL, OPT_OUTPUT},
@@ -184,6 +185,13 @@ int cmd_check(int argc, char **argv)
         case OPT_OUTPUT:
             output = optarg;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

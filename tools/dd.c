@@ -109,6 +109,7 @@ int cmd_dd(int argc, char **argv)
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+    co.secrets = tool_secret_table();
     const char *out_fmt = "raw";
     DdArgs a = {.bs = 512};
     g_autoptr(QimgImage) src = NULL;
@@ -130,8 +131,13 @@ int cmd_dd(int argc, char **argv)
         case 'U':
             oo.force_share = true;
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             oo.image_opts = true; /* options.c: tool_open_image */
             break;

@@ -371,6 +371,7 @@ int cmd_info(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
@@ -407,6 +408,13 @@ int cmd_info(int argc, char **argv)
         case OPT_IMAGE_OPTS:
             image_opts = true;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

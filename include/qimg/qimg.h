@@ -149,6 +149,11 @@ typedef struct QimgCreateOptions {
     const char *backing_file;
     const char *backing_format;
     GHashTable *options; /* char* -> char*, may be NULL */
+    /* 0.8: the ids (keys) of the caller's secret objects, may be NULL.
+     * qimg has no encryption: an encrypt.key-secret naming one of them is
+     * refused as unsupported, one naming none as qemu-img refuses an
+     * unknown secret.  The secrets' values are never read. */
+    GHashTable *secrets;
 } QimgCreateOptions;
 
 #define QIMG_CREATE_OPTIONS_INIT                                                         \
