@@ -557,7 +557,18 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     BlkNode *node = img->node;
     BlkInfo bi = {0};
 
-    info->filename = g_strdup(node->filename);
+    if (node->opts.key_secret) {
+        /* json-name.c invariant 4: QEMU keeps the option in the name */
+        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        info->filename =
+            g_strdup_printf("json:{\"encrypt.key-secret\": \"%s\", \"driver\": "
+                            "\"qcow2\", \"file\": {\"driver\": \"file\", "
+                            "\"filename\": \"%s\"}}",
+                            k, f);
+    } else {
+        info->filename = g_strdup(node->filename);
+    }
     info->format = g_strdup(node->drv->format_name);
     info->virtual_size = node->size;
     int64_t a = blk_get_allocated_size(node->file ? node->file : node);

@@ -51,6 +51,10 @@ typedef struct BlkOpenOptions {
     bool backing_share_write;     /* share_write for the backing chain */
     bool check_mode;              /* corrupt images open read-write (check -r) */
     const char *snapshot;         /* read-only view of this snapshot */
+    /* qcow2's encrypt.key-secret from a json:/--image-opts name (interned),
+     * and the ids of the caller's secrets (open time only, may be NULL) */
+    const char *key_secret;
+    GHashTable *secrets;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

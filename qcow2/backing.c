@@ -132,7 +132,7 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
         return blk_error(-ret, "Could not read the header of '%s': %s", img->filename,
                          g_strerror(-ret));
     }
-    ret = qcow2_header_parse(old, cs, s->file_size, true, false, false, &h, &ext);
+    ret = qcow2_header_parse(old, cs, s->file_size, true, false, NULL, &h, &ext);
     if (ret == 0 && !e->set_backing) {
         ret = qcow2_read_backing_name(old, &h, &kept_name);
     }

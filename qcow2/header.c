@@ -30,7 +30,10 @@
  *     parser reads (tests/test-qcow2-header.c round-trips them).
  *  7. An encrypted image (crypt_method 1 or 2) parses only for a
  *     metadata-only open (qemu-img info's: read-only, no guest data);
- *     otherwise it is refused with qemu-img's words for a missing secret,
+ *     otherwise it is refused: with an encrypt.key-secret, as qemu-img
+ *     refuses an unknown secret or, for a secret the caller has, as
+ *     unsupported (qimg cannot decrypt); without, with qemu-img's words for
+ *     a missing secret,
  *     after the extensions (QEMU checks the encryption header offset's
  *     alignment first).  qimg has no encryption; the LUKS header itself is
  *     luks-codec.c's.
@@ -334,12 +337,22 @@ int qcow2_header_check_features(const Qcow2Header *h, const Qcow2Extensions *ext
 
 /* header.c invariant 7 */
 static int check_encryption(const Qcow2Header *h, const Qcow2Extensions *ext,
-                            bool metadata_only)
+                            const Qcow2CryptOpen *crypt)
 {
     if (h->crypt_method == QCOW2_CRYPT_NONE) {
-        return 0;
+        return 0; /* as QEMU: a key-secret is not looked up */
     }
-    if (!metadata_only) {
+    if (crypt && !crypt->metadata_only && crypt->key_secret) {
+        if (!crypt->secret_exists) {
+            return blk_error(EINVAL, "No secret with id '%s'", crypt->key_secret);
+        }
+        return blk_error(ENOTSUP,
+                         "qimg has no encryption: cannot decrypt the image (format %s) "
+                         "with secret '%s'",
+                         h->crypt_method == QCOW2_CRYPT_LUKS ? "luks" : "aes",
+                         crypt->key_secret);
+    }
+    if (!crypt || !crypt->metadata_only) {
         /* qimg has no encryption, so never a secret: qemu-img's refusal
          * without one, word for word (for AES and LUKS alike) */
         return blk_error(ENOTSUP,
@@ -481,7 +494,7 @@ int qcow2_read_backing_name(const uint8_t *cluster0, const Qcow2Header *h, char 
 }
 
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
-                       bool read_write, bool check_mode, bool metadata_only,
+                       bool read_write, bool check_mode, const Qcow2CryptOpen *crypt,
                        Qcow2Header *h, Qcow2Extensions *ext)
 {
     int ret;
@@ -515,7 +528,7 @@ int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
     }
     ret = qcow2_read_extensions(cluster0, h, ext);
     if (ret == 0) {
-        ret = check_encryption(h, ext, metadata_only);
+        ret = check_encryption(h, ext, crypt);
     }
     if (ret < 0) {
         qcow2_extensions_free(ext);

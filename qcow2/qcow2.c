@@ -251,8 +251,13 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     bool check_mode = opts && opts->check_mode;
     const char *snapshot = opts ? opts->snapshot : NULL;
     /* invariant 10: qemu-img info's open; never a writable or data one */
-    bool metadata_only =
-        opts && opts->no_io && img->read_only && !check_mode && !snapshot && !hdr;
+    Qcow2CryptOpen crypt = {
+        .metadata_only =
+            opts && opts->no_io && img->read_only && !check_mode && !snapshot && !hdr,
+        .key_secret = opts ? opts->key_secret : NULL,
+        .secret_exists = opts && opts->key_secret && opts->secrets &&
+                         g_hash_table_contains(opts->secrets, opts->key_secret),
+    };
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
     g_autofree uint8_t *cluster0 = NULL;
     Qcow2Header h;
@@ -293,8 +298,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         }
     }
     ret = qcow2_header_parse(cluster0, UINT64_C(1) << h.cluster_bits, s->file_size,
-                             !img->read_only, check_mode, metadata_only, &s->header,
-                             &s->ext);
+                             !img->read_only, check_mode, &crypt, &s->header, &s->ext);
     if (ret < 0) {
         return ret;
     }

@@ -289,8 +289,8 @@ static void test_extensions(void **state)
     timg_set64(&t, QCOW2_HDR_BACKING_FILE_OFFSET, 0x800);
     timg_set32(&t, QCOW2_HDR_BACKING_FILE_SIZE, 8);
     memcpy(t.buf + 0x800, "base.img", 8);
-    assert_int_equal(
-        qcow2_header_parse(t.buf, t.cs, t.len, false, false, false, &h, &ext), 0);
+    assert_int_equal(qcow2_header_parse(t.buf, t.cs, t.len, false, false, NULL, &h, &ext),
+                     0);
     assert_string_equal(ext.backing_format, "qcow2");
     assert_string_equal(ext.data_file, "data.raw");
     assert_int_equal(ext.unknown->len, 1);

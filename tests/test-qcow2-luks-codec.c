@@ -11,7 +11,10 @@
  *    (luks-codec.c invariant 2); names that fill their field are read
  *    from it only (invariant 3);
  *  - an image with crypt_method 1 opens only read-only with no_io, shows
- *    format "aes", and refuses every read, block status and check.
+ *    format "aes", and refuses every read and block status; an
+ *    encrypt.key-secret naming no secret, or one the caller has, is
+ *    refused for a data open and not looked up for a metadata-only one
+ *    (header.c invariant 7).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -266,6 +269,31 @@ static void test_metadata_only(void **state)
     assert_string_equal(info->encrypt->format, "aes");
     assert_null(info->encrypt->cipher_alg);
     qimg_info_free(info);
+
+    /* header.c invariant 7: a key-secret is looked up for a data open only */
+    {
+        g_autofree char *name =
+            g_strdup_printf("driver=qcow2,file.filename=%s,encrypt.key-secret=s0", path);
+        g_autoptr(GHashTable) secrets = g_hash_table_new(g_str_hash, g_str_equal);
+        QimgOpenOptions ko = QIMG_OPEN_OPTIONS_INIT;
+        QimgImage *k;
+
+        ko.read_only = true;
+        ko.image_opts = true;
+        assert_null(qimg_image_open(name, &ko, &err));
+        assert_non_null(strstr(err->message, "No secret with id 's0'"));
+        g_clear_error(&err);
+        g_hash_table_add(secrets, (gpointer) "s0");
+        ko.secrets = secrets;
+        assert_null(qimg_image_open(name, &ko, &err));
+        assert_non_null(strstr(err->message, "qimg has no encryption: cannot decrypt the "
+                                             "image (format aes) with secret 's0'"));
+        g_clear_error(&err);
+        ko.no_io = true;
+        k = qimg_image_open(name, &ko, &err);
+        assert_non_null(k);
+        qimg_image_free(k);
+    }
 
     /* qcow2.c invariant 10: no guest data, no mapping */
     assert_false(qimg_image_pread(img, 0, buf, sizeof(buf), &err));

@@ -151,6 +151,7 @@ static int64_t backing_size(QimgImage *dst)
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     GError *err = NULL;
     QimgImage *dst;
 
@@ -226,6 +227,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 static int run_convert(ConvertArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) src = NULL;
     Convert s = {0};
     ToolProgress prog;

@@ -341,6 +341,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
                             bool image_opts)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     QimgInfo *info;

@@ -142,6 +142,7 @@ int cmd_measure(int argc, char **argv)
     }
     if (filename) { /* fact 2 */
         QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+        oo.secrets = tool_secret_table();
         oo.image_opts = image_opts;
         oo.format = fmt;
         oo.read_only = true;

@@ -99,6 +99,11 @@ typedef struct QimgOpenOptions {
      * ("driver=qcow2,file.filename=PATH,..."), read as a "json:{...}" name
      * is (0.7) */
     bool image_opts;
+    /* 0.8: the ids (keys) of the caller's secret objects, may be NULL: what
+     * a name's encrypt.key-secret may refer to.  qimg has no encryption, so
+     * an encrypted image opened for its data with one is refused as
+     * unsupported, with an unknown one as qemu-img refuses it. */
+    GHashTable *secrets;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \

@@ -11,6 +11,9 @@
 #    crypto header extension);
 #  - every other command on an encrypted image is refused as qemu-img
 #    refuses it without a secret, and the file is left unchanged;
+#  - encrypt.key-secret in --image-opts and json: names: info as
+#    qemu-img's (no secret is looked up); other commands refuse a missing
+#    secret in qemu-img's words and an existing one as unsupported;
 #  - --object: each of qemu-img's error cases in its words; a valid,
 #    unreferenced secret is accepted; a reference to a missing secret is
 #    qemu-img's error, one to an existing secret is refused (qimg has no
@@ -199,7 +202,7 @@ for o in secret secret,data=x id=s,data=x foo,id=x foo qom-type=secret,id=s,data
     secret,id=s,data=x,foo=bar secret,id=1,foo=bar secret,id=1s,data=x secret,id=,data=x \
     secret,id=a.b-c_d,data=x secret,id=s,data=x,id=t secret,id=s,data=x,loaded=on \
     secret,id=s,data=x,keyid=k secret,id=s,data=x,keyid=s secret,id=s,data=x,iv=abc \
-    secret,id=s,data= secret,id=s,data=a,,b secret,id=s,data=x,,,y secret,id=s,data=x, \
+    secret,id=s,data= secret,id=s,data=a,,b secret,id=s,data=x,,,y 'secret,id=s,data=x,' \
     secret,id=s,,data=x secret,help help,foo; do
     # shellcheck disable=SC2086
     same_as_qemu_err info --object $o plain.qcow2
@@ -252,6 +255,7 @@ rm -f e.qcow2 out.qcow2
 same_as_qemu_err convert -O qcow2 -o encrypt.format=luks,encrypt.key-secret=s0 plain.qcow2 out.qcow2
 for fmt in luks aes; do
     rm -f e.qcow2
+    # shellcheck disable=SC2086
     "$QIMG" create $S -f qcow2 -o encrypt.format=$fmt,encrypt.key-secret=s0 e.qcow2 1M \
         >m.out 2>m.err
     assert_eq "create: a $fmt reference to an existing secret" \
@@ -260,11 +264,37 @@ for fmt in luks aes; do
     assert_eq "create: nothing written ($fmt)" "" "$(ls e.qcow2 2>/dev/null)"
 done
 rm -f out.qcow2
+# shellcheck disable=SC2086
 "$QIMG" convert $S -O qcow2 -o encrypt.format=luks,encrypt.key-secret=s0 plain.qcow2 out.qcow2 \
     >m.out 2>m.err
 assert_eq "convert: a reference to an existing secret" \
     "1 qimg: out.qcow2: error while converting qcow2: qimg has no encryption: cannot create an image encrypted with format 'luks' (secret 's0')" \
     "$? $(cat m.err)"
 assert_eq "convert: nothing written" "" "$(ls out.qcow2 2>/dev/null)"
+
+# ---- encrypt.key-secret in the image's name ----
+K=encrypt.key-secret=s0
+for img in luks aes plain; do
+    same_as_qemu_err info --image-opts driver=qcow2,file.filename=$img.qcow2,$K
+    same_as_qemu_err info --output=json --image-opts driver=qcow2,file.filename=$img.qcow2,$K
+    same_as_qemu_err info "json:{\"driver\":\"qcow2\",\"file\":{\"filename\":\"$img.qcow2\"},\"encrypt\":{\"key-secret\":\"s0\"}}"
+done
+same_as_qemu_err info --backing-chain --image-opts driver=qcow2,file.filename=ov.qcow2,$K
+same_as_qemu_err check --image-opts driver=qcow2,file.filename=plain.qcow2,$K
+for img in luks aes; do
+    for cmd in check map; do
+        run_both $cmd --image-opts driver=qcow2,file.filename=$img.qcow2,$K
+        assert_eq "$cmd of $img with a missing key-secret: as qemu-img" \
+            "$Q_RC ${Q_ERR##*: }" "$M_RC ${M_ERR##*: }"
+        assert_eq "$cmd of $img with a missing key-secret" "1 No secret with id 's0'" \
+            "$M_RC ${M_ERR##*: }"
+        # shellcheck disable=SC2086
+        run_both $cmd $S --image-opts driver=qcow2,file.filename=$img.qcow2,$K
+        want=": qimg has no encryption: cannot decrypt the image (format $img) with secret 's0'"
+        if [[ "$M_ERR" == qimg:*"$want" ]]; then got=$want; else got=$M_ERR; fi
+        assert_eq "$cmd of $img with an existing key-secret" "1 $want" "$M_RC $got"
+    done
+done
+assert_eq "encrypted images unchanged at the end" "$sum_before" "$(md5sum luks.qcow2 aes.qcow2 ov.qcow2)"
 
 finish
