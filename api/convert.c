@@ -60,6 +60,7 @@ void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out)
     out->resize = in->resize;
     out->deny_write = in->deny_write;
     out->backing_share_write = in->backing_shared_write;
+    out->secrets = in->secrets;
 }
 
 void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out)
@@ -70,6 +71,7 @@ void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out)
     out->backing_file = in->backing_file;
     out->backing_format = in->backing_format;
     out->options = in->options;
+    out->secrets = in->secrets;
 }
 
 void api_snapshot_info_move(BlkSnapshotInfo *in, QimgSnapshotInfo *out)

@@ -526,13 +526,50 @@ static void bitmap_info_free(gpointer p)
     g_free(b);
 }
 
+static QimgEncryptInfo *encrypt_info(const BlkEncryptInfo *b)
+{
+    QimgEncryptInfo *e = g_new0(QimgEncryptInfo, 1);
+
+    e->format = g_strdup(b->luks ? "luks" : "aes");
+    if (!b->luks) {
+        return e;
+    }
+    e->cipher_alg = g_strdup(b->cipher_alg);
+    e->cipher_mode = g_strdup(b->cipher_mode);
+    e->ivgen_alg = g_strdup(b->ivgen_alg);
+    e->ivgen_hash_alg = g_strdup(b->ivgen_hash_alg);
+    e->hash_alg = g_strdup(b->hash_alg);
+    e->uuid = g_strdup(b->uuid);
+    e->payload_offset = b->payload_offset;
+    e->master_key_iters = b->master_key_iters;
+    _Static_assert(G_N_ELEMENTS(e->slots) == BLK_LUKS_SLOTS, "LUKS1 key slots");
+    for (size_t i = 0; i < BLK_LUKS_SLOTS; i++) {
+        e->slots[i] = (QimgLuksSlot){.active = b->slots[i].active,
+                                     .iters = b->slots[i].iters,
+                                     .key_offset = b->slots[i].key_offset,
+                                     .stripes = b->slots[i].stripes};
+    }
+    return e;
+}
+
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
 {
     g_autoptr(QimgInfo) info = g_new0(QimgInfo, 1);
     BlkNode *node = img->node;
     BlkInfo bi = {0};
 
-    info->filename = g_strdup(node->filename);
+    if (node->opts.key_secret) {
+        /* json-name.c invariant 4: QEMU keeps the option in the name */
+        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        info->filename =
+            g_strdup_printf("json:{\"encrypt.key-secret\": \"%s\", \"driver\": "
+                            "\"qcow2\", \"file\": {\"driver\": \"file\", "
+                            "\"filename\": \"%s\"}}",
+                            k, f);
+    } else {
+        info->filename = g_strdup(node->filename);
+    }
     info->format = g_strdup(node->drv->format_name);
     info->virtual_size = node->size;
     int64_t a = blk_get_allocated_size(node->file ? node->file : node);
@@ -574,6 +611,9 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
                                   .enabled = b->enabled};
             g_ptr_array_add(info->bitmaps, q);
         }
+        if (bi.encrypted) {
+            info->encrypt = encrypt_info(&bi.encrypt);
+        }
         if (bi.snapshots) {
             info->snapshots = api_snapshot_list_move(g_steal_pointer(&bi.snapshots));
         }
@@ -601,5 +641,15 @@ void qimg_info_free(QimgInfo *info)
     g_free(info->compat);
     g_free(info->compression_type);
     g_free(info->data_file);
+    if (info->encrypt) {
+        g_free(info->encrypt->format);
+        g_free(info->encrypt->cipher_alg);
+        g_free(info->encrypt->cipher_mode);
+        g_free(info->encrypt->ivgen_alg);
+        g_free(info->encrypt->ivgen_hash_alg);
+        g_free(info->encrypt->hash_alg);
+        g_free(info->encrypt->uuid);
+        g_free(info->encrypt);
+    }
     g_free(info);
 }

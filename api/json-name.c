@@ -18,6 +18,10 @@
  *     naming it.  Nothing is accepted and ignored.
  *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
  *     a bad one is "Parameter 'KEY' expects ...".
+ *  4. qcow2's encrypt.key-secret is kept for the qcow2 driver, which
+ *     refuses it on an encrypted image opened for its data (qimg has no
+ *     encryption; qcow2.c invariant 10) and, as QEMU, does not look it up
+ *     otherwise; the image is then named as QEMU names it (qimg info).
  */
 #include "api/api.h"
 
@@ -158,6 +162,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
                         "options ('%s')",
                         key);
             return FALSE;
+        } else if (driver && strcmp(driver, "qcow2") == 0 &&
+                   strcmp(key, "encrypt.key-secret") == 0) {
+            o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
         } else if (driver && strcmp(driver, "qcow2") == 0 &&
                    (strcmp(key, "cache-size") == 0 ||
                     strcmp(key, "l2-cache-size") == 0)) {

@@ -77,6 +77,7 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;
+    bo.key_secret = NULL; /* the top's option */
     bo.share_write = opts->backing_share_write;
     img->backing = api_open_node(img->full_backing_filename, &bo, chain, &local);
     if (!img->backing) {

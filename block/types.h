@@ -51,6 +51,10 @@ typedef struct BlkOpenOptions {
     bool backing_share_write;     /* share_write for the backing chain */
     bool check_mode;              /* corrupt images open read-write (check -r) */
     const char *snapshot;         /* read-only view of this snapshot */
+    /* qcow2's encrypt.key-secret from a json:/--image-opts name (interned),
+     * and the ids of the caller's secrets (open time only, may be NULL) */
+    const char *key_secret;
+    GHashTable *secrets;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */
@@ -61,6 +65,7 @@ typedef struct BlkCreateOptions {
     const char *backing_file;
     const char *backing_format;
     GHashTable *options; /* may be NULL */
+    GHashTable *secrets; /* ids of the caller's secret objects, may be NULL */
 } BlkCreateOptions;
 
 /* qemu-img measure: what the source of a copy holds (BlkDriver.measure). */
@@ -97,6 +102,30 @@ typedef struct BlkSnapshotInfo {
 } BlkSnapshotInfo;
 
 /* What a driver tells about an image (strings owned). */
+/* An encrypted image's encryption as qemu-img info shows it (qcow2's
+ * luks-codec.c decodes it; qimg cannot decrypt). */
+typedef struct BlkLuksSlot {
+    bool active;
+    uint32_t iters;
+    uint64_t key_offset; /* bytes */
+    uint32_t stripes;
+} BlkLuksSlot;
+
+#define BLK_LUKS_SLOTS 8
+
+typedef struct BlkEncryptInfo {
+    bool luks;               /* false: QEMU's old "aes" method, nothing more to show */
+    char cipher_alg[24];     /* "aes-256", ... */
+    const char *cipher_mode; /* static strings: "xts", ... */
+    const char *ivgen_alg;
+    const char *ivgen_hash_alg; /* NULL: none */
+    const char *hash_alg;
+    char uuid[41];
+    uint64_t payload_offset; /* bytes */
+    uint32_t master_key_iters;
+    BlkLuksSlot slots[BLK_LUKS_SLOTS];
+} BlkEncryptInfo;
+
 typedef struct BlkInfo {
     uint32_t cluster_size;
     bool dirty;
@@ -111,7 +140,8 @@ typedef struct BlkInfo {
     bool extended_l2;
     char *data_file;
     bool data_file_raw;
-    GArray *bitmaps; /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
+    GArray *bitmaps;        /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
+    BlkEncryptInfo encrypt; /* when encrypted */
 } BlkInfo;
 
 typedef struct BlkBitmapInfo {

@@ -132,7 +132,7 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
         return blk_error(-ret, "Could not read the header of '%s': %s", img->filename,
                          g_strerror(-ret));
     }
-    ret = qcow2_header_parse(old, cs, s->file_size, true, false, &h, &ext);
+    ret = qcow2_header_parse(old, cs, s->file_size, true, false, NULL, &h, &ext);
     if (ret == 0 && !e->set_backing) {
         ret = qcow2_read_backing_name(old, &h, &kept_name);
     }
@@ -193,6 +193,9 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
 
 int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt)
 {
+    if (qcow2_refuse_encrypted(img->opaque) < 0) {
+        return -ENOTSUP; /* qcow2.c invariant 10 */
+    }
     Qcow2State *s = img->opaque;
     Qcow2HeaderEdit e = {.set_backing = true};
     int ret;

@@ -325,6 +325,9 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
 
 int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
 {
+    if (qcow2_refuse_encrypted(img->opaque) < 0) {
+        return -ENOTSUP; /* qcow2.c invariant 10 */
+    }
     Qcow2State *s = img->opaque;
     g_autofree uint8_t *buf = NULL, *out = NULL;
     uint64_t entry = 0;

@@ -80,8 +80,9 @@ static int param_error(const char *msg)
 
 /* qimg has no encryption.  qemu-img's checks of the encrypt options, at
  * its visiting time (late: after every other check, where qemu-img looks
- * the secret up), give its messages; an image is never created encrypted
- * or silently not.  Returns 1 if encryption is asked for, 0, or -EINVAL. */
+ * the secret up), give its messages; a secret the caller has (opts->secrets)
+ * is refused as unsupported; an image is never created encrypted or
+ * silently not.  Returns 1 if encryption is asked for, 0, or -errno. */
 static int encryption(const BlkCreateOptions *opts, bool late)
 {
     const char *fmt = opt_get(opts, "encrypt.format"), *on = opt_get(opts, "encryption");
@@ -113,7 +114,15 @@ static int encryption(const BlkCreateOptions *opts, bool late)
     if (!secret) {
         return param_error("Parameter 'encrypt.key-secret' is required for cipher");
     }
-    blk_error(EINVAL, "No secret with id '%s'", secret); /* qimg knows no secrets */
+    if (opts->secrets && g_hash_table_contains(opts->secrets, secret)) {
+        /* the secret exists, but qimg cannot encrypt with it */
+        blk_error(ENOTSUP,
+                  "qimg has no encryption: cannot create an image encrypted with "
+                  "format '%s' (secret '%s')",
+                  fmt, secret);
+        return -ENOTSUP;
+    }
+    blk_error(EINVAL, "No secret with id '%s'", secret);
     return -EINVAL;
 }
 
@@ -322,7 +331,8 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
                            "compatibility level 1.1 and above (use version=v3 or "
                            "greater)");
     }
-    return encryption(opts, true) < 0 ? -EINVAL : 0;
+    int ret = encryption(opts, true);
+    return ret < 0 ? ret : 0;
 }
 
 /*

@@ -28,6 +28,15 @@
  *     qcow2_header_encode() wrote gives the same fields back, and the
  *     extensions and feature name table it writes are what the extension
  *     parser reads (tests/test-qcow2-header.c round-trips them).
+ *  7. An encrypted image (crypt_method 1 or 2) parses only for a
+ *     metadata-only open (qemu-img info's: read-only, no guest data);
+ *     otherwise it is refused: with an encrypt.key-secret, as qemu-img
+ *     refuses an unknown secret or, for a secret the caller has, as
+ *     unsupported (qimg cannot decrypt); without, with qemu-img's words for
+ *     a missing secret,
+ *     after the extensions (QEMU checks the encryption header offset's
+ *     alignment first).  qimg has no encryption; the LUKS header itself is
+ *     luks-codec.c's.
  */
 #include "qcow2/qcow2.h"
 
@@ -215,6 +224,12 @@ int qcow2_read_extensions(const uint8_t *cluster0, const Qcow2Header *h,
             ext->has_crypto = true;
             ext->crypto_offset = load_be64(data);
             ext->crypto_length = load_be64(data + 8);
+            if (ext->crypto_offset & ((UINT64_C(1) << h->cluster_bits) - 1)) {
+                return blk_error(EINVAL,
+                                 "Encryption header offset '%" PRIu64
+                                 "' is not a multiple of cluster size '%" PRIu64 "'",
+                                 ext->crypto_offset, UINT64_C(1) << h->cluster_bits);
+            }
             break;
         case QCOW2_EXT_BITMAPS:
             /* bitmap-codec.c invariant 2 */
@@ -314,14 +329,39 @@ int qcow2_header_check_features(const Qcow2Header *h, const Qcow2Extensions *ext
                          h->refcount_order);
     }
     if (h->crypt_method > QCOW2_CRYPT_LUKS) {
-        return blk_error(EINVAL, "Unsupported encryption method: %" PRIu32,
+        return blk_error(EINVAL, "Unsupported encryption method %" PRIu32,
                          h->crypt_method);
     }
-    if (h->crypt_method != QCOW2_CRYPT_NONE) {
+    return 0;
+}
+
+/* header.c invariant 7 */
+static int check_encryption(const Qcow2Header *h, const Qcow2Extensions *ext,
+                            const Qcow2CryptOpen *crypt)
+{
+    if (h->crypt_method == QCOW2_CRYPT_NONE) {
+        return 0; /* as QEMU: a key-secret is not looked up */
+    }
+    if (crypt && !crypt->metadata_only && crypt->key_secret) {
+        if (!crypt->secret_exists) {
+            return blk_error(EINVAL, "No secret with id '%s'", crypt->key_secret);
+        }
+        return blk_error(ENOTSUP,
+                         "qimg has no encryption: cannot decrypt the image (format %s) "
+                         "with secret '%s'",
+                         h->crypt_method == QCOW2_CRYPT_LUKS ? "luks" : "aes",
+                         crypt->key_secret);
+    }
+    if (!crypt || !crypt->metadata_only) {
         /* qimg has no encryption, so never a secret: qemu-img's refusal
          * without one, word for word (for AES and LUKS alike) */
         return blk_error(ENOTSUP,
                          "Parameter 'encrypt.key-secret' is required for cipher");
+    }
+    if (h->crypt_method == QCOW2_CRYPT_LUKS && !ext->has_crypto) {
+        /* QEMU 7.2 crashes here (qemu-img info: SIGSEGV) */
+        return blk_error(EINVAL,
+                         "LUKS encryption method without a CRYPTO header extension");
     }
     return 0;
 }
@@ -454,8 +494,8 @@ int qcow2_read_backing_name(const uint8_t *cluster0, const Qcow2Header *h, char 
 }
 
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
-                       bool read_write, bool check_mode, Qcow2Header *h,
-                       Qcow2Extensions *ext)
+                       bool read_write, bool check_mode, const Qcow2CryptOpen *crypt,
+                       Qcow2Header *h, Qcow2Extensions *ext)
 {
     int ret;
 
@@ -487,6 +527,9 @@ int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
         return ret;
     }
     ret = qcow2_read_extensions(cluster0, h, ext);
+    if (ret == 0) {
+        ret = check_encryption(h, ext, crypt);
+    }
     if (ret < 0) {
         qcow2_extensions_free(ext);
         return ret;

@@ -38,6 +38,11 @@
  *     cluster 0 is still zeros (create.c invariant 5): cluster 0 comes from
  *     memory and goes through every check of invariant 2 as if read, and
  *     the data file is the node create opened.
+ * 10. An encrypted image (qimg has no encryption) opens only read-only with
+ *     no_io (metadata only: qemu-img info), its LUKS header decoded by
+ *     luks-codec.c; every entry that reads or writes guest data, its
+ *     allocation or the image refuses it (qcow2_refuse_encrypted()), so
+ *     nothing is ever read or written unencrypted.
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
@@ -67,6 +72,7 @@ static void state_free(Qcow2State *s)
     qcow2_fastmap_free(s->fastmap);
     qcow2_bitmaps_free(s);
     g_free(s->l1_table);
+    g_free(s->luks);
     if (s->data_file) {
         blk_close(s->data_file);
     }
@@ -96,6 +102,47 @@ static int read_padded(BlkNode *file, uint64_t file_size, uint8_t *buf, size_t l
     }
     int ret = blk_pread(file, 0, buf, n);
     return ret < 0 ? ret : 0;
+}
+
+int qcow2_refuse_encrypted(const Qcow2State *s)
+{
+    if (!s->encrypted) {
+        return 0;
+    }
+    return blk_error(ENOTSUP,
+                     "qimg has no encryption: '%s' is encrypted (%s) and open "
+                     "for its metadata only",
+                     s->img->filename, s->luks ? "luks" : "aes");
+}
+
+/* The LUKS header the encryption header extension points at (invariant
+ * 10), read as QEMU reads it: inside the extension's length, zeros past
+ * the end of the file. */
+static int read_luks(Qcow2State *s)
+{
+    uint8_t buf[QCOW2_LUKS_HEADER_SIZE] = {0};
+    uint64_t off = s->ext.crypto_offset, end;
+    size_t n;
+    int ret;
+
+    if (s->ext.crypto_length < sizeof(buf)) {
+        return blk_error(EINVAL, "Request for data outside of extension header");
+    }
+    if (qcow2_add(off, s->ext.crypto_length, &end)) {
+        return blk_error(EINVAL,
+                         "Encryption header (offset %" PRIu64 ", length %" PRIu64
+                         ") overflows",
+                         off, s->ext.crypto_length);
+    }
+    n = off < s->file_size ? (size_t)MIN((uint64_t)sizeof(buf), s->file_size - off) : 0;
+    if (n > 0) {
+        ret = blk_pread(s->img->file, off, buf, n);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    s->luks = g_new0(Qcow2Luks, 1);
+    return qcow2_luks_decode(buf, sizeof(buf), s->luks);
 }
 
 static void set_geometry(Qcow2State *s)
@@ -203,6 +250,14 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     BlkNode *img = s->img;
     bool check_mode = opts && opts->check_mode;
     const char *snapshot = opts ? opts->snapshot : NULL;
+    /* invariant 10: qemu-img info's open; never a writable or data one */
+    Qcow2CryptOpen crypt = {
+        .metadata_only =
+            opts && opts->no_io && img->read_only && !check_mode && !snapshot && !hdr,
+        .key_secret = opts ? opts->key_secret : NULL,
+        .secret_exists = opts && opts->key_secret && opts->secrets &&
+                         g_hash_table_contains(opts->secrets, opts->key_secret),
+    };
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
     g_autofree uint8_t *cluster0 = NULL;
     Qcow2Header h;
@@ -243,11 +298,18 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         }
     }
     ret = qcow2_header_parse(cluster0, UINT64_C(1) << h.cluster_bits, s->file_size,
-                             !img->read_only, check_mode, &s->header, &s->ext);
+                             !img->read_only, check_mode, &crypt, &s->header, &s->ext);
     if (ret < 0) {
         return ret;
     }
     set_geometry(s);
+    s->encrypted = s->header.crypt_method != QCOW2_CRYPT_NONE; /* invariant 10 */
+    if (s->header.crypt_method == QCOW2_CRYPT_LUKS) {
+        ret = read_luks(s);
+        if (ret < 0) {
+            return ret;
+        }
+    }
     if (s->header.header_length > QCOW2_HDR_V3_FULL_LENGTH) {
         s->unknown_header_fields_size =
             s->header.header_length - QCOW2_HDR_V3_FULL_LENGTH;
@@ -501,6 +563,29 @@ static int64_t qcow2_get_allocated_size(BlkNode *img)
     return blk_get_allocated_size(img->file);
 }
 
+/* What qemu-img info shows of a LUKS header: offsets in bytes, iterations
+ * and stripes of active slots only. */
+static void encrypt_info(const Qcow2Luks *l, BlkEncryptInfo *e)
+{
+    e->luks = true;
+    g_strlcpy(e->cipher_alg, l->cipher_alg, sizeof(e->cipher_alg));
+    e->cipher_mode = l->mode;
+    e->ivgen_alg = l->ivgen;
+    e->ivgen_hash_alg = l->ivgen_hash;
+    e->hash_alg = l->hash;
+    g_strlcpy(e->uuid, l->uuid, sizeof(e->uuid));
+    e->payload_offset = (uint64_t)l->payload_offset_sector * QCOW2_LUKS_SECTOR_SIZE;
+    e->master_key_iters = l->mk_iterations;
+    _Static_assert(BLK_LUKS_SLOTS == QCOW2_LUKS_NUM_SLOTS, "LUKS1 has 8 key slots");
+    for (size_t i = 0; i < QCOW2_LUKS_NUM_SLOTS; i++) {
+        const Qcow2LuksSlot *k = &l->slots[i];
+        e->slots[i].active = k->active == QCOW2_LUKS_SLOT_ENABLED;
+        e->slots[i].key_offset = (uint64_t)k->key_offset_sector * QCOW2_LUKS_SECTOR_SIZE;
+        e->slots[i].iters = e->slots[i].active ? k->iterations : 0;
+        e->slots[i].stripes = e->slots[i].active ? k->stripes : 0;
+    }
+}
+
 static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 {
     Qcow2State *s = img->opaque;
@@ -509,7 +594,10 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
     qcow2_lock(s);
     info->cluster_size = (uint32_t)s->cluster_size;
     info->dirty = s->incompatible_features & QCOW2_INCOMPAT_DIRTY;
-    info->encrypted = false;
+    info->encrypted = s->encrypted;
+    if (s->luks) {
+        encrypt_info(s->luks, &info->encrypt);
+    }
     info->format_specific = true;
     g_free(info->compat);
     info->compat = g_strdup(s->qcow_version == 2 ? "0.10" : "1.1");

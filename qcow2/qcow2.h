@@ -33,6 +33,7 @@
 #include "qcow2/cache.h"
 #include "qcow2/fastmap.h"
 #include "qcow2/format.h"
+#include "qcow2/luks-codec.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -80,8 +81,12 @@ typedef struct Qcow2State {
     Qcow2Inflight *inflight; /* [lock] requests in flight */
     BlkNode *img;
 
-    Qcow2Header header;             /* [open] as decoded */
-    Qcow2Extensions ext;            /* [open] */
+    Qcow2Header header;  /* [open] as decoded */
+    Qcow2Extensions ext; /* [open] */
+    /* [open] crypt_method 1 or 2: the image is open for its metadata only
+     * (qcow2.c invariant 10); luks: its decoded LUKS header (method 2) */
+    bool encrypted;
+    Qcow2Luks *luks;
     uint8_t *unknown_header_fields; /* [open] bytes 112..header_length, kept */
     size_t unknown_header_fields_size;
 
@@ -287,6 +292,10 @@ int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
                                uint64_t guest_cluster, Qcow2SubclusterType *type,
                                unsigned *count);
 /* Load a table of 'count' 64-bit big-endian entries into host order. */
+/* 0, or -ENOTSUP with the message for an encrypted image, which is open
+ * for its metadata only (qcow2.c invariant 10): the first check of every
+ * entry that reads or writes guest data or changes the image. */
+int qcow2_refuse_encrypted(const Qcow2State *s);
 int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out);
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes);
 

@@ -174,6 +174,9 @@ int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
+    if (qcow2_refuse_encrypted(img->opaque) < 0) {
+        return -ENOTSUP; /* qcow2.c invariant 10 */
+    }
     Qcow2State *s = img->opaque;
     Qcow2FastRef ref;
     int ret;
@@ -251,6 +254,9 @@ static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool wr
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d)
 {
+    if (qcow2_refuse_encrypted(img->opaque) < 0) {
+        return false; /* qcow2.c invariant 10 */
+    }
     Qcow2State *s = img->opaque;
     Qcow2FastRef ref;
     bool hit;
@@ -323,6 +329,9 @@ static void recurse_into_file(BlkStatus *st)
 
 int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
+    if (qcow2_refuse_encrypted(img->opaque) < 0) {
+        return -ENOTSUP; /* qcow2.c invariant 10 */
+    }
     Qcow2State *s = img->opaque;
     Qcow2Mapping m;
     int ret;

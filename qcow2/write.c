@@ -534,6 +534,9 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
+    if (qcow2_refuse_encrypted(img->opaque) < 0) {
+        return -ENOTSUP; /* qcow2.c invariant 10 */
+    }
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
     Qcow2FastRef ref;

@@ -166,7 +166,7 @@ static const FieldCase field_cases[] = {
      "Unsupported qcow2 feature(s): Unknown incompatible feature: 20"},
     {3, QCOW2_HDR_REFCOUNT_ORDER, 4, 7,
      "Reference count entry width too large; may not exceed 64 bits"},
-    {3, QCOW2_HDR_CRYPT_METHOD, 4, 3, "Unsupported encryption method: 3"},
+    {3, QCOW2_HDR_CRYPT_METHOD, 4, 3, "Unsupported encryption method 3"},
     {3, QCOW2_HDR_CRYPT_METHOD, 4, 1,
      "Parameter 'encrypt.key-secret' is required for cipher"},
     {2, QCOW2_HDR_CRYPT_METHOD, 4, 2,
@@ -289,7 +289,8 @@ static void test_extensions(void **state)
     timg_set64(&t, QCOW2_HDR_BACKING_FILE_OFFSET, 0x800);
     timg_set32(&t, QCOW2_HDR_BACKING_FILE_SIZE, 8);
     memcpy(t.buf + 0x800, "base.img", 8);
-    assert_int_equal(qcow2_header_parse(t.buf, t.cs, t.len, false, false, &h, &ext), 0);
+    assert_int_equal(qcow2_header_parse(t.buf, t.cs, t.len, false, false, NULL, &h, &ext),
+                     0);
     assert_string_equal(ext.backing_format, "qcow2");
     assert_string_equal(ext.data_file, "data.raw");
     assert_int_equal(ext.unknown->len, 1);

@@ -140,6 +140,7 @@ int cmd_amend(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     const char *fmt = NULL, *cache = "writeback";
     g_autofree char *optlist = NULL;
     g_autoptr(QimgImage) img = NULL;
@@ -173,8 +174,13 @@ int cmd_amend(int argc, char **argv)
         case OPT_FORCE:
             force = true;
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             oo.image_opts = true; /* options.c: tool_open_image */
             break;

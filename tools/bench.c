@@ -214,6 +214,7 @@ int cmd_bench(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"flush-interval", required_argument, NULL, OPT_FLUSH_INTERVAL},
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {"pattern", required_argument, NULL, OPT_PATTERN},
@@ -222,6 +223,7 @@ int cmd_bench(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     Bench b = {0};
     int depth = 64;
     int64_t offset = 0, bufsize = 4096, step = 0;
@@ -326,6 +328,13 @@ int cmd_bench(int argc, char **argv)
         case OPT_IMAGE_OPTS:
             tool_error("--image-opts is not supported");
             return 1;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

@@ -127,6 +127,7 @@ int cmd_check(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"format", required_argument, NULL, 'f'},
         {"repair", required_argument, NULL, 'r'},
         {"output", required_argument, NULL, OPT_OUTPUT},
@@ -141,6 +142,7 @@ int cmd_check(int argc, char **argv)
     ToolOutput out;
     QimgCacheMode mode;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     QimgCheckResult res = QIMG_CHECK_RESULT_INIT;
     ToolProgress prog;
@@ -184,6 +186,13 @@ int cmd_check(int argc, char **argv)
         case OPT_OUTPUT:
             output = optarg;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

@@ -95,6 +95,7 @@ int cmd_commit(int argc, char **argv)
     GError *err = NULL;
     int c;
 
+    oo.secrets = tool_secret_table();
     oo.cache = QIMG_CACHE_WRITEBACK;
     oo.backing_shared_write = true; /* the base is written beside the chain */
     while ((c = getopt_long(argc, argv, ":f:ht:b:dpqr:", longopts, NULL)) != -1) {
@@ -127,8 +128,13 @@ int cmd_commit(int argc, char **argv)
                 return 1;
             }
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             oo.image_opts = true; /* options.c: tool_open_image */
             break;

@@ -228,6 +228,7 @@ static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cac
                             bool force_share, bool image_opts)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     GError *err = NULL;
     QimgImage *img;
 
@@ -250,6 +251,7 @@ int cmd_compare(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"force-share", no_argument, NULL, 'U'},
         {"image-opts", no_argument, NULL, 256},
         {NULL, 0, NULL, 0},
@@ -291,6 +293,13 @@ int cmd_compare(int argc, char **argv)
         case 256: /* --image-opts: both names are options */
             image_opts = true;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

@@ -151,6 +151,7 @@ static int64_t backing_size(QimgImage *dst)
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     GError *err = NULL;
     QimgImage *dst;
 
@@ -167,6 +168,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         g_autoptr(GPtrArray) opts = NULL;
         g_autoptr(GHashTable) hash = NULL;
         QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+        co.secrets = tool_secret_table();
 
         if (!descs) {
             tool_error("Unknown file format '%s'", a->out_fmt);
@@ -225,6 +227,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 static int run_convert(ConvertArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) src = NULL;
     Convert s = {0};
     ToolProgress prog;
@@ -299,6 +302,7 @@ int cmd_convert(int argc, char **argv)
     };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"force-share", no_argument, NULL, 'U'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"bitmaps", no_argument, NULL, OPT_BITMAPS},
@@ -404,6 +408,14 @@ int cmd_convert(int argc, char **argv)
         case 'U':
             a.force_share = true;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                g_free(a.optlist);
+                return orc;
+            }
+            break;
+        }
         default:
             g_free(a.optlist);
             return tool_bad_option(c, argv);

@@ -34,6 +34,7 @@ static bool check_backing(const char *filename, const char *backing,
 {
     g_autofree char *path = tool_resolve_backing(filename, backing);
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     GError *err = NULL;
     QimgImage *bimg;
 
@@ -107,6 +108,7 @@ int cmd_create(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = "raw", *backing = NULL, *backing_fmt = NULL;
@@ -117,6 +119,7 @@ int cmd_create(int argc, char **argv)
     uint64_t size = 0;
     const ToolOptDesc *descs;
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+    co.secrets = tool_secret_table();
     g_autoptr(GHashTable) hash = NULL;
     GError *err = NULL;
     int c;
@@ -143,6 +146,13 @@ int cmd_create(int argc, char **argv)
         case 'u':
             unsafe = true;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

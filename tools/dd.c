@@ -108,7 +108,9 @@ int cmd_dd(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+    co.secrets = tool_secret_table();
     const char *out_fmt = "raw";
     DdArgs a = {.bs = 512};
     g_autoptr(QimgImage) src = NULL;
@@ -130,8 +132,13 @@ int cmd_dd(int argc, char **argv)
         case 'U':
             oo.force_share = true;
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             oo.image_opts = true; /* options.c: tool_open_image */
             break;
@@ -180,6 +187,7 @@ int cmd_dd(int argc, char **argv)
         return 1;
     }
     QimgOpenOptions doo = QIMG_OPEN_OPTIONS_INIT;
+    doo.secrets = tool_secret_table();
     doo.format = out_fmt;
     doo.cache = QIMG_CACHE_WRITEBACK;
     dst = qimg_image_open(a.out, &doo, &err);

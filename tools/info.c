@@ -22,7 +22,14 @@
  *     by an empty line.
  *  5. Each layer is opened for its metadata only (no_io): a qcow2 file
  *     does not share writing or resizing but takes no permission (bytes
- *     201 and 203), a raw file takes no lock, -U takes none.
+ *     201 and 203), a raw file takes no lock, -U takes none.  That open
+ *     needs no secret, so encrypted images are shown too.
+ *  6. An encrypted image shows "encrypted: yes" and, in the format-specific
+ *     data between data-file and data-file-raw, "encrypt": for LUKS
+ *     ivgen-alg, hash-alg, cipher-alg, uuid, ivgen-hash-alg (ESSIV only),
+ *     format, cipher-mode, slots (active, iters, key-offset, stripes; iters
+ *     and stripes of active slots only), payload-offset, master-key-iters;
+ *     for the old method format "aes" alone.
  */
 #include "qimg-tool.h"
 
@@ -52,6 +59,44 @@ static void json_snapshot(ToolJson *j, const QimgSnapshotInfo *sn)
     tool_json_uint(j, "vm-clock-sec", sn->vm_clock_nsec / 1000000000ULL);
     tool_json_str(j, "id", sn->id);
     tool_json_uint(j, "vm-state-size", sn->vm_state_size);
+    tool_json_end_object(j);
+}
+
+/* Fact 6: qemu-img's (hash) order for "encrypt"; iters and stripes of
+ * active slots only. */
+static void json_encrypt(ToolJson *j, const QimgEncryptInfo *e)
+{
+    tool_json_begin_object(j, "encrypt");
+    if (e->cipher_alg) {
+        tool_json_str(j, "ivgen-alg", e->ivgen_alg);
+        tool_json_str(j, "hash-alg", e->hash_alg);
+        tool_json_str(j, "cipher-alg", e->cipher_alg);
+        tool_json_str(j, "uuid", e->uuid);
+        if (e->ivgen_hash_alg) {
+            tool_json_str(j, "ivgen-hash-alg", e->ivgen_hash_alg);
+        }
+    }
+    tool_json_str(j, "format", e->format);
+    if (e->cipher_alg) {
+        tool_json_str(j, "cipher-mode", e->cipher_mode);
+        tool_json_begin_array(j, "slots");
+        for (size_t i = 0; i < G_N_ELEMENTS(e->slots); i++) {
+            const QimgLuksSlot *k = &e->slots[i];
+            tool_json_begin_object(j, NULL);
+            tool_json_bool(j, "active", k->active);
+            if (k->active) {
+                tool_json_uint(j, "iters", k->iters);
+            }
+            tool_json_uint(j, "key-offset", k->key_offset);
+            if (k->active) {
+                tool_json_uint(j, "stripes", k->stripes);
+            }
+            tool_json_end_object(j);
+        }
+        tool_json_end_array(j);
+        tool_json_uint(j, "payload-offset", e->payload_offset);
+        tool_json_uint(j, "master-key-iters", e->master_key_iters);
+    }
     tool_json_end_object(j);
 }
 
@@ -91,6 +136,11 @@ static void json_format_specific(ToolJson *j, const QimgInfo *info)
     tool_json_uint(j, "refcount-bits", info->refcount_bits);
     if (info->data_file) {
         tool_json_str(j, "data-file", info->data_file);
+    }
+    if (info->encrypt) {
+        json_encrypt(j, info->encrypt);
+    }
+    if (info->data_file) {
         tool_json_bool(j, "data-file-raw", info->data_file_raw);
     }
     if (v3) {
@@ -146,6 +196,41 @@ static const char *bool_str(bool b)
     return b ? "true" : "false";
 }
 
+/* Fact 6, in human form. */
+static void human_encrypt(const QimgEncryptInfo *e)
+{
+    printf("    encrypt:\n");
+    if (e->cipher_alg) {
+        printf("        ivgen alg: %s\n", e->ivgen_alg);
+        printf("        hash alg: %s\n", e->hash_alg);
+        printf("        cipher alg: %s\n", e->cipher_alg);
+        printf("        uuid: %s\n", e->uuid);
+        if (e->ivgen_hash_alg) {
+            printf("        ivgen hash alg: %s\n", e->ivgen_hash_alg);
+        }
+    }
+    printf("        format: %s\n", e->format);
+    if (!e->cipher_alg) {
+        return;
+    }
+    printf("        cipher mode: %s\n", e->cipher_mode);
+    printf("        slots:\n");
+    for (size_t i = 0; i < G_N_ELEMENTS(e->slots); i++) {
+        const QimgLuksSlot *k = &e->slots[i];
+        printf("            [%zu]:\n", i);
+        printf("                active: %s\n", bool_str(k->active));
+        if (k->active) {
+            printf("                iters: %" PRIu32 "\n", k->iters);
+        }
+        printf("                key offset: %" PRIu64 "\n", k->key_offset);
+        if (k->active) {
+            printf("                stripes: %" PRIu32 "\n", k->stripes);
+        }
+    }
+    printf("        payload offset: %" PRIu64 "\n", e->payload_offset);
+    printf("        master key iters: %" PRIu32 "\n", e->master_key_iters);
+}
+
 /* "Format specific information:" and what follows, as qemu-img info and
  * qemu-io's info print it (nothing for a format without it). */
 void tool_print_format_specific(const QimgInfo *info)
@@ -183,6 +268,11 @@ void tool_print_format_specific(const QimgInfo *info)
     printf("    refcount bits: %" PRIu32 "\n", info->refcount_bits);
     if (info->data_file) {
         printf("    data file: %s\n", info->data_file);
+    }
+    if (info->encrypt) {
+        human_encrypt(info->encrypt);
+    }
+    if (info->data_file) {
         printf("    data file raw: %s\n", bool_str(info->data_file_raw));
     }
     if (v3) {
@@ -251,6 +341,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
                             bool image_opts)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     QimgInfo *info;
@@ -281,6 +372,7 @@ int cmd_info(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
@@ -317,6 +409,13 @@ int cmd_info(int argc, char **argv)
         case OPT_IMAGE_OPTS:
             image_opts = true;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

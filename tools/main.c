@@ -22,7 +22,8 @@ typedef struct ToolCommand {
 
 static const ToolCommand commands[] = {
     {"amend", cmd_amend,
-     "amend [--image-opts] [-p] [-q] [-f fmt] [-t cache] [--force] -o options filename",
+     "amend [--object objectdef] [--image-opts] [-p] [-q] [-f fmt] [-t cache] [--force] "
+     "-o options filename",
      "Change the format-specific options of a qcow2 image (compat, refcount_bits,\n"
      "lazy_refcounts, size, data_file_raw, ...); -o help lists them."},
     {"bench", cmd_bench,
@@ -34,30 +35,35 @@ static const ToolCommand commands[] = {
     {"bitmap", cmd_bitmap,
      "bitmap [--image-opts] (--merge SOURCE | --add | --remove | --clear | --enable | "
      "--disable)... "
-     "[-b source_file [-F source_fmt]] [-g granularity] [-f fmt] filename bitmap",
+     "[-b source_file [-F source_fmt]] [-g granularity] [--object objectdef] [-f fmt] "
+     "filename bitmap",
      "Add, remove, clear, enable or disable a persistent dirty bitmap of a qcow2\n"
      "image, in the order given (--merge is refused: qimg cannot copy bitmap data\n"
      "yet)."},
     {"check", cmd_check,
-     "check [--image-opts] [-q] [-f fmt] [--output=ofmt] [-r [leaks | all]] [-T "
+     "check [--object objectdef] [--image-opts] [-q] [-f fmt] [--output=ofmt] [-r [leaks "
+     "| all]] [-T "
      "src_cache] [-U] [-p] "
      "filename",
      "Check the image for consistency (and repair it with -r).\n"
      "Exit status: 0 consistent, 1 check not completed, 2 corruptions, 3 leaks,\n"
      "63 format without checks."},
     {"commit", cmd_commit,
-     "commit [--image-opts] [-q] [-f fmt] [-t cache] [-b base] [-r rate_limit] [-d] [-p] "
+     "commit [--object objectdef] [--image-opts] [-q] [-f fmt] [-t cache] [-b base] [-r "
+     "rate_limit] [-d] [-p] "
      "filename",
      "Write what the image holds into its backing file (or into base deeper in\n"
      "the chain), then empty the image unless -d (-b implies -d)."},
     {"compare", cmd_compare,
-     "compare [--image-opts] [-f fmt] [-F fmt] [-T src_cache] [-p] [-q] [-s] [-U] "
+     "compare [--object objectdef] [--image-opts] [-f fmt] [-F fmt] [-T src_cache] [-p] "
+     "[-q] [-s] [-U] "
      "filename1 filename2",
      "Check whether two images have the same contents.\n"
      "Exit status: 0 identical, 1 different, 2 open error, 3 allocation\n"
      "check error, 4 read error."},
     {"convert", cmd_convert,
-     "convert [--image-opts] [--target-image-opts] [-U] [-p] [-q] [-n] [-f fmt] [-t "
+     "convert [--object objectdef] [--image-opts] [--target-image-opts] [-U] [-p] [-q] "
+     "[-n] [-f fmt] [-t "
      "cache] [-T src_cache] [-O output_fmt] "
      "[-B backing_file [-F backing_fmt]] [--target-is-zero] [--bitmaps] [-c] "
      "[-m num_coroutines] "
@@ -65,7 +71,8 @@ static const ToolCommand commands[] = {
      "[-o options] [-l snapshot_param] [-S sparse_size] filename output_filename",
      "Copy an image (or an internal snapshot of it) to a new or existing image."},
     {"create", cmd_create,
-     "create [-q] [-f fmt] [-b backing_file [-F backing_fmt]] [-u] [-o options] "
+     "create [--object objectdef] [-q] [-f fmt] [-b backing_file [-F backing_fmt]] [-u] "
+     "[-o options] "
      "filename [size]",
      "Create a new image; -o help lists the format's options."},
     {"dd", cmd_dd,
@@ -75,18 +82,21 @@ static const ToolCommand commands[] = {
      "Copy the input to a new output image, as dd(1) copies a file (bs defaults\n"
      "to 512; count and skip count blocks)."},
     {"info", cmd_info,
-     "info [--image-opts] [-f fmt] [--output=ofmt] [--backing-chain] [-U] filename",
+     "info [--object objectdef] [--image-opts] [-f fmt] [--output=ofmt] "
+     "[--backing-chain] [-U] filename",
      "Show information about an image."},
     {"io", cmd_io, "io [-f fmt] [-t cache] [-n] [-r] [-U] [-c command]... filename",
      "Run qemu-io compatible commands (read, write, discard, flush, ...) on the\n"
      "image; 'qimg io -c help' lists them."},
     {"map", cmd_map,
-     "map [--image-opts] [-f fmt] [--start-offset=offset] [--max-length=len] "
+     "map [--object objectdef] [--image-opts] [-f fmt] [--start-offset=offset] "
+     "[--max-length=len] "
      "[--output=ofmt] [-U] "
      "filename",
      "Dump the allocation of an image, layer by layer of its backing chain."},
     {"measure", cmd_measure,
-     "measure [--output=ofmt] [-O output_fmt] [-o options] [--size N | [--image-opts] "
+     "measure [--output=ofmt] [-O output_fmt] [-o options] [--size N | [--object "
+     "objectdef] [--image-opts] "
      "[-f fmt] [-l snapshot_param] filename]",
      "Measure the file size a new image of output_fmt needs for a virtual size\n"
      "or to hold filename's contents."},
@@ -99,17 +109,20 @@ static const ToolCommand commands[] = {
      "exit when it leaves unless -t; cache writeback), by running nbdkit with\n"
      "nbdkit-qimg-plugin.so."},
     {"rebase", cmd_rebase,
-     "rebase [--image-opts] [-U] [-q] [-f fmt] [-t cache] [-T src_cache] [-p] [-u] -b "
+     "rebase [--object objectdef] [--image-opts] [-U] [-q] [-f fmt] [-t cache] [-T "
+     "src_cache] [-p] [-u] -b "
      "backing_file "
      "[-F backing_fmt] filename",
      "Change the backing file of an image; without -u the contents stay the same\n"
      "(what differs between the old and the new backing file is copied in)."},
     {"resize", cmd_resize,
-     "resize [--image-opts] [-f fmt] [--preallocation=prealloc] [-q] [--shrink] filename "
+     "resize [--object objectdef] [--image-opts] [-f fmt] [--preallocation=prealloc] "
+     "[-q] [--shrink] filename "
      "[+ | -]size",
      "Change the virtual size of the image; shrinking needs --shrink."},
     {"snapshot", cmd_snapshot,
-     "snapshot [--image-opts] [-U] [-q] [-l | -a snapshot | -c snapshot | -d snapshot] "
+     "snapshot [--object objectdef] [--image-opts] [-U] [-q] [-l | -a snapshot | -c "
+     "snapshot | -d snapshot] "
      "filename",
      "List (-l), create (-c), apply (-a: revert the disk to it) or delete (-d)\n"
      "internal snapshots of an image."},

@@ -147,6 +147,7 @@ int cmd_map(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"start-offset", required_argument, NULL, OPT_START},
@@ -159,6 +160,7 @@ int cmd_map(int argc, char **argv)
     int64_t start = 0, max_length = -1;
     bool force_share = false;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     ToolOutput out;
@@ -191,6 +193,13 @@ int cmd_map(int argc, char **argv)
                 return 1;
             }
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

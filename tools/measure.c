@@ -72,6 +72,7 @@ int cmd_measure(int argc, char **argv)
     g_autoptr(GPtrArray) opts = NULL;
     g_autoptr(GHashTable) hash = NULL;
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+    co.secrets = tool_secret_table();
     QimgMeasure m = QIMG_MEASURE_INIT;
     const ToolOptDesc *descs;
     GError *err = NULL;
@@ -107,8 +108,13 @@ int cmd_measure(int argc, char **argv)
                 return 1;
             }
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             image_opts = true;
             break;
@@ -136,6 +142,7 @@ int cmd_measure(int argc, char **argv)
     }
     if (filename) { /* fact 2 */
         QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+        oo.secrets = tool_secret_table();
         oo.image_opts = image_opts;
         oo.format = fmt;
         oo.read_only = true;

@@ -95,8 +95,19 @@ char *tool_parse_snapshot_param(const char *param);
  * system's): the kernel copies file data into page-aligned buffers about
  * twice as fast (measured with bench/chain-bench.sh). */
 void *tool_alloc_aligned(size_t size);
-/* "--object and --image-opts are not supported"; returns 1 (exit code). */
+/* "--object is not supported" (qimg io); returns 1 (exit code). */
 int tool_refuse_object_opts(void);
+/* --object DEF (tools/objects.c): -1 when a secret was added, else the
+ * command ends now with this exit code (0 after help, 1 after an error,
+ * printed). */
+int tool_object_add(const char *def);
+/* getopt value of --object for the commands that had no enum value for it */
+enum { TOOL_OPT_OBJECT = 1000 };
+/* A secret object with this id was given. */
+bool tool_secret_exists(const char *id);
+/* id -> GBytes of the secrets given (owned here; the same table for the
+ * whole run, so it may be taken before the options are parsed). */
+GHashTable *tool_secret_table(void);
 /* Open, report a failure (NULL), warn about a probed raw image. */
 QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
 /* --image-opts (oo->image_opts: the name is key=value options) with -f:

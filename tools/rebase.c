@@ -220,6 +220,7 @@ int cmd_rebase(int argc, char **argv)
     bool ok;
     int c;
 
+    oo.secrets = tool_secret_table();
     oo.cache = QIMG_CACHE_WRITEBACK;
     while ((c = getopt_long(argc, argv, ":hf:F:b:upt:T:qU", longopts, NULL)) != -1) {
         switch (c) {
@@ -256,8 +257,13 @@ int cmd_rebase(int argc, char **argv)
         case 'U':
             force_share = true;
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             oo.image_opts = true; /* options.c: tool_open_image */
             break;

@@ -41,6 +41,7 @@ int cmd_resize(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     QimgPrealloc prealloc = QIMG_PREALLOC_OFF;
     const char *size_arg, *filename, *p;
     bool quiet = false, shrink = false;
@@ -75,8 +76,13 @@ int cmd_resize(int argc, char **argv)
         case OPT_SHRINK:
             shrink = true;
             break;
-        case OPT_OBJECT:
-            return tool_refuse_object_opts();
+        case OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case OPT_IMAGE_OPTS:
             oo.image_opts = true; /* options.c: tool_open_image */
             break;

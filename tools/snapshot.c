@@ -177,6 +177,7 @@ int cmd_snapshot(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"force-share", no_argument, NULL, 'U'},
         {"image-opts", no_argument, NULL, 256},
         {NULL, 0, NULL, 0},
@@ -185,6 +186,7 @@ int cmd_snapshot(int argc, char **argv)
     SnapAction action = SNAP_NONE;
     bool force_share = false;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     int c, ret;
@@ -214,6 +216,13 @@ int cmd_snapshot(int argc, char **argv)
         case 256: /* --image-opts */
             oo.image_opts = true;
             break;
+        case TOOL_OPT_OBJECT: {
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         default:
             return tool_bad_option(c, argv);
         }

@@ -99,6 +99,11 @@ typedef struct QimgOpenOptions {
      * ("driver=qcow2,file.filename=PATH,..."), read as a "json:{...}" name
      * is (0.7) */
     bool image_opts;
+    /* 0.8: the ids (keys) of the caller's secret objects, may be NULL: what
+     * a name's encrypt.key-secret may refer to.  qimg has no encryption, so
+     * an encrypted image opened for its data with one is refused as
+     * unsupported, with an unknown one as qemu-img refuses it. */
+    GHashTable *secrets;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -149,6 +154,11 @@ typedef struct QimgCreateOptions {
     const char *backing_file;
     const char *backing_format;
     GHashTable *options; /* char* -> char*, may be NULL */
+    /* 0.8: the ids (keys) of the caller's secret objects, may be NULL.
+     * qimg has no encryption: an encrypt.key-secret naming one of them is
+     * refused as unsupported, one naming none as qemu-img refuses an
+     * unknown secret.  The secrets' values are never read. */
+    GHashTable *secrets;
 } QimgCreateOptions;
 
 #define QIMG_CREATE_OPTIONS_INIT                                                         \
@@ -311,6 +321,30 @@ typedef struct QimgSnapshotInfo {
     uint64_t l1_offset;
 } QimgSnapshotInfo;
 
+/* One LUKS key slot as qemu-img info shows it (0.8). */
+typedef struct QimgLuksSlot {
+    bool active;
+    uint32_t iters;      /* active slots only, else 0 */
+    uint64_t key_offset; /* bytes into the LUKS header */
+    uint32_t stripes;    /* active slots only, else 0 */
+} QimgLuksSlot;
+
+/* An encrypted image's encryption, qemu-img info's "encrypt" (0.8).  qimg
+ * opens encrypted images for their information only: it has no encryption,
+ * so it reads and writes no data of them. */
+typedef struct QimgEncryptInfo {
+    char *format;         /* "luks", or "aes" (QEMU's old method: nothing else is set) */
+    char *cipher_alg;     /* "aes-256", ... */
+    char *cipher_mode;    /* "xts", ... */
+    char *ivgen_alg;      /* "plain64", ... */
+    char *ivgen_hash_alg; /* essiv's hash, NULL: none */
+    char *hash_alg;
+    char *uuid;
+    uint64_t payload_offset; /* bytes */
+    uint32_t master_key_iters;
+    QimgLuksSlot slots[8];
+} QimgEncryptInfo;
+
 typedef struct QimgInfo {
     char *filename;
     char *format;
@@ -338,6 +372,8 @@ typedef struct QimgInfo {
     bool dirty_unknown;
     /* 0.6: persistent dirty bitmaps (QimgBitmapInfo *), NULL when none */
     GPtrArray *bitmaps;
+    /* 0.8: set when encrypted */
+    QimgEncryptInfo *encrypt;
 } QimgInfo;
 
 /* qemu-img bitmap's operations (0.6). */

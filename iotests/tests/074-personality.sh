@@ -8,8 +8,8 @@
 #    to filter): open errors, usage errors, the --help hint, qemu-io's
 #    "can't open device";
 #  - every synopsis line of --help has qemu-img's shape: for each command
-#    both have, qimg's options are qemu-img's (less --object, which qimg
-#    refuses; plus check -p, qimg's own) and the
+#    both have, qimg's options are qemu-img's (with --object, whose
+#    secrets qimg takes; plus check -p, qimg's own) and the
 #    file operands are the same;
 #  - qemu-io's prompt and command output.
 . "$(dirname "$0")/../common.sh"
@@ -89,7 +89,6 @@ def synopses(path, strip):
         if re.match(r"  [a-z]", l) and not l.startswith("   "):
             l = l.strip()
             if strip:
-                l = l.replace("[--object objectdef] ", "")
                 l = l.replace("[--image-opts | -f fmt]", "[--image-opts] [-f fmt]")
             res.setdefault(l.split()[0], l)
     return res
