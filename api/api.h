@@ -128,6 +128,10 @@ GPtrArray *api_snapshot_list_new(void);
 gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error);
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
                              GError **error);
+/* A "json:{...}" backing file name read from an image (json-name.c
+ * invariant 1): o->format is the image's backing format (or NULL). */
+gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
+                               GError **error);
 
 /* image.c: an operation that changes node may run (writable, has_op),
  * else FALSE with "Image ... is read-only" / "Format ... does not support

@@ -60,6 +60,7 @@ void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out)
     out->resize = in->resize;
     out->deny_write = in->deny_write;
     out->backing_share_write = in->backing_shared_write;
+    out->backing_name = in->backing_name;
 }
 
 void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out)

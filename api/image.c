@@ -76,9 +76,11 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     }
     api_register_drivers();
     api_open_options(&in, &o);
-    /* json-name.c invariant 1: the caller's own name */
+    /* json-name.c invariant 1: the caller's own name, or a backing name */
     if ((in.image_opts && !api_image_opts_name(filename, &o, &path, error)) ||
-        (!in.image_opts && g_str_has_prefix(filename, "json:") &&
+        (!in.image_opts && in.backing_name && g_str_has_prefix(filename, "json:") &&
+         !api_json_backing_name(filename, &o, &path, error)) ||
+        (!in.image_opts && !in.backing_name && g_str_has_prefix(filename, "json:") &&
          !api_json_name(filename, &o, &path, error))) {
         g_prefix_error(error, "Could not open '%s': ", filename);
         return NULL;

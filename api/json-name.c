@@ -8,9 +8,17 @@
  * keys, as QEMU's qdict_flatten) and mapping them onto BlkOpenOptions.
  *
  * Invariants (cited as "json-name.c invariant N"):
- *  1. Only a name the caller gives is parsed; a backing file name read from
- *     an image is never (block.h invariant 5: an image cannot make qimg
- *     open a test node, or anything but a file).
+ *  1. A name the caller gives is parsed as the caller's (api_json_name);
+ *     a backing file name read from an image only as a backing name
+ *     (api_json_backing_name), which opens nothing but a plain file: the
+ *     format driver qcow2 or raw over the file protocol (block.h invariant
+ *     5: an image cannot make qimg open a test node, or any other
+ *     protocol); any other driver is refused, naming it.  As QEMU, the
+ *     image's backing format, when it has one, is the format, the name's
+ *     own "driver" notwithstanding, a backing name needs "file" (a
+ *     top-level "filename" is QEMU's 'A block device must be specified'),
+ *     and a relative file.filename is relative to the working directory,
+ *     not the image's (open.c takes the path as it is).
  *  2. Every key is honoured or refused: an unknown key is QEMU's "Block
  *     format 'FMT' does not support the option 'KEY'"; an option QEMU has
  *     and qimg cannot honour (another protocol, a node reference, a
@@ -88,8 +96,24 @@ static gboolean parse_bool(const char *key, const char *v, bool *out, GError **e
     return TRUE;
 }
 
-/* Invariants 2, 3: flat onto *o and *path. */
-static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error)
+/* Invariant 1: a backing name's driver (format, or the file's protocol). */
+static gboolean backing_driver_ok(const char *driver, const char *a, const char *b,
+                                  GError **error)
+{
+    if (!driver || strcmp(driver, a) == 0 || (b && strcmp(driver, b) == 0)) {
+        return TRUE;
+    }
+    g_set_error(error, QIMG_ERROR, ENOTSUP,
+                "qimg opens a backing file named by an image only as a plain file: "
+                "driver '%s' refused",
+                driver);
+    return FALSE;
+}
+
+/* Invariants 1, 2, 3: flat onto *o and *path; from_image: a backing name
+ * (o->format: the image's backing format, or NULL). */
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool from_image,
+                      GError **error)
 {
     const char *driver = g_hash_table_lookup(flat, "driver");
     const char *file = g_hash_table_lookup(flat, "file.filename");
@@ -100,6 +124,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
     GHashTableIter it;
     gpointer k, val;
 
+    if (from_image && o->format) {
+        driver = o->format; /* invariant 1: the image's backing format */
+    } else if (from_image && !backing_driver_ok(driver, "qcow2", "raw", error)) {
+        return FALSE;
+    }
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
@@ -109,13 +138,16 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
                     "Cannot find device='%s' nor node-name='%s'", v, v);
         return FALSE;
     }
+    if (from_image && !backing_driver_ok(fdrv, "file", NULL, error)) {
+        return FALSE;
+    }
     if (fdrv && strcmp(fdrv, "file") != 0) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "qimg opens images only through the file protocol (file.driver '%s')",
                     fdrv);
         return FALSE;
     }
-    if (!file) {
+    if (!file && !from_image) {
         file = g_hash_table_lookup(flat, "filename");
     }
     if (!file) {
@@ -128,7 +160,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
         const char *key = k, *value = val;
         if (strcmp(key, "driver") == 0 || strcmp(key, "file.filename") == 0 ||
             strcmp(key, "file.driver") == 0 || strcmp(key, "file") == 0 ||
-            strcmp(key, "filename") == 0) {
+            (strcmp(key, "filename") == 0 && !from_image)) {
             continue;
         }
         if (strcmp(key, "read-only") == 0) {
@@ -193,7 +225,8 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
     return TRUE;
 }
 
-gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error)
+static gboolean json_name(const char *name, BlkOpenOptions *o, char **path,
+                          bool from_image, GError **error)
 {
     g_autoptr(JsonParser) parser = json_parser_new();
     g_autoptr(GHashTable) flat =
@@ -214,7 +247,18 @@ gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError 
         return FALSE;
     }
     return flatten(json_node_get_object(root), "", flat, error) &&
-           apply(flat, o, path, error);
+           apply(flat, o, path, from_image, error);
+}
+
+gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error)
+{
+    return json_name(name, o, path, false, error);
+}
+
+gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
+                               GError **error)
+{
+    return json_name(name, o, path, true, error);
 }
 
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
@@ -250,5 +294,5 @@ gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
         }
     }
     g_string_free(cur, TRUE);
-    return ok && apply(flat, o, path, error);
+    return ok && apply(flat, o, path, false, error);
 }

@@ -71,6 +71,8 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
 {
     BlkOpenOptions bo = *opts;
     g_autoptr(GError) local = NULL;
+    g_autofree char *path = NULL;
+    const char *name;
 
     bo.format = img->backing_format;
     bo.read_only = true; /* invariant 2 */
@@ -78,11 +80,20 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.snapshot = NULL;
     bo.check_mode = false;
     bo.share_write = opts->backing_share_write;
-    img->backing = api_open_node(img->full_backing_filename, &bo, chain, &local);
+    bo.backing_name = true;
+    /* json-name.c invariant 1: a json: name from the image, as a backing name */
+    if (g_str_has_prefix(img->full_backing_filename, "json:") &&
+        !api_json_backing_name(img->full_backing_filename, &bo, &path, &local)) {
+        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
+                    local->message);
+        return -local->code;
+    }
+    bo.read_only = true; /* invariant 2, whatever the name says */
+    name = path ? path : img->full_backing_filename;
+    img->backing = api_open_node(name, &bo, chain, &local);
     if (!img->backing) {
         g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    blk_open_error_detail(local->message, local->code,
-                                          img->full_backing_filename));
+                    blk_open_error_detail(local->message, local->code, name));
         return -local->code;
     }
     return 0;
@@ -201,8 +212,9 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
         return NULL;
     }
     /* block.h invariant 5: only the caller's own name (not a backing file
-     * name from an image: chain != NULL) may select a test node. */
-    bool user_name = chain == NULL;
+     * name from an image: chain != NULL, or backing_name) may select a test
+     * node. */
+    bool user_name = chain == NULL && !opts->backing_name;
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */

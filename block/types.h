@@ -51,6 +51,8 @@ typedef struct BlkOpenOptions {
     bool backing_share_write;     /* share_write for the backing chain */
     bool check_mode;              /* corrupt images open read-write (check -r) */
     const char *snapshot;         /* read-only view of this snapshot */
+    bool backing_name;            /* the name was read from an image (block.h
+                                   * invariant 5: a plain file only) */
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

@@ -99,6 +99,11 @@ typedef struct QimgOpenOptions {
      * ("driver=qcow2,file.filename=PATH,..."), read as a "json:{...}" name
      * is (0.7) */
     bool image_opts;
+    /* filename was read from an image (a backing file name, as qemu-img
+     * info --backing-chain follows them): it opens a plain file only, never
+     * a test node or another protocol, and a "json:{...}" name is read as
+     * QEMU reads a backing file's (0.7) */
+    bool backing_name;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
