@@ -53,6 +53,8 @@ typedef struct BlkOpenOptions {
     const char *snapshot;         /* read-only view of this snapshot */
     bool backing_name;            /* the name was read from an image (block.h
                                    * invariant 5: a plain file only) */
+    bool reopen;                  /* a second open of an open layer (QEMU's
+                                   * reopen): a dirty repair prints nothing */
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

@@ -8,6 +8,11 @@
 # backing format winning over the name's driver), and the refusals: a
 # protocol other than the file (blkdebug, nbd, null-co, ...) is refused
 # by qimg, naming the driver, where QEMU opens it.
+# Then the dirty-image repair (qcow2.c invariant 8): a read-write open of a
+# dirty image (lazy refcounts and a kill -9, or the dirty bit set on an
+# image with leaks, or on a clean one) prints what QEMU prints on standard
+# error while it repairs -- nothing for a read-only open, a clean image, or
+# qemu-img commit's base (QEMU's reopen) -- and leaves the image clean.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -160,5 +165,127 @@ assert_eq "info --backing-chain over a blkdebug: backing name" \
 assert_eq "map over a blkdebug: backing name" \
     "qimg: Could not open 'sub/pl.qcow2': Could not open backing file: Could not open '$P': No such file or directory" \
     "$(cat m.out)"
+
+# ---- dirty images: the repair's lines ----
+# leak.py IMG N: give N clusters past the end a reference count of 1 (leaks)
+# and set the dirty bit (incompatible bit 0)
+cat >leak.py <<'PY'
+import struct, sys
+img, n = sys.argv[1], int(sys.argv[2])
+with open(img, 'r+b') as f:
+    f.seek(20); cs = 1 << struct.unpack('>I', f.read(4))[0]
+    f.seek(48); rt = struct.unpack('>Q', f.read(8))[0]
+    f.seek(96); assert struct.unpack('>I', f.read(4))[0] == 4  # 16-bit refcounts
+    f.seek(rt); rb = struct.unpack('>Q', f.read(8))[0]
+    f.seek(0, 2); first = (f.tell() + cs - 1) // cs
+    for i in range(first, first + n):
+        f.seek(rb + 2 * i); f.write(struct.pack('>H', 1))
+    f.truncate((first + n) * cs)
+    f.seek(72); v = struct.unpack('>Q', f.read(8))[0] | 1
+    f.seek(72); f.write(struct.pack('>Q', v))
+PY
+qi create -f qcow2 -o lazy_refcounts=on killed.qcow2 4M
+{ "$QEMU_IO" -c 'write -P 7 0 256k' -c 'sigraise 9' killed.qcow2 >/dev/null; } 2>/dev/null
+qi create -f qcow2 leaky.qcow2 4M
+qio leaky.qcow2 'write -P 8 0 128k'
+python3 leak.py leaky.qcow2 3
+qi create -f qcow2 clean.qcow2 4M
+qio clean.qcow2 'write -P 9 0 64k'
+python3 leak.py clean.qcow2 0
+for img in killed leaky clean; do
+    assert_eq "$img.qcow2 is dirty" '"dirty-flag": true' \
+        "$("$QEMU_IMG" info --output=json $img.qcow2 | grep -o '"dirty-flag": true')"
+done
+assert_rc "killed.qcow2 has errors" 2 "$QEMU_IMG" check killed.qcow2
+assert_rc "leaky.qcow2 has leaks" 3 "$QEMU_IMG" check leaky.qcow2
+
+# dirty_both DESC IMG WRITES CMD...: CMD (with @ for the image) through
+# qemu-io/qemu-img and through qimg, each on its own copy of IMG: the same
+# stdout, stderr and exit code; WRITES=1: both copies end clean
+# (qemu-img check), 0: both are still dirty.
+dirty_both() {
+    local desc=$1 img=$2 writes=$3 qrc mrc qargs=() margs=() a
+    shift 3
+    cp "$img" q.qcow2
+    cp "$img" m.qcow2
+    for a in "$@"; do
+        qargs+=("${a//@/q.qcow2}")
+        margs+=("${a//@/m.qcow2}")
+    done
+    case $1 in
+    io) "$QEMU_IO" "${qargs[@]:1}" >q.out 2>q.err ;;
+    *) "$QEMU_IMG" "${qargs[@]}" >q.out 2>q.err ;;
+    esac
+    qrc=$?
+    "$QIMG" "${margs[@]}" >m.out 2>m.err
+    mrc=$?
+    sed -i -e 's/^qemu-io: /qimg: /' -e 's/^qemu-img: /qimg: /' -e 's/q\.qcow2/m.qcow2/g' \
+        -e '/ops; /d' q.out q.err
+    sed -i '/ops; /d' m.out
+    assert_eq "$desc: stdout" "$(cat q.out) rc=$qrc" "$(cat m.out) rc=$mrc"
+    assert_eq "$desc: stderr" "$(cat q.err)" "$(cat m.err)"
+    for t in q m; do
+        d=$("$QEMU_IMG" info --output=json $t.qcow2 | grep -c '"dirty-flag": true')
+        if [ "$writes" = 1 ]; then
+            assert_eq "$desc: $t.qcow2 clean after" 0 "$d"
+            assert_rc "$desc: $t.qcow2 checks clean" 0 "$QEMU_IMG" check -q $t.qcow2
+        else
+            assert_eq "$desc: $t.qcow2 still dirty" 1 "$d"
+        fi
+    done
+}
+for img in killed.qcow2 leaky.qcow2 clean.qcow2; do
+    dirty_both "$img: io read" $img 1 io -c 'read 0 512' @
+    dirty_both "$img: io write" $img 1 io -c 'write -P 5 64k 4k' @
+    dirty_both "$img: amend" $img 1 amend -o lazy_refcounts=off @
+    dirty_both "$img: resize" $img 1 resize @ 8M
+    dirty_both "$img: snapshot -c" $img 1 snapshot -c s1 @
+    dirty_both "$img: bitmap --add" $img 1 bitmap --add @ b0
+    dirty_both "$img: rebase -u" $img 1 rebase -u -b '' @
+    dirty_both "$img: io -r" $img 0 io -r -c 'read 0 512' @
+    dirty_both "$img: map" $img 0 map --output=json @
+    dirty_both "$img: info" $img 0 info --output=json @
+    dirty_both "$img: check" $img 0 check @
+done
+# the repair's lines are there at all (the comparison above is not of two
+# empty outputs)
+cp killed.qcow2 m.qcow2
+"$QIMG" io -c 'read 0 512' m.qcow2 >/dev/null 2>m.err
+assert_eq "killed.qcow2: the rebuild line" 1 "$(grep -c '^Rebuilding refcount structure$' m.err)"
+cp leaky.qcow2 m.qcow2
+"$QIMG" resize m.qcow2 8M >/dev/null 2>m.err
+assert_eq "leaky.qcow2: the repaired leaks" 3 "$(grep -c '^Repairing cluster [0-9]* refcount=1 reference=0$' m.err)"
+
+# qemu-img commit: a dirty top is repaired as it opens (QEMU prints the
+# lines); a dirty base is reopened read-write, which QEMU does quietly (it
+# repairs nothing: its base keeps the leaks, qimg's is repaired)
+qi create -f qcow2 cb.qcow2 4M
+qi create -f qcow2 -b cb.qcow2 -F qcow2 ct.qcow2
+qio ct.qcow2 'write -P 6 0 64k'
+for side in top base; do
+    for t in q m; do
+        cp cb.qcow2 ${t}b.qcow2
+        cp ct.qcow2 ${t}t.qcow2
+        qi rebase -u -b ${t}b.qcow2 -F qcow2 ${t}t.qcow2
+        if [ $side = top ]; then
+            python3 leak.py ${t}t.qcow2 2
+        else
+            python3 leak.py ${t}b.qcow2 2
+        fi
+    done
+    "$QEMU_IMG" commit qt.qcow2 >q.out 2>q.err
+    qrc=$?
+    "$QIMG" commit mt.qcow2 >m.out 2>m.err
+    mrc=$?
+    assert_eq "commit, dirty $side: stdout" "$(cat q.out) rc=$qrc" "$(cat m.out) rc=$mrc"
+    assert_eq "commit, dirty $side: stderr" "$(cat q.err)" "$(cat m.err)"
+    want=0
+    [ $side = top ] && want=4 # 2 "Leaked cluster", 2 "Repairing cluster"
+    assert_eq "commit, dirty $side: the repair's lines" $want \
+        "$(grep -c '^Leaked cluster\|^Repairing cluster' m.err)"
+    assert_rc "commit, dirty $side: qimg's base checks clean" 0 "$QEMU_IMG" check -q mb.qcow2
+    assert_eq "commit, dirty $side: the data" "$("$QEMU_IMG" compare qb.qcow2 mb.qcow2)" \
+        "Images are identical."
+done
 
 finish
