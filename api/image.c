@@ -66,6 +66,7 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     BlkOpenOptions o;
     BlkNode *node;
     g_autofree char *path = NULL;
+    ApiOpenLayers layers = {0};
 
     if (!filename || !*filename) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
@@ -77,19 +78,32 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     api_register_drivers();
     api_open_options(&in, &o);
     /* json-name.c invariant 1: the caller's own name, or a backing name */
-    if ((in.image_opts && !api_image_opts_name(filename, &o, &path, error)) ||
+    if ((in.image_opts && !api_image_opts_name(filename, &o, &path, &layers, error)) ||
         (!in.image_opts && in.backing_name && g_str_has_prefix(filename, "json:") &&
          !api_json_backing_name(filename, &o, &path, error)) ||
         (!in.image_opts && !in.backing_name && g_str_has_prefix(filename, "json:") &&
-         !api_json_name(filename, &o, &path, error))) {
+         !api_json_name(filename, &o, &path, &layers, error))) {
         g_prefix_error(error, "Could not open '%s': ", filename);
+        api_open_layers_clear(&layers);
         return NULL;
     }
     blk_error_clear();
     node = api_open_node(path ? path : filename, &o, NULL, error);
     if (!node && path) { /* QEMU names the json: name, then the file */
+        g_autofree char *layer = g_strdup_printf("Could not open '%s': ", path);
+        const char *m = (*error)->message;
+        /* a layer's failure (backing or data file): QEMU names the json:
+         * name only */
+        if (g_str_has_prefix(m, layer) &&
+            (g_str_has_prefix(m + strlen(layer), "Could not open ") ||
+             g_str_has_prefix(m + strlen(layer), "'data-file' can only"))) {
+            g_autofree char *rest = g_strdup(m + strlen(layer));
+            g_free((*error)->message);
+            (*error)->message = g_steal_pointer(&rest);
+        }
         g_prefix_error(error, "Could not open '%s': ", filename);
     }
+    api_open_layers_clear(&layers);
     return node ? api_image_new(node) : NULL;
 }
 

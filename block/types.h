@@ -55,6 +55,13 @@ typedef struct BlkOpenOptions {
                                    * invariant 5: a plain file only) */
     bool reopen;                  /* a second open of an open layer (QEMU's
                                    * reopen): a dirty repair prints nothing */
+    /* Layers the caller's options name instead of the image's (json-name.c
+     * invariant 4; the caller keeps the strings until the open returns):
+     * the backing file's path and options, the external data file's path
+     * (relative to the working directory). */
+    const char *backing_path;
+    const struct BlkOpenOptions *backing_opts;
+    const char *data_file_path;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

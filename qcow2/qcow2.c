@@ -20,6 +20,11 @@
  *     file node only; the node is owned here and closed at close().  It is
  *     locked as a data file (block/lock.c), with the image's force_share
  *     and no_io; a lock conflict there reads as QEMU's, with no prefix.
+ *     A data file the caller names (BlkOpenOptions.data_file_path, the
+ *     "data-file" option) replaces the header's, opened as given; as QEMU,
+ *     it is opened first and then refused ("'data-file' can only be set
+ *     ...") on an image without the bit, and its failure is its own
+ *     message, unprefixed.
  *  5. Metadata cache sizes follow QEMU's defaults: L2 cache big enough for
  *     the whole image up to 32 MiB, refcount cache 4 clusters; an explicit
  *     metadata_cache_size is split like QEMU's cache-size option.
@@ -157,12 +162,14 @@ static void cache_sizes(const Qcow2State *s, uint64_t virtual_size, uint64_t com
     }
 }
 
-static int open_data_file(Qcow2State *s, const char *filename)
+/* given: the caller's data-file option (invariant 4), else NULL. */
+static int open_data_file(Qcow2State *s, const char *filename, const char *given)
 {
     /* A test node under the image means filename is the user's own
      * "record:LOG:FILE"-style name (block.h invariant 5). */
     const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
-    g_autofree char *path = blk_resolve_backing_name(base, s->ext.data_file);
+    g_autofree char *path =
+        given ? g_strdup(given) : blk_resolve_backing_name(base, s->ext.data_file);
     g_autofree char *msg = NULL;
     BlkOpenOptions o = s->img->opts;
     int code;
@@ -175,6 +182,9 @@ static int open_data_file(Qcow2State *s, const char *filename)
     }
     /* QEMU's wording one layer up: a deliberate rewording (error.c inv 2) */
     code = blk_error_code() ? blk_error_code() : EIO;
+    if (given) { /* QEMU: the option's own child, named as itself */
+        return blk_error_code() ? -code : blk_error(code, "Could not open '%s'", path);
+    }
     msg = blk_error_take();
     if (code == EAGAIN && msg) {
         return blk_error_replace(EAGAIN, "%s", blk_open_error_detail(msg, code, path));
@@ -289,8 +299,19 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
                    !!s->data_file) {
         return blk_error(EINVAL, "qcow2: the data file does not match the header");
     }
+    if (opts && opts->data_file_path && !s->data_file &&
+        !(s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE)) {
+        /* invariant 4: QEMU opens the option's file first, then refuses */
+        ret = open_data_file(s, filename, opts->data_file_path);
+        if (ret < 0) {
+            return ret;
+        }
+        return blk_error(EINVAL,
+                         "'data-file' can only be set for images with an external data "
+                         "file");
+    }
     if ((s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) && !s->data_file) {
-        ret = open_data_file(s, filename); /* qcow2.c invariant 4 */
+        ret = open_data_file(s, filename, opts ? opts->data_file_path : NULL); /* inv 4 */
         if (ret < 0) {
             return ret;
         }

@@ -114,7 +114,8 @@ typedef struct QimgOpenOptions {
 /* filename: a path (a "file:" prefix is the file protocol), QEMU's
  * "json:{...}" name (driver, file.filename, file.driver "file", backing
  * null, read-only, cache.direct/no-flush, qcow2's cache-size and
- * l2-cache-size; anything else refused), or an NBD export (nbd://,
+ * l2-cache-size, and a backing or data-file object naming the file opened
+ * instead of the image's own (0.7); anything else refused), or an NBD export (nbd://,
  * nbd+unix://, nbds://, or qemu-img's nbd:unix:PATH /
  * nbd:HOST:PORT[:exportname=NAME]) where qimg was built with libnbd. */
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,

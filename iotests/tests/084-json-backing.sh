@@ -8,6 +8,10 @@
 # backing format winning over the name's driver), and the refusals: a
 # protocol other than the file (blkdebug, nbd, null-co, ...) is refused
 # by qimg, naming the driver, where QEMU opens it.
+# The caller's "backing" and "data-file" options (json: and --image-opts,
+# json-name.c invariant 4) open the layer they name instead of the image's;
+# node names, a missing file, a format mismatch, a data file for an image
+# without one, backing options where qemu-img info refuses them.
 # Then the dirty-image repair (qcow2.c invariant 8): a read-write open of a
 # dirty image (lazy refcounts and a kill -9, or the dirty bit set on an
 # image with leaks, or on a clean one) prints what QEMU prints on standard
@@ -165,6 +169,79 @@ assert_eq "info --backing-chain over a blkdebug: backing name" \
 assert_eq "map over a blkdebug: backing name" \
     "qimg: Could not open 'sub/pl.qcow2': Could not open backing file: Could not open '$P': No such file or directory" \
     "$(cat m.out)"
+
+# ---- backing and data-file options in the caller's name ----
+mkdir -p opt
+qi create -f qcow2 opt/b1.qcow2 4M
+qio opt/b1.qcow2 'write -P 1 0 64k'
+qi create -f qcow2 opt/b2.qcow2 4M
+qio opt/b2.qcow2 'write -P 2 0 64k' 'write -P 3 1M 64k'
+qi create -f qcow2 -b b1.qcow2 -F qcow2 opt/t.qcow2
+qio opt/t.qcow2 'write -P 4 2M 64k'
+qi create -f raw opt/r.raw 4M
+# (in the working directory: QEMU 7.2 opens a relative data file name
+# relative to it, qimg relative to the image's folder; there both agree)
+qi create -f qcow2 -o data_file=d1.raw df.qcow2 4M
+qio df.qcow2 'write -P 5 0 64k'
+cp d1.raw d2.raw
+"$QEMU_IO" -f raw -c 'write -P 6 0 64k' d2.raw >/dev/null
+T='"driver":"qcow2","file":{"driver":"file","filename":"opt/t.qcow2"}'
+B2='"driver":"qcow2","file":{"driver":"file","filename":"opt/b2.qcow2"}'
+DF='"driver":"qcow2","file":{"driver":"file","filename":"df.qcow2"}'
+for name in \
+    "json:{$T,\"backing\":{$B2}}" \
+    "json:{$T,\"backing\":{\"file\":{\"driver\":\"file\",\"filename\":\"opt/b2.qcow2\"}}}" \
+    "json:{$T,\"backing.file.filename\":\"opt/b2.qcow2\"}" \
+    "json:{$T,\"backing\":{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"opt/b2.qcow2\"}}}" \
+    "json:{$T,\"backing\":{$B2,\"cache\":{\"direct\":true},\"backing\":null}}" \
+    "json:{\"driver\":\"qcow2\",\"file\":{\"driver\":\"file\",\"filename\":\"opt/b1.qcow2\"},\"backing\":{$B2}}" \
+    "json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"file\",\"filename\":\"nosuch.qcow2\"}}}" \
+    "json:{$T,\"backing\":{$B2,\"bogus\":1}}" \
+    "json:{$T,\"backing\":\"node0\"}" \
+    "json:{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"opt/r.raw\"},\"backing\":{$B2}}" \
+    "json:{$DF,\"data-file\":{\"driver\":\"file\",\"filename\":\"d2.raw\"}}" \
+    "json:{$DF,\"data-file\":{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"d2.raw\"}}}" \
+    "json:{$DF,\"data-file.filename\":\"d2.raw\"}" \
+    "json:{$DF,\"data-file\":{\"driver\":\"file\",\"filename\":\"nosuch.raw\"}}" \
+    "json:{$DF,\"data-file\":\"node0\"}" \
+    "json:{$T,\"data-file\":{\"driver\":\"file\",\"filename\":\"d2.raw\"}}" \
+    "json:{$T,\"data-file\":{\"driver\":\"file\",\"filename\":\"nosuch.raw\"}}"; do
+    same_as_qemu_err map "$name"
+    same_as_qemu_err map --output=json "$name"
+    same_as_qemu_err compare "$name" opt/b2.qcow2
+    io_both "$name" . "$name" 'read -P 2 0 64k'
+    rm -f q.qcow2 m.qcow2
+    "$QEMU_IMG" convert -O qcow2 "$name" q.qcow2 >/dev/null 2>&1
+    qrc=$?
+    "$QIMG" convert -O qcow2 "$name" m.qcow2 >/dev/null 2>&1
+    assert_eq "convert $name: exit code" $qrc $?
+    [ $qrc != 0 ] || assert_rc "convert $name: contents" 0 "$QEMU_IMG" compare -q q.qcow2 m.qcow2
+done
+# qemu-img info opens without the backing chain: backing options refused
+for name in "json:{$T,\"backing\":{$B2}}" \
+    "json:{$T,\"backing\":{\"file\":{\"driver\":\"file\",\"filename\":\"opt/b2.qcow2\"}}}" \
+    "json:{$T,\"backing\":\"node0\"}"; do
+    same_as_qemu_err info "$name"
+done
+O=driver=qcow2,file.filename=opt/t.qcow2
+same_as_qemu_err map --image-opts $O,backing.file.filename=opt/b2.qcow2
+same_as_qemu_err map --image-opts $O,backing.driver=raw,backing.file.filename=opt/b2.qcow2
+same_as_qemu_err map --image-opts $O,backing=node0
+same_as_qemu_err info --image-opts $O,backing.file.filename=opt/b2.qcow2
+same_as_qemu_err compare --image-opts $O,backing.file.filename=opt/b2.qcow2 \
+    driver=qcow2,file.filename=opt/b2.qcow2
+same_as_qemu_err map --image-opts driver=qcow2,file.filename=df.qcow2,data-file.filename=d2.raw
+same_as_qemu_err map --image-opts driver=qcow2,file.filename=opt/t.qcow2,data-file.filename=d2.raw
+# the named layers are what is read
+"$QIMG" io -c 'read -P 3 1M 64k' -c 'read -P 4 2M 64k' "json:{$T,\"backing\":{$B2}}" >m.out 2>&1
+assert_eq "the backing option's data" 0 "$(grep -c 'failed\|rror' m.out)"
+"$QIMG" io -c 'read -P 6 0 64k' "json:{$DF,\"data-file\":{\"driver\":\"file\",\"filename\":\"d2.raw\"}}" >m.out 2>&1
+assert_eq "the data-file option's data" 0 "$(grep -c 'failed\|rror' m.out)"
+# qimg's own refusals: another protocol for a layer, nested layers
+"$QIMG" map "json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"nbd\",\"path\":\"/x\"}}}" >m.out 2>&1
+assert_eq "backing option over nbd" "qimg: Could not open 'json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"nbd\",\"path\":\"/x\"}}}': Could not open backing file: qimg opens images only through the file protocol (file.driver 'nbd')" "$(cat m.out)"
+"$QIMG" map "json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}" >m.out 2>&1
+assert_eq "data-file option over blkdebug" "qimg: Could not open 'json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}': qimg opens a data file only as a plain file: driver 'blkdebug' refused" "$(cat m.out)"
 
 # ---- dirty images: the repair's lines ----
 # leak.py IMG N: give N clusters past the end a reference count of 1 (leaks)
