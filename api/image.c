@@ -59,6 +59,25 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error)
     return TRUE;
 }
 
+/* A layer's failure (backing or data file) under a json: name: QEMU names
+ * the json: name only, not the image file (path) as well. */
+static void drop_layer_prefix(GError *err, const char *path)
+{
+    g_autofree char *layer = g_strdup_printf("Could not open '%s': ", path);
+    const char *rest;
+
+    if (!g_str_has_prefix(err->message, layer)) {
+        return;
+    }
+    rest = err->message + strlen(layer);
+    if (g_str_has_prefix(rest, "Could not open ") ||
+        g_str_has_prefix(rest, "'data-file' can only")) {
+        char *m = g_strdup(rest);
+        g_free(err->message);
+        err->message = m;
+    }
+}
+
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error)
 {
@@ -90,16 +109,8 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     blk_error_clear();
     node = api_open_node(path ? path : filename, &o, NULL, error);
     if (!node && path) { /* QEMU names the json: name, then the file */
-        g_autofree char *layer = g_strdup_printf("Could not open '%s': ", path);
-        const char *m = (*error)->message;
-        /* a layer's failure (backing or data file): QEMU names the json:
-         * name only */
-        if (g_str_has_prefix(m, layer) &&
-            (g_str_has_prefix(m + strlen(layer), "Could not open ") ||
-             g_str_has_prefix(m + strlen(layer), "'data-file' can only"))) {
-            g_autofree char *rest = g_strdup(m + strlen(layer));
-            g_free((*error)->message);
-            (*error)->message = g_steal_pointer(&rest);
+        if (error && *error) {
+            drop_layer_prefix(*error, path);
         }
         g_prefix_error(error, "Could not open '%s': ", filename);
     }
