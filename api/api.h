@@ -128,11 +128,26 @@ GPtrArray *api_snapshot_list_move(GArray *blk_list);
 /* An empty public snapshot list (QimgSnapshotInfo *, freed with it). */
 GPtrArray *api_snapshot_list_new(void);
 
+/* json-name.c: the layers a caller's options name (invariant 4), kept for
+ * the open: o->backing_opts and the paths point in here. */
+typedef struct ApiOpenLayers {
+    BlkOpenOptions backing;
+    char *backing_path;
+    char *data_file_path;
+} ApiOpenLayers;
+void api_open_layers_clear(ApiOpenLayers *l);
+
 /* json-name.c: a "json:{...}" name, or --image-opts' key=value list, onto
- * *o and the image file's *path (g_free). */
-gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error);
+ * *o and the image file's *path (g_free); the backing and data-file
+ * options into *layers. */
+gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path,
+                       ApiOpenLayers *layers, GError **error);
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
-                             GError **error);
+                             ApiOpenLayers *layers, GError **error);
+/* A "json:{...}" backing file name read from an image (json-name.c
+ * invariant 1): o->format is the image's backing format (or NULL). */
+gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
+                               GError **error);
 
 /* image.c: an operation that changes node may run (writable, has_op),
  * else FALSE with "Image ... is read-only" / "Format ... does not support

@@ -61,6 +61,7 @@ void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out)
     out->deny_write = in->deny_write;
     out->backing_share_write = in->backing_shared_write;
     out->secrets = in->secrets;
+    out->backing_name = in->backing_name;
 }
 
 void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out)

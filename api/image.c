@@ -59,6 +59,25 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error)
     return TRUE;
 }
 
+/* A layer's failure (backing or data file) under a json: name: QEMU names
+ * the json: name only, not the image file (path) as well. */
+static void drop_layer_prefix(GError *err, const char *path)
+{
+    g_autofree char *layer = g_strdup_printf("Could not open '%s': ", path);
+    const char *rest;
+
+    if (!g_str_has_prefix(err->message, layer)) {
+        return;
+    }
+    rest = err->message + strlen(layer);
+    if (g_str_has_prefix(rest, "Could not open ") ||
+        g_str_has_prefix(rest, "'data-file' can only")) {
+        char *m = g_strdup(rest);
+        g_free(err->message);
+        err->message = m;
+    }
+}
+
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error)
 {
@@ -66,6 +85,7 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     BlkOpenOptions o;
     BlkNode *node;
     g_autofree char *path = NULL;
+    ApiOpenLayers layers = {0};
 
     if (!filename || !*filename) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
@@ -76,18 +96,25 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     }
     api_register_drivers();
     api_open_options(&in, &o);
-    /* json-name.c invariant 1: the caller's own name */
-    if ((in.image_opts && !api_image_opts_name(filename, &o, &path, error)) ||
-        (!in.image_opts && g_str_has_prefix(filename, "json:") &&
-         !api_json_name(filename, &o, &path, error))) {
+    /* json-name.c invariant 1: the caller's own name, or a backing name */
+    if ((in.image_opts && !api_image_opts_name(filename, &o, &path, &layers, error)) ||
+        (!in.image_opts && in.backing_name && g_str_has_prefix(filename, "json:") &&
+         !api_json_backing_name(filename, &o, &path, error)) ||
+        (!in.image_opts && !in.backing_name && g_str_has_prefix(filename, "json:") &&
+         !api_json_name(filename, &o, &path, &layers, error))) {
         g_prefix_error(error, "Could not open '%s': ", filename);
+        api_open_layers_clear(&layers);
         return NULL;
     }
     blk_error_clear();
     node = api_open_node(path ? path : filename, &o, NULL, error);
     if (!node && path) { /* QEMU names the json: name, then the file */
+        if (error && *error) {
+            drop_layer_prefix(*error, path);
+        }
         g_prefix_error(error, "Could not open '%s': ", filename);
     }
+    api_open_layers_clear(&layers);
     return node ? api_image_new(node) : NULL;
 }
 
@@ -104,6 +131,7 @@ QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
     }
     api_open_options(&in, &o);
     o.format = layer->node->drv->format_name;
+    o.reopen = true; /* qcow2.c invariant 8: QEMU reopens it, quietly */
     blk_error_clear();
     /* the protocol stack of top's file: a recorded top records it too */
     file = blk_open_file_like(top->node->file, name, &o, BLK_ROLE_PROTOCOL);

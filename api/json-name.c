@@ -8,20 +8,40 @@
  * keys, as QEMU's qdict_flatten) and mapping them onto BlkOpenOptions.
  *
  * Invariants (cited as "json-name.c invariant N"):
- *  1. Only a name the caller gives is parsed; a backing file name read from
- *     an image is never (block.h invariant 5: an image cannot make qimg
- *     open a test node, or anything but a file).
+ *  1. A name the caller gives is parsed as the caller's (api_json_name);
+ *     a backing file name read from an image only as a backing name
+ *     (api_json_backing_name), which opens nothing but a plain file: the
+ *     format driver qcow2 or raw over the file protocol (block.h invariant
+ *     5: an image cannot make qimg open a test node, or any other
+ *     protocol); any other driver is refused, naming it.  As QEMU, the
+ *     image's backing format, when it has one, is the format, the name's
+ *     own "driver" notwithstanding, a backing name needs "file" (a
+ *     top-level "filename" is QEMU's 'A block device must be specified'),
+ *     and a relative file.filename is relative to the working directory,
+ *     not the image's (open.c takes the path as it is).
  *  2. Every key is honoured or refused: an unknown key is QEMU's "Block
  *     format 'FMT' does not support the option 'KEY'"; an option QEMU has
  *     and qimg cannot honour (another protocol, a node reference, a
- *     backing or data file given by options) is refused with a message
- *     naming it.  Nothing is accepted and ignored.
+ *     backing or data file given by options where invariant 5 does not
+ *     take them) is refused with a message naming it.  Nothing is accepted and ignored.
  *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
  *     a bad one is "Parameter 'KEY' expects ...".
  *  4. qcow2's encrypt.key-secret is kept for the qcow2 driver, which
  *     refuses it on an encrypted image opened for its data (qimg has no
  *     encryption; qcow2.c invariant 10) and, as QEMU, does not look it up
  *     otherwise; the image is then named as QEMU names it (qimg info).
+ *  5. A caller's "backing" and "data-file" options (objects, or dotted
+ *     keys) name the layer opened instead of the one the image names:
+ *     the backing file with its own format and runtime options (read as
+ *     a caller's name, one level: no backing or data file of its own by
+ *     options), the data file as a plain file (driver file, or raw over
+ *     file).  A string is a node reference, which qimg has none of: QEMU's
+ *     "Cannot find device=..." message.  When the caller opens without the
+ *     backing chain (qemu-img info), backing options are QEMU's "does not
+ *     support the option" (naming backing.driver, else
+ *     backing.file.filename, else the first key, as qemu-img does for the
+ *     usual forms).  A backing name from an image takes neither (the
+ *     refusal of invariant 2).
  */
 #include "api/api.h"
 
@@ -92,9 +112,138 @@ static gboolean parse_bool(const char *key, const char *v, bool *out, GError **e
     return TRUE;
 }
 
-/* Invariants 2, 3: flat onto *o and *path. */
-static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error)
+/* Invariant 1: a backing name's driver (format, or the file's protocol). */
+static gboolean backing_driver_ok(const char *driver, const char *a, const char *b,
+                                  GError **error)
 {
+    if (!driver || strcmp(driver, a) == 0 || (b && strcmp(driver, b) == 0)) {
+        return TRUE;
+    }
+    g_set_error(error, QIMG_ERROR, ENOTSUP,
+                "qimg opens a backing file named by an image only as a plain file: "
+                "driver '%s' refused",
+                driver);
+    return FALSE;
+}
+
+void api_open_layers_clear(ApiOpenLayers *l)
+{
+    g_clear_pointer(&l->backing_path, g_free);
+    g_clear_pointer(&l->data_file_path, g_free);
+}
+
+/* Invariant 4: "backing.driver", else "backing.file.filename", else the
+ * first of the backing options, for qemu-img's refusal. */
+static const char *backing_key_named(GHashTable *sub)
+{
+    g_autoptr(GList) keys = NULL;
+
+    if (g_hash_table_contains(sub, "driver")) {
+        return "driver";
+    }
+    if (g_hash_table_contains(sub, "file.filename")) {
+        return "file.filename";
+    }
+    keys = g_list_sort(g_hash_table_get_keys(sub), (GCompareFunc)strcmp);
+    return keys->data;
+}
+
+/* Invariant 4: the data-file options (prefix dropped) onto *path. */
+static gboolean data_file_option(GHashTable *sub, char **path, GError **error)
+{
+    const char *drv = g_hash_table_lookup(sub, "driver");
+    const char *fdrv = g_hash_table_lookup(sub, "file.driver");
+    const char *file = g_hash_table_lookup(sub, "file.filename");
+    const char *name = g_hash_table_lookup(sub, "filename");
+    GHashTableIter it;
+    gpointer k;
+
+    g_hash_table_iter_init(&it, sub);
+    while (g_hash_table_iter_next(&it, &k, NULL)) {
+        if (strcmp(k, "driver") != 0 && strcmp(k, "file.driver") != 0 &&
+            strcmp(k, "file.filename") != 0 && strcmp(k, "filename") != 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "Option 'data-file.%s' is not supported by qimg", (char *)k);
+            return FALSE;
+        }
+    }
+    if ((drv && strcmp(drv, "file") != 0 && strcmp(drv, "raw") != 0) ||
+        (fdrv && strcmp(fdrv, "file") != 0)) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "qimg opens a data file only as a plain file: driver '%s' refused",
+                    fdrv && strcmp(fdrv, "file") != 0 ? fdrv : drv);
+        return FALSE;
+    }
+    if (drv && strcmp(drv, "raw") == 0) {
+        if (!file) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "A block device must be specified for \"file\"");
+            return FALSE;
+        }
+        name = file;
+    } else if (file || fdrv) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Block protocol 'file' does not support the option '%s'",
+                    file ? "file.filename" : "file.driver");
+        return FALSE;
+    }
+    if (!name || !*name) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "The 'file' block driver requires a file name");
+        return FALSE;
+    }
+    *path = g_strdup(name);
+    return TRUE;
+}
+
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool from_image,
+                      ApiOpenLayers *layers, GError **error);
+
+/* Invariant 4: the layers collected in bsub and dsub onto *o. */
+static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_backing,
+                             const char *driver, BlkOpenOptions *o, ApiOpenLayers *layers,
+                             GError **error)
+{
+    g_autoptr(GError) local = NULL;
+
+    if (g_hash_table_size(bsub) && caller_no_backing) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Block format '%s' does not support the option 'backing.%s'",
+                    driver ? driver : "raw", backing_key_named(bsub));
+        return FALSE;
+    }
+    if (g_hash_table_size(bsub)) {
+        layers->backing = *o;
+        layers->backing.format = NULL;
+        layers->backing.no_backing = false;
+        if (!apply(bsub, &layers->backing, &layers->backing_path, false, NULL, &local)) {
+            g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
+                        local->message);
+            return FALSE;
+        }
+        o->backing_path = layers->backing_path;
+        o->backing_opts = &layers->backing;
+    }
+    if (g_hash_table_size(dsub)) {
+        if (!data_file_option(dsub, &layers->data_file_path, error)) {
+            return FALSE;
+        }
+        o->data_file_path = layers->data_file_path;
+    }
+    return TRUE;
+}
+
+/* Invariants 1-4: flat onto *o and *path; from_image: a backing name
+ * (o->format: the image's backing format, or NULL); layers: where the
+ * backing and data-file options go (NULL: refused). */
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool from_image,
+                      ApiOpenLayers *layers, GError **error)
+{
+    g_autoptr(GHashTable) bsub =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GHashTable) dsub =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    bool caller_no_backing = o->no_backing;
     const char *driver = g_hash_table_lookup(flat, "driver");
     const char *file = g_hash_table_lookup(flat, "file.filename");
     const char *fdrv = g_hash_table_lookup(flat, "file.driver");
@@ -104,6 +253,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
     GHashTableIter it;
     gpointer k, val;
 
+    if (from_image && o->format) {
+        driver = o->format; /* invariant 1: the image's backing format */
+    } else if (from_image && !backing_driver_ok(driver, "qcow2", "raw", error)) {
+        return FALSE;
+    }
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
@@ -113,13 +267,16 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
                     "Cannot find device='%s' nor node-name='%s'", v, v);
         return FALSE;
     }
+    if (from_image && !backing_driver_ok(fdrv, "file", NULL, error)) {
+        return FALSE;
+    }
     if (fdrv && strcmp(fdrv, "file") != 0) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "qimg opens images only through the file protocol (file.driver '%s')",
                     fdrv);
         return FALSE;
     }
-    if (!file) {
+    if (!file && !from_image) {
         file = g_hash_table_lookup(flat, "filename");
     }
     if (!file) {
@@ -132,7 +289,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
         const char *key = k, *value = val;
         if (strcmp(key, "driver") == 0 || strcmp(key, "file.filename") == 0 ||
             strcmp(key, "file.driver") == 0 || strcmp(key, "file") == 0 ||
-            strcmp(key, "filename") == 0) {
+            (strcmp(key, "filename") == 0 && !from_image)) {
             continue;
         }
         if (strcmp(key, "read-only") == 0) {
@@ -154,7 +311,29 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
             }
             cache_set = true;
         } else if (strcmp(key, "backing") == 0 && !*value) {
-            o->no_backing = true; /* "backing": null */
+            o->no_backing = true;                           /* "backing": null */
+        } else if (layers && strcmp(key, "backing") == 0) { /* invariant 5 */
+            if (caller_no_backing) {
+                g_set_error(error, QIMG_ERROR, EINVAL,
+                            "Block format '%s' does not support the option 'backing'",
+                            driver ? driver : "raw");
+            } else {
+                g_set_error(error, QIMG_ERROR, ENODEV,
+                            "Could not open backing file: Cannot find device='%s' nor "
+                            "node-name='%s'",
+                            value, value);
+            }
+            return FALSE;
+        } else if (layers && strcmp(key, "data-file") == 0) {
+            g_set_error(error, QIMG_ERROR, ENODEV,
+                        "Cannot find device='%s' nor node-name='%s'", value, value);
+            return FALSE;
+        } else if (layers && (g_str_has_prefix(key, "backing.") ||
+                              g_str_has_prefix(key, "data-file."))) {
+            bool b = key[0] == 'b';
+            g_hash_table_insert(b ? bsub : dsub,
+                                g_strdup(key + strlen(b ? "backing." : "data-file.")),
+                                g_strdup(value));
         } else if (strcmp(key, "backing") == 0 || g_str_has_prefix(key, "backing.") ||
                    strcmp(key, "data-file") == 0 || g_str_has_prefix(key, "data-file.")) {
             g_set_error(error, QIMG_ERROR, ENOTSUP,
@@ -196,11 +375,16 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, GError *
     if (driver) {
         o->format = g_intern_string(driver);
     }
+    if (layers &&
+        !apply_layers(bsub, dsub, caller_no_backing, driver, o, layers, error)) {
+        return FALSE;
+    }
     *path = g_strdup(file);
     return TRUE;
 }
 
-gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError **error)
+static gboolean json_name(const char *name, BlkOpenOptions *o, char **path,
+                          bool from_image, ApiOpenLayers *layers, GError **error)
 {
     g_autoptr(JsonParser) parser = json_parser_new();
     g_autoptr(GHashTable) flat =
@@ -221,11 +405,23 @@ gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path, GError 
         return FALSE;
     }
     return flatten(json_node_get_object(root), "", flat, error) &&
-           apply(flat, o, path, error);
+           apply(flat, o, path, from_image, layers, error);
+}
+
+gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path,
+                       ApiOpenLayers *layers, GError **error)
+{
+    return json_name(name, o, path, false, layers, error);
+}
+
+gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
+                               GError **error)
+{
+    return json_name(name, o, path, true, NULL, error);
 }
 
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
-                             GError **error)
+                             ApiOpenLayers *layers, GError **error)
 {
     g_autoptr(GHashTable) flat =
         g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -257,5 +453,5 @@ gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
         }
     }
     g_string_free(cur, TRUE);
-    return ok && apply(flat, o, path, error);
+    return ok && apply(flat, o, path, false, layers, error);
 }

@@ -71,19 +71,39 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
 {
     BlkOpenOptions bo = *opts;
     g_autoptr(GError) local = NULL;
+    g_autofree char *path = NULL;
+    const char *name;
 
-    bo.format = img->backing_format;
+    if (opts->backing_path) { /* json-name.c invariant 5: the caller's layer */
+        bo = *opts->backing_opts;
+        bo.check_mode = false;
+    }
+    bo.backing_path = NULL;
+    bo.backing_opts = NULL;
+    bo.data_file_path = NULL;
+    bo.format = opts->backing_path ? opts->backing_opts->format : img->backing_format;
     bo.read_only = true; /* invariant 2 */
     bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;
     bo.key_secret = NULL; /* the top's option */
     bo.share_write = opts->backing_share_write;
-    img->backing = api_open_node(img->full_backing_filename, &bo, chain, &local);
+    bo.backing_name = true;
+    /* json-name.c invariant 1: a json: name from the image, as a backing name */
+    if (!opts->backing_path && g_str_has_prefix(img->full_backing_filename, "json:") &&
+        !api_json_backing_name(img->full_backing_filename, &bo, &path, &local)) {
+        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
+                    local->message);
+        return -local->code;
+    }
+    bo.read_only = true; /* invariant 2, whatever the name says */
+    name = opts->backing_path ? opts->backing_path
+           : path             ? path
+                              : img->full_backing_filename;
+    img->backing = api_open_node(name, &bo, chain, &local);
     if (!img->backing) {
         g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    blk_open_error_detail(local->message, local->code,
-                                          img->full_backing_filename));
+                    blk_open_error_detail(local->message, local->code, name));
         return -local->code;
     }
     return 0;
@@ -116,6 +136,9 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     img->opts = *opts;
     img->opts.format = NULL;
     img->opts.snapshot = NULL;
+    img->opts.backing_path = NULL; /* the caller's strings (types.h) */
+    img->opts.backing_opts = NULL;
+    img->opts.data_file_path = NULL;
 
     g_autoptr(GError) local = NULL;
     /* Invariant 4: the locks of the driver's role before it reads the file. */
@@ -129,9 +152,15 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
         blk_error_propagate(error, ret, "Could not open '%s'", filename);
         goto fail_noclose;
     }
+    if (opts->backing_path && !opts->no_backing && !drv->set_backing) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "Driver doesn't support backing files");
+        goto fail;
+    }
     if (img->backing_filename) {
         img->full_backing_filename = blk_resolve_backing_name(
             user_name ? blk_plain_name(filename) : filename, img->backing_filename);
+    }
+    if (img->full_backing_filename || opts->backing_path) {
         if (!opts->no_backing) {
             link.data = (void *)canon;
             link.next = chain;
@@ -202,8 +231,9 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
         return NULL;
     }
     /* block.h invariant 5: only the caller's own name (not a backing file
-     * name from an image: chain != NULL) may select a test node. */
-    bool user_name = chain == NULL;
+     * name from an image: chain != NULL, or backing_name) may select a test
+     * node. */
+    bool user_name = chain == NULL && !opts->backing_name;
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */

@@ -158,9 +158,10 @@ const char *blk_open_error_detail(const char *msg, int code, const char *filenam
 char *blk_resolve_backing_name(const char *image_filename, const char *backing)
 {
     /* QEMU: a name with a protocol prefix ("file:NAME", relative to the
-     * working directory, not the image's) is taken as it is */
+     * working directory, not the image's) is taken as it is; so is a
+     * "json:{...}" name (its file.filename too, json-name.c invariant 1) */
     if (g_path_is_absolute(backing) || strstr(backing, "://") != NULL ||
-        g_str_has_prefix(backing, "file:")) {
+        g_str_has_prefix(backing, "file:") || g_str_has_prefix(backing, "json:")) {
         return g_strdup(backing);
     }
     g_autofree char *dir = g_path_get_dirname(image_filename);

@@ -55,6 +55,17 @@ typedef struct BlkOpenOptions {
      * and the ids of the caller's secrets (open time only, may be NULL) */
     const char *key_secret;
     GHashTable *secrets;
+    bool backing_name;            /* the name was read from an image (block.h
+                                   * invariant 5: a plain file only) */
+    bool reopen;                  /* a second open of an open layer (QEMU's
+                                   * reopen): a dirty repair prints nothing */
+    /* Layers the caller's options name instead of the image's (json-name.c
+     * invariant 5; the caller keeps the strings until the open returns):
+     * the backing file's path and options, the external data file's path
+     * (relative to the working directory). */
+    const char *backing_path;
+    const struct BlkOpenOptions *backing_opts;
+    const char *data_file_path;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

@@ -20,6 +20,11 @@
  *     file node only; the node is owned here and closed at close().  It is
  *     locked as a data file (block/lock.c), with the image's force_share
  *     and no_io; a lock conflict there reads as QEMU's, with no prefix.
+ *     A data file the caller names (BlkOpenOptions.data_file_path, the
+ *     "data-file" option) replaces the header's, opened as given; as QEMU,
+ *     it is opened first and then refused ("'data-file' can only be set
+ *     ...") on an image without the bit, and its failure is its own
+ *     message, unprefixed.
  *  5. Metadata cache sizes follow QEMU's defaults: L2 cache big enough for
  *     the whole image up to 32 MiB, refcount cache 4 clusters; an explicit
  *     metadata_cache_size is split like QEMU's cache-size option.
@@ -34,6 +39,14 @@
  *  8. A read-write open (not check_mode) of an image with the dirty bit runs
  *     the repair (check.c, FIX_LEAKS | FIX_ERRORS) before anything else may
  *     write, and fails with "Could not repair dirty image" if it cannot.
+ *     As QEMU, the check's lines (the ones qimg check -r prints: "ERROR
+ *     cluster N ...", "Repairing cluster N ...", "Rebuilding refcount
+ *     structure") go to standard error as it finds them, none when it finds
+ *     nothing (g_printerr: an embedder redirects it, meta.c invariant 3),
+ *     and none when the open is QEMU's reopen of a layer already open
+ *     (BlkOpenOptions.reopen: qemu-img commit's base), which repairs
+ *     nothing and prints nothing in QEMU; qimg still repairs (DESIGN.md
+ *     rule 5), quietly.
  *  9. qcow2_open_new() is the same open for an image being created, whose
  *     cluster 0 is still zeros (create.c invariant 5): cluster 0 comes from
  *     memory and goes through every check of invariant 2 as if read, and
@@ -196,12 +209,14 @@ static void cache_sizes(const Qcow2State *s, uint64_t virtual_size, uint64_t com
     }
 }
 
-static int open_data_file(Qcow2State *s, const char *filename)
+/* given: the caller's data-file option (invariant 4), else NULL. */
+static int open_data_file(Qcow2State *s, const char *filename, const char *given)
 {
     /* A test node under the image means filename is the user's own
      * "record:LOG:FILE"-style name (block.h invariant 5). */
     const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
-    g_autofree char *path = blk_resolve_backing_name(base, s->ext.data_file);
+    g_autofree char *path =
+        given ? g_strdup(given) : blk_resolve_backing_name(base, s->ext.data_file);
     g_autofree char *msg = NULL;
     BlkOpenOptions o = s->img->opts;
     int code;
@@ -214,6 +229,9 @@ static int open_data_file(Qcow2State *s, const char *filename)
     }
     /* QEMU's wording one layer up: a deliberate rewording (error.c inv 2) */
     code = blk_error_code() ? blk_error_code() : EIO;
+    if (given) { /* QEMU: the option's own child, named as itself */
+        return blk_error_code() ? -code : blk_error(code, "Could not open '%s'", path);
+    }
     msg = blk_error_take();
     if (code == EAGAIN && msg) {
         return blk_error_replace(EAGAIN, "%s", blk_open_error_detail(msg, code, path));
@@ -224,13 +242,16 @@ static int open_data_file(Qcow2State *s, const char *filename)
 
 /* DESIGN.md rule 5: a dirty image (lazy refcounts, not closed cleanly) has
  * its refcounts rebuilt before it is written (QEMU's qcow2_do_open). */
-static int repair_dirty(BlkNode *img)
+static int repair_dirty(BlkNode *img, bool quiet)
 {
     BlkCheckResult res = {0};
     g_autofree char *msg = NULL;
     int ret;
 
     ret = qcow2_check_image(img, &res, BLK_CHECK_FIX_LEAKS | BLK_CHECK_FIX_ERRORS);
+    for (guint i = 0; !quiet && res.messages && i < res.messages->len; i++) {
+        g_printerr("%s\n", (const char *)res.messages->pdata[i]); /* invariant 8 */
+    }
     if (ret == 0 && res.check_errors) {
         ret = -EIO;
     }
@@ -340,8 +361,19 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
                    !!s->data_file) {
         return blk_error(EINVAL, "qcow2: the data file does not match the header");
     }
+    if (opts && opts->data_file_path && !s->data_file &&
+        !(s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE)) {
+        /* invariant 4: QEMU opens the option's file first, then refuses */
+        ret = open_data_file(s, filename, opts->data_file_path);
+        if (ret < 0) {
+            return ret;
+        }
+        return blk_error(EINVAL,
+                         "'data-file' can only be set for images with an external data "
+                         "file");
+    }
     if ((s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) && !s->data_file) {
-        ret = open_data_file(s, filename); /* qcow2.c invariant 4 */
+        ret = open_data_file(s, filename, opts ? opts->data_file_path : NULL); /* inv 4 */
         if (ret < 0) {
             return ret;
         }
@@ -375,7 +407,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
             return ret;
         }
         if (!check_mode && (s->incompatible_features & QCOW2_INCOMPAT_DIRTY)) {
-            ret = repair_dirty(img); /* qcow2.c invariant 8 */
+            ret = repair_dirty(img, opts && opts->reopen); /* invariant 8 */
             if (ret < 0) {
                 return ret;
             }

@@ -6,7 +6,9 @@
  *     image whose backing file is missing can still be inspected.  With
  *     --backing-chain each layer is opened the same way, following the
  *     previous layer's full backing file name and backing format; all
- *     layers are opened before anything is printed.
+ *     layers are opened before anything is printed.  A layer's name was
+ *     read from an image, so it is opened as a backing name
+ *     (QimgOpenOptions.backing_name: a plain file, block.h invariant 5).
  *  2. JSON members come in qemu-img's (hash) order, not in a logical one:
  *     snapshots, backing-filename-format, virtual-size, filename,
  *     cluster-size, format, actual-size, format-specific,
@@ -338,7 +340,7 @@ static void free_info(gpointer p)
 
 /* Open one layer (fact 1) and read its info; prints the error. */
 static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share,
-                            bool image_opts)
+                            bool image_opts, bool backing_name)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
@@ -352,6 +354,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
     oo.force_share = force_share;
     oo.no_io = true; /* metadata only: qemu-img info's locks */
     oo.image_opts = image_opts;
+    oo.backing_name = backing_name;
     if (!tool_image_opts_format_ok(&oo)) {
         return NULL;
     }
@@ -439,7 +442,7 @@ int cmd_info(int argc, char **argv)
             return 1;
         }
         g_hash_table_add(seen, key);
-        info = layer_info(next_name, next_fmt, force_share, image_opts);
+        info = layer_info(next_name, next_fmt, force_share, image_opts, infos->len > 0);
         image_opts = false; /* the top only: backing names are names */
         if (!info) {
             return 1;

@@ -104,6 +104,11 @@ typedef struct QimgOpenOptions {
      * an encrypted image opened for its data with one is refused as
      * unsupported, with an unknown one as qemu-img refuses it. */
     GHashTable *secrets;
+    /* filename was read from an image (a backing file name, as qemu-img
+     * info --backing-chain follows them): it opens a plain file only, never
+     * a test node or another protocol, and a "json:{...}" name is read as
+     * QEMU reads a backing file's (0.8) */
+    bool backing_name;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -114,7 +119,8 @@ typedef struct QimgOpenOptions {
 /* filename: a path (a "file:" prefix is the file protocol), QEMU's
  * "json:{...}" name (driver, file.filename, file.driver "file", backing
  * null, read-only, cache.direct/no-flush, qcow2's cache-size and
- * l2-cache-size; anything else refused), or an NBD export (nbd://,
+ * l2-cache-size, and a backing or data-file object naming the file opened
+ * instead of the image's own (0.7); anything else refused), or an NBD export (nbd://,
  * nbd+unix://, nbds://, or qemu-img's nbd:unix:PATH /
  * nbd:HOST:PORT[:exportname=NAME]) where qimg was built with libnbd. */
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,

@@ -1,0 +1,180 @@
+/*
+ * tests/test-json-name.c: api/json-name.c, parsing only (no file is
+ * opened): a backing name read from an image opens nothing but a plain
+ * file and its format is the image's (invariant 1); the caller's backing
+ * and data-file options fill the layers (invariant 4), a node name is
+ * refused, and without the backing chain backing options are refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "api/api.h"
+#include "test-util.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Invariant 1: a backing name with anything but the file protocol. */
+static void test_backing_name_refuses_protocols(void **state)
+{
+    static const char *const names[] = {
+        "json:{\"driver\":\"qcow2\",\"file\":{\"driver\":\"blkdebug\","
+        "\"image\":{\"driver\":\"file\",\"filename\":\"b\"}}}",
+        "json:{\"driver\":\"qcow2\",\"file\":{\"driver\":\"nbd\",\"path\":\"/s\"}}",
+        "json:{\"driver\":\"qcow2\",\"file\":{\"driver\":\"null-co\"}}",
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
+        BlkOpenOptions o = {.format = "qcow2"};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+
+        assert_false(api_json_backing_name(names[i], &o, &path, &err));
+        assert_int_equal(err->code, ENOTSUP);
+        assert_non_null(strstr(err->message, "only as a plain file: driver '"));
+        assert_null(path);
+    }
+}
+
+/* Invariant 1: the image's format wins; without one, only qcow2 or raw. */
+static void test_backing_name_format(void **state)
+{
+    const char *name = "json:{\"driver\":\"raw\",\"file\":{\"driver\":\"file\","
+                       "\"filename\":\"sub/b.qcow2\"}}";
+    BlkOpenOptions o = {.format = "qcow2"};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    (void)state;
+
+    assert_true(api_json_backing_name(name, &o, &path, &err));
+    assert_string_equal(o.format, "qcow2");
+    assert_string_equal(path, "sub/b.qcow2"); /* as written: relative to the cwd */
+
+    BlkOpenOptions none = {0};
+    g_clear_pointer(&path, g_free);
+    assert_false(api_json_backing_name(
+        "json:{\"driver\":\"blkdebug\",\"image\":{\"filename\":\"b\"}}", &none, &path,
+        &err));
+    assert_non_null(strstr(err->message, "driver 'blkdebug' refused"));
+    g_clear_error(&err);
+    /* a top-level filename is not a file for a backing name (QEMU) */
+    assert_false(api_json_backing_name("json:{\"driver\":\"qcow2\",\"filename\":\"b\"}",
+                                       &o, &path, &err));
+    assert_string_equal(err->message, "A block device must be specified for \"file\"");
+}
+
+/* Invariant 1: a backing name takes no layers of its own. */
+static void test_backing_name_no_layers(void **state)
+{
+    BlkOpenOptions o = {.format = "qcow2"};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    (void)state;
+
+    assert_false(api_json_backing_name("json:{\"file\":{\"filename\":\"a\"},\"backing\":{"
+                                       "\"file\":{\"filename\":\"b\"}}}",
+                                       &o, &path, &err));
+    assert_int_equal(err->code, ENOTSUP);
+}
+
+/* Invariant 4: the caller's backing and data-file options. */
+static void test_caller_layers(void **state)
+{
+    BlkOpenOptions o = {0};
+    ApiOpenLayers l = {0};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    (void)state;
+
+    assert_true(api_json_name("json:{\"driver\":\"qcow2\",\"file\":{\"filename\":\"t\"},"
+                              "\"backing\":{\"driver\":\"raw\",\"file\":{\"driver\":"
+                              "\"file\",\"filename\":\"b\"},"
+                              "\"cache\":{\"direct\":true}},\"data-file\":{\"driver\":"
+                              "\"file\",\"filename\":\"d\"}}",
+                              &o, &path, &l, &err));
+    assert_string_equal(path, "t");
+    assert_string_equal(o.backing_path, "b");
+    assert_ptr_equal(o.backing_opts, &l.backing);
+    assert_string_equal(l.backing.format, "raw");
+    assert_int_equal(l.backing.cache, BLK_CACHE_NONE);
+    assert_int_equal(o.cache, BLK_CACHE_WRITEBACK); /* the top's own */
+    assert_string_equal(o.data_file_path, "d");
+    api_open_layers_clear(&l);
+
+    /* --image-opts' dotted form */
+    BlkOpenOptions d = {0};
+    g_clear_pointer(&path, g_free);
+    assert_true(api_image_opts_name(
+        "driver=qcow2,file.filename=t,backing.file.filename=b2,data-file.filename=d2", &d,
+        &path, &l, &err));
+    assert_string_equal(d.backing_path, "b2");
+    assert_string_equal(d.data_file_path, "d2");
+    api_open_layers_clear(&l);
+}
+
+/* Invariant 4: node names, nested layers, other protocols, no chain. */
+static void test_caller_layer_refusals(void **state)
+{
+    static const struct {
+        const char *name;
+        bool no_backing;
+        const char *msg;
+    } cases[] = {
+        {"json:{\"file\":{\"filename\":\"t\"},\"backing\":\"n0\"}", false,
+         "Could not open backing file: Cannot find device='n0' nor node-name='n0'"},
+        {"json:{\"file\":{\"filename\":\"t\"},\"data-file\":\"n0\"}", false,
+         "Cannot find device='n0' nor node-name='n0'"},
+        {"json:{\"driver\":\"qcow2\",\"file\":{\"filename\":\"t\"},\"backing\":\"n0\"}",
+         true, "Block format 'qcow2' does not support the option 'backing'"},
+        {"json:{\"driver\":\"qcow2\",\"file\":{\"filename\":\"t\"},"
+         "\"backing\":{\"file\":{\"driver\":\"file\",\"filename\":\"b\"}}}",
+         true,
+         "Block format 'qcow2' does not support the option 'backing.file.filename'"},
+        {"json:{\"file\":{\"filename\":\"t\"},\"data-file\":{\"driver\":\"nbd\"}}", false,
+         "qimg opens a data file only as a plain file: driver 'nbd' refused"},
+        {"json:{\"file\":{\"filename\":\"t\"},\"data-file\":{\"driver\":\"file\"}}",
+         false, "The 'file' block driver requires a file name"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        BlkOpenOptions o = {.no_backing = cases[i].no_backing};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+
+        assert_false(api_json_name(cases[i].name, &o, &path, &l, &err));
+        assert_string_equal(err->message, cases[i].msg);
+        assert_null(o.backing_path);
+        api_open_layers_clear(&l);
+    }
+
+    /* the backing's own backing by options: refused (one level) */
+    BlkOpenOptions o = {0};
+    ApiOpenLayers l = {0};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    assert_false(
+        api_json_name("json:{\"file\":{\"filename\":\"t\"},\"backing\":{\"file\":"
+                      "{\"filename\":\"b\"},\"backing\":{\"file\":{\"filename\":"
+                      "\"c\"}}}}",
+                      &o, &path, &l, &err));
+    assert_int_equal(err->code, ENOTSUP);
+    api_open_layers_clear(&l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backing_name_refuses_protocols),
+        cmocka_unit_test(test_backing_name_format),
+        cmocka_unit_test(test_backing_name_no_layers),
+        cmocka_unit_test(test_caller_layers),
+        cmocka_unit_test(test_caller_layer_refusals),
+    };
+    return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
+}
