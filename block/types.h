@@ -55,10 +55,10 @@ typedef struct BlkOpenOptions {
      * and the ids of the caller's secrets (open time only, may be NULL) */
     const char *key_secret;
     GHashTable *secrets;
-    bool backing_name;            /* the name was read from an image (block.h
-                                   * invariant 5: a plain file only) */
-    bool reopen;                  /* a second open of an open layer (QEMU's
-                                   * reopen): a dirty repair prints nothing */
+    bool backing_name; /* the name was read from an image (block.h
+                        * invariant 5: a plain file only) */
+    bool reopen;       /* a second open of an open layer (QEMU's
+                        * reopen): a dirty repair prints nothing */
     /* Layers the caller's options name instead of the image's (json-name.c
      * invariant 5; the caller keeps the strings until the open returns):
      * the backing file's path and options, the external data file's path
