@@ -31,9 +31,10 @@
  *     It fails the start: nothing runs, the exit status is 1.
  *  4. -C (copy-on-read), -k (native AIO), -m (misaligned buffers), -d
  *     MODE, -T (tracing), --object and --image-opts are options of qemu-io;
- *     qimg refuses those it cannot honour (io-open.c), and -T and --object
- *     always; -m misaligns the buffers (io-cmds.c fact 4); --image-opts
- *     names the image by options (api/json-name.c).
+ *     qimg refuses those it cannot honour (io-open.c), and -T always;
+ *     --object takes secrets (tools/objects.c); -m misaligns the buffers
+ *     (io-cmds.c fact 4); --image-opts names the image by options
+ *     (api/json-name.c).
  */
 #include "io.h"
 #include "qimg/aio.h"
@@ -335,8 +336,13 @@ int cmd_io(int argc, char **argv)
         case 'T':
             tool_error("tracing (-T) is not supported by qimg");
             return 1;
-        case 'O': /* --object */
-            return tool_refuse_object_opts();
+        case 'O': { /* --object: secrets, as qemu-io (tools/objects.c) */
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
         case 'I': /* --image-opts: the name is key=value options */
             oo.image_opts = true;
             break;

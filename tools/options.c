@@ -339,12 +339,6 @@ void *tool_alloc_aligned(size_t size)
     return p;
 }
 
-int tool_refuse_object_opts(void)
-{
-    tool_error("--object is not supported: qimg has no secrets or other objects");
-    return 1;
-}
-
 bool tool_image_opts_format_ok(const QimgOpenOptions *oo)
 {
     if (oo->image_opts && oo->format) { /* qemu-img's img_open */

@@ -95,8 +95,6 @@ char *tool_parse_snapshot_param(const char *param);
  * system's): the kernel copies file data into page-aligned buffers about
  * twice as fast (measured with bench/chain-bench.sh). */
 void *tool_alloc_aligned(size_t size);
-/* "--object is not supported" (qimg io); returns 1 (exit code). */
-int tool_refuse_object_opts(void);
 /* --object DEF (tools/objects.c): -1 when a secret was added, else the
  * command ends now with this exit code (0 after help, 1 after an error,
  * printed). */

@@ -174,6 +174,11 @@ both "-m -n" a.qcow2 -m -n -c 'write -P 5 512 4k' -c 'read -P 5 512 4k' \
     -c 'aio_flush' -c 'aio_read -P 7 64k 4k' -c 'aio_flush' -c 'read -v 512 32'
 both "-m" a.qcow2 -m -c 'write -P 5 0 4k' -c 'read -P 5 0 4k'
 
+# ---- --object: secrets as qemu-io takes them (tools/objects.c) ----
+both "--object secret" a.qcow2 --object secret,id=s0,data=x -c 'read -q 0 1'
+both "--object without data" a.qcow2 --object secret,id=s0 -c 'read -q 0 1'
+both "--object unknown type" a.qcow2 --object foo,id=x -c 'read -q 0 1'
+
 # ---- what qimg refuses: a message, exit 1 ----
 refused() {
     local desc=$1 want=$2 rc
@@ -187,8 +192,6 @@ cp a.qcow2 m/img
 refused "-C" "copy-on-read (-C) is not supported by qimg" -C -c 'read 0 1' img
 refused "-k" "aio=native (-k) is not supported by qimg" -k -c 'read 0 1' img
 refused "-T" "tracing (-T) is not supported by qimg" -T foo -c 'read 0 1' img
-refused "--object" "--object is not supported: qimg has no secrets or other objects" \
-    --object x img
 refused "-d ignore" "discard=ignore is not supported by qimg" -d ignore -c 'read 0 1' img
 refused "open -C" "copy-on-read (-C) is not supported by qimg" -c 'open -C img'
 refused "open -o" "-o lazy-refcounts=on: qimg takes only driver, cache.direct and" \
