@@ -120,16 +120,21 @@ static void header_decode_tail(const uint8_t *cluster0, Qcow2Header *h)
     }
 }
 
+/* A last entry shorter than 48 bytes counts, its missing bytes zeros (as
+ * QEMU reads the table: "\x00\x3fName" names incompatible bit 63). */
 static int read_feature_table(const uint8_t *data, uint32_t len, Qcow2Extensions *ext)
 {
-    size_t n = len / QCOW2_FEATURE_NAME_ENTRY_SIZE;
+    size_t n = (len + QCOW2_FEATURE_NAME_ENTRY_SIZE - 1) / QCOW2_FEATURE_NAME_ENTRY_SIZE;
 
     g_free(ext->features);
     ext->features = g_new0(Qcow2FeatureName, n ? n : 1);
     ext->nb_features = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *e = data + i * QCOW2_FEATURE_NAME_ENTRY_SIZE;
+        uint8_t e[QCOW2_FEATURE_NAME_ENTRY_SIZE] = {0};
+        size_t at = i * QCOW2_FEATURE_NAME_ENTRY_SIZE;
         Qcow2FeatureName *f = &ext->features[ext->nb_features];
+
+        memcpy(e, data + at, MIN(sizeof(e), len - at));
         /* QEMU stops at the first entry without a name. */
         if (e[2] == 0) {
             break;
@@ -453,7 +458,7 @@ int qcow2_header_check_tables(const Qcow2Header *h, uint64_t file_size, bool che
     }
     if (!qcow2_size_to_l1(h->size, h->cluster_bits, l2_bits, &l1_needed) ||
         l1_needed > INT32_MAX) {
-        return blk_error(EFBIG, "Image is too big (virtual size %" PRIu64 ")", h->size);
+        return blk_error(EFBIG, "Image is too big");
     }
     if (h->l1_size < l1_needed) {
         return blk_error(EINVAL,
