@@ -59,20 +59,6 @@ static void progress_cb(void *opaque, uint64_t done, uint64_t total)
     progress_at(opaque, total ? 100.0 * (double)done / (double)total : 100.0);
 }
 
-/* Fact 1 (qemu-img's is_valid_option_list). */
-static bool valid_option_list(const char *list)
-{
-    size_t len = strlen(list), i = len;
-
-    if (!*list || *list == ',') {
-        return false;
-    }
-    while (i > 0 && list[i - 1] == ',') {
-        i--;
-    }
-    return (len - i) % 2 == 0;
-}
-
 /* Fact 2: help for fmt; the exit code. */
 static int amend_help(const char *fmt)
 {
@@ -153,11 +139,9 @@ int cmd_amend(int argc, char **argv)
         case 'h':
             return tool_command_help("amend");
         case 'o':
-            if (!valid_option_list(optarg)) { /* fact 1 */
-                tool_error("Invalid option list: %s", optarg);
+            if (!tool_opts_accumulate(&optlist, optarg)) { /* fact 1 */
                 return 1;
             }
-            optlist = tool_opts_append(optlist, optarg);
             break;
         case 'f':
             fmt = optarg;

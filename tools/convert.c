@@ -171,7 +171,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         co.secrets = tool_secret_table();
 
         if (!descs) {
-            tool_error("Unknown file format '%s'", a->out_fmt);
+            tool_create_format_error(NULL, a->out_fmt);
             return NULL;
         }
         opts = target_opts(a, descs);
@@ -358,7 +358,9 @@ int cmd_convert(int argc, char **argv)
             a.target_image_opts = true;
             break;
         case 'o':
-            a.optlist = tool_opts_append(a.optlist, optarg);
+            if (!tool_opts_accumulate(&a.optlist, optarg)) {
+                goto fail;
+            }
             break;
         case 'l':
             a.snapshot = optarg;
@@ -424,7 +426,7 @@ int cmd_convert(int argc, char **argv)
 
     if (a.optlist && tool_opts_want_help(a.optlist)) {
         if (!tool_create_opts(a.out_fmt)) {
-            tool_error("Unknown file format '%s'", a.out_fmt);
+            tool_create_format_error(NULL, a.out_fmt);
             goto fail;
         }
         tool_opts_print_help(a.out_fmt, optind < argc);

@@ -138,7 +138,9 @@ int cmd_create(int argc, char **argv)
         case 'h':
             return tool_command_help("create");
         case 'o':
-            optlist = tool_opts_append(optlist, optarg);
+            if (!tool_opts_accumulate(&optlist, optarg)) {
+                return 1;
+            }
             break;
         case 'q':
             quiet = true;
@@ -161,7 +163,7 @@ int cmd_create(int argc, char **argv)
     descs = tool_create_opts(fmt);
     if (optlist && tool_opts_want_help(optlist)) {
         if (!descs) {
-            tool_error("Unknown file format '%s'", fmt);
+            tool_create_format_error(NULL, fmt);
             return 1;
         }
         tool_opts_print_help(fmt, optind < argc);
@@ -184,7 +186,7 @@ int cmd_create(int argc, char **argv)
         return tool_usage_error("Unexpected argument: %s", argv[optind]);
     }
     if (!descs) {
-        tool_error("%s: Unknown file format '%s'", filename, fmt);
+        tool_create_format_error(filename, fmt);
         return 1;
     }
 

@@ -92,7 +92,9 @@ int cmd_measure(int argc, char **argv)
             out_fmt = optarg;
             break;
         case 'o':
-            optlist = tool_opts_append(optlist, optarg);
+            if (!tool_opts_accumulate(&optlist, optarg)) {
+                return 1;
+            }
             break;
         case 'U':
             force_share = true;

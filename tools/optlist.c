@@ -148,6 +148,28 @@ const ToolOptDesc *tool_create_opts(const char *format)
     return NULL;
 }
 
+/* QEMU 7.2's drivers that create no image (qemu-img create -f X -o help). */
+static const char *const no_create_drivers[] = {
+    "blkdebug", "blklogwrites",    "blkverify",         "bochs",
+    "cloop",    "compress",        "copy-before-write", "copy-on-read",
+    "dmg",      "null-aio",        "null-co",           "preallocate",
+    "quorum",   "snapshot-access", "throttle",          "vvfat",
+};
+
+void tool_create_format_error(const char *filename, const char *format)
+{
+    g_autofree char *prefix = filename ? g_strdup_printf("%s: ", filename) : g_strdup("");
+
+    for (size_t i = 0; i < G_N_ELEMENTS(no_create_drivers); i++) {
+        if (strcmp(format, no_create_drivers[i]) == 0) {
+            tool_error("%sFormat driver '%s' does not support image creation", prefix,
+                       format);
+            return;
+        }
+    }
+    tool_error("%sUnknown file format '%s'", prefix, format);
+}
+
 static const ToolOptDesc *find_desc(const ToolOptDesc *descs, const char *name)
 {
     for (; descs->name; descs++) {
@@ -156,6 +178,32 @@ static const ToolOptDesc *find_desc(const ToolOptDesc *descs, const char *name)
         }
     }
     return NULL;
+}
+
+/* qemu-img's check of each -o argument: not empty, not starting with a
+ * comma, not ending with an odd number of them (which would escape the
+ * comma that joins the next argument). */
+static bool option_list_ok(const char *list)
+{
+    size_t len = strlen(list), i = len;
+
+    if (!*list || *list == ',') {
+        return false;
+    }
+    while (i > 0 && list[i - 1] == ',') {
+        i--;
+    }
+    return (len - i) % 2 == 0;
+}
+
+bool tool_opts_accumulate(char **list, const char *more)
+{
+    if (!option_list_ok(more)) {
+        tool_error("Invalid option list: %s", more);
+        return false;
+    }
+    *list = tool_opts_append(*list, more);
+    return true;
 }
 
 char *tool_opts_append(char *list, const char *more)

@@ -157,8 +157,17 @@ const ToolOptDesc *tool_amend_opts(const char *format, bool with_create);
 void tool_opts_print_amend_help(const char *format);
 /* Does 'list' parse against 'descs' (tool_opts_parse without messages)? */
 bool tool_opts_valid(const char *list, const ToolOptDesc *descs);
+/* Why tool_create_opts(format) is NULL, in qemu-img's words: "Format
+ * driver 'F' does not support image creation" for a driver QEMU has
+ * without image creation, else "Unknown file format 'F'"; prefixed with
+ * "FILENAME: " when filename is not NULL. */
+void tool_create_format_error(const char *filename, const char *format);
 /* Concatenate repeated -o arguments the way qemu-img does. */
 char *tool_opts_append(char *list, const char *more);
+/* qemu-img create/convert/amend/measure's -o: append more to *list, or
+ * "Invalid option list: MORE" and false where qemu-img refuses it (empty,
+ * a leading comma, an odd number of trailing ones). */
+bool tool_opts_accumulate(char **list, const char *more);
 /* True if the list asks for help ("help" or "?" as an element). */
 bool tool_opts_want_help(const char *list);
 /* Print "-o help" for 'format'; with_protocol when a filename was given. */

@@ -3,7 +3,12 @@
 # each against qemu-img 7.2 on the same input:
 #  - unknown incompatible features named from the image's feature-name
 #    table, a last entry shorter than 48 bytes included (QEMU 036);
-#  - "Image is too big" for a virtual size past the L1 limit (054).
+#  - "Image is too big" for a virtual size past the L1 limit (054);
+#  - "Invalid option list: X" for an -o argument qemu-img refuses (empty,
+#    a leading comma, an odd number of trailing ones), in create, convert,
+#    amend and measure (082);
+#  - "Format driver 'F' does not support image creation" for a driver QEMU
+#    has without image creation, in create and convert (082).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img python3
 
@@ -37,5 +42,28 @@ with open(sys.argv[1], "r+b") as f:
 PY
 same_as_qemu_err info big.qcow2
 same_as_qemu_err check big.qcow2
+
+# ---- Invalid option list (082) ----
+qi create -q -f qcow2 s.qcow2 1M
+for o in "backing_file=s.qcow2," ",help" ",," "" "size=1M,,," "cluster_size=4k,,"; do
+    rm -f t.qcow2
+    same_as_qemu_err create -f qcow2 -o "$o" -o help t.qcow2 1M
+    same_as_qemu_err create -f qcow2 -o cluster_size=4k -o "$o" t.qcow2 1M
+    rm -f t.qcow2
+    same_as_qemu_err convert -O qcow2 -o "$o" s.qcow2 t.qcow2
+    rm -f t.qcow2
+    same_as_qemu_err measure -O qcow2 -o "$o" --size 1M
+    cp s.qcow2 a.qcow2
+    same_as_qemu_err amend -o "$o" a.qcow2
+done
+
+# ---- drivers without image creation (082) ----
+for f in bochs cloop dmg null-co blkdebug vvfat copy-on-read throttle foo; do
+    rm -f t.img
+    same_as_qemu_err create -f $f -o help
+    same_as_qemu_err create -f $f t.img 1M
+    same_as_qemu_err convert -O $f -o help s.qcow2 t.img
+    same_as_qemu_err convert -O $f s.qcow2 t.img
+done
 
 finish
