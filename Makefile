@@ -4,7 +4,7 @@
 MESON_SETUP = meson setup --wipe
 JOBS ?= 2
 
-.PHONY: all deps build build-asan build-tsan build-fuzz run test check-long fuzz bench install clean
+.PHONY: all deps build build-asan build-tsan build-fuzz run test check-long fuzz bench install clean qemu-iotests
 
 all: build
 
@@ -55,6 +55,9 @@ fuzz: build-fuzz
 
 bench: build
 	bench/run.sh
+
+qemu-iotests: deps
+	scripts/qemu-iotests.sh $(QEMU_IOTESTS)
 
 install: build
 	meson install -C build
