@@ -134,6 +134,8 @@ typedef struct ApiOpenLayers {
     BlkOpenOptions backing;
     char *backing_path;
     char *data_file_path;
+    GHashTable *format_opts;         /* BlkOpenOptions.format_opts */
+    GHashTable *backing_format_opts; /* the backing layer's */
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 
@@ -148,6 +150,28 @@ gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
  * invariant 1): o->format is the image's backing format (or NULL). */
 gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
                                GError **error);
+/* A name (may be NULL: the options alone) with key=value options given
+ * beside it (json-name.c invariant 7). */
+gboolean api_options_name(const char *name, const char *options, BlkOpenOptions *o,
+                          char **path, ApiOpenLayers *layers, GError **error);
+
+/* ---- open-opts.c: option syntax and runtime options ---- */
+
+/* key=value,... (",," a comma) into flat (char* -> char*, owned). */
+gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error);
+/* QEMU's JSON dialect (single-quoted strings) as standard JSON (g_free). */
+char *api_qemu_json(const char *text);
+/* on/off/true/false, else "Parameter 'KEY' expects 'on' or 'off'". */
+gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **error);
+/* A node name QEMU takes ("Invalid node-name: 'X'"). */
+gboolean api_node_name_ok(const char *name, GError **error);
+/* A runtime option of a node of format driver (open-opts.c invariant 1):
+ * 1 handled (onto *o), 0 not a runtime option, -1 refused (error set). */
+int api_runtime_option(const char *driver, const char *key, const char *value,
+                       BlkOpenOptions *o, GError **error);
+/* A probed format's options (BlkOpenOptions.format_opts) onto *o, or
+ * QEMU's "Block format 'F' does not support the option 'K'". */
+gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **error);
 
 /* image.c: an operation that changes node may run (writable, has_op),
  * else FALSE with "Image ... is read-only" / "Format ... does not support

@@ -86,29 +86,48 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     BlkNode *node;
     g_autofree char *path = NULL;
     ApiOpenLayers layers = {0};
+    bool named = true; /* a failure of path names filename first */
 
-    if (!filename || !*filename) {
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgOpenOptions", error)) {
+        return NULL;
+    }
+    if ((!filename || !*filename) && !in.options) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
         return NULL;
     }
-    if (!api_struct_in(&in, sizeof(in), opts, "QimgOpenOptions", error)) {
+    if (in.options && (in.image_opts || in.backing_name)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "options cannot be given with image_opts or backing_name");
         return NULL;
     }
     api_register_drivers();
     api_open_options(&in, &o);
     /* json-name.c invariant 1: the caller's own name, or a backing name */
-    if ((in.image_opts && !api_image_opts_name(filename, &o, &path, &layers, error)) ||
-        (!in.image_opts && in.backing_name && g_str_has_prefix(filename, "json:") &&
-         !api_json_backing_name(filename, &o, &path, error)) ||
-        (!in.image_opts && !in.backing_name && g_str_has_prefix(filename, "json:") &&
-         !api_json_name(filename, &o, &path, &layers, error))) {
+    if (in.options) { /* json-name.c invariant 7 */
+        if (!api_options_name(filename && *filename ? filename : NULL, in.options, &o,
+                              &path, &layers, error)) {
+            if (filename && *filename) {
+                g_prefix_error(error, "Could not open '%s': ", filename);
+            }
+            api_open_layers_clear(&layers);
+            return NULL;
+        }
+        named = filename && g_str_has_prefix(filename, "json:");
+    } else if ((in.image_opts &&
+                !api_image_opts_name(filename, &o, &path, &layers, error)) ||
+               (!in.image_opts && in.backing_name &&
+                g_str_has_prefix(filename, "json:") &&
+                !api_json_backing_name(filename, &o, &path, error)) ||
+               (!in.image_opts && !in.backing_name &&
+                g_str_has_prefix(filename, "json:") &&
+                !api_json_name(filename, &o, &path, &layers, error))) {
         g_prefix_error(error, "Could not open '%s': ", filename);
         api_open_layers_clear(&layers);
         return NULL;
     }
     blk_error_clear();
     node = api_open_node(path ? path : filename, &o, NULL, error);
-    if (!node && path) { /* QEMU names the json: name, then the file */
+    if (!node && path && named) { /* QEMU names the json: name, then the file */
         if (error && *error) {
             drop_layer_prefix(*error, path);
         }
@@ -413,6 +432,17 @@ gboolean qimg_format_name_valid(const char *fmt)
     return fmt && blk_qemu_driver_name(fmt);
 }
 
+int qimg_strtosz(const char *s, uint64_t *value, gboolean *hex_suffix)
+{
+    bool hex = false;
+    int ret = s && value ? blk_strtosz(s, value, &hex) : -EINVAL;
+
+    if (hex_suffix) {
+        *hex_suffix = hex;
+    }
+    return ret;
+}
+
 gboolean qimg_image_set_backing(QimgImage *img, const char *backing_file,
                                 const char *backing_fmt, GError **error)
 {
@@ -453,6 +483,11 @@ const char *qimg_image_filename(QimgImage *img)
 const char *qimg_image_format(QimgImage *img)
 {
     return img->node->drv->format_name;
+}
+
+gboolean qimg_image_format_probed(QimgImage *img)
+{
+    return img->node->probed;
 }
 
 QimgImage *qimg_image_backing(QimgImage *img)

@@ -42,6 +42,18 @@
  *     backing.file.filename, else the first key, as qemu-img does for the
  *     usual forms).  A backing name from an image takes neither (the
  *     refusal of invariant 2).
+ *  6. A list is flattened as QEMU's qdict_flatten does: its members are
+ *     KEY.0, KEY.1, ... (with their own keys below: KEY.0.event).
+ *  7. Options given with a name (QimgOpenOptions.options, qemu-io's open
+ *     -o) win over the options of a json: name; with a plain name, the
+ *     name is the "filename" of the options, and the options may not name
+ *     the file as well ("Can't specify 'file' and 'filename' options at
+ *     the same time"); the caller's format is the driver unless the
+ *     options name one.
+ *  8. Without a driver (the format is probed), an option that is not the
+ *     generic ones is kept (BlkOpenOptions.format_opts) and checked
+ *     against the format found (open.c invariant 5), as QEMU applies a
+ *     probed format's options.
  */
 #include "api/api.h"
 
@@ -50,7 +62,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Flatten obj into flat (key -> string; JSON null -> ""), prefix "a.b.". */
+static gboolean flatten_node(JsonNode *v, char *key, GHashTable *flat, GError **error);
+
+/* Flatten obj into flat (key -> string; JSON null -> ""), prefix "a.b.";
+ * a list's members are "a.b.0", "a.b.1", ... (invariant 6). */
 static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
                         GError **error)
 {
@@ -58,56 +73,54 @@ static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
 
     for (GList *l = members; l; l = l->next) {
         const char *k = l->data;
-        JsonNode *v = json_object_get_member(obj, k);
-        g_autofree char *key = g_strconcat(prefix, k, NULL);
-
-        switch (json_node_get_node_type(v)) {
-        case JSON_NODE_OBJECT: {
-            g_autofree char *p = g_strconcat(key, ".", NULL);
-            if (!flatten(json_node_get_object(v), p, flat, error)) {
-                return FALSE;
-            }
-            break;
-        }
-        case JSON_NODE_NULL:
-            g_hash_table_insert(flat, g_steal_pointer(&key), g_strdup(""));
-            break;
-        case JSON_NODE_ARRAY:
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Option '%s': lists are not supported by qimg", key);
+        if (!flatten_node(json_object_get_member(obj, k), g_strconcat(prefix, k, NULL),
+                          flat, error)) {
             return FALSE;
-        case JSON_NODE_VALUE:
-            if (json_node_get_value_type(v) == G_TYPE_BOOLEAN) {
-                g_hash_table_insert(flat, g_steal_pointer(&key),
-                                    g_strdup(json_node_get_boolean(v) ? "on" : "off"));
-            } else if (json_node_get_value_type(v) == G_TYPE_STRING) {
-                g_hash_table_insert(flat, g_steal_pointer(&key),
-                                    g_strdup(json_node_get_string(v)));
-            } else if (json_node_get_value_type(v) == G_TYPE_INT64) {
-                g_hash_table_insert(
-                    flat, g_steal_pointer(&key),
-                    g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(v)));
-            } else {
-                g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
-                            key);
-                return FALSE;
-            }
-            break;
         }
     }
     return TRUE;
 }
 
-static gboolean parse_bool(const char *key, const char *v, bool *out, GError **error)
+/* One member (key: owned, consumed). */
+static gboolean flatten_node(JsonNode *v, char *key_in, GHashTable *flat, GError **error)
 {
-    if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0) {
-        *out = true;
-    } else if (strcmp(v, "off") == 0 || strcmp(v, "false") == 0) {
-        *out = false;
-    } else {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects 'on' or 'off'",
-                    key);
-        return FALSE;
+    g_autofree char *key = key_in;
+
+    switch (json_node_get_node_type(v)) {
+    case JSON_NODE_OBJECT: {
+        g_autofree char *p = g_strconcat(key, ".", NULL);
+        return flatten(json_node_get_object(v), p, flat, error);
+    }
+    case JSON_NODE_NULL:
+        g_hash_table_insert(flat, g_steal_pointer(&key), g_strdup(""));
+        return TRUE;
+    case JSON_NODE_ARRAY: {
+        JsonArray *a = json_node_get_array(v);
+        for (guint i = 0; i < json_array_get_length(a); i++) {
+            if (!flatten_node(json_array_get_element(a, i),
+                              g_strdup_printf("%s.%u", key, i), flat, error)) {
+                return FALSE;
+            }
+        }
+        return TRUE;
+    }
+    case JSON_NODE_VALUE:
+        if (json_node_get_value_type(v) == G_TYPE_BOOLEAN) {
+            g_hash_table_insert(flat, g_steal_pointer(&key),
+                                g_strdup(json_node_get_boolean(v) ? "on" : "off"));
+        } else if (json_node_get_value_type(v) == G_TYPE_STRING) {
+            g_hash_table_insert(flat, g_steal_pointer(&key),
+                                g_strdup(json_node_get_string(v)));
+        } else if (json_node_get_value_type(v) == G_TYPE_INT64) {
+            g_hash_table_insert(
+                flat, g_steal_pointer(&key),
+                g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(v)));
+        } else {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
+                        key);
+            return FALSE;
+        }
+        return TRUE;
     }
     return TRUE;
 }
@@ -130,6 +143,8 @@ void api_open_layers_clear(ApiOpenLayers *l)
 {
     g_clear_pointer(&l->backing_path, g_free);
     g_clear_pointer(&l->data_file_path, g_free);
+    g_clear_pointer(&l->format_opts, g_hash_table_unref);
+    g_clear_pointer(&l->backing_format_opts, g_hash_table_unref);
 }
 
 /* Invariant 4: "backing.driver", else "backing.file.filename", else the
@@ -196,8 +211,45 @@ static gboolean data_file_option(GHashTable *sub, char **path, GError **error)
     return TRUE;
 }
 
-static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool from_image,
-                      ApiOpenLayers *layers, GError **error);
+/* How apply() reads a set of options: a backing name read from an image
+ * (from_image: o->format is the image's backing format, or NULL); where the
+ * backing and data-file options go (layers; NULL: refused); a layer that
+ * may name no file (file_optional: the image's own backing file); where a
+ * probed format's options wait (defer; NULL: refused, invariant 8). */
+typedef struct ApplyHow {
+    bool from_image;
+    bool file_optional;
+    ApiOpenLayers *layers;
+    GHashTable **defer;
+} ApplyHow;
+
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
+                      const ApplyHow *how, GError **error);
+
+/* QEMU 7.2's file protocol options qimg does not have (invariant 2). */
+static const char *const file_refused[] = {
+    "aio",        "aio-max-batch",         "locking",
+    "pr-manager", "x-check-cache-dropped", "drop-cache",
+};
+
+/* The file protocol's own options (key without "file."; its filename,
+ * driver and cache options are apply()'s): -1 with the error set. */
+static int file_option(const char *key, const char *value, GError **error)
+{
+    if (strcmp(key, "node-name") == 0) { /* open-opts.c invariant 1 */
+        return api_node_name_ok(value, error) ? 0 : -1;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(file_refused); i++) {
+        if (strcmp(key, file_refused[i]) == 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "The file option '%s' is not supported by qimg", key);
+            return -1;
+        }
+    }
+    g_set_error(error, QIMG_ERROR, EINVAL,
+                "Block protocol 'file' doesn't support the option '%s'", key);
+    return -1;
+}
 
 /* Invariant 4: the layers collected in bsub and dsub onto *o. */
 static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_backing,
@@ -216,7 +268,11 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
         layers->backing = *o;
         layers->backing.format = NULL;
         layers->backing.no_backing = false;
-        if (!apply(bsub, &layers->backing, &layers->backing_path, false, NULL, &local)) {
+        /* without a file of its own: the image's backing file, with these
+         * options (invariant 5) */
+        const ApplyHow bhow = {.file_optional = true,
+                               .defer = &layers->backing_format_opts};
+        if (!apply(bsub, &layers->backing, &layers->backing_path, &bhow, &local)) {
             g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
                         local->message);
             return FALSE;
@@ -233,12 +289,12 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
     return TRUE;
 }
 
-/* Invariants 1-4: flat onto *o and *path; from_image: a backing name
- * (o->format: the image's backing format, or NULL); layers: where the
- * backing and data-file options go (NULL: refused). */
-static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool from_image,
-                      ApiOpenLayers *layers, GError **error)
+/* Invariants 1-8: flat onto *o and *path, as how says. */
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
+                      const ApplyHow *how, GError **error)
 {
+    bool from_image = how->from_image;
+    ApiOpenLayers *layers = how->layers;
     g_autoptr(GHashTable) bsub =
         g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     g_autoptr(GHashTable) dsub =
@@ -250,8 +306,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool fro
     const char *v;
     bool direct = o->cache == BLK_CACHE_NONE || o->cache == BLK_CACHE_DIRECTSYNC;
     bool no_flush = o->cache == BLK_CACHE_UNSAFE, cache_set = false;
-    GHashTableIter it;
-    gpointer k, val;
+    int r;
 
     if (from_image && o->format) {
         driver = o->format; /* invariant 1: the image's backing format */
@@ -276,37 +331,40 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool fro
                     fdrv);
         return FALSE;
     }
-    if (!file && !from_image) {
+    bool by_filename = !file && !from_image; /* the top-level "filename" names it */
+    if (by_filename) {
         file = g_hash_table_lookup(flat, "filename");
     }
-    if (!file) {
+    if (!file && !how->file_optional) {
         g_set_error(error, QIMG_ERROR, EINVAL,
                     "A block device must be specified for \"file\"");
         return FALSE;
     }
-    g_hash_table_iter_init(&it, flat);
-    while (g_hash_table_iter_next(&it, &k, &val)) {
-        const char *key = k, *value = val;
+    /* in key order: the first refused key is the same on every run */
+    g_autoptr(GList) keys =
+        g_list_sort(g_hash_table_get_keys(flat), (GCompareFunc)strcmp);
+    for (GList *l = keys; l; l = l->next) {
+        const char *key = l->data, *value = g_hash_table_lookup(flat, key);
         if (strcmp(key, "driver") == 0 || strcmp(key, "file.filename") == 0 ||
             strcmp(key, "file.driver") == 0 || strcmp(key, "file") == 0 ||
-            (strcmp(key, "filename") == 0 && !from_image)) {
+            (strcmp(key, "filename") == 0 && by_filename)) {
             continue;
         }
         if (strcmp(key, "read-only") == 0) {
             bool ro;
-            if (!parse_bool(key, value, &ro, error)) {
+            if (!api_parse_bool(key, value, &ro, error)) {
                 return FALSE;
             }
             o->read_only = o->read_only || ro;
         } else if (strcmp(key, "cache.direct") == 0 ||
                    strcmp(key, "file.cache.direct") == 0) {
-            if (!parse_bool(key, value, &direct, error)) {
+            if (!api_parse_bool(key, value, &direct, error)) {
                 return FALSE;
             }
             cache_set = true;
         } else if (strcmp(key, "cache.no-flush") == 0 ||
                    strcmp(key, "file.cache.no-flush") == 0) {
-            if (!parse_bool(key, value, &no_flush, error)) {
+            if (!api_parse_bool(key, value, &no_flush, error)) {
                 return FALSE;
             }
             cache_set = true;
@@ -341,20 +399,21 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool fro
                         "options ('%s')",
                         key);
             return FALSE;
-        } else if (driver && strcmp(driver, "qcow2") == 0 &&
-                   strcmp(key, "encrypt.key-secret") == 0) {
-            o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
-        } else if (driver && strcmp(driver, "qcow2") == 0 &&
-                   (strcmp(key, "cache-size") == 0 ||
-                    strcmp(key, "l2-cache-size") == 0)) {
-            char *end = NULL;
-            guint64 n = g_ascii_strtoull(value, &end, 10);
-            if (!*value || *end) {
-                g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a size",
-                            key);
+        } else if (g_str_has_prefix(key, "file.")) {
+            if (file_option(key + strlen("file."), value, error) < 0) {
                 return FALSE;
             }
-            o->metadata_cache_size = n;
+        } else if ((r = api_runtime_option(driver, key, value, o, error)) != 0) {
+            if (r < 0) {
+                return FALSE;
+            }
+        } else if (!driver && how->defer) { /* invariant 8 */
+            if (!*how->defer) {
+                *how->defer =
+                    g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+            }
+            g_hash_table_insert(*how->defer, g_strdup(key), g_strdup(value));
+            o->format_opts = *how->defer;
         } else {
             g_set_error(error, QIMG_ERROR, EINVAL,
                         "Block format '%s' does not support the option '%s'",
@@ -383,16 +442,15 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool fro
     return TRUE;
 }
 
-static gboolean json_name(const char *name, BlkOpenOptions *o, char **path,
-                          bool from_image, ApiOpenLayers *layers, GError **error)
+/* A "json:{...}" name (QEMU's JSON, open-opts.c fact 2) into flat. */
+static gboolean json_flat(const char *name, GHashTable *flat, GError **error)
 {
     g_autoptr(JsonParser) parser = json_parser_new();
-    g_autoptr(GHashTable) flat =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     g_autoptr(GError) err = NULL;
+    g_autofree char *text = api_qemu_json(name + strlen("json:"));
     JsonNode *root;
 
-    if (!json_parser_load_from_data(parser, name + strlen("json:"), -1, &err)) {
+    if (!json_parser_load_from_data(parser, text, -1, &err)) {
         /* QEMU's words, json-glib's detail (QEMU's lexer words it its way) */
         g_set_error(error, QIMG_ERROR, EINVAL,
                     "Could not parse the JSON options: JSON parse error, %s",
@@ -404,54 +462,81 @@ static gboolean json_name(const char *name, BlkOpenOptions *o, char **path,
         g_set_error(error, QIMG_ERROR, EINVAL, "Invalid JSON object given");
         return FALSE;
     }
-    return flatten(json_node_get_object(root), "", flat, error) &&
-           apply(flat, o, path, from_image, layers, error);
+    return flatten(json_node_get_object(root), "", flat, error);
+}
+
+static GHashTable *flat_new(void)
+{
+    return g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 }
 
 gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path,
                        ApiOpenLayers *layers, GError **error)
 {
-    return json_name(name, o, path, false, layers, error);
+    g_autoptr(GHashTable) flat = flat_new();
+
+    const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
+
+    return json_flat(name, flat, error) && apply(flat, o, path, &how, error);
 }
 
 gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
                                GError **error)
 {
-    return json_name(name, o, path, true, NULL, error);
+    g_autoptr(GHashTable) flat = flat_new();
+
+    const ApplyHow how = {.from_image = true};
+
+    return json_flat(name, flat, error) && apply(flat, o, path, &how, error);
 }
 
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
                              ApiOpenLayers *layers, GError **error)
 {
-    g_autoptr(GHashTable) flat =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    GString *cur = g_string_new(NULL);
-    gboolean ok = TRUE;
+    g_autoptr(GHashTable) flat = flat_new();
 
-    /* key=value,... with ",," a literal comma (QemuOpts) */
-    for (const char *p = opts;; p++) {
-        if (*p == ',' && p[1] == ',') {
-            g_string_append_c(cur, ',');
-            p++;
-            continue;
-        }
-        if (*p && *p != ',') {
-            g_string_append_c(cur, *p);
-            continue;
-        }
-        char *eq = strchr(cur->str, '=');
-        if (!eq || eq == cur->str) {
-            g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'", cur->str);
-            ok = FALSE;
-            break;
-        }
-        g_hash_table_insert(flat, g_strndup(cur->str, (gsize)(eq - cur->str)),
-                            g_strdup(eq + 1));
-        g_string_truncate(cur, 0);
-        if (!*p) {
-            break;
-        }
+    const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
+
+    return api_opts_list_parse(opts, flat, error) && apply(flat, o, path, &how, error);
+}
+
+gboolean api_options_name(const char *name, const char *options, BlkOpenOptions *o,
+                          char **path, ApiOpenLayers *layers, GError **error)
+{
+    g_autoptr(GHashTable) flat = flat_new();
+    g_autoptr(GHashTable) from_name = flat_new();
+    GHashTableIter it;
+    gpointer k, v;
+
+    if (!api_opts_list_parse(options, flat, error)) {
+        return FALSE;
     }
-    g_string_free(cur, TRUE);
-    return ok && apply(flat, o, path, false, layers, error);
+    /* invariant 7: the options win over a json: name's */
+    if (name && g_str_has_prefix(name, "json:")) {
+        if (!json_flat(name, from_name, error)) {
+            return FALSE;
+        }
+        g_hash_table_iter_init(&it, from_name);
+        while (g_hash_table_iter_next(&it, &k, &v)) {
+            if (!g_hash_table_contains(flat, k)) {
+                g_hash_table_insert(flat, g_strdup(k), g_strdup(v));
+            }
+        }
+    } else if (name) {
+        if (g_hash_table_contains(flat, "file.filename") ||
+            g_hash_table_contains(flat, "file")) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Can't specify 'file' and 'filename' options at the same time");
+            return FALSE;
+        }
+        /* a "filename" of the options is then an option of the format's,
+         * which QEMU's formats do not have (invariant 8 for a probed one) */
+        g_hash_table_insert(flat, g_strdup("file.filename"), g_strdup(name));
+    }
+    if (!g_hash_table_contains(flat, "driver") && o->format) {
+        g_hash_table_insert(flat, g_strdup("driver"), g_strdup(o->format));
+    }
+    const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
+
+    return apply(flat, o, path, &how, error);
 }

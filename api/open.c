@@ -18,6 +18,9 @@
  *     open with force_share is refused, as QEMU refuses it, before any file
  *     is opened.  A backing file's failure reads as QEMU words it: "Could
  *     not open backing file: " and the backing file's own message.
+ *  5. A caller's options for a probed format (BlkOpenOptions.format_opts,
+ *     json-name.c invariant 8) are checked against the format found before
+ *     its driver opens the file.
  */
 #include "api/api.h"
 #include "qcow2/qcow2.h"
@@ -74,14 +77,23 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     g_autofree char *path = NULL;
     const char *name;
 
-    if (opts->backing_path) { /* json-name.c invariant 5: the caller's layer */
+    if (opts->backing_opts) { /* json-name.c invariant 5: the caller's layer */
         bo = *opts->backing_opts;
         bo.check_mode = false;
+    }
+    if (opts->backing_opts && !opts->backing_path && !img->full_backing_filename) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Could not open backing file: %s",
+                    opts->backing_opts->format
+                        ? "A block device must be specified for \"file\""
+                        : "Must specify either driver or file");
+        return -EINVAL;
     }
     bo.backing_path = NULL;
     bo.backing_opts = NULL;
     bo.data_file_path = NULL;
-    bo.format = opts->backing_path ? opts->backing_opts->format : img->backing_format;
+    bo.format = opts->backing_opts && opts->backing_opts->format
+                    ? opts->backing_opts->format
+                    : img->backing_format;
     bo.read_only = true; /* invariant 2 */
     bo.resize = false;
     bo.snapshot = NULL;
@@ -124,6 +136,13 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     if (drv->is_protocol) {
         return file;
     }
+    BlkOpenOptions fo = *opts; /* invariant 5: a probed format's options */
+    if (opts->format_opts && !api_format_options(drv->format_name, &fo, error)) {
+        g_prefix_error(error, "Could not open '%s': ", filename);
+        blk_close(file);
+        return NULL;
+    }
+    opts = &fo;
 
     img = g_new0(BlkNode, 1);
     img->drv = drv;
@@ -152,7 +171,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
         blk_error_propagate(error, ret, "Could not open '%s'", filename);
         goto fail_noclose;
     }
-    if (opts->backing_path && !opts->no_backing && !drv->set_backing) {
+    if (opts->backing_opts && !opts->no_backing && !drv->set_backing) {
         g_set_error(error, QIMG_ERROR, ENOTSUP, "Driver doesn't support backing files");
         goto fail;
     }
@@ -160,7 +179,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
         img->full_backing_filename = blk_resolve_backing_name(
             user_name ? blk_plain_name(filename) : filename, img->backing_filename);
     }
-    if (img->full_backing_filename || opts->backing_path) {
+    if (img->full_backing_filename || opts->backing_opts) {
         if (!opts->no_backing) {
             link.data = (void *)canon;
             link.next = chain;

@@ -4,6 +4,7 @@
 #include "block/block.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 void blk_snapshot_info_clear(BlkSnapshotInfo *sn)
@@ -160,4 +161,114 @@ bool blk_qemu_driver_name(const char *name)
         }
     }
     return false;
+}
+
+/* QEMU's qemu_strtosz (the facts are tools/options.c fact 1). */
+
+static int suffix_shift(char c)
+{
+    switch (c) {
+    case 'b':
+    case 'B':
+        return 0;
+    case 'k':
+    case 'K':
+        return 10;
+    case 'm':
+    case 'M':
+        return 20;
+    case 'g':
+    case 'G':
+        return 30;
+    case 't':
+    case 'T':
+        return 40;
+    case 'p':
+    case 'P':
+        return 50;
+    case 'e':
+    case 'E':
+        return 60;
+    default:
+        return -1;
+    }
+}
+
+int blk_strtosz(const char *s, uint64_t *out, bool *hex_suffix)
+{
+    __extension__ typedef unsigned __int128 u128;
+    const char *end;
+    char *endp;
+    unsigned long long whole;
+    uint64_t frac = 0; /* fraction as 0.64 fixed point */
+    bool hex = false;
+    int shift;
+
+    *hex_suffix = false;
+    errno = 0;
+    whole = strtoull(s, &endp, 10);
+    end = endp;
+    if (end == s) {
+        return -EINVAL;
+    }
+    if (memchr(s, '-', end - s)) {
+        return -EINVAL;
+    }
+    if (errno == ERANGE) {
+        return -ERANGE;
+    }
+    if (whole == 0 && (*end == 'x' || *end == 'X')) {
+        errno = 0;
+        whole = strtoull(s, &endp, 16);
+        end = endp;
+        if (errno == ERANGE) {
+            return -ERANGE;
+        }
+        if (*end == '.') {
+            return -EINVAL;
+        }
+        hex = true;
+    } else if (*end == '.') {
+        double f;
+
+        errno = 0;
+        f = strtod(end, &endp);
+        if (endp == end || errno) {
+            end++; /* "1.k": no fraction digits */
+        } else if (memchr(end, 'e', endp - end) || memchr(end, 'E', endp - end)) {
+            return -EINVAL;
+        } else {
+            double fixed = f * 18446744073709551616.0;
+            frac = fixed < 18446744073709551616.0 ? (uint64_t)fixed : 0;
+            end = endp;
+        }
+    }
+
+    shift = suffix_shift(*end);
+    if (shift >= 0) {
+        *hex_suffix = hex && shift > 0;
+        end++;
+    } else {
+        shift = 0;
+    }
+    if (*end != '\0') {
+        return -EINVAL;
+    }
+    if (shift == 0) {
+        if (frac != 0) {
+            return -EINVAL;
+        }
+        *out = whole;
+        return 0;
+    }
+
+    u128 scaled = (u128)whole << shift;
+    u128 fpart = (u128)frac << shift; /* 64.64 fixed point */
+    scaled += fpart >> 64;
+    scaled += (fpart >> 63) & 1; /* round half up */
+    if (scaled > UINT64_MAX) {
+        return -ERANGE;
+    }
+    *out = (uint64_t)scaled;
+    return 0;
 }

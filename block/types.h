@@ -66,6 +66,19 @@ typedef struct BlkOpenOptions {
     const char *backing_path;
     const struct BlkOpenOptions *backing_opts;
     const char *data_file_path;
+    /* qcow2's runtime options from a caller's json:/--image-opts name or
+     * options (json-name.c): cache-size is metadata_cache_size (given even
+     * when 0: metadata_cache_size_set), l2-cache-size, refcount-cache-size
+     * and l2-cache-entry-size (each with its _set), and lazy-refcounts (0:
+     * as the image's header says, 1 on, -1 off). */
+    bool metadata_cache_size_set;
+    bool l2_cache_size_set, refcount_cache_size_set, l2_cache_entry_size_set;
+    uint64_t l2_cache_size, refcount_cache_size, l2_cache_entry_size;
+    int lazy_refcounts;
+    /* The caller's options for a format still to be probed (key -> value,
+     * borrowed): checked and applied once the format is known
+     * (json-name.c invariant 8); NULL: none. */
+    GHashTable *format_opts;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */
@@ -227,6 +240,11 @@ void blk_check_result_clear(BlkCheckResult *res);
 
 /* "off", "metadata", "falloc", "full"; -EINVAL with a message otherwise. */
 int blk_prealloc_parse(const char *s, BlkPrealloc *out);
+/* QEMU's sizes (qemu_strtosz): a decimal integer with an optional
+ * fraction and one suffix b/k/M/G/T/P/E (powers of 1024, either case), or
+ * a hex integer "0x..." (*hex_suffix: it had a suffix, which QEMU warns
+ * about).  0, -EINVAL (malformed) or -ERANGE (2^64 or more). */
+int blk_strtosz(const char *s, uint64_t *out, bool *hex_suffix);
 /* Is name one of QEMU 7.2's block driver names (what qemu-img accepts as a
  * backing format)? */
 bool blk_qemu_driver_name(const char *name);

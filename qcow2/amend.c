@@ -354,6 +354,9 @@ static int header_steps_locked(Qcow2State *s, const AmendPlan *p)
     }
     ret =
         write_features_locked(s, s->incompatible_features, compat, s->autoclear_features);
+    if (ret == 0) {
+        s->lazy_override = 0; /* the header's bit rules again, as in QEMU */
+    }
     return ret < 0 ? blk_error_prefix(ret, "Failed to update the image header") : 0;
 }
 

@@ -436,9 +436,15 @@ bool qcow2_need_accurate_refcounts(const Qcow2State *s)
     return !(s->incompatible_features & QCOW2_INCOMPAT_DIRTY);
 }
 
+bool qcow2_use_lazy_refcounts(const Qcow2State *s)
+{
+    return s->lazy_override ? s->lazy_override > 0
+                            : (s->compatible_features & QCOW2_COMPAT_LAZY_REFCOUNTS) != 0;
+}
+
 int qcow2_mark_dirty_locked(Qcow2State *s)
 {
-    if (!(s->compatible_features & QCOW2_COMPAT_LAZY_REFCOUNTS) ||
+    if (!qcow2_use_lazy_refcounts(s) ||
         (s->incompatible_features & QCOW2_INCOMPAT_DIRTY)) {
         return 0;
     }

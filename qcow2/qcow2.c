@@ -26,8 +26,12 @@
  *     ...") on an image without the bit, and its failure is its own
  *     message, unprefixed.
  *  5. Metadata cache sizes follow QEMU's defaults: L2 cache big enough for
- *     the whole image up to 32 MiB, refcount cache 4 clusters; an explicit
- *     metadata_cache_size is split like QEMU's cache-size option.
+ *     the whole image up to 32 MiB, refcount cache 4 clusters; the options
+ *     cache-size (metadata_cache_size), l2-cache-size and
+ *     refcount-cache-size are checked and split as QEMU's read_cache_sizes
+ *     does, with its messages.  l2-cache-entry-size is checked as QEMU
+ *     checks it; qimg caches whole L2 tables, so any other size than the
+ *     cluster size is refused (QEMU's slices only save memory).
  *  6. A read-write open (not a snapshot view) makes the state writable and
  *     clears unknown autoclear bits on disk (meta.c); an image with the
  *     corrupt bit was already refused unless check_mode (header.c).
@@ -186,27 +190,67 @@ static void set_geometry(Qcow2State *s)
     s->autoclear_features = h->autoclear_features;
 }
 
-/* qcow2.c invariant 5 (QEMU's read_cache_sizes). */
-static void cache_sizes(const Qcow2State *s, uint64_t virtual_size, uint64_t combined,
-                        uint64_t *l2_bytes, uint64_t *refcount_bytes)
+/* qcow2.c invariant 5 (QEMU's read_cache_sizes): the L2 and refcount
+ * cache sizes in bytes from opts (may be NULL); -EINVAL with QEMU's
+ * message for a combination it refuses. */
+static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
+                       const BlkOpenOptions *opts, uint64_t *l2_bytes,
+                       uint64_t *refcount_bytes)
 {
     uint64_t max_l2_entries =
         virtual_size / s->cluster_size + (virtual_size % s->cluster_size != 0);
     /* virtual_size <= 2^61 (L1 <= 32 MiB), so this cannot overflow */
     uint64_t max_l2 = max_l2_entries * s->l2_entry_size;
     uint64_t min_refcount = QCOW2_MIN_REFCOUNT_CACHE_ENTRIES * s->cluster_size;
+    bool combined_set =
+        opts && (opts->metadata_cache_size_set || opts->metadata_cache_size);
+    bool l2_set = opts && opts->l2_cache_size_set;
+    bool rc_set = opts && opts->refcount_cache_size_set;
+    uint64_t combined = combined_set ? opts->metadata_cache_size : 0;
+    uint64_t l2_setting = l2_set ? opts->l2_cache_size : QCOW2_DEFAULT_L2_CACHE_MAX;
+    uint64_t entry = opts && opts->l2_cache_entry_size_set ? opts->l2_cache_entry_size
+                                                           : s->cluster_size;
 
     max_l2 = (max_l2 + s->cluster_size - 1) & ~(s->cluster_size - 1);
-    if (combined == 0) {
-        *l2_bytes = MIN(max_l2, QCOW2_DEFAULT_L2_CACHE_MAX);
-        *refcount_bytes = min_refcount;
-    } else if (combined >= max_l2 + min_refcount) {
-        *l2_bytes = max_l2;
-        *refcount_bytes = combined - max_l2;
-    } else {
-        *refcount_bytes = MIN(combined, min_refcount);
-        *l2_bytes = combined - *refcount_bytes;
+    *refcount_bytes = rc_set ? opts->refcount_cache_size : 0;
+    *l2_bytes = MIN(max_l2, l2_setting);
+    if (combined_set) {
+        if (l2_set && rc_set) {
+            return blk_error(EINVAL, "cache-size, l2-cache-size and refcount-cache-size "
+                                     "may not be set at the same time");
+        }
+        if (l2_set && l2_setting > combined) {
+            return blk_error(EINVAL, "l2-cache-size may not exceed cache-size");
+        }
+        if (*refcount_bytes > combined) {
+            return blk_error(EINVAL, "refcount-cache-size may not exceed cache-size");
+        }
+        if (l2_set) {
+            *refcount_bytes = combined - *l2_bytes;
+        } else if (rc_set) {
+            *l2_bytes = combined - *refcount_bytes;
+        } else if (combined >= max_l2 + min_refcount) {
+            *l2_bytes = max_l2;
+            *refcount_bytes = combined - max_l2;
+        } else {
+            *refcount_bytes = MIN(combined, min_refcount);
+            *l2_bytes = combined - *refcount_bytes;
+        }
     }
+    if (entry < 512 || entry > s->cluster_size || (entry & (entry - 1)) != 0) {
+        return blk_error(EINVAL,
+                         "L2 cache entry size must be a power of two between 512 and "
+                         "the cluster size (%" PRIu64 ")",
+                         s->cluster_size);
+    }
+    if (entry != s->cluster_size) {
+        return blk_error(ENOTSUP,
+                         "l2-cache-entry-size=%" PRIu64 " is not supported by qimg: it "
+                         "caches whole L2 tables (the cluster size, %" PRIu64 ")",
+                         entry, s->cluster_size);
+    }
+    /* the minimums (2 L2 tables, 4 refcount blocks) are the caches' own */
+    return 0;
 }
 
 /* given: the caller's data-file option (invariant 4), else NULL. */
@@ -324,6 +368,13 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         return ret;
     }
     set_geometry(s);
+    if (opts && opts->lazy_refcounts) { /* QEMU's lazy-refcounts option */
+        if (opts->lazy_refcounts > 0 && s->qcow_version < 3) {
+            return blk_error(EINVAL, "Lazy refcounts require a qcow2 image with at least "
+                                     "qemu 1.1 compatibility level");
+        }
+        s->lazy_override = opts->lazy_refcounts;
+    }
     s->encrypted = s->header.crypt_method != QCOW2_CRYPT_NONE; /* invariant 10 */
     if (s->header.crypt_method == QCOW2_CRYPT_LUKS) {
         ret = read_luks(s);
@@ -347,8 +398,10 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     if (ret < 0) {
         return ret;
     }
-    cache_sizes(s, img->size, opts ? opts->metadata_cache_size : 0, &l2_bytes,
-                &refcount_bytes);
+    ret = cache_sizes(s, img->size, opts, &l2_bytes, &refcount_bytes);
+    if (ret < 0) {
+        return ret;
+    }
     qcow2_l2_cache_init(s, l2_bytes);
     s->fastmap =
         qcow2_fastmap_new(s->cluster_bits, DIV_ROUND_UP(img->size, s->cluster_size));

@@ -111,6 +111,9 @@ typedef struct Qcow2State {
     uint64_t incompatible_features; /* [lock] (write path updates them) */
     uint64_t compatible_features;
     uint64_t autoclear_features;
+    /* [lock] QEMU's lazy-refcounts option: 0 the header's bit decides,
+     * 1 on, -1 off (qcow2_use_lazy_refcounts) */
+    int lazy_override;
     uint64_t l1_vm_state_index;
     uint64_t file_size; /* [lock] size of img->file, raised by allocations
                          * (qcow2.h invariant 5) */
@@ -392,8 +395,11 @@ int qcow2_write_header_ex_locked(Qcow2State *s, BlkEvent ev, uint64_t offset,
                                  const void *buf, size_t len, bool *written);
 /* Set and clear incompatible feature bits; written (synced) on v3 images. */
 int qcow2_update_incompat_locked(Qcow2State *s, uint64_t set, uint64_t clear);
+/* Lazy refcounts in use: the lazy-refcounts option, else the header's
+ * compatible bit. */
+bool qcow2_use_lazy_refcounts(const Qcow2State *s);
 /* Lazy refcounts: set the dirty bit before the first allocation (no-op
- * without lazy_refcounts or when already set). */
+ * without lazy refcounts in use or when already set). */
 int qcow2_mark_dirty_locked(Qcow2State *s);
 /* Write both caches, flush the file, then clear the dirty bit. */
 int qcow2_mark_clean_locked(Qcow2State *s);

@@ -167,6 +167,95 @@ static void test_caller_layer_refusals(void **state)
     api_open_layers_clear(&l);
 }
 
+/* open-opts.c fact 2: QEMU's single-quoted strings. */
+static void test_qemu_json(void **state)
+{
+    static const char *const cases[][2] = {
+        {"{'a': 'b'}", "{\"a\": \"b\"}"},
+        {"{'a': 'say \"x\"'}", "{\"a\": \"say \\\"x\\\"\"}"},
+        {"{'a': 'it\\'s'}", "{\"a\": \"it's\"}"},
+        {"{\"a\": \"'q'\"}", "{\"a\": \"'q'\"}"},
+        {"{'a': 'unterminated", "{\"a\": \"unterminated"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autofree char *out = api_qemu_json(cases[i][0]);
+        assert_string_equal(out, cases[i][1]);
+    }
+}
+
+/* Invariants 6-8: lists flattened; options beside a name win over a json:
+ * name's, name a plain name's file, and a probed format's wait. */
+static void test_options_name(void **state)
+{
+    (void)state;
+    {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        assert_true(api_options_name("json:{'driver': 'raw', 'file': {'filename': 'x'}}",
+                                     "driver=qcow2,lazy-refcounts=on", &o, &path, &l,
+                                     &err));
+        assert_string_equal(o.format, "qcow2");
+        assert_string_equal(path, "x");
+        assert_int_equal(o.lazy_refcounts, 1);
+        api_open_layers_clear(&l);
+    }
+    {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        assert_true(
+            api_options_name("img", "cache-size=1.5k,node-name=n", &o, &path, &l, &err));
+        assert_null(o.format); /* probed: the qcow2 option waits */
+        assert_string_equal(path, "img");
+        assert_non_null(o.format_opts);
+        assert_true(api_format_options("qcow2", &o, &err));
+        assert_true(o.metadata_cache_size_set);
+        assert_int_equal(o.metadata_cache_size, 1536);
+        api_open_layers_clear(&l);
+    }
+    {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        assert_true(api_options_name("img", "cache-size=1M", &o, &path, &l, &err));
+        assert_false(api_format_options("raw", &o, &err));
+        assert_string_equal(
+            err->message, "Block format 'raw' does not support the option 'cache-size'");
+        api_open_layers_clear(&l);
+    }
+    {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        assert_false(api_options_name("img", "file.filename=x", &o, &path, &l, &err));
+        assert_string_equal(err->message,
+                            "Can't specify 'file' and 'filename' options at "
+                            "the same time");
+        api_open_layers_clear(&l);
+    }
+    {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        /* a list is KEY.N: no longer refused as such, but a key the format
+         * does not have */
+        assert_false(api_json_name("json:{'driver': 'qcow2', 'file': {'filename': 'x'}, "
+                                   "'l': [1, 2]}",
+                                   &o, &path, &l, &err));
+        assert_string_equal(err->message,
+                            "Block format 'qcow2' does not support the option 'l.0'");
+        api_open_layers_clear(&l);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +264,8 @@ int main(void)
         cmocka_unit_test(test_backing_name_no_layers),
         cmocka_unit_test(test_caller_layers),
         cmocka_unit_test(test_caller_layer_refusals),
+        cmocka_unit_test(test_qemu_json),
+        cmocka_unit_test(test_options_name),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

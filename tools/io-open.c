@@ -9,8 +9,12 @@
  * Facts learnt from running qemu-io 7.2 (not from its source):
  *  1. "open [-rsCnkU] [-t cache] [-d discard] [-o options] [path]": a
  *     second open reads "file open already, try 'help close'" (stderr); a
- *     bad option is getopt's message plus the usage line; no path or more
- *     than one is the usage line; -f is not one of open's options (-o
+ *     bad option is getopt's message plus the usage line; more than one
+ *     path, or none without -o, is the usage line (-o options alone name
+ *     the image by themselves; their errors read "can't open: REASON");
+ *     with --image-opts the path is options too, and -o is refused on
+ *     stdout ("--image-opts and 'open -o' are mutually exclusive"); -f is
+ *     not one of open's options (-o
  *     driver=FMT is); "Invalid cache option: X", "Invalid discard option:
  *     X", "Invalid aio option: X"; -U on a read-write open fails as
  *     "can't open device F: force-share=on can only be used with read-only
@@ -26,17 +30,26 @@
  *     NSIG "signal argument 'N' is too large to be a valid signal".
  *  4. -s (snapshot) puts a temporary qcow2 overlay over the image: writes
  *     go to it and are gone at exit; "info" describes the overlay.
- *  5. -o (open, reopen) takes the block layer's options; cache.direct=on|off
- *     and cache.no-flush=on|off change the cache mode ("Parameter 'X'
- *     expects 'on' or 'off'"), reopen cannot change driver ("Cannot change
- *     the option 'driver'") nor take them with -c ("Cannot set both -c and
- *     the cache options").
+ *  5. -o (open, reopen) takes the block layer's options, "key=value" (a
+ *     bare "key" is key=on and "nokey" key=off, with a deprecation
+ *     warning); cache.direct=on|off and cache.no-flush=on|off change the
+ *     cache mode ("Parameter 'X' expects 'on' or 'off'"); the others are
+ *     the library's (QimgOpenOptions.options: api/json-name.c invariant 7,
+ *     api/open-opts.c), read-only=on on a read-write open is "Block node is
+ *     read-only".  reopen keeps the options it is not given, and refuses
+ *     to change a node name other than one given at open ("Cannot change
+ *     the option 'node-name'"), a driver ("... 'driver'"), or an option the
+ *     driver cannot change at a reopen ("... 'KEY'", KEY as the child node
+ *     names it: backing.file.x is 'x' when there is a backing file); it
+ *     does not take the cache options with -c ("Cannot set both -c and
+ *     the cache options") nor read-only with -r/-w ("Cannot set both
+ *     -r/-w and 'read-only'").
  *
  * What qimg cannot honour is refused with a message saying so, never
  * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
- * discard=ignore (qimg always passes discards to the file), -o keys other than driver,
- * cache.direct and cache.no-flush, O_DIRECT without flushes, reopening a -s overlay, -s
- * over a test node.
+ * discard=ignore (qimg always passes discards to the file), the -o options
+ * api/open-opts.c refuses, O_DIRECT without flushes, reopening a -s
+ * overlay, -s over a test node or with -o options.
  *
  * The API has no reopen: reopen closes the handle, then opens the image
  * with the new options (the old handle's locks would refuse the new one),
@@ -56,10 +69,10 @@
 /* Fact 3 of io.c: the library's message without its "Could not open 'F': ". */
 static const char *open_reason(const char *name, const GError *err)
 {
-    g_autofree char *prefix = g_strdup_printf("Could not open '%s': ", name);
+    g_autofree char *prefix = g_strdup_printf("Could not open '%s': ", name ? name : "");
     const char *rest;
 
-    if (!g_str_has_prefix(err->message, prefix)) {
+    if (!name || !g_str_has_prefix(err->message, prefix)) {
         return err->message;
     }
     rest = err->message + strlen(prefix);
@@ -128,6 +141,10 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
     if (!tool_image_opts_format_ok(oo)) {
         return -EINVAL;
     }
+    if (snapshot && oo->options) {
+        tool_error("-s (snapshot) with -o options is not supported by qimg");
+        return -EINVAL;
+    }
     if (snapshot) {
         overlay = create_overlay(name, oo);
         if (!overlay) {
@@ -146,12 +163,19 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         g_clear_error(&err);
         return -EINVAL;
     }
+    if (!io->img && !name) { /* fact 1: -o options alone */
+        tool_error("can't open: %s", err->message);
+        g_clear_error(&err);
+        return -EINVAL;
+    }
     if (!io->img) {
         tool_error("can't open device %s: %s", name, open_reason(name, err));
         g_clear_error(&err);
         return -EINVAL;
     }
-    tool_warn_probed_raw(io->img, &o, name);
+    if (name) {
+        tool_warn_probed_raw(io->img, &o, name);
+    }
     if (ao && !qimg_image_aio_setup(io->img, ao, &err)) {
         tool_error("%s", err->message);
         g_clear_error(&err);
@@ -160,10 +184,13 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
     }
     g_free(io->name);
     g_free(io->format);
+    g_free(io->options);
     io->name = g_strdup(name);
     io->format = g_strdup(oo->format);
+    io->options = g_strdup(oo->options);
     io->oo = *oo;
     io->oo.format = io->format;
+    io->oo.options = io->options;
     io->snapshot = snapshot;
     io->aio_given = ao != NULL;
     if (ao) {
@@ -268,40 +295,52 @@ static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode 
     return true;
 }
 
-/* -o of open and reopen (fact 5): driver=FMT (open only), cache.direct and
- * cache.no-flush; the rest is refused.  format: where open keeps the
- * driver name (NULL for reopen); prefix: of the messages (open's "can't
- * open device F: "). */
-static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
+/* One -o element as QemuOpts reads it: "key=value"; "key" alone is
+ * key=on and "nokey" key=off, each with QEMU's warning (fact 5). */
+static void o_element(const char *e, char **key, char **value)
+{
+    const char *eq = strchr(e, '=');
+
+    if (eq) {
+        *key = g_strndup(e, (gsize)(eq - e));
+        *value = g_strdup(eq + 1);
+        return;
+    }
+    bool no = g_str_has_prefix(e, "no");
+    *key = g_strdup(no ? e + 2 : e);
+    *value = g_strdup(no ? "off" : "on");
+    tool_warning("short-form boolean option '%s' deprecated\nPlease use %s=%s instead", e,
+                 *key, *value);
+}
+
+/* -o of open and reopen (fact 5): cache.direct and cache.no-flush change
+ * the cache mode here (qemu-io's writethrough is the command's, not the
+ * library's); every other option goes into opts (key -> value, the last
+ * one given wins), for the library (QimgOpenOptions.options).  prefix: of
+ * the messages (open's "can't open device F: "). */
+static int parse_o(const char *list, QimgOpenOptions *oo, GHashTable *opts,
                    const char *prefix, bool *wt)
 {
-    g_auto(GStrv) parts = g_strsplit(list, ",", -1);
+    g_autoptr(GPtrArray) parts = tool_opts_split(list);
     int direct = -1, no_flush = -1;
 
-    for (char **p = parts; *p; p++) {
-        const char *eq = strchr(*p, '=');
-        int *flag = g_str_has_prefix(*p, "cache.direct=")     ? &direct
-                    : g_str_has_prefix(*p, "cache.no-flush=") ? &no_flush
-                                                              : NULL;
-        if (flag) {
-            if (strcmp(eq + 1, "on") != 0 && strcmp(eq + 1, "off") != 0) {
-                tool_error("%sParameter '%.*s' expects 'on' or 'off'", prefix,
-                           (int)(eq - *p), *p);
-                return -EINVAL;
-            }
-            *flag = strcmp(eq + 1, "on") == 0;
-        } else if (g_str_has_prefix(*p, "driver=") && format) {
-            g_free(*format);
-            *format = g_strdup(*p + strlen("driver="));
-            oo->format = *format;
-        } else if (g_str_has_prefix(*p, "driver=")) {
-            tool_error("%sCannot change the option 'driver'", prefix);
-            return -EINVAL;
-        } else if (**p) {
-            tool_error("%s-o %s: qimg takes only %scache.direct and cache.no-flush",
-                       prefix, *p, format ? "driver, " : "");
+    for (guint i = 0; i < parts->len; i++) {
+        g_autofree char *key = NULL, *value = NULL;
+        int *flag;
+
+        o_element(parts->pdata[i], &key, &value);
+        flag = strcmp(key, "cache.direct") == 0     ? &direct
+               : strcmp(key, "cache.no-flush") == 0 ? &no_flush
+                                                    : NULL;
+        if (!flag) {
+            g_hash_table_insert(opts, g_steal_pointer(&key), g_steal_pointer(&value));
+            continue;
+        }
+        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0) {
+            tool_error("%sParameter '%s' expects 'on' or 'off'", prefix, key);
             return -EINVAL;
         }
+        *flag = strcmp(value, "on") == 0;
     }
     if ((direct >= 0 || no_flush >= 0) &&
         !cache_with(oo->cache, direct, no_flush, &oo->cache, wt)) {
@@ -313,15 +352,50 @@ static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
     return 0;
 }
 
+/* opts as the library's key=value list (",," for a comma), NULL if empty. */
+static char *join_opts(GHashTable *opts)
+{
+    g_autoptr(GList) keys =
+        g_list_sort(g_hash_table_get_keys(opts), (GCompareFunc)strcmp);
+    GString *s = g_string_new(NULL);
+
+    for (GList *l = keys; l; l = l->next) {
+        g_auto(GStrv) v = g_strsplit(g_hash_table_lookup(opts, l->data), ",", -1);
+        g_autofree char *escaped = g_strjoinv(",,", v);
+        g_string_append_printf(s, "%s%s=%s", s->len ? "," : "", (char *)l->data, escaped);
+    }
+    return s->len ? g_string_free(s, FALSE) : (g_string_free(s, TRUE), NULL);
+}
+
+static GHashTable *opts_new(void)
+{
+    return g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+}
+
+/* join_opts() undone: the list of an open, for reopen. */
+static void opts_from_list(const char *list, GHashTable *opts)
+{
+    g_autoptr(GPtrArray) parts = tool_opts_split(list);
+
+    for (guint i = 0; i < parts->len; i++) {
+        const char *e = parts->pdata[i], *eq = strchr(e, '=');
+        if (eq) {
+            g_hash_table_insert(opts, g_strndup(e, (gsize)(eq - e)), g_strdup(eq + 1));
+        }
+    }
+}
+
 int io_cmd_open(IoCtx *io, int argc, char **argv)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
-    g_autofree char *format = NULL, *prefix = NULL;
+    g_autofree char *prefix = NULL, *options = NULL;
+    g_autoptr(GHashTable) opts = opts_new();
     bool wt = false;                /* parse_o */
     g_autofree char *o_list = NULL; /* every -o, joined by commas */
     bool snapshot = false, aio_given = false;
+    const char *name;
     int c;
 
     if (io->img) { /* fact 1 */
@@ -341,6 +415,10 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
             oo.force_share = true;
             break;
         case 'o':
+            if (io->image_opts) { /* qemu-io prints it on stdout */
+                printf("--image-opts and 'open -o' are mutually exclusive\n");
+                return -EINVAL;
+            }
             o_list = tool_opts_append(o_list, optarg); /* parsed with the path */
             break;
         case 'i':
@@ -363,15 +441,28 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
             return -EINVAL;
         }
     }
-    if (optind != argc - 1) {
+    /* fact 1: a path, or -o options alone */
+    if (optind < argc - 1 || (optind == argc && !o_list)) {
         io_command_usage("open");
         return -EINVAL;
     }
-    prefix = g_strdup_printf("can't open device %s: ", argv[optind]);
-    if (o_list && parse_o(o_list, &oo, &format, prefix, &wt) < 0) {
+    name = optind < argc ? argv[optind] : NULL;
+    oo.image_opts = io->image_opts && name;
+    prefix =
+        name ? g_strdup_printf("can't open device %s: ", name) : g_strdup("can't open: ");
+    if (o_list && parse_o(o_list, &oo, opts, prefix, &wt) < 0) {
         return -EINVAL;
     }
-    if (io_open(io, argv[optind], &oo, snapshot, aio_given ? &ao : NULL, false) < 0) {
+    const char *ro = g_hash_table_lookup(opts, "read-only");
+    if (!oo.read_only && ro && (strcmp(ro, "on") == 0 || strcmp(ro, "true") == 0)) {
+        /* fact 5: open asks for writing, the option for a read-only node */
+        tool_error("%sBlock node is read-only", prefix);
+        return -EINVAL;
+    }
+    options = join_opts(opts);
+    oo.options = options;
+    oo.format = g_hash_table_lookup(opts, "driver"); /* the library takes it */
+    if (io_open(io, name, &oo, snapshot, aio_given ? &ao : NULL, false) < 0) {
         return -EINVAL;
     }
     io->unsafe_wt = wt;
@@ -386,15 +477,123 @@ int io_cmd_close(IoCtx *io, int argc, char **argv)
     return io_close(io);
 }
 
+/* The driver of the node under the image, as reopen -o file.driver
+ * compares it (fact 5). */
+static const char *file_driver(const IoCtx *io)
+{
+    const char *n = io->name ? io->name : "";
+
+    return g_str_has_prefix(n, "blkdebug:") ? "blkdebug"
+           : g_str_has_prefix(n, "nbd")     ? "nbd"
+                                            : "file";
+}
+
+/* The options a reopen may change (fact 5): the generic ones, and the
+ * qcow2 driver's runtime options. */
+static const char *const reopen_changeable[] = {
+    "read-only", "auto-read-only", "detect-zeroes", "discard", "force-share",
+};
+static const char *const qcow2_reopen_changeable[] = {
+    "lazy-refcounts",       "cache-size",
+    "l2-cache-size",        "refcount-cache-size",
+    "l2-cache-entry-size",  "cache-clean-interval",
+    "pass-discard-request", "pass-discard-snapshot",
+    "pass-discard-other",   "overlap-check",
+};
+
+static bool in_list(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(key, list[i]) == 0 ||
+            (g_str_has_prefix(key, list[i]) && key[strlen(list[i])] == '.')) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* key as the child node it belongs to names it (fact 5): without its
+ * "file." / "backing." path, a backing that is not there being no child. */
+static const char *child_key(const IoCtx *io, const char *key)
+{
+    QimgImage *node = io->img;
+
+    for (;;) {
+        if (g_str_has_prefix(key, "file.")) {
+            key += strlen("file.");
+        } else if (g_str_has_prefix(key, "backing.") && node &&
+                   qimg_image_backing(node)) {
+            node = qimg_image_backing(node);
+            key += strlen("backing.");
+        } else {
+            return key;
+        }
+    }
+}
+
+/* Fact 5: what reopen cannot change -- a node name other than the one
+ * given at open (an unnamed node has a generated name), a driver other
+ * than the node's, an option the node's driver cannot change (unless it
+ * keeps its value), named without its "file." / "backing." path.  0, or
+ * the message printed and -EINVAL. */
+static int reopen_changes_ok(const IoCtx *io, GHashTable *old, GHashTable *new)
+{
+    static const char *const names[] = {"node-name", "file.node-name",
+                                        "backing.node-name"};
+    QimgImage *backing = qimg_image_backing(io->img);
+    const char *drivers[][2] = {
+        {"driver", qimg_image_format(io->img)},
+        {"file.driver", file_driver(io)},
+        {"backing.driver", backing ? qimg_image_format(backing) : NULL},
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
+        const char *v = g_hash_table_lookup(new, names[i]);
+        if (v && g_strcmp0(v, g_hash_table_lookup(old, names[i])) != 0) {
+            tool_error("Cannot change the option '%s'", child_key(io, names[i]));
+            return -EINVAL;
+        }
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(drivers); i++) {
+        const char *v = g_hash_table_lookup(new, drivers[i][0]);
+        if (v && g_strcmp0(v, drivers[i][1]) != 0) {
+            tool_error("Cannot change the option '%s'", child_key(io, drivers[i][0]));
+            return -EINVAL;
+        }
+    }
+    g_autoptr(GList) keys = g_list_sort(g_hash_table_get_keys(new), (GCompareFunc)strcmp);
+    for (GList *l = keys; l; l = l->next) {
+        const char *key = l->data;
+        bool top = !g_str_has_prefix(key, "file.") && !g_str_has_prefix(key, "backing.");
+        if (g_str_has_suffix(key, "node-name") || g_str_has_suffix(key, "driver") ||
+            (top && in_list(key, reopen_changeable, G_N_ELEMENTS(reopen_changeable))) ||
+            (top && strcmp(qimg_image_format(io->img), "qcow2") == 0 &&
+             in_list(key, qcow2_reopen_changeable,
+                     G_N_ELEMENTS(qcow2_reopen_changeable))) ||
+            g_strcmp0(g_hash_table_lookup(new, key), g_hash_table_lookup(old, key)) ==
+                0) {
+            continue;
+        }
+        tool_error("Cannot change the option '%s'", child_key(io, key));
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int io_cmd_reopen(IoCtx *io, int argc, char **argv)
 {
     QimgOpenOptions oo = io->oo, old = io->oo;
     g_autofree char *name = g_strdup(io->name);
     g_autofree char *format = g_strdup(io->format);
+    g_autofree char *old_options = g_strdup(io->options), *options = NULL;
+    g_autoptr(GHashTable) old_opts = opts_new();
+    g_autoptr(GHashTable) new_opts = opts_new();
     QimgAioOptions ao = io->ao;
     g_autofree char *o_list = NULL; /* every -o, joined by commas */
     bool r = false, w = false, aio_given = io->aio_given, cache_given = false;
     bool wt = io->unsafe_wt;
+    GHashTableIter it;
+    gpointer k, v;
     int c, ret;
 
     while ((c = getopt(argc, argv, "c:o:rw")) != -1) {
@@ -430,17 +629,42 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
         return -EINVAL;
     }
     if (o_list && cache_given &&
-        (strstr(o_list, "cache.direct=") || strstr(o_list, "cache.no-flush="))) {
+        (strstr(o_list, "cache.direct") || strstr(o_list, "cache.no-flush"))) {
         tool_error("Cannot set both -c and the cache options"); /* fact 5 */
         return -EINVAL;
     }
-    if (o_list && parse_o(o_list, &oo, NULL, "", &wt) < 0) {
+    if (o_list && parse_o(o_list, &oo, new_opts, "", &wt) < 0) {
+        return -EINVAL;
+    }
+    if ((r || w) && g_hash_table_contains(new_opts, "read-only")) { /* fact 5 */
+        tool_error("Cannot set both -r/-w and 'read-only'");
+        return -EINVAL;
+    }
+    if (old_options) {
+        opts_from_list(old_options, old_opts);
+    }
+    if (reopen_changes_ok(io, old_opts, new_opts) < 0) {
+        return -EINVAL;
+    }
+    const char *ro = g_hash_table_lookup(new_opts, "read-only");
+    if (!io->read_only && ro && (strcmp(ro, "on") == 0 || strcmp(ro, "true") == 0)) {
+        /* fact 5: the image is open for writing (the node named as the
+         * user named it: qimg has no generated node names) */
+        const char *node = g_hash_table_lookup(old_opts, "node-name");
+        tool_error("Read-only block node '%s' cannot support read-write users",
+                   node ? node : name);
         return -EINVAL;
     }
     if (io->snapshot) {
         tool_error("reopen of a -s (snapshot) image is not supported by qimg");
         return -EINVAL;
     }
+    /* fact 5: the options not given stay as they were */
+    g_hash_table_iter_init(&it, new_opts);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        g_hash_table_insert(old_opts, g_strdup(k), g_strdup(v));
+    }
+    options = join_opts(old_opts);
     if (r) {
         oo.read_only = true;
     } else if (w) {
@@ -448,7 +672,9 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
         oo.force_share = false;
     }
     oo.format = format;
+    oo.options = options;
     old.format = format;
+    old.options = old_options;
     /* qimg has no reopen: close, then open with the new options (the locks of
      * the old handle would refuse the new one); on failure the old ones. */
     io_drain(io);

@@ -345,6 +345,7 @@ int cmd_io(int argc, char **argv)
         }
         case 'I': /* --image-opts: the name is key=value options */
             oo.image_opts = true;
+            io.image_opts = true; /* and open's (io-open.c fact 1) */
             break;
         case 'n':
         case 't':
@@ -399,5 +400,6 @@ int cmd_io(int argc, char **argv)
     }
     g_free(io.name);
     g_free(io.format);
+    g_free(io.options);
     return last_error < 0 ? 1 : 0;
 }

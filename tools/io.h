@@ -25,11 +25,13 @@ typedef struct IoCtx {
     /* how img was opened, for reopen (io-open.c) */
     char *name;         /* as the user named it */
     char *format;       /* -f / -o driver=, or NULL: probed */
-    QimgOpenOptions oo; /* oo.format is format */
+    QimgOpenOptions oo; /* oo.format is format, oo.options is options */
+    char *options;      /* open -o's options for the library (io-open.c fact 5) */
     bool snapshot;      /* -s: img is a temporary overlay */
     bool unsafe_wt;     /* oo.cache unsafe: writethrough with no-flush (io-open.c) */
     bool aio_given;     /* ao was given (-i) */
     bool breakpoints;   /* a break was set: waits change (io-break.c) */
+    bool image_opts;    /* --image-opts: open's path is options too */
     QimgAioOptions ao;
 } IoCtx;
 

@@ -218,9 +218,7 @@ char *tool_opts_append(char *list, const char *more)
     return r;
 }
 
-/* Split at single commas; ",," is a literal comma.  Empty elements
- * (leading, trailing or doubled separators) are kept as "". */
-static GPtrArray *split_list(const char *list)
+GPtrArray *tool_opts_split(const char *list)
 {
     GPtrArray *parts = g_ptr_array_new_with_free_func(g_free);
     GString *cur = g_string_new(NULL);
@@ -244,7 +242,7 @@ static GPtrArray *split_list(const char *list)
 
 bool tool_opts_want_help(const char *list)
 {
-    g_autoptr(GPtrArray) parts = split_list(list);
+    g_autoptr(GPtrArray) parts = tool_opts_split(list);
 
     for (guint i = 0; i < parts->len; i++) {
         const char *e = parts->pdata[i];
@@ -497,7 +495,7 @@ GPtrArray *tool_opts_parse(const char *list, const ToolOptDesc *descs, const cha
 static GPtrArray *opts_parse(const char *list, const ToolOptDesc *descs,
                              const char *prefix, bool quiet)
 {
-    g_autoptr(GPtrArray) parts = split_list(list);
+    g_autoptr(GPtrArray) parts = tool_opts_split(list);
     GPtrArray *opts = g_ptr_array_new_with_free_func(opt_free);
 
     if (*list == '\0') {

@@ -338,7 +338,7 @@ void tool_progress_end(ToolProgress *p)
 void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo, const char *filename)
 {
     if (oo->format || oo->read_only || !img || qimg_image_is_read_only(img) ||
-        strcmp(qimg_image_format(img), "raw") != 0) {
+        !qimg_image_format_probed(img) || strcmp(qimg_image_format(img), "raw") != 0) {
         return;
     }
     fprintf(stderr,

@@ -162,6 +162,10 @@ bool tool_opts_valid(const char *list, const ToolOptDesc *descs);
  * without image creation, else "Unknown file format 'F'"; prefixed with
  * "FILENAME: " when filename is not NULL. */
 void tool_create_format_error(const char *filename, const char *format);
+/* Split a -o list at single commas (",," is a literal comma); empty
+ * elements (leading, trailing or doubled separators) are kept as "".  The
+ * elements are g_free'd with the array. */
+GPtrArray *tool_opts_split(const char *list);
 /* Concatenate repeated -o arguments the way qemu-img does. */
 char *tool_opts_append(char *list, const char *more);
 /* qemu-img create/convert/amend/measure's -o: append more to *list, or

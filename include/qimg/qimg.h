@@ -109,6 +109,11 @@ typedef struct QimgOpenOptions {
      * a test node or another protocol, and a "json:{...}" name is read as
      * QEMU reads a backing file's (0.8) */
     bool backing_name;
+    /* 0.9: QEMU's block options given beside filename (qemu-io's open -o):
+     * "key=value,..." (",," a comma), as an --image-opts name's; they win
+     * over a "json:{...}" filename's own, and filename may be NULL (the
+     * options name the file).  NULL: none. */
+    const char *options;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -234,6 +239,9 @@ uint64_t qimg_image_size(QimgImage *img);
 gboolean qimg_image_has_zero_init(QimgImage *img);
 const char *qimg_image_filename(QimgImage *img);
 const char *qimg_image_format(QimgImage *img);
+/* The format was probed: neither the caller nor the image's name (a json:
+ * name's driver, --image-opts, options) named it (0.9). */
+gboolean qimg_image_format_probed(QimgImage *img);
 QimgImage *qimg_image_backing(QimgImage *img); /* borrowed; NULL if none */
 bool qimg_image_is_read_only(QimgImage *img);
 
@@ -256,6 +264,13 @@ char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file);
 /* Is fmt a block driver name QEMU knows (what qemu-img takes for -F and
  * backing_fmt, qimg opening only raw and qcow2)?  (0.6) */
 gboolean qimg_format_name_valid(const char *fmt);
+/* A size as QEMU parses one (qemu-img's sizes, QEMU's size options): a
+ * decimal integer with an optional fraction and one suffix b/k/M/G/T/P/E
+ * (powers of 1024, either case; a fraction needs one other than b), or a
+ * hex integer "0x..."; *hex_suffix (may be NULL) says a hex number had a
+ * suffix, which QEMU accepts with a warning.  0, -EINVAL (malformed) or
+ * -ERANGE (2^64 or more).  (0.9) */
+int qimg_strtosz(const char *s, uint64_t *value, gboolean *hex_suffix);
 
 /* qemu-img amend's request (0.7). */
 typedef struct QimgAmendOptions {

@@ -1,0 +1,313 @@
+/*
+ * api/open-opts.c: the option syntax of a caller's image name and the
+ * runtime options json-name.c hands over one key at a time -- QEMU's
+ * key=value lists (--image-opts, qemu-io's open -o), QEMU's JSON dialect,
+ * node names, sizes, and the qcow2 runtime options.
+ *
+ * Owns: parsing key=value lists, rewriting QEMU's JSON into standard JSON,
+ * and mapping the generic and qcow2 runtime options onto BlkOpenOptions.
+ *
+ * Facts learnt from running qemu-io/qemu-img 7.2 (not from its source):
+ *  1. A key=value list splits at single commas; ",," is a literal comma;
+ *     a repeated key takes the last value.
+ *  2. QEMU's JSON takes single-quoted strings ('driver': 'qcow2'), in
+ *     which a double quote is a plain character and \' a quote.
+ *  3. node-name (any node's: node-name, file.node-name, ...) starts with a
+ *     letter, then letters, digits, '-', '.', '_': "Invalid node-name:
+ *     'X'"; 32 characters or more: "Node name too long".
+ *  4. Sizes (cache-size, l2-cache-size, refcount-cache-size,
+ *     l2-cache-entry-size) are qemu_strtosz's: "Parameter 'K' expects a
+ *     non-negative number below 2^64" and the suffix hint; 2^64 or more:
+ *     "Value 'V' is out of range for parameter 'K'".
+ *  5. Booleans are on/off (JSON true/false): "Parameter 'K' expects 'on'
+ *     or 'off'".  discard is ignore/off/unmap/on ("Invalid discard
+ *     option"); detect-zeroes off/on/unmap.
+ *
+ * Invariants (cited as "open-opts.c invariant N"):
+ *  1. Every option QEMU 7.2 has for the nodes qimg opens is honoured or
+ *     refused with a message naming it (json-name.c invariant 2): node
+ *     names are checked and kept nowhere (qimg has no command that refers
+ *     to a node by name, so a name changes nothing); lazy-refcounts and
+ *     the cache sizes reach the qcow2 driver (qcow2.c invariant 5);
+ *     force-share is the open's force_share; discard=unmap and
+ *     detect-zeroes=off are what qimg does; the rest QEMU has (overlap
+ *     checks, discard passing, cache cleaning, auto-read-only=on,
+ *     discard=ignore, detect-zeroes=on) is refused.
+ */
+#include "api/api.h"
+
+#include <errno.h>
+#include <string.h>
+
+gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error)
+{
+    g_autoptr(GString) cur = g_string_new(NULL);
+
+    /* fact 1 */
+    for (const char *p = list;; p++) {
+        if (*p == ',' && p[1] == ',') {
+            g_string_append_c(cur, ',');
+            p++;
+            continue;
+        }
+        if (*p && *p != ',') {
+            g_string_append_c(cur, *p);
+            continue;
+        }
+        char *eq = strchr(cur->str, '=');
+        if (!eq || eq == cur->str) {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'", cur->str);
+            return FALSE;
+        }
+        g_hash_table_insert(flat, g_strndup(cur->str, (gsize)(eq - cur->str)),
+                            g_strdup(eq + 1));
+        g_string_truncate(cur, 0);
+        if (!*p) {
+            return TRUE;
+        }
+    }
+}
+
+char *api_qemu_json(const char *text)
+{
+    GString *out = g_string_sized_new(strlen(text) + 16);
+
+    /* fact 2: single-quoted strings become double-quoted ones */
+    for (const char *p = text; *p; p++) {
+        if (*p == '"') { /* a standard string: copied as it is */
+            g_string_append_c(out, *p);
+            for (p++; *p && *p != '"'; p++) {
+                if (*p == '\\' && p[1]) {
+                    g_string_append_c(out, *p++);
+                }
+                g_string_append_c(out, *p);
+            }
+            if (!*p) {
+                break;
+            }
+            g_string_append_c(out, '"');
+        } else if (*p == '\'') {
+            g_string_append_c(out, '"');
+            for (p++; *p && *p != '\''; p++) {
+                if (*p == '\\' && p[1] == '\'') {
+                    g_string_append_c(out, *++p);
+                } else if (*p == '\\' && p[1]) {
+                    g_string_append_c(out, *p++);
+                    g_string_append_c(out, *p);
+                } else if (*p == '"') {
+                    g_string_append(out, "\\\"");
+                } else {
+                    g_string_append_c(out, *p);
+                }
+            }
+            if (!*p) { /* unterminated: the parser says so */
+                break;
+            }
+            g_string_append_c(out, '"');
+        } else {
+            g_string_append_c(out, *p);
+        }
+    }
+    return g_string_free(out, FALSE);
+}
+
+gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **error)
+{
+    if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0) {
+        *out = true;
+    } else if (strcmp(v, "off") == 0 || strcmp(v, "false") == 0) {
+        *out = false;
+    } else { /* fact 5 */
+        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects 'on' or 'off'",
+                    key);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+/* Fact 4. */
+static gboolean parse_size(const char *key, const char *v, uint64_t *out, GError **error)
+{
+    bool hex;
+    int ret = blk_strtosz(v, out, &hex);
+
+    if (ret == -ERANGE) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Value '%s' is out of range for parameter '%s'", v, key);
+        return FALSE;
+    }
+    if (ret < 0) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Parameter '%s' expects a non-negative number below 2^64\n"
+                    "Optional suffix k, M, G, T, P or E means kilo-, mega-, giga-, "
+                    "tera-, peta-\nand exabytes, respectively.",
+                    key);
+        return FALSE;
+    }
+    return TRUE;
+}
+
+gboolean api_node_name_ok(const char *name, GError **error)
+{
+    bool ok = g_ascii_isalpha(name[0]);
+
+    for (const char *p = name; ok && *p; p++) {
+        ok = g_ascii_isalnum(*p) || *p == '-' || *p == '.' || *p == '_';
+    }
+    if (!ok) { /* fact 3 */
+        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid node-name: '%s'", name);
+        return FALSE;
+    }
+    if (strlen(name) >= 32) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Node name too long");
+        return FALSE;
+    }
+    return TRUE;
+}
+
+/* QEMU 7.2's qcow2 runtime options qimg does not have (invariant 1). */
+static const char *const qcow2_refused[] = {
+    "overlap-check",
+    "overlap-check.template",
+    "overlap-check.main-header",
+    "overlap-check.active-l1",
+    "overlap-check.active-l2",
+    "overlap-check.refcount-table",
+    "overlap-check.refcount-block",
+    "overlap-check.snapshot-table",
+    "overlap-check.inactive-l1",
+    "overlap-check.inactive-l2",
+    "overlap-check.bitmap-directory",
+    "cache-clean-interval",
+    "pass-discard-request",
+    "pass-discard-snapshot",
+    "pass-discard-other",
+};
+
+/* qcow2's own keys: 1 handled, 0 not one of them, -1 error set. */
+static int qcow2_option(const char *key, const char *value, BlkOpenOptions *o,
+                        GError **error)
+{
+    bool b;
+
+    if (strcmp(key, "lazy-refcounts") == 0) {
+        if (!api_parse_bool(key, value, &b, error)) {
+            return -1;
+        }
+        o->lazy_refcounts = b ? 1 : -1;
+        return 1;
+    }
+    if (strcmp(key, "cache-size") == 0) {
+        o->metadata_cache_size_set = true;
+        return parse_size(key, value, &o->metadata_cache_size, error) ? 1 : -1;
+    }
+    if (strcmp(key, "l2-cache-size") == 0) {
+        o->l2_cache_size_set = true;
+        return parse_size(key, value, &o->l2_cache_size, error) ? 1 : -1;
+    }
+    if (strcmp(key, "refcount-cache-size") == 0) {
+        o->refcount_cache_size_set = true;
+        return parse_size(key, value, &o->refcount_cache_size, error) ? 1 : -1;
+    }
+    if (strcmp(key, "l2-cache-entry-size") == 0) {
+        o->l2_cache_entry_size_set = true;
+        return parse_size(key, value, &o->l2_cache_entry_size, error) ? 1 : -1;
+    }
+    if (strcmp(key, "encrypt.key-secret") == 0) {
+        o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
+        return 1;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(qcow2_refused); i++) {
+        if (strcmp(key, qcow2_refused[i]) == 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "The qcow2 option '%s' is not supported by qimg", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int api_runtime_option(const char *driver, const char *key, const char *value,
+                       BlkOpenOptions *o, GError **error)
+{
+    bool b;
+
+    if (strcmp(key, "node-name") == 0) { /* invariant 1: checked, changes nothing */
+        return api_node_name_ok(value, error) ? 1 : -1;
+    }
+    if (strcmp(key, "force-share") == 0) {
+        if (!api_parse_bool(key, value, &b, error)) {
+            return -1;
+        }
+        o->force_share = o->force_share || b;
+        return 1;
+    }
+    if (strcmp(key, "auto-read-only") == 0) {
+        if (!api_parse_bool(key, value, &b, error)) {
+            return -1;
+        }
+        if (b) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "auto-read-only=on is not supported by qimg");
+            return -1;
+        }
+        return 1;
+    }
+    if (strcmp(key, "discard") == 0) { /* fact 5 */
+        if (strcmp(value, "unmap") == 0 || strcmp(value, "on") == 0) {
+            return 1; /* what qimg does */
+        }
+        if (strcmp(value, "ignore") == 0 || strcmp(value, "off") == 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "discard=%s is not supported by qimg: discards always reach the "
+                        "file",
+                        value);
+        } else {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Invalid discard option");
+        }
+        return -1;
+    }
+    if (strcmp(key, "detect-zeroes") == 0) {
+        if (strcmp(value, "off") == 0) {
+            return 1; /* what qimg does */
+        }
+        if (strcmp(value, "on") == 0 || strcmp(value, "unmap") == 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "detect-zeroes=%s is not supported by qimg", value);
+        } else {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Parameter 'detect-zeroes' does not accept value '%s'", value);
+        }
+        return -1;
+    }
+    if (driver && strcmp(driver, "qcow2") == 0) {
+        return qcow2_option(key, value, o, error);
+    }
+    return 0;
+}
+
+gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **error)
+{
+    g_autoptr(GList) keys = NULL;
+    GHashTable *opts = o->format_opts;
+
+    o->format_opts = NULL;
+    if (!opts) {
+        return TRUE;
+    }
+    keys = g_list_sort(g_hash_table_get_keys(opts), (GCompareFunc)strcmp);
+    for (GList *l = keys; l; l = l->next) {
+        int r = api_runtime_option(format, l->data, g_hash_table_lookup(opts, l->data), o,
+                                   error);
+        if (r < 0) {
+            return FALSE;
+        }
+        if (r == 0) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Block format '%s' does not support the option '%s'", format,
+                        (const char *)l->data);
+            return FALSE;
+        }
+    }
+    return TRUE;
+}
