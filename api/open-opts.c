@@ -22,6 +22,11 @@
  *  5. Booleans are on/off (JSON true/false): "Parameter 'K' expects 'on'
  *     or 'off'".  discard is ignore/off/unmap/on ("Invalid discard
  *     option"); detect-zeroes off/on/unmap.
+ *  6. qcow2's overlap-check is a template (none, constant, cached, all:
+ *     "Unsupported value 'X' for qcow2 option 'overlap-check'. Allowed are
+ *     any of the following: none, constant, cached, all"), also as
+ *     overlap-check.template, and overlap-check.KIND=on|off switches one
+ *     kind of metadata (main-header, active-l1, ..., bitmap-directory).
  *
  * Invariants (cited as "open-opts.c invariant N"):
  *  1. Every option QEMU 7.2 has for the nodes qimg opens is honoured or
@@ -29,12 +34,14 @@
  *     names are checked and kept nowhere (qimg has no command that refers
  *     to a node by name, so a name changes nothing); lazy-refcounts and
  *     the cache sizes reach the qcow2 driver (qcow2.c invariant 5);
- *     force-share is the open's force_share; discard=unmap and
+ *     overlap-check the qcow2 driver's overlap checks (meta.c invariant
+ *     1); force-share is the open's force_share; discard=unmap and
  *     detect-zeroes=off are what qimg does; the rest QEMU has (overlap
  *     checks, discard passing, cache cleaning, auto-read-only=on,
  *     discard=ignore, detect-zeroes=on) is refused.
  */
 #include "api/api.h"
+#include "qcow2/qcow2.h"
 
 #include <errno.h>
 #include <string.h>
@@ -167,17 +174,6 @@ gboolean api_node_name_ok(const char *name, GError **error)
 
 /* QEMU 7.2's qcow2 runtime options qimg does not have (invariant 1). */
 static const char *const qcow2_refused[] = {
-    "overlap-check",
-    "overlap-check.template",
-    "overlap-check.main-header",
-    "overlap-check.active-l1",
-    "overlap-check.active-l2",
-    "overlap-check.refcount-table",
-    "overlap-check.refcount-block",
-    "overlap-check.snapshot-table",
-    "overlap-check.inactive-l1",
-    "overlap-check.inactive-l2",
-    "overlap-check.bitmap-directory",
     "cache-clean-interval",
     "pass-discard-request",
     "pass-discard-snapshot",
@@ -212,6 +208,40 @@ static int qcow2_option(const char *key, const char *value, BlkOpenOptions *o,
     if (strcmp(key, "l2-cache-entry-size") == 0) {
         o->l2_cache_entry_size_set = true;
         return parse_size(key, value, &o->l2_cache_entry_size, error) ? 1 : -1;
+    }
+    if (strcmp(key, "overlap-check") == 0 || strcmp(key, "overlap-check.template") == 0) {
+        unsigned kinds;
+        if (!qcow2_overlap_template(value, &kinds)) { /* fact 6 */
+            g_set_error(
+                error, QIMG_ERROR, EINVAL,
+                "Unsupported value '%s' for qcow2 option 'overlap-check'. Allowed "
+                "are any of the following: none, constant, cached, all",
+                value);
+            return -1;
+        }
+        if (o->overlap_template && strcmp(o->overlap_template, value) != 0) {
+            bool first = strcmp(key, "overlap-check") == 0; /* keys come sorted */
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Conflicting values for qcow2 options 'overlap-check' ('%s') and "
+                        "'overlap-check.template' ('%s')",
+                        first ? value : o->overlap_template,
+                        first ? o->overlap_template : value);
+            return -1;
+        }
+        o->overlap_set = true;
+        o->overlap_kinds = kinds;
+        o->overlap_template = g_intern_string(value);
+        return 1;
+    }
+    unsigned kind;
+    if (g_str_has_prefix(key, "overlap-check.") &&
+        qcow2_overlap_kind(key + strlen("overlap-check."), &kind)) {
+        if (!api_parse_bool(key, value, &b, error)) {
+            return -1;
+        }
+        o->overlap_on = b ? o->overlap_on | kind : o->overlap_on & ~kind;
+        o->overlap_off = b ? o->overlap_off & ~kind : o->overlap_off | kind;
+        return 1;
     }
     if (strcmp(key, "encrypt.key-secret") == 0) {
         o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */

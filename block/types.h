@@ -75,6 +75,12 @@ typedef struct BlkOpenOptions {
     bool l2_cache_size_set, refcount_cache_size_set, l2_cache_entry_size_set;
     uint64_t l2_cache_size, refcount_cache_size, l2_cache_entry_size;
     int lazy_refcounts;
+    /* qcow2's overlap-check: the template's kinds (overlap_set: given;
+     * else QEMU's "cached"), then the overlap-check.KIND switches on and
+     * off (bits of qcow2.h's QCOW2_OL_*) */
+    bool overlap_set;
+    const char *overlap_template; /* its name (interned) */
+    uint32_t overlap_kinds, overlap_on, overlap_off;
     /* The caller's options for a format still to be probed (key -> value,
      * borrowed): checked and applied once the format is known
      * (json-name.c invariant 8); NULL: none. */

@@ -12,7 +12,10 @@
  *     qcow2_pre_write_overlap_check_locked() against the metadata it could
  *     overlap: header, active L1, active L2 tables (from the L1), refcount
  *     table, refcount blocks (from the reftable), snapshot table, inactive
- *     L1 tables, bitmap directory -- QEMU's "cached" template.  A write is
+ *     L1 tables, bitmap directory -- QEMU's "cached" template, the default
+ *     -- or what the overlap-check option asks (s->overlap_checks: QEMU's
+ *     templates none, constant, cached, all, which adds the snapshots' L2
+ *     tables, read from the disk, and its per-kind switches).  A write is
  *     not checked against its own kind (ign), and ranges are compared in
  *     whole clusters, as QEMU does.
  *  2. A violation is fatal: the write is not done, the image is marked
@@ -89,6 +92,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <string.h>
 
 void qcow2_defer_error_locked(Qcow2State *s, int ret, const char *msg)
 {
@@ -178,6 +182,8 @@ static const char *overlap_name(unsigned kind)
         return "inactive L1 table";
     case QCOW2_OL_BITMAP_DIRECTORY:
         return "bitmap directory";
+    case QCOW2_OL_INACTIVE_L2:
+        return "inactive L2 table";
     default:
         return "metadata";
     }
@@ -200,10 +206,31 @@ static bool overlaps(const Qcow2State *s, uint64_t start, uint64_t end, uint64_t
     return o < end && start < o_end;
 }
 
-unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64_t offset,
-                                             uint64_t size)
+/* The snapshots' L2 tables (QCOW2_OL_INACTIVE_L2): each snapshot's L1
+ * read from the disk, as QEMU reads them.  1 on an overlap, 0, or -errno. */
+static int inactive_l2_overlap(Qcow2State *s, uint64_t start, uint64_t end)
 {
-    unsigned chk = QCOW2_OL_ALL & ~ign;
+    for (uint32_t i = 0; i < s->nb_snapshots; i++) {
+        const Qcow2Snapshot *sn = &s->snapshots[i];
+        g_autofree uint64_t *l1 = NULL;
+        int ret = qcow2_read_table(s->img->file, sn->l1_table_offset, sn->l1_size, &l1);
+
+        if (ret < 0) {
+            return ret;
+        }
+        for (uint32_t j = 0; j < sn->l1_size; j++) {
+            uint64_t l2 = l1[j] & QCOW2_L1E_OFFSET_MASK;
+            if (l2 && overlaps(s, start, end, l2, s->cluster_size)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The first kind in chk that the write overlaps, 0, or -errno. */
+static int overlap_kind(Qcow2State *s, unsigned chk, uint64_t offset, uint64_t size)
+{
     uint64_t start, end, len;
 
     if (size == 0 || qcow2_add(offset, size, &end) ||
@@ -259,16 +286,70 @@ unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64
                  s->ext.bitmaps.directory_size)) {
         return QCOW2_OL_BITMAP_DIRECTORY;
     }
+    if (chk & QCOW2_OL_INACTIVE_L2) {
+        int ret = inactive_l2_overlap(s, start, end);
+        return ret > 0 ? QCOW2_OL_INACTIVE_L2 : ret;
+    }
     return 0;
+}
+
+unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64_t offset,
+                                             uint64_t size)
+{
+    return (unsigned)overlap_kind(s, QCOW2_OL_CACHED & ~ign, offset, size);
+}
+
+static const struct {
+    const char *name;
+    unsigned kinds;
+} overlap_templates[] =
+    {
+        {"none", 0},
+        {"constant", QCOW2_OL_CONSTANT},
+        {"cached", QCOW2_OL_CACHED},
+        {"all", QCOW2_OL_ALL},
+},
+  overlap_kinds[] = {
+      {"main-header", QCOW2_OL_MAIN_HEADER},
+      {"active-l1", QCOW2_OL_ACTIVE_L1},
+      {"active-l2", QCOW2_OL_ACTIVE_L2},
+      {"refcount-table", QCOW2_OL_REFCOUNT_TABLE},
+      {"refcount-block", QCOW2_OL_REFCOUNT_BLOCK},
+      {"snapshot-table", QCOW2_OL_SNAPSHOT_TABLE},
+      {"inactive-l1", QCOW2_OL_INACTIVE_L1},
+      {"inactive-l2", QCOW2_OL_INACTIVE_L2},
+      {"bitmap-directory", QCOW2_OL_BITMAP_DIRECTORY},
+};
+
+bool qcow2_overlap_template(const char *name, unsigned *kinds)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(overlap_templates); i++) {
+        if (strcmp(name, overlap_templates[i].name) == 0) {
+            *kinds = overlap_templates[i].kinds;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool qcow2_overlap_kind(const char *name, unsigned *kind)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(overlap_kinds); i++) {
+        if (strcmp(name, overlap_kinds[i].name) == 0) {
+            *kind = overlap_kinds[i].kinds;
+            return true;
+        }
+    }
+    return false;
 }
 
 int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t offset,
                                          uint64_t size)
 {
-    unsigned kind = qcow2_check_metadata_overlap_locked(s, ign, offset, size);
+    int kind = overlap_kind(s, s->overlap_checks & ~ign, offset, size);
 
-    if (kind == 0) {
-        return 0;
+    if (kind <= 0) {
+        return kind < 0 ? blk_error_prefix(kind, "qcow2: overlap check") : 0;
     }
     /* meta.c invariant 2 */
     return qcow2_corrupt_locked(

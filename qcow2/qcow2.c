@@ -375,6 +375,10 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         }
         s->lazy_override = opts->lazy_refcounts;
     }
+    s->overlap_checks = opts && opts->overlap_set ? opts->overlap_kinds : QCOW2_OL_CACHED;
+    if (opts) { /* meta.c invariant 1: QEMU's overlap-check option */
+        s->overlap_checks = (s->overlap_checks | opts->overlap_on) & ~opts->overlap_off;
+    }
     s->encrypted = s->header.crypt_method != QCOW2_CRYPT_NONE; /* invariant 10 */
     if (s->header.crypt_method == QCOW2_CRYPT_LUKS) {
         ret = read_luks(s);

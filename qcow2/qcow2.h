@@ -114,6 +114,7 @@ typedef struct Qcow2State {
     /* [lock] QEMU's lazy-refcounts option: 0 the header's bit decides,
      * 1 on, -1 off (qcow2_use_lazy_refcounts) */
     int lazy_override;
+    unsigned overlap_checks; /* QCOW2_OL_* the writes check (meta.c inv. 1) */
     uint64_t l1_vm_state_index;
     uint64_t file_size; /* [lock] size of img->file, raised by allocations
                          * (qcow2.h invariant 5) */
@@ -355,7 +356,7 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
 
 /* ---- meta.c: metadata writes, overlap checks, corrupt and dirty bits ---- */
 
-/* Metadata kinds for the overlap check (QEMU's "cached" template). */
+/* Metadata kinds for the overlap check (meta.c invariant 1). */
 enum {
     QCOW2_OL_MAIN_HEADER = 1u << 0,
     QCOW2_OL_ACTIVE_L1 = 1u << 1,
@@ -365,13 +366,24 @@ enum {
     QCOW2_OL_SNAPSHOT_TABLE = 1u << 5,
     QCOW2_OL_INACTIVE_L1 = 1u << 6,
     QCOW2_OL_BITMAP_DIRECTORY = 1u << 7,
-    QCOW2_OL_ALL = (1u << 8) - 1,
+    QCOW2_OL_INACTIVE_L2 = 1u << 8, /* read from the disk: "all" only */
+    /* QEMU's templates */
+    QCOW2_OL_ALL = (1u << 9) - 1,
+    QCOW2_OL_CACHED = QCOW2_OL_ALL & ~QCOW2_OL_INACTIVE_L2,
+    QCOW2_OL_CONSTANT = QCOW2_OL_MAIN_HEADER | QCOW2_OL_ACTIVE_L1 |
+                        QCOW2_OL_REFCOUNT_TABLE | QCOW2_OL_SNAPSHOT_TABLE,
 };
 
-/* The first kind of metadata (not in ign) that [offset, offset + size),
- * widened to whole clusters, overlaps; 0 if none. */
+/* The first kind of metadata of QEMU's "cached" template (not in ign)
+ * that [offset, offset + size), widened to whole clusters, overlaps; 0 if
+ * none. */
 unsigned qcow2_check_metadata_overlap_locked(Qcow2State *s, unsigned ign, uint64_t offset,
                                              uint64_t size);
+/* QEMU's overlap-check option: the kinds of a template ("none",
+ * "constant", "cached", "all"), or of one overlap-check.KIND name
+ * ("active-l2", ...); false for a name QEMU does not have. */
+bool qcow2_overlap_template(const char *name, unsigned *kinds);
+bool qcow2_overlap_kind(const char *name, unsigned *kind);
 /* 0, or -EIO after marking the image corrupt ("Preventing invalid write on
  * metadata (overlaps with ...)") when the write would overlap metadata. */
 int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t offset,

@@ -87,6 +87,27 @@ both "two -o" a.qcow2 -c 'open -o driver=qcow2 -o node-name=x img' -c 'read -P 1
 both "cache.direct with -o" a.qcow2 -c 'open -o cache.direct=on,node-name=x img' \
     -c 'read -P 1 0 4k'
 
+# ---- overlap-check: which metadata a write is checked against ----
+# cluster 0's L2 entry -> the refcount table: an in-place write there
+# overlaps it (meta.c invariant 1)
+cp a.qcow2 ol.qcow2
+python3 - ol.qcow2 <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    d = f.read(1 << 20)
+    l1 = struct.unpack(">Q", d[40:48])[0]
+    l2 = struct.unpack(">Q", d[l1:l1 + 8])[0] & 0x00fffffffffffe00
+    f.seek(l2)
+    f.write(struct.pack(">Q", (1 << 63) | struct.unpack(">Q", d[48:56])[0]))
+PY
+for o in overlap-check=cached overlap-check=none overlap-check=constant overlap-check=all \
+    overlap-check=x overlap-check.template=none overlap-check.refcount-table=off \
+    overlap-check=none,overlap-check.refcount-table=on overlap-check.refcount-table=x \
+    overlap-check=none,overlap-check.template=all; do
+    both "open -o $o" ol.qcow2 -c "open -o $o img" -c 'write -P 9 0 4k'
+    assert_rc "open -o $o: same file" 0 cmp q/img m/img
+done
+
 # ---- driver= over a json: name's; options alone ----
 both "driver over json" a.qcow2 \
     -c 'open -o driver=qcow2 json:{"driver":"raw","file.filename":"img"}' -c 'read -P 1 0 4k'
