@@ -44,6 +44,10 @@
  *     does not take the cache options with -c ("Cannot set both -c and
  *     the cache options") nor read-only with -r/-w ("Cannot set both
  *     -r/-w and 'read-only'").
+ *  6. Closing an image that was marked corrupt prints nothing more (its
+ *     last writes were refused, and that was said when it was marked):
+ *     qemu-io reports no failure of its final flush.  The exit status
+ *     still says it failed.
  *
  * What qimg cannot honour is refused with a message saying so, never
  * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
@@ -204,12 +208,16 @@ int io_close(IoCtx *io)
 {
     GError *err = NULL;
     int ret = 0;
+    bool corrupt = false;
 
     if (!io->img) {
         return 0;
     }
+    corrupt = tool_image_marked_corrupt(io->img); /* fact 6 */
     if (!qimg_image_close(io->img, &err)) {
-        tool_error("%s", err->message);
+        if (!corrupt) {
+            tool_error("%s", err->message);
+        }
         g_clear_error(&err);
         ret = -EIO;
     }

@@ -268,12 +268,28 @@ QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo)
     return img;
 }
 
+bool tool_image_marked_corrupt(QimgImage *img)
+{
+    g_autoptr(QimgInfo) info = NULL;
+
+    if (qimg_image_is_read_only(img)) {
+        return false;
+    }
+    info = qimg_image_get_info(img, NULL);
+    return info && info->corrupt;
+}
+
 bool tool_close_image(QimgImage *img)
 {
     GError *err = NULL;
+    bool corrupt = tool_image_marked_corrupt(img);
 
     if (!qimg_image_close(img, &err)) {
-        tool_report_gerror(err, NULL);
+        if (corrupt) { /* said when it was marked (tool_image_marked_corrupt) */
+            g_clear_error(&err);
+        } else {
+            tool_report_gerror(err, NULL);
+        }
         return false;
     }
     return true;

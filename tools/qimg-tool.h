@@ -113,6 +113,10 @@ QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
 bool tool_image_opts_format_ok(const QimgOpenOptions *oo);
 /* Close (final flush) and report a failure (false). */
 bool tool_close_image(QimgImage *img);
+/* img (read-write) is marked corrupt: its close fails without a message,
+ * as qemu-img and qemu-io report no failure of the final flush of an image
+ * whose corruption they reported when it was marked (QEMU 060, 305). */
+bool tool_image_marked_corrupt(QimgImage *img);
 /* A backing file name as the image names it, resolved against the image's
  * folder (g_free). */
 char *tool_resolve_backing(const char *image, const char *backing);

@@ -8,7 +8,9 @@
 #    a leading comma, an odd number of trailing ones), in create, convert,
 #    amend and measure (082);
 #  - "Format driver 'F' does not support image creation" for a driver QEMU
-#    has without image creation, in create and convert (082).
+#    has without image creation, in create and convert (082);
+#  - an image marked corrupt during a write closes without a further
+#    "Failed to flush" line (305), and with the exit code qemu-io has.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img python3
 
@@ -65,5 +67,28 @@ for f in bochs cloop dmg null-co blkdebug vvfat copy-on-read throttle foo; do
     same_as_qemu_err convert -O $f -o help s.qcow2 t.img
     same_as_qemu_err convert -O $f s.qcow2 t.img
 done
+
+# ---- no flush-failure line after the corruption (305) ----
+qi create -q -f qcow2 -o refcount_bits=64,cluster_size=1k c.qcow2 1M
+qio c.qcow2 'write 0 124k'
+qio c.qcow2 'discard 121k 1k'
+qio c.qcow2 'discard 123k 1k'
+python3 - c.qcow2 <<'PY' # the second refcount block's offset, unaligned
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(48)
+    rt = struct.unpack(">Q", f.read(8))[0]
+    f.seek(rt + 14)
+    f.write(b"\x06")
+PY
+cp c.qcow2 cq.qcow2
+cp c.qcow2 cm.qcow2
+"$QEMU_IO" -c 'write 121k 3k' cq.qcow2 >cq.out 2>cq.err
+qrc=$?
+"$QIMG" io -c 'write 121k 3k' cm.qcow2 >cm.out 2>cm.err
+mrc=$?
+assert_eq "305: exit code" "$qrc" "$mrc"
+assert_eq "305: stdout" "$(cat cq.out)" "$(cat cm.out)"
+assert_eq "305: stderr" "$(sed 's/^qemu-io: /qimg: /' cq.err)" "$(cat cm.err)"
 
 finish
