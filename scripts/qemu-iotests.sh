@@ -132,7 +132,7 @@ leftovers() {
     done </proc/mounts
     for pid in $(ls /proc | grep -E '^[0-9]+$'); do
         [ "$pid" = $$ ] && continue
-        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN/"; then
+        if tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "$RUN/"; then
             case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
             qemu-*) kill "$pid" 2>/dev/null ;;
             esac
