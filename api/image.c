@@ -427,6 +427,11 @@ char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)
     return blk_resolve_backing_name(blk_plain_name(img->node->filename), backing_file);
 }
 
+char *qimg_backing_name_resolve(const char *image_filename, const char *backing_file)
+{
+    return blk_resolve_backing_name(image_filename, backing_file);
+}
+
 gboolean qimg_format_name_valid(const char *fmt)
 {
     return fmt && blk_qemu_driver_name(fmt);

@@ -223,12 +223,7 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
 /* A relative backing name is relative to the folder of the new image. */
 char *tool_resolve_backing(const char *image, const char *backing)
 {
-    const char *slash = strrchr(image, '/');
-
-    if (backing[0] == '/' || !slash) {
-        return g_strdup(backing);
-    }
-    return g_strdup_printf("%.*s%s", (int)(slash - image + 1), image, backing);
+    return qimg_backing_name_resolve(image, backing);
 }
 
 void *tool_alloc_aligned(size_t size)

@@ -261,6 +261,12 @@ gboolean qimg_image_make_empty(QimgImage *img, GError **error);
 /* A backing file name resolved as img's own backing file name is: against
  * the folder of img's file (g_free) (0.6). */
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file);
+/* The same for an image not opened (qemu-img create's new image): the
+ * name an image called image_filename would open as its backing file
+ * backing_file -- as it is when absolute or with a protocol prefix
+ * ("file:", "json:", a URI), else in image_filename's folder (g_free)
+ * (0.9). */
+char *qimg_backing_name_resolve(const char *image_filename, const char *backing_file);
 /* Is fmt a block driver name QEMU knows (what qemu-img takes for -F and
  * backing_fmt, qimg opening only raw and qcow2)?  (0.6) */
 gboolean qimg_format_name_valid(const char *fmt);

@@ -9,6 +9,8 @@
 #    amend and measure (082);
 #  - "Format driver 'F' does not support image creation" for a driver QEMU
 #    has without image creation, in create and convert (082);
+#  - create -b file:ABSOLUTE with the new image in another folder: the
+#    backing name with a protocol prefix is not joined to that folder (228);
 #  - an image marked corrupt during a write closes without a further
 #    "Failed to flush" line (305), and with the exit code qemu-io has.
 . "$(dirname "$0")/../common.sh"
@@ -66,6 +68,15 @@ for f in bochs cloop dmg null-co blkdebug vvfat copy-on-read throttle foo; do
     same_as_qemu_err create -f $f t.img 1M
     same_as_qemu_err convert -O $f -o help s.qcow2 t.img
     same_as_qemu_err convert -O $f s.qcow2 t.img
+done
+
+# ---- a backing name with a "file:" prefix (228) ----
+mkdir -p sub
+qi create -q -f qcow2 "$PWD/sub/base.img" 1M
+for b in "file:$PWD/sub/base.img" "file:sub/base.img" "$PWD/sub/base.img"; do
+    rm -f sub/top.img
+    same_as_qemu_err create -f qcow2 -b "$b" -F qcow2 "$PWD/sub/top.img"
+    same_as_qemu_err info -U "$PWD/sub/top.img"
 done
 
 # ---- no flush-failure line after the corruption (305) ----
