@@ -238,9 +238,12 @@ int check_refblocks(Qcow2Check *c, Qcow2CheckCounts *res, bool *rebuild)
             /* Grow the file to hold the block, as QEMU does, unless that
              * would more than double the clusters to count (check.c invariant 2:
              * a pointer far past the end costs nothing; the rebuild then
-             * replaces the block instead).  QEMU grows the file in any case. */
+             * replaces the block instead).  QEMU grows the file in any case,
+             * unless the block's end would overflow: EINVAL, as there. */
             ret = -EFBIG;
-            if (cluster < 2 * c->nb_clusters + 1024) {
+            if (offset > (uint64_t)INT64_MAX - s->cluster_size) {
+                ret = -EINVAL;
+            } else if (cluster < 2 * c->nb_clusters + 1024) {
                 ret = repair_truncate(c, offset + s->cluster_size);
             }
             if (ret == 0) {

@@ -11,6 +11,8 @@
 #    has without image creation, in create and convert (082);
 #  - create -b file:ABSOLUTE with the new image in another folder: the
 #    backing name with a protocol prefix is not joined to that folder (228);
+#  - check -r all of a refcount block whose end would overflow: "ERROR
+#    could not resize image: Invalid argument" (108);
 #  - an image marked corrupt during a write closes without a further
 #    "Failed to flush" line (305), and with the exit code qemu-io has.
 . "$(dirname "$0")/../common.sh"
@@ -77,6 +79,19 @@ for b in "file:$PWD/sub/base.img" "file:sub/base.img" "$PWD/sub/base.img"; do
     rm -f sub/top.img
     same_as_qemu_err create -f qcow2 -b "$b" -F qcow2 "$PWD/sub/top.img"
     same_as_qemu_err info -U "$PWD/sub/top.img"
+done
+
+# ---- a refcount block past 2^63 (108) ----
+for e in '\x7f\xff\xff\xff\xff\xff\x00\x00' '\xff\xff\xff\xff\xff\xff\x00\x00'; do
+    qi create -q -f qcow2 r.qcow2 64M
+    printf "$e" | dd of=r.qcow2 bs=1 seek=$((0x10008)) conv=notrunc status=none
+    cp r.qcow2 r2.qcow2
+    "$QEMU_IMG" check -r all r.qcow2 >rq.out 2>&1
+    qrc=$?
+    "$QIMG" check -r all r2.qcow2 >rm.out 2>&1
+    mrc=$?
+    assert_eq "108 $e: exit code" "$qrc" "$mrc"
+    assert_eq "108 $e: output" "$(sed 's/^qemu-img: /qimg: /' rq.out)" "$(cat rm.out)"
 done
 
 # ---- no flush-failure line after the corruption (305) ----
