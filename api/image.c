@@ -554,7 +554,12 @@ static gboolean status_chain(QimgImage *img, uint64_t offset, uint64_t len,
             break;
         }
         if (!cur->backing) {
-            st.flags |= BLK_STATUS_ZERO;
+            /* a format's unallocated range reads as zeros (its driver
+             * says so); a protocol's (an NBD hole that does not read as
+             * zeros) is just not there, as QEMU's block layer says */
+            if (!cur->drv->is_protocol) {
+                st.flags |= BLK_STATUS_ZERO;
+            }
             break;
         }
         if (offset >= cur->backing->size) {

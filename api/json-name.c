@@ -54,6 +54,13 @@
  *     generic ones is kept (BlkOpenOptions.format_opts) and checked
  *     against the format found (open.c invariant 5), as QEMU applies a
  *     probed format's options.
+ *  9. An NBD export by QEMU's nbd options (driver=nbd: the image is the
+ *     NBD node itself, format "nbd"; or file.driver=nbd under a format):
+ *     server.type unix/inet with server.path or server.host and
+ *     server.port, QEMU's older path/host/port, export, and x-dirty-bitmap
+ *     (the meta context block status reads, nbd.c invariant 5), opened as
+ *     the URI block/nbd.c takes; TLS, reconnection and open-timeout are
+ *     refused.
  */
 #include "api/api.h"
 
@@ -251,6 +258,68 @@ static int file_option(const char *key, const char *value, GError **error)
     return -1;
 }
 
+/* Take flat's KEY (prefix + name) out of it: its value (g_free) or NULL. */
+static char *take(GHashTable *flat, const char *prefix, const char *name)
+{
+    g_autofree char *key = g_strconcat(prefix, name, NULL);
+    gpointer k = NULL, v = NULL;
+
+    if (!g_hash_table_steal_extended(flat, key, &k, &v)) {
+        return NULL;
+    }
+    g_free(k);
+    return v;
+}
+
+/* Invariant 9: QEMU's nbd options under prefix ("" for driver=nbd,
+ * "file." for a format over nbd) as the NBD URI block/nbd.c opens
+ * (*uri, g_free); x-dirty-bitmap is the meta context. */
+static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
+                            BlkOpenOptions *o, GError **error)
+{
+    static const char *const refused[] = {"tls-creds", "tls-hostname", "reconnect-delay",
+                                          "open-timeout"};
+    g_autofree char *type = take(flat, prefix, "server.type");
+    g_autofree char *spath = take(flat, prefix, "server.path");
+    g_autofree char *shost = take(flat, prefix, "server.host");
+    g_autofree char *sport = take(flat, prefix, "server.port");
+    g_autofree char *lpath = take(flat, prefix, "path");
+    g_autofree char *lhost = take(flat, prefix, "host");
+    g_autofree char *lport = take(flat, prefix, "port");
+    g_autofree char *export = take(flat, prefix, "export");
+    g_autofree char *bitmap = take(flat, prefix, "x-dirty-bitmap");
+    g_autofree char *exp = NULL;
+    const char *path = spath ? spath : lpath, *host = shost ? shost : lhost;
+    const char *port = sport ? sport : lport;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(refused); i++) {
+        g_autofree char *v = take(flat, prefix, refused[i]);
+        if (v) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "The nbd option '%s' is not supported by qimg", refused[i]);
+            return FALSE;
+        }
+    }
+    if (type && strcmp(type, "unix") != 0 && strcmp(type, "inet") != 0) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "NBD server type '%s' is not supported by qimg", type);
+        return FALSE;
+    }
+    exp = g_uri_escape_string(export ? export : "", NULL, FALSE);
+    if (path && !host && (!type || strcmp(type, "unix") == 0)) {
+        g_autofree char *sock = g_uri_escape_string(path, "/", FALSE);
+        *uri = g_strdup_printf("nbd+unix:///%s?socket=%s", exp, sock);
+    } else if (host && !path && (!type || strcmp(type, "inet") == 0)) {
+        *uri = g_strdup_printf(strchr(host, ':') ? "nbd://[%s]:%s/%s" : "nbd://%s:%s/%s",
+                               host, port ? port : "10809", exp);
+    } else {
+        g_set_error(error, QIMG_ERROR, EINVAL, "NBD server address missing");
+        return FALSE;
+    }
+    o->nbd_context = bitmap ? g_intern_string(bitmap) : NULL;
+    return TRUE;
+}
+
 /* Invariant 4: the layers collected in bsub and dsub onto *o. */
 static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_backing,
                              const char *driver, BlkOpenOptions *o, ApiOpenLayers *layers,
@@ -313,7 +382,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     } else if (from_image && !backing_driver_ok(driver, "qcow2", "raw", error)) {
         return FALSE;
     }
-    if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0) {
+    bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
+    if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
+        !nbd_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -324,6 +395,14 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     }
     if (from_image && !backing_driver_ok(fdrv, "file", NULL, error)) {
         return FALSE;
+    }
+    g_autofree char *nbd_uri = NULL; /* invariant 9 */
+    if (nbd_top || (!from_image && fdrv && strcmp(fdrv, "nbd") == 0)) {
+        if (!nbd_options(flat, nbd_top ? "" : "file.", &nbd_uri, o, error)) {
+            return FALSE;
+        }
+        file = nbd_uri;
+        fdrv = NULL;
     }
     if (fdrv && strcmp(fdrv, "file") != 0) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,

@@ -37,6 +37,9 @@ static gpointer register_once(gpointer unused)
     (void)unused;
     blk_driver_register(&blk_qcow2_driver);
     blk_driver_register(&blk_raw_driver);
+#ifdef QIMG_HAVE_LIBNBD
+    blk_driver_register(&blk_nbd_driver); /* driver=nbd: the node is the image */
+#endif
     return NULL;
 }
 
@@ -132,6 +135,14 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
 
     if (!drv) {
         drv = probe_format(file);
+    }
+    if (drv->is_protocol && file->drv != drv) { /* -f nbd on a file */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': File name string for NBD must start with "
+                    "'nbd:'",
+                    filename);
+        blk_close(file);
+        return NULL;
     }
     if (drv->is_protocol) {
         return file;

@@ -290,7 +290,7 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
         node = child ? blk_open_record(arg, child) : NULL;
     } else if (blk_is_nbd_name(filename)) {
 #ifdef QIMG_HAVE_LIBNBD
-        return blk_open_nbd(filename, opts->read_only);
+        return blk_open_nbd(filename, opts->read_only, opts->nbd_context);
 #else
         blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
                   filename);

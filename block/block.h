@@ -363,7 +363,12 @@ int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 /* The names block/nbd.c opens (with libnbd): libnbd's URIs (nbd://,
  * nbd+unix://, nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT. */
 bool blk_is_nbd_name(const char *filename);
-BlkNode *blk_open_nbd(const char *filename, bool read_only);
+/* context: the meta context block status reads (QEMU's x-dirty-bitmap),
+ * NULL for base:allocation (nbd.c invariant 5). */
+BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context);
+/* The NBD node's driver, registered as the format "nbd" (an image opened
+ * with driver=nbd is the node itself, as QEMU's). */
+extern const BlkDriver blk_nbd_driver;
 /* faulty-config.c: QEMU's blkdebug config file at path as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */
 int blk_faulty_config_rules(const char *path, char **rules);

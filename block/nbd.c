@@ -31,9 +31,14 @@
  *     a server without zeroes gets written zeros (unless NO_FALLBACK).
  *     FUA is the server's where it has it, else a flush after the write.
  *  5. Block status from base:allocation: HOLE means no DATA, ZERO means
- *     reads return zeros (QEMU's nbd client); without the context every
+ *     reads return zeros (QEMU's nbd client), a HOLE without ZERO is not
+ *     allocated at all (QEMU's block layer); without the context every
  *     range is data.  Writes bump write_gen, a good flush records it
- *     (block.h invariant 4).
+ *     (block.h invariant 4).  With another meta context (QEMU's
+ *     x-dirty-bitmap option: qemu:dirty-bitmap:NAME, qemu:allocation-depth)
+ *     its values are read as base:allocation's flags, as QEMU's client
+ *     reads them, and a server without it fails the open ("Could not
+ *     open image: Invalid argument", QEMU's words).
  */
 #include "block/block.h"
 
@@ -62,6 +67,7 @@ typedef struct NbdConn {
 
 typedef struct NbdState {
     char *name;
+    char *context; /* the meta context block status reads (invariant 5) */
     NbdConn c[NBD_CONNS];
     int nconns;
     bool stop; /* atomic */
@@ -336,7 +342,8 @@ static int connect_legacy(struct nbd_handle *h, const char *name)
     return -2;
 }
 
-static struct nbd_handle *connect_one(const char *name, int *legacy_err)
+static struct nbd_handle *connect_one(const char *name, const char *context,
+                                      int *legacy_err)
 {
     struct nbd_handle *h = nbd_create();
     int r;
@@ -344,7 +351,7 @@ static struct nbd_handle *connect_one(const char *name, int *legacy_err)
     if (!h) {
         return NULL;
     }
-    if (nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION) < 0) {
+    if (nbd_add_meta_context(h, context) < 0) {
         nbd_close(h);
         return NULL;
     }
@@ -409,6 +416,7 @@ static void nbd_node_close(BlkNode *img)
     }
     pthread_mutex_destroy(&s->lock);
     g_free(s->name);
+    g_free(s->context);
     g_free(s);
 }
 
@@ -578,15 +586,20 @@ typedef struct StatusReply {
 } StatusReply;
 
 /* Runs in the poller thread; the caller reads r after its wait. */
+typedef struct StatusCall {
+    StatusReply *r;
+    const char *context;
+} StatusCall;
+
 static int status_cb(void *opaque, const char *context, uint64_t offset,
                      uint32_t *entries, size_t nr_entries, int *error)
 {
-    StatusReply *r = opaque;
+    StatusCall *c = opaque;
+    StatusReply *r = c->r;
 
     (void)offset;
     (void)error;
-    if (strcmp(context, LIBNBD_CONTEXT_BASE_ALLOCATION) == 0 && nr_entries >= 2 &&
-        !r->got) {
+    if (strcmp(context, c->context) == 0 && nr_entries >= 2 && !r->got) {
         r->len = entries[0];
         r->flags = entries[1];
         r->got = true;
@@ -600,7 +613,8 @@ static int nbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
 {
     NbdState *s = img->opaque;
     StatusReply r = {0};
-    nbd_extent_callback ext = {.callback = status_cb, .user_data = &r};
+    StatusCall call = {.r = &r, .context = s->context};
+    nbd_extent_callback ext = {.callback = status_cb, .user_data = &call};
     NbdWait w;
     int ret;
 
@@ -619,14 +633,15 @@ static int nbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
         return ret;
     }
     if (!r.got || r.len == 0) {
-        return blk_error(EIO,
-                         "NBD server '%s' sent no base:allocation extent at %" PRIu64,
-                         s->name, offset);
+        return blk_error(EIO, "NBD server '%s' sent no %s extent at %" PRIu64, s->name,
+                         s->context, offset);
     }
     st->pnum = MIN(r.len, bytes);
-    st->flags = BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID |
-                (r.flags & LIBNBD_STATE_HOLE ? 0 : BLK_STATUS_DATA) |
+    st->flags = (r.flags & LIBNBD_STATE_HOLE ? 0 : BLK_STATUS_DATA) |
                 (r.flags & LIBNBD_STATE_ZERO ? BLK_STATUS_ZERO : 0);
+    if (st->flags) { /* a hole that does not read as zeros: not there (QEMU) */
+        st->flags |= BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
+    }
     return 0;
 }
 
@@ -642,7 +657,7 @@ static bool nbd_node_has_zero_init(BlkNode *img)
     return false; /* an export holds whatever it held */
 }
 
-static const BlkDriver nbd_driver = {
+const BlkDriver blk_nbd_driver = {
     .format_name = "nbd",
     .is_protocol = true,
     .close = nbd_node_close,
@@ -677,7 +692,7 @@ static int start_pollers(NbdState *s)
     return 0;
 }
 
-BlkNode *blk_open_nbd(const char *filename, bool read_only)
+BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
 {
     NbdState *s = g_new0(NbdState, 1);
     BlkNode *img;
@@ -685,14 +700,15 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only)
     int64_t size, maxb, minb;
 
     s->name = g_strdup(filename);
+    s->context = g_strdup(context ? context : LIBNBD_CONTEXT_BASE_ALLOCATION);
     pthread_mutex_init(&s->lock, NULL);
     for (int i = 0; i < NBD_CONNS; i++) {
         s->c[i].efd = -1;
         s->c[i].stop_flag = &s->stop;
     }
-    s->c[0].h = connect_one(filename, &legacy_err);
+    s->c[0].h = connect_one(filename, s->context, &legacy_err);
     img = g_new0(BlkNode, 1);
-    img->drv = &nbd_driver;
+    img->drv = &blk_nbd_driver;
     img->opaque = s;
     img->filename = g_strdup(filename);
     if (!s->c[0].h) {
@@ -738,10 +754,16 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only)
     s->can_fua = nbd_can_fua(s->c[0].h) == 1;
     s->can_trim = nbd_can_trim(s->c[0].h) == 1;
     s->can_flush = nbd_can_flush(s->c[0].h) == 1;
-    s->has_status = nbd_can_meta_context(s->c[0].h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+    s->has_status = nbd_can_meta_context(s->c[0].h, s->context) == 1;
+    if (context && !s->has_status) { /* invariant 5 */
+        blk_error(EINVAL, "Could not open '%s': Could not open image: Invalid argument",
+                  filename);
+        blk_close(img);
+        return NULL;
+    }
     if (nbd_can_multi_conn(s->c[0].h) == 1) { /* invariant 1 */
         while (s->nconns < NBD_CONNS) {
-            struct nbd_handle *h = connect_one(filename, &legacy_err);
+            struct nbd_handle *h = connect_one(filename, s->context, &legacy_err);
             if (!h) {
                 break;
             }

@@ -75,6 +75,7 @@ typedef struct BlkOpenOptions {
     bool l2_cache_size_set, refcount_cache_size_set, l2_cache_entry_size_set;
     uint64_t l2_cache_size, refcount_cache_size, l2_cache_entry_size;
     int lazy_refcounts;
+    const char *nbd_context; /* NBD meta context (x-dirty-bitmap), or NULL */
     /* qcow2's overlap-check: the template's kinds (overlap_set: given;
      * else QEMU's "cached"), then the overlap-check.KIND switches on and
      * off (bits of qcow2.h's QCOW2_OL_*) */

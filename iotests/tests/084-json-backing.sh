@@ -238,8 +238,8 @@ assert_eq "the backing option's data" 0 "$(grep -c 'failed\|rror' m.out)"
 "$QIMG" io -c 'read -P 6 0 64k' "json:{$DF,\"data-file\":{\"driver\":\"file\",\"filename\":\"d2.raw\"}}" >m.out 2>&1
 assert_eq "the data-file option's data" 0 "$(grep -c 'failed\|rror' m.out)"
 # qimg's own refusals: another protocol for a layer, nested layers
-"$QIMG" map "json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"nbd\",\"path\":\"/x\"}}}" >m.out 2>&1
-assert_eq "backing option over nbd" "qimg: Could not open 'json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"nbd\",\"path\":\"/x\"}}}': Could not open backing file: qimg opens images only through the file protocol (file.driver 'nbd')" "$(cat m.out)"
+"$QIMG" map "json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"ssh\",\"path\":\"/x\"}}}" >m.out 2>&1
+assert_eq "backing option over ssh" "qimg: Could not open 'json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"ssh\",\"path\":\"/x\"}}}': Could not open backing file: qimg opens images only through the file protocol (file.driver 'ssh')" "$(cat m.out)"
 "$QIMG" map "json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}" >m.out 2>&1
 assert_eq "data-file option over blkdebug" "qimg: Could not open 'json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}': qimg opens a data file only as a plain file: driver 'blkdebug' refused" "$(cat m.out)"
 
