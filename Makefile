@@ -49,7 +49,7 @@ test: build build-asan build-tsan build-fuzz
 	@scripts/run-tests.sh
 
 check-long: build
-	scripts/aio-stress.sh 100
+	scripts/aio-stress.sh 50
 	QIMG_LONG=1 QIMG=$(CURDIR)/build/tools/qimg iotests/run
 
 fuzz: build-fuzz
