@@ -63,7 +63,7 @@
 #include <errno.h>
 #include <inttypes.h>
 
-static int qcow2_probe(const uint8_t *buf, size_t len)
+static int qcow2_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     /* QEMU: the magic and version >= 2 (qcow v1 shares the magic); a short
      * header is then refused by open with a message, not read as raw. */
