@@ -92,6 +92,9 @@ int cmd_bitmap(int argc, char **argv)
         {"merge", required_argument, NULL, OPT_MERGE},
         {"object", required_argument, NULL, OPT_OBJECT},
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"granularity", required_argument, NULL, 'g'},
+        {"source-file", required_argument, NULL, 'b'},
+        {"source-format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;

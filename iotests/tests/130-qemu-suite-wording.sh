@@ -14,9 +14,11 @@
 #  - check -r all of a refcount block whose end would overflow: "ERROR
 #    could not resize image: Invalid argument" (108);
 #  - an image marked corrupt during a write closes without a further
-#    "Failed to flush" line (305), and with the exit code qemu-io has.
+#    "Failed to flush" line (305), and with the exit code qemu-io has;
+#  - bitmap's long options --granularity, --source-file, --source-format
+#    (190): the bitmaps they add and merge, as qemu-img reads them back.
 . "$(dirname "$0")/../common.sh"
-requires qimg qemu-img python3
+requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 
 # ---- feature-name table (036) ----
 qi create -q -f qcow2 f.qcow2 64M
@@ -116,5 +118,28 @@ mrc=$?
 assert_eq "305: exit code" "$qrc" "$mrc"
 assert_eq "305: stdout" "$(cat cq.out)" "$(cat cm.out)"
 assert_eq "305: stderr" "$(sed 's/^qemu-io: /qimg: /' cq.err)" "$(cat cm.err)"
+
+# ---- bitmap --granularity, --source-file, --source-format (190) ----
+# bitmaps T TOOL...: TOOL adds b1 (512 bytes) and b2 (2M) to gT.qcow2 and
+# merges sT.qcow2's bitmap src (64k dirty at 1M) into b2
+bitmaps() {
+    local t=$1
+    shift
+    qi create -q -f qcow2 "g$t.qcow2" 64M
+    qi create -q -f qcow2 "s$t.qcow2" 64M
+    qi bitmap --add -f qcow2 "s$t.qcow2" src
+    qio "s$t.qcow2" 'write 1M 64k'
+    "$@" --add --granularity 512 -f qcow2 "g$t.qcow2" b1 &&
+        "$@" --add --granularity 2M -f qcow2 "g$t.qcow2" b2 &&
+        "$@" --merge src --source-file "s$t.qcow2" --source-format qcow2 -f qcow2 \
+            "g$t.qcow2" b2
+    echo "rc $?"
+}
+assert_eq "190: bitmap long options: exit codes" "$(bitmaps q "$QEMU_IMG" bitmap 2>&1)" \
+    "$(bitmaps m "$QIMG" bitmap 2>&1)"
+assert_eq "190: the bitmaps added and merged" \
+    "$("$QEMU_IMG" info --output=json gq.qcow2 | sed -n '/"bitmaps"/,/]/p')" \
+    "$("$QEMU_IMG" info --output=json gm.qcow2 | sed -n '/"bitmaps"/,/]/p')"
+assert_eq "190: the merged bits" "$(dirty_map gq.qcow2 b2 2>&1)" "$(dirty_map gm.qcow2 b2 2>&1)"
 
 finish
