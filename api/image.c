@@ -59,23 +59,22 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error)
     return TRUE;
 }
 
-/* A layer's failure (backing or data file) under a json: name: QEMU names
- * the json: name only, not the image file (path) as well. */
+/* A failure under a json: name -- the format's own (a bad header, the
+ * wrong key) or a layer's (backing or data file): QEMU names the json:
+ * name only, not the image file (path) as well; the file's own failure
+ * (the bare strerror) keeps its name. */
 static void drop_layer_prefix(GError *err, const char *path)
 {
     g_autofree char *layer = g_strdup_printf("Could not open '%s': ", path);
-    const char *rest;
+    char *m;
 
-    if (!g_str_has_prefix(err->message, layer)) {
+    if (!g_str_has_prefix(err->message, layer) ||
+        strcmp(err->message + strlen(layer), g_strerror(err->code)) == 0) {
         return;
     }
-    rest = err->message + strlen(layer);
-    if (g_str_has_prefix(rest, "Could not open ") ||
-        g_str_has_prefix(rest, "'data-file' can only")) {
-        char *m = g_strdup(rest);
-        g_free(err->message);
-        err->message = m;
-    }
+    m = g_strdup(err->message + strlen(layer));
+    g_free(err->message);
+    err->message = m;
 }
 
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,

@@ -383,9 +383,6 @@ static int amend_locked(Qcow2State *s, const AmendPlan *plan, Qcow2AmendProgress
 
 int qcow2_amend(BlkNode *img, const BlkAmendOptions *opts)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2AmendProgress p = {.opts = opts, .last = -1};
     AmendPlan plan;

@@ -23,6 +23,10 @@ typedef struct CreateParams {
     const char *backing_file;
     const char *backing_format;
     uint64_t size;
+    /* encrypt.format=luks (crypt.c): the secret's id and the LUKS options */
+    bool encrypt;
+    const char *key_secret;
+    CryptoLuksParams luks;
 } CreateParams;
 
 /* create-params.c */

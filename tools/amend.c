@@ -140,7 +140,7 @@ int cmd_amend(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    oo.secret_values = tool_secret_table();
     const char *fmt = NULL, *cache = "writeback";
     g_autofree char *optlist = NULL;
     g_autoptr(QimgImage) img = NULL;

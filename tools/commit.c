@@ -95,7 +95,7 @@ int cmd_commit(int argc, char **argv)
     GError *err = NULL;
     int c;
 
-    oo.secrets = tool_secret_table();
+    oo.secret_values = tool_secret_table();
     oo.cache = QIMG_CACHE_WRITEBACK;
     oo.backing_shared_write = true; /* the base is written beside the chain */
     while ((c = getopt_long(argc, argv, ":f:ht:b:dpqr:", longopts, NULL)) != -1) {

@@ -108,9 +108,9 @@ int cmd_dd(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    oo.secret_values = tool_secret_table();
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
-    co.secrets = tool_secret_table();
+    co.secret_values = tool_secret_table();
     const char *out_fmt = "raw";
     DdArgs a = {.bs = 512};
     g_autoptr(QimgImage) src = NULL;
@@ -187,7 +187,7 @@ int cmd_dd(int argc, char **argv)
         return 1;
     }
     QimgOpenOptions doo = QIMG_OPEN_OPTIONS_INIT;
-    doo.secrets = tool_secret_table();
+    doo.secret_values = tool_secret_table();
     doo.format = out_fmt;
     doo.cache = QIMG_CACHE_WRITEBACK;
     dst = qimg_image_open(a.out, &doo, &err);

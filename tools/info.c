@@ -343,7 +343,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
                             bool image_opts, bool backing_name)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    oo.secret_values = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     QimgInfo *info;

@@ -31,9 +31,8 @@ static const ToolOptDesc raw_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
-/* Print order of qemu-img 7.2's "Formatting" line.  The encryption
- * options are known so that create refuses them as qemu-img does without
- * a secret (qcow2/create-params.c: qimg has no encryption). */
+/* Print order of qemu-img 7.2's "Formatting" line (the encryption options
+ * are qcow2/create-params.c's). */
 static const ToolOptDesc qcow2_opts[] = {
     {"encryption", TOOL_OPT_BOOL,
      "Encrypt the image with format 'aes'. (Deprecated in favor of encrypt.format=aes)",
@@ -385,6 +384,11 @@ static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char 
         unsigned long long n;
         errno = 0;
         n = strtoull(raw, &end, 0);
+        if (end != raw && !*end && errno == ERANGE) { /* QemuOpts' words */
+            msg = g_strdup_printf("Value '%s' is too large for parameter '%s'", raw,
+                                  d->name);
+            break;
+        }
         if (end == raw || *end || errno || strchr(raw, '-')) {
             msg = g_strdup_printf("Parameter '%s' expects a number", d->name);
             break;
@@ -502,4 +506,12 @@ static GPtrArray *opts_parse(const char *list, const ToolOptDesc *descs,
 fail:
     g_ptr_array_unref(opts);
     return NULL;
+}
+
+const char *tool_opts_key_secret(GPtrArray *opts)
+{
+    const char *k = tool_opts_get(opts, "encrypt.key-secret");
+
+    /* interned: the caller outlives opts */
+    return g_intern_string(k ? k : tool_opts_get(opts, "key-secret"));
 }

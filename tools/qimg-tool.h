@@ -176,6 +176,10 @@ void tool_opts_set(GPtrArray *opts, const char *key, const char *value,
 void tool_opts_remove(GPtrArray *opts, const char *key);
 /* key -> normalised value, for QimgCreateOptions.options. */
 GHashTable *tool_opts_to_hash(GPtrArray *opts);
+/* The key of a new encrypted image as its -o list names it
+ * (encrypt.key-secret for qcow2, key-secret for luks), or NULL: what
+ * qemu-img opens the image it created with (convert, dd). */
+const char *tool_opts_key_secret(GPtrArray *opts);
 
 /* ---- output (output.c) ---- */
 
