@@ -131,6 +131,9 @@ QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
     api_open_options(&in, &o);
     o.format = layer->node->drv->format_name;
     o.reopen = true; /* qcow2.c invariant 8: QEMU reopens it, quietly */
+    if (!o.key_secret) {
+        o.key_secret = layer->node->opts.key_secret; /* the layer's key, as QEMU */
+    }
     blk_error_clear();
     /* the protocol stack of top's file: a recorded top records it too */
     file = blk_open_file_like(top->node->file, name, &o, BLK_ROLE_PROTOCOL);

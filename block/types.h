@@ -58,6 +58,9 @@ typedef struct BlkOpenOptions {
     const char *key_secret;
     GHashTable *secrets;
     bool secret_values;
+    /* An open node of the same image whose key this open takes instead of
+     * unlocking one (a snapshot view of an encrypted image, api/) */
+    const struct BlkNode *key_from;
     /* PBKDF2 iterations a LUKS header may ask for; 0: the default
      * (crypto/luks.h CRYPTO_LUKS_DEFAULT_MAX_ITERATIONS) */
     uint32_t luks_max_iterations;
@@ -72,6 +75,12 @@ typedef struct BlkOpenOptions {
     const char *backing_path;
     const struct BlkOpenOptions *backing_opts;
     const char *data_file_path;
+    /* The key-secrets of the image's own backing chain, from
+     * backing.encrypt.key-secret, backing.backing.encrypt.key-secret, ...
+     * (json-name.c invariant 6): n_backing_keys entries, the first for
+     * the backing file, "" for a layer without one. */
+    const char *const *backing_keys;
+    size_t n_backing_keys;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

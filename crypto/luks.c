@@ -341,12 +341,33 @@ int crypto_luks_store_key(CryptoLuksHeader *h, const CryptoLuksIO *io, unsigned 
 
 /* ---- a new volume ---- */
 
+/* cryptsetup's layout (QEMU's too): after the 4 KiB header, each slot's
+ * material rounded up to 4 KiB; the sector of slot i's material. */
+static uint64_t slot_sector(uint32_t key_bytes, unsigned i)
+{
+    return CRYPTO_LUKS_ALIGN_SECTORS +
+           i * ROUND_UP(crypto_luks_material_sectors(key_bytes, CRYPTO_LUKS_STRIPES),
+                        CRYPTO_LUKS_ALIGN_SECTORS);
+}
+
+int64_t crypto_luks_params_area_len(const CryptoLuksParams *p)
+{
+    CryptoCipherAlg essiv;
+
+    if (p->spec.ivgen == CRYPTO_IVGEN_ESSIV &&
+        crypto_essiv_cipher(p->spec.alg, p->spec.ivgen_hash, &essiv) < 0) {
+        return -ENOTSUP;
+    }
+    return (int64_t)(slot_sector((uint32_t)crypto_spec_key_len(&p->spec),
+                                 CRYPTO_LUKS_NUM_SLOTS) *
+                     CRYPTO_SECTOR_SIZE);
+}
+
 int crypto_luks_format(const CryptoLuksParams *p, uint32_t max_iterations,
                        CryptoLuksHeader *h, uint8_t **mk)
 {
     g_autofree char *uuid = g_uuid_string_random();
     CryptoCipherAlg essiv;
-    uint64_t material;
     uint32_t iters;
     uint8_t *key;
     int ret;
@@ -401,18 +422,12 @@ int crypto_luks_format(const CryptoLuksParams *p, uint32_t max_iterations,
         crypto_secure_free(key);
         return ret;
     }
-    /* cryptsetup's layout (QEMU's too): after the 4 KiB header, each slot's
-     * material rounded up to 4 KiB */
-    material = ROUND_UP(crypto_luks_material_sectors(h->key_bytes, CRYPTO_LUKS_STRIPES),
-                        CRYPTO_LUKS_ALIGN_SECTORS);
     for (unsigned i = 0; i < CRYPTO_LUKS_NUM_SLOTS; i++) {
         h->slots[i].active = CRYPTO_LUKS_SLOT_DISABLED;
         h->slots[i].stripes = CRYPTO_LUKS_STRIPES;
-        h->slots[i].key_offset_sector =
-            (uint32_t)(CRYPTO_LUKS_ALIGN_SECTORS + i * material);
+        h->slots[i].key_offset_sector = (uint32_t)slot_sector(h->key_bytes, i);
     }
-    h->payload_offset_sector =
-        (uint32_t)(CRYPTO_LUKS_ALIGN_SECTORS + CRYPTO_LUKS_NUM_SLOTS * material);
+    h->payload_offset_sector = (uint32_t)slot_sector(h->key_bytes, CRYPTO_LUKS_NUM_SLOTS);
     *mk = key;
     return 0;
 }

@@ -46,6 +46,9 @@ int crypto_luks_supported(const CryptoLuksHeader *h);
 
 /* aes-256, xts, plain64, sha256, 2000 ms. */
 void crypto_luks_params_init(CryptoLuksParams *p);
+/* The bytes a new volume's header and key material take (qemu-img
+ * measure); -errno with QEMU's message for parameters it refuses. */
+int64_t crypto_luks_params_area_len(const CryptoLuksParams *p);
 
 /* A new header (uuid, salts, master-key digest and its iterations, every
  * slot's place, no slot active) and its master key (*mk: secure memory,

@@ -38,6 +38,9 @@
  *     its cluster comes from this table, else it gets a new zeroed cluster
  *     (QEMU 7.2 zeroes a cluster a snapshot still reads, destroying the
  *     snapshot's data; we do not).  New clusters have the table's refcount.
+ *     On an encrypted image the zeros are encrypted zeros (crypt.c
+ *     invariant 1; QEMU 7.2 writes plain zeros there, which then read back
+ *     as garbage).
  *     In batches of tables of one L1 table: the new refcounts and the
  *     zeros durable, then the tables (written, synced), then the dropped
  *     references are freed; a table named again is read only after its

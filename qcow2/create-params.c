@@ -141,6 +141,35 @@ static int encryption(const BlkCreateOptions *opts, bool late, CreateParams *p)
     return 1;
 }
 
+/* qemu-img measure with encrypt.format: the secret it would key the
+ * header with must exist; luks: the header's size from the options. */
+static int measure_encryption(const BlkCreateOptions *opts, CreateParams *p)
+{
+    const char *fmt = opt_get(opts, "encrypt.format");
+    const char *secret = opt_get(opts, "encrypt.key-secret");
+    bool luks = fmt && strcmp(fmt, "luks") == 0;
+    int64_t len;
+
+    if (luks && crypto_luks_params_parse(opts->options, "encrypt.", &p->luks) < 0) {
+        return -EINVAL;
+    }
+    if (!secret) {
+        return param_error("Parameter 'encrypt.key-secret' is required for cipher");
+    }
+    if (!opts->secrets || !g_hash_table_contains(opts->secrets, secret)) {
+        blk_error(EINVAL, "No secret with id '%s'", secret);
+        return -EINVAL;
+    }
+    if (luks) {
+        len = crypto_luks_params_area_len(&p->luks);
+        if (len < 0) {
+            return (int)len;
+        }
+        p->luks_area = (uint64_t)len;
+    }
+    return 0;
+}
+
 int create_parse_compat(const char *v)
 {
     if (!v || strcmp(v, "1.1") == 0 || strcmp(v, "v3") == 0) {
@@ -367,9 +396,11 @@ int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p)
     switch (encryption(opts, false, p)) {
     case 0:
         break;
-    case 1: /* qemu-img would add the LUKS header: qimg cannot size it */
-        blk_error(ENOTSUP, "qimg cannot measure encrypted images (encrypt.format)");
-        return -ENOTSUP;
+    case 1: /* qemu-img makes the LUKS header to size it: its checks */
+        if (measure_encryption(opts, p) < 0) {
+            return -EINVAL;
+        }
+        break;
     default:
         return -EINVAL;
     }

@@ -27,6 +27,7 @@ typedef struct CreateParams {
     bool encrypt;
     const char *key_secret;
     CryptoLuksParams luks;
+    uint64_t luks_area; /* measure: the LUKS header area\'s bytes, or 0 */
 } CreateParams;
 
 /* create-params.c */

@@ -38,6 +38,10 @@
  *  6. Compressed clusters of an encrypted image are read as QEMU writes
  *     them -- not encrypted (qemu-io write -c stores them in the clear) --
  *     and qimg writes none (compress.c refuses).
+ *  7. A second node on an open image (a snapshot view, api/vmstate-api.c)
+ *     takes the first's key (BlkOpenOptions.key_from) instead of a
+ *     passphrase, which the library does not keep past an open; the LUKS
+ *     uuid must match, so a key is never used on another image.
  */
 #include "qcow2/qcow2.h"
 
@@ -197,6 +201,26 @@ static int open_aes(Qcow2State *s, const uint8_t *pw, size_t len)
     return s->crypto ? 0 : -EINVAL;
 }
 
+/* Invariant 7: the key of another open node of the same image. */
+static int key_from(Qcow2State *s, const Qcow2State *o)
+{
+    const CryptoSpec aes = {.alg = CRYPTO_CIPHER_AES_128,
+                            .mode = CRYPTO_MODE_CBC,
+                            .ivgen = CRYPTO_IVGEN_PLAIN64};
+    const uint8_t *key;
+    size_t len;
+
+    if (!o->crypto || o->header.crypt_method != s->header.crypt_method ||
+        (s->luks && (!o->luks || strcmp(o->luks->uuid, s->luks->uuid) != 0))) {
+        return blk_error(EINVAL, "'%s' cannot share the key of '%s'", s->img->filename,
+                         o->img->filename);
+    }
+    key = crypto_block_key(o->crypto, &len);
+    s->crypto = crypto_block_new(s->luks ? &s->luks->spec : &aes, key, len);
+    s->crypt_physical = o->crypt_physical;
+    return s->crypto ? 0 : -EINVAL;
+}
+
 int qcow2_crypt_open(Qcow2State *s, const BlkOpenOptions *opts, bool metadata_only)
 {
     CryptoSecrets secrets = {.table = opts ? opts->secrets : NULL,
@@ -221,6 +245,9 @@ int qcow2_crypt_open(Qcow2State *s, const BlkOpenOptions *opts, bool metadata_on
     }
     if (metadata_only) {
         return 0; /* invariant 2 */
+    }
+    if (opts->key_from && opts->key_from->drv == &blk_qcow2_driver) {
+        return key_from(s, opts->key_from->opaque); /* invariant 7 */
     }
     /* header.c invariant 7 made sure a secret was named and exists */
     ret = crypto_secret_passphrase(&secrets, opts->key_secret, &pw, &pwlen);

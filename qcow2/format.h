@@ -403,6 +403,7 @@ typedef struct Qcow2CryptOpen {
     bool metadata_only;     /* read-only, no guest data (qemu-img info's open) */
     const char *key_secret; /* encrypt.key-secret given, NULL: none */
     bool secret_exists;     /* the caller has a secret of that id */
+    bool key_from;          /* the key comes from an open node instead */
 } Qcow2CryptOpen;
 
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,

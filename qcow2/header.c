@@ -35,7 +35,8 @@
  *     'encrypt.key-secret' is required for cipher") and an unknown secret
  *     ("No secret with id 'X'"), checked after the extensions (QEMU checks
  *     the encryption header offset's alignment first).  An unencrypted
- *     image does not look its key-secret up, as QEMU.  The LUKS header
+ *     image does not look its key-secret up, as QEMU; nor does a re-read
+ *     of the header of an image open already (backing.c).  The LUKS header
  *     and the key are crypt.c's.
  */
 #include "qcow2/qcow2.h"
@@ -342,8 +343,8 @@ static int check_encryption(const Qcow2Header *h, const Qcow2Extensions *ext,
     if (h->crypt_method == QCOW2_CRYPT_NONE) {
         return 0; /* as QEMU: a key-secret is not looked up */
     }
-    if (!crypt || !crypt->metadata_only) {
-        if (!crypt || !crypt->key_secret) {
+    if (crypt && !crypt->metadata_only && !crypt->key_from) { /* NULL: a re-read */
+        if (!crypt->key_secret) {
             return blk_error(EINVAL,
                              "Parameter 'encrypt.key-secret' is required for cipher");
         }

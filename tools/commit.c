@@ -164,6 +164,7 @@ int cmd_commit(int argc, char **argv)
 
     /* fact 2: the base, read-write beside the chain's read-only view */
     bo.cache = oo.cache;
+    bo.secret_values = oo.secret_values; /* the base's key, if encrypted */
     base = qimg_image_open_layer(img, chain_base, &bo, &err);
     if (!base) {
         tool_report_open_error(qimg_image_filename(chain_base), err);

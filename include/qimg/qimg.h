@@ -149,7 +149,9 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
 /* Open a layer of top's backing chain (qimg_image_backing()) a second
  * time, with opts (read-write for qimg commit's base; the chain must have
  * been opened with backing_shared_write), through the same protocol
- * layers as top's own file (0.6). */
+ * layers as top's own file (0.6).  An encrypted layer is opened with the
+ * key it was opened with, unless opts names another (0.9; its value comes
+ * from opts' secret_values). */
 QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
                                  const QimgOpenOptions *opts, GError **error);
 /* Flushes (unless read-only) and closes; returns FALSE if the final flush
