@@ -14,7 +14,7 @@
 #  - encrypt.key-secret in --image-opts and json: names: info as
 #    qemu-img's (no secret is looked up); other commands refuse a missing
 #    secret in qemu-img's words and run as qemu-img's with an existing one
-#    (086 tests the data paths);
+#    (100 and 101 test the data paths);
 #  - --object: each of qemu-img's error cases in its words; a valid,
 #    unreferenced secret is accepted; a reference to a missing secret is
 #    qemu-img's error; creating an AES image is refused and writes
@@ -281,7 +281,7 @@ for img in luks aes; do
             "$Q_RC ${Q_ERR##*: }" "$M_RC ${M_ERR##*: }"
         assert_eq "$cmd of $img with a missing key-secret" "1 No secret with id 's0'" \
             "$M_RC ${M_ERR##*: }"
-        # with the key: as qemu-img (086 tests the data paths)
+        # with the key: as qemu-img (100 and 101 test the data paths)
         # shellcheck disable=SC2086
         same_as_qemu_err $cmd $S --image-opts driver=qcow2,file.filename=$img.qcow2,$K
     done
