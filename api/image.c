@@ -588,8 +588,15 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     BlkNode *node = img->node;
     BlkInfo bi = {0};
 
-    if (node->opts.key_secret) {
+    if (node->opts.key_secret && strcmp(node->drv->format_name, "luks") == 0) {
         /* json-name.c invariant 4: QEMU keeps the option in the name */
+        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        info->filename = g_strdup_printf("json:{\"driver\": \"luks\", \"file\": "
+                                         "{\"driver\": \"file\", \"filename\": \"%s\"}, "
+                                         "\"key-secret\": \"%s\"}",
+                                         f, k);
+    } else if (node->opts.key_secret) {
         g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
         g_autofree char *f = g_strescape(node->filename, NULL);
         info->filename =

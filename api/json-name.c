@@ -26,7 +26,8 @@
  *     take them) is refused with a message naming it.  Nothing is accepted and ignored.
  *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
  *     a bad one is "Parameter 'KEY' expects ...".
- *  4. qcow2's encrypt.key-secret is kept for the qcow2 driver, which
+ *  4. qcow2's encrypt.key-secret (luks' key-secret) is kept for the driver,
+ *     which
  *     unlocks an encrypted image opened for its data with it (qcow2.c
  *     invariant 10) and, as QEMU, does not look it up otherwise; the image
  *     is then named as QEMU names it (qimg info).
@@ -308,7 +309,8 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool fro
     } else if (from_image && !backing_driver_ok(driver, "qcow2", "raw", error)) {
         return FALSE;
     }
-    if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0) {
+    if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
+        strcmp(driver, "luks") != 0) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -394,6 +396,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path, bool fro
         } else if (driver && strcmp(driver, "qcow2") == 0 &&
                    strcmp(key, "encrypt.key-secret") == 0) {
             o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
+        } else if (driver && strcmp(driver, "luks") == 0 &&
+                   strcmp(key, "key-secret") == 0) {
+            o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
         } else if (driver && strcmp(driver, "qcow2") == 0 &&
                    (strcmp(key, "cache-size") == 0 ||
                     strcmp(key, "l2-cache-size") == 0)) {

@@ -21,6 +21,7 @@
  */
 #include "api/api.h"
 #include "qcow2/qcow2.h"
+#include "luks/luks.h"
 #include "raw/raw.h"
 
 #include <errno.h>
@@ -34,6 +35,7 @@ static gpointer register_once(gpointer unused)
     (void)unused;
     blk_driver_register(&blk_qcow2_driver);
     blk_driver_register(&blk_raw_driver);
+    blk_driver_register(&blk_luks_driver);
     return NULL;
 }
 

@@ -5,6 +5,7 @@
 #ifndef QIMG_CRYPTO_LUKS_CODEC_H
 #define QIMG_CRYPTO_LUKS_CODEC_H
 
+#include "block/types.h"
 #include "crypto/cipher.h"
 
 #include <stdbool.h>
@@ -111,6 +112,9 @@ void crypto_luks_encode(const CryptoLuksHeader *h, uint8_t *buf);
 /* Sectors of one slot's key material for key_bytes and stripes (whole
  * sectors, as cryptsetup writes it). */
 uint64_t crypto_luks_material_sectors(uint32_t key_bytes, uint32_t stripes);
+/* What qemu-img info shows of a LUKS header: offsets in bytes, iterations
+ * and stripes of active slots only. */
+void crypto_luks_info(const CryptoLuksHeader *h, BlkEncryptInfo *e);
 /* Is the slot enabled? */
 static inline bool crypto_luks_slot_active(const CryptoLuksHeader *h, unsigned i)
 {

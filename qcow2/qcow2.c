@@ -553,30 +553,6 @@ static int64_t qcow2_get_allocated_size(BlkNode *img)
     return blk_get_allocated_size(img->file);
 }
 
-/* What qemu-img info shows of a LUKS header: offsets in bytes, iterations
- * and stripes of active slots only. */
-static void encrypt_info(const CryptoLuksHeader *l, BlkEncryptInfo *e)
-{
-    e->luks = true;
-    g_strlcpy(e->cipher_alg, crypto_cipher_alg_name(l->spec.alg), sizeof(e->cipher_alg));
-    e->cipher_mode = crypto_mode_name(l->spec.mode);
-    e->ivgen_alg = crypto_ivgen_name(l->spec.ivgen);
-    e->ivgen_hash_alg =
-        l->spec.ivgen == CRYPTO_IVGEN_ESSIV ? crypto_hash_name(l->spec.ivgen_hash) : NULL;
-    e->hash_alg = crypto_hash_name(l->hash);
-    g_strlcpy(e->uuid, l->uuid, sizeof(e->uuid));
-    e->payload_offset = crypto_luks_area_len(l);
-    e->master_key_iters = l->mk_iterations;
-    _Static_assert(BLK_LUKS_SLOTS == CRYPTO_LUKS_NUM_SLOTS, "LUKS1 has 8 key slots");
-    for (size_t i = 0; i < CRYPTO_LUKS_NUM_SLOTS; i++) {
-        const CryptoLuksSlot *k = &l->slots[i];
-        e->slots[i].active = k->active == CRYPTO_LUKS_SLOT_ENABLED;
-        e->slots[i].key_offset = (uint64_t)k->key_offset_sector * CRYPTO_SECTOR_SIZE;
-        e->slots[i].iters = e->slots[i].active ? k->iterations : 0;
-        e->slots[i].stripes = e->slots[i].active ? k->stripes : 0;
-    }
-}
-
 static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 {
     Qcow2State *s = img->opaque;
@@ -587,7 +563,7 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
     info->dirty = s->incompatible_features & QCOW2_INCOMPAT_DIRTY;
     info->encrypted = s->encrypted;
     if (s->luks) {
-        encrypt_info(s->luks, &info->encrypt);
+        crypto_luks_info(s->luks, &info->encrypt);
     }
     info->format_specific = true;
     g_free(info->compat);

@@ -31,6 +31,24 @@ static const ToolOptDesc raw_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
+/* The luks format's, in the order of qemu-img 7.2's "Formatting" line
+ * (checks: luks/luks.c; preallocation is the file protocol's). */
+static const ToolOptDesc luks_opts[] = {
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {"key-secret", TOOL_OPT_STRING,
+     "ID of the secret that provides the keyslot passphrase", NULL, false},
+    {"cipher-alg", TOOL_OPT_STRING, "Name of encryption cipher algorithm", NULL, false},
+    {"cipher-mode", TOOL_OPT_STRING, "Name of encryption cipher mode", NULL, false},
+    {"ivgen-alg", TOOL_OPT_STRING, "Name of IV generator algorithm", NULL, false},
+    {"ivgen-hash-alg", TOOL_OPT_STRING, "Name of IV generator hash algorithm", NULL,
+     false},
+    {"hash-alg", TOOL_OPT_STRING, "Name of encryption hash algorithm", NULL, false},
+    {"iter-time", TOOL_OPT_NUMBER, "Time to spend in PBKDF in milliseconds", NULL, false},
+    {"preallocation", TOOL_OPT_STRING,
+     "Preallocation mode (allowed values: off, falloc, full)", NULL, true},
+    {NULL, 0, NULL, NULL, false},
+};
+
 /* Print order of qemu-img 7.2's "Formatting" line (the encryption options
  * are qcow2/create-params.c's). */
 static const ToolOptDesc qcow2_opts[] = {
@@ -143,6 +161,9 @@ const ToolOptDesc *tool_create_opts(const char *format)
     }
     if (strcmp(format, "qcow2") == 0) {
         return qcow2_opts;
+    }
+    if (strcmp(format, "luks") == 0) {
+        return luks_opts;
     }
     return NULL;
 }
