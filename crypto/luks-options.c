@@ -4,7 +4,8 @@
  *
  * Owns: parsing cipher-alg, cipher-mode, ivgen-alg, ivgen-hash-alg,
  * hash-alg and iter-time (qcow2's encrypt.* options, the luks format's
- * plain ones) into CryptoLuksParams, with QEMU 7.2's defaults and words.
+ * plain ones) into CryptoLuksParams, with QEMU 7.2's defaults and words;
+ * and amend's state, keyslot, old-secret, new-secret and iter-time.
  *
  * Invariants (cited as "luks-options.c invariant N"):
  *  1. Defaults are QEMU's: aes-256, xts, plain64, sha256, 2000 ms; ESSIV
@@ -111,5 +112,53 @@ int crypto_luks_params_parse(GHashTable *opts, const char *prefix, CryptoLuksPar
         }
         p->iter_time_ms = (uint64_t)t; /* negative: huge, as QEMU's */
     }
+    return 0;
+}
+
+/* A number as the API normalises it (decimal), or QEMU's message. */
+static int amend_number(GHashTable *opts, const char *prefix, const char *name, bool *has,
+                        uint64_t *out)
+{
+    const char *v = opt(opts, prefix, name);
+    char *end;
+
+    *has = v != NULL;
+    if (!v) {
+        return 0;
+    }
+    errno = 0;
+    *out = g_ascii_strtoull(v, &end, 10);
+    if (!*v || *end || errno) {
+        return blk_error(EINVAL, "Parameter '%s%s' expects a number", prefix, name);
+    }
+    return 0;
+}
+
+int crypto_luks_amend_parse(GHashTable *opts, const char *prefix, CryptoLuksAmend *a)
+{
+    const char *state = opt(opts, prefix, "state");
+    uint64_t slot = 0;
+    int ret;
+
+    memset(a, 0, sizeof(*a));
+    ret = amend_number(opts, prefix, "keyslot", &a->has_keyslot, &slot);
+    if (ret == 0) {
+        ret =
+            amend_number(opts, prefix, "iter-time", &a->has_iter_time, &a->iter_time_ms);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    /* QEMU's visitor: a keyslot past int64 is negative once read as an int */
+    a->keyslot = (int64_t)slot;
+    if (!state) {
+        return blk_error(EINVAL, "Parameter 'state' is missing");
+    }
+    if (strcmp(state, "active") != 0 && strcmp(state, "inactive") != 0) {
+        return bad_value("state", state);
+    }
+    a->active = strcmp(state, "active") == 0;
+    a->old_secret = opt(opts, prefix, "old-secret");
+    a->new_secret = opt(opts, prefix, "new-secret");
     return 0;
 }

@@ -38,6 +38,12 @@
  *     limit either, so qimg can always open what it made.
  *  6. Slots are tried in order 0..7, and the first that the passphrase
  *     opens gives the master key (QEMU's order).
+ *  7. Amend (qemu-img amend's key slots) checks its options in QEMU 7.2's
+ *     order and words before it writes anything, refuses to erase the last
+ *     active slot or every slot a passphrase opens without --force, and to
+ *     overwrite an active slot; adding a key uses the master key of the
+ *     open volume (QEMU unlocks it again with the open's secret: the same
+ *     key).
  */
 #include "crypto/luks.h"
 
@@ -430,4 +436,160 @@ int crypto_luks_format(const CryptoLuksParams *p, uint32_t max_iterations,
     h->payload_offset_sector = (uint32_t)slot_sector(h->key_bytes, CRYPTO_LUKS_NUM_SLOTS);
     *mk = key;
     return 0;
+}
+
+/* ---- amend: qemu-img amend's key slot changes ---- */
+
+#define DEFAULT_ITER_TIME_MS 2000
+
+static unsigned count_active(const CryptoLuksHeader *h)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < CRYPTO_LUKS_NUM_SLOTS; i++) {
+        n += crypto_luks_slot_active(h, i);
+    }
+    return n;
+}
+
+static int add_key(CryptoLuksHeader *h, const CryptoLuksIO *io, const uint8_t *mk,
+                   const CryptoSecrets *secrets, const CryptoLuksAmend *a, bool force,
+                   uint32_t max_iterations)
+{
+    uint8_t *pw = NULL;
+    size_t len = 0;
+    int slot = -1, ret;
+
+    if (!a->new_secret) {
+        return blk_error(EINVAL, "'new-secret' is required to activate a keyslot");
+    }
+    if (a->old_secret) {
+        return blk_error(EINVAL,
+                         "'old-secret' must not be given when activating keyslots");
+    }
+    if (a->has_keyslot) {
+        if (a->keyslot < 0 || a->keyslot >= CRYPTO_LUKS_NUM_SLOTS) {
+            return blk_error(EINVAL,
+                             "Invalid keyslot %u specified, must be between 0 and %u",
+                             (unsigned)a->keyslot, CRYPTO_LUKS_NUM_SLOTS - 1);
+        }
+        slot = (int)a->keyslot;
+    } else {
+        for (unsigned i = 0; i < CRYPTO_LUKS_NUM_SLOTS && slot < 0; i++) {
+            slot = crypto_luks_slot_active(h, i) ? -1 : (int)i;
+        }
+        if (slot < 0) {
+            return blk_error(ENOSPC, "Can't add a keyslot - all keyslots are in use");
+        }
+    }
+    if (!force && crypto_luks_slot_active(h, (unsigned)slot)) {
+        return blk_error(
+            EEXIST, "Refusing to overwrite active keyslot %i - please erase it first",
+            slot);
+    }
+    /* the master key is the open image's (QEMU unlocks it again) */
+    ret = crypto_secret_passphrase(secrets, a->new_secret, &pw, &len);
+    if (ret == 0) {
+        ret = crypto_luks_store_key(
+            h, io, (unsigned)slot, pw, len, mk,
+            a->has_iter_time ? a->iter_time_ms : DEFAULT_ITER_TIME_MS, max_iterations);
+    }
+    crypto_secure_free(pw);
+    return ret;
+}
+
+static int erase_keys(CryptoLuksHeader *h, const CryptoLuksIO *io,
+                      const CryptoSecrets *secrets, const CryptoLuksAmend *a, bool force,
+                      uint32_t max_iterations)
+{
+    uint8_t *pw = NULL, *tmp = NULL;
+    size_t len = 0;
+    unsigned match = 0, n = 0;
+    int ret = 0;
+
+    if (a->new_secret) {
+        return blk_error(EINVAL, "'new-secret' must not be given when erasing keyslots");
+    }
+    if (a->has_iter_time) {
+        return blk_error(EINVAL, "'iter-time' must not be given when erasing keyslots");
+    }
+    if (a->old_secret) {
+        ret = crypto_secret_passphrase(secrets, a->old_secret, &pw, &len);
+        if (ret < 0) {
+            return ret;
+        }
+        tmp = crypto_secure_alloc(h->key_bytes);
+    }
+    if (a->has_keyslot) {
+        int slot = (int)a->keyslot;
+        if (a->keyslot < 0 || a->keyslot >= CRYPTO_LUKS_NUM_SLOTS) {
+            ret = blk_error(EINVAL,
+                            "Invalid keyslot %i specified, must be between 0 and %i",
+                            (int)a->keyslot, CRYPTO_LUKS_NUM_SLOTS - 1);
+        }
+        if (ret == 0 && a->old_secret) {
+            ret =
+                crypto_luks_try_slot(h, io, (unsigned)slot, pw, len, max_iterations, tmp);
+            if (ret == 0) {
+                ret = blk_error(EACCES,
+                                "Given keyslot %i doesn't contain the given old password "
+                                "for erase operation",
+                                slot);
+            }
+            ret = ret < 0 ? ret : 0;
+        }
+        if (ret == 0 && !force && !crypto_luks_slot_active(h, (unsigned)slot)) {
+            ret =
+                blk_error(EINVAL, "Given keyslot %i is already erased (inactive) ", slot);
+        }
+        if (ret == 0 && !force && count_active(h) == 1) {
+            ret =
+                blk_error(EPERM,
+                          "Attempt to erase the only active keyslot %i which will erase "
+                          "all the data in the image irreversibly - refusing operation",
+                          slot);
+        }
+        if (ret == 0) {
+            ret = crypto_luks_erase_key(h, io, (unsigned)slot);
+        }
+    } else if (a->old_secret) {
+        for (unsigned i = 0; i < CRYPTO_LUKS_NUM_SLOTS && ret >= 0; i++) {
+            ret = crypto_luks_try_slot(h, io, i, pw, len, max_iterations, tmp);
+            if (ret == 1) {
+                match |= 1u << i;
+                n++;
+            }
+        }
+        if (ret >= 0 && n == 0) {
+            ret = blk_error(EACCES,
+                            "No keyslots match given (old) password for erase operation");
+        } else if (ret >= 0 && !force && n == count_active(h)) {
+            ret =
+                blk_error(EPERM, "All the active keyslots match the (old) password that "
+                                 "was given and erasing them will erase all the data in "
+                                 "the image irreversibly - refusing operation");
+        } else if (ret >= 0) {
+            ret = 0;
+        }
+        for (unsigned i = 0; i < CRYPTO_LUKS_NUM_SLOTS && ret == 0; i++) {
+            if (match & (1u << i)) {
+                ret = crypto_luks_erase_key(h, io, i);
+            }
+        }
+    } else {
+        ret =
+            blk_error(EINVAL, "To erase keyslot(s), either explicit keyslot index or the "
+                              "password currently contained in them must be given");
+    }
+    crypto_secure_free(tmp);
+    crypto_secure_free(pw);
+    return ret;
+}
+
+int crypto_luks_amend(CryptoLuksHeader *h, const CryptoLuksIO *io, const uint8_t *mk,
+                      const CryptoSecrets *secrets, const CryptoLuksAmend *a, bool force,
+                      uint32_t max_iterations)
+{
+    return a->active ? add_key(h, io, mk, secrets, a, force, max_iterations)
+                     : erase_keys(h, io, secrets, a, force, max_iterations);
 }

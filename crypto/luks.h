@@ -76,6 +76,27 @@ int crypto_luks_unlock(const CryptoLuksHeader *h, const CryptoLuksIO *io,
  * overwritten with random bytes (luks.c invariant 4). */
 int crypto_luks_erase_key(CryptoLuksHeader *h, const CryptoLuksIO *io, unsigned slot);
 
+/* qemu-img amend's key slot options (encrypt.state, encrypt.keyslot,
+ * encrypt.old-secret, encrypt.new-secret, encrypt.iter-time). */
+typedef struct CryptoLuksAmend {
+    bool active; /* state=active: add a key, else erase */
+    bool has_keyslot;
+    int64_t keyslot;
+    const char *old_secret, *new_secret; /* ids, or NULL */
+    bool has_iter_time;
+    uint64_t iter_time_ms;
+} CryptoLuksAmend;
+
+/* Read them from opts (key -> value, numbers decimal) under prefix
+ * ("encrypt." or "") with QEMU's messages; unknown keys under the prefix
+ * are the caller's to refuse. */
+int crypto_luks_amend_parse(GHashTable *opts, const char *prefix, CryptoLuksAmend *a);
+/* Apply a to the volume whose master key is mk, with QEMU 7.2's rules and
+ * messages (force: qemu-img amend --force). */
+int crypto_luks_amend(CryptoLuksHeader *h, const CryptoLuksIO *io, const uint8_t *mk,
+                      const CryptoSecrets *secrets, const CryptoLuksAmend *a, bool force,
+                      uint32_t max_iterations);
+
 /* The create options of a LUKS volume from opts (key -> value) under
  * prefix ("encrypt." for qcow2, "" for luks): cipher-alg, cipher-mode,
  * ivgen-alg, ivgen-hash-alg, hash-alg, iter-time, with QEMU's defaults and

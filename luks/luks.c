@@ -30,6 +30,8 @@
  *     the header area plus the size, holes elsewhere; the options and their
  *     checks are crypto/luks-options.c's with no prefix; a failed create
  *     leaves no file.
+ *  6. amend changes key slots (crypto/luks.c invariant 7) under the
+ *     writer side of the rwlock.
  */
 #include "luks/luks.h"
 
@@ -455,6 +457,44 @@ static int luks_measure(const BlkCreateOptions *opts, const BlkMeasureSource *sr
     return 0;
 }
 
+/* qemu-img amend: key slots (crypto/luks.c invariant 7). */
+static int luks_amend(BlkNode *img, const BlkAmendOptions *o)
+{
+    const CryptoSecrets secrets = {.table = o->secrets, .values = o->secret_values};
+    LuksState *l = img->opaque;
+    CryptoLuksIO io = area_io(img);
+    CryptoLuksAmend a;
+    const uint8_t *mk;
+    size_t len;
+    int ret;
+
+    if (o->options) {
+        static const char *const known[] = {"state", "keyslot", "old-secret",
+                                            "new-secret", "iter-time"};
+        GHashTableIter it;
+        gpointer k;
+        g_hash_table_iter_init(&it, o->options);
+        while (g_hash_table_iter_next(&it, &k, NULL)) {
+            bool ok = false;
+            for (size_t i = 0; i < G_N_ELEMENTS(known); i++) {
+                ok = ok || strcmp(k, known[i]) == 0;
+            }
+            if (!ok) {
+                return blk_error(EINVAL, "Invalid parameter '%s'", (const char *)k);
+            }
+        }
+    }
+    ret = crypto_luks_amend_parse(o->options, "", &a);
+    if (ret < 0) {
+        return ret;
+    }
+    mk = crypto_block_key(l->crypto, &len);
+    g_rw_lock_writer_lock(&l->lock); /* no request runs meanwhile */
+    ret = crypto_luks_amend(&l->hdr, &io, mk, &secrets, &a, o->force, l->max_iterations);
+    g_rw_lock_writer_unlock(&l->lock);
+    return ret;
+}
+
 const BlkDriver blk_luks_driver = {
     .format_name = "luks",
     .probe = luks_probe,
@@ -471,5 +511,6 @@ const BlkDriver blk_luks_driver = {
     .get_info = luks_get_info,
     .create = luks_create,
     .measure = luks_measure,
+    .amend = luks_amend,
     .file_role = BLK_ROLE_METADATA,
 };

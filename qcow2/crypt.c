@@ -337,3 +337,18 @@ int qcow2_crypt_create(Qcow2State *s, const CryptoLuksParams *p, const uint8_t *
     s->luks_max_iterations = max_iterations;
     return 0;
 }
+
+/* ---- amend (amend.c invariant 8) ---- */
+
+int qcow2_crypt_amend_locked(Qcow2State *s, const CryptoLuksAmend *a,
+                             const BlkAmendOptions *o)
+{
+    const CryptoSecrets secrets = {.table = o->secrets, .values = o->secret_values};
+    CryptoLuksIO io = area_io(s);
+    const uint8_t *mk;
+    size_t len;
+
+    mk = crypto_block_key(s->crypto, &len);
+    return crypto_luks_amend(s->luks, &io, mk, &secrets, a, o->force,
+                             s->luks_max_iterations);
+}

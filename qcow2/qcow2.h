@@ -319,6 +319,9 @@ bool qcow2_data_write_aligned(const Qcow2State *s, uint64_t offset, uint64_t byt
  * of opts unlocks it unless metadata_only). */
 int qcow2_crypt_open(Qcow2State *s, const BlkOpenOptions *opts, bool metadata_only);
 void qcow2_crypt_close(Qcow2State *s);
+/* amend's key slot changes (amend.c invariant 8). */
+int qcow2_crypt_amend_locked(Qcow2State *s, const CryptoLuksAmend *a,
+                             const BlkAmendOptions *o);
 /* A LUKS header area for a new image, its slot 0 opened by pw. */
 int qcow2_crypt_create(Qcow2State *s, const CryptoLuksParams *p, const uint8_t *pw,
                        size_t pwlen, uint32_t max_iterations);

@@ -114,6 +114,7 @@ static int amend_image(QimgImage *img, const char *optlist, bool force,
     hash = tool_opts_to_hash(opts);
     ao.options = hash;
     ao.force = force;
+    ao.secret_values = tool_secret_table(); /* encrypt.new-secret, ... */
     ao.progress = prog->enabled ? progress_cb : NULL;
     ao.progress_opaque = prog;
     progress_at(prog, 0.0);

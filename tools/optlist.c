@@ -146,8 +146,44 @@ static const ToolOptDesc qcow2_amend_create_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
+/* qemu-img 7.2's amend options for luks, and the create ones for the hint. */
+#define LUKS_AMEND_OPTS                                                                  \
+    {"iter-time", TOOL_OPT_NUMBER, "Time to spend in PBKDF in milliseconds", NULL,       \
+     false},                                                                             \
+        {"keyslot", TOOL_OPT_NUMBER, "Select a single keyslot to modify explicitly",     \
+         NULL, false},                                                                   \
+        {"new-secret", TOOL_OPT_STRING,                                                  \
+         "New secret to set in the matching keyslots. Empty string to erase", NULL,      \
+         false},                                                                         \
+        {"old-secret", TOOL_OPT_STRING, "Select all keyslots that match this password",  \
+         NULL, false},                                                                   \
+    {                                                                                    \
+        "state", TOOL_OPT_STRING,                                                        \
+            "Select new state of affected keyslots (active/inactive)", NULL, false       \
+    }
+
+static const ToolOptDesc luks_amend_opts[] = {
+    LUKS_AMEND_OPTS,
+    {NULL, 0, NULL, NULL, false},
+};
+
+static const ToolOptDesc luks_amend_create_opts[] = {
+    LUKS_AMEND_OPTS,
+    {"size", TOOL_OPT_SIZE, NULL, NULL, false},
+    {"key-secret", TOOL_OPT_STRING, NULL, NULL, false},
+    {"cipher-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"cipher-mode", TOOL_OPT_STRING, NULL, NULL, false},
+    {"ivgen-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"ivgen-hash-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"hash-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {NULL, 0, NULL, NULL, false},
+};
+
 const ToolOptDesc *tool_amend_opts(const char *format, bool with_create)
 {
+    if (strcmp(format, "luks") == 0) {
+        return with_create ? luks_amend_create_opts : luks_amend_opts;
+    }
     if (strcmp(format, "qcow2") != 0) {
         return NULL;
     }
