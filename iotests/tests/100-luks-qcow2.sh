@@ -17,7 +17,9 @@
 #  - cryptsetup, an independent reader: luksDump of the LUKS header area
 #    taken out of the image, luksOpen --test-passphrase right (0) and
 #    wrong (2);
-#  - no plaintext of the guest's data in the file.
+#  - no plaintext of the guest's data in the file;
+#  - the old AES method: qemu-img's images read and written by qimg (and
+#    converted out), never created.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3 cryptsetup
 
@@ -139,6 +141,34 @@ for alg in "" "encrypt.cipher-alg=aes-128,encrypt.cipher-mode=cbc,encrypt.ivgen-
         --test-passphrase --key-file pass.txt m-area.img
     assert_rc "cryptsetup: a wrong passphrase ($o)" 2 cryptsetup luksOpen \
         --test-passphrase --key-file bad.txt m-area.img
+done
+
+# ---- the old AES method: read (to convert out) and written, never made ----
+rm -f aes.qcow2
+# shellcheck disable=SC2086
+"$QEMU_IMG" create -q -f qcow2 $S -o encrypt.format=aes,encrypt.key-secret=s0 aes.qcow2 4M
+io q aes.qcow2 "write -P 0x31 0 100k" "write -P 0x32 1000001 7" "write -P 0x33 2M 64k"
+io m aes.qcow2 "read -P 0x31 0 100k" "read -P 0x32 1000001 7" "write -P 0x34 3M 3"
+io q aes.qcow2 "read -P 0x34 3M 3" "read -P 0x33 2M 64k"
+raw aes.qcow2 "$QEMU_IMG" aes-q.raw
+raw aes.qcow2 "$QIMG" aes-m.raw
+assert_eq "the old AES method read by qimg" "$(md5sum <aes-q.raw)" "$(md5sum <aes-m.raw)"
+rm -f aes-out.qcow2
+# shellcheck disable=SC2086
+"$QIMG" convert $S --image-opts "$(opts aes.qcow2)" -O qcow2 \
+    -o encrypt.format=luks,encrypt.key-secret=s0,$IT aes-out.qcow2
+raw aes-out.qcow2 "$QEMU_IMG" aes-out.raw
+assert_eq "an AES image converted to LUKS" "$(md5sum <aes-q.raw)" "$(md5sum <aes-out.raw)"
+# shellcheck disable=SC2086
+assert_rc "qemu-img check after qimg's writes to an AES image" 0 "$QEMU_IMG" check $S \
+    --image-opts "$(opts aes.qcow2)"
+for o in encrypt.format=aes encryption=on; do
+    rm -f e.qcow2
+    # shellcheck disable=SC2086
+    "$QIMG" create -q -f qcow2 $S -o "$o,encrypt.key-secret=s0" e.qcow2 1M >m.out 2>m.err
+    assert_eq "create $o: refused" \
+        "1 qimg: e.qcow2: Use of AES-CBC encrypted qcow2 images is no longer supported: qimg reads them (to convert them), but creates LUKS ones only (encrypt.format=luks)" \
+        "$? $(cat m.err)"
 done
 
 # ---- the secret ----
