@@ -157,7 +157,8 @@ static int check_iterations(const char *what, uint32_t iterations, uint32_t max)
     /* invariant 5 */
     return blk_error(EINVAL,
                      "%s asks for %" PRIu32 " PBKDF2 iterations, more than qimg's limit "
-                     "of %" PRIu32 " (raise the limit to open it)",
+                     "of %" PRIu32 " (raise it: QIMG_LUKS_MAX_ITERATIONS for the qimg "
+                     "command, luks_max_iterations in the API)",
                      what, iterations, max);
 }
 

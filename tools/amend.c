@@ -141,7 +141,7 @@ int cmd_amend(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secret_values = tool_secret_table();
+    tool_open_secrets(&oo);
     const char *fmt = NULL, *cache = "writeback";
     g_autofree char *optlist = NULL;
     g_autoptr(QimgImage) img = NULL;

@@ -223,7 +223,7 @@ int cmd_bench(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secret_values = tool_secret_table();
+    tool_open_secrets(&oo);
     Bench b = {0};
     int depth = 64;
     int64_t offset = 0, bufsize = 4096, step = 0;

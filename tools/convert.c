@@ -156,7 +156,7 @@ static int64_t backing_size(QimgImage *dst)
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secret_values = tool_secret_table();
+    tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *dst;
 
@@ -173,7 +173,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         g_autoptr(GPtrArray) opts = NULL;
         g_autoptr(GHashTable) hash = NULL;
         QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
-        co.secret_values = tool_secret_table();
+        tool_create_secrets(&co);
 
         if (!descs) {
             tool_error("Unknown file format '%s'", a->out_fmt);
@@ -234,7 +234,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 static int run_convert(ConvertArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secret_values = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) src = NULL;
     Convert s = {0};
     ToolProgress prog;

@@ -380,7 +380,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
                             bool image_opts, bool backing_name)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secret_values = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     QimgInfo *info;

@@ -26,10 +26,17 @@
  *     keyid (missing, or the secret itself: "has no data").
  *  4. Object types QEMU has but qimg does not honour are refused (qimg
  *     names the type); nothing is accepted and ignored.
+ *
+ * QIMG_LUKS_MAX_ITERATIONS (qimg's own; the library reads no environment)
+ * raises or lowers the PBKDF2 iterations a LUKS key slot may ask for
+ * before qimg spends time on it (QimgOpenOptions.luks_max_iterations,
+ * default 100 million): 1000 to 4294967295.
  */
 #include "qimg-tool.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static GHashTable *secrets; /* id -> GBytes (the secret's bytes) */
@@ -289,4 +296,36 @@ GHashTable *tool_secret_table(void)
                                         (GDestroyNotify)g_bytes_unref);
     }
     return secrets;
+}
+
+/* QIMG_LUKS_MAX_ITERATIONS, or 0 (the library's default). */
+static uint32_t luks_max_iterations(void)
+{
+    const char *v = getenv("QIMG_LUKS_MAX_ITERATIONS");
+    char *end;
+    guint64 n;
+
+    if (!v) {
+        return 0;
+    }
+    errno = 0;
+    n = g_ascii_strtoull(v, &end, 10);
+    if (!*v || *end || errno || n < 1000 || n > UINT32_MAX) {
+        tool_error("QIMG_LUKS_MAX_ITERATIONS=%s: expected a number from 1000 to %u", v,
+                   UINT32_MAX);
+        exit(1);
+    }
+    return (uint32_t)n;
+}
+
+void tool_open_secrets(QimgOpenOptions *oo)
+{
+    oo->secret_values = tool_secret_table();
+    oo->luks_max_iterations = luks_max_iterations();
+}
+
+void tool_create_secrets(QimgCreateOptions *co)
+{
+    co->secret_values = tool_secret_table();
+    co->luks_max_iterations = luks_max_iterations();
 }

@@ -106,6 +106,11 @@ bool tool_secret_exists(const char *id);
 /* id -> GBytes of the secrets given (owned here; the same table for the
  * whole run, so it may be taken before the options are parsed). */
 GHashTable *tool_secret_table(void);
+/* Hand the secrets to an open (or a create), and the PBKDF2 iteration
+ * limit QIMG_LUKS_MAX_ITERATIONS names, if set (a bad value ends the
+ * command with a message). */
+void tool_open_secrets(QimgOpenOptions *oo);
+void tool_create_secrets(QimgCreateOptions *co);
 /* Open, report a failure (NULL), warn about a probed raw image. */
 QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
 /* --image-opts (oo->image_opts: the name is key=value options) with -f:
