@@ -20,7 +20,8 @@
  *    caller's buffers untouched by a write, no plaintext in the file, an
  *    unaligned write refused (crypto/block.c invariants 2-4);
  *  - secrets: QEMU's UTF-8 rule and messages, ids without values refused
- *    (secret.c invariants 1, 2).
+ *    (secret.c invariants 1, 2); secure memory left out of core dumps,
+ *    digests compared in constant time (secmem.c invariants 1, 3).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +37,7 @@
 #include "test-util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -429,12 +431,41 @@ static void test_secrets(void **state)
                "The value of secret 'ok' is not available");
 }
 
+/* secmem.c invariant 1: the mapping of a secure buffer is marked "dd"
+ * (not dumped) in /proc/self/smaps, and locked ("lo") when RLIMIT_MEMLOCK
+ * allows it. */
+static void test_secmem(void **state)
+{
+    uint8_t *p = crypto_secure_alloc(100);
+    g_autofree char *smaps = NULL;
+    g_autofree char *start =
+        g_strdup_printf("%" PRIxPTR "-", (uintptr_t)p & ~(uintptr_t)4095);
+    const char *m, *flags;
+
+    (void)state;
+    assert_true(buf_is_zero(p, 100));
+    memset(p, 0xaa, 100);
+    assert_true(g_file_get_contents("/proc/self/smaps", &smaps, NULL, NULL));
+    m = strstr(smaps, start);
+    assert_non_null(m);
+    flags = strstr(m, "VmFlags:");
+    assert_non_null(flags);
+    const char *eol = strchr(flags, '\n');
+    g_autofree char *line = g_strndup(flags, eol ? (gsize)(eol - flags) : strlen(flags));
+    if (!strstr(line, " dd")) {
+        fail_msg("secure memory is not MADV_DONTDUMP: %s", line);
+    }
+    crypto_secure_free(p);
+    assert_true(crypto_equal("abcd", "abcd", 4));
+    assert_false(crypto_equal("abcd", "abce", 4));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pbkdf2),  cmocka_unit_test(test_cipher),
         cmocka_unit_test(test_luks),    cmocka_unit_test(test_block),
-        cmocka_unit_test(test_secrets),
+        cmocka_unit_test(test_secrets), cmocka_unit_test(test_secmem),
     };
     return tu_run_group_tests("crypto", tests);
 }
