@@ -15,6 +15,8 @@ pkgs+=(libgnutls28-dev)
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
 # cryptsetup, the independent reader of the LUKS headers qimg writes
 pkgs+=(cryptsetup-bin)
+# python3-cryptography: the crash explorer's own LUKS reader (iotests/crash)
+pkgs+=(python3-cryptography)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)
