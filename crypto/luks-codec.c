@@ -204,6 +204,19 @@ int crypto_luks_decode(const uint8_t *buf, size_t len, CryptoLuksHeader *l)
         return blk_error(ENOTSUP, "LUKS version %" PRIu16 " is not supported",
                          l->version);
     }
+    /* QEMU 7.2's order of checks (qcrypto_block_luks_check_header) */
+    if (!memchr(buf + CRYPTO_LUKS_OFF_CIPHER_NAME, 0, CRYPTO_LUKS_NAME_LEN)) {
+        return blk_error(EINVAL, "LUKS header cipher name is not NUL terminated");
+    }
+    if (!memchr(buf + CRYPTO_LUKS_OFF_CIPHER_MODE, 0, CRYPTO_LUKS_NAME_LEN)) {
+        return blk_error(EINVAL, "LUKS header cipher mode is not NUL terminated");
+    }
+    if (!memchr(buf + CRYPTO_LUKS_OFF_HASH_SPEC, 0, CRYPTO_LUKS_NAME_LEN)) {
+        return blk_error(EINVAL, "LUKS header hash spec is not NUL terminated");
+    }
+    if (l->payload_offset_sector < CRYPTO_LUKS_ALIGN_SECTORS) {
+        return blk_error(EINVAL, "LUKS payload is overlapping with the header");
+    }
     if (l->mk_iterations == 0) {
         return blk_error(EINVAL, "LUKS key iteration count is zero");
     }

@@ -53,7 +53,7 @@ typedef struct LuksState {
     GRWLock lock; /* invariant 2 */
 } LuksState;
 
-static int luks_probe(const uint8_t *buf, size_t len)
+static int luks_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     static const uint8_t magic[CRYPTO_LUKS_MAGIC_LEN] = {'L', 'U', 'K', 'S', 0xba, 0xbe};
 
@@ -152,6 +152,10 @@ static int luks_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
         return blk_error(ENOTSUP,
                          "Failed to load snapshot: Block format 'luks' used by device '' "
                          "does not support temporarily loading internal snapshots");
+    }
+    if (!opts->key_secret && !(opts->no_io && img->read_only)) {
+        /* before the header is read, as QEMU's */
+        return blk_error(EINVAL, "Parameter 'key-secret' is required for cipher");
     }
     l = g_new0(LuksState, 1);
     g_rw_lock_init(&l->lock);

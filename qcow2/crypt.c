@@ -29,7 +29,7 @@
  *     a fast-path rewrite of an encrypted image is taken only when sector
  *     aligned (qcow2_data_write_aligned), and the slow path widens every
  *     chunk to whole sectors, filling the widening from the current
- *     contents as it fills COW (write.c invariant 13) under its write
+ *     contents as it fills COW (write.c invariant 15) under its write
  *     registration, which no fast request can share.
  *  5. The LUKS header area is read and written only inside
  *     [crypto_offset, crypto_offset + crypto_length) (QEMU's "Request for

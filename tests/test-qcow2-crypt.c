@@ -7,7 +7,7 @@
  *    key (QimgOpenOptions.key_secret or a name's encrypt.key-secret);
  *    writes of every alignment read back, through the slow path and the
  *    lock-free one, and none of the written bytes is in the file
- *    (crypt.c invariants 1, 4; write.c invariant 13);
+ *    (crypt.c invariants 1, 4; write.c invariant 15);
  *  - the metadata-only open (read-only, no_io) has no key and refuses
  *    every data transfer; block status reports no host offsets (read.c
  *    invariant 5);

@@ -41,11 +41,12 @@ crash_explore() {
 
 # crash_io_case LABEL SIZE CLUSTER CREATE-OPTS [WORKLOAD-OPTS...]: a random
 # guest I/O workload (tagged writes, zero writes, discards, flushes) through
-# `qimg io -t writeback`, then (unless NO_CONTROL) the same script through
-# qemu-io over blklogwrites as the positive control.  With LUKS=PASS the
-# image is encrypted (encrypt.format=luks, passphrase PASS): both tools
-# open it with the key, crash.py decrypts the logs to find the markers and
-# fails on any of the workload's data in qimg's log in the clear.
+# `qimg io -t writeback` (IO_CACHE: another cache mode), then (unless
+# NO_CONTROL) the same script through qemu-io over blklogwrites as the
+# positive control.  With LUKS=PASS the image is encrypted
+# (encrypt.format=luks, passphrase PASS): both tools open it with the key,
+# crash.py decrypts the logs to find the markers and fails on any of the
+# workload's data in qimg's log in the clear.
 crash_io_case() {
     local label=$1 size=$2 cs=$3 copts=$4
     shift 4
@@ -96,7 +97,7 @@ crash_io_case() {
     else
         img_m=("record:$d/log:img.qcow2")
     fi
-    (cd "$d" && "$QIMG" io -t writeback "${img_m[@]}" <wl/script >io.out 2>&1)
+    (cd "$d" && "$QIMG" io -t "${IO_CACHE:-writeback}" "${img_m[@]}" <wl/script >io.out 2>&1)
     if grep -q -i "failed\|error" "$d/io.out"; then
         _fail "$label: qimg io reported an error"
         grep -i -m3 "failed\|error" "$d/io.out"

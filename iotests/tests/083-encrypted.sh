@@ -14,7 +14,7 @@
 #  - encrypt.key-secret in --image-opts and json: names: info as
 #    qemu-img's (no secret is looked up); other commands refuse a missing
 #    secret in qemu-img's words and run as qemu-img's with an existing one
-#    (100 and 101 test the data paths);
+#    (120 and 121 test the data paths);
 #  - --object: each of qemu-img's error cases in its words; a valid,
 #    unreferenced secret is accepted; a reference to a missing secret is
 #    qemu-img's error; creating an AES image is refused and writes
@@ -119,6 +119,9 @@ bad() { # bad WHERE FMT VALUE...: patched copies of cbc.qcow2, info as qemu-img'
 bad L0 s XUKS                    # magic
 bad L6 H 2                       # version
 bad L104 I 100                   # payload offset below the key material
+bad L104 I 4                     # payload offset in the header
+bad L8 s aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa   # cipher name not NUL terminated
+bad L72 s shashashashashashashashashashasha # hash spec not NUL terminated
 bad L104 I 0xffffffff            # past the end: qemu-img shows it
 bad L108 I 17                    # key bytes: slots overlap
 bad L108 I 0
@@ -281,7 +284,7 @@ for img in luks aes; do
             "$Q_RC ${Q_ERR##*: }" "$M_RC ${M_ERR##*: }"
         assert_eq "$cmd of $img with a missing key-secret" "1 No secret with id 's0'" \
             "$M_RC ${M_ERR##*: }"
-        # with the key: as qemu-img (100 and 101 test the data paths)
+        # with the key: as qemu-img (120 and 121 test the data paths)
         # shellcheck disable=SC2086
         same_as_qemu_err $cmd $S --image-opts driver=qcow2,file.filename=$img.qcow2,$K
     done

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Power-loss states of guest I/O on encrypted images (the crash-state
 # explorer, iotests/crash/, with LUKS=PASS): random tagged writes of every
-# alignment (partial sectors: qcow2 write.c invariant 13), zero writes,
+# alignment (partial sectors: qcow2 write.c invariant 15), zero writes,
 # discards and flushes through `qimg io` on the recording node, synchronous
 # and with writes in flight.  Each state is judged with qemu-img opening the
 # image with its key: no corruption, and every write a completed flush
