@@ -10,9 +10,14 @@
 #  - the key: missing, unknown, wrong -- qemu-img's messages; create's
 #    option checks as qemu-img's, and a failed create leaves no file;
 #  - cryptsetup luksDump and luksOpen --test-passphrase on qimg's file;
+#    the master key cryptsetup unlocks from qimg's file decrypts its
+#    payload (a decryptor of our own: python3-cryptography's AES) to what
+#    qemu-img reads; a volume cryptsetup formats (LUKS1) is written by qimg
+#    and read by qemu-io (device-mapper is not needed for either);
 #  - never-written areas read as decrypted zeros (not zeros), as qemu-img's.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3 cryptsetup
+python3 -c 'import cryptography' 2>/dev/null || missing "python3-cryptography not found"
 
 S="--object secret,id=s0,data=hunter2"
 IT=iter-time=10
@@ -49,6 +54,30 @@ writes=("write -P 0x11 0 64k" "write -P 0x22 70000 3" "write -P 0x33 130560 1024
 reads=("read -P 0x11 0 64k" "read -P 0x22 70000 3" "read -P 0x33 130560 1024"
     "read -P 0x44 1048575 2" "read -P 0 2M 64k" "read -P 0x55 3M 200k")
 mask='uuid|iters|disk size|actual-size|"filename"|^image:'
+# decrypt.py FILE MKDUMP: the payload of a LUKS1 file, decrypted with the
+# master key of cryptsetup's "MK dump" (AES XTS-plain64 or CBC-ESSIV, the
+# IV the sector number from the payload's start)
+cat >decrypt.py <<'PY'
+import hashlib, re, struct, sys
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+b = open(sys.argv[1], "rb").read()
+dump = open(sys.argv[2]).read()
+mk = bytes.fromhex("".join(re.search(r"MK dump:\s*((?:[0-9a-f]{2}\s+)+)", dump).group(1).split()))
+mode = b[40:72].rstrip(b"\0").decode()
+payload = struct.unpack(">I", b[104:108])[0] * 512
+out = sys.stdout.buffer
+if mode.startswith("cbc-essiv:"):
+    salt = hashlib.new(mode.split(":")[1], mk).digest()
+    essiv = Cipher(algorithms.AES(salt), modes.ECB()).encryptor()
+for n, k in enumerate(range(payload, len(b), 512)):
+    iv = struct.pack("<Q", n) + bytes(8)
+    if mode == "xts-plain64":
+        m = modes.XTS(iv)
+    else:
+        m = modes.CBC(essiv.update(iv))
+    d = Cipher(algorithms.AES(mk), m).decryptor()
+    out.write(d.update(b[k:k + 512]) + d.finalize())
+PY
 
 for alg in "" ",cipher-alg=aes-128,cipher-mode=cbc,ivgen-alg=essiv,hash-alg=sha1"; do
     o=$IT$alg
@@ -94,6 +123,26 @@ for alg in "" ",cipher-alg=aes-128,cipher-mode=cbc,ivgen-alg=essiv,hash-alg=sha1
         --test-passphrase --key-file pass.txt m.luks
     assert_rc "cryptsetup: a wrong passphrase ($o)" 2 cryptsetup luksOpen \
         --test-passphrase --key-file bad.txt m.luks
+    # cryptsetup's master key (from slot 0 of qimg's file) decrypts the payload
+    cryptsetup luksDump -q --dump-master-key --key-file pass.txt m.luks >mk.txt 2>&1 ||
+        _fail "cryptsetup --dump-master-key ($o): $(cat mk.txt)"
+    assert_eq "cryptsetup's key decrypts qimg's payload ($o)" "$(md5sum <m-q.raw)" \
+        "$(python3 decrypt.py m.luks mk.txt | md5sum)"
+    # a volume cryptsetup formats: qimg writes it, qemu-io reads it
+    case $alg in
+    "") cs=(-c aes-xts-plain64 -s 512 -h sha256) ;;
+    *) cs=(-c aes-cbc-essiv:sha256 -s 128 -h sha1) ;;
+    esac
+    rm -f c.luks
+    truncate -s 6M c.luks
+    assert_rc "cryptsetup luksFormat ($o)" 0 cryptsetup luksFormat -q --type luks1 \
+        --pbkdf-force-iterations 1000 "${cs[@]}" --key-file pass.txt c.luks
+    io m c.luks "write -P 0x01 0 2M" "${writes[@]}"
+    io q c.luks "read -P 0x01 512k 4k" "${reads[@]}"
+    raw "$QEMU_IMG" c.luks c-q.raw
+    raw "$QIMG" c.luks c-m.raw
+    assert_eq "cryptsetup's volume read by qimg and qemu-img ($o)" "$(md5sum <c-q.raw)" \
+        "$(md5sum <c-m.raw)"
 done
 
 # ---- commands ----
@@ -107,13 +156,19 @@ same_as_qemu_err check $S --image-opts "$(opts m.luks)"
 same_as_qemu_err compare $S --image-opts "$(opts m.luks)" "$(opts q.luks)"
 # shellcheck disable=SC2086
 same_as_qemu_err compare $S --image-opts "$(opts m.luks)" driver=raw,file.filename=m-q.raw
-for o in "" ",cipher-alg=aes-128,cipher-mode=cbc"; do
-    # shellcheck disable=SC2086
-    same_as_qemu_err measure $S -O luks -o key-secret=s0$o --size 1G
-    # shellcheck disable=SC2086
-    same_as_qemu_err measure $S -O luks -o key-secret=s0$o -f raw m-q.raw
-done
-same_as_qemu_err measure -O luks --size 1G
+# (each qemu-img measure -O luks runs its PBKDF2 benchmark: one in make
+# test, the others under QIMG_LONG=1)
+# shellcheck disable=SC2086
+same_as_qemu_err_kdf measure $S -O luks -o key-secret=s0 --size 1G
+if [ -n "${QIMG_LONG:-}" ]; then
+    for o in "" ",cipher-alg=aes-128,cipher-mode=cbc"; do
+        # shellcheck disable=SC2086
+        same_as_qemu_err_kdf measure $S -O luks -o key-secret=s0$o --size 1G
+        # shellcheck disable=SC2086
+        same_as_qemu_err_kdf measure $S -O luks -o key-secret=s0$o -f raw m-q.raw
+    done
+fi
+same_as_qemu_err_kdf measure -O luks --size 1G
 # convert into luks (Cinder: raw volumes -O luks) and out of it
 head -c 3M /dev/urandom >src.raw
 for t in q m; do

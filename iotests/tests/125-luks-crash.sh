@@ -15,16 +15,17 @@ requires qimg qemu-img qemu-io python3
 python3 -c 'import cryptography' 2>/dev/null || missing "python3-cryptography not found"
 
 M=$((1 << 20))
-# make test: XTS with 64k clusters (and qemu-io's control), CBC-ESSIV with
-# extended L2 and writes in flight; QIMG_LONG=1 adds CBC-ESSIV with 4k
-# clusters, synchronous, and the control of the in-flight case.
-LUKS=hunter2 crash_io_case luks-xts-64k $((16 * M)) 65536 "" --ops 40
-nc=1
-[ -n "${QIMG_LONG:-}" ] && nc=
-LUKS=hunter2 NO_CONTROL=$nc crash_io_case luks-aio-xl2 $((16 * M)) 32768 \
-    "-o extended_l2=on,cluster_size=32k,encrypt.cipher-alg=aes-128,encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv" \
-    --ops 40 --aio
-if [ -n "${QIMG_LONG:-}" ]; then
+# make test: XTS (the default), 64k clusters, writes in flight; QIMG_LONG=1
+# (make check-long) adds synchronous XTS and CBC-ESSIV 4k, CBC-ESSIV with
+# extended L2 in flight, each with qemu-io's control (which also proves the
+# LUKS reader finds the markers in QEMU's own encrypted writes).
+if [ -z "${QIMG_LONG:-}" ]; then
+    LUKS=hunter2 NO_CONTROL=1 crash_io_case luks-xts-aio $((16 * M)) 65536 "" --ops 40 --aio
+else
+    LUKS=hunter2 crash_io_case luks-xts-64k $((16 * M)) 65536 "" --ops 60
+    LUKS=hunter2 crash_io_case luks-aio-xl2 $((16 * M)) 32768 \
+        "-o extended_l2=on,cluster_size=32k,encrypt.cipher-alg=aes-128,encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv" \
+        --ops 60 --aio
     LUKS=hunter2 crash_io_case luks-cbc-4k $((8 * M)) 4096 \
         "-o cluster_size=4k,encrypt.cipher-alg=aes-128,encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv" \
         --ops 60
