@@ -10,17 +10,20 @@
  *
  * Invariants (cited as "luks-codec.c invariant N"):
  *  1. Checks run in QEMU 7.2's order, with its words (learnt by running
- *     qemu-img info on patched headers): magic, version, master-key
- *     iterations, then per slot stripes, state, iterations, overlap with
- *     the header, overlap with the payload, overlap with later slots; then
- *     the mode string (ivgen hash first), mode, cipher and key size, hash
- *     spec, IV generator, ESSIV's hash and cipher (cipher.c's rule).
+ *     qemu-img info on patched headers): magic, version, the cipher name,
+ *     mode and hash spec each NUL-terminated in its field, the payload
+ *     past the header, master-key iterations, then per slot stripes,
+ *     state, iterations, overlap with the header, overlap with the
+ *     payload, overlap with later slots; then the mode string (ivgen hash
+ *     first), mode, cipher and key size, hash spec, IV generator, ESSIV's
+ *     hash and cipher (cipher.c's rule).
  *  2. Key slot extents are computed in 64 bits (checked arithmetic), so an
  *     offset near 2^32 sectors is refused where QEMU's 32-bit sum wraps and
  *     accepts it (our one deliberate difference).  Every slot has exactly
  *     4000 stripes, so no key material is larger than 64 * 4000 bytes.
  *  3. The strings are read from their fixed-size fields only (never past
- *     them), NUL-terminated in the decoded struct.
+ *     them), NUL-terminated in the decoded struct; an algorithm name that
+ *     fills its field is refused (invariant 1), the uuid is kept whole.
  *  4. The encoder is the decoder's inverse for the on-disk fields: names
  *     and uuid are written NUL-padded to their field, so decoding what was
  *     encoded gives the same header back (tests/test-crypto-luks-codec.c).

@@ -112,11 +112,12 @@ static void test_decode(void **state)
     assert_int_equal(l.spec.ivgen, CRYPTO_IVGEN_PLAIN64);
     assert_false(l.has_ivgen_hash);
 
-    /* invariant 3: names that fill their field end there */
+    /* invariant 3: names that fill their field end there; an algorithm
+     * name without its NUL is refused, as QEMU 7.2 does */
     memset(buf + CRYPTO_LUKS_OFF_UUID, 'u', CRYPTO_LUKS_UUID_LEN);
     memset(buf + CRYPTO_LUKS_OFF_HASH_SPEC, 'h', CRYPTO_LUKS_NAME_LEN);
     expect_error(crypto_luks_decode(buf, sizeof(buf), &l),
-                 "Hash algorithm 'hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh' not supported");
+                 "LUKS header hash spec is not NUL terminated");
     assert_int_equal(strlen(l.uuid), CRYPTO_LUKS_UUID_LEN);
 }
 
@@ -135,6 +136,8 @@ static const Fault faults[] = {
     {CRYPTO_LUKS_OFF_MAGIC, 4, 0x58554b53, NULL, "Volume is not in LUKS format"},
     {CRYPTO_LUKS_OFF_VERSION, 2, 2, NULL, "LUKS version 2 is not supported"},
     {CRYPTO_LUKS_OFF_MK_ITERATIONS, 4, 0, NULL, "LUKS key iteration count is zero"},
+    {CRYPTO_LUKS_OFF_PAYLOAD_OFFSET, 4, 7, NULL,
+     "LUKS payload is overlapping with the header"},
     {SLOT(0, CRYPTO_LUKS_SLOT_OFF_STRIPES), 4, 3999, NULL,
      "Keyslot 0 is corrupted (stripes 3999 != 4000)"},
     {SLOT(0, CRYPTO_LUKS_SLOT_OFF_ACTIVE), 4, 1, NULL,
@@ -214,6 +217,11 @@ static void test_order(void **state)
     store_be32(buf + CRYPTO_LUKS_OFF_MK_ITERATIONS, 0);
     expect_error(crypto_luks_decode(buf, sizeof(buf), &l),
                  "LUKS key iteration count is zero");
+    /* QEMU checks the payload offset before the iterations */
+    store_be32(buf + CRYPTO_LUKS_OFF_PAYLOAD_OFFSET, 7);
+    expect_error(crypto_luks_decode(buf, sizeof(buf), &l),
+                 "LUKS payload is overlapping with the header");
+    store_be32(buf + CRYPTO_LUKS_OFF_PAYLOAD_OFFSET, 1032);
     make_header(buf);
     put_name(buf, CRYPTO_LUKS_OFF_CIPHER_NAME, "foo");
     put_name(buf, CRYPTO_LUKS_OFF_CIPHER_MODE, "cbc-essiv:xx");
