@@ -141,6 +141,9 @@ typedef struct ApiOpenLayers {
     BlkOpenOptions backing;
     char *backing_path;
     char *data_file_path;
+    /* the keys of the image's own backing chain (json-name.c invariant 6):
+     * index d for the layer d + 1 below, "" for none */
+    GPtrArray *backing_keys;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 

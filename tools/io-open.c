@@ -316,7 +316,7 @@ static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
 int io_cmd_open(IoCtx *io, int argc, char **argv)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autofree char *format = NULL, *prefix = NULL;
     bool wt = false;                /* parse_o */
