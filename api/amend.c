@@ -39,7 +39,9 @@ gboolean qimg_image_amend(QimgImage *img, const QimgAmendOptions *opts, GError *
     bo = (BlkAmendOptions){.options = in.options,
                            .force = in.force,
                            .progress = in.progress,
-                           .progress_opaque = in.progress_opaque};
+                           .progress_opaque = in.progress_opaque,
+                           .secrets = in.secret_values,
+                           .secret_values = in.secret_values != NULL};
     ret = api_quiesce(img); /* invariant 2 */
     if (ret == 0) {
         blk_error_clear();

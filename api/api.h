@@ -143,6 +143,9 @@ typedef struct ApiOpenLayers {
     char *data_file_path;
     GHashTable *format_opts;         /* BlkOpenOptions.format_opts */
     GHashTable *backing_format_opts; /* the backing layer's */
+    /* the keys of the image's own backing chain (json-name.c invariant 10):
+     * index d for the layer d + 1 below, "" for none */
+    GPtrArray *backing_keys;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 

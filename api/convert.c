@@ -60,7 +60,10 @@ void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out)
     out->resize = in->resize;
     out->deny_write = in->deny_write;
     out->backing_share_write = in->backing_shared_write;
-    out->secrets = in->secrets;
+    out->secrets = in->secret_values ? in->secret_values : in->secrets;
+    out->secret_values = in->secret_values != NULL;
+    out->luks_max_iterations = in->luks_max_iterations;
+    out->key_secret = in->key_secret ? g_intern_string(in->key_secret) : NULL;
     out->backing_name = in->backing_name;
 }
 
@@ -72,7 +75,9 @@ void api_create_options(const QimgCreateOptions *in, BlkCreateOptions *out)
     out->backing_file = in->backing_file;
     out->backing_format = in->backing_format;
     out->options = in->options;
-    out->secrets = in->secrets;
+    out->secrets = in->secret_values ? in->secret_values : in->secrets;
+    out->secret_values = in->secret_values != NULL;
+    out->luks_max_iterations = in->luks_max_iterations;
 }
 
 void api_snapshot_info_move(BlkSnapshotInfo *in, QimgSnapshotInfo *out)

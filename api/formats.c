@@ -23,6 +23,7 @@
  *     of any format QEMU would probe.
  */
 #include "api/api.h"
+#include "luks/luks.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
 
@@ -117,15 +118,6 @@ static int dmg_probe(const uint8_t *buf, size_t len, const char *filename)
     return n > 4 && strcmp(filename + n - 4, ".dmg") == 0 ? 2 : 0;
 }
 
-/* LUKS version 1 (QEMU 7.2 knows no other). */
-static int luks_probe(const uint8_t *buf, size_t len, const char *filename)
-{
-    return magic_at(buf, len, 0, "LUKS\xba\xbe", 6) && len >= 8 && buf[6] == 0 &&
-                   buf[7] == 1
-               ? 100
-               : 0;
-}
-
 #define UNREAD(fmt, long_name, probe_fn)                                                 \
     {                                                                                    \
         .format_name = fmt, .unsupported = long_name, .probe = probe_fn,                 \
@@ -141,12 +133,11 @@ static const BlkDriver unread[] = {
     UNREAD("bochs", "Bochs", bochs_probe),
     UNREAD("cloop", "compressed loop", cloop_probe),
     UNREAD("dmg", "Apple disk image", dmg_probe),
-    UNREAD("luks", "LUKS encrypted", luks_probe),
 };
 
 /* The drivers qimg has, each from its own folder. */
 static const BlkDriver *const builtin[] = {
-    &blk_qcow2_driver, &blk_raw_driver,
+    &blk_qcow2_driver, &blk_raw_driver, &blk_luks_driver,
 #ifdef QIMG_HAVE_LIBNBD
     &blk_nbd_driver, /* driver=nbd: the NBD node is the image (json-name.c 9) */
 #endif

@@ -59,23 +59,22 @@ gboolean qimg_prealloc_parse(const char *s, QimgPrealloc *out, GError **error)
     return TRUE;
 }
 
-/* A layer's failure (backing or data file) under a json: name: QEMU names
- * the json: name only, not the image file (path) as well. */
+/* A failure under a json: name -- the format's own (a bad header, the
+ * wrong key) or a layer's (backing or data file): QEMU names the json:
+ * name only, not the image file (path) as well; the file's own failure
+ * (the bare strerror) keeps its name. */
 static void drop_layer_prefix(GError *err, const char *path)
 {
     g_autofree char *layer = g_strdup_printf("Could not open '%s': ", path);
-    const char *rest;
+    char *m;
 
-    if (!g_str_has_prefix(err->message, layer)) {
+    if (!g_str_has_prefix(err->message, layer) ||
+        strcmp(err->message + strlen(layer), g_strerror(err->code)) == 0) {
         return;
     }
-    rest = err->message + strlen(layer);
-    if (g_str_has_prefix(rest, "Could not open ") ||
-        g_str_has_prefix(rest, "'data-file' can only")) {
-        char *m = g_strdup(rest);
-        g_free(err->message);
-        err->message = m;
-    }
+    m = g_strdup(err->message + strlen(layer));
+    g_free(err->message);
+    err->message = m;
 }
 
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
@@ -151,6 +150,9 @@ QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
     api_open_options(&in, &o);
     o.format = layer->node->drv->format_name;
     o.reopen = true; /* qcow2.c invariant 8: QEMU reopens it, quietly */
+    if (!o.key_secret) {
+        o.key_secret = layer->node->opts.key_secret; /* the layer's key, as QEMU */
+    }
     blk_error_clear();
     /* the protocol stack of top's file: a recorded top records it too */
     file = blk_open_file_like(top->node->file, name, &o, BLK_ROLE_PROTOCOL);
@@ -636,8 +638,15 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     BlkNode *node = img->node;
     BlkInfo bi = {0};
 
-    if (node->opts.key_secret) {
+    if (node->opts.key_secret && strcmp(node->drv->format_name, "luks") == 0) {
         /* json-name.c invariant 4: QEMU keeps the option in the name */
+        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        info->filename = g_strdup_printf("json:{\"driver\": \"luks\", \"file\": "
+                                         "{\"driver\": \"file\", \"filename\": \"%s\"}, "
+                                         "\"key-secret\": \"%s\"}",
+                                         f, k);
+    } else if (node->opts.key_secret) {
         g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
         g_autofree char *f = g_strescape(node->filename, NULL);
         info->filename =

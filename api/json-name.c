@@ -26,10 +26,11 @@
  *     take them) is refused with a message naming it.  Nothing is accepted and ignored.
  *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
  *     a bad one is "Parameter 'KEY' expects ...".
- *  4. qcow2's encrypt.key-secret is kept for the qcow2 driver, which
- *     refuses it on an encrypted image opened for its data (qimg has no
- *     encryption; qcow2.c invariant 10) and, as QEMU, does not look it up
- *     otherwise; the image is then named as QEMU names it (qimg info).
+ *  4. qcow2's encrypt.key-secret (luks' key-secret) is kept for the driver,
+ *     which
+ *     unlocks an encrypted image opened for its data with it (qcow2.c
+ *     invariant 10) and, as QEMU, does not look it up otherwise; the image
+ *     is then named as QEMU names it (qimg info).
  *  5. A caller's "backing" and "data-file" options (objects, or dotted
  *     keys) name the layer opened instead of the one the image names:
  *     the backing file with its own format and runtime options (read as
@@ -61,6 +62,10 @@
  *     (the meta context block status reads, nbd.c invariant 5), opened as
  *     the URI block/nbd.c takes; TLS, reconnection and open-timeout are
  *     refused.
+ * 10. Backing options that are only keys -- backing.encrypt.key-secret
+ *     (backing.key-secret for a luks layer), backing.backing.encrypt.key-secret
+ *     and so on, as qemu-img takes them -- key the layers of the image's
+ *     own backing chain, which the image still names.
  */
 #include "api/api.h"
 
@@ -152,6 +157,48 @@ void api_open_layers_clear(ApiOpenLayers *l)
     g_clear_pointer(&l->data_file_path, g_free);
     g_clear_pointer(&l->format_opts, g_hash_table_unref);
     g_clear_pointer(&l->backing_format_opts, g_hash_table_unref);
+    g_clear_pointer(&l->backing_keys, g_ptr_array_unref);
+}
+
+/* Invariant 10: the depth of a key of the backing options naming a
+ * layer's key ("encrypt.key-secret" 0, "backing.key-secret" 1, ...), or
+ * -1 for any other key. */
+static int chain_key_depth(const char *key)
+{
+    int d = 0;
+
+    while (g_str_has_prefix(key, "backing.")) {
+        key += strlen("backing.");
+        d++;
+    }
+    return strcmp(key, "encrypt.key-secret") == 0 || strcmp(key, "key-secret") == 0 ? d
+                                                                                    : -1;
+}
+
+/* Invariant 10: backing options that only name keys of the image's own
+ * chain; *keys (by depth) filled. */
+static bool chain_keys_only(GHashTable *bsub, GPtrArray **keys)
+{
+    GHashTableIter it;
+    gpointer k, v;
+
+    g_hash_table_iter_init(&it, bsub);
+    while (g_hash_table_iter_next(&it, &k, NULL)) {
+        if (chain_key_depth(k) < 0) {
+            return false;
+        }
+    }
+    *keys = g_ptr_array_new_with_free_func(g_free);
+    g_hash_table_iter_init(&it, bsub);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        guint d = (guint)chain_key_depth(k);
+        while ((*keys)->len <= d) {
+            g_ptr_array_add(*keys, g_strdup(""));
+        }
+        g_free((*keys)->pdata[d]);
+        (*keys)->pdata[d] = g_strdup(v);
+    }
+    return true;
 }
 
 /* Invariant 4: "backing.driver", else "backing.file.filename", else the
@@ -333,7 +380,11 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
                     driver ? driver : "raw", backing_key_named(bsub));
         return FALSE;
     }
-    if (g_hash_table_size(bsub)) {
+    if (g_hash_table_size(bsub) && chain_keys_only(bsub, &layers->backing_keys)) {
+        /* invariant 10 */
+        o->backing_keys = (const char *const *)layers->backing_keys->pdata;
+        o->n_backing_keys = layers->backing_keys->len;
+    } else if (g_hash_table_size(bsub)) {
         layers->backing = *o;
         layers->backing.format = NULL;
         layers->backing.no_backing = false;
@@ -384,7 +435,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
-        !nbd_top) {
+        strcmp(driver, "luks") != 0 && !nbd_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -478,6 +529,12 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                         "options ('%s')",
                         key);
             return FALSE;
+        } else if (driver && strcmp(driver, "qcow2") == 0 &&
+                   strcmp(key, "encrypt.key-secret") == 0) {
+            o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
+        } else if (driver && strcmp(driver, "luks") == 0 &&
+                   strcmp(key, "key-secret") == 0) {
+            o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
         } else if (g_str_has_prefix(key, "file.")) {
             if (file_option(key + strlen("file."), value, error) < 0) {
                 return FALSE;

@@ -85,7 +85,12 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;
-    bo.key_secret = NULL; /* the top's option */
+    /* the top's key is the top's; json-name.c invariant 10: the chain's */
+    bo.key_secret = opts->n_backing_keys && *opts->backing_keys[0]
+                        ? g_intern_string(opts->backing_keys[0])
+                        : NULL;
+    bo.backing_keys = opts->n_backing_keys > 1 ? opts->backing_keys + 1 : NULL;
+    bo.n_backing_keys = opts->n_backing_keys > 1 ? opts->n_backing_keys - 1 : 0;
     bo.share_write = opts->backing_share_write;
     bo.backing_name = true;
     /* json-name.c invariant 1: a json: name from the image, as a backing name */

@@ -379,6 +379,7 @@ static QimgImage *open_view(QimgImage *img, const char *snapshot_id, GError **er
         .cache = img->node->cache,
         .no_backing = img->node->opts.no_backing,
         .force_share = true,
+        .key_from = img->node, /* qcow2/crypt.c invariant 7 */
     };
     BlkNode *node = api_open_node(img->node->filename, &o, NULL, error);
     return node ? api_image_new(node) : NULL;

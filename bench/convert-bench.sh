@@ -12,6 +12,10 @@
 #   zlib, zstd              -c (-o compression_type=zstd), 1 GiB full
 #   loop-raw, loop-qcow2    -n -O raw / -n -O qcow2 onto a loop device
 #                           (half and full sources; skipped without losetup)
+#   luks-in, luks-out       raw -> qcow2 with encrypt.format=luks (aes-256-xts,
+#                           iter-time=10: the key slot costs little) and that
+#                           image -> raw, CSIZE_GIB of full.raw, warm
+#   luksfmt-in, luksfmt-out the same with the luks format (-O luks)
 # Tools per case: qemu-img with its defaults and with -W -m 16, qimg with
 # its defaults, and the floor: cp (warm), reading the source alone and dd
 # writing the same bytes (cold, direct).  Every timed run: memwarm, the
@@ -24,7 +28,8 @@ set -u
 ROUNDS=${ROUNDS:-3}
 SIZE_GIB=${SIZE_GIB:-4}
 CSIZE_GIB=${CSIZE_GIB:-1}
-CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2}
+CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2 luks-in luks-out luksfmt-in luksfmt-out}
+SEC=(--object secret,id=b0,data=bench)
 cd "$BENCH_SCRATCH" || exit 1
 bench_require_space $((SIZE_GIB * 4 + 2))
 
@@ -70,8 +75,63 @@ loop_setup() {
     trap 'losetup -d "$LOOP"; _bench_cleanup' EXIT
 }
 
+# The encrypted sources of luks-out and luksfmt-out, made once, untimed
+# (qemu-img's key benchmark fails now and then: try again).
+enc_source() {
+    local f=$1 fmt=$2 o=$3
+    [ -e "$f" ] && return 0
+    for _ in 1 2 3 4 5 6 7 8; do
+        "$QEMU_IMG" convert -f raw -O "$fmt" "${SEC[@]}" -o "$o" c.raw "$f" 2>/dev/null &&
+            return 0
+    done
+    return 1
+}
+
+# run_case_luks CASE TOOL: sets BENCH_T
+run_case_luks() {
+    local c=$1 tool=$2 bin out args
+    local qo=encrypt.format=luks,encrypt.key-secret=b0,encrypt.iter-time=10
+    local lo=key-secret=b0,iter-time=10
+    case $tool in
+    qemu-img) bin=$QEMU_IMG ;;
+    qemu-img-W16) bin=$QEMU_IMG args=(-W -m 16) ;;
+    qimg) bin=$QIMG ;;
+    esac
+    case $c in
+    luks-in) out=dst.qcow2 args+=(-f raw -O qcow2 -o "$qo" c.raw) ;;
+    luksfmt-in) out=dst.luks args+=(-f raw -O luks -o "$lo" c.raw) ;;
+    luks-out)
+        enc_source enc.qcow2 qcow2 "$qo" || return 1
+        out=dst.raw args+=(--image-opts driver=qcow2,file.filename=enc.qcow2,encrypt.key-secret=b0
+            -O raw) ;;
+    luksfmt-out)
+        enc_source enc.luks luks "$lo" || return 1
+        out=dst.raw args+=(--image-opts driver=luks,file.filename=enc.luks,key-secret=b0 -O raw) ;;
+    esac
+    rm -f "$out"
+    cat c.raw enc.qcow2 enc.luks >/dev/null 2>&1
+    # qemu-img's PBKDF2 benchmark fails now and then ("Unable to get
+    # accurate CPU usage"): a failed run is not timed, the next try is
+    local t0 try
+    for try in 1 2 3 4 5 6; do
+        rm -f "$out"
+        bench_warm
+        t0=$EPOCHREALTIME
+        if timeout "$BENCH_RUN_TIMEOUT" "$bin" convert "${SEC[@]}" "${args[@]}" "$out" \
+            >/dev/null 2>&1; then
+            sync
+            BENCH_T=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
+            break
+        fi
+        [ "$try" = 6 ] && { echo "failed: $bin convert ${args[*]}" >&2; exit 1; }
+    done
+    rm -f "$out"
+    sync
+}
+
 # run_case CASE TOOL: sets BENCH_T
 run_case() {
+    case $1 in luks*) run_case_luks "$@"; return ;; esac
     local c=$1 tool=$2 src cold=0 args=() out=dst.qcow2 floor
     case $c in
     full-* | loop-*-full) src=full.raw ;;
@@ -118,6 +178,7 @@ for c in $CASES; do
     *-warm) tools+=(floor) ;;
     *-cold | *-direct | loop-*) tools+=(floor floor-write) ;;
     esac
+    [ "$c" != "${c#luks}" ] && head -c $((CSIZE_GIB << 30)) full.raw >c.raw
     subcases=("$c")
     case $c in
     loop-*)

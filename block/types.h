@@ -51,10 +51,19 @@ typedef struct BlkOpenOptions {
     bool backing_share_write;     /* share_write for the backing chain */
     bool check_mode;              /* corrupt images open read-write (check -r) */
     const char *snapshot;         /* read-only view of this snapshot */
-    /* qcow2's encrypt.key-secret from a json:/--image-opts name (interned),
-     * and the ids of the caller's secrets (open time only, may be NULL) */
+    /* The encrypt.key-secret (qcow2) or key-secret (luks) from a
+     * json:/--image-opts name (interned), and the caller's secrets (open
+     * time only, may be NULL): id -> GBytes when secret_values, else ids
+     * alone (an older caller's table: crypto/secret.c invariant 2) */
     const char *key_secret;
     GHashTable *secrets;
+    bool secret_values;
+    /* An open node of the same image whose key this open takes instead of
+     * unlocking one (a snapshot view of an encrypted image, api/) */
+    const struct BlkNode *key_from;
+    /* PBKDF2 iterations a LUKS header may ask for; 0: the default
+     * (crypto/luks.h CRYPTO_LUKS_DEFAULT_MAX_ITERATIONS) */
+    uint32_t luks_max_iterations;
     bool backing_name; /* the name was read from an image (block.h
                         * invariant 5: a plain file only) */
     bool reopen;       /* a second open of an open layer (QEMU's
@@ -86,6 +95,12 @@ typedef struct BlkOpenOptions {
      * borrowed): checked and applied once the format is known
      * (json-name.c invariant 8); NULL: none. */
     GHashTable *format_opts;
+    /* The key-secrets of the image's own backing chain, from
+     * backing.encrypt.key-secret, backing.backing.encrypt.key-secret, ...
+     * (json-name.c invariant 10): n_backing_keys entries, the first for
+     * the backing file, "" for a layer without one. */
+    const char *const *backing_keys;
+    size_t n_backing_keys;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */
@@ -95,8 +110,10 @@ typedef struct BlkCreateOptions {
     bool size_set;
     const char *backing_file;
     const char *backing_format;
-    GHashTable *options; /* may be NULL */
-    GHashTable *secrets; /* ids of the caller's secret objects, may be NULL */
+    GHashTable *options;          /* may be NULL */
+    GHashTable *secrets;          /* the caller's secret objects, may be NULL ... */
+    bool secret_values;           /* ... id -> GBytes, else ids alone */
+    uint32_t luks_max_iterations; /* as BlkOpenOptions' */
 } BlkCreateOptions;
 
 /* qemu-img measure: what the source of a copy holds (BlkDriver.measure). */
@@ -133,8 +150,8 @@ typedef struct BlkSnapshotInfo {
 } BlkSnapshotInfo;
 
 /* What a driver tells about an image (strings owned). */
-/* An encrypted image's encryption as qemu-img info shows it (qcow2's
- * luks-codec.c decodes it; qimg cannot decrypt). */
+/* An encrypted image's encryption as qemu-img info shows it (the LUKS
+ * header as crypto/luks-codec.c decodes it). */
 typedef struct BlkLuksSlot {
     bool active;
     uint32_t iters;
@@ -203,6 +220,8 @@ typedef struct BlkAmendOptions {
     GHashTable *options; /* key -> value as -o names them (values normalised:
                           * booleans "on"/"off", numbers and sizes decimal) */
     bool force;          /* qemu-img amend --force */
+    GHashTable *secrets; /* the caller's secrets (encrypt.new-secret ...) */
+    bool secret_values;  /* as BlkOpenOptions' */
     /* Called now and then with work done out of the total, or NULL. */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;

@@ -5,6 +5,7 @@
  *   nbdkit qimg file=disk.qcow2 [format=qcow2|raw] [cache=writeback]
  *          [snapshot=ID_OR_NAME] [discard=ignore|unmap]
  *          [detect-zeroes=off|on|unmap] [readonly=true]
+ *          [image-opts=true] [secret=ID:FD ...]
  *
  * Owns: the one image of the export (opened in get_ready, so that a bad
  * image or an image in use fails the server at start, as qemu-nbd does),
@@ -29,12 +30,18 @@
  *  5. Fast zero: a zero request with NBDKIT_FLAG_FAST_ZERO uses
  *     QIMG_ZERO_NO_FALLBACK and fails with ENOTSUP, changing nothing,
  *     where zeroing would mean writing zeros.
+ *  6. Secrets never appear on a command line: secret=ID:FD names an open
+ *     file descriptor (qimg nbd passes a memfd) holding the secret's
+ *     bytes, read once at configuration into qimg_secret_new() memory and
+ *     closed; image-opts=true reads file= as qemu-nbd's --image-opts
+ *     options, whose encrypt.key-secret (key-secret for luks) names one.
  */
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,8 +63,11 @@ static struct {
     bool unmap;        /* discard=unmap */
     int detect_zeroes; /* DZ_* */
     bool readonly;
-    QimgImage *img;   /* invariant 1 */
-    uint32_t cluster; /* preferred block size */
+    bool image_opts; /* file is --image-opts options (file_given) */
+    char *file_given;
+    GHashTable *secrets; /* id -> GBytes (invariant 6) */
+    QimgImage *img;      /* invariant 1 */
+    uint32_t cluster;    /* preferred block size */
     pthread_mutex_t lock;
     unsigned conns; /* [lock] open connections (invariant 2) */
 } g = {.cache = QIMG_CACHE_WRITEBACK, .lock = PTHREAD_MUTEX_INITIALIZER};
@@ -83,8 +93,12 @@ static void qimg_unload(void)
     }
     g.img = NULL;
     free(g.file);
+    free(g.file_given);
     free(g.format);
     free(g.snapshot);
+    if (g.secrets) {
+        g_hash_table_unref(g.secrets);
+    }
 }
 
 static bool is_protocol_name(const char *name)
@@ -94,12 +108,72 @@ static bool is_protocol_name(const char *name)
     return n > 0 && name[n] == ':' && access(name, F_OK) != 0;
 }
 
+/* Invariant 6: secret=ID:FD */
+static int add_secret(const char *value)
+{
+    const char *colon = strrchr(value, ':');
+    g_autoptr(GByteArray) bytes = g_byte_array_new();
+    uint8_t buf[4096];
+    char *end;
+    long fd;
+
+    if (!colon || colon == value) {
+        nbdkit_error("secret=%s: expected ID:FD", value);
+        return -1;
+    }
+    errno = 0;
+    fd = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || fd < 0 || fd > INT_MAX) {
+        nbdkit_error("secret=%s: expected ID:FD", value);
+        return -1;
+    }
+    for (off_t off = 0;;) {
+        ssize_t n = pread((int)fd, buf, sizeof(buf), off);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            nbdkit_error("secret=%s: reading descriptor %ld: %m", value, fd);
+            explicit_bzero(bytes->data, bytes->len);
+            return -1;
+        }
+        if (n == 0) {
+            break;
+        }
+        g_byte_array_append(bytes, buf, (guint)n);
+        off += n;
+    }
+    close((int)fd);
+    explicit_bzero(buf, sizeof(buf));
+    if (!g.secrets) {
+        g.secrets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                          (GDestroyNotify)g_bytes_unref);
+    }
+    g_hash_table_insert(g.secrets, g_strndup(value, (gsize)(colon - value)),
+                        qimg_secret_new(bytes->data, bytes->len));
+    explicit_bzero(bytes->data, bytes->len);
+    return 0;
+}
+
 static int qimg_config(const char *key, const char *value)
 {
     GError *err = NULL;
     int r;
 
+    if (strcmp(key, "secret") == 0) {
+        return add_secret(value);
+    }
+    if (strcmp(key, "image-opts") == 0) {
+        r = nbdkit_parse_bool(value);
+        if (r < 0) {
+            return -1;
+        }
+        g.image_opts = r;
+        return 0;
+    }
     if (strcmp(key, "file") == 0) {
+        free(g.file_given); /* options (image-opts=true, in any order) */
+        g.file_given = strdup(value);
         free(g.file);
         /* nbdkit leaves the working directory when it forks: a path is made
          * absolute, a protocol name ("record:LOG:FILE", "blkdebug:...")
@@ -172,6 +246,13 @@ static int qimg_config_complete(void)
         nbdkit_error("the file parameter is required (file=IMAGE)");
         return -1;
     }
+    if (g.image_opts) { /* the options' paths are the caller's own */
+        free(g.file);
+        g.file = strdup(g.file_given);
+        if (!g.file) {
+            return -1;
+        }
+    }
     if (g.detect_zeroes == DZ_UNMAP && !g.unmap) {
         /* as QEMU: "setting detect-zeroes to unmap is not allowed without
          * setting discard operation to unmap" */
@@ -192,6 +273,8 @@ static int qimg_get_ready(void)
     QimgInfo *info;
 
     o.format = g.format;
+    o.image_opts = g.image_opts;
+    o.secret_values = g.secrets;
     o.read_only = g.readonly;
     o.cache = g.cache;
     o.snapshot = g.snapshot;
@@ -422,7 +505,8 @@ static struct nbdkit_plugin plugin = {
     .config_complete = qimg_config_complete,
     .config_help =
         "file=IMAGE (required) format=qcow2|raw cache=MODE snapshot=ID_OR_NAME\n"
-        "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL",
+        "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL\n"
+        "image-opts=BOOL secret=ID:FD",
     .magic_config_key = "file",
     .get_ready = qimg_get_ready,
     .open = qimg_open,

@@ -20,9 +20,12 @@ typedef struct Dropped {
     uint64_t offset, count, fresh;
 } Dropped;
 
-/* A new zeroed cluster for an entry of a table l2_refcount L1 entries
- * name: refcount l2_refcount (QEMU's), zeros written (not yet flushed). */
-static int64_t new_zero_cluster_locked(Qcow2State *s, uint64_t l2_refcount)
+/* A new zeroed cluster for the entry of guest offset guest in a table
+ * l2_refcount L1 entries name: refcount l2_refcount (QEMU's), zeros written
+ * (not yet flushed; encrypted zeros on an encrypted image, crypt.c
+ * invariant 1). */
+static int64_t new_zero_cluster_locked(Qcow2State *s, uint64_t l2_refcount,
+                                       uint64_t guest)
 {
     int64_t off = qcow2_alloc_clusters_locked(s, 1);
     int ret;
@@ -42,7 +45,7 @@ static int64_t new_zero_cluster_locked(Qcow2State *s, uint64_t l2_refcount)
     }
     if (ret == 0) {
         blk_event(s->img->file, BLKEV_DATA_WRITE);
-        ret = blk_pwrite_zeroes(s->img->file, (uint64_t)off, s->cluster_size, 0);
+        ret = qcow2_data_pwrite_zeroes(s, (uint64_t)off, guest, s->cluster_size, 0);
     }
     if (ret < 0) {
         qcow2_free_clusters_locked(s, (uint64_t)off, s->cluster_size);
@@ -56,7 +59,8 @@ static int64_t new_zero_cluster_locked(Qcow2State *s, uint64_t l2_refcount)
  * in *drop (count 0: none).
  */
 static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refcount,
-                               uint64_t l2_offset, uint64_t l2_index, Dropped *drop)
+                               uint64_t l2_offset, uint64_t l2_index, uint64_t guest,
+                               Dropped *drop)
 {
     uint64_t host = *entry & QCOW2_L2E_OFFSET_MASK, refcount = 0;
     uint64_t copied = l2_refcount == 1 ? QCOW2_OFLAG_COPIED : 0;
@@ -88,7 +92,7 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
         ret = qcow2_pre_write_overlap_check_locked(s, 0, host, s->cluster_size);
         if (ret == 0) {
             blk_event(s->img->file, BLKEV_DATA_WRITE);
-            ret = blk_pwrite_zeroes(s->img->file, host, s->cluster_size, 0);
+            ret = qcow2_data_pwrite_zeroes(s, host, guest, s->cluster_size, 0);
         }
         if (ret < 0) {
             return ret;
@@ -99,7 +103,7 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
     /* plain zero over a backing file, or a preallocated cluster that other
      * tables (a snapshot) still read: a new one (QEMU 7.2 zeroes the
      * shared cluster in place and so a snapshot's data) */
-    off = new_zero_cluster_locked(s, l2_refcount);
+    off = new_zero_cluster_locked(s, l2_refcount, guest);
     if (off < 0) {
         return (int)off;
     }
@@ -233,7 +237,8 @@ static int expand_table_locked(Qcow2State *s, uint64_t l2_offset, uint64_t guest
         if (type != QCOW2_SC_ZERO_PLAIN && type != QCOW2_SC_ZERO_ALLOC) {
             continue;
         }
-        ret = expand_entry_locked(s, &entry, t->refcount, l2_offset, j, &d);
+        ret = expand_entry_locked(s, &entry, t->refcount, l2_offset, j,
+                                  guest + (j << s->cluster_bits), &d);
         if (ret == 0) {
             qcow2_l2_set(s, t->buf, j, entry, 0);
             changed = true;

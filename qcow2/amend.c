@@ -38,6 +38,9 @@
  *     its cluster comes from this table, else it gets a new zeroed cluster
  *     (QEMU 7.2 zeroes a cluster a snapshot still reads, destroying the
  *     snapshot's data; we do not).  New clusters have the table's refcount.
+ *     On an encrypted image the zeros are encrypted zeros (crypt.c
+ *     invariant 1; QEMU 7.2 writes plain zeros there, which then read back
+ *     as garbage).
  *     In batches of tables of one L1 table: the new refcounts and the
  *     zeros durable, then the tables (written, synced), then the dropped
  *     references are freed; a table named again is read only after its
@@ -58,6 +61,13 @@
  *  7. Progress is QEMU's Qcow2AmendHelperCBInfo projection: the operations
  *     that report (version change, refcount width change) are counted
  *     first, each one's work is added to the total when it starts.
+ *  8. encrypt.state, encrypt.keyslot, encrypt.old-secret, encrypt.new-secret
+ *     and encrypt.iter-time change LUKS key slots (crypto/luks.c invariant
+ *     7), after an upgrade and before anything else, as QEMU orders them;
+ *     an image without encryption is QEMU's "Can't amend encryption
+ *     options - encryption not present", the old AES method its "Only
+ *     LUKS encryption options can be amended".  They are parsed with the
+ *     other options, so a bad one changes nothing.
  */
 #include "qcow2/amend.h"
 #include "qcow2/create.h"
@@ -100,6 +110,8 @@ typedef struct AmendPlan {
     const char *data_file;
     bool data_file_raw, lazy;
     uint32_t refcount_bits;
+    bool encrypt; /* encrypt.*: key slots (invariant 8) */
+    CryptoLuksAmend crypt;
 } AmendPlan;
 
 static const char *opt_get(const BlkAmendOptions *o, const char *key)
@@ -112,10 +124,21 @@ static int param_error(const char *msg)
     return blk_error(EINVAL, "%s", msg);
 }
 
-/* The amend options (qemu-img's, encrypt.* apart). */
+/* The amend options (qemu-img's), encrypt.* (invariant 8) included. */
 static const char *const amend_options[] = {
-    "size",      "compat",        "backing_file",   "backing_fmt",
-    "data_file", "data_file_raw", "lazy_refcounts", "refcount_bits",
+    "size",
+    "compat",
+    "backing_file",
+    "backing_fmt",
+    "data_file",
+    "data_file_raw",
+    "lazy_refcounts",
+    "refcount_bits",
+    "encrypt.state",
+    "encrypt.keyslot",
+    "encrypt.old-secret",
+    "encrypt.new-secret",
+    "encrypt.iter-time",
 };
 
 /* A decimal number (the API's normalised form, invariant 1). */
@@ -167,9 +190,7 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
         g_autoptr(GHashTable) rest = g_hash_table_new(g_str_hash, g_str_equal);
         g_hash_table_iter_init(&it, o->options);
         while (g_hash_table_iter_next(&it, &k, NULL)) {
-            if (!g_str_has_prefix(k, "encrypt.")) {
-                g_hash_table_add(rest, k);
-            }
+            g_hash_table_add(rest, k);
         }
         ret = create_check_known(rest, amend_options, G_N_ELEMENTS(amend_options));
         if (ret < 0) {
@@ -178,10 +199,20 @@ static int read_plan(Qcow2State *s, const BlkAmendOptions *o, AmendPlan *p)
         g_hash_table_iter_init(&it, o->options);
         while (g_hash_table_iter_next(&it, &k, NULL)) {
             if (g_str_has_prefix(k, "encrypt.")) {
-                /* qimg opens no encrypted image */
-                return param_error("Can't amend encryption options - encryption not "
-                                   "present");
+                p->encrypt = true;
             }
+        }
+    }
+    if (p->encrypt) { /* invariant 8 */
+        if (!s->crypto) {
+            return param_error("Can't amend encryption options - encryption not present");
+        }
+        if (!s->luks) {
+            return blk_error(ENOTSUP, "Only LUKS encryption options can be amended");
+        }
+        ret = crypto_luks_amend_parse(o->options, "encrypt.", &p->crypt);
+        if (ret < 0) {
+            return ret;
         }
     }
     ret = opt_number(o, "size", &p->size);
@@ -369,6 +400,9 @@ static int amend_locked(Qcow2State *s, const AmendPlan *plan, Qcow2AmendProgress
     if (ret == 0 && plan->version > s->qcow_version) {
         ret = upgrade_locked(s, p);
     }
+    if (ret == 0 && plan->encrypt) { /* invariant 8: QEMU's place */
+        ret = qcow2_crypt_amend_locked(s, &plan->crypt, p->opts);
+    }
     if (ret == 0 && plan->refcount_bits != s->refcount_bits) {
         if (plan->version < 3 && plan->refcount_bits != 16) {
             return param_error("Refcount widths other than 16 bits require compatibility "
@@ -386,9 +420,6 @@ static int amend_locked(Qcow2State *s, const AmendPlan *plan, Qcow2AmendProgress
 
 int qcow2_amend(BlkNode *img, const BlkAmendOptions *opts)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2AmendProgress p = {.opts = opts, .last = -1};
     AmendPlan plan;

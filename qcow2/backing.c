@@ -193,9 +193,6 @@ int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e)
 
 int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2HeaderEdit e = {.set_backing = true};
     int ret;

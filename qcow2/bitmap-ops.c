@@ -132,9 +132,6 @@ int qcow2_bitmap_switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
 
 int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2BitmapDir dir = {0};
     Qcow2Bitmap dropped = {0}, added = {0};

@@ -353,9 +353,6 @@ static int find_locked(Qcow2State *s, const char *name, Qcow2BitmapDir *dir)
 
 int qcow2_bitmap_extents(BlkNode *img, const char *name, GArray **out)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2BitmapDir dir = {0};
     Qcow2DirtyBits *b = NULL;
@@ -389,9 +386,6 @@ out:
 
 int qcow2_bitmap_merge(BlkNode *img, const char *name, const BlkRange *r, size_t n)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     g_autoptr(GArray) old = g_array_new(FALSE, TRUE, sizeof(Qcow2Bitmap));
     Qcow2BitmapDir dir = {0};
@@ -438,9 +432,6 @@ out:
 
 int qcow2_bitmaps_store(BlkNode *img)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     int ret;
 

@@ -435,9 +435,6 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
 
 int qcow2_check_image(BlkNode *img, BlkCheckResult *res, unsigned fix)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2CheckOptions o = {.progress = res->progress,
                            .progress_opaque = res->progress_opaque};
     return qcow2_check_image_opts(img, res, fix, &o);

@@ -325,9 +325,6 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
 
 int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     g_autofree uint8_t *buf = NULL, *out = NULL;
     uint64_t entry = 0;
@@ -341,6 +338,11 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
     if (qcow2_has_data_file(s)) {
         return blk_error(ENOTSUP, "qcow2: compressed writes are not supported with an "
                                   "external data file");
+    }
+    if (s->encrypted) {
+        /* crypt.c invariant 6: QEMU would store the data in the clear */
+        return blk_error(ENOTSUP, "Compression and encryption not supported at the same "
+                                  "time");
     }
     if (qcow2_offset_into_cluster(s, offset) || qiov->size > s->cluster_size ||
         (qiov->size < s->cluster_size && offset + qiov->size != img->size) ||

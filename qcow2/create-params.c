@@ -5,7 +5,8 @@
  * Owns: the options qemu-img create -f qcow2 accepts (compat, cluster_size,
  * refcount_bits, lazy_refcounts, compression_type, extended_l2,
  * preallocation, data_file, data_file_raw, backing_file, backing_fmt,
- * size), their parsing and their checks with qemu-img's messages.
+ * size, encrypt.*), their parsing and their checks with qemu-img's
+ * messages.
  *
  * Invariants: create.c's list, cited as "create.c invariant N"; this file
  * keeps 1 (every option checked before anything is laid out, in
@@ -30,7 +31,7 @@ static const char *const known_options[] = {
     "backing_file",
     "backing_fmt",
     "size",
-    /* encryption: parsed to give qemu-img's refusals (encryption()) */
+    /* encryption (encryption(); crypto/luks-options.c) */
     "encryption",
     "encrypt.format",
     "encrypt.key-secret",
@@ -78,20 +79,24 @@ static int param_error(const char *msg)
     return -EINVAL;
 }
 
-/* qimg has no encryption.  qemu-img's checks of the encrypt options, at
- * its visiting time (late: after every other check, where qemu-img looks
- * the secret up), give its messages; a secret the caller has (opts->secrets)
- * is refused as unsupported; an image is never created encrypted or
- * silently not.  Returns 1 if encryption is asked for, 0, or -errno. */
-static int encryption(const BlkCreateOptions *opts, bool late)
+/* qemu-img's checks of the encrypt options (create.c invariant 6), at its
+ * visiting time: early, the format and iter-time as a number (QemuOpts);
+ * late (after every other check, where qemu-img makes the volume), the
+ * LUKS options, then the secret: named, and one the caller has.  Returns
+ * 1 if encryption is asked for, 0, or -errno. */
+static int encryption(const BlkCreateOptions *opts, bool late, CreateParams *p)
 {
     const char *fmt = opt_get(opts, "encrypt.format"), *on = opt_get(opts, "encryption");
     const char *secret = opt_get(opts, "encrypt.key-secret");
     bool any = false;
+    int ret;
 
     for (size_t i = 0; opts->options && i < G_N_ELEMENTS(known_options); i++) {
         any = any || (g_str_has_prefix(known_options[i], "encrypt.") &&
                       opt_get(opts, known_options[i]));
+    }
+    if (crypto_luks_iter_time_check(opts->options, "encrypt.") < 0) {
+        return -EINVAL;
     }
     if (on && strcmp(on, "off") != 0 && strcmp(on, "no") != 0 &&
         strcmp(on, "false") != 0 && strcmp(on, "n") != 0) {
@@ -111,19 +116,58 @@ static int encryption(const BlkCreateOptions *opts, bool late)
     if (!late) {
         return 1;
     }
+    if (strcmp(fmt, "luks") == 0) {
+        ret = crypto_luks_params_parse(opts->options, "encrypt.", &p->luks);
+        if (ret < 0) {
+            return ret;
+        }
+    }
     if (!secret) {
         return param_error("Parameter 'encrypt.key-secret' is required for cipher");
     }
-    if (opts->secrets && g_hash_table_contains(opts->secrets, secret)) {
-        /* the secret exists, but qimg cannot encrypt with it */
-        blk_error(ENOTSUP,
-                  "qimg has no encryption: cannot create an image encrypted with "
-                  "format '%s' (secret '%s')",
-                  fmt, secret);
-        return -ENOTSUP;
+    if (!opts->secrets || !g_hash_table_contains(opts->secrets, secret)) {
+        blk_error(EINVAL, "No secret with id '%s'", secret);
+        return -EINVAL;
     }
-    blk_error(EINVAL, "No secret with id '%s'", secret);
-    return -EINVAL;
+    if (strcmp(fmt, "aes") == 0) {
+        /* create.c invariant 6: read, never made */
+        return blk_error(ENOTSUP,
+                         "Use of AES-CBC encrypted qcow2 images is no longer supported: "
+                         "qimg reads them (to convert them), but creates LUKS ones only "
+                         "(encrypt.format=luks)");
+    }
+    p->encrypt = true;
+    p->key_secret = secret;
+    return 1;
+}
+
+/* qemu-img measure with encrypt.format: the secret it would key the
+ * header with must exist; luks: the header's size from the options. */
+static int measure_encryption(const BlkCreateOptions *opts, CreateParams *p)
+{
+    const char *fmt = opt_get(opts, "encrypt.format");
+    const char *secret = opt_get(opts, "encrypt.key-secret");
+    bool luks = fmt && strcmp(fmt, "luks") == 0;
+    int64_t len;
+
+    if (luks && crypto_luks_params_parse(opts->options, "encrypt.", &p->luks) < 0) {
+        return -EINVAL;
+    }
+    if (!secret) {
+        return param_error("Parameter 'encrypt.key-secret' is required for cipher");
+    }
+    if (!opts->secrets || !g_hash_table_contains(opts->secrets, secret)) {
+        blk_error(EINVAL, "No secret with id '%s'", secret);
+        return -EINVAL;
+    }
+    if (luks) {
+        len = crypto_luks_params_area_len(&p->luks);
+        if (len < 0) {
+            return (int)len;
+        }
+        p->luks_area = (uint64_t)len;
+    }
+    return 0;
 }
 
 int create_parse_compat(const char *v)
@@ -252,7 +296,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
             return bad_value("backing-fmt", p->backing_format);
         }
     }
-    if (encryption(opts, false) < 0) {
+    if (encryption(opts, false, p) < 0) {
         return -EINVAL;
     }
 
@@ -331,7 +375,7 @@ int create_parse_params(const BlkCreateOptions *opts, CreateParams *p)
                            "compatibility level 1.1 and above (use version=v3 or "
                            "greater)");
     }
-    int ret = encryption(opts, true);
+    int ret = encryption(opts, true, p);
     return ret < 0 ? ret : 0;
 }
 
@@ -349,12 +393,14 @@ int create_parse_measure_params(const BlkCreateOptions *opts, CreateParams *p)
     if (check_known(opts) < 0) {
         return -EINVAL;
     }
-    switch (encryption(opts, false)) {
+    switch (encryption(opts, false, p)) {
     case 0:
         break;
-    case 1: /* qemu-img would add the LUKS header: qimg cannot size it */
-        blk_error(ENOTSUP, "qimg cannot measure encrypted images (encrypt.format)");
-        return -ENOTSUP;
+    case 1: /* qemu-img makes the LUKS header to size it: its checks */
+        if (measure_encryption(opts, p) < 0) {
+            return -EINVAL;
+        }
+        break;
     default:
         return -EINVAL;
     }

@@ -34,6 +34,12 @@
  *      exactly that length, the allocator places refcount blocks and tables
  *      as QEMU's does (alloc.c invariant 3), preallocation as QEMU's
  *      (prealloc.c invariant 1).
+ *  d2. With encrypt.format=luks, as qemu-img's driver does after the resize:
+ *      clusters for the LUKS header area (header and 8 key slots' material,
+ *      2 MiB for the defaults) are allocated and zeroed, slot 0's material
+ *      written and flushed, then the LUKS header (crypt.c, crypto/luks.c);
+ *      the qcow2 header names it with crypt_method 2 and the encryption
+ *      header extension in step e.
  *   e. The caches are written and everything flushed; then the final header
  *      (with the backing file: qemu-img's second full header write) goes to
  *      cluster 0 from the driver's state.
@@ -64,8 +70,14 @@
  *     Everything the header names (refcount table and blocks, L1 and L2
  *     tables, preallocated data and the file size) is flushed before it is
  *     written.  A crash leaves either no image or a complete one.
+ *  6. encrypt.format=luks images are made with QEMU's LUKS defaults and
+ *     options (crypto/luks-options.c) and keyed by the encrypt.key-secret
+ *     the caller has; the old AES method (encrypt.format=aes,
+ *     encryption=on) is refused: qimg reads such images, never makes one.
  */
 #include "qcow2/create.h"
+
+#include "crypto/secmem.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -80,6 +92,9 @@ typedef struct HeaderTables {
     uint64_t l1_offset;
     uint64_t reftable_offset;
     uint64_t reftable_clusters;
+    /* step d2: the LUKS header area, or crypt_method 0 */
+    uint32_t crypt_method;
+    uint64_t crypto_offset, crypto_length;
 } HeaderTables;
 
 /*
@@ -105,6 +120,7 @@ static int build_header(const CreateParams *p, const HeaderTables *t, bool with_
         .refcount_order = p->refcount_order,
         .header_length = QCOW2_HDR_V3_FULL_LENGTH,
         .compression_type = (uint8_t)p->compression_type,
+        .crypt_method = t->crypt_method,
     };
 
     if (p->version >= 3) {
@@ -130,6 +146,9 @@ static int build_header(const CreateParams *p, const HeaderTables *t, bool with_
     Qcow2Extensions ext = {
         .backing_format = with_backing ? (char *)p->backing_format : NULL,
         .data_file = (char *)p->data_file,
+        .has_crypto = t->crypt_method == QCOW2_CRYPT_LUKS,
+        .crypto_offset = t->crypto_offset,
+        .crypto_length = t->crypto_length,
     };
     return qcow2_header_cluster_encode(&h, &ext, with_backing ? p->backing_file : NULL,
                                        buf, buflen)
@@ -170,8 +189,28 @@ static int resize_error(int ret)
     return blk_error_prefix(ret, "Could not resize image");
 }
 
+/* Step d2 (invariant 6): the LUKS header area, slot 0 opened by the
+ * secret's passphrase. */
+static int set_up_encryption(const CreateParams *p, const BlkCreateOptions *opts,
+                             Qcow2State *s)
+{
+    const CryptoSecrets secrets = {.table = opts->secrets, .values = opts->secret_values};
+    uint8_t *pw = NULL;
+    size_t len = 0;
+    int ret = crypto_secret_passphrase(&secrets, p->key_secret, &pw, &len);
+
+    if (ret == 0) {
+        ret = qcow2_crypt_create(s, &p->luks, pw, len,
+                                 opts->luks_max_iterations
+                                     ? opts->luks_max_iterations
+                                     : CRYPTO_LUKS_DEFAULT_MAX_ITERATIONS);
+    }
+    crypto_secure_free(pw);
+    return ret;
+}
+
 /* Steps b-e on the image opened in step b (invariants 3, 5). */
-static int build(const CreateParams *p, BlkNode *img)
+static int build(const CreateParams *p, const BlkCreateOptions *opts, BlkNode *img)
 {
     Qcow2State *s = img->opaque;
     g_autofree uint8_t *buf = g_malloc0(p->cluster_size);
@@ -195,6 +234,14 @@ static int build(const CreateParams *p, BlkNode *img)
         return resize_error(ret);
     }
 
+    /* d2 */
+    if (p->encrypt) {
+        ret = set_up_encryption(p, opts, s);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+
     /* e: the caches written and everything durable before the header */
     qcow2_lock(s);
     ret = qcow2_flush_all_locked(s);
@@ -210,6 +257,9 @@ static int build(const CreateParams *p, BlkNode *img)
         .l1_offset = s->l1_table_offset,
         .reftable_offset = s->refcount_table_offset,
         .reftable_clusters = s->refcount_table_size * 8 >> s->cluster_bits,
+        .crypt_method = s->header.crypt_method,
+        .crypto_offset = s->ext.crypto_offset,
+        .crypto_length = s->ext.crypto_length,
     };
     qcow2_unlock(s);
     if (ret < 0) {
@@ -323,7 +373,7 @@ int qcow2_create(const char *filename, const BlkCreateOptions *opts)
     ret = write_minimal(&p, file);
     if (ret == 0) {
         img = open_new(&p, filename, g_steal_pointer(&file), g_steal_pointer(&data));
-        ret = img ? build(&p, img) : (blk_error_code() ? -blk_error_code() : -EIO);
+        ret = img ? build(&p, opts, img) : (blk_error_code() ? -blk_error_code() : -EIO);
     }
     if (ret < 0) {
         goto fail;

@@ -23,6 +23,11 @@ typedef struct CreateParams {
     const char *backing_file;
     const char *backing_format;
     uint64_t size;
+    /* encrypt.format=luks (crypt.c): the secret's id and the LUKS options */
+    bool encrypt;
+    const char *key_secret;
+    CryptoLuksParams luks;
+    uint64_t luks_area; /* measure: the LUKS header area\'s bytes, or 0 */
 } CreateParams;
 
 /* create-params.c */

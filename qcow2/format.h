@@ -21,6 +21,8 @@
 #ifndef QIMG_QCOW2_FORMAT_H
 #define QIMG_QCOW2_FORMAT_H
 
+#include "block/endian.h"
+
 #include <glib.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -162,46 +164,7 @@ enum { QCOW2_COMPRESSION_ZLIB = 0, QCOW2_COMPRESSION_ZSTD = 1 };
 #define QCOW2_SNAPSHOT_HEADER_SIZE 40
 #define QCOW2_SNAPSHOT_EXTRA_KNOWN 24 /* vm_state_size_large, disk_size, icount */
 
-/* ---- big-endian helpers (format.h invariant 1) ---- */
-
-static inline uint16_t load_be16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof(v));
-    return GUINT16_FROM_BE(v);
-}
-
-static inline uint32_t load_be32(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return GUINT32_FROM_BE(v);
-}
-
-static inline uint64_t load_be64(const void *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return GUINT64_FROM_BE(v);
-}
-
-static inline void store_be16(void *p, uint16_t v)
-{
-    v = GUINT16_TO_BE(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static inline void store_be32(void *p, uint32_t v)
-{
-    v = GUINT32_TO_BE(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static inline void store_be64(void *p, uint64_t v)
-{
-    v = GUINT64_TO_BE(v);
-    memcpy(p, &v, sizeof(v));
-}
+/* ---- big-endian helpers (format.h invariant 1): block/endian.h ---- */
 
 /* ---- checked arithmetic (format.h invariant 2): true on overflow ---- */
 
@@ -440,6 +403,7 @@ typedef struct Qcow2CryptOpen {
     bool metadata_only;     /* read-only, no guest data (qemu-img info's open) */
     const char *key_secret; /* encrypt.key-secret given, NULL: none */
     bool secret_exists;     /* the caller has a secret of that id */
+    bool key_from;          /* the key comes from an open node instead */
 } Qcow2CryptOpen;
 
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,

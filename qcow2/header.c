@@ -28,15 +28,16 @@
  *     qcow2_header_encode() wrote gives the same fields back, and the
  *     extensions and feature name table it writes are what the extension
  *     parser reads (tests/test-qcow2-header.c round-trips them).
- *  7. An encrypted image (crypt_method 1 or 2) parses only for a
- *     metadata-only open (qemu-img info's: read-only, no guest data);
- *     otherwise it is refused: with an encrypt.key-secret, as qemu-img
- *     refuses an unknown secret or, for a secret the caller has, as
- *     unsupported (qimg cannot decrypt); without, with qemu-img's words for
- *     a missing secret,
- *     after the extensions (QEMU checks the encryption header offset's
- *     alignment first).  qimg has no encryption; the LUKS header itself is
- *     luks-codec.c's.
+ *  7. An encrypted image (crypt_method 1 or 2) needs a key unless the open
+ *     is metadata-only (qemu-img info's: read-only, no guest data): then
+ *     its encrypt.key-secret must name a secret the caller has, with
+ *     qemu-img's words for a missing option ("Parameter
+ *     'encrypt.key-secret' is required for cipher") and an unknown secret
+ *     ("No secret with id 'X'"), checked after the extensions (QEMU checks
+ *     the encryption header offset's alignment first).  An unencrypted
+ *     image does not look its key-secret up, as QEMU; nor does a re-read
+ *     of the header of an image open already (backing.c).  The LUKS header
+ *     and the key are crypt.c's.
  */
 #include "qcow2/qcow2.h"
 
@@ -347,21 +348,14 @@ static int check_encryption(const Qcow2Header *h, const Qcow2Extensions *ext,
     if (h->crypt_method == QCOW2_CRYPT_NONE) {
         return 0; /* as QEMU: a key-secret is not looked up */
     }
-    if (crypt && !crypt->metadata_only && crypt->key_secret) {
+    if (crypt && !crypt->metadata_only && !crypt->key_from) { /* NULL: a re-read */
+        if (!crypt->key_secret) {
+            return blk_error(EINVAL,
+                             "Parameter 'encrypt.key-secret' is required for cipher");
+        }
         if (!crypt->secret_exists) {
             return blk_error(EINVAL, "No secret with id '%s'", crypt->key_secret);
         }
-        return blk_error(ENOTSUP,
-                         "qimg has no encryption: cannot decrypt the image (format %s) "
-                         "with secret '%s'",
-                         h->crypt_method == QCOW2_CRYPT_LUKS ? "luks" : "aes",
-                         crypt->key_secret);
-    }
-    if (!crypt || !crypt->metadata_only) {
-        /* qimg has no encryption, so never a secret: qemu-img's refusal
-         * without one, word for word (for AES and LUKS alike) */
-        return blk_error(ENOTSUP,
-                         "Parameter 'encrypt.key-secret' is required for cipher");
     }
     if (h->crypt_method == QCOW2_CRYPT_LUKS && !ext->has_crypto) {
         /* QEMU 7.2 crashes here (qemu-img info: SIGSEGV) */

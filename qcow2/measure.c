@@ -84,7 +84,8 @@ int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
     }
     memset(out, 0, sizeof(*out));
     out->fully_allocated =
-        prealloc_size(vsize, p.cluster_bits, p.refcount_order, p.extended_l2);
+        prealloc_size(vsize, p.cluster_bits, p.refcount_order, p.extended_l2) +
+        ROUND_UP(p.luks_area, cs); /* the LUKS header area, whole clusters */
     out->required = out->fully_allocated - vsize + required;
     if (src && p.version >= 3) { /* invariant 3 */
         ret = src->bitmaps_bytes(src->opaque, cs, &out->bitmaps);

@@ -55,11 +55,12 @@
  *     cluster 0 is still zeros (create.c invariant 5): cluster 0 comes from
  *     memory and goes through every check of invariant 2 as if read, and
  *     the data file is the node create opened.
- * 10. An encrypted image (qimg has no encryption) opens only read-only with
- *     no_io (metadata only: qemu-img info), its LUKS header decoded by
- *     luks-codec.c; every entry that reads or writes guest data, its
- *     allocation or the image refuses it (qcow2_refuse_encrypted()), so
- *     nothing is ever read or written unencrypted.
+ * 10. An encrypted image (crypt_method 1 or 2) is opened by crypt.c:
+ *     with the key its encrypt.key-secret unlocks, or, for qemu-img info's
+ *     metadata-only open (read-only, no_io; never a writable, check or
+ *     snapshot open), without a key -- then no guest data can be read or
+ *     written (crypt.c invariant 2).  Its LUKS header is decoded either
+ *     way (info shows it).
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
@@ -89,7 +90,7 @@ static void state_free(Qcow2State *s)
     qcow2_fastmap_free(s->fastmap);
     qcow2_bitmaps_free(s);
     g_free(s->l1_table);
-    g_free(s->luks);
+    qcow2_crypt_close(s);
     if (s->data_file) {
         blk_close(s->data_file);
     }
@@ -119,47 +120,6 @@ static int read_padded(BlkNode *file, uint64_t file_size, uint8_t *buf, size_t l
     }
     int ret = blk_pread(file, 0, buf, n);
     return ret < 0 ? ret : 0;
-}
-
-int qcow2_refuse_encrypted(const Qcow2State *s)
-{
-    if (!s->encrypted) {
-        return 0;
-    }
-    return blk_error(ENOTSUP,
-                     "qimg has no encryption: '%s' is encrypted (%s) and open "
-                     "for its metadata only",
-                     s->img->filename, s->luks ? "luks" : "aes");
-}
-
-/* The LUKS header the encryption header extension points at (invariant
- * 10), read as QEMU reads it: inside the extension's length, zeros past
- * the end of the file. */
-static int read_luks(Qcow2State *s)
-{
-    uint8_t buf[QCOW2_LUKS_HEADER_SIZE] = {0};
-    uint64_t off = s->ext.crypto_offset, end;
-    size_t n;
-    int ret;
-
-    if (s->ext.crypto_length < sizeof(buf)) {
-        return blk_error(EINVAL, "Request for data outside of extension header");
-    }
-    if (qcow2_add(off, s->ext.crypto_length, &end)) {
-        return blk_error(EINVAL,
-                         "Encryption header (offset %" PRIu64 ", length %" PRIu64
-                         ") overflows",
-                         off, s->ext.crypto_length);
-    }
-    n = off < s->file_size ? (size_t)MIN((uint64_t)sizeof(buf), s->file_size - off) : 0;
-    if (n > 0) {
-        ret = blk_pread(s->img->file, off, buf, n);
-        if (ret < 0) {
-            return ret;
-        }
-    }
-    s->luks = g_new0(Qcow2Luks, 1);
-    return qcow2_luks_decode(buf, sizeof(buf), s->luks);
 }
 
 static void set_geometry(Qcow2State *s)
@@ -322,6 +282,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         .key_secret = opts ? opts->key_secret : NULL,
         .secret_exists = opts && opts->key_secret && opts->secrets &&
                          g_hash_table_contains(opts->secrets, opts->key_secret),
+        .key_from = opts && opts->key_from && opts->key_from->drv == &blk_qcow2_driver,
     };
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
     g_autofree uint8_t *cluster0 = NULL;
@@ -379,12 +340,9 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     if (opts) { /* meta.c invariant 1: QEMU's overlap-check option */
         s->overlap_checks = (s->overlap_checks | opts->overlap_on) & ~opts->overlap_off;
     }
-    s->encrypted = s->header.crypt_method != QCOW2_CRYPT_NONE; /* invariant 10 */
-    if (s->header.crypt_method == QCOW2_CRYPT_LUKS) {
-        ret = read_luks(s);
-        if (ret < 0) {
-            return ret;
-        }
+    ret = qcow2_crypt_open(s, opts, crypt.metadata_only); /* invariant 10 */
+    if (ret < 0) {
+        return ret;
     }
     if (s->header.header_length > QCOW2_HDR_V3_FULL_LENGTH) {
         s->unknown_header_fields_size =
@@ -655,29 +613,6 @@ static int64_t qcow2_get_allocated_size(BlkNode *img)
     return blk_get_allocated_size(img->file);
 }
 
-/* What qemu-img info shows of a LUKS header: offsets in bytes, iterations
- * and stripes of active slots only. */
-static void encrypt_info(const Qcow2Luks *l, BlkEncryptInfo *e)
-{
-    e->luks = true;
-    g_strlcpy(e->cipher_alg, l->cipher_alg, sizeof(e->cipher_alg));
-    e->cipher_mode = l->mode;
-    e->ivgen_alg = l->ivgen;
-    e->ivgen_hash_alg = l->ivgen_hash;
-    e->hash_alg = l->hash;
-    g_strlcpy(e->uuid, l->uuid, sizeof(e->uuid));
-    e->payload_offset = (uint64_t)l->payload_offset_sector * QCOW2_LUKS_SECTOR_SIZE;
-    e->master_key_iters = l->mk_iterations;
-    _Static_assert(BLK_LUKS_SLOTS == QCOW2_LUKS_NUM_SLOTS, "LUKS1 has 8 key slots");
-    for (size_t i = 0; i < QCOW2_LUKS_NUM_SLOTS; i++) {
-        const Qcow2LuksSlot *k = &l->slots[i];
-        e->slots[i].active = k->active == QCOW2_LUKS_SLOT_ENABLED;
-        e->slots[i].key_offset = (uint64_t)k->key_offset_sector * QCOW2_LUKS_SECTOR_SIZE;
-        e->slots[i].iters = e->slots[i].active ? k->iterations : 0;
-        e->slots[i].stripes = e->slots[i].active ? k->stripes : 0;
-    }
-}
-
 static int qcow2_get_info(BlkNode *img, BlkInfo *info)
 {
     Qcow2State *s = img->opaque;
@@ -688,7 +623,7 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
     info->dirty = s->incompatible_features & QCOW2_INCOMPAT_DIRTY;
     info->encrypted = s->encrypted;
     if (s->luks) {
-        encrypt_info(s->luks, &info->encrypt);
+        crypto_luks_info(s->luks, &info->encrypt);
     }
     info->format_specific = true;
     g_free(info->compat);

@@ -29,11 +29,12 @@
 #define QIMG_QCOW2_H
 
 #include "block/block.h"
+#include "crypto/block.h"
+#include "crypto/luks.h"
 #include "qcow2/bitmap-codec.h"
 #include "qcow2/cache.h"
 #include "qcow2/fastmap.h"
 #include "qcow2/format.h"
-#include "qcow2/luks-codec.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -83,10 +84,15 @@ typedef struct Qcow2State {
 
     Qcow2Header header;  /* [open] as decoded */
     Qcow2Extensions ext; /* [open] */
-    /* [open] crypt_method 1 or 2: the image is open for its metadata only
-     * (qcow2.c invariant 10); luks: its decoded LUKS header (method 2) */
+    /* [open] crypt_method 1 or 2 (crypt.c): the per-request encryption
+     * layer (NULL when opened for the metadata only, crypt.c invariant 2),
+     * whether IVs count host sectors (LUKS) or guest sectors (old AES), the
+     * decoded LUKS header, the PBKDF2 iteration limit */
     bool encrypted;
-    Qcow2Luks *luks;
+    CryptoBlock *crypto;
+    bool crypt_physical;
+    CryptoLuksHeader *luks; /* [lock] while amend changes key slots */
+    uint32_t luks_max_iterations;
     uint8_t *unknown_header_fields; /* [open] bytes 112..header_length, kept */
     size_t unknown_header_fields_size;
 
@@ -299,12 +305,33 @@ int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
                                uint64_t guest_cluster, Qcow2SubclusterType *type,
                                unsigned *count);
 /* Load a table of 'count' 64-bit big-endian entries into host order. */
-/* 0, or -ENOTSUP with the message for an encrypted image, which is open
- * for its metadata only (qcow2.c invariant 10): the first check of every
- * entry that reads or writes guest data or changes the image. */
-int qcow2_refuse_encrypted(const Qcow2State *s);
 int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out);
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes);
+
+/* ---- crypt.c: guest data to and from the data node (crypt.c inv. 1) ---- */
+
+/* Guest bytes at host offset host (guest offset guest) of the data node:
+ * read, written, zeroed -- decrypted and encrypted on an encrypted image. */
+int qcow2_data_preadv(Qcow2State *s, uint64_t host, uint64_t guest, const BlkIOV *qiov);
+int qcow2_data_pwritev(Qcow2State *s, uint64_t host, uint64_t guest, const BlkIOV *qiov,
+                       unsigned flags);
+int qcow2_data_pwrite_zeroes(Qcow2State *s, uint64_t host, uint64_t guest, uint64_t bytes,
+                             unsigned flags);
+/* May a request go straight to the data node on the ring (crypt.c inv. 3)? */
+bool qcow2_data_direct_ok(const Qcow2State *s);
+/* May a write of [offset, + bytes) skip the slow path's sector widening
+ * (crypt.c invariant 4)? */
+bool qcow2_data_write_aligned(const Qcow2State *s, uint64_t offset, uint64_t bytes);
+/* Open the encryption of an image whose header was parsed (the key-secret
+ * of opts unlocks it unless metadata_only). */
+int qcow2_crypt_open(Qcow2State *s, const BlkOpenOptions *opts, bool metadata_only);
+void qcow2_crypt_close(Qcow2State *s);
+/* amend's key slot changes (amend.c invariant 8). */
+int qcow2_crypt_amend_locked(Qcow2State *s, const CryptoLuksAmend *a,
+                             const BlkAmendOptions *o);
+/* A LUKS header area for a new image, its slot 0 opened by pw. */
+int qcow2_crypt_create(Qcow2State *s, const CryptoLuksParams *p, const uint8_t *pw,
+                       size_t pwlen, uint32_t max_iterations);
 
 /* ---- compress.c ---- */
 

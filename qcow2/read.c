@@ -26,6 +26,8 @@
  *     inv. 2, 3).
  *     On an image detected as metadata-preallocated, data extents also ask
  *     the file whether they read as zeros (QEMU's BDRV_BLOCK_RECURSE).
+ *     An encrypted image reports no host offsets (OFFSET_VALID never) and
+ *     asks the file nothing: its bytes there are ciphertext (QEMU's rule).
  *  6. On a writable image a read registers its range in the in-flight list
  *     (write.c invariant 6), so no cluster it reads is replaced or freed by
  *     a concurrent write, zero or discard until its data has been read.
@@ -125,8 +127,9 @@ static int read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool l
             }
             break;
         case QCOW2_SC_NORMAL:
-            /* read.c invariant 2: a protocol node reads zeros past its end */
-            ret = blk_preadv(qcow2_data_node(s), m.host_offset, &part, 0);
+            /* read.c invariant 2: a protocol node reads zeros past its end;
+             * crypt.c invariant 1: decrypted there */
+            ret = qcow2_data_preadv(s, m.host_offset, pos, &part);
             break;
         case QCOW2_SC_COMPRESSED:
             ret = read_compressed(s, m.host_offset, pos, &part, &rb);
@@ -174,16 +177,13 @@ int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2FastRef ref;
     int ret;
 
     if (qcow2_fastmap_begin(s->fastmap, offset, qiov->size, false, &ref)) {
         /* fastmap.c: an allocated cluster, read without the lock */
-        ret = blk_preadv(qcow2_data_node(s), ref.host, qiov, 0);
+        ret = qcow2_data_preadv(s, ref.host, offset, qiov);
         qcow2_fastmap_end(s->fastmap, &ref);
         return ret;
     }
@@ -293,18 +293,15 @@ static void check_direct_hold(Qcow2State *s, uint64_t offset, uint64_t bytes,
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return false; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2FastRef ref;
     bool hit;
 
-    /* A test node (fault, record) under us takes no ring requests (only
-     * file nodes do, uring.c): answer before anything is announced to it,
-     * or its step and breakpoints would run on the submitting thread and
-     * again on the pool (faulty.c invariant 5). */
-    if (qcow2_data_node(s)->filtered) {
+    /* Encrypted images and test nodes (fault, record) take no ring
+     * requests (crypt.c invariant 3): answer before anything is announced
+     * to a test node, or its step and breakpoints would run on the
+     * submitting thread and again on the pool (faulty.c invariant 5). */
+    if (!qcow2_data_direct_ok(s)) {
         return false;
     }
     /* A write: the in-place rewrite of qcow2_pwritev's fast path */
@@ -369,9 +366,6 @@ static void recurse_into_file(BlkStatus *st)
 
 int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2Mapping m;
     int ret;
@@ -398,7 +392,7 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
         st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID | BLK_STATUS_ALLOCATED;
         st->map = m.host_offset;
         st->file = qcow2_data_node(s);
-        if (s->metadata_preallocated) {
+        if (s->metadata_preallocated && !s->encrypted) {
             recurse_into_file(st);
         }
         break;
@@ -423,6 +417,12 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
     case QCOW2_SC_UNALLOCATED_PLAIN:
         st->flags = 0;
         break;
+    }
+    if (s->encrypted) {
+        /* read.c invariant 5: the file holds ciphertext, no guest bytes */
+        st->flags &= ~(unsigned)BLK_STATUS_OFFSET_VALID;
+        st->map = 0;
+        st->file = NULL;
     }
     return 0;
 }

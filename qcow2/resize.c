@@ -216,9 +216,6 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
 int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                    bool shrink)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     return do_truncate(img->opaque, size, prealloc, shrink);
 }
 
@@ -241,9 +238,6 @@ static int vmstate_offset(const Qcow2State *s, uint64_t base, uint64_t pos,
 
 int qcow2_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     uint64_t offset;
     Qcow2Inflight r;
@@ -275,9 +269,6 @@ int qcow2_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 
 int qcow2_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     uint64_t base = qcow2_vm_state_offset(s), offset;
     int ret;

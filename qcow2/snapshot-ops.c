@@ -546,9 +546,6 @@ static int do_delete(BlkNode *img, const char *id_or_name)
 
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     int ret;
 
     ret = do_create(img->opaque, sn);
@@ -557,9 +554,6 @@ int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
 
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     int ret;
 
     ret = do_goto(img, id_or_name);
@@ -568,9 +562,6 @@ int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name)
 
 int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     int ret;
 
     ret = do_delete(img, id_or_name);

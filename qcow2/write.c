@@ -90,6 +90,17 @@
  *     no more than one chunk: registration (invariant 6) and the plan in
  *     one hold, the link, the end of the registration and the request's
  *     finish in the other.
+ * 15. On an encrypted image every chunk's host write covers whole 512-byte
+ *     sectors (crypt.c invariant 4): [fstart, fend) is widened to sector
+ *     boundaries and the widening is read from the current contents, as
+ *     COW parts are, while the request's write registration keeps every
+ *     other writer of the cluster out -- fast requests included (fastmap.c
+ *     invariant 2) -- so the read-modify-write of a partial sector loses no
+ *     concurrent write.  Fast-path rewrites are taken only when already
+ *     sector aligned.  COW parts known to be zero (invariant 13) are still
+ *     written, as encrypted zeros: zeroed ciphertext is not zeroed
+ *     plaintext, so neither the file grown ahead (grow.c invariant 2) nor a
+ *     zero write without fallback stands in for them.
  */
 #include "qcow2/qcow2.h"
 
@@ -346,6 +357,12 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         }
     }
 
+    if (s->encrypted) {
+        /* invariant 15: whole sectors, the widening read like COW */
+        c->fstart = ROUND_DOWN(c->fstart, CRYPTO_SECTOR_SIZE);
+        c->fend = ROUND_UP(c->fend, CRYPTO_SECTOR_SIZE);
+    }
+
     c->cow_zero = c->kind == CHUNK_FRESH && cow_reads_zero(s, c->old_entry[0]) &&
                   cow_reads_zero(s, c->old_entry[c->nb - 1]); /* invariant 13 */
     if (c->kind != CHUNK_IN_PLACE) {
@@ -419,8 +436,9 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     }
     iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
               (size_t)(c->wend - c->wstart));
-    if (zero_cow && (head_len || tail_len) && c->grown_zero) {
-        /* invariant 11, grow.c invariant 2: the COW parts read as zeros */
+    if (zero_cow && (head_len || tail_len) && c->grown_zero && !s->encrypted) {
+        /* invariant 11, grow.c invariant 2: the COW parts read as zeros
+         * (not on an encrypted image: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
         ret = blk_pwritev(qcow2_data_node(s), c->host + (c->wstart - c->guest), &data, 0);
         iov_destroy(&data);
@@ -429,12 +447,12 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     if (zero_cow && (head_len || tail_len)) {
         /* invariant 11 */
         blk_event(qcow2_data_node(s), BLKEV_COW_WRITE);
-        ret = blk_pwrite_zeroes(qcow2_data_node(s), c->host + (c->fstart - c->guest),
-                                c->fend - c->fstart, BLK_REQ_NO_FALLBACK);
+        ret = qcow2_data_pwrite_zeroes(s, c->host + (c->fstart - c->guest), c->fstart,
+                                       c->fend - c->fstart, BLK_REQ_NO_FALLBACK);
         if (ret == 0) {
             blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
-            ret = blk_pwritev(qcow2_data_node(s), c->host + (c->wstart - c->guest), &data,
-                              0);
+            ret = qcow2_data_pwritev(s, c->host + (c->wstart - c->guest), c->wstart,
+                                     &data, 0);
             iov_destroy(&data);
             return ret;
         }
@@ -462,7 +480,7 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     /* invariant 8 */
     blk_event(qcow2_data_node(s),
               head_len || tail_len ? BLKEV_COW_WRITE : BLKEV_DATA_WRITE);
-    ret = blk_pwritev(qcow2_data_node(s), c->host + (c->fstart - c->guest), &out, 0);
+    ret = qcow2_data_pwritev(s, c->host + (c->fstart - c->guest), c->fstart, &out, 0);
     iov_destroy(&data);
     g_free(vec);
     return ret;
@@ -595,20 +613,18 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
     Qcow2FastRef ref;
     int ret;
 
     qcow2_bitmaps_note(s, offset, qiov->size); /* bitmap-store.c invariant 2 */
-    if (!(flags & BLK_REQ_FUA) &&
+    if (!(flags & BLK_REQ_FUA) && qcow2_data_write_aligned(s, offset, qiov->size) &&
         qcow2_fastmap_begin(s->fastmap, offset, qiov->size, true, &ref)) {
-        /* fastmap.c: an allocated COPIED cluster, written in place */
+        /* fastmap.c: an allocated COPIED cluster, written in place (whole
+         * sectors if encrypted: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
-        ret = blk_pwritev(qcow2_data_node(s), ref.host, qiov, 0);
+        ret = qcow2_data_pwritev(s, ref.host, offset, qiov, 0);
         qcow2_fastmap_end(s->fastmap, &ref);
         return ret;
     }

@@ -484,9 +484,6 @@ int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, boo
 
 int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     uint64_t g;
     Qcow2Inflight r;
@@ -524,9 +521,6 @@ int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned 
 
 int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     uint64_t end = offset + bytes, a = ROUND_UP(offset, s->cluster_size), b;
     Qcow2Inflight r;
@@ -560,9 +554,6 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
  * image reads through its backing file again; then flushed. */
 int qcow2_make_empty(BlkNode *img)
 {
-    if (qcow2_refuse_encrypted(img->opaque) < 0) {
-        return -ENOTSUP; /* qcow2.c invariant 10 */
-    }
     Qcow2State *s = img->opaque;
     uint64_t end = ROUND_UP(img->size, s->cluster_size);
     Qcow2Inflight r;

@@ -37,9 +37,11 @@ for name in "${targets[@]}"; do
     if [ "$jobs" -gt 1 ]; then
         par=(-jobs="$jobs" -workers="$jobs") # logs in fuzz-N.log of build-fuzz/
     fi
+    seeds=../fuzz/seeds # a target's own seeds in fuzz/seeds-NAME, if it has them
+    [ -d "fuzz/seeds-$name" ] && seeds=../fuzz/seeds-$name
     if (cd build-fuzz && "fuzz/$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
         -timeout=10 "${par[@]+"${par[@]}"}" -artifact_prefix="artifacts/$name/" \
-        "corpus/$name" ../fuzz/seeds) >"$log" 2>&1; then
+        "corpus/$name" "$seeds") >"$log" 2>&1; then
         passed=$((passed + 1))
         echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' "$log" | tail -n 1))"
     else

@@ -6,11 +6,17 @@ set -euo pipefail
 pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
       libzstd-dev libcmocka-dev libjson-glib-dev qemu-utils clang libclang-rt-14-dev
       clang-format)
+# crypto/: LUKS and qcow's AES on GnuTLS (ciphers, PBKDF2, random bytes)
+pkgs+=(libgnutls28-dev)
 # What the tests run besides the oracle (qemu-utils: qemu-img, qemu-io,
 # qemu-nbd): python3 (iotests, scripts/run-tests.sh), and the NBD, io_uring
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
+# cryptsetup, the independent reader of the LUKS headers qimg writes
+pkgs+=(cryptsetup-bin)
+# python3-cryptography: the crash explorer's own LUKS reader (iotests/crash)
+pkgs+=(python3-cryptography)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)

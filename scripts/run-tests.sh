@@ -80,11 +80,27 @@ EOF
 
 # timed LABEL: how long the step since the last call took, kept for the
 # "times:" line at the end (the 20-minute budget of make test, README).
+# With the CPU seconds of what the step ran (user + system): what it costs
+# a quiet machine, whatever the load of this one.
 times=()
 t_last=$SECONDS
+cpu_last=0
+children_cpu() {
+    local f
+    f=$(mktemp)
+    times >"$f" # (not in a pipe: a subshell would count nothing)
+    awk 'NR == 2 {
+        n = split($1 " " $2, t, " "); s = 0
+        for (k = 1; k <= n; k++) { split(t[k], ms, "m"); s += ms[1] * 60 + ms[2] }
+        printf "%d\n", s + 0.5 }' "$f"
+    rm -f "$f"
+}
 timed() {
-    times+=("$1 $((SECONDS - t_last))s")
+    local cpu
+    cpu=$(children_cpu)
+    times+=("$1 $((SECONDS - t_last))s (cpu $((cpu - cpu_last))s)")
     t_last=$SECONDS
+    cpu_last=$cpu
 }
 
 count_meson() { # build-dir label
@@ -219,8 +235,10 @@ if [ -n "$line" ]; then
         skips+=("iotests: ${l#SKIP }")
     done < <(grep '^SKIP ' "$log")
     echo "iotests: $line"
-    echo "iotests, slowest: $(sed -n 's/^[A-Z]* \([^ ]*\) (.*, \([0-9]*\)s)$/\2 \1/p' "$log" |
-        sort -rn | head -8 | awk '{printf "%s%s %ss", sep, $2, $1; sep = ", "}')"
+    # (wall seconds depend on the machine's load; CPU seconds much less)
+    sed -n 's/^[A-Z]* \([^ ]*\) (.*, \([0-9]*\)s, cpu \([0-9]*\)s)$/\3 \2 \1/p' "$log" |
+        sort -rn | awk '{cpu += $1} NR <= 8 {top = top sep $3 " " $2 "s (cpu " $1 "s)"; sep = ", "}
+            END {print "iotests: cpu " cpu "s in all; the most: " top}'
 else
     cat "$log"; failed=$((failed + 1)); failures+=("iotests: runner failed")
 fi
@@ -239,7 +257,8 @@ else
             missing_step "fuzz $name" "$exe was not built"
             continue
         fi
-        seeds=fuzz/seeds
+        seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-NAME, if it has them
+        [ -d "fuzz/seeds-$name" ] && seeds=fuzz/seeds-$name
         corpus=$(mktemp -d)
         # Fixed seed: CI explores the same inputs every time (random, long
         # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.

@@ -100,6 +100,7 @@ static int amend_image(QimgImage *img, const char *optlist, bool force,
     hash = tool_opts_to_hash(opts);
     ao.options = hash;
     ao.force = force;
+    ao.secret_values = tool_secret_table(); /* encrypt.new-secret, ... */
     ao.progress = prog->enabled ? progress_cb : NULL;
     ao.progress_opaque = prog;
     progress_at(prog, 0.0);
@@ -126,7 +127,7 @@ int cmd_amend(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     const char *fmt = NULL, *cache = "writeback";
     g_autofree char *optlist = NULL;
     g_autoptr(QimgImage) img = NULL;

@@ -223,7 +223,7 @@ int cmd_bench(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     Bench b = {0};
     int depth = 64;
     int64_t offset = 0, bufsize = 4096, step = 0;
@@ -326,8 +326,8 @@ int cmd_bench(int argc, char **argv)
             b.drain_on_flush = false;
             break;
         case OPT_IMAGE_OPTS:
-            tool_error("--image-opts is not supported");
-            return 1;
+            oo.image_opts = true; /* checked against -f where the image opens */
+            break;
         case TOOL_OPT_OBJECT: {
             int orc = tool_object_add(optarg);
             if (orc >= 0) {
@@ -351,6 +351,9 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
 
+    if (!tool_image_opts_format_ok(&oo)) {
+        return 1;
+    }
     b.img = qimg_image_open(argv[optind], &oo, &err);
     if (!b.img) {
         tool_report_open_error(argv[optind], err);

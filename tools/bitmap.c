@@ -62,7 +62,7 @@ static bool merge(QimgImage *img, const char *name, const char *src, const char 
 
     if (src_file) {
         QimgOpenOptions so = QIMG_OPEN_OPTIONS_INIT;
-        so.secrets = tool_secret_table();
+        tool_open_secrets(&so);
         so.format = src_fmt;
         so.read_only = true;
         from = tool_open_image(src_file, &so);
@@ -98,7 +98,7 @@ int cmd_bitmap(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(GArray) ops = g_array_new(FALSE, FALSE, sizeof(BitmapAction));
     const char *src_file = NULL, *src_fmt = NULL, *filename, *name;
     bool add = false, has_merge = false;

@@ -142,7 +142,7 @@ int cmd_check(int argc, char **argv)
     ToolOutput out;
     QimgCacheMode mode;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     QimgCheckResult res = QIMG_CHECK_RESULT_INIT;
     ToolProgress prog;

@@ -95,7 +95,7 @@ int cmd_commit(int argc, char **argv)
     GError *err = NULL;
     int c;
 
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     oo.cache = QIMG_CACHE_WRITEBACK;
     oo.backing_shared_write = true; /* the base is written beside the chain */
     while ((c = getopt_long(argc, argv, ":f:ht:b:dpqr:", longopts, NULL)) != -1) {
@@ -164,6 +164,7 @@ int cmd_commit(int argc, char **argv)
 
     /* fact 2: the base, read-write beside the chain's read-only view */
     bo.cache = oo.cache;
+    tool_open_secrets(&bo); /* the base's key, if encrypted */
     base = qimg_image_open_layer(img, chain_base, &bo, &err);
     if (!base) {
         tool_report_open_error(qimg_image_filename(chain_base), err);

@@ -228,7 +228,7 @@ static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cac
                             bool force_share, bool image_opts)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *img;
 

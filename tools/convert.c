@@ -131,6 +131,11 @@ static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
     if (a->compress && !can_compress(a->out_fmt)) {
         return NULL;
     }
+    if (a->compress && (tool_opts_get(opts, "encrypt.format") ||
+                        g_strcmp0(tool_opts_get(opts, "encryption"), "on") == 0)) {
+        tool_error("Compression and encryption not supported at the same time");
+        return NULL;
+    }
     prealloc = tool_opts_get(opts, "preallocation");
     if (a->compress && prealloc && strcmp(prealloc, "off") != 0) {
         tool_error("Compression and preallocation not supported at the same time");
@@ -151,7 +156,7 @@ static int64_t backing_size(QimgImage *dst)
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *dst;
 
@@ -168,7 +173,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         g_autoptr(GPtrArray) opts = NULL;
         g_autoptr(GHashTable) hash = NULL;
         QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
-        co.secrets = tool_secret_table();
+        tool_create_secrets(&co);
 
         if (!descs) {
             tool_create_format_error(NULL, a->out_fmt);
@@ -193,6 +198,8 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
             g_clear_error(&err);
             return NULL;
         }
+        /* qemu-img opens the new target with its key (the create option) */
+        oo.key_secret = tool_opts_key_secret(opts);
     }
 
     oo.format = a->target_image_opts ? NULL : a->out_fmt; /* the options name it */
@@ -227,7 +234,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 static int run_convert(ConvertArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) src = NULL;
     Convert s = {0};
     ToolProgress prog;

@@ -34,7 +34,7 @@ static bool check_backing(const char *filename, const char *backing,
 {
     g_autofree char *path = tool_resolve_backing(filename, backing);
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *bimg;
 
@@ -119,7 +119,7 @@ int cmd_create(int argc, char **argv)
     uint64_t size = 0;
     const ToolOptDesc *descs;
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
-    co.secrets = tool_secret_table();
+    tool_create_secrets(&co);
     g_autoptr(GHashTable) hash = NULL;
     GError *err = NULL;
     int c;

@@ -108,9 +108,9 @@ int cmd_dd(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
-    co.secrets = tool_secret_table();
+    tool_create_secrets(&co);
     const char *out_fmt = "raw";
     DdArgs a = {.bs = 512};
     g_autoptr(QimgImage) src = NULL;
@@ -187,7 +187,7 @@ int cmd_dd(int argc, char **argv)
         return 1;
     }
     QimgOpenOptions doo = QIMG_OPEN_OPTIONS_INIT;
-    doo.secrets = tool_secret_table();
+    tool_open_secrets(&doo);
     doo.format = out_fmt;
     doo.cache = QIMG_CACHE_WRITEBACK;
     dst = qimg_image_open(a.out, &doo, &err);

@@ -32,6 +32,9 @@
  *     format, cipher-mode, slots (active, iters, key-offset, stripes; iters
  *     and stripes of active slots only), payload-offset, master-key-iters;
  *     for the old method format "aes" alone.
+ *  7. The luks format's format-specific data (type "luks") is fact 6's
+ *     fields without "format", at the top of "data" (human: at the first
+ *     indentation level).
  */
 #include "qimg-tool.h"
 
@@ -65,10 +68,10 @@ static void json_snapshot(ToolJson *j, const QimgSnapshotInfo *sn)
 }
 
 /* Fact 6: qemu-img's (hash) order for "encrypt"; iters and stripes of
- * active slots only. */
-static void json_encrypt(ToolJson *j, const QimgEncryptInfo *e)
+ * active slots only.  The LUKS fields go into the open object (the luks
+ * format's "data"); with_format adds "format" (qcow2's "encrypt"). */
+static void json_luks_fields(ToolJson *j, const QimgEncryptInfo *e, bool with_format)
 {
-    tool_json_begin_object(j, "encrypt");
     if (e->cipher_alg) {
         tool_json_str(j, "ivgen-alg", e->ivgen_alg);
         tool_json_str(j, "hash-alg", e->hash_alg);
@@ -78,7 +81,9 @@ static void json_encrypt(ToolJson *j, const QimgEncryptInfo *e)
             tool_json_str(j, "ivgen-hash-alg", e->ivgen_hash_alg);
         }
     }
-    tool_json_str(j, "format", e->format);
+    if (with_format) {
+        tool_json_str(j, "format", e->format);
+    }
     if (e->cipher_alg) {
         tool_json_str(j, "cipher-mode", e->cipher_mode);
         tool_json_begin_array(j, "slots");
@@ -99,7 +104,19 @@ static void json_encrypt(ToolJson *j, const QimgEncryptInfo *e)
         tool_json_uint(j, "payload-offset", e->payload_offset);
         tool_json_uint(j, "master-key-iters", e->master_key_iters);
     }
+}
+
+static void json_encrypt(ToolJson *j, const QimgEncryptInfo *e)
+{
+    tool_json_begin_object(j, "encrypt");
+    json_luks_fields(j, e, true);
     tool_json_end_object(j);
+}
+
+/* Fact 7: the luks format's format-specific data is its LUKS header. */
+static bool is_luks_format(const QimgInfo *info)
+{
+    return !info->format_specific && info->encrypt && strcmp(info->format, "luks") == 0;
 }
 
 static void json_format_specific(ToolJson *j, const QimgInfo *info)
@@ -177,6 +194,13 @@ static void json_info(ToolJson *j, const QimgInfo *info)
     }
     if (info->format_specific) {
         json_format_specific(j, info);
+    } else if (is_luks_format(info)) { /* fact 7 */
+        tool_json_begin_object(j, "format-specific");
+        tool_json_str(j, "type", "luks");
+        tool_json_begin_object(j, "data");
+        json_luks_fields(j, info->encrypt, false);
+        tool_json_end_object(j);
+        tool_json_end_object(j);
     }
     if (info->full_backing_filename) {
         tool_json_str(j, "full-backing-filename", info->full_backing_filename);
@@ -198,39 +222,47 @@ static const char *bool_str(bool b)
     return b ? "true" : "false";
 }
 
-/* Fact 6, in human form. */
-static void human_encrypt(const QimgEncryptInfo *e)
+/* Fact 6, in human form: the LUKS fields indented by ind (with "format"
+ * for qcow2's "encrypt:"). */
+static void human_luks_fields(const QimgEncryptInfo *e, const char *ind, bool with_format)
 {
-    printf("    encrypt:\n");
     if (e->cipher_alg) {
-        printf("        ivgen alg: %s\n", e->ivgen_alg);
-        printf("        hash alg: %s\n", e->hash_alg);
-        printf("        cipher alg: %s\n", e->cipher_alg);
-        printf("        uuid: %s\n", e->uuid);
+        printf("%sivgen alg: %s\n", ind, e->ivgen_alg);
+        printf("%shash alg: %s\n", ind, e->hash_alg);
+        printf("%scipher alg: %s\n", ind, e->cipher_alg);
+        printf("%suuid: %s\n", ind, e->uuid);
         if (e->ivgen_hash_alg) {
-            printf("        ivgen hash alg: %s\n", e->ivgen_hash_alg);
+            printf("%sivgen hash alg: %s\n", ind, e->ivgen_hash_alg);
         }
     }
-    printf("        format: %s\n", e->format);
+    if (with_format) {
+        printf("%sformat: %s\n", ind, e->format);
+    }
     if (!e->cipher_alg) {
         return;
     }
-    printf("        cipher mode: %s\n", e->cipher_mode);
-    printf("        slots:\n");
+    printf("%scipher mode: %s\n", ind, e->cipher_mode);
+    printf("%sslots:\n", ind);
     for (size_t i = 0; i < G_N_ELEMENTS(e->slots); i++) {
         const QimgLuksSlot *k = &e->slots[i];
-        printf("            [%zu]:\n", i);
-        printf("                active: %s\n", bool_str(k->active));
+        printf("%s    [%zu]:\n", ind, i);
+        printf("%s        active: %s\n", ind, bool_str(k->active));
         if (k->active) {
-            printf("                iters: %" PRIu32 "\n", k->iters);
+            printf("%s        iters: %" PRIu32 "\n", ind, k->iters);
         }
-        printf("                key offset: %" PRIu64 "\n", k->key_offset);
+        printf("%s        key offset: %" PRIu64 "\n", ind, k->key_offset);
         if (k->active) {
-            printf("                stripes: %" PRIu32 "\n", k->stripes);
+            printf("%s        stripes: %" PRIu32 "\n", ind, k->stripes);
         }
     }
-    printf("        payload offset: %" PRIu64 "\n", e->payload_offset);
-    printf("        master key iters: %" PRIu32 "\n", e->master_key_iters);
+    printf("%spayload offset: %" PRIu64 "\n", ind, e->payload_offset);
+    printf("%smaster key iters: %" PRIu32 "\n", ind, e->master_key_iters);
+}
+
+static void human_encrypt(const QimgEncryptInfo *e)
+{
+    printf("    encrypt:\n");
+    human_luks_fields(e, "        ", true);
 }
 
 /* "Format specific information:" and what follows, as qemu-img info and
@@ -239,6 +271,11 @@ void tool_print_format_specific(const QimgInfo *info)
 {
     bool v3;
 
+    if (is_luks_format(info)) { /* fact 7 */
+        printf("Format specific information:\n");
+        human_luks_fields(info->encrypt, "    ", false);
+        return;
+    }
     if (!info->format_specific) {
         return;
     }
@@ -343,7 +380,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
                             bool image_opts, bool backing_name)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     QimgInfo *info;

@@ -396,7 +396,7 @@ static void opts_from_list(const char *list, GHashTable *opts)
 int io_cmd_open(IoCtx *io, int argc, char **argv)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autofree char *prefix = NULL, *options = NULL;
     g_autoptr(GHashTable) opts = opts_new();

@@ -293,7 +293,7 @@ int cmd_io(int argc, char **argv)
     };
     g_autoptr(GPtrArray) cmds = g_ptr_array_new();
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     bool aio_given = false; /* else the aio_* commands set up the defaults */
     bool snapshot = false;

@@ -160,7 +160,7 @@ int cmd_map(int argc, char **argv)
     int64_t start = 0, max_length = -1;
     bool force_share = false;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     ToolOutput out;

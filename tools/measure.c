@@ -72,7 +72,7 @@ int cmd_measure(int argc, char **argv)
     g_autoptr(GPtrArray) opts = NULL;
     g_autoptr(GHashTable) hash = NULL;
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
-    co.secrets = tool_secret_table();
+    tool_create_secrets(&co);
     QimgMeasure m = QIMG_MEASURE_INIT;
     const ToolOptDesc *descs;
     GError *err = NULL;
@@ -144,7 +144,7 @@ int cmd_measure(int argc, char **argv)
     }
     if (filename) { /* fact 2 */
         QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-        oo.secrets = tool_secret_table();
+        tool_open_secrets(&oo);
         oo.image_opts = image_opts;
         oo.format = fmt;
         oo.read_only = true;

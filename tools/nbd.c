@@ -17,11 +17,13 @@
  *     -n/--nocache (cache=none), --cache, --discard, --detect-zeroes,
  *     --fork, --pid-file (-P), -v (-v), --tls-creds ID with
  *     --object tls-creds-x509,id=ID,dir=DIR[,endpoint=server]
- *     (--tls=require --tls-certificates=DIR).
+ *     (--tls=require --tls-certificates=DIR), --image-opts (the plugin's
+ *     image-opts=true) and --object secret,... (tools/objects.c), each
+ *     secret handed to the plugin as secret=ID:FD, a memfd holding its
+ *     bytes -- never on nbdkit's command line (qimg-plugin.c invariant 6).
  *  3. Options qemu-nbd has that this cannot honour are refused with the
  *     reason: -c/-d (kernel /dev/nbd devices), -o (offset), -D, -A, -B
- *     (only base:allocation), --aio, --image-opts, -T, and -L (not yet:
- *     nbdinfo --list lists a server's exports).
+ *     (only base:allocation), --aio, -T.
  *  4. Errors before nbdkit runs print "qimg: ..." and exit 1; after that
  *     nbdkit's own exit status is qimg's (the plugin's open error, an image
  *     in use, a port in use all end nbdkit with 1 and its message).
@@ -54,6 +56,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef QIMG_HAVE_LIBNBD
@@ -149,6 +152,28 @@ static void push(GPtrArray *a, const char *fmt, ...)
     va_start(ap, fmt);
     g_ptr_array_add(a, g_strdup_vprintf(fmt, ap));
     va_end(ap);
+}
+
+/* Each secret as secret=ID:FD, FD a memfd with its bytes that nbdkit
+ * inherits (fact 2). */
+static bool push_secrets(GPtrArray *a)
+{
+    GHashTableIter it;
+    gpointer id, bytes;
+
+    g_hash_table_iter_init(&it, tool_secret_table());
+    while (g_hash_table_iter_next(&it, &id, &bytes)) {
+        gsize len;
+        const uint8_t *data = g_bytes_get_data(bytes, &len);
+        int fd = memfd_create("qimg-secret", 0);
+        if (fd < 0 || (len && write(fd, data, len) != (ssize_t)len)) {
+            tool_error("cannot hand secret '%s' to nbdkit: %s", (const char *)id,
+                       g_strerror(errno));
+            return false;
+        }
+        push(a, "secret=%s:%d", (const char *)id, fd);
+    }
+    return true;
 }
 
 #ifdef QIMG_HAVE_LIBNBD
@@ -372,7 +397,8 @@ int cmd_nbd(int argc, char **argv)
     const char *snapshot = NULL, *cache = NULL, *discard = NULL, *dz = NULL;
     const char *pid_file = NULL, *tls_creds = NULL;
     g_autofree char *tls_id = NULL, *tls_dir = NULL;
-    bool readonly = false, cow = false, persistent = false, fork_ = false;
+    bool readonly = false, cow = false, persistent = false, fork_ = false,
+         image_opts = false;
     bool verbose = false, list = false;
     long shared = 1;
     QimgCacheMode mode;
@@ -462,7 +488,13 @@ int cmd_nbd(int argc, char **argv)
             tls_creds = optarg;
             break;
         case OPT_OBJECT:
-            if (!parse_tls_object(optarg, &tls_id, &tls_dir)) {
+            if (g_str_has_prefix(optarg, "secret,") ||
+                strstr(optarg, "qom-type=secret")) {
+                int orc = tool_object_add(optarg);
+                if (orc >= 0) {
+                    return orc;
+                }
+            } else if (!parse_tls_object(optarg, &tls_id, &tls_dir)) {
                 return 1;
             }
             break;
@@ -481,8 +513,8 @@ int cmd_nbd(int argc, char **argv)
         case 'T':
         case OPT_AIO:
         case OPT_IMAGE_OPTS:
-            tool_error("option '%s' is not supported by qimg nbd", argv[optind - 1]);
-            return 1;
+            image_opts = true;
+            break;
         default:
             return tool_bad_option(c, argv);
         }
@@ -508,6 +540,10 @@ int cmd_nbd(int argc, char **argv)
     }
     if (tls_creds && sock) {
         tool_error("TLS is only supported with a TCP socket");
+        return 1;
+    }
+    if (image_opts && fmt) { /* qemu-nbd's check */
+        tool_error("--image-opts and -f are mutually exclusive");
         return 1;
     }
     if (fmt && strcmp(fmt, "qcow2") != 0 && strcmp(fmt, "raw") != 0) {
@@ -566,6 +602,12 @@ int cmd_nbd(int argc, char **argv)
     push(a, "file=%s", argv[optind]);
     if (fmt) {
         push(a, "format=%s", fmt);
+    }
+    if (image_opts) {
+        push(a, "image-opts=true");
+    }
+    if (!push_secrets(a)) {
+        return 1;
     }
     if (cache) {
         push(a, "cache=%s", cache);

@@ -2,11 +2,12 @@
  * tools/objects.c: qemu-img's --object, for the one object type qimg
  * honours in its image commands: secret,id=ID,data=STRING|file=PATH
  * [,format=raw|base64][,keyid=ID,iv=IV].  The secrets are kept in a table
- * the commands look up by id (tool_secret_exists); qimg has no encryption,
- * so a secret is never used on image data: a reference to one is refused
- * where it would be used (qcow2's create, encrypted opens), while an
- * unreferenced secret is accepted as qemu-img accepts it.  (qimg nbd has
- * its own tls-creds-x509 objects, tools/nbd.c.)
+ * the commands look up by id (tool_secret_exists) and hand to the library
+ * with their values (QimgOpenOptions.secret_values), kept in locked,
+ * wiped memory (qimg_secret_new): an encrypt.key-secret (key-secret for
+ * luks) names the passphrase of an encrypted image; an unreferenced secret
+ * is accepted as qemu-img accepts it.  (qimg nbd has its own
+ * tls-creds-x509 objects, tools/nbd.c.)
  *
  * Facts learnt from qemu-img 7.2 (qemu-img info --object ...):
  *  1. The definition is a key=value list split at ',' (",," is a comma);
@@ -25,10 +26,17 @@
  *     keyid (missing, or the secret itself: "has no data").
  *  4. Object types QEMU has but qimg does not honour are refused (qimg
  *     names the type); nothing is accepted and ignored.
+ *
+ * QIMG_LUKS_MAX_ITERATIONS (qimg's own; the library reads no environment)
+ * raises or lowers the PBKDF2 iterations a LUKS key slot may ask for
+ * before qimg spends time on it (QimgOpenOptions.luks_max_iterations,
+ * default 100 million): 1000 to 4294967295.
  */
 #include "qimg-tool.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static GHashTable *secrets; /* id -> GBytes (the secret's bytes) */
@@ -139,6 +147,8 @@ static GBytes *secret_bytes(const char *id, GHashTable *props)
         g_autofree char *text = g_strndup(contents, len);
         gsize n;
         guchar *raw = g_base64_decode(text, &n);
+        explicit_bzero(text, len);
+        explicit_bzero(contents, len);
         g_free(contents);
         contents = (char *)raw;
         len = n;
@@ -149,14 +159,16 @@ static GBytes *secret_bytes(const char *id, GHashTable *props)
         } else if (!tool_secret_exists(keyid)) {
             tool_error("No secret with id '%s'", keyid);
         } else {
-            /* the data is encrypted with that secret: qimg cannot decrypt */
-            tool_error("qimg has no encryption: secret '%s' is encrypted with secret "
-                       "'%s' (keyid), which qimg cannot decrypt",
+            /* the data is encrypted with that secret (libvirt's form) */
+            tool_error("Secret '%s' is encrypted with secret '%s' (keyid): qimg does "
+                       "not decrypt secrets; give its data in the clear",
                        id, keyid);
         }
         return NULL;
     }
-    return g_bytes_new_take(g_steal_pointer(&contents), len);
+    GBytes *bytes = qimg_secret_new(contents, len);
+    explicit_bzero(contents, len);
+    return bytes;
 }
 
 static void print_help(const char *type)
@@ -284,4 +296,36 @@ GHashTable *tool_secret_table(void)
                                         (GDestroyNotify)g_bytes_unref);
     }
     return secrets;
+}
+
+/* QIMG_LUKS_MAX_ITERATIONS, or 0 (the library's default). */
+static uint32_t luks_max_iterations(void)
+{
+    const char *v = getenv("QIMG_LUKS_MAX_ITERATIONS");
+    char *end;
+    guint64 n;
+
+    if (!v) {
+        return 0;
+    }
+    errno = 0;
+    n = g_ascii_strtoull(v, &end, 10);
+    if (!*v || *end || errno || n < 1000 || n > UINT32_MAX) {
+        tool_error("QIMG_LUKS_MAX_ITERATIONS=%s: expected a number from 1000 to %u", v,
+                   UINT32_MAX);
+        exit(1);
+    }
+    return (uint32_t)n;
+}
+
+void tool_open_secrets(QimgOpenOptions *oo)
+{
+    oo->secret_values = tool_secret_table();
+    oo->luks_max_iterations = luks_max_iterations();
+}
+
+void tool_create_secrets(QimgCreateOptions *co)
+{
+    co->secret_values = tool_secret_table();
+    co->luks_max_iterations = luks_max_iterations();
 }

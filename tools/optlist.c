@@ -31,9 +31,26 @@ static const ToolOptDesc raw_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
-/* Print order of qemu-img 7.2's "Formatting" line.  The encryption
- * options are known so that create refuses them as qemu-img does without
- * a secret (qcow2/create-params.c: qimg has no encryption). */
+/* The luks format's, in the order of qemu-img 7.2's "Formatting" line
+ * (checks: luks/luks.c; preallocation is the file protocol's). */
+static const ToolOptDesc luks_opts[] = {
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {"key-secret", TOOL_OPT_STRING,
+     "ID of the secret that provides the keyslot passphrase", NULL, false},
+    {"cipher-alg", TOOL_OPT_STRING, "Name of encryption cipher algorithm", NULL, false},
+    {"cipher-mode", TOOL_OPT_STRING, "Name of encryption cipher mode", NULL, false},
+    {"ivgen-alg", TOOL_OPT_STRING, "Name of IV generator algorithm", NULL, false},
+    {"ivgen-hash-alg", TOOL_OPT_STRING, "Name of IV generator hash algorithm", NULL,
+     false},
+    {"hash-alg", TOOL_OPT_STRING, "Name of encryption hash algorithm", NULL, false},
+    {"iter-time", TOOL_OPT_NUMBER, "Time to spend in PBKDF in milliseconds", NULL, false},
+    {"preallocation", TOOL_OPT_STRING,
+     "Preallocation mode (allowed values: off, falloc, full)", NULL, true},
+    {NULL, 0, NULL, NULL, false},
+};
+
+/* Print order of qemu-img 7.2's "Formatting" line (the encryption options
+ * are qcow2/create-params.c's). */
 static const ToolOptDesc qcow2_opts[] = {
     {"encryption", TOOL_OPT_BOOL,
      "Encrypt the image with format 'aes'. (Deprecated in favor of encrypt.format=aes)",
@@ -129,8 +146,44 @@ static const ToolOptDesc qcow2_amend_create_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
+/* qemu-img 7.2's amend options for luks, and the create ones for the hint. */
+#define LUKS_AMEND_OPTS                                                                  \
+    {"iter-time", TOOL_OPT_NUMBER, "Time to spend in PBKDF in milliseconds", NULL,       \
+     false},                                                                             \
+        {"keyslot", TOOL_OPT_NUMBER, "Select a single keyslot to modify explicitly",     \
+         NULL, false},                                                                   \
+        {"new-secret", TOOL_OPT_STRING,                                                  \
+         "New secret to set in the matching keyslots. Empty string to erase", NULL,      \
+         false},                                                                         \
+        {"old-secret", TOOL_OPT_STRING, "Select all keyslots that match this password",  \
+         NULL, false},                                                                   \
+    {                                                                                    \
+        "state", TOOL_OPT_STRING,                                                        \
+            "Select new state of affected keyslots (active/inactive)", NULL, false       \
+    }
+
+static const ToolOptDesc luks_amend_opts[] = {
+    LUKS_AMEND_OPTS,
+    {NULL, 0, NULL, NULL, false},
+};
+
+static const ToolOptDesc luks_amend_create_opts[] = {
+    LUKS_AMEND_OPTS,
+    {"size", TOOL_OPT_SIZE, NULL, NULL, false},
+    {"key-secret", TOOL_OPT_STRING, NULL, NULL, false},
+    {"cipher-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"cipher-mode", TOOL_OPT_STRING, NULL, NULL, false},
+    {"ivgen-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"ivgen-hash-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {"hash-alg", TOOL_OPT_STRING, NULL, NULL, false},
+    {NULL, 0, NULL, NULL, false},
+};
+
 const ToolOptDesc *tool_amend_opts(const char *format, bool with_create)
 {
+    if (strcmp(format, "luks") == 0) {
+        return with_create ? luks_amend_create_opts : luks_amend_opts;
+    }
     if (strcmp(format, "qcow2") != 0) {
         return NULL;
     }
@@ -144,6 +197,9 @@ const ToolOptDesc *tool_create_opts(const char *format)
     }
     if (strcmp(format, "qcow2") == 0) {
         return qcow2_opts;
+    }
+    if (strcmp(format, "luks") == 0) {
+        return luks_opts;
     }
     return NULL;
 }
@@ -431,6 +487,11 @@ static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char 
         unsigned long long n;
         errno = 0;
         n = strtoull(raw, &end, 0);
+        if (end != raw && !*end && errno == ERANGE) { /* QemuOpts' words */
+            msg = g_strdup_printf("Value '%s' is too large for parameter '%s'", raw,
+                                  d->name);
+            break;
+        }
         if (end == raw || *end || errno || strchr(raw, '-')) {
             msg = g_strdup_printf("Parameter '%s' expects a number", d->name);
             break;
@@ -548,4 +609,12 @@ static GPtrArray *opts_parse(const char *list, const ToolOptDesc *descs,
 fail:
     g_ptr_array_unref(opts);
     return NULL;
+}
+
+const char *tool_opts_key_secret(GPtrArray *opts)
+{
+    const char *k = tool_opts_get(opts, "encrypt.key-secret");
+
+    /* interned: the caller outlives opts */
+    return g_intern_string(k ? k : tool_opts_get(opts, "key-secret"));
 }

@@ -106,6 +106,11 @@ bool tool_secret_exists(const char *id);
 /* id -> GBytes of the secrets given (owned here; the same table for the
  * whole run, so it may be taken before the options are parsed). */
 GHashTable *tool_secret_table(void);
+/* Hand the secrets to an open (or a create), and the PBKDF2 iteration
+ * limit QIMG_LUKS_MAX_ITERATIONS names, if set (a bad value ends the
+ * command with a message). */
+void tool_open_secrets(QimgOpenOptions *oo);
+void tool_create_secrets(QimgCreateOptions *co);
 /* Open, report a failure (NULL), warn about a probed raw image. */
 QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
 /* --image-opts (oo->image_opts: the name is key=value options) with -f:
@@ -193,6 +198,10 @@ void tool_opts_set(GPtrArray *opts, const char *key, const char *value,
 void tool_opts_remove(GPtrArray *opts, const char *key);
 /* key -> normalised value, for QimgCreateOptions.options. */
 GHashTable *tool_opts_to_hash(GPtrArray *opts);
+/* The key of a new encrypted image as its -o list names it
+ * (encrypt.key-secret for qcow2, key-secret for luks), or NULL: what
+ * qemu-img opens the image it created with (convert, dd). */
+const char *tool_opts_key_secret(GPtrArray *opts);
 
 /* ---- output (output.c) ---- */
 

@@ -220,7 +220,7 @@ int cmd_rebase(int argc, char **argv)
     bool ok;
     int c;
 
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     oo.cache = QIMG_CACHE_WRITEBACK;
     while ((c = getopt_long(argc, argv, ":hf:F:b:upt:T:qU", longopts, NULL)) != -1) {
         switch (c) {

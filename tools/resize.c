@@ -41,7 +41,7 @@ int cmd_resize(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     QimgPrealloc prealloc = QIMG_PREALLOC_OFF;
     const char *size_arg, *filename, *p;
     bool quiet = false, shrink = false;

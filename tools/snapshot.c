@@ -186,7 +186,7 @@ int cmd_snapshot(int argc, char **argv)
     SnapAction action = SNAP_NONE;
     bool force_share = false;
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
     int c, ret;

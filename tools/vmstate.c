@@ -67,6 +67,7 @@ enum {
     OPT_APPLY,
     OPT_CHUNK_SIZE,
     OPT_QEMU_SHAPED,
+    OPT_IMAGE_OPTS,
 };
 
 typedef struct VmArgs {
@@ -80,16 +81,17 @@ typedef struct VmArgs {
     unsigned in_flight;
     uint64_t chunk;
     bool qemu_shaped;
+    bool image_opts;
     guint32 seed;
     const char *filename, *snapshot, *stream;
 } VmArgs;
 
 static const char save_usage[] =
-    "vmstate save [-q] [-f fmt] [-t cache] [--buffer-size N] [--in-flight N] "
-    "[--unbuffered] filename snapshot [stream]";
+    "vmstate save [--object OBJDEF] [--image-opts] [-q] [-f fmt] [-t cache] "
+    "[--buffer-size N] [--in-flight N] [--unbuffered] filename snapshot [stream]";
 static const char load_usage[] =
-    "vmstate load [-q] [-f fmt] [-t cache] [--apply] [--buffer-size N] [--in-flight N] "
-    "filename snapshot [stream]";
+    "vmstate load [--object OBJDEF] [--image-opts] [-q] [-f fmt] [-t cache] [--apply] "
+    "[--buffer-size N] [--in-flight N] filename snapshot [stream]";
 
 static int vmstate_help(void)
 {
@@ -152,6 +154,8 @@ static int parse_args(int argc, char **argv, bool save, VmArgs *a)
         {"apply", no_argument, NULL, OPT_APPLY},
         {"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
         {"qemu-shaped", required_argument, NULL, OPT_QEMU_SHAPED},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -215,6 +219,16 @@ static int parse_args(int argc, char **argv, bool save, VmArgs *a)
             }
             a->qemu_shaped = true;
             a->seed = (guint32)v;
+            break;
+        case TOOL_OPT_OBJECT: { /* secrets: an encrypted image's key */
+            int orc = tool_object_add(optarg);
+            if (orc >= 0) {
+                return orc;
+            }
+            break;
+        }
+        case OPT_IMAGE_OPTS:
+            a->image_opts = true;
             break;
         default:
             return tool_bad_option(c, argv);
@@ -347,7 +361,7 @@ static void unmap_src(MapSrc *m)
 static int do_save(const VmArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     g_autoptr(GRand) rand = NULL;
     QimgVmstateSave *s = NULL;
@@ -375,6 +389,7 @@ static int do_save(const VmArgs *a)
     }
 
     oo.format = a->fmt;
+    oo.image_opts = a->image_opts;
     oo.cache = a->cache;
     oo.no_backing = false;
     img = qimg_image_open(a->filename, &oo, &err);
@@ -494,7 +509,7 @@ static bool write_full(int fd, const uint8_t *buf, size_t len, int *err)
 static int do_load(const VmArgs *a)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
-    oo.secrets = tool_secret_table();
+    tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     QimgVmstateLoad *l = NULL;
     GError *err = NULL;
@@ -509,6 +524,7 @@ static int do_load(const VmArgs *a)
         return 1;
     }
     oo.format = a->fmt;
+    oo.image_opts = a->image_opts;
     oo.cache = a->cache;
     oo.read_only = !a->apply;
     oo.no_backing = false;

@@ -19,7 +19,8 @@
  *
  * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h), QIMG_0.4
  * (qimg/copy.h), QIMG_0.5 (qimg_image_has_zero_init), QIMG_0.6, QIMG_0.7
- * (qimg_image_amend), QIMG_0.8 (qimg_image_debug_*); libqimg.map):
+ * (qimg_image_amend), QIMG_0.8 (qimg_image_debug_*), QIMG_0.9 (encrypted
+ * images: qimg_secret_new, the secret_values fields); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
  *     QimgCheckResult, QimgAioOptions, QimgCopyOptions, QimgAmendOptions)
@@ -100,9 +101,10 @@ typedef struct QimgOpenOptions {
      * is (0.7) */
     bool image_opts;
     /* 0.8: the ids (keys) of the caller's secret objects, may be NULL: what
-     * a name's encrypt.key-secret may refer to.  qimg has no encryption, so
-     * an encrypted image opened for its data with one is refused as
-     * unsupported, with an unknown one as qemu-img refuses it. */
+     * a name's encrypt.key-secret may refer to.  The values are not read:
+     * a 0.8 caller's table can only say that a secret exists, so an
+     * encrypted image opened for its data with one is refused (give
+     * secret_values instead). */
     GHashTable *secrets;
     /* filename was read from an image (a backing file name, as qemu-img
      * info --backing-chain follows them): it opens a plain file only, never
@@ -114,6 +116,25 @@ typedef struct QimgOpenOptions {
      * over a "json:{...}" filename's own, and filename may be NULL (the
      * options name the file).  NULL: none. */
     const char *options;
+    /* 0.9: the caller's secret objects with their values, may be NULL:
+     * id (char *) -> GBytes (the secret's bytes, as qemu-img's --object
+     * secret gives them; qimg_secret_new() keeps them in locked memory).
+     * The encrypt.key-secret (qcow2) or key-secret (luks) of a
+     * json:/--image-opts name names one: its bytes, which must be UTF-8,
+     * are the passphrase that unlocks a LUKS image (the key of an old AES
+     * one).  When set, secrets is not read.  The library copies what it
+     * needs and keeps nothing after the open. */
+    GHashTable *secret_values;
+    /* 0.9: the most PBKDF2 iterations a LUKS key slot or master key digest
+     * may ask for before qimg spends time on them (a hostile header can ask
+     * for hours); 0: 100 million (crypto/luks.h) */
+    uint32_t luks_max_iterations;
+    /* 0.9: the id in secret_values of the encrypted image's key, as the
+     * encrypt.key-secret (qcow2) or key-secret (luks) option of a
+     * json:/--image-opts name gives it (which wins when both are given);
+     * NULL: none (an encrypted image then opens only for its metadata,
+     * with no_io) */
+    const char *key_secret;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -133,7 +154,9 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
 /* Open a layer of top's backing chain (qimg_image_backing()) a second
  * time, with opts (read-write for qimg commit's base; the chain must have
  * been opened with backing_shared_write), through the same protocol
- * layers as top's own file (0.6). */
+ * layers as top's own file (0.6).  An encrypted layer is opened with the
+ * key it was opened with, unless opts names another (0.9; its value comes
+ * from opts' secret_values). */
 QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
                                  const QimgOpenOptions *opts, GError **error);
 /* Flushes (unless read-only) and closes; returns FALSE if the final flush
@@ -165,11 +188,17 @@ typedef struct QimgCreateOptions {
     const char *backing_file;
     const char *backing_format;
     GHashTable *options; /* char* -> char*, may be NULL */
-    /* 0.8: the ids (keys) of the caller's secret objects, may be NULL.
-     * qimg has no encryption: an encrypt.key-secret naming one of them is
-     * refused as unsupported, one naming none as qemu-img refuses an
-     * unknown secret.  The secrets' values are never read. */
+    /* 0.8: the ids (keys) of the caller's secret objects, may be NULL (as
+     * QimgOpenOptions.secrets: ids alone cannot key a new image). */
     GHashTable *secrets;
+    /* 0.9: the caller's secrets with their values (as
+     * QimgOpenOptions.secret_values): encrypt.key-secret (qcow2,
+     * encrypt.format=luks) or key-secret (luks) names the passphrase of
+     * the new image's key slot 0.  When set, secrets is not read. */
+    GHashTable *secret_values;
+    /* 0.9: as QimgOpenOptions.luks_max_iterations (a new image never gets
+     * more iterations than it allows) */
+    uint32_t luks_max_iterations;
 } QimgCreateOptions;
 
 #define QIMG_CREATE_OPTIONS_INIT                                                         \
@@ -293,6 +322,9 @@ typedef struct QimgAmendOptions {
      * not call into the image). */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;
+    /* 0.9: the secrets encrypt.new-secret and encrypt.old-secret name (as
+     * QimgOpenOptions.secret_values) */
+    GHashTable *secret_values;
 } QimgAmendOptions;
 
 #define QIMG_AMEND_OPTIONS_INIT                                                          \
@@ -475,6 +507,12 @@ char **qimg_image_debug_suspended(QimgImage *img, gboolean only_new);
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error);
 void qimg_info_free(QimgInfo *info);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(QimgInfo, qimg_info_free)
+
+/* 0.9: a secret's bytes for QimgOpenOptions.secret_values (and the create
+ * and amend options' ones): a GBytes whose copy of data[0..len) lives in
+ * memory locked against swapping where the system allows, left out of core
+ * dumps, and wiped when the last reference goes (g_bytes_unref). */
+GBytes *qimg_secret_new(const void *data, gsize len);
 
 G_END_DECLS
 

@@ -24,6 +24,13 @@ workload writes a marker sector (the op's index).  A marker in the log
 proves its op returned; a marker after a flush proves the flush returned;
 ops after the newest visible marker + 1 were not issued yet.
 
+Encrypted images (--luks-secret PASS): the checks open the image with the
+secret (qemu-img --object secret --image-opts), and the log's writes are
+decrypted here -- by a LUKS1 reader of its own (Python's hashlib for PBKDF2
+and the anti-forensic merge, the cryptography package's AES), independent
+of qimg's and QEMU's -- to find the markers; --no-plaintext fails the run
+when any workload tag appears in the log in the clear.
+
 Subcommands (used by iotests/tests/05x-crash-*.sh):
   workload  write a qimg io / qemu-io script, its tag files and a model
   explore   rebuild states from a log and judge them; prints a summary line
@@ -245,19 +252,120 @@ def parse_sector(sec):
     return None
 
 
-def marker_positions(entries):
-    """For each entry index, the newest marker op visible up to it (-1)."""
+# ---- encrypted images: a LUKS1 reader of our own ----
+
+class Luks:
+    """The master key of a qcow2 image's LUKS header (--luks-secret), and
+    sector decryption with it (IVs: the host sector, as qcow2's LUKS).
+    AES in XTS or CBC mode, plain/plain64/ESSIV IVs."""
+
+    def __init__(self, image, passphrase):
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        self.Cipher, self.algorithms, self.modes = Cipher, algorithms, modes
+        b = open(image, "rb").read()
+        o = struct.unpack(">I", b[100:104])[0]
+        while True:
+            t, ln = struct.unpack(">II", b[o:o + 8])
+            if t == 0x0537be77:
+                area = struct.unpack(">Q", b[o + 8:o + 16])[0]
+                break
+            if t == 0:
+                raise ValueError("no LUKS header extension in " + image)
+            o += 8 + ((ln + 7) & ~7)
+        h = b[area:area + 592]
+        name = h[8:40].rstrip(b"\0").decode()
+        mode = h[40:72].rstrip(b"\0").decode()
+        self.hash = h[72:104].rstrip(b"\0").decode()
+        self.key_bytes = struct.unpack(">I", h[108:112])[0]
+        digest, mk_salt = h[112:132], h[132:164]
+        mk_iters = struct.unpack(">I", h[164:168])[0]
+        if name != "aes":
+            raise ValueError("cipher %s: the reader has AES only" % name)
+        self.mode, iv = mode.split("-", 1)
+        self.ivgen, _, ivhash = iv.partition(":")
+        pw = passphrase.encode()
+        for i in range(8):
+            s = h[208 + 48 * i:256 + 48 * i]
+            active, iters = struct.unpack(">II", s[:8])
+            if active != 0x00ac71f3:
+                continue
+            salt, key_off, stripes = s[8:40], *struct.unpack(">II", s[40:48])
+            self.set_key(hashlib.pbkdf2_hmac(self.hash, pw, salt, iters, self.key_bytes),
+                         ivhash)
+            n = (self.key_bytes * stripes + SECTOR - 1) // SECTOR * SECTOR
+            mat = self.decrypt(b[area + key_off * SECTOR:area + key_off * SECTOR + n], 0)
+            mk = self.af_merge(mat, stripes)
+            if hashlib.pbkdf2_hmac(self.hash, mk, mk_salt, mk_iters, 20) == digest:
+                self.set_key(mk, ivhash)
+                return
+        raise ValueError("the passphrase opens no key slot of " + image)
+
+    def set_key(self, key, ivhash):
+        self.key = key
+        if self.ivgen == "essiv":
+            salt = hashlib.new(ivhash, key).digest()
+            self.essiv = self.Cipher(self.algorithms.AES(salt), self.modes.ECB()).encryptor()
+
+    def af_merge(self, mat, stripes):
+        n, d = self.key_bytes, bytearray(self.key_bytes)
+        ds = hashlib.new(self.hash).digest_size
+        for i in range(stripes - 1):
+            d = bytearray(x ^ y for x, y in zip(d, mat[i * n:(i + 1) * n]))
+            out = bytearray()
+            for j in range(0, n, ds):  # diffuse
+                part = d[j:j + ds]
+                out += hashlib.new(self.hash, struct.pack(">I", j // ds) + part).digest()[
+                    :len(part)]
+            d = out
+        return bytes(x ^ y for x, y in zip(d, mat[(stripes - 1) * n:stripes * n]))
+
+    def decrypt(self, data, sector):
+        out = bytearray()
+        for k in range(0, len(data) - len(data) % SECTOR, SECTOR):
+            n = sector + k // SECTOR
+            iv = struct.pack("<Q", n & (0xffffffff if self.ivgen == "plain" else
+                                        0xffffffffffffffff)) + bytes(8)
+            if self.ivgen == "essiv":
+                iv = self.essiv.update(iv)
+            m = self.modes.XTS(iv) if self.mode == "xts" else self.modes.CBC(iv)
+            d = self.Cipher(self.algorithms.AES(self.key), m).decryptor()
+            out += d.update(data[k:k + SECTOR]) + d.finalize()
+        return bytes(out)
+
+
+def plaintext_tags(entries, image):
+    """Workload tags the log holds in the clear (writes to the image file)."""
+    found = 0
+    for e in entries:
+        if e.type == W_WRITE and e.data and os.path.realpath(e.path) == image:
+            pos = e.data.find(b"QC")
+            while pos >= 0:
+                if (e.off + pos) % SECTOR == 0 and parse_sector(
+                        e.data[pos:pos + SECTOR]) not in (None, ZERO):
+                    found += 1
+                pos = e.data.find(b"QC", pos + 1)
+    return found
+
+
+def marker_positions(entries, luks=None, image=None):
+    """For each entry index, the newest marker op visible up to it (-1);
+    with luks, in the decrypted writes to the image file."""
     newest, out = -1, []
     needle = b"QC" + bytes([TAG_MARK])
     for e in entries:
         if e.type == W_WRITE and e.data:
-            pos = e.data.find(needle)
+            data, off = e.data, e.off
+            if luks and os.path.realpath(e.path) == image:
+                head = -off % SECTOR  # whole sectors only
+                data = luks.decrypt(data[head:], (off + head) // SECTOR)
+                off += head
+            pos = data.find(needle)
             while pos >= 0:
-                if (e.off + pos) % SECTOR == 0:
-                    v = parse_sector(e.data[pos:pos + SECTOR])
+                if (off + pos) % SECTOR == 0:
+                    v = parse_sector(data[pos:pos + SECTOR])
                     if v and v[0] == "mark":
                         newest = max(newest, v[1])
-                pos = e.data.find(needle, pos + 1)
+                pos = data.find(needle, pos + 1)
         out.append(newest)
     return out
 
@@ -434,12 +542,20 @@ def is_qcow2(path):
         return f.read(4) == b"QFI\xfb"
 
 
-def judge_structure(img):
+def image_args(img, secret=None):
+    """qemu-img's arguments naming a qcow2 image (with its key, if any)."""
+    if not secret:
+        return ["-f", "qcow2", img]
+    return ["--object", "secret,id=crash0,data=" + secret, "--image-opts",
+            "driver=qcow2,file.filename=%s,encrypt.key-secret=crash0" % img]
+
+
+def judge_structure(img, secret=None):
     """('clean'|'leaks'|'dirty-repaired'|'corrupt'|'no-image', detail)."""
     if not is_qcow2(img):
         return "no-image", ""
     cwd = os.path.dirname(img)  # QEMU opens a relative data file name from here
-    rc, out = run([QEMU_IMG, "check", "-f", "qcow2", img], cwd=cwd)
+    rc, out = run([QEMU_IMG, "check"] + image_args(img, secret), cwd=cwd)
     if rc == 0:
         return "clean", out
     if rc == 3:
@@ -447,9 +563,9 @@ def judge_structure(img):
     if is_dirty(img):
         tmp = img + ".repair"
         shutil.copyfile(img, tmp)
-        rc2, out2 = run([QEMU_IMG, "check", "-q", "-r", "all", "-f", "qcow2", tmp],
+        rc2, out2 = run([QEMU_IMG, "check", "-q", "-r", "all"] + image_args(tmp, secret),
                         cwd=cwd)
-        rc3, out3 = run([QEMU_IMG, "check", "-f", "qcow2", tmp], cwd=cwd)
+        rc3, out3 = run([QEMU_IMG, "check"] + image_args(tmp, secret), cwd=cwd)
         os.unlink(tmp)
         if rc3 == 0:
             return "dirty-repaired", out
@@ -542,7 +658,7 @@ def judge_state(job):
     for name, target in c["links"]:
         os.symlink(os.path.realpath(target), os.path.join(sdir, name))
     simg = os.path.join(sdir, os.path.basename(c["image"]))
-    verdict, detail = judge_structure(simg)
+    verdict, detail = judge_structure(simg, args.luks_secret)
     problems = []
     if verdict == "corrupt" and c["base_errors"] is not None:
         errs = set(l for l in detail.splitlines() if "ERROR" in l)
@@ -559,8 +675,8 @@ def judge_state(job):
     model, expect = c["model"], c["expect"]
     if not problems and verdict != "no-image" and (model or expect):
         raw = os.path.join(work, "state.raw")
-        rc, out = run([QEMU_IMG, "convert", "-f", "qcow2", "-O", "raw", simg, raw],
-                      cwd=sdir)
+        rc, out = run([QEMU_IMG, "convert"] + image_args(simg, args.luks_secret) +
+                      ["-O", "raw", raw], cwd=sdir)
         if rc != 0:
             problems.append("qemu-img convert failed: " + out.strip())
         elif model:
@@ -595,7 +711,12 @@ def explore(args):
     if args.model:
         backing = open(args.backing_raw, "rb").read() if args.backing_raw else None
         model = Model(args.model, backing)
-        markers = marker_positions(entries)
+        luks = None
+        if args.luks_secret:
+            base = dict(spec.split("=", 1) for spec in args.base).get(args.image)
+            luks = Luks(base or args.image, args.luks_secret)
+        markers = marker_positions(entries, luks, os.path.realpath(args.image))
+    plain = plaintext_tags(entries, os.path.realpath(args.image)) if args.no_plaintext else 0
     if args.expect_raw:
         expect = [open(p, "rb").read() if p != "zero" else None
                   for p in args.expect_raw.split(",")]
@@ -625,6 +746,9 @@ def explore(args):
         if problems:
             failures.append("state %d (cut %d of %d entries, keep %.1f): %s" %
                             (k, cut, len(entries), keep, "\n  ".join(problems)))
+    if plain:
+        failures.insert(0, "%d sectors of the workload's data in the log in the clear" %
+                        plain)
     total = sum(counts.values())
     summary = "%s: %d states (%d log entries, %d flushes): %s (%.1f s)" % (
         args.label, total, len(entries), sum(1 for e in entries if e.type == W_FLUSH),
@@ -856,6 +980,10 @@ def main():
     e.add_argument("--keep-failed", help="copy failing states here")
     e.add_argument("--tmpdir", default=None)
     e.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    e.add_argument("--luks-secret", metavar="PASS",
+                   help="the image is encrypted (LUKS) with this passphrase")
+    e.add_argument("--no-plaintext", action="store_true",
+                   help="fail if a workload tag is in the log in the clear")
     e.add_argument("--expect-failures", action="store_true",
                    help="positive control: report, do not fail")
     args = ap.parse_args()
