@@ -25,6 +25,7 @@
 #include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
+#include "vmdk/vmdk.h"
 
 #include <errno.h>
 #include <string.h>
@@ -148,6 +149,7 @@ static const BlkDriver unread[] = {
 static const BlkDriver *const builtin[] = {
     &blk_qcow2_driver,
     &blk_raw_driver,
+    &blk_vmdk_driver,
 };
 
 static gpointer register_once(gpointer unused)

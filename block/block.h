@@ -304,6 +304,16 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                            BlkNodeRole role, unsigned flags);
 /* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
+
+/* ---- names.c: file names read from images ---- */
+
+/* The path to open for file 'name' that the image opened as image_name
+ * (its plain name; image_is_path: a local file) records as its 'what'
+ * ("extent", "backing file", ...): QEMU's path (names.c invariant 2),
+ * after names.c invariant 1's checks unless trusted.  0 (*path: g_free)
+ * or -errno with the message. */
+int blk_image_name_path(const char *image_name, bool image_is_path, const char *what,
+                        const char *name, bool trusted, char **path);
 /* Open a file that belongs with 'like' (an external data file) as
  * blk_open_file_opts() does, recorded in the same log when 'like' is a
  * recording node. */

@@ -11,6 +11,9 @@ pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
+# libvmdk (libyal), the independent VMDK reader of the iotests: vmdkinfo
+# and its Python binding (pyvmdk) for the data.
+pkgs+=(libvmdk-utils python3-libvmdk)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)

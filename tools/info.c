@@ -32,6 +32,13 @@
  *     format, cipher-mode, slots (active, iters, key-offset, stripes; iters
  *     and stripes of active slots only), payload-offset, master-key-iters;
  *     for the old method format "aes" alone.
+ *  7. VMDK format-specific data: cid, parent-cid (decimal), create-type,
+ *     extents, each: compressed (only when true), virtual-size, filename,
+ *     cluster-size (sparse extents), format ("" in a monolithic file).
+ *  8. Files the image names for its data (VMDK extents, a qcow2 data
+ *     file) are not opened unless --backing-chain asks for the chain
+ *     (QimgOpenOptions.no_data_files): an image naming a host file can be
+ *     inspected without that file being read; their names are shown.
  */
 #include "qimg-tool.h"
 
@@ -102,10 +109,43 @@ static void json_encrypt(ToolJson *j, const QimgEncryptInfo *e)
     tool_json_end_object(j);
 }
 
+/* Fact 7: VMDK's data in qemu-img's order. */
+static void json_vmdk(ToolJson *j, const QimgVmdkInfo *v)
+{
+    tool_json_begin_object(j, "data");
+    tool_json_uint(j, "cid", v->cid);
+    tool_json_uint(j, "parent-cid", v->parent_cid);
+    tool_json_str(j, "create-type", v->create_type);
+    tool_json_begin_array(j, "extents");
+    for (guint i = 0; i < v->extents->len; i++) {
+        const QimgVmdkExtentInfo *e = g_ptr_array_index(v->extents, i);
+        tool_json_begin_object(j, NULL);
+        if (e->compressed) {
+            tool_json_bool(j, "compressed", true);
+        }
+        tool_json_uint(j, "virtual-size", e->virtual_size);
+        tool_json_str(j, "filename", e->filename);
+        if (e->cluster_size) {
+            tool_json_uint(j, "cluster-size", e->cluster_size);
+        }
+        tool_json_str(j, "format", e->format);
+        tool_json_end_object(j);
+    }
+    tool_json_end_array(j);
+    tool_json_end_object(j);
+}
+
 static void json_format_specific(ToolJson *j, const QimgInfo *info)
 {
     bool v3 = is_v3(info);
 
+    if (info->vmdk) {
+        tool_json_begin_object(j, "format-specific");
+        tool_json_str(j, "type", info->format);
+        json_vmdk(j, info->vmdk);
+        tool_json_end_object(j);
+        return;
+    }
     tool_json_begin_object(j, "format-specific");
     tool_json_str(j, "type", info->format);
     tool_json_begin_object(j, "data");
@@ -244,6 +284,26 @@ void tool_print_format_specific(const QimgInfo *info)
     }
     v3 = is_v3(info);
     printf("Format specific information:\n");
+    if (info->vmdk) { /* fact 7 */
+        const QimgVmdkInfo *v = info->vmdk;
+        printf("    cid: %" PRIu32 "\n    parent cid: %" PRIu32 "\n", v->cid,
+               v->parent_cid);
+        printf("    create type: %s\n    extents:\n", v->create_type);
+        for (guint i = 0; i < v->extents->len; i++) {
+            const QimgVmdkExtentInfo *e = g_ptr_array_index(v->extents, i);
+            printf("        [%u]:\n", i);
+            if (e->compressed) {
+                printf("            compressed: true\n");
+            }
+            printf("            virtual size: %" PRIu64 "\n", e->virtual_size);
+            printf("            filename: %s\n", e->filename);
+            if (e->cluster_size) {
+                printf("            cluster size: %" PRIu32 "\n", e->cluster_size);
+            }
+            printf("            format: %s\n", e->format);
+        }
+        return;
+    }
     printf("    compat: %s\n", info->compat ? info->compat : "");
     if (info->compression_type) {
         printf("    compression type: %s\n", info->compression_type);
@@ -340,7 +400,7 @@ static void free_info(gpointer p)
 
 /* Open one layer (fact 1) and read its info; prints the error. */
 static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share,
-                            bool image_opts, bool backing_name)
+                            bool image_opts, bool backing_name, bool chain)
 {
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
@@ -355,6 +415,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
     oo.no_io = true; /* metadata only: qemu-img info's locks */
     oo.image_opts = image_opts;
     oo.backing_name = backing_name;
+    oo.no_data_files = !chain; /* fact 8 */
     if (!tool_image_opts_format_ok(&oo)) {
         return NULL;
     }
@@ -442,7 +503,8 @@ int cmd_info(int argc, char **argv)
             return 1;
         }
         g_hash_table_add(seen, key);
-        info = layer_info(next_name, next_fmt, force_share, image_opts, infos->len > 0);
+        info = layer_info(next_name, next_fmt, force_share, image_opts, infos->len > 0,
+                          chain);
         image_opts = false; /* the top only: backing names are names */
         if (!info) {
             return 1;
