@@ -640,6 +640,7 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     info->backing_filename = g_strdup(node->backing_filename);
     info->full_backing_filename = g_strdup(node->full_backing_filename);
     info->backing_format = g_strdup(node->backing_format);
+    info->backing_refused = g_strdup(node->backing_refused);
     BlkNode *proto = node->file ? node->file : node;
     info->dirty_unknown =
         !node->drv->get_info && strcmp(proto->drv->format_name, "nbd") == 0;
@@ -698,6 +699,7 @@ void qimg_info_free(QimgInfo *info)
     g_free(info->backing_filename);
     g_free(info->full_backing_filename);
     g_free(info->backing_format);
+    g_free(info->backing_refused);
     if (info->snapshots) {
         g_ptr_array_unref(info->snapshots);
     }

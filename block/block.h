@@ -109,6 +109,8 @@ struct BlkNode {
     char *backing_filename;      /* as recorded in the image */
     char *full_backing_filename; /* resolved path used to open it */
     char *backing_format;        /* as recorded, or NULL */
+    char *backing_refused;       /* why backing_filename may not be opened
+                                  * (names.c invariant 1), or NULL */
     BlkOpenOptions opts;         /* copy (string fields not kept) */
     bool probed;                 /* the format was guessed (raw.c invariant 4) */
     /* protocol nodes (invariant 4), atomic */
@@ -227,6 +229,10 @@ struct BlkDriver {
     int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix);
     /* Format drivers: what img->file is to them (invariant 4). */
     BlkNodeRole file_role;
+    /* The backing file names this format records are held to names.c
+     * invariant 1 (api/open.c), as its own data file names are by the
+     * driver. */
+    bool confine_names;
     /* Protocol and filter nodes: hold exactly the permissions perm and share
      * shared (BLK_PERM_*), or fail with the message recorded (optional). */
     int (*set_perm)(BlkNode *img, unsigned perm, unsigned shared);

@@ -18,7 +18,9 @@
  *     open that follows fails with "No such file or directory".
  *  2. The path opened is QEMU's: the image's folder as it was named (up to
  *     and including its last '/') followed by the name; an absolute name
- *     (trusted) as it is.  Nothing else rewrites it.
+ *     (trusted) as it is; a trusted "file:" name (QEMU's file protocol) is
+ *     the plain name after it.  Nothing else rewrites it: other protocol
+ *     names, trusted, are plain file names (block.h invariant 5).
  *  3. An image reached by a protocol whose names are not paths (NBD) has
  *     no folder: a relative name cannot be resolved and is refused.
  */
@@ -116,6 +118,9 @@ int blk_image_name_path(const char *image_name, bool image_is_path, const char *
                              "%s '%s' %s; refused (trust the image's names to allow it)",
                              what, name, why);
         }
+    }
+    if (trusted && g_str_has_prefix(name, "file:")) { /* invariant 2 */
+        name += strlen("file:");
     }
     if (!image_is_path && !g_path_is_absolute(name)) { /* invariant 3 */
         return blk_error(EINVAL,

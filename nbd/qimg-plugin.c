@@ -4,7 +4,7 @@
  *
  *   nbdkit qimg file=disk.qcow2 [format=qcow2|raw] [cache=writeback]
  *          [snapshot=ID_OR_NAME] [discard=ignore|unmap]
- *          [detect-zeroes=off|on|unmap] [readonly=true]
+ *          [detect-zeroes=off|on|unmap] [readonly=true] [trust-names=true]
  *
  * Owns: the one image of the export (opened in get_ready, so that a bad
  * image or an image in use fails the server at start, as qemu-nbd does),
@@ -56,6 +56,7 @@ static struct {
     bool unmap;        /* discard=unmap */
     int detect_zeroes; /* DZ_* */
     bool readonly;
+    bool trust_names; /* trust-names=true: QimgOpenOptions.trust_names */
     QimgImage *img;   /* invariant 1 */
     uint32_t cluster; /* preferred block size */
     pthread_mutex_t lock;
@@ -162,6 +163,14 @@ static int qimg_config(const char *key, const char *value)
         g.readonly = r;
         return 0;
     }
+    if (strcmp(key, "trust-names") == 0) {
+        r = nbdkit_parse_bool(value);
+        if (r < 0) {
+            return -1;
+        }
+        g.trust_names = r;
+        return 0;
+    }
     nbdkit_error("unknown parameter '%s'", key);
     return -1;
 }
@@ -195,6 +204,7 @@ static int qimg_get_ready(void)
     o.read_only = g.readonly;
     o.cache = g.cache;
     o.snapshot = g.snapshot;
+    o.trust_names = g.trust_names;
     g.img = qimg_image_open(g.file, &o, &err);
     if (!g.img) {
         nbdkit_error("%s", err->message);
@@ -422,7 +432,8 @@ static struct nbdkit_plugin plugin = {
     .config_complete = qimg_config_complete,
     .config_help =
         "file=IMAGE (required) format=qcow2|raw cache=MODE snapshot=ID_OR_NAME\n"
-        "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL",
+        "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL "
+        "trust-names=BOOL",
     .magic_config_key = "file",
     .get_ready = qimg_get_ready,
     .open = qimg_open,

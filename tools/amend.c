@@ -139,7 +139,7 @@ int cmd_amend(int argc, char **argv)
         {"force", no_argument, NULL, OPT_FORCE},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     const char *fmt = NULL, *cache = "writeback";
     g_autofree char *optlist = NULL;

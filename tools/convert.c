@@ -150,7 +150,7 @@ static int64_t backing_size(QimgImage *dst)
 /* Create (unless -n) and open the target; prints errors. */
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     GError *err = NULL;
     QimgImage *dst;
@@ -226,7 +226,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 
 static int run_convert(ConvertArgs *a)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) src = NULL;
     Convert s = {0};

@@ -33,7 +33,7 @@ static bool check_backing(const char *filename, const char *backing,
                           uint64_t *size)
 {
     g_autofree char *path = tool_resolve_backing(filename, backing);
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     GError *err = NULL;
     QimgImage *bimg;

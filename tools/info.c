@@ -402,7 +402,7 @@ static void free_info(gpointer p)
 static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share,
                             bool image_opts, bool backing_name, bool chain)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
@@ -512,6 +512,10 @@ int cmd_info(int argc, char **argv)
         g_ptr_array_add(infos, info);
         g_clear_pointer(&next_name, g_free);
         g_clear_pointer(&next_fmt, g_free);
+        if (chain && info->backing_refused) { /* fact 8 */
+            tool_error("Could not open backing file: %s", info->backing_refused);
+            return 1;
+        }
         if (chain && info->full_backing_filename) {
             next_name = g_strdup(info->full_backing_filename);
             next_fmt = g_strdup(info->backing_format);

@@ -315,7 +315,7 @@ static int parse_o(const char *list, QimgOpenOptions *oo, char **format,
 
 int io_cmd_open(IoCtx *io, int argc, char **argv)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autofree char *format = NULL, *prefix = NULL;

@@ -141,7 +141,7 @@ int cmd_measure(int argc, char **argv)
         return 1;
     }
     if (filename) { /* fact 2 */
-        QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+        QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
         oo.secrets = tool_secret_table();
         oo.image_opts = image_opts;
         oo.format = fmt;

@@ -346,7 +346,7 @@ static void unmap_src(MapSrc *m)
 
 static int do_save(const VmArgs *a)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     g_autoptr(GRand) rand = NULL;
@@ -493,7 +493,7 @@ static bool write_full(int fd, const uint8_t *buf, size_t len, int *err)
 
 static int do_load(const VmArgs *a)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     oo.secrets = tool_secret_table();
     g_autoptr(QimgImage) img = NULL;
     QimgVmstateLoad *l = NULL;

@@ -174,9 +174,11 @@ static int open_line(VmdkState *s, const VmdkExtentLine *l)
     ext->type = g_strdup(l->type);
     ext->flat = flat;
     ext->flat_offset = flat_off;
-    ret = blk_image_name_path(blk_plain_name(img->filename),
-                              blk_protocol_is_path(img->filename, BLK_OPEN_USER_NAME),
-                              "extent", l->name, img->opts.trust_names, &ext->filename);
+    /* invariant 2: a metadata-only open shows the name, checks nothing */
+    ret = blk_image_name_path(
+        blk_plain_name(img->filename),
+        blk_protocol_is_path(img->filename, BLK_OPEN_USER_NAME), "extent", l->name,
+        img->opts.trust_names || img->opts.no_data_files, &ext->filename);
     if (ret < 0) {
         return ret;
     }
@@ -712,4 +714,5 @@ const BlkDriver blk_vmdk_driver = {
     .get_info = vmdk_get_info,
     .check = vmdk_check,
     .file_role = BLK_ROLE_METADATA,
+    .confine_names = true,
 };

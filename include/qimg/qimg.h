@@ -412,6 +412,10 @@ typedef struct QimgInfo {
     /* 0.9: the format-specific data of a VMDK image (format_specific is
      * set and the qcow2 fields above are unset), else NULL */
     QimgVmdkInfo *vmdk;
+    /* 0.9: why backing_filename is not opened (full_backing_filename is
+     * then NULL): a name the image records that breaks the rule of
+     * QimgOpenOptions.trust_names, else NULL */
+    char *backing_refused;
 } QimgInfo;
 
 /* qemu-img bitmap's operations (0.6). */
