@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the VMDK seeds of fuzz/seeds/ (vmdk-*.vmdk): small images of
 every structure fuzz-vmdk-open parses, built with iotests/tests/
-087-vmdkgen.py's writers.  Usage: fuzz/make-vmdk-seeds.py [outdir]"""
+090-vmdkgen.py's writers.  Usage: fuzz/make-vmdk-seeds.py [outdir]"""
 import importlib.util
 import os
 import random
@@ -10,7 +10,7 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
-    "vmdkgen", os.path.join(here, "..", "iotests", "tests", "087-vmdkgen.py"))
+    "vmdkgen", os.path.join(here, "..", "iotests", "tests", "090-vmdkgen.py"))
 gen = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gen)
 out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "seeds")

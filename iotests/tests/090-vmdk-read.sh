@@ -1,7 +1,7 @@
 #!/bin/bash
 # Reading VMDK (vmdk/): images qemu-img 7.2 creates in every subformat,
 # written by qemu-io across extent and grain-table boundaries, delta disks,
-# and hand-built images (087-vmdkgen.py) for what qemu-img cannot make
+# and hand-built images (090-vmdkgen.py) for what qemu-img cannot make
 # (VMware's streamOptimized with markers and footer, vmfsSparse COWD and
 # seSparse extents, several extents with RDONLY lines, a chain of three
 # delta disks).  Against qemu-img: convert -O raw identical, map (JSON and
@@ -13,7 +13,7 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3 vmdkinfo
 
-GEN=("python3" "$IOTESTS_DIR/tests/087-vmdkgen.py")
+GEN=("python3" "$IOTESTS_DIR/tests/090-vmdkgen.py")
 # libvmdk's Python binding, the independent reader (Debian python3-libvmdk
 # installs it for the system's python3)
 PYVMDK=

@@ -5,7 +5,7 @@ make: VMware's streamOptimized layout (grain, table and footer markers,
 the grain directory at the end), vmfsSparse (COWD) and seSparse extents,
 delta disks, descriptors with several extents, and malformed images.
 
-Usage: 087-vmdkgen.py KIND OUT [ARGS...]; prints nothing, writes OUT (and
+Usage: 090-vmdkgen.py KIND OUT [ARGS...]; prints nothing, writes OUT (and
 the files a descriptor names next to it) and OUT.raw, the bytes the disk
 must read as (the model), for the readable kinds.
 
