@@ -229,6 +229,9 @@ struct BlkDriver {
     int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix);
     /* Format drivers: what img->file is to them (invariant 4). */
     BlkNodeRole file_role;
+    /* Assigns host space as it writes, in the order of blk_order tickets
+     * (blk_order_wait/blk_order_allocated): api/copy.c hands it tickets. */
+    bool allocates;
     /* The backing file names this format records are held to names.c
      * invariant 1 (api/open.c), as its own data file names are by the
      * driver. */

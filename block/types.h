@@ -178,9 +178,10 @@ typedef struct BlkInfo {
     bool extended_l2;
     char *data_file;
     bool data_file_raw;
-    GArray *bitmaps;        /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
-    BlkEncryptInfo encrypt; /* when encrypted */
-    BlkVmdkInfo vmdk;       /* vmdk's format-specific data */
+    GArray *bitmaps;              /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
+    BlkEncryptInfo encrypt;       /* when encrypted */
+    BlkVmdkInfo vmdk;             /* vmdk's format-specific data */
+    bool needs_compressed_writes; /* only compressed clusters (streamOptimized) */
 } BlkInfo;
 
 typedef struct BlkBitmapInfo {

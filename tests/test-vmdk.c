@@ -9,9 +9,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "qimg/qimg.h"
 #include "vmdk/vmdk.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -279,13 +281,74 @@ static void test_names(void **state)
     blk_error_clear();
 }
 
+/* The entry of grain g in the grain table at sector gt of file name. */
+static uint32_t gte_on_disk(const char *name, uint64_t gt, unsigned g)
+{
+    uint8_t b[4];
+    FILE *f = fopen(name, "rb");
+
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)(gt * 512 + g * 4), SEEK_SET), 0);
+    assert_int_equal(fread(b, 1, 4, f), 4);
+    fclose(f);
+    return vmdk_le32(b);
+}
+
+/* write.c invariants 1 and 3, map.c invariant 5, create.c invariant 2:
+ * a 4 MiB monolithicSparse image has its redundant table at sector 22,
+ * its table at 27 and its first grain at 128; entries reach both tables
+ * only at a flush; a zeroed grain is entry 1; the CID is renewed. */
+static void test_write_order(void **state)
+{
+    g_autofree char *img = g_build_filename(tmpdir, "w.vmdk", NULL);
+    g_autoptr(GHashTable) o = g_hash_table_new(g_str_hash, g_str_equal);
+    QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    uint8_t buf[4096], want[4096];
+    g_autofree char *d0 = NULL, *d1 = NULL;
+    GError *err = NULL;
+    QimgImage *im;
+
+    g_hash_table_insert(o, "zeroed_grain", "on");
+    co.format = "vmdk";
+    co.size = 4 << 20;
+    co.size_set = true;
+    co.options = o;
+    assert_true(qimg_image_create(img, &co, &err));
+    assert_true(g_file_get_contents(img, &d0, NULL, NULL));
+    im = qimg_image_open(img, &oo, &err);
+    assert_non_null(im);
+    memset(want, 0x5a, sizeof(want));
+    assert_true(qimg_image_pwrite(im, 70000, want, 1000, &err));
+    assert_int_equal(gte_on_disk(img, 27, 1), 0); /* not before the flush */
+    assert_int_equal(gte_on_disk(img, 22, 1), 0);
+    assert_true(qimg_image_flush(im, &err));
+    assert_int_equal(gte_on_disk(img, 27, 1), 128);
+    assert_int_equal(gte_on_disk(img, 22, 1), 128);
+    assert_true(qimg_image_pwrite_zeroes(im, 131072, 65536, QIMG_ZERO_NO_FALLBACK, &err));
+    assert_true(qimg_image_close(im, &err));
+    assert_int_equal(gte_on_disk(img, 27, 2), VMDK_GTE_ZEROED);
+    assert_int_equal(gte_on_disk(img, 22, 2), VMDK_GTE_ZEROED);
+    assert_true(g_file_get_contents(img, &d1, NULL, NULL));
+    assert_true(strstr(d0 + 512, "\nCID="));
+    assert_memory_not_equal(strstr(d0 + 512, "\nCID="), strstr(d1 + 512, "\nCID="), 14);
+
+    oo.read_only = true;
+    im = qimg_image_open(img, &oo, &err);
+    assert_non_null(im);
+    assert_true(qimg_image_pread(im, 69632, buf, sizeof(buf), &err));
+    memset(want, 0, sizeof(want));
+    memset(want + 368, 0x5a, 1000);
+    assert_memory_equal(buf, want, sizeof(buf));
+    assert_true(qimg_image_close(im, &err));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_desc_values),
-        cmocka_unit_test(test_desc_extents),
-        cmocka_unit_test(test_headers),
-        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_desc_values), cmocka_unit_test(test_desc_extents),
+        cmocka_unit_test(test_headers),     cmocka_unit_test(test_names),
+        cmocka_unit_test(test_write_order),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

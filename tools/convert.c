@@ -71,7 +71,7 @@ typedef struct ConvertArgs {
 
 static bool can_compress(const char *fmt)
 {
-    if (strcmp(fmt, "qcow2") != 0) {
+    if (strcmp(fmt, "qcow2") != 0 && strcmp(fmt, "vmdk") != 0) {
         tool_error("Compression not supported for this file format");
         return false;
     }

@@ -22,6 +22,12 @@
  *  4. An answer covers whole grains of one kind inside one grain table and
  *     one extent; DATA runs are contiguous in the file, COMPRESSED answers
  *     are one grain.
+ *  5. A table changed by a write (vmdk_gt_set_locked) is dirty: it stays
+ *     cached (never evicted) until vmdk_gt_writeback_locked() writes it,
+ *     and its redundant copy, whole; write.c calls that only after the
+ *     grains the new entries point at are durable (write.c invariant 1).
+ *     At most VMDK_GTC_DIRTY_BYTES are dirty: past that the writer runs
+ *     write.c's flush sequence.
  */
 #include "vmdk/vmdk.h"
 
@@ -29,11 +35,16 @@
 #include <inttypes.h>
 
 #define VMDK_GTC_BYTES (4u << 20)
+#define VMDK_GTC_DIRTY_BYTES (2u << 20) /* then write.c's flush sequence runs */
 
 typedef struct GtEntry {
     uint64_t key;
     GList link; /* in lru, data = this */
     size_t len;
+    bool dirty;         /* invariant 5: pinned until written back */
+    VmdkExtent *ext;    /* for the write-back */
+    uint64_t gt_sector; /* where the table is */
+    uint64_t backup;    /* where its redundant copy is, 0: none */
     uint8_t bytes[];
 } GtEntry;
 
@@ -41,6 +52,8 @@ struct VmdkGtCache {
     GHashTable *map; /* key -> GtEntry */
     GQueue lru;      /* most recent at the head */
     size_t bytes;
+    GPtrArray *dirty; /* GtEntry, in the order they became dirty */
+    size_t dirty_bytes;
 };
 
 VmdkGtCache *vmdk_gtc_new(void)
@@ -48,12 +61,14 @@ VmdkGtCache *vmdk_gtc_new(void)
     VmdkGtCache *c = g_new0(VmdkGtCache, 1);
     c->map = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, g_free);
     g_queue_init(&c->lru);
+    c->dirty = g_ptr_array_new();
     return c;
 }
 
 void vmdk_gtc_free(VmdkGtCache *c)
 {
     if (c) {
+        g_ptr_array_unref(c->dirty);
         g_hash_table_destroy(c->map);
         g_free(c);
     }
@@ -80,15 +95,22 @@ static int gtc_get(VmdkState *s, VmdkExtent *ext, uint64_t gt_sector, const uint
         *out = e->bytes;
         return 0;
     }
-    while (c->bytes + len > VMDK_GTC_BYTES && c->lru.tail) {
-        GtEntry *old = c->lru.tail->data;
+    /* invariant 1; invariant 5: dirty tables stay */
+    for (GList *l = c->lru.tail; l && c->bytes + len > VMDK_GTC_BYTES;) {
+        GtEntry *old = l->data;
+        l = l->prev;
+        if (old->dirty) {
+            continue;
+        }
         g_queue_unlink(&c->lru, &old->link);
         c->bytes -= old->len;
         g_hash_table_remove(c->map, &old->key);
     }
-    e = g_malloc(sizeof(*e) + len);
+    e = g_malloc0(sizeof(*e) + len);
     e->key = key;
     e->len = len;
+    e->ext = ext;
+    e->gt_sector = gt_sector;
     e->link = (GList){.data = e};
     ret = blk_pread(ext->file, gt_sector * VMDK_SECTOR, e->bytes, len);
     if (ret < 0) {
@@ -103,15 +125,72 @@ static int gtc_get(VmdkState *s, VmdkExtent *ext, uint64_t gt_sector, const uint
     return 0;
 }
 
-void vmdk_gtc_update(VmdkState *s, VmdkExtent *ext, uint64_t gt_sector, uint32_t idx,
-                     uint32_t value)
+int vmdk_gt_set_locked(VmdkState *s, VmdkExtent *ext, uint64_t off, uint32_t value)
 {
-    uint64_t key = gt_key(ext, gt_sector);
-    GtEntry *e = g_hash_table_lookup(s->gtc->map, &key);
+    VmdkGtCache *c = s->gtc;
+    uint64_t rel = off - ext->start, l1 = rel / ext->gt_cover, key;
+    uint32_t idx = (uint32_t)(rel / ext->grain % ext->gtes);
+    const uint8_t *gt;
+    GtEntry *e;
+    int ret;
 
-    if (e) { /* invariant 2 */
-        vmdk_put_le32(e->bytes + (size_t)idx * 4, value);
+    if (ext->sesparse || l1 >= ext->gd_entries) {
+        return blk_error(EIO, "Cannot map offset %" PRIu64 " of extent '%s'", off,
+                         ext->filename);
     }
+    if (ext->gd[l1] == 0) {
+        return blk_error(ENOTSUP,
+                         "Cannot write offset %" PRIu64
+                         " of '%s': its grain table is not "
+                         "allocated",
+                         off, ext->filename);
+    }
+    ret = gtc_get(s, ext, ext->gd[l1], &gt);
+    if (ret < 0) {
+        return ret;
+    }
+    key = gt_key(ext, ext->gd[l1]);
+    e = g_hash_table_lookup(c->map, &key);
+    vmdk_put_le32(e->bytes + (size_t)idx * 4, value); /* invariant 2 */
+    if (!e->dirty) {
+        e->dirty = true;
+        e->backup = ext->rgd && l1 < ext->gd_entries ? ext->rgd[l1] : 0;
+        g_ptr_array_add(c->dirty, e);
+        c->dirty_bytes += e->len;
+    }
+    if (c->dirty_bytes > VMDK_GTC_DIRTY_BYTES) {
+        return vmdk_flush_sequence_locked(s);
+    }
+    return 0;
+}
+
+bool vmdk_gt_dirty_locked(const VmdkState *s)
+{
+    return s->gtc->dirty->len > 0;
+}
+
+int vmdk_gt_writeback_locked(VmdkState *s)
+{
+    VmdkGtCache *c = s->gtc;
+    int ret = 0;
+
+    for (guint i = 0; i < c->dirty->len && ret == 0; i++) {
+        GtEntry *e = c->dirty->pdata[i];
+        blk_event(e->ext->file, BLKEV_L2_UPDATE);
+        ret = blk_pwrite(e->ext->file, e->gt_sector * VMDK_SECTOR, e->bytes, e->len, 0);
+        if (ret == 0 && e->backup) {
+            ret = blk_pwrite(e->ext->file, e->backup * VMDK_SECTOR, e->bytes, e->len, 0);
+        }
+    }
+    if (ret < 0) {
+        return ret; /* the tables stay dirty: a later flush tries again */
+    }
+    for (guint i = 0; i < c->dirty->len; i++) {
+        ((GtEntry *)c->dirty->pdata[i])->dirty = false;
+    }
+    g_ptr_array_set_size(c->dirty, 0);
+    c->dirty_bytes = 0;
+    return 0;
 }
 
 static int bad_entry(VmdkExtent *ext, uint64_t off, const char *what, uint64_t v)

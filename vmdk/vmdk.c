@@ -100,6 +100,15 @@ static void state_free(VmdkState *s)
 
 static void vmdk_close(BlkNode *img)
 {
+    VmdkState *s = img->opaque;
+
+    if (s && !img->read_only) { /* write.c invariant 1: tables written last */
+        bool had = blk_error_mark();
+        g_mutex_lock(&s->lock);
+        (void)vmdk_flush_sequence_locked(s);
+        g_mutex_unlock(&s->lock);
+        blk_error_unwind(had);
+    }
     state_free(img->opaque);
     img->opaque = NULL;
 }
@@ -393,6 +402,21 @@ static VmdkExtent *find_extent(VmdkState *s, uint64_t off)
     return lo < s->num_extents ? &s->extents[lo] : NULL;
 }
 
+VmdkExtent *vmdk_extent_for_write(VmdkState *s, uint64_t off)
+{
+    VmdkExtent *ext = find_extent(s, off);
+
+    if (!ext) {
+        blk_error(EIO, "Offset %" PRIu64 " is beyond the extents of '%s'", off,
+                  s->img->filename);
+    } else if (!ext->file) {
+        blk_error(EIO, "Extent '%s' of '%s' was not opened (metadata only)",
+                  ext->filename, s->img->filename);
+        ext = NULL;
+    }
+    return ext;
+}
+
 static int map_locked_out(VmdkState *s, uint64_t off, uint64_t bytes, VmdkExtent **ext,
                           VmdkMap *m)
 {
@@ -414,7 +438,7 @@ static int map_locked_out(VmdkState *s, uint64_t off, uint64_t bytes, VmdkExtent
 }
 
 /* Invariant 3. */
-static int check_parent_cid(VmdkState *s)
+int vmdk_check_parent_cid(VmdkState *s)
 {
     BlkNode *parent = s->img->backing;
     VmdkState *ps;
@@ -516,7 +540,7 @@ static int vmdk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         switch (m.kind) {
         case VMDK_MAP_UNALLOC:
             if (img->backing) {
-                ret = check_parent_cid(s);
+                ret = vmdk_check_parent_cid(s);
                 if (ret == 0) {
                     ret = blk_preadv_padded(img->backing, pos, &part);
                 }
@@ -614,6 +638,8 @@ static int vmdk_get_info(BlkNode *img, BlkInfo *info)
     VmdkState *s = img->opaque;
 
     info->cluster_size = common_grain(s);
+    /* QEMU's needs_compressed_writes: the first extent is compressed */
+    info->needs_compressed_writes = s->num_extents && s->extents[0].compressed;
     info->format_specific = true;
     info->vmdk.present = true;
     info->vmdk.cid = s->cid;
@@ -708,6 +734,11 @@ const BlkDriver blk_vmdk_driver = {
     .open = vmdk_open,
     .close = vmdk_close,
     .preadv = vmdk_preadv,
+    .pwritev = vmdk_pwritev,
+    .pwrite_zeroes = vmdk_pwrite_zeroes,
+    .pwrite_compressed = vmdk_pwrite_compressed,
+    .flush = vmdk_flush,
+    .create = vmdk_create,
     .block_status = vmdk_block_status,
     .get_allocated_size = vmdk_get_allocated_size,
     .has_zero_init = vmdk_has_zero_init,
@@ -715,4 +746,5 @@ const BlkDriver blk_vmdk_driver = {
     .check = vmdk_check,
     .file_role = BLK_ROLE_METADATA,
     .confine_names = true,
+    .allocates = true,
 };

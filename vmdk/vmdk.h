@@ -86,6 +86,7 @@ typedef struct VmdkState {
     uint32_t parent_cid;
     uint64_t desc_offset; /* bytes of the descriptor in img->file */
     bool cid_checked;     /* the parent's CID matched once (QEMU's cid_checked) */
+    bool cid_updated;     /* write.c invariant 3 done for this open */
     VmdkGtCache *gtc;
 } VmdkState;
 
@@ -128,9 +129,29 @@ void vmdk_gtc_free(VmdkGtCache *c);
 /* What guest offset off (inside ext) maps to, for up to bytes (> 0);
  * a run of grains of one kind (contiguous host bytes for DATA). */
 int vmdk_map(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes, VmdkMap *m);
-/* A grain table entry (VMDK3/4) changed on disk: the cached copy too
- * (map.c invariant 2). */
-void vmdk_gtc_update(VmdkState *s, VmdkExtent *ext, uint64_t gt_sector, uint32_t idx,
-                     uint32_t value);
+/* Set the grain table entry of guest offset off (VMDK3/4 extents) to value
+ * in the cached table, dirty until written back (map.c invariant 5). */
+int vmdk_gt_set_locked(VmdkState *s, VmdkExtent *ext, uint64_t off, uint32_t value);
+bool vmdk_gt_dirty_locked(const VmdkState *s);
+/* Write every dirty table (and its redundant copy) to its file. */
+int vmdk_gt_writeback_locked(VmdkState *s);
+
+/* ---- vmdk.c ---- */
+/* The extent a write at off goes to (opened), or NULL with the message. */
+VmdkExtent *vmdk_extent_for_write(VmdkState *s, uint64_t off);
+/* vmdk.c invariant 3: 0 when the parent's CID is our parentCID. */
+int vmdk_check_parent_cid(VmdkState *s);
+
+/* ---- write.c ---- */
+int vmdk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+int vmdk_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
+int vmdk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
+int vmdk_flush(BlkNode *img);
+/* write.c invariant 1's sequence: extent files durable, then the dirty
+ * tables written, then durable. */
+int vmdk_flush_sequence_locked(VmdkState *s);
+
+/* ---- create.c ---- */
+int vmdk_create(const char *filename, const BlkCreateOptions *opts);
 
 #endif
