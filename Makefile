@@ -31,6 +31,7 @@ build-tsan/build.ninja:
 build-tsan: deps build-tsan/build.ninja
 	ninja -C build-tsan build.ninja  # regenerate first: the list below reads it
 	ninja -C build-tsan -j $(JOBS) tests/test-pool tests/test-file tests/test-vmstate \
+	    tests/test-aio-workload \
 	    $$(ninja -C build-tsan -t targets all 2>/dev/null | \
 	       sed -n 's/^\(tests\/test-[a-z0-9-]*thread[a-z0-9-]*\):.*/\1/p')
 
@@ -48,6 +49,7 @@ test: build build-asan build-tsan build-fuzz
 	@scripts/run-tests.sh
 
 check-long: build
+	scripts/aio-stress.sh 50
 	QIMG_LONG=1 QIMG=$(CURDIR)/build/tools/qimg iotests/run
 
 fuzz: build-fuzz

@@ -186,6 +186,24 @@ mk_qcow2() {
     [ ${#args[@]} -eq 0 ] || "$QEMU_IO" "${args[@]}" "$name" >/dev/null
 }
 
+# wait_sock SOCKET: wait up to 5 s for a server's Unix socket to appear.
+wait_sock() {
+    for _ in $(seq 100); do
+        [ -S "$1" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# gone PID: wait up to 10 s for a process to end.
+gone() {
+    for _ in $(seq 200); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.05
+    done
+    return 1
+}
+
 # hold_image IMG: start qemu-io holding IMG open read-write (its sleep
 # command) in the background, HOLDER=its pid, and wait until /proc/locks
 # shows the lock of its write permission on IMG (QEMU's byte 101) --

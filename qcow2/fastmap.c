@@ -51,6 +51,18 @@
  *     so that cannot deadlock.
  *  6. Fast requests lie inside one cluster; the map never allocates after
  *     qcow2_fastmap_new and its size is bounded (FM_MAX_SETS sets).
+ *  7. What a hold means (invariants 1 and 2 together): from
+ *     qcow2_fastmap_begin() to qcow2_fastmap_end(), guest cluster X's L2
+ *     entry maps the request's bytes to ref->host, allocated (NORMAL); no
+ *     request changes that before the hold ends, and the host cluster is
+ *     neither freed nor reused.  Debug builds check it against the L2
+ *     entry where a ring request is issued (read.c check_direct_hold), the
+ *     one place a held request leaves the process for long.  (Issue 31's
+ *     "read differs from the model" came from its test, which let a write
+ *     be submitted over a read in flight, not from a broken hold: reads
+ *     stopped by a breakpoint while their cluster is discarded, zeroed and
+ *     its host cluster would be reused, on the slow path and on a hold,
+ *     are tests/test-aio-workload.c's test_read_beside_*.)
  */
 #include "qcow2/fastmap.h"
 

@@ -552,6 +552,9 @@ static void qcow2_close(BlkNode *img)
             ret = qcow2_write_caches_locked(s, true);
         }
         if (ret == 0) {
+            qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
+        }
+        if (ret == 0) {
             ret = qcow2_flush_file(s);
         }
         if (ret == 0) {

@@ -204,19 +204,26 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
  * invariant 5: every subcluster allocated), overlap checked in the current
  * metadata generation (invariant 4).  false: nothing learnt.
  */
-static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write)
+/* Guest offset's L2 table is in the cache: looking it up needs no I/O. */
+static bool l2_cached_locked(Qcow2State *s, uint64_t offset)
 {
-    uint64_t cs = s->cluster_size, gc = offset & ~(cs - 1);
-    uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits), l2_offset, l2_index;
-    uint8_t *l2;
-    Qcow2Mapping m;
+    uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits), l2_offset;
 
-    if (gc >= s->img->size || qcow2_has_data_file(s) || l1_index >= s->l1_size) {
+    if (l1_index >= s->l1_size) {
         return false;
     }
     l2_offset = s->l1_table[l1_index] & QCOW2_L1E_OFFSET_MASK;
-    if (l2_offset == 0 || (s->l1_table[l1_index] & QCOW2_L1E_RESERVED_MASK) ||
-        !qcow2_cache_holds_locked(s->l2_cache, l2_offset) ||
+    return l2_offset != 0 && !(s->l1_table[l1_index] & QCOW2_L1E_RESERVED_MASK) &&
+           qcow2_cache_holds_locked(s->l2_cache, l2_offset);
+}
+
+static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write)
+{
+    uint64_t cs = s->cluster_size, gc = offset & ~(cs - 1), l2_index;
+    uint8_t *l2;
+    Qcow2Mapping m;
+
+    if (gc >= s->img->size || qcow2_has_data_file(s) || !l2_cached_locked(s, offset) ||
         qcow2_inflight_conflicts_locked(s, offset, bytes, false)) {
         return false;
     }
@@ -251,6 +258,38 @@ static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool wr
     return true;
 }
 
+/*
+ * fastmap.c invariant 7, where a ring request is issued (debug builds): the
+ * hold maps [offset, offset + bytes) to host, as X's L2 entry does now --
+ * checked when the metadata lock is free and the table cached, so the
+ * submitting thread neither waits nor reads.
+ */
+static void check_direct_hold(Qcow2State *s, uint64_t offset, uint64_t bytes,
+                              uint64_t host)
+{
+#ifndef NDEBUG
+    Qcow2Mapping m;
+
+    if (!qcow2_trylock(s)) {
+        return;
+    }
+    if (l2_cached_locked(s, offset)) {
+        if (qcow2_get_host_offset_locked(s, offset, bytes, &m) < 0) {
+            blk_error_clear(); /* a request of the slow path reports it */
+        } else if (m.type != QCOW2_SC_NORMAL || m.host_offset != host ||
+                   m.bytes < bytes) {
+            g_error("fast map broken (fastmap.c invariant 7): guest 0x%" PRIx64
+                    " is mapped as type %d at host 0x%" PRIx64 " for %" PRIu64
+                    " bytes, but a ring request of %" PRIu64 " bytes goes to 0x%" PRIx64,
+                    offset, (int)m.type, m.host_offset, m.bytes, bytes, host);
+        }
+    }
+    qcow2_unlock(s);
+#else
+    (void)s, (void)offset, (void)bytes, (void)host;
+#endif
+}
+
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d)
 {
@@ -281,6 +320,7 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
     if (!hit) {
         return false;
     }
+    check_direct_hold(s, offset, bytes, ref.host);
     d->node = qcow2_data_node(s);
     if (write) {
         blk_event(d->node, BLKEV_DATA_WRITE);

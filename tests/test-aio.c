@@ -1,11 +1,9 @@
 /*
  * tests/test-aio.c: the asynchronous API (include/qimg/aio.h rules 1-7,
  * api/aio.c invariants 1-5) through libqimg.so and the public headers, as
- * an event loop uses it: one thread submits and runs the callbacks.
+ * an event loop uses it: one thread submits and runs the callbacks (the
+ * random workload against a byte model is test-aio-workload.c):
  *
- *  - a random workload of reads, writes, zero writes, discards and flushes
- *    against a byte model, many requests in flight (never two on the same
- *    bytes), read back after a reopen, `qemu-img check` clean;
  *  - the eventfd is readable exactly while completions wait (invariant 3),
  *    also for ring completions, and a ring write nobody waits for does not
  *    block a synchronous call (uring.c invariant 5);
@@ -22,259 +20,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "qimg/aio.h"
-#include "qimg/qimg.h"
 #include "test-util.h"
+
+#include "test-aio-util.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MiB (UINT64_C(1) << 20)
-#define BLOCK 4096u
-
-static char *new_qcow2(const char *stem, uint64_t size, const char *opts)
-{
-    char *p = tu_fresh(stem);
-    tu_run("qemu-img create -q -f qcow2 %s%s '%s' %" PRIu64, opts ? "-o " : "",
-           opts ? opts : "", p, size);
-    return p;
-}
-
-static QimgImage *open_image(const char *p, QimgCacheMode cache)
-{
-    QimgOpenOptions o = QIMG_OPEN_OPTIONS_INIT;
-    g_autoptr(GError) err = NULL;
-    QimgImage *img;
-
-    o.cache = cache;
-    img = qimg_image_open(p, &o, &err);
-    if (!img) {
-        fail_msg("open %s: %s", p, err->message);
-    }
-    return img;
-}
-
-static bool fd_readable(int fd)
-{
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    return poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
-}
-
-/* ---- the random workload ---- */
-
-typedef struct Work Work;
-
-typedef struct Req {
-    Work *w;
-    int op; /* 0 write, 1 read, 2 zero, 3 discard, 4 flush */
-    uint64_t block, nblocks;
-    uint8_t *buf;
-    struct iovec iov;
-} Req;
-
-struct Work {
-    QimgImage *img;
-    uint8_t *model;
-    bool *busy; /* per block: a request in flight covers it */
-    uint64_t nblocks;
-    uint64_t cs;
-    int in_flight, done, failures;
-    char *why;
-};
-
-static void req_done(void *opaque, int ret, const GError *err)
-{
-    Req *r = opaque;
-    Work *w = r->w;
-
-    if (ret < 0 || err) {
-        if (w->failures++ == 0) {
-            w->why = g_strdup_printf("op %d at block %" PRIu64 ": %d (%s)", r->op,
-                                     r->block, ret, err ? err->message : "no error");
-        }
-    } else if (r->op == 1 &&
-               memcmp(r->buf, w->model + r->block * BLOCK, r->nblocks * BLOCK) != 0) {
-        if (w->failures++ == 0) {
-            w->why = g_strdup_printf("read at block %" PRIu64 " differs from the model",
-                                     r->block);
-        }
-    }
-    for (uint64_t i = 0; i < r->nblocks; i++) {
-        w->busy[r->block + i] = false;
-    }
-    w->in_flight--;
-    w->done++;
-    free(r->buf);
-    g_free(r);
-}
-
-/* O_DIRECT-aligned, so reads can take the io_uring path (uring.c inv. 1). */
-static uint8_t *aligned_buf(size_t len)
-{
-    void *p = NULL;
-    assert_int_equal(posix_memalign(&p, 4096, len), 0);
-    return p;
-}
-
-/* Submit one random request on free blocks; false if none was free. */
-static bool submit_random(Work *w, GRand *rnd)
-{
-    g_autoptr(GError) err = NULL;
-    Req *r = g_new0(Req, 1);
-    uint64_t bpc = w->cs / BLOCK ? w->cs / BLOCK : 1;
-    bool ok;
-
-    r->w = w;
-    r->op = g_rand_int_range(rnd, 0, 100);
-    r->op = r->op < 45 ? 0 : r->op < 80 ? 1 : r->op < 90 ? 2 : r->op < 97 ? 3 : 4;
-    if (r->op == 3) { /* discards: whole clusters */
-        r->block = (uint64_t)g_rand_int_range(rnd, 0, (gint32)(w->nblocks / bpc)) * bpc;
-        r->nblocks = bpc;
-    } else {
-        r->nblocks = (uint64_t)g_rand_int_range(rnd, 1, 5);
-        r->block = (uint64_t)g_rand_int_range(rnd, 0, (gint32)(w->nblocks - r->nblocks));
-    }
-    if (r->op != 4) {
-        for (uint64_t i = 0; i < r->nblocks; i++) {
-            if (w->busy[r->block + i]) {
-                g_free(r);
-                return false;
-            }
-        }
-        for (uint64_t i = 0; i < r->nblocks; i++) {
-            w->busy[r->block + i] = true;
-        }
-    }
-    uint64_t off = r->block * BLOCK, len = r->nblocks * BLOCK;
-    switch (r->op) {
-    case 0:
-        r->buf = aligned_buf(len);
-        for (uint64_t i = 0; i < len; i++) {
-            r->buf[i] = (uint8_t)g_rand_int(rnd);
-        }
-        memcpy(w->model + off, r->buf, len); /* rule 5: nothing else covers it */
-        r->iov = (struct iovec){.iov_base = r->buf, .iov_len = len};
-        ok = qimg_image_aio_pwritev(w->img, off, &r->iov, 1,
-                                    g_rand_int_range(rnd, 0, 10) == 0 ? QIMG_AIO_FUA : 0,
-                                    req_done, r, &err);
-        break;
-    case 1:
-        r->buf = aligned_buf(len);
-        r->iov = (struct iovec){.iov_base = r->buf, .iov_len = len};
-        ok = qimg_image_aio_preadv(w->img, off, &r->iov, 1, 0, req_done, r, &err);
-        break;
-    case 2:
-        memset(w->model + off, 0, len);
-        ok = qimg_image_aio_pwrite_zeroes(w->img, off, len, QIMG_AIO_MAY_UNMAP, req_done,
-                                          r, &err);
-        break;
-    case 3:
-        memset(w->model + off, 0, len); /* a whole cluster, no backing: zeros */
-        ok = qimg_image_aio_pdiscard(w->img, off, len, 0, req_done, r, &err);
-        break;
-    default:
-        ok = qimg_image_aio_flush(w->img, 0, req_done, r, &err);
-        break;
-    }
-    if (!ok) {
-        fail_msg("submit: %s", err->message);
-    }
-    w->in_flight++;
-    return true;
-}
-
-static void workload_with(const char *opts, uint64_t cs, QimgCacheMode cache,
-                          QimgAioEngine engine)
-{
-    const uint64_t size = 32 * MiB;
-    g_autofree char *p = new_qcow2("aio.qcow2", size, opts);
-    g_autoptr(GRand) rnd = g_rand_new_with_seed(42);
-    g_autoptr(GError) err = NULL;
-    Work w = {.nblocks = size / BLOCK, .cs = cs};
-    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
-    int submitted = 0;
-
-    w.model = g_malloc0(size);
-    w.busy = g_new0(bool, w.nblocks);
-    w.img = open_image(p, cache);
-    ao.threads = 8;
-    ao.engine = engine;
-    assert_true(qimg_image_aio_setup(w.img, &ao, &err));
-    while (submitted < 6000) {
-        while (w.in_flight < 64 && submitted < 6000) {
-            submitted += submit_random(&w, rnd);
-        }
-        qimg_image_aio_wait(w.img);
-    }
-    while (qimg_image_aio_in_flight(w.img) > 0) {
-        qimg_image_aio_wait(w.img);
-    }
-    assert_int_equal(w.done, submitted);
-    if (w.failures) {
-        fail_msg("%d failures, first: %s", w.failures, w.why);
-    }
-    /* where the requests went (aio.c invariant 7) */
-    QimgAioStats st = QIMG_AIO_STATS_INIT;
-    assert_true(qimg_image_aio_get_stats(w.img, &st, &err));
-    assert_int_equal(st.submitted, (uint64_t)submitted);
-    assert_int_equal(st.completed, (uint64_t)submitted);
-    if (engine == QIMG_AIO_ENGINE_IO_URING && !opts) {
-        /* rewrites and reads of clusters written before take the ring
-         * (seen: 1246 reads and 1304 writes of 6000 requests).  With
-         * extended L2 the fast map knows only clusters whose every
-         * subcluster is allocated, which these small writes rarely make. */
-        assert_true(st.ring_reads > 300 && st.ring_writes > 300);
-        assert_true(st.ring_reads + st.ring_writes < (uint64_t)submitted);
-    } else if (engine != QIMG_AIO_ENGINE_IO_URING) {
-        assert_int_equal(st.ring_reads + st.ring_writes + st.ring_retries, 0);
-    }
-    assert_true(qimg_image_close(w.img, &err));
-
-    /* what the image holds now, read synchronously after a reopen */
-    QimgImage *img = open_image(p, QIMG_CACHE_WRITEBACK);
-    g_autofree uint8_t *all = g_malloc(size);
-    assert_true(qimg_image_pread(img, 0, all, size, &err));
-    assert_memory_equal(all, w.model, size);
-    assert_true(qimg_image_close(img, &err));
-    tu_run("qemu-img check -q '%s'", p);
-    g_free(w.model);
-    g_free(w.busy);
-}
-
-static void workload(const char *opts, uint64_t cs)
-{
-    workload_with(opts, cs, QIMG_CACHE_WRITEBACK, QIMG_AIO_ENGINE_THREADS);
-}
-
-/* The io_uring engine (aio.c invariant 7): O_DIRECT, reads of clusters the
- * fast map knows go to the ring, the rest to the pool. */
-static void test_workload_io_uring(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    workload_with(NULL, 65536, QIMG_CACHE_NONE, QIMG_AIO_ENGINE_IO_URING);
-    workload_with("extended_l2=on", 65536, QIMG_CACHE_NONE, QIMG_AIO_ENGINE_IO_URING);
-}
-
-static void test_workload_64k(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    workload(NULL, 65536);
-}
-
-static void test_workload_4k_lazy(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    workload("cluster_size=4096,lazy_refcounts=on", 4096);
-}
-
-static void test_workload_extl2(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    workload("extended_l2=on,cluster_size=131072", 131072);
-}
 
 /* ---- the eventfd, close drains ---- */
 
@@ -659,10 +413,6 @@ static void test_error_flush_sticky(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_workload_64k),
-        cmocka_unit_test(test_workload_4k_lazy),
-        cmocka_unit_test(test_workload_extl2),
-        cmocka_unit_test(test_workload_io_uring),
         cmocka_unit_test(test_io_uring_first_touch),
         cmocka_unit_test(test_engine_auto),
         cmocka_unit_test(test_io_uring_no_waiter),

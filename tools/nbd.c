@@ -36,6 +36,13 @@
  *     per export its name, description, size, transmission flags (the hex
  *     value and the names of the bits set), block sizes and meta contexts.
  *
+ *  7. multi-conn is advertised exactly when more than one client may be
+ *     connected at once (-e 0 or -e N > 1), as qemu-nbd 7.1+ does; with
+ *     -e 1 (the default) the multi-conn filter's disable mode hides it, so
+ *     a client such as nbdcopy opens one connection instead of a second
+ *     that -e 1 would refuse.  (The plugin itself always allows it:
+ *     qimg-plugin.c invariant 1.)
+ *
  * Unlike qemu-nbd, a client refused at the handshake (a wrong -x name)
  * counts as the last client for a server without -t (nbdkit's exitlast).
  */
@@ -545,6 +552,9 @@ int cmd_nbd(int argc, char **argv)
     if (shared != 0) {
         push(a, "--filter=limit");
     }
+    if (shared == 1) {
+        push(a, "--filter=multi-conn"); /* fact 7 */
+    }
     if (name) {
         push(a, "--filter=exportname");
     }
@@ -577,6 +587,9 @@ int cmd_nbd(int argc, char **argv)
     }
     if (shared != 0) {
         push(a, "limit=%ld", shared);
+    }
+    if (shared == 1) {
+        push(a, "multi-conn-mode=disable"); /* fact 7 */
     }
     if (name) {
         /* fact 1: that name only, and the only one listed */

@@ -18,20 +18,6 @@ requires qimg qimg-nbd-plugin nbdkit nbdinfo qemu-img qemu-io qemu-nbd openssl q
 "$QEMU_IO" -c 'write -P 0x11 0 4M' -c 'write -z 8M 1M' -c 'write -P 0x12 30M 64k' \
     d.qcow2 >/dev/null
 uri() { echo "nbd+unix:///${2:-}?socket=$PWD/$1"; }
-wait_sock() { # SOCKET: up to 5 s
-    for _ in $(seq 100); do
-        [ -S "$1" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
-gone() { # PID: up to 10 s
-    for _ in $(seq 200); do
-        kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.05
-    done
-    return 1
-}
 refused() { # DESC PATTERN ARGS...
     local desc=$1 pat=$2
     shift 2

@@ -19,13 +19,6 @@ requires qimg qimg-nbd-plugin nbdkit qemu-img qemu-io qemu-nbd
 cp d.qcow2 ref.qcow2 # d.qcow2 as served, for local comparisons while it is
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; _cleanup' EXIT
-wait_sock() {
-    for _ in $(seq 100); do
-        [ -S "$1" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
 U="nbd+unix:///?socket=$PWD/q.sock"
 qemu-nbd -t -e 4 -k "$PWD/q.sock" -f qcow2 d.qcow2 &
 pids+=($!)
