@@ -57,6 +57,8 @@ void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out)
     out->check_mode = in->check_mode;
     out->snapshot = in->snapshot;
     out->no_io = in->no_io;
+    out->no_data_files = in->no_data_files;
+    out->trust_names = in->trust_names;
     out->resize = in->resize;
     out->deny_write = in->deny_write;
     out->backing_share_write = in->backing_shared_write;

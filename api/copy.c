@@ -430,6 +430,13 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
                     dst->node->filename);
         return FALSE;
     }
+    if (!c.o.compress && dst->node->drv->get_info) { /* a target taking only those */
+        BlkInfo di = {0};
+        if (dst->node->drv->get_info(dst->node, &di) == 0) {
+            c.o.compress = di.needs_compressed_writes;
+        }
+        blk_info_clear(&di);
+    }
     if (c.o.compress && !dst->node->drv->pwrite_compressed) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Compression is not supported for format '%s'",
@@ -448,7 +455,7 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
         n = MAX(n, (unsigned)MIN(MAX(cpus, 1), 64));
     }
     /* invariant 1 */
-    bool allocates = strcmp(dst->node->drv->format_name, "qcow2") == 0;
+    bool allocates = dst->node->drv->allocates;
     if (n > 1 && (allocates || !c.o.out_of_order)) {
         c.order = blk_order_new();
         c.issue_order = !allocates;

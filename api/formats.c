@@ -26,6 +26,7 @@
 #include "luks/luks.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
+#include "vmdk/vmdk.h"
 
 #include <errno.h>
 #include <string.h>
@@ -137,7 +138,7 @@ static const BlkDriver unread[] = {
 
 /* The drivers qimg has, each from its own folder. */
 static const BlkDriver *const builtin[] = {
-    &blk_qcow2_driver, &blk_raw_driver, &blk_luks_driver,
+    &blk_qcow2_driver, &blk_raw_driver, &blk_luks_driver, &blk_vmdk_driver,
 #ifdef QIMG_HAVE_LIBNBD
     &blk_nbd_driver, /* driver=nbd: the NBD node is the image (json-name.c 9) */
 #endif

@@ -632,6 +632,36 @@ static QimgEncryptInfo *encrypt_info(const BlkEncryptInfo *b)
     return e;
 }
 
+static void vmdk_extent_info_free(gpointer p)
+{
+    QimgVmdkExtentInfo *e = p;
+    g_free(e->filename);
+    g_free(e->format);
+    g_free(e);
+}
+
+static QimgVmdkInfo *vmdk_info(BlkVmdkInfo *b)
+{
+    QimgVmdkInfo *v = g_new0(QimgVmdkInfo, 1);
+
+    v->cid = b->cid;
+    v->parent_cid = b->parent_cid;
+    v->create_type = g_steal_pointer(&b->create_type);
+    v->extents = g_ptr_array_new_with_free_func(vmdk_extent_info_free);
+    for (guint i = 0; b->extents && i < b->extents->len; i++) {
+        BlkVmdkExtentInfo *x = &g_array_index(b->extents, BlkVmdkExtentInfo, i);
+        QimgVmdkExtentInfo *e = g_new0(QimgVmdkExtentInfo, 1);
+        *e = (QimgVmdkExtentInfo){.filename = g_steal_pointer(&x->filename),
+                                  .format = g_steal_pointer(&x->format),
+                                  .virtual_size = x->virtual_size,
+                                  .cluster_size = x->cluster_size,
+                                  .compressed = x->compressed,
+                                  .opened = x->opened};
+        g_ptr_array_add(v->extents, e);
+    }
+    return v;
+}
+
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
 {
     g_autoptr(QimgInfo) info = g_new0(QimgInfo, 1);
@@ -659,11 +689,12 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     }
     info->format = g_strdup(node->drv->format_name);
     info->virtual_size = node->size;
-    int64_t a = blk_get_allocated_size(node->file ? node->file : node);
+    int64_t a = blk_get_allocated_size(node);
     info->actual_size = a < 0 ? -1 : a;
     info->backing_filename = g_strdup(node->backing_filename);
     info->full_backing_filename = g_strdup(node->full_backing_filename);
     info->backing_format = g_strdup(node->backing_format);
+    info->backing_refused = g_strdup(node->backing_refused);
     BlkNode *proto = node->file ? node->file : node;
     info->dirty_unknown =
         !node->drv->get_info && strcmp(proto->drv->format_name, "nbd") == 0;
@@ -701,6 +732,9 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         if (bi.encrypted) {
             info->encrypt = encrypt_info(&bi.encrypt);
         }
+        if (bi.vmdk.present) {
+            info->vmdk = vmdk_info(&bi.vmdk);
+        }
         if (bi.snapshots) {
             info->snapshots = api_snapshot_list_move(g_steal_pointer(&bi.snapshots));
         }
@@ -719,6 +753,7 @@ void qimg_info_free(QimgInfo *info)
     g_free(info->backing_filename);
     g_free(info->full_backing_filename);
     g_free(info->backing_format);
+    g_free(info->backing_refused);
     if (info->snapshots) {
         g_ptr_array_unref(info->snapshots);
     }
@@ -737,6 +772,11 @@ void qimg_info_free(QimgInfo *info)
         g_free(info->encrypt->hash_alg);
         g_free(info->encrypt->uuid);
         g_free(info->encrypt);
+    }
+    if (info->vmdk) {
+        g_free(info->vmdk->create_type);
+        g_ptr_array_unref(info->vmdk->extents);
+        g_free(info->vmdk);
     }
     g_free(info);
 }

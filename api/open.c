@@ -21,6 +21,12 @@
  *  5. A caller's options for a probed format (BlkOpenOptions.format_opts,
  *     json-name.c invariant 8) are checked against the format found before
  *     its driver opens the file.
+ *  6. The backing file name a format with confine_names records (VMDK's
+ *     parent) is resolved by blk_image_name_path(): refused unless the
+ *     caller trusts the image's names (names.c invariant 1), the refusal
+ *     kept in backing_refused (what info reports) and raised only when
+ *     the chain is opened.  qcow2's backing names keep qemu-img's rules
+ *     (absolute names and json: names open the plain file they name).
  */
 #include "api/api.h"
 
@@ -179,8 +185,24 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
         goto fail;
     }
     if (img->backing_filename) {
-        img->full_backing_filename = blk_resolve_backing_name(
-            user_name ? blk_plain_name(filename) : filename, img->backing_filename);
+        const char *base = user_name ? blk_plain_name(filename) : filename;
+        if (drv->confine_names) { /* invariant 6 */
+            unsigned how = user_name ? BLK_OPEN_USER_NAME : 0;
+            bool is_path = blk_protocol_is_path(filename, how);
+            if (blk_image_name_path(base, is_path, "backing file", img->backing_filename,
+                                    opts->trust_names, &img->full_backing_filename) < 0) {
+                img->backing_refused = blk_error_take();
+            }
+        } else {
+            img->full_backing_filename =
+                blk_resolve_backing_name(base, img->backing_filename);
+        }
+    }
+    if (img->backing_refused && !opts->backing_path && !opts->no_backing) {
+        g_set_error(error, QIMG_ERROR, EACCES,
+                    "Could not open '%s': Could not open backing file: %s", filename,
+                    img->backing_refused);
+        goto fail;
     }
     if (img->full_backing_filename || opts->backing_opts) {
         if (!opts->no_backing) {

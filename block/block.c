@@ -266,6 +266,7 @@ void blk_close(BlkNode *img)
     g_free(img->backing_filename);
     g_free(img->full_backing_filename);
     g_free(img->backing_format);
+    g_free(img->backing_refused);
     g_free(img);
 }
 

@@ -109,6 +109,8 @@ struct BlkNode {
     char *backing_filename;      /* as recorded in the image */
     char *full_backing_filename; /* resolved path used to open it */
     char *backing_format;        /* as recorded, or NULL */
+    char *backing_refused;       /* why backing_filename may not be opened
+                                  * (names.c invariant 1), or NULL */
     BlkOpenOptions opts;         /* copy (string fields not kept) */
     bool probed;                 /* the format was guessed (raw.c invariant 4) */
     /* protocol nodes (invariant 4), atomic */
@@ -227,6 +229,13 @@ struct BlkDriver {
     int (*check)(BlkNode *img, struct BlkCheckResult *res, unsigned fix);
     /* Format drivers: what img->file is to them (invariant 4). */
     BlkNodeRole file_role;
+    /* Assigns host space as it writes, in the order of blk_order tickets
+     * (blk_order_wait/blk_order_allocated): api/copy.c hands it tickets. */
+    bool allocates;
+    /* The backing file names this format records are held to names.c
+     * invariant 1 (api/open.c), as its own data file names are by the
+     * driver. */
+    bool confine_names;
     /* Protocol and filter nodes: hold exactly the permissions perm and share
      * shared (BLK_PERM_*), or fail with the message recorded (optional). */
     int (*set_perm)(BlkNode *img, unsigned perm, unsigned shared);
@@ -304,6 +313,16 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                            BlkNodeRole role, unsigned flags);
 /* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
+
+/* ---- names.c: file names read from images ---- */
+
+/* The path to open for file 'name' that the image opened as image_name
+ * (its plain name; image_is_path: a local file) records as its 'what'
+ * ("extent", "backing file", ...): QEMU's path (names.c invariant 2),
+ * after names.c invariant 1's checks unless trusted.  0 (*path: g_free)
+ * or -errno with the message. */
+int blk_image_name_path(const char *image_name, bool image_is_path, const char *what,
+                        const char *name, bool trusted, char **path);
 /* Open a file that belongs with 'like' (an external data file) as
  * blk_open_file_opts() does, recorded in the same log when 'like' is a
  * recording node. */

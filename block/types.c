@@ -41,7 +41,18 @@ void blk_info_clear(BlkInfo *info)
     g_free(info->compat);
     g_free(info->compression_type);
     g_free(info->data_file);
+    g_free(info->vmdk.create_type);
+    if (info->vmdk.extents) {
+        g_array_unref(info->vmdk.extents);
+    }
     memset(info, 0, sizeof(*info));
+}
+
+void blk_vmdk_extent_info_clear(void *extent_info)
+{
+    BlkVmdkExtentInfo *e = extent_info;
+    g_free(e->filename);
+    g_free(e->format);
 }
 
 void blk_check_result_clear(BlkCheckResult *res)

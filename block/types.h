@@ -101,6 +101,13 @@ typedef struct BlkOpenOptions {
      * the backing file, "" for a layer without one. */
     const char *const *backing_keys;
     size_t n_backing_keys;
+    /* Open no file the image names for its data (VMDK extents, a qcow2
+     * data file): their names are reported, reads of them fail
+     * (qemu-img info's metadata-only open, names.c). */
+    bool no_data_files;
+    /* The image's own file names (extents, parents, backing and data
+     * files) may point anywhere (names.c invariant 1 does not apply). */
+    bool trust_names;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */
@@ -174,6 +181,26 @@ typedef struct BlkEncryptInfo {
     BlkLuksSlot slots[BLK_LUKS_SLOTS];
 } BlkEncryptInfo;
 
+/* One extent of a VMDK image, as qemu-img info lists it. */
+typedef struct BlkVmdkExtentInfo {
+    char *filename;        /* owned: the path it is (or would be) opened by */
+    char *format;          /* owned: the descriptor's type, "" for a monolithic one */
+    uint64_t virtual_size; /* bytes */
+    uint32_t cluster_size; /* grain bytes; 0 for a flat or unopened extent */
+    bool compressed;
+    bool opened; /* false: a metadata-only open (BlkOpenOptions.no_data_files) */
+} BlkVmdkExtentInfo;
+
+void blk_vmdk_extent_info_clear(void *extent_info);
+
+typedef struct BlkVmdkInfo {
+    bool present;
+    uint32_t cid;
+    uint32_t parent_cid;
+    char *create_type; /* owned */
+    GArray *extents;   /* BlkVmdkExtentInfo */
+} BlkVmdkInfo;
+
 typedef struct BlkInfo {
     uint32_t cluster_size;
     bool dirty;
@@ -188,8 +215,10 @@ typedef struct BlkInfo {
     bool extended_l2;
     char *data_file;
     bool data_file_raw;
-    GArray *bitmaps;        /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
-    BlkEncryptInfo encrypt; /* when encrypted */
+    GArray *bitmaps;              /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
+    BlkEncryptInfo encrypt;       /* when encrypted */
+    BlkVmdkInfo vmdk;             /* vmdk's format-specific data */
+    bool needs_compressed_writes; /* only compressed clusters (streamOptimized) */
 } BlkInfo;
 
 typedef struct BlkBitmapInfo {

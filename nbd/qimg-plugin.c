@@ -5,7 +5,7 @@
  *   nbdkit qimg file=disk.qcow2 [format=qcow2|raw] [cache=writeback]
  *          [snapshot=ID_OR_NAME] [discard=ignore|unmap]
  *          [detect-zeroes=off|on|unmap] [readonly=true]
- *          [image-opts=true] [secret=ID:FD ...]
+ *          [image-opts=true] [secret=ID:FD ...] [trust-names=true]
  *
  * Owns: the one image of the export (opened in get_ready, so that a bad
  * image or an image in use fails the server at start, as qemu-nbd does),
@@ -66,6 +66,7 @@ static struct {
     bool image_opts; /* file is --image-opts options (file_given) */
     char *file_given;
     GHashTable *secrets; /* id -> GBytes (invariant 6) */
+    bool trust_names;    /* trust-names=true: QimgOpenOptions.trust_names */
     QimgImage *img;      /* invariant 1 */
     uint32_t cluster;    /* preferred block size */
     pthread_mutex_t lock;
@@ -236,6 +237,14 @@ static int qimg_config(const char *key, const char *value)
         g.readonly = r;
         return 0;
     }
+    if (strcmp(key, "trust-names") == 0) {
+        r = nbdkit_parse_bool(value);
+        if (r < 0) {
+            return -1;
+        }
+        g.trust_names = r;
+        return 0;
+    }
     nbdkit_error("unknown parameter '%s'", key);
     return -1;
 }
@@ -278,6 +287,7 @@ static int qimg_get_ready(void)
     o.read_only = g.readonly;
     o.cache = g.cache;
     o.snapshot = g.snapshot;
+    o.trust_names = g.trust_names;
     g.img = qimg_image_open(g.file, &o, &err);
     if (!g.img) {
         nbdkit_error("%s", err->message);
@@ -506,7 +516,7 @@ static struct nbdkit_plugin plugin = {
     .config_help =
         "file=IMAGE (required) format=qcow2|raw cache=MODE snapshot=ID_OR_NAME\n"
         "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL\n"
-        "image-opts=BOOL secret=ID:FD",
+        "image-opts=BOOL secret=ID:FD trust-names=BOOL",
     .magic_config_key = "file",
     .get_ready = qimg_get_ready,
     .open = qimg_open,

@@ -688,4 +688,5 @@ const BlkDriver blk_qcow2_driver = {
     .get_info = qcow2_get_info,
     .check = qcow2_check_image,
     .file_role = BLK_ROLE_METADATA,
+    .allocates = true,
 };

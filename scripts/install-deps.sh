@@ -17,6 +17,9 @@ pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio o
 pkgs+=(cryptsetup-bin)
 # python3-cryptography: the crash explorer's own LUKS reader (iotests/crash)
 pkgs+=(python3-cryptography)
+# libvmdk (libyal), the independent VMDK reader of the iotests: vmdkinfo
+# and its Python binding (pyvmdk) for the data.
+pkgs+=(libvmdk-utils python3-libvmdk)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)

@@ -126,7 +126,7 @@ int cmd_amend(int argc, char **argv)
         {"force", no_argument, NULL, OPT_FORCE},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     const char *fmt = NULL, *cache = "writeback";
     g_autofree char *optlist = NULL;

@@ -222,7 +222,7 @@ int cmd_bench(int argc, char **argv)
         {"force-share", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     Bench b = {0};
     int depth = 64;

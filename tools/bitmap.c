@@ -61,7 +61,7 @@ static bool merge(QimgImage *img, const char *name, const char *src, const char 
     GError *err = NULL;
 
     if (src_file) {
-        QimgOpenOptions so = QIMG_OPEN_OPTIONS_INIT;
+        QimgOpenOptions so = TOOL_OPEN_OPTIONS_INIT;
         tool_open_secrets(&so);
         so.format = src_fmt;
         so.read_only = true;
@@ -97,7 +97,7 @@ int cmd_bitmap(int argc, char **argv)
         {"source-format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(GArray) ops = g_array_new(FALSE, FALSE, sizeof(BitmapAction));
     const char *src_file = NULL, *src_fmt = NULL, *filename, *name;

@@ -141,7 +141,7 @@ int cmd_check(int argc, char **argv)
     unsigned fix = 0;
     ToolOutput out;
     QimgCacheMode mode;
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     QimgCheckResult res = QIMG_CHECK_RESULT_INIT;

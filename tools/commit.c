@@ -81,7 +81,7 @@ int cmd_commit(int argc, char **argv)
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT, bo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT, bo = TOOL_OPEN_OPTIONS_INIT;
     QimgCopyOptions co = QIMG_COPY_OPTIONS_INIT;
     const char *base_name = NULL, *filename;
     bool quiet = false, progress = false, drop = true;

@@ -227,7 +227,7 @@ static int do_compare(Compare *s, ToolProgress *prog)
 static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cache,
                             bool force_share, bool image_opts)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *img;

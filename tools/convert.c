@@ -71,7 +71,7 @@ typedef struct ConvertArgs {
 
 static bool can_compress(const char *fmt)
 {
-    if (strcmp(fmt, "qcow2") != 0) {
+    if (strcmp(fmt, "qcow2") != 0 && strcmp(fmt, "vmdk") != 0) {
         tool_error("Compression not supported for this file format");
         return false;
     }
@@ -155,7 +155,7 @@ static int64_t backing_size(QimgImage *dst)
 /* Create (unless -n) and open the target; prints errors. */
 static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *dst;
@@ -233,7 +233,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
 
 static int run_convert(ConvertArgs *a)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) src = NULL;
     Convert s = {0};

@@ -33,7 +33,7 @@ static bool check_backing(const char *filename, const char *backing,
                           uint64_t *size)
 {
     g_autofree char *path = tool_resolve_backing(filename, backing);
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     GError *err = NULL;
     QimgImage *bimg;
@@ -76,6 +76,17 @@ static bool check_backing(const char *filename, const char *backing,
     }
     qimg_image_free(bimg);
     return true;
+}
+
+/* Does the format take creation option name? */
+static bool takes(const ToolOptDesc *descs, const char *name)
+{
+    for (; descs->name; descs++) {
+        if (strcmp(descs->name, name) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 static void print_formatting(const char *filename, const char *fmt,
@@ -194,14 +205,15 @@ int cmd_create(int argc, char **argv)
     if (!opts) {
         return 1;
     }
-    if (backing && !tool_opts_get(opts, "backing_file") && !g_str_equal(fmt, "qcow2")) {
+    if (backing && !tool_opts_get(opts, "backing_file") &&
+        !takes(descs, "backing_file")) {
         tool_error("%s: Backing file not supported for file format '%s'", filename, fmt);
         return 1;
     }
     if (backing) {
         tool_opts_set(opts, "backing_file", backing, NULL);
     }
-    if (backing_fmt && g_str_equal(fmt, "qcow2")) {
+    if (backing_fmt && takes(descs, "backing_fmt")) {
         tool_opts_set(opts, "backing_fmt", backing_fmt, NULL);
     }
     backing = tool_opts_get(opts, "backing_file");

@@ -107,7 +107,7 @@ int cmd_dd(int argc, char **argv)
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
     tool_create_secrets(&co);
@@ -186,7 +186,7 @@ int cmd_dd(int argc, char **argv)
         g_error_free(err);
         return 1;
     }
-    QimgOpenOptions doo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions doo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&doo);
     doo.format = out_fmt;
     doo.cache = QIMG_CACHE_WRITEBACK;

@@ -35,6 +35,13 @@
  *  7. The luks format's format-specific data (type "luks") is fact 6's
  *     fields without "format", at the top of "data" (human: at the first
  *     indentation level).
+ *  8. VMDK format-specific data: cid, parent-cid (decimal), create-type,
+ *     extents, each: compressed (only when true), virtual-size, filename,
+ *     cluster-size (sparse extents), format ("" in a monolithic file).
+ *  9. Files the image names for its data (VMDK extents, a qcow2 data
+ *     file) are not opened unless --backing-chain asks for the chain
+ *     (QimgOpenOptions.no_data_files): an image naming a host file can be
+ *     inspected without that file being read; their names are shown.
  */
 #include "qimg-tool.h"
 
@@ -119,10 +126,43 @@ static bool is_luks_format(const QimgInfo *info)
     return !info->format_specific && info->encrypt && strcmp(info->format, "luks") == 0;
 }
 
+/* Fact 8: VMDK's data in qemu-img's order. */
+static void json_vmdk(ToolJson *j, const QimgVmdkInfo *v)
+{
+    tool_json_begin_object(j, "data");
+    tool_json_uint(j, "cid", v->cid);
+    tool_json_uint(j, "parent-cid", v->parent_cid);
+    tool_json_str(j, "create-type", v->create_type);
+    tool_json_begin_array(j, "extents");
+    for (guint i = 0; i < v->extents->len; i++) {
+        const QimgVmdkExtentInfo *e = g_ptr_array_index(v->extents, i);
+        tool_json_begin_object(j, NULL);
+        if (e->compressed) {
+            tool_json_bool(j, "compressed", true);
+        }
+        tool_json_uint(j, "virtual-size", e->virtual_size);
+        tool_json_str(j, "filename", e->filename);
+        if (e->cluster_size) {
+            tool_json_uint(j, "cluster-size", e->cluster_size);
+        }
+        tool_json_str(j, "format", e->format);
+        tool_json_end_object(j);
+    }
+    tool_json_end_array(j);
+    tool_json_end_object(j);
+}
+
 static void json_format_specific(ToolJson *j, const QimgInfo *info)
 {
     bool v3 = is_v3(info);
 
+    if (info->vmdk) {
+        tool_json_begin_object(j, "format-specific");
+        tool_json_str(j, "type", info->format);
+        json_vmdk(j, info->vmdk);
+        tool_json_end_object(j);
+        return;
+    }
     tool_json_begin_object(j, "format-specific");
     tool_json_str(j, "type", info->format);
     tool_json_begin_object(j, "data");
@@ -281,6 +321,26 @@ void tool_print_format_specific(const QimgInfo *info)
     }
     v3 = is_v3(info);
     printf("Format specific information:\n");
+    if (info->vmdk) { /* fact 8 */
+        const QimgVmdkInfo *v = info->vmdk;
+        printf("    cid: %" PRIu32 "\n    parent cid: %" PRIu32 "\n", v->cid,
+               v->parent_cid);
+        printf("    create type: %s\n    extents:\n", v->create_type);
+        for (guint i = 0; i < v->extents->len; i++) {
+            const QimgVmdkExtentInfo *e = g_ptr_array_index(v->extents, i);
+            printf("        [%u]:\n", i);
+            if (e->compressed) {
+                printf("            compressed: true\n");
+            }
+            printf("            virtual size: %" PRIu64 "\n", e->virtual_size);
+            printf("            filename: %s\n", e->filename);
+            if (e->cluster_size) {
+                printf("            cluster size: %" PRIu32 "\n", e->cluster_size);
+            }
+            printf("            format: %s\n", e->format);
+        }
+        return;
+    }
     printf("    compat: %s\n", info->compat ? info->compat : "");
     if (info->compression_type) {
         printf("    compression type: %s\n", info->compression_type);
@@ -377,9 +437,9 @@ static void free_info(gpointer p)
 
 /* Open one layer (fact 1) and read its info; prints the error. */
 static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share,
-                            bool image_opts, bool backing_name)
+                            bool image_opts, bool backing_name, bool chain)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;
@@ -392,6 +452,7 @@ static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_sh
     oo.no_io = true; /* metadata only: qemu-img info's locks */
     oo.image_opts = image_opts;
     oo.backing_name = backing_name;
+    oo.no_data_files = !chain; /* fact 9 */
     if (!tool_image_opts_format_ok(&oo)) {
         return NULL;
     }
@@ -479,7 +540,8 @@ int cmd_info(int argc, char **argv)
             return 1;
         }
         g_hash_table_add(seen, key);
-        info = layer_info(next_name, next_fmt, force_share, image_opts, infos->len > 0);
+        info = layer_info(next_name, next_fmt, force_share, image_opts, infos->len > 0,
+                          chain);
         image_opts = false; /* the top only: backing names are names */
         if (!info) {
             return 1;
@@ -487,6 +549,10 @@ int cmd_info(int argc, char **argv)
         g_ptr_array_add(infos, info);
         g_clear_pointer(&next_name, g_free);
         g_clear_pointer(&next_fmt, g_free);
+        if (chain && info->backing_refused) { /* fact 9 */
+            tool_error("Could not open backing file: %s", info->backing_refused);
+            return 1;
+        }
         if (chain && info->full_backing_filename) {
             next_name = g_strdup(info->full_backing_filename);
             next_fmt = g_strdup(info->backing_format);

@@ -395,7 +395,7 @@ static void opts_from_list(const char *list, GHashTable *opts)
 
 int io_cmd_open(IoCtx *io, int argc, char **argv)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autofree char *prefix = NULL, *options = NULL;

@@ -292,7 +292,7 @@ int cmd_io(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     g_autoptr(GPtrArray) cmds = g_ptr_array_new();
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     bool aio_given = false; /* else the aio_* commands set up the defaults */

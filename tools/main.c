@@ -194,6 +194,10 @@ static void print_help(void)
            "  '--output' takes 'human' (default) or 'json'\n"
            "  '-U' opens read-only without keeping others from writing (force share)\n"
            "  '-q' suppresses normal output; '-p' shows progress\n"
+           "  '--trust-names' (any command) lets the files an image names (VMDK\n"
+           "    extents and parents) be absolute, contain '..', name a protocol, lead\n"
+           "    out of the image's folder or be devices; without it such images are\n"
+           "    refused before anything they name is opened\n"
            "\n"
            "Run '%s COMMAND --help' for one command's usage.\n",
            tool_program());
@@ -212,10 +216,36 @@ int tool_command_help(const char *name)
     return 0;
 }
 
+bool tool_trust_names;
+
+/* --trust-names anywhere before "--" is the command line's, whatever the
+ * command (it is taken out of argv before the command parses it). */
+static void take_trust_names(int *argc, char **argv)
+{
+    int out = 1;
+
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            while (i < *argc) {
+                argv[out++] = argv[i++];
+            }
+            break;
+        }
+        if (strcmp(argv[i], "--trust-names") == 0) {
+            tool_trust_names = true;
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    *argc = out;
+    argv[out] = NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *cmd, *self = strrchr(argv[0], '/');
 
+    take_trust_names(&argc, argv);
     self = self ? self + 1 : argv[0];
     if (strcmp(self, "qemu-io") == 0) {
         tool_set_program("qemu-io");

@@ -159,7 +159,7 @@ int cmd_map(int argc, char **argv)
     const char *fmt = NULL, *output = "human";
     int64_t start = 0, max_length = -1;
     bool force_share = false;
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;

@@ -143,7 +143,7 @@ int cmd_measure(int argc, char **argv)
         return 1;
     }
     if (filename) { /* fact 2 */
-        QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+        QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
         tool_open_secrets(&oo);
         oo.image_opts = image_opts;
         oo.format = fmt;

@@ -624,6 +624,9 @@ int cmd_nbd(int argc, char **argv)
     if (readonly && !cow) {
         push(a, "readonly=true");
     }
+    if (tool_trust_names) {
+        push(a, "trust-names=true");
+    }
     if (shared != 0) {
         push(a, "limit=%ld", shared);
     }

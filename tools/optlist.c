@@ -93,6 +93,32 @@ static const ToolOptDesc qcow2_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
+/* vmdk, in qemu-img 7.2's print order; preallocation applies to flat extents and
+ * to a sparse extent's metadata area, as in QEMU (vmdk/create.c). */
+static const ToolOptDesc vmdk_opts[] = {
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {"adapter_type", TOOL_OPT_STRING,
+     "Virtual adapter type, can be one of ide (default), lsilogic, buslogic or legacyESX",
+     NULL, false},
+    {"backing_file", TOOL_OPT_STRING, "File name of a base image", NULL, false},
+    {"backing_fmt", TOOL_OPT_STRING, "Must be 'vmdk' if present", NULL, false},
+    {"compat6", TOOL_OPT_BOOL, "VMDK version 6 image", "off", false},
+    {"hwversion", TOOL_OPT_STRING, "VMDK hardware version", "undefined", false},
+    {"toolsversion", TOOL_OPT_STRING, "VMware guest tools version", NULL, false},
+    {"subformat", TOOL_OPT_STRING,
+     "VMDK flat extent format, can be one of {monolithicSparse (default) | "
+     "monolithicFlat | twoGbMaxExtentSparse | twoGbMaxExtentFlat | streamOptimized} ",
+     NULL, false},
+    {"zeroed_grain", TOOL_OPT_BOOL,
+     "Enable efficient zero writes using the zeroed-grain GTE feature", NULL, false},
+    {"nocow", TOOL_OPT_BOOL, "Turn off copy-on-write (valid only on btrfs)", NULL, true},
+    {"preallocation", TOOL_OPT_STRING,
+     "Preallocation mode (allowed values: off, falloc, full)", NULL, true},
+    {"extent_size_hint", TOOL_OPT_SIZE,
+     "Extent size hint for the image file, 0 to disable", NULL, true},
+    {NULL, 0, NULL, NULL, false},
+};
+
 /* qemu-img 7.2's amend options for qcow2 (fact 4); the hint list adds
  * the create options it tries when a list does not parse. */
 #define AMEND_OPTS                                                                       \
@@ -200,6 +226,9 @@ const ToolOptDesc *tool_create_opts(const char *format)
     }
     if (strcmp(format, "luks") == 0) {
         return luks_opts;
+    }
+    if (strcmp(format, "vmdk") == 0) {
+        return vmdk_opts;
     }
     return NULL;
 }

@@ -101,6 +101,16 @@ void *tool_alloc_aligned(size_t size);
 int tool_object_add(const char *def);
 /* getopt value of --object for the commands that had no enum value for it */
 enum { TOOL_OPT_OBJECT = 1000 };
+
+/* --trust-names, taken by every command (main.c): the file names images
+ * record (VMDK extents and parents) may point anywhere
+ * (QimgOpenOptions.trust_names). */
+extern bool tool_trust_names;
+/* QIMG_OPEN_OPTIONS_INIT with the command line's --trust-names. */
+#define TOOL_OPEN_OPTIONS_INIT                                                           \
+    {                                                                                    \
+        .struct_size = sizeof(QimgOpenOptions), .trust_names = tool_trust_names          \
+    }
 /* A secret object with this id was given. */
 bool tool_secret_exists(const char *id);
 /* id -> GBytes of the secrets given (owned here; the same table for the

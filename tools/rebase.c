@@ -209,7 +209,7 @@ int cmd_rebase(int argc, char **argv)
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT, no = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT, no = TOOL_OPEN_OPTIONS_INIT;
     const char *backing = NULL, *backing_fmt = NULL, *filename;
     bool unsafe = false, quiet = false, progress = false, force_share = false;
     QimgCacheMode src_cache = QIMG_CACHE_WRITEBACK;

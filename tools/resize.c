@@ -40,7 +40,7 @@ int cmd_resize(int argc, char **argv)
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     QimgPrealloc prealloc = QIMG_PREALLOC_OFF;
     const char *size_arg, *filename, *p;

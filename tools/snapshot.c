@@ -185,7 +185,7 @@ int cmd_snapshot(int argc, char **argv)
     const char *fmt = NULL, *name = NULL, *filename;
     SnapAction action = SNAP_NONE;
     bool force_share = false;
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     GError *err = NULL;

@@ -360,7 +360,7 @@ static void unmap_src(MapSrc *m)
 
 static int do_save(const VmArgs *a)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     g_autoptr(GRand) rand = NULL;
@@ -508,7 +508,7 @@ static bool write_full(int fd, const uint8_t *buf, size_t len, int *err)
 
 static int do_load(const VmArgs *a)
 {
-    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
     g_autoptr(QimgImage) img = NULL;
     QimgVmstateLoad *l = NULL;

@@ -135,6 +135,16 @@ typedef struct QimgOpenOptions {
      * NULL: none (an encrypted image then opens only for its metadata,
      * with no_io) */
     const char *key_secret;
+    /* 0.9: open no file the image names for its data -- a VMDK's extents,
+     * a qcow2 external data file -- as qemu-img info needs none: their
+     * names are in the info, reading them fails */
+    bool no_data_files;
+    /* 0.9: trust the file names the image records (VMDK extents and
+     * parents): without it, a name that is absolute, has a ".." component,
+     * names a protocol ("json:", "nbd:"...), leads outside the image's
+     * folder or names something other than a regular file is refused before
+     * anything is opened (CVE-2022-47951) */
+    bool trust_names;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
@@ -404,6 +414,25 @@ typedef struct QimgEncryptInfo {
     QimgLuksSlot slots[8];
 } QimgEncryptInfo;
 
+/* One extent of a VMDK image (0.9), as qemu-img info lists it. */
+typedef struct QimgVmdkExtentInfo {
+    char *filename; /* the path it is opened by: the descriptor's folder as
+                     * the image was named, then the name the image records */
+    char *format;   /* "FLAT", "SPARSE", "VMFS", ... ; "" inside a monolithic file */
+    uint64_t virtual_size;
+    uint32_t cluster_size; /* grain bytes; 0 for a flat or an unopened extent */
+    bool compressed;
+    bool opened; /* FALSE: not opened (QimgOpenOptions.no_data_files) */
+} QimgVmdkExtentInfo;
+
+/* A VMDK image's qemu-img info data (0.9). */
+typedef struct QimgVmdkInfo {
+    uint32_t cid;
+    uint32_t parent_cid; /* 0xffffffff: no parent */
+    char *create_type;
+    GPtrArray *extents; /* QimgVmdkExtentInfo * */
+} QimgVmdkInfo;
+
 typedef struct QimgInfo {
     char *filename;
     char *format;
@@ -433,6 +462,13 @@ typedef struct QimgInfo {
     GPtrArray *bitmaps;
     /* 0.8: set when encrypted */
     QimgEncryptInfo *encrypt;
+    /* 0.9: the format-specific data of a VMDK image (format_specific is
+     * set and the qcow2 fields above are unset), else NULL */
+    QimgVmdkInfo *vmdk;
+    /* 0.9: why backing_filename is not opened (full_backing_filename is
+     * then NULL): a name the image records that breaks the rule of
+     * QimgOpenOptions.trust_names, else NULL */
+    char *backing_refused;
 } QimgInfo;
 
 /* qemu-img bitmap's operations (0.6). */
