@@ -11,6 +11,11 @@ pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
+# Ceph RBD images: librbd and librados to build block/rbd.c (meson option
+# rbd), a one-machine cluster for the tests (scripts/ceph-micro.sh: monitor
+# and OSDs; ceph-common has the ceph and rbd tools) and QEMU's block
+# modules, so that qemu-img reaches RBD as the oracle on the same cluster.
+pkgs+=(librbd-dev librados-dev ceph-mon ceph-osd ceph-common qemu-block-extra uuid-runtime)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)
