@@ -23,6 +23,7 @@
 #define QIMG_API_H
 
 #include "block/block.h"
+#include "block/rbd.h"
 #include "qimg/qimg.h"
 #include "qimg/snapshot.h"
 
@@ -134,6 +135,7 @@ typedef struct ApiOpenLayers {
     BlkOpenOptions backing;
     char *backing_path;
     char *data_file_path;
+    BlkRbdLocation rbd; /* the image is an RBD image (invariant 6): o->rbd */
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 

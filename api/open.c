@@ -20,6 +20,7 @@
  *     not open backing file: " and the backing file's own message.
  */
 #include "api/api.h"
+#include "block/rbd.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
 
@@ -34,6 +35,9 @@ static gpointer register_once(gpointer unused)
     (void)unused;
     blk_driver_register(&blk_qcow2_driver);
     blk_driver_register(&blk_raw_driver);
+#ifdef QIMG_HAVE_RBD
+    blk_driver_register(&blk_rbd_driver); /* "-f rbd", json: "driver": "rbd" */
+#endif
     return NULL;
 }
 
@@ -81,6 +85,7 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.backing_path = NULL;
     bo.backing_opts = NULL;
     bo.data_file_path = NULL;
+    bo.rbd = NULL; /* the caller's top image only (json-name.c invariant 6) */
     bo.format = opts->backing_path ? opts->backing_opts->format : img->backing_format;
     bo.read_only = true; /* invariant 2 */
     bo.resize = false;
@@ -122,13 +127,26 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
         drv = probe_format(file);
     }
     if (drv->is_protocol) {
+        if (file->drv != drv) { /* "-f rbd" on a file, "-f file" on rbd: */
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Could not open '%s': the '%s' driver cannot open it as '%s'",
+                        filename, file->drv->format_name, drv->format_name);
+            blk_close(file);
+            return NULL;
+        }
         return file;
     }
 
     img = g_new0(BlkNode, 1);
     img->drv = drv;
     img->file = file;
-    img->filename = g_strdup(filename);
+    /* QEMU names a format over a node named by options by its options too:
+     * json:{"driver": FORMAT, "file": {...}} (an RBD image) */
+    img->filename =
+        g_str_has_prefix(file->filename, "json:{")
+            ? g_strdup_printf("json:{\"driver\": \"%s\", \"file\": %s}", drv->format_name,
+                              file->filename + strlen("json:"))
+            : g_strdup(filename);
     img->read_only = ro;
     img->probed = probed;
     img->cache = opts->cache;
@@ -139,6 +157,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     img->opts.backing_path = NULL; /* the caller's strings (types.h) */
     img->opts.backing_opts = NULL;
     img->opts.data_file_path = NULL;
+    img->opts.rbd = NULL;
 
     g_autoptr(GError) local = NULL;
     /* Invariant 4: the locks of the driver's role before it reads the file. */
@@ -233,12 +252,19 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     /* block.h invariant 5: only the caller's own name (not a backing file
      * name from an image: chain != NULL, or backing_name) may select a test
      * node. */
-    bool user_name = chain == NULL && !opts->backing_name;
+    /* "-f file" opens the name as a plain file, whatever it looks like */
+    bool user_name = chain == NULL && !opts->backing_name &&
+                     !(drv && strcmp(drv->format_name, "file") == 0);
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
     }
-    if (user_name && blk_is_nbd_name(path)) {
+    if (drv && strcmp(drv->format_name, "rbd") == 0 && !blk_is_rbd_name(path)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': File name must start with 'rbd:'", filename);
+        return NULL;
+    }
+    if (user_name && (blk_is_nbd_name(path) || blk_is_rbd_name(path))) {
         g_strlcpy(canon, path, sizeof(canon)); /* not a path */
     } else if (!realpath(path, canon)) {
         int e = errno;

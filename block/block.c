@@ -15,6 +15,7 @@
  *     driver for a score and the highest wins.
  */
 #include "block/block.h"
+#include "block/rbd.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -296,6 +297,14 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                   filename);
         return NULL;
 #endif
+    } else if (blk_is_rbd_name(filename)) {
+#ifdef QIMG_HAVE_RBD
+        return blk_open_rbd(filename, opts);
+#else
+        blk_error(ENOTSUP, "Could not open '%s': qimg was built without RBD (librbd)",
+                  filename);
+        return NULL;
+#endif
     } else if (g_str_has_prefix(filename, "blkdebug:") ||
                g_str_has_prefix(filename, "record:")) {
         blk_error(EINVAL,
@@ -316,6 +325,27 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
         }
     }
     return node;
+}
+
+int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                        uint64_t object_size)
+{
+    const char *name = blk_plain_name(filename);
+
+    if (blk_is_rbd_name(name)) {
+#ifdef QIMG_HAVE_RBD
+        if (prealloc != BLK_PREALLOC_OFF) {
+            return blk_error(EINVAL, "Invalid parameter 'preallocation'");
+        }
+        return blk_rbd_create(name, size, object_size);
+#else
+        return blk_error(ENOTSUP, "qimg was built without RBD (librbd)");
+#endif
+    }
+    if (object_size) {
+        return blk_error(EINVAL, "Invalid parameter 'cluster_size'");
+    }
+    return blk_file_create(name, size, prealloc);
 }
 
 const char *blk_plain_name(const char *filename)

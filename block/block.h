@@ -25,9 +25,10 @@
  *     blk_flushed_gen() >= g.  A flush with nothing new to cover is free.
  *     Filter nodes (fault injection, recording) answer for their child.
  *  5. Names are opened as protocols only when the caller asks: a
- *     "blkdebug:" or "record:" prefix selects a test node in a name the
- *     user gave (BLK_OPEN_USER_NAME), never in a backing file or data file
- *     name read from an image, which always opens the plain file.
+ *     "blkdebug:" or "record:" prefix selects a test node, "nbd..." an NBD
+ *     export and "rbd:" a Ceph RBD image in a name the user gave
+ *     (BLK_OPEN_USER_NAME), never in a backing file or data file name read
+ *     from an image, which always opens the plain file.
  *  6. Every file an image is made of (its own, its backing files', its data
  *     file) is locked as QEMU locks it (block/lock.c): the protocol node
  *     takes its open mode's permissions, and the node above raises them to
@@ -277,6 +278,11 @@ enum {
  * "record:LOG:FILE" test node (invariant 5). */
 BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                            BlkNodeRole role, unsigned flags);
+/* Create what the caller's name under its test-node prefixes names: an
+ * RBD image for an "rbd:" name (object_size: 0 for librbd's default), a
+ * file otherwise (object_size must be 0); size in bytes. */
+int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                        uint64_t object_size);
 /* The file name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
 /* Open a file that belongs with 'like' (an external data file) as

@@ -66,6 +66,11 @@ typedef struct BlkOpenOptions {
     const char *backing_path;
     const struct BlkOpenOptions *backing_opts;
     const char *data_file_path;
+    /* An RBD image the caller's json:/--image-opts name gives by its
+     * fields (json-name.c invariant 6): block/rbd.c opens this location
+     * for the "rbd:" name the caller passes with it; the caller keeps it
+     * until the open returns. */
+    const struct BlkRbdLocation *rbd;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */
