@@ -164,7 +164,7 @@ int cmd_create(int argc, char **argv)
             tool_error("Unknown file format '%s'", fmt);
             return 1;
         }
-        tool_opts_print_help(fmt, optind < argc);
+        tool_opts_print_help(fmt, optind < argc ? argv[optind] : NULL);
         return 0;
     }
     if (optind >= argc) {
@@ -187,6 +187,7 @@ int cmd_create(int argc, char **argv)
         tool_error("%s: Unknown file format '%s'", filename, fmt);
         return 1;
     }
+    descs = tool_create_opts_for(fmt, filename); /* the protocol's options too */
 
     opts = tool_opts_parse(optlist ? optlist : "", descs, filename);
     if (!opts) {
