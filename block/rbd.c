@@ -43,15 +43,24 @@
  *  7. Writes bump write_gen, a successful flush records it (block.h
  *     invariant 4); a flush always reaches librbd (its cache may hold
  *     writes), whatever the cache mode.
+ *  8. Closing is bounded too: librbd's close of an image whose OSDs stopped
+ *     answering waits for requests it queued behind each other, or longer
+ *     (seen: minutes, on a cluster whose only OSDs were stopped).  It runs
+ *     as rbd_aio_close, waited for at most 4 OSD timeouts + 10 s (forever
+ *     when the OSD timeout is 0); past that the node lets go of the image
+ *     and its connection without waiting (they are leaked to librados'
+ *     threads) -- the flush before the close reported the failure.
  */
 #include "block/rbd.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct RbdConn {
     rados_t cluster;
@@ -63,9 +72,10 @@ typedef struct RbdState {
     RbdConn conn;
     rbd_image_t image;
     bool have_image;
-    char *name;           /* the image's name, for messages */
-    uint64_t object_size; /* bytes */
-    GMutex resize_lock;   /* invariant 4 */
+    char *name;                  /* the image's name, for messages */
+    uint64_t object_size;        /* bytes */
+    unsigned close_bound;        /* seconds (0: none), invariant 8 */
+    pthread_mutex_t resize_lock; /* invariant 4 */
 } RbdState;
 
 static const struct {
@@ -172,10 +182,13 @@ static const char *const op_what[] = {
     [OP_ZERO] = "write zeros to", [OP_FLUSH] = "flush",
 };
 
+/* What a request's caller waits for (pthread primitives, which TSan sees:
+ * glib's GMutex is a bare futex). */
 typedef struct RbdWait {
-    GMutex lock;
-    GCond cond;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
     bool done;
+    bool published; /* atomic: the hand-off to librbd's thread (req_done) */
     ssize_t ret;
 } RbdWait;
 
@@ -186,11 +199,14 @@ static void req_done(rbd_completion_t c, void *arg)
     RbdWait *w = arg;
     ssize_t ret = rbd_aio_get_return_value(c);
 
-    g_mutex_lock(&w->lock);
+    /* pairs with run_request's release: librbd passes w on in ways a race
+     * detector cannot see (the libraries are not instrumented) */
+    (void)__atomic_load_n(&w->published, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&w->lock);
     w->ret = ret;
     w->done = true;
-    g_cond_signal(&w->cond);
-    g_mutex_unlock(&w->lock);
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
 }
 
 /* One request; its completion's return value (or the submission's
@@ -203,8 +219,9 @@ static ssize_t run_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
     ssize_t ret;
     int r;
 
-    g_mutex_init(&w.lock);
-    g_cond_init(&w.cond);
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    __atomic_store_n(&w.published, true, __ATOMIC_RELEASE);
     r = rbd_aio_create_completion(&w, req_done, &c);
     if (r < 0) {
         ret = r;
@@ -232,16 +249,16 @@ static ssize_t run_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
         ret = r;
         goto out;
     }
-    g_mutex_lock(&w.lock);
+    pthread_mutex_lock(&w.lock);
     while (!w.done) {
-        g_cond_wait(&w.cond, &w.lock);
+        pthread_cond_wait(&w.cond, &w.lock);
     }
     ret = w.ret;
-    g_mutex_unlock(&w.lock);
+    pthread_mutex_unlock(&w.lock);
     rbd_aio_release(c);
 out:
-    g_mutex_clear(&w.lock);
-    g_cond_clear(&w.cond);
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
     return ret;
 }
 
@@ -280,14 +297,14 @@ static int grow_to(BlkNode *img, uint64_t end)
     if (end <= size_get(img)) {
         return 0;
     }
-    g_mutex_lock(&s->resize_lock);
+    pthread_mutex_lock(&s->resize_lock);
     if (end > size_get(img)) {
         r = rbd_resize(s->image, end);
         if (r == 0) {
             __atomic_store_n(&img->size, end, __ATOMIC_RELEASE);
         }
     }
-    g_mutex_unlock(&s->resize_lock);
+    pthread_mutex_unlock(&s->resize_lock);
     if (r < 0) {
         return blk_error(-r, "Could not grow RBD image '%s' to %" PRIu64 " bytes: %s",
                          s->name, end, g_strerror(-r));
@@ -543,12 +560,12 @@ static int rbd_node_truncate(BlkNode *img, uint64_t size, bool exact,
     if (!exact && size <= size_get(img)) {
         return 0;
     }
-    g_mutex_lock(&s->resize_lock);
+    pthread_mutex_lock(&s->resize_lock);
     r = rbd_resize(s->image, size);
     if (r == 0) {
         __atomic_store_n(&img->size, size, __ATOMIC_RELEASE);
     }
-    g_mutex_unlock(&s->resize_lock);
+    pthread_mutex_unlock(&s->resize_lock);
     blk_gen_bump(img);
     if (r < 0) {
         return blk_error(-r, "Failed to resize file: %s", g_strerror(-r));
@@ -668,6 +685,80 @@ static bool rbd_node_has_zero_init(BlkNode *img)
     return true; /* a new RBD image reads as zeros */
 }
 
+/* Closing: shared by the closer and librbd's completion (invariant 8). */
+typedef struct RbdClose {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    int refs; /* [lock] */
+} RbdClose;
+
+static void close_unref(RbdClose *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool last = --c->refs == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (last) {
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
+        g_free(c);
+    }
+}
+
+static void close_done(rbd_completion_t comp, void *arg)
+{
+    RbdClose *c = arg;
+
+    (void)comp;
+    (void)__atomic_load_n(&c->refs, __ATOMIC_ACQUIRE); /* as req_done */
+    pthread_mutex_lock(&c->lock);
+    c->done = true;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    close_unref(c);
+}
+
+/* Invariant 8: true when librbd closed the image within the bound. */
+static bool close_image(RbdState *s)
+{
+    RbdClose *c = g_new0(RbdClose, 1);
+    pthread_condattr_t attr;
+    rbd_completion_t comp;
+    struct timespec until;
+    bool done;
+
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    __atomic_store_n(&c->refs, 2, __ATOMIC_RELEASE);
+    if (rbd_aio_create_completion(c, close_done, &comp) < 0 ||
+        rbd_aio_close(s->image, comp) < 0) {
+        rbd_close(s->image); /* not even queued: the plain way */
+        c->refs = 1;
+        close_unref(c);
+        return true;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += s->close_bound;
+    pthread_mutex_lock(&c->lock);
+    while (!c->done) {
+        if (s->close_bound == 0) {
+            pthread_cond_wait(&c->cond, &c->lock);
+        } else if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT) {
+            break;
+        }
+    }
+    done = c->done;
+    pthread_mutex_unlock(&c->lock);
+    if (done) {
+        rbd_aio_release(comp);
+    }
+    close_unref(c); /* the completion's reference stays if it never ran */
+    return done;
+}
+
 static void rbd_node_close(BlkNode *img)
 {
     RbdState *s = img->opaque;
@@ -675,11 +766,10 @@ static void rbd_node_close(BlkNode *img)
     if (!s) {
         return;
     }
-    if (s->have_image) {
-        rbd_close(s->image);
-    }
-    conn_close(&s->conn);
-    g_mutex_clear(&s->resize_lock);
+    if (!s->have_image || close_image(s)) {
+        conn_close(&s->conn);
+    } /* else the cluster's threads still use the connection: left to them */
+    pthread_mutex_destroy(&s->resize_lock);
     g_free(s->name);
     g_free(s);
     img->opaque = NULL;
@@ -739,6 +829,11 @@ static int open_image(BlkNode *img, const BlkRbdLocation *loc, const BlkOpenOpti
                          loc->image, info.obj_size);
     }
     s->object_size = info.obj_size;
+    char t[32];
+    if (rados_conf_get(s->conn.cluster, "rados_osd_op_timeout", t, sizeof(t)) == 0) {
+        guint64 sec = g_ascii_strtoull(t, NULL, 10); /* "120" or "120.000000" */
+        s->close_bound = sec ? (unsigned)MIN(sec * 4 + 10, (guint64)86400) : 0;
+    }
     img->size = info.size;
     img->read_only = ro;
     return 0;
@@ -751,7 +846,7 @@ BlkNode *blk_open_rbd(const char *filename, const BlkOpenOptions *opts)
     RbdState *s = g_new0(RbdState, 1);
     int ret;
 
-    g_mutex_init(&s->resize_lock);
+    pthread_mutex_init(&s->resize_lock, NULL);
     img->drv = &blk_rbd_driver;
     img->opaque = s;
     img->cache = opts->cache;
