@@ -21,8 +21,6 @@
  */
 #include "api/api.h"
 #include "block/rbd.h"
-#include "qcow2/qcow2.h"
-#include "raw/raw.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -30,33 +28,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static gpointer register_once(gpointer unused)
-{
-    (void)unused;
-    blk_driver_register(&blk_qcow2_driver);
-    blk_driver_register(&blk_raw_driver);
-#ifdef QIMG_HAVE_RBD
-    blk_driver_register(&blk_rbd_driver); /* "-f rbd", json: "driver": "rbd" */
-#endif
-    return NULL;
-}
-
-void api_register_drivers(void)
-{
-    static GOnce once = G_ONCE_INIT;
-    g_once(&once, register_once, NULL);
-}
-
-static const BlkDriver *probe_format(BlkNode *file)
+/* formats.c invariant 1 */
+static const BlkDriver *probe_format(BlkNode *file, const char *filename)
 {
     uint8_t buf[BLK_PROBE_BUF_SIZE] = {0};
     int64_t len = blk_getlength(file);
     size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
+    const BlkDriver *drv = NULL;
 
-    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
-        n = 0;
+    /* an empty file is raw; a short one is probed padded with zeros, as
+     * QEMU reads it (formats.c invariant 1) */
+    if (n > 0 && blk_pread(file, 0, buf, n) == 0) {
+        drv = blk_probe_buf(buf, sizeof(buf), filename);
     }
-    const BlkDriver *drv = blk_probe_buf(buf, n);
     return drv ? drv : blk_find_format("raw"); /* invariant 3 */
 }
 
@@ -124,7 +108,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     GSList link;
 
     if (!drv) {
-        drv = probe_format(file);
+        drv = probe_format(file, filename);
     }
     if (drv->is_protocol) {
         if (file->drv != drv) { /* "-f rbd" on a file, "-f file" on rbd: */
@@ -163,7 +147,10 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     /* Invariant 4: the locks of the driver's role before it reads the file. */
     BlkOpenOptions lo = *opts;
     lo.read_only = ro;
-    int ret = blk_set_role_perm(file, drv->file_role, &lo);
+    int ret = api_format_usable(drv); /* formats.c invariant 2 */
+    if (ret == 0) {
+        ret = blk_set_role_perm(file, drv->file_role, &lo);
+    }
     if (ret == 0) {
         ret = drv->open(img, filename, opts);
     }
@@ -264,7 +251,7 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
                     "Could not open '%s': File name must start with 'rbd:'", filename);
         return NULL;
     }
-    if (user_name && (blk_is_nbd_name(path) || blk_is_rbd_name(path))) {
+    if (!blk_protocol_is_path(path, user_name ? BLK_OPEN_USER_NAME : 0)) {
         g_strlcpy(canon, path, sizeof(canon)); /* not a path */
     } else if (!realpath(path, canon)) {
         int e = errno;
@@ -296,9 +283,12 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
         blk_error_propagate(error, 0, NULL);
         return NULL;
     }
-    if (user_name && blk_is_nbd_name(blk_plain_name(filename)) &&
-        file->drv->is_protocol && !file->filtered) {
-        filename = file->filename; /* QEMU's name for the export (nbd.c) */
+    if (!blk_protocol_is_path(filename, user_name ? BLK_OPEN_USER_NAME : 0) &&
+        file->drv->is_protocol && !file->filtered &&
+        !g_str_has_prefix(file->filename, "json:")) {
+        /* the protocol's own name (nbd.c: QEMU's); one named by options
+         * (rbd) names its format in open_format() */
+        filename = file->filename;
     }
     return open_format(file, drv, filename, canon, opts, chain, user_name, error);
 }

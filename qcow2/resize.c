@@ -149,6 +149,9 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
     }
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
+    if (ret == 0) {
+        qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
+    }
     qcow2_unlock(s);
     if (ret < 0) {
         return ret;

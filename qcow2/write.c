@@ -72,7 +72,9 @@
  *     invariant 8.  Scattered 4 KiB allocating writes into 64 KiB clusters
  *     then write 4 KiB instead of 64 KiB each.  Without cheap zeroing
  *     (ENOTSUP) invariant 8 applies.  Invariant 1's flush dependency holds
- *     for the zeroed parts as for written COW parts.
+ *     for the zeroed parts as for written COW parts.  Clusters that the
+ *     file grown ahead holds as zeros already (grow.c invariant 2) are not
+ *     zeroed at all: only the guest data is written.
  * 12. On a thread with an allocation ticket (block/order.c) every chunk is
  *     planned in the ticket's turn, and the turn passes once the request's
  *     last chunk is planned: host clusters are assigned in ticket order
@@ -160,6 +162,7 @@ typedef struct Chunk {
     uint64_t data_gen;     /* write generation once the data was written */
     uint32_t meta_gen;     /* fastmap generation before the overlap check */
     bool learn;            /* a guest write: remember the mapping (fastmap.c) */
+    bool grown_zero;       /* fresh clusters that read as zeros (grow.c inv. 2) */
 } Chunk;
 
 static void chunk_clear(Chunk *c)
@@ -329,6 +332,7 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         if (qcow2_has_data_file(s)) {
             c->host = c->guest; /* invariant 10 */
         } else {
+            uint64_t before = s->file_size, len = c->nb << s->cluster_bits;
             int64_t off = qcow2_alloc_clusters_locked(s, c->nb);
             if (off < 0) {
                 ret = (int)off;
@@ -336,6 +340,8 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
             }
             c->host = (uint64_t)off;
             c->refcounted = true;
+            qcow2_grow_locked(s, c->host + len); /* grow.c invariant 1 */
+            c->grown_zero = qcow2_grown_zero_locked(s, c->host, len, before);
         }
     }
     c->meta_gen = qcow2_fastmap_gen(s->fastmap);
@@ -381,6 +387,14 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     }
     iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
               (size_t)(c->wend - c->wstart));
+    if (c->kind == CHUNK_FRESH && (head_len || tail_len) && buf_is_zero(head, head_len) &&
+        buf_is_zero(tail, tail_len) && c->grown_zero) {
+        /* invariant 11, grow.c invariant 2: the COW parts read as zeros */
+        blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
+        ret = blk_pwritev(qcow2_data_node(s), c->host + (c->wstart - c->guest), &data, 0);
+        iov_destroy(&data);
+        return ret;
+    }
     if (c->kind == CHUNK_FRESH && (head_len || tail_len) && buf_is_zero(head, head_len) &&
         buf_is_zero(tail, tail_len)) {
         /* invariant 11 */
