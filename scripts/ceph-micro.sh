@@ -17,6 +17,9 @@
 #                     clusters (other tests, other developers) may be running.
 #   status DIR        "up" and exit 0 when the monitor answers, else exit 1.
 #
+# CEPH_MICRO_OSD_MIB sets each OSD's memstore size (default 1024 MiB; the
+# data lives in the OSD's memory).
+#
 # The monitor listens on a free port (so clusters can run side by side); it
 # gets an explicit monmap, since with "mon host" alone it falls back to the
 # default ports.  A failed start stops what it started and exits non-zero
@@ -137,7 +140,7 @@ mon data avail crit = 0
 [osd]
 osd data = $dir/osd\$id
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = $((${CEPH_MICRO_OSD_MIB:-1024} << 20))
 osd class load list = *
 osd class default list = *
 osd crush update on start = false
