@@ -9,8 +9,8 @@
 # 4 MiB extents of incompressible data), and its raw copy on RBD.
 # Cases (CASES selects; ROUNDS rounds, default 3):
 #   to-rbd     convert src.qcow2 into a new RBD image (removed after each
-#              run): qimg and qemu-img with their defaults, and qemu-img
-#              -W -m 16 (its fastest)
+#              run): qimg and qemu-img with their defaults, and both with
+#              -m 16 (qemu-img with -W, its fastest)
 #   from-rbd   convert the RBD image into a new qcow2 file
 #   nbd-read   nbdcopy reading an export of the RBD image (4 connections
 #              where the server allows them): qimg nbd -e 4 and qemu-nbd -e 4
@@ -96,9 +96,10 @@ run_case() { # CASE TOOL: sets BENCH_T
         qemu-img-W-m16)
             bench_time BENCH_T "$QEMU_IMG" convert -W -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
         qimg) bench_time BENCH_T "$QIMG" convert -O raw src.qcow2 rbd:rbd/dst ;;
+        qimg-m16) bench_time BENCH_T "$QIMG" convert -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
         esac
         "$QEMU_IMG" compare -q src.qcow2 rbd:rbd/dst || { echo "$tool: copy differs" >&2; exit 1; }
-        rbd rm -q rbd/dst 2>/dev/null || rbd rm rbd/dst ;;
+        rbd rm --no-progress rbd/dst ;;
     from-rbd)
         rm -f out.qcow2
         case $tool in
@@ -118,7 +119,7 @@ run_case() { # CASE TOOL: sets BENCH_T
 
 for c in $CASES; do
     case $c in
-    to-rbd) tools=(qemu-img qimg qemu-img-W-m16) ;;
+    to-rbd) tools=(qemu-img qimg qemu-img-W-m16 qimg-m16) ;;
     from-rbd) tools=(qemu-img qimg) ;;
     nbd-read) tools=(qemu-nbd qimg) ;;
     *) echo "unknown case $c" >&2; exit 1 ;;

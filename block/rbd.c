@@ -42,7 +42,9 @@
  *     read-only" for a read-write open).
  *  7. Writes bump write_gen, a successful flush records it (block.h
  *     invariant 4); a flush always reaches librbd (its cache may hold
- *     writes), whatever the cache mode.
+ *     writes), whatever the cache mode, and with writethrough or directsync
+ *     every write is followed by one.  Like a regular file, the image is
+ *     resized exactly (truncate's "exact" is a block device's).
  *  8. Closing is bounded too: librbd's close of an image whose OSDs stopped
  *     answering waits for requests it queued behind each other, or longer
  *     (seen: minutes, on a cluster whose only OSDs were stopped).  It runs
@@ -390,10 +392,15 @@ static int rbd_node_flush(BlkNode *img)
     return 0;
 }
 
-/* Invariant 7; FUA as a flush after the write. */
+/* Invariant 7; FUA as a flush after the write, as is every write in the
+ * writethrough and directsync modes (a format node above flushes too: the
+ * second flush finds nothing new). */
 static int finish_write(BlkNode *img, int ret, unsigned flags)
 {
     blk_gen_bump(img);
+    if (img->cache == BLK_CACHE_WRITETHROUGH || img->cache == BLK_CACHE_DIRECTSYNC) {
+        flags |= BLK_REQ_FUA;
+    }
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = rbd_node_flush(img);
     }
@@ -553,12 +560,10 @@ static int rbd_node_truncate(BlkNode *img, uint64_t size, bool exact,
                                         [BLK_PREALLOC_FULL] = "full"};
     int r;
 
+    (void)exact;  /* like a regular file's, the image is resized exactly */
     (void)shrink; /* a policy of the layers above */
     if (prealloc != BLK_PREALLOC_OFF) {
         return blk_error(ENOTSUP, "Unsupported preallocation mode '%s'", names[prealloc]);
-    }
-    if (!exact && size <= size_get(img)) {
-        return 0;
     }
     pthread_mutex_lock(&s->resize_lock);
     r = rbd_resize(s->image, size);
