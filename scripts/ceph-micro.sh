@@ -18,7 +18,14 @@
 #   status DIR        "up" and exit 0 when the monitor answers, else exit 1.
 #
 # CEPH_MICRO_OSD_MIB sets each OSD's memstore size (default 1024 MiB; the
-# data lives in the OSD's memory).
+# data lives in the OSD's memory).  CEPH_MICRO_TIMEOUT bounds start in
+# seconds (default 90): every wait and every ceph command it runs shares
+# that deadline, so a cluster that does not come up is a clear failure
+# (exit 1, the daemon's log tail), never a hang.
+#
+# A PID file counts only while its process is this cluster's daemon (its
+# command line names DIR/ceph.conf): after a restart a stale PID may belong
+# to another process, which stop leaves alone.
 #
 # The monitor listens on a free port (so clusters can run side by side); it
 # gets an explicit monmap, since with "mon host" alone it falls back to the
@@ -36,20 +43,40 @@ usage() {
 cmd=$1
 dir=$2
 
-# ceph CMD...: the ceph tool on this cluster, bounded in time.
-cephc() {
-    timeout 30 ceph --conf "$dir/ceph.conf" --connect-timeout 10 "$@"
+deadline=$((SECONDS + ${CEPH_MICRO_TIMEOUT:-90}))
+# left: the seconds left before the deadline (at least 1).
+left() {
+    local n=$((deadline - SECONDS))
+    echo $((n > 0 ? n : 1))
 }
 
-pid_alive() { # PIDFILE
-    [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+# ceph CMD...: the ceph tool on this cluster, bounded by the deadline.
+cephc() {
+    local t
+    t=$(left)
+    timeout "$((t < 30 ? t : 30))" ceph --conf "$dir/ceph.conf" --connect-timeout 10 "$@"
+}
+
+# pid_alive PIDFILE: its process runs and is this cluster's daemon.
+pid_alive() {
+    local pid
+    [ -f "$1" ] || return 1
+    pid=$(cat "$1")
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "--conf $dir/ceph.conf "
+}
+
+# running PIDFILE: the daemon this start launched has not exited (its
+# command line may be the shell's for a moment, before the exec).
+running() {
+    kill -0 "$(cat "$1")" 2>/dev/null
 }
 
 stop_pid() { # PIDFILE: SIGTERM, wait up to 20 s, then SIGKILL
     local f=$1 pid i
     [ -f "$f" ] || return 0
     pid=$(cat "$f")
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid_alive "$f"; then
         kill -TERM "$pid" 2>/dev/null || true
         kill -CONT "$pid" 2>/dev/null || true # a test may have stopped it
         for ((i = 0; i < 200; i++)); do
@@ -74,7 +101,11 @@ do_stop() {
 }
 
 fail_start() { # MESSAGE [LOG]
-    echo "ceph-micro: $1" >&2
+    if [ "$SECONDS" -ge "$deadline" ]; then
+        echo "ceph-micro: $1: start's time limit passed (CEPH_MICRO_TIMEOUT=${CEPH_MICRO_TIMEOUT:-90} s)" >&2
+    else
+        echo "ceph-micro: $1" >&2
+    fi
     [ -n "${2:-}" ] && [ -f "$2" ] && tail -n 20 "$2" >&2
     do_stop
     exit 1
@@ -93,24 +124,10 @@ daemon() {
     echo $! >"$dir/$name.pid"
 }
 
-do_start() {
-    local osds=${1:-1} fsid port i uuid id
-    case "$osds" in
-    1 | 2 | 3) ;;
-    *) echo "ceph-micro: OSDS must be 1, 2 or 3" >&2; exit 2 ;;
-    esac
-    for c in ceph-mon ceph-osd ceph monmaptool rbd uuidgen python3; do
-        command -v "$c" >/dev/null || {
-            echo "ceph-micro: $c not found (scripts/install-deps.sh installs ceph-mon ceph-osd ceph-common)" >&2
-            exit 1
-        }
-    done
-    mkdir -p "$dir"
-    dir=$(cd "$dir" && pwd)
-    if pid_alive "$dir/mon.pid"; then
-        echo "ceph-micro: a cluster is running in $dir already" >&2
-        exit 1
-    fi
+# start_mon: a fresh monitor on a free port (its ceph.conf, monmap, data);
+# 1 if it exited or does not answer.
+start_mon() {
+    local fsid port i
     rm -rf "$dir/mon" "$dir"/osd[0-9]* "$dir/run" "$dir/log" "$dir"/*.pid "$dir/monmap"
     mkdir -p "$dir/mon" "$dir/run" "$dir/log"
     fsid=$(uuidgen)
@@ -153,12 +170,45 @@ EOF
         fail_start "ceph-mon --mkfs failed" "$dir/log/setup.log"
     : >"$dir/mon/keyring"
     daemon mon "$dir/log/mon.out" ceph-mon --conf "$dir/ceph.conf" --id a -f
-    for ((i = 0; i < 100; i++)); do
-        pid_alive "$dir/mon.pid" || fail_start "the monitor exited" "$dir/log/mon.a.log"
-        cephc -s >/dev/null 2>&1 && break
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        running "$dir/mon.pid" || return 1
+        timeout 5 ceph --conf "$dir/ceph.conf" --connect-timeout 3 -s >/dev/null 2>&1 &&
+            return 0
         sleep 0.2
     done
-    [ "$i" -lt 100 ] || fail_start "the monitor does not answer" "$dir/log/mon.a.log"
+    return 1
+}
+
+do_start() {
+    local osds=${1:-1} i uuid id attempt
+    case "$osds" in
+    1 | 2 | 3) ;;
+    *) echo "ceph-micro: OSDS must be 1, 2 or 3" >&2; exit 2 ;;
+    esac
+    for c in ceph-mon ceph-osd ceph monmaptool rbd uuidgen python3; do
+        command -v "$c" >/dev/null || {
+            echo "ceph-micro: $c not found (scripts/install-deps.sh installs ceph-mon ceph-osd ceph-common)" >&2
+            exit 1
+        }
+    done
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    if pid_alive "$dir/mon.pid"; then
+        echo "ceph-micro: a cluster is running in $dir already" >&2
+        exit 1
+    fi
+    # The port may be taken between free_port and the monitor's bind
+    # (another cluster starting): a monitor that exits at once gets
+    # another port, up to 5 times.
+    for ((attempt = 1; ; attempt++)); do
+        start_mon && break
+        if [ "$attempt" -ge 5 ] || [ "$SECONDS" -ge "$deadline" ] ||
+            ! grep -qs 'Address already in use' "$dir/log/mon.a.log" "$dir/log/mon.out"; then
+            fail_start "the monitor did not start or does not answer (${CEPH_MICRO_TIMEOUT:-90} s)" \
+                "$dir/log/mon.a.log"
+        fi
+        stop_pid "$dir/mon.pid"
+    done
     for ((n = 0; n < osds; n++)); do
         uuid=$(uuidgen)
         id=$(cephc osd create "$uuid" 2>>"$dir/log/setup.log") ||
@@ -171,9 +221,10 @@ EOF
             fail_start "ceph-osd --mkfs failed" "$dir/log/setup.log"
         daemon "osd$id" "$dir/log/osd$id.out" ceph-osd --conf "$dir/ceph.conf" --id "$id" -f
     done
-    for ((i = 0; i < 150; i++)); do
+    up=0
+    while [ "$SECONDS" -lt "$deadline" ]; do
         for f in "$dir"/osd*.pid; do
-            pid_alive "$f" || fail_start "$(basename "$f" .pid) exited" \
+            running "$f" || fail_start "$(basename "$f" .pid) exited" \
                 "$dir/log/$(basename "$f" .pid | sed 's/osd/osd./').log"
         done
         up=$(cephc osd stat -f json 2>/dev/null |
@@ -182,10 +233,11 @@ EOF
         [ "$up" = "$osds" ] && break
         sleep 0.2
     done
-    [ "$up" = "$osds" ] || fail_start "only $up of $osds OSDs came up" "$dir/log/osd.0.log"
+    [ "$up" = "$osds" ] ||
+        fail_start "only $up of $osds OSDs came up in ${CEPH_MICRO_TIMEOUT:-90} s" "$dir/log/osd.0.log"
     cephc osd pool create rbd 8 >>"$dir/log/setup.log" 2>&1 ||
         fail_start "ceph osd pool create failed" "$dir/log/setup.log"
-    timeout 60 rbd --conf "$dir/ceph.conf" pool init rbd >>"$dir/log/setup.log" 2>&1 ||
+    timeout "$(left)" rbd --conf "$dir/ceph.conf" pool init rbd >>"$dir/log/setup.log" 2>&1 ||
         fail_start "rbd pool init failed" "$dir/log/setup.log"
     echo "CEPH_CONF=$dir/ceph.conf"
 }
@@ -194,6 +246,7 @@ case "$cmd" in
 start) do_start "${3:-1}" ;;
 stop) [ -d "$dir" ] && dir=$(cd "$dir" && pwd) && do_stop ;;
 status)
+    [ -d "$dir" ] && dir=$(cd "$dir" && pwd)
     if pid_alive "$dir/mon.pid" && cephc -s >/dev/null 2>&1; then
         echo up
     else
