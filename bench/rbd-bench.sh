@@ -14,6 +14,8 @@
 #   from-rbd   convert the RBD image into a new qcow2 file
 #   nbd-read   nbdcopy reading an export of the RBD image (4 connections
 #              where the server allows them): qimg nbd -e 4 and qemu-nbd -e 4
+#   aio-read   the asynchronous path: qimg bench and qemu-img bench reading
+#              the RBD image, 64 KiB requests, 32 in flight (-d 32)
 # Goals: to-rbd and from-rbd >= 1.5x qemu-img convert's speed, nbd-read
 # >= 1.3x qemu-nbd's (the ratio column: time / the first tool's time, so
 # below 1 is faster).  The machine is shared: report figures with that
@@ -25,7 +27,7 @@ ROUNDS=${ROUNDS:-3}
 SIZE_GIB=${SIZE_GIB:-2}
 CEPH_OSDS=${CEPH_OSDS:-2}
 OSD_MIB=${OSD_MIB:-3072}
-CASES=${CASES:-to-rbd from-rbd nbd-read}
+CASES=${CASES:-to-rbd from-rbd nbd-read aio-read}
 cd "$BENCH_SCRATCH" || exit 1
 bench_require_space $((SIZE_GIB * 3 + 1))
 for t in ceph-mon ceph-osd rbd nbdcopy qemu-nbd; do
@@ -114,6 +116,12 @@ run_case() { # CASE TOOL: sets BENCH_T
         esac
         bench_time BENCH_T nbdcopy "$URI" null:
         stop ;;
+    aio-read)
+        case $tool in
+        qemu-img) bench_time BENCH_T "$QEMU_IMG" bench -c 8192 -d 32 -s 65536 -f raw \
+            rbd:rbd/src ;;
+        qimg) bench_time BENCH_T "$QIMG" bench -c 8192 -d 32 -s 65536 -f raw rbd:rbd/src ;;
+        esac ;;
     esac
 }
 
@@ -122,6 +130,7 @@ for c in $CASES; do
     to-rbd) tools=(qemu-img qimg qemu-img-W-m16 qimg-m16) ;;
     from-rbd) tools=(qemu-img qimg) ;;
     nbd-read) tools=(qemu-nbd qimg) ;;
+    aio-read) tools=(qemu-img qimg) ;;
     *) echo "unknown case $c" >&2; exit 1 ;;
     esac
     rcase() { run_case "$c" "$1"; }
