@@ -17,7 +17,7 @@
  *    image, so the requests reach it through the synchronous API from
  *    nbdkit's threads, the path of `qimg nbd`;
  *  - the same workload on a Ceph RBD image (block/rbd.c), when
- *    QIMG_TEST_RBD_POOL names a pool (iotests/tests/090-rbd.sh);
+ *    QIMG_TEST_RBD_POOL names a pool (iotests/tests/110-rbd.sh);
  *  - reads stopped at a breakpoint while a discard or an unmapping zero
  *    write of their cluster, a flush and an allocating write that would
  *    reuse the freed host cluster are submitted: the read returns the
@@ -719,7 +719,7 @@ static void test_workload_nbd(void **state)
 /* The workload on a Ceph RBD image, raw (block/rbd.c: the pool's 64
  * threads each keep a librbd request in flight, rbd.c invariant 3): only
  * when QIMG_TEST_RBD_POOL names a pool of the cluster CEPH_CONF finds
- * (iotests/tests/090-rbd.sh, which runs it under TSan too).  Objects of
+ * (iotests/tests/110-rbd.sh, which runs it under TSan too).  Objects of
  * 64 KiB, the workload's cluster: discards are of whole objects, which
  * librbd deletes (a partial one it may skip). */
 static void workload_rbd(uint64_t mib, int nreq, bool overlap)

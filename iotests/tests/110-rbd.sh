@@ -1,5 +1,5 @@
 #!/bin/bash
-# 090-rbd: Ceph RBD images (block/rbd.c) against qemu-img 7.2 on the same
+# 110-rbd: Ceph RBD images (block/rbd.c) against qemu-img 7.2 on the same
 # one-machine cluster (scripts/ceph-micro.sh, started once here and
 # stopped at the end by PID, also when a check fails): every command on
 # rbd: names, json: and --image-opts fields, RBD snapshots, qcow2 on RBD,
