@@ -567,6 +567,9 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
  * check).  The caller registered the range (qcow2_inflight_begin_locked)
  * and does not hold the lock. */
 int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
+/* The same with the lock held, and returning with it (write.c invariant
+ * 14: the caller awaited its order turn before taking the lock). */
+int qcow2_write_registered_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
 /* Wait until no conflicting request covers [offset, offset + bytes), then
  * register r over it (write.c invariant 6).  Lock held (may wait on it). */
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,

@@ -41,7 +41,8 @@ crash_explore() {
 
 # crash_io_case LABEL SIZE CLUSTER CREATE-OPTS [WORKLOAD-OPTS...]: a random
 # guest I/O workload (tagged writes, zero writes, discards, flushes) through
-# `qimg io -t writeback`, then (unless NO_CONTROL) the same script through
+# `qimg io -t writeback` (IO_CACHE: another cache mode), then (unless
+# NO_CONTROL) the same script through
 # qemu-io over blklogwrites as the positive control.
 crash_io_case() {
     local label=$1 size=$2 cs=$3 copts=$4
@@ -72,7 +73,8 @@ crash_io_case() {
     local data_args=()
     [ -f "$d/img.data" ] && data_args=(--base "$d/img.data=$d/base.data")
 
-    (cd "$d" && "$QIMG" io -t writeback "record:$d/log:img.qcow2" <wl/script >io.out 2>&1)
+    (cd "$d" && "$QIMG" io -t "${IO_CACHE:-writeback}" "record:$d/log:img.qcow2" \
+        <wl/script >io.out 2>&1)
     if grep -q -i "failed\|error" "$d/io.out"; then
         _fail "$label: qimg io reported an error"
         grep -i -m3 "failed\|error" "$d/io.out"
