@@ -57,6 +57,19 @@ cephc() {
     timeout "$((t < 30 ? t : 30))" ceph --conf "$dir/ceph.conf" --connect-timeout 10 "$@"
 }
 
+# setup CMD...: a setup step's ceph command (stdout: its output; errors in
+# setup.log), retried until it succeeds or the deadline passes: a young
+# monitor may refuse a command for a moment ("problem getting command
+# descriptions from mon", seen on the loaded test machine).  Every step is
+# idempotent: "osd create UUID" gives the same id again, an existing pool
+# or crush item is no error.
+setup() {
+    until cephc "$@" 2>>"$dir/log/setup.log"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.5
+    done
+}
+
 # pid_alive PIDFILE: its process runs and is this cluster's daemon.
 pid_alive() {
     local pid
@@ -211,10 +224,10 @@ do_start() {
     done
     for ((n = 0; n < osds; n++)); do
         uuid=$(uuidgen)
-        id=$(cephc osd create "$uuid" 2>>"$dir/log/setup.log") ||
+        id=$(setup osd create "$uuid") ||
             fail_start "ceph osd create failed" "$dir/log/setup.log"
         mkdir -p "$dir/osd$id"
-        cephc osd crush add "osd.$id" 1 root=default >>"$dir/log/setup.log" 2>&1 ||
+        setup osd crush add "osd.$id" 1 root=default >>"$dir/log/setup.log" ||
             fail_start "ceph osd crush add failed" "$dir/log/setup.log"
         ceph-osd --conf "$dir/ceph.conf" --id "$id" --mkfs --osd-uuid "$uuid" \
             >>"$dir/log/setup.log" 2>&1 ||
@@ -235,10 +248,12 @@ do_start() {
     done
     [ "$up" = "$osds" ] ||
         fail_start "only $up of $osds OSDs came up in ${CEPH_MICRO_TIMEOUT:-90} s" "$dir/log/osd.0.log"
-    cephc osd pool create rbd 8 >>"$dir/log/setup.log" 2>&1 ||
+    setup osd pool create rbd 8 >>"$dir/log/setup.log" ||
         fail_start "ceph osd pool create failed" "$dir/log/setup.log"
-    timeout "$(left)" rbd --conf "$dir/ceph.conf" pool init rbd >>"$dir/log/setup.log" 2>&1 ||
-        fail_start "rbd pool init failed" "$dir/log/setup.log"
+    until timeout "$(left)" rbd --conf "$dir/ceph.conf" pool init rbd >>"$dir/log/setup.log" 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || fail_start "rbd pool init failed" "$dir/log/setup.log"
+        sleep 0.5
+    done
     echo "CEPH_CONF=$dir/ceph.conf"
 }
 
