@@ -52,17 +52,22 @@
  *     when the OSD timeout is 0); past that the node lets go of the image
  *     and its connection without waiting (they are leaked to librados'
  *     threads) -- the flush before the close reported the failure.
+ *  9. Every librados and librbd call goes through blk_rbd_lib (rbd-lib.h
+ *     invariant 1), loaded by conn_open before anything else: a process
+ *     that never opens an RBD image never loads the Ceph libraries.
  */
 #include "block/rbd.h"
+#include "block/rbd-lib.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
-#include <rados/librados.h>
-#include <rbd/librbd.h>
 #include <string.h>
 #include <time.h>
+
+/* Invariant 9: librados and librbd through the table rbd-lib.c loads */
+#define RL blk_rbd_lib
 
 typedef struct RbdConn {
     rados_t cluster;
@@ -92,50 +97,55 @@ static const struct {
 static void conn_close(RbdConn *c)
 {
     if (c->have_ioctx) {
-        rados_ioctx_destroy(c->ioctx);
+        RL.rados_ioctx_destroy(c->ioctx);
         c->have_ioctx = false;
     }
     if (c->have_cluster) {
-        rados_shutdown(c->cluster);
+        RL.rados_shutdown(c->cluster);
         c->have_cluster = false;
     }
 }
 
 /* Invariant 1: connect to loc's cluster and pool; the reason of a failure
- * recorded as QEMU words it (no "Could not open" prefix). */
+ * recorded as QEMU words it (no "Could not open" prefix).  Every open and
+ * create starts here, so the libraries are loaded here (invariant 9). */
 static int conn_open(const BlkRbdLocation *loc, bool cache, RbdConn *c)
 {
     char before[G_N_ELEMENTS(timeouts)][32];
     int r;
 
     memset(c, 0, sizeof(*c));
-    r = rados_create(&c->cluster, loc->user);
+    r = blk_rbd_lib_load();
+    if (r < 0) {
+        return r;
+    }
+    r = RL.rados_create(&c->cluster, loc->user);
     if (r < 0) {
         return blk_error(-r, "error initializing: %s", g_strerror(-r));
     }
     c->have_cluster = true;
     for (size_t i = 0; i < G_N_ELEMENTS(timeouts); i++) {
-        if (rados_conf_get(c->cluster, timeouts[i].key, before[i], sizeof(before[i])) <
+        if (RL.rados_conf_get(c->cluster, timeouts[i].key, before[i], sizeof(before[i])) <
             0) {
             before[i][0] = '\0';
         }
     }
-    r = rados_conf_read_file(c->cluster, loc->conf);
+    r = RL.rados_conf_read_file(c->cluster, loc->conf);
     if (loc->conf && r < 0) {
         blk_error(-r, "error reading conf file %s: %s", loc->conf, g_strerror(-r));
         goto fail;
     }
     for (size_t i = 0; i < G_N_ELEMENTS(timeouts); i++) { /* invariant 2 */
         char now[32], want[16];
-        if (rados_conf_get(c->cluster, timeouts[i].key, now, sizeof(now)) == 0 &&
+        if (RL.rados_conf_get(c->cluster, timeouts[i].key, now, sizeof(now)) == 0 &&
             strcmp(now, before[i]) == 0) {
             g_snprintf(want, sizeof(want), "%d", timeouts[i].seconds);
-            rados_conf_set(c->cluster, timeouts[i].key, want);
+            RL.rados_conf_set(c->cluster, timeouts[i].key, want);
         }
     }
     for (guint i = 0; loc->settings && i + 1 < loc->settings->len; i += 2) {
         const char *key = loc->settings->pdata[i];
-        r = rados_conf_set(c->cluster, key, loc->settings->pdata[i + 1]);
+        r = RL.rados_conf_set(c->cluster, key, loc->settings->pdata[i + 1]);
         if (r < 0) {
             blk_error(EINVAL, "invalid conf option %s: %s", key, g_strerror(-r));
             r = -EINVAL;
@@ -143,13 +153,13 @@ static int conn_open(const BlkRbdLocation *loc, bool cache, RbdConn *c)
         }
     }
     /* librbd defaults to no caching where the option is missing: ignored */
-    rados_conf_set(c->cluster, "rbd_cache", cache ? "true" : "false");
-    r = rados_connect(c->cluster);
+    RL.rados_conf_set(c->cluster, "rbd_cache", cache ? "true" : "false");
+    r = RL.rados_connect(c->cluster);
     if (r < 0) {
         blk_error(-r, "error connecting: %s", g_strerror(-r));
         goto fail;
     }
-    r = rados_ioctx_create(c->cluster, loc->pool, &c->ioctx);
+    r = RL.rados_ioctx_create(c->cluster, loc->pool, &c->ioctx);
     if (r < 0) {
         blk_error(-r, "error opening pool %s: %s", loc->pool, g_strerror(-r));
         goto fail;
@@ -157,7 +167,7 @@ static int conn_open(const BlkRbdLocation *loc, bool cache, RbdConn *c)
     c->have_ioctx = true;
     if (loc->namespace && *loc->namespace) {
         bool exists = false;
-        r = rbd_namespace_exists(c->ioctx, loc->namespace, &exists);
+        r = RL.rbd_namespace_exists(c->ioctx, loc->namespace, &exists);
         if (r < 0) {
             blk_error(-r, "error checking namespace: %s", g_strerror(-r));
             goto fail;
@@ -167,7 +177,7 @@ static int conn_open(const BlkRbdLocation *loc, bool cache, RbdConn *c)
             goto fail;
         }
     }
-    rados_ioctx_set_namespace(c->ioctx, loc->namespace ? loc->namespace : "");
+    RL.rados_ioctx_set_namespace(c->ioctx, loc->namespace ? loc->namespace : "");
     return 0;
 
 fail:
@@ -199,7 +209,7 @@ typedef struct RbdWait {
 static void req_done(rbd_completion_t c, void *arg)
 {
     RbdWait *w = arg;
-    ssize_t ret = rbd_aio_get_return_value(c);
+    ssize_t ret = RL.rbd_aio_get_return_value(c);
 
     /* pairs with run_request's release: librbd passes w on in ways a race
      * detector cannot see (the libraries are not instrumented) */
@@ -224,30 +234,30 @@ static ssize_t run_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
     __atomic_store_n(&w.published, true, __ATOMIC_RELEASE);
-    r = rbd_aio_create_completion(&w, req_done, &c);
+    r = RL.rbd_aio_create_completion(&w, req_done, &c);
     if (r < 0) {
         ret = r;
         goto out;
     }
     switch (op) {
     case OP_READ:
-        r = rbd_aio_readv(s->image, iov, niov, offset, c);
+        r = RL.rbd_aio_readv(s->image, iov, niov, offset, c);
         break;
     case OP_WRITE:
-        r = rbd_aio_writev(s->image, iov, niov, offset, c);
+        r = RL.rbd_aio_writev(s->image, iov, niov, offset, c);
         break;
     case OP_DISCARD:
-        r = rbd_aio_discard(s->image, offset, len, c);
+        r = RL.rbd_aio_discard(s->image, offset, len, c);
         break;
     case OP_ZERO:
-        r = rbd_aio_write_zeroes(s->image, offset, (size_t)len, c, zero_flags, 0);
+        r = RL.rbd_aio_write_zeroes(s->image, offset, (size_t)len, c, zero_flags, 0);
         break;
     case OP_FLUSH:
-        r = rbd_aio_flush(s->image, c);
+        r = RL.rbd_aio_flush(s->image, c);
         break;
     }
     if (r < 0) {
-        rbd_aio_release(c); /* never submitted: no callback will run */
+        RL.rbd_aio_release(c); /* never submitted: no callback will run */
         ret = r;
         goto out;
     }
@@ -257,7 +267,7 @@ static ssize_t run_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
     }
     ret = w.ret;
     pthread_mutex_unlock(&w.lock);
-    rbd_aio_release(c);
+    RL.rbd_aio_release(c);
 out:
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);
@@ -301,7 +311,7 @@ static int grow_to(BlkNode *img, uint64_t end)
     }
     pthread_mutex_lock(&s->resize_lock);
     if (end > size_get(img)) {
-        r = rbd_resize(s->image, end);
+        r = RL.rbd_resize(s->image, end);
         if (r == 0) {
             __atomic_store_n(&img->size, end, __ATOMIC_RELEASE);
         }
@@ -487,8 +497,8 @@ static bool diff_usable(RbdState *s)
 {
     uint64_t features, flags;
 
-    if (rbd_get_features(s->image, &features) < 0 ||
-        !(features & RBD_FEATURE_FAST_DIFF) || rbd_get_flags(s->image, &flags) < 0 ||
+    if (RL.rbd_get_features(s->image, &features) < 0 ||
+        !(features & RBD_FEATURE_FAST_DIFF) || RL.rbd_get_flags(s->image, &flags) < 0 ||
         (flags & RBD_FLAG_FAST_DIFF_INVALID)) {
         return false;
     }
@@ -498,10 +508,10 @@ static bool diff_usable(RbdState *s)
     }
     rbd_linked_image_spec_t parent;
     rbd_snap_spec_t snap;
-    int r = rbd_get_parent(s->image, &parent, &snap);
+    int r = RL.rbd_get_parent(s->image, &parent, &snap);
     if (r == 0) {
-        rbd_linked_image_spec_cleanup(&parent);
-        rbd_snap_spec_cleanup(&snap);
+        RL.rbd_linked_image_spec_cleanup(&parent);
+        RL.rbd_snap_spec_cleanup(&snap);
     }
     if (r != -ENOENT) {
         return false;
@@ -530,7 +540,7 @@ static int rbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
     d.start -= head;
     len += head;
 #endif
-    r = rbd_diff_iterate2(s->image, NULL, d.start, len, 1, 1, diff_cb, &d);
+    r = RL.rbd_diff_iterate2(s->image, NULL, d.start, len, 1, 1, diff_cb, &d);
     if (r < 0 && r != DIFF_STOP) {
         return 0; /* everything is data */
     }
@@ -566,7 +576,7 @@ static int rbd_node_truncate(BlkNode *img, uint64_t size, bool exact,
         return blk_error(ENOTSUP, "Unsupported preallocation mode '%s'", names[prealloc]);
     }
     pthread_mutex_lock(&s->resize_lock);
-    r = rbd_resize(s->image, size);
+    r = RL.rbd_resize(s->image, size);
     if (r == 0) {
         __atomic_store_n(&img->size, size, __ATOMIC_RELEASE);
     }
@@ -587,7 +597,7 @@ static GArray *rbd_node_snapshot_list(BlkNode *img)
     /* librbd says how many there are when the array is too short */
     for (int tries = 0; tries < 8 && n == -ERANGE; tries++) {
         rbd_snap_info_t *snaps = g_new0(rbd_snap_info_t, (size_t)max);
-        n = rbd_snap_list(s->image, snaps, &max);
+        n = RL.rbd_snap_list(s->image, snaps, &max);
         for (int i = 0; i < n; i++) {
             BlkSnapshotInfo sn = {
                 .id = g_strdup(snaps[i].name),
@@ -598,7 +608,7 @@ static GArray *rbd_node_snapshot_list(BlkNode *img)
             g_array_append_val(list, sn);
         }
         if (n >= 0) {
-            rbd_snap_list_end(snaps);
+            RL.rbd_snap_list_end(snaps);
         }
         g_free(snaps);
         max = MAX(max, 1);
@@ -633,7 +643,7 @@ static int rbd_node_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
     if (strlen(sn->name) >= 128) {
         return -ERANGE; /* QEMU's limit on snapshot IDs, which are the names */
     }
-    r = rbd_snap_create(s->image, sn->name);
+    r = RL.rbd_snap_create(s->image, sn->name);
     if (r < 0) {
         return blk_error(-r, "failed to create snap: %s", g_strerror(-r));
     }
@@ -645,7 +655,7 @@ static int refresh_size(BlkNode *img)
 {
     RbdState *s = img->opaque;
     uint64_t size;
-    int r = rbd_get_size(s->image, &size);
+    int r = RL.rbd_get_size(s->image, &size);
 
     if (r < 0) {
         return blk_error(-r, "Could not get the size of RBD image '%s': %s", s->name,
@@ -658,7 +668,7 @@ static int refresh_size(BlkNode *img)
 static int rbd_node_snapshot_goto(BlkNode *img, const char *id_or_name)
 {
     RbdState *s = img->opaque;
-    int r = rbd_snap_rollback(s->image, id_or_name);
+    int r = RL.rbd_snap_rollback(s->image, id_or_name);
 
     if (r < 0) {
         return blk_error(-r, "Failed to load snapshot: %s", g_strerror(-r));
@@ -670,7 +680,7 @@ static int rbd_node_snapshot_goto(BlkNode *img, const char *id_or_name)
 static int rbd_node_snapshot_delete(BlkNode *img, const char *id_or_name)
 {
     RbdState *s = img->opaque;
-    int r = rbd_snap_remove(s->image, id_or_name);
+    int r = RL.rbd_snap_remove(s->image, id_or_name);
 
     if (r < 0) {
         return blk_error(-r, "Failed to remove the snapshot: %s", g_strerror(-r));
@@ -738,9 +748,9 @@ static bool close_image(RbdState *s)
     pthread_cond_init(&c->cond, &attr);
     pthread_condattr_destroy(&attr);
     __atomic_store_n(&c->refs, 2, __ATOMIC_RELEASE);
-    if (rbd_aio_create_completion(c, close_done, &comp) < 0 ||
-        rbd_aio_close(s->image, comp) < 0) {
-        rbd_close(s->image); /* not even queued: the plain way */
+    if (RL.rbd_aio_create_completion(c, close_done, &comp) < 0 ||
+        RL.rbd_aio_close(s->image, comp) < 0) {
+        RL.rbd_close(s->image); /* not even queued: the plain way */
         c->refs = 1;
         close_unref(c);
         return true;
@@ -758,7 +768,7 @@ static bool close_image(RbdState *s)
     done = c->done;
     pthread_mutex_unlock(&c->lock);
     if (done) {
-        rbd_aio_release(comp);
+        RL.rbd_aio_release(comp);
     }
     close_unref(c); /* the completion's reference stays if it never ran */
     return done;
@@ -817,14 +827,14 @@ static int open_image(BlkNode *img, const BlkRbdLocation *loc, const BlkOpenOpti
     if (r < 0) {
         return r;
     }
-    r = ro ? rbd_open_read_only(s->conn.ioctx, loc->image, &s->image, loc->snapshot)
-           : rbd_open(s->conn.ioctx, loc->image, &s->image, loc->snapshot);
+    r = ro ? RL.rbd_open_read_only(s->conn.ioctx, loc->image, &s->image, loc->snapshot)
+           : RL.rbd_open(s->conn.ioctx, loc->image, &s->image, loc->snapshot);
     if (r < 0) {
         return blk_error(-r, "error reading header from %s: %s", loc->image,
                          g_strerror(-r));
     }
     s->have_image = true;
-    r = rbd_stat(s->image, &info, sizeof(info));
+    r = RL.rbd_stat(s->image, &info, sizeof(info));
     if (r < 0) {
         return blk_error(-r, "error getting image info from %s: %s", loc->image,
                          g_strerror(-r));
@@ -835,7 +845,7 @@ static int open_image(BlkNode *img, const BlkRbdLocation *loc, const BlkOpenOpti
     }
     s->object_size = info.obj_size;
     char t[32];
-    if (rados_conf_get(s->conn.cluster, "rados_osd_op_timeout", t, sizeof(t)) == 0) {
+    if (RL.rados_conf_get(s->conn.cluster, "rados_osd_op_timeout", t, sizeof(t)) == 0) {
         guint64 sec = g_ascii_strtoull(t, NULL, 10); /* "120" or "120.000000" */
         s->close_bound = sec ? (unsigned)MIN(sec * 4 + 10, (guint64)86400) : 0;
     }
@@ -906,7 +916,7 @@ int blk_rbd_create(const char *filename, uint64_t size, uint64_t object_size)
         ret = conn_open(&loc, false, &c);
     }
     if (ret == 0) {
-        ret = rbd_create(c.ioctx, loc.image, ROUND_UP(size, 512), &order);
+        ret = RL.rbd_create(c.ioctx, loc.image, ROUND_UP(size, 512), &order);
         if (ret < 0) {
             blk_error(-ret, "error rbd create: %s", g_strerror(-ret));
         }
