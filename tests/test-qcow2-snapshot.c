@@ -657,11 +657,38 @@ static bool image_is_dirty(const char *path)
            (((const uint8_t *)data)[79] & 1);
 }
 
+/* The image every fault case starts from, made once per run (with the
+ * raw contents of its active disk and of snapshot base): 512-byte
+ * clusters, many L2 tables, some shared with the snapshot (L1 entries
+ * without COPIED), some not (with COPIED). */
+static const char *fault_template(const char **active, const char **base)
+{
+    static char *tpl, *tpl_active, *tpl_base;
+
+    if (!tpl) {
+        tpl = tu_fresh("fault-template.qcow2");
+        tpl_active = g_strdup_printf("%s.active.raw", tpl);
+        tpl_base = g_strdup_printf("%s.base.raw", tpl);
+        tu_run("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 2M", tpl);
+        tu_run("qemu-io -c 'write -q -P 0x51 0 1M' '%s' >/dev/null && qemu-img snapshot "
+               "-c base '%s' && qemu-io -c 'write -q -P 0x52 256k 64k' -c 'write -q -P "
+               "0x53 1536k 8k' '%s' >/dev/null",
+               tpl, tpl, tpl);
+        tu_run(
+            "qemu-img convert -O raw '%s' '%s' && qemu-img convert -l base -O raw '%s' "
+            "'%s'",
+            tpl, tpl_active, tpl, tpl_base);
+    }
+    *active = tpl_active;
+    *base = tpl_base;
+    return tpl;
+}
+
 static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool once)
 {
     g_autofree char *p = tu_fresh("fault.qcow2");
-    g_autofree char *active = g_strdup_printf("%s.active.raw", p);
-    g_autofree char *base = g_strdup_printf("%s.base.raw", p);
+    const char *active, *base;
+    const char *tpl = fault_template(&active, &base);
     g_autofree char *now = g_strdup_printf("%s.now.raw", p);
     g_autofree char *name = NULL;
     g_autofree char *out = NULL;
@@ -676,17 +703,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
     bool ok;
     int rc;
 
-    /* 512-byte clusters: many L2 tables, some shared with the snapshot
-     * (L1 entries without COPIED), some not (with COPIED). */
-    tu_run("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 2M", p);
-    tu_run(
-        "qemu-io -c 'write -q -P 0x51 0 1M' '%s' >/dev/null && qemu-img snapshot -c base "
-        "'%s' && qemu-io -c 'write -q -P 0x52 256k 64k' -c 'write -q -P 0x53 1536k 8k' "
-        "'%s' >/dev/null",
-        p, p, p);
-    tu_run(
-        "qemu-img convert -O raw '%s' '%s' && qemu-img convert -l base -O raw '%s' '%s'",
-        p, active, p, base);
+    tu_run("cp '%s' '%s'", tpl, p);
 
     name = g_strdup_printf("blkdebug:event=%s,errno=%d,nth=%" PRIu64 "%s:%s", event,
                            errnum, nth, once ? ",once" : "", p);
@@ -768,8 +785,7 @@ static void fault_case(Op op, const char *event, int errnum, uint64_t nth, bool 
     if (rc != 0) {
         fail_msg("%s: not clean after check -r leaks (exit %d)\n%s", desc, rc, out);
     }
-    unlink(active);
-    unlink(base);
+    unlink(p);
     unlink(now);
 }
 
