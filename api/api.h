@@ -23,6 +23,7 @@
 #define QIMG_API_H
 
 #include "block/block.h"
+#include "block/rbd.h"
 #include "qimg/qimg.h"
 #include "qimg/snapshot.h"
 
@@ -146,6 +147,7 @@ typedef struct ApiOpenLayers {
     /* the keys of the image's own backing chain (json-name.c invariant 10):
      * index d for the layer d + 1 below, "" for none */
     GPtrArray *backing_keys;
+    BlkRbdLocation rbd; /* the image is an RBD image (invariant 11): o->rbd */
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 

@@ -24,6 +24,7 @@
  */
 #include "api/api.h"
 #include "luks/luks.h"
+#include "block/rbd.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
 #include "vmdk/vmdk.h"
@@ -139,6 +140,9 @@ static const BlkDriver unread[] = {
 /* The drivers qimg has, each from its own folder. */
 static const BlkDriver *const builtin[] = {
     &blk_qcow2_driver, &blk_raw_driver, &blk_luks_driver, &blk_vmdk_driver,
+#ifdef QIMG_HAVE_RBD
+    &blk_rbd_driver, /* the RBD node as a format: "-f rbd", json: "driver": "rbd" */
+#endif
 #ifdef QIMG_HAVE_LIBNBD
     &blk_nbd_driver, /* driver=nbd: the NBD node is the image (json-name.c 9) */
 #endif

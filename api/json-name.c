@@ -66,6 +66,15 @@
  *     (backing.key-secret for a luks layer), backing.backing.encrypt.key-secret
  *     and so on, as qemu-img takes them -- key the layers of the image's
  *     own backing chain, which the image still names.
+ * 11. A Ceph RBD image is named by its fields -- "driver": "rbd" for the
+ *     RBD node itself, "file": {"driver": "rbd", ...} under raw or qcow2
+ *     -- pool and image (QEMU's "Parameter 'pool' is missing"), namespace,
+ *     snapshot, conf and user; QEMU's other RBD options (key-secret,
+ *     auth-client-required, server, encrypt, password-secret) are refused
+ *     by name, an unknown one is QEMU's "Parameter 'K' is unexpected".
+ *     The location goes to the open in layers->rbd (o->rbd) with its
+ *     "rbd:" name as the path; only the caller's own name and its layers
+ *     object take it (invariant 1: never a backing name from an image).
  */
 #include "api/api.h"
 
@@ -158,6 +167,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     g_clear_pointer(&l->format_opts, g_hash_table_unref);
     g_clear_pointer(&l->backing_format_opts, g_hash_table_unref);
     g_clear_pointer(&l->backing_keys, g_ptr_array_unref);
+    blk_rbd_location_clear(&l->rbd);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a
@@ -199,6 +209,92 @@ static bool chain_keys_only(GHashTable *bsub, GPtrArray **keys)
         (*keys)->pdata[d] = g_strdup(v);
     }
     return true;
+}
+
+/* Invariant 11: the RBD fields under prefix ("" or "file.") leave flat for
+ * loc; the options any node takes (read-only, cache.*) stay for apply(). */
+static gboolean rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *loc,
+                           GError **error)
+{
+    static const struct {
+        const char *name, *why;
+    } refused[] = {
+        {"key-secret", "keys and authentication come from the Ceph configuration"},
+        {"auth-client-required",
+         "keys and authentication come from the Ceph configuration"},
+        {"password-secret", "keys and authentication come from the Ceph configuration"},
+        {"server", "the monitors come from the Ceph configuration (or mon_host in an "
+                   "rbd: name)"},
+        {"encrypt", "librbd's own image encryption is not supported"},
+    };
+    /* copies: fields leave flat while the list is walked */
+    GList *table_keys = g_hash_table_get_keys(flat);
+    GList *keys = NULL;
+    gboolean ok = FALSE;
+
+    for (GList *l = table_keys; l; l = l->next) {
+        keys = g_list_prepend(keys, g_strdup(l->data));
+    }
+    keys = g_list_sort(keys, (GCompareFunc)strcmp);
+    g_list_free(table_keys);
+    const char *unexpected = NULL, *unsupported = NULL, *why = NULL;
+    size_t plen = strlen(prefix);
+
+    memset(loc, 0, sizeof(*loc));
+    for (GList *l = keys; l; l = l->next) {
+        const char *key = l->data, *f = key + plen;
+        char **slot = NULL;
+        if (!g_str_has_prefix(key, prefix) || strcmp(f, "driver") == 0 ||
+            strcmp(f, "read-only") == 0 || g_str_has_prefix(f, "cache.")) {
+            continue; /* another node's, or apply()'s */
+        }
+        if (!*prefix &&
+            (strcmp(key, "file") == 0 || g_str_has_prefix(key, "file.") ||
+             g_str_has_prefix(key, "backing") || g_str_has_prefix(key, "data-file"))) {
+            continue; /* apply() refuses them under the rbd driver */
+        }
+        slot = strcmp(f, "pool") == 0        ? &loc->pool
+               : strcmp(f, "image") == 0     ? &loc->image
+               : strcmp(f, "namespace") == 0 ? &loc->namespace
+               : strcmp(f, "snapshot") == 0  ? &loc->snapshot
+               : strcmp(f, "conf") == 0      ? &loc->conf
+               : strcmp(f, "user") == 0      ? &loc->user
+                                             : NULL;
+        if (slot) {
+            *slot = g_strdup(g_hash_table_lookup(flat, key));
+            g_hash_table_remove(flat, key);
+            continue;
+        }
+        for (size_t i = 0; i < G_N_ELEMENTS(refused) && !unsupported; i++) {
+            size_t n = strlen(refused[i].name);
+            if (strncmp(f, refused[i].name, n) == 0 && (f[n] == '\0' || f[n] == '.')) {
+                unsupported = refused[i].name;
+                why = refused[i].why;
+            }
+        }
+        if (!unsupported && !unexpected) {
+            unexpected = f;
+        }
+    }
+    if (!loc->pool || !loc->image) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' is missing",
+                    loc->pool ? "image" : "pool");
+    } else if (unsupported) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "The RBD option '%s' is not supported by qimg: %s", unsupported, why);
+    } else if (unexpected) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' is unexpected",
+                    unexpected);
+    } else {
+        g_autofree char *drv = g_strconcat(prefix, "driver", NULL);
+        g_hash_table_remove(flat, drv);
+        ok = TRUE;
+    }
+    g_list_free_full(keys, g_free);
+    if (!ok) {
+        blk_rbd_location_clear(loc);
+    }
+    return ok;
 }
 
 /* Invariant 4: "backing.driver", else "backing.file.filename", else the
@@ -409,6 +505,41 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
     return TRUE;
 }
 
+/* Invariant 11: an RBD image, the node itself ("driver": "rbd") or under a
+ * format; the rest of flat as apply() takes it, over a placeholder file. */
+static gboolean apply_rbd(GHashTable *flat, BlkOpenOptions *o, char **path,
+                          ApiOpenLayers *layers, GError **error)
+{
+    const char *driver = g_hash_table_lookup(flat, "driver");
+    bool node = driver && strcmp(driver, "rbd") == 0;
+    g_autofree char *unused = NULL;
+
+    if (node && (g_hash_table_contains(flat, "file") ||
+                 g_hash_table_contains(flat, "file.driver"))) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter 'file' is unexpected");
+        return FALSE;
+    }
+    if (!rbd_fields(flat, node ? "" : "file.", &layers->rbd, error)) {
+        return FALSE;
+    }
+    if (node) {
+        g_hash_table_remove(flat, "driver");
+    }
+    /* the options left are the format's and the node's (read-only, cache) */
+    g_hash_table_insert(flat, g_strdup("file.filename"), g_strdup("rbd"));
+    const ApplyHow plain = {0};
+    if (!apply(flat, o, &unused, &plain, error)) {
+        blk_rbd_location_clear(&layers->rbd);
+        return FALSE;
+    }
+    if (node) {
+        o->format = "rbd";
+    }
+    o->rbd = &layers->rbd;
+    *path = blk_rbd_name(&layers->rbd);
+    return TRUE;
+}
+
 /* Invariants 1-8: flat onto *o and *path, as how says. */
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                       const ApplyHow *how, GError **error)
@@ -432,6 +563,10 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         driver = o->format; /* invariant 1: the image's backing format */
     } else if (from_image && !backing_driver_ok(driver, "qcow2", "raw", error)) {
         return FALSE;
+    }
+    if (!from_image && layers &&
+        ((driver && strcmp(driver, "rbd") == 0) || (fdrv && strcmp(fdrv, "rbd") == 0))) {
+        return apply_rbd(flat, o, path, layers, error); /* invariant 11 */
     }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&

@@ -29,6 +29,7 @@
  *     (absolute names and json: names open the plain file they name).
  */
 #include "api/api.h"
+#include "block/rbd.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -84,6 +85,7 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.backing_path = NULL;
     bo.backing_opts = NULL;
     bo.data_file_path = NULL;
+    bo.rbd = NULL; /* the caller's top image only (json-name.c invariant 11) */
     bo.format = opts->backing_opts && opts->backing_opts->format
                     ? opts->backing_opts->format
                     : img->backing_format;
@@ -140,6 +142,13 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
         return NULL;
     }
     if (drv->is_protocol) {
+        if (file->drv != drv) { /* "-f rbd" on a file, "-f file" on rbd: */
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Could not open '%s': the '%s' driver cannot open it as '%s'",
+                        filename, file->drv->format_name, drv->format_name);
+            blk_close(file);
+            return NULL;
+        }
         return file;
     }
     BlkOpenOptions fo = *opts; /* invariant 5: a probed format's options */
@@ -153,7 +162,13 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     img = g_new0(BlkNode, 1);
     img->drv = drv;
     img->file = file;
-    img->filename = g_strdup(filename);
+    /* QEMU names a format over a node named by options by its options too:
+     * json:{"driver": FORMAT, "file": {...}} (an RBD image) */
+    img->filename =
+        g_str_has_prefix(file->filename, "json:{")
+            ? g_strdup_printf("json:{\"driver\": \"%s\", \"file\": %s}", drv->format_name,
+                              file->filename + strlen("json:"))
+            : g_strdup(filename);
     img->read_only = ro;
     img->probed = probed;
     img->cache = opts->cache;
@@ -164,6 +179,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     img->opts.backing_path = NULL; /* the caller's strings (types.h) */
     img->opts.backing_opts = NULL;
     img->opts.data_file_path = NULL;
+    img->opts.rbd = NULL;
 
     g_autoptr(GError) local = NULL;
     /* Invariant 4: the locks of the driver's role before it reads the file. */
@@ -277,10 +293,17 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     /* block.h invariant 5: only the caller's own name (not a backing file
      * name from an image: chain != NULL, or backing_name) may select a test
      * node. */
-    bool user_name = chain == NULL && !opts->backing_name;
+    /* "-f file" opens the name as a plain file, whatever it looks like */
+    bool user_name = chain == NULL && !opts->backing_name &&
+                     !(drv && strcmp(drv->format_name, "file") == 0);
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
+    }
+    if (drv && strcmp(drv->format_name, "rbd") == 0 && !blk_is_rbd_name(path)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': File name must start with 'rbd:'", filename);
+        return NULL;
     }
     if (!blk_protocol_is_path(path, user_name ? BLK_OPEN_USER_NAME : 0)) {
         g_strlcpy(canon, path, sizeof(canon)); /* not a path */
@@ -315,8 +338,11 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
         return NULL;
     }
     if (!blk_protocol_is_path(filename, user_name ? BLK_OPEN_USER_NAME : 0) &&
-        file->drv->is_protocol && !file->filtered) {
-        filename = file->filename; /* the protocol's own name (nbd.c: QEMU's) */
+        file->drv->is_protocol && !file->filtered &&
+        !g_str_has_prefix(file->filename, "json:")) {
+        /* the protocol's own name (nbd.c: QEMU's); one named by options
+         * (rbd) names its format in open_format() */
+        filename = file->filename;
     }
     return open_format(file, drv, filename, canon, opts, chain, user_name, error);
 }

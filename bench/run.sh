@@ -7,7 +7,7 @@
 # memory before every timed run and times the final sync (see bench/lib.sh);
 # ROUNDS, DEPTH, CACHE and the size variables of each script pass through.
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
-BENCHES=(write-bench io-bench read-convert convert-bench vmstate-bench nbd-bench chain-bench)
+BENCHES=(write-bench io-bench read-convert convert-bench vmstate-bench nbd-bench chain-bench rbd-bench)
 
 if [ $# -gt 0 ]; then
     BENCHES=("$@")

@@ -25,9 +25,10 @@
  *     blk_flushed_gen() >= g.  A flush with nothing new to cover is free.
  *     Filter nodes (fault injection, recording) answer for their child.
  *  5. Names are opened as protocols only when the caller asks: a
- *     "blkdebug:" or "record:" prefix selects a test node in a name the
- *     user gave (BLK_OPEN_USER_NAME), never in a backing file or data file
- *     name read from an image, which always opens the plain file.
+ *     "blkdebug:" or "record:" prefix selects a test node, "nbd..." an NBD
+ *     export and "rbd:" a Ceph RBD image in a name the user gave
+ *     (BLK_OPEN_USER_NAME), never in a backing file or data file name read
+ *     from an image, which always opens the plain file.
  *  6. Every file an image is made of (its own, its backing files', its data
  *     file) is locked as QEMU locks it (block/lock.c): the protocol node
  *     takes its open mode's permissions, and the node above raises them to
@@ -298,6 +299,11 @@ struct BlkProtocol {
     bool is_path;                /* its names are local paths (protocol.c inv. 4) */
     BlkNode *(*open)(const BlkProtocol *p, const char *filename,
                      const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags);
+    /* qemu-img create's image at the protocol level: size bytes, prealloc
+     * and object_size (an RBD image's; 0: the default) as the protocol
+     * takes them, or refused naming the option.  NULL: cannot create. */
+    int (*create)(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                  uint64_t object_size);
 };
 /* The protocol 'filename' selects: any entry with BLK_OPEN_USER_NAME, the
  * file protocol without it (invariant 5). */
@@ -311,6 +317,11 @@ bool blk_protocol_is_path(const char *filename, unsigned flags);
  * (invariant 5). */
 BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                            BlkNodeRole role, unsigned flags);
+/* Create what the caller's name under its test-node prefixes names, with
+ * its protocol's create (an RBD image for an "rbd:" name, a file
+ * otherwise). */
+int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                        uint64_t object_size);
 /* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
 

@@ -1,10 +1,11 @@
 /*
  * block/protocol.c: the protocol table -- which node a name opens.
  *
- * Owns: the table of protocols (the file protocol, NBD, and the test nodes
- * blkdebug: and record:), choosing one by a name's prefix, opening it, and
- * taking a name apart into its test-node prefixes and the plain name under
- * them.  A new protocol is one entry in protocols[] and its open function.
+ * Owns: the table of protocols (the file protocol, NBD, Ceph RBD, and the
+ * test nodes blkdebug: and record:), choosing one by a name's prefix,
+ * opening it or creating what it names, and taking a name apart into its
+ * test-node prefixes and the plain name under them.  A new protocol is one
+ * entry in protocols[] and its open (and create) function.
  *
  * Invariants (cited as "protocol.c invariant N"):
  *  1. A name is matched against the entries in table order; the first
@@ -21,8 +22,15 @@
  *     opened as a file of that name.
  *  4. A protocol whose names are not local paths (is_path false) is never
  *     given to realpath() or resolved against a folder by the layer above.
+ *  5. Creating follows the same choice for the caller's name under its
+ *     test-node prefixes: an RBD image for "rbd:", a file for a name no
+ *     prefix matches; a protocol without create refuses it.  Options a
+ *     protocol does not have are refused as qemu-img refuses them
+ *     ("Invalid parameter 'preallocation'" for RBD, 'cluster_size' for a
+ *     file).
  */
 #include "block/block.h"
+#include "block/rbd.h"
 
 #include <errno.h>
 #include <string.h>
@@ -85,13 +93,50 @@ static BlkNode *open_record(const BlkProtocol *p, const char *filename,
     return child ? blk_open_record(arg, child) : NULL;
 }
 
+static BlkNode *open_rbd(const BlkProtocol *p, const char *filename,
+                         const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+#ifdef QIMG_HAVE_RBD
+    return blk_open_rbd(filename, opts);
+#else
+    blk_error(ENOTSUP, "Could not open '%s': qimg was built without RBD (librbd)",
+              filename);
+    return NULL;
+#endif
+}
+
+/* Invariant 5. */
+static int create_rbd(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                      uint64_t object_size)
+{
+    if (prealloc != BLK_PREALLOC_OFF) {
+        return blk_error(EINVAL, "Invalid parameter 'preallocation'");
+    }
+#ifdef QIMG_HAVE_RBD
+    return blk_rbd_create(filename, size, object_size);
+#else
+    return blk_error(ENOTSUP, "qimg was built without RBD (librbd)");
+#endif
+}
+
+static int create_file(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                       uint64_t object_size)
+{
+    if (object_size) {
+        return blk_error(EINVAL, "Invalid parameter 'cluster_size'");
+    }
+    return blk_file_create(filename, size, prealloc);
+}
+
 static const char *const nbd_prefixes[] = {"nbd:", "nbd+", "nbds:", "nbds+", NULL};
+static const char *const rbd_prefixes[] = {"rbd:", NULL};
 static const char *const blkdebug_prefixes[] = {"blkdebug:", NULL};
 static const char *const record_prefixes[] = {"record:", NULL};
 
 /* Invariant 1: in match order; the file protocol last. */
 static const BlkProtocol protocols[] = {
     {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd},
+    {.name = "rbd", .prefixes = rbd_prefixes, .open = open_rbd, .create = create_rbd},
     {.name = "blkdebug",
      .prefixes = blkdebug_prefixes,
      .test_node = true,
@@ -100,7 +145,7 @@ static const BlkProtocol protocols[] = {
      .prefixes = record_prefixes,
      .test_node = true,
      .open = open_record},
-    {.name = "file", .is_path = true, .open = open_file},
+    {.name = "file", .is_path = true, .open = open_file, .create = create_file},
 };
 
 const BlkProtocol *blk_protocol_for(const char *filename, unsigned flags)
@@ -152,6 +197,21 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
         }
     }
     return node;
+}
+
+int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                        uint64_t object_size)
+{
+    const char *name = blk_plain_name(filename);
+    const BlkProtocol *p = blk_protocol_for(name, BLK_OPEN_USER_NAME);
+
+    if (!p->create) { /* invariant 5 */
+        return blk_error(ENOTSUP,
+                         "Could not create '%s': the %s protocol cannot create "
+                         "images",
+                         name, p->name);
+    }
+    return p->create(name, size, prealloc, object_size);
 }
 
 const char *blk_plain_name(const char *filename)

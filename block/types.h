@@ -108,6 +108,11 @@ typedef struct BlkOpenOptions {
     /* The image's own file names (extents, parents, backing and data
      * files) may point anywhere (names.c invariant 1 does not apply). */
     bool trust_names;
+    /* An RBD image the caller's json:/--image-opts name gives by its
+     * fields (json-name.c invariant 11): block/rbd.c opens this location
+     * for the "rbd:" name the caller passes with it; the caller keeps it
+     * until the open returns. */
+    const struct BlkRbdLocation *rbd;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

@@ -76,6 +76,7 @@
  *     encryption=on) is refused: qimg reads such images, never makes one.
  */
 #include "qcow2/create.h"
+#include "block/rbd.h"
 
 #include "crypto/secmem.h"
 
@@ -338,8 +339,13 @@ int qcow2_create(const char *filename, const BlkCreateOptions *opts)
     bool data_created = false;
     int ret;
 
+    if (opts->options && g_hash_table_contains(opts->options, "password-secret")) {
+        /* the rbd protocol's option (raw.c invariant 5) */
+        return blk_error(ENOTSUP, "qimg takes no Ceph key from a secret: "
+                                  "'password-secret' is not supported");
+    }
     /* qemu-img creates the files first and checks the options after */
-    ret = blk_file_create(blk_plain_name(filename), 0, BLK_PREALLOC_OFF);
+    ret = blk_create_protocol(filename, 0, BLK_PREALLOC_OFF, 0);
     if (ret < 0) {
         return ret;
     }
@@ -385,7 +391,9 @@ fail:
     blk_close(img);
     blk_close(file);
     blk_close(data);
-    remove_regular(blk_plain_name(filename));
+    if (!blk_is_rbd_name(blk_plain_name(filename))) { /* an RBD image stays, as QEMU's */
+        remove_regular(blk_plain_name(filename));
+    }
     if (data_created) {
         remove_regular(data_name);
     }

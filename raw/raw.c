@@ -21,6 +21,12 @@
  *     combine into a header between check and write.  Zero writes and
  *     discards cannot create a header (the magic is not zeros, and zeroing
  *     cannot raise a version below 2 to 2 or more).
+ *  5. What belongs to the protocol is the protocol's, as QEMU's raw format
+ *     passes it through: creation (an RBD image's object size from
+ *     cluster_size), the cluster size and snapshot list qemu-img info
+ *     shows, and internal snapshots (RBD snapshots; a file has none:
+ *     "Format 'raw' does not support internal snapshots").  The virtual
+ *     size follows the protocol's after a snapshot is applied.
  */
 #include "raw/raw.h"
 
@@ -140,6 +146,7 @@ static int raw_create(const char *filename, const BlkCreateOptions *opts)
 {
     BlkPrealloc prealloc = BLK_PREALLOC_OFF;
     uint64_t size = ROUND_UP(opts->size, 512); /* as qemu-img creates it */
+    uint64_t object_size = 0;
 
     if (opts->backing_file) {
         blk_error(ENOTSUP, "Backing file not supported for file format 'raw'");
@@ -159,13 +166,26 @@ static int raw_create(const char *filename, const BlkCreateOptions *opts)
                     blk_error(EINVAL, "Unsupported preallocation mode 'metadata'");
                     return -EINVAL;
                 }
+            } else if (strcmp(k, "cluster_size") == 0) {
+                /* the RBD object size (invariant 5) */
+                char *end = NULL;
+                object_size = g_ascii_strtoull(v, &end, 10);
+                if (!*(const char *)v || *end) {
+                    return blk_error(EINVAL, "Parameter 'cluster_size' expects a size");
+                }
+            } else if (strcmp(k, "password-secret") == 0 ||
+                       g_str_has_prefix(k, "encrypt.")) {
+                return blk_error(ENOTSUP,
+                                 "librbd's own encryption and Ceph keys from "
+                                 "secrets are not supported: '%s'",
+                                 (const char *)k);
             } else if (strcmp(k, "size") != 0) {
                 blk_error(EINVAL, "Invalid parameter '%s'", (const char *)k);
                 return -EINVAL;
             }
         }
     }
-    return blk_file_create(blk_plain_name(filename), size, prealloc);
+    return blk_create_protocol(filename, size, prealloc, object_size);
 }
 
 /* qemu-img measure -O raw: the whole virtual size (rounded up to 512 bytes
@@ -205,6 +225,59 @@ static int raw_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src
     return 0;
 }
 
+/* Invariant 5. */
+static int raw_get_info(BlkNode *img, BlkInfo *info)
+{
+    BlkNode *file = img->file;
+
+    int ret = file->drv->get_info ? file->drv->get_info(file, info) : 0;
+
+    info->format_specific = false; /* the protocol's own, not raw's (QEMU 7.2) */
+    return ret;
+}
+
+static int no_snapshots(void)
+{
+    return blk_error(ENOTSUP, "Format 'raw' does not support internal snapshots");
+}
+
+static int raw_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
+{
+    BlkNode *file = img->file;
+
+    return file->drv->snapshot_create ? file->drv->snapshot_create(file, sn)
+                                      : no_snapshots();
+}
+
+static int raw_snapshot_goto(BlkNode *img, const char *id_or_name)
+{
+    BlkNode *file = img->file;
+    int ret;
+
+    if (!file->drv->snapshot_goto) {
+        return no_snapshots();
+    }
+    ret = file->drv->snapshot_goto(file, id_or_name);
+    img->size = ROUND_UP(file->size, 512); /* invariants 2, 5 */
+    return ret;
+}
+
+static int raw_snapshot_delete(BlkNode *img, const char *id_or_name)
+{
+    BlkNode *file = img->file;
+
+    return file->drv->snapshot_delete ? file->drv->snapshot_delete(file, id_or_name)
+                                      : no_snapshots();
+}
+
+static GArray *raw_snapshot_list(BlkNode *img)
+{
+    BlkNode *file = img->file;
+
+    return file->drv->snapshot_list ? file->drv->snapshot_list(file)
+                                    : g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
+}
+
 static bool raw_has_zero_init(BlkNode *img)
 {
     return img->file->drv->has_zero_init && img->file->drv->has_zero_init(img->file);
@@ -224,4 +297,9 @@ const BlkDriver blk_raw_driver = {
     .create = raw_create,
     .measure = raw_measure,
     .has_zero_init = raw_has_zero_init,
+    .get_info = raw_get_info,
+    .snapshot_create = raw_snapshot_create,
+    .snapshot_goto = raw_snapshot_goto,
+    .snapshot_delete = raw_snapshot_delete,
+    .snapshot_list = raw_snapshot_list,
 };

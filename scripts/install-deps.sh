@@ -20,6 +20,11 @@ pkgs+=(python3-cryptography)
 # libvmdk (libyal), the independent VMDK reader of the iotests: vmdkinfo
 # and its Python binding (pyvmdk) for the data.
 pkgs+=(libvmdk-utils python3-libvmdk)
+# Ceph RBD images: librbd and librados to build block/rbd.c (meson option
+# rbd), a one-machine cluster for the tests (scripts/ceph-micro.sh: monitor
+# and OSDs; ceph-common has the ceph and rbd tools) and QEMU's block
+# modules, so that qemu-img reaches RBD as the oracle on the same cluster.
+pkgs+=(librbd-dev librados-dev ceph-mon ceph-osd ceph-common qemu-block-extra uuid-runtime)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)

@@ -16,6 +16,8 @@
  *  - the same workload over NBD (with libnbd): `nbdkit qimg` serving the
  *    image, so the requests reach it through the synchronous API from
  *    nbdkit's threads, the path of `qimg nbd`;
+ *  - the same workload on a Ceph RBD image (block/rbd.c), when
+ *    QIMG_TEST_RBD_POOL names a pool (iotests/tests/110-rbd.sh);
  *  - reads stopped at a breakpoint while a discard or an unmapping zero
  *    write of their cluster, a flush and an allocating write that would
  *    reuse the freed host cluster are submitted: the read returns the
@@ -743,6 +745,63 @@ static void test_workload_nbd(void **state)
     workload_nbd(&configs[0], 32, 6000, false);
 }
 
+/* The workload on a Ceph RBD image, raw (block/rbd.c: the pool's 64
+ * threads each keep a librbd request in flight, rbd.c invariant 3): only
+ * when QIMG_TEST_RBD_POOL names a pool of the cluster CEPH_CONF finds
+ * (iotests/tests/110-rbd.sh, which runs it under TSan too).  Objects of
+ * 64 KiB, the workload's cluster: discards are of whole objects, which
+ * librbd deletes (a partial one it may skip). */
+static void workload_rbd(uint64_t mib, int nreq, bool overlap)
+{
+    const uint64_t size = env_u64("QIMG_TEST_AIO_MIB", mib) * MiB;
+    const int total = (int)env_u64("QIMG_TEST_AIO_REQUESTS", (guint64)nreq);
+    static unsigned seq;
+    g_autofree char *name = g_strdup_printf(
+        "rbd:%s/aio-%d-%u", g_getenv("QIMG_TEST_RBD_POOL"), (int)getpid(), seq++);
+    g_autoptr(GHashTable) copts = g_hash_table_new(g_str_hash, g_str_equal);
+    QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
+    QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    g_autoptr(GError) err = NULL;
+    g_autofree uint8_t *all = g_malloc(size);
+    Work w;
+    int submitted;
+
+    g_hash_table_insert(copts, "cluster_size", "65536");
+    co.format = "raw";
+    co.size = size;
+    co.options = copts;
+    if (!qimg_image_create(name, &co, &err)) {
+        fail_msg("create %s: %s", name, err->message);
+    }
+    work_init(&w, size, 65536, (guint32)env_u64("QIMG_TEST_SEED", 42));
+    w.overlap = overlap;
+    oo.format = "raw";
+    w.img = qimg_image_open(name, &oo, &err);
+    if (!w.img) {
+        fail_msg("open %s: %s", name, err->message);
+    }
+    ao.engine = QIMG_AIO_ENGINE_THREADS;
+    assert_true(qimg_image_aio_setup(w.img, &ao, &err));
+    submitted = run_random(&w, total);
+    assert_true(qimg_image_aio_get_stats(w.img, &st, &err));
+    assert_int_equal(st.completed, (uint64_t)submitted);
+    assert_true(qimg_image_close(w.img, &err));
+    w.img = qimg_image_open(name, &oo, &err);
+    assert_non_null(w.img);
+    assert_true(qimg_image_pread(w.img, 0, all, size, &err));
+    assert_memory_equal(all, w.model, size);
+    assert_true(qimg_image_close(w.img, &err));
+    work_clear(&w);
+}
+
+static void test_workload_rbd(void **state)
+{
+    workload_rbd(8, 3000, false);
+    workload_rbd(2, 3000, true);
+}
+
 /* ---- deterministic interleavings, with breakpoints on the fault node ---- */
 
 /* Wait (at most 10 s) until a request is stopped as tag. */
@@ -966,6 +1025,11 @@ int main(void)
     const char *filter = g_getenv("QIMG_TEST_FILTER");
     struct CMUnitTest run[G_N_ELEMENTS(tests)];
     size_t n = 0;
+
+    if (g_getenv("QIMG_TEST_RBD_POOL")) { /* the cluster's run, only */
+        const struct CMUnitTest rbd[] = {cmocka_unit_test(test_workload_rbd)};
+        return tu_run_group_tests_("test-aio-workload", "tests", rbd, 1);
+    }
 
     /* QIMG_TEST_FILTER: comma-separated glob patterns of test names; a
      * test runs if it matches a pattern and no "!pattern" */

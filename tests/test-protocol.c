@@ -12,6 +12,7 @@
 #include "block/block.h"
 
 #include <errno.h>
+#include <glib/gstdio.h>
 #include <string.h>
 
 /* Invariant 1: names select their protocol by prefix; anything else is a
@@ -30,6 +31,9 @@ static void test_protocol_for(void **state)
         {"nbd:unix:/s:exportname=x", "nbd"},
         {"blkdebug::disk", "blkdebug"},
         {"record:log:disk", "record"},
+        {"rbd:pool/image", "rbd"},
+        {"rbd:pool/ns/image@snap:conf=/c", "rbd"},
+        {"rbdish.img", "file"},
         {"nbdish.img", "file"}, /* no prefix of the table */
     };
 
@@ -54,6 +58,30 @@ static void test_plain_name(void **state)
     assert_false(blk_protocol_is_path("record:l:nbd://h/x", BLK_OPEN_USER_NAME));
     assert_false(blk_protocol_is_path("nbd:unix:/s", BLK_OPEN_USER_NAME));
     assert_true(blk_protocol_is_path("nbd:unix:/s", 0));
+    assert_false(blk_protocol_is_path("record:l:rbd:p/i", BLK_OPEN_USER_NAME));
+    assert_true(blk_protocol_is_path("rbd:p/i", 0));
+}
+
+/* Invariant 5: creating follows the choice; each protocol refuses the
+ * other's options before it touches anything. */
+static void test_create_choice(void **state)
+{
+    g_autofree char *dir = g_dir_make_tmp("qimg-proto-XXXXXX", NULL);
+    g_autofree char *f = g_build_filename(dir, "f.raw", NULL);
+
+    blk_error_clear();
+    assert_int_equal(blk_create_protocol("rbd:p/i", 1 << 20, BLK_PREALLOC_FULL, 0),
+                     -EINVAL);
+    assert_string_equal(blk_error_message(), "Invalid parameter 'preallocation'");
+    blk_error_clear();
+    assert_int_equal(blk_create_protocol(f, 1 << 20, BLK_PREALLOC_OFF, 65536), -EINVAL);
+    assert_string_equal(blk_error_message(), "Invalid parameter 'cluster_size'");
+    assert_false(g_file_test(f, G_FILE_TEST_EXISTS));
+    blk_error_clear();
+    assert_int_equal(blk_create_protocol(f, 1 << 20, BLK_PREALLOC_OFF, 0), 0);
+    assert_true(g_file_test(f, G_FILE_TEST_EXISTS));
+    g_unlink(f);
+    g_rmdir(dir);
 }
 
 /* Invariant 3: a test-node prefix without its argument is refused, not
@@ -112,9 +140,8 @@ static void test_probes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_protocol_for),
-        cmocka_unit_test(test_plain_name),
-        cmocka_unit_test(test_test_node_needs_arg),
+        cmocka_unit_test(test_protocol_for),  cmocka_unit_test(test_plain_name),
+        cmocka_unit_test(test_create_choice), cmocka_unit_test(test_test_node_needs_arg),
         cmocka_unit_test(test_probes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -169,7 +169,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         return NULL;
     }
     if (!a->skip_create) {
-        const ToolOptDesc *descs = tool_create_opts(a->out_fmt);
+        const ToolOptDesc *descs = tool_create_opts_for(a->out_fmt, a->dst_name);
         g_autoptr(GPtrArray) opts = NULL;
         g_autoptr(GHashTable) hash = NULL;
         QimgCreateOptions co = QIMG_CREATE_OPTIONS_INIT;
@@ -436,7 +436,7 @@ int cmd_convert(int argc, char **argv)
             tool_create_format_error(NULL, a.out_fmt);
             goto fail;
         }
-        tool_opts_print_help(a.out_fmt, optind < argc);
+        tool_opts_print_help(a.out_fmt, optind < argc ? argv[argc - 1] : NULL);
         g_free(a.optlist);
         return 0;
     }

@@ -177,7 +177,7 @@ int cmd_create(int argc, char **argv)
             tool_create_format_error(NULL, fmt);
             return 1;
         }
-        tool_opts_print_help(fmt, optind < argc);
+        tool_opts_print_help(fmt, optind < argc ? argv[optind] : NULL);
         return 0;
     }
     if (optind >= argc) {
@@ -200,6 +200,7 @@ int cmd_create(int argc, char **argv)
         tool_create_format_error(filename, fmt);
         return 1;
     }
+    descs = tool_create_opts_for(fmt, filename); /* the protocol's options too */
 
     opts = tool_opts_parse(optlist ? optlist : "", descs, filename);
     if (!opts) {

@@ -166,6 +166,11 @@ static void json_format_specific(ToolJson *j, const QimgInfo *info)
     tool_json_begin_object(j, "format-specific");
     tool_json_str(j, "type", info->format);
     tool_json_begin_object(j, "data");
+    if (strcmp(info->format, "rbd") == 0) { /* an RBD image opened as itself */
+        tool_json_end_object(j);
+        tool_json_end_object(j);
+        return;
+    }
     tool_json_str(j, "compat", info->compat);
     if (info->compression_type) {
         tool_json_str(j, "compression-type", info->compression_type);
@@ -321,6 +326,9 @@ void tool_print_format_specific(const QimgInfo *info)
     }
     v3 = is_v3(info);
     printf("Format specific information:\n");
+    if (strcmp(info->format, "rbd") == 0) {
+        return; /* nothing more for an RBD image opened as itself */
+    }
     if (info->vmdk) { /* fact 8 */
         const QimgVmdkInfo *v = info->vmdk;
         printf("    cid: %" PRIu32 "\n    parent cid: %" PRIu32 "\n", v->cid,

@@ -13,6 +13,9 @@
  *  3. "-o help" lists the format's options sorted by name, then a note
  *     about protocol options; with a file name it lists format and
  *     protocol options together under "Supported options:".
+ *  4. An "rbd:" name has the rbd protocol's options: size, cluster_size
+ *     (the RBD object size, for raw), password-secret and encrypt.*, in
+ *     that order in the "Formatting" line after the format's own.
  */
 #include "qimg-tool.h"
 
@@ -216,6 +219,16 @@ const ToolOptDesc *tool_amend_opts(const char *format, bool with_create)
     return with_create ? qcow2_amend_create_opts : qcow2_amend_opts;
 }
 
+static const ToolOptDesc *find_desc(const ToolOptDesc *descs, const char *name)
+{
+    for (; descs->name; descs++) {
+        if (strcmp(descs->name, name) == 0) {
+            return descs;
+        }
+    }
+    return NULL;
+}
+
 const ToolOptDesc *tool_create_opts(const char *format)
 {
     if (strcmp(format, "raw") == 0) {
@@ -255,12 +268,68 @@ void tool_create_format_error(const char *filename, const char *format)
     tool_error("%sUnknown file format '%s'", prefix, format);
 }
 
-static const ToolOptDesc *find_desc(const ToolOptDesc *descs, const char *name)
+/* Fact 4: the rbd protocol's options (qemu-img's order).  The library
+ * refuses password-secret and encrypt.* on an RBD image: librbd's own
+ * encryption is not supported, and Ceph keys come from the keyring only. */
+#define RBD_PROTOCOL_OPTS                                                                \
+    {"password-secret", TOOL_OPT_STRING, "ID of secret providing the password", NULL,    \
+     true},                                                                              \
+        {"encrypt.format", TOOL_OPT_STRING,                                              \
+         "Encrypt the image, format choices: 'luks', 'luks2'", NULL, true},              \
+        {"encrypt.cipher-alg", TOOL_OPT_STRING,                                          \
+         "Name of encryption cipher algorithm (allowed values: aes-128, aes-256)", NULL, \
+         true},                                                                          \
+    {                                                                                    \
+        "encrypt.key-secret", TOOL_OPT_STRING, "ID of secret providing LUKS passphrase", \
+            NULL, true                                                                   \
+    }
+
+static const ToolOptDesc rbd_raw_opts[] = {
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {"cluster_size", TOOL_OPT_SIZE, "RBD object size", NULL, true},
+    RBD_PROTOCOL_OPTS,
+    {NULL, 0, NULL, NULL, false},
+};
+
+/* qcow2's own, then the protocol's it does not have (password-secret) */
+static ToolOptDesc rbd_qcow2_list[G_N_ELEMENTS(qcow2_opts) + 4];
+
+static gpointer rbd_qcow2_build(gpointer unused)
 {
-    for (; descs->name; descs++) {
-        if (strcmp(descs->name, name) == 0) {
-            return descs;
+    static const ToolOptDesc rbd[] = {RBD_PROTOCOL_OPTS};
+    size_t n = 0;
+
+    (void)unused;
+    for (const ToolOptDesc *d = qcow2_opts; d->name; d++) {
+        if (!d->protocol) {
+            rbd_qcow2_list[n++] = *d;
         }
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(rbd); i++) {
+        if (!find_desc(rbd_qcow2_list, rbd[i].name)) {
+            rbd_qcow2_list[n++] = rbd[i];
+        }
+    }
+    return rbd_qcow2_list;
+}
+
+static const ToolOptDesc *rbd_qcow2_opts(void)
+{
+    static GOnce once = G_ONCE_INIT;
+
+    return g_once(&once, rbd_qcow2_build, NULL);
+}
+
+const ToolOptDesc *tool_create_opts_for(const char *format, const char *filename)
+{
+    if (!filename || !g_str_has_prefix(filename, "rbd:")) {
+        return tool_create_opts(format);
+    }
+    if (strcmp(format, "raw") == 0) {
+        return rbd_raw_opts;
+    }
+    if (strcmp(format, "qcow2") == 0) {
+        return rbd_qcow2_opts();
     }
     return NULL;
 }
@@ -391,14 +460,18 @@ void tool_opts_print_amend_help(const char *format)
     print_opt_lines(tool_amend_opts(format, false), false, false);
 }
 
-void tool_opts_print_help(const char *format, bool with_protocol)
+void tool_opts_print_help(const char *format, const char *filename)
 {
+    bool with_protocol = filename != NULL;
+
     if (with_protocol) {
         printf("Supported options:\n");
     } else {
         printf("Supported %s options:\n", format);
     }
-    print_opt_lines(tool_create_opts(format), with_protocol, strcmp(format, "raw") == 0);
+    print_opt_lines(tool_create_opts_for(format, filename), with_protocol,
+                    strcmp(format, "raw") == 0 &&
+                        !g_str_has_prefix(filename ? filename : "", "rbd:"));
     if (!with_protocol) {
         printf("\nThe protocol level may support further options.\n"
                "Specify the target filename to include those options.\n");

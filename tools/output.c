@@ -341,6 +341,16 @@ void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo, const char 
         !qimg_image_format_probed(img) || strcmp(qimg_image_format(img), "raw") != 0) {
         return;
     }
+    /* QEMU names the protocol node: for one named by options (an RBD
+     * image), the "file" object of the raw node's json: name */
+    const char *name = qimg_image_filename(img);
+    static const char raw_json[] = "json:{\"driver\": \"raw\", \"file\": ";
+    g_autofree char *node_name = NULL;
+    if (g_str_has_prefix(name, raw_json) && g_str_has_suffix(name, "}")) {
+        const char *obj = name + strlen(raw_json);
+        node_name = g_strdup_printf("json:%.*s", (int)(strlen(obj) - 1), obj);
+        filename = node_name;
+    }
     fprintf(stderr,
             "WARNING: Image format was not specified for '%s' and probing guessed raw.\n"
             "         Automatically detecting the format is dangerous for raw images, "

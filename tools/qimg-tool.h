@@ -168,6 +168,9 @@ typedef struct ToolOpt {
 /* Create options of a format in qemu-img's print order (NULL-terminated
  * list), or NULL for an unknown format. */
 const ToolOptDesc *tool_create_opts(const char *format);
+/* The same for an image called filename (NULL: the format's alone): an
+ * "rbd:" name takes the rbd protocol's options instead of the file's. */
+const ToolOptDesc *tool_create_opts_for(const char *format, const char *filename);
 /* qemu-img amend's options of a format (NULL: it has none); with_create
  * adds the create options amend knows only to say "This option is only
  * supported for image creation". */
@@ -193,8 +196,9 @@ char *tool_opts_append(char *list, const char *more);
 bool tool_opts_accumulate(char **list, const char *more);
 /* True if the list asks for help ("help" or "?" as an element). */
 bool tool_opts_want_help(const char *list);
-/* Print "-o help" for 'format'; with_protocol when a filename was given. */
-void tool_opts_print_help(const char *format, bool with_protocol);
+/* Print "-o help" for 'format', with the options of filename's protocol
+ * when a file name was given (else NULL). */
+void tool_opts_print_help(const char *format, const char *filename);
 /*
  * Split, check and normalise 'list' against 'descs'.  Later keys replace
  * earlier ones.  Returns a GPtrArray of ToolOpt, or NULL after printing

@@ -158,7 +158,10 @@ typedef struct QimgOpenOptions {
  * l2-cache-size, and a backing or data-file object naming the file opened
  * instead of the image's own (0.7); anything else refused), or an NBD export (nbd://,
  * nbd+unix://, nbds://, or qemu-img's nbd:unix:PATH /
- * nbd:HOST:PORT[:exportname=NAME]) where qimg was built with libnbd. */
+ * nbd:HOST:PORT[:exportname=NAME]) where qimg was built with libnbd, or a Ceph
+ * RBD image (rbd:pool/[namespace/]image[@snap][:key=value...], or json:
+ * fields pool, namespace, image, snapshot, conf, user) where qimg was built
+ * with librbd. */
 QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                            GError **error);
 /* Open a layer of top's backing chain (qimg_image_backing()) a second
