@@ -31,9 +31,11 @@ and the anti-forensic merge, the cryptography package's AES), independent
 of qimg's and QEMU's -- to find the markers; --no-plaintext fails the run
 when any workload tag appears in the log in the clear.
 
-Subcommands (used by iotests/tests/05x-crash-*.sh):
+Subcommands (used by iotests/tests/05x-crash-*.sh, through lib.sh):
   workload  write a qimg io / qemu-io script, its tag files and a model
   explore   rebuild states from a log and judge them; prints a summary line
+  summary   the totals of the explores of a --summary file
+  serve     run the others as requests read from stdin (one python3 a test)
 """
 import argparse
 import hashlib
@@ -49,6 +51,8 @@ import time
 
 SECTOR = 512
 PAGE = 4096
+_ZERO_BLOCK = bytes(65536)
+_ZERO_SECTOR = bytes(SECTOR)
 QEMU_IMG = os.environ.get("QEMU_IMG", "qemu-img")
 
 # ---- logs ----
@@ -137,20 +141,62 @@ def load_log(path, qemu_file=None):
 
 
 class FileState:
-    def __init__(self, base):
-        self.buf = bytearray(base)
+    """One file of a state, built in place on disk (sparse: zeroed ranges
+    are holes), so that a state costs the writes it applies, not a copy of
+    the whole file in memory."""
+
+    def __init__(self, path, base):
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.size = len(base)
+        os.ftruncate(self.fd, self.size)
+        view = memoryview(base)
+        for pos in range(0, len(base), 65536):
+            chunk = view[pos:pos + 65536]
+            if chunk != _ZERO_BLOCK[:len(chunk)]:
+                os.pwrite(self.fd, chunk, pos)
+
+    def close(self):
+        os.close(self.fd)
 
     def write(self, off, data):
-        end = off + len(data)
-        if end > len(self.buf):
-            self.buf.extend(bytes(end - len(self.buf)))
-        self.buf[off:end] = data
+        os.pwrite(self.fd, data, off)
+        self.size = max(self.size, off + len(data))
+
+    def zero(self, a, b):
+        """[a, b) reads zeros; the file grows to b if shorter."""
+        old = self.size
+        if b > old:
+            self.truncate(b)
+        if a < old:
+            punch_hole(self.fd, a, min(b, old) - a)
 
     def truncate(self, size):
-        if size < len(self.buf):
-            del self.buf[size:]
-        else:
-            self.buf.extend(bytes(size - len(self.buf)))
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+
+def _libc_fallocate():
+    try:
+        import ctypes
+        import ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        f = libc.fallocate
+        f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        return f
+    except (OSError, AttributeError):
+        return None
+
+
+_FALLOCATE = _libc_fallocate()
+_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+def punch_hole(fd, off, length):
+    """Zero [off, off+length) of fd without changing its size."""
+    if _FALLOCATE is not None and _FALLOCATE(fd, _PUNCH, off, length) == 0:
+        return
+    for pos in range(off, off + length, 65536):  # no hole punching here
+        os.pwrite(fd, _ZERO_BLOCK[:min(65536, off + length - pos)], pos)
 
 
 def pieces(off, length):
@@ -170,20 +216,25 @@ def apply_entry(fs, e, rng=None, tear=False):
         return
     if e.type not in (W_WRITE, W_ZERO, W_DISCARD):
         return
-    parts = pieces(e.off, e.len)
-    if tear and len(parts) > 1:
-        keep = [p for p in parts if rng.random() < 0.5]
-        if not keep:
-            keep = [rng.choice(parts)]
+    if tear:
+        parts = pieces(e.off, e.len)
+        if len(parts) > 1:
+            parts = [p for p in parts if rng.random() < 0.5] or [rng.choice(parts)]
+        runs = []  # adjacent pages kept merge into one run
+        for a, b in parts:
+            if runs and runs[-1][1] == a:
+                runs[-1][1] = b
+            else:
+                runs.append([a, b])
     else:
-        keep = parts
-    for a, b in keep:
+        runs = [(e.off, e.off + e.len)] if e.len > 0 else []
+    for a, b in runs:
         if e.type == W_WRITE:
             fs.write(a, e.data[a - e.off:b - e.off])
         elif e.type == W_ZERO:
-            fs.write(a, bytes(b - a))  # zeroed (and allocated: may extend)
-        elif a < len(fs.buf):
-            fs.write(a, bytes(min(b, len(fs.buf)) - a))  # punched: keeps the size
+            fs.zero(a, b)  # zeroed (and allocated: may extend)
+        elif a < fs.size:
+            fs.zero(a, min(b, fs.size))  # punched: keeps the size
 
 
 def durable_cover(entries, cut):
@@ -195,19 +246,30 @@ def durable_cover(entries, cut):
     return cover
 
 
-def build_state(entries, cut, bases, rng, keep_prob):
-    """Files (path -> FileState) after a power loss at cut."""
-    files = {p: FileState(b) for p, b in bases.items()}
+def build_state(entries, cut, bases, rng, keep_prob, sdir):
+    """Write into sdir the files (by base name) a power loss at cut leaves."""
+    files = {}
+
+    def state_file(path):
+        if path not in files:
+            files[path] = FileState(os.path.join(sdir, os.path.basename(path)),
+                                    bases.get(path, b""))
+        return files[path]
+    for p in bases:
+        state_file(p)
     cover = durable_cover(entries, cut)
-    for e in entries[:cut]:
-        if e.type in (W_FLUSH, W_OPEN):
-            continue
-        fs = files.setdefault(e.path, FileState(b""))
-        if e.index < cover.get(e.path, 0):
-            apply_entry(fs, e)
-        elif rng.random() < keep_prob:
-            apply_entry(fs, e, rng, tear=rng.random() < 0.3)
-    return files
+    try:
+        for e in entries[:cut]:
+            if e.type in (W_FLUSH, W_OPEN):
+                continue
+            fs = state_file(e.path)
+            if e.index < cover.get(e.path, 0):
+                apply_entry(fs, e)
+            elif rng.random() < keep_prob:
+                apply_entry(fs, e, rng, tear=rng.random() < 0.3)
+    finally:
+        for fs in files.values():
+            fs.close()
 
 
 def cut_points(entries, n, rng):
@@ -247,7 +309,7 @@ def parse_sector(sec):
     if sec[:2] == b"QC" and sec == sec[:16] * (SECTOR // 16):
         _m, kind, _p, op, sector = struct.unpack_from("<2sBBIQ", sec)
         return ("data", op, sector) if kind == TAG_DATA else ("mark", op, sector)
-    if not any(sec):
+    if sec.count(0) == len(sec):
         return ZERO
     return None
 
@@ -444,82 +506,133 @@ def make_workload(args):
 
 
 class Model:
-    """What each sector may read after a crash with newest marker M."""
+    """What each sector may read after a crash with newest marker M.  The
+    touched sectors fall into segments, runs of sectors that the same ops
+    cover: every sector of a segment allows the same values (a data tag
+    also names its sector), so the model is worked out per segment."""
 
     def __init__(self, path, backing_raw=None):
         m = json.load(open(path))
         self.size, self.marker, self.ops = m["size"], m["marker"], m["ops"]
         self.backing = backing_raw
-        self.touched = sorted(set(s for op in self.ops if "off" in op
-                                  for s in range(op["off"] // SECTOR,
-                                                 (op["off"] + op["len"]) // SECTOR)))
+        spans = [(i, op["off"] // SECTOR, (op["off"] + op["len"]) // SECTOR)
+                 for i, op in enumerate(self.ops) if "off" in op]
+        bounds = sorted(set(x for _i, a, b in spans for x in (a, b)))
+        self._digests = {}
+        self.segments = []  # (first sector, end sector, indexes of the ops over it)
+        for a, b in zip(bounds, bounds[1:]):
+            over = [i for i, oa, ob in spans if oa <= a and b <= ob]
+            if over:
+                self.segments.append((a, b, over))
 
     def allowed(self, newest_marker):
-        """sector -> set of allowed values ('data', op) / ZERO / BACKING."""
+        """[(first sector, end sector, set of allowed values)] with values
+        ('data', op) / ZERO / BACKING, and the initial value (what a sector
+        no op touched reads)."""
         last_flush = -1
         for i in range(0, newest_marker + 1):
             if self.ops[i]["op"] == "flush":
                 last_flush = i
         issued = min(len(self.ops) - 1, newest_marker + 1)
         init = {BACKING} if self.backing is not None else {ZERO}
-        cur = {}
-        for i in range(0, last_flush + 1):
-            self._apply(cur, i, init, replace=True)
-        allowed = {s: set(v) for s, v in cur.items()}
-        for i in range(last_flush + 1, issued + 1):
-            self._apply(allowed, i, init, replace=False, base=cur)
-        return allowed, init
+        out = []
+        for a, b, over in self.segments:
+            cur = init  # the value when the last flush completed
+            for i in over:
+                if i > last_flush:
+                    break
+                cur = self._vals(i, cur, init)
+            vals = set(cur)  # and what any write issued since may have put
+            for i in over:
+                if last_flush < i <= issued:
+                    vals |= self._vals(i, vals, init)
+            out.append((a, b, vals))
+        return out, init
 
-    def _apply(self, table, i, init, replace, base=None):
-        op = self.ops[i]
-        if "off" not in op:
-            return
-        for s in range(op["off"] // SECTOR, (op["off"] + op["len"]) // SECTOR):
-            if op["op"] == "write":
-                vals = {("data", i)}
-            elif op["op"] == "zero":
-                vals = {ZERO}
-            else:  # discard: partial clusters are ignored, whole ones read 0/backing
-                prev = table.get(s, init)
-                vals = set(prev) | {ZERO} | (init if self.backing is not None else set())
-            if replace:
-                table[s] = vals
-            else:
-                table.setdefault(s, set((base or {}).get(s, init))).update(vals)
+    def tag_digest(self, op, a, b):
+        """SHA-1 of sectors [a, b) as op's write tagged them (cached: the
+        states of one explore ask for the same few)."""
+        key = (op, a, b)
+        if key not in self._digests:
+            self._digests[key] = hashlib.sha1(b"".join(
+                tag_sector(TAG_DATA, op, s) for s in range(a, b))).digest()
+        return self._digests[key]
+
+    def _vals(self, i, prev, init):
+        """What a sector that read one of prev may read after op i."""
+        op = self.ops[i]["op"]
+        if op == "write":
+            return {("data", i)}
+        if op == "zero":
+            return {ZERO}
+        # discard: partial clusters are ignored, whole ones read 0/backing
+        return set(prev) | {ZERO} | (init if self.backing is not None else set())
+
+
+def segment_reads_one(chunk, a, b, ok_vals, model):
+    """Whether sectors [a, b) (chunk, maybe short at the disk's end) all
+    read one value of ok_vals: the quick way for the usual case (a data
+    value compares digests: see Model.tag_digest)."""
+    n = (b - a) * SECTOR
+    if len(chunk) < n:
+        chunk = chunk + bytes(n - len(chunk))
+    digest = None
+    for v in ok_vals:
+        if v == ZERO:
+            same = chunk.count(0) == n
+        elif v == BACKING:
+            same = model.backing is not None and chunk == model.backing[a * SECTOR:b * SECTOR]
+        else:
+            if digest is None:
+                digest = hashlib.sha1(chunk).digest()
+            same = digest == model.tag_digest(v[1], a, b)
+        if same:
+            return True
+    return False
 
 
 def check_contents(raw_path, model, newest_marker, limit=5):
     """Problems (strings) found comparing a raw read of the disk with the
     model; [] when every touched sector is allowed."""
-    allowed, init = model.allowed(newest_marker)
+    import mmap
+    segments, init = model.allowed(newest_marker)
     bad = []
+    backing = model.backing
     with open(raw_path, "rb") as f:
-        for s in model.touched:
-            f.seek(s * SECTOR)
-            sec = f.read(SECTOR)
-            if len(sec) < SECTOR:
-                sec = sec + bytes(SECTOR - len(sec))
-            v = parse_sector(sec)
-            ok_vals = allowed.get(s, init)
-            got = None
-            if v == ZERO:
-                got = ZERO
-                if model.backing is not None and BACKING in ok_vals and \
-                        model.backing[s * SECTOR:(s + 1) * SECTOR] == sec:
-                    got = BACKING
-            elif v and v[0] == "data" and v[2] == s:
-                got = ("data", v[1])
-            elif model.backing is not None and \
-                    model.backing[s * SECTOR:(s + 1) * SECTOR] == sec:
-                got = BACKING
-            if got not in ok_vals and not (got == ZERO and BACKING in ok_vals and
-                                           model.backing is not None and
-                                           not any(model.backing[s * SECTOR:(s + 1) * SECTOR])):
-                bad.append("sector %d (offset %d): read %s, allowed %s" %
-                           (s, s * SECTOR, got if got else repr(sec[:16]),
-                            sorted(map(str, ok_vals))[:6]))
-                if len(bad) >= limit:
-                    break
+        size = os.fstat(f.fileno()).st_size
+        disk = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        try:
+            for a, b, ok_vals in segments:
+                if segment_reads_one(disk[a * SECTOR:b * SECTOR], a, b, ok_vals, model):
+                    continue
+                for s in range(a, b):  # sector by sector (and the problems)
+                    pos = s * SECTOR
+                    sec = disk[pos:pos + SECTOR]
+                    if len(sec) < SECTOR:
+                        sec = sec + bytes(SECTOR - len(sec))
+                    v = parse_sector(sec)
+                    got = None
+                    if v == ZERO:
+                        got = ZERO
+                        if backing is not None and BACKING in ok_vals and \
+                                backing[pos:pos + SECTOR] == sec:
+                            got = BACKING
+                    elif v and v[0] == "data" and v[2] == s:
+                        got = ("data", v[1])
+                    elif backing is not None and backing[pos:pos + SECTOR] == sec:
+                        got = BACKING
+                    if got in ok_vals or (got == ZERO and BACKING in ok_vals and
+                                          backing is not None and
+                                          not any(backing[pos:pos + SECTOR])):
+                        continue
+                    bad.append("sector %d (offset %d): read %s, allowed %s" %
+                               (s, pos, got if got else repr(sec[:16]),
+                                sorted(map(str, ok_vals))[:6]))
+                    if len(bad) >= limit:
+                        return bad
+        finally:
+            if size:
+                disk.close()
     return bad
 
 
@@ -612,13 +725,13 @@ def check_inside_file(img):
             if not l2_off:
                 continue
             inside("L2 table %d" % i, l2_off, cs)
+            if data_file:
+                continue
             f.seek(l2_off)
             l2 = f.read(cs)
-            for j in range(len(l2) // entry):
-                e = struct.unpack_from(">Q", l2, entry * j)[0]
-                if e & (1 << 62) or data_file:
-                    continue
-                if e & mask:
+            words = struct.unpack(">%dQ" % (len(l2) // 8), l2[:len(l2) // 8 * 8])[::entry // 8]
+            for j, e in enumerate(words):
+                if e & mask and not e & (1 << 62):
                     inside("cluster of L2 table %d entry %d" % (i, j), e & mask, cs)
             if len(problems) > 8:
                 break
@@ -626,19 +739,6 @@ def check_inside_file(img):
 
 
 _CTX = {}  # what the state workers share (set before the pool forks)
-_ZERO_BLOCK = bytes(65536)
-
-
-def write_sparse(path, buf):
-    """Write buf leaving all-zero 64 KiB blocks as holes."""
-    with open(path, "wb") as f:
-        f.truncate(len(buf))
-        for pos in range(0, len(buf), 65536):
-            chunk = buf[pos:pos + 65536]
-            if chunk != _ZERO_BLOCK[:len(chunk)] if len(chunk) < 65536 else \
-                    chunk != _ZERO_BLOCK:
-                f.seek(pos)
-                f.write(chunk)
 
 
 def judge_state(job):
@@ -646,15 +746,24 @@ def judge_state(job):
     verdict name, problems)."""
     k, cut, seed = job
     c = _CTX
+    _SNAPS.clear()
     args, entries = c["args"], c["entries"]
     rng = random.Random(seed)
     keep = rng.choice([0.0, 0.3, 0.7, 1.0])
-    files = build_state(entries, cut, c["bases"], rng, keep)
     work = tempfile.mkdtemp(prefix="state-", dir=c["work"])
     sdir = os.path.join(work, "s")
     os.makedirs(sdir)
-    for path, fs in files.items():
-        write_sparse(os.path.join(sdir, os.path.basename(path)), fs.buf)
+    build_state(entries, cut, c["bases"], rng, keep, sdir)
+    # the same files (and, judged against a model, the same newest marker)
+    # get the same verdict: the first state to claim a digest is judged,
+    # the others take its verdict (explore)
+    key = state_digest(sdir, c["markers"][cut - 1] if c["markers"] and cut > 0 else -1)
+    try:
+        os.close(os.open(os.path.join(c["work"], "seen-" + key),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        shutil.rmtree(work, ignore_errors=True)
+        return k, cut, keep, None, [], key
     for name, target in c["links"]:
         os.symlink(os.path.realpath(target), os.path.join(sdir, name))
     simg = os.path.join(sdir, os.path.basename(c["image"]))
@@ -694,13 +803,37 @@ def judge_state(job):
         shutil.copytree(sdir, os.path.join(args.keep_failed, "state-%d" % k),
                         symlinks=True)
     shutil.rmtree(work, ignore_errors=True)
-    return k, cut, keep, "bad" if problems else verdict, problems
+    return k, cut, keep, "bad" if problems else verdict, problems, key
+
+
+def state_digest(sdir, marker):
+    """SHA-1 of the files of a state (names, sizes, data extents and their
+    contents) and marker.  Holes are not read (they would be hashed as
+    zeros): two states that differ only in what is a hole hash apart, and
+    are both judged."""
+    h = hashlib.sha1(b"%d\n" % marker)
+    buf = memoryview(buffer(_MIB))
+    for name in sorted(os.listdir(sdir)):
+        path = os.path.join(sdir, name)
+        if os.path.islink(path):
+            continue  # the same in every state
+        with open(path, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            h.update(b"%s %d\n" % (name.encode(), size))
+            for a, b in data_extents(f, size):
+                h.update(b"%d %d\n" % (a, b))
+                while a < b:
+                    n = os.preadv(f.fileno(), [buf[:min(b - a, _MIB)]], a)
+                    if n <= 0:
+                        break
+                    h.update(buf[:n])
+                    a += n
+    return h.hexdigest()
 
 
 def explore(args):
     import multiprocessing
-    import time
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), sum(os.times()[:4])
     entries = load_log(args.log, args.qemu_file)
     rng = random.Random(args.seed)
     bases = {}
@@ -721,6 +854,7 @@ def explore(args):
         expect = [open(p, "rb").read() if p != "zero" else None
                   for p in args.expect_raw.split(",")]
     work = tempfile.mkdtemp(prefix="crash-", dir=args.tmpdir)
+    _REFS.clear()
     base_errors = None
     if args.base_errors:
         base_errors = set()
@@ -732,34 +866,46 @@ def explore(args):
                 links=[l.split("=", 1) for l in args.link])
     jobs = [(k, cut, rng.random()) for k, cut in
             enumerate(cut_points(entries, args.states, rng))]
+    # a pool of workers costs ~0.2 s of CPU: worth it for many states only
+    workers = min(args.jobs, len(jobs) // 8)
     try:
-        if args.jobs > 1 and len(jobs) > 1:
-            with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+        if workers > 1:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
                 results = pool.map(judge_state, jobs, chunksize=1)
         else:
             results = [judge_state(j) for j in jobs]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     counts, failures = {}, []
-    for k, cut, keep, name, problems in sorted(results):
+    judged = {key: (name, problems) for _k, _c, _p, name, problems, key in results
+              if name is not None}
+    copies = {}
+    for r in results:
+        copies[r[5]] = copies.get(r[5], 0) + 1
+    for k, cut, keep, name, problems, key in sorted(results):
+        if name is None:  # the same as a state judged
+            counts[judged[key][0]] = counts.get(judged[key][0], 0) + 1
+            continue
         counts[name] = counts.get(name, 0) + 1
         if problems:
-            failures.append("state %d (cut %d of %d entries, keep %.1f): %s" %
-                            (k, cut, len(entries), keep, "\n  ".join(problems)))
+            same = " (and %d identical states)" % (copies[key] - 1) if copies[key] > 1 else ""
+            failures.append("state %d (cut %d of %d entries, keep %.1f)%s: %s" %
+                            (k, cut, len(entries), keep, same, "\n  ".join(problems)))
     if plain:
         failures.insert(0, "%d sectors of the workload's data in the log in the clear" %
                         plain)
     total = sum(counts.values())
-    summary = "%s: %d states (%d log entries, %d flushes): %s (%.1f s)" % (
-        args.label, total, len(entries), sum(1 for e in entries if e.type == W_FLUSH),
-        ", ".join("%s %d" % kv for kv in sorted(counts.items())), time.monotonic() - t0)
-    print(summary)
+    cpu = sum(os.times()[:4]) - cpu0  # this process, its workers and their tools
+    print("%s: %d states (%d distinct; %d log entries, %d flushes): %s (%.1f s, cpu %.1f s)" % (
+        args.label, total, len(judged), len(entries),
+        sum(1 for e in entries if e.type == W_FLUSH),
+        ", ".join("%s %d" % kv for kv in sorted(counts.items())), time.monotonic() - t0, cpu))
     for f in failures[:args.show]:
         print("  " + f)
     if args.summary:
         with open(args.summary, "a") as f:
             f.write(json.dumps({"label": args.label, "states": total, "counts": counts,
-                                "bad": len(failures),
+                                "distinct": len(judged), "bad": len(failures),
                                 "control": bool(args.expect_failures)}) + "\n")
     return 1 if failures and not args.expect_failures else 0
 
@@ -778,78 +924,140 @@ def data_extents(f, size):
     return out
 
 
+_MIB = 1 << 20
+_ZERO_MIB = bytes(_MIB)
+_BUF = {}  # reused read buffers (fresh memory costs page faults; each worker has its own)
+_PADDED = [None, None]  # check_expected's refs, zero-padded: (expect, the padded list)
+
+# (bytes.startswith(VIEW, OFFSET) compares without copying, at memcmp speed;
+# comparing memoryviews goes byte by byte, ten times slower)
+
+
+def buffer(n):
+    """A bytearray of n bytes, the same one each time (its contents stale)."""
+    if n not in _BUF:
+        _BUF[n] = bytearray(n)
+    return _BUF[n]
+
+
+def is_zero(view):
+    """Whether a bytes-like object holds only zero bytes."""
+    view = memoryview(view)
+    return all(_ZERO_MIB.startswith(view[pos:pos + _MIB]) for pos in range(0, len(view), _MIB))
+
+
+def file_equals(path, ref):
+    """Whether the file reads ref (bytes), both zero-extended to the longer.
+    The holes of the file (SEEK_DATA) are not read: it may be huge and
+    sparse.  Reads into one reused buffer."""
+    buf = memoryview(buffer(_MIB))
+    refv = memoryview(ref)
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = 0
+        for a, b in data_extents(f, size) + [(size, size)]:
+            if pos < len(ref) and not is_zero(refv[pos:min(a, len(ref))]):
+                return False  # a hole where ref has data
+            while a < b:
+                n = os.preadv(f.fileno(), [buf[:min(b - a, _MIB)]], a)
+                if n <= 0:
+                    break
+                mine = max(0, min(n, len(ref) - a))  # what ref has of it
+                if not ref.startswith(buf[:mine], a) or not is_zero(buf[mine:n]):
+                    return False
+                a += n
+            pos = b
+        return size >= len(ref) or is_zero(refv[size:])
+
+
 def check_expected(raw_path, expect, mode):
     """The disk reads one of the expected raw images (mode 'one-of'), or each
     sector reads the same sector of one of them ('per-sector'); 'zero' in the
     list stands for all zeros; shorter images count as zero-padded.  The
     disk may be huge and sparse: only its data extents are read."""
-    size = os.path.getsize(raw_path)
     refs = [e if e is not None else b"" for e in expect]
-    limit = max(len(r) for r in refs)
-    with open(raw_path, "rb") as f:
-        head = f.read(limit)
-        head = head + bytes(limit - len(head))
-        tail_data = any(b > limit for _a, b in data_extents(f, size))
-        if tail_data:
-            for a, b in data_extents(f, size):
-                a = max(a, limit)
-                while a < b:
-                    f.seek(a)
-                    chunk = f.read(min(b - a, 1 << 20))
-                    if not chunk:
-                        break
-                    if any(chunk):
-                        return ["data past the end of every expected contents at %d" % a]
-                    a += len(chunk)
-    def ref_sector(r, s):
-        sec = r[s:s + SECTOR]
-        return sec + bytes(SECTOR - len(sec)) if len(sec) < SECTOR else sec
     if mode == "one-of":
-        for r in refs:
-            padded = r + bytes(limit - len(r))
-            if head == padded:
-                return []
+        if any(file_equals(raw_path, r) for r in refs):
+            return []
         return ["the disk matches none of the expected contents"]
+    limit = max(len(r) for r in refs)
+    if _PADDED[0] is not expect:
+        _PADDED[:] = [expect, [r + bytes(limit - len(r)) for r in refs]]
+    padded = _PADDED[1]
+    size = os.path.getsize(raw_path)
+    with open(raw_path, "rb", buffering=0) as f:
+        for a, b in data_extents(f, size):
+            a = max(a, limit)
+            while a < b:
+                chunk = os.pread(f.fileno(), min(b - a, _MIB), a)
+                if not chunk:
+                    break
+                if not is_zero(chunk):
+                    return ["data past the end of every expected contents at %d" % a]
+                a += len(chunk)
+        head = memoryview(buffer(limit))
+        n = os.preadv(f.fileno(), [head], 0)
+        head[n:] = bytes(limit - n)  # (a shorter disk reads zeros)
     bad = []
-    for s in range(0, limit, SECTOR):
-        sec = head[s:s + SECTOR]
-        if not any(sec == ref_sector(r, s) for r in refs):
-            bad.append("sector %d reads none of the allowed contents" % (s // SECTOR))
-            if len(bad) >= 5:
-                break
+    step = 128 * SECTOR
+    for pos in range(0, limit, step):
+        if any(r.startswith(head[pos:pos + step], pos) for r in padded):
+            continue  # all of it reads one of them
+        for s in range(pos, min(limit, pos + step), SECTOR):
+            if not any(r.startswith(head[s:s + SECTOR], s) for r in padded):
+                bad.append("sector %d reads none of the allowed contents" % (s // SECTOR))
+                if len(bad) >= 5:
+                    return bad
     return bad
+
+
+_REFS = {}  # path -> contents of the reference files (cleared by each explore)
+_SNAPS = {}  # (image, snapshot name) -> whether it exists (cleared for each state)
+
+
+def ref_contents(path):
+    if path not in _REFS:
+        _REFS[path] = open(path, "rb").read()
+    return _REFS[path]
+
+
+def snapshot_exists(img, name):
+    """Whether img has a snapshot name (True/False), or an error string.
+    Known from an earlier look at this state, or asked: qemu-img snapshot
+    -l."""
+    if (img, name) not in _SNAPS:
+        rc, out = run([QEMU_IMG, "snapshot", "-l", img], cwd=os.path.dirname(img))
+        if rc != 0:
+            return "qemu-img snapshot -l failed: " + out.strip()
+        names = set(line.split()[1] for line in out.splitlines()[2:]
+                    if len(line.split()) >= 2)
+        _SNAPS[(img, name)] = name in names
+    return _SNAPS[(img, name)]
 
 
 def check_snapshots(img, spec, work):
     """spec: NAME=RAW[,NAME=RAW]: a snapshot that exists in the state must
-    read exactly RAW (a snapshot's contents never change)."""
-    rc, out = run([QEMU_IMG, "snapshot", "-l", img], cwd=os.path.dirname(img))
-    if rc != 0:
-        return ["qemu-img snapshot -l failed: " + out.strip()]
-    names = set()
-    for line in out.splitlines()[2:]:
-        parts = line.split()
-        if len(parts) >= 2:
-            names.add(parts[1])
+    read exactly RAW (a snapshot's contents never change); NAME? when it may
+    be absent.  qemu-img convert -l reads each (its "Can't find snapshot"
+    says absent: the same lookup as qemu-img snapshot -l's list, for names
+    that are not a snapshot ID)."""
     bad = []
     for item in spec.split(","):
         name, raw = item.split("=", 1)
-        if name.endswith("?"):
-            name = name[:-1]
-        elif name not in names:
-            bad.append("snapshot %s is missing" % name)
-            continue
-        if name not in names:
-            continue
+        optional = name.endswith("?")
+        name = name.rstrip("?")
         out_raw = os.path.join(work, "snap.raw")
         rc, out = run([QEMU_IMG, "convert", "-l", name, "-f", "qcow2", "-O", "raw", img,
                        out_raw])
+        _SNAPS[(img, name)] = rc == 0
+        if rc != 0 and "Can't find snapshot" in out:
+            if not optional:
+                bad.append("snapshot %s is missing" % name)
+            continue
         if rc != 0:
             bad.append("reading snapshot %s failed: %s" % (name, out.strip()))
             continue
-        a, b = open(out_raw, "rb").read(), open(raw, "rb").read()
-        n = min(len(a), len(b))
-        if a[:n] != b[:n] or any(a[n:]) or any(b[n:]):
+        if not file_equals(out_raw, ref_contents(raw)):
             bad.append("snapshot %s changed" % name)
         os.unlink(out_raw)
     return bad
@@ -922,25 +1130,100 @@ def check_vmstate(img, spec, work):
     """spec: NAME=STREAM: if snapshot NAME exists in the state, its VM state
     reads back as STREAM (qimg's reader: qemu-img has no vmstate reader)."""
     name, stream = spec.split("=", 1)
-    rc, out = run([QEMU_IMG, "snapshot", "-l", img])
-    if rc != 0:
-        return ["qemu-img snapshot -l failed: " + out.strip()]
-    if not any(len(l.split()) > 1 and l.split()[1] == name
-               for l in out.splitlines()[2:]):
+    exists = snapshot_exists(img, name)
+    if isinstance(exists, str):
+        return [exists]
+    if not exists:
         return []
     out_path = os.path.join(work, "vm.bin")
     rc, out = run([os.environ.get("QIMG", "qimg"), "vmstate", "load", img, name,
                    out_path])
     if rc != 0:
         return ["qimg vmstate load failed: " + out.strip()]
-    same = open(out_path, "rb").read() == open(stream, "rb").read()
+    ref = ref_contents(stream)
+    same = os.path.getsize(out_path) == len(ref) and file_equals(out_path, ref)
     os.unlink(out_path)
     return [] if same else ["the VM state of snapshot %s differs" % name]
+
+
+def summary(args):
+    """The totals of every explore a summary file holds, one line a group."""
+    rows = [json.loads(l) for l in open(args.file)] if os.path.exists(args.file) else []
+    groups = [("qimg, judged", lambda x: x["label"].startswith("qimg") and not x["control"]),
+              ("qimg, reported only", lambda x: x["label"].startswith("qimg") and x["control"]),
+              ("QEMU (positive control)", lambda x: x["label"].startswith("qemu"))]
+    for name, pick in groups:
+        r = [x for x in rows if pick(x)]
+        if r:
+            print("%s: %d cases, %d states (%d distinct), %d bad" %
+                  (name, len(r), sum(x["states"] for x in r),
+                   sum(x.get("distinct", x["states"]) for x in r), sum(x["bad"] for x in r)))
+    return 0
+
+
+def read_requests(f):
+    """The requests of serve: each the count of its arguments, then the
+    arguments, every one ended by a NUL byte."""
+    buf = b""
+
+    def token():
+        nonlocal buf
+        while b"\0" not in buf:
+            more = f.read1(65536)
+            if not more:
+                return None
+            buf += more
+        t, buf = buf.split(b"\0", 1)
+        return t.decode()
+    while True:
+        n = token()
+        if n is None:
+            return
+        argv = [token() for _ in range(int(n))]
+        if None in argv:
+            return
+        yield argv
+
+
+def serve(ap):
+    """Run the subcommands read from stdin (read_requests), one at a time,
+    and answer each with its exit code on a line of fd 3.  One python3 then
+    serves a whole test: its start and this module's imports cost ~0.15 s
+    of CPU, and a test runs dozens."""
+    import traceback
+    os.set_inheritable(3, False)
+    reply = os.fdopen(3, "w", buffering=1)
+    for argv in read_requests(sys.stdin.buffer):
+        try:
+            rc = run_command(ap, ap.parse_args(argv))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+        except Exception:  # noqa: BLE001 -- reported, and the next request runs
+            traceback.print_exc()
+            rc = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        reply.write("%d\n" % rc)
+    return 0
+
+
+def run_command(ap, args):
+    if args.cmd == "workload":
+        make_workload(args)
+        return 0
+    if args.cmd == "summary":
+        return summary(args)
+    if args.cmd == "serve":
+        return serve(ap)
+    return explore(args)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("serve", help="run subcommands read from stdin (see serve)")
+    sm = sub.add_parser("summary")
+    sm.add_argument("file", help="the --summary file of the explores")
     w = sub.add_parser("workload")
     w.add_argument("--dir", required=True)
     w.add_argument("--seed", default="1")
@@ -979,18 +1262,15 @@ def main():
     e.add_argument("--show", type=int, default=3)
     e.add_argument("--keep-failed", help="copy failing states here")
     e.add_argument("--tmpdir", default=None)
-    e.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    e.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="at most this many workers (one a 8 states)")
     e.add_argument("--luks-secret", metavar="PASS",
                    help="the image is encrypted (LUKS) with this passphrase")
     e.add_argument("--no-plaintext", action="store_true",
                    help="fail if a workload tag is in the log in the clear")
     e.add_argument("--expect-failures", action="store_true",
                    help="positive control: report, do not fail")
-    args = ap.parse_args()
-    if args.cmd == "workload":
-        make_workload(args)
-        return 0
-    return explore(args)
+    return run_command(ap, ap.parse_args())
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@
 # blklogwrites driver under qemu-io / qemu-img -- and hands the log to
 # crash.py explore, which rebuilds power-loss states and judges each with
 # qemu-img.  A case passes when no state is corrupt and no flushed write is
-# lost.  States per case: CRASH_STATES (default 16; QIMG_LONG=1: 200), for
-# the positive control CRASH_CONTROL_STATES (8; QIMG_LONG=1: 100).
+# lost.  States per case: CRASH_STATES (default 16, a test may set fewer
+# before sourcing this; QIMG_LONG=1: 200), for the positive control
+# CRASH_CONTROL_STATES (8; QIMG_LONG=1: 100); identical states are judged
+# once.  crash.py runs as one python3 for the whole test (crash_py), which
+# crash_summary ends.
 
 CRASH_PY="$IOTESTS_DIR/crash/crash.py"
 CRASH_STATES=${CRASH_STATES:-16}
@@ -19,6 +22,32 @@ fi
 CRASH_SUMMARY=${CRASH_SUMMARY:-$SCRATCH/summary.jsonl}
 export QIMG QEMU_IMG
 
+# crash_py SUBCOMMAND ARGS...: crash.py SUBCOMMAND ARGS, run by one python3
+# that serves the whole test (crash.py serve, a coprocess started on first
+# use): a python3 start and crash.py's imports cost ~0.15 s of CPU, and a
+# test runs dozens of explores.  Returns the subcommand's exit code.
+_CRASH_PID=
+crash_py() {
+    local rc
+    if [ -z "$_CRASH_PID" ] || ! kill -0 "$_CRASH_PID" 2>/dev/null; then
+        # requests on its stdin, answers on fd 3; its output goes where ours does
+        exec {_crash_out}>&1
+        coproc _CRASHD { exec python3 "$CRASH_PY" serve 3>&1 1>&"$_crash_out"; }
+        exec {_crash_out}>&-
+        # shellcheck disable=SC2153 # (set by coproc)
+        _CRASH_PID=$_CRASHD_PID
+        _CRASH_IN=${_CRASHD[1]}
+        _CRASH_OUT=${_CRASHD[0]}
+    fi
+    printf '%s\0' "$#" "$@" >&"$_CRASH_IN"
+    if ! read -r rc <&"$_CRASH_OUT"; then
+        echo "crash.py serve died: crash.py $1 failed"
+        _CRASH_PID=
+        return 1
+    fi
+    return "$rc"
+}
+
 # crash_explore LABEL ARGS...: judge a log; counts as one check.  In
 # positive-control mode (CONTROL=1) failures are reported, not counted.
 crash_explore() {
@@ -29,7 +58,7 @@ crash_explore() {
         extra+=(--expect-failures)
         states=$CRASH_CONTROL_STATES
     fi
-    python3 "$CRASH_PY" explore --label "$label" --states "$states" \
+    crash_py explore --label "$label" --states "$states" \
         --seed "$label" --summary "$CRASH_SUMMARY" --tmpdir "$SCRATCH" \
         "${extra[@]}" "$@"
     rc=$?
@@ -80,7 +109,7 @@ crash_io_case() {
     ) || { _fail "$label: create"; return; }
     cp "$d/img.qcow2" "$d/base.qcow2"
     [ -f "$d/img.data" ] && cp "$d/img.data" "$d/base.data"
-    python3 "$CRASH_PY" workload --dir "$d/wl" --seed "$label" --size "$size" \
+    crash_py workload --dir "$d/wl" --seed "$label" --size "$size" \
         --cluster-size "$cs" "$@"
     if [ -n "${BACKING:-}" ]; then
         "$QEMU_IMG" convert -f raw -O raw "$d/backing.raw" "$d/backing.full"
@@ -121,21 +150,20 @@ crash_io_case() {
         --model "$d/wl/model.json" "${backing_args[@]}" "${link_args[@]}" "${luks_args[@]}"
 }
 
-# crash_summary: the totals of every explore of this test (one line).
+# crash_py_stop: end the crash.py server and wait for it (its CPU time, and
+# that of the tools it ran, then counts as this test's).
+crash_py_stop() {
+    [ -n "$_CRASH_PID" ] || return 0
+    exec {_CRASH_IN}>&- {_CRASH_OUT}<&-
+    wait "$_CRASH_PID"
+    _CRASH_PID=
+}
+
+# crash_summary: the totals of every explore of this test (one line a
+# group); ends the crash.py server.
 crash_summary() {
-    python3 - "$CRASH_SUMMARY" <<'PY'
-import json, sys
-tot = {}
-rows = [json.loads(l) for l in open(sys.argv[1])] if len(sys.argv) > 1 else []
-groups = [("qimg, judged", lambda x: x["label"].startswith("qimg") and not x["control"]),
-          ("qimg, reported only", lambda x: x["label"].startswith("qimg") and x["control"]),
-          ("QEMU (positive control)", lambda x: x["label"].startswith("qemu"))]
-for name, pick in groups:
-    r = [x for x in rows if pick(x)]
-    if r:
-        print("%s: %d cases, %d states, %d bad" %
-              (name, len(r), sum(x["states"] for x in r), sum(x["bad"] for x in r)))
-PY
+    crash_py summary "$CRASH_SUMMARY"
+    crash_py_stop
 }
 
 # crash_op LABEL DIR EXPLORE-ARGS -- QIMG-ARGS...: run `qimg QIMG-ARGS` in DIR
