@@ -5,14 +5,18 @@
 # v2 and v3, cluster sizes 512 B to 2 MiB, refcount widths 1 to 64, extended
 # L2, lazy refcounts, an external data file, a backing file, and far-apart
 # offsets that grow the L1 and the refcount table.  Each case rebuilds
-# CRASH_STATES states (30; QIMG_LONG=1: 300) from the log and judges them
-# with qemu-img: no corruption (leaks are fine; a dirty image must be
-# repaired clean by check -r all), and every write a completed flush covered
-# reads back.  qemu-io over QEMU's blklogwrites runs the same scripts as the
+# CRASH_STATES states (below) from the log and judges them with qemu-img:
+# no corruption (leaks are fine; a dirty image must be repaired clean by
+# check -r all), and every write a completed flush covered reads back.  qemu-io over QEMU's blklogwrites runs the same scripts as the
 # positive control (reported, not judged).  The aio cases drive the
 # asynchronous path with writes in flight (crash.py workload --aio), with
 # the page cache and with O_DIRECT.
 . "$(dirname "$0")/../common.sh"
+# make test: every case, 4 power-loss states each (2 for the positive
+# control; identical states are judged once); QIMG_LONG=1 (make
+# check-long): lib.sh's 200 and 100
+CRASH_STATES=${CRASH_STATES:-4}
+CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-2}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 

@@ -12,23 +12,34 @@
 # are run as a reported control of our own, not judged (see the note in
 # qcow2/snapshot-write.c).
 . "$(dirname "$0")/../common.sh"
+# make test: every case, 4 power-loss states each (2 for the positive
+# control; identical states are judged once); QIMG_LONG=1 (make
+# check-long): lib.sh's 200 and 100
+CRASH_STATES=${CRASH_STATES:-4}
+CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-2}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 
 # prepare DIR CREATE-OPTS: an image with snapshot "base" and data written
-# after it; DIR/A0.raw (active) and DIR/B0.raw (base) hold the contents.
+# after it, DIR/img0.qcow2; DIR/A0.raw (active) and DIR/B0.raw (base) hold
+# the contents.  Every operation starts from a copy (fresh).
 prepare() {
     local d=$1 copts=$2
     rm -rf "$d"
     mkdir -p "$d"
     # shellcheck disable=SC2086
-    "$QEMU_IMG" create -q -f qcow2 $copts "$d/img.qcow2" 8M
-    "$QEMU_IO" -c 'write -P 0x11 0 3M' -c 'write -P 0x12 5M 512k' "$d/img.qcow2" >/dev/null
-    "$QEMU_IMG" snapshot -c base "$d/img.qcow2"
+    "$QEMU_IMG" create -q -f qcow2 $copts "$d/img0.qcow2" 8M
+    "$QEMU_IO" -c 'write -P 0x11 0 3M' -c 'write -P 0x12 5M 512k' "$d/img0.qcow2" >/dev/null
+    "$QEMU_IMG" snapshot -c base "$d/img0.qcow2"
     "$QEMU_IO" -c 'write -P 0x21 1M 1M' -c 'write -P 0x22 6M 1M' -c 'write -z 2560k 128k' \
-        "$d/img.qcow2" >/dev/null
-    "$QEMU_IMG" convert -O raw "$d/img.qcow2" "$d/A0.raw"
-    "$QEMU_IMG" convert -l base -O raw "$d/img.qcow2" "$d/B0.raw"
+        "$d/img0.qcow2" >/dev/null
+    "$QEMU_IMG" convert -O raw "$d/img0.qcow2" "$d/A0.raw"
+    "$QEMU_IMG" convert -l base -O raw "$d/img0.qcow2" "$d/B0.raw"
+}
+
+# fresh DIR: DIR/img.qcow2 as prepare left it
+fresh() {
+    cp "$1/img0.qcow2" "$1/img.qcow2"
 }
 
 snapshot_cases() {
@@ -36,24 +47,25 @@ snapshot_cases() {
     local ctl_keep=${CONTROL_ONLY:-}
 
     prepare "$d" "$copts"
+    fresh "$d"
     CONTROL_ARGS=(snapshot -c new --image-opts @IMGOPTS@)
     if [ -n "$ctl_keep" ]; then CONTROL=1; fi
     crash_op "snap-create-$cfg" "$d" --expect-raw "$d/A0.raw" \
         --snapshot-check "base=$d/B0.raw,new?=$d/A0.raw" -- snapshot -c new @IMG@
 
-    prepare "$d" "$copts"
+    fresh "$d"
     CONTROL_ARGS=(snapshot -a base --image-opts @IMGOPTS@)
     crash_op "snap-apply-$cfg" "$d" --expect-raw "$d/A0.raw,$d/B0.raw" \
         --snapshot-check "base=$d/B0.raw" -- snapshot -a base @IMG@
 
-    prepare "$d" "$copts"
+    fresh "$d"
     CONTROL_ARGS=(snapshot -d base --image-opts @IMGOPTS@)
     crash_op "snap-delete-$cfg" "$d" --expect-raw "$d/A0.raw" \
         --snapshot-check "base?=$d/B0.raw" -- snapshot -d base @IMG@
 
     # savevm: the state goes to the vmstate area, then the snapshot is
     # created with it and the active copy dropped (no qemu-img equivalent)
-    prepare "$d" "$copts"
+    fresh "$d"
     head -c 3000000 /dev/urandom >"$d/vm.bin"
     unset CONTROL_ARGS
     crash_op "vmstate-save-$cfg" "$d" --expect-raw "$d/A0.raw" \

@@ -14,18 +14,31 @@
 # zeros (before its header is durable the file need not be an image yet).
 # qemu-img over blklogwrites is the positive control for resize and check.
 . "$(dirname "$0")/../common.sh"
+# make test: every case, 4 power-loss states each (2 for the positive
+# control; identical states are judged once); QIMG_LONG=1 (make
+# check-long): lib.sh's 200 and 100
+CRASH_STATES=${CRASH_STATES:-4}
+CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-2}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 
+# prepare DIR CREATE-OPTS: DIR/img0.qcow2 with data, DIR/A0.raw its
+# contents; every operation starts from a copy (fresh).
 prepare() {
     local d=$1 copts=$2
     rm -rf "$d"
     mkdir -p "$d"
     # shellcheck disable=SC2086
-    "$QEMU_IMG" create -q -f qcow2 $copts "$d/img.qcow2" 8M
+    "$QEMU_IMG" create -q -f qcow2 $copts "$d/img0.qcow2" 8M
     "$QEMU_IO" -c 'write -P 0x31 0 2M' -c 'write -P 0x32 3M 1M' -c 'write -P 0x33 7M 1M' \
-        "$d/img.qcow2" >/dev/null
-    "$QEMU_IMG" convert -O raw "$d/img.qcow2" "$d/A0.raw"
+        "$d/img0.qcow2" >/dev/null
+    "$QEMU_IMG" convert -O raw "$d/img0.qcow2" "$d/A0.raw"
+    head -c 4M "$d/A0.raw" >"$d/A4.raw"
+}
+
+# fresh DIR: DIR/img.qcow2 as prepare left it
+fresh() {
+    cp "$1/img0.qcow2" "$1/img.qcow2"
 }
 
 # refcounts with leaks (and, with "error", a used cluster counted 0)
@@ -71,30 +84,30 @@ ops_cases() {
     local cfg=$1 copts=$2 d=$SCRATCH/$1
 
     prepare "$d" "$copts"
+    fresh "$d"
     CONTROL_ARGS=(resize --image-opts @IMGOPTS@ 4G)
     crash_op "resize-grow-$cfg" "$d" --expect-raw "$d/A0.raw" -- resize @IMG@ 4G
 
     for p in metadata falloc; do
-        prepare "$d" "$copts"
+        fresh "$d"
         CONTROL_ARGS=(resize --preallocation=$p --image-opts @IMGOPTS@ 40M)
         crash_op "resize-$p-$cfg" "$d" --expect-raw "$d/A0.raw" -- \
             resize --preallocation=$p @IMG@ 40M
     done
 
-    prepare "$d" "$copts"
-    head -c 4M "$d/A0.raw" >"$d/A4.raw"
+    fresh "$d"
     CONTROL_ARGS=(resize --shrink --image-opts @IMGOPTS@ 4M)
     crash_op "resize-shrink-$cfg" "$d" --expect-raw "$d/A0.raw,$d/A4.raw" \
         --expect-mode per-sector -- resize --shrink @IMG@ 4M
 
-    prepare "$d" "$copts"
+    fresh "$d"
     damage "$d/img.qcow2" leaks
     CONTROL_ARGS=(check -r leaks --image-opts @IMGOPTS@)
     cp "$d/img.qcow2" "$d/damaged.qcow2"
     crash_op "check-leaks-$cfg" "$d" --expect-raw "$d/A0.raw" \
         --base-errors "$d/damaged.qcow2" -- check -r leaks @IMG@
 
-    prepare "$d" "$copts"
+    fresh "$d"
     damage "$d/img.qcow2" error
     CONTROL_ARGS=(check -r all --image-opts @IMGOPTS@)
     cp "$d/img.qcow2" "$d/damaged.qcow2"
