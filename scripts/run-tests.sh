@@ -159,21 +159,33 @@ tsan_tests="test-pool test-file test-vmstate test-aio-workload"
 for f in tests/test-*thread*.c; do
     [ -f "$f" ] && tsan_tests="$tsan_tests $(basename "$f" .c)"
 done
+tsan_one() { # TEST: the exit code in $tsandir/TEST.rc, the log in /tmp/tsan-TEST.log
+    local t=$1 tmp
+    tmp=$(mktemp -d)
+    TSAN_OPTIONS=halt_on_error=1 QIMG_TEST_TMPDIR=$tmp QIMG_TEST_AIO_MIB=2 \
+        QIMG_TEST_AIO_REQUESTS=3000 QIMG_TEST_FILTER='*,!*_nbd' \
+        "build-tsan/tests/$t" >"/tmp/tsan-$t.log" 2>&1
+    echo $? >"$tsandir/$t.rc"
+    rm -rf "$tmp"
+}
 if [ ! -f build-tsan/build.ninja ]; then
     missing_step tsan "build-tsan is not configured (make build-tsan)"
 else
-    for t in $tsan_tests; do
+    tsandir=$(mktemp -d)
+    ran=()
+    for t in $tsan_tests; do # two at a time (2 cores)
         exe=build-tsan/tests/$t
         if [ ! -x "$exe" ]; then
             missing_step "tsan $t" "$exe was not built"
             continue
         fi
-        tmp=$(mktemp -d)
-        TSAN_OPTIONS=halt_on_error=1 QIMG_TEST_TMPDIR=$tmp QIMG_TEST_AIO_MIB=2 \
-            QIMG_TEST_AIO_REQUESTS=3000 QIMG_TEST_FILTER='*,!*_nbd' \
-            "$exe" >/tmp/tsan-$t.log 2>&1
-        rc=$?
-        rm -rf "$tmp"
+        [ "$(jobs -rp | wc -l)" -ge 2 ] && wait -n
+        tsan_one "$t" &
+        ran+=("$t")
+    done
+    wait
+    for t in "${ran[@]+"${ran[@]}"}"; do
+        rc=$(cat "$tsandir/$t.rc" 2>/dev/null || echo 1)
         if [ "$rc" -eq 0 ]; then
             passed=$((passed + 1)); echo "tsan $t: ok"
         elif [ "$rc" -eq 77 ]; then
@@ -184,6 +196,7 @@ else
             failed=$((failed + 1)); failures+=("tsan: $t"); tail -40 /tmp/tsan-$t.log
         fi
     done
+    rm -rf "$tsandir"
 fi
 timed tsan
 
