@@ -29,10 +29,13 @@ pkgs+=(librbd-dev librados-dev ceph-mon ceph-osd ceph-common qemu-block-extra uu
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)
 
+# one dpkg-query for all (make test comes here once per build)
+# (it exits 1 when it knows a package not at all: that one is missing too)
+installed=" $({ dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null || :; } |
+    awk '$NF == "installed" && $(NF - 1) == "ok" {printf "%s ", $1}')"
 missing=()
 for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
-        || missing+=("$p")
+    [[ "$installed" == *" $p "* ]] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
