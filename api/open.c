@@ -22,6 +22,7 @@
 #include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
+#include "vpc/vpc.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -34,6 +35,7 @@ static gpointer register_once(gpointer unused)
     (void)unused;
     blk_driver_register(&blk_qcow2_driver);
     blk_driver_register(&blk_raw_driver);
+    blk_driver_register(&blk_vpc_driver);
     return NULL;
 }
 

@@ -8,8 +8,8 @@
  * includes this file).
  *
  * Owns: the on-disk constants and field offsets (each layout checked
- * field by field under _Static_assert), the big-endian load/store helpers
- * and checked arithmetic.
+ * field by field under _Static_assert) and checked arithmetic; the
+ * big-endian load/store helpers are block/endian.h's.
  *
  * Invariants (cited as "format.h invariant N"):
  *  1. Every number read from the image is decoded with the load_be*()
@@ -20,6 +20,8 @@
  */
 #ifndef QIMG_QCOW2_FORMAT_H
 #define QIMG_QCOW2_FORMAT_H
+
+#include "block/endian.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -161,47 +163,6 @@ enum { QCOW2_COMPRESSION_ZLIB = 0, QCOW2_COMPRESSION_ZSTD = 1 };
 #define QCOW2_REFT_RESERVED_MASK UINT64_C(0x1ff)
 #define QCOW2_SNAPSHOT_HEADER_SIZE 40
 #define QCOW2_SNAPSHOT_EXTRA_KNOWN 24 /* vm_state_size_large, disk_size, icount */
-
-/* ---- big-endian helpers (format.h invariant 1) ---- */
-
-static inline uint16_t load_be16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof(v));
-    return GUINT16_FROM_BE(v);
-}
-
-static inline uint32_t load_be32(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return GUINT32_FROM_BE(v);
-}
-
-static inline uint64_t load_be64(const void *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return GUINT64_FROM_BE(v);
-}
-
-static inline void store_be16(void *p, uint16_t v)
-{
-    v = GUINT16_TO_BE(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static inline void store_be32(void *p, uint32_t v)
-{
-    v = GUINT32_TO_BE(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static inline void store_be64(void *p, uint64_t v)
-{
-    v = GUINT64_TO_BE(v);
-    memcpy(p, &v, sizeof(v));
-}
 
 /* ---- checked arithmetic (format.h invariant 2): true on overflow ---- */
 

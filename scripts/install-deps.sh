@@ -10,6 +10,8 @@ pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
 # qemu-nbd): python3 (iotests, scripts/run-tests.sh), and the NBD, io_uring
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
+# libvhdi-utils (vhdiinfo) and python3-libvhdi: an independent VHD/VHDX reader.
+pkgs+=(libvhdi-utils python3-libvhdi)
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).

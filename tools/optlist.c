@@ -145,7 +145,7 @@ const ToolOptDesc *tool_create_opts(const char *format)
     if (strcmp(format, "qcow2") == 0) {
         return qcow2_opts;
     }
-    return NULL;
+    return tool_hyperv_create_opts(format);
 }
 
 static const ToolOptDesc *find_desc(const ToolOptDesc *descs, const char *name)

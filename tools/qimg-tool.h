@@ -149,6 +149,8 @@ typedef struct ToolOpt {
 /* Create options of a format in qemu-img's print order (NULL-terminated
  * list), or NULL for an unknown format. */
 const ToolOptDesc *tool_create_opts(const char *format);
+/* The same for vpc, vhdx, vdi and qed (optlist-hyperv.c). */
+const ToolOptDesc *tool_hyperv_create_opts(const char *format);
 /* qemu-img amend's options of a format (NULL: it has none); with_create
  * adds the create options amend knows only to say "This option is only
  * supported for image creation". */
