@@ -22,6 +22,7 @@
 #include "api/api.h"
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
+#include "vdi/vdi.h"
 #include "vpc/vpc.h"
 
 #include <errno.h>
@@ -36,6 +37,7 @@ static gpointer register_once(gpointer unused)
     blk_driver_register(&blk_qcow2_driver);
     blk_driver_register(&blk_raw_driver);
     blk_driver_register(&blk_vpc_driver);
+    blk_driver_register(&blk_vdi_driver);
     return NULL;
 }
 
