@@ -23,6 +23,7 @@
 #include "qcow2/qcow2.h"
 #include "raw/raw.h"
 #include "vdi/vdi.h"
+#include "vhdx/vhdx.h"
 #include "vpc/vpc.h"
 
 #include <errno.h>
@@ -38,6 +39,7 @@ static gpointer register_once(gpointer unused)
     blk_driver_register(&blk_raw_driver);
     blk_driver_register(&blk_vpc_driver);
     blk_driver_register(&blk_vdi_driver);
+    blk_driver_register(&blk_vhdx_driver);
     return NULL;
 }
 
