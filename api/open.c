@@ -21,6 +21,7 @@
  */
 #include "api/api.h"
 #include "qcow2/qcow2.h"
+#include "qed/qed.h"
 #include "raw/raw.h"
 #include "vdi/vdi.h"
 #include "vhdx/vhdx.h"
@@ -40,6 +41,7 @@ static gpointer register_once(gpointer unused)
     blk_driver_register(&blk_vpc_driver);
     blk_driver_register(&blk_vdi_driver);
     blk_driver_register(&blk_vhdx_driver);
+    blk_driver_register(&blk_qed_driver);
     return NULL;
 }
 
