@@ -220,7 +220,8 @@ else
             missing_step "fuzz $name" "$exe was not built"
             continue
         fi
-        seeds=fuzz/seeds
+        seeds=fuzz/seeds # the foreign formats' targets have seeds of their own
+        [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
         corpus=$(mktemp -d)
         # Fixed seed: CI explores the same inputs every time (random, long
         # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.

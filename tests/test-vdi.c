@@ -283,7 +283,7 @@ static void test_past_end_and_check(void **state)
     assert_true(qimg_image_check(img, &r, 0, &err));
     assert_int_equal(r.corruptions, 1); /* the count: 2 mapped, header says 1 */
     assert_string_equal(g_ptr_array_index(r.messages, 0),
-                        "ERROR: allocated blocks mismatch, is 2, should be 1\n");
+                        "ERROR: allocated blocks mismatch, is 2, should be 1");
     qimg_check_result_clear(&r);
     qimg_image_close(img, NULL);
 
@@ -293,9 +293,9 @@ static void test_past_end_and_check(void **state)
     assert_true(qimg_image_check(img, &r, 0, &err));
     assert_int_equal(r.corruptions, 3);
     assert_string_equal(g_ptr_array_index(r.messages, 0),
-                        "ERROR: block index 0 also used by 0\n");
+                        "ERROR: block index 0 also used by 0");
     assert_string_equal(g_ptr_array_index(r.messages, 1),
-                        "ERROR: block index 5 too large, is 1000\n");
+                        "ERROR: block index 5 too large, is 1000");
     qimg_check_result_clear(&r);
     qimg_image_close(img, NULL);
     if (tu_have_qemu_img()) { /* the same findings from qemu-img */

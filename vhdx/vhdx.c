@@ -701,24 +701,36 @@ static int vhdx_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkS
     return 0;
 }
 
+#define CHECK_MAX_MESSAGES 1000u
+
+typedef struct Check {
+    BlkCheckResult *res;
+    unsigned kept, dropped;
+} Check;
+
 static bool count_problem(void *opaque, char *problem)
 {
-    BlkCheckResult *res = opaque;
+    Check *c = opaque;
 
-    res->corruptions++;
-    if (res->messages) {
-        g_ptr_array_add(res->messages, g_strdup_printf("error: %s", problem));
+    c->res->corruptions++;
+    if (c->res->messages && c->kept < CHECK_MAX_MESSAGES) {
+        g_ptr_array_add(c->res->messages, g_strdup_printf("error: %s", problem));
+        c->kept++;
+    } else {
+        c->dropped++;
     }
     g_free(problem);
     return true;
 }
 
 /* qemu-img check: a replayed log is a fixed corruption, BAT entries
- * outside the file or over metadata are corruptions; nothing is repaired
- * beyond the replay. */
+ * outside the file or over metadata are corruptions (at most
+ * CHECK_MAX_MESSAGES of them named); nothing is repaired beyond the
+ * replay. */
 static int vhdx_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
 {
     VhdxState *s = img->opaque;
+    Check c = {.res = res};
     int ret;
 
     if (s->replayed) {
@@ -726,8 +738,13 @@ static int vhdx_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
         s->replayed = false; /* the double check does not count it again */
     }
     g_mutex_lock(&s->lock);
-    ret = scan_bat(img, count_problem, res);
+    ret = scan_bat(img, count_problem, &c);
     g_mutex_unlock(&s->lock);
+    if (c.dropped && res->messages) {
+        g_ptr_array_add(
+            res->messages,
+            g_strdup_printf("(%u further messages were not kept)", c.dropped));
+    }
     if (ret < 0) {
         res->check_errors++;
     }

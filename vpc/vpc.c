@@ -500,9 +500,9 @@ static int alloc_block_locked(BlkNode *img, uint32_t idx, uint64_t *bmo)
     if (b / VPC_SECTOR > 0xfffffffeu || end + VPC_FOOTER_SIZE > INT64_MAX) {
         return blk_error(ENOSPC, "The VHD file cannot grow past 2 TiB");
     }
-    bitmap = g_malloc(s->bitmap_size);
+    bitmap = g_malloc(MAX(s->bitmap_size, 1u)); /* QEMU's blocks under 4 KiB have none */
     memset(bitmap, 0xff, s->bitmap_size);
-    ret = blk_pwrite(img->file, b, bitmap, s->bitmap_size, 0);
+    ret = s->bitmap_size ? blk_pwrite(img->file, b, bitmap, s->bitmap_size, 0) : 0;
     if (ret == 0 && flen > b + VPC_FOOTER_SIZE) {
         /* stale bytes a crash left behind the old end (invariant 4) */
         uint64_t zs = b + s->bitmap_size, ze = MIN(flen, end);

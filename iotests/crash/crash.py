@@ -432,8 +432,17 @@ def is_qcow2(path):
         return f.read(4) == b"QFI\xfb"
 
 
-def judge_structure(img):
-    """('clean'|'leaks'|'dirty-repaired'|'corrupt'|'no-image', detail)."""
+def judge_structure(img, fmt="qcow2"):
+    """('clean'|'leaks'|'dirty-repaired'|'corrupt'|'no-image'|..., detail,
+    the image to read the contents from); formats other than qcow2 are
+    crash/formats.py's."""
+    if fmt != "qcow2":
+        import formats
+        return formats.judge(img, fmt)
+    return judge_qcow2(img) + (img,)
+
+
+def judge_qcow2(img):
     if not is_qcow2(img):
         return "no-image", ""
     cwd = os.path.dirname(img)  # QEMU opens a relative data file name from here
@@ -488,7 +497,7 @@ def judge_state(job):
     for name, target in c["links"]:
         os.symlink(os.path.realpath(target), os.path.join(sdir, name))
     simg = os.path.join(sdir, os.path.basename(c["image"]))
-    verdict, detail = judge_structure(simg)
+    verdict, detail, rimg = judge_structure(simg, args.format)
     problems = []
     if verdict == "corrupt" and c["base_errors"] is not None:
         errs = set(l for l in detail.splitlines() if "ERROR" in l)
@@ -499,11 +508,11 @@ def judge_state(job):
                  if "ERROR" in l or "Leaked" not in l and l.strip()]
         problems.append("qemu-img check: " + "\n    ".join(lines[:12]))
     elif verdict == "no-image" and not args.allow_no_image:
-        problems.append("the file is not a qcow2 image")
+        problems.append("the file is not a %s image" % args.format)
     model, expect = c["model"], c["expect"]
     if not problems and verdict != "no-image" and (model or expect):
         raw = os.path.join(work, "state.raw")
-        rc, out = run([QEMU_IMG, "convert", "-f", "qcow2", "-O", "raw", simg, raw],
+        rc, out = run([QEMU_IMG, "convert", "-f", args.format, "-O", "raw", rimg, raw],
                       cwd=sdir)
         if rc != 0:
             problems.append("qemu-img convert failed: " + out.strip())
@@ -778,7 +787,8 @@ def main():
     e.add_argument("--qemu-file", help="the file a QEMU blklogwrites log recorded")
     e.add_argument("--base", action="append", default=[],
                    help="PATH=COPY: the file's contents before the run (COPY empty: none)")
-    e.add_argument("--image", required=True, help="the qcow2 file to judge")
+    e.add_argument("--image", required=True, help="the image file to judge")
+    e.add_argument("--format", default="qcow2", choices=["qcow2", "vpc", "vdi", "vhdx"])
     e.add_argument("--link", action="append", default=[],
                    help="NAME=PATH: symlink NAME in each state (backing files)")
     e.add_argument("--model", help="model.json of a workload")
