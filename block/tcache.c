@@ -14,6 +14,8 @@
  */
 #include "block/tcache.h"
 
+#include "block/endian.h"
+
 #include <errno.h>
 
 typedef struct Page {
@@ -160,6 +162,45 @@ int blk_tcache_get(BlkTCache *c, uint64_t key, uint8_t **page)
     g_hash_table_insert(c->by_key, &p->key, p);
     push_head(c, p);
     *page = p->data;
+    return 0;
+}
+
+int blk_tcache_load(BlkTCache *c, uint64_t off, unsigned width, bool big_endian,
+                    uint64_t *value)
+{
+    uint8_t *page;
+    int ret = blk_tcache_get(c, off - off % c->page_size, &page);
+
+    if (ret < 0) {
+        return ret;
+    }
+    page += off % c->page_size;
+    if (width == 8) {
+        *value = big_endian ? load_be64(page) : load_le64(page);
+    } else {
+        *value = big_endian ? load_be32(page) : load_le32(page);
+    }
+    return 0;
+}
+
+int blk_tcache_store(BlkTCache *c, uint64_t off, unsigned width, bool big_endian,
+                     uint64_t value)
+{
+    uint64_t key = off - off % c->page_size;
+    uint8_t *page;
+    int ret = blk_tcache_get(c, key, &page);
+
+    if (ret < 0) {
+        return ret;
+    }
+    page += off % c->page_size;
+    if (width == 8) {
+        big_endian ? store_be64(page, value) : store_le64(page, value);
+    } else {
+        big_endian ? store_be32(page, (uint32_t)value)
+                   : store_le32(page, (uint32_t)value);
+    }
+    blk_tcache_mark_dirty(c, key);
     return 0;
 }
 

@@ -36,6 +36,14 @@ int blk_tcache_get(BlkTCache *c, uint64_t key, uint8_t **page);
 /* The page at key if it is held (no I/O, no change to the LRU order),
  * else NULL: for a writeback, which must not evict. */
 uint8_t *blk_tcache_peek(BlkTCache *c, uint64_t key);
+/* A table entry of width 4 or 8 bytes at byte offset off (entries never
+ * cross pages: off is a multiple of width), in the table's byte order;
+ * its page key is off rounded down to the page size.  store marks the page
+ * dirty. */
+int blk_tcache_load(BlkTCache *c, uint64_t off, unsigned width, bool big_endian,
+                    uint64_t *value);
+int blk_tcache_store(BlkTCache *c, uint64_t off, unsigned width, bool big_endian,
+                     uint64_t value);
 /* Is the page at key held (a get would do no I/O)? */
 bool blk_tcache_holds(const BlkTCache *c, uint64_t key);
 /* Mark the page at key (held) modified. */

@@ -33,6 +33,7 @@
 #include "qed/qed.h"
 
 #include "block/endian.h"
+#include "block/mapped.h"
 #include "block/tcache.h"
 
 #include <errno.h>
@@ -107,15 +108,9 @@ static int table_page_read(void *opaque, uint64_t key, void *buf, size_t len)
 static int entry(BlkNode *img, uint64_t table, uint64_t i, uint64_t *e)
 {
     QedState *s = img->opaque;
-    uint64_t off = table + i * 8;
-    uint8_t *page;
-    int ret = blk_tcache_get(s->tables, ROUND_DOWN(off, PAGE), &page);
+    int ret = blk_tcache_load(s->tables, table + i * 8, 8, false, e);
 
-    if (ret < 0) {
-        return blk_error_prefix(ret, "Could not read a QED table");
-    }
-    *e = load_le64(page + off % PAGE);
-    return 0;
+    return ret < 0 ? blk_error_prefix(ret, "Could not read a QED table") : 0;
 }
 
 /* ---- open (invariant 1) ---- */
@@ -293,61 +288,31 @@ static int find(BlkNode *img, uint64_t pos, uint64_t *n, QedKind *kind, uint64_t
     return 0;
 }
 
-static int qed_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+/* block/mapped.c's lookup. */
+static int qed_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
 {
     QedState *s = img->opaque;
+    QedKind kind = QED_UNALLOC;
+    int ret;
 
-    for (size_t done = 0; done < qiov->size;) {
-        uint64_t n = qiov->size - done, off = 0;
-        QedKind kind;
-        BlkIOV part;
+    m->len = max;
+    g_mutex_lock(&s->lock);
+    ret = find(img, offset, &m->len, &kind, &m->file_offset);
+    g_mutex_unlock(&s->lock);
+    m->kind = kind == QED_DATA   ? BLK_MAP_DATA
+              : kind == QED_ZERO ? BLK_MAP_ZERO
+                                 : BLK_MAP_BACKING;
+    return ret;
+}
 
-        g_mutex_lock(&s->lock);
-        int ret = find(img, offset + done, &n, &kind, &off);
-        g_mutex_unlock(&s->lock);
-        if (ret < 0) {
-            return ret;
-        }
-        iov_slice(&part, qiov, done, n);
-        if (kind == QED_DATA) {
-            ret = blk_preadv(img->file, off, &part, 0);
-        } else if (kind == QED_UNALLOC && img->backing) {
-            ret = blk_preadv_padded(img->backing, offset + done, &part);
-        } else {
-            iov_memset(&part, 0, 0, n);
-        }
-        iov_destroy(&part);
-        if (ret < 0) {
-            return ret;
-        }
-        done += n;
-    }
-    return 0;
+static int qed_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+{
+    return blk_mapped_preadv(img, offset, qiov, qed_map, NULL);
 }
 
 static int qed_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
-    QedState *s = img->opaque;
-    uint64_t n = bytes, off = 0;
-    QedKind kind;
-    int ret;
-
-    memset(st, 0, sizeof(*st));
-    g_mutex_lock(&s->lock);
-    ret = find(img, offset, &n, &kind, &off);
-    g_mutex_unlock(&s->lock);
-    if (ret < 0) {
-        return ret;
-    }
-    st->pnum = n;
-    if (kind == QED_DATA) {
-        st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID;
-        st->map = off;
-        st->file = img->file;
-    } else if (kind == QED_ZERO) {
-        st->flags = BLK_STATUS_ZERO;
-    }
-    return 0;
+    return blk_mapped_block_status(img, offset, bytes, qed_map, st);
 }
 
 /* ---- check (invariant 4) ---- */

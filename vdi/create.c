@@ -140,7 +140,6 @@ static int write_image(BlkNode *file, const VdiParams *p)
 
 int vdi_create(const char *filename, const BlkCreateOptions *opts)
 {
-    BlkOpenOptions fo = {.cache = BLK_CACHE_WRITEBACK};
     VdiParams p;
     BlkNode *file;
     int ret;
@@ -154,9 +153,9 @@ int vdi_create(const char *filename, const BlkCreateOptions *opts)
     if (ret < 0) {
         return ret;
     }
-    file = blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME);
+    file = blk_open_new_image(filename, &ret);
     if (!file) {
-        return blk_error_code() ? -blk_error_code() : -EIO;
+        return ret;
     }
     ret = write_image(file, &p);
     blk_close(file);

@@ -38,6 +38,7 @@
 #include "vdi/vdi.h"
 
 #include "block/endian.h"
+#include "block/mapped.h"
 #include "block/tcache.h"
 
 #include <errno.h>
@@ -77,35 +78,19 @@ static int map_writeback(void *opaque)
 static int map_get(BlkNode *img, uint32_t block, uint32_t *entry)
 {
     VdiState *s = img->opaque;
-    uint64_t off = (uint64_t)block * 4;
-    uint8_t *page;
-    int ret;
+    uint64_t v = VDI_UNALLOCATED;
+    int ret = block < s->h.blocks_in_image
+                  ? blk_tcache_load(s->map, (uint64_t)block * 4, 4, false, &v)
+                  : 0;
 
-    if (block >= s->h.blocks_in_image) {
-        *entry = VDI_UNALLOCATED;
-        return 0;
-    }
-    ret = blk_tcache_get(s->map, ROUND_DOWN(off, MAP_PAGE), &page);
-    if (ret < 0) {
-        return blk_error_prefix(ret, "Could not read the VDI block map");
-    }
-    *entry = load_le32(page + off % MAP_PAGE);
-    return 0;
+    *entry = (uint32_t)v;
+    return ret < 0 ? blk_error_prefix(ret, "Could not read the VDI block map") : 0;
 }
 
 static int map_set(BlkNode *img, uint32_t block, uint32_t entry)
 {
     VdiState *s = img->opaque;
-    uint64_t off = (uint64_t)block * 4, key = ROUND_DOWN(off, MAP_PAGE);
-    uint8_t *page;
-    int ret = blk_tcache_get(s->map, key, &page);
-
-    if (ret < 0) {
-        return ret;
-    }
-    store_le32(page + off % MAP_PAGE, entry);
-    blk_tcache_mark_dirty(s->map, key);
-    return 0;
+    return blk_tcache_store(s->map, (uint64_t)block * 4, 4, false, entry);
 }
 
 static bool uuid_is_null(const uint8_t *u)
@@ -236,39 +221,26 @@ static uint64_t block_offset(const VdiState *s, uint32_t entry)
     return (uint64_t)s->h.offset_data + (uint64_t)entry * s->h.block_size;
 }
 
-static int vdi_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+/* What guest bytes [offset, +max) are (block/mapped.c); invariant 2. */
+static int vdi_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
 {
     VdiState *s = img->opaque;
-    size_t done = 0;
+    uint64_t in = offset % s->h.block_size;
+    uint32_t entry;
+    int ret;
 
-    while (done < qiov->size) {
-        uint64_t pos = offset + done;
-        uint32_t entry;
-        size_t n =
-            (size_t)MIN(qiov->size - done, s->h.block_size - pos % s->h.block_size);
-        BlkIOV part;
-        int ret;
+    g_mutex_lock(&s->lock);
+    ret = map_get(img, (uint32_t)(offset / s->h.block_size), &entry);
+    g_mutex_unlock(&s->lock);
+    m->len = MIN(max, s->h.block_size - in);
+    m->kind = VDI_IS_ALLOCATED(entry) ? BLK_MAP_DATA : BLK_MAP_ZERO;
+    m->file_offset = block_offset(s, entry) + in;
+    return ret;
+}
 
-        g_mutex_lock(&s->lock);
-        ret = map_get(img, (uint32_t)(pos / s->h.block_size), &entry);
-        g_mutex_unlock(&s->lock);
-        if (ret < 0) {
-            return ret;
-        }
-        iov_slice(&part, qiov, done, n);
-        if (VDI_IS_ALLOCATED(entry)) { /* invariant 2 */
-            ret = blk_preadv(img->file, block_offset(s, entry) + pos % s->h.block_size,
-                             &part, 0);
-        } else {
-            iov_memset(&part, 0, 0, n);
-        }
-        iov_destroy(&part);
-        if (ret < 0) {
-            return ret;
-        }
-        done += n;
-    }
-    return 0;
+static int vdi_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+{
+    return blk_mapped_preadv(img, offset, qiov, vdi_map, NULL);
 }
 
 /* Invariant 4. */
@@ -434,36 +406,18 @@ static int vdi_flush(BlkNode *img)
 static int vdi_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
     VdiState *s = img->opaque;
-    uint32_t entry;
-    uint64_t in = offset % s->h.block_size;
-    int ret;
+    int ret = blk_mapped_block_status(img, offset, bytes, vdi_map, st);
 
-    memset(st, 0, sizeof(*st));
-    g_mutex_lock(&s->lock);
-    ret = map_get(img, (uint32_t)(offset / s->h.block_size), &entry);
-    g_mutex_unlock(&s->lock);
-    if (ret < 0) {
-        return ret;
-    }
-    st->pnum = MIN(bytes, s->h.block_size - in);
-    if (!VDI_IS_ALLOCATED(entry)) {
-        st->flags = BLK_STATUS_ZERO;
-        return 0;
-    }
-    st->map = block_offset(s, entry) + in;
-    st->file = img->file;
-    if (s->h.image_type == VDI_TYPE_STATIC) {
+    if (ret == 0 && (st->flags & BLK_STATUS_DATA) && s->h.image_type == VDI_TYPE_STATIC) {
         /* QEMU asks the file whether a static image's block reads as zeros */
         BlkStatus fst;
         ret = blk_block_status(img->file, st->map, st->pnum, &fst);
-        if (ret < 0) {
-            return ret;
+        if (ret == 0) {
+            st->pnum = fst.pnum;
+            st->flags |= fst.flags & BLK_STATUS_ZERO;
         }
-        st->pnum = fst.pnum;
-        st->flags = fst.flags & BLK_STATUS_ZERO;
     }
-    st->flags |= BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID;
-    return 0;
+    return ret;
 }
 
 #define CHECK_MAX_MESSAGES 1000u

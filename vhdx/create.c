@@ -229,7 +229,6 @@ static int write_metadata(BlkNode *file, const VhdxParams *p)
 
 int vhdx_create(const char *filename, const BlkCreateOptions *opts)
 {
-    BlkOpenOptions fo = {.cache = BLK_CACHE_WRITEBACK};
     VhdxParams p;
     BlkNode *file;
     int ret;
@@ -243,9 +242,9 @@ int vhdx_create(const char *filename, const BlkCreateOptions *opts)
     if (ret < 0) {
         return ret;
     }
-    file = blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME);
+    file = blk_open_new_image(filename, &ret);
     if (!file) {
-        return blk_error_code() ? -blk_error_code() : -EIO;
+        return ret;
     }
     ret = write_headers(file, &p);
     if (ret == 0) {

@@ -47,6 +47,7 @@
 #include "vhdx/vhdx.h"
 
 #include "block/endian.h"
+#include "block/mapped.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -237,34 +238,17 @@ static int bat_writeback(void *opaque)
 static int bat_get(BlkNode *img, uint64_t idx, uint64_t *entry)
 {
     VhdxState *s = img->opaque;
-    uint64_t off = idx * 8;
-    uint8_t *page;
     int ret;
 
-    if (idx >= s->bat_entries) {
-        *entry = 0;
-        return 0;
-    }
-    ret = blk_tcache_get(s->bat, ROUND_DOWN(off, BAT_PAGE), &page);
-    if (ret < 0) {
-        return blk_error_prefix(ret, "Could not read the VHDX BAT");
-    }
-    *entry = load_le64(page + off % BAT_PAGE);
-    return 0;
+    *entry = 0;
+    ret = idx < s->bat_entries ? blk_tcache_load(s->bat, idx * 8, 8, false, entry) : 0;
+    return ret < 0 ? blk_error_prefix(ret, "Could not read the VHDX BAT") : 0;
 }
 
 static int bat_set(BlkNode *img, uint64_t idx, uint64_t entry)
 {
     VhdxState *s = img->opaque;
-    uint64_t off = idx * 8, key = ROUND_DOWN(off, BAT_PAGE);
-    uint8_t *page;
-    int ret = blk_tcache_get(s->bat, key, &page);
-
-    if (ret == 0) {
-        store_le64(page + off % BAT_PAGE, entry);
-        blk_tcache_mark_dirty(s->bat, key);
-    }
-    return ret;
+    return blk_tcache_store(s->bat, idx * 8, 8, false, entry);
 }
 
 /* The problem with BAT entry i, if any (invariant 3; QEMU's messages). */
@@ -443,11 +427,10 @@ static void vhdx_close(BlkNode *img)
 
 /* ---- reads (invariant 4) ---- */
 
-typedef enum { SRC_FILE, SRC_ZERO, SRC_PARENT } Source;
-
 /* Where bytes [offset, +*n) of the guest come from (caller holds the
  * lock); *n is cut to what one answer covers. */
-static int locate(BlkNode *img, uint64_t offset, uint64_t *n, Source *src, uint64_t *foff)
+static int locate(BlkNode *img, uint64_t offset, uint64_t *n, BlkMapKind *src,
+                  uint64_t *foff)
 {
     VhdxState *s = img->opaque;
     uint64_t b = offset / s->block_size, in = offset % s->block_size, e;
@@ -465,17 +448,17 @@ static int locate(BlkNode *img, uint64_t offset, uint64_t *n, Source *src, uint6
                              "the image is corrupt",
                              b);
         }
-        *src = SRC_FILE;
+        *src = BLK_MAP_DATA;
         *foff = vhdx_bat_offset(e) + in;
         return 0;
     case VHDX_PAYLOAD_NOT_PRESENT:
-        *src = s->has_parent ? SRC_PARENT : SRC_ZERO;
+        *src = s->has_parent ? BLK_MAP_BACKING : BLK_MAP_ZERO;
         return 0;
     case VHDX_PAYLOAD_UNDEFINED:
     case VHDX_PAYLOAD_ZERO:
     case VHDX_PAYLOAD_UNMAPPED:
     case VHDX_PAYLOAD_UNMAPPED_V095:
-        *src = SRC_ZERO;
+        *src = BLK_MAP_ZERO;
         return 0;
     case VHDX_PAYLOAD_PARTIALLY_PRESENT:
         break;
@@ -516,41 +499,28 @@ static int locate(BlkNode *img, uint64_t offset, uint64_t *n, Source *src, uint6
         }
     }
     *n = MIN(*n, run * lss - in % lss);
-    *src = set ? SRC_FILE : SRC_PARENT;
+    *src = set ? BLK_MAP_DATA : BLK_MAP_BACKING;
     *foff = vhdx_bat_offset(e) + in;
     return 0;
+}
+
+/* block/mapped.c's lookup. */
+static int vhdx_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
+{
+    VhdxState *s = img->opaque;
+    int ret;
+
+    m->len = max;
+    g_mutex_lock(&s->lock);
+    ret = locate(img, offset, &m->len, &m->kind, &m->file_offset);
+    g_mutex_unlock(&s->lock);
+    return ret;
 }
 
 static int vhdx_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     VhdxState *s = img->opaque;
-
-    for (size_t done = 0; done < qiov->size;) {
-        uint64_t n = qiov->size - done, foff = 0;
-        Source src;
-        BlkIOV part;
-
-        g_mutex_lock(&s->lock);
-        int ret = locate(img, offset + done, &n, &src, &foff);
-        g_mutex_unlock(&s->lock);
-        if (ret < 0) {
-            return ret;
-        }
-        iov_slice(&part, qiov, done, n);
-        if (src == SRC_FILE) {
-            ret = file_readv(img, foff, &part);
-        } else if (src == SRC_PARENT && img->backing) {
-            ret = blk_preadv_padded(img->backing, offset + done, &part);
-        } else {
-            iov_memset(&part, 0, 0, n);
-        }
-        iov_destroy(&part);
-        if (ret < 0) {
-            return ret;
-        }
-        done += n;
-    }
-    return 0;
+    return blk_mapped_preadv(img, offset, qiov, vhdx_map, s->overlay ? file_readv : NULL);
 }
 
 /* ---- writes (invariants 5, 6) ---- */
@@ -678,27 +648,7 @@ static int vhdx_flush(BlkNode *img)
 
 static int vhdx_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
-    VhdxState *s = img->opaque;
-    uint64_t n = bytes, foff = 0;
-    Source src;
-    int ret;
-
-    memset(st, 0, sizeof(*st));
-    g_mutex_lock(&s->lock);
-    ret = locate(img, offset, &n, &src, &foff);
-    g_mutex_unlock(&s->lock);
-    if (ret < 0) {
-        return ret;
-    }
-    st->pnum = n;
-    if (src == SRC_FILE) {
-        st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID;
-        st->map = foff;
-        st->file = img->file;
-    } else if (src == SRC_ZERO) {
-        st->flags = BLK_STATUS_ZERO;
-    }
-    return 0;
+    return blk_mapped_block_status(img, offset, bytes, vhdx_map, st);
 }
 
 #define CHECK_MAX_MESSAGES 1000u

@@ -187,7 +187,6 @@ static int write_dynamic(BlkNode *file, const VpcParams *p, const uint8_t *foote
 
 int vpc_create(const char *filename, const BlkCreateOptions *opts)
 {
-    BlkOpenOptions fo = {.cache = BLK_CACHE_WRITEBACK};
     uint8_t footer[VPC_FOOTER_SIZE];
     VpcFooter f;
     VpcParams p;
@@ -211,9 +210,9 @@ int vpc_create(const char *filename, const BlkCreateOptions *opts)
             return ret;
         }
     }
-    file = blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME);
+    file = blk_open_new_image(filename, &ret);
     if (!file) {
-        return blk_error_code() ? -blk_error_code() : -EIO;
+        return ret;
     }
     make_footer(&p, &f);
     vpc_footer_encode(&f, footer);

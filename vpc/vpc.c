@@ -40,6 +40,7 @@
 #include "vpc/vpc.h"
 
 #include "block/endian.h"
+#include "block/mapped.h"
 #include "block/tcache.h"
 
 #include <errno.h>
@@ -91,35 +92,20 @@ static int bat_writeback(void *opaque)
 static int bat_get(BlkNode *img, uint32_t idx, uint32_t *entry)
 {
     VpcState *s = img->opaque;
-    uint64_t off = (uint64_t)idx * 4;
-    uint8_t *page;
-    int ret;
+    uint64_t v = VPC_BAT_UNUSED;
+    int ret =
+        idx < s->entries ? blk_tcache_load(s->bat, (uint64_t)idx * 4, 4, true, &v) : 0;
 
-    if (idx >= s->entries) {
-        *entry = VPC_BAT_UNUSED;
-        return 0;
-    }
-    ret = blk_tcache_get(s->bat, ROUND_DOWN(off, BAT_PAGE), &page);
-    if (ret < 0) {
-        return blk_error_prefix(ret, "Could not read the VHD block allocation table");
-    }
-    *entry = load_be32(page + off % BAT_PAGE);
-    return 0;
+    *entry = (uint32_t)v;
+    return ret < 0
+               ? blk_error_prefix(ret, "Could not read the VHD block allocation table")
+               : 0;
 }
 
 static int bat_set(BlkNode *img, uint32_t idx, uint32_t entry)
 {
     VpcState *s = img->opaque;
-    uint64_t off = (uint64_t)idx * 4, key = ROUND_DOWN(off, BAT_PAGE);
-    uint8_t *page;
-    int ret = blk_tcache_get(s->bat, key, &page);
-
-    if (ret < 0) {
-        return ret;
-    }
-    store_be32(page + off % BAT_PAGE, entry);
-    blk_tcache_mark_dirty(s->bat, key);
-    return 0;
+    return blk_tcache_store(s->bat, (uint64_t)idx * 4, 4, true, entry);
 }
 
 /* Sector bitmaps of a differencing disk (invariant 3). */
@@ -375,97 +361,45 @@ static int bitmap_run(BlkNode *img, uint64_t bmo, uint32_t sector, uint32_t max,
     return 0;
 }
 
-static int read_parent(BlkNode *img, uint64_t offset, const BlkIOV *q)
-{
-    if (!img->backing) {
-        iov_memset(q, 0, 0, q->size);
-        return 0;
-    }
-    return blk_preadv_padded(img->backing, offset, q);
-}
-
-/* Read [offset, +q->size) of one block of a differencing disk. */
-static int read_diff_block(BlkNode *img, uint64_t offset, uint64_t block_off,
-                           const BlkIOV *q)
+/* What guest bytes [offset, +max) are (block/mapped.c); invariant 3. */
+static int vpc_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
 {
     VpcState *s = img->opaque;
-    uint32_t in = (uint32_t)(offset % s->block_size);
-    size_t done = 0;
+    uint32_t idx = (uint32_t)(offset / s->block_size), entry;
+    uint64_t in = offset % s->block_size;
+    int ret;
 
-    while (done < q->size) {
-        uint32_t sector = (in + (uint32_t)done) / VPC_SECTOR;
-        uint32_t head = (in + (uint32_t)done) % VPC_SECTOR;
-        uint32_t max = (uint32_t)DIV_ROUND_UP(head + (q->size - done), VPC_SECTOR);
-        bool set;
-        uint32_t run;
-        BlkIOV part;
-        int ret;
-
-        g_mutex_lock(&s->lock);
-        ret = bitmap_run(img, block_off, sector, max, &set, &run);
-        g_mutex_unlock(&s->lock);
-        if (ret < 0) {
-            return ret;
+    m->len = MIN(max, s->block_size - in);
+    g_mutex_lock(&s->lock);
+    ret = bat_get(img, idx, &entry);
+    if (ret == 0 && entry == VPC_BAT_UNUSED) {
+        m->kind = s->diff ? BLK_MAP_BACKING : BLK_MAP_ZERO;
+    } else if (ret == 0) {
+        uint64_t bmo = (uint64_t)entry * VPC_SECTOR;
+        m->kind = BLK_MAP_DATA;
+        m->file_offset = bmo + s->bitmap_size + in;
+        if (s->diff) {
+            uint32_t max_sec =
+                (uint32_t)DIV_ROUND_UP(in % VPC_SECTOR + m->len, VPC_SECTOR);
+            bool set = false;
+            uint32_t run = 1;
+            ret = bitmap_run(img, bmo, (uint32_t)(in / VPC_SECTOR), max_sec, &set, &run);
+            m->len = MIN(m->len, (uint64_t)run * VPC_SECTOR - in % VPC_SECTOR);
+            m->kind = set ? BLK_MAP_DATA : BLK_MAP_BACKING;
         }
-        size_t n = MIN((size_t)run * VPC_SECTOR - head, q->size - done);
-        iov_slice(&part, q, done, n);
-        if (set) {
-            ret = blk_preadv(img->file, block_off + s->bitmap_size + in + done, &part, 0);
-        } else {
-            ret = read_parent(img, offset + done, &part);
-        }
-        iov_destroy(&part);
-        if (ret < 0) {
-            return ret;
-        }
-        done += n;
     }
-    return 0;
+    g_mutex_unlock(&s->lock);
+    return ret;
 }
 
 static int vpc_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     VpcState *s = img->opaque;
-    size_t done = 0;
 
     if (s->fixed) {
         return blk_preadv(img->file, offset, qiov, flags);
     }
-    while (done < qiov->size) {
-        uint64_t pos = offset + done;
-        uint32_t idx = (uint32_t)(pos / s->block_size), entry;
-        size_t n = (size_t)MIN(qiov->size - done, s->block_size - pos % s->block_size);
-        BlkIOV part;
-        int ret;
-
-        g_mutex_lock(&s->lock);
-        ret = bat_get(img, idx, &entry);
-        g_mutex_unlock(&s->lock);
-        if (ret < 0) {
-            return ret;
-        }
-        iov_slice(&part, qiov, done, n);
-        if (entry == VPC_BAT_UNUSED) {
-            if (s->diff) {
-                ret = read_parent(img, pos, &part);
-            } else {
-                iov_memset(&part, 0, 0, n);
-            }
-        } else if (s->diff) {
-            ret = read_diff_block(img, pos, (uint64_t)entry * VPC_SECTOR, &part);
-        } else {
-            ret = blk_preadv(img->file,
-                             (uint64_t)entry * VPC_SECTOR + s->bitmap_size +
-                                 pos % s->block_size,
-                             &part, 0);
-        }
-        iov_destroy(&part);
-        if (ret < 0) {
-            return ret;
-        }
-        done += n;
-    }
-    return 0;
+    return blk_mapped_preadv(img, offset, qiov, vpc_map, NULL);
 }
 
 /* ---- writes (invariants 4-6) ---- */
@@ -659,50 +593,11 @@ static int status_fixed(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus
 static int vpc_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
     VpcState *s = img->opaque;
-    uint32_t entry;
-    int ret = 0;
 
     if (s->fixed) {
         return status_fixed(img, offset, bytes, st);
     }
-    memset(st, 0, sizeof(*st));
-    g_mutex_lock(&s->lock);
-    uint32_t idx = (uint32_t)(offset / s->block_size);
-    uint64_t in = offset % s->block_size;
-    ret = bat_get(img, idx, &entry);
-    if (ret == 0 && entry != VPC_BAT_UNUSED) {
-        uint64_t bmo = (uint64_t)entry * VPC_SECTOR;
-        st->pnum = MIN(bytes, s->block_size - in);
-        if (s->diff) {
-            bool set;
-            uint32_t run;
-            uint32_t max = (uint32_t)DIV_ROUND_UP(in % VPC_SECTOR + st->pnum, VPC_SECTOR);
-            ret = bitmap_run(img, bmo, (uint32_t)(in / VPC_SECTOR), max, &set, &run);
-            st->pnum = MIN(st->pnum, (uint64_t)run * VPC_SECTOR - in % VPC_SECTOR);
-            if (!set) {
-                goto out;
-            }
-        }
-        st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID;
-        st->map = bmo + s->bitmap_size + in;
-        st->file = img->file;
-        goto out;
-    }
-    /* unallocated blocks, merged: zeros (dynamic) or the parent's */
-    st->pnum = 0;
-    while (ret == 0 && entry == VPC_BAT_UNUSED) {
-        uint64_t n =
-            MIN(bytes - st->pnum, s->block_size - (offset + st->pnum) % s->block_size);
-        st->pnum += n;
-        if (st->pnum >= bytes) {
-            break;
-        }
-        ret = bat_get(img, (uint32_t)((offset + st->pnum) / s->block_size), &entry);
-    }
-    st->flags = s->diff ? 0 : BLK_STATUS_ZERO;
-out:
-    g_mutex_unlock(&s->lock);
-    return ret;
+    return blk_mapped_block_status(img, offset, bytes, vpc_map, st);
 }
 
 static int vpc_get_info(BlkNode *img, BlkInfo *info)
