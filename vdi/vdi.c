@@ -18,9 +18,10 @@
  *     past the end of the file (zeros), as QEMU reads it; other entries
  *     read as zeros.
  *  3. Allocation takes index blocks_allocated (which must stay below
- *     blocks_in_image), writes the guest data and zeros over whatever a
- *     crash left in the rest of the block, and extends the file to the
- *     block's end; the header and map change in memory at once.  On disk
+ *     blocks_in_image), zeros whatever a crash left in the block, extends
+ *     the file to the block's end and changes the header and map in memory,
+ *     under the lock; the guest data is written after (the block reads as
+ *     zeros meanwhile, as it did unallocated).  On disk
  *     (at a flush): data durable, then the header's blocks_allocated,
  *     durable, then the map pages, durable.  A power loss can thus leave
  *     the header counting blocks the map does not reference yet -- leaked
@@ -258,10 +259,10 @@ static int check_block_area(VdiState *s, uint32_t block, uint64_t start)
     return 0;
 }
 
-/* Invariant 3: a new block for 'block', its data written; caller holds
- * the lock. */
-static int alloc_write_locked(BlkNode *img, uint32_t block, uint32_t in, const BlkIOV *q,
-                              unsigned flags)
+/* Invariant 3: a new block for 'block' (caller holds the lock): stale
+ * bytes below the old end of the file zeroed, the file extended over it,
+ * then published in the map -- it reads zeros until the guest data lands. */
+static int alloc_block_locked(BlkNode *img, uint32_t block, uint32_t *entry)
 {
     VdiState *s = img->opaque;
     uint32_t index = s->h.blocks_allocated;
@@ -276,17 +277,8 @@ static int alloc_write_locked(BlkNode *img, uint32_t block, uint32_t in, const B
                          index, s->h.blocks_in_image);
     }
     ret = check_block_area(s, block, start);
-    if (ret < 0) {
-        return ret;
-    }
-    ret = blk_pwritev(img->file, start + in, q, flags);
-    /* zeros over stale bytes below the old end of the file */
-    if (ret == 0 && in > 0 && flen > start) {
-        ret = blk_pwrite_zeroes(img->file, start, MIN((uint64_t)in, flen - start), 0);
-    }
-    if (ret == 0 && flen > start + in + q->size) {
-        uint64_t zs = start + in + q->size;
-        ret = blk_pwrite_zeroes(img->file, zs, MIN(end, flen) - zs, 0);
+    if (ret == 0 && flen > start) {
+        ret = blk_pwrite_zeroes(img->file, start, MIN(end, flen) - start, 0);
     }
     if (ret == 0 && img->file->size < end) {
         ret = blk_truncate(img->file, end, false, BLK_PREALLOC_OFF, false);
@@ -299,6 +291,7 @@ static int alloc_write_locked(BlkNode *img, uint32_t block, uint32_t in, const B
     }
     s->h.blocks_allocated++;
     s->header_dirty = true;
+    *entry = index;
     return 0;
 }
 
@@ -320,16 +313,14 @@ static int vdi_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         g_mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : map_get(img, block, &entry);
         if (ret == 0 && !VDI_IS_ALLOCATED(entry)) {
-            ret = alloc_write_locked(img, block, in, &part, wflags);
-            g_mutex_unlock(&s->lock);
-        } else {
-            g_mutex_unlock(&s->lock);
-            if (ret == 0) {
-                ret = check_block_area(s, block, block_offset(s, entry));
-            }
-            if (ret == 0) {
-                ret = blk_pwritev(img->file, block_offset(s, entry) + in, &part, wflags);
-            }
+            ret = alloc_block_locked(img, block, &entry);
+        }
+        g_mutex_unlock(&s->lock);
+        if (ret == 0) {
+            ret = check_block_area(s, block, block_offset(s, entry));
+        }
+        if (ret == 0) { /* outside the lock: writes to other blocks run meanwhile */
+            ret = blk_pwritev(img->file, block_offset(s, entry) + in, &part, wflags);
         }
         iov_destroy(&part);
         if (ret < 0) {

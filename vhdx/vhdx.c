@@ -30,8 +30,8 @@
  *     partially present block in a disk without a parent, or an unknown
  *     state, is an I/O error naming the block.
  *  5. Allocation (dynamic disks): a new block goes at the end of the file
- *     rounded up to 1 MiB, the file is extended over it (so the rest of the
- *     block reads as zeros) and the guest data written; the BAT entry
+ *     rounded up to 1 MiB and the file is extended over it (so it reads as
+ *     zeros), under the lock; the guest data is written after; the BAT entry
  *     (fully present) changes in the cache at once and reaches the disk at
  *     a flush, through the log (log.c invariant 5), after the data is
  *     durable.  A power loss thus loses at most unflushed writes.
@@ -560,29 +560,25 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         iov_slice(&part, qiov, done, n);
         g_mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : bat_get(img, vhdx_payload_index(s, b), &e);
-        if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_FULLY_PRESENT) {
+        if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_PARTIALLY_PRESENT) {
+            ret = blk_error(EIO,
+                            "VHDX block %" PRIu64 " is partially present in a "
+                            "disk without a parent",
+                            b);
+        } else if (ret == 0 && vhdx_bat_state(e) != VHDX_PAYLOAD_FULLY_PRESENT) {
+            ret = alloc_block_locked(img, b, &foff); /* invariant 5: reads zeros */
+        } else if (ret == 0) {
             foff = vhdx_bat_offset(e);
-            g_mutex_unlock(&s->lock);
-            ret = foff < VHDX_HEADER_SECTION_END
-                      ? blk_error(EIO,
-                                  "VHDX block %" PRIu64 " points into the header "
-                                  "section; the image is corrupt",
-                                  b)
-                      : blk_pwritev(img->file, foff + in, &part, wflags);
-        } else {
-            if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_PARTIALLY_PRESENT) {
-                ret = blk_error(EIO,
-                                "VHDX block %" PRIu64 " is partially present in a "
-                                "disk without a parent",
-                                b);
-            }
-            if (ret == 0) {
-                ret = alloc_block_locked(img, b, &foff);
-            }
-            if (ret == 0) { /* under the lock: the block is not seen half-written */
-                ret = blk_pwritev(img->file, foff + in, &part, wflags);
-            }
-            g_mutex_unlock(&s->lock);
+        }
+        g_mutex_unlock(&s->lock);
+        if (ret == 0 && foff < VHDX_HEADER_SECTION_END) {
+            ret = blk_error(EIO,
+                            "VHDX block %" PRIu64 " points into the header section; "
+                            "the image is corrupt",
+                            b);
+        }
+        if (ret == 0) { /* outside the lock: writes to other blocks run meanwhile */
+            ret = blk_pwritev(img->file, foff + in, &part, wflags);
         }
         iov_destroy(&part);
         if (ret < 0) {

@@ -23,9 +23,10 @@
  *     the parent (zeros without one).
  *  4. Allocation (dynamic disks): a new block goes at free_offset, where
  *     the footer copy was: its bitmap (all ones, as QEMU writes it) is
- *     written first, any stale bytes a crash left in its data area are
- *     zeroed, then the guest data.  The BAT entry changes in the cache
- *     only (reads see it at once); on disk it is written by a flush, after
+ *     written first and any stale bytes a crash left in its data area are
+ *     zeroed, under the lock; then the BAT entry changes in the cache
+ *     (reads see it at once, and read zeros until the guest data, written
+ *     after the lock is dropped, lands); on disk it is written by a flush, after
  *     the footer copy has been written behind the new end and the data,
  *     bitmap and footer were made durable.  A power loss therefore loses
  *     at most unflushed blocks, never points the BAT at unwritten space or
@@ -473,19 +474,17 @@ static int vpc_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         uint32_t idx = (uint32_t)(pos / s->block_size), entry = VPC_BAT_UNUSED;
         size_t n = (size_t)MIN(qiov->size - done, s->block_size - pos % s->block_size);
         uint64_t bmo = 0;
-        bool locked = true;
         BlkIOV part;
         int ret;
 
         g_mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : bat_get(img, idx, &entry);
         if (ret == 0 && entry == VPC_BAT_UNUSED) {
-            ret = alloc_block_locked(img, idx, &bmo); /* data written under the lock */
+            ret = alloc_block_locked(img, idx, &bmo); /* invariant 4 */
         } else if (ret == 0) {
             bmo = (uint64_t)entry * VPC_SECTOR;
-            g_mutex_unlock(&s->lock);
-            locked = false;
         }
+        g_mutex_unlock(&s->lock);
         if (ret == 0) {
             ret = check_block_area(img, idx, bmo);
         }
@@ -494,9 +493,6 @@ static int vpc_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
             ret = blk_pwritev(img->file, bmo + s->bitmap_size + pos % s->block_size,
                               &part, flags & ~(unsigned)BLK_REQ_FUA);
             iov_destroy(&part);
-        }
-        if (locked) {
-            g_mutex_unlock(&s->lock);
         }
         if (ret < 0) {
             return ret;
