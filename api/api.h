@@ -96,10 +96,17 @@ void api_debug_release(QimgImage *img);
 void blk_error_propagate(GError **error, int ret, const char *fmt, ...)
     G_GNUC_PRINTF(3, 4);
 
-/* ---- open.c: the driver table's built-in drivers and the open sequence ---- */
+/* ---- formats.c: the format table ---- */
 
-/* Register the built-in drivers once (idempotent, thread-safe). */
+/* Register the built-in drivers and the unread formats' probes once
+ * (idempotent, thread-safe). */
 void api_register_drivers(void);
+/* 0, or -ENOTSUP with the message when drv is a format qimg does not
+ * read (formats.c invariant 2). */
+int api_format_usable(const BlkDriver *drv);
+
+/* ---- open.c: the open sequence ---- */
+
 /* Open 'filename' with format opts->format (NULL: probe), including its
  * backing chain unless opts->no_backing.  'chain' holds the canonical paths
  * already in the chain (loop detection); NULL at the top, where 'filename'

@@ -190,6 +190,11 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
         g_set_error(error, QIMG_ERROR, EINVAL, "Unknown file format '%s'", opts->format);
         return FALSE;
     }
+    blk_error_clear();
+    if (api_format_usable(drv) < 0) { /* formats.c invariant 2 */
+        blk_error_propagate(error, 0, "Could not create '%s'", filename);
+        return FALSE;
+    }
     if (!drv->create) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Format driver '%s' does not support image creation", opts->format);

@@ -83,6 +83,11 @@ gboolean qimg_measure(const QimgCreateOptions *opts, QimgImage *src, QimgMeasure
         g_set_error(error, QIMG_ERROR, EINVAL, "Unknown file format '%s'", in.format);
         return FALSE;
     }
+    blk_error_clear();
+    if (api_format_usable(drv) < 0) { /* formats.c invariant 2 */
+        blk_error_propagate(error, 0, NULL);
+        return FALSE;
+    }
     if (!drv->measure) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "Block driver '%s' does not support size measurement", in.format);

@@ -20,12 +20,6 @@
  *     not open backing file: " and the backing file's own message.
  */
 #include "api/api.h"
-#include "qcow2/qcow2.h"
-#include "qed/qed.h"
-#include "raw/raw.h"
-#include "vdi/vdi.h"
-#include "vhdx/vhdx.h"
-#include "vpc/vpc.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -33,34 +27,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static gpointer register_once(gpointer unused)
-{
-    (void)unused;
-    blk_driver_register(&blk_qcow2_driver);
-    blk_driver_register(&blk_raw_driver);
-    blk_driver_register(&blk_vpc_driver);
-    blk_driver_register(&blk_vdi_driver);
-    blk_driver_register(&blk_vhdx_driver);
-    blk_driver_register(&blk_qed_driver);
-    return NULL;
-}
-
-void api_register_drivers(void)
-{
-    static GOnce once = G_ONCE_INIT;
-    g_once(&once, register_once, NULL);
-}
-
-static const BlkDriver *probe_format(BlkNode *file)
+/* formats.c invariant 1 */
+static const BlkDriver *probe_format(BlkNode *file, const char *filename)
 {
     uint8_t buf[BLK_PROBE_BUF_SIZE] = {0};
     int64_t len = blk_getlength(file);
     size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
+    const BlkDriver *drv = NULL;
 
-    if (n > 0 && blk_pread(file, 0, buf, n) < 0) {
-        n = 0;
+    /* an empty file is raw; a short one is probed padded with zeros, as
+     * QEMU reads it (formats.c invariant 1) */
+    if (n > 0 && blk_pread(file, 0, buf, n) == 0) {
+        drv = blk_probe_buf(buf, sizeof(buf), filename);
     }
-    const BlkDriver *drv = blk_probe_buf(buf, n);
     return drv ? drv : blk_find_format("raw"); /* invariant 3 */
 }
 
@@ -127,7 +106,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     GSList link;
 
     if (!drv) {
-        drv = probe_format(file);
+        drv = probe_format(file, filename);
     }
     if (drv->is_protocol) {
         return file;
@@ -152,7 +131,10 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     /* Invariant 4: the locks of the driver's role before it reads the file. */
     BlkOpenOptions lo = *opts;
     lo.read_only = ro;
-    int ret = blk_set_role_perm(file, drv->file_role, &lo);
+    int ret = api_format_usable(drv); /* formats.c invariant 2 */
+    if (ret == 0) {
+        ret = blk_set_role_perm(file, drv->file_role, &lo);
+    }
     if (ret == 0) {
         ret = drv->open(img, filename, opts);
     }
@@ -246,7 +228,7 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
     }
-    if (user_name && blk_is_nbd_name(path)) {
+    if (!blk_protocol_is_path(path, user_name ? BLK_OPEN_USER_NAME : 0)) {
         g_strlcpy(canon, path, sizeof(canon)); /* not a path */
     } else if (!realpath(path, canon)) {
         int e = errno;
@@ -278,9 +260,9 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
         blk_error_propagate(error, 0, NULL);
         return NULL;
     }
-    if (user_name && blk_is_nbd_name(blk_plain_name(filename)) &&
+    if (!blk_protocol_is_path(filename, user_name ? BLK_OPEN_USER_NAME : 0) &&
         file->drv->is_protocol && !file->filtered) {
-        filename = file->filename; /* QEMU's name for the export (nbd.c) */
+        filename = file->filename; /* the protocol's own name (nbd.c: QEMU's) */
     }
     return open_format(file, drv, filename, canon, opts, chain, user_name, error);
 }

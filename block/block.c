@@ -2,8 +2,8 @@
  * block/block.c: nodes and requests.
  *
  * Owns: the driver table (drivers are registered by the layer above, never
- * named here), opening protocol nodes (the file protocol and the test
- * nodes the caller names), closing nodes, the write generations, and the
+ * named here), opening file nodes (which protocol a name opens is
+ * protocol.c's), closing nodes, the write generations, and the
  * request checks every request passes before it reaches a driver (block.h
  * invariant 3).  Opening a format with its backing chain is api/open.c's.
  *
@@ -68,7 +68,7 @@ const BlkDriver *blk_find_format(const char *name)
 
 /* Invariant 4: highest probe score wins; a driver claiming every file
  * (raw's 1) is the fallback; none at all: NULL. */
-const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n)
+const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n, const char *filename)
 {
     const BlkDriver *best = NULL;
     int best_score = 0;
@@ -76,7 +76,7 @@ const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n)
     g_mutex_lock(&registry_lock);
     for (unsigned i = 0; i < registry_len; i++) {
         const BlkDriver *d = registry[i];
-        int score = d->probe && !d->is_protocol ? d->probe(buf, n) : 0;
+        int score = d->probe && !d->is_protocol ? d->probe(buf, n, filename) : 0;
         if (score > best_score) {
             best_score = score;
             best = d;
@@ -238,104 +238,6 @@ char **blk_debug_suspended(BlkNode *top, bool only_new)
 {
     BlkNode *n = debug_node(top);
     return n ? n->drv->debug_suspended(n, only_new) : NULL;
-}
-
-/*
- * Test nodes the caller may ask for by name (block.h invariant 5):
- * "blkdebug:RULES:FILE" puts a fault-injecting node under the format,
- * "record:LOG:FILE" a recording node (FILE may itself be blkdebug:...).
- */
-static bool split_prefix(const char *filename, const char *prefix, char **arg,
-                         const char **rest)
-{
-    const char *p, *colon;
-
-    if (!g_str_has_prefix(filename, prefix)) {
-        return false;
-    }
-    p = filename + strlen(prefix);
-    colon = strchr(p, ':');
-    if (!colon) {
-        return false;
-    }
-    *arg = g_strndup(p, (gsize)(colon - p));
-    *rest = colon + 1;
-    return true;
-}
-
-bool blk_is_nbd_name(const char *filename)
-{
-    return g_str_has_prefix(filename, "nbd:") || g_str_has_prefix(filename, "nbd+") ||
-           g_str_has_prefix(filename, "nbds:") || g_str_has_prefix(filename, "nbds+");
-}
-
-BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
-                           BlkNodeRole role, unsigned flags)
-{
-    g_autofree char *arg = NULL;
-    const char *rest;
-    BlkNode *node;
-
-    if (!(flags & BLK_OPEN_USER_NAME)) {
-        return blk_open_file_opts(filename, opts, role);
-    }
-    if (split_prefix(filename, "blkdebug:", &arg, &rest)) {
-        node = blk_open_faulty(arg, rest, opts->read_only, opts->cache);
-        if (!node && *arg && !strchr(arg, '=') && strcmp(arg, "once") != 0) {
-            /* QEMU's config file: its words name the whole name */
-            blk_error_prefix(-blk_error_code(), "Could not open '%s'", filename);
-        }
-    } else if (split_prefix(filename, "record:", &arg, &rest)) {
-        BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags);
-        node = child ? blk_open_record(arg, child) : NULL;
-    } else if (blk_is_nbd_name(filename)) {
-#ifdef QIMG_HAVE_LIBNBD
-        return blk_open_nbd(filename, opts->read_only);
-#else
-        blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
-                  filename);
-        return NULL;
-#endif
-    } else if (g_str_has_prefix(filename, "blkdebug:") ||
-               g_str_has_prefix(filename, "record:")) {
-        blk_error(EINVAL,
-                  "Could not open '%s': expected blkdebug:RULES:FILE or "
-                  "record:LOG:FILE",
-                  filename);
-        return NULL;
-    } else {
-        return blk_open_file_opts(filename, opts, role);
-    }
-    /* block.h invariant 6: the test node passes the role's locks down */
-    if (node && role != BLK_ROLE_PROTOCOL) {
-        int ret = blk_set_role_perm(node, role, opts);
-        if (ret < 0) {
-            blk_error_prefix(ret, "Could not open '%s'", filename);
-            blk_close(node);
-            return NULL;
-        }
-    }
-    return node;
-}
-
-const char *blk_plain_name(const char *filename)
-{
-    const char *p = filename;
-
-    for (;;) {
-        const char *colon;
-        if (g_str_has_prefix(p, "blkdebug:")) {
-            colon = strchr(p + strlen("blkdebug:"), ':');
-        } else if (g_str_has_prefix(p, "record:")) {
-            colon = strchr(p + strlen("record:"), ':');
-        } else {
-            return p;
-        }
-        if (!colon) {
-            return p;
-        }
-        p = colon + 1;
-    }
 }
 
 BlkNode *blk_open_file_like(BlkNode *like, const char *filename,

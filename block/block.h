@@ -143,8 +143,13 @@ typedef enum {
 struct BlkDriver {
     const char *format_name;
     bool is_protocol;
-    /* 0..100: how sure the driver is that buf (first bytes of the file) is its format. */
-    int (*probe)(const uint8_t *buf, size_t len);
+    /* A format qimg recognises but does not read: its name for people
+     * ("VirtualBox VDI"); the entry has a probe and nothing else, and
+     * api/ refuses to open or create it (formats.c invariant 2). */
+    const char *unsupported;
+    /* 0..100: how sure the driver is that buf (the first bytes of the file
+     * called filename, which may be NULL) is its format. */
+    int (*probe)(const uint8_t *buf, size_t len, const char *filename);
     /* Protocol drivers: open 'filename' themselves.  Format drivers: img->file
      * is open; parse it and set img->size, img->backing_filename,
      * img->backing_format.  Messages with blk_error(). */
@@ -256,11 +261,12 @@ char *blk_error_take(void);
 extern const BlkDriver blk_file_driver;
 /* Add drv to the driver table (block.c invariant 4), or replace the one of
  * the same name.  The format drivers are registered by api/. */
-#define BLK_MAX_DRIVERS 16
+#define BLK_MAX_DRIVERS 32
 int blk_driver_register(const BlkDriver *drv);
-/* The format driver the first bytes of a file (buf, len <= 512) probe as,
- * or NULL when no registered driver claims them. */
-const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t len);
+/* The format driver the first bytes of a file (buf, len <= 512) called
+ * filename (NULL: no name) probe as, or NULL when no registered driver
+ * claims them. */
+const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t len, const char *filename);
 /* Bytes the probe looks at. */
 #define BLK_PROBE_BUF_SIZE 512
 /* The registered driver of that name ("file": the file protocol), or NULL. */
@@ -268,16 +274,35 @@ const BlkDriver *blk_find_format(const char *name);
 
 /* ---- nodes ---- */
 
+/* ---- protocols (block/protocol.c: the protocol table) ---- */
+
 /* Flags of blk_open_protocol(). */
 enum {
-    BLK_OPEN_USER_NAME = 1 << 0, /* the caller's own name: test nodes allowed */
+    BLK_OPEN_USER_NAME = 1 << 0, /* the caller's own name: any protocol */
 };
+/* One entry of the protocol table (protocol.c invariant 1). */
+typedef struct BlkProtocol BlkProtocol;
+struct BlkProtocol {
+    const char *name;            /* QEMU's driver name ("file", "nbd", ...) */
+    const char *const *prefixes; /* names it takes (NULL-terminated); none: file */
+    bool test_node;              /* PREFIX ARG:NAME over NAME (protocol.c inv. 3) */
+    bool is_path;                /* its names are local paths (protocol.c inv. 4) */
+    BlkNode *(*open)(const BlkProtocol *p, const char *filename,
+                     const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags);
+};
+/* The protocol 'filename' selects: any entry with BLK_OPEN_USER_NAME, the
+ * file protocol without it (invariant 5). */
+const BlkProtocol *blk_protocol_for(const char *filename, unsigned flags);
+/* True when the plain name under filename's test nodes is a local path
+ * (a file), false for a protocol's name (nbd://...). */
+bool blk_protocol_is_path(const char *filename, unsigned flags);
 /* A protocol node for 'filename' locked for 'role' (invariant 6): the file
- * protocol, or with BLK_OPEN_USER_NAME a "blkdebug:RULES:FILE" /
- * "record:LOG:FILE" test node (invariant 5). */
+ * protocol, or with BLK_OPEN_USER_NAME whatever the name selects, e.g. an
+ * NBD export or a "blkdebug:RULES:FILE" / "record:LOG:FILE" test node
+ * (invariant 5). */
 BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
                            BlkNodeRole role, unsigned flags);
-/* The file name inside a user name with test-node prefixes. */
+/* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
 /* Open a file that belongs with 'like' (an external data file) as
  * blk_open_file_opts() does, recorded in the same log when 'like' is a
@@ -360,9 +385,8 @@ int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
  * "event=l2_update,errno=5,nth=1[;...]".  blk_open_protocol() uses it for
  * user names of the form "blkdebug:RULES:FILE". */
-/* The names block/nbd.c opens (with libnbd): libnbd's URIs (nbd://,
- * nbd+unix://, nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT. */
-bool blk_is_nbd_name(const char *filename);
+/* block/nbd.c (with libnbd) opens libnbd's URIs (nbd://, nbd+unix://,
+ * nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT. */
 BlkNode *blk_open_nbd(const char *filename, bool read_only);
 /* faulty-config.c: QEMU's blkdebug config file at path as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */

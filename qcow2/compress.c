@@ -367,9 +367,7 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
     qcow2_inflight_begin_locked(s, &r, offset, s->cluster_size, true);
     if (csize == -ENOSPC) {
         /* Not smaller than a cluster: store it uncompressed. */
-        qcow2_unlock(s);
-        ret = qcow2_write_registered(s, offset, qiov);
-        qcow2_lock(s);
+        ret = qcow2_write_registered_locked(s, offset, qiov);
         goto out;
     }
     if (csize < 0) {

@@ -536,6 +536,7 @@ int qcow2_open_rw_locked(Qcow2State *s)
     int ret;
 
     s->writable = true;
+    qcow2_grow_init(s, s->file_size);
     if (unknown == 0 || s->qcow_version < 3) {
         return 0;
     }

@@ -551,6 +551,7 @@ int qcow2_preallocate(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc 
     offset = ROUND_UP(offset, s->cluster_size); /* the grown part of a cluster reads
                                                  * zeros already (resize.c inv. 3) */
     qcow2_lock(s);
+    qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
     qcow2_inflight_begin_locked(s, &r, offset, MAX(end, offset) - offset, true);
     qcow2_unlock(s);
     if (mode == BLK_PREALLOC_METADATA || qcow2_has_data_file(s)) {

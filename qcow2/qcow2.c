@@ -63,7 +63,7 @@
 #include <errno.h>
 #include <inttypes.h>
 
-static int qcow2_probe(const uint8_t *buf, size_t len)
+static int qcow2_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     /* QEMU: the magic and version >= 2 (qcow v1 shares the magic); a short
      * header is then refused by open with a message, not read as raw. */
@@ -550,6 +550,9 @@ static void qcow2_close(BlkNode *img)
         ret = qcow2_flush_all_locked(s);
         if (ret == 0) {
             ret = qcow2_write_caches_locked(s, true);
+        }
+        if (ret == 0) {
+            qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
         }
         if (ret == 0) {
             ret = qcow2_flush_file(s);

@@ -114,6 +114,9 @@ typedef struct Qcow2State {
     uint64_t l1_vm_state_index;
     uint64_t file_size; /* [lock] size of img->file, raised by allocations
                          * (qcow2.h invariant 5) */
+    uint64_t phys_end;  /* [lock] img->file's length as grown (grow.c) */
+    uint64_t open_end;  /* [open] img->file's length at open (grow.c) */
+    bool grow_on;       /* [lock] growing ahead (grow.c invariants 1, 3, 4) */
 
     /* [lock] L1 in host order: the active one, or the snapshot's in a view */
     uint64_t *l1_table;
@@ -564,6 +567,9 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
  * check).  The caller registered the range (qcow2_inflight_begin_locked)
  * and does not hold the lock. */
 int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
+/* The same with the lock held, and returning with it (write.c invariant
+ * 14: the caller awaited its order turn before taking the lock). */
+int qcow2_write_registered_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
 /* Wait until no conflicting request covers [offset, offset + bytes), then
  * register r over it (write.c invariant 6).  Lock held (may wait on it). */
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
@@ -621,6 +627,18 @@ int qcow2_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc
 int qcow2_preallocate(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc mode);
 /* Grow the external data file to size if it is shorter (lock not held). */
 int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
+
+/* grow.c: growing the image file ahead of allocating guest writes. */
+void qcow2_grow_init(Qcow2State *s, uint64_t len);
+/* Invariant 1: the file reaches at least end (best effort). */
+void qcow2_grow_locked(Qcow2State *s, uint64_t end);
+/* Invariant 2: [host, host + len), handed out by an allocation that found
+ * file_size == before, reads as zeros without a write. */
+bool qcow2_grown_zero_locked(const Qcow2State *s, uint64_t host, uint64_t len,
+                             uint64_t before);
+/* Invariant 4: give back the grown tail and stop growing (before another
+ * resize, and at close). */
+void qcow2_grow_stop_locked(Qcow2State *s);
 /* Guest offset where the vmstate area of the active L1 starts. */
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */

@@ -149,6 +149,9 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
     }
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
+    if (ret == 0) {
+        qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
+    }
     qcow2_unlock(s);
     if (ret < 0) {
         return ret;
@@ -252,6 +255,7 @@ int qcow2_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
     if (qiov->size == 0) {
         return 0;
     }
+    blk_order_wait(); /* write.c invariant 14 */
     qcow2_lock(s);
     ret = vmstate_offset(s, qcow2_vm_state_offset(s), pos, qiov->size, &offset);
     if (ret == 0) {
@@ -262,9 +266,7 @@ int qcow2_save_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
         return ret;
     }
     qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
-    qcow2_unlock(s);
-    ret = qcow2_write_registered(s, offset, qiov);
-    qcow2_lock(s);
+    ret = qcow2_write_registered_locked(s, offset, qiov); /* write.c invariant 14 */
     qcow2_inflight_end_locked(s, &r);
     ret = qcow2_take_deferred_error_locked(s, qcow2_finish_request_locked(s, ret));
     qcow2_unlock(s);

@@ -72,13 +72,24 @@
  *     invariant 8.  Scattered 4 KiB allocating writes into 64 KiB clusters
  *     then write 4 KiB instead of 64 KiB each.  Without cheap zeroing
  *     (ENOTSUP) invariant 8 applies.  Invariant 1's flush dependency holds
- *     for the zeroed parts as for written COW parts.
+ *     for the zeroed parts as for written COW parts.  Clusters that the
+ *     file grown ahead holds as zeros already (grow.c invariant 2) are not
+ *     zeroed at all: only the guest data is written.
  * 12. On a thread with an allocation ticket (block/order.c) every chunk is
  *     planned in the ticket's turn, and the turn passes once the request's
  *     last chunk is planned: host clusters are assigned in ticket order
  *     while the data writes run in parallel.  The turn is awaited before
  *     the request registers (invariant 6): a later ticket never holds a
  *     registration an earlier one waits for while it waits for its turn.
+ * 13. A fresh chunk's COW parts are not read when the planned entries of
+ *     its first and last clusters have no host cluster of their own (or
+ *     the zero flag, without extended L2) and there is no backing file:
+ *     they read as zeros, so invariant 11 applies without two reads of the
+ *     guest view (each a trip through the metadata lock).
+ * 14. A guest write takes the metadata lock twice when its clusters need
+ *     no more than one chunk: registration (invariant 6) and the plan in
+ *     one hold, the link, the end of the registration and the request's
+ *     finish in the other.
  */
 #include "qcow2/qcow2.h"
 
@@ -160,6 +171,8 @@ typedef struct Chunk {
     uint64_t data_gen;     /* write generation once the data was written */
     uint32_t meta_gen;     /* fastmap generation before the overlap check */
     bool learn;            /* a guest write: remember the mapping (fastmap.c) */
+    bool grown_zero;       /* fresh clusters that read as zeros (grow.c inv. 2) */
+    bool cow_zero;         /* the COW parts read as zeros (invariant 13) */
 } Chunk;
 
 static void chunk_clear(Chunk *c)
@@ -243,6 +256,20 @@ static void plan_cluster(const Qcow2State *s, uint64_t e, uint64_t bm, bool fres
     *new_bm = new_alloc | ((uint64_t)(zero & ~new_alloc) << 32);
 }
 
+/* Invariant 13: the old contents of a cluster with entry e read as zeros
+ * without a read -- no host cluster of its own (or the zero flag), so
+ * without a backing file they are zeros. */
+static bool cow_reads_zero(const Qcow2State *s, uint64_t e)
+{
+    if (s->img->backing || (e & QCOW2_OFLAG_COMPRESSED)) {
+        return false;
+    }
+    if (s->extended_l2) {
+        return !entry_has_host(s, e);
+    }
+    return !entry_has_host(s, e) || (e & QCOW2_OFLAG_ZERO);
+}
+
 /* Plan the chunk starting at guest pos (< end).  Lock held. */
 static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c)
 {
@@ -319,6 +346,8 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         }
     }
 
+    c->cow_zero = c->kind == CHUNK_FRESH && cow_reads_zero(s, c->old_entry[0]) &&
+                  cow_reads_zero(s, c->old_entry[c->nb - 1]); /* invariant 13 */
     if (c->kind != CHUNK_IN_PLACE) {
         ret = qcow2_mark_dirty_locked(s); /* invariant 2 */
         if (ret < 0) {
@@ -329,6 +358,7 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         if (qcow2_has_data_file(s)) {
             c->host = c->guest; /* invariant 10 */
         } else {
+            uint64_t before = s->file_size, len = c->nb << s->cluster_bits;
             int64_t off = qcow2_alloc_clusters_locked(s, c->nb);
             if (off < 0) {
                 ret = (int)off;
@@ -336,6 +366,8 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
             }
             c->host = (uint64_t)off;
             c->refcounted = true;
+            qcow2_grow_locked(s, c->host + len); /* grow.c invariant 1 */
+            c->grown_zero = qcow2_grown_zero_locked(s, c->host, len, before);
         }
     }
     c->meta_gen = qcow2_fastmap_gen(s->fastmap);
@@ -362,27 +394,39 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
 {
     size_t head_len = (size_t)(c->wstart - c->fstart);
     size_t tail_len = (size_t)(c->fend - c->wend);
-    g_autofree uint8_t *head = head_len ? g_malloc(head_len) : NULL;
-    g_autofree uint8_t *tail = tail_len ? g_malloc(tail_len) : NULL;
+    g_autofree uint8_t *head = NULL, *tail = NULL;
+    bool zero_cow = c->cow_zero; /* invariant 13 */
     BlkIOV part, data, out;
     struct iovec *vec;
     int ret = 0, n = 0;
 
-    if (head_len) {
-        iov_init_buf(&part, head, head_len);
-        ret = qcow2_read_guest(s, c->fstart, &part);
-    }
-    if (ret == 0 && tail_len) {
-        iov_init_buf(&part, tail, tail_len);
-        ret = qcow2_read_guest(s, c->wend, &part);
-    }
-    if (ret < 0) {
-        return ret;
+    if (!zero_cow) {
+        head = head_len ? g_malloc(head_len) : NULL;
+        tail = tail_len ? g_malloc(tail_len) : NULL;
+        if (head_len) {
+            iov_init_buf(&part, head, head_len);
+            ret = qcow2_read_guest(s, c->fstart, &part);
+        }
+        if (ret == 0 && tail_len) {
+            iov_init_buf(&part, tail, tail_len);
+            ret = qcow2_read_guest(s, c->wend, &part);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+        zero_cow = c->kind == CHUNK_FRESH && buf_is_zero(head, head_len) &&
+                   buf_is_zero(tail, tail_len);
     }
     iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
               (size_t)(c->wend - c->wstart));
-    if (c->kind == CHUNK_FRESH && (head_len || tail_len) && buf_is_zero(head, head_len) &&
-        buf_is_zero(tail, tail_len)) {
+    if (zero_cow && (head_len || tail_len) && c->grown_zero) {
+        /* invariant 11, grow.c invariant 2: the COW parts read as zeros */
+        blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
+        ret = blk_pwritev(qcow2_data_node(s), c->host + (c->wstart - c->guest), &data, 0);
+        iov_destroy(&data);
+        return ret;
+    }
+    if (zero_cow && (head_len || tail_len)) {
         /* invariant 11 */
         blk_event(qcow2_data_node(s), BLKEV_COW_WRITE);
         ret = blk_pwrite_zeroes(qcow2_data_node(s), c->host + (c->fstart - c->guest),
@@ -399,6 +443,10 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
             return ret;
         }
         blk_error_clear(); /* no cheap zeroing here: write the zeros */
+    }
+    if (c->cow_zero) { /* the zeros invariant 8 writes */
+        head = head_len ? g_malloc0(head_len) : NULL;
+        tail = tail_len ? g_malloc0(tail_len) : NULL;
     }
     vec = g_new(struct iovec, data.niov + 2);
     if (head_len) {
@@ -481,9 +529,11 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
 
 /* learn: a guest write (qcow2_pwritev), which changes each cluster's
  * mapping at most once (its chunk's link) and may remember the result
- * (fastmap.c invariant 1); other callers change mappings afterwards. */
-static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
-                            bool learn)
+ * (fastmap.c invariant 1); other callers change mappings afterwards.
+ * Invariant 14: called and returns with the lock held, the order turn of
+ * the first chunk awaited by the caller before it took the lock; the lock
+ * is dropped only while data moves and between chunks. */
+static int write_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool learn)
 {
     uint64_t end = offset + qiov->size, pos = offset;
     int ret = 0;
@@ -491,8 +541,11 @@ static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
     while (pos < end && ret == 0) {
         Chunk c = {0};
 
-        blk_order_wait(); /* invariant 12 */
-        qcow2_lock(s);
+        if (pos != offset) {
+            qcow2_unlock(s);
+            blk_order_wait(); /* invariant 12 */
+            qcow2_lock(s);
+        }
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
             ret = plan_chunk_locked(s, pos, end, &c);
@@ -505,12 +558,10 @@ static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
         if (ret < 0 || c.wend >= end) {
             blk_order_allocated(); /* invariant 12: the last plan is made */
         }
-        if (ret < 0) {
-            chunk_clear(&c);
-            break;
+        if (ret == 0) {
+            ret = write_chunk_data(s, &c, offset, qiov);
+            c.data_gen = blk_write_gen(qcow2_data_node(s));
         }
-        ret = write_chunk_data(s, &c, offset, qiov);
-        c.data_gen = blk_write_gen(qcow2_data_node(s));
         qcow2_lock(s);
         if (ret == 0) {
             ret = link_chunk_locked(s, &c);
@@ -520,16 +571,26 @@ static int write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov,
             qcow2_free_clusters_locked(s, c.host, c.nb << s->cluster_bits);
             blk_error_unwind(had_error);
         }
-        qcow2_unlock(s);
         pos = c.wend;
         chunk_clear(&c);
     }
     return ret;
 }
 
+int qcow2_write_registered_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
+{
+    return write_locked(s, offset, qiov, false);
+}
+
 int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 {
-    return write_registered(s, offset, qiov, false);
+    int ret;
+
+    blk_order_wait(); /* invariant 12 */
+    qcow2_lock(s);
+    ret = write_locked(s, offset, qiov, false);
+    qcow2_unlock(s);
+    return ret;
 }
 
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
@@ -560,11 +621,7 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
     }
     qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
     qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
-    qcow2_unlock(s);
-
-    ret = write_registered(s, offset, qiov, true);
-
-    qcow2_lock(s);
+    ret = write_locked(s, offset, qiov, true); /* invariant 14 */
     qcow2_inflight_end_locked(s, &r);
     ret = qcow2_finish_request_locked(s, ret);
     qcow2_unlock(s);

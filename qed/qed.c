@@ -468,7 +468,7 @@ static int qed_get_info(BlkNode *img, BlkInfo *info)
     return 0;
 }
 
-static int qed_probe(const uint8_t *buf, size_t len)
+static int qed_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     return len >= QED_HEADER_SIZE && load_le32(buf) == QED_MAGIC ? 100 : 0;
 }

@@ -27,7 +27,7 @@
 #include <errno.h>
 #include <string.h>
 
-static int raw_probe(const uint8_t *buf, size_t len)
+static int raw_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     return 1; /* anything can be raw; real formats score higher */
 }
@@ -67,7 +67,7 @@ static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     }
     if (ret == 0) {
         iov_to_buf(qiov, 0, sector + offset, head);
-        if (blk_probe_buf(sector, BLK_PROBE_BUF_SIZE) != &blk_raw_driver) {
+        if (blk_probe_buf(sector, BLK_PROBE_BUF_SIZE, NULL) != &blk_raw_driver) {
             ret = blk_error(EPERM,
                             "Write to block 0 of '%s' refused: it would make the image "
                             "probe as another format (the raw format was probed; "

@@ -542,7 +542,7 @@ static bool vdi_has_zero_init(BlkNode *img)
     return true;
 }
 
-static int vdi_probe(const uint8_t *buf, size_t len)
+static int vdi_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     return len >= VDI_HEADER_SIZE && load_le32(buf + VDI_H_SIGNATURE) == VDI_SIGNATURE
                ? 100

@@ -719,7 +719,7 @@ static bool vhdx_has_zero_init(BlkNode *img)
     return true;
 }
 
-static int vhdx_probe(const uint8_t *buf, size_t len)
+static int vhdx_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     return len >= 8 && memcmp(buf, "vhdxfile", 8) == 0 ? 100 : 0;
 }

@@ -616,7 +616,7 @@ static bool vpc_has_zero_init(BlkNode *img)
     return true;
 }
 
-static int vpc_probe(const uint8_t *buf, size_t len)
+static int vpc_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     return len >= 8 && vpc_has_cookie(buf) ? 100 : 0;
 }

@@ -12,6 +12,8 @@ A state is judged by qemu-img, the oracle:
   - structure: `qemu-img check` finds no corruption (leaks are fine).  A
     state with the dirty bit set (lazy refcounts, or refcounts in flux during
     a snapshot operation) passes when `check -r all` then leaves it clean;
+    and nothing the tables reference ends past the end of the file (DESIGN
+    rule 1; qemu-img check does not look: reads there return zeros);
   - contents: every sector reads what it held at the last completed flush,
     or what a write issued after that flush put there (workload model
     below), or what the operation's own rule allows.
@@ -464,6 +466,61 @@ def judge_qcow2(img):
     return "corrupt", out
 
 
+def check_inside_file(img, fmt="qcow2"):
+    """DESIGN rule 1: no table, refcount block or data cluster the active
+    L1 or the refcount table references reaches past the end of the file
+    (grow.c invariant 1: the file is grown, durably, before an L2 entry
+    points into the growth).  Compressed clusters and an external data
+    file's clusters are not judged.  Other formats: crash/formats.py."""
+    if fmt != "qcow2":
+        import formats
+        return formats.check_inside_file(img, fmt)
+    size = os.path.getsize(img)
+    with open(img, "rb") as f:
+        h = f.read(104)
+        version, = struct.unpack_from(">I", h, 4)
+        cluster_bits, = struct.unpack_from(">I", h, 20)
+        l1_size, = struct.unpack_from(">I", h, 36)
+        l1_off, rt_off = struct.unpack_from(">QQ", h, 40)
+        rt_clusters, = struct.unpack_from(">I", h, 56)
+        incompat = struct.unpack_from(">Q", h, 72)[0] if version >= 3 else 0
+        cs = 1 << cluster_bits
+        mask = 0x00fffffffffffe00
+        ext_l2, data_file = bool(incompat & 16), bool(incompat & 4)
+        entry = 16 if ext_l2 else 8
+        problems = []
+
+        def inside(what, off, length):
+            if off + length > size:
+                problems.append("%s at %d ends past the end of the file (%d bytes)"
+                                % (what, off, size))
+
+        f.seek(rt_off)
+        rt = f.read(rt_clusters * cs)
+        for i in range(len(rt) // 8):
+            rb = struct.unpack_from(">Q", rt, 8 * i)[0] & ~(cs - 1)
+            if rb:
+                inside("refcount block %d" % i, rb, cs)
+        f.seek(l1_off)
+        l1 = f.read(8 * l1_size)
+        for i in range(len(l1) // 8):
+            l2_off = struct.unpack_from(">Q", l1, 8 * i)[0] & mask
+            if not l2_off:
+                continue
+            inside("L2 table %d" % i, l2_off, cs)
+            f.seek(l2_off)
+            l2 = f.read(cs)
+            for j in range(len(l2) // entry):
+                e = struct.unpack_from(">Q", l2, entry * j)[0]
+                if e & (1 << 62) or data_file:
+                    continue
+                if e & mask:
+                    inside("cluster of L2 table %d entry %d" % (i, j), e & mask, cs)
+            if len(problems) > 8:
+                break
+    return problems[:8]
+
+
 _CTX = {}  # what the state workers share (set before the pool forks)
 _ZERO_BLOCK = bytes(65536)
 
@@ -509,6 +566,8 @@ def judge_state(job):
         problems.append("qemu-img check: " + "\n    ".join(lines[:12]))
     elif verdict == "no-image" and not args.allow_no_image:
         problems.append("the file is not a %s image" % args.format)
+    if not problems and verdict != "no-image":
+        problems += check_inside_file(rimg, args.format)
     model, expect = c["model"], c["expect"]
     if not problems and verdict != "no-image" and (model or expect):
         raw = os.path.join(work, "state.raw")

@@ -13,7 +13,12 @@ Each judge returns (verdict, detail, image to read the contents from):
         open it read-only) is replayed by `qemu-img check -r all` on a copy
         -- QEMU's own replay -- and judged, and read, as that copy
         ('log-replayed').
+check_inside_file is DESIGN rule 1 for them: every block the BAT or block
+map references ends inside the file, as `qemu-img map` reports the blocks
+(vpc.c invariant 4, vdi.c invariant 3, vhdx.c invariant 5: the file is
+extended over a block before a table entry points at it).
 """
+import json
 import os
 import re
 import shutil
@@ -64,3 +69,20 @@ def judge(img, fmt):
         return "corrupt", "the log did not replay:\n" + out2, img
     rc, out3 = run([QEMU_IMG, "check", "-f", "vhdx", copy], cwd=cwd)
     return ("log-replayed" if rc == 0 else "corrupt"), out2 + out3, copy
+
+
+def check_inside_file(img, fmt):
+    """The problems (a list of strings) of guest data the format's tables
+    place past the end of the file, by QEMU's own reading of them."""
+    size = os.path.getsize(img)
+    rc, out = run([QEMU_IMG, "map", "-f", fmt, "--output=json", img],
+                  cwd=os.path.dirname(img))
+    if rc != 0:
+        return ["qemu-img map: " + out.strip()]
+    problems = []
+    for e in json.loads(out):
+        if "offset" in e and e["offset"] + e["length"] > size:
+            problems.append("%s data at %d (%d bytes, guest offset %d) ends past the end "
+                            "of the file (%d bytes)"
+                            % (fmt, e["offset"], e["length"], e["start"], size))
+    return problems[:8]

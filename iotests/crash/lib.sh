@@ -41,10 +41,10 @@ crash_explore() {
 
 # crash_io_case LABEL SIZE CLUSTER CREATE-OPTS [WORKLOAD-OPTS...]: a random
 # guest I/O workload (tagged writes, zero writes, discards, flushes) through
-# `qimg io -t writeback`, then (unless NO_CONTROL) the same script through
-# qemu-io over blklogwrites as the positive control.  FORMAT (default
-# qcow2) is the image format: vpc, vdi and vhdx are judged by
-# crash/formats.py.
+# `qimg io -t writeback` (IO_CACHE: another cache mode), then (unless
+# NO_CONTROL) the same script through qemu-io over blklogwrites as the
+# positive control.  FORMAT (default qcow2) is the image format: vpc, vdi
+# and vhdx are judged by crash/formats.py.
 crash_io_case() {
     local label=$1 size=$2 cs=$3 copts=$4
     shift 4
@@ -77,7 +77,8 @@ crash_io_case() {
     local data_args=()
     [ -f "$d/img.data" ] && data_args=(--base "$d/img.data=$d/base.data")
 
-    (cd "$d" && "$QIMG" io -f "$fmt" -t writeback "record:$d/log:img.$fmt" <wl/script >io.out 2>&1)
+    (cd "$d" && "$QIMG" io -f "$fmt" -t "${IO_CACHE:-writeback}" "record:$d/log:img.$fmt" \
+        <wl/script >io.out 2>&1)
     if grep -q -i "failed\|error" "$d/io.out"; then
         _fail "$label: qimg io reported an error"
         grep -i -m3 "failed\|error" "$d/io.out"

@@ -10,7 +10,8 @@
 # repaired clean by check -r all), and every write a completed flush covered
 # reads back.  qemu-io over QEMU's blklogwrites runs the same scripts as the
 # positive control (reported, not judged).  The aio cases drive the
-# asynchronous path with writes in flight (crash.py workload --aio).
+# asynchronous path with writes in flight (crash.py workload --aio), with
+# the page cache and with O_DIRECT.
 . "$(dirname "$0")/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
@@ -41,6 +42,14 @@ crash_io_case grow-512 $((4096 * M)) 512 "-o cluster_size=512,refcount_bits=64" 
 NO_CONTROL=1 crash_io_case aio-64k $((64 * M)) 65536 "" --ops 100 --aio
 NO_CONTROL=1 crash_io_case aio-xl2-lazy $((32 * M)) 16384 \
     "-o extended_l2=on,cluster_size=16k,lazy_refcounts=on" --ops 100 --aio
+# the same with O_DIRECT (-t none: the io_uring engine's rewrites, grow.c's
+# file growth and write.c invariants 13-14 with writes in flight), refcount
+# widths 1 and 64
+IO_CACHE=none NO_CONTROL=1 crash_io_case aio-none-64k $((64 * M)) 65536 "" --ops 100 --aio --aio-depth 32
+IO_CACHE=none NO_CONTROL=1 crash_io_case aio-none-rc1-4k $((16 * M)) 4096 \
+    "-o cluster_size=4k,refcount_bits=1" --ops 100 --aio
+IO_CACHE=none NO_CONTROL=1 crash_io_case aio-none-rc64-xl2 $((32 * M)) 32768 \
+    "-o extended_l2=on,cluster_size=32k,refcount_bits=64,lazy_refcounts=on" --ops 100 --aio
 
 crash_summary
 finish

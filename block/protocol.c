@@ -1,0 +1,174 @@
+/*
+ * block/protocol.c: the protocol table -- which node a name opens.
+ *
+ * Owns: the table of protocols (the file protocol, NBD, and the test nodes
+ * blkdebug: and record:), choosing one by a name's prefix, opening it, and
+ * taking a name apart into its test-node prefixes and the plain name under
+ * them.  A new protocol is one entry in protocols[] and its open function.
+ *
+ * Invariants (cited as "protocol.c invariant N"):
+ *  1. A name is matched against the entries in table order; the first
+ *     entry with a prefix the name starts with wins; a name no prefix
+ *     matches is a file (the last entry, which has no prefixes).
+ *  2. Only names the caller gave (BLK_OPEN_USER_NAME) may select anything
+ *     but the file protocol: a name read from an image (backing file, data
+ *     file, extent) always opens the plain file of that name (block.h
+ *     invariant 5).
+ *  3. A test node's name is PREFIX ARG:NAME; NAME is opened with the same
+ *     rules (it may be another test node or a protocol name), and the test
+ *     node takes the role's locks for the node it stands in for (block.h
+ *     invariant 6).  A test-node prefix without ARG: is refused, never
+ *     opened as a file of that name.
+ *  4. A protocol whose names are not local paths (is_path false) is never
+ *     given to realpath() or resolved against a folder by the layer above.
+ */
+#include "block/block.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Split "PREFIX ARG:REST" (invariant 3; blk_open_protocol() checked the
+ * colon is there). */
+static void split_arg(const char *filename, const char *prefix, char **arg,
+                      const char **rest)
+{
+    const char *p = filename + strlen(prefix);
+    const char *colon = strchr(p, ':');
+
+    *arg = g_strndup(p, (gsize)(colon - p));
+    *rest = colon + 1;
+}
+
+static BlkNode *open_file(const BlkProtocol *p, const char *filename,
+                          const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+    return blk_open_file_opts(filename, opts, role);
+}
+
+static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
+                         const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+#ifdef QIMG_HAVE_LIBNBD
+    return blk_open_nbd(filename, opts->read_only);
+#else
+    blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
+              filename);
+    return NULL;
+#endif
+}
+
+static BlkNode *open_blkdebug(const BlkProtocol *p, const char *filename,
+                              const BlkOpenOptions *opts, BlkNodeRole role,
+                              unsigned flags)
+{
+    g_autofree char *arg = NULL;
+    const char *rest;
+    BlkNode *node;
+
+    split_arg(filename, p->prefixes[0], &arg, &rest); /* checked by the caller */
+    node = blk_open_faulty(arg, rest, opts->read_only, opts->cache);
+    if (!node && *arg && !strchr(arg, '=') && strcmp(arg, "once") != 0) {
+        /* QEMU's config file: its words name the whole name */
+        blk_error_prefix(-blk_error_code(), "Could not open '%s'", filename);
+    }
+    return node;
+}
+
+static BlkNode *open_record(const BlkProtocol *p, const char *filename,
+                            const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+    g_autofree char *arg = NULL;
+    const char *rest;
+
+    split_arg(filename, p->prefixes[0], &arg, &rest); /* checked by the caller */
+    BlkNode *child = blk_open_protocol(rest, opts, BLK_ROLE_PROTOCOL, flags);
+    return child ? blk_open_record(arg, child) : NULL;
+}
+
+static const char *const nbd_prefixes[] = {"nbd:", "nbd+", "nbds:", "nbds+", NULL};
+static const char *const blkdebug_prefixes[] = {"blkdebug:", NULL};
+static const char *const record_prefixes[] = {"record:", NULL};
+
+/* Invariant 1: in match order; the file protocol last. */
+static const BlkProtocol protocols[] = {
+    {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd},
+    {.name = "blkdebug",
+     .prefixes = blkdebug_prefixes,
+     .test_node = true,
+     .open = open_blkdebug},
+    {.name = "record",
+     .prefixes = record_prefixes,
+     .test_node = true,
+     .open = open_record},
+    {.name = "file", .is_path = true, .open = open_file},
+};
+
+const BlkProtocol *blk_protocol_for(const char *filename, unsigned flags)
+{
+    const BlkProtocol *file = &protocols[G_N_ELEMENTS(protocols) - 1];
+
+    if (!(flags & BLK_OPEN_USER_NAME)) { /* invariant 2 */
+        return file;
+    }
+    for (size_t i = 0; i + 1 < G_N_ELEMENTS(protocols); i++) {
+        for (const char *const *pre = protocols[i].prefixes; *pre; pre++) {
+            if (g_str_has_prefix(filename, *pre)) {
+                return &protocols[i];
+            }
+        }
+    }
+    return file;
+}
+
+bool blk_protocol_is_path(const char *filename, unsigned flags)
+{
+    return blk_protocol_for(blk_plain_name(filename), flags)->is_path;
+}
+
+BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
+                           BlkNodeRole role, unsigned flags)
+{
+    const BlkProtocol *p = blk_protocol_for(filename, flags);
+    BlkNode *node;
+
+    if (!p->test_node) {
+        return p->open(p, filename, opts, role, flags);
+    }
+    if (!strchr(filename + strlen(p->prefixes[0]), ':')) { /* invariant 3 */
+        blk_error(EINVAL,
+                  "Could not open '%s': expected blkdebug:RULES:FILE or "
+                  "record:LOG:FILE",
+                  filename);
+        return NULL;
+    }
+    node = p->open(p, filename, opts, role, flags);
+    /* invariant 3: the test node passes the role's locks down */
+    if (node && role != BLK_ROLE_PROTOCOL) {
+        int ret = blk_set_role_perm(node, role, opts);
+        if (ret < 0) {
+            blk_error_prefix(ret, "Could not open '%s'", filename);
+            blk_close(node);
+            return NULL;
+        }
+    }
+    return node;
+}
+
+const char *blk_plain_name(const char *filename)
+{
+    const char *p = filename;
+
+    for (;;) {
+        const BlkProtocol *proto = blk_protocol_for(p, BLK_OPEN_USER_NAME);
+        const char *colon;
+
+        if (!proto->test_node) {
+            return p;
+        }
+        colon = strchr(p + strlen(proto->prefixes[0]), ':');
+        if (!colon) {
+            return p;
+        }
+        p = colon + 1;
+    }
+}
