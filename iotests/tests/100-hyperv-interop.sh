@@ -4,7 +4,8 @@
 #     qimg's info JSON, map JSON (vpc, vdi, qed; VHDX: qemu-img has no
 #     block status, so qimg's map is checked against the blocks written),
 #     check output and exit code equal qemu-img's; qimg converts them to
-#     raw byte for byte as qemu-img does, and compare/dd agree;
+#     raw byte for byte as qemu-img does, and compare/dd agree; `qimg nbd`
+#     serves them as qemu-img reads them, and takes writes;
 #  2. images qimg makes (create, convert -O, each subformat and option):
 #     qemu-img reads them as their source, its check is clean, its info is
 #     qimg's, the files are as long as qemu-img's own conversions, measure
@@ -12,7 +13,7 @@
 #     read qimg's VHD and VHDX as their source;
 #  3. the create options' help, defaults and refusals, and qed's refusal.
 . "$(dirname "$0")/../common.sh"
-requires qimg qemu-img qemu-io python3 vhdiinfo
+requires qimg qemu-img qemu-io python3 vhdiinfo qimg-nbd-plugin nbdkit
 
 M=$((1 << 20))
 
@@ -77,6 +78,28 @@ done
 same_as_qemu compare d.vhdx d.vdi
 same_as_qemu compare -f vpc -F qed d.vpc d.qed
 same_as_qemu compare f.vhdx n.vhdx
+
+# served by `qimg nbd` (the asynchronous API under nbdkit): qemu-img reads
+# each as its raw conversion, and a write through the export lands
+for spec in d.vpc:vpc d.vhdx:vhdx d.vdi:vdi; do
+    img=${spec%%:*} fmt=${spec#*:}
+    cp "$img" "w-$img"
+    rm -f n.sock
+    "$QIMG" nbd -f "$fmt" -k "$PWD/n.sock" "w-$img" &
+    srv=$!
+    wait_sock n.sock
+    "$QEMU_IMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/n.sock" "n-$img.raw"
+    wait $srv # it exits after its one client
+    same_file "qimg nbd serves $img" "q-$img.raw" "n-$img.raw"
+    rm -f n.sock
+    "$QIMG" nbd -f "$fmt" -k "$PWD/n.sock" "w-$img" &
+    srv=$!
+    wait_sock n.sock
+    "$QEMU_IO" -f raw -c 'write -P 0x6b 7M 300k' "nbd+unix:///?socket=$PWD/n.sock" >/dev/null
+    wait $srv
+    assert_rc "a write through qimg nbd into $img" 0 "$QEMU_IO" -f "$fmt" -r \
+        -c 'read -P 0x6b 7M 300k' -c 'read -P 0x22 3M 1536k' "w-$img"
+done
 
 # ---- 2. qimg's images ----
 head -c $((3 * M)) /dev/urandom >src.raw
