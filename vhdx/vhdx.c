@@ -48,6 +48,7 @@
 
 #include "block/endian.h"
 #include "block/mapped.h"
+#include "block/mutex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -412,9 +413,9 @@ static void vhdx_close(BlkNode *img)
     }
     if (!img->read_only && s->bat) {
         bool had = blk_error_mark();
-        g_mutex_lock(&s->lock);
+        blk_mutex_lock(&s->lock);
         (void)vhdx_flush_meta_locked(img);
-        g_mutex_unlock(&s->lock);
+        blk_mutex_unlock(&s->lock);
         blk_error_unwind(had);
     }
     blk_tcache_free(s->bat);
@@ -511,9 +512,9 @@ static int vhdx_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
     int ret;
 
     m->len = max;
-    g_mutex_lock(&s->lock);
+    blk_mutex_lock(&s->lock);
     ret = locate(img, offset, &m->len, &m->kind, &m->file_offset);
-    g_mutex_unlock(&s->lock);
+    blk_mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -558,7 +559,7 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         BlkIOV part;
 
         iov_slice(&part, qiov, done, n);
-        g_mutex_lock(&s->lock);
+        blk_mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : bat_get(img, vhdx_payload_index(s, b), &e);
         if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_PARTIALLY_PRESENT) {
             ret = blk_error(EIO,
@@ -570,7 +571,7 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         } else if (ret == 0) {
             foff = vhdx_bat_offset(e);
         }
-        g_mutex_unlock(&s->lock);
+        blk_mutex_unlock(&s->lock);
         if (ret == 0 && foff < VHDX_HEADER_SECTION_END) {
             ret = blk_error(EIO,
                             "VHDX block %" PRIu64 " points into the header section; "
@@ -587,9 +588,9 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         done += n;
     }
     if (flags & BLK_REQ_FUA) {
-        g_mutex_lock(&s->lock);
+        blk_mutex_lock(&s->lock);
         ret = vhdx_flush_meta_locked(img);
-        g_mutex_unlock(&s->lock);
+        blk_mutex_unlock(&s->lock);
     }
     return ret;
 }
@@ -634,9 +635,9 @@ static int vhdx_flush(BlkNode *img)
     VhdxState *s = img->opaque;
     int ret;
 
-    g_mutex_lock(&s->lock);
+    blk_mutex_lock(&s->lock);
     ret = vhdx_flush_meta_locked(img);
-    g_mutex_unlock(&s->lock);
+    blk_mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -683,9 +684,9 @@ static int vhdx_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
         res->corruptions_fixed++;
         s->replayed = false; /* the double check does not count it again */
     }
-    g_mutex_lock(&s->lock);
+    blk_mutex_lock(&s->lock);
     ret = scan_bat(img, count_problem, &c);
-    g_mutex_unlock(&s->lock);
+    blk_mutex_unlock(&s->lock);
     if (c.dropped && res->messages) {
         g_ptr_array_add(
             res->messages,
@@ -709,9 +710,9 @@ static bool vhdx_has_zero_init(BlkNode *img)
     VhdxState *s = img->opaque;
     uint64_t e = 0;
 
-    g_mutex_lock(&s->lock);
+    blk_mutex_lock(&s->lock);
     int ret = bat_get(img, 0, &e);
-    g_mutex_unlock(&s->lock);
+    blk_mutex_unlock(&s->lock);
     if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_FULLY_PRESENT) { /* fixed */
         return img->file->drv->has_zero_init && img->file->drv->has_zero_init(img->file);
     }
