@@ -6,7 +6,8 @@
 #     qimg's virtual size and bytes are qemu-img's;
 #  2. VHD and VHDX differencing chains read through their parents (qemu-img
 #     reads neither: the expected bytes are computed here), info shows the
-#     parent, a parent that is not the one recorded is refused;
+#     parent, a parent that is not the one recorded is refused, a parent
+#     name never selects a protocol (protocol.c invariant 2);
 #  3. a VHDX log to replay: qimg reads it replayed in memory (read-only;
 #     qemu-img refuses) exactly as qemu-img reads it after its own replay,
 #     replays it durably on a read-write open (qimg check -r all prints what
@@ -114,6 +115,26 @@ _checks=$((_checks + 1))
 if "$QIMG" convert -O raw stranger.vhdx s.raw 2>err.txt || ! grep -q "parent_linkage mismatch" err.txt; then
     _fail "a VHDX parent with another data write GUID is refused: $(cat err.txt)"
 fi
+# a parent name read from an image never selects a protocol or test node
+# (protocol.c invariant 2): it is a plain file name
+hv '
+M = h.MIB
+u = h.vhd_dynamic("p.vhd", 4 * M, 64 * 1024, {})
+for n, name in (("nbd", "nbd://127.0.0.1/x"), ("dbg", "blkdebug::p.vhd")):
+    h.vhd_dynamic(n + ".vhd", 4 * M, 64 * 1024, {}, parent={"uuid": u, "name": name,
+                  "w2ru": name, "w2ku": name})
+c = h.Vhdx(8 * M, M, parent={"parent_linkage": h.guid_str(bytes(16)),
+                             "relative_path": "record:x:parent.vhdx"})
+c.write("rec.vhdx")
+'
+for spec in "nbd.vhd:nbd://127.0.0.1/x" "dbg.vhd:blkdebug::p.vhd" "rec.vhdx:record:x:parent.vhdx"; do
+    img=${spec%%:*} name=${spec#*:}
+    _checks=$((_checks + 1))
+    if "$QIMG" convert -O raw "$img" s.raw 2>err.txt ||
+        ! grep -qF "Could not open '$name': No such file or directory" err.txt; then
+        _fail "the parent name of $img opens a plain file: $(cat err.txt)"
+    fi
+done
 _checks=$((_checks + 1))
 if "$QIMG" io -c 'write 0 512' child.vhdx >out.txt 2>&1 ||
     ! grep -q "Operation not supported" out.txt; then
@@ -236,8 +257,16 @@ PY
             _fail "qimg $cmd: ${rss:-?} MiB of memory (at most 64)"
         fi
     done
-    assert_rc "the 1 TiB $fmt converted as qemu-img reads it" 0 "$QEMU_IMG" compare \
-        "big.$fmt" out.qcow2
+    # what qemu-img reads of the result: the three writes, and no other data
+    # (qemu-img compare would read all of a 1 TiB VHDX: it has no block
+    # status for it)
+    assert_rc "the 1 TiB $fmt converted: its data" 0 "$QEMU_IO" -r -f qcow2 \
+        -c 'read -P 1 0 1M' -c 'read -P 2 500G 1M' -c 'read -P 3 1023G 64k' out.qcow2
+    assert_eq "the 1 TiB $fmt converted: nothing else allocated" \
+        "[(0, 1048576), (536870912000, 1048576), (1098437885952, 65536)]" \
+        "$("$QEMU_IMG" map --output=json out.qcow2 | python3 -c '
+import json, sys
+print([(e["start"], e["length"]) for e in json.load(sys.stdin) if e["data"]])')"
 done
 
 finish
