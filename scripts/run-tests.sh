@@ -257,8 +257,8 @@ else
             missing_step "fuzz $name" "$exe was not built"
             continue
         fi
-        seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-NAME, if it has them
-        [ -d "fuzz/seeds-$name" ] && seeds=fuzz/seeds-$name
+        seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
+        [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
         corpus=$(mktemp -d)
         # Fixed seed: CI explores the same inputs every time (random, long
         # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
