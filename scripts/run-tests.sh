@@ -85,22 +85,21 @@ EOF
 times=()
 t_last=$SECONDS
 cpu_last=0
-children_cpu() {
-    local f
+children_cpu() { # sets cpu_now (not a command substitution: a subshell
+    local f           # would count nothing)
     f=$(mktemp)
-    times >"$f" # (not in a pipe: a subshell would count nothing)
-    awk 'NR == 2 {
+    times >"$f"
+    cpu_now=$(awk 'NR == 2 {
         n = split($1 " " $2, t, " "); s = 0
         for (k = 1; k <= n; k++) { split(t[k], ms, "m"); s += ms[1] * 60 + ms[2] }
-        printf "%d\n", s + 0.5 }' "$f"
+        printf "%d\n", s + 0.5 }' "$f")
     rm -f "$f"
 }
 timed() {
-    local cpu
-    cpu=$(children_cpu)
-    times+=("$1 $((SECONDS - t_last))s (cpu $((cpu - cpu_last))s)")
+    children_cpu
+    times+=("$1 $((SECONDS - t_last))s (cpu $((cpu_now - cpu_last))s)")
     t_last=$SECONDS
-    cpu_last=$cpu
+    cpu_last=$cpu_now
 }
 
 count_meson() { # build-dir label

@@ -506,15 +506,17 @@ int cmd_nbd(int argc, char **argv)
         case 'L':
             list = true;
             break;
+        case OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         case 'o':
         case 'D':
         case 'A':
         case 'B':
         case 'T':
-        case OPT_AIO:
-        case OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
+        case OPT_AIO: /* fact 3 */
+            tool_error("option '%s' is not supported by qimg nbd", argv[optind - 1]);
+            return 1;
         default:
             return tool_bad_option(c, argv);
         }
