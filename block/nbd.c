@@ -19,6 +19,9 @@
  *     completion callbacks, run by the poller, only record the result and
  *     wake the waiting caller.  Extra connections the server refuses (a
  *     client limit) are dropped at open: the node works with those it got.
+ *     Their handshakes must end within NBD_EXTRA_CONNECT_US: a server at
+ *     its client limit may leave one in its listen backlog, unanswered
+ *     (qemu-nbd -e N), and the open must not wait for it.
  *  2. Every reply is checked: a failed command fails the request with the
  *     server's errno (EIO when it sent none); a connection that dies fails
  *     the commands in flight on it (libnbd retires them with an error), and
@@ -44,6 +47,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <libnbd.h>
 #include <poll.h>
 #include <pthread.h>
@@ -53,6 +57,8 @@
 #include <unistd.h>
 
 #define NBD_CONNS 4
+/* How long the extra connections may take, all together (invariant 1). */
+#define NBD_EXTRA_CONNECT_US (2 * G_USEC_PER_SEC)
 #define NBD_MAX_REQUEST (32u << 20)
 #define NBD_WINDOW 8 /* pieces of one request in flight at once */
 
@@ -319,7 +325,7 @@ static void *poller_main(void *opaque)
 }
 
 /* qemu-img's nbd:unix:PATH[:exportname=NAME] / nbd:HOST:PORT[:exportname=NAME] */
-static int connect_legacy(struct nbd_handle *h, const char *name)
+static int connect_legacy(struct nbd_handle *h, const char *name, bool async)
 {
     g_auto(GStrv) parts = g_strsplit(name + strlen("nbd:"), ":", -1);
     const char *export = "";
@@ -333,19 +339,45 @@ static int connect_legacy(struct nbd_handle *h, const char *name)
         return -1;
     }
     if (n == 2 && strcmp(parts[0], "unix") == 0) {
-        return nbd_connect_unix(h, parts[1]);
+        return async ? nbd_aio_connect_unix(h, parts[1]) : nbd_connect_unix(h, parts[1]);
     }
     if (n == 2 || n == 1) {
-        return nbd_connect_tcp(h, parts[0], n == 2 ? parts[1] : "10809");
+        const char *port = n == 2 ? parts[1] : "10809";
+        return async ? nbd_aio_connect_tcp(h, parts[0], port)
+                     : nbd_connect_tcp(h, parts[0], port);
     }
     errno = EINVAL;
     return -2;
 }
 
+/* Waits until @h's handshake is done; -ETIMEDOUT at @deadline (monotonic
+ * microseconds), -EIO when the connection failed. */
+static int await_ready(struct nbd_handle *h, int64_t deadline)
+{
+    while (nbd_aio_is_ready(h) != 1) {
+        int64_t left_ms = (deadline - g_get_monotonic_time()) / 1000;
+
+        if (nbd_aio_is_dead(h) == 1 || nbd_aio_is_closed(h) == 1) {
+            return -EIO;
+        }
+        if (left_ms <= 0) {
+            return -ETIMEDOUT;
+        }
+        if (nbd_poll(h, (int)MIN(left_ms, INT_MAX)) < 0) {
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+/* One connection with its handshake done.  @deadline 0 waits as long as
+ * the connection takes (the first one); otherwise the handshake must end by
+ * then (an extra one: invariant 1). */
 static struct nbd_handle *connect_one(const char *name, const char *context,
-                                      int *legacy_err)
+                                      int *legacy_err, int64_t deadline)
 {
     struct nbd_handle *h = nbd_create();
+    bool async = deadline != 0;
     int r;
 
     if (!h) {
@@ -355,10 +387,15 @@ static struct nbd_handle *connect_one(const char *name, const char *context,
         nbd_close(h);
         return NULL;
     }
-    r = g_str_has_prefix(name, "nbd:") && !g_str_has_prefix(name, "nbd://")
-            ? connect_legacy(h, name)
-            : nbd_connect_uri(h, name);
+    if (g_str_has_prefix(name, "nbd:") && !g_str_has_prefix(name, "nbd://")) {
+        r = connect_legacy(h, name, async);
+    } else {
+        r = async ? nbd_aio_connect_uri(h, name) : nbd_connect_uri(h, name);
+    }
     *legacy_err = r == -2;
+    if (r >= 0 && async) {
+        r = await_ready(h, deadline);
+    }
     if (r < 0) {
         nbd_close(h);
         return NULL;
@@ -706,7 +743,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
         s->c[i].efd = -1;
         s->c[i].stop_flag = &s->stop;
     }
-    s->c[0].h = connect_one(filename, s->context, &legacy_err);
+    s->c[0].h = connect_one(filename, s->context, &legacy_err, 0);
     img = g_new0(BlkNode, 1);
     img->drv = &blk_nbd_driver;
     img->opaque = s;
@@ -762,8 +799,11 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
         return NULL;
     }
     if (nbd_can_multi_conn(s->c[0].h) == 1) { /* invariant 1 */
+        int64_t deadline = g_get_monotonic_time() + NBD_EXTRA_CONNECT_US;
+
         while (s->nconns < NBD_CONNS) {
-            struct nbd_handle *h = connect_one(filename, s->context, &legacy_err);
+            struct nbd_handle *h =
+                connect_one(filename, s->context, &legacy_err, deadline);
             if (!h) {
                 break;
             }

@@ -5,7 +5,9 @@
 #    convert -n into one; URI forms nbd+unix://, nbd://host:port/name and
 #    qemu-img's nbd:unix:PATH / nbd:HOST:PORT:exportname=NAME;
 #  - check and writes of a qcow2 file exported raw (qemu-nbd -f raw);
-#  - several connections to a multi-conn server (qimg nbd -e 0);
+#  - several connections to a multi-conn server (qimg nbd -e 0), and to
+#    one that takes fewer clients than qimg would open (qemu-nbd -e 2
+#    leaves the third in its backlog): the open goes on with two;
 #  - a read-only export refuses a read-write open; server errors reach the
 #    command (nbdkit's error filter); a server that is not there is a clear
 #    open error;
@@ -95,6 +97,19 @@ same_as_qemu info -f raw "nbd:127.0.0.1:$port:exportname=disk"
 kill $mpid
 wait $mpid 2>/dev/null
 assert_rc "multi-conn: check" 0 "$QEMU_IMG" check m.qcow2
+
+# A multi-conn server that takes two clients (nbd.c invariant 1): the third
+# connection sits in qemu-nbd's listen backlog, never answered; the open
+# gives up on it and works with two instead of waiting forever.
+cp d.qcow2 e2.qcow2
+qemu-nbd -t -e 2 -k "$PWD/e2.sock" -f qcow2 e2.qcow2 2>/dev/null &
+pids+=($!)
+wait_sock e2.sock
+assert_rc "a server that takes two clients: write" 0 timeout 60 \
+    "$QIMG" io -f raw -c 'write -P 0x77 1M 64k' "nbd+unix:///?socket=$PWD/e2.sock"
+assert_rc "a server that takes two clients: read back" 0 timeout 60 \
+    "$QIMG" io -f raw -c 'read -P 0x77 1M 64k' -c 'read -P 0x11 0 1M' \
+    "nbd:unix:$PWD/e2.sock"
 
 # 5. Errors.
 qemu-nbd -t -r -k "$PWD/r.sock" -f qcow2 d.qcow2 &
