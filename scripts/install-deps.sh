@@ -12,6 +12,8 @@ pkgs+=(libgnutls28-dev)
 # qemu-nbd): python3 (iotests, scripts/run-tests.sh), and the NBD, io_uring
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
+# libvhdi-utils (vhdiinfo) and python3-libvhdi: an independent VHD/VHDX reader.
+pkgs+=(libvhdi-utils python3-libvhdi)
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
 # cryptsetup, the independent reader of the LUKS headers qimg writes
 pkgs+=(cryptsetup-bin)

@@ -267,8 +267,8 @@ timed iotests
 # each is one process on one core.
 fuzz_one() { # NAME EXE: the verdict in $fuzzdir/NAME.rc, the log in /tmp/NAME.log
     local name=$1 exe=$2 seeds corpus regress=()
-    seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-NAME, if it has them
-    [ -d "fuzz/seeds-$name" ] && seeds=fuzz/seeds-$name
+    seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
+    [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
     corpus=$fuzzdir/$name.corpus
     mkdir -p "$corpus"
     # Fixed seed: CI explores the same inputs every time (random, long
