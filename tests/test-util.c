@@ -1,6 +1,7 @@
 /*
  * tests/test-util.c: helpers shared by the unit tests (see test-util.h):
- * the scratch directory, fresh names in it, shell commands run in it,
+ * the scratch directory, fresh names in it, files copied and compared,
+ * shell commands run in it,
  * whether qemu-img / qemu-io are installed, images read by qemu-img,
  * the skip accounting and the CI rule for a missing oracle.
  *
@@ -178,6 +179,28 @@ int tu_run_status(char **out, const char *fmt, ...)
         g_free(o);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void tu_copy_file(const char *from, const char *to)
+{
+    g_autofree gchar *data = NULL;
+    g_autoptr(GError) err = NULL;
+    gsize n = 0;
+
+    if (!g_file_get_contents(from, &data, &n, &err) ||
+        !g_file_set_contents_full(to, data, (gssize)n, G_FILE_SET_CONTENTS_NONE, 0644,
+                                  &err)) {
+        fail_msg("copy %s to %s: %s", from, to, err->message);
+    }
+}
+
+bool tu_same_file(const char *a, const char *b)
+{
+    g_autofree gchar *da = NULL, *db = NULL;
+    gsize na = 0, nb = 0;
+
+    return g_file_get_contents(a, &da, &na, NULL) &&
+           g_file_get_contents(b, &db, &nb, NULL) && na == nb && memcmp(da, db, na) == 0;
 }
 
 uint8_t *tu_qemu_raw(const char *path, const char *snapshot, size_t *len)
