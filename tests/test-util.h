@@ -106,8 +106,9 @@ int tu_run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
         }                                                                                \
     } while (0)
 
-/* Copy the file 'from' to 'to' (made or replaced; no fsync: scratch
- * files), without a process; fails the test on an error. */
+/* Copy the file 'from' to 'to' (made or replaced; blocks of zeros left as
+ * holes; no fsync: scratch files), without a process; fails the test on an
+ * error. */
 void tu_copy_file(const char *from, const char *to);
 
 /* Files a and b hold the same bytes (cmp -s, without a process). */
