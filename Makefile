@@ -50,6 +50,7 @@ test: build build-asan build-tsan build-fuzz
 
 check-long: build
 	scripts/aio-stress.sh 50
+	QIMG_LONG=1 meson test -C build --suite unit --num-processes 2 --timeout-multiplier 0
 	QIMG_LONG=1 QIMG=$(CURDIR)/build/tools/qimg iotests/run
 
 fuzz: build-fuzz

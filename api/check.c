@@ -9,8 +9,9 @@
  *  1. res is reset first (its old messages freed); it must be initialised
  *     (QIMG_CHECK_RESULT_INIT) or the result of an earlier call.  Only the
  *     bytes its struct_size covers are read or written (abi.c).
- *  2. A format without a check operation sets res->unsupported and fails
- *     with ENOTSUP "This image format does not support checks" (qemu-img
+ *  2. A format without a check operation -- or whose check cannot repair,
+ *     when asked to (the driver sets res->unsupported) -- fails with
+ *     ENOTSUP "This image format does not support checks" (qemu-img
  *     exits 63 on it).
  *  3. When the repair fixed something, the image is checked again without
  *     fixing, and the result is that second check's, with corruptions_fixed
@@ -48,7 +49,8 @@ static void keep_only_messages(BlkCheckResult *res)
 {
     BlkCheckResult keep = {.messages = res->messages,
                            .progress = res->progress,
-                           .progress_opaque = res->progress_opaque};
+                           .progress_opaque = res->progress_opaque,
+                           .unsupported = res->unsupported};
     *res = keep;
 }
 

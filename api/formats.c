@@ -16,7 +16,7 @@
  *     ".dmg" name).
  *  2. A file whose magic names a format qimg does not read is refused
  *     naming the format, never read as raw: open, create and measure of
- *     an unread format fail with "... the 'vdi' format (VirtualBox VDI)
+ *     an unread format fail with "... the 'bochs' format (Bochs)
  *     is not supported by qimg", whether it was probed or named (-f).
  *  3. The probes of unread formats are the same gate for a probed raw
  *     image's block 0 (raw.c invariant 4): a guest cannot write a header
@@ -26,8 +26,12 @@
 #include "luks/luks.h"
 #include "block/rbd.h"
 #include "qcow2/qcow2.h"
+#include "qed/qed.h"
 #include "raw/raw.h"
+#include "vdi/vdi.h"
+#include "vhdx/vhdx.h"
 #include "vmdk/vmdk.h"
+#include "vpc/vpc.h"
 
 #include <errno.h>
 #include <string.h>
@@ -56,30 +60,6 @@ static bool magic_at(const uint8_t *buf, size_t len, size_t off, const char *mag
 static int qcow1_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     return len >= 48 && be32_at(buf) == 0x514649fbu && be32_at(buf + 4) == 1 ? 100 : 0;
-}
-
-/* VHD: a dynamic disk's footer copy at offset 0 (a fixed one's is only at
- * the end, so it probes as raw, as in QEMU). */
-static int vpc_probe(const uint8_t *buf, size_t len, const char *filename)
-{
-    return magic_at(buf, len, 0, "conectix", 8) ? 100 : 0;
-}
-
-static int vhdx_probe(const uint8_t *buf, size_t len, const char *filename)
-{
-    return magic_at(buf, len, 0, "vhdxfile", 8) ? 100 : 0;
-}
-
-/* VDI: the signature at 0x40 of a 512-byte header. */
-static int vdi_probe(const uint8_t *buf, size_t len, const char *filename)
-{
-    return len >= 512 && le32_at(buf + 0x40) == 0xbeda107fu ? 100 : 0;
-}
-
-/* QED: "QED\0" in a 64-byte header. */
-static int qed_probe(const uint8_t *buf, size_t len, const char *filename)
-{
-    return magic_at(buf, len, 0, "QED", 4) && len >= 64 ? 100 : 0;
 }
 
 static int parallels_probe(const uint8_t *buf, size_t len, const char *filename)
@@ -127,10 +107,6 @@ static int dmg_probe(const uint8_t *buf, size_t len, const char *filename)
 
 static const BlkDriver unread[] = {
     UNREAD("qcow", "QEMU qcow version 1", qcow1_probe),
-    UNREAD("vpc", "Virtual PC / Hyper-V VHD", vpc_probe),
-    UNREAD("vhdx", "Hyper-V VHDX", vhdx_probe),
-    UNREAD("vdi", "VirtualBox VDI", vdi_probe),
-    UNREAD("qed", "QEMU enhanced disk", qed_probe),
     UNREAD("parallels", "Parallels", parallels_probe),
     UNREAD("bochs", "Bochs", bochs_probe),
     UNREAD("cloop", "compressed loop", cloop_probe),
@@ -139,7 +115,8 @@ static const BlkDriver unread[] = {
 
 /* The drivers qimg has, each from its own folder. */
 static const BlkDriver *const builtin[] = {
-    &blk_qcow2_driver, &blk_raw_driver, &blk_luks_driver, &blk_vmdk_driver,
+    &blk_qcow2_driver, &blk_raw_driver,  &blk_luks_driver, &blk_vmdk_driver,
+    &blk_vpc_driver,   &blk_vhdx_driver, &blk_vdi_driver,  &blk_qed_driver,
 #ifdef QIMG_HAVE_RBD
     &blk_rbd_driver, /* the RBD node as a format: "-f rbd", json: "driver": "rbd" */
 #endif

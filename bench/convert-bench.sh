@@ -16,6 +16,11 @@
 #                           iter-time=10: the key slot costs little) and that
 #                           image -> raw, CSIZE_GIB of full.raw, warm
 #   luksfmt-in, luksfmt-out the same with the luks format (-O luks)
+#   from-vhdx, from-vpc, from-vdi  a dynamic VHDX, a dynamic VHD, a VDI made
+#                           by qemu-img from the first 2 GiB of half.raw (50%
+#                           data) -> qcow2, caches dropped (issue 26)
+#   to-vpc-fixed, to-vhdx   those 2 GiB of raw -> a fixed VHD / a dynamic
+#                           VHDX, source cached, the final sync timed
 # Tools per case: qemu-img with its defaults and with -W -m 16, qimg with
 # its defaults, and the floor: cp (warm), reading the source alone and dd
 # writing the same bytes (cold, direct).  Every timed run: memwarm, the
@@ -28,7 +33,7 @@ set -u
 ROUNDS=${ROUNDS:-3}
 SIZE_GIB=${SIZE_GIB:-4}
 CSIZE_GIB=${CSIZE_GIB:-1}
-CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2 luks-in luks-out luksfmt-in luksfmt-out}
+CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2 luks-in luks-out luksfmt-in luksfmt-out from-vhdx from-vpc from-vdi to-vpc-fixed to-vhdx}
 SEC=(--object secret,id=b0,data=bench)
 cd "$BENCH_SCRATCH" || exit 1
 bench_require_space $((SIZE_GIB * 4 + 2))
@@ -58,6 +63,14 @@ with open('half.raw', 'wb') as f:
         off += 2 * n
 PY
 head -c $((CSIZE_GIB << 30)) full.raw >c.raw
+# the foreign formats' sources: 2 GiB of half.raw, in each format (qemu-img's)
+HV_GIB=$((SIZE_GIB < 2 ? SIZE_GIB : 2))
+case " $CASES " in *" from-"* | *" to-"*)
+    head -c $((HV_GIB << 30)) half.raw >h2.raw
+    for f in vhdx vpc vdi; do
+        case " $CASES " in *" from-$f "*) "$QEMU_IMG" convert -f raw -O "$f" h2.raw "src.$f" ;; esac
+    done ;;
+esac
 sync
 
 drop_caches() {
@@ -137,28 +150,34 @@ run_case() {
     full-* | loop-*-full) src=full.raw ;;
     half-* | loop-*-half) src=half.raw ;;
     zlib | zstd) src=c.raw ;;
+    from-*) src=src.${c#from-} cold=1 ;;
+    to-*) src=h2.raw ;;
     esac
+    local ifmt=raw
+    case $c in from-*) ifmt=${c#from-} ;; esac
     case $c in
     *-cold) cold=1 ;;
+    to-vpc-fixed) args=(-O vpc -o subformat=fixed) out=dst.vpc ;;
+    to-vhdx) args=(-O vhdx) out=dst.vhdx ;;
     *-direct) cold=1 args=(-t none -T none) ;;
     zlib) args=(-c) ;;
     zstd) args=(-c -o compression_type=zstd) ;;
     loop-raw-*) cold=1 args=(-n -O raw) out=$LOOP ;;
     loop-qcow2-*) cold=1 args=(-n -O qcow2) out=$LOOP ;;
     esac
-    case $c in loop-*) ;; *) args=(-O qcow2 "${args[@]}") ;; esac
+    case $c in loop-* | to-*) ;; *) args=(-O qcow2 "${args[@]}") ;; esac
     if [ "$c" = "${c#loop-qcow2}" ]; then :; else
         "$QEMU_IMG" create -q -f qcow2 "$LOOP" "${SIZE_GIB}G" # a fresh qcow2 on the device
     fi
-    [ "$out" = dst.qcow2 ] && rm -f dst.qcow2
+    case $out in dst.*) rm -f "$out" ;; esac
     if [ $cold = 1 ]; then drop_caches; else cat "$src" >/dev/null; fi
     case $tool in
-    qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -f raw "${args[@]}" "$src" "$out" ;;
-    qemu-img-W16) bench_time BENCH_T "$QEMU_IMG" convert -f raw -W -m 16 "${args[@]}" "$src" "$out" ;;
-    qimg) bench_time BENCH_T "$QIMG" convert -f raw "${args[@]}" "$src" "$out" ;;
+    qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
+    qemu-img-W16) bench_time BENCH_T "$QEMU_IMG" convert -f $ifmt -W -m 16 "${args[@]}" "$src" "$out" ;;
+    qimg) bench_time BENCH_T "$QIMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
     floor)
         case $c in
-        *-warm) bench_time BENCH_T cp --sparse=always "$src" floor.raw ;;
+        *-warm | to-*) bench_time BENCH_T cp --sparse=always "$src" floor.raw ;;
         *) bench_time BENCH_T dd if="$src" of=/dev/null bs=2M iflag=direct status=none ;;
         esac
         rm -f floor.raw ;;
@@ -168,7 +187,7 @@ run_case() {
         bench_time BENCH_T dd if="$src" of="$fout" bs=2M oflag=direct conv=notrunc status=none
         rm -f floor.raw ;;
     esac
-    [ "$out" = dst.qcow2 ] && rm -f dst.qcow2
+    case $out in dst.*) rm -f "$out" ;; esac
     sync
 }
 
@@ -176,7 +195,8 @@ for c in $CASES; do
     tools=(qemu-img qemu-img-W16 qimg)
     case $c in
     *-warm) tools+=(floor) ;;
-    *-cold | *-direct | loop-*) tools+=(floor floor-write) ;;
+    *-cold | *-direct | loop-* | from-*) tools+=(floor floor-write) ;;
+    to-*) tools+=(floor) ;;
     esac
     [ "$c" != "${c#luks}" ] && head -c $((CSIZE_GIB << 30)) full.raw >c.raw
     subcases=("$c")

@@ -431,6 +431,11 @@ BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only
 
 /* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
 int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);
+/* The protocol node of a file just created for a new image, locked as the
+ * read-write image will be, writeback; the caller's own name (a
+ * "record:LOG:FILE" name records the creation).  NULL with the message
+ * recorded; *ret the error. */
+BlkNode *blk_open_new_image(const char *filename, int *ret);
 
 /* Reads past the end of a backing node return zeros: read [offset, +bytes)
  * of 'img' into qiov, zero-filling what lies beyond img->size. */

@@ -216,3 +216,13 @@ out_err:
     blk_error(-ret, "Could not create '%s': %s", filename, g_strerror(-ret));
     return ret;
 }
+
+BlkNode *blk_open_new_image(const char *filename, int *ret)
+{
+    BlkOpenOptions fo = {.cache = BLK_CACHE_WRITEBACK};
+    BlkNode *file =
+        blk_open_protocol(filename, &fo, BLK_ROLE_METADATA, BLK_OPEN_USER_NAME);
+
+    *ret = file ? 0 : blk_error_code() ? -blk_error_code() : -EIO;
+    return file;
+}

@@ -12,7 +12,7 @@
  * through the public API, read where it unlocks.  Any crash, sanitizer
  * report, leak or hang is a bug (DESIGN.md on-disk rule 4).
  *
- * fuzz/seeds-fuzz-luks holds its seeds (scripts/run-tests.sh): headers
+ * fuzz/seeds-luks holds its seeds (scripts/run-tests.sh): headers
  * qimg made with iter-time=0 (1000 iterations) and the passphrase "fuzz",
  * one with all of slot 0's material, so that unlocking succeeds.
  */

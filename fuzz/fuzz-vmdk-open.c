@@ -40,11 +40,11 @@ static void write_sparse_extent(const char *path)
     vmdk4_header_encode(&h, f);
     /* 16 tables of 16 entries: GD at sector 1, tables from sector 2 */
     for (uint32_t t = 0; t < 16; t++) {
-        vmdk_put_le32(f + 512 + 4 * t, t < 2 ? 2 + t : 0);
+        store_le32(f + 512 + 4 * t, t < 2 ? 2 + t : 0);
     }
-    vmdk_put_le32(f + 2 * 512, 8); /* grain 0 at sector 8 */
-    vmdk_put_le32(f + 2 * 512 + 4, VMDK_GTE_ZEROED);
-    vmdk_put_le32(f + 3 * 512 + 8, 8);
+    store_le32(f + 2 * 512, 8); /* grain 0 at sector 8 */
+    store_le32(f + 2 * 512 + 4, VMDK_GTE_ZEROED);
+    store_le32(f + 3 * 512 + 8, 8);
     memset(f + 8 * 512, 0x5a, 8 * 512);
     g_file_set_contents(path, (const char *)f, 16 * 512, NULL);
     g_free(f);

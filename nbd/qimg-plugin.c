@@ -2,7 +2,7 @@
  * nbd/qimg-plugin.c: nbdkit-qimg-plugin.so, images served over NBD by
  * nbdkit through the public API (include/qimg/ only, like tools/).
  *
- *   nbdkit qimg file=disk.qcow2 [format=qcow2|raw] [cache=writeback]
+ *   nbdkit qimg file=disk.qcow2 [format=FORMAT] [cache=writeback]
  *          [snapshot=ID_OR_NAME] [discard=ignore|unmap]
  *          [detect-zeroes=off|on|unmap] [readonly=true]
  *          [image-opts=true] [secret=ID:FD ...] [trust-names=true]
@@ -184,8 +184,8 @@ static int qimg_config(const char *key, const char *value)
         return g.file ? 0 : -1;
     }
     if (strcmp(key, "format") == 0) {
-        if (strcmp(value, "qcow2") != 0 && strcmp(value, "raw") != 0) {
-            nbdkit_error("format=%s: unknown format (qcow2 or raw)", value);
+        if (!qimg_format_name_valid(value)) { /* one qimg cannot read: get_ready */
+            nbdkit_error("format=%s: unknown format", value);
             return -1;
         }
         free(g.format);
@@ -508,15 +508,15 @@ static int qimg_extents(void *handle, uint32_t count, uint64_t offset, uint32_t 
 static struct nbdkit_plugin plugin = {
     .name = "qimg",
     .version = QIMG_VERSION,
-    .longname = "qimg: read-write qcow2 and raw images",
-    .description = "Serves qcow2 and raw images through libqimg.",
+    .longname = "qimg: qcow2, raw, VHD, VHDX, VDI and QED images",
+    .description = "Serves the images libqimg opens (qcow2, raw, luks, vmdk, vpc, "
+                   "vhdx, vdi read-write; qed read-only).",
     .unload = qimg_unload,
     .config = qimg_config,
     .config_complete = qimg_config_complete,
-    .config_help =
-        "file=IMAGE (required) format=qcow2|raw cache=MODE snapshot=ID_OR_NAME\n"
-        "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL\n"
-        "image-opts=BOOL secret=ID:FD trust-names=BOOL",
+    .config_help = "file=IMAGE (required) format=FORMAT cache=MODE snapshot=ID_OR_NAME\n"
+                   "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL\n"
+                   "image-opts=BOOL secret=ID:FD trust-names=BOOL",
     .magic_config_key = "file",
     .get_ready = qimg_get_ready,
     .open = qimg_open,

@@ -8,8 +8,8 @@
  * includes this file).
  *
  * Owns: the on-disk constants and field offsets (each layout checked
- * field by field under _Static_assert), the big-endian load/store helpers
- * and checked arithmetic.
+ * field by field under _Static_assert) and checked arithmetic; the
+ * big-endian load/store helpers are block/endian.h's.
  *
  * Invariants (cited as "format.h invariant N"):
  *  1. Every number read from the image is decoded with the load_be*()

@@ -3,12 +3,13 @@
 # layers (README, "A tour of the layers"):
 #   tools/, nbd/, examples/  ->  include/qimg/ (the public API) only
 #   include/qimg/            ->  include/qimg/
-#   api/                     ->  api/ qcow2/ raw/ luks/ crypto/ vmdk/ block/ aio/ and qimg/
+#   api/                     ->  api/ qcow2/ raw/ luks/ crypto/ vmdk/ vpc/ vhdx/ vdi/ qed/
+#                                block/ aio/ and qimg/
 #   qcow2/                   ->  qcow2/ crypto/ block/ aio/
 #   raw/                     ->  raw/ block/ aio/
 #   luks/                    ->  luks/ crypto/ block/ aio/
 #   crypto/                  ->  crypto/ block/ aio/
-#   vmdk/                    ->  vmdk/ block/ aio/
+#   vmdk/ vpc/ vhdx/ vdi/ qed/  ->  their own folder, block/ aio/
 #   block/                   ->  block/ aio/
 #   aio/                     ->  aio/
 # A bare name of a header next to the including file ("qimg-tool.h" in
@@ -23,12 +24,12 @@ allowed() { # layer -> space-separated include prefixes it may use
     case $1 in
     tools | nbd | examples) echo "qimg/" ;;
     include) echo "qimg/" ;;
-    api) echo "api/ qcow2/ raw/ luks/ crypto/ vmdk/ block/ aio/ qimg/" ;;
+    api) echo "api/ qcow2/ raw/ luks/ crypto/ vmdk/ vpc/ vhdx/ vdi/ qed/ block/ aio/ qimg/" ;;
     qcow2) echo "qcow2/ crypto/ block/ aio/" ;;
     raw) echo "raw/ block/ aio/" ;;
     luks) echo "luks/ crypto/ block/ aio/" ;;
     crypto) echo "crypto/ block/ aio/" ;;
-    vmdk) echo "vmdk/ block/ aio/" ;;
+    vmdk | vpc | vhdx | vdi | qed) echo "$1/ block/ aio/" ;;
     block) echo "block/ aio/" ;;
     aio) echo "aio/" ;;
     *) echo "*" ;;

@@ -4,8 +4,8 @@
 # Runs each libFuzzer target of build-fuzz/fuzz (or the named ones) for
 # QIMG_FUZZ_SECONDS (default 600) seconds with a random seed, using
 # QIMG_FUZZ_JOBS (default 1) processes.  The corpus grows in
-# build-fuzz/corpus/TARGET across runs (fuzz/seeds is read, never
-# written); a crashing input lands in build-fuzz/artifacts/TARGET/.  To keep
+# build-fuzz/corpus/TARGET across runs (fuzz/seeds, or fuzz/seeds-FORMAT
+# for fuzz-FORMAT, is read, never written); a crashing input lands in build-fuzz/artifacts/TARGET/.  To keep
 # a crash as a regression input of `make test`, copy it to
 # fuzz/regress/TARGET/ once it is fixed.
 # Prints one line per target and "N passed, M failed"; exits 1 on a crash.
@@ -37,8 +37,8 @@ for name in "${targets[@]}"; do
     if [ "$jobs" -gt 1 ]; then
         par=(-jobs="$jobs" -workers="$jobs") # logs in fuzz-N.log of build-fuzz/
     fi
-    seeds=../fuzz/seeds # a target's own seeds in fuzz/seeds-NAME, if it has them
-    [ -d "fuzz/seeds-$name" ] && seeds=../fuzz/seeds-$name
+    seeds=../fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
+    [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=../fuzz/seeds-${name#fuzz-}
     if (cd build-fuzz && "fuzz/$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
         -timeout=10 "${par[@]+"${par[@]}"}" -artifact_prefix="artifacts/$name/" \
         "corpus/$name" "$seeds") >"$log" 2>&1; then

@@ -12,6 +12,8 @@ pkgs+=(libgnutls28-dev)
 # qemu-nbd): python3 (iotests, scripts/run-tests.sh), and the NBD, io_uring
 # and fio tools that tests may require.  Under CI=true a test whose tool is
 # missing fails instead of skipping, so CI must have all of them.
+# libvhdi-utils (vhdiinfo) and python3-libvhdi: an independent VHD/VHDX reader.
+pkgs+=(libvhdi-utils python3-libvhdi)
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
 # cryptsetup, the independent reader of the LUKS headers qimg writes
 pkgs+=(cryptsetup-bin)
@@ -29,10 +31,13 @@ pkgs+=(librbd-dev librados-dev ceph-mon ceph-osd ceph-common qemu-block-extra uu
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)
 
+# one dpkg-query for all (make test comes here once per build)
+# (it exits 1 when it knows a package not at all: that one is missing too)
+installed=" $({ dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null || :; } |
+    awk '$NF == "installed" && $(NF - 1) == "ok" {printf "%s ", $1}')"
 missing=()
 for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
-        || missing+=("$p")
+    [[ "$installed" == *" $p "* ]] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

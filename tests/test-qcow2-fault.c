@@ -19,6 +19,9 @@
  *  - with a one-off fault, once a later flush succeeded, every byte whose
  *    write was acknowledged reads back as written (requests that failed
  *    leave their range undefined).
+ *
+ * Every case starts from a copy of one image made once per run.  make
+ * test runs nth=1 and 2 of each step; QIMG_LONG=1 adds nth=3.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -120,34 +123,53 @@ static void workload(Run *r)
     record(r, blk_flush(r->img), 0, 0);
 }
 
+/* The image every case starts from, made once per run (a fresh copy per
+ * case): 512-byte clusters, 64-bit refcounts (a refcount block covers
+ * 32 KiB, the first refcount table 2 MiB, so the workload grows both), a
+ * raw backing file of random bytes (shared: opened read-only), 256 KiB
+ * written and snapshot s over them.  Its raw contents in *init. */
+static const char *fault_template(const uint8_t **init)
+{
+    static char *tpl;
+    static uint8_t *tpl_init;
+
+    if (!tpl) {
+        g_autofree char *base = tu_fresh("base.raw");
+        g_autofree char *raw = NULL;
+        gchar *data = NULL;
+        gsize n = 0;
+
+        tpl = tu_fresh("template.qcow2");
+        raw = g_strdup_printf("%s.init.raw", tpl);
+        tu_run("head -c %" PRIu64 " /dev/urandom > '%s'", BACKING_SIZE, base);
+        tu_run("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 -b '%s' "
+               "-F raw '%s' %" PRIu64,
+               base, tpl, IMG_SIZE);
+        tu_run(
+            "qemu-io -c 'write -P 0x5a 0 256k' '%s' >/dev/null && qemu-img snapshot -c "
+            "s '%s' && qemu-img convert -O raw '%s' '%s'",
+            tpl, tpl, tpl, raw);
+        assert_true(g_file_get_contents(raw, &data, &n, NULL));
+        assert_int_equal(n, IMG_SIZE);
+        tpl_init = (uint8_t *)data;
+    }
+    *init = tpl_init;
+    return tpl;
+}
+
 static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
 {
-    g_autofree char *base = tu_fresh("base.raw");
     g_autofree char *p = tu_fresh("fault.qcow2");
-    g_autofree char *init = g_strdup_printf("%s.init.raw", p);
     g_autofree char *name = NULL;
     g_autofree char *out = NULL;
     g_autoptr(GError) err = NULL;
     BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE}; /* no fdatasync: fast */
     Run r = {0};
-    gchar *data = NULL;
-    gsize n = 0;
+    const uint8_t *init;
     bool flushed = false;
 
-    /* 512-byte clusters, 64-bit refcounts: a refcount block covers 32 KiB,
-     * the first refcount table 2 MiB, so the workload grows both. */
-    tu_run("head -c %" PRIu64 " /dev/urandom > '%s'", BACKING_SIZE, base);
-    tu_run(
-        "qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=64 -b '%s' -F raw "
-        "'%s' %" PRIu64,
-        base, p, IMG_SIZE);
-    tu_run("qemu-io -c 'write -P 0x5a 0 256k' '%s' >/dev/null && qemu-img snapshot -c s "
-           "'%s' "
-           "&& qemu-img convert -O raw '%s' '%s'",
-           p, p, p, init);
-    assert_true(g_file_get_contents(init, &data, &n, NULL));
-    assert_int_equal(n, IMG_SIZE);
-    r.m.bytes = (uint8_t *)data;
+    tu_copy_file(fault_template(&init), p);
+    r.m.bytes = g_memdup2(init, IMG_SIZE);
     r.m.known = g_malloc(IMG_SIZE);
     memset(r.m.known, 1, IMG_SIZE);
 
@@ -195,6 +217,7 @@ static void fault_case(const char *event, int errnum, uint64_t nth, bool once)
     }
     g_free(r.m.bytes);
     g_free(r.m.known);
+    unlink(p);
 }
 
 static void run_event(const char *event)

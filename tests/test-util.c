@@ -1,6 +1,7 @@
 /*
  * tests/test-util.c: helpers shared by the unit tests (see test-util.h):
- * the scratch directory, fresh names in it, shell commands run in it,
+ * the scratch directory, fresh names in it, files copied and compared,
+ * shell commands run in it,
  * whether qemu-img / qemu-io are installed, images read by qemu-img,
  * the skip accounting and the CI rule for a missing oracle.
  *
@@ -21,6 +22,7 @@
 #include "test-util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +180,50 @@ int tu_run_status(char **out, const char *fmt, ...)
         g_free(o);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void tu_copy_file(const char *from, const char *to)
+{
+    const gsize blk = 4096;
+    g_autofree gchar *data = NULL;
+    g_autoptr(GError) err = NULL;
+    gsize n = 0;
+    int fd;
+
+    if (!g_file_get_contents(from, &data, &n, &err)) {
+        fail_msg("copy %s: %s", from, err->message);
+    }
+    fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fail_msg("copy to %s: %s", to, g_strerror(errno));
+    }
+    /* blocks of zeros stay holes, as in a sparse image; runs of the
+     * others are written at once */
+    for (gsize off = 0; off < n;) {
+        gsize end = off;
+        while (end < n && !(data[end] == 0 && memcmp(data + end, data + end + 1,
+                                                     MIN(blk, n - end) - 1) == 0)) {
+            end += MIN(blk, n - end);
+        }
+        if (end > off &&
+            pwrite(fd, data + off, end - off, (off_t)off) != (ssize_t)(end - off)) {
+            close(fd);
+            fail_msg("copy to %s: %s", to, g_strerror(errno));
+        }
+        off = end + (end < n ? MIN(blk, n - end) : 0);
+    }
+    if (ftruncate(fd, (off_t)n) != 0 || close(fd) != 0) {
+        fail_msg("copy to %s: %s", to, g_strerror(errno));
+    }
+}
+
+bool tu_same_file(const char *a, const char *b)
+{
+    g_autofree gchar *da = NULL, *db = NULL;
+    gsize na = 0, nb = 0;
+
+    return g_file_get_contents(a, &da, &na, NULL) &&
+           g_file_get_contents(b, &db, &nb, NULL) && na == nb && memcmp(da, db, na) == 0;
 }
 
 uint8_t *tu_qemu_raw(const char *path, const char *snapshot, size_t *len)

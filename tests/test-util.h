@@ -6,7 +6,8 @@
  *  - the test's scratch directory: made under $QIMG_TEST_TMPDIR (else the
  *    system's temporary directory) before a group of tests runs, removed
  *    with everything in it after (tu_run_group_tests(), tu_tmpdir());
- *  - fresh file names in it (tu_fresh());
+ *  - fresh file names in it (tu_fresh()), files copied and compared
+ *    there without a process (tu_copy_file(), tu_same_file());
  *  - shell commands run in it with printf-style arguments (tu_run_status(),
  *    tu_run());
  *  - whether qemu-img / qemu-io are installed (the oracle), an image's
@@ -104,6 +105,14 @@ int tu_run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
             fail_msg("command failed: %s", o_);                                          \
         }                                                                                \
     } while (0)
+
+/* Copy the file 'from' to 'to' (made or replaced; blocks of zeros left as
+ * holes; no fsync: scratch files), without a process; fails the test on an
+ * error. */
+void tu_copy_file(const char *from, const char *to);
+
+/* Files a and b hold the same bytes (cmp -s, without a process). */
+bool tu_same_file(const char *a, const char *b);
 
 /*
  * The image at path as qemu-img reads it (snapshot: NULL or the snapshot

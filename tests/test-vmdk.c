@@ -201,18 +201,18 @@ static void test_headers(void **state)
 
     /* seSparse const header */
     memset(buf, 0, sizeof(buf));
-    vmdk_put_le64(buf + SESPARSE_CONST_MAGIC, SESPARSE_CONST_MAGIC_VALUE);
-    vmdk_put_le64(buf + SESPARSE_CONST_VERSION, SESPARSE_VERSION);
-    vmdk_put_le64(buf + SESPARSE_CONST_GRAIN_SIZE, 8);
-    vmdk_put_le64(buf + SESPARSE_CONST_GT_SIZE, 64);
-    vmdk_put_le64(buf + SESPARSE_CONST_GD_OFFSET, 2);
+    store_le64(buf + SESPARSE_CONST_MAGIC, SESPARSE_CONST_MAGIC_VALUE);
+    store_le64(buf + SESPARSE_CONST_VERSION, SESPARSE_VERSION);
+    store_le64(buf + SESPARSE_CONST_GRAIN_SIZE, 8);
+    store_le64(buf + SESPARSE_CONST_GT_SIZE, 64);
+    store_le64(buf + SESPARSE_CONST_GD_OFFSET, 2);
     assert_int_equal(vmdk_sesparse_const_decode(buf, &se), 0);
     assert_int_equal(se.gd_offset, 2);
     buf[SESPARSE_CONST_PAD + 10] = 1;
     assert_int_equal(vmdk_sesparse_const_decode(buf, &se), -ENOTSUP);
     assert_string_equal(blk_error_message(), "Unsupported non-zero const header padding");
     blk_error_clear();
-    vmdk_put_le64(buf + SESPARSE_CONST_GRAIN_SIZE, 16);
+    store_le64(buf + SESPARSE_CONST_GRAIN_SIZE, 16);
     assert_int_equal(vmdk_sesparse_const_decode(buf, &se), -ENOTSUP);
     assert_string_equal(blk_error_message(), "Unsupported grain size: 16");
     blk_error_clear();
@@ -291,7 +291,7 @@ static uint32_t gte_on_disk(const char *name, uint64_t gt, unsigned g)
     assert_int_equal(fseek(f, (long)(gt * 512 + g * 4), SEEK_SET), 0);
     assert_int_equal(fread(b, 1, 4, f), 4);
     fclose(f);
-    return vmdk_le32(b);
+    return load_le32(b);
 }
 
 /* write.c invariants 1 and 3, map.c invariant 5, create.c invariant 2:

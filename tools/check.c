@@ -29,6 +29,9 @@
  *     read-only images").  Option checks: -r value, file name count,
  *     --output, -T, in that order.
  *  7. qemu-img check has no -p; qimg's -p shows the progress line on stdout.
+ *  8. Some formats' findings are error reports ("qemu-img: VHDX BAT entry
+ *     ..."): a driver message starting with "error: " is printed with the
+ *     program's prefix instead.
  */
 #include "qimg-tool.h"
 
@@ -240,7 +243,12 @@ int cmd_check(int argc, char **argv)
         return 63;
     }
     for (guint i = 0; res.messages && i < res.messages->len; i++) {
-        fprintf(stderr, "%s\n", (const char *)res.messages->pdata[i]);
+        const char *m = res.messages->pdata[i];
+        if (g_str_has_prefix(m, "error: ")) { /* fact 8 */
+            tool_error("%s", m + strlen("error: "));
+        } else {
+            fprintf(stderr, "%s\n", m);
+        }
     }
     if ((res.corruptions_fixed || res.leaks_fixed) && out == TOOL_OUTPUT_HUMAN &&
         !quiet) {

@@ -17,9 +17,14 @@
  *     no lock at all.  FILE itself is locked before it is truncated, so an
  *     image in use is refused ("FILE: Failed to get \"write\" lock") and
  *     left as it was.
+ *  5. A format driver's "file too large" (EFBIG) reads "The image size is
+ *     too large for file format 'FMT'", with " (try using a larger cluster
+ *     size)" when -o named a cluster_size (qcow2's driver words it so
+ *     itself); convert keeps the driver's own message.
  */
 #include "qimg-tool.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
@@ -268,6 +273,13 @@ int cmd_create(int argc, char **argv)
     co.backing_format = backing_fmt;
     co.options = hash;
     if (!qimg_image_create(filename, &co, &err)) {
+        if (err->code == EFBIG && strcmp(fmt, "qcow2") != 0) { /* fact 5 */
+            g_free(err->message);
+            err->message = g_strdup_printf(
+                "The image size is too large for file format '%s'%s", fmt,
+                tool_opts_get(opts, "cluster_size") ? " (try using a larger cluster size)"
+                                                    : "");
+        }
         tool_report_gerror(err, filename);
         return 1;
     }

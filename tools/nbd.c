@@ -548,7 +548,8 @@ int cmd_nbd(int argc, char **argv)
         tool_error("--image-opts and -f are mutually exclusive");
         return 1;
     }
-    if (fmt && strcmp(fmt, "qcow2") != 0 && strcmp(fmt, "raw") != 0) {
+    if (fmt && !qimg_format_name_valid(fmt)) { /* a known one qimg cannot read:
+                                                 the plugin's open names it */
         tool_error("Unknown file format '%s'", fmt);
         return 1;
     }

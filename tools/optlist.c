@@ -243,7 +243,7 @@ const ToolOptDesc *tool_create_opts(const char *format)
     if (strcmp(format, "vmdk") == 0) {
         return vmdk_opts;
     }
-    return NULL;
+    return tool_hyperv_create_opts(format);
 }
 
 /* QEMU 7.2's drivers that create no image (qemu-img create -f X -o help). */

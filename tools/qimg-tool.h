@@ -171,6 +171,8 @@ const ToolOptDesc *tool_create_opts(const char *format);
 /* The same for an image called filename (NULL: the format's alone): an
  * "rbd:" name takes the rbd protocol's options instead of the file's. */
 const ToolOptDesc *tool_create_opts_for(const char *format, const char *filename);
+/* The same for vpc, vhdx, vdi and qed (optlist-hyperv.c). */
+const ToolOptDesc *tool_hyperv_create_opts(const char *format);
 /* qemu-img amend's options of a format (NULL: it has none); with_create
  * adds the create options amend knows only to say "This option is only
  * supported for image creation". */

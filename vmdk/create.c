@@ -256,7 +256,7 @@ static int init_sparse(BlkNode *f, uint64_t bytes, bool compress, bool zeroed_gr
     gd = g_malloc0(gd_sectors * VMDK_SECTOR);
     for (uint64_t base = h.rgd_offset; ret == 0; base = h.gd_offset) {
         for (uint64_t i = 0; i < gt_count; i++) {
-            vmdk_put_le32(gd + 4 * i, (uint32_t)(base + gd_sectors + i * gt_size));
+            store_le32(gd + 4 * i, (uint32_t)(base + gd_sectors + i * gt_size));
         }
         ret = blk_pwrite(f, base * VMDK_SECTOR, gd, gd_sectors * VMDK_SECTOR, 0);
         if (base == h.gd_offset) {
@@ -309,7 +309,7 @@ static int parent_cid(const char *filename, const char *backing, uint32_t *cid)
                 blk_error(EINVAL, "Invalid backing file format: %s. Must be vmdk", name);
         }
     }
-    if (ret == 0 && (vmdk_be32(head) == VMDK4_MAGIC || vmdk_be32(head) == VMDK3_MAGIC)) {
+    if (ret == 0 && (load_be32(head) == VMDK4_MAGIC || load_be32(head) == VMDK3_MAGIC)) {
         off = 0x200;
     }
     if (ret == 0) {

@@ -69,7 +69,7 @@ static int load_gd(VmdkExtent *ext, uint64_t off, uint64_t **out, const char *wh
                                 ext->filename);
     }
     for (uint64_t i = 0; i < n; i++) {
-        gd[i] = ext->entry_size == 8 ? vmdk_le64(raw + 8 * i) : vmdk_le32(raw + 4 * i);
+        gd[i] = ext->entry_size == 8 ? load_le64(raw + 8 * i) : load_le32(raw + 4 * i);
     }
     *out = gd;
     return 0;
@@ -154,10 +154,10 @@ int vmdk_extent_open_sparse(VmdkState *s, VmdkExtent *ext, const uint8_t *head,
     int ret;
 
     ext->sparse_known = true;
-    if (vmdk_be32(head) == VMDK3_MAGIC) {
+    if (load_be32(head) == VMDK3_MAGIC) {
         return open_vmdk3(ext, head);
     }
-    if (vmdk_be32(head) != VMDK4_MAGIC) {
+    if (load_be32(head) != VMDK4_MAGIC) {
         return blk_error(EINVAL, "Image not in VMDK format");
     }
     ret = read_vmdk4_header(ext, head, &h);

@@ -6,8 +6,7 @@
  * (VmdkState is in vmdk.h).
  *
  * Owns: field offsets of every on-disk structure (checked under
- * _Static_assert), the little-endian load/store helpers, checked
- * arithmetic, and the codecs in header.c.
+ * _Static_assert), checked arithmetic, and the codecs in header.c.
  *
  * Invariants (cited as "format.h invariant N"):
  *  1. Every number read from an image is decoded with load_le*() into a
@@ -18,6 +17,8 @@
  */
 #ifndef QIMG_VMDK_FORMAT_H
 #define QIMG_VMDK_FORMAT_H
+
+#include "block/endian.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -141,64 +142,6 @@ typedef enum VmdkMarkerType {
 } VmdkMarkerType;
 /* The footer: marker sector, header sector, end-of-stream sector. */
 #define VMDK_FOOTER_BYTES (3u * VMDK_SECTOR)
-
-/* ---- little-endian helpers (invariant 1) ---- */
-
-static inline uint16_t vmdk_le16(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint16_t)(b[0] | b[1] << 8);
-}
-
-static inline uint32_t vmdk_le32(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-           (uint32_t)b[3] << 24;
-}
-
-static inline uint64_t vmdk_le64(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint64_t)vmdk_le32(b) | (uint64_t)vmdk_le32(b + 4) << 32;
-}
-
-static inline uint32_t vmdk_be32(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
-           (uint32_t)b[3];
-}
-
-static inline void vmdk_put_le16(void *p, uint16_t v)
-{
-    uint8_t *b = p;
-    b[0] = (uint8_t)v;
-    b[1] = (uint8_t)(v >> 8);
-}
-
-static inline void vmdk_put_le32(void *p, uint32_t v)
-{
-    uint8_t *b = p;
-    for (int i = 0; i < 4; i++) {
-        b[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static inline void vmdk_put_le64(void *p, uint64_t v)
-{
-    vmdk_put_le32(p, (uint32_t)v);
-    vmdk_put_le32((uint8_t *)p + 4, (uint32_t)(v >> 32));
-}
-
-static inline void vmdk_put_be32(void *p, uint32_t v)
-{
-    uint8_t *b = p;
-    b[0] = (uint8_t)(v >> 24);
-    b[1] = (uint8_t)(v >> 16);
-    b[2] = (uint8_t)(v >> 8);
-    b[3] = (uint8_t)v;
-}
 
 /* ---- checked arithmetic (invariant 2): true on overflow ---- */
 

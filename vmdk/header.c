@@ -23,46 +23,46 @@
 
 void vmdk4_header_decode(const uint8_t *buf, Vmdk4Header *h)
 {
-    h->version = vmdk_le32(buf + VMDK4_HDR_VERSION);
-    h->flags = vmdk_le32(buf + VMDK4_HDR_FLAGS);
-    h->capacity = vmdk_le64(buf + VMDK4_HDR_CAPACITY);
-    h->granularity = vmdk_le64(buf + VMDK4_HDR_GRANULARITY);
-    h->desc_offset = vmdk_le64(buf + VMDK4_HDR_DESC_OFFSET);
-    h->desc_size = vmdk_le64(buf + VMDK4_HDR_DESC_SIZE);
-    h->num_gtes = vmdk_le32(buf + VMDK4_HDR_NUM_GTES);
-    h->rgd_offset = vmdk_le64(buf + VMDK4_HDR_RGD_OFFSET);
-    h->gd_offset = vmdk_le64(buf + VMDK4_HDR_GD_OFFSET);
-    h->grain_offset = vmdk_le64(buf + VMDK4_HDR_GRAIN_OFFSET);
+    h->version = load_le32(buf + VMDK4_HDR_VERSION);
+    h->flags = load_le32(buf + VMDK4_HDR_FLAGS);
+    h->capacity = load_le64(buf + VMDK4_HDR_CAPACITY);
+    h->granularity = load_le64(buf + VMDK4_HDR_GRANULARITY);
+    h->desc_offset = load_le64(buf + VMDK4_HDR_DESC_OFFSET);
+    h->desc_size = load_le64(buf + VMDK4_HDR_DESC_SIZE);
+    h->num_gtes = load_le32(buf + VMDK4_HDR_NUM_GTES);
+    h->rgd_offset = load_le64(buf + VMDK4_HDR_RGD_OFFSET);
+    h->gd_offset = load_le64(buf + VMDK4_HDR_GD_OFFSET);
+    h->grain_offset = load_le64(buf + VMDK4_HDR_GRAIN_OFFSET);
     h->unclean = buf[VMDK4_HDR_UNCLEAN];
-    h->compress_algorithm = vmdk_le16(buf + VMDK4_HDR_COMPRESS_ALGORITHM);
+    h->compress_algorithm = load_le16(buf + VMDK4_HDR_COMPRESS_ALGORITHM);
 }
 
 void vmdk4_header_encode(const Vmdk4Header *h, uint8_t *buf)
 {
-    vmdk_put_be32(buf + VMDK4_HDR_MAGIC, VMDK4_MAGIC);
-    vmdk_put_le32(buf + VMDK4_HDR_VERSION, h->version);
-    vmdk_put_le32(buf + VMDK4_HDR_FLAGS, h->flags);
-    vmdk_put_le64(buf + VMDK4_HDR_CAPACITY, h->capacity);
-    vmdk_put_le64(buf + VMDK4_HDR_GRANULARITY, h->granularity);
-    vmdk_put_le64(buf + VMDK4_HDR_DESC_OFFSET, h->desc_offset);
-    vmdk_put_le64(buf + VMDK4_HDR_DESC_SIZE, h->desc_size);
-    vmdk_put_le32(buf + VMDK4_HDR_NUM_GTES, h->num_gtes);
-    vmdk_put_le64(buf + VMDK4_HDR_RGD_OFFSET, h->rgd_offset);
-    vmdk_put_le64(buf + VMDK4_HDR_GD_OFFSET, h->gd_offset);
-    vmdk_put_le64(buf + VMDK4_HDR_GRAIN_OFFSET, h->grain_offset);
+    store_be32(buf + VMDK4_HDR_MAGIC, VMDK4_MAGIC);
+    store_le32(buf + VMDK4_HDR_VERSION, h->version);
+    store_le32(buf + VMDK4_HDR_FLAGS, h->flags);
+    store_le64(buf + VMDK4_HDR_CAPACITY, h->capacity);
+    store_le64(buf + VMDK4_HDR_GRANULARITY, h->granularity);
+    store_le64(buf + VMDK4_HDR_DESC_OFFSET, h->desc_offset);
+    store_le64(buf + VMDK4_HDR_DESC_SIZE, h->desc_size);
+    store_le32(buf + VMDK4_HDR_NUM_GTES, h->num_gtes);
+    store_le64(buf + VMDK4_HDR_RGD_OFFSET, h->rgd_offset);
+    store_le64(buf + VMDK4_HDR_GD_OFFSET, h->gd_offset);
+    store_le64(buf + VMDK4_HDR_GRAIN_OFFSET, h->grain_offset);
     buf[VMDK4_HDR_UNCLEAN] = h->unclean;
     memcpy(buf + VMDK4_HDR_CHECK_BYTES, "\n \r\n", 4);
-    vmdk_put_le16(buf + VMDK4_HDR_COMPRESS_ALGORITHM, h->compress_algorithm);
+    store_le16(buf + VMDK4_HDR_COMPRESS_ALGORITHM, h->compress_algorithm);
 }
 
 void vmdk3_header_decode(const uint8_t *buf, Vmdk3Header *h)
 {
-    h->version = vmdk_le32(buf + VMDK3_HDR_VERSION);
-    h->flags = vmdk_le32(buf + VMDK3_HDR_FLAGS);
-    h->disk_sectors = vmdk_le32(buf + VMDK3_HDR_DISK_SECTORS);
-    h->granularity = vmdk_le32(buf + VMDK3_HDR_GRANULARITY);
-    h->gd_offset = vmdk_le32(buf + VMDK3_HDR_GD_OFFSET);
-    h->gd_size = vmdk_le32(buf + VMDK3_HDR_GD_SIZE);
+    h->version = load_le32(buf + VMDK3_HDR_VERSION);
+    h->flags = load_le32(buf + VMDK3_HDR_FLAGS);
+    h->disk_sectors = load_le32(buf + VMDK3_HDR_DISK_SECTORS);
+    h->granularity = load_le32(buf + VMDK3_HDR_GRANULARITY);
+    h->gd_offset = load_le32(buf + VMDK3_HDR_GD_OFFSET);
+    h->gd_size = load_le32(buf + VMDK3_HDR_GD_SIZE);
 }
 
 static bool all_zero(const uint8_t *p, size_t n)
@@ -78,21 +78,21 @@ static bool all_zero(const uint8_t *p, size_t n)
 /* Invariant 1: QEMU's strict checks, in its order and words. */
 int vmdk_sesparse_const_decode(const uint8_t *buf, VmdkSeSparseHeader *h)
 {
-    uint64_t magic = vmdk_le64(buf + SESPARSE_CONST_MAGIC);
-    uint64_t version = vmdk_le64(buf + SESPARSE_CONST_VERSION);
-    uint64_t flags = vmdk_le64(buf + SESPARSE_CONST_FLAGS);
+    uint64_t magic = load_le64(buf + SESPARSE_CONST_MAGIC);
+    uint64_t version = load_le64(buf + SESPARSE_CONST_VERSION);
+    uint64_t flags = load_le64(buf + SESPARSE_CONST_FLAGS);
     uint64_t r[4];
 
-    h->capacity = vmdk_le64(buf + SESPARSE_CONST_CAPACITY);
-    h->grain_size = vmdk_le64(buf + SESPARSE_CONST_GRAIN_SIZE);
-    h->gt_size = vmdk_le64(buf + SESPARSE_CONST_GT_SIZE);
-    h->volatile_offset = vmdk_le64(buf + SESPARSE_CONST_VOLATILE_OFFSET);
-    h->gd_offset = vmdk_le64(buf + SESPARSE_CONST_GD_OFFSET);
-    h->gd_size = vmdk_le64(buf + SESPARSE_CONST_GD_SIZE);
-    h->gt_offset = vmdk_le64(buf + SESPARSE_CONST_GT_OFFSET);
-    h->grains_offset = vmdk_le64(buf + SESPARSE_CONST_GRAINS_OFFSET);
+    h->capacity = load_le64(buf + SESPARSE_CONST_CAPACITY);
+    h->grain_size = load_le64(buf + SESPARSE_CONST_GRAIN_SIZE);
+    h->gt_size = load_le64(buf + SESPARSE_CONST_GT_SIZE);
+    h->volatile_offset = load_le64(buf + SESPARSE_CONST_VOLATILE_OFFSET);
+    h->gd_offset = load_le64(buf + SESPARSE_CONST_GD_OFFSET);
+    h->gd_size = load_le64(buf + SESPARSE_CONST_GD_SIZE);
+    h->gt_offset = load_le64(buf + SESPARSE_CONST_GT_OFFSET);
+    h->grains_offset = load_le64(buf + SESPARSE_CONST_GRAINS_OFFSET);
     for (int i = 0; i < 4; i++) {
-        r[i] = vmdk_le64(buf + SESPARSE_CONST_RESERVED + 8 * i);
+        r[i] = load_le64(buf + SESPARSE_CONST_RESERVED + 8 * i);
     }
     if (magic != SESPARSE_CONST_MAGIC_VALUE) {
         return blk_error(EINVAL, "Bad const header magic: 0x%016" PRIx64, magic);
@@ -123,12 +123,12 @@ int vmdk_sesparse_const_decode(const uint8_t *buf, VmdkSeSparseHeader *h)
 
 int vmdk_sesparse_volatile_check(const uint8_t *buf)
 {
-    uint64_t magic = vmdk_le64(buf + SESPARSE_VOL_MAGIC);
+    uint64_t magic = load_le64(buf + SESPARSE_VOL_MAGIC);
 
     if (magic != SESPARSE_VOL_MAGIC_VALUE) {
         return blk_error(EINVAL, "Bad volatile header magic: 0x%016" PRIx64, magic);
     }
-    if (vmdk_le64(buf + SESPARSE_VOL_REPLAY_JOURNAL)) {
+    if (load_le64(buf + SESPARSE_VOL_REPLAY_JOURNAL)) {
         return blk_error(ENOTSUP, "Image is dirty, Replaying journal not supported");
     }
     if (!all_zero(buf + SESPARSE_VOL_PAD, VMDK_SECTOR - SESPARSE_VOL_PAD)) {
@@ -142,10 +142,10 @@ int vmdk_footer_decode(const uint8_t *buf, Vmdk4Header *h)
     const uint8_t *marker = buf, *footer = buf + VMDK_SECTOR;
     const uint8_t *eos = buf + 2 * VMDK_SECTOR;
 
-    if (vmdk_be32(footer) != VMDK4_MAGIC || vmdk_le32(marker + VMDK_MARKER_SIZE) != 0 ||
-        vmdk_le32(marker + VMDK_MARKER_TYPE) != VMDK_MARKER_FOOTER ||
-        vmdk_le64(eos + VMDK_MARKER_VAL) != 0 || vmdk_le32(eos + VMDK_MARKER_SIZE) != 0 ||
-        vmdk_le32(eos + VMDK_MARKER_TYPE) != VMDK_MARKER_EOS) {
+    if (load_be32(footer) != VMDK4_MAGIC || load_le32(marker + VMDK_MARKER_SIZE) != 0 ||
+        load_le32(marker + VMDK_MARKER_TYPE) != VMDK_MARKER_FOOTER ||
+        load_le64(eos + VMDK_MARKER_VAL) != 0 || load_le32(eos + VMDK_MARKER_SIZE) != 0 ||
+        load_le32(eos + VMDK_MARKER_TYPE) != VMDK_MARKER_EOS) {
         return blk_error(EINVAL, "Invalid footer");
     }
     vmdk4_header_decode(footer, h);
@@ -154,7 +154,7 @@ int vmdk_footer_decode(const uint8_t *buf, Vmdk4Header *h)
 
 void vmdk_marker_encode(uint8_t *buf, uint64_t val, VmdkMarkerType type)
 {
-    vmdk_put_le64(buf + VMDK_MARKER_VAL, val);
-    vmdk_put_le32(buf + VMDK_MARKER_SIZE, 0);
-    vmdk_put_le32(buf + VMDK_MARKER_TYPE, (uint32_t)type);
+    store_le64(buf + VMDK_MARKER_VAL, val);
+    store_le32(buf + VMDK_MARKER_SIZE, 0);
+    store_le32(buf + VMDK_MARKER_TYPE, (uint32_t)type);
 }

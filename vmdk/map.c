@@ -151,7 +151,7 @@ int vmdk_gt_set_locked(VmdkState *s, VmdkExtent *ext, uint64_t off, uint32_t val
     }
     key = gt_key(ext, ext->gd[l1]);
     e = g_hash_table_lookup(c->map, &key);
-    vmdk_put_le32(e->bytes + (size_t)idx * 4, value); /* invariant 2 */
+    store_le32(e->bytes + (size_t)idx * 4, value); /* invariant 2 */
     if (!e->dirty) {
         e->dirty = true;
         e->backup = ext->rgd && l1 < ext->gd_entries ? ext->rgd[l1] : 0;
@@ -233,7 +233,7 @@ static int map_gte(VmdkExtent *ext, const uint8_t *gt, uint32_t i, uint64_t off,
     uint64_t v, sector;
 
     if (!ext->sesparse) {
-        v = vmdk_le32(gt + (size_t)i * 4);
+        v = load_le32(gt + (size_t)i * 4);
         if (v == 0) {
             *kind = VMDK_MAP_UNALLOC;
         } else if (ext->zero_grain && v == VMDK_GTE_ZEROED) {
@@ -244,7 +244,7 @@ static int map_gte(VmdkExtent *ext, const uint8_t *gt, uint32_t i, uint64_t off,
         }
         return 0;
     }
-    v = vmdk_le64(gt + (size_t)i * 8);
+    v = load_le64(gt + (size_t)i * 8);
     switch (v >> 60) {
     case 0:
         if (v != 0) {

@@ -45,7 +45,7 @@ static int vmdk_probe(const uint8_t *buf, size_t len, const char *filename)
     if (len < 4) {
         return 0;
     }
-    if (vmdk_be32(buf) == VMDK3_MAGIC || vmdk_be32(buf) == VMDK4_MAGIC) {
+    if (load_be32(buf) == VMDK3_MAGIC || load_be32(buf) == VMDK4_MAGIC) {
         return 100;
     }
     while (p < end) {
@@ -263,12 +263,12 @@ static int open_sparse_file(VmdkState *s, const uint8_t *head)
     VmdkExtent *ext;
     int ret;
 
-    if (vmdk_be32(head) == VMDK4_MAGIC && vmdk_le64(head + VMDK4_HDR_CAPACITY) == 0 &&
-        vmdk_le64(head + VMDK4_HDR_DESC_OFFSET) != 0) {
+    if (load_be32(head) == VMDK4_MAGIC && load_le64(head + VMDK4_HDR_CAPACITY) == 0 &&
+        load_le64(head + VMDK4_HDR_DESC_OFFSET) != 0) {
         /* QEMU: a descriptor with extents inside a sparse file of no data */
         uint64_t off;
         g_autofree char *desc = NULL;
-        if (vmdk_mul(vmdk_le64(head + VMDK4_HDR_DESC_OFFSET), VMDK_SECTOR, &off)) {
+        if (vmdk_mul(load_le64(head + VMDK4_HDR_DESC_OFFSET), VMDK_SECTOR, &off)) {
             return blk_error(EINVAL, "Invalid descriptor offset");
         }
         desc =
@@ -357,7 +357,7 @@ static int vmdk_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     if (ret < 0) {
         goto fail;
     }
-    if (vmdk_be32(head) == VMDK3_MAGIC || vmdk_be32(head) == VMDK4_MAGIC) {
+    if (load_be32(head) == VMDK3_MAGIC || load_be32(head) == VMDK4_MAGIC) {
         ret = open_sparse_file(s, head);
         s->desc_offset = 0x200;
     } else {
@@ -487,7 +487,7 @@ static int read_compressed(VmdkExtent *ext, uint64_t host, uint64_t in_grain,
         return ret;
     }
     if (ext->has_marker) {
-        data_len = vmdk_le32(buf + VMDK_MARKER_SIZE);
+        data_len = load_le32(buf + VMDK_MARKER_SIZE);
         data = buf + VMDK_GRAIN_MARKER_LEN;
         want = VMDK_GRAIN_MARKER_LEN + data_len;
     } else {

@@ -233,8 +233,8 @@ static int compress_grain(VmdkExtent *ext, uint64_t off, const BlkIOV *q, uint8_
     if (compress(rec + VMDK_GRAIN_MARKER_LEN, &clen, plain, (uLong)q->size) != Z_OK) {
         return blk_error(EIO, "Could not compress the grain at offset %" PRIu64, off);
     }
-    vmdk_put_le64(rec + VMDK_MARKER_VAL, off / VMDK_SECTOR);
-    vmdk_put_le32(rec + VMDK_MARKER_SIZE, (uint32_t)clen);
+    store_le64(rec + VMDK_MARKER_VAL, off / VMDK_SECTOR);
+    store_le32(rec + VMDK_MARKER_SIZE, (uint32_t)clen);
     *out_len = ROUND_UP(VMDK_GRAIN_MARKER_LEN + clen, VMDK_SECTOR);
     memset(rec + VMDK_GRAIN_MARKER_LEN + clen, 0,
            *out_len - VMDK_GRAIN_MARKER_LEN - clen);

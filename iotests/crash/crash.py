@@ -655,16 +655,26 @@ def is_qcow2(path):
         return f.read(4) == b"QFI\xfb"
 
 
-def image_args(img, secret=None):
-    """qemu-img's arguments naming a qcow2 image (with its key, if any)."""
+def image_args(img, secret=None, fmt="qcow2"):
+    """qemu-img's arguments naming an image of format fmt (a qcow2 one with
+    its key, if any)."""
     if not secret:
-        return ["-f", "qcow2", img]
+        return ["-f", fmt, img]
     return ["--object", "secret,id=crash0,data=" + secret, "--image-opts",
             "driver=qcow2,file.filename=%s,encrypt.key-secret=crash0" % img]
 
 
-def judge_structure(img, secret=None):
-    """('clean'|'leaks'|'dirty-repaired'|'corrupt'|'no-image', detail)."""
+def judge_structure(img, fmt="qcow2", secret=None):
+    """('clean'|'leaks'|'dirty-repaired'|'corrupt'|'no-image'|..., detail,
+    the image to read the contents from); formats other than qcow2 are
+    crash/formats.py's."""
+    if fmt != "qcow2":
+        import formats
+        return formats.judge(img, fmt)
+    return judge_qcow2(img, secret) + (img,)
+
+
+def judge_qcow2(img, secret=None):
     if not is_qcow2(img):
         return "no-image", ""
     cwd = os.path.dirname(img)  # QEMU opens a relative data file name from here
@@ -686,12 +696,15 @@ def judge_structure(img, secret=None):
     return "corrupt", out
 
 
-def check_inside_file(img):
+def check_inside_file(img, fmt="qcow2"):
     """DESIGN rule 1: no table, refcount block or data cluster the active
     L1 or the refcount table references reaches past the end of the file
     (grow.c invariant 1: the file is grown, durably, before an L2 entry
     points into the growth).  Compressed clusters and an external data
-    file's clusters are not judged."""
+    file's clusters are not judged.  Other formats: crash/formats.py."""
+    if fmt != "qcow2":
+        import formats
+        return formats.check_inside_file(img, fmt)
     size = os.path.getsize(img)
     with open(img, "rb") as f:
         h = f.read(104)
@@ -767,7 +780,7 @@ def judge_state(job):
     for name, target in c["links"]:
         os.symlink(os.path.realpath(target), os.path.join(sdir, name))
     simg = os.path.join(sdir, os.path.basename(c["image"]))
-    verdict, detail = judge_structure(simg, args.luks_secret)
+    verdict, detail, rimg = judge_structure(simg, args.format, args.luks_secret)
     problems = []
     if verdict == "corrupt" and c["base_errors"] is not None:
         errs = set(l for l in detail.splitlines() if "ERROR" in l)
@@ -778,13 +791,13 @@ def judge_state(job):
                  if "ERROR" in l or "Leaked" not in l and l.strip()]
         problems.append("qemu-img check: " + "\n    ".join(lines[:12]))
     elif verdict == "no-image" and not args.allow_no_image:
-        problems.append("the file is not a qcow2 image")
+        problems.append("the file is not a %s image" % args.format)
     if not problems and verdict != "no-image":
-        problems += check_inside_file(simg)
+        problems += check_inside_file(rimg, args.format)
     model, expect = c["model"], c["expect"]
     if not problems and verdict != "no-image" and (model or expect):
         raw = os.path.join(work, "state.raw")
-        rc, out = run([QEMU_IMG, "convert"] + image_args(simg, args.luks_secret) +
+        rc, out = run([QEMU_IMG, "convert"] + image_args(rimg, args.luks_secret, args.format) +
                       ["-O", "raw", raw], cwd=sdir)
         if rc != 0:
             problems.append("qemu-img convert failed: " + out.strip())
@@ -1215,6 +1228,8 @@ def run_command(ap, args):
         return summary(args)
     if args.cmd == "serve":
         return serve(ap)
+    if args.luks_secret and args.format != "qcow2":
+        ap.error("--luks-secret is for qcow2 images (encrypt.format=luks) only")
     return explore(args)
 
 
@@ -1241,7 +1256,8 @@ def main():
     e.add_argument("--qemu-file", help="the file a QEMU blklogwrites log recorded")
     e.add_argument("--base", action="append", default=[],
                    help="PATH=COPY: the file's contents before the run (COPY empty: none)")
-    e.add_argument("--image", required=True, help="the qcow2 file to judge")
+    e.add_argument("--image", required=True, help="the image file to judge")
+    e.add_argument("--format", default="qcow2", choices=["qcow2", "vpc", "vdi", "vhdx"])
     e.add_argument("--link", action="append", default=[],
                    help="NAME=PATH: symlink NAME in each state (backing files)")
     e.add_argument("--model", help="model.json of a workload")

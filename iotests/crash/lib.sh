@@ -72,14 +72,15 @@ crash_explore() {
 # guest I/O workload (tagged writes, zero writes, discards, flushes) through
 # `qimg io -t writeback` (IO_CACHE: another cache mode), then (unless
 # NO_CONTROL) the same script through qemu-io over blklogwrites as the
-# positive control.  With LUKS=PASS the image is encrypted
-# (encrypt.format=luks, passphrase PASS): both tools open it with the key,
-# crash.py decrypts the logs to find the markers and fails on any of the
-# workload's data in qimg's log in the clear.
+# positive control.  FORMAT (default qcow2) is the image format: vpc, vdi
+# and vhdx are judged by crash/formats.py.  With LUKS=PASS (qcow2 only) the
+# image is encrypted (encrypt.format=luks, passphrase PASS): both tools open
+# it with the key, crash.py decrypts the logs to find the markers and fails
+# on any of the workload's data in qimg's log in the clear.
 crash_io_case() {
     local label=$1 size=$2 cs=$3 copts=$4
     shift 4
-    local d=$SCRATCH/$label backing_args=() link_args=() luks_args=()
+    local d=$SCRATCH/$label backing_args=() link_args=() luks_args=() fmt=${FORMAT:-qcow2}
     local sec=() img_m=() q_opts=
     mkdir -p "$d"
     if [ -n "${LUKS:-}" ]; then
@@ -94,20 +95,23 @@ crash_io_case() {
             # qemu-img's key benchmark fails now and then: try again
             for _ in 1 2 3 4 5 6 7 8; do
                 # shellcheck disable=SC2086
-                "$QEMU_IMG" create -q -f qcow2 "${sec[@]}" $copts img.qcow2 "$size" \
+                "$QEMU_IMG" create -q -f "$fmt" "${sec[@]}" $copts "img.$fmt" "$size" \
                     2>create.err && break
                 grep -q 'accurate CPU' create.err || exit 1
             done
         elif [ -n "${BACKING:-}" ]; then
             head -c "$BACKING" /dev/urandom >backing.raw
             # shellcheck disable=SC2086
-            "$QEMU_IMG" create -q -f qcow2 -b backing.raw -F raw $copts img.qcow2 "$size"
+            "$QEMU_IMG" create -q -f "$fmt" -b backing.raw -F raw $copts img.$fmt "$size"
         else
             # shellcheck disable=SC2086
-            "$QEMU_IMG" create -q -f qcow2 $copts img.qcow2 "$size"
+            "$QEMU_IMG" create -q -f "$fmt" $copts img.$fmt "$size"
         fi
     ) || { _fail "$label: create"; return; }
-    cp "$d/img.qcow2" "$d/base.qcow2"
+    cp "$d/img.$fmt" "$d/base.$fmt"
+    # the disk's size as the format made it (VHD rounds to its geometry)
+    size=$("$QEMU_IMG" info -f "$fmt" --output=json "$d/img.$fmt" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["virtual-size"])')
     [ -f "$d/img.data" ] && cp "$d/img.data" "$d/base.data"
     crash_py workload --dir "$d/wl" --seed "$label" --size "$size" \
         --cluster-size "$cs" "$@"
@@ -122,9 +126,9 @@ crash_io_case() {
 
     if [ -n "${LUKS:-}" ]; then
         img_m=("${sec[@]}" --image-opts
-            "driver=qcow2,file.filename=record:$d/log:img.qcow2$q_opts")
+            "driver=$fmt,file.filename=record:$d/log:img.$fmt$q_opts")
     else
-        img_m=("record:$d/log:img.qcow2")
+        img_m=(-f "$fmt" "record:$d/log:img.$fmt")
     fi
     (cd "$d" && "$QIMG" io -t "${IO_CACHE:-writeback}" "${img_m[@]}" <wl/script >io.out 2>&1)
     if grep -q -i "failed\|error" "$d/io.out"; then
@@ -132,21 +136,21 @@ crash_io_case() {
         grep -i -m3 "failed\|error" "$d/io.out"
         return
     fi
-    crash_explore "qimg-$label" --log "$d/log" --base "$d/img.qcow2=$d/base.qcow2" \
-        "${data_args[@]}" --image "$d/img.qcow2" --model "$d/wl/model.json" \
+    crash_explore "qimg-$label" --format "$fmt" --log "$d/log" --base "$d/img.$fmt=$d/base.$fmt" \
+        "${data_args[@]}" --image "$d/img.$fmt" --model "$d/wl/model.json" \
         "${backing_args[@]}" "${link_args[@]}" "${luks_args[@]}" \
         ${LUKS:+--no-plaintext}
 
     [ -n "${NO_CONTROL:-}" ] && return
     # The positive control: qemu-io runs the same script on a fresh copy.
-    cp "$d/base.qcow2" "$d/q.qcow2"
+    cp "$d/base.$fmt" "$d/q.$fmt"
     [ -f "$d/base.data" ] && cp "$d/base.data" "$d/img.data"
     : >"$d/qlog"
     (cd "$d" && "$QEMU_IO" "${sec[@]}" --image-opts \
-        "driver=qcow2,file.driver=blklogwrites,file.file.filename=$d/q.qcow2,file.log.filename=$d/qlog$q_opts" \
+        "driver=$fmt,file.driver=blklogwrites,file.file.filename=$d/q.$fmt,file.log.filename=$d/qlog$q_opts" \
         <wl/script >qio.out 2>&1)
-    CONTROL=1 crash_explore "qemu-io-$label" --log "$d/qlog" --qemu-file "$d/q.qcow2" \
-        --base "$d/q.qcow2=$d/base.qcow2" --image "$d/q.qcow2" \
+    CONTROL=1 crash_explore "qemu-io-$label" --format "$fmt" --log "$d/qlog" --qemu-file "$d/q.$fmt" \
+        --base "$d/q.$fmt=$d/base.$fmt" --image "$d/q.$fmt" \
         --model "$d/wl/model.json" "${backing_args[@]}" "${link_args[@]}" "${luks_args[@]}"
 }
 

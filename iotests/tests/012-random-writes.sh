@@ -24,22 +24,44 @@ filter_io() {
         -e 's/qemu-io: /qimg: /' -e 's/\(qemu\|qimg\)-io> //g'
 }
 
-# gen.py SEED SIZE CLUSTER BATCH NOPS MODEL: print a command list; the byte
-# model (None = unknown) is kept in MODEL between batches.
+# gen.py SEED SIZE CLUSTER BATCHES NOPS: write the command lists
+# cmds-1.txt .. cmds-BATCHES.txt; the model of the contents (runs of known
+# byte values or unknown) carries over from batch to batch in memory (one
+# python3 per image).
 cat >gen.py <<'PY'
-import os, pickle, random, sys
-seed, size, cs, batch, nops, model_path = sys.argv[1:7]
-size, cs, batch, nops = int(size), int(cs), int(batch), int(nops)
-rnd = random.Random("%s/%d" % (seed, batch))
-if os.path.exists(model_path):
-    model = pickle.load(open(model_path, "rb"))
-else:
-    # without a backing file everything reads as zeros; the backing file's
-    # contents are not modelled (unknown until written)
-    k = 1 if os.environ.get("NO_BACKING") else 0
-    model = {"bytes": bytearray(size), "known": bytearray([k]) * size}
-b, known = model["bytes"], model["known"]
+import bisect, os, random, sys
+seed, size, cs, batches, nops = sys.argv[1:6]
+size, cs, batches, nops = int(size), int(cs), int(batches), int(nops)
+# The model: runs of bytes, starts[i] .. starts[i + 1] holding vals[i] (a
+# byte value, or None = unknown).  Without a backing file everything reads
+# as zeros; the backing file's contents are not modelled (unknown until
+# written).
+starts, vals = [0], [0 if os.environ.get("NO_BACKING") else None]
+
+def split(x):  # a run boundary at x; its index
+    if x >= size:
+        return len(starts)
+    i = bisect.bisect_right(starts, x) - 1
+    if starts[i] == x:
+        return i
+    starts.insert(i + 1, x)
+    vals.insert(i + 1, vals[i])
+    return i + 1
+
+def assign(off, n, v):
+    i = split(off)
+    j = split(off + n)
+    starts[i:j] = [off]
+    vals[i:j] = [v]
+
+def known_value(off, n):  # the one known byte value in [off, off + n), or None
+    i = bisect.bisect_right(starts, off) - 1
+    j = bisect.bisect_left(starts, off + n)
+    vs = set(vals[i:j])
+    return vs.pop() if len(vs) == 1 else None
+
 l2_span = cs * (cs // int(os.environ.get("L2E", "8")))
+rnd = None
 
 def pick_range():
     kind = rnd.random()
@@ -64,33 +86,33 @@ def pick_range():
         off = max(0, min(size - n, edge - rnd.randint(0, n)))
     return off, n
 
-lines = []
-for i in range(nops):
-    r = rnd.random()
-    off, n = pick_range()
-    if r < 0.45:
-        p = rnd.randint(1, 255)
-        lines.append("write -P %d %d %d" % (p, off, n))
-        b[off:off + n] = bytes([p]) * n
-        known[off:off + n] = b"\x01" * n
-    elif r < 0.6:
-        lines.append("write -z%s %d %d" % (" -u" if rnd.random() < 0.5 else "", off, n))
-        b[off:off + n] = bytes(n)
-        known[off:off + n] = b"\x01" * n
-    elif r < 0.7:
-        # what a discard leaves depends on the format: unknown
-        lines.append("discard %d %d" % (off, n))
-        known[off:off + n] = bytes(n)
-    elif r < 0.75:
-        lines.append("flush")
-    else:
-        seg, kn = b[off:off + n], known[off:off + n]
-        if kn.count(0) == 0 and seg.count(seg[0]) == n:
-            lines.append("read -P %d %d %d" % (seg[0], off, n))
+for batch in range(1, batches + 1):
+    rnd = random.Random("%s/%d" % (seed, batch))
+    lines = []
+    for i in range(nops):
+        r = rnd.random()
+        off, n = pick_range()
+        if r < 0.45:
+            p = rnd.randint(1, 255)
+            lines.append("write -P %d %d %d" % (p, off, n))
+            assign(off, n, p)
+        elif r < 0.6:
+            lines.append("write -z%s %d %d" % (" -u" if rnd.random() < 0.5 else "", off, n))
+            assign(off, n, 0)
+        elif r < 0.7:
+            # what a discard leaves depends on the format: unknown
+            lines.append("discard %d %d" % (off, n))
+            assign(off, n, None)
+        elif r < 0.75:
+            lines.append("flush")
         else:
-            lines.append("read -q %d %d" % (off, n))
-pickle.dump(model, open(model_path, "wb"))
-print("\n".join(lines))
+            v = known_value(off, n)
+            if v is not None:
+                lines.append("read -P %d %d %d" % (v, off, n))
+            else:
+                lines.append("read -q %d %d" % (off, n))
+    with open("cmds-%d.txt" % batch, "w") as f:
+        f.write("\n".join(lines) + "\n")
 PY
 
 # run_config NAME SIZE CLUSTER L2E CREATE-ARGS...
@@ -98,19 +120,19 @@ run_config() {
     local name=$1 size=$2 cs=$3 l2e=$4 seed batch qrc mrc
     shift 4
     for seed in $(seq 1 $seeds); do
-        rm -f "$name".q "$name".m model.pkl
+        rm -f "$name".q "$name".m cmds-*.txt
         "$QEMU_IMG" create -q -f qcow2 "$@" "$name".q "$size" || {
             _fail "$name: qemu-img create $*"
             return 1
         }
         cp "$name".q "$name".m
+        L2E=$l2e python3 gen.py "$name-$seed" "$(numfmt --from=iec "$size")" "$cs" \
+            "$batches" "$ops" || { _fail "$name: gen.py"; return 1; }
         for batch in $(seq 1 $batches); do
             local desc="$name seed $seed batch $batch"
-            L2E=$l2e python3 gen.py "$name-$seed" "$(numfmt --from=iec "$size")" "$cs" \
-                "$batch" "$ops" model.pkl >cmds.txt
-            "$QEMU_IO" -t writeback "$name".q <cmds.txt >q.out 2>q.err
+            "$QEMU_IO" -t writeback "$name".q <cmds-$batch.txt >q.out 2>q.err
             qrc=$?
-            "$QIMG" io -t writeback "$name".m <cmds.txt >m.out 2>m.err
+            "$QIMG" io -t writeback "$name".m <cmds-$batch.txt >m.out 2>m.err
             mrc=$?
             assert_eq "$desc: exit code" "$qrc" "$mrc"
             assert_eq "$desc: output" "$(filter_io <q.out)" "$(filter_io <m.out)"

@@ -238,6 +238,12 @@ for img in cases/*.qcow2; do
                 [ "$q_rc" = "$m_rc" ] || _fail "$what: exit code qemu-img $q_rc, qimg $m_rc"
             fi
             [ -z "$fix" ] && continue
+            # The JSON run repairs a copy of the same image as the human
+            # run did: when both tools left the same bytes as then, the
+            # verdicts after the repair are the ones just judged.
+            if [ $out = json ] && cmp -s q/t.qcow2 q/h.qcow2 && cmp -s m/t.qcow2 m/h.qcow2; then
+                continue
+            fi
             # after the repair: qemu-img's verdict on both copies.  QEMU
             # rewrites the bitmap directory when it opens an image
             # read-write, so the image end offset may differ; and when a
@@ -257,6 +263,11 @@ for img in cases/*.qcow2; do
                 diff -u q2.out m2.out | head -n 20
             elif [ "$q_rc" = 0 ] && [ "$m2" != 0 ]; then
                 _fail "$what: qemu-img check is not clean on qimg's repaired copy"
+            fi
+            # (the check above opens them read-only: they are as repaired)
+            if [ $out = human ]; then
+                mv q/t.qcow2 q/h.qcow2
+                mv m/t.qcow2 m/h.qcow2
             fi
         done
     done

@@ -331,59 +331,66 @@ assert_eq "raw truncate takes resize" "$q_bytes" "$(held src.raw)"
 release
 
 # short-lived commands, seen through strace: the lock states each file
-# holds, in order, must be qemu-img's (create: the creation's locks first)
+# holds, in order, must be qemu-img's (create: the creation's locks first).
+# One python3 runs them all, in order (some change the files: qemu-img's
+# run first, then qimg's, as one after the other), each command of
+# phases.list: "same" (every state) or "first" (the first state of each
+# file only: qemu-img's create reopens the new image a few more times than
+# qimg's), then the arguments, tab-separated; phases-N.q and phases-N.m
+# hold what each tool locked.
 if command -v strace >/dev/null 2>&1; then
     cat >phases.py <<'EOF'
 import collections, re, subprocess, sys
-subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,fcntl,close", "-o",
-                "st.raw"] + sys.argv[1:], stdout=subprocess.DEVNULL,
-               stderr=subprocess.DEVNULL)
-name, state, rising = {}, collections.defaultdict(set), collections.defaultdict(bool)
-phases = collections.defaultdict(list)
-def emit(k):
-    if rising[k] and state[k]:
-        phases[name.get(k, "?")].append(" ".join(map(str, sorted(state[k]))))
-    rising[k] = False
-for line in open("st.raw"):
-    pid = line.split()[0]
-    m = re.search(r'openat\(AT_FDCWD, "([^"]+)".*\) = (\d+)$', line)
-    if m:
-        name[(pid, m.group(2))] = m.group(1)
-        continue
-    m = re.search(r"fcntl\((\d+), F_OFD_SETLK, \{l_type=(F_\w+), l_whence=SEEK_SET, "
-                  r"l_start=(\d+), l_len=1\}\) = 0", line)
-    if m:
-        k, b = (pid, m.group(1)), int(m.group(3))
-        if m.group(2) == "F_RDLCK":
-            rising[k] = rising[k] or b not in state[k]
-            state[k].add(b)
-        else:
+def phases_of(cmd):
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,fcntl,close", "-o",
+                    "st.raw"] + cmd, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    name, state, rising = {}, collections.defaultdict(set), collections.defaultdict(bool)
+    phases = collections.defaultdict(list)
+    def emit(k):
+        if rising[k] and state[k]:
+            phases[name.get(k, "?")].append(" ".join(map(str, sorted(state[k]))))
+        rising[k] = False
+    for line in open("st.raw"):
+        pid = line.split()[0]
+        m = re.search(r'openat\(AT_FDCWD, "([^"]+)".*\) = (\d+)$', line)
+        if m:
+            name[(pid, m.group(2))] = m.group(1)
+            continue
+        m = re.search(r"fcntl\((\d+), F_OFD_SETLK, \{l_type=(F_\w+), l_whence=SEEK_SET, "
+                      r"l_start=(\d+), l_len=1\}\) = 0", line)
+        if m:
+            k, b = (pid, m.group(1)), int(m.group(3))
+            if m.group(2) == "F_RDLCK":
+                rising[k] = rising[k] or b not in state[k]
+                state[k].add(b)
+            else:
+                emit(k)
+                state[k].discard(b)
+            continue
+        m = re.search(r"close\((\d+)\)", line)
+        if m:
+            k = (pid, m.group(1))
             emit(k)
-            state[k].discard(b)
-        continue
-    m = re.search(r"close\((\d+)\)", line)
-    if m:
-        k = (pid, m.group(1))
+            state.pop(k, None)
+            name.pop(k, None)
+    for k in list(state):
         emit(k)
-        state.pop(k, None)
-        name.pop(k, None)
-for k in list(state):
-    emit(k)
-for f in sorted(phases):
-    print(f + ": " + " | ".join(phases[f]))
+    return [f + ": " + " | ".join(phases[f]) for f in sorted(phases)]
+qemu_img, qimg = sys.argv[1], sys.argv[2]
+for n, line in enumerate(open("phases.list"), 1):
+    how, *args = line.rstrip("\n").split("\t")
+    for tool, ext in ((qemu_img, "q"), (qimg, "m")):
+        out = phases_of([tool] + args)
+        if how == "first":
+            out = [o.split(" | ")[0] for o in out]
+        with open("phases-%d.%s" % (n, ext), "w") as f:
+            f.write("\n".join(out))
 EOF
-    # phases_same ARGS...: qemu-img ARGS and qimg ARGS lock alike
-    phases_same() {
-        assert_eq "locks of $*" "$(python3 phases.py "$QEMU_IMG" "$@")" \
-            "$(python3 phases.py "$QIMG" "$@")"
-    }
-    # phases_first ARGS...: the first state of each file only (qemu-img's
-    # create reopens the new image a few more times than qimg's)
-    phases_first() {
-        assert_eq "first locks of $*" \
-            "$(python3 phases.py "$QEMU_IMG" "$@" | sed 's/ | .*//')" \
-            "$(python3 phases.py "$QIMG" "$@" | sed 's/ | .*//')"
-    }
+    # phases_same / phases_first ARGS...: a line of phases.list
+    : >phases.list
+    phases_same() { (IFS=$'\t' && printf 'same\t%s\n' "$*") >>phases.list; }
+    phases_first() { (IFS=$'\t' && printf 'first\t%s\n' "$*") >>phases.list; }
     phases_same info x.qcow2
     phases_same info -U x.qcow2
     phases_same info -f raw src.raw
@@ -408,5 +415,12 @@ EOF
     phases_first create -f qcow2 -b base.qcow2 -F qcow2 new.qcow2
     phases_first create -f qcow2 -o data_file=new.data new.qcow2 1M
     phases_first convert -O qcow2 x.qcow2 new.qcow2
+    python3 phases.py "$QEMU_IMG" "$QIMG" || _fail "phases.py failed"
+    n=0
+    while IFS=$'\t' read -r how args; do
+        n=$((n + 1))
+        assert_eq "$([ "$how" = first ] && echo "first ")locks of ${args//$'\t'/ }" \
+            "$(<"phases-$n.q")" "$(<"phases-$n.m")"
+    done <phases.list
 fi
 finish

@@ -1,13 +1,15 @@
 #!/bin/bash
 # The format table (api/formats.c): a file probes as the format qemu-img
-# probes it as; one whose magic names a format qimg does not read is refused
-# naming that format (never read as raw), by every command and with -f; a
+# probes it as (vdi, qed, vhdx, dynamic vpc and LUKS open as such); one
+# whose magic names a format qimg does not read is refused naming that
+# format (never read as raw), by every command and with -f; a
 # fixed VHD (footer only) probes as raw, as in qemu-img; a probed raw
 # image's block 0 cannot be made to probe as any of them (qemu-io's rule).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
-# Images qemu-img makes, in formats qimg does not read.
+# Images qemu-img makes: formats qimg does not read, and vdi, qed, vhdx and
+# vpc, which it reads (their table entries are drivers).
 for f in vdi qed qcow parallels vhdx vpc; do
     "$QEMU_IMG" create -q -f $f img.$f 4M || exit 1
 done
@@ -50,8 +52,7 @@ assert_rc "qemu-img opens img.luks as LUKS" 0 \
     bash -c "'$QEMU_IMG' info img.luks 2>&1 | grep -q 'LUKS payload'"
 
 # Refused naming the format, by each command, probed or named with -f.
-for spec in img.vdi:vdi img.qed:qed img.qcow:qcow img.parallels:parallels \
-    img.vhdx:vhdx img.vpc:vpc hand.bochs:bochs hand.cloop:cloop \
+for spec in img.qcow:qcow img.parallels:parallels hand.bochs:bochs hand.cloop:cloop \
     hand.dmg:dmg; do
     img=${spec%%:*} fmt=${spec#*:}
     want="qimg: Could not open '$img': the '$fmt' format"
@@ -71,15 +72,20 @@ for spec in img.vdi:vdi img.qed:qed img.qcow:qcow img.parallels:parallels \
         [ -e out.raw ] && _fail "qimg $cmd $img wrote a target"
     done
 done
-assert_rc "io on a vdi" 1 "$QIMG" io -c 'read 0 512' img.vdi
-grep -q "the 'vdi' format (VirtualBox VDI) is not supported" "$SCRATCH/.out" ||
-    _fail "io's refusal does not name vdi"
+assert_rc "io on a parallels image" 1 "$QIMG" io -c 'read 0 512' img.parallels
+grep -q "the 'parallels' format (Parallels) is not supported" "$SCRATCH/.out" ||
+    _fail "io's refusal does not name parallels"
 # LUKS 1 is read by the luks driver (iotest 122): the broken header gets
 # qemu-img's errors
 same_as_qemu_err info img.luks
 same_as_qemu_err map img.luks
 # Creating one is refused too (through the API, as measure)
-assert_rc "measure -O vdi" 1 "$QIMG" measure -O vdi --size 1M
+assert_rc "measure -O parallels" 1 "$QIMG" measure -O parallels --size 1M
+# The formats qimg reads (vdi, qed, vhdx, dynamic vpc) open as probed, with
+# the info qemu-img prints.
+for img in img.vdi img.qed img.vhdx img.vpc; do
+    same_as_qemu info --output=json "$img"
+done
 # ... and the file named with -f raw reads as raw, as asked.
 same_as_qemu info --output=json -f raw img.vdi
 

@@ -18,6 +18,7 @@ Kinds:
   multi OUT                       monolithicFlat with flat+flat extents
   chain OUT                       three delta disks OUT-base, OUT-mid, OUT
   bad OUT CLASS                   a malformed image (see BAD below)
+  bad-each DIR CLASS...           DIR/CLASS/CLASS.vmdk for each CLASS (as bad)
 """
 import os
 import random
@@ -388,6 +389,12 @@ def main():
     base = os.path.basename(out)
     if kind == "bad":
         build_bad(out, sys.argv[3], rng)
+        return
+    if kind == "bad-each":  # OUT is a folder: OUT/CLASS/CLASS.vmdk for each
+        for cls in sys.argv[3:]:
+            name = cls + ".vmdk"  # (the seed "bad" would make for it)
+            os.makedirs(os.path.join(out, cls))
+            build_bad(os.path.join(out, cls, name), cls, random.Random("bad" + name))
         return
     if kind == "list-bad":
         print(" ".join(BAD))

@@ -1,0 +1,23 @@
+/*
+ * fuzz/fuzz-qed.c: libFuzzer target for the QED driver (qed/): header, L1/L2 tables,
+ * backing name, check and its repair.
+ *
+ * Each input is written to a scratch file as it is and run through
+ * fuzz/fuzz-format.h's exercise (read-only, then read-write with a write
+ * that must read back).
+ */
+#include "fuzz/fuzz-format.h"
+
+static char *image_path;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!image_path) {
+        image_path = g_build_filename(fuzz_scratch_dir("qed"), "image.qed", NULL);
+    }
+    if (!g_file_set_contents(image_path, (const char *)data, (gssize)size, NULL)) {
+        abort();
+    }
+    fuzz_format_run(image_path, "qed");
+    return 0;
+}
