@@ -27,21 +27,11 @@
  * every worker does so while the pool is full they deadlock.
  */
 #include "aio/pool.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <glib.h>
 #include <limits.h>
-
-#if defined(__SANITIZE_THREAD__)
-#define POOL_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define POOL_TSAN 1
-#endif
-#endif
-#ifdef POOL_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
 
 typedef struct PoolTask {
     PoolFunc fn;
@@ -70,47 +60,21 @@ struct Pool {
 /* The pool whose task the current thread is running, if any. */
 static _Thread_local Pool *pool_current;
 
-/*
- * Pool.lock goes through these wrappers.  On Linux glib builds GMutex and
- * GCond on raw futexes, which ThreadSanitizer cannot see, so under TSan they
- * tell it where the lock is taken and dropped (POOL_TSAN); otherwise they are
- * plain calls.
- */
-
+/* Pool.lock goes through aio/mutex.h (mutex.h invariant 1). */
 static void pool_lock(Pool *p)
 {
-#ifdef POOL_TSAN
-    __tsan_mutex_pre_lock(&p->lock, 0);
-#endif
-    g_mutex_lock(&p->lock);
-#ifdef POOL_TSAN
-    __tsan_mutex_post_lock(&p->lock, 0, 0);
-#endif
+    mutex_lock(&p->lock);
 }
 
 static void pool_unlock(Pool *p)
 {
-#ifdef POOL_TSAN
-    __tsan_mutex_pre_unlock(&p->lock, 0);
-#endif
-    g_mutex_unlock(&p->lock);
-#ifdef POOL_TSAN
-    __tsan_mutex_post_unlock(&p->lock, 0);
-#endif
+    mutex_unlock(&p->lock);
 }
 
-/* g_cond_wait() drops and retakes p->lock. */
+/* Drops and retakes p->lock. */
 static void pool_wait_locked(Pool *p, GCond *cond)
 {
-#ifdef POOL_TSAN
-    __tsan_mutex_pre_unlock(&p->lock, 0);
-    __tsan_mutex_post_unlock(&p->lock, 0);
-#endif
-    g_cond_wait(cond, &p->lock);
-#ifdef POOL_TSAN
-    __tsan_mutex_pre_lock(&p->lock, 0);
-    __tsan_mutex_post_lock(&p->lock, 0, 0);
-#endif
+    mutex_cond_wait(cond, &p->lock);
 }
 
 /* Called with p->lock held; returns false once stopping and nothing is queued. */

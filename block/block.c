@@ -15,6 +15,7 @@
  *     driver for a score and the highest wins.
  */
 #include "block/block.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,11 +33,11 @@ int blk_driver_register(const BlkDriver *drv)
 {
     int ret = 0;
 
-    g_mutex_lock(&registry_lock);
+    mutex_lock(&registry_lock);
     for (unsigned i = 0; i < registry_len; i++) {
         if (strcmp(registry[i]->format_name, drv->format_name) == 0) {
             registry[i] = drv; /* a test may replace a driver */
-            g_mutex_unlock(&registry_lock);
+            mutex_unlock(&registry_lock);
             return 0;
         }
     }
@@ -45,7 +46,7 @@ int blk_driver_register(const BlkDriver *drv)
     } else {
         registry[registry_len++] = drv;
     }
-    g_mutex_unlock(&registry_lock);
+    mutex_unlock(&registry_lock);
     return ret;
 }
 
@@ -53,13 +54,13 @@ const BlkDriver *blk_find_format(const char *name)
 {
     const BlkDriver *found = NULL;
 
-    g_mutex_lock(&registry_lock);
+    mutex_lock(&registry_lock);
     for (unsigned i = 0; i < registry_len && !found; i++) {
         if (strcmp(registry[i]->format_name, name) == 0) {
             found = registry[i];
         }
     }
-    g_mutex_unlock(&registry_lock);
+    mutex_unlock(&registry_lock);
     if (!found && strcmp(name, "file") == 0) {
         found = &blk_file_driver;
     }
@@ -73,7 +74,7 @@ const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n, const char *filenam
     const BlkDriver *best = NULL;
     int best_score = 0;
 
-    g_mutex_lock(&registry_lock);
+    mutex_lock(&registry_lock);
     for (unsigned i = 0; i < registry_len; i++) {
         const BlkDriver *d = registry[i];
         int score = d->probe && !d->is_protocol ? d->probe(buf, n, filename) : 0;
@@ -82,7 +83,7 @@ const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n, const char *filenam
             best = d;
         }
     }
-    g_mutex_unlock(&registry_lock);
+    mutex_unlock(&registry_lock);
     return best;
 }
 

@@ -15,6 +15,7 @@
  * generations, sticky flush failure).
  */
 #include "block/file.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,11 +84,11 @@ bool file_lock_try_shared(FileState *s)
 static void rw_shared_lock(FileRwLock *l, FileState *s)
 {
     while (!file_lock_try_shared(s)) {
-        g_mutex_lock(&l->m);
+        mutex_lock(&l->m);
         while (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) & FILE_RW_WRITER) {
-            g_cond_wait(&l->c, &l->m);
+            mutex_cond_wait(&l->c, &l->m);
         }
-        g_mutex_unlock(&l->m);
+        mutex_unlock(&l->m);
     }
 }
 
@@ -97,9 +98,9 @@ static void rw_shared_unlock(FileRwLock *l)
 
     g_assert(v < FILE_RW_WRITER); /* a hold was there, and no writer with it */
     if (v == 0 && __atomic_load_n(&l->writers_waiting, __ATOMIC_SEQ_CST) > 0) {
-        g_mutex_lock(&l->m);
+        mutex_lock(&l->m);
         g_cond_broadcast(&l->c);
-        g_mutex_unlock(&l->m);
+        mutex_unlock(&l->m);
     }
 }
 
@@ -107,23 +108,23 @@ static void rw_writer_lock(FileRwLock *l)
 {
     unsigned zero = 0;
 
-    g_mutex_lock(&l->m);
+    mutex_lock(&l->m);
     __atomic_add_fetch(&l->writers_waiting, 1, __ATOMIC_SEQ_CST);
     while (!__atomic_compare_exchange_n(&l->state, &zero, FILE_RW_WRITER, false,
                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-        g_cond_wait(&l->c, &l->m);
+        mutex_cond_wait(&l->c, &l->m);
         zero = 0;
     }
     __atomic_sub_fetch(&l->writers_waiting, 1, __ATOMIC_SEQ_CST);
-    g_mutex_unlock(&l->m);
+    mutex_unlock(&l->m);
 }
 
 static void rw_writer_unlock(FileRwLock *l)
 {
-    g_mutex_lock(&l->m);
+    mutex_lock(&l->m);
     __atomic_fetch_and(&l->state, ~FILE_RW_WRITER, __ATOMIC_RELEASE);
     g_cond_broadcast(&l->c);
-    g_mutex_unlock(&l->m);
+    mutex_unlock(&l->m);
 }
 
 void file_lock(FileState *s, FileLockMode m)
@@ -533,12 +534,12 @@ int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *q
     bool serialize = s->serialize_writes && qiov->size >= FILE_SERIAL_WRITE_MIN;
 
     if (serialize) {
-        g_mutex_lock(&s->wlock); /* file.c invariant 7 */
+        mutex_lock(&s->wlock); /* file.c invariant 7 */
     }
     ret = file_fd_rw_full(s, img->request_alignment, true, qiov->iov, qiov->niov, offset,
                           qiov->size);
     if (serialize) {
-        g_mutex_unlock(&s->wlock);
+        mutex_unlock(&s->wlock);
     }
     if (ret == 0 && s->early_writeback && qiov->size >= FILE_EARLY_WRITEBACK_MIN) {
         /* file.c invariant 8: only starts the writeback; errors surface at flush */

@@ -39,6 +39,7 @@
  *     must never judge a log that misses a change.
  */
 #include "block/block.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -141,7 +142,7 @@ static int log_append(RecordState *s, uint32_t type, uint64_t offset, uint64_t l
     put_le64(hdr + 24, aux);
     vec[n++] = (struct iovec){.iov_base = hdr, .iov_len = sizeof(hdr)};
 
-    g_mutex_lock(&log->lock);
+    mutex_lock(&log->lock);
     if (data && data->niov > 63) {
         /* Rare: flatten a long vector. */
         g_autofree uint8_t *flat = g_malloc(data->size);
@@ -157,7 +158,7 @@ static int log_append(RecordState *s, uint32_t type, uint64_t offset, uint64_t l
     if (ret == 0) {
         log->bytes += sizeof(hdr) + (data ? data->size : 0);
     }
-    g_mutex_unlock(&log->lock);
+    mutex_unlock(&log->lock);
     if (ret < 0) {
         return blk_error(-ret, "Could not write the record log '%s': %s", log->path,
                          g_strerror(-ret));
@@ -167,9 +168,9 @@ static int log_append(RecordState *s, uint32_t type, uint64_t offset, uint64_t l
 
 static uint64_t log_bytes(RecordLog *log)
 {
-    g_mutex_lock(&log->lock);
+    mutex_lock(&log->lock);
     uint64_t n = log->bytes;
-    g_mutex_unlock(&log->lock);
+    mutex_unlock(&log->lock);
     return n;
 }
 
@@ -179,14 +180,14 @@ static RecordLog *log_open(const char *path)
     struct stat st;
     int fd;
 
-    g_mutex_lock(&registry_lock);
+    mutex_lock(&registry_lock);
     if (!registry) {
         registry = g_hash_table_new(g_str_hash, g_str_equal);
     }
     log = g_hash_table_lookup(registry, path);
     if (log) {
         log->refs++;
-        g_mutex_unlock(&registry_lock);
+        mutex_unlock(&registry_lock);
         return log;
     }
     do {
@@ -198,7 +199,7 @@ static RecordLog *log_open(const char *path)
         if (fd >= 0) {
             close(fd);
         }
-        g_mutex_unlock(&registry_lock);
+        mutex_unlock(&registry_lock);
         return NULL;
     }
     log = g_new0(RecordLog, 1);
@@ -220,18 +221,18 @@ static RecordLog *log_open(const char *path)
             g_mutex_clear(&log->lock);
             g_free(log->path);
             g_free(log);
-            g_mutex_unlock(&registry_lock);
+            mutex_unlock(&registry_lock);
             return NULL;
         }
     }
     g_hash_table_insert(registry, log->path, log);
-    g_mutex_unlock(&registry_lock);
+    mutex_unlock(&registry_lock);
     return log;
 }
 
 static void log_close(RecordLog *log)
 {
-    g_mutex_lock(&registry_lock);
+    mutex_lock(&registry_lock);
     if (--log->refs == 0) {
         g_hash_table_remove(registry, log->path);
         close(log->fd);
@@ -239,7 +240,7 @@ static void log_close(RecordLog *log)
         g_free(log->path);
         g_free(log);
     }
-    g_mutex_unlock(&registry_lock);
+    mutex_unlock(&registry_lock);
 }
 
 /* ---- requests ---- */
@@ -401,9 +402,9 @@ BlkNode *blk_open_record(const char *log_path, BlkNode *child)
     s = g_new0(RecordState, 1);
     s->child = child;
     s->log = log;
-    g_mutex_lock(&log->lock);
+    mutex_lock(&log->lock);
     s->file_id = log->next_file_id++;
-    g_mutex_unlock(&log->lock);
+    mutex_unlock(&log->lock);
 
     img = g_new0(BlkNode, 1);
     img->drv = &record_driver;

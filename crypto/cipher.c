@@ -27,6 +27,7 @@
  *     whole sectors can be processed alone, in any order, in parallel.
  */
 #include "crypto/cipher.h"
+#include "aio/mutex.h"
 
 #include "block/block.h"
 #include "block/endian.h"
@@ -238,12 +239,12 @@ static Handles *handles_get(CryptoCipher *c)
 {
     Handles *h;
 
-    g_mutex_lock(&c->lock);
+    mutex_lock(&c->lock);
     h = c->free;
     if (h) {
         c->free = h->next;
     }
-    g_mutex_unlock(&c->lock);
+    mutex_unlock(&c->lock);
     if (h) {
         return h;
     }
@@ -259,10 +260,10 @@ static Handles *handles_get(CryptoCipher *c)
 
 static void handles_put(CryptoCipher *c, Handles *h)
 {
-    g_mutex_lock(&c->lock);
+    mutex_lock(&c->lock);
     h->next = c->free;
     c->free = h;
-    g_mutex_unlock(&c->lock);
+    mutex_unlock(&c->lock);
 }
 
 CryptoCipher *crypto_cipher_new(const CryptoSpec *spec, const uint8_t *key, size_t len)

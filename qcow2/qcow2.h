@@ -28,6 +28,7 @@
 #ifndef QIMG_QCOW2_H
 #define QIMG_QCOW2_H
 
+#include "aio/mutex.h"
 #include "block/block.h"
 #include "crypto/block.h"
 #include "crypto/luks.h"
@@ -189,71 +190,29 @@ typedef struct Qcow2Range {
 } Qcow2Range;
 
 /*
- * The metadata lock.  glib builds GMutex/GCond on raw futexes, which
- * ThreadSanitizer cannot see, so under TSan these wrappers tell it where the
- * lock is taken and dropped (as aio/pool.c does); otherwise they are plain
- * calls.  The write path always uses them.
+ * The metadata lock, through aio/mutex.h (mutex.h invariant 1: where
+ * ThreadSanitizer sees it).  The write path always uses these.
  */
-#if defined(__SANITIZE_THREAD__)
-#define QCOW2_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define QCOW2_TSAN 1
-#endif
-#endif
-#ifdef QCOW2_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
-
 static inline void qcow2_lock(Qcow2State *s)
 {
-#ifdef QCOW2_TSAN
-    __tsan_mutex_pre_lock(&s->lock, 0);
-#endif
-    g_mutex_lock(&s->lock);
-#ifdef QCOW2_TSAN
-    __tsan_mutex_post_lock(&s->lock, 0, 0);
-#endif
+    mutex_lock(&s->lock);
 }
 
 /* The metadata lock if it is free; false at once otherwise. */
 static inline bool qcow2_trylock(Qcow2State *s)
 {
-    bool ok;
-#ifdef QCOW2_TSAN
-    __tsan_mutex_pre_lock(&s->lock, __tsan_mutex_try_lock);
-#endif
-    ok = g_mutex_trylock(&s->lock);
-#ifdef QCOW2_TSAN
-    __tsan_mutex_post_lock(
-        &s->lock, __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed), 0);
-#endif
-    return ok;
+    return mutex_trylock(&s->lock);
 }
 
 static inline void qcow2_unlock(Qcow2State *s)
 {
-#ifdef QCOW2_TSAN
-    __tsan_mutex_pre_unlock(&s->lock, 0);
-#endif
-    g_mutex_unlock(&s->lock);
-#ifdef QCOW2_TSAN
-    __tsan_mutex_post_unlock(&s->lock, 0);
-#endif
+    mutex_unlock(&s->lock);
 }
 
 /* Wait for inflight_cond; drops and retakes the lock. */
 static inline void qcow2_wait_locked(Qcow2State *s)
 {
-#ifdef QCOW2_TSAN
-    __tsan_mutex_pre_unlock(&s->lock, 0);
-    __tsan_mutex_post_unlock(&s->lock, 0);
-#endif
-    g_cond_wait(&s->inflight_cond, &s->lock);
-#ifdef QCOW2_TSAN
-    __tsan_mutex_pre_lock(&s->lock, 0);
-    __tsan_mutex_post_lock(&s->lock, 0, 0);
-#endif
+    mutex_cond_wait(&s->inflight_cond, &s->lock);
 }
 
 static inline uint64_t qcow2_offset_into_cluster(const Qcow2State *s, uint64_t offset)

@@ -34,7 +34,7 @@
 
 #include "block/endian.h"
 #include "block/mapped.h"
-#include "block/mutex.h"
+#include "aio/mutex.h"
 #include "block/tcache.h"
 
 #include <errno.h>
@@ -297,9 +297,9 @@ static int qed_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
     int ret;
 
     m->len = max;
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = find(img, offset, &m->len, &kind, &m->file_offset);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     m->kind = kind == QED_DATA   ? BLK_MAP_DATA
               : kind == QED_ZERO ? BLK_MAP_ZERO
                                  : BLK_MAP_BACKING;
@@ -424,7 +424,7 @@ static int qed_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
     }
     c.fixes = g_array_new(FALSE, FALSE, sizeof(uint64_t));
     res->total_clusters = (int64_t)DIV_ROUND_UP(s->h.image_size, cs);
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     mark_used(&c, s->h.l1_offset, s->h.table_size);
     for (uint64_t i = 0; i < s->nelems && ret == 0; i++) {
         uint64_t l2 = 0;
@@ -453,7 +453,7 @@ static int qed_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
     } else {
         res->check_errors++;
     }
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     g_array_unref(c.fixes);
     g_free(c.used);
     return ret;

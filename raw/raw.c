@@ -29,6 +29,7 @@
  *     size follows the protocol's after a snapshot is applied.
  */
 #include "raw/raw.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <string.h>
@@ -67,7 +68,7 @@ static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     size_t have = (size_t)MIN(img->file->size, BLK_PROBE_BUF_SIZE);
     int ret = 0;
 
-    g_mutex_lock(&block0_lock);
+    mutex_lock(&block0_lock);
     if (have > 0) {
         ret = blk_pread(img->file, 0, sector, have);
     }
@@ -91,7 +92,7 @@ static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
         ret = blk_pwritev(img->file, offset + head, &tail, flags);
         iov_destroy(&tail);
     }
-    g_mutex_unlock(&block0_lock);
+    mutex_unlock(&block0_lock);
     return ret;
 }
 

@@ -40,7 +40,7 @@
 
 #include "block/endian.h"
 #include "block/mapped.h"
-#include "block/mutex.h"
+#include "aio/mutex.h"
 #include "block/tcache.h"
 
 #include <errno.h>
@@ -207,9 +207,9 @@ static void vdi_close(BlkNode *img)
     }
     if (!img->read_only && s->map) {
         bool had = blk_error_mark();
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         (void)vdi_flush_meta_locked(img);
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         blk_error_unwind(had);
     }
     blk_tcache_free(s->map);
@@ -231,9 +231,9 @@ static int vdi_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
     uint32_t entry;
     int ret;
 
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = map_get(img, (uint32_t)(offset / s->h.block_size), &entry);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     m->len = MIN(max, s->h.block_size - in);
     m->kind = VDI_IS_ALLOCATED(entry) ? BLK_MAP_DATA : BLK_MAP_ZERO;
     m->file_offset = block_offset(s, entry) + in;
@@ -311,12 +311,12 @@ static int vdi_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         BlkIOV part;
 
         iov_slice(&part, qiov, done, n);
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : map_get(img, block, &entry);
         if (ret == 0 && !VDI_IS_ALLOCATED(entry)) {
             ret = alloc_block_locked(img, block, &entry);
         }
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         if (ret == 0) {
             ret = check_block_area(s, block, block_offset(s, entry));
         }
@@ -330,9 +330,9 @@ static int vdi_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         done += n;
     }
     if (flags & BLK_REQ_FUA) {
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         ret = vdi_flush_meta_locked(img);
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
     }
     return ret;
 }
@@ -389,9 +389,9 @@ static int vdi_flush(BlkNode *img)
     VdiState *s = img->opaque;
     int ret;
 
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = vdi_flush_meta_locked(img);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -478,9 +478,9 @@ static int vdi_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
         return -ENOMEM;
     }
     buf = g_malloc(CHECK_CHUNK);
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = vdi_flush_meta_locked(img); /* the map as the file holds it */
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     if (flen > s->h.offset_bmap) {
         in_file = MIN(s->map_bytes, ROUND_DOWN(flen - s->h.offset_bmap, 4));
     }

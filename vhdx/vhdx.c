@@ -48,7 +48,7 @@
 
 #include "block/endian.h"
 #include "block/mapped.h"
-#include "block/mutex.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -413,9 +413,9 @@ static void vhdx_close(BlkNode *img)
     }
     if (!img->read_only && s->bat) {
         bool had = blk_error_mark();
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         (void)vhdx_flush_meta_locked(img);
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         blk_error_unwind(had);
     }
     blk_tcache_free(s->bat);
@@ -512,9 +512,9 @@ static int vhdx_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
     int ret;
 
     m->len = max;
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = locate(img, offset, &m->len, &m->kind, &m->file_offset);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -559,7 +559,7 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         BlkIOV part;
 
         iov_slice(&part, qiov, done, n);
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : bat_get(img, vhdx_payload_index(s, b), &e);
         if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_PARTIALLY_PRESENT) {
             ret = blk_error(EIO,
@@ -571,7 +571,7 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         } else if (ret == 0) {
             foff = vhdx_bat_offset(e);
         }
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         if (ret == 0 && foff < VHDX_HEADER_SECTION_END) {
             ret = blk_error(EIO,
                             "VHDX block %" PRIu64 " points into the header section; "
@@ -588,9 +588,9 @@ static int vhdx_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
         done += n;
     }
     if (flags & BLK_REQ_FUA) {
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         ret = vhdx_flush_meta_locked(img);
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
     }
     return ret;
 }
@@ -635,9 +635,9 @@ static int vhdx_flush(BlkNode *img)
     VhdxState *s = img->opaque;
     int ret;
 
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = vhdx_flush_meta_locked(img);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -684,9 +684,9 @@ static int vhdx_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
         res->corruptions_fixed++;
         s->replayed = false; /* the double check does not count it again */
     }
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = scan_bat(img, count_problem, &c);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     if (c.dropped && res->messages) {
         g_ptr_array_add(
             res->messages,
@@ -710,9 +710,9 @@ static bool vhdx_has_zero_init(BlkNode *img)
     VhdxState *s = img->opaque;
     uint64_t e = 0;
 
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     int ret = bat_get(img, 0, &e);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     if (ret == 0 && vhdx_bat_state(e) == VHDX_PAYLOAD_FULLY_PRESENT) { /* fixed */
         return img->file->drv->has_zero_init && img->file->drv->has_zero_init(img->file);
     }

@@ -30,6 +30,7 @@
  *     what is read of it.
  */
 #include "vmdk/vmdk.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -104,9 +105,9 @@ static void vmdk_close(BlkNode *img)
 
     if (s && !img->read_only) { /* write.c invariant 1: tables written last */
         bool had = blk_error_mark();
-        g_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         (void)vmdk_flush_sequence_locked(s);
-        g_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         blk_error_unwind(had);
     }
     state_free(img->opaque);
@@ -431,9 +432,9 @@ static int map_locked_out(VmdkState *s, uint64_t off, uint64_t bytes, VmdkExtent
         return blk_error(EIO, "Extent '%s' of '%s' was not opened (metadata only)",
                          (*ext)->filename, s->img->filename);
     }
-    g_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = vmdk_map(s, *ext, off, bytes, m);
-    g_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 

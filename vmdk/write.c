@@ -38,6 +38,7 @@
  *     front to back).
  */
 #include "vmdk/vmdk.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -285,9 +286,9 @@ static int write_compressed(VmdkState *s, VmdkExtent *ext, uint64_t off, const B
         return ret;
     }
     blk_order_wait();
-    g_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = append_compressed_locked(s, ext, off, rec, rec_len);
-    g_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     blk_order_allocated();
     return ret;
 }
@@ -309,7 +310,7 @@ static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV
     if (ext->compressed) {
         return write_compressed(s, ext, off, q);
     }
-    g_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = renew_cid_locked(s);
     if (ret == 0) {
         ret = vmdk_map(s, ext, off, q->size, &m);
@@ -318,11 +319,11 @@ static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV
         ret = write_new_grain_locked(s, ext, off, (off - ext->start) % ext->grain, q,
                                      m.kind == VMDK_MAP_ZERO);
     } else if (ret == 0) {
-        g_mutex_unlock(&s->lock); /* invariant 4: an allocated grain stays put */
+        mutex_unlock(&s->lock); /* invariant 4: an allocated grain stays put */
         blk_event(ext->file, BLKEV_DATA_WRITE);
         return blk_pwritev(ext->file, m.host, q, flags & BLK_REQ_FUA);
     }
-    g_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -403,7 +404,7 @@ int vmdk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned f
             pos += n;
             continue;
         }
-        g_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         ret = renew_cid_locked(s);
         for (uint64_t g = pos; ret == 0 && g < pos + n; g += ext->grain) {
             VmdkMap m;
@@ -417,7 +418,7 @@ int vmdk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned f
                 ret = vmdk_gt_set_locked(s, ext, g, VMDK_GTE_ZEROED);
             }
         }
-        g_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         pos += n;
     }
     return ret;
@@ -453,8 +454,8 @@ int vmdk_flush(BlkNode *img)
 {
     VmdkState *s = img->opaque;
 
-    g_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     int ret = vmdk_flush_sequence_locked(s);
-    g_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }

@@ -42,7 +42,7 @@
 
 #include "block/endian.h"
 #include "block/mapped.h"
-#include "block/mutex.h"
+#include "aio/mutex.h"
 #include "block/tcache.h"
 
 #include <errno.h>
@@ -327,9 +327,9 @@ static void vpc_close(BlkNode *img)
     }
     if (!img->read_only && s->bat) {
         bool had = blk_error_mark();
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         (void)vpc_flush_meta_locked(img);
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         blk_error_unwind(had);
     }
     blk_tcache_free(s->bat);
@@ -372,7 +372,7 @@ static int vpc_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
     int ret;
 
     m->len = MIN(max, s->block_size - in);
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = bat_get(img, idx, &entry);
     if (ret == 0 && entry == VPC_BAT_UNUSED) {
         m->kind = s->diff ? BLK_MAP_BACKING : BLK_MAP_ZERO;
@@ -390,7 +390,7 @@ static int vpc_map(BlkNode *img, uint64_t offset, uint64_t max, BlkMapping *m)
             m->kind = set ? BLK_MAP_DATA : BLK_MAP_BACKING;
         }
     }
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 
@@ -478,14 +478,14 @@ static int vpc_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         BlkIOV part;
         int ret;
 
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         ret = s->sticky ? s->sticky : bat_get(img, idx, &entry);
         if (ret == 0 && entry == VPC_BAT_UNUSED) {
             ret = alloc_block_locked(img, idx, &bmo); /* invariant 4 */
         } else if (ret == 0) {
             bmo = (uint64_t)entry * VPC_SECTOR;
         }
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         if (ret == 0) {
             ret = check_block_area(img, idx, bmo);
         }
@@ -501,9 +501,9 @@ static int vpc_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         done += n;
     }
     if (flags & BLK_REQ_FUA) {
-        blk_mutex_lock(&s->lock);
+        mutex_lock(&s->lock);
         int ret = vpc_flush_meta_locked(img);
-        blk_mutex_unlock(&s->lock);
+        mutex_unlock(&s->lock);
         return ret;
     }
     return 0;
@@ -564,9 +564,9 @@ static int vpc_flush(BlkNode *img)
     VpcState *s = img->opaque;
     int ret;
 
-    blk_mutex_lock(&s->lock);
+    mutex_lock(&s->lock);
     ret = s->fixed ? blk_flush(img->file) : vpc_flush_meta_locked(img);
-    blk_mutex_unlock(&s->lock);
+    mutex_unlock(&s->lock);
     return ret;
 }
 

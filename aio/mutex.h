@@ -1,0 +1,83 @@
+/*
+ * aio/mutex.h: a GMutex taken, dropped and waited on where
+ * ThreadSanitizer can see it -- the one implementation of the lock calls
+ * every lock of qimg goes through (aio/pool.c's, qcow2.h's metadata lock,
+ * the VHD, VHDX, VDI and QED drivers' locks).
+ *
+ * glib builds GMutex and GCond on raw futexes, which TSan cannot see:
+ * without these annotations every table guarded by such a lock reads as a
+ * data race under TSan.  Outside TSan they are plain glib calls.
+ *
+ * Invariant (cited as "mutex.h invariant 1"): a GMutex of qimg is taken,
+ * dropped and waited on only through mutex_lock(), mutex_trylock(),
+ * mutex_unlock() and mutex_cond_wait().
+ */
+#ifndef QIMG_AIO_MUTEX_H
+#define QIMG_AIO_MUTEX_H
+
+#include <glib.h>
+#include <stdbool.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define QIMG_MUTEX_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define QIMG_MUTEX_TSAN 1
+#endif
+#endif
+#ifdef QIMG_MUTEX_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+static inline void mutex_lock(GMutex *m)
+{
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_lock(m, 0);
+#endif
+    g_mutex_lock(m);
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_post_lock(m, 0, 0);
+#endif
+}
+
+/* The lock if it is free; false at once otherwise. */
+static inline bool mutex_trylock(GMutex *m)
+{
+    bool ok;
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_lock(m, __tsan_mutex_try_lock);
+#endif
+    ok = g_mutex_trylock(m);
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_post_lock(
+        m, __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed), 0);
+#endif
+    return ok;
+}
+
+static inline void mutex_unlock(GMutex *m)
+{
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_unlock(m, 0);
+#endif
+    g_mutex_unlock(m);
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_post_unlock(m, 0);
+#endif
+}
+
+/* g_cond_wait(): drops m while it waits and retakes it. */
+static inline void mutex_cond_wait(GCond *c, GMutex *m)
+{
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_unlock(m, 0);
+    __tsan_mutex_post_unlock(m, 0);
+#endif
+    g_cond_wait(c, m);
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_lock(m, 0);
+    __tsan_mutex_post_lock(m, 0, 0);
+#endif
+}
+
+#endif
