@@ -18,7 +18,9 @@
 #   luksfmt-in, luksfmt-out the same with the luks format (-O luks)
 #   from-vhdx, from-vpc, from-vdi  a dynamic VHDX, a dynamic VHD, a VDI made
 #                           by qemu-img from the first 2 GiB of half.raw (50%
-#                           data) -> qcow2, caches dropped (issue 26)
+#                           data) -> qcow2, caches dropped (issue 26); their
+#                           floors: reading the source, and cp of the same
+#                           data as raw (h2.raw) read cold, written, synced
 #   to-vpc-fixed, to-vhdx   those 2 GiB of raw -> a fixed VHD / a dynamic
 #                           VHDX, source cached, the final sync timed
 # Tools per case: qemu-img with its defaults and with -W -m 16, qimg with
@@ -181,6 +183,11 @@ run_case() {
         *) bench_time BENCH_T dd if="$src" of=/dev/null bs=2M iflag=direct status=none ;;
         esac
         rm -f floor.raw ;;
+    floor-cp) # from-*: the same data as a raw file (h2.raw), read cold and
+        # written by cp (holes kept), the final sync timed
+        drop_caches
+        bench_time BENCH_T cp --sparse=always h2.raw floor.raw
+        rm -f floor.raw ;;
     floor-write) # the same bytes written with O_DIRECT (onto the device for loop-*)
         local fout=floor.raw
         [ "$out" = dst.qcow2 ] || fout=$out
@@ -195,7 +202,8 @@ for c in $CASES; do
     tools=(qemu-img qemu-img-W16 qimg)
     case $c in
     *-warm) tools+=(floor) ;;
-    *-cold | *-direct | loop-* | from-*) tools+=(floor floor-write) ;;
+    *-cold | *-direct | loop-*) tools+=(floor floor-write) ;;
+    from-*) tools+=(floor floor-cp) ;;
     to-*) tools+=(floor) ;;
     esac
     [ "$c" != "${c#luks}" ] && head -c $((CSIZE_GIB << 30)) full.raw >c.raw
