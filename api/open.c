@@ -27,6 +27,9 @@
  *     kept in backing_refused (what info reports) and raised only when
  *     the chain is opened.  qcow2's backing names keep qemu-img's rules
  *     (absolute names and json: names open the plain file they name).
+ *  7. An OVA archive opened as itself is its listing only for a
+ *     metadata-only open (no_data_files); any other open is the open of
+ *     its only disk, or refused (api/ova.c invariant 2).
  */
 #include "api/api.h"
 #include "block/rbd.h"
@@ -344,7 +347,11 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
          * (rbd) names its format in open_format() */
         filename = file->filename;
     }
-    return open_format(file, drv, filename, canon, opts, chain, user_name, error);
+    BlkNode *img = open_format(file, drv, filename, canon, opts, chain, user_name, error);
+    if (img && img->drv == &api_ova_driver && !opts->no_data_files) {
+        return api_ova_open_disk(img, filename, opts, user_name, error); /* invariant 7 */
+    }
+    return img;
 }
 
 QimgImage *api_image_new(BlkNode *node)

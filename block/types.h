@@ -206,6 +206,19 @@ typedef struct BlkVmdkInfo {
     GArray *extents;   /* BlkVmdkExtentInfo */
 } BlkVmdkInfo;
 
+/* One disk of an OVA archive, as info lists it (api/ova.c). */
+typedef struct BlkOvaDiskInfo {
+    char *id, *file, *capacity, *capacity_units, *format, *compression; /* owned */
+    uint64_t offset, size, capacity_bytes;
+    bool capacity_known;
+} BlkOvaDiskInfo;
+
+typedef struct BlkOvaInfo {
+    bool present;
+    char *descriptor; /* owned */
+    GArray *disks;    /* BlkOvaDiskInfo */
+} BlkOvaInfo;
+
 typedef struct BlkInfo {
     uint32_t cluster_size;
     bool dirty;
@@ -223,6 +236,7 @@ typedef struct BlkInfo {
     GArray *bitmaps;              /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
     BlkEncryptInfo encrypt;       /* when encrypted */
     BlkVmdkInfo vmdk;             /* vmdk's format-specific data */
+    BlkOvaInfo ova;               /* an OVA archive's disks */
     bool needs_compressed_writes; /* only compressed clusters (streamOptimized) */
 } BlkInfo;
 
