@@ -68,29 +68,34 @@ static int ova_open(BlkNode *img, const char *filename, const BlkOpenOptions *op
 {
     OvaContainer *s = g_new0(OvaContainer, 1);
     const char *name = blk_plain_name(filename);
-    int ret;
+    int ret = blk_ova_list(img->file, name, &s->l);
 
     img->opaque = s;
-    ret = blk_ova_list(img->file, name, &s->l);
     if (ret < 0) {
-        return ret;
+        goto fail; /* a failed open is not closed (api/open.c) */
     }
     if (!opts->no_data_files && s->l.disks->len != 1) { /* invariant 2 */
         g_autofree char *list = disk_list(&s->l);
         if (s->l.disks->len == 0) {
-            return blk_error(EINVAL, "'%s' is an OVA archive whose OVF lists no disk",
-                             name);
+            ret =
+                blk_error(EINVAL, "'%s' is an OVA archive whose OVF lists no disk", name);
+        } else {
+            ret = blk_error(EINVAL,
+                            "'%s' is an OVA archive holding %u disks (%s): name one as "
+                            "ova:N:%s, ova:id=DISKID:%s or ova:file=MEMBER:%s",
+                            name, s->l.disks->len, list, name, name, name);
         }
-        return blk_error(EINVAL,
-                         "'%s' is an OVA archive holding %u disks (%s): name one as "
-                         "ova:N:%s, ova:id=DISKID:%s or ova:file=MEMBER:%s",
-                         name, s->l.disks->len, list, name, name, name);
+        goto fail;
     }
     if (s->l.disks->len == 1) {
         const BlkOvaDisk *d = &g_array_index(s->l.disks, BlkOvaDisk, 0);
         img->size = d->disk->capacity_known ? d->disk->capacity_bytes : 0;
     }
     return 0;
+
+fail:
+    ova_close(img);
+    return ret;
 }
 
 static int ova_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
