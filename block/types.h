@@ -66,6 +66,9 @@ typedef struct BlkOpenOptions {
     uint32_t luks_max_iterations;
     bool backing_name; /* the name was read from an image (block.h
                         * invariant 5: a plain file only) */
+    bool ova_sibling;  /* the name is one block/ova.c built for a member of
+                        * the archive the image is in (ova.c invariant 4):
+                        * opened through the ova protocol */
     bool reopen;       /* a second open of an open layer (QEMU's
                         * reopen): a dirty repair prints nothing */
     /* Layers the caller's options name instead of the image's (json-name.c

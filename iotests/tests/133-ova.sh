@@ -255,4 +255,26 @@ assert_rc "flat extent inside the archive" 0 "$QIMG" convert -O raw ova:0:flat.o
 assert_eq "its extent name is the member" "ova:file=flat-flat.vmdk:flat.ova" \
     "$("$QIMG" info --output=json ova:0:flat.ova |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["format-specific"]["data"]["extents"][0]["filename"])')"
+
+# a delta disk whose parent is a member of the same archive
+"$QEMU_IMG" create -q -f vmdk base.vmdk 8M
+"$QEMU_IO" -c 'write -P 0x44 0 2M' base.vmdk >/dev/null
+"$QEMU_IMG" create -q -f vmdk -b base.vmdk -F vmdk delta.vmdk
+"$QEMU_IO" -c 'write -P 0x55 1M 64k' delta.vmdk >/dev/null
+ovf delta.ovf "" delta.vmdk:f1:vmdisk1
+tar --format=ustar -cf delta.ova delta.ovf delta.vmdk base.vmdk
+"$QEMU_IMG" convert -O raw delta.vmdk qdelta.raw
+rm -f out.raw
+assert_rc "delta disk: its parent read out of the archive" 0 \
+    "$QIMG" convert -O raw delta.ova out.raw &&
+    assert_rc "... as qemu-img reads the chain" 0 cmp out.raw qdelta.raw
+assert_eq "delta disk: the parent's name" "ova:file=base.vmdk:delta.ova" \
+    "$("$QIMG" info --output=json ova:0:delta.ova |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["full-backing-filename"])')"
+sed 's|parentFileNameHint="base.vmdk"|parentFileNameHint="../a.vmdk"|' delta.vmdk >hostile/delta.vmdk
+ovf hostile/delta.ovf "" delta.vmdk:f1:vmdisk1
+tar --format=ustar -C hostile -cf hdelta.ova delta.ovf delta.vmdk
+err "delta disk: a parent out of the archive" \
+    "backing file '../a.vmdk' leads out of the image's folder with '..'; refused (a disk inside an OVA may only name members" \
+    convert -O raw hdelta.ova out.raw
 finish
