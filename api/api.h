@@ -102,6 +102,12 @@ void blk_error_propagate(GError **error, int ret, const char *fmt, ...)
 /* Register the built-in drivers and the unread formats' probes once
  * (idempotent, thread-safe). */
 void api_register_drivers(void);
+/* api/ova.c: an OVA archive opened as itself (info), and the open of its
+ * only disk that replaces the archive's node img (closed) for any other
+ * open (api/ova.c invariant 2). */
+extern const BlkDriver api_ova_driver;
+BlkNode *api_ova_open_disk(BlkNode *img, const char *filename, const BlkOpenOptions *opts,
+                           bool user_name, GError **error);
 /* 0, or -ENOTSUP with the message when drv is a format qimg does not
  * read (formats.c invariant 2). */
 int api_format_usable(const BlkDriver *drv);

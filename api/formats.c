@@ -117,6 +117,7 @@ static const BlkDriver unread[] = {
 static const BlkDriver *const builtin[] = {
     &blk_qcow2_driver, &blk_raw_driver,  &blk_luks_driver, &blk_vmdk_driver,
     &blk_vpc_driver,   &blk_vhdx_driver, &blk_vdi_driver,  &blk_qed_driver,
+    &api_ova_driver, /* an OVA archive: its listing (api/ova.c) */
 #ifdef QIMG_HAVE_RBD
     &blk_rbd_driver, /* the RBD node as a format: "-f rbd", json: "driver": "rbd" */
 #endif

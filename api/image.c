@@ -662,6 +662,42 @@ static QimgVmdkInfo *vmdk_info(BlkVmdkInfo *b)
     return v;
 }
 
+static void ova_disk_info_free(gpointer p)
+{
+    QimgOvaDiskInfo *d = p;
+    g_free(d->id);
+    g_free(d->file);
+    g_free(d->capacity);
+    g_free(d->capacity_units);
+    g_free(d->format);
+    g_free(d->compression);
+    g_free(d);
+}
+
+static QimgOvaInfo *ova_info(BlkOvaInfo *b)
+{
+    QimgOvaInfo *o = g_new0(QimgOvaInfo, 1);
+
+    o->descriptor = g_steal_pointer(&b->descriptor);
+    o->disks = g_ptr_array_new_with_free_func(ova_disk_info_free);
+    for (guint i = 0; b->disks && i < b->disks->len; i++) {
+        BlkOvaDiskInfo *x = &g_array_index(b->disks, BlkOvaDiskInfo, i);
+        QimgOvaDiskInfo *d = g_new0(QimgOvaDiskInfo, 1);
+        *d = (QimgOvaDiskInfo){.id = g_steal_pointer(&x->id),
+                               .file = g_steal_pointer(&x->file),
+                               .offset = x->offset,
+                               .size = x->size,
+                               .capacity = g_steal_pointer(&x->capacity),
+                               .capacity_units = g_steal_pointer(&x->capacity_units),
+                               .capacity_bytes = x->capacity_bytes,
+                               .capacity_known = x->capacity_known,
+                               .format = g_steal_pointer(&x->format),
+                               .compression = g_steal_pointer(&x->compression)};
+        g_ptr_array_add(o->disks, d);
+    }
+    return o;
+}
+
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
 {
     g_autoptr(QimgInfo) info = g_new0(QimgInfo, 1);
@@ -736,6 +772,9 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         if (bi.vmdk.present) {
             info->vmdk = vmdk_info(&bi.vmdk);
         }
+        if (bi.ova.present) {
+            info->ova = ova_info(&bi.ova);
+        }
         if (bi.snapshots) {
             info->snapshots = api_snapshot_list_move(g_steal_pointer(&bi.snapshots));
         }
@@ -778,6 +817,11 @@ void qimg_info_free(QimgInfo *info)
         g_free(info->vmdk->create_type);
         g_ptr_array_unref(info->vmdk->extents);
         g_free(info->vmdk);
+    }
+    if (info->ova) {
+        g_free(info->ova->descriptor);
+        g_ptr_array_unref(info->ova->disks);
+        g_free(info->ova);
     }
     g_free(info);
 }

@@ -27,8 +27,14 @@
  *     kept in backing_refused (what info reports) and raised only when
  *     the chain is opened.  qcow2's backing names keep qemu-img's rules
  *     (absolute names and json: names open the plain file they name).
+ *     The parent of a disk inside an OVA is a member of the same archive
+ *     (ova.c invariant 4), opened through the ova protocol (ova_sibling).
+ *  7. An OVA archive opened as itself is its listing only for a
+ *     metadata-only open (no_data_files); any other open is the open of
+ *     its only disk, or refused (api/ova.c invariant 2).
  */
 #include "api/api.h"
+#include "block/ova.h"
 #include "block/rbd.h"
 
 #include <errno.h>
@@ -61,6 +67,11 @@ static bool chain_contains(GSList *chain, const char *canon)
         }
     }
     return false;
+}
+
+static bool drv_confines(const BlkNode *img)
+{
+    return img->drv->confine_names;
 }
 
 static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
@@ -101,6 +112,9 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.n_backing_keys = opts->n_backing_keys > 1 ? opts->n_backing_keys - 1 : 0;
     bo.share_write = opts->backing_share_write;
     bo.backing_name = true;
+    /* invariant 6: a parent inside the same OVA, a name block/ova.c built */
+    bo.ova_sibling = !opts->backing_path && !opts->backing_opts && drv_confines(img) &&
+                     blk_ova_member_node(img->file) != NULL;
     /* json-name.c invariant 1: a json: name from the image, as a backing name */
     if (!opts->backing_path && g_str_has_prefix(img->full_backing_filename, "json:") &&
         !api_json_backing_name(img->full_backing_filename, &bo, &path, &local)) {
@@ -202,7 +216,13 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     }
     if (img->backing_filename) {
         const char *base = user_name ? blk_plain_name(filename) : filename;
-        if (drv->confine_names) { /* invariant 6 */
+        BlkNode *member = blk_ova_member_node(file);
+        if (drv->confine_names && member) { /* invariant 6, in an OVA */
+            if (blk_ova_sibling_name(member, "backing file", img->backing_filename,
+                                     &img->full_backing_filename) < 0) {
+                img->backing_refused = blk_error_take();
+            }
+        } else if (drv->confine_names) { /* invariant 6 */
             unsigned how = user_name ? BLK_OPEN_USER_NAME : 0;
             bool is_path = blk_protocol_is_path(filename, how);
             if (blk_image_name_path(base, is_path, "backing file", img->backing_filename,
@@ -294,8 +314,9 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
      * name from an image: chain != NULL, or backing_name) may select a test
      * node. */
     /* "-f file" opens the name as a plain file, whatever it looks like */
-    bool user_name = chain == NULL && !opts->backing_name &&
-                     !(drv && strcmp(drv->format_name, "file") == 0);
+    bool user_name = (chain == NULL && !opts->backing_name &&
+                      !(drv && strcmp(drv->format_name, "file") == 0)) ||
+                     (opts->ova_sibling && g_str_has_prefix(filename, "ova:"));
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
@@ -344,7 +365,11 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
          * (rbd) names its format in open_format() */
         filename = file->filename;
     }
-    return open_format(file, drv, filename, canon, opts, chain, user_name, error);
+    BlkNode *img = open_format(file, drv, filename, canon, opts, chain, user_name, error);
+    if (img && img->drv == &api_ova_driver && !opts->no_data_files) {
+        return api_ova_open_disk(img, filename, opts, user_name, error); /* invariant 7 */
+    }
+    return img;
 }
 
 QimgImage *api_image_new(BlkNode *node)

@@ -334,6 +334,10 @@ const char *blk_plain_name(const char *filename);
  * or -errno with the message. */
 int blk_image_name_path(const char *image_name, bool image_is_path, const char *what,
                         const char *name, bool trusted, char **path);
+/* Why an untrusted name an image records is refused before anything is
+ * looked up (names.c invariant 1: a protocol, an absolute path, ".."), or
+ * NULL. */
+const char *blk_image_name_refusal(const char *name);
 /* Open a file that belongs with 'like' (an external data file) as
  * blk_open_file_opts() does, recorded in the same log when 'like' is a
  * recording node. */

@@ -51,6 +51,20 @@ static bool has_dotdot(const char *name)
     return false;
 }
 
+const char *blk_image_name_refusal(const char *name)
+{
+    if (has_protocol(name)) {
+        return "names a protocol";
+    }
+    if (g_path_is_absolute(name)) {
+        return "is an absolute path";
+    }
+    if (has_dotdot(name)) {
+        return "leads out of the image's folder with '..'";
+    }
+    return NULL;
+}
+
 /* Invariant 2. */
 static char *join(const char *image_name, const char *name)
 {
@@ -106,13 +120,7 @@ int blk_image_name_path(const char *image_name, bool image_is_path, const char *
         return blk_error(EINVAL, "%s name is empty", what);
     }
     if (!trusted) { /* invariant 1 */
-        if (has_protocol(name)) {
-            why = "names a protocol";
-        } else if (g_path_is_absolute(name)) {
-            why = "is an absolute path";
-        } else if (has_dotdot(name)) {
-            why = "leads out of the image's folder with '..'";
-        }
+        why = blk_image_name_refusal(name);
         if (why) {
             return blk_error(EACCES,
                              "%s '%s' %s; refused (trust the image's names to allow it)",

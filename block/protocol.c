@@ -1,7 +1,8 @@
 /*
  * block/protocol.c: the protocol table -- which node a name opens.
  *
- * Owns: the table of protocols (the file protocol, NBD, Ceph RBD, and the
+ * Owns: the table of protocols (the file protocol, NBD, Ceph RBD, a disk
+ * inside an OVA archive (block/ova.c), and the
  * test nodes blkdebug: and record:), choosing one by a name's prefix,
  * opening it or creating what it names, and taking a name apart into its
  * test-node prefixes and the plain name under them.  A new protocol is one
@@ -30,6 +31,7 @@
  *     file).
  */
 #include "block/block.h"
+#include "block/ova.h"
 #include "block/rbd.h"
 
 #include <errno.h>
@@ -63,6 +65,12 @@ static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
               filename);
     return NULL;
 #endif
+}
+
+static BlkNode *open_ova(const BlkProtocol *p, const char *filename,
+                         const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+    return blk_open_ova(filename, opts, flags);
 }
 
 static BlkNode *open_blkdebug(const BlkProtocol *p, const char *filename,
@@ -132,11 +140,13 @@ static const char *const nbd_prefixes[] = {"nbd:", "nbd+", "nbds:", "nbds+", NUL
 static const char *const rbd_prefixes[] = {"rbd:", NULL};
 static const char *const blkdebug_prefixes[] = {"blkdebug:", NULL};
 static const char *const record_prefixes[] = {"record:", NULL};
+static const char *const ova_prefixes[] = {"ova:", NULL};
 
 /* Invariant 1: in match order; the file protocol last. */
 static const BlkProtocol protocols[] = {
     {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd},
     {.name = "rbd", .prefixes = rbd_prefixes, .open = open_rbd, .create = create_rbd},
+    {.name = "ova", .prefixes = ova_prefixes, .open = open_ova},
     {.name = "blkdebug",
      .prefixes = blkdebug_prefixes,
      .test_node = true,

@@ -45,6 +45,10 @@ void blk_info_clear(BlkInfo *info)
     if (info->vmdk.extents) {
         g_array_unref(info->vmdk.extents);
     }
+    g_free(info->ova.descriptor);
+    if (info->ova.disks) {
+        g_array_unref(info->ova.disks);
+    }
     memset(info, 0, sizeof(*info));
 }
 

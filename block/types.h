@@ -66,6 +66,9 @@ typedef struct BlkOpenOptions {
     uint32_t luks_max_iterations;
     bool backing_name; /* the name was read from an image (block.h
                         * invariant 5: a plain file only) */
+    bool ova_sibling;  /* the name is one block/ova.c built for a member of
+                        * the archive the image is in (ova.c invariant 4):
+                        * opened through the ova protocol */
     bool reopen;       /* a second open of an open layer (QEMU's
                         * reopen): a dirty repair prints nothing */
     /* Layers the caller's options name instead of the image's (json-name.c
@@ -206,6 +209,19 @@ typedef struct BlkVmdkInfo {
     GArray *extents;   /* BlkVmdkExtentInfo */
 } BlkVmdkInfo;
 
+/* One disk of an OVA archive, as info lists it (api/ova.c). */
+typedef struct BlkOvaDiskInfo {
+    char *id, *file, *capacity, *capacity_units, *format, *compression; /* owned */
+    uint64_t offset, size, capacity_bytes;
+    bool capacity_known;
+} BlkOvaDiskInfo;
+
+typedef struct BlkOvaInfo {
+    bool present;
+    char *descriptor; /* owned */
+    GArray *disks;    /* BlkOvaDiskInfo */
+} BlkOvaInfo;
+
 typedef struct BlkInfo {
     uint32_t cluster_size;
     bool dirty;
@@ -223,6 +239,7 @@ typedef struct BlkInfo {
     GArray *bitmaps;              /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
     BlkEncryptInfo encrypt;       /* when encrypted */
     BlkVmdkInfo vmdk;             /* vmdk's format-specific data */
+    BlkOvaInfo ova;               /* an OVA archive's disks */
     bool needs_compressed_writes; /* only compressed clusters (streamOptimized) */
 } BlkInfo;
 

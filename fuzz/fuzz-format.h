@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz-format.h: the exercise every foreign-format fuzz target runs
- * (fuzz-vpc.c, fuzz-vdi.c, fuzz-vhdx.c, fuzz-qed.c).
+ * (fuzz-vpc.c, fuzz-vdi.c, fuzz-vhdx.c, fuzz-qed.c; fuzz-ova.c its read part).
  *
  * Owns: fuzz_format_run(): the input, laid out as a file by the target, is
  * opened read-only without its backing chain and read (its first MiB, and
@@ -87,7 +87,7 @@ static void fuzz_exercise(BlkNode *img)
 }
 
 /* The input as the file at path: fuzz_format_run's work on it. */
-static void fuzz_format_run(const char *path, const char *format)
+static inline void fuzz_format_run(const char *path, const char *format)
 {
     BlkNode *img = fuzz_open(path, format, false);
     uint8_t pattern[4096], back[4096];

@@ -42,6 +42,13 @@
  *     file) are not opened unless --backing-chain asks for the chain
  *     (QimgOpenOptions.no_data_files): an image naming a host file can be
  *     inspected without that file being read; their names are shown.
+ * 10. (qimg's own) An OVA archive, which qemu-img reads as raw, is shown
+ *     as format "ova": format-specific data "descriptor" (the OVF's
+ *     member) and "disks", each: index, id, open-as (the name that opens
+ *     it), file, offset and size (of its tar member; not for an empty
+ *     disk), capacity (bytes, when understood), ovf-capacity,
+ *     ovf-capacity-units, ovf-format (as the OVF writes them, when
+ *     present), compression ("none" when the OVF names none).
  */
 #include "qimg-tool.h"
 
@@ -152,9 +159,86 @@ static void json_vmdk(ToolJson *j, const QimgVmdkInfo *v)
     tool_json_end_object(j);
 }
 
+/* Fact 10: an OVA archive's disks (qimg's own: qemu-img reads it as raw). */
+static void json_ova(ToolJson *j, const QimgInfo *info)
+{
+    const QimgOvaInfo *o = info->ova;
+
+    tool_json_begin_object(j, "format-specific");
+    tool_json_str(j, "type", "ova");
+    tool_json_begin_object(j, "data");
+    tool_json_str(j, "descriptor", o->descriptor);
+    tool_json_begin_array(j, "disks");
+    for (guint i = 0; i < o->disks->len; i++) {
+        const QimgOvaDiskInfo *d = g_ptr_array_index(o->disks, i);
+        g_autofree char *name = g_strdup_printf("ova:%u:%s", i, info->filename);
+        tool_json_begin_object(j, NULL);
+        tool_json_uint(j, "index", i);
+        tool_json_str(j, "id", d->id);
+        tool_json_str(j, "open-as", name);
+        if (d->file) {
+            tool_json_str(j, "file", d->file);
+            tool_json_uint(j, "offset", d->offset);
+            tool_json_uint(j, "size", d->size);
+        }
+        if (d->capacity_known) {
+            tool_json_uint(j, "capacity", d->capacity_bytes);
+        }
+        if (d->capacity) {
+            tool_json_str(j, "ovf-capacity", d->capacity);
+        }
+        if (d->capacity_units) {
+            tool_json_str(j, "ovf-capacity-units", d->capacity_units);
+        }
+        if (d->format) {
+            tool_json_str(j, "ovf-format", d->format);
+        }
+        tool_json_str(j, "compression", d->compression ? d->compression : "none");
+        tool_json_end_object(j);
+    }
+    tool_json_end_array(j);
+    tool_json_end_object(j);
+    tool_json_end_object(j);
+}
+
+static void human_ova(const QimgInfo *info)
+{
+    const QimgOvaInfo *o = info->ova;
+
+    printf("    descriptor: %s\n    disks:\n", o->descriptor);
+    for (guint i = 0; i < o->disks->len; i++) {
+        const QimgOvaDiskInfo *d = g_ptr_array_index(o->disks, i);
+        printf("        [%u]:\n            id: %s\n", i, d->id);
+        printf("            open as: ova:%u:%s\n", i, info->filename);
+        if (d->file) {
+            printf("            file: %s\n", d->file);
+            printf("            offset: %" PRIu64 "\n            size: %" PRIu64 "\n",
+                   d->offset, d->size);
+        } else {
+            printf("            file: none (an empty disk)\n");
+        }
+        if (d->capacity_known) {
+            printf("            capacity: %" PRIu64 "\n", d->capacity_bytes);
+        } else {
+            printf("            capacity: %s%s%s (not understood)\n",
+                   d->capacity ? d->capacity : "none", d->capacity_units ? " " : "",
+                   d->capacity_units ? d->capacity_units : "");
+        }
+        if (d->format) {
+            printf("            format: %s\n", d->format);
+        }
+        printf("            compression: %s\n", d->compression ? d->compression : "none");
+    }
+}
+
 static void json_format_specific(ToolJson *j, const QimgInfo *info)
 {
     bool v3 = is_v3(info);
+
+    if (info->ova) {
+        json_ova(j, info);
+        return;
+    }
 
     if (info->vmdk) {
         tool_json_begin_object(j, "format-specific");
@@ -328,6 +412,10 @@ void tool_print_format_specific(const QimgInfo *info)
     printf("Format specific information:\n");
     if (strcmp(info->format, "rbd") == 0) {
         return; /* nothing more for an RBD image opened as itself */
+    }
+    if (info->ova) { /* fact 10 */
+        human_ova(info);
+        return;
     }
     if (info->vmdk) { /* fact 8 */
         const QimgVmdkInfo *v = info->vmdk;

@@ -15,7 +15,9 @@
  *     wrap, the open fails with a message naming the field.
  *  2. Extent names come from the image: they are resolved and checked by
  *     blk_image_name_path() (names.c invariant 1) and opened as plain
- *     files (never a protocol), through the image's own test nodes.  With
+ *     files (never a protocol), through the image's own test nodes; the
+ *     extents of a disk inside an OVA are members of the same archive
+ *     (ova.c invariant 4), never host files.  With
  *     no_data_files (qemu-img info) no extent file is opened at all.
  *  3. A delta disk names its parent (parentFileNameHint) as a backing file
  *     of format vmdk.  Reading through to the parent first checks that its
@@ -31,6 +33,7 @@
  */
 #include "vmdk/vmdk.h"
 #include "aio/mutex.h"
+#include "block/ova.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -160,6 +163,9 @@ static BlkNode *open_extent_file(VmdkState *s, const char *path, bool data_only)
 
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
+    if (blk_ova_member_node(s->img->file)) { /* invariant 2: a member */
+        return blk_ova_open_sibling(s->img->file, path, &o);
+    }
     return blk_open_file_like(s->img->file, path, &o,
                               data_only ? BLK_ROLE_DATA : BLK_ROLE_METADATA);
 }
@@ -184,11 +190,23 @@ static int open_line(VmdkState *s, const VmdkExtentLine *l)
     ext->type = g_strdup(l->type);
     ext->flat = flat;
     ext->flat_offset = flat_off;
-    /* invariant 2: a metadata-only open shows the name, checks nothing */
-    ret = blk_image_name_path(
-        blk_plain_name(img->filename),
-        blk_protocol_is_path(img->filename, BLK_OPEN_USER_NAME), "extent", l->name,
-        img->opts.trust_names || img->opts.no_data_files, &ext->filename);
+    /* invariant 2: a metadata-only open shows the name, checks nothing; in
+     * an OVA, a member of the same archive (ova.c invariant 4) */
+    BlkNode *member = blk_ova_member_node(img->file);
+    if (member && img->opts.no_data_files) {
+        bool had = blk_error_mark();
+        if (blk_ova_sibling_name(member, "extent", l->name, &ext->filename) < 0) {
+            ext->filename = g_strdup(l->name); /* shown as recorded */
+        }
+        blk_error_unwind(had);
+        return place_extent(s, ext, bytes);
+    }
+    ret = member ? blk_ova_sibling_name(member, "extent", l->name, &ext->filename)
+                 : blk_image_name_path(
+                       blk_plain_name(img->filename),
+                       blk_protocol_is_path(img->filename, BLK_OPEN_USER_NAME), "extent",
+                       l->name, img->opts.trust_names || img->opts.no_data_files,
+                       &ext->filename);
     if (ret < 0) {
         return ret;
     }

@@ -436,6 +436,28 @@ typedef struct QimgVmdkInfo {
     GPtrArray *extents; /* QimgVmdkExtentInfo * */
 } QimgVmdkInfo;
 
+/* One disk of an OVA archive (0.9), from its OVF descriptor's DiskSection
+ * and References; opened as "ova:INDEX:ARCHIVE" (INDEX: its place in
+ * QimgOvaInfo.disks). */
+typedef struct QimgOvaDiskInfo {
+    char *id;             /* ovf:diskId */
+    char *file;           /* the tar member (ovf:href); NULL: an empty disk */
+    uint64_t offset;      /* where the member's bytes start in the archive */
+    uint64_t size;        /* the member's bytes */
+    char *capacity;       /* ovf:capacity as written, NULL: none */
+    char *capacity_units; /* ovf:capacityAllocationUnits, NULL: bytes */
+    uint64_t capacity_bytes;
+    bool capacity_known; /* capacity_bytes is capacity times its unit */
+    char *format;        /* ovf:format (a URI), NULL: none */
+    char *compression;   /* ovf:compression ("gzip"), NULL: none */
+} QimgOvaDiskInfo;
+
+/* An OVA archive's listing (0.9): QimgInfo.format is "ova". */
+typedef struct QimgOvaInfo {
+    char *descriptor; /* the OVF descriptor's member name */
+    GPtrArray *disks; /* QimgOvaDiskInfo *, in DiskSection order */
+} QimgOvaInfo;
+
 typedef struct QimgInfo {
     char *filename;
     char *format;
@@ -472,6 +494,9 @@ typedef struct QimgInfo {
      * then NULL): a name the image records that breaks the rule of
      * QimgOpenOptions.trust_names, else NULL */
     char *backing_refused;
+    /* 0.9: the disks of an OVA archive opened as itself (format "ova"),
+     * else NULL */
+    QimgOvaInfo *ova;
 } QimgInfo;
 
 /* qemu-img bitmap's operations (0.6). */
