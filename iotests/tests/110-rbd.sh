@@ -17,8 +17,8 @@
 . "$(dirname "$0")/../common.sh"
 long() { [ -n "${QIMG_LONG:-}" ]; }
 
-requires qimg qemu-img qemu-io qemu-nbd ceph-mon ceph-osd ceph rbd monmaptool uuidgen python3 \
-    nbdkit nbdcopy
+requires qimg qemu-img qemu-io qemu-nbd ceph-mon ceph-osd ceph rbd monmaptool uuidgen \
+    python3 nbdkit nbdcopy
 if ! "$QEMU_IMG" --help | grep -q 'Supported formats:.* rbd'; then
     missing "qemu-img has no RBD (install qemu-block-extra)"
 fi
@@ -332,7 +332,8 @@ io_both() {
     mrc=$?
     assert_eq "$desc: output as qemu-io's" "$(cat io-q.out)" "$(cat io-m.out)"
     assert_eq "$desc: exit code as qemu-io's" "$qrc" "$mrc"
-    assert_eq "$desc: failed requests ($(cat io-q.out))" "$n" "$(grep -c 'failed:' io-q.out)"
+    assert_eq "$desc: failed requests ($(cat io-q.out))" "$n" \
+        "$(grep -c 'failed:' io-q.out)"
 }
 # nbd_client SERVER...: start the NBD server command SERVER... on a Unix
 # socket, run qemu-io with NBD_ARGS against it (NBD_RC its status), stop it.
@@ -350,7 +351,8 @@ nbd_client() {
     wait "$spid" 2>/dev/null
 }
 for i in wq wm nq nm; do rbd create --size 8M "$i"; done
-assert_rc "OSD: config set osd_max_object_size 1048576" 0 osd_config osd_max_object_size 1048576
+assert_rc "OSD: config set osd_max_object_size 1048576" 0 \
+    osd_config osd_max_object_size 1048576
 io_both "writes failing with EFBIG" wq wm 5 -t none -f raw -c 'write -q -P 0x11 0 64k' \
     -c 'write -q -P 0x22 1M 64k' -c 'write -q -P 0x33 4M 64k' -c 'write -q -P 0x44 7M 64k' \
     -c 'write -q -z 5M 64k' -c 'write -q -z -u 6M 4k' -c 'discard -q 1M 64k' \
@@ -384,10 +386,11 @@ assert_eq "qimg nbd, writes failing: the client's exit code as with qemu-nbd" "$
 assert_eq "qimg nbd, writes failing: NBD errors ($(cat nbd-q.out))" 3 \
     "$(grep -c 'failed: No space left on device' nbd-q.out)"
 assert_rc "OSD: config unset osd_max_object_size" 0 osd_config osd_max_object_size
-assert_rc "OSD: config set osd_max_object_name_len 30" 0 osd_config osd_max_object_name_len 30
-io_both "reads failing with ENAMETOOLONG" wq wm 4 -r -t none -f raw -c 'read -q -P 0x11 0 8k' \
-    -c 'aio_read -q -P 0x11 0 8k' -c 'aio_read -q -P 0x33 4M 64k' \
-    -c 'aio_read -q -P 0 6M 4k' -c 'aio_flush'
+assert_rc "OSD: config set osd_max_object_name_len 30" 0 \
+    osd_config osd_max_object_name_len 30
+io_both "reads failing with ENAMETOOLONG" wq wm 4 -r -t none -f raw \
+    -c 'read -q -P 0x11 0 8k' -c 'aio_read -q -P 0x11 0 8k' \
+    -c 'aio_read -q -P 0x33 4M 64k' -c 'aio_read -q -P 0 6M 4k' -c 'aio_flush'
 assert_rc "OSD: config unset osd_max_object_name_len" 0 osd_config osd_max_object_name_len
 # shrunk IMAGE TOOL...: TOOL (qemu-io or qimg io) opens rbd:rbd/IMAGE and
 # reads commands from a pipe; once its prompt shows the image open, another
@@ -434,9 +437,9 @@ if ! wait_sock ns.sock; then
     _fail "qimg nbd serving an RBD image does not listen: $(cat nbd-srv.out)"
 fi
 rbd resize --no-progress --allow-shrink --size 4128K rbd/nm
-"${T[@]}" "$QEMU_IO" -f raw -c 'read -q -P 0x33 -l 32k 4M 64k' -c 'read -q -P 0 -s 32k -l 32k 4M 64k' \
-    -c 'read -q 5M 4k' -c 'read -q -P 0x11 0 64k' "nbd+unix:///?socket=$PWD/ns.sock" \
-    >nbd-s.out 2>&1
+"${T[@]}" "$QEMU_IO" -f raw -c 'read -q -P 0x33 -l 32k 4M 64k' \
+    -c 'read -q -P 0 -s 32k -l 32k 4M 64k' -c 'read -q 5M 4k' -c 'read -q -P 0x11 0 64k' \
+    "nbd+unix:///?socket=$PWD/ns.sock" >nbd-s.out 2>&1
 assert_eq "qimg nbd, the image shrunk: an NBD error for the read past the end" \
     "read failed: Invalid argument" "$(cat nbd-s.out)"
 kill "$NBD_PID"
