@@ -5,8 +5,9 @@
 # rbd: names, json: and --image-opts fields, RBD snapshots, qcow2 on RBD,
 # qimg nbd serving an RBD image, faults (a cluster that does not answer,
 # an OSD stopped in the middle of a convert, missing pools and images, a
-# snapshot opened for writing), and the asynchronous API's random workload
-# on RBD, also under TSan.
+# snapshot opened for writing, requests the OSD or librbd fails: each
+# reported for its own request by qimg io, convert and nbd), and the
+# asynchronous API's random workload on RBD, also under TSan.
 #
 # make test runs the core of each part (one cluster start and stop, some
 # 110 commands); QIMG_LONG=1 (make check-long) adds the other names,
@@ -16,8 +17,8 @@
 . "$(dirname "$0")/../common.sh"
 long() { [ -n "${QIMG_LONG:-}" ]; }
 
-requires qimg qemu-img qemu-io ceph-mon ceph-osd ceph rbd monmaptool uuidgen python3 \
-    nbdkit nbdcopy
+requires qimg qemu-img qemu-io qemu-nbd ceph-mon ceph-osd ceph rbd monmaptool uuidgen \
+    python3 nbdkit nbdcopy
 if ! "$QEMU_IMG" --help | grep -q 'Supported formats:.* rbd'; then
     missing "qemu-img has no RBD (install qemu-block-extra)"
 fi
@@ -267,6 +268,182 @@ fault_convert fb "" 2
 assert_eq "OSD back mid-convert: done ($(cat conv.out))" 0 "$CONV_RC"
 assert_rc "OSD back mid-convert: every byte" 0 "$QEMU_IMG" compare -f raw -F raw \
     fault.raw rbd:rbd/fb
+
+# 9c. failed completions (rbd.c invariant 3; libnbd's CVE-2022-0485 was an
+# ignored asynchronous error): real errors, each reported for the request
+# that met it, with qemu-io, qemu-img and qemu-nbd on the same cluster as
+# the oracle.  The OSD refuses a write, zero write or discard reaching past
+# osd_max_object_size into its object (EFBIG: at 1 MiB, writes in the first
+# MiB of each 4 MiB object succeed), and any request on an object whose
+# name is longer than osd_max_object_name_len (ENAMETOOLONG: at 30 every
+# rbd_data.* object, while the header objects are shorter); both are set on
+# the running OSD and put back (config unset).  librbd itself fails a read
+# starting past the end of an image another client shrank (EINVAL) and
+# returns a short count for one crossing it, which qimg zero-fills.  No
+# timing: qemu-io and the NBD servers run with cache=none (librbd's cache
+# off), and convert's target with its default cache=unsafe, which never
+# flushes, so librbd's cache writes through (rbd_cache_writethrough_until_flush):
+# each request's own completion carries its error.  (With the cache on
+# and flushes, librbd acknowledges writes early and a failure comes with a
+# later flush; qemu-io then reports it on a later request.)
+# osd_config VAR [VALUE]: set VAR on the running OSD (without VALUE: back
+# to its default) through its admin socket, as "ceph daemon osd.N config
+# set/unset" does (a JSON command and a NUL; the reply: a big-endian
+# 32-bit length and the text); the value read back must be VALUE.  (The
+# ceph tool costs a second a call on the loaded test machine.)
+osd_config() {
+    python3 - "$CLUSTER"/run/osd.*."$OSD_PID".asok "$@" <<'EOF'
+import json, socket, struct, sys
+
+def call(cmd):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sys.argv[1])
+    s.sendall(json.dumps(cmd).encode() + b"\0")
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+        more = s.recv(65536)
+        if not more:
+            sys.exit("the OSD's admin socket closed before its reply to %s" % cmd)
+        data += more
+    return data[4:]
+
+var = sys.argv[2]
+if len(sys.argv) > 3:
+    call({"prefix": "config set", "var": var, "val": [sys.argv[3]]})
+else:
+    call({"prefix": "config unset", "var": var})
+now = json.loads(call({"prefix": "config get", "var": var}))[var]
+if len(sys.argv) > 3 and now != sys.argv[3]:
+    sys.exit("%s is %s on the OSD, not %s" % (var, now, sys.argv[3]))
+EOF
+}
+T=(timeout 60) # a hang fails the check, never the run
+# io_both DESC IMAGE-Q IMAGE-M FAILURES ARGS...: qemu-io on rbd:rbd/IMAGE-Q,
+# qimg io on rbd:rbd/IMAGE-M, with ARGS; the same stdout (one line per
+# failed request) and exit code, and FAILURES "failed:" lines (the fault
+# did happen).
+io_both() {
+    local desc=$1 q=$2 m=$3 n=$4 qrc mrc
+    shift 4
+    "${T[@]}" "$QEMU_IO" "$@" "rbd:rbd/$q" >io-q.out 2>io-q.err
+    qrc=$?
+    "${T[@]}" "$QIMG" io "$@" "rbd:rbd/$m" >io-m.out 2>io-m.err
+    mrc=$?
+    assert_eq "$desc: output as qemu-io's" "$(cat io-q.out)" "$(cat io-m.out)"
+    assert_eq "$desc: exit code as qemu-io's" "$qrc" "$mrc"
+    assert_eq "$desc: failed requests ($(cat io-q.out))" "$n" \
+        "$(grep -c 'failed:' io-q.out)"
+}
+# nbd_client SERVER...: start the NBD server command SERVER... on a Unix
+# socket, run qemu-io with NBD_ARGS against it (NBD_RC its status), stop it.
+nbd_client() {
+    rm -f nb.sock
+    "$@" -k "$PWD/nb.sock" >nbd-srv.out 2>&1 &
+    local spid=$!
+    if ! wait_sock nb.sock; then
+        _checks=$((_checks + 1))
+        _fail "$1 serving an RBD image does not listen: $(cat nbd-srv.out)"
+    fi
+    "${T[@]}" "$QEMU_IO" -f raw "${NBD_ARGS[@]}" "nbd+unix:///?socket=$PWD/nb.sock"
+    NBD_RC=$?
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+}
+for i in wq wm nq nm; do rbd create --size 8M "$i"; done
+assert_rc "OSD: config set osd_max_object_size 1048576" 0 \
+    osd_config osd_max_object_size 1048576
+io_both "writes failing with EFBIG" wq wm 5 -t none -f raw -c 'write -q -P 0x11 0 64k' \
+    -c 'write -q -P 0x22 1M 64k' -c 'write -q -P 0x33 4M 64k' -c 'write -q -P 0x44 7M 64k' \
+    -c 'write -q -z 5M 64k' -c 'write -q -z -u 6M 4k' -c 'discard -q 1M 64k' \
+    -c 'write -q -z 8k 4k' -c 'read -q -P 0x11 0 8k' -c 'read -q -P 0 1M 64k' \
+    -c 'read -q -P 0x33 4M 64k' -c 'read -q -P 0 7M 64k'
+io_both "asynchronous writes failing with EFBIG" wq wm 3 -t none -f raw \
+    -c 'aio_write -q -P 0x55 64k 64k' -c 'aio_write -q -P 0x66 2M 64k' \
+    -c 'aio_write -q -P 0x77 4160k 64k' -c 'aio_write -q -P 0x88 5M 4k' \
+    -c 'aio_write -q -P 0x99 3M 4k' -c 'aio_flush' -c 'read -q -P 0x55 64k 64k' \
+    -c 'read -q -P 0x77 4160k 64k' -c 'read -q -P 0 2M 64k'
+qi create -f qcow2 cf.qcow2 8M
+qio cf.qcow2 'write -P 0x5a 0 512k' 'write -P 0x5b 4M 512k' 'write -P 0x5c 5M 64k'
+"${T[@]}" "$QEMU_IMG" convert -O raw cf.qcow2 rbd:rbd/cvq >cv-q.out 2>&1
+qrc=$?
+"${T[@]}" "$QIMG" convert -O raw cf.qcow2 rbd:rbd/cvm >cv-m.out 2>&1
+assert_eq "convert to RBD, a write failing: exit code as qemu-img's" "$qrc" "$?"
+assert_eq "convert to RBD, a write failing: the error as qemu-img's" \
+    "$(sed -n 's/^qemu-img: \(error while writing\)/qimg: \1/p' cv-q.out)" \
+    "$(grep '^qimg: error while' cv-m.out)"
+NBD_ARGS=(-c 'write -q -P 0x11 0 64k' -c 'write -q -P 0x22 1M 64k'
+    -c 'aio_write -q -P 0x33 4M 64k' -c 'aio_write -q -P 0x44 6M 64k'
+    -c 'aio_write -q -P 0x55 3M 64k' -c 'aio_flush' -c 'read -q -P 0x11 0 64k'
+    -c 'read -q -P 0 1M 64k' -c 'read -q -P 0x33 4M 64k')
+nbd_client qemu-nbd --cache=none -f raw rbd:rbd/nq >nbd-q.out 2>&1
+qrc=$NBD_RC
+nbd_client "$QIMG" nbd --cache=none -f raw rbd:rbd/nm >nbd-m.out 2>&1
+assert_eq "qimg nbd, writes failing: the client's output as with qemu-nbd" \
+    "$(cat nbd-q.out)" "$(cat nbd-m.out)"
+assert_eq "qimg nbd, writes failing: the client's exit code as with qemu-nbd" "$qrc" \
+    "$NBD_RC"
+assert_eq "qimg nbd, writes failing: NBD errors ($(cat nbd-q.out))" 3 \
+    "$(grep -c 'failed: No space left on device' nbd-q.out)"
+assert_rc "OSD: config unset osd_max_object_size" 0 osd_config osd_max_object_size
+assert_rc "OSD: config set osd_max_object_name_len 30" 0 \
+    osd_config osd_max_object_name_len 30
+io_both "reads failing with ENAMETOOLONG" wq wm 4 -r -t none -f raw \
+    -c 'read -q -P 0x11 0 8k' -c 'aio_read -q -P 0x11 0 8k' \
+    -c 'aio_read -q -P 0x33 4M 64k' -c 'aio_read -q -P 0 6M 4k' -c 'aio_flush'
+assert_rc "OSD: config unset osd_max_object_name_len" 0 osd_config osd_max_object_name_len
+# shrunk IMAGE TOOL...: TOOL (qemu-io or qimg io) opens rbd:rbd/IMAGE and
+# reads commands from a pipe; once its prompt shows the image open, another
+# client shrinks the image to 4 MiB + 32 KiB (rbd resize returns once
+# every watcher has acknowledged the new size), then the reads: across the
+# new end (its data, then zeros: never the 0xab the buffer starts as) and
+# past it.  SHRUNK: its output without the prompts, SHRUNK_RC its status
+# (its stderr in shrunk.err).
+shrunk() {
+    local img=$1 pid
+    shift
+    rm -f cmds.fifo
+    mkfifo cmds.fifo
+    "${T[@]}" "$@" -f raw "rbd:rbd/$img" <cmds.fifo >shrunk.out 2>shrunk.err &
+    pid=$!
+    exec 7>cmds.fifo
+    for _ in $(seq 300); do
+        grep -q 'io> ' shrunk.out && break
+        sleep 0.1
+    done
+    rbd resize --no-progress --allow-shrink --size 4128K "rbd/$img"
+    (printf '%s\n' 'read -q -P 0x33 -l 32k 4M 64k' 'read -q -P 0 -s 32k -l 32k 4M 64k' \
+        'read -q 5M 4k' 'read -q -P 0x11 0 8k' >&7) 2>/dev/null # SIGPIPE if it ended
+    exec 7>&-
+    wait "$pid"
+    SHRUNK_RC=$?
+    SHRUNK=$(sed 's/q[a-z]*-io> //g' shrunk.out)
+}
+shrunk wq "$QEMU_IO"
+qout=$SHRUNK qrc=$SHRUNK_RC
+shrunk wm "$QIMG" io
+assert_eq "shrunk by another client: reads as qemu-io's" "$qout" "$SHRUNK"
+assert_eq "shrunk by another client: exit code as qemu-io's ($(cat shrunk.err))" "$qrc" \
+    "$SHRUNK_RC"
+assert_eq "shrunk by another client: the read past the end failed" \
+    "read failed: Invalid argument" "$qout"
+# the same over NBD (qemu-nbd is no oracle here: it drops the connection
+# on a failed read), the image shrunk while qimg nbd has it open
+rm -f ns.sock
+"$QIMG" nbd -t -k "$PWD/ns.sock" -f raw rbd:rbd/nm >nbd-srv.out 2>&1 &
+NBD_PID=$!
+if ! wait_sock ns.sock; then
+    _checks=$((_checks + 1))
+    _fail "qimg nbd serving an RBD image does not listen: $(cat nbd-srv.out)"
+fi
+rbd resize --no-progress --allow-shrink --size 4128K rbd/nm
+"${T[@]}" "$QEMU_IO" -f raw -c 'read -q -P 0x33 -l 32k 4M 64k' \
+    -c 'read -q -P 0 -s 32k -l 32k 4M 64k' -c 'read -q 5M 4k' -c 'read -q -P 0x11 0 64k' \
+    "nbd+unix:///?socket=$PWD/ns.sock" >nbd-s.out 2>&1
+assert_eq "qimg nbd, the image shrunk: an NBD error for the read past the end" \
+    "read failed: Invalid argument" "$(cat nbd-s.out)"
+kill "$NBD_PID"
+wait "$NBD_PID" 2>/dev/null
 
 # 10. the asynchronous API on RBD: the random workload of
 # tests/test-aio-workload.c (64 requests in flight, each byte read checked
