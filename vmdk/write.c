@@ -21,6 +21,8 @@
  *     open allocates after them), never an entry pointing at unwritten
  *     bytes or past the end of the file.  Both copies of a table (the
  *     grain directory's and the redundant one's) get the same entries.
+ *     Debug builds assert it where a table is written (map.c,
+ *     vmdk_gt_writeback_locked: the extent's grain_gen is durable).
  *  2. No write destroys durable data: a grain is allocated once and never
  *     moves; an allocated grain is rewritten in place (hosted sparse) or
  *     refused (streamOptimized, QEMU: "Could not write to allocated
@@ -161,6 +163,7 @@ static int write_new_grain_locked(VmdkState *s, VmdkExtent *ext, uint64_t off,
     if (ret < 0) {
         return ret;
     }
+    ext->grain_gen = blk_write_gen(ext->file); /* invariant 1, asserted in map.c */
     return vmdk_gt_set_locked(s, ext, grain_start, (uint32_t)gte);
 }
 
@@ -270,6 +273,7 @@ static int append_compressed_locked(VmdkState *s, VmdkExtent *ext, uint64_t off,
     if (ret < 0) {
         return ret;
     }
+    ext->grain_gen = blk_write_gen(ext->file); /* invariant 1, asserted in map.c */
     return vmdk_gt_set_locked(s, ext, off, (uint32_t)(host / VMDK_SECTOR));
 }
 
