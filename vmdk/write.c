@@ -10,8 +10,8 @@
  * the CID rewrite.
  *
  * On-disk safety (DESIGN's rules 1-2 for VMDK; iotest 092 checks the
- * layout against QEMU's; the power-loss explorer, iotests/crash/, does not
- * cover VMDK yet):
+ * layout against QEMU's; the power-loss explorer, iotests/crash/, judges
+ * guest writes into hosted sparse extents in iotest 093):
  *  1. A grain table entry is written only after the grain it points at
  *     (data, copy-on-write head and tail, or the compressed grain with its
  *     marker) is durable: entries are set in the cached table (map.c,
