@@ -392,6 +392,21 @@ uint64_t blk_flushed_gen(BlkNode *img);
 /* True when every write that completed before write generation gen is
  * durable on img's protocol node. */
 bool blk_is_durable(BlkNode *img, uint64_t gen);
+/* Debug-build check of a format driver's ordering rule where a dependent
+ * write is issued: everything written to node up to generation gen is
+ * durable.  'rule' names the driver's invariant for the failure message. */
+static inline void blk_assert_durable(BlkNode *node, uint64_t gen, const char *rule)
+{
+#ifndef NDEBUG
+    if (!blk_is_durable(node, gen)) {
+        g_error("write ordering broken (%s): generation %" G_GUINT64_FORMAT
+                " of '%s' is not durable (flushed %" G_GUINT64_FORMAT ")",
+                rule, gen, node->filename, blk_flushed_gen(node));
+    }
+#else
+    (void)node, (void)gen, (void)rule;
+#endif
+}
 /* For protocol drivers: count a completed write-like request; a successful
  * flush that started at generation gen. */
 void blk_gen_bump(BlkNode *img);

@@ -419,20 +419,11 @@ int qcow2_refblock_cache_write(void *opaque, uint64_t offset, const void *buf,
 int qcow2_cache_flush_file(void *opaque);
 /* L2 entries reference guest data: durable on the data node. */
 bool qcow2_l2_cache_is_durable(void *opaque, uint64_t gen);
-/* Debug-build check of an ordering rule where a dependent write is issued:
- * everything written to node up to generation gen is durable (block.h
- * invariant 4).  'rule' names the invariant for the failure message. */
+/* Debug-build check of an ordering rule where a dependent write is issued
+ * (block.h invariant 4, blk_assert_durable). */
 static inline void qcow2_assert_durable(BlkNode *node, uint64_t gen, const char *rule)
 {
-#ifndef NDEBUG
-    if (!blk_is_durable(node, gen)) {
-        g_error("write ordering broken (%s): generation %" G_GUINT64_FORMAT
-                " of '%s' is not durable (flushed %" G_GUINT64_FORMAT ")",
-                rule, gen, node->filename, blk_flushed_gen(node));
-    }
-#else
-    (void)node, (void)gen, (void)rule;
-#endif
+    blk_assert_durable(node, gen, rule);
 }
 /* The refcount blocks written so far are durable and none is dirty: what a
  * table that references newly allocated clusters needs (alloc.c inv. 1). */

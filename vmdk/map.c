@@ -176,6 +176,8 @@ int vmdk_gt_writeback_locked(VmdkState *s)
 
     for (guint i = 0; i < c->dirty->len && ret == 0; i++) {
         GtEntry *e = c->dirty->pdata[i];
+        /* write.c invariant 1: the grains its entries point at are durable */
+        blk_assert_durable(e->ext->file, e->ext->grain_gen, "vmdk/write.c invariant 1");
         blk_event(e->ext->file, BLKEV_L2_UPDATE);
         ret = blk_pwrite(e->ext->file, e->gt_sector * VMDK_SECTOR, e->bytes, e->len, 0);
         if (ret == 0 && e->backup) {

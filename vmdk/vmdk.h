@@ -71,6 +71,8 @@ typedef struct VmdkExtent {
     uint64_t se_gts;     /* seSparse: first sector of the grain tables */
     uint64_t se_grains;  /* seSparse: first sector of the grains */
     uint64_t next_grain; /* bytes: where the next grain is allocated */
+    uint64_t grain_gen;  /* file's write generation after the last grain a
+                          * table entry was set for (write.c invariant 1) */
     unsigned index;      /* in s->extents */
 } VmdkExtent;
 

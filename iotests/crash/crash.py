@@ -472,6 +472,11 @@ def make_workload(args):
             off = base + SECTOR * rng.randrange(0, max(1, (span - n) // SECTOR))
             if r < 0.26:
                 drain()
+            if r < 0.2 and args.zero_align:
+                # whole aligned units (VMDK's zeroed grains), in the same span
+                a = args.zero_align
+                n = max(a, n // a * a)
+                off = base + a * rng.randrange(0, max(1, (span - n) // a))
             if r < 0.2:
                 op = {"op": "zero", "off": off, "len": n, "unmap": rng.random() < 0.5}
                 lines.append("write -q -z %s%d %d" % ("-u " if op["unmap"] else "", off, n))
@@ -1251,13 +1256,15 @@ def main():
     w.add_argument("--aio", action="store_true",
                    help="tagged writes as qimg io aio_write, in flight (qimg only)")
     w.add_argument("--aio-depth", type=int, default=8)
+    w.add_argument("--zero-align", type=int, default=0, metavar="BYTES",
+                   help="zero writes cover whole BYTES-aligned units (zeroed grains)")
     e = sub.add_parser("explore")
     e.add_argument("--log", required=True)
     e.add_argument("--qemu-file", help="the file a QEMU blklogwrites log recorded")
     e.add_argument("--base", action="append", default=[],
                    help="PATH=COPY: the file's contents before the run (COPY empty: none)")
     e.add_argument("--image", required=True, help="the image file to judge")
-    e.add_argument("--format", default="qcow2", choices=["qcow2", "vpc", "vdi", "vhdx"])
+    e.add_argument("--format", default="qcow2", choices=["qcow2", "vpc", "vdi", "vhdx", "vmdk"])
     e.add_argument("--link", action="append", default=[],
                    help="NAME=PATH: symlink NAME in each state (backing files)")
     e.add_argument("--model", help="model.json of a workload")

@@ -72,8 +72,11 @@ crash_explore() {
 # guest I/O workload (tagged writes, zero writes, discards, flushes) through
 # `qimg io -t writeback` (IO_CACHE: another cache mode), then (unless
 # NO_CONTROL) the same script through qemu-io over blklogwrites as the
-# positive control.  FORMAT (default qcow2) is the image format: vpc, vdi
-# and vhdx are judged by crash/formats.py.  With LUKS=PASS (qcow2 only) the
+# positive control.  FORMAT (default qcow2) is the image format: vpc, vdi,
+# vhdx and vmdk are judged by crash/formats.py.  The files the format made
+# beside img.FORMAT (a twoGbMaxExtentSparse VMDK's extents, img-s001.vmdk
+# ...; qimg's recording node logs them with the image) get their bases too;
+# such an image has no positive control (blklogwrites logs one file).  With LUKS=PASS (qcow2 only) the
 # image is encrypted (encrypt.format=luks, passphrase PASS): both tools open
 # it with the key, crash.py decrypts the logs to find the markers and fails
 # on any of the workload's data in qimg's log in the clear.
@@ -113,6 +116,12 @@ crash_io_case() {
     size=$("$QEMU_IMG" info -f "$fmt" --output=json "$d/img.$fmt" |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["virtual-size"])')
     [ -f "$d/img.data" ] && cp "$d/img.data" "$d/base.data"
+    local ext_args=() f
+    for f in "$d"/img-*."$fmt"; do
+        [ -f "$f" ] || continue
+        cp "$f" "$f.base"
+        ext_args+=(--base "$f=$f.base")
+    done
     crash_py workload --dir "$d/wl" --seed "$label" --size "$size" \
         --cluster-size "$cs" "$@"
     if [ -n "${BACKING:-}" ]; then
@@ -137,11 +146,15 @@ crash_io_case() {
         return
     fi
     crash_explore "qimg-$label" --format "$fmt" --log "$d/log" --base "$d/img.$fmt=$d/base.$fmt" \
-        "${data_args[@]}" --image "$d/img.$fmt" --model "$d/wl/model.json" \
+        "${data_args[@]}" "${ext_args[@]}" --image "$d/img.$fmt" --model "$d/wl/model.json" \
         "${backing_args[@]}" "${link_args[@]}" "${luks_args[@]}" \
         ${LUKS:+--no-plaintext}
 
     [ -n "${NO_CONTROL:-}" ] && return
+    if [ ${#ext_args[@]} -gt 0 ]; then
+        echo "$label: no positive control (blklogwrites logs one file, the image has extent files)"
+        return
+    fi
     # The positive control: qemu-io runs the same script on a fresh copy.
     cp "$d/base.$fmt" "$d/q.$fmt"
     [ -f "$d/base.data" ] && cp "$d/base.data" "$d/img.data"
