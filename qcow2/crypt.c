@@ -19,7 +19,9 @@
  *  2. An encrypted image opened for its metadata only (qemu-img info's
  *     open: read-only, no_io) has no key; its data functions refuse every
  *     transfer, so ciphertext never reaches a caller and nothing is written
- *     unencrypted.
+ *     unencrypted.  The same refusal holds for an image whose external
+ *     data file that open left closed (qcow2.c invariant 11): the image
+ *     file's own bytes at the data file's offsets are never guest data.
  *  3. Encrypted images stay off the io_uring ring: qcow2_data_direct_ok()
  *     is false for them, so the aio engine runs their requests on the task
  *     pool, where they come back here (decryption happens in the worker
@@ -53,6 +55,14 @@
 
 /* ---- guest data (invariants 1-4) ---- */
 
+static int no_data_file(const Qcow2State *s)
+{
+    return blk_error(EACCES,
+                     "'%s' was opened for its metadata only: its data file '%s' is not "
+                     "open",
+                     s->img->filename, s->ext.data_file ? s->ext.data_file : "");
+}
+
 static int no_key(const Qcow2State *s)
 {
     return blk_error(EACCES,
@@ -68,6 +78,9 @@ static uint64_t iv_offset(const Qcow2State *s, uint64_t host, uint64_t guest)
 
 int qcow2_data_preadv(Qcow2State *s, uint64_t host, uint64_t guest, const BlkIOV *qiov)
 {
+    if (s->data_file_skipped) {
+        return no_data_file(s); /* invariant 2 */
+    }
     if (!s->encrypted) {
         return blk_preadv(qcow2_data_node(s), host, qiov, 0);
     }
@@ -81,6 +94,9 @@ int qcow2_data_preadv(Qcow2State *s, uint64_t host, uint64_t guest, const BlkIOV
 int qcow2_data_pwritev(Qcow2State *s, uint64_t host, uint64_t guest, const BlkIOV *qiov,
                        unsigned flags)
 {
+    if (s->data_file_skipped) {
+        return no_data_file(s); /* invariant 2 */
+    }
     if (!s->encrypted) {
         return blk_pwritev(qcow2_data_node(s), host, qiov, flags);
     }
@@ -94,6 +110,9 @@ int qcow2_data_pwritev(Qcow2State *s, uint64_t host, uint64_t guest, const BlkIO
 int qcow2_data_pwrite_zeroes(Qcow2State *s, uint64_t host, uint64_t guest, uint64_t bytes,
                              unsigned flags)
 {
+    if (s->data_file_skipped) {
+        return no_data_file(s); /* invariant 2 */
+    }
     if (!s->encrypted) {
         return blk_pwrite_zeroes(qcow2_data_node(s), host, bytes, flags);
     }
@@ -108,7 +127,7 @@ bool qcow2_data_direct_ok(const Qcow2State *s)
 {
     /* invariant 3; and a test node (fault, record) under us takes no ring
      * requests (only file nodes do, uring.c) */
-    return !s->encrypted && !qcow2_data_node(s)->filtered;
+    return !s->encrypted && !s->data_file_skipped && !qcow2_data_node(s)->filtered;
 }
 
 bool qcow2_data_write_aligned(const Qcow2State *s, uint64_t offset, uint64_t bytes)

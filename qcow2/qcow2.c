@@ -61,6 +61,13 @@
  *     snapshot open), without a key -- then no guest data can be read or
  *     written (crypt.c invariant 2).  Its LUKS header is decoded either
  *     way (info shows it).
+ * 11. The same metadata-only open never opens an external data file, the
+ *     header's or the caller's (CVE-2024-4467: qemu-img info must be safe
+ *     on an untrusted image; QEMU's fix does the same): the image still
+ *     has a data file (qcow2_has_data_file(), info's data-file and
+ *     data-file-raw), but no guest data can be read from it (crypt.c
+ *     invariant 2's refusal) and block status points into no file
+ *     (read.c invariant 5).
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
@@ -231,17 +238,19 @@ static int open_data_file(Qcow2State *s, const char *filename, const char *given
     if (s->data_file) {
         return 0;
     }
-    /* QEMU's wording one layer up: a deliberate rewording (error.c inv 2) */
+    /* QEMU names the data file as its own child, unprefixed (Debian's
+     * qemu-img 7.2: "Could not open 'd.raw': No such file or directory");
+     * a lock conflict gets QEMU's wording one layer up, a deliberate
+     * rewording (error.c inv 2) */
     code = blk_error_code() ? blk_error_code() : EIO;
-    if (given) { /* QEMU: the option's own child, named as itself */
+    if (given || code != EAGAIN) {
         return blk_error_code() ? -code : blk_error(code, "Could not open '%s'", path);
     }
     msg = blk_error_take();
-    if (code == EAGAIN && msg) {
+    if (msg) {
         return blk_error_replace(EAGAIN, "%s", blk_open_error_detail(msg, code, path));
     }
-    return blk_error_replace(code, "Could not open data file '%s': %s", path,
-                             msg ? msg : g_strerror(code));
+    return blk_error(code, "Could not open '%s'", path);
 }
 
 /* DESIGN.md rule 5: a dirty image (lazy refcounts, not closed cleanly) has
@@ -376,8 +385,14 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
                    !!s->data_file) {
         return blk_error(EINVAL, "qcow2: the data file does not match the header");
     }
-    if (opts && opts->data_file_path && !s->data_file &&
-        !(s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE)) {
+    if (crypt.metadata_only &&
+        (s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE)) {
+        s->data_file_skipped = true; /* invariant 11 */
+        s->data_file_raw = s->autoclear_features & QCOW2_AUTOCLEAR_DATA_FILE_RAW;
+    } else if (crypt.metadata_only) {
+        /* invariant 11: a data-file option is not opened either */
+    } else if (opts && opts->data_file_path && !s->data_file &&
+               !(s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE)) {
         /* invariant 4: QEMU opens the option's file first, then refuses */
         ret = open_data_file(s, filename, opts->data_file_path);
         if (ret < 0) {
@@ -386,8 +401,8 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         return blk_error(EINVAL,
                          "'data-file' can only be set for images with an external data "
                          "file");
-    }
-    if ((s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) && !s->data_file) {
+    } else if ((s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) &&
+               !s->data_file) {
         ret = open_data_file(s, filename, opts ? opts->data_file_path : NULL); /* inv 4 */
         if (ret < 0) {
             return ret;
@@ -637,7 +652,7 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
     info->extended_l2 = s->extended_l2;
     g_free(info->data_file);
     info->data_file = g_strdup(s->ext.data_file);
-    info->data_file_raw = s->data_file && s->data_file_raw;
+    info->data_file_raw = qcow2_has_data_file(s) && s->data_file_raw;
     if (!info->snapshots) {
         info->snapshots = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
     }

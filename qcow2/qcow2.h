@@ -151,7 +151,8 @@ typedef struct Qcow2State {
     Qcow2FastMap *fastmap;      /* [open] the lock-free request path (fastmap.c) */
     Qcow2Cache *refcount_cache; /* [lock] */
 
-    BlkNode *data_file; /* [open] external data file node (owned), or NULL */
+    BlkNode *data_file;     /* [open] external data file node (owned), or NULL */
+    bool data_file_skipped; /* [open] the header names one; not opened (qcow2.c inv 11) */
     bool data_file_raw;
 
     /* [lock] metadata preallocation detection for block status */
@@ -222,7 +223,7 @@ static inline uint64_t qcow2_offset_into_cluster(const Qcow2State *s, uint64_t o
 
 static inline bool qcow2_has_data_file(const Qcow2State *s)
 {
-    return s->data_file != NULL;
+    return s->data_file != NULL || s->data_file_skipped;
 }
 
 /* The node guest data lives in: the external data file or the image file. */

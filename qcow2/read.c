@@ -28,6 +28,8 @@
  *     the file whether they read as zeros (QEMU's BDRV_BLOCK_RECURSE).
  *     An encrypted image reports no host offsets (OFFSET_VALID never) and
  *     asks the file nothing: its bytes there are ciphertext (QEMU's rule).
+ *     Nor does an image whose data file a metadata-only open left closed
+ *     (qcow2.c invariant 11).
  *  6. On a writable image a read registers its range in the in-flight list
  *     (write.c invariant 6), so no cluster it reads is replaced or freed by
  *     a concurrent write, zero or discard until its data has been read.
@@ -392,7 +394,7 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
         st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID | BLK_STATUS_ALLOCATED;
         st->map = m.host_offset;
         st->file = qcow2_data_node(s);
-        if (s->metadata_preallocated && !s->encrypted) {
+        if (s->metadata_preallocated && !s->encrypted && !s->data_file_skipped) {
             recurse_into_file(st);
         }
         break;
@@ -418,8 +420,9 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
         st->flags = 0;
         break;
     }
-    if (s->encrypted) {
-        /* read.c invariant 5: the file holds ciphertext, no guest bytes */
+    if (s->encrypted || s->data_file_skipped) {
+        /* read.c invariant 5: the file holds ciphertext, no guest bytes;
+         * qcow2.c invariant 11: no data file is open to point into */
         st->flags &= ~(unsigned)BLK_STATUS_OFFSET_VALID;
         st->map = 0;
         st->file = NULL;

@@ -87,7 +87,8 @@ typedef struct QimgOpenOptions {
     const char *snapshot;         /* read-only view of this internal snapshot
                                    * (ID or name), as qemu-img convert -l */
     bool no_io;      /* read-only: metadata only, no guest data read (qemu-img info);
-                      * takes fewer locks */
+                      * takes fewer locks and opens no external data file (safe
+                      * on an untrusted image) */
     bool resize;     /* the image will be resized (qemu-img resize): take the resize
                       * permission at open */
     bool deny_write; /* nobody else may write or resize any file of the image

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Human qimg info (plain and --backing-chain) and qimg snapshot -l equal
 # qemu-img's byte for byte, for qcow2 images with snapshots, backing files,
-# data files and the various header options.  Nothing is filtered (both
+# data files (info opening none of them) and the various header options.  Nothing is filtered (both
 # tools run with TZ=UTC, so the dates agree).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
@@ -129,6 +129,18 @@ qio df.qcow2 "write -q -P 3 0 1M"
 for img in df.qcow2 dfraw.qcow2 dfb.qcow2; do
     check_human "$img"
 done
+# info opens no data file, the header's or an option's (qcow2.c invariant
+# 11; CVE-2024-4467, whose fix Debian's qemu-img 7.2 carries): with the
+# data files gone, info (and its JSON, and --backing-chain) is still
+# qemu-img's; a command that reads data still fails, naming the file.
+mv d1.data d1.gone && mv d2.data d2.gone
+for img in df.qcow2 dfraw.qcow2; do
+    same_as_qemu_err info "$img"
+    same_as_qemu info --output=json --backing-chain "$img"
+done
+same_as_qemu_err info --image-opts driver=qcow2,file.filename=df.qcow2,data-file.filename=/nonexistent
+same_as_qemu_err map --output=json df.qcow2
+mv d1.gone d1.data && mv d2.gone d2.data
 
 # Dirty (lazy refcounts, not cleanly shut down) and corrupt images.
 qi create -f qcow2 -o lazy_refcounts=on dirty.qcow2 1M
