@@ -75,6 +75,10 @@
  *     The location goes to the open in layers->rbd (o->rbd) with its
  *     "rbd:" name as the path; only the caller's own name and its layers
  *     object take it (invariant 1: never a backing name from an image).
+ * 12. "driver": "null-co" (or "null-aio") is QEMU's null node itself
+ *     (block/null.c), named "null-co://" when no filename is given, with
+ *     its options size, read-zeroes and latency-ns (open-opts.c); only the
+ *     caller's own name takes it.
  */
 #include "api/api.h"
 
@@ -569,8 +573,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         return apply_rbd(flat, o, path, layers, error); /* invariant 11 */
     }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
+    /* invariant 12: the null node is the image */
+    bool null_top = !from_image && driver &&
+                    (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0);
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
-        strcmp(driver, "luks") != 0 && !nbd_top) {
+        strcmp(driver, "luks") != 0 && !nbd_top && !null_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -599,6 +606,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     bool by_filename = !file && !from_image; /* the top-level "filename" names it */
     if (by_filename) {
         file = g_hash_table_lookup(flat, "filename");
+    }
+    if (null_top && !file) { /* invariant 12 */
+        file = strcmp(driver, "null-co") == 0 ? "null-co://" : "null-aio://";
     }
     if (!file && !how->file_optional) {
         g_set_error(error, QIMG_ERROR, EINVAL,

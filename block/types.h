@@ -88,6 +88,10 @@ typedef struct BlkOpenOptions {
     uint64_t l2_cache_size, refcount_cache_size, l2_cache_entry_size;
     int lazy_refcounts;
     const char *nbd_context; /* NBD meta context (x-dirty-bitmap), or NULL */
+    /* A null-co/null-aio node's options (block/null.c): size (when
+     * null_size_set; else 1 GiB), read-zeroes, latency-ns */
+    bool null_size_set, null_read_zeroes;
+    uint64_t null_size, null_latency_ns;
     /* qcow2's overlap-check: the template's kinds (overlap_set: given;
      * else QEMU's "cached"), then the overlap-check.KIND switches on and
      * off (bits of qcow2.h's QCOW2_OL_*) */
