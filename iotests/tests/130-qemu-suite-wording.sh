@@ -16,7 +16,9 @@
 #  - an image marked corrupt during a write closes without a further
 #    "Failed to flush" line (305), and with the exit code qemu-io has;
 #  - bitmap's long options --granularity, --source-file, --source-format
-#    (190): the bitmaps they add and merge, as qemu-img reads them back.
+#    (190): the bitmaps they add and merge, as qemu-img reads them back;
+#  - compare's read error: the errno's text alone, for an error blkdebug
+#    injects too (074).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 
@@ -141,5 +143,14 @@ assert_eq "190: the bitmaps added and merged" \
     "$("$QEMU_IMG" info --output=json gq.qcow2 | sed -n '/"bitmaps"/,/]/p')" \
     "$("$QEMU_IMG" info --output=json gm.qcow2 | sed -n '/"bitmaps"/,/]/p')"
 assert_eq "190: the merged bits" "$(dirty_map gq.qcow2 b2 2>&1)" "$(dirty_map gm.qcow2 b2 2>&1)"
+
+# ---- compare's read error (074) ----
+qi create -q -f qcow2 c1.qcow2 1G
+qio c1.qcow2 'write -P 102 512 512'
+cp c1.qcow2 c2.qcow2
+printf '[inject-error]\nevent = "read_aio"\nerrno = "5"\nonce ="off"\n' >bd.conf
+same_as_qemu_err compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c2.qcow2
+printf '[inject-error]\nevent = "read_aio"\nerrno = "28"\n' >bd.conf
+same_as_qemu_err compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c2.qcow2
 
 finish
