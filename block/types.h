@@ -44,6 +44,7 @@ typedef struct BlkOpenOptions {
     bool no_backing;              /* do not open the backing chain */
     uint64_t metadata_cache_size; /* bytes; 0 = driver default */
     bool force_share;             /* take no locks that keep others out */
+    bool no_locking;              /* file.locking=off: no image locks at all */
     bool no_io;                   /* metadata only (qemu-img info's locks) */
     bool resize;                  /* take the resize permission at open */
     bool deny_write;              /* keep other writers out (convert source) */

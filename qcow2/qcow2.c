@@ -227,6 +227,7 @@ static int open_data_file(Qcow2State *s, const char *filename, const char *given
 
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
+    o.no_locking = false; /* file.locking is the image file's (lock.c inv. 6) */
     s->data_file = blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA); /* inv 4 */
     if (s->data_file) {
         return 0;
