@@ -75,6 +75,10 @@
  *     The location goes to the open in layers->rbd (o->rbd) with its
  *     "rbd:" name as the path; only the caller's own name and its layers
  *     object take it (invariant 1: never a backing name from an image).
+ * 12. "driver": "null-co" (or "null-aio") is QEMU's null node itself
+ *     (block/null.c), named "null-co://" when no filename is given, with
+ *     its options size, read-zeroes and latency-ns (open-opts.c); only the
+ *     caller's own name takes it.
  */
 #include "api/api.h"
 
@@ -378,16 +382,27 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
 
 /* QEMU 7.2's file protocol options qimg does not have (invariant 2). */
 static const char *const file_refused[] = {
-    "aio",        "aio-max-batch",         "locking",
-    "pr-manager", "x-check-cache-dropped", "drop-cache",
+    "aio", "aio-max-batch", "pr-manager", "x-check-cache-dropped", "drop-cache",
 };
 
 /* The file protocol's own options (key without "file."; its filename,
- * driver and cache options are apply()'s): -1 with the error set. */
-static int file_option(const char *key, const char *value, GError **error)
+ * driver and cache options are apply()'s): -1 with the error set.
+ * locking: QEMU's on, off (no image locks: block/lock.c invariant 6) and
+ * auto (on: qimg's locks are OFD locks, which Linux always has). */
+static int file_option(const char *key, const char *value, BlkOpenOptions *o,
+                       GError **error)
 {
     if (strcmp(key, "node-name") == 0) { /* open-opts.c invariant 1 */
         return api_node_name_ok(value, error) ? 0 : -1;
+    }
+    if (strcmp(key, "locking") == 0) {
+        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0 &&
+            strcmp(value, "auto") != 0) {
+            g_set_error(error, QIMG_ERROR, EINVAL, "invalid parameter value: %s", value);
+            return -1;
+        }
+        o->no_locking = strcmp(value, "off") == 0;
+        return 0;
     }
     for (size_t i = 0; i < G_N_ELEMENTS(file_refused); i++) {
         if (strcmp(key, file_refused[i]) == 0) {
@@ -569,8 +584,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         return apply_rbd(flat, o, path, layers, error); /* invariant 11 */
     }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
+    /* invariant 12: the null node is the image */
+    bool null_top = !from_image && driver &&
+                    (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0);
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
-        strcmp(driver, "luks") != 0 && !nbd_top) {
+        strcmp(driver, "luks") != 0 && !nbd_top && !null_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -599,6 +617,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     bool by_filename = !file && !from_image; /* the top-level "filename" names it */
     if (by_filename) {
         file = g_hash_table_lookup(flat, "filename");
+    }
+    if (null_top && !file) { /* invariant 12 */
+        file = strcmp(driver, "null-co") == 0 ? "null-co://" : "null-aio://";
     }
     if (!file && !how->file_optional) {
         g_set_error(error, QIMG_ERROR, EINVAL,
@@ -671,7 +692,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                    strcmp(key, "key-secret") == 0) {
             o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
         } else if (g_str_has_prefix(key, "file.")) {
-            if (file_option(key + strlen("file."), value, error) < 0) {
+            if (file_option(key + strlen("file."), value, o, error) < 0) {
                 return FALSE;
             }
         } else if ((r = api_runtime_option(driver, key, value, o, error)) != 0) {

@@ -154,6 +154,35 @@ static gboolean parse_size(const char *key, const char *v, uint64_t *out, GError
     return TRUE;
 }
 
+/* QEMU's null-co/null-aio options (block/null.c): 1 taken, 0 not one of
+ * them, -1 a bad value. */
+static int null_option(const char *key, const char *value, BlkOpenOptions *o,
+                       GError **error)
+{
+    if (strcmp(key, "size") == 0) {
+        if (!parse_size(key, value, &o->null_size, error)) {
+            return -1;
+        }
+        o->null_size_set = true;
+        return 1;
+    }
+    if (strcmp(key, "read-zeroes") == 0) {
+        return api_parse_bool(key, value, &o->null_read_zeroes, error) ? 1 : -1;
+    }
+    if (strcmp(key, "latency-ns") == 0) {
+        char *end = NULL;
+        errno = 0;
+        o->null_latency_ns = g_ascii_strtoull(value, &end, 0);
+        if (!*value || *end || errno || *value == '-') {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
+                        key);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 gboolean api_node_name_ok(const char *name, GError **error)
 {
     bool ok = g_ascii_isalpha(name[0]);
@@ -312,6 +341,9 @@ int api_runtime_option(const char *driver, const char *key, const char *value,
     }
     if (driver && strcmp(driver, "qcow2") == 0) {
         return qcow2_option(key, value, o, error);
+    }
+    if (driver && (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0)) {
+        return null_option(key, value, o, error);
     }
     return 0;
 }

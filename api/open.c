@@ -111,6 +111,8 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     bo.backing_keys = opts->n_backing_keys > 1 ? opts->backing_keys + 1 : NULL;
     bo.n_backing_keys = opts->n_backing_keys > 1 ? opts->n_backing_keys - 1 : 0;
     bo.share_write = opts->backing_share_write;
+    /* file.locking is one file's (block/lock.c invariant 6) */
+    bo.no_locking = opts->backing_opts && opts->backing_opts->no_locking;
     bo.backing_name = true;
     /* invariant 6: a parent inside the same OVA, a name block/ova.c built */
     bo.ova_sibling = !opts->backing_path && !opts->backing_opts && drv_confines(img) &&

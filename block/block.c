@@ -98,6 +98,7 @@ BlkNode *blk_open_file_opts(const char *filename, const BlkOpenOptions *opts,
         .no_io = opts->no_io,
         .resize = opts->resize,
         .deny_write = opts->deny_write,
+        .no_locking = opts->no_locking,
     };
     int ret;
 

@@ -426,6 +426,12 @@ const char *blk_event_name(BlkEvent ev);
 int blk_debug_op(BlkNode *top, BlkDebugOp op, const char *event, const char *tag);
 /* That node's suspended requests (debug_suspended); NULL if none. */
 char **blk_debug_suspended(BlkNode *top, bool only_new);
+/* block/null.c: QEMU's null-co:// and null-aio:// nodes, sized and read
+ * as opts->null_* say; their drivers are registered as the formats
+ * "null-co" and "null-aio" (the node is the image, as QEMU's). */
+BlkNode *blk_open_null(const char *filename, const BlkOpenOptions *opts);
+extern const BlkDriver blk_null_co_driver;
+extern const BlkDriver blk_null_aio_driver;
 /* faulty-config.c: QEMU's blkdebug event name as the step qimg announces
  * (*ev: BlkEvent, or -1 with *read: the read requests); -ENOENT for a name
  * QEMU does not have, -ENOTSUP (with a message) for one qimg cannot match. */
@@ -442,6 +448,12 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
 /* The NBD node's driver, registered as the format "nbd" (an image opened
  * with driver=nbd is the node itself, as QEMU's). */
 extern const BlkDriver blk_nbd_driver;
+/* block/null.c: QEMU's null-co:// and null-aio:// nodes, sized and read
+ * as opts->null_* say; their drivers are registered as the formats
+ * "null-co" and "null-aio" (the node is the image, as QEMU's). */
+BlkNode *blk_open_null(const char *filename, const BlkOpenOptions *opts);
+extern const BlkDriver blk_null_co_driver;
+extern const BlkDriver blk_null_aio_driver;
 /* faulty-config.c: QEMU's blkdebug config file at path as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */
 int blk_faulty_config_rules(const char *path, char **rules);

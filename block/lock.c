@@ -46,6 +46,9 @@
  *     everything; no_io (read-only metadata opens: qemu-img info) drops CR,
  *     and a data file then takes nothing; share_write (read-only backing
  *     files of an image being committed) shares W RESIZE.
+ *  6. An open with no_locking (QEMU's file.locking=off) takes no byte and
+ *     tests none, then or later (st->off): it neither keeps others out nor
+ *     sees them, as QEMU's.
  */
 #include "block/lock.h"
 #include "block/block.h"
@@ -178,6 +181,9 @@ int blk_lock_apply(BlkLockState *st, int fd, unsigned perm, unsigned shared,
     unsigned took_perm = 0, took_unshared = 0;
     int ret = 0;
 
+    if (st->off) { /* invariant 6 */
+        return 0;
+    }
     perm &= BLK_PERM_ALL;
     /* Invariant 2: our own bytes first, the "holds" ones before the others. */
     for (unsigned i = 0; i < NPERM && ret == 0; i++) {
@@ -238,6 +244,10 @@ int blk_lock_role(BlkLockState *st, int fd, BlkNodeRole role, const BlkOpenOptio
 
     if (o) {
         lo = *o;
+    }
+    if (lo.no_locking) { /* invariant 6 */
+        st->off = true;
+        return 0;
     }
     lo.read_only = read_only;
     blk_lock_perms(role, &lo, &perm, &shared);

@@ -36,6 +36,7 @@ typedef enum BlkNodeRole {
 typedef struct BlkLockState {
     unsigned perm;     /* byte 100 + i held for each bit i */
     unsigned unshared; /* byte 200 + i held for each bit i */
+    bool off;          /* locking=off: nothing is taken (lock.c invariant 6) */
 } BlkLockState;
 
 /*

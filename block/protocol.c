@@ -2,7 +2,8 @@
  * block/protocol.c: the protocol table -- which node a name opens.
  *
  * Owns: the table of protocols (the file protocol, NBD, Ceph RBD, a disk
- * inside an OVA archive (block/ova.c), and the
+ * inside an OVA archive (block/ova.c), QEMU's null-co:// device
+ * (block/null.c), and the
  * test nodes blkdebug: and record:), choosing one by a name's prefix,
  * opening it or creating what it names, and taking a name apart into its
  * test-node prefixes and the plain name under them.  A new protocol is one
@@ -65,6 +66,12 @@ static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
               filename);
     return NULL;
 #endif
+}
+
+static BlkNode *open_null(const BlkProtocol *p, const char *filename,
+                          const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+    return blk_open_null(filename, opts);
 }
 
 static BlkNode *open_ova(const BlkProtocol *p, const char *filename,
@@ -141,12 +148,14 @@ static const char *const rbd_prefixes[] = {"rbd:", NULL};
 static const char *const blkdebug_prefixes[] = {"blkdebug:", NULL};
 static const char *const record_prefixes[] = {"record:", NULL};
 static const char *const ova_prefixes[] = {"ova:", NULL};
+static const char *const null_prefixes[] = {"null-co:", "null-aio:", NULL};
 
 /* Invariant 1: in match order; the file protocol last. */
 static const BlkProtocol protocols[] = {
     {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd},
     {.name = "rbd", .prefixes = rbd_prefixes, .open = open_rbd, .create = create_rbd},
     {.name = "ova", .prefixes = ova_prefixes, .open = open_ova},
+    {.name = "null-co", .prefixes = null_prefixes, .open = open_null},
     {.name = "blkdebug",
      .prefixes = blkdebug_prefixes,
      .test_node = true,

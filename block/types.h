@@ -44,6 +44,7 @@ typedef struct BlkOpenOptions {
     bool no_backing;              /* do not open the backing chain */
     uint64_t metadata_cache_size; /* bytes; 0 = driver default */
     bool force_share;             /* take no locks that keep others out */
+    bool no_locking;              /* file.locking=off: no image locks at all */
     bool no_io;                   /* metadata only (qemu-img info's locks) */
     bool resize;                  /* take the resize permission at open */
     bool deny_write;              /* keep other writers out (convert source) */
@@ -88,6 +89,10 @@ typedef struct BlkOpenOptions {
     uint64_t l2_cache_size, refcount_cache_size, l2_cache_entry_size;
     int lazy_refcounts;
     const char *nbd_context; /* NBD meta context (x-dirty-bitmap), or NULL */
+    /* A null-co/null-aio node's options (block/null.c): size (when
+     * null_size_set; else 1 GiB), read-zeroes, latency-ns */
+    bool null_size_set, null_read_zeroes;
+    uint64_t null_size, null_latency_ns;
     /* qcow2's overlap-check: the template's kinds (overlap_set: given;
      * else QEMU's "cached"), then the overlap-check.KIND switches on and
      * off (bits of qcow2.h's QCOW2_OL_*) */

@@ -234,6 +234,7 @@ static int open_data_file(Qcow2State *s, const char *filename, const char *given
 
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
+    o.no_locking = false; /* file.locking is the image file's (lock.c inv. 6) */
     s->data_file = blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA); /* inv 4 */
     if (s->data_file) {
         return 0;
@@ -605,7 +606,8 @@ static void qcow2_close(BlkNode *img)
  * bdrv_has_zero_init) or a raw data file holds old contents.  A
  * preallocated image (its last L1 entry set, as QEMU tests it) maps its
  * clusters to whatever the data file held: zeros only if that reads as
- * zeros (not a block device). */
+ * zeros (not a block device), and never when encrypted: zeros on disk
+ * decrypt to noise (QEMU iotest 188: a convert must write the zeros). */
 static bool qcow2_has_zero_init(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
@@ -618,6 +620,9 @@ static bool qcow2_has_zero_init(BlkNode *img)
     qcow2_lock(s);
     preallocated = s->l1_size > 0 && s->l1_table[s->l1_size - 1] != 0;
     qcow2_unlock(s);
+    if (preallocated && s->encrypted) {
+        return false;
+    }
     return !preallocated || (data->drv->has_zero_init && data->drv->has_zero_init(data));
 }
 

@@ -14,6 +14,10 @@
  *  4. Different sizes: "Warning: Image size mismatch!" and the longer
  *     image's allocated tail must read as zeros.  In strict mode (-s)
  *     different sizes or different block status are a difference.
+ *  5. A read that fails is "Error while reading offset O of NAME: " and the
+ *     errno's text alone (strerror), not how the layers below worded it
+ *     (QEMU iotest 074: an error blkdebug injects reads "Input/output
+ *     error").
  */
 #include "qimg-tool.h"
 
@@ -74,7 +78,7 @@ static bool read_side(Side *side, uint64_t offset, uint8_t *buf, size_t len)
 
     if (!qimg_image_pread(side->img, offset, buf, len, &err)) {
         tool_error("Error while reading offset %" PRIu64 " of %s: %s", offset, side->name,
-                   err->message);
+                   g_strerror(err->code)); /* fact 5 */
         g_clear_error(&err);
         return false;
     }

@@ -32,6 +32,12 @@
  *  7. --salvage: source read errors become zeros, each failing sector
  *     warned about as qemu-img does ("warning: error while reading offset
  *     N: REASON", not with -q); the convert succeeds (qimg/copy.h).
+ *  8. -C (copy offloading: qemu-img's copy_range from source to target
+ *     file) is refused: qimg has no copy offloading.  Before that, as
+ *     qemu-img, with -c, -S or --salvage it is "Cannot enable copy
+ *     offloading when -c is used" (-S), "Cannot use copy offloading in
+ *     salvaging mode", checked after --skip-broken-bitmaps and before the
+ *     -n checks, in qemu-img's order.
  */
 #include "convert.h"
 
@@ -325,10 +331,11 @@ int cmd_convert(int argc, char **argv)
         .dst_cache = QIMG_CACHE_UNSAFE,
         .min_sparse = 8,
     };
+    bool copy_range = false, explicit_sparse = false;
     int c, ret;
 
     convert_signals_init(); /* convert-copy.c fact 2 */
-    while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WU", longopts,
+    while ((c = getopt_long(argc, argv, ":hcf:O:B:F:o:l:S:pt:T:qnm:WUC", longopts,
                             NULL)) != -1) {
         switch (c) {
         case 'h':
@@ -376,6 +383,10 @@ int cmd_convert(int argc, char **argv)
             if (!parse_sparse(optarg, &a.min_sparse)) {
                 goto fail;
             }
+            explicit_sparse = true;
+            break;
+        case 'C':
+            copy_range = true;
             break;
         case 'p':
             a.progress = true;
@@ -440,16 +451,23 @@ int cmd_convert(int argc, char **argv)
         g_free(a.optlist);
         return 0;
     }
-    if (a.target_is_zero && !a.skip_create) {
-        tool_error("--target-is-zero requires use of -n flag");
+    if (a.skip_broken_bitmaps && !a.bitmaps) { /* convert-bitmaps.c fact 1 */
+        tool_error("Use of --skip-broken-bitmaps requires --bitmaps");
+        goto fail;
+    }
+    if (copy_range) { /* fact 8 */
+        tool_error(a.compress        ? "Cannot enable copy offloading when -c is used"
+                   : explicit_sparse ? "Cannot enable copy offloading when -S is used"
+                   : a.salvage       ? "Cannot use copy offloading in salvaging mode"
+                                     : "Copy offloading (-C) is not supported by qimg");
         goto fail;
     }
     if (a.target_image_opts && !a.skip_create) { /* qemu-img's check */
         tool_error("--target-image-opts requires use of -n flag");
         goto fail;
     }
-    if (a.skip_broken_bitmaps && !a.bitmaps) { /* convert-bitmaps.c fact 1 */
-        tool_error("Use of --skip-broken-bitmaps requires --bitmaps");
+    if (a.target_is_zero && !a.skip_create) {
+        tool_error("--target-is-zero requires use of -n flag");
         goto fail;
     }
     if (argc - optind < 2) {

@@ -18,7 +18,12 @@
  *     count is cut at the end of the image (an offset past it: 0), then
  *     "A/C bytes allocated at offset O" with A the allocated bytes in it, O
  *     a cvtstr size; a bad number is cvtnum's "Parsing error: ...".
- *  5. info: "format name: F", "cluster size: S", "vm state offset: V" (S
+ *  5. info: "format name: F" (twice for a protocol node opened as the
+ *     image: nbd, null-co, null-aio -- QEMU prints the driver's format and
+ *     protocol names); where the image has no driver information
+ *     (QimgInfo.dirty_unknown: NBD or QEMU's null node, or raw over one)
+ *     that is all, and the command fails (exit status 1, no message);
+ *     else "cluster size: S", "vm state offset: V" (S
  *     and V cvtstr sizes; raw: "0 bytes" both), then qemu-img info's
  *     "Format specific information:" part.  The qcow2 vm state offset is
  *     the virtual size rounded up to what one L2 table maps (cluster size
@@ -151,6 +156,16 @@ int io_cmd_info(IoCtx *io, int argc, char **argv)
         uint64_t cs = info->cluster_size;
         uint64_t span = cs * (cs / (info->extended_l2 ? 16 : 8));
         vm_offset = (info->virtual_size + span - 1) / span * span;
+    }
+    if (info->dirty_unknown) { /* fact 5: no driver information */
+        bool proto = strcmp(info->format, "nbd") == 0 ||
+                     strcmp(info->format, "null-co") == 0 ||
+                     strcmp(info->format, "null-aio") == 0;
+        printf("format name: %s\n", info->format);
+        if (proto) {
+            printf("format name: %s\n", info->format);
+        }
+        return -ENOTSUP;
     }
     io_cvtstr((double)info->cluster_size, s1, sizeof(s1));
     io_cvtstr((double)vm_offset, s2, sizeof(s2));

@@ -12,7 +12,8 @@
  *     bad option is getopt's message plus the usage line; more than one
  *     path, or none without -o, is the usage line (-o options alone name
  *     the image by themselves; their errors read "can't open: REASON");
- *     with --image-opts the path is options too, and -o is refused on
+ *     with --image-opts the path is options too (its errors read "can't
+ *     open: REASON" as well: QEMU iotest 188), and -o is refused on
  *     stdout ("--image-opts and 'open -o' are mutually exclusive"); -f is
  *     not one of open's options (-o
  *     driver=FMT is); "Invalid cache option: X", "Invalid discard option:
@@ -167,8 +168,8 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         g_clear_error(&err);
         return -EINVAL;
     }
-    if (!io->img && !name) { /* fact 1: -o options alone */
-        tool_error("can't open: %s", err->message);
+    if (!io->img && (!name || oo->image_opts)) { /* fact 1: options alone */
+        tool_error("can't open: %s", name ? open_reason(name, err) : err->message);
         g_clear_error(&err);
         return -EINVAL;
     }

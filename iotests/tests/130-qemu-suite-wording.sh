@@ -16,7 +16,11 @@
 #  - an image marked corrupt during a write closes without a further
 #    "Failed to flush" line (305), and with the exit code qemu-io has;
 #  - bitmap's long options --granularity, --source-file, --source-format
-#    (190): the bitmaps they add and merge, as qemu-img reads them back.
+#    (190): the bitmaps they add and merge, as qemu-img reads them back;
+#  - compare's read error: the errno's text alone, for an error blkdebug
+#    injects too (074);
+#  - convert -C with -c, -S or --salvage: qemu-img's refusals, in its order
+#    (082); without them qimg refuses -C (it has no copy offloading).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 
@@ -141,5 +145,25 @@ assert_eq "190: the bitmaps added and merged" \
     "$("$QEMU_IMG" info --output=json gq.qcow2 | sed -n '/"bitmaps"/,/]/p')" \
     "$("$QEMU_IMG" info --output=json gm.qcow2 | sed -n '/"bitmaps"/,/]/p')"
 assert_eq "190: the merged bits" "$(dirty_map gq.qcow2 b2 2>&1)" "$(dirty_map gm.qcow2 b2 2>&1)"
+
+# ---- compare's read error (074) ----
+qi create -q -f qcow2 c1.qcow2 1G
+qio c1.qcow2 'write -P 102 512 512'
+cp c1.qcow2 c2.qcow2
+printf '[inject-error]\nevent = "read_aio"\nerrno = "5"\nonce ="off"\n' >bd.conf
+same_as_qemu_err compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c2.qcow2
+printf '[inject-error]\nevent = "read_aio"\nerrno = "28"\n' >bd.conf
+same_as_qemu_err compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c2.qcow2
+
+# ---- convert -C (082) ----
+for args in "-C -S 4k" "-C -c" "-C --salvage" "-C -c -S 4k --salvage" "-C -S 0 --salvage" \
+    "-C --skip-broken-bitmaps"; do
+    # shellcheck disable=SC2086
+    same_as_qemu_err convert $args -O qcow2 c1.qcow2 c3.qcow2
+done
+assert_rc "convert -C: refused" 1 "$QIMG" convert -C -O qcow2 c1.qcow2 c3.qcow2
+assert_eq "convert -C: why" "qimg: Copy offloading (-C) is not supported by qimg" \
+    "$(cat "$SCRATCH/.out")"
+assert_eq "convert -C: no target" "no" "$([ -e c3.qcow2 ] && echo yes || echo no)"
 
 finish

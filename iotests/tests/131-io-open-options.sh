@@ -10,7 +10,8 @@
 #  - backing.* options for the image's own backing file (QEMU 114, 130);
 #  - reopen -o: lazy-refcounts switched at run time, the dirty bit after a
 #    kill (QEMU 039), what reopen cannot change (node-name, driver, other
-#    options; QEMU 133), -r/-w and -c against read-only and cache options.
+#    options; QEMU 133), -r/-w and -c against read-only and cache options;
+#  - --image-opts: an open failure reads "can't open: REASON" (QEMU 188).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
@@ -155,5 +156,8 @@ both "reopen -c directsync -o cache.no-flush" a.qcow2 \
 both_img "reopen keeps the open's options" a.qcow2 -c 'open -o lazy-refcounts=on img' \
     -c 'reopen -o cache-size=1M' -c 'write -P 4 2M 512' -c 'sigraise 9'
 assert_eq "kept lazy-refcounts" "1" "$(incompat m/img)"
+
+both "--image-opts: an open failure" a.qcow2 -c 'read 0 512' --image-opts \
+    driver=qcow2,file.filename=nonexistent.qcow2
 
 finish

@@ -1,0 +1,68 @@
+#!/bin/bash
+# QEMU's null-co and null-aio nodes (block/null.c; QEMU iotests 133, 150,
+# 153), against qemu-img/qemu-io 7.2: the node as a format (-f null-co,
+# json: "driver": "null-co") and under raw (null-co://), its options size,
+# read-zeroes and latency-ns and their checks, what it refuses (another
+# name, resize, create), what info, map and qemu-io's info print, and a
+# convert from it (sparse and not).
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io
+
+filter() {
+    sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; TIME/' \
+        -e 's/^qemu-io: /qimg: /' -e 's/^qemu-img: /qimg: /'
+}
+
+# io_both DESC ARGS...: qemu-io ARGS and qimg io ARGS: outputs, exit code.
+io_both() {
+    local desc=$1 qrc mrc
+    shift
+    timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
+    qrc=$?
+    timeout 30 "$QIMG" io "$@" >m.out 2>m.err
+    mrc=$?
+    assert_eq "$desc: exit code" "$qrc" "$mrc"
+    assert_eq "$desc: stdout" "$(filter <q.out)" "$(filter <m.out)"
+    assert_eq "$desc: stderr" "$(filter <q.err)" "$(filter <m.err)"
+}
+
+Z="json:{'driver': 'null-co', 'size': 1048576, 'read-zeroes': true}"
+for args in "info null-co://" "info null-aio://" "info --output=json null-co://" \
+    "info -f null-co null-co://" "info -f null-aio null-aio://"; do
+    # shellcheck disable=SC2086
+    same_as_qemu_err $args
+done
+same_as_qemu_err info "$Z"
+same_as_qemu_err info "json:{'driver': 'null-co', 'size': 65536}"
+same_as_qemu_err info --output=json "json:{'driver': 'null-aio', 'size': 65536}"
+same_as_qemu_err info -U --image-opts driver=null-co,force-share=on
+same_as_qemu_err map --output=json "json:{'driver': 'null-co', 'size': 65536}"
+same_as_qemu_err map --output=json "$Z"
+same_as_qemu_err map -f null-co null-co://
+expect_error "another name" info null-co://foo
+same_as_qemu_err info null-co://foo
+# (qemu-img 7.2 aborts after its message on a bad size or latency-ns)
+assert_rc "a bad size" 1 "$QIMG" info "json:{'driver': 'null-co', 'size': 'x'}"
+assert_eq "a bad size: message" "qimg: Could not open 'json:{'driver': 'null-co', 'size': 'x'}': Parameter 'size' expects a non-negative number below 2^64" "$(head -n 1 "$SCRATCH/.out")"
+expect_error "an unknown option" info "json:{'driver': 'null-co', 'foo': 1}"
+same_as_qemu_err create -f null-co null-co:// 1M
+
+# a convert from it: sparse (nothing allocated) and not (all data)
+for s in 512 0; do
+    "$QEMU_IMG" convert -O qcow2 -S $s "$Z" q.qcow2 || exit 1
+    "$QIMG" convert -O qcow2 -S $s "$Z" m.qcow2
+    assert_eq "convert -S $s: map" "$(map_flags q.qcow2)" "$(map_flags m.qcow2)"
+    assert_rc "convert -S $s: contents" 0 "$QEMU_IMG" compare -q q.qcow2 m.qcow2
+done
+
+io_both "reads without read-zeroes leave the buffer" -c 'read -v 0 16' null-co://
+io_both "reads with read-zeroes" -c 'read -v 0 16' -f null-co "$Z"
+io_both "writes, zeroes, discards, flushes" -c 'write 0 512' -c 'write -z 0 64k' \
+    -c 'discard 0 512' -c flush -c 'read 1k 1k' -c 'truncate 1M' -c info null-co://
+io_both "reopen and info of the node" -f null-co -c reopen -c info \
+    "json:{'driver': 'null-co', 'size': 65536}"
+io_both "latency-ns" -f null-co -c 'read 0 512' -c 'write 0 512' \
+    "json:{'driver': 'null-co', 'latency-ns': 1000000}"
+io_both "open -o" -c 'open -r -o driver=null-co,size=4096' -c 'read 0 4k' -c info
+
+finish

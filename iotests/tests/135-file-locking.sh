@@ -1,0 +1,63 @@
+#!/bin/bash
+# file.locking (QEMU iotests 102, 153; block/lock.c invariant 6), against
+# qemu-img/qemu-io 7.2: locking=off opens an image another process holds
+# (and keeps nobody out while it holds one), on and auto lock as without
+# the option, a bad value is QEMU's message; the option is the image
+# file's only: the backing file is still locked.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io
+
+filter() {
+    sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; TIME/' \
+        -e 's/^qemu-io: /qimg: /' -e 's/^qemu-img: /qimg: /'
+}
+
+# io_both DESC ARGS...: qemu-io ARGS and qimg io ARGS: outputs, exit code.
+io_both() {
+    local desc=$1 qrc mrc
+    shift
+    timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
+    qrc=$?
+    timeout 30 "$QIMG" io "$@" >m.out 2>m.err
+    mrc=$?
+    assert_eq "$desc: exit code" "$qrc" "$mrc"
+    assert_eq "$desc: stdout" "$(filter <q.out)" "$(filter <m.out)"
+    assert_eq "$desc: stderr" "$(filter <q.err)" "$(filter <m.err)"
+}
+
+qi create -q -f raw base.img 1M
+qi create -q -f qcow2 -b base.img -F raw img.qcow2 1M
+qio img.qcow2 'write -P 5 0 64k'
+
+# another process holds the image read-write
+hold_image img.qcow2 || finish
+for v in off on auto; do
+    io_both "locking=$v on a held image" \
+        -c "open -r -o driver=qcow2,file.locking=$v img.qcow2" -c 'read -P 5 0 64k'
+    same_as_qemu_err info --image-opts "driver=qcow2,file.locking=$v,file.filename=img.qcow2"
+done
+io_both "locking=off, read-write" -c "open -o driver=qcow2,file.locking=off img.qcow2" \
+    -c 'write -P 6 64k 64k'
+kill "$HOLDER"
+wait "$HOLDER" 2>/dev/null
+same_as_qemu_err info --image-opts "driver=qcow2,file.locking=bad,file.filename=img.qcow2"
+
+# qimg holds it with locking=off: qemu-io still writes it, but not the
+# backing file qimg has open (read-only, not sharing write, as QEMU's)
+"$QIMG" io -c 'open -o driver=qcow2,file.locking=off img.qcow2' -c 'sleep 60000' &
+pid=$!
+for _ in $(seq 200); do
+    ls -l /proc/$pid/fd 2>/dev/null | grep -q 'base.img$' && break
+    sleep 0.05
+done
+ino=$(stat -c %i img.qcow2)
+assert_eq "no lock on the image" "" "$(awk -v i=":$ino" '$6 ~ i"$"' /proc/locks)"
+assert_rc "qemu-io writes the image qimg holds with locking=off" 0 \
+    "$QEMU_IO" -c 'write -P 7 128k 64k' img.qcow2
+bino=$(stat -c %i base.img)
+assert_eq "the backing file is locked" "yes" \
+    "$(awk -v i=":$bino" '$6 ~ i"$" { f = 1 } END { print f ? "yes" : "no" }' /proc/locks)"
+kill "$pid"
+wait "$pid" 2>/dev/null
+
+finish
