@@ -164,6 +164,32 @@ QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
     return node ? api_image_new(node) : NULL;
 }
 
+QimgImage *qimg_image_open_backing(QimgImage *img, const QimgOpenOptions *opts,
+                                   GError **error)
+{
+    QimgOpenOptions in;
+    BlkOpenOptions o;
+    BlkNode *node;
+
+    if (!img) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "No image");
+        return NULL;
+    }
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgOpenOptions", error)) {
+        return NULL;
+    }
+    if (in.options || in.image_opts) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "A backing file opens by the name its image records: options "
+                    "and image_opts cannot be given");
+        return NULL;
+    }
+    api_open_options(&in, &o);
+    blk_error_clear();
+    node = api_open_backing(img->node, &o, error);
+    return node ? api_image_new(node) : NULL;
+}
+
 gboolean qimg_image_close(QimgImage *img, GError **error)
 {
     int ret = 0;
