@@ -56,6 +56,12 @@ static const BlkDriver *probe_format(BlkNode *file, const char *filename)
     if (n > 0 && blk_pread(file, 0, buf, n) == 0) {
         drv = blk_probe_buf(buf, sizeof(buf), filename);
     }
+    /* api/ova.c invariant 1: what nothing but raw claimed may be an OVA
+     * whose first member has a long name */
+    if ((!drv || drv == blk_find_format("raw")) && n > 0 &&
+        blk_ova_probe_long_name(file, buf, n) > 0) {
+        drv = &api_ova_driver;
+    }
     return drv ? drv : blk_find_format("raw"); /* invariant 3 */
 }
 

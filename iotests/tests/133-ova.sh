@@ -311,4 +311,16 @@ sed 's|parentFileNameHint="base.vmdk"|parentFileNameHint="ova:file=base.vmdk:del
     delta.vmdk >outside.vmdk
 err "a VMDK's parent hint is not the ova protocol" "names a protocol" \
     info --backing-chain outside.vmdk
+# a GNU tar whose first member is the OVF under a long name (a 'L' header
+# first: the name lies past the 512 bytes a probe sees) probes as an OVA
+LOVF=an-ovf-descriptor-with-a-member-name-longer-than-the-hundred-bytes-of-a-ustar-name-field.ovf
+cp delta.ovf "$LOVF"
+tar --format=gnu -cf lovf.ova "$LOVF" delta.vmdk base.vmdk
+assert_eq "GNU long OVF name: probed as an OVA" "ova $LOVF" \
+    "$("$QIMG" info --output=json lovf.ova | python3 -c 'import json, sys
+j = json.load(sys.stdin)
+print(j["format"], j.get("format-specific", {}).get("data", {}).get("descriptor"))')"
+rm -f out.raw
+assert_rc "GNU long OVF name: its disk converts" 0 "$QIMG" convert -O raw lovf.ova out.raw &&
+    assert_rc "... as qemu-img reads the chain" 0 cmp out.raw qdelta.raw
 finish
