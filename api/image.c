@@ -170,6 +170,7 @@ QimgImage *qimg_image_open_backing(QimgImage *img, const QimgOpenOptions *opts,
     QimgOpenOptions in;
     BlkOpenOptions o;
     BlkNode *node;
+    g_autofree char *path = NULL;
 
     if (!img) {
         g_set_error(error, QIMG_ERROR, EINVAL, "No image");
@@ -186,7 +187,11 @@ QimgImage *qimg_image_open_backing(QimgImage *img, const QimgOpenOptions *opts,
     }
     api_open_options(&in, &o);
     blk_error_clear();
-    node = api_open_backing(img->node, &o, error);
+    node = api_open_backing(img->node, &o, &path, error);
+    if (!node && path && error && *error) { /* as qimg_image_open names it */
+        drop_layer_prefix(*error, path);
+        g_prefix_error(error, "Could not open '%s': ", img->node->full_backing_filename);
+    }
     return node ? api_image_new(node) : NULL;
 }
 

@@ -86,7 +86,7 @@ static bool drv_confines(const BlkNode *img)
  * its own (api_open_backing: qimg info --backing-chain).  *name points
  * into *path, the caller's options or img's full backing file name. */
 static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOptions *out,
-                         char **path, const char **name, GError **error)
+                         char **path, const char **name, bool *json_error, GError **error)
 {
     BlkOpenOptions bo = *opts;
     g_autoptr(GError) local = NULL;
@@ -127,9 +127,10 @@ static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOption
     /* json-name.c invariant 1: a json: name from the image, as a backing name */
     if (!opts->backing_path && g_str_has_prefix(img->full_backing_filename, "json:") &&
         !api_json_backing_name(img->full_backing_filename, &bo, path, &local)) {
-        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    local->message);
-        return -local->code;
+        *json_error = true; /* the caller names it */
+        int code = local->code;
+        g_propagate_error(error, g_steal_pointer(&local));
+        return -code;
     }
     bo.read_only = true; /* invariant 2, whatever the name says */
     *name = opts->backing_path ? opts->backing_path
@@ -139,11 +140,12 @@ static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOption
     return 0;
 }
 
-BlkNode *api_open_backing(BlkNode *img, const BlkOpenOptions *opts, GError **error)
+BlkNode *api_open_backing(BlkNode *img, const BlkOpenOptions *opts, char **path,
+                          GError **error)
 {
     BlkOpenOptions bo;
-    g_autofree char *path = NULL;
     const char *name;
+    bool json_error = false;
 
     if (img->backing_refused) { /* invariant 6 */
         g_set_error(error, QIMG_ERROR, EACCES, "Could not open backing file: %s",
@@ -155,7 +157,8 @@ BlkNode *api_open_backing(BlkNode *img, const BlkOpenOptions *opts, GError **err
                     img->filename);
         return NULL;
     }
-    if (backing_setup(img, opts, &bo, &path, &name, error) < 0) {
+    if (backing_setup(img, opts, &bo, path, &name, &json_error, error) < 0) {
+        g_prefix_error(error, "Could not open '%s': ", img->full_backing_filename);
         return NULL;
     }
     return api_open_node(name, &bo, NULL, error);
@@ -168,9 +171,13 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     g_autoptr(GError) local = NULL;
     g_autofree char *path = NULL;
     const char *name;
-    int ret = backing_setup(img, opts, &bo, &path, &name, error);
+    bool json_error = false;
+    int ret = backing_setup(img, opts, &bo, &path, &name, &json_error, error);
 
     if (ret < 0) {
+        if (json_error) {
+            g_prefix_error(error, "Could not open backing file: ");
+        }
         return ret;
     }
     img->backing = api_open_node(name, &bo, chain, &local);
