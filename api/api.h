@@ -121,6 +121,11 @@ int api_format_usable(const BlkDriver *drv);
  * files. */
 BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList *chain,
                        GError **error);
+/* Open img's backing file by itself (opts: the layer's), with the name
+ * and options the chain's open would use (open.c invariant 6); *path:
+ * the file a json: backing name names (g_free), NULL for another name. */
+BlkNode *api_open_backing(BlkNode *img, const BlkOpenOptions *opts, char **path,
+                          GError **error);
 /* Open a format driver on an already open protocol node (tests put a test
  * node there); takes ownership of file, even on failure. */
 BlkNode *api_open_node_on(BlkNode *file, const char *filename, const BlkOpenOptions *opts,

@@ -38,6 +38,11 @@
  *     ("error while reading block status at offset N: REASON") and the next
  *     sector counts as data, so the read decides (copy.c reads a failing
  *     chunk again sector by sector, zeros where a sector still fails).
+ *  6. A status region is asked for once: the chunks cut from it (with
+ *     compress, each cluster it covers whole) use the answer kept in the
+ *     plan, so the walk (under the pipeline's lock) asks the source once
+ *     per region, not once per cluster.  A cluster the kept answer does not
+ *     cover whole is asked for again from its start, as without the cache.
  */
 #include "api/copy-plan.h"
 
@@ -314,9 +319,14 @@ gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error)
     }
     if (p->compress) { /* fact 1: one cluster each */
         n = MIN((uint64_t)p->cluster, p->size - p->pos);
-        if (!next_status(p, p->pos, &c->kind, &end, error)) {
-            return FALSE;
+        /* fact 6: a status that covers the cluster is used again */
+        if (p->pos >= p->status_end || p->status_end - p->pos < n) {
+            if (!next_status(p, p->pos, &p->status, &p->status_end, error)) {
+                return FALSE;
+            }
         }
+        end = p->status_end;
+        c->kind = p->status;
         if (end - p->pos < n) {
             c->kind = COPY_DATA; /* a partly defined cluster is written whole */
         }

@@ -164,6 +164,37 @@ QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
     return node ? api_image_new(node) : NULL;
 }
 
+QimgImage *qimg_image_open_backing(QimgImage *img, const QimgOpenOptions *opts,
+                                   GError **error)
+{
+    QimgOpenOptions in;
+    BlkOpenOptions o;
+    BlkNode *node;
+    g_autofree char *path = NULL;
+
+    if (!img) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "No image");
+        return NULL;
+    }
+    if (!api_struct_in(&in, sizeof(in), opts, "QimgOpenOptions", error)) {
+        return NULL;
+    }
+    if (in.options || in.image_opts) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "A backing file opens by the name its image records: options "
+                    "and image_opts cannot be given");
+        return NULL;
+    }
+    api_open_options(&in, &o);
+    blk_error_clear();
+    node = api_open_backing(img->node, &o, &path, error);
+    if (!node && path && error && *error) { /* as qimg_image_open names it */
+        drop_layer_prefix(*error, path);
+        g_prefix_error(error, "Could not open '%s': ", img->node->full_backing_filename);
+    }
+    return node ? api_image_new(node) : NULL;
+}
+
 gboolean qimg_image_close(QimgImage *img, GError **error)
 {
     int ret = 0;

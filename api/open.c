@@ -56,6 +56,12 @@ static const BlkDriver *probe_format(BlkNode *file, const char *filename)
     if (n > 0 && blk_pread(file, 0, buf, n) == 0) {
         drv = blk_probe_buf(buf, sizeof(buf), filename);
     }
+    /* api/ova.c invariant 1: what nothing but raw claimed may be an OVA
+     * whose first member has a long name */
+    if ((!drv || drv == blk_find_format("raw")) && n > 0 &&
+        blk_ova_probe_long_name(file, buf, n) > 0) {
+        drv = &api_ova_driver;
+    }
     return drv ? drv : blk_find_format("raw"); /* invariant 3 */
 }
 
@@ -74,13 +80,16 @@ static bool drv_confines(const BlkNode *img)
     return img->drv->confine_names;
 }
 
-static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
-                        GError **error)
+/* Invariant 6: the options and the name img's backing file opens with
+ * (opts: img's own, or those the caller gives the layer); the one
+ * implementation for the chain (open_backing) and for a layer opened on
+ * its own (api_open_backing: qimg info --backing-chain).  *name points
+ * into *path, the caller's options or img's full backing file name. */
+static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOptions *out,
+                         char **path, const char **name, bool *json_error, GError **error)
 {
     BlkOpenOptions bo = *opts;
     g_autoptr(GError) local = NULL;
-    g_autofree char *path = NULL;
-    const char *name;
 
     if (opts->backing_opts) { /* json-name.c invariant 5: the caller's layer */
         bo = *opts->backing_opts;
@@ -119,15 +128,60 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
                      blk_ova_member_node(img->file) != NULL;
     /* json-name.c invariant 1: a json: name from the image, as a backing name */
     if (!opts->backing_path && g_str_has_prefix(img->full_backing_filename, "json:") &&
-        !api_json_backing_name(img->full_backing_filename, &bo, &path, &local)) {
-        g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
-                    local->message);
-        return -local->code;
+        !api_json_backing_name(img->full_backing_filename, &bo, path, &local)) {
+        *json_error = true; /* the caller names it */
+        int code = local->code;
+        g_propagate_error(error, g_steal_pointer(&local));
+        return -code;
     }
     bo.read_only = true; /* invariant 2, whatever the name says */
-    name = opts->backing_path ? opts->backing_path
-           : path             ? path
-                              : img->full_backing_filename;
+    *name = opts->backing_path ? opts->backing_path
+            : *path            ? *path
+                               : img->full_backing_filename;
+    *out = bo;
+    return 0;
+}
+
+BlkNode *api_open_backing(BlkNode *img, const BlkOpenOptions *opts, char **path,
+                          GError **error)
+{
+    BlkOpenOptions bo;
+    const char *name;
+    bool json_error = false;
+
+    if (img->backing_refused) { /* invariant 6 */
+        g_set_error(error, QIMG_ERROR, EACCES, "Could not open backing file: %s",
+                    img->backing_refused);
+        return NULL;
+    }
+    if (!img->full_backing_filename) {
+        g_set_error(error, QIMG_ERROR, ENOENT, "Image '%s' has no backing file",
+                    img->filename);
+        return NULL;
+    }
+    if (backing_setup(img, opts, &bo, path, &name, &json_error, error) < 0) {
+        g_prefix_error(error, "Could not open '%s': ", img->full_backing_filename);
+        return NULL;
+    }
+    return api_open_node(name, &bo, NULL, error);
+}
+
+static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
+                        GError **error)
+{
+    BlkOpenOptions bo;
+    g_autoptr(GError) local = NULL;
+    g_autofree char *path = NULL;
+    const char *name;
+    bool json_error = false;
+    int ret = backing_setup(img, opts, &bo, &path, &name, &json_error, error);
+
+    if (ret < 0) {
+        if (json_error) {
+            g_prefix_error(error, "Could not open backing file: ");
+        }
+        return ret;
+    }
     img->backing = api_open_node(name, &bo, chain, &local);
     if (!img->backing) {
         g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",

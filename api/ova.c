@@ -9,7 +9,10 @@
  *
  * Invariants (cited as "api/ova.c invariant N"):
  *  1. Probing claims an archive whose first tar header is valid and names
- *     a *.ovf member (block/ova.c blk_ova_probe); "-f raw" still reads the
+ *     a *.ovf member (block/ova.c blk_ova_probe), or is a GNU long name
+ *     ending in ".ovf" (blk_ova_probe_long_name: the name lies past the
+ *     512 bytes every probe sees, so api/open.c asks it when no format
+ *     claimed those bytes); "-f raw" still reads the
  *     archive's bytes.  Nothing but the tar headers and the OVF is read:
  *     no disk is opened for info.
  *  2. A metadata-only open (QimgOpenOptions.no_data_files: qemu-img info)

@@ -75,6 +75,42 @@ int blk_ova_probe(const uint8_t *buf, size_t len)
     return n > 4 && g_ascii_strcasecmp(h.name + n - 4, ".ovf") == 0 ? 100 : 0;
 }
 
+int blk_ova_probe_long_name(BlkNode *file, const uint8_t *head, size_t head_len)
+{
+    uint8_t b[BLK_TAR_BLOCK];
+    g_autofree char *name = NULL;
+    int64_t len = blk_getlength(file);
+    bool had = blk_error_mark();
+    BlkTarHeader h;
+    uint64_t data;
+    size_t n;
+    int score = 0;
+
+    if (head_len < BLK_TAR_BLOCK || len < 3 * (int64_t)BLK_TAR_BLOCK ||
+        blk_tar_header_decode(head, &h) <= 0 || h.type != BLK_TAR_GNU_LONGNAME ||
+        h.size < 5 || h.size > BLK_TAR_MAX_NAME) {
+        goto out;
+    }
+    data = ROUND_UP(h.size, BLK_TAR_BLOCK); /* <= 4096 */
+    if (data + 2 * BLK_TAR_BLOCK > (uint64_t)len) {
+        goto out;
+    }
+    name = g_malloc0(h.size + 1);
+    if (blk_pread(file, BLK_TAR_BLOCK, name, h.size) < 0) {
+        goto out;
+    }
+    n = strlen(name);
+    if (n > 4 && g_ascii_strcasecmp(name + n - 4, ".ovf") == 0 &&
+        blk_pread(file, BLK_TAR_BLOCK + data, b, sizeof(b)) == 0 &&
+        blk_tar_header_decode(b, &h) > 0 &&
+        (h.type == BLK_TAR_REGULAR || h.type == BLK_TAR_CONTIG)) {
+        score = 100;
+    }
+out:
+    blk_error_unwind(had);
+    return score;
+}
+
 /* ---- the listing (invariant 2) ---- */
 
 typedef struct FindOvf {

@@ -125,6 +125,12 @@ typedef struct BlkOvaListing {
 
 /* 100 when the first bytes are a ustar header of a member named *.ovf. */
 int blk_ova_probe(const uint8_t *buf, size_t len);
+/* The same for a GNU tar whose first member, a *.ovf, has a long name (a
+ * 'L' header first, the name in the blocks after it: more than the probe's
+ * 512 bytes, head: the first block, read already): 100 when the name ends
+ * in ".ovf" and a regular member's header follows it; reads nothing unless
+ * head is a GNU long name header, then at most 4 KiB and one header. */
+int blk_ova_probe_long_name(BlkNode *file, const uint8_t *head, size_t head_len);
 /* Read the OVA in file: its OVF, and where each disk's file lies in the
  * tar (ova.c invariant 2).  'what' names the archive in messages. */
 int blk_ova_list(BlkNode *file, const char *what, BlkOvaListing *l);

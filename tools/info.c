@@ -7,8 +7,10 @@
  *     --backing-chain each layer is opened the same way, following the
  *     previous layer's full backing file name and backing format; all
  *     layers are opened before anything is printed.  A layer's name was
- *     read from an image, so it is opened as a backing name
- *     (QimgOpenOptions.backing_name: a plain file, block.h invariant 5).
+ *     read from an image: the layer is opened from the one above it by
+ *     qimg_image_open_backing(), the same resolution as opening the chain
+ *     (a plain file, block.h invariant 5; a parent inside an OVA is a
+ *     member of the same archive, open.c invariant 6).
  *  2. JSON members come in qemu-img's (hash) order, not in a logical one:
  *     snapshots, backing-filename-format, virtual-size, filename,
  *     cluster-size, format, actual-size, format-specific,
@@ -531,33 +533,37 @@ static void free_info(gpointer p)
     qimg_info_free(p);
 }
 
-/* Open one layer (fact 1) and read its info; prints the error. */
-static QimgInfo *layer_info(const char *filename, const char *fmt, bool force_share,
-                            bool image_opts, bool backing_name, bool chain)
+/* Open one layer (fact 1) and read its info; prints the error.  The top
+ * is opened by filename; a layer below by the library from the layer
+ * above it (*img, replaced by this layer), as opening the chain would
+ * (qimg_image_open_backing: a parent inside an OVA is a member of it). */
+static QimgInfo *layer_info(QimgImage **img, const char *filename, const char *fmt,
+                            bool force_share, bool image_opts, bool chain)
 {
     QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
-    g_autoptr(QimgImage) img = NULL;
+    QimgImage *above = *img;
     GError *err = NULL;
     QimgInfo *info;
 
-    oo.format = fmt;
+    oo.format = above ? NULL : fmt; /* below: the backing format above says */
     oo.read_only = true;
     oo.no_backing = true;
     oo.force_share = force_share;
     oo.no_io = true; /* metadata only: qemu-img info's locks */
-    oo.image_opts = image_opts;
-    oo.backing_name = backing_name;
+    oo.image_opts = above ? false : image_opts;
     oo.no_data_files = !chain; /* fact 9 */
     if (!tool_image_opts_format_ok(&oo)) {
         return NULL;
     }
-    img = qimg_image_open(filename, &oo, &err);
-    if (!img) {
+    *img = above ? qimg_image_open_backing(above, &oo, &err)
+                 : qimg_image_open(filename, &oo, &err);
+    g_clear_pointer(&above, qimg_image_free);
+    if (!*img) {
         tool_report_open_error(filename, err);
         return NULL;
     }
-    info = qimg_image_get_info(img, &err);
+    info = qimg_image_get_info(*img, &err);
     if (!info) {
         tool_report_gerror(err, NULL);
         return NULL;
@@ -585,6 +591,7 @@ int cmd_info(int argc, char **argv)
         g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
     g_autofree char *next_name = NULL;
     g_autofree char *next_fmt = NULL;
+    g_autoptr(QimgImage) layer = NULL; /* the last layer opened */
     int c;
 
     while ((c = getopt_long(argc, argv, ":f:hU", longopts, NULL)) != -1) {
@@ -636,9 +643,7 @@ int cmd_info(int argc, char **argv)
             return 1;
         }
         g_hash_table_add(seen, key);
-        info = layer_info(next_name, next_fmt, force_share, image_opts, infos->len > 0,
-                          chain);
-        image_opts = false; /* the top only: backing names are names */
+        info = layer_info(&layer, next_name, next_fmt, force_share, image_opts, chain);
         if (!info) {
             return 1;
         }

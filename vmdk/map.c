@@ -20,8 +20,9 @@
  *     whose offset overflows, are errors naming the extent and the guest
  *     offset (QEMU's VMDK_ERROR, which it reports as EIO).
  *  4. An answer covers whole grains of one kind inside one grain table and
- *     one extent; DATA runs are contiguous in the file, COMPRESSED answers
- *     are one grain.
+ *     one extent; DATA runs are contiguous in the file; COMPRESSED answers
+ *     are one grain, or with vmdk_map_grains() a run of up to max grains
+ *     (anywhere in the file: each grain's offset is returned).
  *  5. A table changed by a write (vmdk_gt_set_locked) is dirty: it stays
  *     cached (never evicted) until vmdk_gt_writeback_locked() writes it,
  *     and its redundant copy, whole; write.c calls that only after the
@@ -276,6 +277,12 @@ static int map_gte(VmdkExtent *ext, const uint8_t *gt, uint32_t i, uint64_t off,
 
 int vmdk_map(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes, VmdkMap *m)
 {
+    return vmdk_map_grains(s, ext, off, bytes, m, NULL, 1);
+}
+
+int vmdk_map_grains(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes,
+                    VmdkMap *m, uint64_t *hosts, unsigned max)
+{
     uint64_t rel = off - ext->start, limit = MIN(bytes, ext->end - off);
     uint64_t l1, in_grain, gt_sector = 0;
     uint32_t first;
@@ -320,7 +327,11 @@ int vmdk_map(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes, VmdkMa
     if (m->kind == VMDK_MAP_DATA) {
         m->host += in_grain;
     }
-    if (m->kind == VMDK_MAP_COMPRESSED) {
+    unsigned grains = 1;
+    if (hosts) {
+        hosts[0] = m->host;
+    }
+    if (m->kind == VMDK_MAP_COMPRESSED && max <= 1) {
         return 0; /* invariant 4: one grain */
     }
     /* a bad entry further on is reported when a request reaches it */
@@ -331,6 +342,15 @@ int vmdk_map(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes, VmdkMa
         if (map_gte(ext, gt, i, off + m->bytes, &k, &host) < 0 || k != m->kind ||
             (k == VMDK_MAP_DATA && host != m->host + m->bytes)) {
             break;
+        }
+        if (k == VMDK_MAP_COMPRESSED) { /* invariant 4: max grains */
+            if (grains == max) {
+                break;
+            }
+            if (hosts) {
+                hosts[grains] = host;
+            }
+            grains++;
         }
         m->bytes = MIN(limit, m->bytes + ext->grain);
     }

@@ -24,12 +24,16 @@
  *     CID equals our parentCID (once per open, as QEMU): a mismatch fails
  *     the read, as in QEMU, with a message naming both CIDs.
  *  4. Reads take the driver lock only to map (vmdk.h invariant 4); data
- *     and compressed grains are read and inflated in the caller's thread,
- *     so parallel readers inflate on every core.
+ *     and compressed grains are read and inflated in the caller's thread
+ *     (grain.c), so parallel readers inflate on every core.  A request maps
+ *     a run of up to VMDK_READ_GRAINS compressed grains at once, and block
+ *     status answers a run of compressed grains whole (as QEMU's answers
+ *     merged: DATA | COMPRESSED, no offset), so a convert reads and writes
+ *     them in chunks, not grain by grain.
  *  5. A compressed grain is a zlib stream: with markers, its length is the
  *     marker's and marker + data fit in two grains (QEMU's read); without,
  *     at most one grain is read as the stream.  It must inflate to cover
- *     what is read of it.
+ *     what is read of it (grain.c invariant 1).
  */
 #include "vmdk/vmdk.h"
 #include "aio/mutex.h"
@@ -37,8 +41,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <string.h>
-#include <zlib.h>
 
 /* QEMU's vmdk_probe: a magic, or a text whose first line that is not a
  * comment or blank is version=1|2|3. */
@@ -436,8 +440,9 @@ VmdkExtent *vmdk_extent_for_write(VmdkState *s, uint64_t off)
     return ext;
 }
 
+/* vmdk_map_grains() under the lock (hosts: room for max, or NULL). */
 static int map_locked_out(VmdkState *s, uint64_t off, uint64_t bytes, VmdkExtent **ext,
-                          VmdkMap *m)
+                          VmdkMap *m, uint64_t *hosts, unsigned max)
 {
     int ret;
 
@@ -451,7 +456,7 @@ static int map_locked_out(VmdkState *s, uint64_t off, uint64_t bytes, VmdkExtent
                          (*ext)->filename, s->img->filename);
     }
     mutex_lock(&s->lock);
-    ret = vmdk_map(s, *ext, off, bytes, m);
+    ret = vmdk_map_grains(s, *ext, off, bytes, m, hosts, max);
     mutex_unlock(&s->lock);
     return ret;
 }
@@ -482,62 +487,6 @@ int vmdk_check_parent_cid(VmdkState *s)
     return 0;
 }
 
-/* Invariant 5: in_grain + n bytes of the compressed grain at host. */
-static int read_compressed(VmdkExtent *ext, uint64_t host, uint64_t in_grain,
-                           const BlkIOV *q)
-{
-    size_t cap = (size_t)(2 * ext->grain), have, want, data_len;
-    uLongf out_len = (uLongf)ext->grain;
-    g_autofree uint8_t *buf = NULL, *out = NULL;
-    const uint8_t *data;
-    int ret;
-
-    if (ext->grain > VMDK_MAX_COMPRESSED_GRAIN) {
-        return blk_error(ENOTSUP,
-                         "Compressed grains of %" PRIu64 " bytes in '%s' are not "
-                         "supported",
-                         ext->grain, ext->filename);
-    }
-    buf = g_malloc0(cap);
-    have = (size_t)MIN((uint64_t)ext->grain,
-                       ext->file->size > host ? ext->file->size - host : 0);
-    ret = have ? blk_pread(ext->file, host, buf, have) : 0;
-    if (ret < 0) {
-        return ret;
-    }
-    if (ext->has_marker) {
-        data_len = load_le32(buf + VMDK_MARKER_SIZE);
-        data = buf + VMDK_GRAIN_MARKER_LEN;
-        want = VMDK_GRAIN_MARKER_LEN + data_len;
-    } else {
-        data_len = (size_t)ext->grain;
-        data = buf;
-        want = data_len;
-    }
-    if (data_len == 0 || want > cap) {
-        return blk_error(EINVAL,
-                         "Invalid compressed grain at offset %" PRIu64 " of '%s': %zu "
-                         "bytes",
-                         host, ext->filename, data_len);
-    }
-    if (want > have && ext->file->size > host + have) {
-        size_t more = (size_t)MIN((uint64_t)(want - have), ext->file->size - host - have);
-        ret = blk_pread(ext->file, host + have, buf + have, more);
-        if (ret < 0) {
-            return ret;
-        }
-    }
-    out = g_malloc((size_t)ext->grain);
-    if (uncompress(out, &out_len, data, (uLong)data_len) != Z_OK ||
-        in_grain + q->size > out_len) {
-        return blk_error(EINVAL,
-                         "Could not decompress the grain at offset %" PRIu64 " of '%s'",
-                         host, ext->filename);
-    }
-    iov_from_buf(q, 0, out + in_grain, q->size);
-    return 0;
-}
-
 static int vmdk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     VmdkState *s = img->opaque;
@@ -549,8 +498,10 @@ static int vmdk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         VmdkExtent *ext;
         VmdkMap m;
         BlkIOV part;
+        uint64_t hosts[VMDK_READ_GRAINS], in_grain;
 
-        ret = map_locked_out(s, pos, qiov->size - done, &ext, &m);
+        ret =
+            map_locked_out(s, pos, qiov->size - done, &ext, &m, hosts, VMDK_READ_GRAINS);
         if (ret < 0) {
             break;
         }
@@ -574,7 +525,10 @@ static int vmdk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
             ret = blk_preadv(ext->file, m.host, &part, 0);
             break;
         case VMDK_MAP_COMPRESSED:
-            ret = read_compressed(ext, m.host, (pos - ext->start) % ext->grain, &part);
+            in_grain = (pos - ext->start) % ext->grain;
+            ret = vmdk_read_grains(ext, hosts,
+                                   (unsigned)DIV_ROUND_UP(in_grain + n, ext->grain),
+                                   in_grain, &part);
             break;
         }
         iov_destroy(&part);
@@ -588,7 +542,7 @@ static int vmdk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkS
     VmdkState *s = img->opaque;
     VmdkExtent *ext;
     VmdkMap m;
-    int ret = map_locked_out(s, offset, bytes, &ext, &m);
+    int ret = map_locked_out(s, offset, bytes, &ext, &m, NULL, UINT_MAX);
 
     if (ret < 0) {
         return ret;
@@ -721,7 +675,7 @@ static int vmdk_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
         VmdkExtent *ext;
         VmdkMap m;
         uint64_t bad;
-        int ret = map_locked_out(s, off, img->size - off, &ext, &m);
+        int ret = map_locked_out(s, off, img->size - off, &ext, &m, NULL, 1);
         if (ret < 0) {
             g_ptr_array_add(res->messages,
                             g_strdup_printf("ERROR: could not get cluster_offset for "

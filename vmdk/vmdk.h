@@ -2,9 +2,10 @@
  * vmdk/vmdk.h: the VMDK driver's state, shared by the vmdk/ files.
  *
  * Files: vmdk.c (the driver table, open, reads, block status, info,
- * check), extent.c (opening extents: sparse headers, footers, grain
- * directories), map.c (grain tables: the cache and lookups), desc.c (the
- * text descriptor), header.c (binary codecs).
+ * check), grain.c (reading compressed grains), extent.c (opening extents:
+ * sparse headers, footers, grain directories), map.c (grain tables: the
+ * cache and lookups), desc.c (the text descriptor), header.c (binary
+ * codecs).
  *
  * Owns: VmdkState and VmdkExtent.
  *
@@ -131,6 +132,11 @@ void vmdk_gtc_free(VmdkGtCache *c);
 /* What guest offset off (inside ext) maps to, for up to bytes (> 0);
  * a run of grains of one kind (contiguous host bytes for DATA). */
 int vmdk_map(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes, VmdkMap *m);
+/* The same, but a COMPRESSED answer is a run of up to max grains (map.c
+ * invariant 4), their start offsets in hosts[] when it is not NULL (room
+ * for max); vmdk_map() is max 1. */
+int vmdk_map_grains(VmdkState *s, VmdkExtent *ext, uint64_t off, uint64_t bytes,
+                    VmdkMap *m, uint64_t *hosts, unsigned max);
 /* Set the grain table entry of guest offset off (VMDK3/4 extents) to value
  * in the cached table, dirty until written back (map.c invariant 5). */
 int vmdk_gt_set_locked(VmdkState *s, VmdkExtent *ext, uint64_t off, uint32_t value);
@@ -138,6 +144,12 @@ bool vmdk_gt_dirty_locked(const VmdkState *s);
 /* Write every dirty table (and its redundant copy) to its file. */
 int vmdk_gt_writeback_locked(VmdkState *s);
 
+/* ---- grain.c ---- */
+#define VMDK_READ_GRAINS 32u /* compressed grains a read maps at once */
+/* Read q: bytes from in_grain into the first of the count compressed
+ * grains whose records start at hosts[] (grain.c invariants 1, 2). */
+int vmdk_read_grains(VmdkExtent *ext, const uint64_t *hosts, unsigned count,
+                     uint64_t in_grain, const BlkIOV *q);
 /* ---- vmdk.c ---- */
 /* The extent a write at off goes to (opened), or NULL with the message. */
 VmdkExtent *vmdk_extent_for_write(VmdkState *s, uint64_t off);

@@ -173,6 +173,15 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
  * from opts' secret_values). */
 QimgImage *qimg_image_open_layer(QimgImage *top, QimgImage *layer,
                                  const QimgOpenOptions *opts, GError **error);
+/* Open the backing file of img (opened with or without its chain) by
+ * itself, with opts, resolving its name as opening img's chain does: a
+ * parent a disk inside an OVA names is a member of the same archive, a
+ * name refused by img's rules (QimgInfo.backing_refused) is refused, and a
+ * name read from an image never selects a protocol on its own.  opts'
+ * format is ignored (img's backing format, or probing); qimg info
+ * --backing-chain opens each layer this way (0.10). */
+QimgImage *qimg_image_open_backing(QimgImage *img, const QimgOpenOptions *opts,
+                                   GError **error);
 /* Flushes (unless read-only) and closes; returns FALSE if the final flush
  * failed (the handle is freed either way). */
 gboolean qimg_image_close(QimgImage *img, GError **error);

@@ -144,6 +144,31 @@ same_reads so.vmdk
 libvmdk_same "streamOptimized: libvmdk" q.raw so.vmdk
 vmdkinfo_of so.vmdk
 same_file "streamOptimized: the source" r.raw m.raw
+# vmdk.c invariant 4, grain.c invariant 2: a convert reads a run of
+# compressed grains with a few requests, not one or two a grain.  The
+# requests are counted with the fault node: the smallest nth= whose read
+# fault is never reached is the count + 1.  (2 MiB of random data: 32
+# grains; one request a run, one more when the last record ends past it.)
+reads_of() { # reads_of io|convert: read requests on rc.vmdk's file
+    local k img
+    for k in $(seq 1 200); do
+        img="blkdebug:event=any,op=read,nth=$k:rc.vmdk"
+        rm -f rc.raw
+        case $1 in
+        io) "$QIMG" io -r -f vmdk -c "read 0 512" "$img" ;;
+        convert) "$QIMG" convert -f vmdk -O raw "$img" rc.raw ;;
+        esac >/dev/null 2>&1 && break
+    done
+    echo "$k"
+}
+head -c 2M r.raw >rc.src
+"$QEMU_IMG" convert -f raw -O vmdk -o subformat=streamOptimized rc.src rc.vmdk
+one=$(reads_of io)   # the open and one grain
+all=$(reads_of convert)
+_checks=$((_checks + 1))
+[ "$one" -lt 200 ] && [ "$all" -lt 200 ] && [ $((all - one)) -le 3 ] ||
+    _fail "convert of 32 compressed grains: $((all - one)) read requests more than a read of one grain ($all, $one)"
+same_file "2 MiB of compressed grains converted" rc.src rc.raw
 
 # delta disks qemu-img creates (backing_file): a chain of three
 "$QEMU_IMG" create -q -f vmdk base.vmdk 64M
@@ -168,7 +193,7 @@ grep -q "parentCID of 'child.vmdk' .* does not match the CID of its parent" "$SC
 # ---- hand-built images ----
 # 40 MiB of 64 KiB grains (a grain table: 32 MiB), 24 MiB of 4 KiB ones
 # (16 MiB): every kind crosses a grain table; QIMG_LONG=1: 72 MiB
-for kind in sparse stream stream-nomarker cowd sesparse multi chain; do
+for kind in sparse stream stream-nomarker stream-shuffle cowd sesparse multi chain; do
     hsize=40
     case $kind in cowd | sesparse) hsize=24 ;; esac
     [ -n "${QIMG_LONG:-}" ] && hsize=72

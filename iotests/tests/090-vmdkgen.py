@@ -13,6 +13,8 @@ Kinds:
   sparse OUT SIZE_MB              monolithicSparse, GD/GT preallocated
   stream OUT SIZE_MB              VMware streamOptimized (markers, footer)
   stream-nomarker OUT SIZE_MB     compressed grains without markers
+  stream-shuffle OUT SIZE_MB      stream, the grains in random file order,
+                                  some stored (records over a grain)
   cowd OUT SIZE_MB                a vmfsSparse descriptor + COWD extent
   sesparse OUT SIZE_MB            a seSparse descriptor + extent
   multi OUT                       monolithicFlat with flat+flat extents
@@ -130,10 +132,12 @@ def marker(val, mtype):
     return bytes(m)
 
 
-def write_stream(path, size, grains, grain=65536, markers=True):
+def write_stream(path, size, grains, grain=65536, markers=True, shuffle=None):
     """VMware's streamOptimized: header with GD_AT_END, descriptor, grains
     with markers (each padded to a sector), per-table GT markers and
-    tables, the GD marker and GD, footer marker, footer, end of stream."""
+    tables, the GD marker and GD, footer marker, footer, end of stream.
+    shuffle (a random.Random): the grains in random file order, each
+    deflated at level 0, 1 or 9 (level 0: a record longer than a grain)."""
     gs = grain // SECTOR
     gtes = 512
     capacity = size // SECTOR
@@ -145,11 +149,14 @@ def write_stream(path, size, grains, grain=65536, markers=True):
     body += d + bytes(20 * SECTOR - len(d))
     body += bytes(128 * SECTOR - len(body))
     gtv = [0] * (ngt * gtes)
-    for g in sorted(grains):
+    order = sorted(grains)
+    if shuffle:
+        shuffle.shuffle(order)
+    for g in order:
         data = grains[g]
         if data is None:
             continue
-        c = zlib.compress(data)
+        c = zlib.compress(data, shuffle.choice((0, 1, 9)) if shuffle else -1)
         gtv[g] = len(body) // SECTOR
         if markers:
             rec = struct.pack("<QI", g * gs, len(c)) + c
@@ -405,9 +412,10 @@ def main():
         dd = desc("monolithicSparse", ['RW %d SPARSE "%s"' % (size // SECTOR, base)])
         write_sparse(out, size, grains, descriptor=dd, zero_grain=True)
         raw = model(size, 65536, grains)
-    elif kind in ("stream", "stream-nomarker"):
+    elif kind in ("stream", "stream-nomarker", "stream-shuffle"):
         grains = layout(size, 65536, rng)
-        write_stream(out, size, grains, markers=kind == "stream")
+        write_stream(out, size, grains, markers=kind != "stream-nomarker",
+                     shuffle=rng if kind == "stream-shuffle" else None)
         raw = model(size, 65536, grains)
     elif kind == "cowd":
         grains = layout(size, 4096, rng)

@@ -277,4 +277,50 @@ tar --format=ustar -C hostile -cf hdelta.ova delta.ovf delta.vmdk
 err "delta disk: a parent out of the archive" \
     "backing file '../a.vmdk' leads out of the image's folder with '..'; refused (a disk inside an OVA may only name members" \
     convert -O raw hdelta.ova out.raw
+# info --backing-chain opens each layer as the chain's open resolves it
+# (open.c invariant 6, qimg_image_open_backing): the parent is the member
+layers() { # the layers of info --backing-chain --output=json ARGS: "filename format cid"
+    "$QIMG" info --backing-chain --output=json "$@" 2>&1 | python3 -c 'import json, sys
+try:
+    print(" ".join("%s %s %s" % (x["filename"], x["format"],
+                   x["format-specific"]["data"]["cid"]) for x in json.load(sys.stdin)))
+except ValueError:
+    print("not JSON")'
+}
+qcids=$("$QEMU_IMG" info --backing-chain --output=json delta.vmdk | python3 -c 'import json, sys
+print(" ".join(str(x["format-specific"]["data"]["cid"]) for x in json.load(sys.stdin)))')
+read -r qtop qbase <<<"$qcids"
+assert_eq "info --backing-chain of a delta disk in an OVA: both layers, as qemu-img's" \
+    "ova:0:delta.ova vmdk $qtop ova:file=base.vmdk:delta.ova vmdk $qbase" "$(layers ova:0:delta.ova)"
+assert_eq "... the one-disk archive named alone" \
+    "ova:0:delta.ova vmdk $qtop ova:file=base.vmdk:delta.ova vmdk $qbase" "$(layers delta.ova)"
+assert_rc "... human output" 0 "$QIMG" info --backing-chain ova:0:delta.ova
+grep -q "^image: ova:file=base.vmdk:delta.ova$" "$SCRATCH/.out" ||
+    _fail "info --backing-chain (human) shows no parent layer: $(cat "$SCRATCH/.out")"
+err "info --backing-chain: a parent out of the archive" \
+    "backing file '../a.vmdk' leads out of the image's folder with '..'; refused" \
+    info --backing-chain ova:0:hdelta.ova
+# a name read from an image never selects the ova protocol on its own: a
+# qcow2 outside any archive naming the member as its backing file opens a
+# plain file of that name, a VMDK's parent hint naming it is refused
+"$QEMU_IMG" create -q -f qcow2 -b "ova:file=base.vmdk:delta.ova" -F vmdk -u outside.qcow2 8M
+err "a qcow2's backing name is not the ova protocol" \
+    "Could not open 'ova:file=base.vmdk:delta.ova': No such file or directory" \
+    info --backing-chain outside.qcow2
+sed 's|parentFileNameHint="base.vmdk"|parentFileNameHint="ova:file=base.vmdk:delta.ova"|' \
+    delta.vmdk >outside.vmdk
+err "a VMDK's parent hint is not the ova protocol" "names a protocol" \
+    info --backing-chain outside.vmdk
+# a GNU tar whose first member is the OVF under a long name (a 'L' header
+# first: the name lies past the 512 bytes a probe sees) probes as an OVA
+LOVF=an-ovf-descriptor-with-a-member-name-longer-than-the-hundred-bytes-of-a-ustar-name-field.ovf
+cp delta.ovf "$LOVF"
+tar --format=gnu -cf lovf.ova "$LOVF" delta.vmdk base.vmdk
+assert_eq "GNU long OVF name: probed as an OVA" "ova $LOVF" \
+    "$("$QIMG" info --output=json lovf.ova | python3 -c 'import json, sys
+j = json.load(sys.stdin)
+print(j["format"], j.get("format-specific", {}).get("data", {}).get("descriptor"))')"
+rm -f out.raw
+assert_rc "GNU long OVF name: its disk converts" 0 "$QIMG" convert -O raw lovf.ova out.raw &&
+    assert_rc "... as qemu-img reads the chain" 0 cmp out.raw qdelta.raw
 finish
