@@ -1,9 +1,9 @@
 #!/bin/bash
 # bench/vmstate-bench.sh: the vmstate writer's and reader's performance bars.
 #
-#   save: >= 0.85 x the speed of dd to a plain file (page cache and
+#   save: >= 0.95 x the speed of dd to a plain file (page cache and
 #         cache=none), and >= 3 x QEMU 7.2's savevm with cache=none;
-#   load: >= 0.85 x the speed of a sequential read of the same bytes.
+#   load: >= 0.95 x the speed of a sequential read of the same bytes.
 #
 # The state: SIZE_MIB (default 1024) of random bytes (ram.bin), made once.
 # Save, in each cache mode (writeback = page cache; none = O_DIRECT), each
@@ -262,11 +262,11 @@ goal() { # desc phase mode x y min
     fi
 }
 for mode in $MODES; do
-    goal "save $mode: qimg vs dd floor" save "$mode" a d 0.85
+    goal "save $mode: qimg vs dd floor" save "$mode" a d 0.95
 done
 goal "save none: qimg vs QEMU savevm" save none a c 3
 for mode in $MODES; do
-    goal "load $mode: qimg vs sequential read" load "$mode" q f 0.85
+    goal "load $mode: qimg vs sequential read" load "$mode" q f 0.95
 done
 echo "for information (no goal):"
 for mode in $MODES; do
