@@ -16,16 +16,26 @@
 #   bench_time VAR CMD...      warm, run CMD, sync; VAR := wall seconds;
 #                              a command (not a shell function) running
 #                              longer than BENCH_RUN_TIMEOUT seconds
-#                              (default 600) is killed and ends the bench
+#                              (default 600) is killed and ends the bench;
+#                              BENCH_C := CPU seconds (user + sys) of CMD
+#                              and its children, the sync left out
+#   bench_children_cpu         CPU seconds (user + sys) of the shell's
+#                              waited-for children so far
+#   bench_pid_cpu PID          CPU seconds (user + sys) of a live process,
+#                              its ended threads included
 #   bench_median N...          median of the numbers (3 decimals)
 #   bench_ratio A B            A / B (3 decimals)
 #   bench_require_space GIB    exit unless the scratch file system has it
 #   bench_rounds ROUNDS CASE NAME... : for each round, call "CASE NAME" for
 #                              every NAME, rotating the order each round;
-#                              CASE sets BENCH_T; results are kept as
+#                              CASE sets BENCH_T (and BENCH_C, CPU seconds,
+#                              which bench_time sets; a case may add a
+#                              server's); results are kept as
 #                              BENCH_RESULT[NAME] = "t1 t2 ..." (round order)
+#                              and BENCH_CPU[NAME] likewise
 #   bench_table TITLE BASE NAME...   print "name  median  ratio to BASE
-#                              (median of per-round ratios)  per-round ratios"
+#                              (median of per-round ratios)  median CPU
+#                              seconds  per-round ratios"
 #   bench_reset                forget the results
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -65,15 +75,32 @@ trap _bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
 declare -A BENCH_RESULT=()
+declare -A BENCH_CPU=()
 
 bench_warm() {
     "$MEMWARM" "$MEMWARM_MIB" >/dev/null
 }
 
+bench_children_cpu() {
+    # fields 16 and 17 of /proc/$$/stat (cutime, cstime: the waited-for
+    # children of this shell -- $$ even in a subshell) in clock ticks;
+    # the command name (field 2) may hold spaces, so count after its ')'
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f\n", ($14 + $15) / hz }' \
+        "/proc/$$/stat"
+}
+
+bench_pid_cpu() {
+    # fields 14 and 15 of /proc/PID/stat (utime, stime) in clock ticks;
+    # the command name (field 2) may hold spaces, so count after its ')'
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f\n", ($12 + $13) / hz }' \
+        "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
 bench_time() {
-    local __var=$1 t0 t1
+    local __var=$1 t0 t1 c0
     shift
     bench_warm
+    c0=$(bench_children_cpu)
     t0=$EPOCHREALTIME
     local limit=(timeout "$BENCH_RUN_TIMEOUT")
     declare -F "$1" >/dev/null && limit=() # a shell function: its own commands
@@ -83,6 +110,7 @@ bench_time() {
         echo "failed: $*" >&2
         exit 1
     }
+    BENCH_C=$(awk -v a="$c0" -v b="$(bench_children_cpu)" 'BEGIN { printf "%.2f", b - a }')
     sync
     t1=$EPOCHREALTIME
     printf -v "$__var" '%s' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
@@ -117,14 +145,17 @@ bench_rounds() {
         for ((i = 0; i < n; i++)); do
             local name=${names[$(((i + r) % n))]}
             BENCH_T=
+            BENCH_C=
             "$case_fn" "$name"
             BENCH_RESULT[$name]="${BENCH_RESULT[$name]:-}${BENCH_RESULT[$name]:+ }$BENCH_T"
+            BENCH_CPU[$name]="${BENCH_CPU[$name]:-}${BENCH_CPU[$name]:+ }${BENCH_C:--}"
         done
     done
 }
 
 bench_reset() {
     BENCH_RESULT=()
+    BENCH_CPU=()
 }
 
 bench_table() {
@@ -133,14 +164,17 @@ bench_table() {
     local -a bt
     read -ra bt <<<"${BENCH_RESULT[$base]}"
     printf '%s\n' "$title"
-    printf '  %-24s %9s %9s  %s\n' "case" "median s" "x $base" "per-round ratios"
+    printf '  %-24s %9s %9s %9s  %s\n' "case" "median s" "x $base" "cpu s" "per-round ratios"
     for name in "$@"; do
         local -a t ratios=()
         read -ra t <<<"${BENCH_RESULT[$name]}"
         for ((i = 0; i < ${#t[@]}; i++)); do
             ratios+=("$(bench_ratio "${t[$i]}" "${bt[$i]}")")
         done
-        printf '  %-24s %9s %9s  %s\n' "$name" "$(bench_median "${t[@]}")" \
-            "$(bench_median "${ratios[@]}")" "${ratios[*]}"
+        local -a c=()
+        read -ra c <<<"${BENCH_CPU[$name]//-/}"
+        printf '  %-24s %9s %9s %9s  %s\n' "$name" "$(bench_median "${t[@]}")" \
+            "$(bench_median "${ratios[@]}")" "$( ((${#c[@]})) && bench_median "${c[@]}" || echo -)" \
+            "${ratios[*]}"
     done
 }

@@ -12,11 +12,14 @@
 #                         file plugin on the same data as raw (the floor)
 #   write                 nbdcopy --flush full.raw into a new qcow2 export:
 #                         qimg nbd and qemu-nbd, writeback (their default)
-#                         and writethrough
+#                         and writethrough, and nbdkit's file plugin into a
+#                         new raw file of the same size (the floor)
 #   client                convert from a qemu-nbd export into a new qcow2:
 #                         qimg convert vs qemu-img convert
 # Every server serves up to 4 clients (-e 4 / -e 4) and is started before
-# the timed command and stopped after it.
+# the timed command and stopped after it.  The "cpu s" column is the
+# server's CPU time (user + sys, from its start to its stop) in the read
+# and write cases, the client's in the client case.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -74,8 +77,12 @@ start() { # SERVER-COMMAND...: in the background, until the socket answers
     echo "server did not start: $* ($(cat srv.err))" >&2
     exit 1
 }
-stop() {
-    [ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
+stop() { # sets SRV_CPU: the server's CPU seconds
+    SRV_CPU=-
+    if [ -n "$SRV" ]; then
+        SRV_CPU=$(bench_pid_cpu "$SRV")
+        kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
+    fi
     SRV=
 }
 trap 'stop; _bench_cleanup' EXIT
@@ -102,11 +109,16 @@ run_case() { # CASE TOOL: sets BENCH_T
         esac
         drop_caches
         bench_time BENCH_T nbdcopy "$URI" null:
-        stop ;;
+        stop
+        # shellcheck disable=SC2034 # read by bench_rounds (lib.sh)
+        BENCH_C=$SRV_CPU ;;
     write)
-        rm -f dst.qcow2
+        rm -f dst.qcow2 dst.raw
         "$QEMU_IMG" create -q -f qcow2 dst.qcow2 "${SIZE_GIB}G"
         case $tool in
+        nbdkit-file)
+            truncate -s "${SIZE_GIB}G" dst.raw
+            server nbdkit-file dst.raw ;;
         qimg | qemu-nbd) server "$tool" dst.qcow2 ;;
         qimg-wt) server qimg dst.qcow2 writethrough ;;
         qemu-nbd-wt) server qemu-nbd dst.qcow2 writethrough ;;
@@ -114,7 +126,9 @@ run_case() { # CASE TOOL: sets BENCH_T
         drop_caches
         bench_time BENCH_T nbdcopy --flush full.raw "$URI"
         stop
-        rm -f dst.qcow2 ;;
+        # shellcheck disable=SC2034 # read by bench_rounds (lib.sh)
+        BENCH_C=$SRV_CPU
+        rm -f dst.qcow2 dst.raw ;;
     client)
         server qemu-nbd half.qcow2
         rm -f out.qcow2
@@ -131,7 +145,7 @@ run_case() { # CASE TOOL: sets BENCH_T
 for c in $CASES; do
     case $c in
     read-*) tools=(qemu-nbd qimg qemu-nbd-none qimg-none nbdkit-file) ;;
-    write) tools=(qemu-nbd qimg qemu-nbd-wt qimg-wt) ;;
+    write) tools=(qemu-nbd qimg qemu-nbd-wt qimg-wt nbdkit-file) ;;
     client) tools=(qemu-img qimg) ;;
     *) echo "unknown case $c" >&2; exit 1 ;;
     esac

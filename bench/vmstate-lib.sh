@@ -9,7 +9,8 @@
 #   vm_warm                    memwarm (see /work/shared/tools/README.md)
 #   vm_drop_caches             sync + drop the page cache; returns 1 (and
 #                              says so once) where that is not permitted
-#   vm_time VAR CMD...         run CMD, then sync; VAR := wall seconds
+#   vm_time VAR CMD...         run CMD, then sync; VAR := wall seconds,
+#                              VM_C := CPU seconds (user + sys) of CMD
 #   vm_median N...             median
 #   vm_ratio A B               A / B with 2 decimals
 #   vm_on_exit CMD             run CMD at exit (before the scratch is removed)
@@ -82,12 +83,23 @@ vm_drop_caches() {
     fi
 }
 
-# vm_time VAR CMD...: wall time of CMD plus a final sync.
+# CPU seconds (user + sys) of the shell's waited-for children so far.
+vm_children_cpu() {
+    # fields 16 and 17 of /proc/$$/stat (cutime, cstime: the waited-for
+    # children of this shell -- $$ even in a subshell) in clock ticks;
+    # the command name (field 2) may hold spaces, so count after its ')'
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f\n", ($14 + $15) / hz }' \
+        "/proc/$$/stat"
+}
+
+# vm_time VAR CMD...: wall time of CMD plus a final sync; VM_C: its CPU.
 vm_time() {
-    local __var=$1 t0 t1
+    local __var=$1 t0 t1 c0
     shift
+    c0=$(vm_children_cpu)
     t0=$EPOCHREALTIME
     "$@" || { echo "failed: $*" >&2; exit 1; }
+    VM_C=$(awk -v a="$c0" -v b="$(vm_children_cpu)" 'BEGIN { printf "%.2f", b - a }')
     sync
     t1=$EPOCHREALTIME
     printf -v "$__var" '%s' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
