@@ -27,23 +27,30 @@
 #include "raw/raw.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #define FAKE_SIZE (1024u * 1024)
 #define BAD_OFFSET (512u * 1024) /* aio reads here fail */
 
-typedef struct FakeReq {
+typedef struct FakeReq FakeReq;
+struct FakeReq {
+    FakeReq *next;
     bool write;
     uint64_t offset;
     const BlkIOV *q;
     BlkAioDone *done;
     void *opaque;
-} FakeReq;
+};
 
 typedef struct Fake {
     uint8_t data[FAKE_SIZE];
-    GAsyncQueue *queue; /* FakeReq, for the completer thread */
-    GThread *completer;
+    /* requests for the completer thread, oldest first (pthread primitives,
+     * which TSan sees, where glib's queue is not instrumented) */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    FakeReq *head, **tail; /* [lock] */
+    pthread_t completer;
     unsigned aio_calls, sync_calls; /* atomic */
     bool refuse;                    /* aio_rw answers -ENOTSUP */
     unsigned delay_us;              /* before each completion */
@@ -51,14 +58,39 @@ typedef struct Fake {
 
 static FakeReq stop_req;
 
+static void fake_push(Fake *f, FakeReq *r)
+{
+    pthread_mutex_lock(&f->lock);
+    r->next = NULL;
+    *f->tail = r;
+    f->tail = &r->next;
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+static FakeReq *fake_pop(Fake *f)
+{
+    pthread_mutex_lock(&f->lock);
+    while (!f->head) {
+        pthread_cond_wait(&f->cond, &f->lock);
+    }
+    FakeReq *r = f->head;
+    f->head = r->next;
+    if (!f->head) {
+        f->tail = &f->head;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
 /* The node's own thread: moves the bytes, then calls done (as librbd's
  * callback thread does for block/rbd.c). */
-static gpointer completer_main(gpointer opaque)
+static void *completer_main(void *opaque)
 {
     Fake *f = opaque;
 
     for (;;) {
-        FakeReq *r = g_async_queue_pop(f->queue);
+        FakeReq *r = fake_pop(f);
         int ret = 0;
 
         if (r == &stop_req) {
@@ -95,7 +127,7 @@ static int fake_aio_rw(BlkNode *node, bool write, uint64_t offset, const BlkIOV 
     r = g_new(FakeReq, 1);
     *r = (FakeReq){
         .write = write, .offset = offset, .q = q, .done = done, .opaque = opaque};
-    g_async_queue_push(f->queue, r);
+    fake_push(f, r);
     return 0;
 }
 
@@ -134,9 +166,10 @@ static void fake_close(BlkNode *node)
 {
     Fake *f = node->opaque;
 
-    g_async_queue_push(f->queue, &stop_req);
-    g_thread_join(f->completer);
-    g_async_queue_unref(f->queue);
+    fake_push(f, &stop_req);
+    pthread_join(f->completer, NULL);
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->cond);
     g_free(f);
 }
 
@@ -156,8 +189,10 @@ static QimgImage *image_new(Fake **out, bool under_raw, bool probed, BlkCacheMod
     Fake *f = g_new0(Fake, 1);
     BlkNode *node = g_new0(BlkNode, 1);
 
-    f->queue = g_async_queue_new();
-    f->completer = g_thread_new("fake-completer", completer_main, f);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    f->tail = &f->head;
+    assert_int_equal(pthread_create(&f->completer, NULL, completer_main, f), 0);
     node->drv = &fake_driver;
     node->opaque = f;
     node->filename = g_strdup("fake");
