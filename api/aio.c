@@ -43,6 +43,17 @@
  *     variable is broadcast for the others -- by a completion from the pool
  *     or from the reaper thread, and by each callback's end, since 'live'
  *     going down may end its wait -- except by its own reaping.
+ * 10. The protocol engine: a read, or a write without flags on an image
+ *     that needs no flush after it, that lands on a protocol node taking
+ *     asynchronous requests itself (BlkDriver.aio_rw: RBD) -- the image's
+ *     own node, or its protocol child through direct_begin -- goes to that
+ *     node from the submitting thread, and the node's completion (on its
+ *     own thread) completes the request: no worker waits on it, no worker
+ *     wakes for it.  A request the node does not take runs on the pool;
+ *     a failure's message is the node's, taken on its thread (inv. 4).
+ * 11. A completing thread touches the context only under 'lock': the
+ *     eventfd writes happen before the unlock, since a protocol's thread
+ *     (invariant 10) is not joined by api_aio_close as workers are.
  */
 #include "aio/pool.h"
 #include "api/api.h"
@@ -93,6 +104,7 @@ struct ApiAioReq {
     int ret;
     GError *error;
     BlkDirect direct; /* invariant 7: the mapping a ring read holds */
+    bool held;        /* invariant 10: direct holds a mapping */
     ApiAioReq *next;
 };
 
@@ -220,22 +232,20 @@ static bool wake_waiters_locked(ApiAio *a)
 /* Hand finished requests (list..last, linked by next) to the poller. */
 static void complete_list(ApiAio *a, ApiAioReq *list, ApiAioReq *last)
 {
-    bool first;
-
-    bool wake;
+    bool first, wake;
 
     pthread_mutex_lock(&a->lock);
     first = a->done == NULL && a->efd_used;
     last->next = a->done;
     a->done = list;
     wake = wake_waiters_locked(a);
-    pthread_mutex_unlock(&a->lock);
     if (first) {
         signal_efd(a); /* invariant 3 */
     }
     if (wake) {
         signal_fd(a->wake_fd);
     }
+    pthread_mutex_unlock(&a->lock); /* invariant 11: a is not touched after */
 }
 
 static void complete(ApiAioReq *r)
@@ -337,6 +347,61 @@ static bool try_uring(ApiAio *a, ApiAioReq *r)
     return true;
 }
 
+/* Invariant 10: a protocol node's completion, on its thread. */
+static void node_aio_done(void *opaque, int ret)
+{
+    ApiAioReq *r = opaque;
+    QimgImage *img = r->aio->img;
+
+    if (r->held) {
+        img->node->drv->direct_end(img->node, &r->direct);
+    }
+    r->ret = ret;
+    if (ret < 0) {
+        api_io_error(img, r->op, ret, &r->error); /* invariant 4 */
+        blk_error_clear();
+    }
+    complete(r);
+}
+
+/* Invariant 10: send a read, or a write that needs nothing after it, to a
+ * protocol node that takes asynchronous requests. */
+static bool try_node_aio(ApiAio *a, ApiAioReq *r)
+{
+    BlkNode *node = a->img->node;
+    BlkNode *proto = node->drv->aio_rw ? node : node->file;
+    bool write = r->op == API_IO_WRITE;
+    uint64_t end;
+
+    if ((r->op != API_IO_READ && !write) || !proto || !proto->drv->aio_rw ||
+        __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
+        return false;
+    }
+    /* api.h invariant 2: a write with FUA, or on a read-only or
+     * writethrough image, needs the sync path's checks or its flush */
+    if (write &&
+        (r->flags != 0 || node->read_only || node->cache == BLK_CACHE_WRITETHROUGH ||
+         node->cache == BLK_CACHE_DIRECTSYNC)) {
+        return false;
+    }
+    r->held = proto != node;
+    if (!r->held) {
+        r->direct = (BlkDirect){.node = node, .offset = r->offset};
+    } else if (!node->drv->direct_begin ||
+               !node->drv->direct_begin(node, r->offset, r->len, write, &r->direct)) {
+        return false;
+    }
+    if (!r->direct.node->drv->aio_rw ||
+        r->direct.node->drv->aio_rw(r->direct.node, write, r->direct.offset, &r->q,
+                                    node_aio_done, r) < 0) {
+        if (r->held) {
+            node->drv->direct_end(node, &r->direct);
+        }
+        return false;
+    }
+    return true;
+}
+
 static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len,
                        const struct iovec *iov, int iovcnt, unsigned flags,
                        unsigned allowed, QimgAioFunc cb, void *opaque, GError **error)
@@ -377,7 +442,7 @@ static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len
     a->live++;
     pthread_mutex_unlock(&a->lock);
     __atomic_add_fetch(&a->stats.submitted, 1, __ATOMIC_RELAXED);
-    if (try_uring(a, r)) {
+    if (try_uring(a, r) || try_node_aio(a, r)) {
         return TRUE;
     }
     ret = pool_submit(a->pool, run_req, r);

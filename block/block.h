@@ -53,6 +53,8 @@
 
 typedef struct BlkDriver BlkDriver;
 typedef struct BlkNode BlkNode;
+/* The end of a protocol node's asynchronous request (BlkDriver.aio_rw). */
+typedef void BlkAioDone(void *opaque, int ret);
 struct BlkCheckResult;
 
 /*
@@ -173,6 +175,15 @@ struct BlkDriver {
     bool (*direct_begin)(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                          struct BlkDirect *d);
     void (*direct_end)(BlkNode *img, struct BlkDirect *d);
+    /* Protocol nodes that take asynchronous requests themselves (RBD):
+     * start a read (write: true, a write without flags) of q at offset
+     * and return 0 at once; done(opaque, 0 or -errno) runs once, later, on
+     * a thread of the protocol's, with a failure's message recorded for
+     * that thread (blk_error), and q untouched after it.  A negative
+     * return: nothing started, done never runs; use preadv/pwritev.
+     * Optional (api/aio.c). */
+    int (*aio_rw)(BlkNode *img, bool write, uint64_t offset, const BlkIOV *q,
+                  BlkAioDone *done, void *opaque);
     /* Status of this layer only, for [offset, offset+bytes).  Returns 0 or -errno. */
     int (*block_status)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
     int (*truncate)(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,

@@ -55,6 +55,13 @@
  *  9. Every librados and librbd call goes through blk_rbd_lib (rbd-lib.h
  *     invariant 1), loaded by conn_open before anything else: a process
  *     that never opens an RBD image never loads the Ceph libraries.
+ * 10. The asynchronous API's reads and writes (BlkDriver.aio_rw) go to
+ *     librbd from the submitting thread and complete from librbd's
+ *     callback thread, with no thread of ours waiting in between: each
+ *     request costs librbd's own wake-ups only.  Only a request within the
+ *     image that needs nothing else (no growing, no flush after it, a
+ *     vector librbd takes) starts there; its result is checked as
+ *     invariant 3 says, a write bumps write_gen (invariant 7).
  */
 #include "block/rbd.h"
 #include "block/rbd-lib.h"
@@ -221,6 +228,26 @@ static void req_done(rbd_completion_t c, void *arg)
     pthread_mutex_unlock(&w->lock);
 }
 
+/* Start one request with completion c; < 0: not started (no callback). */
+static int submit_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
+                          const struct iovec *iov, int niov, int zero_flags,
+                          rbd_completion_t c)
+{
+    switch (op) {
+    case OP_READ:
+        return RL.rbd_aio_readv(s->image, iov, niov, offset, c);
+    case OP_WRITE:
+        return RL.rbd_aio_writev(s->image, iov, niov, offset, c);
+    case OP_DISCARD:
+        return RL.rbd_aio_discard(s->image, offset, len, c);
+    case OP_ZERO:
+        return RL.rbd_aio_write_zeroes(s->image, offset, (size_t)len, c, zero_flags, 0);
+    case OP_FLUSH:
+        return RL.rbd_aio_flush(s->image, c);
+    }
+    return -EINVAL;
+}
+
 /* One request; its completion's return value (or the submission's
  * failure), never before it completed. */
 static ssize_t run_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
@@ -239,23 +266,7 @@ static ssize_t run_request(RbdState *s, RbdOp op, uint64_t offset, uint64_t len,
         ret = r;
         goto out;
     }
-    switch (op) {
-    case OP_READ:
-        r = RL.rbd_aio_readv(s->image, iov, niov, offset, c);
-        break;
-    case OP_WRITE:
-        r = RL.rbd_aio_writev(s->image, iov, niov, offset, c);
-        break;
-    case OP_DISCARD:
-        r = RL.rbd_aio_discard(s->image, offset, len, c);
-        break;
-    case OP_ZERO:
-        r = RL.rbd_aio_write_zeroes(s->image, offset, (size_t)len, c, zero_flags, 0);
-        break;
-    case OP_FLUSH:
-        r = RL.rbd_aio_flush(s->image, c);
-        break;
-    }
+    r = submit_request(s, op, offset, len, iov, niov, zero_flags, c);
     if (r < 0) {
         RL.rbd_aio_release(c); /* never submitted: no callback will run */
         ret = r;
@@ -461,6 +472,83 @@ static int rbd_node_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
                        run_request(s, OP_DISCARD, offset, bytes, NULL, 0, 0));
     blk_gen_bump(img);
     return ret;
+}
+
+/* ---- asynchronous reads and writes (invariant 10) ---- */
+
+typedef struct RbdAio {
+    BlkNode *img;
+    RbdOp op;
+    uint64_t offset;
+    const BlkIOV *q;
+    BlkAioDone *done;
+    void *opaque;
+    bool published; /* atomic: as RbdWait's */
+} RbdAio;
+
+/* Runs on a librbd thread: the result as rbd_rw and rbd_node_pwritev give
+ * it (invariant 3), a failure's message recorded for this thread. */
+static void aio_done(rbd_completion_t c, void *arg)
+{
+    RbdAio *a = arg;
+    ssize_t ret = RL.rbd_aio_get_return_value(c);
+    int r = 0;
+
+    (void)__atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+    RL.rbd_aio_release(c);
+    blk_error_clear();
+    if (a->op == OP_WRITE) {
+        r = check_length(a->img->opaque, OP_WRITE, a->offset, a->q->size, ret);
+        blk_gen_bump(a->img); /* invariant 7 */
+    } else if (ret < 0) {
+        r = request_error(a->img->opaque, OP_READ, a->offset, (int)-ret);
+    } else if ((size_t)ret < a->q->size) { /* invariant 3: stopped at the end */
+        iov_memset(a->q, (size_t)ret, 0, a->q->size - (size_t)ret);
+    }
+    BlkAioDone *done = a->done;
+    void *opaque = a->opaque;
+    g_free(a);
+    done(opaque, r);
+}
+
+/* Invariant 10: only what needs nothing before or after librbd's request
+ * (no growing, no flush, no bounce buffer) starts here; -ENOTSUP sends the
+ * rest to preadv/pwritev. */
+static int rbd_node_aio_rw(BlkNode *img, bool write, uint64_t offset, const BlkIOV *q,
+                           BlkAioDone *done, void *opaque)
+{
+    RbdState *s = img->opaque;
+    RbdAio *a;
+    rbd_completion_t c;
+    uint64_t end;
+    int r;
+
+    if (q->niov > IOV_MAX || q->size == 0 ||
+        __builtin_add_overflow(offset, q->size, &end) || end > size_get(img) ||
+        (write && (img->read_only || img->cache == BLK_CACHE_WRITETHROUGH ||
+                   img->cache == BLK_CACHE_DIRECTSYNC))) {
+        return -ENOTSUP;
+    }
+    a = g_new(RbdAio, 1);
+    *a = (RbdAio){.img = img,
+                  .op = write ? OP_WRITE : OP_READ,
+                  .offset = offset,
+                  .q = q,
+                  .done = done,
+                  .opaque = opaque};
+    __atomic_store_n(&a->published, true, __ATOMIC_RELEASE);
+    r = RL.rbd_aio_create_completion(a, aio_done, &c);
+    if (r == 0) {
+        r = submit_request(s, a->op, offset, q->size, q->iov, q->niov, 0, c);
+        if (r < 0) {
+            RL.rbd_aio_release(c); /* never submitted: no callback will run */
+        }
+    }
+    if (r < 0) {
+        g_free(a);
+        return -ENOTSUP; /* the synchronous path reports it */
+    }
+    return 0;
 }
 
 /* ---- block status (invariant 5) ---- */
@@ -796,6 +884,7 @@ const BlkDriver blk_rbd_driver = {
     .close = rbd_node_close,
     .preadv = rbd_node_preadv,
     .pwritev = rbd_node_pwritev,
+    .aio_rw = rbd_node_aio_rw,
     .pwrite_zeroes = rbd_node_pwrite_zeroes,
     .pdiscard = rbd_node_pdiscard,
     .flush = rbd_node_flush,

@@ -104,6 +104,25 @@ static int raw_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
     return blk_pwritev(img->file, offset, qiov, flags);
 }
 
+/* Invariant 1: the bytes are the file's at the same offset (api/aio.c's
+ * direct engines), except a write to block 0 of a probed image, which
+ * needs raw_pwritev_block0's check (invariant 4). */
+static bool raw_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
+                             BlkDirect *d)
+{
+    if (write && img->probed && offset < BLK_PROBE_BUF_SIZE && bytes > 0) {
+        return false;
+    }
+    *d = (BlkDirect){.node = img->file, .offset = offset};
+    return true;
+}
+
+static void raw_direct_end(BlkNode *img, BlkDirect *d)
+{
+    (void)img;
+    (void)d; /* nothing held */
+}
+
 static int raw_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                              unsigned flags)
 {
@@ -290,6 +309,8 @@ const BlkDriver blk_raw_driver = {
     .open = raw_open,
     .preadv = raw_preadv,
     .pwritev = raw_pwritev,
+    .direct_begin = raw_direct_begin,
+    .direct_end = raw_direct_end,
     .pwrite_zeroes = raw_pwrite_zeroes,
     .pdiscard = raw_pdiscard,
     .flush = raw_flush,
