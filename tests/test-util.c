@@ -14,8 +14,8 @@
  *     turns a clean run with tu_skipped > 0 into 77.
  *  4. tu_chunk[] (the buffers file comparisons read into, made once) is
  *     touched only with the tu_chunk lock held.
- *  5. A command runs through posix_spawn (no fork of the test process) with
- *     no descriptor of the test open but 0-2.
+ *  5. A command runs through posix_spawn (no fork of the test process),
+ *     stdin /dev/null, with no descriptor of the test open but 0-2.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -189,6 +189,8 @@ int tu_run_status(char **out, const char *fmt, ...)
         fail_msg("could not run %s: pipe: %s", cmd, g_strerror(errno));
     }
     posix_spawn_file_actions_init(&fa);
+    /* stdin from /dev/null, as g_spawn_sync gave it: no prompt can wait */
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
     if (tu_dir) {
