@@ -12,6 +12,10 @@
  *  2. tu_fresh() never returns the same name twice for one directory.
  *  3. tu_skipped counts the tests ended by tu_skip_(); tu_exit_status()
  *     turns a clean run with tu_skipped > 0 into 77.
+ *  4. tu_chunk[] (the buffers file comparisons read into, made once) is
+ *     touched only with the tu_chunk lock held.
+ *  5. A command runs through posix_spawn (no fork of the test process),
+ *     stdin /dev/null, with no descriptor of the test open but 0-2.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,9 +27,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,6 +165,11 @@ bool tu_long_run(void)
     return v && strcmp(v, "0") != 0;
 }
 
+/* sh -c CMD in the scratch directory, its output (stdout; CMD's stderr
+ * goes there too) in *out: posix_spawn, not fork (g_spawn_sync): a fork of
+ * a test process under ASan copied its page tables, and every page it wrote
+ * afterwards faulted (copy on write), for each of the hundreds of commands
+ * some tests run. */
 int tu_run_status(char **out, const char *fmt, ...)
 {
     va_list ap;
@@ -166,18 +177,47 @@ int tu_run_status(char **out, const char *fmt, ...)
     g_autofree char *cmd = g_strdup_vprintf(fmt, ap);
     va_end(ap);
     g_autofree char *full = g_strdup_printf("(%s) 2>&1", cmd);
-    const char *argv[] = {"/bin/sh", "-c", full, NULL};
-    char *o = NULL;
-    int status = 0;
+    char *argv[] = {"/bin/sh", "-c", full, NULL};
+    GString *o = g_string_new(NULL);
+    posix_spawn_file_actions_t fa;
+    int fds[2], status = 0, err;
+    pid_t pid;
+    char buf[4096];
+    ssize_t n;
 
-    if (!g_spawn_sync(tu_dir, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &o, NULL,
-                      &status, NULL)) {
-        fail_msg("could not run %s", cmd);
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        fail_msg("could not run %s: pipe: %s", cmd, g_strerror(errno));
+    }
+    posix_spawn_file_actions_init(&fa);
+    /* stdin from /dev/null, as g_spawn_sync gave it: no prompt can wait */
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+    if (tu_dir) {
+        posix_spawn_file_actions_addchdir_np(&fa, tu_dir);
+    }
+    err = posix_spawn(&pid, "/bin/sh", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (err != 0) {
+        close(fds[0]);
+        fail_msg("could not run %s: %s", cmd, g_strerror(err));
+    }
+    while ((n = read(fds[0], buf, sizeof(buf))) != 0) {
+        if (n < 0 && errno != EINTR) {
+            break;
+        }
+        if (n > 0) {
+            g_string_append_len(o, buf, n);
+        }
+    }
+    close(fds[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (out) {
-        *out = o;
+        *out = g_string_free(o, FALSE);
     } else {
-        g_free(o);
+        g_string_free(o, TRUE);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -217,13 +257,109 @@ void tu_copy_file(const char *from, const char *to)
     }
 }
 
+/* Two chunk buffers made once and kept (tu_same_file(), tu_file_cmp()):
+ * a fresh multi-MiB buffer per comparison cost most of the system time of
+ * some tests under ASan (a page fault per 4 KiB). */
+#define TU_CHUNK ((size_t)1 << 20)
+static uint8_t *tu_chunk[2];
+G_LOCK_DEFINE_STATIC(tu_chunk);
+
+/* n bytes of fd at off into buf: 0, or -1 on an error or a short file. */
+static int read_full(int fd, uint8_t *buf, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        ssize_t r = pread(fd, buf, n, (off_t)off);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        buf += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Compare the file fd of size bytes with want[0..want_len) followed by
+ * zeros: the first differing offset, or size if they are equal (or -1 on
+ * a read error).  Called with tu_chunk locked. */
+static int64_t cmp_fd(int fd, uint64_t size, const uint8_t *want, uint64_t want_len)
+{
+    if (!tu_chunk[0]) {
+        tu_chunk[0] = g_malloc(TU_CHUNK);
+    }
+    for (uint64_t pos = 0; pos < size;) {
+        size_t n = (size_t)MIN(TU_CHUNK, size - pos);
+        size_t w = pos < want_len ? (size_t)MIN(n, want_len - pos) : 0;
+
+        if (read_full(fd, tu_chunk[0], n, pos) < 0) {
+            return -1;
+        }
+        const uint8_t *tail = tu_chunk[0] + w; /* zeros: each byte equals the next */
+        if (memcmp(tu_chunk[0], want + pos, w) != 0 ||
+            (n > w && (tail[0] != 0 || memcmp(tail, tail + 1, n - w - 1) != 0))) {
+            for (size_t i = 0; i < n; i++) {
+                if (tu_chunk[0][i] != (i < w ? want[pos + i] : 0)) {
+                    return (int64_t)(pos + i);
+                }
+            }
+        }
+        pos += n;
+    }
+    return (int64_t)size;
+}
+
+int64_t tu_file_cmp(const char *path, const uint8_t *want, uint64_t want_len,
+                    uint64_t *size)
+{
+    struct stat st;
+    int64_t ret;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        fail_msg("cannot read %s: %s", path, g_strerror(errno));
+    }
+    *size = (uint64_t)st.st_size;
+    G_LOCK(tu_chunk);
+    ret = cmp_fd(fd, *size, want, want_len);
+    G_UNLOCK(tu_chunk);
+    close(fd);
+    if (ret < 0) {
+        fail_msg("cannot read %s", path);
+    }
+    return ret == (int64_t)*size ? -1 : ret;
+}
+
 bool tu_same_file(const char *a, const char *b)
 {
-    g_autofree gchar *da = NULL, *db = NULL;
-    gsize na = 0, nb = 0;
+    int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY | O_CLOEXEC);
+    struct stat sa, sb;
+    bool same = fa >= 0 && fb >= 0 && fstat(fa, &sa) == 0 && fstat(fb, &sb) == 0 &&
+                sa.st_size == sb.st_size;
 
-    return g_file_get_contents(a, &da, &na, NULL) &&
-           g_file_get_contents(b, &db, &nb, NULL) && na == nb && memcmp(da, db, na) == 0;
+    G_LOCK(tu_chunk);
+    for (uint64_t pos = 0; same && pos < (uint64_t)sa.st_size;) {
+        size_t n = (size_t)MIN(TU_CHUNK, (uint64_t)sa.st_size - pos);
+        for (int i = 0; i < 2; i++) {
+            if (!tu_chunk[i]) {
+                tu_chunk[i] = g_malloc(TU_CHUNK);
+            }
+        }
+        same = read_full(fa, tu_chunk[0], n, pos) == 0 &&
+               read_full(fb, tu_chunk[1], n, pos) == 0 &&
+               memcmp(tu_chunk[0], tu_chunk[1], n) == 0;
+        pos += n;
+    }
+    G_UNLOCK(tu_chunk);
+    if (fa >= 0) {
+        close(fa);
+    }
+    if (fb >= 0) {
+        close(fb);
+    }
+    return same;
 }
 
 uint8_t *tu_qemu_raw(const char *path, const char *snapshot, size_t *len)

@@ -111,8 +111,19 @@ int tu_run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
  * error. */
 void tu_copy_file(const char *from, const char *to);
 
-/* Files a and b hold the same bytes (cmp -s, without a process). */
+/* Files a and b hold the same bytes (cmp -s, without a process; read in
+ * chunks into buffers kept for the next call). */
 bool tu_same_file(const char *a, const char *b);
+
+/*
+ * Compare the file at path with want[0..want_len) followed by zeros, in
+ * chunks (no buffer of the file's size): -1 if every byte of the file
+ * matches, else the offset of the first byte that differs.  The file's size
+ * in *size (the caller checks it).  Fails the test if the file cannot be
+ * read.
+ */
+int64_t tu_file_cmp(const char *path, const uint8_t *want, uint64_t want_len,
+                    uint64_t *size);
 
 /*
  * The image at path as qemu-img reads it (snapshot: NULL or the snapshot
