@@ -35,9 +35,9 @@
 # its defaults, and the floor: cp (warm), reading the source alone and dd
 # writing the same bytes (cold, direct).  Every timed run: memwarm, the
 # whole process, the final sync; the target removed between runs.  Printed:
-# per case, medians, ratio to qemu-img's default (lower is better) and the
-# per-round ratios; then each tool's CPU seconds (user + sys, GNU time's),
-# median and per round: a shared machine disturbs them less than the wall.
+# per case, medians, ratio to qemu-img's default (lower is better), the
+# median CPU seconds of each tool (user + sys, bench/lib.sh: a shared
+# machine disturbs them less than the wall) and the per-round ratios.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -156,32 +156,6 @@ run_case_luks() {
     sync
 }
 
-# CPU seconds (user + sys) of the tools, which a loaded machine disturbs
-# less than wall time: cpu_time CMD... runs CMD under GNU time, and
-# run_case keeps the figure in BENCH_CPU[tool] (one per round).
-declare -A BENCH_CPU=()
-CPU_FILE=$BENCH_SCRATCH/cpu.txt
-TIME_BIN=$(command -v time 2>/dev/null || true)
-[ -x /usr/bin/time ] && TIME_BIN=/usr/bin/time
-cpu_time() {
-    if [ -x "$TIME_BIN" ]; then
-        "$TIME_BIN" -f '%U %S' -o "$CPU_FILE" timeout "$BENCH_RUN_TIMEOUT" "$@"
-    else
-        rm -f "$CPU_FILE"
-        timeout "$BENCH_RUN_TIMEOUT" "$@"
-    fi
-}
-cpu_table() {
-    local name c
-    printf '  %-24s %9s  %s\n' "cpu (user+sys)" "median s" "per-round"
-    for name in "$@"; do
-        [ -n "${BENCH_CPU[$name]:-}" ] || continue
-        # shellcheck disable=SC2086
-        printf '  %-24s %9s  %s\n' "$name" "$(bench_median ${BENCH_CPU[$name]})" \
-            "${BENCH_CPU[$name]}"
-    done
-}
-
 # run_case CASE TOOL: sets BENCH_T
 run_case() {
     case $1 in luks*) run_case_luks "$@"; return ;; esac
@@ -215,9 +189,9 @@ run_case() {
     case $out in dst.*) rm -f "$out" ;; esac
     if [ $cold = 1 ]; then drop_caches; else cat "$src" >/dev/null; fi
     case $tool in
-    qemu-img) bench_time BENCH_T cpu_time "$QEMU_IMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
-    qemu-img-W16) bench_time BENCH_T cpu_time "$QEMU_IMG" convert -f $ifmt -W -m 16 "${args[@]}" "$src" "$out" ;;
-    qimg) bench_time BENCH_T cpu_time "$QIMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
+    qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
+    qemu-img-W16) bench_time BENCH_T "$QEMU_IMG" convert -f $ifmt -W -m 16 "${args[@]}" "$src" "$out" ;;
+    qimg) bench_time BENCH_T "$QIMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
     floor)
         case $c in
         *-warm | to-*) bench_time BENCH_T cp --sparse=always "$src" floor.raw ;;
@@ -255,19 +229,9 @@ for c in $CASES; do
         subcases=("$c-half" "$c-full") ;;
     esac
     for sc in "${subcases[@]}"; do
-        ccase() {
-            rm -f "$CPU_FILE"
-            run_case "$sc" "$1"
-            if [ -s "$CPU_FILE" ]; then
-                local c
-                c=$(awk '{ printf "%.2f", $1 + $2 }' "$CPU_FILE")
-                BENCH_CPU[$1]="${BENCH_CPU[$1]:-}${BENCH_CPU[$1]:+ }$c"
-            fi
-        }
+        ccase() { run_case "$sc" "$1"; }
         bench_rounds "$ROUNDS" ccase "${tools[@]}"
         bench_table "$sc" qemu-img "${tools[@]}"
-        cpu_table "${tools[@]}"
         bench_reset
-        BENCH_CPU=()
     done
 done
