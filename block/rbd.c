@@ -518,6 +518,7 @@ static int rbd_node_aio_rw(BlkNode *img, bool write, uint64_t offset, const BlkI
                            BlkAioDone *done, void *opaque)
 {
     RbdState *s = img->opaque;
+    RbdOp op = write ? OP_WRITE : OP_READ;
     RbdAio *a;
     rbd_completion_t c;
     uint64_t end;
@@ -530,16 +531,14 @@ static int rbd_node_aio_rw(BlkNode *img, bool write, uint64_t offset, const BlkI
         return -ENOTSUP;
     }
     a = g_new(RbdAio, 1);
-    *a = (RbdAio){.img = img,
-                  .op = write ? OP_WRITE : OP_READ,
-                  .offset = offset,
-                  .q = q,
-                  .done = done,
-                  .opaque = opaque};
+    *a = (RbdAio){
+        .img = img, .op = op, .offset = offset, .q = q, .done = done, .opaque = opaque};
+    /* the last touch of 'a' before librbd may complete it (its threads'
+     * synchronisation is invisible to TSan: 'published' is the edge) */
     __atomic_store_n(&a->published, true, __ATOMIC_RELEASE);
     r = RL.rbd_aio_create_completion(a, aio_done, &c);
     if (r == 0) {
-        r = submit_request(s, a->op, offset, q->size, q->iov, q->niov, 0, c);
+        r = submit_request(s, op, offset, q->size, q->iov, q->niov, 0, c);
         if (r < 0) {
             RL.rbd_aio_release(c); /* never submitted: no callback will run */
         }
