@@ -143,6 +143,27 @@ assert_eq() {
     fi
 }
 
+# io_filter: qemu-io's or qimg io's output with the timings and the tools'
+# names made equal
+io_filter() {
+    sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; TIME/' \
+        -e 's/^qemu-io: /qimg: /' -e 's/^qemu-img: /qimg: /'
+}
+
+# same_as_qemu_io DESC ARGS...: qemu-io ARGS and qimg io ARGS give the same
+# exit code, stdout and stderr (through io_filter; 30 s each at most).
+same_as_qemu_io() {
+    local desc=$1 qrc mrc
+    shift
+    timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
+    qrc=$?
+    timeout 30 "$QIMG" io "$@" >m.out 2>m.err
+    mrc=$?
+    assert_eq "$desc: exit code" "$qrc" "$mrc"
+    assert_eq "$desc: stdout" "$(io_filter <q.out)" "$(io_filter <m.out)"
+    assert_eq "$desc: stderr" "$(io_filter <q.err)" "$(io_filter <m.err)"
+}
+
 # assert_rc DESC RC CMD...: CMD must exit with RC.
 assert_rc() {
     local desc=$1 want=$2 rc

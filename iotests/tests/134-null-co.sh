@@ -8,24 +8,6 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
-filter() {
-    sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; TIME/' \
-        -e 's/^qemu-io: /qimg: /' -e 's/^qemu-img: /qimg: /'
-}
-
-# io_both DESC ARGS...: qemu-io ARGS and qimg io ARGS: outputs, exit code.
-io_both() {
-    local desc=$1 qrc mrc
-    shift
-    timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
-    qrc=$?
-    timeout 30 "$QIMG" io "$@" >m.out 2>m.err
-    mrc=$?
-    assert_eq "$desc: exit code" "$qrc" "$mrc"
-    assert_eq "$desc: stdout" "$(filter <q.out)" "$(filter <m.out)"
-    assert_eq "$desc: stderr" "$(filter <q.err)" "$(filter <m.err)"
-}
-
 Z="json:{'driver': 'null-co', 'size': 1048576, 'read-zeroes': true}"
 for args in "info null-co://" "info null-aio://" "info --output=json null-co://" \
     "info -f null-co null-co://" "info -f null-aio null-aio://"; do
@@ -55,14 +37,14 @@ for s in 512 0; do
     assert_rc "convert -S $s: contents" 0 "$QEMU_IMG" compare -q q.qcow2 m.qcow2
 done
 
-io_both "reads without read-zeroes leave the buffer" -c 'read -v 0 16' null-co://
-io_both "reads with read-zeroes" -c 'read -v 0 16' -f null-co "$Z"
-io_both "writes, zeroes, discards, flushes" -c 'write 0 512' -c 'write -z 0 64k' \
+same_as_qemu_io "reads without read-zeroes leave the buffer" -c 'read -v 0 16' null-co://
+same_as_qemu_io "reads with read-zeroes" -c 'read -v 0 16' -f null-co "$Z"
+same_as_qemu_io "writes, zeroes, discards, flushes" -c 'write 0 512' -c 'write -z 0 64k' \
     -c 'discard 0 512' -c flush -c 'read 1k 1k' -c 'truncate 1M' -c info null-co://
-io_both "reopen and info of the node" -f null-co -c reopen -c info \
+same_as_qemu_io "reopen and info of the node" -f null-co -c reopen -c info \
     "json:{'driver': 'null-co', 'size': 65536}"
-io_both "latency-ns" -f null-co -c 'read 0 512' -c 'write 0 512' \
+same_as_qemu_io "latency-ns" -f null-co -c 'read 0 512' -c 'write 0 512' \
     "json:{'driver': 'null-co', 'latency-ns': 1000000}"
-io_both "open -o" -c 'open -r -o driver=null-co,size=4096' -c 'read 0 4k' -c info
+same_as_qemu_io "open -o" -c 'open -r -o driver=null-co,size=4096' -c 'read 0 4k' -c info
 
 finish

@@ -7,24 +7,6 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
-filter() {
-    sed -e 's/[0-9]* ops; [0-9/:. sec]* ([0-9/.inf]* [EPTGMKiBbytes]*\/sec and [0-9/.inf]* ops\/sec)/X ops; TIME/' \
-        -e 's/^qemu-io: /qimg: /' -e 's/^qemu-img: /qimg: /'
-}
-
-# io_both DESC ARGS...: qemu-io ARGS and qimg io ARGS: outputs, exit code.
-io_both() {
-    local desc=$1 qrc mrc
-    shift
-    timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
-    qrc=$?
-    timeout 30 "$QIMG" io "$@" >m.out 2>m.err
-    mrc=$?
-    assert_eq "$desc: exit code" "$qrc" "$mrc"
-    assert_eq "$desc: stdout" "$(filter <q.out)" "$(filter <m.out)"
-    assert_eq "$desc: stderr" "$(filter <q.err)" "$(filter <m.err)"
-}
-
 qi create -q -f raw base.img 1M
 qi create -q -f qcow2 -b base.img -F raw img.qcow2 1M
 qio img.qcow2 'write -P 5 0 64k'
@@ -32,11 +14,11 @@ qio img.qcow2 'write -P 5 0 64k'
 # another process holds the image read-write
 hold_image img.qcow2 || finish
 for v in off on auto; do
-    io_both "locking=$v on a held image" \
+    same_as_qemu_io "locking=$v on a held image" \
         -c "open -r -o driver=qcow2,file.locking=$v img.qcow2" -c 'read -P 5 0 64k'
     same_as_qemu_err info --image-opts "driver=qcow2,file.locking=$v,file.filename=img.qcow2"
 done
-io_both "locking=off, read-write" -c "open -o driver=qcow2,file.locking=off img.qcow2" \
+same_as_qemu_io "locking=off, read-write" -c "open -o driver=qcow2,file.locking=off img.qcow2" \
     -c 'write -P 6 64k 64k'
 kill "$HOLDER"
 wait "$HOLDER" 2>/dev/null
