@@ -2,8 +2,10 @@
  * block/rbd.c: the Ceph RBD protocol node, over librbd and librados.
  *
  * Owns: the cluster connection of one open image (its rados_t, I/O
- * context and librbd image), requests on it, creating images, and RBD
- * snapshots.  Where an image is (names) is rbd-name.c's.
+ * context and librbd image), requests on it, opening, closing and creating
+ * images.  Block status, size, information and RBD snapshots are
+ * rbd-meta.c's (invariants 4-6 hold there too); where an image is (names)
+ * is rbd-name.c's.
  *
  * Invariants (cited as "rbd.c invariant N"):
  *  1. Connecting follows QEMU 7.2: librados reads the configuration file
@@ -63,8 +65,7 @@
  *     vector librbd takes) starts there; its result is checked as
  *     invariant 3 says, a write bumps write_gen (invariant 7).
  */
-#include "block/rbd.h"
-#include "block/rbd-lib.h"
+#include "block/rbd-int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -72,25 +73,6 @@
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
-
-/* Invariant 9: librados and librbd through the table rbd-lib.c loads */
-#define RL blk_rbd_lib
-
-typedef struct RbdConn {
-    rados_t cluster;
-    rados_ioctx_t ioctx;
-    bool have_cluster, have_ioctx;
-} RbdConn;
-
-typedef struct RbdState {
-    RbdConn conn;
-    rbd_image_t image;
-    bool have_image;
-    char *name;                  /* the image's name, for messages */
-    uint64_t object_size;        /* bytes */
-    unsigned close_bound;        /* seconds (0: none), invariant 8 */
-    pthread_mutex_t resize_lock; /* invariant 4 */
-} RbdState;
 
 static const struct {
     const char *key;
@@ -550,243 +532,6 @@ static int rbd_node_aio_rw(BlkNode *img, bool write, uint64_t offset, const BlkI
     return 0;
 }
 
-/* ---- block status (invariant 5) ---- */
-
-typedef struct DiffReq {
-    uint64_t start; /* where the query starts */
-    uint64_t bytes; /* the run found so far from start */
-    bool data;      /* the run is allocated */
-} DiffReq;
-
-#define DIFF_STOP (-9000) /* a callback's "enough": the run ended */
-
-static int diff_cb(uint64_t offs, size_t len, int exists, void *opaque)
-{
-    DiffReq *d = opaque;
-
-    if (!exists) {
-        return 0; /* a hole reads as zeros: part of an unallocated run */
-    }
-    if (!d->data && offs > d->start) {
-        d->bytes = offs - d->start; /* the unallocated run ends here */
-        return DIFF_STOP;
-    }
-    if (d->data && offs > d->start + d->bytes) {
-        return DIFF_STOP; /* a gap after the allocated run */
-    }
-    d->bytes = offs + len - d->start;
-    d->data = true;
-    return 0;
-}
-
-/* Whether diff iteration answers for this image (invariant 5). */
-static bool diff_usable(RbdState *s)
-{
-    uint64_t features, flags;
-
-    if (RL.rbd_get_features(s->image, &features) < 0 ||
-        !(features & RBD_FEATURE_FAST_DIFF) || RL.rbd_get_flags(s->image, &flags) < 0 ||
-        (flags & RBD_FLAG_FAST_DIFF_INVALID)) {
-        return false;
-    }
-#if LIBRBD_VERSION_CODE < LIBRBD_VERSION(1, 17, 0)
-    if (features & RBD_FEATURE_STRIPINGV2) {
-        return false;
-    }
-    rbd_linked_image_spec_t parent;
-    rbd_snap_spec_t snap;
-    int r = RL.rbd_get_parent(s->image, &parent, &snap);
-    if (r == 0) {
-        RL.rbd_linked_image_spec_cleanup(&parent);
-        RL.rbd_snap_spec_cleanup(&snap);
-    }
-    if (r != -ENOENT) {
-        return false;
-    }
-#endif
-    return true;
-}
-
-static int rbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
-                                 BlkStatus *st)
-{
-    RbdState *s = img->opaque;
-    DiffReq d = {.start = offset};
-    uint64_t head = 0, len = bytes;
-    int r;
-
-    st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID;
-    st->pnum = bytes;
-    st->map = offset;
-    st->file = img;
-    if (!diff_usable(s)) {
-        return 0;
-    }
-#if LIBRBD_VERSION_CODE < LIBRBD_VERSION(1, 17, 0)
-    head = offset % s->object_size;
-    d.start -= head;
-    len += head;
-#endif
-    r = RL.rbd_diff_iterate2(s->image, NULL, d.start, len, 1, 1, diff_cb, &d);
-    if (r < 0 && r != DIFF_STOP) {
-        return 0; /* everything is data */
-    }
-    if (!d.data) {
-        if (r == 0) {
-            d.bytes = len; /* no allocated object in the range */
-        }
-        st->flags = BLK_STATUS_ZERO | BLK_STATUS_OFFSET_VALID;
-    }
-    if (d.bytes <= head) {
-        st->flags = BLK_STATUS_DATA | BLK_STATUS_OFFSET_VALID;
-        return 0; /* not what librbd promises: data, to be safe */
-    }
-    st->pnum = MIN(d.bytes - head, bytes);
-    return 0;
-}
-
-/* ---- size, information, snapshots ---- */
-
-static int rbd_node_truncate(BlkNode *img, uint64_t size, bool exact,
-                             BlkPrealloc prealloc, bool shrink)
-{
-    RbdState *s = img->opaque;
-    static const char *const names[] = {[BLK_PREALLOC_OFF] = "off",
-                                        [BLK_PREALLOC_METADATA] = "metadata",
-                                        [BLK_PREALLOC_FALLOC] = "falloc",
-                                        [BLK_PREALLOC_FULL] = "full"};
-    int r;
-
-    (void)exact;  /* like a regular file's, the image is resized exactly */
-    (void)shrink; /* a policy of the layers above */
-    if (prealloc != BLK_PREALLOC_OFF) {
-        return blk_error(ENOTSUP, "Unsupported preallocation mode '%s'", names[prealloc]);
-    }
-    pthread_mutex_lock(&s->resize_lock);
-    r = RL.rbd_resize(s->image, size);
-    if (r == 0) {
-        __atomic_store_n(&img->size, size, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&s->resize_lock);
-    blk_gen_bump(img);
-    if (r < 0) {
-        return blk_error(-r, "Failed to resize file: %s", g_strerror(-r));
-    }
-    return 0;
-}
-
-static GArray *rbd_node_snapshot_list(BlkNode *img)
-{
-    RbdState *s = img->opaque;
-    GArray *list = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));
-    int max = 64, n = -ERANGE;
-
-    /* librbd says how many there are when the array is too short */
-    for (int tries = 0; tries < 8 && n == -ERANGE; tries++) {
-        rbd_snap_info_t *snaps = g_new0(rbd_snap_info_t, (size_t)max);
-        n = RL.rbd_snap_list(s->image, snaps, &max);
-        for (int i = 0; i < n; i++) {
-            BlkSnapshotInfo sn = {
-                .id = g_strdup(snaps[i].name),
-                .name = g_strdup(snaps[i].name),
-                .vm_state_size = snaps[i].size,
-                .icount = 0,
-            };
-            g_array_append_val(list, sn);
-        }
-        if (n >= 0) {
-            RL.rbd_snap_list_end(snaps);
-        }
-        g_free(snaps);
-        max = MAX(max, 1);
-    }
-    if (n < 0) {
-        blk_error(-n, "Could not list the snapshots of RBD image '%s': %s", s->name,
-                  g_strerror(-n));
-        g_array_unref(list);
-        return NULL;
-    }
-    return list;
-}
-
-static int rbd_node_get_info(BlkNode *img, BlkInfo *info)
-{
-    RbdState *s = img->opaque;
-
-    info->cluster_size = (uint32_t)MIN(s->object_size, (uint64_t)UINT32_MAX);
-    info->format_specific = true; /* QEMU's "rbd" block, empty here */
-    info->snapshots = rbd_node_snapshot_list(img);
-    return info->snapshots ? 0 : -blk_error_code();
-}
-
-static int rbd_node_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
-{
-    RbdState *s = img->opaque;
-    int r;
-
-    if (!sn->name || !*sn->name) {
-        return -EINVAL; /* RBD snapshots need a name (QEMU says no more) */
-    }
-    if (strlen(sn->name) >= 128) {
-        return -ERANGE; /* QEMU's limit on snapshot IDs, which are the names */
-    }
-    r = RL.rbd_snap_create(s->image, sn->name);
-    if (r < 0) {
-        return blk_error(-r, "failed to create snap: %s", g_strerror(-r));
-    }
-    sn->id = g_strdup(sn->name);
-    return 0;
-}
-
-static int refresh_size(BlkNode *img)
-{
-    RbdState *s = img->opaque;
-    uint64_t size;
-    int r = RL.rbd_get_size(s->image, &size);
-
-    if (r < 0) {
-        return blk_error(-r, "Could not get the size of RBD image '%s': %s", s->name,
-                         g_strerror(-r));
-    }
-    __atomic_store_n(&img->size, size, __ATOMIC_RELEASE);
-    return 0;
-}
-
-static int rbd_node_snapshot_goto(BlkNode *img, const char *id_or_name)
-{
-    RbdState *s = img->opaque;
-    int r = RL.rbd_snap_rollback(s->image, id_or_name);
-
-    if (r < 0) {
-        return blk_error(-r, "Failed to load snapshot: %s", g_strerror(-r));
-    }
-    blk_gen_bump(img);
-    return refresh_size(img);
-}
-
-static int rbd_node_snapshot_delete(BlkNode *img, const char *id_or_name)
-{
-    RbdState *s = img->opaque;
-    int r = RL.rbd_snap_remove(s->image, id_or_name);
-
-    if (r < 0) {
-        return blk_error(-r, "Failed to remove the snapshot: %s", g_strerror(-r));
-    }
-    return 0;
-}
-
-static int64_t rbd_node_get_allocated_size(BlkNode *img)
-{
-    (void)img;
-    return -ENOTSUP; /* qemu-img info: "disk size: unavailable" */
-}
-
-static bool rbd_node_has_zero_init(BlkNode *img)
-{
-    (void)img;
-    return true; /* a new RBD image reads as zeros */
-}
-
 /* Closing: shared by the closer and librbd's completion (invariant 8). */
 typedef struct RbdClose {
     pthread_mutex_t lock;
@@ -887,15 +632,15 @@ const BlkDriver blk_rbd_driver = {
     .pwrite_zeroes = rbd_node_pwrite_zeroes,
     .pdiscard = rbd_node_pdiscard,
     .flush = rbd_node_flush,
-    .block_status = rbd_node_block_status,
-    .truncate = rbd_node_truncate,
-    .get_allocated_size = rbd_node_get_allocated_size,
-    .get_info = rbd_node_get_info,
-    .has_zero_init = rbd_node_has_zero_init,
-    .snapshot_create = rbd_node_snapshot_create,
-    .snapshot_goto = rbd_node_snapshot_goto,
-    .snapshot_delete = rbd_node_snapshot_delete,
-    .snapshot_list = rbd_node_snapshot_list,
+    .block_status = blk_rbd_block_status,
+    .truncate = blk_rbd_truncate,
+    .get_allocated_size = blk_rbd_get_allocated_size,
+    .get_info = blk_rbd_get_info,
+    .has_zero_init = blk_rbd_has_zero_init,
+    .snapshot_create = blk_rbd_snapshot_create,
+    .snapshot_goto = blk_rbd_snapshot_goto,
+    .snapshot_delete = blk_rbd_snapshot_delete,
+    .snapshot_list = blk_rbd_snapshot_list,
 };
 
 /* ---- open and create ---- */
