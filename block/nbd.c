@@ -44,17 +44,20 @@
  *     open image: Invalid argument", QEMU's words).
  */
 #include "block/block.h"
+#include "block/nbd-lib.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <libnbd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+/* nbd-lib.h invariant 1: libnbd through the table nbd-lib.c loads */
+#define NL blk_nbd_lib
 
 #define NBD_CONNS 4
 /* How long the extra connections may take, all together (invariant 1). */
@@ -139,8 +142,8 @@ static int wait_finish(NbdWait *w)
 /* Invariant 2: the failed submission's errno and libnbd's message. */
 static int nbd_fail(const NbdState *s, const char *what, uint64_t offset)
 {
-    int err = nbd_get_errno();
-    const char *msg = nbd_get_error();
+    int err = NL.nbd_get_errno();
+    const char *msg = NL.nbd_get_error();
 
     if (err <= 0) {
         err = EIO;
@@ -226,26 +229,26 @@ static int submit(NbdState *s, NbdWait *w, NbdOp op, void *buf, uint64_t len,
 
     switch (op) {
     case OP_READ:
-        cookie = nbd_aio_pread(c->h, buf, (size_t)len, offset, cb, flags);
+        cookie = NL.nbd_aio_pread(c->h, buf, (size_t)len, offset, cb, flags);
         break;
     case OP_WRITE:
-        cookie = nbd_aio_pwrite(c->h, buf, (size_t)len, offset, cb, flags);
+        cookie = NL.nbd_aio_pwrite(c->h, buf, (size_t)len, offset, cb, flags);
         break;
     case OP_ZERO:
-        cookie = nbd_aio_zero(c->h, len, offset, cb, flags);
+        cookie = NL.nbd_aio_zero(c->h, len, offset, cb, flags);
         break;
     case OP_TRIM:
-        cookie = nbd_aio_trim(c->h, len, offset, cb, flags);
+        cookie = NL.nbd_aio_trim(c->h, len, offset, cb, flags);
         break;
     case OP_FLUSH:
-        cookie = nbd_aio_flush(c->h, cb, flags);
+        cookie = NL.nbd_aio_flush(c->h, cb, flags);
         break;
     case OP_STATUS:
-        cookie = nbd_aio_block_status(c->h, len, offset, *ext, cb, flags);
+        cookie = NL.nbd_aio_block_status(c->h, len, offset, *ext, cb, flags);
         break;
     }
     if (cookie < 0) {
-        int ret = nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1
+        int ret = NL.nbd_aio_is_dead(c->h) == 1 || NL.nbd_aio_is_closed(c->h) == 1
                       ? cmd_fail(s, op_what[op], ENOTCONN, offset)
                       : nbd_fail(s, op_what[op], offset);
         pthread_mutex_lock(&s->lock);
@@ -259,7 +262,7 @@ static int submit(NbdState *s, NbdWait *w, NbdOp op, void *buf, uint64_t len,
         pthread_mutex_unlock(&w->m);
         return ret;
     }
-    if (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE) {
+    if (NL.nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE) {
         uint64_t one = 1;
         if (write(c->efd, &one, sizeof(one)) < 0) {
             /* the counter is non-zero already: the poller wakes anyway */
@@ -284,10 +287,10 @@ static int wait_result(NbdState *s, NbdWait *w, NbdOp op)
 static void *poller_main(void *opaque)
 {
     NbdConn *c = opaque;
-    int fd = nbd_aio_get_fd(c->h);
+    int fd = NL.nbd_aio_get_fd(c->h);
 
     for (;;) {
-        unsigned dir = nbd_aio_get_direction(c->h);
+        unsigned dir = NL.nbd_aio_get_direction(c->h);
         struct pollfd fds[2] = {
             {.fd = fd,
              .events = (short)((dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
@@ -296,7 +299,7 @@ static void *poller_main(void *opaque)
         };
         uint64_t v;
 
-        if (nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1) {
+        if (NL.nbd_aio_is_dead(c->h) == 1 || NL.nbd_aio_is_closed(c->h) == 1) {
             break;
         }
         if (poll(fds, 2, -1) < 0) {
@@ -315,10 +318,10 @@ static void *poller_main(void *opaque)
         }
         if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) &&
             (dir & LIBNBD_AIO_DIRECTION_READ)) {
-            nbd_aio_notify_read(c->h); /* a dead connection retires its commands */
+            NL.nbd_aio_notify_read(c->h); /* a dead connection retires its commands */
         } else if ((fds[0].revents & (POLLOUT | POLLHUP | POLLERR)) &&
                    (dir & LIBNBD_AIO_DIRECTION_WRITE)) {
-            nbd_aio_notify_write(c->h);
+            NL.nbd_aio_notify_write(c->h);
         }
     }
     return NULL;
@@ -335,16 +338,17 @@ static int connect_legacy(struct nbd_handle *h, const char *name, bool async)
         export = parts[n - 1] + strlen("exportname=");
         n--;
     }
-    if (nbd_set_export_name(h, export) < 0) {
+    if (NL.nbd_set_export_name(h, export) < 0) {
         return -1;
     }
     if (n == 2 && strcmp(parts[0], "unix") == 0) {
-        return async ? nbd_aio_connect_unix(h, parts[1]) : nbd_connect_unix(h, parts[1]);
+        return async ? NL.nbd_aio_connect_unix(h, parts[1])
+                     : NL.nbd_connect_unix(h, parts[1]);
     }
     if (n == 2 || n == 1) {
         const char *port = n == 2 ? parts[1] : "10809";
-        return async ? nbd_aio_connect_tcp(h, parts[0], port)
-                     : nbd_connect_tcp(h, parts[0], port);
+        return async ? NL.nbd_aio_connect_tcp(h, parts[0], port)
+                     : NL.nbd_connect_tcp(h, parts[0], port);
     }
     errno = EINVAL;
     return -2;
@@ -354,16 +358,16 @@ static int connect_legacy(struct nbd_handle *h, const char *name, bool async)
  * microseconds), -EIO when the connection failed. */
 static int await_ready(struct nbd_handle *h, int64_t deadline)
 {
-    while (nbd_aio_is_ready(h) != 1) {
+    while (NL.nbd_aio_is_ready(h) != 1) {
         int64_t left_ms = (deadline - g_get_monotonic_time()) / 1000;
 
-        if (nbd_aio_is_dead(h) == 1 || nbd_aio_is_closed(h) == 1) {
+        if (NL.nbd_aio_is_dead(h) == 1 || NL.nbd_aio_is_closed(h) == 1) {
             return -EIO;
         }
         if (left_ms <= 0) {
             return -ETIMEDOUT;
         }
-        if (nbd_poll(h, (int)MIN(left_ms, INT_MAX)) < 0) {
+        if (NL.nbd_poll(h, (int)MIN(left_ms, INT_MAX)) < 0) {
             return -EIO;
         }
     }
@@ -376,28 +380,28 @@ static int await_ready(struct nbd_handle *h, int64_t deadline)
 static struct nbd_handle *connect_one(const char *name, const char *context,
                                       int *legacy_err, int64_t deadline)
 {
-    struct nbd_handle *h = nbd_create();
+    struct nbd_handle *h = NL.nbd_create();
     bool async = deadline != 0;
     int r;
 
     if (!h) {
         return NULL;
     }
-    if (nbd_add_meta_context(h, context) < 0) {
-        nbd_close(h);
+    if (NL.nbd_add_meta_context(h, context) < 0) {
+        NL.nbd_close(h);
         return NULL;
     }
     if (g_str_has_prefix(name, "nbd:") && !g_str_has_prefix(name, "nbd://")) {
         r = connect_legacy(h, name, async);
     } else {
-        r = async ? nbd_aio_connect_uri(h, name) : nbd_connect_uri(h, name);
+        r = async ? NL.nbd_aio_connect_uri(h, name) : NL.nbd_connect_uri(h, name);
     }
     *legacy_err = r == -2;
     if (r >= 0 && async) {
         r = await_ready(h, deadline);
     }
     if (r < 0) {
-        nbd_close(h);
+        NL.nbd_close(h);
         return NULL;
     }
     return h;
@@ -408,8 +412,8 @@ static struct nbd_handle *connect_one(const char *name, const char *context,
  * nbd://HOST:PORT or nbd://HOST:PORT/EXPORT. */
 static char *canonical_name(struct nbd_handle *h, const char *given)
 {
-    g_autofree char *uri = nbd_get_uri(h);
-    g_autofree char *export = nbd_get_export_name(h);
+    g_autofree char *uri = NL.nbd_get_uri(h);
+    g_autofree char *export = NL.nbd_get_export_name(h);
     const char *q;
 
     if (!uri) {
@@ -445,8 +449,8 @@ static void nbd_node_close(BlkNode *img)
             }
             pthread_join(c->poller, NULL);
         }
-        nbd_shutdown(c->h, 0);
-        nbd_close(c->h);
+        NL.nbd_shutdown(c->h, 0);
+        NL.nbd_close(c->h);
         if (c->efd >= 0) {
             close(c->efd);
         }
@@ -731,11 +735,16 @@ static int start_pollers(NbdState *s)
 
 BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
 {
-    NbdState *s = g_new0(NbdState, 1);
+    NbdState *s;
     BlkNode *img;
     int legacy_err = 0;
     int64_t size, maxb, minb;
 
+    if (blk_nbd_lib_load() < 0) { /* nbd-lib.c invariant 2: before anything else */
+        blk_error_prefix(-ENOTSUP, "Could not open '%s'", filename);
+        return NULL;
+    }
+    s = g_new0(NbdState, 1);
     s->name = g_strdup(filename);
     s->context = g_strdup(context ? context : LIBNBD_CONTEXT_BASE_ALLOCATION);
     pthread_mutex_init(&s->lock, NULL);
@@ -755,19 +764,19 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
                       "nbd:HOST:PORT[:exportname=NAME]",
                       filename);
         } else {
-            int err = nbd_get_errno() > 0 ? nbd_get_errno() : EIO;
+            int err = NL.nbd_get_errno() > 0 ? NL.nbd_get_errno() : EIO;
             blk_error(err, "Could not open '%s': %s", filename,
-                      nbd_get_error() ? nbd_get_error() : g_strerror(err));
+                      NL.nbd_get_error() ? NL.nbd_get_error() : g_strerror(err));
         }
         blk_close(img);
         return NULL;
     }
     s->nconns = 1;
-    size = nbd_get_size(s->c[0].h);
-    minb = nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MINIMUM);
-    maxb = nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MAXIMUM);
+    size = NL.nbd_get_size(s->c[0].h);
+    minb = NL.nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MINIMUM);
+    maxb = NL.nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MAXIMUM);
     if (size < 0) {
-        blk_error(EIO, "Could not open '%s': %s", filename, nbd_get_error());
+        blk_error(EIO, "Could not open '%s': %s", filename, NL.nbd_get_error());
         blk_close(img);
         return NULL;
     }
@@ -779,26 +788,26 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
         blk_close(img);
         return NULL;
     }
-    if (!read_only && nbd_is_read_only(s->c[0].h) == 1) {
+    if (!read_only && NL.nbd_is_read_only(s->c[0].h) == 1) {
         blk_error(EACCES, "Could not open '%s': the NBD export is read-only", filename);
         blk_close(img);
         return NULL;
     }
     s->max_request =
         maxb > 0 ? (uint32_t)MIN(maxb, (int64_t)NBD_MAX_REQUEST) : NBD_MAX_REQUEST;
-    s->can_zero = nbd_can_zero(s->c[0].h) == 1;
-    s->can_fast_zero = nbd_can_fast_zero(s->c[0].h) == 1;
-    s->can_fua = nbd_can_fua(s->c[0].h) == 1;
-    s->can_trim = nbd_can_trim(s->c[0].h) == 1;
-    s->can_flush = nbd_can_flush(s->c[0].h) == 1;
-    s->has_status = nbd_can_meta_context(s->c[0].h, s->context) == 1;
+    s->can_zero = NL.nbd_can_zero(s->c[0].h) == 1;
+    s->can_fast_zero = NL.nbd_can_fast_zero(s->c[0].h) == 1;
+    s->can_fua = NL.nbd_can_fua(s->c[0].h) == 1;
+    s->can_trim = NL.nbd_can_trim(s->c[0].h) == 1;
+    s->can_flush = NL.nbd_can_flush(s->c[0].h) == 1;
+    s->has_status = NL.nbd_can_meta_context(s->c[0].h, s->context) == 1;
     if (context && !s->has_status) { /* invariant 5 */
         blk_error(EINVAL, "Could not open '%s': Could not open image: Invalid argument",
                   filename);
         blk_close(img);
         return NULL;
     }
-    if (nbd_can_multi_conn(s->c[0].h) == 1) { /* invariant 1 */
+    if (NL.nbd_can_multi_conn(s->c[0].h) == 1) { /* invariant 1 */
         int64_t deadline = g_get_monotonic_time() + NBD_EXTRA_CONNECT_US;
 
         while (s->nconns < NBD_CONNS) {

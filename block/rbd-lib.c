@@ -14,6 +14,7 @@
  */
 #include "block/rbd-lib.h"
 #include "block/block.h"
+#include "block/dl.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -27,22 +28,6 @@ BlkRbdLib blk_rbd_lib;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char *load_error; /* invariant 1: NULL after a success */
 
-/* The symbol name of lib (its address in *fn, a function pointer of
- * size n), or false with load_error set. */
-static bool find(void *lib, const char *name, void *fn, size_t n)
-{
-    void *sym = dlsym(lib, name);
-
-    if (!sym || n != sizeof(sym)) {
-        load_error = g_strdup_printf(
-            "Ceph RBD: %s has no %s",
-            g_str_has_prefix(name, "rados_") ? BLK_RADOS_SONAME : BLK_RBD_SONAME, name);
-        return false;
-    }
-    memcpy(fn, &sym, n);
-    return true;
-}
-
 static void load(void)
 {
     BlkRbdLib lib = {0};
@@ -55,10 +40,10 @@ static void load(void)
                             rados ? BLK_RBD_SONAME : BLK_RADOS_SONAME, dlerror());
         return;
     }
-    /* memcpy: ISO C has no conversion from void * to a function pointer */
 #define BLK_RBD_LIB_LOAD(f)                                                              \
-    if (!find(g_str_has_prefix(#f, "rados_") ? rados : rbd, #f, &lib.f,                  \
-              sizeof(lib.f))) {                                                          \
+    if (!blk_dl_sym(g_str_has_prefix(#f, "rados_") ? rados : rbd,                        \
+                    g_str_has_prefix(#f, "rados_") ? BLK_RADOS_SONAME : BLK_RBD_SONAME,  \
+                    #f, &lib.f, sizeof(lib.f), &load_error)) {                           \
         return;                                                                          \
     }
     BLK_RBD_FUNCS(BLK_RBD_LIB_LOAD)

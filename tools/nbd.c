@@ -59,9 +59,6 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#ifdef QIMG_HAVE_LIBNBD
-#include <libnbd.h>
-#endif
 
 #ifndef QIMG_NBD_PLUGIN_DIR
 #define QIMG_NBD_PLUGIN_DIR ""
@@ -175,133 +172,6 @@ static bool push_secrets(GPtrArray *a)
     }
     return true;
 }
-
-#ifdef QIMG_HAVE_LIBNBD
-typedef struct ExportList {
-    GPtrArray *names, *descs;
-} ExportList;
-
-static int on_export(void *opaque, const char *name, const char *desc)
-{
-    ExportList *l = opaque;
-
-    g_ptr_array_add(l->names, g_strdup(name));
-    g_ptr_array_add(l->descs, g_strdup(desc ? desc : ""));
-    return 0;
-}
-
-static int on_context(void *opaque, const char *name)
-{
-    g_ptr_array_add(opaque, g_strdup(name));
-    return 0;
-}
-
-/* Fact 6: the transmission flags, rebuilt from what libnbd tells. */
-static unsigned export_flags(struct nbd_handle *h)
-{
-    static const struct {
-        int (*can)(struct nbd_handle *);
-        unsigned bit;
-    } map[] = {
-        {nbd_is_read_only, 1},   {nbd_can_flush, 2},      {nbd_can_fua, 3},
-        {nbd_is_rotational, 4},  {nbd_can_trim, 5},       {nbd_can_zero, 6},
-        {nbd_can_df, 7},         {nbd_can_multi_conn, 8}, {nbd_can_cache, 10},
-        {nbd_can_fast_zero, 11},
-    };
-    unsigned flags = 1; /* HAS_FLAGS */
-
-    for (size_t i = 0; i < G_N_ELEMENTS(map); i++) {
-        if (map[i].can(h) == 1) {
-            flags |= 1u << map[i].bit;
-        }
-    }
-    return flags;
-}
-
-static void print_export(struct nbd_handle *h, const char *name, const char *desc)
-{
-    static const char *const names[] = {
-        NULL,     "readonly", "flush", "fua",    "rotational", "trim",
-        "zeroes", "df",       "multi", "resize", "cache",      "fast-zero",
-    };
-    unsigned flags = export_flags(h);
-    int64_t minb = nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
-    g_autoptr(GPtrArray) ctx = g_ptr_array_new_with_free_func(g_free);
-
-    printf(" export: '%s'\n", name);
-    if (*desc) {
-        printf("  description: %s\n", desc);
-    }
-    printf("  size:  %" PRId64 "\n", nbd_get_size(h));
-    printf("  flags: 0x%x (", flags);
-    for (unsigned bit = 0; bit < G_N_ELEMENTS(names); bit++) {
-        if (names[bit] && (flags & (1u << bit))) {
-            printf(" %s", names[bit]);
-        }
-    }
-    printf(" )\n");
-    if (minb > 0) {
-        printf("  min block: %" PRId64 "\n", minb);
-        printf("  opt block: %" PRId64 "\n",
-               nbd_get_block_size(h, LIBNBD_SIZE_PREFERRED));
-        printf("  max block: %" PRId64 "\n", nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM));
-    }
-    nbd_opt_list_meta_context(
-        h, (nbd_context_callback){.callback = on_context, .user_data = ctx});
-    if (ctx->len) {
-        printf("  available meta contexts: %u\n", ctx->len);
-        for (unsigned i = 0; i < ctx->len; i++) {
-            printf("   %s\n", (char *)ctx->pdata[i]);
-        }
-    }
-}
-
-/* Fact 6: -L, qemu-nbd's listing of a server's exports. */
-static int list_exports(const char *sock, const char *host, const char *port)
-{
-    struct nbd_handle *h = nbd_create();
-    ExportList l = {g_ptr_array_new_with_free_func(g_free),
-                    g_ptr_array_new_with_free_func(g_free)};
-    int ret = 1;
-
-    if (!h || nbd_set_opt_mode(h, true) < 0 ||
-        (sock ? nbd_connect_unix(h, sock)
-              : nbd_connect_tcp(h, host ? host : "localhost", port ? port : "10809")) <
-            0 ||
-        nbd_opt_list(h, (nbd_list_callback){.callback = on_export, .user_data = &l}) <
-            0) {
-        tool_error("%s",
-                   h && nbd_get_error() ? nbd_get_error() : "cannot list the exports");
-        goto out;
-    }
-    printf("exports available: %u\n", l.names->len);
-    for (unsigned i = 0; i < l.names->len; i++) {
-        if (nbd_set_export_name(h, l.names->pdata[i]) < 0 || nbd_opt_info(h) < 0) {
-            tool_error("export '%s': %s", (char *)l.names->pdata[i], nbd_get_error());
-            goto out;
-        }
-        print_export(h, l.names->pdata[i], l.descs->pdata[i]);
-    }
-    ret = 0;
-out:
-    if (h) {
-        nbd_opt_abort(h);
-        nbd_close(h);
-    }
-    g_ptr_array_unref(l.names);
-    g_ptr_array_unref(l.descs);
-    return ret;
-}
-#else
-static int list_exports(const char *sock, const char *host, const char *port)
-{
-    (void)sock;
-    (void)host;
-    (void)port;
-    tool_error("-L needs qimg built with libnbd");
-    return 1;
-}
-#endif
 
 static void exec_nbdkit(char **args)
 {
@@ -526,7 +396,7 @@ int cmd_nbd(int argc, char **argv)
             return tool_usage_error(optind != argc ? "-L takes no image file name"
                                                    : "-L over TLS is not supported");
         }
-        return list_exports(sock, bind, port);
+        return tool_nbd_list(sock, bind, port);
     }
     if (optind != argc - 1) {
         return tool_usage_error("Expecting one image file name");

@@ -40,6 +40,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_io(int argc, char **argv);
 int cmd_resize(int argc, char **argv);
 int cmd_nbd(int argc, char **argv);
+/* qimg nbd -L (tools/nbd-list.c): exit status */
+int tool_nbd_list(const char *sock, const char *host, const char *port);
 int cmd_measure(int argc, char **argv);
 int cmd_dd(int argc, char **argv);
 int cmd_rebase(int argc, char **argv);

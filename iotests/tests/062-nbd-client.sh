@@ -196,4 +196,18 @@ assert_rc "server killed mid-read: no hang ($rc)" 0 test "$rc" -ne 124
 assert_eq "server killed mid-read: every read failed" 8 \
     "$(grep -c 'readv failed: Transport endpoint is not connected' e.out)"
 
+# 8. libnbd is loaded at the first NBD open, not at start-up (nbd-lib.h
+# invariant 1, dl.h invariant 1): a command on a file never maps it, one on
+# an export does, and so does -L (tools/nbd-list.c).
+loaded() { LD_DEBUG=files "$@" 2>&1 >/dev/null | grep -c 'calling init: .*/libnbd\.so\.0$'; }
+assert_eq "lazy libnbd: info of a file" 0 "$(loaded "$QIMG" info -f raw src.raw)"
+assert_eq "lazy libnbd: version" 0 "$(loaded "$QIMG" --version)"
+rm -f l.sock l.pid
+nbdkit -U "$PWD/l.sock" -P l.pid file src.raw
+wait_sock l.sock
+assert_eq "lazy libnbd: info of an export" 1 \
+    "$(loaded "$QIMG" info "nbd+unix:///?socket=$PWD/l.sock")"
+assert_eq "lazy libnbd: nbd -L" 1 "$(loaded "$QIMG" nbd -L -k "$PWD/l.sock")"
+kill "$(cat l.pid)"
+
 finish

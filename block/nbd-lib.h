@@ -1,0 +1,77 @@
+/*
+ * block/nbd-lib.h: libnbd, loaded when the first NBD export is opened
+ * (block/nbd-lib.c).
+ *
+ * Owns: the table of the libnbd functions block/nbd.c calls.
+ *
+ * Invariants (cited as "nbd-lib.h invariant N"):
+ *  1. libqimg is not linked against libnbd: every call goes through
+ *     blk_nbd_lib, which blk_nbd_lib_load() fills, all of it or nothing,
+ *     once per process (dl.h invariant 1: libnbd brings libxml2, ICU and
+ *     the C++ runtime, 16 ms of CPU at every process start).
+ *  2. Each entry has the type of the function in libnbd.h (dl.h
+ *     invariant 2).
+ */
+#ifndef QIMG_BLOCK_NBD_LIB_H
+#define QIMG_BLOCK_NBD_LIB_H
+
+#include <libnbd.h>
+
+/* The soname of the library libnbd.h belongs to (libnbd's stable ABI). */
+#define BLK_NBD_SONAME "libnbd.so.0"
+
+#define BLK_NBD_FUNCS(X)                                                                 \
+    X(nbd_add_meta_context)                                                              \
+    X(nbd_aio_block_status)                                                              \
+    X(nbd_aio_connect_tcp)                                                               \
+    X(nbd_aio_connect_unix)                                                              \
+    X(nbd_aio_connect_uri)                                                               \
+    X(nbd_aio_flush)                                                                     \
+    X(nbd_aio_get_direction)                                                             \
+    X(nbd_aio_get_fd)                                                                    \
+    X(nbd_aio_is_closed)                                                                 \
+    X(nbd_aio_is_dead)                                                                   \
+    X(nbd_aio_is_ready)                                                                  \
+    X(nbd_aio_notify_read)                                                               \
+    X(nbd_aio_notify_write)                                                              \
+    X(nbd_aio_pread)                                                                     \
+    X(nbd_aio_pwrite)                                                                    \
+    X(nbd_aio_trim)                                                                      \
+    X(nbd_aio_zero)                                                                      \
+    X(nbd_can_fast_zero)                                                                 \
+    X(nbd_can_flush)                                                                     \
+    X(nbd_can_fua)                                                                       \
+    X(nbd_can_meta_context)                                                              \
+    X(nbd_can_multi_conn)                                                                \
+    X(nbd_can_trim)                                                                      \
+    X(nbd_can_zero)                                                                      \
+    X(nbd_close)                                                                         \
+    X(nbd_connect_tcp)                                                                   \
+    X(nbd_connect_unix)                                                                  \
+    X(nbd_connect_uri)                                                                   \
+    X(nbd_create)                                                                        \
+    X(nbd_get_block_size)                                                                \
+    X(nbd_get_errno)                                                                     \
+    X(nbd_get_error)                                                                     \
+    X(nbd_get_export_name)                                                               \
+    X(nbd_get_size)                                                                      \
+    X(nbd_get_uri)                                                                       \
+    X(nbd_is_read_only)                                                                  \
+    X(nbd_poll)                                                                          \
+    X(nbd_set_export_name)                                                               \
+    X(nbd_shutdown)
+
+typedef struct BlkNbdLib {
+#define BLK_NBD_LIB_FIELD(f) __typeof__(f) *f;
+    BLK_NBD_FUNCS(BLK_NBD_LIB_FIELD)
+#undef BLK_NBD_LIB_FIELD
+} BlkNbdLib;
+
+/* Filled by blk_nbd_lib_load (invariant 1); read-only after. */
+extern BlkNbdLib blk_nbd_lib;
+
+/* Loads libnbd once (thread-safe); 0, or -ENOTSUP with a message naming
+ * the library or the function that could not be loaded. */
+int blk_nbd_lib_load(void);
+
+#endif
