@@ -56,7 +56,13 @@
  *     ended, prefetches up to max_in_flight buffers on the grid of
  *     invariant 1, and never past the state size when it is known (the
  *     load stream's vm_state_size).  Any other read drops the read-ahead,
- *     after waiting for its tasks, and reads directly.
+ *     after waiting for its tasks, and reads directly.  A state read from a
+ *     local file through the page cache (cache modes other than none and
+ *     directsync) is always read directly into the caller's buffer: the
+ *     kernel reads ahead of a sequential reader itself, and our read-ahead
+ *     would only add a copy and a thread hand-off per buffer (measured:
+ *     512 MiB from the page cache took 2.5x dd's CPU through it, 1.2x
+ *     without).  Read-ahead is for O_DIRECT and remote images.
  *  7. Stream lifetime.  An open save or load stream is registered with the
  *     state of the image it was begun on (stream).  Closing the image
  *     (blk_vmstate_release) drains the writes and invalidates the stream:
@@ -481,6 +487,17 @@ static int ra_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len
     return 0;
 }
 
+/* Invariant 6: the state is read from a local file through the page cache,
+ * which the kernel reads ahead of a sequential reader by itself. */
+static bool page_cached(ApiVmstate *vs)
+{
+    const BlkNode *node = vs->img->node;
+    const BlkNode *prot = node->file ? node->file : node;
+
+    return prot->drv == &blk_file_driver && prot->cache != BLK_CACHE_NONE &&
+           prot->cache != BLK_CACHE_DIRECTSYNC;
+}
+
 int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
     int ret = sticky_error(vs);
@@ -500,7 +517,8 @@ int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
     }
     if (!vs->ra_active || pos != vs->ra_pos) {
         vs_ra_drop_locked(vs);
-        if ((pos == 0 || pos == vs->last_end) && pos < vs->limit) { /* invariant 6 */
+        if ((pos == 0 || pos == vs->last_end) && pos < vs->limit && !page_cached(vs)) {
+            /* invariant 6 */
             vs->ra_active = true;
             vs->ra_pos = pos;
             vs->ra_next = pos;

@@ -1279,6 +1279,60 @@ static void test_readahead(void **state)
     fake_free(f);
 }
 
+/* Invariant 6: a state in a local file read through the page cache goes
+ * straight into the caller's buffer, one load per read, nothing ahead of
+ * it; with cache=none (O_DIRECT) the same reads are read ahead. */
+static void test_readahead_page_cache(void **state)
+{
+    enum { MAX = 4 };
+    const uint64_t S = 6 * MiB + 7;
+    const BlkCacheMode modes[] = {BLK_CACHE_WRITEBACK, BLK_CACHE_NONE};
+
+    for (size_t m = 0; m < G_N_ELEMENTS(modes); m++) {
+        Fake *f = fake_new(16 * MiB);
+        QimgImage *img = fake_image(f, 65536);
+        BlkNode file = {.drv = &blk_file_driver, .cache = modes[m]};
+        g_autoptr(GError) err = NULL;
+        GRand *r = g_rand_new_with_seed(7);
+        g_autofree uint8_t *model = g_malloc(S);
+        g_autofree uint8_t *buf = g_malloc(S);
+        uint64_t pos = 0;
+        unsigned reads = 0;
+
+        set_config(img, MAX, 0);
+        g_autofree char *id = save_stream(img, "pc", model, S, r);
+        f->read_limit = S;
+        img->node->file = &file; /* the fake's bytes "in a file" */
+        QimgVmstateLoad *l = qimg_vmstate_load_begin(img, id, true, &err);
+        assert_non_null(l);
+        while (pos < S) {
+            size_t want = (size_t)g_rand_int_range(r, 1, 700 * 1024);
+            gssize n = qimg_vmstate_load_read(l, buf, want, &err);
+            assert_true(n > 0);
+            assert_memory_equal(buf, model + pos, (size_t)n);
+            if (modes[m] == BLK_CACHE_WRITEBACK) {
+                /* one load, the caller's own range, done when read returns */
+                FakeCall c;
+                pthread_mutex_lock(&f->lock);
+                assert_int_equal(f->load_calls, ++reads);
+                c = g_array_index(f->loads, FakeCall, f->loads->len - 1);
+                pthread_mutex_unlock(&f->lock);
+                assert_int_equal(c.pos, pos);
+                assert_int_equal(c.len, (uint64_t)n);
+            } else if (pos == 0) {
+                assert_true(wait_load_calls(f, MAX)); /* read ahead */
+            }
+            pos += (uint64_t)n;
+        }
+        qimg_vmstate_load_end(l);
+        img->node->file = NULL;
+        fake_check(f);
+        g_rand_free(r);
+        api_image_destroy(img);
+        fake_free(f);
+    }
+}
+
 /* A state smaller than the read-ahead window: never a read past it. */
 static void test_readahead_small_state(void **state)
 {
@@ -1637,6 +1691,7 @@ int main(void)
         cmocka_unit_test(test_bounded_memory),
         cmocka_unit_test(test_readahead),
         cmocka_unit_test(test_readahead_small_state),
+        cmocka_unit_test(test_readahead_page_cache),
         cmocka_unit_test(test_commit_and_load),
         cmocka_unit_test(test_close_with_open_stream),
         cmocka_unit_test(test_snapshot_api),

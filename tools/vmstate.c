@@ -29,7 +29,8 @@
  *  3. An empty stream is refused before any snapshot is created: a
  *     snapshot with no VM state is a disk-only one, which loadvm refuses.
  *     A failed save leaves no snapshot (leaked clusters at most).
- *  4. load reads through the library's read-ahead in pieces of 1 MiB
+ *  4. load reads in pieces of 1 MiB, read ahead by the library with -t none
+ *     or directsync and by the kernel through the page cache
  *     (--chunk-size; 32k reads the way QEMU's loadvm buffer does, at a
  *     cost of ~6 us per call, which the benchmark reports).  The output is opened
  *     only once the snapshot was found; a regular output file is removed
@@ -105,7 +106,8 @@ static int vmstate_help(void)
            "\n"
            "  --buffer-size N  size of the write/read-ahead buffers (default\n"
            "                   max(cluster size, 1M), rounded to clusters)\n"
-           "  --in-flight N    buffers written or read ahead at once (1..64, default 8)\n"
+           "  --in-flight N    buffers written or read ahead at once (1..64, default 8;\n"
+           "                   loads read ahead with -t none or directsync only)\n"
            "  --unbuffered     one cluster-sized buffer, one write at a time\n"
            "  -t cache         cache mode of the image (default writeback)\n",
            save_usage, load_usage);

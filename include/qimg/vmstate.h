@@ -67,7 +67,9 @@ void qimg_vmstate_save_abort(QimgVmstateSave *s);
  * reverted to the snapshot first (QEMU's loadvm); without, the state is read
  * from the snapshot without touching the disk (extraction).  The snapshot is
  * looked up by ID first, then by name; a disk-only snapshot (no VM state) is
- * refused.  Reads are served with read-ahead, never past the state size. */
+ * refused.  Reads are served with read-ahead (the kernel's for an image in a
+ * local file through the page cache, the library's otherwise), never past
+ * the state size. */
 typedef struct QimgVmstateLoad QimgVmstateLoad;
 QimgVmstateLoad *qimg_vmstate_load_begin(QimgImage *img, const char *id_or_name,
                                          bool apply, GError **error);
