@@ -30,6 +30,7 @@
 #include "qimg/check.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 void qimg_check_result_clear(QimgCheckResult *res)
@@ -142,5 +143,9 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
     result_out(&r, &out);
     blk_check_result_clear(&r);
     api_struct_out(res, &out, sizeof(out));
+    if (res->struct_size < offsetof(QimgCheckResult, messages) + sizeof(out.messages)) {
+        /* an older caller's struct has no messages: they stay ours */
+        g_clear_pointer(&out.messages, g_ptr_array_unref);
+    }
     return ret == 0 && out.check_errors == 0;
 }
