@@ -98,21 +98,6 @@ static void exercise(BlkNode *img)
     blk_error_clear();
 }
 
-static void free_info(BlkInfo *info)
-{
-    if (info->snapshots) {
-        for (guint i = 0; i < info->snapshots->len; i++) {
-            BlkSnapshotInfo *si = &g_array_index(info->snapshots, BlkSnapshotInfo, i);
-            g_free(si->id);
-            g_free(si->name);
-        }
-        g_array_unref(info->snapshots);
-    }
-    g_free(info->compat);
-    g_free(info->compression_type);
-    g_free(info->data_file);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!scratch_dir) {
@@ -144,7 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         info.snapshots->len > 0) {
         snap = g_strdup(g_array_index(info.snapshots, BlkSnapshotInfo, 0).name);
     }
-    free_info(&info);
+    blk_info_clear(&info);
     blk_close(img);
 
     if (snap) {

@@ -39,7 +39,8 @@ for name in "${targets[@]}"; do
     fi
     seeds=../fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
     [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=../fuzz/seeds-${name#fuzz-}
-    if (cd build-fuzz && "fuzz/$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    # G_SLICE: plain malloc, as scripts/run-tests.sh runs them
+    if (cd build-fuzz && G_SLICE=always-malloc "fuzz/$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
         -timeout=10 "${par[@]+"${par[@]}"}" -artifact_prefix="artifacts/$name/" \
         "corpus/$name" "$seeds") >"$log" 2>&1; then
         passed=$((passed + 1))
