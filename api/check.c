@@ -8,7 +8,8 @@
  * Invariants:
  *  1. res is reset first (its old messages freed); it must be initialised
  *     (QIMG_CHECK_RESULT_INIT) or the result of an earlier call.  Only the
- *     bytes its struct_size covers are read or written (abi.c).
+ *     bytes its struct_size covers are read or written (abi.c); messages a
+ *     struct that small cannot take are freed, not leaked.
  *  2. A format without a check operation -- or whose check cannot repair,
  *     when asked to (the driver sets res->unsupported) -- fails with
  *     ENOTSUP "This image format does not support checks" (qemu-img
@@ -30,6 +31,7 @@
 #include "qimg/check.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 void qimg_check_result_clear(QimgCheckResult *res)
@@ -142,5 +144,9 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
     result_out(&r, &out);
     blk_check_result_clear(&r);
     api_struct_out(res, &out, sizeof(out));
+    if (out.messages &&
+        res->struct_size < offsetof(QimgCheckResult, messages) + sizeof(out.messages)) {
+        g_ptr_array_unref(out.messages); /* invariant 1: no room for them */
+    }
     return ret == 0 && out.check_errors == 0;
 }
