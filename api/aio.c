@@ -54,19 +54,36 @@
  * 11. A completing thread touches the context only under 'lock': the
  *     eventfd writes happen before the unlock, since a protocol's thread
  *     (invariant 10) is not joined by api_aio_close as workers are.
+ * 12. Encrypted images (BlkDirect.crypto, qcow2/crypt.c invariant 3) take
+ *     the engines of invariants 7 and 10 too: a write is encrypted on the
+ *     submitting thread into a bounce buffer of its own, which is what the
+ *     ring or the node writes -- the caller's buffers are never modified and
+ *     no plaintext reaches the node -- and a read is decrypted in the
+ *     caller's buffers on the completing thread, before the request is
+ *     handed to the poller, so a callback never sees ciphertext.  A
+ *     transfer that failed is not decrypted: it runs again on the pool
+ *     (invariant 7) or fails with its error.  Requests over
+ *     AIO_CRYPT_DIRECT_MAX run on the pool instead, where their cipher work
+ *     spreads over the workers rather than holding up the submitter or the
+ *     thread that reaps.
  */
 #include "aio/pool.h"
 #include "api/api.h"
+#include "crypto/block.h"
 #include "qimg/aio.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #define AIO_DEFAULT_THREADS 64u
+/* invariant 12: larger encrypted requests run on the pool */
+#define AIO_CRYPT_DIRECT_MAX (64u << 10)
+#define AIO_BOUNCE_ALIGN 4096u
 
 _Static_assert((int)QIMG_AIO_MAY_UNMAP == BLK_REQ_MAY_UNMAP, "flag values");
 _Static_assert((int)QIMG_AIO_NO_FALLBACK == BLK_REQ_NO_FALLBACK, "flag values");
@@ -103,8 +120,11 @@ struct ApiAioReq {
     void *opaque;
     int ret;
     GError *error;
-    BlkDirect direct; /* invariant 7: the mapping a ring read holds */
-    bool held;        /* invariant 10: direct holds a mapping */
+    BlkDirect direct;  /* invariant 7: the mapping a ring read holds */
+    bool held;         /* invariant 10: direct holds a mapping */
+    const BlkIOV *out; /* what goes to the node: &q, or &bq (invariant 12) */
+    uint8_t *bounce;   /* invariant 12: a write's ciphertext, or NULL */
+    BlkIOV bq;
     ApiAioReq *next;
 };
 
@@ -268,6 +288,51 @@ static int run_req(void *opaque)
     return 0; /* the outcome goes to the callback, not to the pool */
 }
 
+/* Invariant 12, once the driver mapped the request (r->direct): set
+ * r->out, encrypting a write into r->bounce.  false: nothing to undo but
+ * the mapping; run the request on the pool. */
+static bool crypt_begin(ApiAioReq *r)
+{
+    CryptoBlock *c = r->direct.crypto;
+
+    r->out = &r->q;
+    if (!c) {
+        return true;
+    }
+    if (r->len > AIO_CRYPT_DIRECT_MAX) {
+        return false;
+    }
+    if (r->op != API_IO_WRITE) {
+        return true;
+    }
+    if (posix_memalign((void **)&r->bounce, AIO_BOUNCE_ALIGN, MAX(r->len, 1u)) != 0) {
+        r->bounce = NULL;
+        return false;
+    }
+    if (crypto_block_encrypt_to(c, r->direct.iv_offset, &r->q, r->bounce) < 0) {
+        blk_error_clear(); /* the pool's run reports it */
+        free(r->bounce);
+        r->bounce = NULL;
+        return false;
+    }
+    iov_init_buf(&r->bq, r->bounce, r->len);
+    r->out = &r->bq;
+    return true;
+}
+
+/* Invariant 12, when the transfer ended with ret (after direct_end): a
+ * read that succeeded decrypted, the bounce freed.  ret, or the
+ * decryption's error (its message recorded on this thread). */
+static int crypt_end(ApiAioReq *r, int ret)
+{
+    free(r->bounce);
+    r->bounce = NULL;
+    if (ret >= 0 && r->direct.crypto && r->op == API_IO_READ) {
+        ret = crypto_block_decrypt(r->direct.crypto, r->direct.iv_offset, &r->q);
+    }
+    return ret;
+}
+
 /* Invariant 7: a ring request finished (on the reaper thread).  Anything
  * but a full transfer runs again on the pool, through the node, for its
  * error. */
@@ -277,6 +342,10 @@ static void uring_done(void *opaque, int ret)
     BlkNode *node = r->aio->img->node;
 
     node->drv->direct_end(node, &r->direct);
+    ret = crypt_end(r, ret); /* invariant 12 */
+    if (ret < 0) {
+        blk_error_clear(); /* the pool's run makes the message */
+    }
     if (ret < 0 && pool_submit(r->aio->pool, run_req, r) == 0) {
         __atomic_add_fetch(&r->aio->stats.ring_retries, 1, __ATOMIC_RELAXED);
         return;
@@ -324,21 +393,27 @@ static bool try_uring(ApiAio *a, ApiAioReq *r)
     if (write && (r->flags != 0 || node->read_only || node->cache != BLK_CACHE_NONE)) {
         return false;
     }
+    r->direct = (BlkDirect){0};
     if (!node->drv->direct_begin(node, r->offset, r->len, write, &r->direct)) {
         return false;
     }
+    if (!crypt_begin(r)) { /* invariant 12 */
+        node->drv->direct_end(node, &r->direct);
+        return false;
+    }
     if (write) {
-        ret = blk_uring_can_write(r->direct.node, r->direct.offset, &r->q)
-                  ? blk_uring_writev(a->uring, r->direct.node, r->direct.offset, &r->q,
+        ret = blk_uring_can_write(r->direct.node, r->direct.offset, r->out)
+                  ? blk_uring_writev(a->uring, r->direct.node, r->direct.offset, r->out,
                                      uring_done, r)
                   : -EAGAIN;
     } else {
-        ret = blk_uring_can_read(r->direct.node, r->direct.offset, &r->q)
-                  ? blk_uring_readv(a->uring, r->direct.node, r->direct.offset, &r->q,
+        ret = blk_uring_can_read(r->direct.node, r->direct.offset, r->out)
+                  ? blk_uring_readv(a->uring, r->direct.node, r->direct.offset, r->out,
                                     uring_done, r)
                   : -EAGAIN;
     }
     if (ret < 0) {
+        crypt_end(r, ret); /* frees the bounce; nothing read */
         node->drv->direct_end(node, &r->direct);
         return false;
     }
@@ -356,6 +431,7 @@ static void node_aio_done(void *opaque, int ret)
     if (r->held) {
         img->node->drv->direct_end(img->node, &r->direct);
     }
+    ret = crypt_end(r, ret); /* invariant 12 */
     r->ret = ret;
     if (ret < 0) {
         api_io_error(img, r->op, ret, &r->error); /* invariant 4 */
@@ -385,15 +461,20 @@ static bool try_node_aio(ApiAio *a, ApiAioReq *r)
         return false;
     }
     r->held = proto != node;
-    if (!r->held) {
-        r->direct = (BlkDirect){.node = node, .offset = r->offset};
-    } else if (!node->drv->direct_begin ||
-               !node->drv->direct_begin(node, r->offset, r->len, write, &r->direct)) {
+    r->direct = (BlkDirect){.node = node, .offset = r->offset};
+    if (r->held &&
+        (!node->drv->direct_begin ||
+         !node->drv->direct_begin(node, r->offset, r->len, write, &r->direct))) {
+        return false;
+    }
+    if (!crypt_begin(r)) { /* invariant 12 (only a held mapping is encrypted) */
+        node->drv->direct_end(node, &r->direct);
         return false;
     }
     if (!r->direct.node->drv->aio_rw ||
-        r->direct.node->drv->aio_rw(r->direct.node, write, r->direct.offset, &r->q,
+        r->direct.node->drv->aio_rw(r->direct.node, write, r->direct.offset, r->out,
                                     node_aio_done, r) < 0) {
+        crypt_end(r, -EIO); /* frees the bounce; nothing read */
         if (r->held) {
             node->drv->direct_end(node, &r->direct);
         }

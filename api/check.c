@@ -8,7 +8,8 @@
  * Invariants:
  *  1. res is reset first (its old messages freed); it must be initialised
  *     (QIMG_CHECK_RESULT_INIT) or the result of an earlier call.  Only the
- *     bytes its struct_size covers are read or written (abi.c).
+ *     bytes its struct_size covers are read or written (abi.c); messages a
+ *     struct that small cannot take are freed, not leaked.
  *  2. A format without a check operation -- or whose check cannot repair,
  *     when asked to (the driver sets res->unsupported) -- fails with
  *     ENOTSUP "This image format does not support checks" (qemu-img

@@ -25,14 +25,19 @@
 # qemu-io, the like-for-like pair.  Both open the image with --object
 # secret and --image-opts; fio's floor is the same plain raw file.
 # Tools: qemu-img (qemu-img bench; QEMU_IO for the encrypted cases), qimg
-# (qimg bench; QIMG_BENCH_ARGS adds options such as "-i threads"), qimg-before (QIMG_BEFORE=binary), and the
+# (qimg bench; QIMG_BENCH_ARGS adds options such as "-i threads"),
+# qimg-before (QIMG_BEFORE=binary; in the encrypted cases also
+# qimg-io-before, its qimg io), and the
 # floor: fio replaying the same offsets from an I/O log (O_DIRECT except for
 # the writeback case, io_uring, fio's own run time including end_fsync) on a
 # fully written raw file of the same size (for the allocating cases, too).
 # Every run: caches dropped (when root), memwarm, wall time of the whole
 # process plus a sync.  ROUNDS (default 3) rounds, tools interleaved in a
-# rotating order.  Printed: IOPS medians and ratios to qemu-img and to fio
-# (higher is better), then per-round times.  CASES selects workloads.
+# rotating order.  Printed: per-round times and CPU seconds (user + sys of
+# the process; fio's own are not taken), then IOPS medians and ratios to
+# qemu-img and to fio (higher is better), each case followed by the median
+# CPU seconds per tool (on a shared machine the steadier figure).  CASES
+# selects workloads.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -52,6 +57,7 @@ tools_for() {
     *) tools=(qemu-img qimg) ;;
     esac
     [ -n "$QIMG_BEFORE" ] && tools+=(qimg-before)
+    [ -n "$QIMG_BEFORE" ] && [ "${1#enc-}" != "$1" ] && tools+=(qimg-io-before)
     tools+=(fio)
 }
 cd "$BENCH_SCRATCH" || exit 1
@@ -90,9 +96,14 @@ prepared() {
     local bin=$1 img=$2 enc=${3:-} open
     if [ ! -e "$img" ]; then
         if [ -n "$enc" ]; then
-            "$QEMU_IMG" create -q -f qcow2 --object "$ENC_SECRET" \
-                -o encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10 \
-                "$img" "${SIZE_GIB}G"
+            # its PBKDF2 benchmark fails now and then on a busy machine
+            # ("Unable to get accurate CPU usage"): try again
+            for _ in 1 2 3 4 5 6 7 8; do
+                "$QEMU_IMG" create -q -f qcow2 --object "$ENC_SECRET" \
+                    -o encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10 \
+                    "$img" "${SIZE_GIB}G" 2>create.err && break
+                grep -q 'accurate CPU' create.err || { cat create.err >&2; exit 1; }
+            done
             read -ra open <<<"$(enc_args "$img")"
         else
             "$QEMU_IMG" create -q -f qcow2 "$img" "${SIZE_GIB}G"
@@ -132,9 +143,10 @@ run_case() {
             python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["job_runtime"] / 1000)')
         return
     fi
-    if [ "$tool" = qemu-io ] || [ "$tool" = qimg-io ]; then
+    if [ "$tool" = qemu-io ] || [ "$tool" = qimg-io ] || [ "$tool" = qimg-io-before ]; then
         local io=("$QEMU_IO")
         [ "$tool" = qimg-io ] && io=("$QIMG" io)
+        [ "$tool" = qimg-io-before ] && io=("$QIMG_BEFORE" io)
         img=prep-qimg-enc.qcow2
         prepared "$QIMG" "$img" 1
         read -ra open <<<"$(enc_args "$img")"
@@ -183,7 +195,7 @@ for mode in rewrite read; do
     }' >$mode.qemu-io
 done
 
-declare -A MED=() TOOLS=()
+declare -A MED=() CPU=() TOOLS=()
 for w in $CASES; do
     tools_for "$w"
     TOOLS[$w]="${tools[*]}"
@@ -192,7 +204,9 @@ for w in $CASES; do
     for t in "${tools[@]}"; do
         read -ra ts <<<"${BENCH_RESULT[$t]}"
         MED[$w.$t]=$(bench_median "${ts[@]}")
-        echo "# $w $t: ${BENCH_RESULT[$t]}"
+        read -ra cs <<<"${BENCH_CPU[$t]//-/}"
+        CPU[$w.$t]=$( ((${#cs[@]})) && bench_median "${cs[@]}" || echo -)
+        echo "# $w $t: ${BENCH_RESULT[$t]} (cpu s: ${BENCH_CPU[$t]})"
     done
     bench_reset
 done
@@ -206,4 +220,7 @@ for w in $CASES; do
     printf '  %s/%s %s  qimg/fio %s\n' "$mine" "$peer" \
         "$(bench_ratio "${MED[$w.$peer]}" "${MED[$w.$mine]}")" \
         "$(bench_ratio "${MED[$w.fio]}" "${MED[$w.qimg]}")"
+    printf '%-16s cpu s:' ""
+    for t in "${tools[@]}"; do [ "$t" != fio ] && printf ' %s %s' "$t" "${CPU[$w.$t]}"; done
+    echo
 done

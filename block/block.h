@@ -89,12 +89,19 @@ enum {
     BLK_REQ_FUA = 1 << 4,         /* durable before completion */
 };
 
+struct CryptoBlock;
+
 /* A mapping held for a request that goes straight to a protocol node. */
 typedef struct BlkDirect {
     BlkNode *node;   /* the protocol node holding the bytes */
     uint64_t offset; /* their offset there */
     void *hold;      /* the driver's hold (qcow2: its fast map slot) */
     unsigned hold_aux;
+    /* Encrypted bytes (qcow2/crypt.c invariant 3): the layer that en- and
+     * decrypts them (crypto/block.h, block.c invariant 6) and the offset
+     * their IVs count from; NULL: the node holds the guest's bytes. */
+    struct CryptoBlock *crypto;
+    uint64_t iv_offset;
 } BlkDirect;
 
 struct BlkNode {
@@ -170,8 +177,9 @@ struct BlkDriver {
     int (*flush)(BlkNode *img);
     /* Where guest [offset, offset + bytes) lies, for a request that goes
      * straight to a protocol node (api/aio.c's io_uring engine); false: use
-     * preadv/pwritev.  A true return holds the mapping until direct_end.
-     * Optional. */
+     * preadv/pwritev.  A true return holds the mapping until direct_end;
+     * with d->crypto set, the caller encrypts what it writes and decrypts
+     * what it read there.  Optional. */
     bool (*direct_begin)(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                          struct BlkDirect *d);
     void (*direct_end)(BlkNode *img, struct BlkDirect *d);

@@ -29,6 +29,12 @@
  *  5. Each request uses its own bounce memory and a cipher handle of its
  *     own (cipher.c invariant 2), so requests of many threads encrypt in
  *     parallel, on every core.
+ *  6. A caller that moves the bytes itself (api/aio.c's direct requests,
+ *     which go to the ring or a protocol's own queue) transforms them here
+ *     too: crypto_block_encrypt_to() fills its bounce buffer with the
+ *     ciphertext of whole sectors (invariants 3, 4 as for writes), and
+ *     crypto_block_decrypt() decrypts whole sectors it read, in place --
+ *     the same code the node paths above use.
  */
 #include "crypto/block.h"
 
@@ -163,6 +169,40 @@ int crypto_block_preadv(CryptoBlock *b, BlkNode *node, uint64_t offset,
     return ret;
 }
 
+static int not_aligned(const char *what, uint64_t offset, size_t len)
+{
+    return blk_error(EINVAL,
+                     "Encrypted %s at offset %" PRIu64 " of %zu bytes is not sector "
+                     "aligned",
+                     what, offset, len);
+}
+
+int crypto_block_decrypt(CryptoBlock *b, uint64_t iv_offset, const BlkIOV *qiov)
+{
+    if (iv_offset % CRYPTO_SECTOR_SIZE || qiov->size % CRYPTO_SECTOR_SIZE) {
+        return not_aligned("read", iv_offset, qiov->size); /* invariant 6 */
+    }
+    return decrypt_iov(b, iv_offset / CRYPTO_SECTOR_SIZE, qiov);
+}
+
+/* Encrypt n bytes of qiov from byte done into out (invariant 4). */
+static int encrypt_part(CryptoBlock *b, uint64_t iv_offset, const BlkIOV *qiov,
+                        size_t done, uint8_t *out, size_t n)
+{
+    iov_to_buf(qiov, done, out, n);
+    return crypto_cipher_encrypt(b->cipher, (iv_offset + done) / CRYPTO_SECTOR_SIZE, out,
+                                 n);
+}
+
+int crypto_block_encrypt_to(CryptoBlock *b, uint64_t iv_offset, const BlkIOV *qiov,
+                            uint8_t *out)
+{
+    if (iv_offset % CRYPTO_SECTOR_SIZE || qiov->size % CRYPTO_SECTOR_SIZE) {
+        return not_aligned("write", iv_offset, qiov->size); /* invariants 3, 6 */
+    }
+    return encrypt_part(b, iv_offset, qiov, 0, out, qiov->size);
+}
+
 int crypto_block_pwritev(CryptoBlock *b, BlkNode *node, uint64_t offset,
                          uint64_t iv_offset, const BlkIOV *qiov, unsigned flags)
 {
@@ -172,10 +212,7 @@ int crypto_block_pwritev(CryptoBlock *b, BlkNode *node, uint64_t offset,
     int ret = 0;
 
     if (offset % ss || iv_offset % ss || qiov->size % ss) { /* invariant 3 */
-        return blk_error(EINVAL,
-                         "Encrypted write at offset %" PRIu64 " of %zu bytes is not "
-                         "sector aligned",
-                         offset, qiov->size);
+        return not_aligned("write", offset, qiov->size);
     }
     buf = bounce_alloc(chunk);
     if (!buf) {
@@ -183,8 +220,7 @@ int crypto_block_pwritev(CryptoBlock *b, BlkNode *node, uint64_t offset,
     }
     while (done < qiov->size && ret == 0) { /* invariant 4 */
         size_t n = MIN(chunk, qiov->size - done);
-        iov_to_buf(qiov, done, buf, n);
-        ret = crypto_cipher_encrypt(b->cipher, (iv_offset + done) / ss, buf, n);
+        ret = encrypt_part(b, iv_offset, qiov, done, buf, n);
         if (ret == 0) {
             ret = blk_pwrite(node, offset + done, buf, n, flags);
         }

@@ -32,6 +32,13 @@ int crypto_block_preadv(CryptoBlock *b, BlkNode *node, uint64_t offset,
  * The caller's buffers are not modified. */
 int crypto_block_pwritev(CryptoBlock *b, BlkNode *node, uint64_t offset,
                          uint64_t iv_offset, const BlkIOV *qiov, unsigned flags);
+/* For a caller that moves the bytes itself (block.c invariant 6): encrypt
+ * qiov into out (qiov->size bytes), its first sector numbered iv_offset /
+ * 512; decrypt qiov in place likewise.  iv_offset and the length must be
+ * multiples of 512; -EINVAL otherwise.  0 or -errno, the message recorded. */
+int crypto_block_encrypt_to(CryptoBlock *b, uint64_t iv_offset, const BlkIOV *qiov,
+                            uint8_t *out);
+int crypto_block_decrypt(CryptoBlock *b, uint64_t iv_offset, const BlkIOV *qiov);
 /* Make [offset, + bytes) read as zeros: encrypted zeros written
  * (alignment as for writes).  With BLK_REQ_NO_FALLBACK -ENOTSUP: zeroing
  * the file would read back as garbage. */

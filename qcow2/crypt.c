@@ -22,11 +22,16 @@
  *     unencrypted.  The same refusal holds for an image whose external
  *     data file that open left closed (qcow2.c invariant 11): the image
  *     file's own bytes at the data file's offsets are never guest data.
- *  3. Encrypted images stay off the io_uring ring: qcow2_data_direct_ok()
- *     is false for them, so the aio engine runs their requests on the task
- *     pool, where they come back here (decryption happens in the worker
- *     thread, before completion).  The fast path still serves them: a
- *     fastmap hit decrypts (or encrypts) in the calling thread.
+ *  3. Direct requests (qcow2_direct_begin: a fast map hit handed to the
+ *     aio engine's ring or a protocol's own queue) of an encrypted image
+ *     carry this image's CryptoBlock and IV offset in their BlkDirect
+ *     (qcow2_data_direct_fill, the one place that hands the data node out):
+ *     api/aio.c encrypts a write into a bounce buffer before it is
+ *     submitted and decrypts a read in the caller's buffers before its
+ *     callback, with the same crypto/block.c code and the same sector
+ *     numbers as invariant 1 (crypto/block.c invariant 6).  An image
+ *     without its key (invariant 2) takes no direct request, and a direct
+ *     write must be sector aligned (invariant 4).
  *  4. Writes reaching the encryption layer are whole 512-byte sectors:
  *     a fast-path rewrite of an encrypted image is taken only when sector
  *     aligned (qcow2_data_write_aligned), and the slow path widens every
@@ -125,9 +130,18 @@ int qcow2_data_pwrite_zeroes(Qcow2State *s, uint64_t host, uint64_t guest, uint6
 
 bool qcow2_data_direct_ok(const Qcow2State *s)
 {
-    /* invariant 3; and a test node (fault, record) under us takes no ring
-     * requests (only file nodes do, uring.c) */
-    return !s->encrypted && !s->data_file_skipped && !qcow2_data_node(s)->filtered;
+    /* invariants 2, 3; and a test node (fault, record) under us takes no
+     * ring requests (only file nodes do, uring.c) */
+    return (!s->encrypted || s->crypto) && !s->data_file_skipped &&
+           !qcow2_data_node(s)->filtered;
+}
+
+void qcow2_data_direct_fill(Qcow2State *s, uint64_t host, uint64_t guest, BlkDirect *d)
+{
+    d->node = qcow2_data_node(s);
+    d->offset = host;
+    d->crypto = s->encrypted ? s->crypto : NULL; /* invariant 3 */
+    d->iv_offset = iv_offset(s, host, guest);
 }
 
 bool qcow2_data_write_aligned(const Qcow2State *s, uint64_t offset, uint64_t bytes)

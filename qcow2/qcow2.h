@@ -279,6 +279,10 @@ int qcow2_data_pwrite_zeroes(Qcow2State *s, uint64_t host, uint64_t guest, uint6
                              unsigned flags);
 /* May a request go straight to the data node on the ring (crypt.c inv. 3)? */
 bool qcow2_data_direct_ok(const Qcow2State *s);
+/* Fill d for a direct request of guest offset 'guest' held at host offset
+ * 'host': the data node, and the encryption its caller applies (crypt.c
+ * invariant 3). */
+void qcow2_data_direct_fill(Qcow2State *s, uint64_t host, uint64_t guest, BlkDirect *d);
 /* May a write of [offset, + bytes) skip the slow path's sector widening
  * (crypt.c invariant 4)? */
 bool qcow2_data_write_aligned(const Qcow2State *s, uint64_t offset, uint64_t bytes);

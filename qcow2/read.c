@@ -299,11 +299,13 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
     Qcow2FastRef ref;
     bool hit;
 
-    /* Encrypted images and test nodes (fault, record) take no ring
-     * requests (crypt.c invariant 3): answer before anything is announced
-     * to a test node, or its step and breakpoints would run on the
-     * submitting thread and again on the pool (faulty.c invariant 5). */
-    if (!qcow2_data_direct_ok(s)) {
+    /* Encrypted images without their key, and test nodes (fault, record),
+     * take no ring requests (crypt.c invariant 3): answer before anything
+     * is announced to a test node, or its step and breakpoints would run
+     * on the submitting thread and again on the pool (faulty.c invariant
+     * 5).  An encrypted write is of whole sectors (crypt.c invariant 4). */
+    if (!qcow2_data_direct_ok(s) ||
+        (write && !qcow2_data_write_aligned(s, offset, bytes))) {
         return false;
     }
     /* A write: the in-place rewrite of qcow2_pwritev's fast path */
@@ -320,11 +322,10 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
         return false;
     }
     check_direct_hold(s, offset, bytes, ref.host);
-    d->node = qcow2_data_node(s);
+    qcow2_data_direct_fill(s, ref.host, offset, d); /* crypt.c invariant 3 */
     if (write) {
         blk_event(d->node, BLKEV_DATA_WRITE);
     }
-    d->offset = ref.host;
     d->hold = ref.slot;
     d->hold_aux = ref.stripe;
     return true;

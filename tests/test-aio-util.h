@@ -3,7 +3,8 @@
  * public headers share (test-aio.c, test-aio-workload.c): a fresh qcow2
  * image made by qemu-img, an open that fails the test with the message,
  * O_DIRECT-aligned buffers (so reads can take the io_uring path, uring.c
- * invariant 1), and waiting for completions with a bound.
+ * invariant 1), one request waited for, and waiting for completions with a
+ * bound.
  *
  * Include after <cmocka.h> and test-util.h.
  */
@@ -46,6 +47,30 @@ static inline uint8_t *aligned_buf(size_t len)
     void *p = NULL;
     assert_int_equal(posix_memalign(&p, 4096, len), 0);
     return p;
+}
+
+static inline void aio_one_done(void *opaque, int ret, const GError *err)
+{
+    *(int *)opaque = ret;
+    if (err) {
+        fail_msg("asynchronous request: %s", err->message);
+    }
+}
+
+/* One 4 KiB request at off, waited for; it must succeed. */
+static inline void aio_one_4k(QimgImage *img, bool write, uint64_t off, uint8_t *buf)
+{
+    g_autoptr(GError) err = NULL;
+    struct iovec iov = {.iov_base = buf, .iov_len = 4096};
+    int ret = 1;
+
+    assert_true(
+        write ? qimg_image_aio_pwritev(img, off, &iov, 1, 0, aio_one_done, &ret, &err)
+              : qimg_image_aio_preadv(img, off, &iov, 1, 0, aio_one_done, &ret, &err));
+    while (ret == 1) {
+        qimg_image_aio_wait(img);
+    }
+    assert_int_equal(ret, 0);
 }
 
 static inline bool fd_readable(int fd)

@@ -228,28 +228,6 @@ static void test_error_metadata_sticky(void **state)
 /* read.c prime_locked (fastmap.c invariant 1): clusters another process
  * wrote, touched for the first time, still go to the ring once their L2
  * table is cached; the bytes are right both ways. */
-static void first_touch_done(void *opaque, int ret, const GError *err)
-{
-    *(int *)opaque = ret;
-    (void)err;
-}
-
-static void one_request(QimgImage *img, bool write, uint64_t off, uint8_t *buf)
-{
-    g_autoptr(GError) err = NULL;
-    struct iovec iov = {.iov_base = buf, .iov_len = 4096};
-    int ret = 1;
-
-    assert_true(
-        write
-            ? qimg_image_aio_pwritev(img, off, &iov, 1, 0, first_touch_done, &ret, &err)
-            : qimg_image_aio_preadv(img, off, &iov, 1, 0, first_touch_done, &ret, &err));
-    while (ret == 1) {
-        qimg_image_aio_wait(img);
-    }
-    assert_int_equal(ret, 0);
-}
-
 static void test_io_uring_first_touch(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
@@ -265,7 +243,7 @@ static void test_io_uring_first_touch(void **state)
     assert_true(qimg_image_aio_setup(img, &ao, &err));
     for (uint64_t c = 0; c < 64; c++) { /* one read per cluster */
         memset(buf, 0, 4096);
-        one_request(img, false, c * 65536 + 8192, buf);
+        aio_one_4k(img, false, c * 65536 + 8192, buf);
         for (int i = 0; i < 4096; i++) {
             assert_int_equal(buf[i], 0x11);
         }
@@ -275,7 +253,7 @@ static void test_io_uring_first_touch(void **state)
     assert_int_equal(st.ring_reads, 63);
     memset(buf, 0x22, 4096);
     for (uint64_t c = 63; c < 64; c--) { /* cluster 63 first: not read by this one */
-        one_request(img, true, c * 65536 + 4096, buf);
+        aio_one_4k(img, true, c * 65536 + 4096, buf);
     }
     assert_true(qimg_image_aio_get_stats(img, &st, &err));
     /* the first write switches fast writes on (fastmap.c invariant 3) */
@@ -311,7 +289,7 @@ static void test_io_uring_no_waiter(void **state)
     QimgImage *img = open_image(p, QIMG_CACHE_NONE);
     ao.engine = QIMG_AIO_ENGINE_IO_URING;
     assert_true(qimg_image_aio_setup(img, &ao, &err));
-    one_request(img, false, 0, buf); /* loads the L2 table */
+    aio_one_4k(img, false, 0, buf); /* loads the L2 table */
     int fd = qimg_image_aio_fd(img, &err);
     assert_true(fd >= 0);
     for (int i = 0; i < 20; i++) { /* event loop: the eventfd, then poll */
@@ -327,7 +305,7 @@ static void test_io_uring_no_waiter(void **state)
     memset(buf, 0x22, 4096);
     memset(small, 0x33, sizeof(small));
     for (int i = 0; i < 20; i++) {
-        one_request(img, false, 65536, buf); /* a waiter: the reaper parks */
+        aio_one_4k(img, false, 65536, buf); /* a waiter: the reaper parks */
         memset(buf, 0x22, 4096);
         assert_true(qimg_image_aio_pwritev(img, (uint64_t)i * 65536, &v, 1, 0, count_cb,
                                            &c, &err));
@@ -368,7 +346,7 @@ static void test_engine_auto(void **state)
     assert_int_equal(st.engine, QIMG_AIO_ENGINE_AUTO);
     assert_int_equal(st.submitted, 0);
     memset(buf, 0x33, 4096);
-    one_request(img, true, 0, buf); /* the first request sets up the defaults */
+    aio_one_4k(img, true, 0, buf); /* the first request sets up the defaults */
     assert_true(qimg_image_aio_get_stats(img, &st, &err));
     assert_int_equal(st.engine, QIMG_AIO_ENGINE_IO_URING); /* the CI kernel has it */
     assert_true(qimg_image_close(img, &err));
@@ -380,7 +358,7 @@ static void test_engine_auto(void **state)
     g_clear_error(&err);
     ao.engine = QIMG_AIO_ENGINE_AUTO;
     assert_true(qimg_image_aio_setup(img, &ao, &err));
-    one_request(img, false, 0, buf);
+    aio_one_4k(img, false, 0, buf);
     assert_int_equal(buf[0], 0x33);
     assert_true(qimg_image_aio_get_stats(img, &st, &err));
     assert_int_equal(st.engine, QIMG_AIO_ENGINE_THREADS);

@@ -14,8 +14,8 @@
 #    (encrypted zeros: amend.c invariant 4);
 #  - qimg nbd serving an encrypted image (--object secret and --image-opts,
 #    the secret handed over in a memfd, never on nbdkit's command line);
-#  - qimg io with -n (cache none: the aio engine keeps encrypted images off
-#    the ring, crypt.c invariant 3) and qimg bench.
+#  - qimg io with -n (cache none: the aio engine's ring takes encrypted
+#    reads and rewrites, crypt.c invariant 3) and qimg bench.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3 nbdkit qimg-nbd-plugin
 
@@ -206,10 +206,15 @@ qio2 q "$(opts nbd.qcow2)" "read -P 0x61 1M 64k"
 cp base.qcow2 io.qcow2
 qio2 m "$(opts io.qcow2)" "aio_write -P 0x71 0 4k" "aio_write -P 0x72 64k 64k" "aio_flush" \
     "aio_read -P 0x71 0 4k" "aio_flush"
+# the first write switches fast writes on, the first read loads the L2
+# table; the second of each goes to the ring
 "$QIMG" io -n $S --image-opts "$(opts io.qcow2)" -c "aio_write -P 0x73 8k 4k" \
-    -c "aio_read -P 0x72 64k 4k" -c "aio_flush" -c "read -P 0x73 8k 4k" >.io.out 2>&1
+    -c "aio_read -P 0x72 64k 4k" -c "aio_flush" -c "aio_write -P 0x74 12k 4k" \
+    -c "aio_read -P 0x72 68k 4k" -c "aio_read -P 0x71 0 4k" -c "aio_flush" \
+    -c "read -P 0x73 8k 4k" -c "read -P 0x74 12k 4k" >.io.out 2>&1
 assert_eq "qimg io -n" 0 "$(grep -ci 'fail\|error' .io.out)"
-qio2 q "$(opts io.qcow2)" "read -P 0x71 0 4k" "read -P 0x73 8k 4k" "read -P 0x72 64k 64k"
+qio2 q "$(opts io.qcow2)" "read -P 0x71 0 4k" "read -P 0x73 8k 4k" "read -P 0x74 12k 4k" \
+    "read -P 0x72 64k 64k"
 # shellcheck disable=SC2086
 assert_rc "qimg bench -w -t none" 0 "$QIMG" bench $S -q -w -c 3000 -d 32 -t none \
     --image-opts "$(opts io.qcow2)"
