@@ -188,7 +188,7 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
     g_autoptr(QimgInfo) info = NULL;
     GError *err = NULL;
 
-    if (!tool_image_opts_format_ok(oo) ||
+    if (!tool_image_opts_ok(oo, filename) ||
         (snapshot_param && !(snapshot = tool_parse_snapshot_param(snapshot_param)))) {
         return NULL;
     }
@@ -236,10 +236,15 @@ void *tool_alloc_aligned(size_t size)
     return p;
 }
 
-bool tool_image_opts_format_ok(const QimgOpenOptions *oo)
+bool tool_image_opts_ok(const QimgOpenOptions *oo, const char *filename)
 {
     if (oo->image_opts && oo->format) { /* qemu-img's img_open */
         tool_error("--image-opts and --format are mutually exclusive");
+        return false;
+    }
+    if (oo->image_opts && oo->force_share && filename &&
+        tool_opts_force_share_conflict(filename)) { /* optlist.c fact 5 */
+        tool_error("--force-share/-U conflicts with image options");
         return false;
     }
     return true;
@@ -250,7 +255,7 @@ QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo)
     GError *err = NULL;
     QimgImage *img;
 
-    if (!tool_image_opts_format_ok(oo)) {
+    if (!tool_image_opts_ok(oo, filename)) {
         return NULL;
     }
     img = qimg_image_open(filename, oo, &err);
