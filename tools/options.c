@@ -8,6 +8,11 @@
  *     powers of 1024.  The fraction is rounded to the nearest byte
  *     (0.5 up) and needs a scaling suffix.  "0x" introduces a hex integer
  *     without fraction; a suffix after hex is accepted with a warning.
+ *  2. Messages go to stderr without flushing stdout first: stdout written
+ *     to a pipe or file stays in its buffer until exit (or a flush the
+ *     command does itself), so with 2>&1 an error can come before lines
+ *     printed earlier -- the order QEMU's own test outputs record (QEMU
+ *     iotest 074: compare's error before its "Image size mismatch").
  */
 #include "qimg-tool.h"
 
@@ -34,7 +39,7 @@ const char *tool_program(void)
 
 static void vreport(const char *prefix, const char *fmt, va_list ap)
 {
-    fflush(stdout);
+    /* fact 2: stdout is not flushed */
     fprintf(stderr, "%s: %s", program, prefix);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
