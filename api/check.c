@@ -30,6 +30,7 @@
 #include "qimg/check.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 void qimg_check_result_clear(QimgCheckResult *res)
@@ -142,5 +143,10 @@ gboolean qimg_image_check(QimgImage *img, QimgCheckResult *res, unsigned fix,
     result_out(&r, &out);
     blk_check_result_clear(&r);
     api_struct_out(res, &out, sizeof(out));
+    if (res->struct_size < offsetof(QimgCheckResult, messages) + sizeof(out.messages) &&
+        out.messages) {
+        /* the caller's (older) struct has no room for them: not handed out */
+        g_ptr_array_unref(out.messages);
+    }
     return ret == 0 && out.check_errors == 0;
 }
