@@ -18,8 +18,13 @@
  *     backing chain -- QEMU's is_zero(), which takes a raw file's contents
  *     as data; the request is registered over the widened range, so no
  *     write into that rest runs meanwhile.  Other partial (sub)clusters are
- *     written as zeros through the normal write path unless they already
- *     read as zeros (-ENOTSUP with NO_FALLBACK, before anything changed).
+ *     written as zeros through the normal write path (-ENOTSUP with
+ *     NO_FALLBACK, before anything changed).  A guest zero write writes
+ *     them, and v2's zeros over a backing file, even where they read as
+ *     zeros already, as QEMU's fallback does (a cluster part of which lies
+ *     past the end of a shorter backing file is allocated: QEMU iotest
+ *     154); v2 without a backing file and other callers (resize) skip what
+ *     reads as zeros (QEMU discards such a v2 cluster: the same result).
  *  2. Discard (QEMU's non-full discard, iotest 290): afterwards a v3 cluster
  *     reads as zeros (zero flag; extended L2: no host cluster, all zero
  *     bits), except an unallocated one without a backing file, which is left
@@ -333,9 +338,9 @@ static int whole_if_zero(Qcow2State *s, uint64_t p, uint64_t len, bool *whole)
     return ret;
 }
 
-/* Write zeros through the normal write path (registered range), skipping
- * the extents that already read as zeros. */
-static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes)
+/* Write zeros through the normal write path (registered range); with
+ * skip, not over the extents that already read as zeros (invariant 1). */
+static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes, bool skip)
 {
     g_autofree uint8_t *zeros = NULL;
     size_t chunk = (size_t)MIN(bytes, (uint64_t)1 << 20);
@@ -343,8 +348,14 @@ static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes)
     while (bytes > 0) {
         uint64_t len;
         bool zero;
-        int ret = zero_extent(s, offset, bytes, &zero, &len);
+        int ret = 0;
 
+        if (skip) {
+            ret = zero_extent(s, offset, bytes, &zero, &len);
+        } else {
+            zero = false;
+            len = bytes;
+        }
         if (ret < 0) {
             return ret;
         }
@@ -371,6 +382,9 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
     uint64_t g = UINT64_C(1) << s->subcluster_bits, cs = s->cluster_size;
     uint64_t end = offset + bytes, req_end = offset + bytes, a, b, head_end, tail;
     bool backing = s->img->backing != NULL;
+    /* invariant 1: v2 without a backing file skips too, as QEMU discards a
+     * cluster that reads as zeros (what it would write is already there) */
+    bool skip = !(flags & QCOW2_ZERO_WIDEN) || (s->qcow_version < 3 && !backing);
     int ret = 0;
 
     if (bytes == 0) {
@@ -380,7 +394,7 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         if (flags & BLK_REQ_NO_FALLBACK) {
             return -ENOTSUP; /* invariant 1 */
         }
-        return write_zeros(s, offset, bytes);
+        return write_zeros(s, offset, bytes, skip);
     }
     /* The last (sub)cluster of an unaligned image counts as whole. */
     if (end == s->img->size && end % g) {
@@ -427,10 +441,10 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         }
     }
     if (head_end > offset) {
-        ret = write_zeros(s, offset, head_end - offset);
+        ret = write_zeros(s, offset, head_end - offset, skip);
     }
     if (ret == 0 && req_end > tail) {
-        ret = write_zeros(s, tail, req_end - tail);
+        ret = write_zeros(s, tail, req_end - tail, skip);
     }
     /* [a, b) is aligned to g (subclusters or clusters). */
     if (ret == 0 && a < b && s->extended_l2 && a % cs) {
@@ -442,7 +456,7 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         }
         qcow2_unlock(s);
         if (ret == -ENOTSUP) {
-            ret = write_zeros(s, a, e - a);
+            ret = write_zeros(s, a, e - a, skip);
         }
         a = e;
     }
@@ -455,7 +469,7 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         }
         qcow2_unlock(s);
         if (ret == -ENOTSUP) {
-            ret = write_zeros(s, sb, b - sb);
+            ret = write_zeros(s, sb, b - sb, skip);
         }
         b = sb;
     }

@@ -351,7 +351,7 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
 
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, argv[optind])) {
         return 1;
     }
     b.img = qimg_image_open(argv[optind], &oo, &err);

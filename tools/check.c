@@ -220,7 +220,7 @@ int cmd_check(int argc, char **argv)
     oo.cache = mode;
     oo.force_share = force_share;
     oo.check_mode = true;
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, filename)) {
         return 1;
     }
     img = qimg_image_open(filename, &oo, &err);

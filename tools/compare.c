@@ -241,7 +241,7 @@ static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cac
     oo.cache = cache;
     oo.force_share = force_share;
     oo.image_opts = image_opts;
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, name)) {
         return NULL;
     }
     img = qimg_image_open(name, &oo, &err);

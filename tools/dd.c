@@ -156,7 +156,7 @@ int cmd_dd(int argc, char **argv)
         return 1;
     }
     oo.read_only = true;
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, a.in)) {
         return 1;
     }
     src = qimg_image_open(a.in, &oo, &err);

@@ -553,7 +553,7 @@ static QimgInfo *layer_info(QimgImage **img, const char *filename, const char *f
     oo.no_io = true; /* metadata only: qemu-img info's locks */
     oo.image_opts = above ? false : image_opts;
     oo.no_data_files = !chain; /* fact 9 */
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, filename)) {
         return NULL;
     }
     *img = above ? qimg_image_open_backing(above, &oo, &err)

@@ -15,12 +15,13 @@
  *     with --image-opts the path is options too (its errors read "can't
  *     open: REASON" as well: QEMU iotest 188), and -o is refused on
  *     stdout ("--image-opts and 'open -o' are mutually exclusive"); -f is
- *     not one of open's options (-o
- *     driver=FMT is); "Invalid cache option: X", "Invalid discard option:
- *     X", "Invalid aio option: X"; -U on a read-write open fails as
- *     "can't open device F: force-share=on can only be used with read-only
- *     images".  A command other than open, help, quit, sleep, sigraise and
- *     abort with no image open reads "no file open, try 'help open'".
+ *     not one of open's options (-o driver=FMT is); "Invalid cache option:
+ *     X", "Invalid discard option: X", "Invalid aio option: X"; -U on a
+ *     read-write open fails as "can't open device F: force-share=on can
+ *     only be used with read-only images"; -U with a force-share option
+ *     other than on, "-U conflicts with image options" (optlist.c fact 5).
+ *     A command other than open, help, quit, sleep, sigraise and abort
+ *     with no image open reads "no file open, try 'help open'".
  *  2. "reopen [(-r|-w)] [-c cache] [-o options]": both -r and -w read "Only
  *     one -r/-w option may be given"; extra words are the usage line.
  *     Switching to read-write takes the write permission's lock: while
@@ -143,7 +144,14 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
     QimgOpenOptions o = *oo;
     GError *err = NULL;
 
-    if (!tool_image_opts_format_ok(oo)) {
+    if (oo->image_opts && oo->format) {
+        tool_error("--image-opts and --format are mutually exclusive");
+        return -EINVAL;
+    }
+    if (!reopen && oo->force_share &&
+        ((oo->image_opts && name && tool_opts_force_share_conflict(name)) ||
+         (oo->options && tool_opts_force_share_conflict(oo->options)))) {
+        tool_error("-U conflicts with image options"); /* optlist.c fact 5 */
         return -EINVAL;
     }
     if (snapshot && oo->options) {

@@ -214,7 +214,7 @@ int cmd_map(int argc, char **argv)
     oo.format = fmt;
     oo.read_only = true;
     oo.force_share = force_share;
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, argv[optind])) {
         return 1;
     }
     img = qimg_image_open(argv[optind], &oo, &err);

@@ -8,6 +8,11 @@
  *     powers of 1024.  The fraction is rounded to the nearest byte
  *     (0.5 up) and needs a scaling suffix.  "0x" introduces a hex integer
  *     without fraction; a suffix after hex is accepted with a warning.
+ *  2. Messages go to stderr without flushing stdout first: stdout written
+ *     to a pipe or file stays in its buffer until exit (or a flush the
+ *     command does itself), so with 2>&1 an error can come before lines
+ *     printed earlier -- the order QEMU's own test outputs record (QEMU
+ *     iotest 074: compare's error before its "Image size mismatch").
  */
 #include "qimg-tool.h"
 
@@ -34,7 +39,7 @@ const char *tool_program(void)
 
 static void vreport(const char *prefix, const char *fmt, va_list ap)
 {
-    fflush(stdout);
+    /* fact 2: stdout is not flushed */
     fprintf(stderr, "%s: %s", program, prefix);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -188,7 +193,7 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
     g_autoptr(QimgInfo) info = NULL;
     GError *err = NULL;
 
-    if (!tool_image_opts_format_ok(oo) ||
+    if (!tool_image_opts_ok(oo, filename) ||
         (snapshot_param && !(snapshot = tool_parse_snapshot_param(snapshot_param)))) {
         return NULL;
     }
@@ -236,10 +241,15 @@ void *tool_alloc_aligned(size_t size)
     return p;
 }
 
-bool tool_image_opts_format_ok(const QimgOpenOptions *oo)
+bool tool_image_opts_ok(const QimgOpenOptions *oo, const char *filename)
 {
     if (oo->image_opts && oo->format) { /* qemu-img's img_open */
         tool_error("--image-opts and --format are mutually exclusive");
+        return false;
+    }
+    if (oo->image_opts && oo->force_share && filename &&
+        tool_opts_force_share_conflict(filename)) { /* optlist.c fact 5 */
+        tool_error("--force-share/-U conflicts with image options");
         return false;
     }
     return true;
@@ -250,7 +260,7 @@ QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo)
     GError *err = NULL;
     QimgImage *img;
 
-    if (!tool_image_opts_format_ok(oo)) {
+    if (!tool_image_opts_ok(oo, filename)) {
         return NULL;
     }
     img = qimg_image_open(filename, oo, &err);

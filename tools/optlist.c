@@ -16,6 +16,11 @@
  *  4. An "rbd:" name has the rbd protocol's options: size, cluster_size
  *     (the RBD object size, for raw), password-secret and encrypt.*, in
  *     that order in the "Formatting" line after the format's own.
+ *  5. -U (force-share) with open options that name force-share too is
+ *     refused unless the option's last value is literally "on" (a bare
+ *     "force-share" is on; "true" and "yes" are refused as well): qemu-img
+ *     "--force-share/-U conflicts with image options", qemu-io "-U
+ *     conflicts with image options" (QEMU iotest 153).
  */
 #include "qimg-tool.h"
 
@@ -392,6 +397,24 @@ GPtrArray *tool_opts_split(const char *list)
     }
     g_ptr_array_add(parts, g_string_free(cur, FALSE));
     return parts;
+}
+
+bool tool_opts_force_share_conflict(const char *list)
+{
+    g_autoptr(GPtrArray) parts = tool_opts_split(list);
+    const char *value = NULL; /* fact 5: the last element wins */
+
+    for (guint i = 0; i < parts->len; i++) {
+        const char *e = parts->pdata[i];
+        if (g_str_has_prefix(e, "force-share=")) {
+            value = e + strlen("force-share=");
+        } else if (strcmp(e, "force-share") == 0) {
+            value = "on";
+        } else if (strcmp(e, "noforce-share") == 0) {
+            value = "off";
+        }
+    }
+    return value && strcmp(value, "on") != 0;
 }
 
 bool tool_opts_want_help(const char *list)

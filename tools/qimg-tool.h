@@ -125,9 +125,10 @@ void tool_open_secrets(QimgOpenOptions *oo);
 void tool_create_secrets(QimgCreateOptions *co);
 /* Open, report a failure (NULL), warn about a probed raw image. */
 QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
-/* --image-opts (oo->image_opts: the name is key=value options) with -f:
- * qemu-img's refusal, printed; false. */
-bool tool_image_opts_format_ok(const QimgOpenOptions *oo);
+/* --image-opts (oo->image_opts: the name, filename, is key=value options)
+ * with -f, or with -U and a force-share option other than on: qemu-img's
+ * refusal, printed; false. */
+bool tool_image_opts_ok(const QimgOpenOptions *oo, const char *filename);
 /* Close (final flush) and report a failure (false). */
 bool tool_close_image(QimgImage *img);
 /* img (read-write) is marked corrupt: its close fails without a message,
@@ -198,6 +199,9 @@ char *tool_opts_append(char *list, const char *more);
  * "Invalid option list: MORE" and false where qemu-img refuses it (empty,
  * a leading comma, an odd number of trailing ones). */
 bool tool_opts_accumulate(char **list, const char *more);
+/* True if -U cannot go with this open-option list (optlist.c fact 5):
+ * it sets force-share to anything but "on". */
+bool tool_opts_force_share_conflict(const char *list);
 /* True if the list asks for help ("help" or "?" as an element). */
 bool tool_opts_want_help(const char *list);
 /* Print "-o help" for 'format', with the options of filename's protocol

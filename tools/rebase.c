@@ -21,13 +21,20 @@
  *     the same before, during and after.  -b "" compares against zeros
  *     (flattening).
  *  4. Then the header names the new backing file (qimg_image_set_backing:
- *     the copied data is durable first); -u does only that.  Exit 0 or 1.
+ *     the copied data is durable first); -u does only that, and opens no
+ *     backing file, so the old one may be missing or unreadable, or name a
+ *     format QEMU does not know (QEMU iotest 114; KubeVirt CDI's "rebase
+ *     -p -u -F raw -b BASE DELTA" after the old base is gone).  Exit 0 or
+ *     1.
  *  5. qimg's: REBASE_WORKERS threads take 2 MiB windows each (their own
  *     page-aligned buffers: the kernel copies into those twice as fast),
  *     so reads of both backing files are in flight together; qemu-img
  *     reads one range at a time.  The windows are disjoint and the header
  *     changes only after all of them; the first error stops every worker
  *     and is the one reported.
+ *  6. -p (not with -q) prints the progress line at 0% once the command
+ *     line is checked, before the image is opened, in both modes: 100% and
+ *     a new line after a rebase, the new line alone after a failure.
  */
 #include "qimg-tool.h"
 
@@ -50,6 +57,13 @@ typedef struct Rebase {
     uint64_t next, done; /* [lock] the next window; bytes finished */
     bool failed;         /* [lock] a worker reported an error: all stop */
 } Rebase;
+
+/* What the command line asks for (the image's own options aside). */
+typedef struct RebaseArgs {
+    const char *backing, *backing_fmt; /* -b, -F */
+    bool unsafe, force_share;          /* -u, -U */
+    QimgCacheMode src_cache;           /* -T */
+} RebaseArgs;
 
 typedef struct RebaseWorker {
     Rebase *r;
@@ -200,6 +214,71 @@ static bool copy_differences(Rebase *r)
     return ok && !r->failed;
 }
 
+/* Facts 1 (the checks after the file name), 2, 3 and 4. */
+static bool rebase(Rebase *r, const char *filename, QimgOpenOptions *oo,
+                   const RebaseArgs *a)
+{
+    QimgOpenOptions no = TOOL_OPEN_OPTIONS_INIT;
+    g_autoptr(QimgImage) img = NULL;
+    g_autoptr(QimgImage) new_b = NULL;
+    GError *err = NULL;
+    bool ok;
+
+    if (a->backing_fmt && !qimg_format_name_valid(a->backing_fmt)) {
+        tool_error("Invalid format name: '%s'", a->backing_fmt);
+        return false;
+    }
+    if (a->backing && *a->backing && !a->backing_fmt) {
+        tool_error("Could not change the backing file to '%s': backing format must be "
+                   "specified",
+                   a->backing);
+        return false;
+    }
+
+    /* fact 2; -u never opens the old backing file (fact 4) */
+    oo->no_backing = a->unsafe;
+    img = tool_open_image(filename, oo);
+    if (!img) {
+        return false;
+    }
+    if (!a->unsafe) {
+        r->img = img;
+        r->size = qimg_image_size(img);
+        r->old_b = qimg_image_backing(img);
+        r->old_size = r->old_b ? qimg_image_size(r->old_b) : 0;
+        if (*a->backing) {
+            g_autofree char *path = qimg_image_resolve_backing(img, a->backing);
+            no.format = a->backing_fmt;
+            no.read_only = true;
+            no.cache = a->src_cache;
+            no.force_share = a->force_share;
+            new_b = qimg_image_open(path, &no, &err);
+            if (!new_b) {
+                tool_error("Could not open new backing file '%s': %s", a->backing,
+                           err->message);
+                g_error_free(err);
+                return false;
+            }
+            r->new_b = new_b;
+            r->new_size = qimg_image_size(new_b);
+        }
+        g_mutex_init(&r->lock);
+        ok = copy_differences(r);
+        g_mutex_clear(&r->lock);
+        if (!ok) {
+            return false;
+        }
+    }
+    /* fact 4 */
+    if (!qimg_image_set_backing(img, a->backing, a->backing_fmt, &err)) {
+        tool_error("Could not change the backing file to '%s': %s",
+                   a->backing ? a->backing : "", err->message);
+        g_error_free(err);
+        return false;
+    }
+    return tool_close_image(g_steal_pointer(&img));
+}
+
 int cmd_rebase(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -209,14 +288,11 @@ int cmd_rebase(int argc, char **argv)
         {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
-    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT, no = TOOL_OPEN_OPTIONS_INIT;
-    const char *backing = NULL, *backing_fmt = NULL, *filename;
-    bool unsafe = false, quiet = false, progress = false, force_share = false;
-    QimgCacheMode src_cache = QIMG_CACHE_WRITEBACK;
-    g_autoptr(QimgImage) img = NULL;
-    g_autoptr(QimgImage) new_b = NULL;
+    QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
+    RebaseArgs a = {.src_cache = QIMG_CACHE_WRITEBACK};
+    const char *filename;
+    bool quiet = false, progress = false;
     Rebase r = {0};
-    GError *err = NULL;
     bool ok;
     int c;
 
@@ -230,13 +306,13 @@ int cmd_rebase(int argc, char **argv)
             oo.format = optarg;
             break;
         case 'F':
-            backing_fmt = optarg;
+            a.backing_fmt = optarg;
             break;
         case 'b':
-            backing = optarg;
+            a.backing = optarg;
             break;
         case 'u':
-            unsafe = true;
+            a.unsafe = true;
             break;
         case 'p':
             progress = true;
@@ -247,7 +323,7 @@ int cmd_rebase(int argc, char **argv)
             }
             break;
         case 'T':
-            if (!tool_parse_cache(optarg, true, &src_cache)) {
+            if (!tool_parse_cache(optarg, true, &a.src_cache)) {
                 return 1;
             }
             break;
@@ -255,7 +331,7 @@ int cmd_rebase(int argc, char **argv)
             quiet = true;
             break;
         case 'U':
-            force_share = true;
+            a.force_share = true;
             break;
         case OPT_OBJECT: {
             int orc = tool_object_add(optarg);
@@ -275,66 +351,15 @@ int cmd_rebase(int argc, char **argv)
     if (optind != argc - 1) {
         return tool_usage_error("Expecting one image file name");
     }
-    if (!unsafe && !backing) {
+    if (!a.unsafe && !a.backing) {
         return tool_usage_error("Must specify backing file (-b) or use unsafe mode (-u)");
     }
     filename = argv[optind];
-    if (backing_fmt && !qimg_format_name_valid(backing_fmt)) {
-        tool_error("Invalid format name: '%s'", backing_fmt);
-        return 1;
+    tool_progress_init(&r.prog, progress && !quiet); /* fact 6 */
+    ok = rebase(&r, filename, &oo, &a);
+    if (ok) {
+        tool_progress_update(&r.prog, 1, 1); /* 100%, unless the copy printed it */
     }
-    if (backing && *backing && !backing_fmt) {
-        tool_error("Could not change the backing file to '%s': backing format must be "
-                   "specified",
-                   backing);
-        return 1;
-    }
-
-    /* fact 2 */
-    img = tool_open_image(filename, &oo);
-    if (!img) {
-        return 1;
-    }
-    if (!unsafe) {
-        tool_progress_init(&r.prog, progress && !quiet);
-        r.img = img;
-        r.size = qimg_image_size(img);
-        r.old_b = qimg_image_backing(img);
-        r.old_size = r.old_b ? qimg_image_size(r.old_b) : 0;
-        if (*backing) {
-            g_autofree char *path = qimg_image_resolve_backing(img, backing);
-            no.format = backing_fmt;
-            no.read_only = true;
-            no.cache = src_cache;
-            no.force_share = force_share;
-            new_b = qimg_image_open(path, &no, &err);
-            if (!new_b) {
-                tool_error("Could not open new backing file '%s': %s", backing,
-                           err->message);
-                g_error_free(err);
-                return 1;
-            }
-            r.new_b = new_b;
-            r.new_size = qimg_image_size(new_b);
-        }
-        g_mutex_init(&r.lock);
-        ok = copy_differences(&r);
-        g_mutex_clear(&r.lock);
-        if (!ok) {
-            tool_progress_end(&r.prog);
-            return 1;
-        }
-        tool_progress_end(&r.prog);
-    }
-    /* fact 4 */
-    if (!qimg_image_set_backing(img, backing, backing_fmt, &err)) {
-        tool_error("Could not change the backing file to '%s': %s",
-                   backing ? backing : "", err->message);
-        g_error_free(err);
-        return 1;
-    }
-    if (!tool_close_image(g_steal_pointer(&img))) {
-        return 1;
-    }
-    return 0;
+    tool_progress_end(&r.prog);
+    return ok ? 0 : 1;
 }

@@ -250,7 +250,7 @@ int cmd_snapshot(int argc, char **argv)
                    filename);
         return 1;
     }
-    if (!tool_image_opts_format_ok(&oo)) {
+    if (!tool_image_opts_ok(&oo, filename)) {
         return 1;
     }
     img = qimg_image_open(filename, &oo, &err);

@@ -6,7 +6,9 @@
 #  - safe mode onto another backing file (qcow2 and raw, larger and
 #    smaller than the image), onto a file deeper in the chain, onto nothing
 #    (-b "", flattening), for v3, v2, 4 KiB clusters and extended L2;
-#  - -u (header only), with a bitmaps extension and unknown extensions kept;
+#  - -u (header only), with a bitmaps extension and unknown extensions kept,
+#    and no backing file opened (a missing one, an unknown format: QEMU
+#    114); -p's progress lines with -u;
 #  - refusals: no -b, no -F, a bad -F, a missing new backing file, two
 #    file names, an image in use;
 #  - power loss during a safe rebase and a flattening (the crash-state
@@ -101,6 +103,19 @@ PY
 rebase_both bm.qcow2 -u -b b2.qcow2 -F qcow2
 assert_eq "bitmap kept" "$("$QEMU_IMG" info bm.qcow2 | grep -A3 bitmaps: | tail -n +2)" \
     "$("$QEMU_IMG" info m.qcow2 | grep -A3 bitmaps: | tail -n +2)"
+
+# -u opens no backing file: the old one gone (KubeVirt CDI's "rebase -p -u
+# -F raw -b BASE DELTA"), or of a format no driver has (QEMU 114); -p's
+# progress lines (in safe mode qemu-img prints a line per chunk it looks
+# at, 100% again and again past the sixth: not compared)
+"$QEMU_IMG" create -q -f qcow2 -u -b gone.qcow2 -F qcow2 g.qcow2 12M
+rebase_both g.qcow2 -p -u -F raw -b r.raw
+"$QEMU_IMG" create -q -f qcow2 -u -b b2.qcow2 -F qcow2 g.qcow2 12M
+sed -i 's/\x00\x00\x00\x05qcow2/\x00\x00\x00\x05xyzzy/' g.qcow2 # the backing format
+rebase_both g.qcow2 -u -F qcow2 -b b2.qcow2
+assert_eq "114: the format replaced" "backing file format: qcow2" \
+    "$("$QEMU_IMG" info m.qcow2 | grep 'backing file format')"
+same_as_qemu_err rebase -p -b b2.qcow2 -F qcow2 g.qcow2 # safe mode opens it: refused
 
 # refusals
 rebase_both t.qcow2

@@ -7,7 +7,8 @@
 # backing files that hold data, part data, or zeros.  The whole matrix
 # (1080 cases) runs under QIMG_LONG=1; make test runs every 11th case (98:
 # each value of each dimension comes up).  The four backing files are made
-# once (no case writes them).
+# once (no case writes them).  Then a backing file shorter than the image
+# (QEMU 154) and v2 over a backing file.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -16,7 +17,7 @@ map_of() { "$QEMU_IMG" map --output=json "$1" | sed 's/"offset": [0-9]*/"offset"
 zcase() { # IMG-OPTS PRE-CMD ZERO-CMD BACKING-OPTS BACKING-CMD (b$bi.qcow2)
     rm -f q.qcow2 m.qcow2
     # shellcheck disable=SC2086
-    "$QEMU_IMG" create -q -f qcow2 ${1//b.qcow2/b$bi.qcow2} q.qcow2 1M
+    "$QEMU_IMG" create -q -f qcow2 ${1//b.qcow2/b$bi.qcow2} q.qcow2 "${ZSIZE:-1M}"
     [ -n "$2" ] && "$QEMU_IO" -c "$2" q.qcow2 >/dev/null
     cp --sparse=never q.qcow2 m.qcow2 # (a sparse copy changes what map reports)
     "$QEMU_IO" -c "$3" q.qcow2 >/dev/null
@@ -53,4 +54,20 @@ for bk in "${backings[@]}"; do
         done
     done
 done
+
+# A backing file shorter than the image (QEMU 154): a zero write into the
+# part of a cluster past the backing file's end, the cluster's head holding
+# backing data, is written as zeros (QEMU allocates the cluster); and v2
+# over a backing file writes zeros even where the image reads as zeros.
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=512 b5.qcow2 $((1024 * 1024 + 1024))
+"$QEMU_IO" -c "write -P 1 1M 512" b5.qcow2 >/dev/null
+bi=5
+ZSIZE=$((1024 * 1024 + 2048))
+for c in "write -z $((1024 * 1024 + 1024)) 512" "write -z $((1024 * 1024 + 1536)) 512" \
+    "write -z $((1024 * 1024 + 512)) 1024"; do
+    zcase "-o cluster_size=2k -b b.qcow2 -F qcow2" "" "$c" "-o cluster_size=512" \
+        "write -P 1 1M 512"
+done
+zcase "-o compat=0.10 -b b.qcow2 -F qcow2" "" "write -z 1025k 1k" "-o cluster_size=512" \
+    "write -P 1 1M 512"
 finish

@@ -18,7 +18,8 @@
 #  - bitmap's long options --granularity, --source-file, --source-format
 #    (190): the bitmaps they add and merge, as qemu-img reads them back;
 #  - compare's read error: the errno's text alone, for an error blkdebug
-#    injects too (074);
+#    injects too, and (stdout not flushed first) before the lines printed
+#    earlier when both go to one pipe (074);
 #  - convert -C with -c, -S or --salvage: qemu-img's refusals, in its order
 #    (082); without them qimg refuses -C (it has no copy offloading).
 . "$(dirname "$0")/../common.sh"
@@ -154,6 +155,13 @@ printf '[inject-error]\nevent = "read_aio"\nerrno = "5"\nonce ="off"\n' >bd.conf
 same_as_qemu_err compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c2.qcow2
 printf '[inject-error]\nevent = "read_aio"\nerrno = "28"\n' >bd.conf
 same_as_qemu_err compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c2.qcow2
+# stdout is not flushed before the error: with 2>&1 into a pipe, the error
+# comes before the size warning printed earlier, as with qemu-img (074)
+printf '[inject-error]\nevent = "read_aio"\nerrno = "5"\nonce ="off"\n' >bd.conf
+qi create -q -f qcow2 c0.qcow2 0
+assert_eq "074: line order" \
+    "$("$QEMU_IMG" compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c0.qcow2 2>&1 | io_filter)" \
+    "$("$QIMG" compare "blkdebug:$PWD/bd.conf:$PWD/c1.qcow2" c0.qcow2 2>&1 | io_filter)"
 
 # ---- convert -C (082) ----
 for args in "-C -S 4k" "-C -c" "-C --salvage" "-C -c -S 4k --salvage" "-C -S 0 --salvage" \

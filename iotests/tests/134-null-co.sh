@@ -4,7 +4,7 @@
 # json: "driver": "null-co") and under raw (null-co://), its options size,
 # read-zeroes and latency-ns and their checks, what it refuses (another
 # name, resize, create), what info, map and qemu-io's info print, and a
-# convert from it (sparse and not).
+# convert from it (sparse and not); -U with a force-share option (153).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -18,6 +18,15 @@ same_as_qemu_err info "$Z"
 same_as_qemu_err info "json:{'driver': 'null-co', 'size': 65536}"
 same_as_qemu_err info --output=json "json:{'driver': 'null-aio', 'size': 65536}"
 same_as_qemu_err info -U --image-opts driver=null-co,force-share=on
+# -U with force-share other than "on" is refused (QEMU 153; a short-form
+# "noforce-share" in --image-opts is not: qimg takes no short forms there)
+for v in force-share=off force-share=true force-share=off,force-share=on; do
+    same_as_qemu_err info -U --image-opts driver=null-co,$v
+    same_as_qemu_io "-U --image-opts $v" -r -U --image-opts driver=null-co,$v -c 'read 0 1'
+done
+for v in force-share=off noforce-share force-share=on,force-share=yes; do
+    same_as_qemu_io "open -U -o $v" -c "open -r -U -o driver=null-co,$v" -c 'read 0 1'
+done
 same_as_qemu_err map --output=json "json:{'driver': 'null-co', 'size': 65536}"
 same_as_qemu_err map --output=json "$Z"
 same_as_qemu_err map -f null-co null-co://
