@@ -100,6 +100,42 @@ static void learn_read_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m
     }
 }
 
+/* Guest clusters a slow read learns past its end (below). */
+#define LEARN_AHEAD 64u
+
+static bool l2_cached_locked(Qcow2State *s, uint64_t offset);
+
+/*
+ * fastmap.c invariant 1, read-ahead: after a slow read, the NORMAL clusters
+ * of the next LEARN_AHEAD clusters in the same, cached, L2 table are learnt
+ * as prime_locked learns (no I/O, only while no write registration covers
+ * them), so a sequential reader's next requests (nbdcopy's, convert's)
+ * take the fast path instead of the lock.
+ */
+static void learn_ahead_locked(Qcow2State *s, uint64_t pos)
+{
+    uint64_t cs = s->cluster_size, start = ROUND_UP(pos, cs);
+    uint64_t table = cs << s->l2_bits, end;
+
+    if (start >= s->img->size || qcow2_has_data_file(s) || !l2_cached_locked(s, start)) {
+        return;
+    }
+    end =
+        MIN(MIN(start + LEARN_AHEAD * cs, s->img->size), (start & ~(table - 1)) + table);
+    if (qcow2_inflight_conflicts_locked(s, start, end - start, false)) {
+        return;
+    }
+    while (start < end) {
+        Qcow2Mapping m;
+        if (qcow2_get_host_offset_locked(s, start, end - start, &m) < 0) {
+            blk_error_clear(); /* a request of the slow path reports it */
+            return;
+        }
+        learn_read_locked(s, start, &m);
+        start += m.bytes;
+    }
+}
+
 static int read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool learn)
 {
     BlkNode *img = s->img;
@@ -116,6 +152,9 @@ static int read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool l
         ret = qcow2_get_host_offset_locked(s, pos, qiov->size - done, &m);
         if (ret == 0 && learn) {
             learn_read_locked(s, pos, &m);
+            if (m.bytes >= qiov->size - done) {
+                learn_ahead_locked(s, offset + qiov->size);
+            }
         }
         qcow2_unlock(s); /* read.c invariant 1 */
         if (ret < 0) {

@@ -334,6 +334,18 @@ static void test_span_single(void **state)
         check(&r, off, len, buf, true);
         assert_clean(&r);
     }
+    /* read-ahead (read.c learn_ahead_locked): on a fresh map, a slow read
+     * of clusters 768..771 lets the read of 774..777 take the fast path */
+    blk_close(r.img);
+    r.img = open_rw(p);
+    s = r.img->opaque;
+    assert_int_equal(blk_pread(r.img, 768 * CS, buf, 4 * CS), 0);
+    qcow2_fastmap_stats(s->fastmap, &a);
+    assert_int_equal(blk_pread(r.img, 774 * CS, buf, 4 * CS), 0);
+    qcow2_fastmap_stats(s->fastmap, &b);
+    assert_int_equal(b.hits, a.hits + 1);
+    check(&r, 774 * CS, 4 * CS, buf, true);
+    assert_clean(&r);
     /* clusters 2..8: hole 5 in the middle; the slow path reads it */
     assert_int_equal(blk_pread(r.img, 2 * CS, buf, 7 * CS), 0);
     qcow2_fastmap_stats(s->fastmap, &a);
@@ -370,6 +382,9 @@ static void test_span_threads(void **state)
     r.img = open_rw(p);
     Qcow2State *s = r.img->opaque;
     populate(&r);
+    blk_close(r.img); /* a fresh map: entries come from the run's requests */
+    r.img = open_rw(p);
+    s = r.img->opaque;
     qcow2_fastmap_stats(s->fastmap, &a);
     mover = g_thread_new("mover", mover_main, &r);
     for (int i = 0; i < NOWNERS; i++) {
