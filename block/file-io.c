@@ -189,6 +189,39 @@ void *file_buf_alloc(size_t align, size_t size)
     return p;
 }
 
+/* file.c invariant 13: a free slot's buffer, else a new one; every pooled
+ * buffer has the same size, so any fits any bounce. */
+void *file_bounce_get(FileState *s, size_t size)
+{
+    g_assert(size <= FILE_CHUNK_MAX);
+    for (unsigned i = 0; i < FILE_POOL_SLOTS; i++) {
+        void *b = __atomic_exchange_n(&s->pool[i], NULL, __ATOMIC_ACQUIRE);
+        if (b) {
+            return b;
+        }
+    }
+    return file_buf_alloc(s->buf_align, FILE_CHUNK_MAX);
+}
+
+void file_bounce_put(FileState *s, void *buf)
+{
+    for (unsigned i = 0; buf && i < FILE_POOL_SLOTS; i++) {
+        void *empty = NULL;
+        if (__atomic_compare_exchange_n(&s->pool[i], &empty, buf, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED)) {
+            return;
+        }
+    }
+    free(buf); /* the pool is full: it stays bounded */
+}
+
+void file_bounce_pool_clear(FileState *s)
+{
+    for (unsigned i = 0; i < FILE_POOL_SLOTS; i++) {
+        free(__atomic_exchange_n(&s->pool[i], NULL, __ATOMIC_ACQUIRE));
+    }
+}
+
 /* Errors that mean "this way of zeroing/discarding is not available here". */
 bool file_errno_unsupported(int err)
 {
@@ -385,7 +418,7 @@ int file_bounce_read(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *
     uint64_t align = img->request_alignment;
     uint64_t span = align_up(offset + qiov->size, align) - align_down(offset, align);
     size_t bufsize = MIN(span, align_up(FILE_CHUNK_MAX, align));
-    char *buf = file_buf_alloc(s->buf_align, bufsize);
+    char *buf = file_bounce_get(s, bufsize);
     size_t done = 0;
     int ret = 0;
 
@@ -406,7 +439,7 @@ int file_bounce_read(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *
         iov_from_buf(qiov, done, buf + head, len);
         done += len;
     }
-    free(buf);
+    file_bounce_put(s, buf);
     return ret;
 }
 
@@ -434,7 +467,7 @@ static int file_rmw_write(BlkNode *img, FileState *s, uint64_t offset, const Blk
         }
         old_size = (uint64_t)st.st_size;
     }
-    buf = file_buf_alloc(s->buf_align, bufsize);
+    buf = file_bounce_get(s, bufsize);
     if (!buf) {
         return -ENOMEM;
     }
@@ -466,7 +499,7 @@ static int file_rmw_write(BlkNode *img, FileState *s, uint64_t offset, const Blk
         }
         done += len;
     }
-    free(buf);
+    file_bounce_put(s, buf);
     /*
      * The padding may have pushed EOF to the aligned end; put it back where
      * the request left it.  Safe only because we hold s->lock exclusively.
@@ -498,7 +531,7 @@ static int file_bounce_write(BlkNode *img, FileState *s, uint64_t offset,
                              const BlkIOV *qiov)
 {
     size_t bufsize = MIN(qiov->size, (size_t)align_up(FILE_CHUNK_MAX, s->buf_align));
-    char *buf = file_buf_alloc(s->buf_align, bufsize);
+    char *buf = file_bounce_get(s, bufsize);
     size_t done = 0;
     int ret = 0;
 
@@ -511,7 +544,7 @@ static int file_bounce_write(BlkNode *img, FileState *s, uint64_t offset,
         ret = fd_rw_buf(s, img->request_alignment, true, buf, len, offset + done);
         done += len;
     }
-    free(buf);
+    file_bounce_put(s, buf);
     if (ret == 0) {
         file_size_grow(img, offset + qiov->size);
     }

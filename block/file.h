@@ -16,6 +16,8 @@
 #define FILE_CHUNK_MAX (1u << 20)
 /* Buffers are aligned to at least this (a page). */
 #define FILE_MIN_BUF_ALIGN 4096u
+/* O_DIRECT bounce buffers kept for reuse per node (file.c invariant 13). */
+#define FILE_POOL_SLOTS 16u
 /* s->lock (file.c invariant 6): released by any thread (file-io.c). */
 typedef struct FileRwLock {
     unsigned state;           /* shared holders | FILE_RW_WRITER; atomic */
@@ -39,6 +41,7 @@ typedef struct FileState {
     bool early_writeback; /* file.c invariant 8 */
     int flush_error;      /* file.c invariant 10: errno of the failed fdatasync, atomic */
     BlkLockState locks;   /* file.c invariant 11 */
+    void *pool[FILE_POOL_SLOTS]; /* file.c invariant 13: idle bounce buffers; atomic */
 } FileState;
 
 typedef enum { LOCK_NONE, LOCK_SHARED, LOCK_EXCL } FileLockMode;
@@ -55,6 +58,13 @@ uint64_t file_size_get(BlkNode *img);
 void file_size_grow(BlkNode *img, uint64_t end);
 void file_size_set(BlkNode *img, uint64_t size);
 void *file_buf_alloc(size_t align, size_t size);
+/* An aligned bounce buffer of FILE_CHUNK_MAX bytes (at least 'size', which
+ * is at most that), from the node's pool or new; give it back with
+ * file_bounce_put() (file.c invariant 13). */
+void *file_bounce_get(FileState *s, size_t size);
+void file_bounce_put(FileState *s, void *buf);
+/* Free the pool's buffers (at close). */
+void file_bounce_pool_clear(FileState *s);
 /* Errors that mean "this way of zeroing/discarding is not available here". */
 bool file_errno_unsupported(int err);
 bool file_qiov_aligned(const BlkIOV *qiov, uint64_t offset, uint64_t align);

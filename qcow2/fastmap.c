@@ -3,11 +3,12 @@
  *
  * Owns: a set-associative map from guest cluster to host cluster, filled by
  * the slow path (read.c, write.c) under the metadata lock and read by
- * requests without it: a read of an allocated cluster and a rewrite of an
- * allocated, COPIED cluster find their host offset here and go straight to
- * the file.  Everything else (allocation, COW, zero, discard, compressed,
- * backing, FUA, requests across clusters) takes the slow path, which keeps
- * the ordering rules of write.c and meta.c.
+ * requests without it: a read of allocated clusters and a rewrite of
+ * allocated, COPIED clusters find their host offsets here and go straight
+ * to the file.  Everything else (allocation, COW, zero, discard,
+ * compressed, backing, FUA, a request touching any cluster the map does
+ * not hold) takes the slow path, which keeps the ordering rules of write.c
+ * and meta.c.
  *
  * Each entry lives in a set of FM_WAYS slots; sets are guarded by striped
  * mutexes (a stripe covers many sets), and each slot counts the fast
@@ -49,7 +50,9 @@
  *  5. Stripe locks are leaves.  Forgetting waits for a slot's holders with
  *     the metadata lock held; fast requests never take the metadata lock,
  *     so that cannot deadlock.
- *  6. Fast requests lie inside one cluster; the map never allocates after
+ *  6. A fast request spans at most QCOW2_FAST_SPAN_MAX clusters (a hold
+ *     each, on the caller's stack; one cluster for qcow2_fastmap_begin and
+ *     the ring's direct requests); the map never allocates after
  *     qcow2_fastmap_new and its size is bounded (FM_MAX_SETS sets).
  *  7. What a hold means (invariants 1 and 2 together): from
  *     qcow2_fastmap_begin() to qcow2_fastmap_end(), guest cluster X's L2
@@ -63,6 +66,18 @@
  *     stopped by a breakpoint while their cluster is discarded, zeroed and
  *     its host cluster would be reused, on the slow path and on a hold,
  *     are tests/test-aio-workload.c's test_read_beside_*.)
+ *  8. A request across clusters (qcow2_fastmap_begin_span) holds every
+ *     cluster it touches, each by invariant 7, or none: the first cluster
+ *     whose entry is missing, dying (being forgotten), or not writable in
+ *     the current generation for a write, makes it give back the holds it
+ *     took and take the slow path -- so an unallocated, zero, compressed
+ *     or COW-needing cluster anywhere in the request sends the whole
+ *     request there, as before.  It assumes nothing across clusters: each
+ *     cluster's bytes move at that cluster's own host offset (runs of
+ *     host-contiguous clusters merged into one data request), and the
+ *     clusters may have been learnt at different times.  Taking the holds
+ *     never waits (a forgetter waits for holders, a holder never for a
+ *     forgetter), so invariant 5 still rules out deadlock.
  */
 #include "qcow2/fastmap.h"
 
@@ -158,23 +173,15 @@ static FmSlot *find(Qcow2FastMap *fm, uint64_t set, uint64_t key)
     return NULL;
 }
 
-bool qcow2_fastmap_begin(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes, bool write,
-                         Qcow2FastRef *ref)
+/* Hold guest cluster idx's entry (invariants 2, 7); offset 'in' into it. */
+static bool hold(Qcow2FastMap *fm, uint64_t idx, uint64_t in, bool write,
+                 Qcow2FastRef *ref)
 {
-    uint64_t idx = offset >> fm->cluster_bits;
-    uint64_t in = offset & ((UINT64_C(1) << fm->cluster_bits) - 1);
     uint64_t set = set_of(fm, idx);
     FmStripe *st;
     FmSlot *slot;
     bool ok;
 
-    /* invariant 6 */
-    if (bytes == 0 || bytes > (UINT64_C(1) << fm->cluster_bits) - in) {
-        return false;
-    }
-    if (write && !__atomic_load_n(&fm->writes_on, __ATOMIC_ACQUIRE)) {
-        return false; /* invariant 3 */
-    }
     st = stripe_of(fm, set);
     pthread_mutex_lock(&st->lock);
     slot = find(fm, set, idx + 1);
@@ -190,8 +197,61 @@ bool qcow2_fastmap_begin(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes, bool
         ref->host = (slot->host & ~(uint64_t)FM_FLAGS) + in;
     }
     pthread_mutex_unlock(&st->lock);
+    return ok;
+}
+
+bool qcow2_fastmap_begin(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes, bool write,
+                         Qcow2FastRef *ref)
+{
+    uint64_t in = offset & ((UINT64_C(1) << fm->cluster_bits) - 1);
+    bool ok;
+
+    /* invariant 6 */
+    if (bytes == 0 || bytes > (UINT64_C(1) << fm->cluster_bits) - in) {
+        return false;
+    }
+    if (write && !__atomic_load_n(&fm->writes_on, __ATOMIC_ACQUIRE)) {
+        return false; /* invariant 3 */
+    }
+    ok = hold(fm, offset >> fm->cluster_bits, in, write, ref);
     count(ok ? &fm->hits : &fm->misses);
     return ok;
+}
+
+bool qcow2_fastmap_begin_span(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes,
+                              bool write, Qcow2FastSpan *sp)
+{
+    uint64_t first = offset >> fm->cluster_bits, last;
+    uint64_t in = offset & ((UINT64_C(1) << fm->cluster_bits) - 1);
+    bool ok = true;
+
+    sp->n = 0;
+    /* invariant 6: a bounded number of clusters, never past 2^64 */
+    if (bytes == 0 || offset + bytes < offset ||
+        (last = (offset + bytes - 1) >> fm->cluster_bits) - first >=
+            QCOW2_FAST_SPAN_MAX) {
+        return false;
+    }
+    if (write && !__atomic_load_n(&fm->writes_on, __ATOMIC_ACQUIRE)) {
+        return false; /* invariant 3 */
+    }
+    for (uint64_t idx = first; idx <= last && ok; idx++) {
+        ok = hold(fm, idx, idx == first ? in : 0, write, &sp->ref[sp->n]);
+        sp->n += ok;
+    }
+    if (!ok) { /* invariant 8: give back what was held, take the slow path */
+        qcow2_fastmap_end_span(fm, sp);
+    }
+    count(ok ? &fm->hits : &fm->misses);
+    return ok;
+}
+
+void qcow2_fastmap_end_span(Qcow2FastMap *fm, Qcow2FastSpan *sp)
+{
+    for (unsigned i = 0; i < sp->n; i++) {
+        qcow2_fastmap_end(fm, &sp->ref[i]);
+    }
+    sp->n = 0;
 }
 
 void qcow2_fastmap_end(Qcow2FastMap *fm, Qcow2FastRef *ref)

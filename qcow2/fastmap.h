@@ -18,6 +18,16 @@ typedef struct Qcow2FastRef {
     uint64_t host; /* host offset of the request's first byte */
 } Qcow2FastRef;
 
+/* The most clusters one fast request may span (fastmap.c invariant 6). */
+#define QCOW2_FAST_SPAN_MAX 32u
+
+/* A fast request's holds on consecutive guest clusters, one each, from the
+ * request's first (fastmap.c invariant 8). */
+typedef struct Qcow2FastSpan {
+    unsigned n;
+    Qcow2FastRef ref[QCOW2_FAST_SPAN_MAX];
+} Qcow2FastSpan;
+
 /* Counters (relaxed; for tests and `qimg bench` statistics). */
 typedef struct Qcow2FastStats {
     uint64_t hits, misses, learnt, forgotten, waits;
@@ -37,6 +47,19 @@ void qcow2_fastmap_free(Qcow2FastMap *fm);
 bool qcow2_fastmap_begin(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes, bool write,
                          Qcow2FastRef *ref);
 void qcow2_fastmap_end(Qcow2FastMap *fm, Qcow2FastRef *ref);
+
+/*
+ * The same for guest [offset, offset + bytes) across up to
+ * QCOW2_FAST_SPAN_MAX clusters: every cluster's entry held, or none
+ * (invariant 8).  true: sp->ref[i].host is where the request's bytes in
+ * its i-th cluster are (from the request's first byte in the first
+ * cluster, from the cluster's start in the others), and
+ * qcow2_fastmap_end_span() must follow.  Never blocks on anything but a
+ * stripe lock, and never while waiting for a forget.
+ */
+bool qcow2_fastmap_begin_span(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes,
+                              bool write, Qcow2FastSpan *sp);
+void qcow2_fastmap_end_span(Qcow2FastMap *fm, Qcow2FastSpan *sp);
 
 /*
  * Remember that guest cluster 'guest' (cluster aligned) maps to host

@@ -341,6 +341,10 @@ int qcow2_snapshot_load_view(Qcow2State *s, const char *id_or_name);
 /* ---- read.c ---- */
 
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags);
+/* Move a fast request's bytes at the mappings its span holds (fastmap.c
+ * invariant 8); read.c. */
+int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
+                  const BlkIOV *qiov, bool write);
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d);
 void qcow2_direct_end(BlkNode *img, BlkDirect *d);

@@ -80,15 +80,59 @@ static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offs
     return 0;
 }
 
-/* fastmap.c invariant 1: a NORMAL cluster read by a request registered
- * over it (or of a read-only image) is remembered for fast reads. */
+/* fastmap.c invariant 1: the NORMAL clusters of an extent read by a
+ * request registered over them (or of a read-only image) are remembered
+ * for fast reads: every cluster the extent touches (it lies inside the
+ * request), with extended L2 only those it covers whole. */
 static void learn_read_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m)
 {
-    uint64_t in = qcow2_offset_into_cluster(s, pos);
+    uint64_t cs = s->cluster_size, in = qcow2_offset_into_cluster(s, pos);
+    uint64_t end = pos + m->bytes;
 
-    if (m->type == QCOW2_SC_NORMAL && pos < s->img->size &&
-        (!s->extended_l2 || (in == 0 && m->bytes >= s->cluster_size))) {
-        qcow2_fastmap_learn_locked(s->fastmap, pos - in, m->host_offset - in, false, 0);
+    if (m->type != QCOW2_SC_NORMAL) {
+        return;
+    }
+    for (uint64_t gc = pos - in; gc < end && gc < s->img->size; gc += cs) {
+        if (!s->extended_l2 || (gc >= pos && end - gc >= cs)) {
+            qcow2_fastmap_learn_locked(s->fastmap, gc,
+                                       m->host_offset - in + (gc - (pos - in)), false, 0);
+        }
+    }
+}
+
+/* Guest clusters a slow read learns past its end (below). */
+#define LEARN_AHEAD 64u
+
+static bool l2_cached_locked(Qcow2State *s, uint64_t offset);
+
+/*
+ * fastmap.c invariant 1, read-ahead: after a slow read, the NORMAL clusters
+ * of the next LEARN_AHEAD clusters in the same, cached, L2 table are learnt
+ * as prime_locked learns (no I/O, only while no write registration covers
+ * them), so a sequential reader's next requests (nbdcopy's, convert's)
+ * take the fast path instead of the lock.
+ */
+static void learn_ahead_locked(Qcow2State *s, uint64_t pos)
+{
+    uint64_t cs = s->cluster_size, start = ROUND_UP(pos, cs);
+    uint64_t table = cs << s->l2_bits, end;
+
+    if (start >= s->img->size || qcow2_has_data_file(s) || !l2_cached_locked(s, start)) {
+        return;
+    }
+    end =
+        MIN(MIN(start + LEARN_AHEAD * cs, s->img->size), (start & ~(table - 1)) + table);
+    if (qcow2_inflight_conflicts_locked(s, start, end - start, false)) {
+        return;
+    }
+    while (start < end) {
+        Qcow2Mapping m;
+        if (qcow2_get_host_offset_locked(s, start, end - start, &m) < 0) {
+            blk_error_clear(); /* a request of the slow path reports it */
+            return;
+        }
+        learn_read_locked(s, start, &m);
+        start += m.bytes;
     }
 }
 
@@ -108,6 +152,9 @@ static int read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool l
         ret = qcow2_get_host_offset_locked(s, pos, qiov->size - done, &m);
         if (ret == 0 && learn) {
             learn_read_locked(s, pos, &m);
+            if (m.bytes >= qiov->size - done) {
+                learn_ahead_locked(s, offset + qiov->size);
+            }
         }
         qcow2_unlock(s); /* read.c invariant 1 */
         if (ret < 0) {
@@ -177,16 +224,43 @@ int qcow2_read_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
     return read_registered(s, offset, qiov, false);
 }
 
+int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
+                  const BlkIOV *qiov, bool write)
+{
+    uint64_t cs = s->cluster_size;
+    size_t done = 0;
+    int ret = 0;
+
+    /* fastmap.c invariant 8: one data request per run of host-contiguous
+     * clusters, each at its own held mapping */
+    for (unsigned i = 0; i < sp->n && ret == 0;) {
+        uint64_t host = sp->ref[i].host;
+        uint64_t len = cs - qcow2_offset_into_cluster(s, offset + done);
+        BlkIOV part;
+
+        while (++i < sp->n && sp->ref[i].host == host + len) {
+            len += cs;
+        }
+        len = MIN(len, (uint64_t)(qiov->size - done));
+        iov_slice(&part, qiov, done, (size_t)len);
+        ret = write ? qcow2_data_pwritev(s, host, offset + done, &part, 0)
+                    : qcow2_data_preadv(s, host, offset + done, &part);
+        iov_destroy(&part);
+        done += (size_t)len;
+    }
+    return ret;
+}
+
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
-    Qcow2FastRef ref;
+    Qcow2FastSpan sp;
     int ret;
 
-    if (qcow2_fastmap_begin(s->fastmap, offset, qiov->size, false, &ref)) {
-        /* fastmap.c: an allocated cluster, read without the lock */
-        ret = qcow2_data_preadv(s, ref.host, offset, qiov);
-        qcow2_fastmap_end(s->fastmap, &ref);
+    if (qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, false, &sp)) {
+        /* fastmap.c: allocated clusters, read without the lock */
+        ret = qcow2_fast_io(s, &sp, offset, qiov, false);
+        qcow2_fastmap_end_span(s->fastmap, &sp);
         return ret;
     }
     return read_registered(s, offset, qiov, true);

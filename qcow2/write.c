@@ -615,17 +615,17 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
 {
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
-    Qcow2FastRef ref;
+    Qcow2FastSpan sp;
     int ret;
 
     qcow2_bitmaps_note(s, offset, qiov->size); /* bitmap-store.c invariant 2 */
     if (!(flags & BLK_REQ_FUA) && qcow2_data_write_aligned(s, offset, qiov->size) &&
-        qcow2_fastmap_begin(s->fastmap, offset, qiov->size, true, &ref)) {
-        /* fastmap.c: an allocated COPIED cluster, written in place (whole
+        qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, true, &sp)) {
+        /* fastmap.c: allocated COPIED clusters, written in place (whole
          * sectors if encrypted: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
-        ret = qcow2_data_pwritev(s, ref.host, offset, qiov, 0);
-        qcow2_fastmap_end(s->fastmap, &ref);
+        ret = qcow2_fast_io(s, &sp, offset, qiov, true);
+        qcow2_fastmap_end_span(s->fastmap, &sp);
         return ret;
     }
     blk_order_wait(); /* invariant 12, before registering: see there */
