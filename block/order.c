@@ -19,7 +19,9 @@
  *  2. A ticket passes the turn at the end of the allocations of the request
  *     marked last (blk_order_mark_last), or when it is left: its other
  *     requests keep the turn through their data writes, the last one's data
- *     moves while the next ticket allocates.
+ *     moves while the next ticket allocates.  A ticket left before its turn
+ *     came never allocated (that waits for the turn): it is marked passed
+ *     and its thread goes on; 'next' moves past it when it gets there.
  *  3. blk_order_cancel() wakes every waiter for good: after an error the
  *     order no longer matters, and no thread may wait for a ticket whose
  *     holder stopped.
@@ -28,44 +30,64 @@
  *     passes at once for its thread, and the job runs when 'next' reaches
  *     it, in the thread that brought 'next' there (the one passing the
  *     ticket before, or the one deferring when its turn has come), together
- *     with the deferred jobs of the tickets right after it that have the
- *     same run function and opaque (one call, in ticket order); 'next'
- *     then moves past them.  One thread runs jobs at a time (only the
- *     holder of the turn moves 'next').
- *  5. At most ORDER_WINDOW tickets are ahead of 'next' with a job stored:
- *     a deferring thread further ahead waits (memory stays bounded while a
- *     slow ticket holds the turn).
+ *     with the deferred jobs of the tickets after it that are stored with
+ *     no ticket missing between (passed ones skipped) and have the same run
+ *     function and opaque: one call, in ticket order; 'next' then moves
+ *     past them.  One thread runs jobs at a time (only the holder of the
+ *     turn moves 'next').
+ *  5. Passed tickets and jobs are stored at most ORDER_RING tickets ahead
+ *     of 'next', and at most ORDER_MAX_JOBS jobs (the turn's own job
+ *     aside: it runs at once): a thread further ahead waits (the memory of
+ *     the jobs stays bounded while a slow ticket holds the turn; passed
+ *     tickets, which cost nothing, may run far ahead of a slow one).
  *  6. Only the waiters whose condition holds are woken when 'next' moves
  *     (each waits on a condition of its own); cancel wakes them all.
  *  7. A failed job's error (the first) is kept: later defers return it
  *     and blk_order_drain() does.  After cancel or a failure nothing is
- *     deferred and no stored job runs any more: blk_order_drain() hands
- *     the jobs left to their run function to be discarded, so that each
- *     job goes to it exactly once.
+ *     stored and no stored job runs any more: blk_order_drain() hands the
+ *     jobs left to their run function to be discarded, so that each job
+ *     goes to it exactly once.
  */
 #include "block/block.h"
 
 #include <errno.h>
 #include <pthread.h>
 
-#define ORDER_WINDOW 64u /* invariant 5 */
+#define ORDER_RING 4096u   /* tickets stored ahead of 'next' (invariant 5) */
+#define ORDER_MAX_JOBS 64u /* jobs stored (invariant 5) */
+
+/* What a waiter waits for (invariant 6). */
+typedef enum OrderWait {
+    WAIT_TURN, /* next == ticket */
+    WAIT_PASS, /* room to store the ticket passed */
+    WAIT_JOB,  /* room to store a job of the ticket */
+} OrderWait;
 
 typedef struct OrderWaiter {
-    uint64_t until; /* wake when next >= until */
+    uint64_t ticket;
+    OrderWait what;
     pthread_cond_t cond;
     struct OrderWaiter *next;
 } OrderWaiter;
 
+/* A ticket ahead of 'next' that passed (invariant 2) or left a job (4). */
+typedef struct OrderSlot {
+    uint64_t ticket;
+    BlkOrderJob *job; /* NULL: passed, nothing to run */
+    bool used;
+} OrderSlot;
+
 struct BlkOrder {
     pthread_mutex_t lock;
-    uint64_t next;                   /* [lock] invariant 1 */
-    bool cancelled;                  /* [lock] invariant 3 */
-    bool running;                    /* [lock] invariant 4: a thread runs jobs */
-    OrderWaiter *waiters;            /* [lock] invariant 6 */
-    BlkOrderJob *slot[ORDER_WINDOW]; /* [lock] ticket t's job at t % WINDOW */
-    unsigned stored;                 /* [lock] jobs in slot[] */
-    int error;                       /* [lock] invariant 7: the first failure */
-    char *error_msg;                 /* [lock] its message */
+    uint64_t next;              /* [lock] invariant 1 */
+    bool cancelled;             /* [lock] invariant 3 */
+    bool running;               /* [lock] invariant 4: a thread runs jobs */
+    OrderWaiter *waiters;       /* [lock] invariant 6 */
+    OrderSlot slot[ORDER_RING]; /* [lock] ticket t's at t % RING (5) */
+    unsigned stored;            /* [lock] used slots */
+    unsigned jobs;              /* [lock] slots with a job (5) */
+    int error;                  /* [lock] invariant 7: the first failure */
+    char *error_msg;            /* [lock] its message */
 };
 
 /* This thread's ticket (invariant 1). */
@@ -93,28 +115,45 @@ void blk_order_free(BlkOrder *o)
     }
 }
 
+/* Has what ticket waits for come (invariants 5, 6)?  o->lock held. */
+static bool ready_locked(const BlkOrder *o, uint64_t ticket, OrderWait what)
+{
+    switch (what) {
+    case WAIT_TURN:
+        return o->next >= ticket;
+    case WAIT_JOB:
+        if (o->jobs >= ORDER_MAX_JOBS && ticket != o->next) {
+            return false; /* (the turn's own job is always stored: it runs) */
+        }
+        break;
+    case WAIT_PASS:
+        break;
+    }
+    return ticket < o->next + ORDER_RING;
+}
+
 /* Invariant 6: wake the waiters whose condition holds (all if cancelled). */
 static void wake_locked(BlkOrder *o)
 {
     for (OrderWaiter *w = o->waiters; w; w = w->next) {
-        if (o->cancelled || o->next >= w->until) {
+        if (o->cancelled || ready_locked(o, w->ticket, w->what)) {
             pthread_cond_signal(&w->cond);
         }
     }
 }
 
-/* Wait until next >= until (or cancel); o->lock held. */
-static void wait_locked(BlkOrder *o, uint64_t until)
+/* Wait for what (or cancel); o->lock held. */
+static void wait_locked(BlkOrder *o, uint64_t ticket, OrderWait what)
 {
-    OrderWaiter w = {.until = until};
+    OrderWaiter w = {.ticket = ticket, .what = what};
 
-    if (o->next >= until || o->cancelled) {
+    if (o->cancelled || ready_locked(o, ticket, what)) {
         return;
     }
     pthread_cond_init(&w.cond, NULL);
     w.next = o->waiters;
     o->waiters = &w;
-    while (o->next < until && !o->cancelled) {
+    while (!o->cancelled && !ready_locked(o, ticket, what)) {
         pthread_cond_wait(&w.cond, &o->lock);
     }
     for (OrderWaiter **p = &o->waiters;; p = &(*p)->next) {
@@ -159,48 +198,64 @@ static void run_batch(BlkOrder *o, BlkOrderJob *first, bool discard)
     }
 }
 
-/* Take the jobs stored from ticket t on that share the first one's run and
- * opaque (invariant 4), in ticket order; o->lock held.  *end: the ticket
- * after the last one taken. */
+/* Ticket t's slot if it is stored (invariant 5); o->lock held. */
+static OrderSlot *stored_locked(BlkOrder *o, uint64_t t)
+{
+    OrderSlot *sl = &o->slot[t % ORDER_RING];
+    return sl->used && sl->ticket == t ? sl : NULL;
+}
+
+static void clear_locked(BlkOrder *o, OrderSlot *sl)
+{
+    o->jobs -= sl->job != NULL;
+    sl->used = false;
+    sl->job = NULL;
+    o->stored--;
+}
+
+/* From ticket t on, the stored tickets with no one missing between: the
+ * jobs among them that share the first job's run and opaque (invariant
+ * 4), in ticket order, their slots and the passed ones' cleared; NULL if
+ * none.  *end: the first ticket not taken.  o->lock held. */
 static BlkOrderJob *take_batch_locked(BlkOrder *o, uint64_t t, uint64_t *end)
 {
-    BlkOrderJob *first = o->slot[t % ORDER_WINDOW], **tail = &first;
+    BlkOrderJob *first = NULL, **tail = &first;
+    OrderSlot *sl;
 
-    g_assert(first && first->ticket == t);
-    for (unsigned n = 0; n < ORDER_WINDOW; n++, t++) {
-        BlkOrderJob *j = o->slot[t % ORDER_WINDOW];
-        if (!j || j->ticket != t || j->run != first->run || j->opaque != first->opaque) {
+    for (unsigned n = 0; n < ORDER_RING && (sl = stored_locked(o, t)); n++, t++) {
+        BlkOrderJob *j = sl->job;
+        if (j && first && (j->run != first->run || j->opaque != first->opaque)) {
             break;
         }
-        o->slot[t % ORDER_WINDOW] = NULL;
-        o->stored--;
-        *tail = j;
-        tail = &j->next;
+        if (j) {
+            *tail = j;
+            tail = &j->next;
+        }
+        clear_locked(o, sl);
     }
     *tail = NULL;
     *end = t;
     return first;
 }
 
-/* Invariant 4: this thread brought 'next' where it is; run the jobs stored
- * from there on, moving 'next' past them.  o->lock held (dropped while a
- * batch runs). */
+/* Invariant 4: this thread brought 'next' where it is; move it past the
+ * tickets stored from there on, running their jobs.  o->lock held (dropped
+ * while a batch runs). */
 static void run_jobs_locked(BlkOrder *o)
 {
-    for (;;) {
-        BlkOrderJob *j = o->slot[o->next % ORDER_WINDOW];
+    while (!o->cancelled && stored_locked(o, o->next)) { /* 7: not after cancel */
         uint64_t end;
+        BlkOrderJob *j;
 
-        if (!j || j->ticket != o->next || o->cancelled) {
-            return; /* invariant 7: after cancel, the jobs wait for drain */
-        }
         g_assert(!o->running); /* invariant 4: only the turn's holder */
-        o->running = true;
         j = take_batch_locked(o, o->next, &end);
-        pthread_mutex_unlock(&o->lock);
-        run_batch(o, j, false);
-        pthread_mutex_lock(&o->lock);
-        o->running = false;
+        if (j) {
+            o->running = true;
+            pthread_mutex_unlock(&o->lock);
+            run_batch(o, j, false);
+            pthread_mutex_lock(&o->lock);
+            o->running = false;
+        }
         o->next = end; /* invariant 1 */
         wake_locked(o);
     }
@@ -228,12 +283,30 @@ void blk_order_wait(void)
         return;
     }
     pthread_mutex_lock(&o->lock);
-    wait_locked(o, tls.ticket);
+    wait_locked(o, tls.ticket, WAIT_TURN);
     pthread_mutex_unlock(&o->lock);
 }
 
-/* Invariant 2: wait for the turn, then hand it on (running the jobs that
- * were waiting for it, invariant 4). */
+/* Store this thread's ticket (invariants 2, 4, 5); o->lock held. */
+static void store_locked(BlkOrder *o, BlkOrderJob *job)
+{
+    OrderSlot *sl = &o->slot[tls.ticket % ORDER_RING];
+
+    g_assert(tls.ticket >= o->next && !sl->used &&
+             ready_locked(o, tls.ticket, job ? WAIT_JOB : WAIT_PASS)); /* invariant 5 */
+    if (job) {
+        job->ticket = tls.ticket;
+        job->next = NULL;
+    }
+    sl->ticket = tls.ticket;
+    sl->job = job;
+    sl->used = true;
+    o->stored++;
+    o->jobs += job != NULL;
+}
+
+/* Invariant 2: hand the turn on (running the jobs that were waiting for
+ * it, invariant 4), or mark the ticket passed if its turn has not come. */
 static void order_pass(void)
 {
     BlkOrder *o = tls.order;
@@ -242,13 +315,14 @@ static void order_pass(void)
         return;
     }
     pthread_mutex_lock(&o->lock);
-    wait_locked(o, tls.ticket);
+    wait_locked(o, tls.ticket, WAIT_PASS); /* invariant 5 */
     if (o->next == tls.ticket) {
         o->next++;
         wake_locked(o);
         run_jobs_locked(o);
+    } else if (!o->cancelled) { /* invariant 2: passed before its turn */
+        store_locked(o, NULL);
     }
-    g_assert(o->cancelled || o->next > tls.ticket); /* invariant 1 */
     pthread_mutex_unlock(&o->lock);
     tls.passed = true;
 }
@@ -275,18 +349,11 @@ int blk_order_defer(BlkOrderJob *job)
         return 0; /* no turn to hand over, or more requests of it follow */
     }
     pthread_mutex_lock(&o->lock);
-    if (tls.ticket >= ORDER_WINDOW) { /* invariant 5 */
-        wait_locked(o, tls.ticket - ORDER_WINDOW + 1);
-    }
+    wait_locked(o, tls.ticket, WAIT_JOB); /* invariant 5 */
     if (o->error) {
         ret = blk_error(-o->error, "%s", o->error_msg); /* invariant 7 */
     } else if (!o->cancelled) {
-        g_assert(tls.ticket >= o->next && tls.ticket < o->next + ORDER_WINDOW &&
-                 !o->slot[tls.ticket % ORDER_WINDOW]);
-        job->ticket = tls.ticket;
-        job->next = NULL;
-        o->slot[tls.ticket % ORDER_WINDOW] = job;
-        o->stored++;
+        store_locked(o, job);
         tls.passed = true;
         ret = 1;
         run_jobs_locked(o); /* runs if the turn is this ticket's */
@@ -305,16 +372,18 @@ int blk_order_drain(BlkOrder *o)
     pthread_mutex_lock(&o->lock);
     g_assert(!o->running && (!o->stored || o->cancelled)); /* invariants 4, 7 */
     /* invariant 7: after cancel, the jobs left are discarded (every stored
-     * ticket lies in [next, next + WINDOW), invariant 5) */
-    for (uint64_t t = o->next; o->stored && t < o->next + ORDER_WINDOW; t++) {
-        BlkOrderJob *j = o->slot[t % ORDER_WINDOW];
-        uint64_t end;
-        if (j && j->ticket == t) {
-            j = take_batch_locked(o, t, &end);
+     * ticket lies in [next, next + RING), invariant 5) */
+    for (uint64_t t = o->next; o->stored && t < o->next + ORDER_RING; t++) {
+        OrderSlot *sl = stored_locked(o, t);
+        BlkOrderJob *j = sl ? sl->job : NULL;
+        if (sl) {
+            clear_locked(o, sl);
+        }
+        if (j) {
+            j->next = NULL;
             pthread_mutex_unlock(&o->lock);
             run_batch(o, j, true);
             pthread_mutex_lock(&o->lock);
-            t = end - 1;
         }
     }
     g_assert(o->stored == 0);

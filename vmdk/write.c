@@ -44,7 +44,7 @@
  *     to the turn (order.c invariant 4) and returns; whichever thread
  *     brings the turn to it appends it with the records of the tickets
  *     right after it that are ready, in one write (APPEND_BATCH at most).
- *     Records live from compression to their append: at most ORDER_WINDOW
+ *     Records live from compression to their append: at most ORDER_MAX_JOBS
  *     (order.c invariant 5) plus one per writer, of grains of at most
  *     VMDK_DEFER_MAX_GRAIN (larger ones are appended in line).  A failed
  *     append fails the later writes and the copy (copy.c invariant 6).
