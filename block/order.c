@@ -36,10 +36,10 @@
  *     past them.  One thread runs jobs at a time (only the holder of the
  *     turn moves 'next').
  *  5. Passed tickets and jobs are stored at most ORDER_RING tickets ahead
- *     of 'next', and at most ORDER_MAX_JOBS jobs (the turn's own job
- *     aside: it runs at once): a thread further ahead waits (the memory of
- *     the jobs stays bounded while a slow ticket holds the turn; passed
- *     tickets, which cost nothing, may run far ahead of a slow one).
+ *     of 'next', and at most ORDER_MAX_JOBS jobs are stored or running
+ *     (the turn's own job aside: it runs at once): a thread further ahead waits (the
+ * memory of the jobs stays bounded while a slow ticket holds the turn; passed tickets,
+ * which cost nothing, may run far ahead of a slow one).
  *  6. Only the waiters whose condition holds are woken when 'next' moves
  *     (each waits on a condition of its own); cancel wakes them all.
  *  7. A failed job's error (the first) is kept: later defers return it
@@ -205,9 +205,9 @@ static OrderSlot *stored_locked(BlkOrder *o, uint64_t t)
     return sl->used && sl->ticket == t ? sl : NULL;
 }
 
+/* (A job taken out still counts in o->jobs until it has run: invariant 5.) */
 static void clear_locked(BlkOrder *o, OrderSlot *sl)
 {
-    o->jobs -= sl->job != NULL;
     sl->used = false;
     sl->job = NULL;
     o->stored--;
@@ -215,14 +215,16 @@ static void clear_locked(BlkOrder *o, OrderSlot *sl)
 
 /* From ticket t on, the stored tickets with no one missing between: the
  * jobs among them that share the first job's run and opaque (invariant
- * 4), in ticket order, their slots and the passed ones' cleared; NULL if
- * none.  *end: the first ticket not taken.  o->lock held. */
-static BlkOrderJob *take_batch_locked(BlkOrder *o, uint64_t t, uint64_t *end)
+ * 4), in ticket order (*n of them), their slots and the passed ones'
+ * cleared; NULL if none.  *end: the first ticket not taken.  o->lock
+ * held. */
+static BlkOrderJob *take_batch_locked(BlkOrder *o, uint64_t t, uint64_t *end, unsigned *n)
 {
     BlkOrderJob *first = NULL, **tail = &first;
     OrderSlot *sl;
 
-    for (unsigned n = 0; n < ORDER_RING && (sl = stored_locked(o, t)); n++, t++) {
+    *n = 0;
+    for (unsigned i = 0; i < ORDER_RING && (sl = stored_locked(o, t)); i++, t++) {
         BlkOrderJob *j = sl->job;
         if (j && first && (j->run != first->run || j->opaque != first->opaque)) {
             break;
@@ -230,6 +232,7 @@ static BlkOrderJob *take_batch_locked(BlkOrder *o, uint64_t t, uint64_t *end)
         if (j) {
             *tail = j;
             tail = &j->next;
+            (*n)++;
         }
         clear_locked(o, sl);
     }
@@ -245,16 +248,18 @@ static void run_jobs_locked(BlkOrder *o)
 {
     while (!o->cancelled && stored_locked(o, o->next)) { /* 7: not after cancel */
         uint64_t end;
+        unsigned n;
         BlkOrderJob *j;
 
         g_assert(!o->running); /* invariant 4: only the turn's holder */
-        j = take_batch_locked(o, o->next, &end);
+        j = take_batch_locked(o, o->next, &end, &n);
         if (j) {
             o->running = true;
             pthread_mutex_unlock(&o->lock);
             run_batch(o, j, false);
             pthread_mutex_lock(&o->lock);
             o->running = false;
+            o->jobs -= n; /* invariant 5: done with their memory */
         }
         o->next = end; /* invariant 1 */
         wake_locked(o);
@@ -380,13 +385,14 @@ int blk_order_drain(BlkOrder *o)
             clear_locked(o, sl);
         }
         if (j) {
+            o->jobs--;
             j->next = NULL;
             pthread_mutex_unlock(&o->lock);
             run_batch(o, j, true);
             pthread_mutex_lock(&o->lock);
         }
     }
-    g_assert(o->stored == 0);
+    g_assert(o->stored == 0 && o->jobs == 0);
     if (o->error) {
         ret = blk_error(-o->error, "%s", o->error_msg);
     }
