@@ -29,6 +29,10 @@
  *  4. done counts bytes of chunks completed, not taken; the progress
  *     callback runs under the lock, so calls never overlap.
  *  5. Memory: one COPY_BUF_SIZE buffer per worker, aligned for O_DIRECT.
+ *  6. A target may defer a write's in-order part (order.c invariant 4: a
+ *     streamOptimized VMDK's appends): the write returns before it is
+ *     done.  Its failure is the copy's: later writes return it, and after
+ *     the workers stopped the order's drain does (order.c invariant 7).
  */
 #include "api/copy-plan.h"
 
@@ -484,6 +488,16 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
         free(w[i].buf);
     }
     g_free(w);
+    if (c.order) { /* order.c invariant 7: a deferred write that failed */
+        int ret = blk_order_drain(c.order);
+        if (ret < 0 && !c.error) {
+            g_autofree char *msg = blk_error_take();
+            c.error = g_error_new(QIMG_ERROR, -ret, "error while %s: %s",
+                                  c.o.compress ? "compressing" : "writing",
+                                  msg ? msg : g_strerror(-ret));
+        }
+        blk_error_clear();
+    }
     blk_order_free(c.order);
     pthread_mutex_destroy(&c.lock);
     pthread_mutex_destroy(&c.warn_lock);

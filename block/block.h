@@ -511,6 +511,32 @@ void blk_order_leave(void);
 void blk_order_wait(void);
 void blk_order_allocated(void);
 
+/* A request's in-order part handed to the turn (order.c invariant 4), in a
+ * struct of the driver's that embeds it.  run gets the batch -- jobs of
+ * consecutive tickets with the same run and opaque, linked by next, in
+ * ticket order -- and owns every job of it from then on; it returns 0 or
+ * -errno with a message recorded (the order keeps the first, invariant 7).
+ * discard: the order was cancelled or failed: release the jobs, run
+ * nothing. */
+typedef struct BlkOrderJob BlkOrderJob;
+typedef int (*BlkOrderRun)(void *opaque, BlkOrderJob *jobs, bool discard);
+struct BlkOrderJob {
+    BlkOrderRun run;
+    void *opaque;
+    uint64_t ticket;   /* (order.c's) */
+    BlkOrderJob *next; /* the batch's next job, NULL at its end */
+};
+/* Drivers, instead of blk_order_wait() .. blk_order_allocated() in the last
+ * request of a ticket: 1 = the job is queued and the turn passed (it runs
+ * later, maybe in another thread: invariant 4); 0 = nothing done (no
+ * ticket, not the ticket's last request, or the order was cancelled): do
+ * the work in line; -errno = an earlier job failed (invariant 7, message
+ * recorded), the job is not queued. */
+int blk_order_defer(BlkOrderJob *job);
+/* After the last ticket was left (every thread done with the order): the
+ * jobs left by a cancel discarded; the first failure of a job, or 0. */
+int blk_order_drain(BlkOrder *o);
+
 /* ---- uring.c: io_uring reads and writes of O_DIRECT file nodes ---- */
 
 typedef struct BlkUring BlkUring;

@@ -1,14 +1,22 @@
 /*
  * tests/test-copy-threads.c: allocation turns (block/order.c invariants
- * 1-3) and the copy pipeline (api/copy.c invariants 1-5, qimg/copy.h rules)
+ * 1-7) and the copy pipeline (api/copy.c invariants 1-6, qimg/copy.h rules)
  * with many threads; built under TSan too (the Makefile's *thread* list).
  *
  *  - tickets taken in order by 8 threads pass their turns in order, however
  *    long each holds its chunk; cancel wakes a waiter whose predecessor
  *    never comes;
+ *  - deferred jobs (invariants 4-7) run in ticket order among the tickets
+ *    that wait for their turn, in batches in ticket order, each once, at
+ *    most 64 stored; a ticket left before its turn does not wait for it; a
+ *    failed job fails the later defers and the drain, and stops the
+ *    batches after it; after a cancel the jobs left are discarded by the
+ *    drain and nothing more is deferred;
  *  - qimg_copy with 16 requests in flight copies a qcow2 with a backing
  *    file, zero clusters and data into a new qcow2 (and a raw) target:
  *    qemu-img compare equal, check clean, no fragmented clusters;
+ *  - qimg_copy with 16 requests in flight into a streamOptimized VMDK makes
+ *    qemu-img's grains and tables (vmdk/write.c invariants 5, 6);
  *  - a progress callback that says stop ends the copy with ECANCELED and
  *    every worker stopped; options out of range are refused.
  */
@@ -28,6 +36,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MiB (UINT64_C(1) << 20)
@@ -111,6 +120,191 @@ static void test_order_cancel(void **state)
     blk_order_free(o);
 }
 
+/* ---- deferred jobs (order.c invariants 4-7) ---- */
+
+typedef struct Job {
+    BlkOrderJob job;
+    int state; /* 0 not handed over, 1 queued, 2 ran, 3 discarded, 4 refused */
+} Job;
+
+typedef struct Defers {
+    BlkOrder *order;
+    pthread_mutex_t lock;
+    uint64_t next_ticket;
+    uint64_t log[TICKETS];
+    unsigned logged, queued, max_queued, refused;
+    uint64_t fail_at; /* the ticket whose job fails (UINT64_MAX: none) */
+    Job jobs[TICKETS];
+} Defers;
+
+static int run_jobs(void *opaque, BlkOrderJob *jobs, bool discard)
+{
+    Defers *d = opaque;
+    int ret = 0;
+
+    pthread_mutex_lock(&d->lock);
+    for (BlkOrderJob *j = jobs; j; j = j->next) {
+        Job *job = (Job *)(void *)j;
+        assert_int_equal(job->state, 1);                      /* invariant 7: once */
+        assert_true(!j->next || j->next->ticket > j->ticket); /* invariant 4 */
+        job->state = discard ? 3 : 2;
+        d->queued--;
+        if (!discard) {
+            d->log[d->logged++] = j->ticket;
+            if (j->ticket == d->fail_at) {
+                ret = blk_error(EIO, "job %" PRIu64 " failed", j->ticket);
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return ret;
+}
+
+/* Ticket t: nothing (t % 5 == 0), in line in its turn (1), or a job. */
+static void defer_one(Defers *d, uint64_t ticket)
+{
+    blk_order_enter(d->order, ticket);
+    if (ticket == 0) {
+        g_usleep(30000); /* the others run a window ahead (invariant 5) */
+    } else if (ticket % 3 == 0) {
+        g_usleep(ticket % 7 * 50);
+    }
+    if (ticket % 5 == 1) {
+        blk_order_wait();
+        pthread_mutex_lock(&d->lock);
+        d->log[d->logged++] = ticket;
+        pthread_mutex_unlock(&d->lock);
+        blk_order_mark_last();
+        blk_order_allocated();
+    } else if (ticket % 5 != 0) {
+        Job *job = &d->jobs[ticket];
+        job->job.run = run_jobs;
+        job->job.opaque = d;
+        blk_order_mark_last();
+        pthread_mutex_lock(&d->lock);
+        job->state = 1;
+        d->queued++;
+        d->max_queued = MAX(d->max_queued, d->queued);
+        pthread_mutex_unlock(&d->lock);
+        int ret = blk_order_defer(&job->job);
+        if (ret != 1) { /* invariant 7: refused after a failure */
+            assert_int_equal(ret, -EIO);
+            assert_non_null(strstr(blk_error_message(), "failed"));
+            blk_error_clear();
+            pthread_mutex_lock(&d->lock);
+            job->state = 4;
+            d->queued--;
+            d->refused++;
+            pthread_mutex_unlock(&d->lock);
+        }
+    }
+    blk_order_leave();
+}
+
+static void *defer_worker(void *opaque)
+{
+    Defers *d = opaque;
+
+    for (;;) {
+        pthread_mutex_lock(&d->lock);
+        uint64_t ticket = d->next_ticket++;
+        pthread_mutex_unlock(&d->lock);
+        if (ticket >= TICKETS) {
+            return NULL;
+        }
+        defer_one(d, ticket);
+    }
+}
+
+static void run_defers(Defers *d)
+{
+    pthread_t th[THREADS];
+
+    d->order = blk_order_new();
+    pthread_mutex_init(&d->lock, NULL);
+    for (unsigned i = 0; i < THREADS; i++) {
+        assert_int_equal(pthread_create(&th[i], NULL, defer_worker, d), 0);
+    }
+    for (unsigned i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+    }
+}
+
+static void test_order_defer(void **state)
+{
+    Defers *d = g_new0(Defers, 1);
+
+    d->fail_at = UINT64_MAX;
+    run_defers(d);
+    assert_int_equal(blk_order_drain(d->order), 0);
+    assert_int_equal(d->logged, TICKETS - TICKETS / 5);
+    for (unsigned i = 1; i < d->logged; i++) {
+        assert_true(d->log[i - 1] < d->log[i]); /* invariants 1, 4 */
+    }
+    for (unsigned t = 0; t < TICKETS; t++) {
+        assert_int_equal(d->jobs[t].state, t % 5 > 1 ? 2 : 0);
+    }
+    assert_true(d->max_queued <= 64 + THREADS); /* invariant 5 */
+    blk_order_free(d->order);
+    pthread_mutex_destroy(&d->lock);
+    g_free(d);
+}
+
+static void test_order_defer_fail(void **state)
+{
+    Defers *d = g_new0(Defers, 1);
+    unsigned ran = 0;
+
+    d->fail_at = 102;
+    run_defers(d);
+    assert_int_equal(blk_order_drain(d->order), -EIO); /* invariant 7 */
+    assert_string_equal(blk_error_message(), "job 102 failed");
+    blk_error_clear();
+    for (unsigned t = 0; t < TICKETS; t++) {
+        int st = d->jobs[t].state;
+        assert_int_equal(st != 0, t % 5 > 1); /* each job handed over went... */
+        assert_true(st != 1);                 /* ...to run, once */
+        ran += st == 2;
+        assert_true(st != 2 || t <= 102 + 64); /* no new batch after the failure */
+    }
+    assert_int_equal(d->jobs[102].state, 2);
+    assert_true(d->refused > 0 && ran < TICKETS);
+    blk_order_free(d->order);
+    pthread_mutex_destroy(&d->lock);
+    g_free(d);
+}
+
+static void test_order_defer_cancel(void **state)
+{
+    Defers *d = g_new0(Defers, 1);
+
+    d->fail_at = UINT64_MAX;
+    d->order = blk_order_new();
+    pthread_mutex_init(&d->lock, NULL);
+    blk_order_enter(d->order, 1);       /* invariant 2: left before its turn, */
+    blk_order_leave();                  /* nothing allocated: no wait */
+    for (uint64_t t = 2; t < 40; t++) { /* ticket 0 never comes */
+        if (t % 5 > 1) {
+            defer_one(d, t);
+        }
+    }
+    assert_int_equal(d->logged, 0); /* all wait for it */
+    assert_int_equal(d->queued, 24);
+    blk_order_cancel(d->order);
+    blk_order_enter(d->order, 40); /* after cancel: in line (invariant 7) */
+    blk_order_mark_last();
+    assert_int_equal(blk_order_defer(&d->jobs[40].job), 0);
+    blk_order_leave();
+    assert_int_equal(blk_order_drain(d->order), 0);
+    assert_int_equal(d->queued, 0);
+    for (uint64_t t = 2; t < 40; t++) {
+        assert_int_equal(d->jobs[t].state, t % 5 > 1 ? 3 : 0); /* discarded */
+    }
+    blk_order_free(d->order);
+    pthread_mutex_destroy(&d->lock);
+    g_free(d);
+}
+
 /* ---- the pipeline ---- */
 
 static QimgImage *open_rw(const char *p, const char *fmt)
@@ -174,6 +368,45 @@ static void test_copy_qcow2(void **state)
     copy_into(src, "raw", 16);
 }
 
+/* Into a streamOptimized VMDK (vmdk/write.c invariants 5, 6): grains of
+ * every compressibility deflated by 16 workers, appended by whichever has
+ * the turn: the grains and tables of qemu-img's (one writer, guest order). */
+static void test_copy_vmdk_stream(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *src_path = tu_fresh("mix.raw");
+    g_autofree char *dst_path = tu_fresh("m.vmdk");
+    g_autofree char *ref_path = tu_fresh("q.vmdk");
+    g_autofree uint8_t *buf = g_malloc0(8 * MiB);
+    QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+    g_autoptr(GError) err = NULL;
+    g_autoptr(GRand) rng = g_rand_new_with_seed(32);
+    struct stat st;
+
+    for (unsigned g = 0; g < 128; g++) {
+        uint8_t *p = buf + (size_t)g * 65536;
+        unsigned kind = g_rand_int_range(rng, 0, 4), n = g_rand_int_range(rng, 1, 65536);
+        for (unsigned i = 0; kind != 3 && i < (kind == 1 ? n : 65536u); i++) {
+            p[i] = (uint8_t)(kind == 2 ? (guint32)g_rand_int_range(rng, 0, 4)
+                                       : g_rand_int(rng));
+        }
+    }
+    assert_true(g_file_set_contents(src_path, (char *)buf, 8 * MiB, NULL));
+    tu_run("qemu-img create -q -f vmdk -o subformat=streamOptimized '%s' 8M && "
+           "qemu-img convert -O vmdk -o subformat=streamOptimized '%s' '%s'",
+           dst_path, src_path, ref_path);
+    QimgImage *src = open_rw(src_path, "raw"), *dst = open_rw(dst_path, "vmdk");
+    o.in_flight = 16;
+    o.target_is_zero = true;
+    assert_true(qimg_copy(src, dst, &o, &err));
+    assert_true(qimg_image_close(dst, &err));
+    assert_true(qimg_image_close(src, &err));
+    tu_run("qemu-img compare -q '%s' '%s'", src_path, dst_path);
+    assert_int_equal(stat(dst_path, &st), 0);
+    tu_run("cmp -i 10752 -n %lld '%s' '%s'", (long long)st.st_size - 10752, ref_path,
+           dst_path);
+}
+
 typedef struct StopAt {
     uint64_t at, calls, last_done;
 } StopAt;
@@ -235,7 +468,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_turns),
         cmocka_unit_test(test_order_cancel),
+        cmocka_unit_test(test_order_defer),
+        cmocka_unit_test(test_order_defer_fail),
+        cmocka_unit_test(test_order_defer_cancel),
         cmocka_unit_test(test_copy_qcow2),
+        cmocka_unit_test(test_copy_vmdk_stream),
         cmocka_unit_test(test_copy_stop_and_refuse),
     };
     return tu_run_group_tests("test-copy-threads", tests);

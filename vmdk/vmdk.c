@@ -102,7 +102,9 @@ static void state_free(VmdkState *s)
     g_free(s->extents);
     g_free(s->create_type);
     vmdk_gtc_free(s->gtc);
+    vmdk_stream_pool_free(s);
     g_mutex_clear(&s->lock);
+    g_mutex_clear(&s->pool_lock);
     g_free(s);
 }
 
@@ -363,6 +365,7 @@ static int vmdk_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     int ret;
 
     g_mutex_init(&s->lock);
+    g_mutex_init(&s->pool_lock);
     s->img = img;
     s->gtc = vmdk_gtc_new();
     img->opaque = s;

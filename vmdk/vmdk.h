@@ -91,6 +91,8 @@ typedef struct VmdkState {
     bool cid_checked;     /* the parent's CID matched once (QEMU's cid_checked) */
     bool cid_updated;     /* write.c invariant 3 done for this open */
     VmdkGtCache *gtc;
+    GMutex pool_lock;           /* guards pool */
+    struct VmdkStreamJob *pool; /* write.c invariant 6: free records */
 } VmdkState;
 
 /* ---- desc.c ---- */
@@ -164,6 +166,8 @@ int vmdk_flush(BlkNode *img);
 /* write.c invariant 1's sequence: extent files durable, then the dirty
  * tables written, then durable. */
 int vmdk_flush_sequence_locked(VmdkState *s);
+/* The free compressed-grain records (write.c invariant 6). */
+void vmdk_stream_pool_free(VmdkState *s);
 
 /* ---- create.c ---- */
 int vmdk_create(const char *filename, const BlkCreateOptions *opts);

@@ -37,7 +37,17 @@
  *  5. Grains of a streamOptimized extent are compressed in the writer's
  *     thread, then appended one after the other in blk_order ticket order
  *     (api/copy.c: guest order, deflate on every core, a file written
- *     front to back).
+ *     front to back): the bytes of the file are those of one writer
+ *     appending grain after grain in guest order, as qemu-img's.
+ *  6. The append is off the writer's path: a request of one grain that is
+ *     its ticket's last hands its record (a buffer of the pool, s->pool)
+ *     to the turn (order.c invariant 4) and returns; whichever thread
+ *     brings the turn to it appends it with the records of the tickets
+ *     right after it that are ready, in one write (APPEND_BATCH at most).
+ *     Records live from compression to their append: at most ORDER_MAX_JOBS
+ *     (order.c invariant 5) plus one per writer, of grains of at most
+ *     VMDK_DEFER_MAX_GRAIN (larger ones are appended in line).  A failed
+ *     append fails the later writes and the copy (copy.c invariant 6).
  */
 #include "vmdk/vmdk.h"
 #include "aio/mutex.h"
@@ -47,6 +57,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
+
+#define VMDK_DEFER_MAX_GRAIN (256u << 10) /* invariant 6 */
 
 /* Invariant 3, s->lock held. */
 static int renew_cid_locked(VmdkState *s)
@@ -168,15 +180,15 @@ static int write_new_grain_locked(VmdkState *s, VmdkExtent *ext, uint64_t off,
     return vmdk_gt_set_locked(s, ext, grain_start, (uint32_t)gte);
 }
 
-/* Per-thread buffers and deflate stream for compression (a convert's
- * workers compress grain after grain: no allocation per grain -- zlib's
- * compress() allocates and frees ~270 KiB of state a call, and glibc hands
- * a worker arena's freed top back to the kernel each time: a third of the
- * CPU of raw -> streamOptimized went to madvise and page faults), freed
- * when the thread ends. */
+/* Per-thread deflate stream and input buffer (a convert's workers
+ * compress grain after grain: no allocation per grain -- zlib's compress()
+ * allocates and frees ~270 KiB of state a call, and glibc hands a worker
+ * arena's freed top back to the kernel each time: a third of the CPU of
+ * raw -> streamOptimized went to madvise and page faults), freed when the
+ * thread ends. */
 typedef struct CompressBufs {
     size_t size;
-    uint8_t *plain, *rec;
+    uint8_t *plain;
     z_stream zs;
     bool zs_ready;
 } CompressBufs;
@@ -188,13 +200,12 @@ static void compress_bufs_free(gpointer p)
         deflateEnd(&b->zs);
     }
     g_free(b->plain);
-    g_free(b->rec);
     g_free(b);
 }
 
 static GPrivate compress_bufs = G_PRIVATE_INIT(compress_bufs_free);
 
-static CompressBufs *bufs_for(size_t grain, size_t rec_size)
+static CompressBufs *bufs_for(void)
 {
     CompressBufs *b = g_private_get(&compress_bufs);
 
@@ -202,25 +213,70 @@ static CompressBufs *bufs_for(size_t grain, size_t rec_size)
         b = g_new0(CompressBufs, 1);
         g_private_set(&compress_bufs, b);
     }
-    if (b->size < rec_size) {
-        g_free(b->plain);
-        g_free(b->rec);
-        b->plain = g_malloc(grain);
-        b->rec = g_malloc(rec_size);
-        b->size = rec_size;
-    }
     return b;
 }
 
-/* A compressed grain record (marker, zlib stream, zeros to a sector) of
- * q at guest offset off, made in the caller's thread (invariant 5): *out
- * is the thread's buffer, valid until its next call. */
-static int compress_grain(VmdkExtent *ext, uint64_t off, const BlkIOV *q, uint8_t **out,
-                          size_t *out_len)
+/* A compressed grain record on its way to the file (invariant 6). */
+typedef struct VmdkStreamJob {
+    BlkOrderJob job; /* run: stream_run, opaque: the VmdkState */
+    VmdkExtent *ext;
+    uint64_t off; /* guest offset of the grain */
+    size_t len;   /* of the record: marker, zlib stream, zeros to a sector */
+    size_t cap;   /* of rec */
+    struct VmdkStreamJob *free_next;
+    uint8_t rec[];
+} VmdkStreamJob;
+
+/* Invariant 6: a record of at least cap bytes, from the pool or new. */
+static VmdkStreamJob *job_get(VmdkState *s, size_t cap)
+{
+    VmdkStreamJob *j;
+
+    mutex_lock(&s->pool_lock);
+    j = s->pool;
+    if (j) {
+        s->pool = j->free_next;
+    }
+    mutex_unlock(&s->pool_lock);
+    if (j && j->cap < cap) {
+        g_free(j);
+        j = NULL;
+    }
+    if (!j) {
+        j = g_malloc(sizeof(*j) + cap);
+        j->cap = cap;
+    }
+    return j;
+}
+
+static void job_put(VmdkState *s, VmdkStreamJob *j)
+{
+    mutex_lock(&s->pool_lock);
+    j->free_next = s->pool;
+    s->pool = j;
+    mutex_unlock(&s->pool_lock);
+}
+
+void vmdk_stream_pool_free(VmdkState *s)
+{
+    while (s->pool) {
+        VmdkStreamJob *j = s->pool;
+        s->pool = j->free_next;
+        g_free(j);
+    }
+}
+
+/* The compressed grain record (marker, zlib stream, zeros to a sector) of
+ * q at guest offset off, made in the caller's thread (invariant 5), in a
+ * record of the pool. */
+static int compress_grain(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV *q,
+                          VmdkStreamJob **out)
 {
     uint64_t rel = off - ext->start;
     uLongf clen = compressBound((uLong)ext->grain);
-    uint8_t *plain, *rec;
+    const uint8_t *plain;
+    VmdkStreamJob *j;
+    uint8_t *rec;
     CompressBufs *b;
 
     /* QEMU: whole grains, or the rest of the extent */
@@ -239,10 +295,18 @@ static int compress_grain(VmdkExtent *ext, uint64_t off, const BlkIOV *q, uint8_
         return blk_error(ENOTSUP, "Writing grains of %" PRIu64 " bytes is not supported",
                          ext->grain);
     }
-    b = bufs_for((size_t)ext->grain, VMDK_GRAIN_MARKER_LEN + clen + VMDK_SECTOR);
-    plain = b->plain;
-    rec = b->rec;
-    iov_to_buf(q, 0, plain, q->size);
+    b = bufs_for();
+    if (q->niov == 1) {
+        plain = q->iov[0].iov_base; /* deflate reads the caller's buffer */
+    } else {
+        if (b->size < q->size) {
+            g_free(b->plain);
+            b->plain = g_malloc(ext->grain);
+            b->size = (size_t)ext->grain;
+        }
+        iov_to_buf(q, 0, b->plain, q->size);
+        plain = b->plain;
+    }
     /* what compress() makes (QEMU's call): a zlib stream, default level,
      * 32 KiB window, from one stream reset per grain */
     if (!b->zs_ready) {
@@ -255,77 +319,156 @@ static int compress_grain(VmdkExtent *ext, uint64_t off, const BlkIOV *q, uint8_
     } else if (deflateReset(&b->zs) != Z_OK) {
         return blk_error(EIO, "Could not compress the grain at offset %" PRIu64, off);
     }
-    b->zs.next_in = plain;
+    j = job_get(s, VMDK_GRAIN_MARKER_LEN + clen + VMDK_SECTOR);
+    rec = j->rec;
+    b->zs.next_in = (Bytef *)(uintptr_t)plain; /* zlib does not write it */
     b->zs.avail_in = (uInt)q->size;
     b->zs.next_out = rec + VMDK_GRAIN_MARKER_LEN;
     b->zs.avail_out = (uInt)clen;
     if (deflate(&b->zs, Z_FINISH) != Z_STREAM_END) {
+        job_put(s, j);
         return blk_error(EIO, "Could not compress the grain at offset %" PRIu64, off);
     }
     clen -= b->zs.avail_out;
     store_le64(rec + VMDK_MARKER_VAL, off / VMDK_SECTOR);
     store_le32(rec + VMDK_MARKER_SIZE, (uint32_t)clen);
-    *out_len = ROUND_UP(VMDK_GRAIN_MARKER_LEN + clen, VMDK_SECTOR);
-    memset(rec + VMDK_GRAIN_MARKER_LEN + clen, 0,
-           *out_len - VMDK_GRAIN_MARKER_LEN - clen);
-    *out = rec;
+    j->len = ROUND_UP(VMDK_GRAIN_MARKER_LEN + clen, VMDK_SECTOR);
+    memset(rec + VMDK_GRAIN_MARKER_LEN + clen, 0, j->len - VMDK_GRAIN_MARKER_LEN - clen);
+    j->ext = ext;
+    j->off = off;
+    *out = j;
     return 0;
 }
 
-/* Append the record at the end of the extent and point the grain's entry
- * at it (invariants 1, 2); s->lock held. */
-static int append_compressed_locked(VmdkState *s, VmdkExtent *ext, uint64_t off,
-                                    const uint8_t *rec, size_t rec_len)
+#define APPEND_BATCH 64 /* records per write (invariant 6) */
+
+/* Append the records (a list, guest order) one after the other at the end
+ * of their extents, consecutive ones of an extent in one write, and point
+ * each grain's entry at its record (invariants 1, 2); s->lock held.  Stops
+ * at the first failure; the caller still owns the list. */
+static int append_records_locked(VmdkState *s, VmdkStreamJob *first)
 {
-    uint64_t host = ext->next_grain, end;
-    VmdkMap m;
+    struct iovec iov[APPEND_BATCH];
+    VmdkStreamJob *run[APPEND_BATCH];
+    VmdkStreamJob *j = first;
     int ret = renew_cid_locked(s);
 
-    if (ret == 0) {
-        ret = vmdk_map(s, ext, off, ext->grain, &m);
+    while (ret == 0 && j) {
+        VmdkExtent *ext = j->ext;
+        uint64_t start = ext->next_grain, host = start;
+        unsigned n = 0;
+        BlkIOV q;
+
+        /* one run: consecutive records of one extent */
+        for (; j && j->ext == ext && n < APPEND_BATCH;
+             j = (VmdkStreamJob *)(void *)j->job.next) {
+            uint64_t end = 0;
+            VmdkMap m;
+            ret = vmdk_map(s, ext, j->off, ext->grain, &m);
+            if (ret == 0 && (m.kind == VMDK_MAP_COMPRESSED || m.kind == VMDK_MAP_DATA)) {
+                ret = blk_error(EIO, "Could not write to allocated cluster for "
+                                     "streamOptimized");
+            }
+            if (ret == 0 &&
+                (vmdk_add(host, j->len, &end) || end / VMDK_SECTOR > UINT32_MAX)) {
+                ret = blk_error(EFBIG,
+                                "Extent '%s' is full (grain table entries are 32-bit)",
+                                ext->filename);
+            }
+            if (ret < 0) {
+                break;
+            }
+            iov[n].iov_base = j->rec;
+            iov[n].iov_len = j->len;
+            run[n++] = j;
+            host = end;
+        }
+        if (n == 0) {
+            break;
+        }
+        iov_init_external(&q, iov, (int)n);
+        blk_event(ext->file, BLKEV_COMPRESSED_WRITE); /* one request: blkdebug's nth */
+        int wret = blk_pwritev(ext->file, start, &q, 0);
+        ext->next_grain = host; /* QEMU: the next grain follows this one */
+        if (wret < 0) {
+            return wret;
+        }
+        ext->grain_gen = blk_write_gen(ext->file); /* invariant 1, asserted in map.c */
+        host = start;
+        for (unsigned i = 0; i < n && wret == 0; i++) {
+            wret =
+                vmdk_gt_set_locked(s, ext, run[i]->off, (uint32_t)(host / VMDK_SECTOR));
+            host += run[i]->len;
+        }
+        if (wret < 0) {
+            return wret;
+        }
     }
-    if (ret == 0 && (m.kind == VMDK_MAP_COMPRESSED || m.kind == VMDK_MAP_DATA)) {
-        ret = blk_error(EIO, "Could not write to allocated cluster for streamOptimized");
+    return ret;
+}
+
+/* Invariant 6: a batch of records whose turn has come (order.c invariant
+ * 4), or to be discarded. */
+static int stream_run(void *opaque, BlkOrderJob *jobs, bool discard)
+{
+    VmdkState *s = opaque;
+    VmdkStreamJob *j = (VmdkStreamJob *)(void *)jobs;
+    int ret = 0;
+
+    if (!discard) {
+        mutex_lock(&s->lock);
+        ret = append_records_locked(s, j);
+        mutex_unlock(&s->lock);
+        if (ret < 0) {
+            ret = blk_error_prefix(ret, "Could not write the grain at offset %" PRIu64,
+                                   j->off);
+        }
     }
-    if (ret < 0) {
-        return ret;
+    while (j) {
+        VmdkStreamJob *next = (VmdkStreamJob *)(void *)j->job.next;
+        job_put(s, j);
+        j = next;
     }
-    if (vmdk_add(host, rec_len, &end) || end / VMDK_SECTOR > UINT32_MAX) {
-        return blk_error(EFBIG, "Extent '%s' is full (grain table entries are 32-bit)",
-                         ext->filename);
-    }
-    blk_event(ext->file, BLKEV_COMPRESSED_WRITE);
-    ret = blk_pwrite(ext->file, host, rec, rec_len, 0);
-    ext->next_grain = end; /* QEMU: the next grain follows this one */
-    if (ret < 0) {
-        return ret;
-    }
-    ext->grain_gen = blk_write_gen(ext->file); /* invariant 1, asserted in map.c */
-    return vmdk_gt_set_locked(s, ext, off, (uint32_t)(host / VMDK_SECTOR));
+    return ret;
 }
 
 /* A piece of a streamOptimized extent: compressed in this thread, then
- * appended in ticket order (api/copy.c's pipeline: guest order). */
-static int write_compressed(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV *q)
+ * appended in ticket order (api/copy.c's pipeline: guest order): handed to
+ * the turn when the piece is its ticket's last write (invariant 6), else
+ * appended here in the turn. */
+static int write_compressed(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV *q,
+                            bool may_defer)
 {
-    uint8_t *rec = NULL;
-    size_t rec_len = 0;
-    int ret = compress_grain(ext, off, q, &rec, &rec_len);
+    VmdkStreamJob *j = NULL;
+    int ret = compress_grain(s, ext, off, q, &j);
 
     if (ret < 0) {
         return ret;
     }
+    j->job.run = stream_run;
+    j->job.opaque = s;
+    j->job.next = NULL;
+    if (may_defer && ext->grain <= VMDK_DEFER_MAX_GRAIN) {
+        ret = blk_order_defer(&j->job);
+        if (ret != 0) {
+            if (ret < 0) {
+                job_put(s, j);
+            }
+            return MIN(ret, 0);
+        }
+    }
     blk_order_wait();
     mutex_lock(&s->lock);
-    ret = append_compressed_locked(s, ext, off, rec, rec_len);
+    ret = append_records_locked(s, j);
     mutex_unlock(&s->lock);
     blk_order_allocated();
+    job_put(s, j);
     return ret;
 }
 
 /* One piece inside one extent: [off, off + q->size). */
 static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV *q,
-                       unsigned flags)
+                       unsigned flags, bool may_defer)
 {
     VmdkMap m;
     int ret;
@@ -338,7 +481,7 @@ static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV
                            flags & BLK_REQ_FUA);
     }
     if (ext->compressed) {
-        return write_compressed(s, ext, off, q);
+        return write_compressed(s, ext, off, q, may_defer);
     }
     mutex_lock(&s->lock);
     ret = renew_cid_locked(s);
@@ -383,7 +526,8 @@ int vmdk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
             n = MIN(n, ext->grain - (pos - ext->start) % ext->grain);
         }
         iov_slice(&part, qiov, done, (size_t)n);
-        ret = write_piece(s, ext, pos, &part, flags);
+        /* invariant 6: a request of one piece may hand its append over */
+        ret = write_piece(s, ext, pos, &part, flags, done == 0 && n == qiov->size);
         iov_destroy(&part);
         done += (size_t)n;
     }
