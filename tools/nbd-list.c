@@ -20,13 +20,27 @@
 #define NBD_LIST_FUNCS(X)                                                                \
     X(nbd_can_cache)                                                                     \
     X(nbd_can_df)                                                                        \
-    X(nbd_can_fast_zero) X(nbd_can_flush) X(nbd_can_fua) X(nbd_can_multi_conn)           \
-        X(nbd_can_trim) X(nbd_can_zero) X(nbd_close) X(nbd_connect_tcp)                  \
-            X(nbd_connect_unix) X(nbd_create) X(nbd_get_block_size) X(nbd_get_error)     \
-                X(nbd_get_size) X(nbd_is_read_only) X(nbd_is_rotational)                 \
-                    X(nbd_opt_abort) X(nbd_opt_info) X(nbd_opt_list)                     \
-                        X(nbd_opt_list_meta_context) X(nbd_set_export_name)              \
-                            X(nbd_set_opt_mode)
+    X(nbd_can_fast_zero)                                                                 \
+    X(nbd_can_flush)                                                                     \
+    X(nbd_can_fua)                                                                       \
+    X(nbd_can_multi_conn)                                                                \
+    X(nbd_can_trim)                                                                      \
+    X(nbd_can_zero)                                                                      \
+    X(nbd_close)                                                                         \
+    X(nbd_connect_tcp)                                                                   \
+    X(nbd_connect_unix)                                                                  \
+    X(nbd_create)                                                                        \
+    X(nbd_get_block_size)                                                                \
+    X(nbd_get_error)                                                                     \
+    X(nbd_get_size)                                                                      \
+    X(nbd_is_read_only)                                                                  \
+    X(nbd_is_rotational)                                                                 \
+    X(nbd_opt_abort)                                                                     \
+    X(nbd_opt_info)                                                                      \
+    X(nbd_opt_list)                                                                      \
+    X(nbd_opt_list_meta_context)                                                         \
+    X(nbd_set_export_name)                                                               \
+    X(nbd_set_opt_mode)
 
 static struct {
 #define NBD_LIST_FIELD(f) __typeof__(f) *f;
