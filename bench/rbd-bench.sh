@@ -10,8 +10,11 @@
 # Cases (CASES selects; ROUNDS rounds, default 3):
 #   to-rbd     convert src.qcow2 into a new RBD image (removed after each
 #              run): qimg and qemu-img with their defaults, and both with
-#              -m 16 (qemu-img with -W, its fastest)
-#   from-rbd   convert the RBD image into a new qcow2 file
+#              -m 16 (qemu-img with -W, its fastest); the floor: Ceph's own
+#              `rbd import` of the same bytes from a sparse raw file in the
+#              page cache (it skips zero blocks as the converts do)
+#   from-rbd   convert the RBD image into a new qcow2 file; the floor: `rbd
+#              export` of the image into a new sparse raw file
 #   nbd-read   nbdcopy reading an export of the RBD image (4 connections
 #              where the server allows them): qimg nbd -e 4 and qemu-nbd -e 4
 #   aio-read   the asynchronous path: qimg bench and qemu-img bench reading
@@ -29,7 +32,7 @@ CEPH_OSDS=${CEPH_OSDS:-2}
 OSD_MIB=${OSD_MIB:-3072}
 CASES=${CASES:-to-rbd from-rbd nbd-read aio-read}
 cd "$BENCH_SCRATCH" || exit 1
-bench_require_space $((SIZE_GIB * 3 + 1))
+bench_require_space $((SIZE_GIB * 4 + 1))
 for t in ceph-mon ceph-osd rbd nbdcopy qemu-nbd; do
     command -v "$t" >/dev/null || { echo "$t not found (scripts/install-deps.sh)" >&2; exit 1; }
 done
@@ -71,7 +74,6 @@ with open('half.raw', 'wb') as f:
         off += 2 * n
 PY
 "$QEMU_IMG" convert -f raw -O qcow2 half.raw src.qcow2
-rm -f half.raw
 "$QEMU_IMG" convert -O raw src.qcow2 rbd:rbd/src || exit 1
 sync
 
@@ -99,6 +101,7 @@ run_case() { # CASE TOOL: sets BENCH_T
             bench_time BENCH_T "$QEMU_IMG" convert -W -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
         qimg) bench_time BENCH_T "$QIMG" convert -O raw src.qcow2 rbd:rbd/dst ;;
         qimg-m16) bench_time BENCH_T "$QIMG" convert -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
+        rbd-import) bench_time BENCH_T rbd import --no-progress half.raw rbd/dst ;;
         esac
         "$QEMU_IMG" compare -q src.qcow2 rbd:rbd/dst || { echo "$tool: copy differs" >&2; exit 1; }
         rbd rm --no-progress rbd/dst ;;
@@ -107,8 +110,11 @@ run_case() { # CASE TOOL: sets BENCH_T
         case $tool in
         qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -O qcow2 rbd:rbd/src out.qcow2 ;;
         qimg) bench_time BENCH_T "$QIMG" convert -O qcow2 rbd:rbd/src out.qcow2 ;;
+        rbd-export)
+            bench_time BENCH_T rbd export --no-progress rbd/src out.raw
+            cmp -s half.raw out.raw || { echo "rbd export: copy differs" >&2; exit 1; } ;;
         esac
-        rm -f out.qcow2 ;;
+        rm -f out.qcow2 out.raw ;;
     nbd-read)
         case $tool in
         qemu-nbd) start qemu-nbd -t -e 4 -k "$SOCK" -f raw rbd:rbd/src ;;
@@ -127,8 +133,8 @@ run_case() { # CASE TOOL: sets BENCH_T
 
 for c in $CASES; do
     case $c in
-    to-rbd) tools=(qemu-img qimg qemu-img-W-m16 qimg-m16) ;;
-    from-rbd) tools=(qemu-img qimg) ;;
+    to-rbd) tools=(qemu-img qimg qemu-img-W-m16 qimg-m16 rbd-import) ;;
+    from-rbd) tools=(qemu-img qimg rbd-export) ;;
     nbd-read) tools=(qemu-nbd qimg) ;;
     aio-read) tools=(qemu-img qimg) ;;
     *) echo "unknown case $c" >&2; exit 1 ;;
