@@ -121,6 +121,16 @@ static int encryption(const BlkCreateOptions *opts, bool late, CreateParams *p)
         if (ret < 0) {
             return ret;
         }
+    } else {
+        /* the old AES method takes no option but the secret (qemu-img) */
+        for (size_t i = 0; i < G_N_ELEMENTS(known_options); i++) {
+            const char *k = known_options[i];
+            if (g_str_has_prefix(k, "encrypt.") && strcmp(k, "encrypt.format") != 0 &&
+                strcmp(k, "encrypt.key-secret") != 0 && opt_get(opts, k)) {
+                blk_error(EINVAL, "Parameter '%s' is unexpected", k);
+                return -EINVAL;
+            }
+        }
     }
     if (!secret) {
         return param_error("Parameter 'encrypt.key-secret' is required for cipher");
@@ -129,14 +139,8 @@ static int encryption(const BlkCreateOptions *opts, bool late, CreateParams *p)
         blk_error(EINVAL, "No secret with id '%s'", secret);
         return -EINVAL;
     }
-    if (strcmp(fmt, "aes") == 0) {
-        /* create.c invariant 6: read, never made */
-        return blk_error(ENOTSUP,
-                         "Use of AES-CBC encrypted qcow2 images is no longer supported: "
-                         "qimg reads them (to convert them), but creates LUKS ones only "
-                         "(encrypt.format=luks)");
-    }
     p->encrypt = true;
+    p->encrypt_aes = strcmp(fmt, "aes") == 0; /* create.c invariant 6 */
     p->key_secret = secret;
     return 1;
 }

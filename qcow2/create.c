@@ -72,8 +72,12 @@
  *     written.  A crash leaves either no image or a complete one.
  *  6. encrypt.format=luks images are made with QEMU's LUKS defaults and
  *     options (crypto/luks-options.c) and keyed by the encrypt.key-secret
- *     the caller has; the old AES method (encrypt.format=aes,
- *     encryption=on) is refused: qimg reads such images, never makes one.
+ *     the caller has.  The old AES method (encrypt.format=aes,
+ *     encryption=on) is made as qemu-img 7.2 makes it: crypt_method 1 in
+ *     the header and nothing else (its key is the passphrase itself, so
+ *     nothing is stored); it takes no encrypt.* option but the secret.
+ *     QEMU's system emulator no longer opens such images, qemu-img and
+ *     qemu-io do, and so does qimg.
  */
 #include "qcow2/create.h"
 #include "block/rbd.h"
@@ -191,7 +195,7 @@ static int resize_error(int ret)
 }
 
 /* Step d2 (invariant 6): the LUKS header area, slot 0 opened by the
- * secret's passphrase. */
+ * secret's passphrase; for the old AES method the crypt_method alone. */
 static int set_up_encryption(const CreateParams *p, const BlkCreateOptions *opts,
                              Qcow2State *s)
 {
@@ -200,7 +204,11 @@ static int set_up_encryption(const CreateParams *p, const BlkCreateOptions *opts
     size_t len = 0;
     int ret = crypto_secret_passphrase(&secrets, p->key_secret, &pw, &len);
 
-    if (ret == 0) {
+    if (ret == 0 && p->encrypt_aes) {
+        qcow2_lock(s);
+        s->header.crypt_method = QCOW2_CRYPT_AES;
+        qcow2_unlock(s);
+    } else if (ret == 0) {
         ret = qcow2_crypt_create(s, &p->luks, pw, len,
                                  opts->luks_max_iterations
                                      ? opts->luks_max_iterations

@@ -23,8 +23,10 @@ typedef struct CreateParams {
     const char *backing_file;
     const char *backing_format;
     uint64_t size;
-    /* encrypt.format=luks (crypt.c): the secret's id and the LUKS options */
+    /* encrypt.format=luks or aes (crypt.c): the secret's id and the LUKS
+     * options */
     bool encrypt;
+    bool encrypt_aes; /* the old AES-CBC method (crypt_method 1) */
     const char *key_secret;
     CryptoLuksParams luks;
     uint64_t luks_area; /* measure: the LUKS header area\'s bytes, or 0 */

@@ -17,8 +17,7 @@
 #    (120 and 121 test the data paths);
 #  - --object: each of qemu-img's error cases in its words; a valid,
 #    unreferenced secret is accepted; a reference to a missing secret is
-#    qemu-img's error; creating an AES image is refused and writes
-#    nothing.
+#    qemu-img's error; an AES image is created as qemu-img creates it.
 # make test has qemu-img create three of the seven LUKS images (its create
 # costs a second of CPU or more each; the others: see mk_enc's callers);
 # QIMG_LONG=1: qemu-img all.
@@ -294,15 +293,37 @@ for o in encrypt.format=luks,encrypt.key-secret=s0 encrypt.format=aes,encrypt.ke
 done
 rm -f e.qcow2 out.qcow2
 same_as_qemu_err convert -O qcow2 -o encrypt.format=luks,encrypt.key-secret=s0 plain.qcow2 out.qcow2
-# the old AES method is read, never made (qcow2/create.c invariant 6)
+# the old AES method is made as qemu-img 7.2 makes it (qcow2/create.c
+# invariant 6): the same bytes (nothing in it is random), QEMU's errors for
+# the LUKS options it does not take, and data a convert encrypted reads
+# back through qemu-img
+for o in encrypt.format=aes encryption=on encryption=on,compat=0.10 \
+    encrypt.format=aes,preallocation=metadata; do
+    rm -f q-aes.qcow2 m-aes.qcow2
+    # shellcheck disable=SC2086
+    "$QEMU_IMG" create -q $S -f qcow2 -o $o,encrypt.key-secret=s0 q-aes.qcow2 4M
+    # shellcheck disable=SC2086
+    assert_rc "create -o $o" 0 "$QIMG" create -q $S -f qcow2 -o $o,encrypt.key-secret=s0 \
+        m-aes.qcow2 4M
+    assert_rc "create -o $o: the same bytes as qemu-img's" 0 cmp q-aes.qcow2 m-aes.qcow2
+done
+for o in encrypt.cipher-alg=aes-128 encrypt.iter-time=10 encrypt.hash-alg=sha1; do
+    rm -f e.qcow2
+    # shellcheck disable=SC2086
+    same_as_qemu_err create $S -f qcow2 -o encrypt.format=aes,encrypt.key-secret=s0,$o e.qcow2 1M
+done
 rm -f e.qcow2
+"$QEMU_IMG" create -q -f qcow2 src-aes.qcow2 2M
+"$QEMU_IO" -f qcow2 -c "write -P 7 0 192k" -c "write -P 9 1M 4k" src-aes.qcow2 >/dev/null
 # shellcheck disable=SC2086
-"$QIMG" create $S -f qcow2 -o encrypt.format=aes,encrypt.key-secret=s0 e.qcow2 1M \
-    >m.out 2>m.err
-assert_eq "create: an aes image" \
-    "1 qimg: e.qcow2: Use of AES-CBC encrypted qcow2 images is no longer supported: qimg reads them (to convert them), but creates LUKS ones only (encrypt.format=luks)" \
-    "$? $(cat m.err)"
-assert_eq "create: nothing written (aes)" "" "$(ls e.qcow2 2>/dev/null)"
+assert_rc "convert into a new aes image" 0 "$QIMG" convert $S -O qcow2 \
+    -o encryption=on,encrypt.key-secret=s0 src-aes.qcow2 e.qcow2
+# shellcheck disable=SC2086
+assert_rc "qemu-img reads what qimg encrypted" 0 "$QEMU_IMG" compare $S --image-opts \
+    file.filename=src-aes.qcow2 driver=qcow2,file.filename=e.qcow2,encrypt.key-secret=s0
+# shellcheck disable=SC2086
+assert_rc "qemu-img check of the aes image" 0 "$QEMU_IMG" check $S -q \
+    --image-opts driver=qcow2,file.filename=e.qcow2,encrypt.key-secret=s0
 
 # ---- encrypt.key-secret in the image's name ----
 K=encrypt.key-secret=s0
