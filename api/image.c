@@ -788,6 +788,7 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         info->extended_l2 = bi.extended_l2;
         info->data_file = g_steal_pointer(&bi.data_file);
         info->data_file_raw = bi.data_file_raw;
+        info->has_data_file = bi.has_data_file;
         for (guint i = 0; bi.bitmaps && i < bi.bitmaps->len; i++) {
             BlkBitmapInfo *b = &g_array_index(bi.bitmaps, BlkBitmapInfo, i);
             QimgBitmapInfo *q = g_new0(QimgBitmapInfo, 1);

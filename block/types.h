@@ -240,6 +240,7 @@ typedef struct BlkInfo {
     bool corrupt;
     bool extended_l2;
     char *data_file;
+    bool has_data_file; /* the external data file bit, named or not */
     bool data_file_raw;
     GArray *bitmaps;              /* BlkBitmapInfo (persistent dirty bitmaps), or NULL */
     BlkEncryptInfo encrypt;       /* when encrypted */

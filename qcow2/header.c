@@ -533,13 +533,10 @@ int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,
         qcow2_extensions_free(ext);
         return ret;
     }
-    if (h->incompatible_features & QCOW2_INCOMPAT_DATA_FILE) {
-        if (!ext->data_file) {
-            qcow2_extensions_free(ext);
-            return blk_error(EINVAL, "'data-file' is required for this image (external "
-                                     "data file bit set, no data file name extension)");
-        }
-    } else if (h->autoclear_features & QCOW2_AUTOCLEAR_DATA_FILE_RAW) {
+    /* The data file bit without a name extension is the open's to judge
+     * (qcow2.c invariant 4: a caller may name the data file). */
+    if (!(h->incompatible_features & QCOW2_INCOMPAT_DATA_FILE) &&
+        (h->autoclear_features & QCOW2_AUTOCLEAR_DATA_FILE_RAW)) {
         qcow2_extensions_free(ext);
         return blk_error(EINVAL, "data-file-raw requires a data file");
     }

@@ -21,7 +21,9 @@
  *     locked as a data file (block/lock.c), with the image's force_share
  *     and no_io; a lock conflict there reads as QEMU's, with no prefix.
  *     A data file the caller names (BlkOpenOptions.data_file_path, the
- *     "data-file" option) replaces the header's, opened as given; as QEMU,
+ *     "data-file" option) replaces the header's, opened as given (also when
+ *     the image names none: without either, a full open is refused, a
+ *     metadata-only one as info's goes on, as QEMU's); as QEMU,
  *     it is opened first and then refused ("'data-file' can only be set
  *     ...") on an image without the bit, and its failure is its own
  *     message, unprefixed.
@@ -404,6 +406,10 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
                          "file");
     } else if ((s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE) &&
                !s->data_file) {
+        if (!s->ext.data_file && !(opts && opts->data_file_path)) {
+            /* invariant 4: no name in the image, none from the caller */
+            return blk_error(EINVAL, "'data-file' is required for this image");
+        }
         ret = open_data_file(s, filename, opts ? opts->data_file_path : NULL); /* inv 4 */
         if (ret < 0) {
             return ret;
@@ -657,6 +663,7 @@ static int qcow2_get_info(BlkNode *img, BlkInfo *info)
     info->extended_l2 = s->extended_l2;
     g_free(info->data_file);
     info->data_file = g_strdup(s->ext.data_file);
+    info->has_data_file = s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE;
     info->data_file_raw = qcow2_has_data_file(s) && s->data_file_raw;
     if (!info->snapshots) {
         info->snapshots = g_array_new(FALSE, TRUE, sizeof(BlkSnapshotInfo));

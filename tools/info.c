@@ -290,7 +290,7 @@ static void json_format_specific(ToolJson *j, const QimgInfo *info)
     if (info->encrypt) {
         json_encrypt(j, info->encrypt);
     }
-    if (info->data_file) {
+    if (info->has_data_file) {
         tool_json_bool(j, "data-file-raw", info->data_file_raw);
     }
     if (v3) {
@@ -469,7 +469,7 @@ void tool_print_format_specific(const QimgInfo *info)
     if (info->encrypt) {
         human_encrypt(info->encrypt);
     }
-    if (info->data_file) {
+    if (info->has_data_file) {
         printf("    data file raw: %s\n", bool_str(info->data_file_raw));
     }
     if (v3) {

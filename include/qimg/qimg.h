@@ -507,6 +507,9 @@ typedef struct QimgInfo {
     /* 0.9: the disks of an OVA archive opened as itself (format "ova"),
      * else NULL */
     QimgOvaInfo *ova;
+    /* 0.10: the image has the external data file bit (data_file_raw is
+     * meaningful), also when it names no data file (data_file NULL) */
+    bool has_data_file;
 } QimgInfo;
 
 /* qemu-img bitmap's operations (0.6). */

@@ -258,6 +258,23 @@ assert_eq "backing option over ssh" "qimg: Could not open 'json:{$T,\"backing\":
 "$QIMG" map "json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}" >m.out 2>&1
 assert_eq "data-file option over blkdebug" "qimg: Could not open 'json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}': qimg opens a data file only as a plain file: driver 'blkdebug' refused" "$(cat m.out)"
 
+# the data file bit with no name in the image (QEMU's 244; qcow2.c
+# invariant 4): info shows it, a full open needs the caller's data-file
+# option, and with one reads through it
+qi create -f qcow2 -o data_file=nn.data nn.qcow2 1M
+qio nn.qcow2 'write -P 0x44 0 64k'
+qi amend -o data_file= nn.qcow2
+same_as_qemu_err info nn.qcow2
+same_as_qemu_err info --output=json nn.qcow2
+same_as_qemu_err check nn.qcow2
+io_both "no data file name, none given" . nn.qcow2 'read -P 0x44 0 64k'
+io_both "no data file name, open -o data-file.filename" . nn.qcow2 \
+    'open -o data-file.filename=nn.data nn.qcow2'
+same_as_qemu_err map --image-opts driver=qcow2,file.filename=nn.qcow2,data-file.filename=nn.data
+"$QIMG" io -c 'read -P 0x44 0 64k' --image-opts \
+    driver=qcow2,file.filename=nn.qcow2,data-file.filename=nn.data >m.out 2>&1
+assert_eq "no data file name: the option's data" 0 "$(grep -c 'failed\|rror' m.out)"
+
 # ---- dirty images: the repair's lines ----
 # leak.py IMG N: give N clusters past the end a reference count of 1 (leaks)
 # and set the dirty bit (incompatible bit 0)
