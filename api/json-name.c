@@ -499,6 +499,8 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
         layers->backing = *o;
         layers->backing.format = NULL;
         layers->backing.no_backing = false;
+        /* its key is its own encrypt.key-secret (key-secret), not the top's */
+        layers->backing.key_secret = NULL;
         /* without a file of its own: the image's backing file, with these
          * options (invariant 5) */
         const ApplyHow bhow = {.file_optional = true,

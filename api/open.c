@@ -113,10 +113,14 @@ static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOption
     bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;
-    /* the top's key is the top's; json-name.c invariant 10: the chain's */
-    bo.key_secret = opts->n_backing_keys && *opts->backing_keys[0]
-                        ? g_intern_string(opts->backing_keys[0])
-                        : NULL;
+    /* the top's key is the top's; json-name.c invariant 10: the chain's;
+     * a caller's backing layer has its own (invariant 5) */
+    if (opts->n_backing_keys) {
+        bo.key_secret =
+            *opts->backing_keys[0] ? g_intern_string(opts->backing_keys[0]) : NULL;
+    } else if (!opts->backing_opts) {
+        bo.key_secret = NULL;
+    }
     bo.backing_keys = opts->n_backing_keys > 1 ? opts->backing_keys + 1 : NULL;
     bo.n_backing_keys = opts->n_backing_keys > 1 ? opts->n_backing_keys - 1 : 0;
     bo.share_write = opts->backing_share_write;

@@ -333,6 +333,16 @@ for img in luks aes plain; do
     same_as_qemu_err info "json:{\"driver\":\"qcow2\",\"file\":{\"filename\":\"$img.qcow2\"},\"encrypt\":{\"key-secret\":\"s0\"}}"
 done
 same_as_qemu_err info --backing-chain --image-opts driver=qcow2,file.filename=ov.qcow2,$K
+# a backing layer the caller names keyed by its own encrypt.key-secret
+# (QEMU's 158), and without one
+BL=driver=qcow2,file.filename=ov.qcow2,backing.driver=qcow2,backing.file.filename=luks.qcow2
+# shellcheck disable=SC2086
+same_as_qemu_err map $S --image-opts $BL,backing.encrypt.key-secret=s0
+# shellcheck disable=SC2086
+same_as_qemu_err map $S --image-opts $BL
+# shellcheck disable=SC2086
+same_as_qemu_err compare $S --image-opts $BL,backing.encrypt.key-secret=s0 \
+    driver=qcow2,file.filename=luks.qcow2,$K
 same_as_qemu_err check --image-opts driver=qcow2,file.filename=plain.qcow2,$K
 for img in luks aes; do
     for cmd in check map; do
