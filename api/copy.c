@@ -259,10 +259,13 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     iov_init_buf(&q, buf, n);
     blk_order_mark_last();
     if (!api_pwrite_compressed(c->dst, k->offset, &q, &err)) {
-        GError *full = g_error_new(QIMG_ERROR, err->code,
-                                   "error while compressing sector %" PRIu64 ": %s",
-                                   k->offset / COPY_SECTOR, err->message);
-        copy_fail(c, full);
+        /* qemu-img 7.2's line, qimg's detail on a second line (io_failed) */
+        const char *bare = g_strerror(err->code > 0 ? err->code : EIO);
+        bool more = strcmp(err->message, bare) != 0;
+        copy_fail(c, g_error_new(QIMG_ERROR, err->code,
+                                 "error while writing at byte %" PRIu64 ": %s%s%s",
+                                 k->offset, bare, more ? "\n" : "",
+                                 more ? err->message : ""));
         return false;
     }
     return true;

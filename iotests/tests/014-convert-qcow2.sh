@@ -139,4 +139,11 @@ for tool in "$QEMU_IMG" "$QIMG"; do
 done
 assert_eq "--target-is-zero: map" "$(map_flags tz-qemu-img.qcow2)" "$(map_flags tz-qimg.qcow2)"
 
+# -c into an image with a data file (QEMU's 244): qemu-img 7.2's line and
+# exit code, qimg's reason on a second line
+"$QEMU_IMG" create -q -f qcow2 -o data_file=df.data df.qcow2 12M
+run_both convert -n -c -O qcow2 src.qcow2 df.qcow2
+assert_eq "convert -c into a data file image: rc, first line" "$Q_RC ${Q_ERR/qemu-img:/qimg:}" \
+    "$M_RC $(head -n 1 <<<"$M_ERR")"
+
 finish
