@@ -18,7 +18,10 @@
 #    through a wrapper that gives it -accel tcg instead), qemu-nbd
 #    (qemu-utils), qemu-storage-daemon (qemu-system-common).
 #    --qemu runs Debian's qemu-img and qemu-io instead: the baseline.
-# 3. check runs in $QEMU_SRC/run-qimg (run-qemu for --qemu), where its
+# 3. check runs in $QEMU_SRC/run-qimg-CHECKOUT (run-qemu-CHECKOUT for
+#    --qemu; CHECKOUT is the name of this repository's folder, so runs from
+#    two checkouts sharing one source never touch each other's scratch
+#    folder or servers), where its
 #    scratch folder and the .out.bad files of failed tests stay; then one
 #    line per test (PASS/FAIL/SKIP NAME, a skip with check's reason) and
 #    "qemu-iotests: N passed, M failed, K not run" (exit 1 if any failed).
@@ -117,7 +120,7 @@ export QSD_PROG=$(command -v qemu-storage-daemon)
 
 # 3. The run, in a folder of its own (check takes it for a build tree when
 # called through a link).
-RUN=$QEMU_SRC/run-$oracle/tests/qemu-iotests
+RUN=$QEMU_SRC/run-$oracle-$(basename "$REPO")/tests/qemu-iotests
 mkdir -p "$RUN" || die "cannot create $RUN"
 ln -sfn "$IOTESTS/check" "$RUN/check"
 
