@@ -2,7 +2,12 @@
 # qemu-io's options and messages where QEMU's own iotests read them (issue
 # 29, branch qsuite5), each against qemu-io 7.2 on the same input:
 #  - an export the NBD server does not have: "Requested export not
-#    available" and the server's own text under it (QEMU 140 143).
+#    available" and the server's own text under it (QEMU 140 143);
+#  - copy-on-read (-C, block/cor.c): reads through a backing chain write
+#    what they read into the top image, whole clusters, zeros as zero
+#    clusters, also through aio_read and -i io_uring; the same allocation
+#    (map --output=json), contents and check as after qemu-io -C; -C with
+#    -r refused (QEMU 197).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd
 
@@ -16,5 +21,32 @@ same_as_qemu_io "export not there" -f raw -c 'read 0 512' "nbd+unix:///gone?sock
 same_as_qemu_io "export there" -f raw -c 'read 0 512' "nbd+unix:///there?socket=$PWD/n.sock"
 kill $npid
 wait $npid 2>/dev/null
+
+# ---- copy-on-read (197) ----
+# cor DIR TOOL...: a fresh 3-layer chain in DIR, read there with TOOL -C
+cor() {
+    local d=$1
+    shift
+    mkdir -p "$d" && cd "$d" || exit 1
+    rm -f b.qcow2 m.qcow2 w.qcow2
+    "$QEMU_IMG" create -q -f qcow2 b.qcow2 4G
+    "$QEMU_IO" -c 'write -P 55 3G 1k' -c 'write -P 7 64k 200k' b.qcow2 >/dev/null
+    "$QEMU_IMG" create -q -f qcow2 -F qcow2 -b b.qcow2 m.qcow2
+    "$QEMU_IO" -c 'write -P 8 128k 4k' m.qcow2 >/dev/null
+    "$QEMU_IMG" create -q -f qcow2 -F qcow2 -b m.qcow2 w.qcow2
+    "$QEMU_IO" -f qcow2 -c 'write -z -u 1M 64k' -c 'write -P 9 2M 1k' w.qcow2 >/dev/null
+    "$@" -f qcow2 -C -c 'read -P 0 1M 128k' -c 'read 0 0' -c 'read -P 7 70k 10k' \
+        -c 'read -P 8 130k 1k' -c 'read -v 2M 16' -c 'read 1500k 2M' \
+        -c "read -P 0 $((3 * 1024 * 1024 * 1024 + 1024)) 1k" w.qcow2 >io.out 2>&1
+    "$@" -f qcow2 -C -c 'aio_read -P 0 40M 70k' -c aio_flush w.qcow2 >>io.out 2>&1
+    "$QEMU_IMG" map --output=json -f qcow2 w.qcow2 | sed 's/"offset": [0-9]*/"offset": X/'
+    cd ..
+}
+assert_eq "-C: allocation" "$(cor q "$QEMU_IO")" "$(cor m "$QIMG" io)"
+assert_eq "-C: output" "$(io_filter <q/io.out)" "$(io_filter <m/io.out)"
+assert_rc "-C: contents" 0 "$QEMU_IMG" compare -f qcow2 -F qcow2 q/w.qcow2 m/w.qcow2
+assert_rc "-C: check" 0 "$QEMU_IMG" check -q m/w.qcow2
+assert_eq "-C: io_uring" "$(cor m "$QIMG" io -i io_uring)" "$(cor q "$QEMU_IO")"
+same_as_qemu_io "-C -r" -f qcow2 -C -r -c 'read 0 64k' m/w.qcow2
 
 finish
