@@ -7,9 +7,11 @@
 #    what they read into the top image, whole clusters, zeros as zero
 #    clusters, also through aio_read and -i io_uring; the same allocation
 #    (map --output=json), contents and check as after qemu-io -C; -C with
-#    -r refused (QEMU 197).
+#    -r refused (QEMU 197);
+#  - bitmap --merge from an overlay (-b) into its own backing file: no
+#    lock conflict, the bits qemu-img merges (qemu-img-bitmaps).
 . "$(dirname "$0")/../common.sh"
-requires qimg qemu-img qemu-io qemu-nbd
+requires qimg qemu-img qemu-io qemu-nbd nbdinfo
 
 # ---- NBD: an export the server does not have (140 143) ----
 "$QEMU_IMG" create -q -f qcow2 n.qcow2 1M
@@ -48,5 +50,20 @@ assert_rc "-C: contents" 0 "$QEMU_IMG" compare -f qcow2 -F qcow2 q/w.qcow2 m/w.q
 assert_rc "-C: check" 0 "$QEMU_IMG" check -q m/w.qcow2
 assert_eq "-C: io_uring" "$(cor m "$QIMG" io -i io_uring)" "$(cor q "$QEMU_IO")"
 same_as_qemu_io "-C -r" -f qcow2 -C -r -c 'read 0 64k' m/w.qcow2
+
+# ---- bitmap --merge from an overlay into its backing file (qemu-img-bitmaps) ----
+"$QEMU_IMG" create -q -f qcow2 bb.qcow2 10M
+"$QEMU_IMG" create -q -f qcow2 -F qcow2 -b bb.qcow2 ov.qcow2
+"$QEMU_IMG" bitmap --add ov.qcow2 b2
+"$QEMU_IO" -c 'write 1M 64k' -c 'write 5M 300k' ov.qcow2 >/dev/null
+cp bb.qcow2 bq.qcow2
+"$QEMU_IMG" rebase -u -F qcow2 -b bq.qcow2 ov.qcow2
+run_both bitmap --add --merge b2 -b ov.qcow2 -F qcow2 -f qcow2 bq.qcow2 b3
+"$QEMU_IMG" rebase -u -F qcow2 -b bb.qcow2 ov.qcow2
+assert_eq "merge into the backing file: qemu-img" "0" "$Q_RC"
+assert_rc "merge into the backing file" 0 \
+    "$QIMG" bitmap --add --merge b2 -b ov.qcow2 -F qcow2 -f qcow2 bb.qcow2 b3
+assert_eq "merge into the backing file: bits" "$(dirty_map bq.qcow2 b3)" \
+    "$(dirty_map bb.qcow2 b3)"
 
 finish
