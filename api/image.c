@@ -16,10 +16,14 @@
  *  4. An image opened with copy_on_read is writable (the open refuses a
  *     read-only one, as QEMU does); its reads copy (block/cor.c), and its
  *     reads and writes are serialized (cor.c invariant 4).
+ *  5. A read past the end of an image that is a protocol node (driver
+ *     file, a host device) fails with EIO, as QEMU's block backend refuses
+ *     it; the node itself would read zeros there (block.h invariant 3).
  */
 #include "api/api.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 static const char *const cache_names[] = {
@@ -320,6 +324,13 @@ int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkI
                                 : api_io_plain(node, op, offset, len, q, flags);
         blk_cor_unlock();
         return ret;
+    }
+    if (op == API_IO_READ && node->drv->is_protocol &&
+        (offset > node->size || len > node->size - offset)) { /* invariant 5 */
+        return blk_error(EIO,
+                         "Read at offset %" PRIu64 " of %" PRIu64
+                         " bytes is beyond the end of '%s'",
+                         offset, len, node->filename);
     }
     if (op == API_IO_FLUSH) {
         ret = api_quiesce(img); /* api.h invariant 2 */

@@ -8,6 +8,11 @@
 #    clusters, also through aio_read and -i io_uring; the same allocation
 #    (map --output=json), contents and check as after qemu-io -C; -C with
 #    -r refused (QEMU 197);
+#  - driver=copy-on-read (QEMU's filter: its child's options, a child
+#    without a driver is the file itself), -r refused (QEMU 215);
+#  - driver=file, host_device, host_cdrom as the image: QEMU's checks of
+#    the kind of file and their words (QEMU 226); a read past the end of
+#    such an image fails (EIO) as in QEMU;
 #  - bitmap --merge from an overlay (-b) into its own backing file: no
 #    lock conflict, the bits qemu-img merges (qemu-img-bitmaps).
 . "$(dirname "$0")/../common.sh"
@@ -50,6 +55,44 @@ assert_rc "-C: contents" 0 "$QEMU_IMG" compare -f qcow2 -F qcow2 q/w.qcow2 m/w.q
 assert_rc "-C: check" 0 "$QEMU_IMG" check -q m/w.qcow2
 assert_eq "-C: io_uring" "$(cor m "$QIMG" io -i io_uring)" "$(cor q "$QEMU_IO")"
 same_as_qemu_io "-C -r" -f qcow2 -C -r -c 'read 0 64k' m/w.qcow2
+
+# ---- driver=copy-on-read (215) ----
+# corf DIR OPEN-ARGS: a fresh 2-layer chain in DIR, read through the filter
+corf() {
+    local d=$1
+    shift
+    mkdir -p "$d" && cd "$d" || exit 1
+    rm -f b.qcow2 w.qcow2
+    "$QEMU_IMG" create -q -f qcow2 b.qcow2 16M
+    "$QEMU_IO" -c 'write -P 5 0 3M' b.qcow2 >/dev/null
+    "$QEMU_IMG" create -q -f qcow2 -F qcow2 -b b.qcow2 w.qcow2
+    "$@" -c 'read -P 5 100k 1M' -c 'read -P 0 8M 4k' >io.out 2>&1
+    "$QEMU_IMG" map --output=json -f qcow2 w.qcow2 | sed 's/"offset": [0-9]*/"offset": X/'
+    cd ..
+}
+for o in "open -o driver=copy-on-read,file.driver=qcow2 w.qcow2" \
+    "open -o driver=copy-on-read w.qcow2" "open -r -o driver=copy-on-read,file.driver=qcow2 w.qcow2" \
+    "open -o driver=copy-on-read,file.driver=qcow2,file.file.filename=w.qcow2"; do
+    assert_eq "$o: allocation" "$(corf q "$QEMU_IO" -c "$o")" "$(corf m "$QIMG" io -c "$o")"
+    assert_eq "$o: output" "$(io_filter <q/io.out)" "$(io_filter <m/io.out)"
+done
+assert_eq "json: copy-on-read" \
+    "$(corf q "$QEMU_IO" "json:{'driver':'copy-on-read','file':{'driver':'qcow2','file':{'filename':'w.qcow2'}}}")" \
+    "$(corf m "$QIMG" io "json:{'driver':'copy-on-read','file':{'driver':'qcow2','file':{'filename':'w.qcow2'}}}")"
+
+# ---- driver=file, host_device, host_cdrom (226) ----
+mkdir -p dir
+"$QEMU_IMG" create -q -f qcow2 f.qcow2 1M
+for p in file host_device host_cdrom; do
+    for o in "-r -o driver=$p,filename=dir" "-r -o driver=$p,filename=/dev/null,locking=off" \
+        "-o driver=$p,filename=dir" "-o driver=$p,filename=/dev/null,locking=off" \
+        "-o driver=$p,filename=f.qcow2"; do
+        # (QEMU's host_cdrom fails reads without a medium: not read here)
+        r=(-c 'read -v 0 8')
+        [ $p = host_cdrom ] && r=()
+        same_as_qemu_io "open $o" -c "open $o" "${r[@]}"
+    done
+done
 
 # ---- bitmap --merge from an overlay into its backing file (qemu-img-bitmaps) ----
 "$QEMU_IMG" create -q -f qcow2 bb.qcow2 10M
