@@ -13,6 +13,8 @@
 #  - driver=file, host_device, host_cdrom as the image: QEMU's checks of
 #    the kind of file and their words (QEMU 226); a read past the end of
 #    such an image fails (EIO) as in QEMU;
+#  - convert -O qcow2 into an NBD export (QEMU 302): the export is the
+#    image's file, as qemu-img's "simple" create takes it;
 #  - bitmap --merge from an overlay (-b) into its own backing file: no
 #    lock conflict, the bits qemu-img merges (qemu-img-bitmaps).
 . "$(dirname "$0")/../common.sh"
@@ -93,6 +95,27 @@ for p in file host_device host_cdrom; do
         same_as_qemu_io "open $o" -c "open $o" "${r[@]}"
     done
 done
+
+# ---- convert into an NBD export (302) ----
+"$QEMU_IMG" create -q -f qcow2 cs.qcow2 64M
+"$QEMU_IO" -c 'write -P 3 0 100k' -c 'write -P 4 10M 64k' cs.qcow2 >/dev/null
+truncate -s 2M eq.raw em.raw
+qemu-nbd -t -k "$PWD/eq.sock" -f raw eq.raw &
+qpid=$!
+qemu-nbd -t -k "$PWD/em.sock" -f raw em.raw &
+mpid=$!
+trap 'kill $qpid $mpid 2>/dev/null; _cleanup' EXIT
+wait_sock eq.sock && wait_sock em.sock
+"$QEMU_IMG" convert -f qcow2 -O qcow2 -c cs.qcow2 "nbd+unix:///?socket=$PWD/eq.sock"
+assert_rc "convert into an export" 0 \
+    "$QIMG" convert -f qcow2 -O qcow2 -c cs.qcow2 "nbd+unix:///?socket=$PWD/em.sock"
+assert_eq "convert into an export: check" \
+    "$("$QEMU_IMG" check -f qcow2 "nbd+unix:///?socket=$PWD/eq.sock" 2>&1)" \
+    "$("$QEMU_IMG" check -f qcow2 "nbd+unix:///?socket=$PWD/em.sock" 2>&1)"
+assert_rc "convert into an export: contents" 0 \
+    "$QEMU_IMG" compare -F qcow2 cs.qcow2 "nbd+unix:///?socket=$PWD/em.sock"
+kill $qpid $mpid
+wait $qpid $mpid 2>/dev/null
 
 # ---- bitmap --merge from an overlay into its backing file (qemu-img-bitmaps) ----
 "$QEMU_IMG" create -q -f qcow2 bb.qcow2 10M
