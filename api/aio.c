@@ -385,6 +385,7 @@ static bool try_uring(ApiAio *a, ApiAioReq *r)
     int ret;
 
     if (!a->uring || (r->op != API_IO_READ && !write) || !node->drv->direct_begin ||
+        node->opts.copy_on_read || /* image.c invariant 4: api_io() */
         __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
         return false;
     }
@@ -450,6 +451,7 @@ static bool try_node_aio(ApiAio *a, ApiAioReq *r)
     uint64_t end;
 
     if ((r->op != API_IO_READ && !write) || !proto || !proto->drv->aio_rw ||
+        node->opts.copy_on_read || /* image.c invariant 4: api_io() */
         __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
         return false;
     }

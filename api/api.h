@@ -192,6 +192,21 @@ gboolean api_node_name_ok(const char *name, GError **error);
  * 1 handled (onto *o), 0 not a runtime option, -1 refused (error set). */
 int api_runtime_option(const char *driver, const char *key, const char *value,
                        BlkOpenOptions *o, GError **error);
+/* QEMU's copy-on-read filter (driver=copy-on-read): the options of its
+ * child node, "file.K" as "K", with the filter's generic options where the
+ * child has none of its own (open-opts.c invariant 2); NULL with the
+ * error set for an option of the filter qimg does not have. */
+GHashTable *api_cor_filter_child(GHashTable *flat, GError **error);
+/* driver=file, host_device or host_cdrom as the image itself (open-opts.c
+ * invariant 3): TRUE for those names. */
+gboolean api_file_driver_top(const char *driver);
+/* Their options as a format over the file protocol takes them: filename
+ * and the protocol's options as file.*, the node's generic ones as they are. */
+GHashTable *api_file_driver_child(GHashTable *flat);
+/* The kind of file each of them needs, with QEMU's messages, for the open
+ * of path (read-only or not) that follows. */
+gboolean api_file_driver_check(const char *driver, const char *path, bool read_only,
+                               GError **error);
 /* A probed format's options (BlkOpenOptions.format_opts) onto *o, or
  * QEMU's "Block format 'F' does not support the option 'K'". */
 gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **error);

@@ -59,6 +59,7 @@ void api_open_options(const QimgOpenOptions *in, BlkOpenOptions *out)
     out->no_io = in->no_io;
     out->no_data_files = in->no_data_files;
     out->trust_names = in->trust_names;
+    out->copy_on_read = in->copy_on_read;
     out->resize = in->resize;
     out->deny_write = in->deny_write;
     out->backing_share_write = in->backing_shared_write;

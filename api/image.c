@@ -13,10 +13,17 @@
  *     metadata it changed is durable too (the protocol node alone is O_DSYNC).
  *  3. qimg_image_close() flushes a writable image (writeback must still
  *     flush at close) and reports a failed flush.
+ *  4. An image opened with copy_on_read is writable (the open refuses a
+ *     read-only one, as QEMU does); its reads copy (block/cor.c), and its
+ *     reads and writes are serialized (cor.c invariant 4).
+ *  5. A read past the end of an image that is a protocol node (driver
+ *     file, a host device) fails with EIO, as QEMU's block backend refuses
+ *     it; the node itself would read zeros there (block.h invariant 3).
  */
 #include "api/api.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 static const char *const cache_names[] = {
@@ -121,6 +128,15 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                 g_str_has_prefix(filename, "json:") &&
                 !api_json_name(filename, &o, &path, &layers, error))) {
         g_prefix_error(error, "Could not open '%s': ", filename);
+        api_open_layers_clear(&layers);
+        return NULL;
+    }
+    if (o.copy_on_read && (o.read_only || o.snapshot)) { /* invariant 4 */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': Can't use copy-on-read on read-only device",
+                    filename && *filename ? filename
+                    : path                ? path
+                                          : "");
         api_open_layers_clear(&layers);
         return NULL;
     }
@@ -272,6 +288,22 @@ static int after_write(BlkNode *node, int ret)
     return ret;
 }
 
+/* A request of api_io() other than a flush (invariant 2 included). */
+static int api_io_plain(BlkNode *node, ApiIoOp op, uint64_t offset, uint64_t len,
+                        const BlkIOV *q, unsigned flags)
+{
+    switch (op) {
+    case API_IO_WRITE:
+        return after_write(node, blk_pwritev(node, offset, q, flags));
+    case API_IO_ZERO:
+        return after_write(node, blk_pwrite_zeroes(node, offset, len, flags));
+    case API_IO_DISCARD:
+        return after_write(node, blk_pdiscard(node, offset, len));
+    default:
+        return blk_preadv(node, offset, q, 0);
+    }
+}
+
 static const char *const io_what[] = {
     [API_IO_READ] = "Could not read",
     [API_IO_WRITE] = "Could not write",
@@ -286,20 +318,25 @@ int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkI
     BlkNode *node = img->node;
     int ret;
 
-    switch (op) {
-    case API_IO_READ:
-        return blk_preadv(node, offset, q, 0);
-    case API_IO_WRITE:
-        return after_write(node, blk_pwritev(node, offset, q, flags));
-    case API_IO_ZERO:
-        return after_write(node, blk_pwrite_zeroes(node, offset, len, flags));
-    case API_IO_DISCARD:
-        return after_write(node, blk_pdiscard(node, offset, len));
-    case API_IO_FLUSH:
+    if (node->opts.copy_on_read && op != API_IO_FLUSH) { /* invariant 4 */
+        blk_cor_lock();
+        ret = op == API_IO_READ ? blk_cor_preadv(node, offset, q)
+                                : api_io_plain(node, op, offset, len, q, flags);
+        blk_cor_unlock();
+        return ret;
+    }
+    if (op == API_IO_READ && node->drv->is_protocol &&
+        (offset > node->size || len > node->size - offset)) { /* invariant 5 */
+        return blk_error(EIO,
+                         "Read at offset %" PRIu64 " of %" PRIu64
+                         " bytes is beyond the end of '%s'",
+                         offset, len, node->filename);
+    }
+    if (op == API_IO_FLUSH) {
         ret = api_quiesce(img); /* api.h invariant 2 */
         return ret < 0 ? ret : blk_flush(node);
     }
-    g_assert_not_reached();
+    return api_io_plain(node, op, offset, len, q, flags);
 }
 
 void api_io_error(QimgImage *img, ApiIoOp op, int ret, GError **error)

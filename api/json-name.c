@@ -585,6 +585,30 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         ((driver && strcmp(driver, "rbd") == 0) || (fdrv && strcmp(fdrv, "rbd") == 0))) {
         return apply_rbd(flat, o, path, layers, error); /* invariant 11 */
     }
+    if (!from_image && api_file_driver_top(driver)) { /* open-opts.c inv. 3 */
+        g_autoptr(GHashTable) child = api_file_driver_child(flat);
+        if (!apply(child, o, path, how, error) ||
+            !api_file_driver_check(driver, *path, o->read_only, error)) {
+            return FALSE;
+        }
+        o->format = "file";
+        return TRUE;
+    }
+    if (!from_image && driver && strcmp(driver, "copy-on-read") == 0) {
+        g_autoptr(GHashTable) child = api_cor_filter_child(flat, error);
+        if (o->format && strcmp(o->format, "copy-on-read") == 0) {
+            o->format = NULL; /* the child's driver, or probed */
+        }
+        if (!child || !apply(child, o, path, how, error)) { /* open-opts.c inv. 2 */
+            return FALSE;
+        }
+        if (o->read_only) { /* QEMU's filter needs a writable child */
+            g_set_error(error, QIMG_ERROR, EACCES, "Block node is read-only");
+            return FALSE;
+        }
+        o->copy_on_read = true;
+        return TRUE;
+    }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
     /* invariant 12: the null node is the image */
     bool null_top = !from_image && driver &&

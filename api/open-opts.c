@@ -39,12 +39,26 @@
  *     detect-zeroes=off are what qimg does; the rest QEMU has (overlap
  *     checks, discard passing, cache cleaning, auto-read-only=on,
  *     discard=ignore, detect-zeroes=on) is refused.
+ *  2. driver=copy-on-read is QEMU's filter over one child ("file"): the
+ *     child's options become the image's and the image is opened with
+ *     copy-on-read (api/image.c invariant 4, block/cor.c); the filter's
+ *     generic options go to the image unless its own set them, and its
+ *     "bottom" (a copy that stops at a node of the chain) is refused; a
+ *     child without a driver is the file protocol (invariant 3), as in
+ *     QEMU, where a filter's child is never probed.
+ *  3. driver=file, host_device or host_cdrom names the file protocol as
+ *     the image (qimg's format "file"); as QEMU's open, which checks the
+ *     kind of file after open(2): "'file' driver requires 'F' to be a
+ *     regular file", "'host_device' driver requires 'F' to be either a
+ *     character or block device" -- except for a directory opened
+ *     read-write, whose open fails first ("Is a directory").
  */
 #include "api/api.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error)
 {
@@ -370,6 +384,98 @@ gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **erro
                         (const char *)l->data);
             return FALSE;
         }
+    }
+    return TRUE;
+}
+
+GHashTable *api_cor_filter_child(GHashTable *flat, GError **error)
+{
+    GHashTable *child = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    GHashTableIter it;
+    gpointer k, v;
+
+    g_hash_table_iter_init(&it, flat); /* invariant 2: the child's first */
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        if (g_str_has_prefix(k, "file.")) {
+            g_hash_table_insert(child, g_strdup((char *)k + strlen("file.")),
+                                g_strdup(v));
+        }
+    }
+    g_hash_table_iter_init(&it, flat);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        const char *key = k;
+        if (g_str_has_prefix(key, "file.") || strcmp(key, "driver") == 0) {
+            continue;
+        }
+        if (strcmp(key, "bottom") == 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "The copy-on-read option 'bottom' is not supported by qimg");
+            g_hash_table_destroy(child);
+            return NULL;
+        }
+        if (!g_hash_table_contains(child, key)) {
+            g_hash_table_insert(child, g_strdup(key), g_strdup(v));
+        }
+    }
+    if (!g_hash_table_contains(child, "driver")) {
+        g_hash_table_insert(child, g_strdup("driver"), g_strdup("file"));
+    }
+    return child;
+}
+
+gboolean api_file_driver_top(const char *driver)
+{
+    return driver && (strcmp(driver, "file") == 0 || strcmp(driver, "host_device") == 0 ||
+                      strcmp(driver, "host_cdrom") == 0);
+}
+
+/* The options of any node, not of its driver (invariant 3). */
+static const char *const node_options[] = {
+    "read-only",    "auto-read-only", "force-share", "node-name",
+    "cache.direct", "cache.no-flush", "discard",     "detect-zeroes",
+};
+
+GHashTable *api_file_driver_child(GHashTable *flat)
+{
+    GHashTable *child = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    GHashTableIter it;
+    gpointer k, v;
+
+    g_hash_table_iter_init(&it, flat);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        const char *key = k;
+        bool generic = strcmp(key, "file.filename") == 0; /* a name given beside */
+        for (size_t i = 0; i < G_N_ELEMENTS(node_options); i++) {
+            generic = generic || strcmp(key, node_options[i]) == 0;
+        }
+        if (strcmp(key, "driver") != 0) {
+            g_hash_table_insert(child,
+                                generic ? g_strdup(key) : g_strconcat("file.", key, NULL),
+                                g_strdup(v));
+        }
+    }
+    return child;
+}
+
+gboolean api_file_driver_check(const char *driver, const char *path, bool read_only,
+                               GError **error)
+{
+    struct stat st;
+    bool regular = strcmp(driver, "file") == 0;
+
+    if (!path || stat(path, &st) < 0 || (S_ISDIR(st.st_mode) && !read_only)) {
+        return TRUE; /* the open says why */
+    }
+    if (regular && !S_ISREG(st.st_mode)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "'file' driver requires '%s' to be a regular file", path);
+        return FALSE;
+    }
+    if (!regular && !S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "'%s' driver requires '%s' to be either a character or block device",
+                    driver, path);
+        return FALSE;
     }
     return TRUE;
 }

@@ -109,7 +109,8 @@ static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOption
     bo.format = opts->backing_opts && opts->backing_opts->format
                     ? opts->backing_opts->format
                     : img->backing_format;
-    bo.read_only = true; /* invariant 2 */
+    bo.read_only = true;     /* invariant 2 */
+    bo.copy_on_read = false; /* the top image's reads only */
     bo.resize = false;
     bo.snapshot = NULL;
     bo.check_mode = false;

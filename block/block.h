@@ -489,6 +489,14 @@ BlkNode *blk_open_new_image(const char *filename, int *ret);
 
 /* Reads past the end of a backing node return zeros: read [offset, +bytes)
  * of 'img' into qiov, zero-filling what lies beyond img->size. */
+/* Copy-on-read (block/cor.c): read q at offset from the format node img,
+ * writing what img does not hold itself into it (cor.c invariants 1-3);
+ * 0 or -errno with a message. */
+int blk_cor_preadv(BlkNode *img, uint64_t offset, const BlkIOV *q);
+/* Serializes copy-on-read reads with the writes of copy-on-read images
+ * (cor.c invariant 4). */
+void blk_cor_lock(void);
+void blk_cor_unlock(void);
 int blk_preadv_padded(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
 
 /* ---- order.c: allocations in ticket order across threads ---- */

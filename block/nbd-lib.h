@@ -45,12 +45,14 @@
     X(nbd_can_multi_conn)                                                                \
     X(nbd_can_trim)                                                                      \
     X(nbd_can_zero)                                                                      \
+    X(nbd_clear_debug_callback)                                                          \
     X(nbd_close)                                                                         \
     X(nbd_connect_tcp)                                                                   \
     X(nbd_connect_unix)                                                                  \
     X(nbd_connect_uri)                                                                   \
     X(nbd_create)                                                                        \
     X(nbd_get_block_size)                                                                \
+    X(nbd_get_debug)                                                                     \
     X(nbd_get_errno)                                                                     \
     X(nbd_get_error)                                                                     \
     X(nbd_get_export_name)                                                               \
@@ -58,6 +60,8 @@
     X(nbd_get_uri)                                                                       \
     X(nbd_is_read_only)                                                                  \
     X(nbd_poll)                                                                          \
+    X(nbd_set_debug)                                                                     \
+    X(nbd_set_debug_callback)                                                            \
     X(nbd_set_export_name)                                                               \
     X(nbd_shutdown)
 

@@ -42,6 +42,9 @@
  *     its values are read as base:allocation's flags, as QEMU's client
  *     reads them, and a server without it fails the open ("Could not
  *     open image: Invalid argument", QEMU's words).
+ *  6. A server's refusal of the export (NBD_REP_ERR_UNKNOWN) is reported
+ *     in QEMU's words, "Requested export not available", with the text
+ *     the server sent under it ("server reported: ...").
  */
 #include "block/block.h"
 #include "block/nbd-lib.h"
@@ -50,6 +53,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,14 +378,36 @@ static int await_ready(struct nbd_handle *h, int64_t deadline)
     return 0;
 }
 
+#define NBD_SERVER_MSG "server error message: "
+
+/* libnbd passes the text of a server's option error only to its debug
+ * messages (invariant 6): keeps the first, forwards all of them to stderr
+ * when LIBNBD_DEBUG asked for them. */
+static int note_server_msg(void *user, const char *context, const char *msg)
+{
+    char **out = user;
+    const char *p = strstr(msg, NBD_SERVER_MSG);
+
+    if (p && !*out) {
+        *out = g_strdup(p + strlen(NBD_SERVER_MSG));
+    }
+    if (g_getenv("LIBNBD_DEBUG")) {
+        fprintf(stderr, "libnbd: debug: %s: %s\n", context, msg);
+    }
+    return 0;
+}
+
 /* One connection with its handshake done.  @deadline 0 waits as long as
- * the connection takes (the first one); otherwise the handshake must end by
- * then (an extra one: invariant 1). */
+ * the connection takes (the first one, whose server error text goes to
+ * *@server_msg: invariant 6); otherwise the handshake must end by then (an
+ * extra one: invariant 1). */
 static struct nbd_handle *connect_one(const char *name, const char *context,
-                                      int *legacy_err, int64_t deadline)
+                                      int *legacy_err, int64_t deadline,
+                                      char **server_msg)
 {
     struct nbd_handle *h = NL.nbd_create();
     bool async = deadline != 0;
+    bool debug = false;
     int r;
 
     if (!h) {
@@ -391,10 +417,20 @@ static struct nbd_handle *connect_one(const char *name, const char *context,
         NL.nbd_close(h);
         return NULL;
     }
+    if (server_msg) {
+        nbd_debug_callback cb = {.callback = note_server_msg, .user_data = server_msg};
+        debug = NL.nbd_get_debug(h) == 1;
+        NL.nbd_set_debug_callback(h, cb);
+        NL.nbd_set_debug(h, true);
+    }
     if (g_str_has_prefix(name, "nbd:") && !g_str_has_prefix(name, "nbd://")) {
         r = connect_legacy(h, name, async);
     } else {
         r = async ? NL.nbd_aio_connect_uri(h, name) : NL.nbd_connect_uri(h, name);
+    }
+    if (server_msg) {
+        NL.nbd_set_debug(h, debug);
+        NL.nbd_clear_debug_callback(h);
     }
     *legacy_err = r == -2;
     if (r >= 0 && async) {
@@ -739,6 +775,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
     BlkNode *img;
     int legacy_err = 0;
     int64_t size, maxb, minb;
+    g_autofree char *server_msg = NULL;
 
     if (blk_nbd_lib_load() < 0) { /* nbd-lib.c invariant 2: before anything else */
         blk_error_prefix(-ENOTSUP, "Could not open '%s'", filename);
@@ -752,7 +789,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
         s->c[i].efd = -1;
         s->c[i].stop_flag = &s->stop;
     }
-    s->c[0].h = connect_one(filename, s->context, &legacy_err, 0);
+    s->c[0].h = connect_one(filename, s->context, &legacy_err, 0, &server_msg);
     img = g_new0(BlkNode, 1);
     img->drv = &blk_nbd_driver;
     img->opaque = s;
@@ -765,8 +802,15 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
                       filename);
         } else {
             int err = NL.nbd_get_errno() > 0 ? NL.nbd_get_errno() : EIO;
-            blk_error(err, "Could not open '%s': %s", filename,
-                      NL.nbd_get_error() ? NL.nbd_get_error() : g_strerror(err));
+            const char *why = NL.nbd_get_error() ? NL.nbd_get_error() : g_strerror(err);
+            if (err == ENOENT && (server_msg || strstr(why, "no export named"))) {
+                /* NBD_REP_ERR_UNKNOWN, in QEMU's words (invariant 6) */
+                blk_error(err, "Could not open '%s': Requested export not available%s%s",
+                          filename, server_msg ? "\nserver reported: " : "",
+                          server_msg ? server_msg : "");
+            } else {
+                blk_error(err, "Could not open '%s': %s", filename, why);
+            }
         }
         blk_close(img);
         return NULL;
@@ -812,7 +856,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
 
         while (s->nconns < NBD_CONNS) {
             struct nbd_handle *h =
-                connect_one(filename, s->context, &legacy_err, deadline);
+                connect_one(filename, s->context, &legacy_err, deadline, NULL);
             if (!h) {
                 break;
             }

@@ -30,6 +30,10 @@
  *     protocol does not have are refused as qemu-img refuses them
  *     ("Invalid parameter 'preallocation'" for RBD, 'cluster_size' for a
  *     file).
+ *  6. An NBD export is "created" as QEMU's bdrv_co_create_opts_simple
+ *     does it: the export must exist and be at least the size asked for
+ *     (NBD cannot grow one); its first 512 bytes are zeroed (no old header
+ *     left to probe).  Without preallocation only.
  */
 #include "block/block.h"
 #include "block/ova.h"
@@ -143,6 +147,35 @@ static int create_file(const char *filename, uint64_t size, BlkPrealloc prealloc
     return blk_file_create(filename, size, prealloc);
 }
 
+/* Invariant 6. */
+static int create_nbd(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                      uint64_t object_size)
+{
+    BlkOpenOptions o = {0}; /* read-write */
+    BlkNode *n;
+    int ret;
+
+    if (prealloc != BLK_PREALLOC_OFF || object_size) {
+        return blk_error(ENOTSUP, "Invalid parameter '%s'",
+                         object_size ? "cluster_size" : "preallocation");
+    }
+    n = blk_open_protocol(filename, &o, BLK_ROLE_PROTOCOL, BLK_OPEN_USER_NAME);
+    if (!n) {
+        return blk_error_prefix(-EINVAL, "Protocol driver 'nbd' does not support image "
+                                         "creation, and opening the image failed");
+    }
+    if (n->size < size) {
+        ret = blk_error(ENOTSUP, "Cannot grow NBD nodes");
+    } else {
+        ret = blk_pwrite_zeroes(n, 0, MIN(n->size, 512), BLK_REQ_MAY_UNMAP);
+        if (ret < 0) {
+            blk_error_prefix(ret, "Failed to clear the new image's first sector");
+        }
+    }
+    blk_close(n);
+    return ret;
+}
+
 static const char *const nbd_prefixes[] = {"nbd:", "nbd+", "nbds:", "nbds+", NULL};
 static const char *const rbd_prefixes[] = {"rbd:", NULL};
 static const char *const blkdebug_prefixes[] = {"blkdebug:", NULL};
@@ -152,7 +185,7 @@ static const char *const null_prefixes[] = {"null-co:", "null-aio:", NULL};
 
 /* Invariant 1: in match order; the file protocol last. */
 static const BlkProtocol protocols[] = {
-    {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd},
+    {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd, .create = create_nbd},
     {.name = "rbd", .prefixes = rbd_prefixes, .open = open_rbd, .create = create_rbd},
     {.name = "ova", .prefixes = ova_prefixes, .open = open_ova},
     {.name = "null-co", .prefixes = null_prefixes, .open = open_null},

@@ -51,6 +51,7 @@ typedef struct BlkOpenOptions {
     bool share_write;             /* let another writer in (a commit's base) */
     bool backing_share_write;     /* share_write for the backing chain */
     bool check_mode;              /* corrupt images open read-write (check -r) */
+    bool copy_on_read;            /* reads copy into the top image (block/cor.c) */
     const char *snapshot;         /* read-only view of this snapshot */
     /* The encrypt.key-secret (qcow2) or key-secret (luks) from a
      * json:/--image-opts name (interned), and the caller's secrets (open

@@ -20,6 +20,9 @@
  *     qemu-img's plain "Could not open ..." and stops).  A source format
  *     without bitmaps has none ("Dirty bitmap 'SOURCE' not found"); any
  *     granularities mix (a source bit sets every target bit it overlaps).
+ *  4. Neither the image nor the source file opens its backing chain
+ *     (bitmaps are per layer): a bitmap of an overlay merges into its own
+ *     backing file, which the image is then, without a lock conflict.
  */
 #include "qimg-tool.h"
 
@@ -65,6 +68,7 @@ static bool merge(QimgImage *img, const char *name, const char *src, const char 
         tool_open_secrets(&so);
         so.format = src_fmt;
         so.read_only = true;
+        so.no_backing = true; /* fact 4 */
         from = tool_open_image(src_file, &so);
         if (!from) {
             return false;
@@ -184,6 +188,7 @@ int cmd_bitmap(int argc, char **argv)
 
     /* fact 2 */
     oo.cache = QIMG_CACHE_WRITEBACK;
+    oo.no_backing = true; /* fact 4 */
     img = tool_open_image(filename, &oo);
     if (!img) {
         return 1;

@@ -52,7 +52,7 @@
  *     still says it failed.
  *
  * What qimg cannot honour is refused with a message saying so, never
- * accepted and ignored: copy-on-read (-C), native AIO (-k, -i native),
+ * accepted and ignored: native AIO (-k, -i native),
  * discard=ignore (qimg always passes discards to the file), the -o options
  * api/open-opts.c refuses, O_DIRECT without flushes, reopening a -s
  * overlay, -s over a test node or with -o options.
@@ -259,8 +259,8 @@ int io_parse_open_flag(int c, const char *arg, QimgOpenOptions *oo)
         }
         return -EINVAL;
     case 'C':
-        tool_error("copy-on-read (-C) is not supported by qimg");
-        return -EINVAL;
+        oo->copy_on_read = true; /* api/image.c invariant 4 */
+        return 0;
     case 'k':
         tool_error("aio=native (-k) is not supported by qimg: use -i threads or "
                    "-i io_uring");

@@ -146,6 +146,11 @@ typedef struct QimgOpenOptions {
      * folder or names something other than a regular file is refused before
      * anything is opened (CVE-2022-47951) */
     bool trust_names;
+    /* 0.10: copy-on-read (qemu-io -C): what a read finds in the backing
+     * chain, or zeros the image does not hold itself, is written into the
+     * image, whole clusters at a time, as QEMU does; refused with a
+     * read-only open ("Can't use copy-on-read on read-only device") */
+    bool copy_on_read;
 } QimgOpenOptions;
 
 #define QIMG_OPEN_OPTIONS_INIT                                                           \
