@@ -24,10 +24,12 @@
  *     entry, invariant 9).  Such a request changes X's mapping at most
  *     once, before it learns; requests that change a mapping after writing
  *     (zeroing's partial subclusters, compressed writes, the vmstate) learn
- *     nothing.  The one other learner is a direct request's prime
- *     (read.c prime_locked): under the metadata lock, from a cached L2
- *     table, only while no write registration covers X, so X's mapping
- *     stays as read until a registration forgets it (invariant 2).  A
+ *     nothing.  The other learners are a direct request's prime, a slow
+ *     read's read-ahead and block status (read.c prime_locked,
+ *     learn_ahead_locked, learn_status_locked): under the metadata lock,
+ *     from a cached L2 table (or one the lookup under the same hold of the
+ *     lock just read), only while no write registration covers X, so X's
+ *     mapping stays as read until a registration forgets it (invariant 2).  A
  *     learn never replaces a slot that is held or being forgotten.
  *  2. Before X's mapping changes, the request that changes it forgets X:
  *     every registration of a write range (qcow2_inflight_begin_locked)

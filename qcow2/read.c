@@ -29,7 +29,9 @@
  *     An encrypted image reports no host offsets (OFFSET_VALID never) and
  *     asks the file nothing: its bytes there are ciphertext (QEMU's rule).
  *     Nor does an image whose data file a metadata-only open left closed
- *     (qcow2.c invariant 11).
+ *     (qcow2.c invariant 11).  The extent looked up is learnt for fast
+ *     reads (learn_status_locked, fastmap.c invariant 1); the answer does
+ *     not depend on it.
  *  6. On a writable image a read registers its range in the in-flight list
  *     (write.c invariant 6), so no cluster it reads is replaced or freed by
  *     a concurrent write, zero or discard until its data has been read.
@@ -450,6 +452,32 @@ void qcow2_direct_end(BlkNode *img, BlkDirect *d)
     qcow2_fastmap_end(s->fastmap, &ref);
 }
 
+/* Clusters one block status answer learns at most (below). */
+#define LEARN_STATUS_MAX 1024u
+
+/*
+ * fastmap.c invariant 1, block status: the clusters of the extent just
+ * looked up (its first LEARN_STATUS_MAX), under the metadata lock held
+ * since the lookup, are learnt as learn_ahead_locked learns them (only
+ * while no write registration covers them), so the reads a client such as
+ * nbdcopy sends for what block status reported take the fast path.
+ */
+static void learn_status_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m)
+{
+    uint64_t cs = s->cluster_size;
+    Qcow2Mapping part = *m;
+
+    if (qcow2_has_data_file(s)) {
+        return;
+    }
+    part.bytes =
+        MIN(part.bytes, LEARN_STATUS_MAX * cs - qcow2_offset_into_cluster(s, pos));
+    if (qcow2_inflight_conflicts_locked(s, pos, part.bytes, false)) {
+        return;
+    }
+    learn_read_locked(s, pos, &part);
+}
+
 /* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data
  * extent that is a hole in the file reads as zeros. */
 static void recurse_into_file(BlkStatus *st)
@@ -495,6 +523,9 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
         s->prealloc_checked = true;
     }
     ret = qcow2_get_host_offset_locked(s, offset, bytes, &m);
+    if (ret == 0) {
+        learn_status_locked(s, offset, &m);
+    }
     qcow2_unlock(s);
     if (ret < 0) {
         return ret;

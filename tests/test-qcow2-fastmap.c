@@ -249,9 +249,10 @@ static void test_image_snapshot_copies(void **state)
     tu_run("qemu-io -f raw -c 'read -P 4 0 4k' '%s.s1' >/dev/null", p);
 }
 
-/* Read PATH's [0, len) through img twice (the second time from the map)
- * and compare both with qemu-img's raw conversion of it. */
-static void reads_as_qemu(BlkNode *img, const char *path, uint64_t len, bool fast)
+/* Read PATH's [0, len) through img twice and compare both with qemu-img's
+ * raw conversion of it; the passes from 'fast' on (0, 1; 2: none) must be
+ * served from the map alone. */
+static void reads_as_qemu(BlkNode *img, const char *path, uint64_t len, int fast)
 {
     g_autofree char *raw = g_strdup_printf("%s.raw", path);
     g_autofree uint8_t *want = NULL;
@@ -273,7 +274,7 @@ static void reads_as_qemu(BlkNode *img, const char *path, uint64_t len, bool fas
         }
         qcow2_fastmap_stats(s->fastmap, &b);
         assert_memory_equal(got, want, len);
-        if (pass == 1 && fast) { /* every request from the map, zeros included */
+        if (pass >= fast) { /* every request from the map, zeros included */
             assert_int_equal(b.misses, a.misses);
             assert_int_equal(b.hits - a.hits, (len + 4 * CS - 1) / (4 * CS));
         }
@@ -295,13 +296,13 @@ static void test_image_zero_reads(void **state)
         "-c 'write -P 9 512k 64k' -c 'write -z 512k 64k' '%s' >/dev/null",
         p);
     BlkNode *img = open_img(p, true);
-    reads_as_qemu(img, p, 2 << 20, true);
+    reads_as_qemu(img, p, 2 << 20, 1);
     memset(buf, 5, sizeof(buf));
     assert_int_equal(blk_pwrite(img, 128 * 1024 + 4096, buf, sizeof(buf), 0), 0);
     assert_int_equal(blk_pwrite(img, 192 * 1024, buf, sizeof(buf), 0), 0);
     assert_int_equal(blk_pwrite_zeroes(img, 320 * 1024, CS, 0), 0);
     assert_int_equal(blk_pdiscard(img, 0, CS), 0);
-    reads_as_qemu(img, p, 2 << 20, true); /* what the map held was forgotten */
+    reads_as_qemu(img, p, 2 << 20, 1); /* what the map held was forgotten */
     blk_close(img);
     tu_run("qemu-img check -q '%s'", p);
 }
@@ -321,14 +322,35 @@ static void test_image_backing_not_zero(void **state)
     tu_run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 1M", b, p);
     tu_run("qemu-io -c 'write -P 4 64k 64k' -c 'write -z 256k 64k' '%s' >/dev/null", p);
     BlkNode *img = open_img(p, true);
-    reads_as_qemu(img, p, 1 << 20, false);
+    reads_as_qemu(img, p, 1 << 20, 2);
     blk_close(img);
     tu_run("qemu-img create -q -f qcow2 -o extended_l2=on '%s' 1M", x);
     tu_run("qemu-io -c 'write -P 4 0 4k' -c 'write -z 64k 32k' -c 'write -P 6 128k 64k' "
            "-c 'write -z 132k 4k' '%s' >/dev/null",
            x);
     img = open_img(x, true);
-    reads_as_qemu(img, x, 1 << 20, false);
+    reads_as_qemu(img, x, 1 << 20, 2);
+    blk_close(img);
+}
+
+/* Invariant 1, read.c invariant 5: block status learns the clusters it
+ * reports (data and zeros), so the reads that follow it take the map. */
+static void test_image_status_learns(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("fastmap-status.qcow2");
+
+    tu_run("qemu-img create -q -f qcow2 '%s' 4M", p);
+    tu_run("qemu-io -c 'write -P 7 0 1M' -c 'write -z 1M 512k' -c 'write -P 8 2M 192k' "
+           "'%s' >/dev/null",
+           p);
+    BlkNode *img = open_img(p, true);
+    for (uint64_t off = 0; off < (4 << 20);) {
+        BlkStatus st;
+        assert_int_equal(blk_block_status(img, off, (4 << 20) - off, &st), 0);
+        off += st.pnum;
+    }
+    reads_as_qemu(img, p, 4 << 20, 0);
     blk_close(img);
 }
 
@@ -343,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_zero_entries),
         cmocka_unit_test(test_image_zero_reads),
         cmocka_unit_test(test_image_backing_not_zero),
+        cmocka_unit_test(test_image_status_learns),
     };
     return tu_run_group_tests("test-qcow2-fastmap", tests);
 }
