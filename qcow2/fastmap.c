@@ -5,10 +5,10 @@
  * the slow path (read.c, write.c) under the metadata lock and read by
  * requests without it: a read of allocated clusters and a rewrite of
  * allocated, COPIED clusters find their host offsets here and go straight
- * to the file.  Everything else (allocation, COW, zero, discard,
- * compressed, backing, FUA, a request touching any cluster the map does
- * not hold) takes the slow path, which keeps the ordering rules of write.c
- * and meta.c.
+ * to the file; a read also finds here the clusters that read as zeros (invariant 9).
+ * Everything else (allocation, COW, writing zeros, discard, compressed, backing, FUA, a
+ * request touching any cluster the map does not hold) takes the slow path, which keeps
+ * the ordering rules of write.c and meta.c.
  *
  * Each entry lives in a set of FM_WAYS slots; sets are guarded by striped
  * mutexes (a stripe covers many sets), and each slot counts the fast
@@ -20,13 +20,16 @@
  *     in the in-flight list (write.c invariant 6), from X's L2 entry as it
  *     is then: a NORMAL cluster (read entry), or a COPIED cluster written in
  *     place or just linked (writable entry; with extended L2 only when every
- *     subcluster is allocated).  Such a request changes X's mapping at most
+ *     subcluster is allocated), or a cluster that reads as zeros (zero
+ *     entry, invariant 9).  Such a request changes X's mapping at most
  *     once, before it learns; requests that change a mapping after writing
  *     (zeroing's partial subclusters, compressed writes, the vmstate) learn
- *     nothing.  The one other learner is a direct request's prime
- *     (read.c prime_locked): under the metadata lock, from a cached L2
- *     table, only while no write registration covers X, so X's mapping
- *     stays as read until a registration forgets it (invariant 2).  A
+ *     nothing.  The other learners are a direct request's prime, a slow
+ *     read's read-ahead and block status (read.c prime_locked,
+ *     learn_ahead_locked, learn_status_locked): under the metadata lock,
+ *     from a cached L2 table (or one the lookup under the same hold of the
+ *     lock just read), only while no write registration covers X, so X's
+ *     mapping stays as read until a registration forgets it (invariant 2).  A
  *     learn never replaces a slot that is held or being forgotten.
  *  2. Before X's mapping changes, the request that changes it forgets X:
  *     every registration of a write range (qcow2_inflight_begin_locked)
@@ -56,7 +59,8 @@
  *     qcow2_fastmap_new and its size is bounded (FM_MAX_SETS sets).
  *  7. What a hold means (invariants 1 and 2 together): from
  *     qcow2_fastmap_begin() to qcow2_fastmap_end(), guest cluster X's L2
- *     entry maps the request's bytes to ref->host, allocated (NORMAL); no
+ *     entry maps the request's bytes to ref->host, allocated (NORMAL) --
+ *     or, for a zero entry, keeps X reading as zeros (invariant 9); no
  *     request changes that before the hold ends, and the host cluster is
  *     neither freed nor reused.  Debug builds check it against the L2
  *     entry where a ring request is issued (read.c check_direct_hold), the
@@ -70,14 +74,27 @@
  *     cluster it touches, each by invariant 7, or none: the first cluster
  *     whose entry is missing, dying (being forgotten), or not writable in
  *     the current generation for a write, makes it give back the holds it
- *     took and take the slow path -- so an unallocated, zero, compressed
- *     or COW-needing cluster anywhere in the request sends the whole
- *     request there, as before.  It assumes nothing across clusters: each
- *     cluster's bytes move at that cluster's own host offset (runs of
- *     host-contiguous clusters merged into one data request), and the
+ *     took and take the slow path -- so a cluster read through the backing
+ *     node, a compressed or COW-needing cluster (or for a write, one that
+ *     is unallocated or zero) anywhere in the request sends the whole
+ *     request there.  It assumes nothing across clusters: each cluster's
+ *     bytes move at that cluster's own host offset (runs of host-contiguous
+ *     clusters merged into one data request; runs of zero entries filled
+ *     with zeros), and the
  *     clusters may have been learnt at different times.  Taking the holds
  *     never waits (a forgetter waits for holders, a holder never for a
  *     forgetter), so invariant 5 still rules out deadlock.
+ *  9. A zero entry says that guest cluster X reads as zeros without any
+ *     file being read: X's L2 entry is a zero cluster (plain or allocated),
+ *     or unallocated in an image without a backing node (a node's backing
+ *     never changes while it is open), and the learning request saw that
+ *     for the whole cluster (with extended L2, every subcluster).  It is
+ *     learnt and forgotten as a read entry is (invariants 1, 2), so while it
+ *     is held X keeps reading as zeros.  It serves only reads
+ *     (qcow2_fastmap_begin_span, write false), which fill its part with
+ *     zeros as the slow path would (read.c invariants 3, 7); it is never
+ *     writable, and qcow2_fastmap_begin (the ring's direct requests, which
+ *     move data to or from a host cluster) never holds one.
  */
 #include "qcow2/fastmap.h"
 
@@ -89,7 +106,9 @@
 #define FM_MAX_SETS (UINT64_C(1) << 15) /* 128 Ki slots, 3 MiB */
 #define FM_MIN_SETS 16u
 
-enum { FM_WRITABLE = 1u, FM_DEAD = 2u, FM_FLAGS = 3u };
+/* Flags in the low bits of a slot's host offset (clusters are >= 512 bytes):
+ * FM_ZERO marks a zero entry (invariant 9), whose offset is 0. */
+enum { FM_WRITABLE = 1u, FM_DEAD = 2u, FM_ZERO = 4u, FM_FLAGS = 7u };
 
 typedef struct FmSlot {
     uint64_t key;   /* guest cluster index + 1; 0: empty */
@@ -173,8 +192,9 @@ static FmSlot *find(Qcow2FastMap *fm, uint64_t set, uint64_t key)
     return NULL;
 }
 
-/* Hold guest cluster idx's entry (invariants 2, 7); offset 'in' into it. */
-static bool hold(Qcow2FastMap *fm, uint64_t idx, uint64_t in, bool write,
+/* Hold guest cluster idx's entry (invariants 2, 7); offset 'in' into it.
+ * A zero entry only if 'zero_ok' (invariant 9). */
+static bool hold(Qcow2FastMap *fm, uint64_t idx, uint64_t in, bool write, bool zero_ok,
                  Qcow2FastRef *ref)
 {
     uint64_t set = set_of(fm, idx);
@@ -185,8 +205,8 @@ static bool hold(Qcow2FastMap *fm, uint64_t idx, uint64_t in, bool write,
     st = stripe_of(fm, set);
     pthread_mutex_lock(&st->lock);
     slot = find(fm, set, idx + 1);
-    ok = slot && !(slot->host & FM_DEAD);
-    if (ok && write) {
+    ok = slot && !(slot->host & FM_DEAD) && (zero_ok || !(slot->host & FM_ZERO));
+    if (ok && write) { /* a zero entry is never writable */
         ok = (slot->host & FM_WRITABLE) &&
              slot->gen == __atomic_load_n(&fm->meta_gen, __ATOMIC_ACQUIRE); /* inv 4 */
     }
@@ -194,7 +214,8 @@ static bool hold(Qcow2FastMap *fm, uint64_t idx, uint64_t in, bool write,
         slot->users++;
         ref->slot = slot;
         ref->stripe = (unsigned)(set % FM_STRIPES);
-        ref->host = (slot->host & ~(uint64_t)FM_FLAGS) + in;
+        ref->zero = (slot->host & FM_ZERO) != 0;
+        ref->host = ref->zero ? 0 : (slot->host & ~(uint64_t)FM_FLAGS) + in;
     }
     pthread_mutex_unlock(&st->lock);
     return ok;
@@ -213,7 +234,7 @@ bool qcow2_fastmap_begin(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes, bool
     if (write && !__atomic_load_n(&fm->writes_on, __ATOMIC_ACQUIRE)) {
         return false; /* invariant 3 */
     }
-    ok = hold(fm, offset >> fm->cluster_bits, in, write, ref);
+    ok = hold(fm, offset >> fm->cluster_bits, in, write, false, ref); /* invariant 9 */
     count(ok ? &fm->hits : &fm->misses);
     return ok;
 }
@@ -236,7 +257,7 @@ bool qcow2_fastmap_begin_span(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes,
         return false; /* invariant 3 */
     }
     for (uint64_t idx = first; idx <= last && ok; idx++) {
-        ok = hold(fm, idx, idx == first ? in : 0, write, &sp->ref[sp->n]);
+        ok = hold(fm, idx, idx == first ? in : 0, write, true, &sp->ref[sp->n]);
         sp->n += ok;
     }
     if (!ok) { /* invariant 8: give back what was held, take the slow path */
@@ -268,22 +289,23 @@ void qcow2_fastmap_end(Qcow2FastMap *fm, Qcow2FastRef *ref)
     ref->slot = NULL;
 }
 
-void qcow2_fastmap_learn_locked(Qcow2FastMap *fm, uint64_t guest, uint64_t host,
-                                bool writable, uint32_t gen)
+/* Store 'value' (a host cluster offset | FM_WRITABLE, or FM_ZERO) as guest
+ * cluster 'guest''s entry (invariant 1). */
+static void learn(Qcow2FastMap *fm, uint64_t guest, uint64_t value, uint32_t gen)
 {
     uint64_t idx = guest >> fm->cluster_bits, set = set_of(fm, idx);
+    uint64_t mapping = value & ~(uint64_t)FM_WRITABLE; /* offset | FM_ZERO */
     FmStripe *st = stripe_of(fm, set);
     FmSlot *w = &fm->slots[set * FM_WAYS], *slot;
 
-    g_assert((host & FM_FLAGS) == 0); /* cluster aligned (>= 512 bytes) */
     pthread_mutex_lock(&st->lock);
     slot = find(fm, set, idx + 1);
     if (slot) {
-        if ((slot->host & FM_DEAD) ||
-            (slot->users && (slot->host & ~(uint64_t)FM_FLAGS) != host)) {
+        uint64_t had = slot->host & ~(uint64_t)(FM_WRITABLE | FM_DEAD);
+        if ((slot->host & FM_DEAD) || (slot->users && had != mapping)) {
             goto out; /* invariant 1: never under a holder */
         }
-        if ((slot->host & ~(uint64_t)FM_FLAGS) == host && !writable) {
+        if (had == mapping && !(value & FM_WRITABLE)) {
             goto out; /* a read keeps what a write learnt */
         }
     } else {
@@ -301,11 +323,23 @@ void qcow2_fastmap_learn_locked(Qcow2FastMap *fm, uint64_t guest, uint64_t host,
         }
     }
     slot->key = idx + 1;
-    slot->host = host | (writable ? FM_WRITABLE : 0);
+    slot->host = value;
     slot->gen = gen;
     count(&fm->learnt);
 out:
     pthread_mutex_unlock(&st->lock);
+}
+
+void qcow2_fastmap_learn_locked(Qcow2FastMap *fm, uint64_t guest, uint64_t host,
+                                bool writable, uint32_t gen)
+{
+    g_assert((host & FM_FLAGS) == 0); /* cluster aligned (>= 512 bytes) */
+    learn(fm, guest, host | (writable ? FM_WRITABLE : 0), gen);
+}
+
+void qcow2_fastmap_learn_zero_locked(Qcow2FastMap *fm, uint64_t guest)
+{
+    learn(fm, guest, FM_ZERO, 0); /* invariant 9 */
 }
 
 /* Drop one slot, waiting for its holders (invariant 2).  Stripe locked. */

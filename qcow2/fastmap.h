@@ -15,7 +15,8 @@ typedef struct Qcow2FastMap Qcow2FastMap;
 typedef struct Qcow2FastRef {
     void *slot;
     unsigned stripe;
-    uint64_t host; /* host offset of the request's first byte */
+    uint64_t host; /* host offset of the request's first byte (0 if zero) */
+    bool zero;     /* a zero entry: the bytes read as zeros (invariant 9) */
 } Qcow2FastRef;
 
 /* The most clusters one fast request may span (fastmap.c invariant 6). */
@@ -40,9 +41,10 @@ void qcow2_fastmap_free(Qcow2FastMap *fm);
 /*
  * Take a hold on the mapping of guest [offset, offset + bytes) (inside one
  * cluster) for a read, or for a write (writable entry, current metadata
- * generation, writes enabled).  true: ref->host is where the bytes are and
- * qcow2_fastmap_end() must follow once the data moved; false: take the
- * slow path.  Never blocks on anything but a stripe lock.
+ * generation, writes enabled); never on a zero entry (invariant 9: its
+ * callers move data to or from a host cluster).  true: ref->host is where the bytes are
+ * and qcow2_fastmap_end() must follow once the data moved; false: take the slow path.
+ * Never blocks on anything but a stripe lock.
  */
 bool qcow2_fastmap_begin(Qcow2FastMap *fm, uint64_t offset, uint64_t bytes, bool write,
                          Qcow2FastRef *ref);
@@ -53,7 +55,8 @@ void qcow2_fastmap_end(Qcow2FastMap *fm, Qcow2FastRef *ref);
  * QCOW2_FAST_SPAN_MAX clusters: every cluster's entry held, or none
  * (invariant 8).  true: sp->ref[i].host is where the request's bytes in
  * its i-th cluster are (from the request's first byte in the first
- * cluster, from the cluster's start in the others), and
+ * cluster, from the cluster's start in the others) -- or, for a read,
+ * sp->ref[i].zero: they read as zeros (invariant 9) -- and
  * qcow2_fastmap_end_span() must follow.  Never blocks on anything but a
  * stripe lock, and never while waiting for a forget.
  */
@@ -70,6 +73,13 @@ void qcow2_fastmap_end_span(Qcow2FastMap *fm, Qcow2FastSpan *sp);
  */
 void qcow2_fastmap_learn_locked(Qcow2FastMap *fm, uint64_t guest, uint64_t host,
                                 bool writable, uint32_t gen);
+
+/*
+ * Remember that guest cluster 'guest' (cluster aligned) reads as zeros
+ * without touching any file: a zero entry, for qcow2_fastmap_begin_span's
+ * reads only (invariant 9).  The same rules as qcow2_fastmap_learn_locked.
+ */
+void qcow2_fastmap_learn_zero_locked(Qcow2FastMap *fm, uint64_t guest);
 
 /* Drop every entry of guest [start, end) and wait until no fast request
  * holds one (invariant 2).  Metadata lock held. */

@@ -29,10 +29,17 @@
  *     An encrypted image reports no host offsets (OFFSET_VALID never) and
  *     asks the file nothing: its bytes there are ciphertext (QEMU's rule).
  *     Nor does an image whose data file a metadata-only open left closed
- *     (qcow2.c invariant 11).
+ *     (qcow2.c invariant 11).  The extent looked up is learnt for fast
+ *     reads (learn_status_locked, fastmap.c invariant 1); the answer does
+ *     not depend on it.
  *  6. On a writable image a read registers its range in the in-flight list
  *     (write.c invariant 6), so no cluster it reads is replaced or freed by
  *     a concurrent write, zero or discard until its data has been read.
+ *  7. An extent reads as zeros without any file being read when it is a
+ *     zero cluster (plain or allocated) or unallocated with no backing
+ *     node; the fast path learns such whole clusters as zero entries
+ *     (fastmap.c invariant 9) and fills them with zeros, exactly as
+ *     read_guest does, so a read across data and holes takes no lock.
  */
 #include "qcow2/qcow2.h"
 
@@ -80,15 +87,38 @@ static int read_compressed(Qcow2State *s, uint64_t l2_entry, uint64_t guest_offs
     return 0;
 }
 
+/* Read invariant 7: an extent of this type reads as zeros, no file read. */
+static bool reads_zeros(const Qcow2State *s, Qcow2SubclusterType type)
+{
+    switch (type) {
+    case QCOW2_SC_ZERO_PLAIN:
+    case QCOW2_SC_ZERO_ALLOC:
+        return true;
+    case QCOW2_SC_UNALLOCATED_PLAIN:
+    case QCOW2_SC_UNALLOCATED_ALLOC:
+        return !s->img->backing; /* invariant 3 */
+    default:
+        return false;
+    }
+}
+
 /* fastmap.c invariant 1: the NORMAL clusters of an extent read by a
  * request registered over them (or of a read-only image) are remembered
  * for fast reads: every cluster the extent touches (it lies inside the
- * request), with extended L2 only those it covers whole. */
+ * request), with extended L2 only those it covers whole.  So are the
+ * clusters an extent that reads as zeros covers whole (fastmap.c
+ * invariant 9, read.c invariant 7). */
 static void learn_read_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m)
 {
     uint64_t cs = s->cluster_size, in = qcow2_offset_into_cluster(s, pos);
     uint64_t end = pos + m->bytes;
 
+    if (reads_zeros(s, m->type)) {
+        for (uint64_t gc = ROUND_UP(pos, cs); gc < end && end - gc >= cs; gc += cs) {
+            qcow2_fastmap_learn_zero_locked(s->fastmap, gc);
+        }
+        return;
+    }
     if (m->type != QCOW2_SC_NORMAL) {
         return;
     }
@@ -107,7 +137,8 @@ static bool l2_cached_locked(Qcow2State *s, uint64_t offset);
 
 /*
  * fastmap.c invariant 1, read-ahead: after a slow read, the NORMAL clusters
- * of the next LEARN_AHEAD clusters in the same, cached, L2 table are learnt
+ * (and those that read as zeros, fastmap.c invariant 9) of the next
+ * LEARN_AHEAD clusters in the same, cached, L2 table are learnt
  * as prime_locked learns (no I/O, only while no write registration covers
  * them), so a sequential reader's next requests (nbdcopy's, convert's)
  * take the fast path instead of the lock.
@@ -232,19 +263,27 @@ int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
     int ret = 0;
 
     /* fastmap.c invariant 8: one data request per run of host-contiguous
-     * clusters, each at its own held mapping */
+     * clusters, each at its own held mapping; zeros for a run of zero
+     * entries (fastmap.c invariant 9, read.c invariant 7; reads only) */
     for (unsigned i = 0; i < sp->n && ret == 0;) {
         uint64_t host = sp->ref[i].host;
+        bool zero = sp->ref[i].zero;
         uint64_t len = cs - qcow2_offset_into_cluster(s, offset + done);
         BlkIOV part;
 
-        while (++i < sp->n && sp->ref[i].host == host + len) {
+        while (++i < sp->n && sp->ref[i].zero == zero &&
+               (zero || sp->ref[i].host == host + len)) {
             len += cs;
         }
         len = MIN(len, (uint64_t)(qiov->size - done));
         iov_slice(&part, qiov, done, (size_t)len);
-        ret = write ? qcow2_data_pwritev(s, host, offset + done, &part, 0)
-                    : qcow2_data_preadv(s, host, offset + done, &part);
+        g_assert(!(zero && write)); /* a zero entry is never writable */
+        if (zero) {
+            iov_memset(&part, 0, 0, (size_t)len);
+        } else {
+            ret = write ? qcow2_data_pwritev(s, host, offset + done, &part, 0)
+                        : qcow2_data_preadv(s, host, offset + done, &part);
+        }
         iov_destroy(&part);
         done += (size_t)len;
     }
@@ -413,6 +452,32 @@ void qcow2_direct_end(BlkNode *img, BlkDirect *d)
     qcow2_fastmap_end(s->fastmap, &ref);
 }
 
+/* Clusters one block status answer learns at most (below). */
+#define LEARN_STATUS_MAX 1024u
+
+/*
+ * fastmap.c invariant 1, block status: the clusters of the extent just
+ * looked up (its first LEARN_STATUS_MAX), under the metadata lock held
+ * since the lookup, are learnt as learn_ahead_locked learns them (only
+ * while no write registration covers them), so the reads a client such as
+ * nbdcopy sends for what block status reported take the fast path.
+ */
+static void learn_status_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m)
+{
+    uint64_t cs = s->cluster_size;
+    Qcow2Mapping part = *m;
+
+    if (qcow2_has_data_file(s)) {
+        return;
+    }
+    part.bytes =
+        MIN(part.bytes, LEARN_STATUS_MAX * cs - qcow2_offset_into_cluster(s, pos));
+    if (qcow2_inflight_conflicts_locked(s, pos, part.bytes, false)) {
+        return;
+    }
+    learn_read_locked(s, pos, &part);
+}
+
 /* QEMU's BDRV_BLOCK_RECURSE for metadata-preallocated images: a data
  * extent that is a hole in the file reads as zeros. */
 static void recurse_into_file(BlkStatus *st)
@@ -458,6 +523,9 @@ int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus 
         s->prealloc_checked = true;
     }
     ret = qcow2_get_host_offset_locked(s, offset, bytes, &m);
+    if (ret == 0) {
+        learn_status_locked(s, offset, &m);
+    }
     qcow2_unlock(s);
     if (ret < 0) {
         return ret;

@@ -119,6 +119,49 @@ static void test_forget_waits_for_holders(void **state)
     qcow2_fastmap_free(h.fm);
 }
 
+/* Invariant 9: a zero entry serves reads through begin_span only, is
+ * never writable, and is learnt and forgotten as a read entry is. */
+static void test_zero_entries(void **state)
+{
+    Qcow2FastMap *fm = qcow2_fastmap_new(CB, 64);
+    Qcow2FastSpan sp;
+    Qcow2FastRef ref;
+
+    qcow2_fastmap_set_writes_locked(fm, true);
+    qcow2_fastmap_learn_zero_locked(fm, 3 * CS);
+    assert_true(qcow2_fastmap_begin_span(fm, 3 * CS + 100, 4096, false, &sp));
+    assert_int_equal(sp.n, 1);
+    assert_true(sp.ref[0].zero);
+    assert_int_equal(sp.ref[0].host, 0);
+    /* held: a learn of another mapping is ignored (invariant 1) */
+    qcow2_fastmap_learn_locked(fm, 3 * CS, 40 * CS, true, qcow2_fastmap_gen(fm));
+    qcow2_fastmap_end_span(fm, &sp);
+    assert_true(qcow2_fastmap_begin_span(fm, 3 * CS, 4096, false, &sp));
+    assert_true(sp.ref[0].zero);
+    qcow2_fastmap_end_span(fm, &sp);
+    /* never for the ring's single-cluster requests, never for a write */
+    assert_false(qcow2_fastmap_begin(fm, 3 * CS, 4096, false, &ref));
+    assert_false(qcow2_fastmap_begin_span(fm, 3 * CS, 4096, true, &sp));
+    /* a read across a data cluster and a zero cluster holds both */
+    qcow2_fastmap_learn_locked(fm, 2 * CS, 50 * CS, false, 0);
+    assert_true(qcow2_fastmap_begin_span(fm, 2 * CS + CS / 2, CS, false, &sp));
+    assert_int_equal(sp.n, 2);
+    assert_false(sp.ref[0].zero);
+    assert_int_equal(sp.ref[0].host, 50 * CS + CS / 2);
+    assert_true(sp.ref[1].zero);
+    qcow2_fastmap_end_span(fm, &sp);
+    /* a write registration forgets it (invariant 2); a data learn replaces it */
+    qcow2_fastmap_forget_locked(fm, 3 * CS, 4 * CS);
+    assert_false(qcow2_fastmap_begin_span(fm, 3 * CS, 4096, false, &sp));
+    qcow2_fastmap_learn_zero_locked(fm, 3 * CS);
+    qcow2_fastmap_learn_locked(fm, 3 * CS, 60 * CS, false, 0);
+    assert_true(qcow2_fastmap_begin_span(fm, 3 * CS, 4096, false, &sp));
+    assert_false(sp.ref[0].zero);
+    assert_int_equal(sp.ref[0].host, 60 * CS);
+    qcow2_fastmap_end_span(fm, &sp);
+    qcow2_fastmap_free(fm);
+}
+
 /* ---- through an image ---- */
 
 static BlkNode *open_img(const char *path, bool rw)
@@ -206,6 +249,111 @@ static void test_image_snapshot_copies(void **state)
     tu_run("qemu-io -f raw -c 'read -P 4 0 4k' '%s.s1' >/dev/null", p);
 }
 
+/* Read PATH's [0, len) through img twice and compare both with qemu-img's
+ * raw conversion of it; the passes from 'fast' on (0, 1; 2: none) must be
+ * served from the map alone. */
+static void reads_as_qemu(BlkNode *img, const char *path, uint64_t len, int fast)
+{
+    g_autofree char *raw = g_strdup_printf("%s.raw", path);
+    g_autofree uint8_t *want = NULL;
+    g_autofree uint8_t *got = g_malloc(len);
+    gsize n = 0;
+    Qcow2State *s = img->opaque;
+    Qcow2FastStats a, b;
+
+    assert_int_equal(blk_flush(img), 0);
+    tu_run("qemu-img convert -U -O raw '%s' '%s'", path, raw);
+    assert_true(g_file_get_contents(raw, (char **)&want, &n, NULL));
+    assert_true(n >= len);
+    for (int pass = 0; pass < 2; pass++) {
+        memset(got, 0xAA, len);
+        qcow2_fastmap_stats(s->fastmap, &a);
+        for (uint64_t off = 0; off < len; off += 4 * CS) { /* across clusters */
+            assert_int_equal(
+                blk_pread(img, off, got + off, (size_t)MIN(4 * CS, len - off)), 0);
+        }
+        qcow2_fastmap_stats(s->fastmap, &b);
+        assert_memory_equal(got, want, len);
+        if (pass >= fast) { /* every request from the map, zeros included */
+            assert_int_equal(b.misses, a.misses);
+            assert_int_equal(b.hits - a.hits, (len + 4 * CS - 1) / (4 * CS));
+        }
+    }
+}
+
+/* Invariant 9, read.c invariant 7: reads across data, zero clusters and
+ * unallocated clusters take the map once learnt and read zeros there; a
+ * write, a write of zeros and a discard afterwards are read back. */
+static void test_image_zero_reads(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("fastmap-zero.qcow2");
+    uint8_t buf[4096];
+
+    tu_run("qemu-img create -q -f qcow2 '%s' 2M", p);
+    tu_run(
+        "qemu-io -c 'write -P 7 0 96k' -c 'write -z 192k 64k' -c 'write -P 8 320k 64k' "
+        "-c 'write -P 9 512k 64k' -c 'write -z 512k 64k' '%s' >/dev/null",
+        p);
+    BlkNode *img = open_img(p, true);
+    reads_as_qemu(img, p, 2 << 20, 1);
+    memset(buf, 5, sizeof(buf));
+    assert_int_equal(blk_pwrite(img, 128 * 1024 + 4096, buf, sizeof(buf), 0), 0);
+    assert_int_equal(blk_pwrite(img, 192 * 1024, buf, sizeof(buf), 0), 0);
+    assert_int_equal(blk_pwrite_zeroes(img, 320 * 1024, CS, 0), 0);
+    assert_int_equal(blk_pdiscard(img, 0, CS), 0);
+    reads_as_qemu(img, p, 2 << 20, 1); /* what the map held was forgotten */
+    blk_close(img);
+    tu_run("qemu-img check -q '%s'", p);
+}
+
+/* Invariant 9: unallocated clusters over a backing file are no zero entries
+ * (read twice, they show the backing file's data), nor are clusters only
+ * partly zero (extended L2, no backing file: their data stays). */
+static void test_image_backing_not_zero(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *b = tu_fresh("fastmap-base.qcow2");
+    g_autofree char *p = tu_fresh("fastmap-top.qcow2");
+    g_autofree char *x = tu_fresh("fastmap-ext.qcow2");
+
+    tu_run("qemu-img create -q -f qcow2 '%s' 1M", b);
+    tu_run("qemu-io -c 'write -P 3 0 1M' '%s' >/dev/null", b);
+    tu_run("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s' 1M", b, p);
+    tu_run("qemu-io -c 'write -P 4 64k 64k' -c 'write -z 256k 64k' '%s' >/dev/null", p);
+    BlkNode *img = open_img(p, true);
+    reads_as_qemu(img, p, 1 << 20, 2);
+    blk_close(img);
+    tu_run("qemu-img create -q -f qcow2 -o extended_l2=on '%s' 1M", x);
+    tu_run("qemu-io -c 'write -P 4 0 4k' -c 'write -z 64k 32k' -c 'write -P 6 128k 64k' "
+           "-c 'write -z 132k 4k' '%s' >/dev/null",
+           x);
+    img = open_img(x, true);
+    reads_as_qemu(img, x, 1 << 20, 2);
+    blk_close(img);
+}
+
+/* Invariant 1, read.c invariant 5: block status learns the clusters it
+ * reports (data and zeros), so the reads that follow it take the map. */
+static void test_image_status_learns(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("fastmap-status.qcow2");
+
+    tu_run("qemu-img create -q -f qcow2 '%s' 4M", p);
+    tu_run("qemu-io -c 'write -P 7 0 1M' -c 'write -z 1M 512k' -c 'write -P 8 2M 192k' "
+           "'%s' >/dev/null",
+           p);
+    BlkNode *img = open_img(p, true);
+    for (uint64_t off = 0; off < (4 << 20);) {
+        BlkStatus st;
+        assert_int_equal(blk_block_status(img, off, (4 << 20) - off, &st), 0);
+        off += st.pnum;
+    }
+    reads_as_qemu(img, p, 4 << 20, 0);
+    blk_close(img);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +362,10 @@ int main(void)
         cmocka_unit_test(test_forget_waits_for_holders),
         cmocka_unit_test(test_image_rewrite_discard),
         cmocka_unit_test(test_image_snapshot_copies),
+        cmocka_unit_test(test_zero_entries),
+        cmocka_unit_test(test_image_zero_reads),
+        cmocka_unit_test(test_image_backing_not_zero),
+        cmocka_unit_test(test_image_status_learns),
     };
     return tu_run_group_tests("test-qcow2-fastmap", tests);
 }
