@@ -79,6 +79,9 @@
  *     (block/null.c), named "null-co://" when no filename is given, with
  *     its options size, read-zeroes and latency-ns (open-opts.c); only the
  *     caller's own name takes it.
+ * 13. "file": {"driver": "blkdebug", ...} under a format is QEMU's blkdebug
+ *     node over the image file, read by json-blkdebug.c into the fault
+ *     node's name; only the caller's own name takes it.
  */
 #include "api/api.h"
 
@@ -606,6 +609,14 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
             return FALSE;
         }
         file = nbd_uri;
+        fdrv = NULL;
+    }
+    g_autofree char *dbg_name = NULL; /* invariant 13 */
+    if (!from_image && fdrv && strcmp(fdrv, "blkdebug") == 0) {
+        if (!api_blkdebug_options(flat, "file.", &dbg_name, error)) {
+            return FALSE;
+        }
+        file = dbg_name;
         fdrv = NULL;
     }
     if (fdrv && strcmp(fdrv, "file") != 0) {

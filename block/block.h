@@ -476,6 +476,11 @@ extern const BlkDriver blk_null_aio_driver;
 /* faulty-config.c: QEMU's blkdebug config file at path as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */
 int blk_faulty_config_rules(const char *path, char **rules);
+/* faulty-config.c: QEMU's blkdebug rule groups in kf ("inject-error N",
+ * "set-state N", each with its keys: a config file's, or blkdebug's
+ * inject-error/set-state options when from_options) as fault rules
+ * (*rules: g_free), or -errno with QEMU's message. */
+int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
 
