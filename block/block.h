@@ -78,6 +78,9 @@ typedef enum BlkEvent {
     BLKEV_SNAPSHOT_TABLE,  /* snapshot table / snapshot L1 copy */
     BLKEV_CLUSTER_FREE,    /* refcount decrease written back */
     BLKEV_FLUSH,           /* flush of the file */
+    /* guest data with its copy-on-write head/tail in one write (a
+     * "cow_write" rule counts it; QEMU raises write_aio for it) */
+    BLKEV_COW_DATA_WRITE,
     BLKEV__MAX
 } BlkEvent;
 
@@ -452,8 +455,12 @@ BlkNode *blk_open_null(const char *filename, const BlkOpenOptions *opts);
 extern const BlkDriver blk_null_co_driver;
 extern const BlkDriver blk_null_aio_driver;
 /* faulty-config.c: QEMU's blkdebug event name as the step qimg announces
- * (*ev: BlkEvent, or -1 with *read: the read requests); -ENOENT for a name
- * QEMU does not have, -ENOTSUP (with a message) for one qimg cannot match. */
+ * (*ev: BlkEvent, BLK_FAULTY_WRITE_AIO, or -1 with *read: the read
+ * requests); -ENOENT for a name QEMU does not have, -ENOTSUP (with a
+ * message) for one qimg cannot match. */
+/* QEMU's write_aio: every write of guest data, data_write and
+ * cow_data_write (rule name "write_aio"). */
+#define BLK_FAULTY_WRITE_AIO (-3)
 int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in

@@ -54,7 +54,7 @@ static const struct {
     {"read_aio", EV_READ},
     {"read_backing_aio", EV_NONE},
     {"read_compressed", EV_NONE},
-    {"write_aio", BLKEV_DATA_WRITE},
+    {"write_aio", BLK_FAULTY_WRITE_AIO},
     {"write_compressed", BLKEV_COMPRESSED_WRITE},
     {"vmstate_load", EV_NONE},
     {"vmstate_save", EV_NONE},
@@ -201,7 +201,9 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         return ret;
     }
     g_string_append_printf(out, "%sevent=%s%s", out->len ? ";" : "",
-                           read ? "any" : blk_event_name((BlkEvent)ev),
+                           read                         ? "any"
+                           : ev == BLK_FAULTY_WRITE_AIO ? "write_aio"
+                                                        : blk_event_name((BlkEvent)ev),
                            read                ? ",op=read"
                            : ev == BLKEV_FLUSH ? ",op=flush"
                                                : "");

@@ -6,7 +6,9 @@
 # set-state lists (QEMU's 066: a state switched on one write fails the
 # next), image as an object or image.filename, config; open -o
 # file.driver=blkdebug; immediately=on (QEMU's 179); every refusal as
-# qemu-io words it, and the options qimg refuses by name.
+# qemu-io words it, and the options qimg refuses by name.  Then QEMU's
+# write_aio on a write that carries its copy-on-write head and tail (QEMU's
+# 046: a breakpoint there stops it; faulty-config.c events table).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -76,5 +78,18 @@ for o in align max-transfer opt-discard; do
 done
 "$QIMG" io -c 'read 0 4k' "$(J "'image': {'driver': 'raw', 'file.filename': '$PWD/m.qcow2'}")" >m.out 2>&1
 assert_eq "image.driver raw refused" 1 "$(grep -c "image.driver 'raw' refused" m.out)"
+
+# write_aio stops a partial write into a cluster of the backing file
+# (guest data and COW in one write), and an error there fails it
+qi create -q -f qcow2 -o cluster_size=64k back.qcow2 1M
+qio back.qcow2 'write -P 7 0 1M'
+mv base.qcow2 plain.qcow2
+qi create -q -f qcow2 -b "$PWD/back.qcow2" -F qcow2 base.qcow2 1M
+both "break write_aio on a COW write" "blkdebug::IMG" -c 'break write_aio A' \
+    -c 'aio_write -P 10 0x18000 0x2000' -c 'wait_break A' -c 'resume A' -c 'aio_flush' \
+    -c 'read -P 7 0 0x18000' -c 'read -P 10 0x18000 0x2000' -c 'read -P 7 0x1a000 0x6000'
+printf '[inject-error]\nevent = "write_aio"\nonce = "on"\n' >wa.conf
+both "write_aio error on a COW write" "blkdebug:$PWD/wa.conf:IMG" \
+    -c 'write -P 10 0x18000 0x2000' -c 'write -P 11 0x28000 0x2000' -c 'read -P 11 0x28000 0x2000'
 
 finish
