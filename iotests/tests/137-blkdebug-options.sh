@@ -8,7 +8,9 @@
 # file.driver=blkdebug; immediately=on (QEMU's 179); every refusal as
 # qemu-io words it, and the options qimg refuses by name.  Then QEMU's
 # write_aio on a write that carries its copy-on-write head and tail (QEMU's
-# 046: a breakpoint there stops it; faulty-config.c events table).
+# 046: a breakpoint there stops it; faulty-config.c events table).  And a
+# data file under raw over blkdebug (QEMU's 289: the failed write frees no
+# cluster of the data file).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -91,5 +93,19 @@ both "break write_aio on a COW write" "blkdebug::IMG" -c 'break write_aio A' \
 printf '[inject-error]\nevent = "write_aio"\nonce = "on"\n' >wa.conf
 both "write_aio error on a COW write" "blkdebug:$PWD/wa.conf:IMG" \
     -c 'write -P 10 0x18000 0x2000' -c 'write -P 11 0x28000 0x2000' -c 'read -P 11 0x28000 0x2000'
+
+# a data file under raw over blkdebug (json-name.c invariant 13)
+qi create -q -f qcow2 -o "data_file=$PWD/d.raw" d.qcow2 64k
+printf '[inject-error]\nevent = "write_aio"\n' >d.conf
+DJ="json:{'driver': 'qcow2', 'file': {'driver': 'file', 'filename': '$PWD/d.qcow2'},
+  'data-file': {'driver': 'raw', 'file': {'driver': 'blkdebug', 'config': '$PWD/d.conf',
+  'image': {'driver': 'file', 'filename': '$PWD/d.raw'}}}}"
+cp d.qcow2 d0.qcow2
+"$QEMU_IO" -c 'write 0 512' "$DJ" >q.out 2>&1
+"$QEMU_IMG" check d.qcow2 >>q.out 2>&1
+cp d0.qcow2 d.qcow2
+"$QIMG" io -c 'write 0 512' "$DJ" >m.out 2>&1
+"$QEMU_IMG" check d.qcow2 >>m.out 2>&1
+assert_eq "data file over blkdebug" "$(io_filter <q.out)" "$(io_filter <m.out)"
 
 finish
