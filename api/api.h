@@ -178,6 +178,11 @@ gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
 gboolean api_options_name(const char *name, const char *options, BlkOpenOptions *o,
                           char **path, ApiOpenLayers *layers, GError **error);
 
+/* json-blkdebug.c: the blkdebug node's options under prefix ("file.")
+ * taken out of flat as its "blkdebug:RULES:FILE" *name (g_free). */
+gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
+                              GError **error);
+
 /* ---- open-opts.c: option syntax and runtime options ---- */
 
 /* key=value,... (",," a comma) into flat (char* -> char*, owned). */

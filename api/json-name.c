@@ -79,6 +79,10 @@
  *     (block/null.c), named "null-co://" when no filename is given, with
  *     its options size, read-zeroes and latency-ns (open-opts.c); only the
  *     caller's own name takes it.
+ * 13. "file": {"driver": "blkdebug", ...} under a format is QEMU's blkdebug
+ *     node over the image file, read by json-blkdebug.c into the fault
+ *     node's name; only the caller's own name takes it, for the image
+ *     file and for a data file (raw over blkdebug, qcow2.c invariant 4).
  */
 #include "api/api.h"
 
@@ -327,6 +331,24 @@ static gboolean data_file_option(GHashTable *sub, char **path, GError **error)
     GHashTableIter it;
     gpointer k;
 
+    if (fdrv && strcmp(fdrv, "blkdebug") == 0 && (!drv || strcmp(drv, "raw") == 0)) {
+        /* invariant 13: raw over a blkdebug node over the data file */
+        g_hash_table_remove(sub, "driver");
+        if (!api_blkdebug_options(sub, "file.", path, error)) {
+            return FALSE;
+        }
+        g_hash_table_remove(sub, "file.driver");
+        if (g_hash_table_size(sub)) {
+            g_autoptr(GList) rest =
+                g_list_sort(g_hash_table_get_keys(sub), (GCompareFunc)strcmp);
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "Option 'data-file.%s' is not supported by qimg",
+                        (char *)rest->data);
+            g_clear_pointer(path, g_free);
+            return FALSE;
+        }
+        return TRUE;
+    }
     g_hash_table_iter_init(&it, sub);
     while (g_hash_table_iter_next(&it, &k, NULL)) {
         if (strcmp(k, "driver") != 0 && strcmp(k, "file.driver") != 0 &&
@@ -632,6 +654,14 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
             return FALSE;
         }
         file = nbd_uri;
+        fdrv = NULL;
+    }
+    g_autofree char *dbg_name = NULL; /* invariant 13 */
+    if (!from_image && fdrv && strcmp(fdrv, "blkdebug") == 0) {
+        if (!api_blkdebug_options(flat, "file.", &dbg_name, error)) {
+            return FALSE;
+        }
+        file = dbg_name;
         fdrv = NULL;
     }
     if (fdrv && strcmp(fdrv, "file") != 0) {

@@ -189,6 +189,7 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_SNAPSHOT_TABLE] = "snapshot_table",
     [BLKEV_CLUSTER_FREE] = "cluster_free",
     [BLKEV_FLUSH] = "flush",
+    [BLKEV_COW_DATA_WRITE] = "cow_data_write",
 };
 
 const char *blk_event_name(BlkEvent ev)

@@ -78,6 +78,9 @@ typedef enum BlkEvent {
     BLKEV_SNAPSHOT_TABLE,  /* snapshot table / snapshot L1 copy */
     BLKEV_CLUSTER_FREE,    /* refcount decrease written back */
     BLKEV_FLUSH,           /* flush of the file */
+    /* guest data with its copy-on-write head/tail in one write (a
+     * "cow_write" rule counts it; QEMU raises write_aio for it) */
+    BLKEV_COW_DATA_WRITE,
     BLKEV__MAX
 } BlkEvent;
 
@@ -452,8 +455,12 @@ BlkNode *blk_open_null(const char *filename, const BlkOpenOptions *opts);
 extern const BlkDriver blk_null_co_driver;
 extern const BlkDriver blk_null_aio_driver;
 /* faulty-config.c: QEMU's blkdebug event name as the step qimg announces
- * (*ev: BlkEvent, or -1 with *read: the read requests); -ENOENT for a name
- * QEMU does not have, -ENOTSUP (with a message) for one qimg cannot match. */
+ * (*ev: BlkEvent, BLK_FAULTY_WRITE_AIO, or -1 with *read: the read
+ * requests); -ENOENT for a name QEMU does not have, -ENOTSUP (with a
+ * message) for one qimg cannot match. */
+/* QEMU's write_aio: every write of guest data, data_write and
+ * cow_data_write (rule name "write_aio"). */
+#define BLK_FAULTY_WRITE_AIO (-3)
 int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 
 /* The fault-injecting node (block/faulty.c) over 'filename'; 'rules' as in
@@ -476,6 +483,11 @@ extern const BlkDriver blk_null_aio_driver;
 /* faulty-config.c: QEMU's blkdebug config file at path as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */
 int blk_faulty_config_rules(const char *path, char **rules);
+/* faulty-config.c: QEMU's blkdebug rule groups in kf ("inject-error N",
+ * "set-state N", each with its keys: a config file's, or blkdebug's
+ * inject-error/set-state options when from_options) as fault rules
+ * (*rules: g_free), or -errno with QEMU's message. */
+int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
 

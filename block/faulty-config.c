@@ -11,12 +11,22 @@
  *  2. Keys are "key = "value"" lines (quotes optional), '#' comments;
  *     inject-error takes event, errno (default 5), sector (the request
  *     covers that 512-byte sector), once (default off: every later
- *     request fails too), immediately, state, iotype.
+ *     request fails too), immediately, state, iotype; set-state takes
+ *     event, state, new_state (default 0).  Any other key: "Invalid parameter 'KEY'"
+ *     in a file, "[GROUP] section doesn't support the option 'KEY'" in
+ *     blkdebug's options (its inject-error and set-state lists).  Booleans
+ *     are on/yes/true/y or off/no/false/n, else "Parameter 'KEY' expects
+ *     'on' or 'off'".
+ *  3. immediately=on only spares QEMU's failing request a trip through
+ *     the event loop before it returns the error (QEMU's rule_check); the
+ *     fault node always fails a request on its own thread, at once, so
+ *     both values are honoured as QEMU runs them.
  *
  * Owns: the mapping of QEMU's events onto the steps qimg announces
- * (blk_event()).  What qimg cannot match is refused naming it, never
- * dropped: QEMU events qimg has no step for, [set-state] and state=
- * (the node has no states), immediately=on, iotype.
+ * (blk_event()), and QEMU's rule groups (from a config file or from
+ * blkdebug's options, blk_faulty_groups_rules()) as the node's rules.
+ * What qimg cannot match is refused naming it, never dropped: QEMU events
+ * qimg has no step for and iotype.
  */
 #include "block/block.h"
 
@@ -44,7 +54,7 @@ static const struct {
     {"read_aio", EV_READ},
     {"read_backing_aio", EV_NONE},
     {"read_compressed", EV_NONE},
-    {"write_aio", BLKEV_DATA_WRITE},
+    {"write_aio", BLK_FAULTY_WRITE_AIO},
     {"write_compressed", BLKEV_COMPRESSED_WRITE},
     {"vmstate_load", EV_NONE},
     {"vmstate_save", EV_NONE},
@@ -119,25 +129,69 @@ static int group_number(GKeyFile *kf, const char *group, const char *key, GStrin
     return 0;
 }
 
-/* One [inject-error] or [set-state] group (facts 2, 3) as a rule appended
+/* Fact 2: a boolean of a group (*b untouched when absent). */
+static int group_bool(GKeyFile *kf, const char *group, const char *key, bool *b)
+{
+    g_autofree char *v = g_key_file_get_value(kf, group, key, NULL);
+
+    if (!v) {
+        return 0;
+    }
+    g_strstrip(v);
+    if (!strcmp(v, "on") || !strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "y")) {
+        *b = true;
+    } else if (!strcmp(v, "off") || !strcmp(v, "no") || !strcmp(v, "false") ||
+               !strcmp(v, "n")) {
+        *b = false;
+    } else {
+        return blk_error(EINVAL, "Parameter '%s' expects 'on' or 'off'", key);
+    }
+    return 0;
+}
+
+/* Fact 2: every key of the group is one its kind takes. */
+static int group_keys_known(GKeyFile *kf, const char *group, bool set_state,
+                            bool from_options)
+{
+    static const char *const inject[] = {"event",  "state", "iotype",      "errno",
+                                         "sector", "once",  "immediately", NULL};
+    static const char *const set[] = {"event", "state", "new_state", NULL};
+    g_auto(GStrv) keys = g_key_file_get_keys(kf, group, NULL, NULL);
+
+    for (char **k = keys; k && *k; k++) {
+        if (g_strv_contains(set_state ? set : inject, *k)) {
+            continue;
+        }
+        if (from_options) {
+            return blk_error(EINVAL, "[%s] section doesn't support the option '%s'",
+                             set_state ? "set-state" : "inject-error", *k);
+        }
+        return blk_error(EINVAL, "Invalid parameter '%s'", *k);
+    }
+    return 0;
+}
+
+/* One [inject-error] or [set-state] group (facts 1-3) as a rule appended
  * to out. */
-static int group_rule(GKeyFile *kf, const char *group, GString *out)
+static int group_rule(GKeyFile *kf, const char *group, bool from_options, GString *out)
 {
     g_autofree char *event = g_key_file_get_value(kf, group, "event", NULL);
-    g_autofree char *err = g_key_file_get_value(kf, group, "errno", NULL);
+    bool err = g_key_file_has_key(kf, group, "errno", NULL);
     g_autofree char *sector = g_key_file_get_value(kf, group, "sector", NULL);
-    g_autofree char *once = g_key_file_get_value(kf, group, "once", NULL);
-    g_autofree char *imm = g_key_file_get_value(kf, group, "immediately", NULL);
     bool set_state = g_str_has_prefix(group, "set-state ");
-    bool read;
+    bool read, once = false, immediately = false;
     int ev, ret;
 
+    ret = group_keys_known(kf, group, set_state, from_options);
+    if (ret < 0) {
+        return ret;
+    }
     if (g_key_file_has_key(kf, group, "iotype", NULL)) {
         return blk_error(ENOTSUP, "blkdebug: qimg's fault node has no I/O types "
                                   "(iotype=)");
     }
     if (!event) {
-        return blk_error(EINVAL, "Parameter 'event' is missing");
+        return blk_error(EINVAL, "Missing event name for rule");
     }
     g_strstrip(event);
     ret = blk_faulty_qemu_event(event, &ev, &read);
@@ -147,7 +201,9 @@ static int group_rule(GKeyFile *kf, const char *group, GString *out)
         return ret;
     }
     g_string_append_printf(out, "%sevent=%s%s", out->len ? ";" : "",
-                           read ? "any" : blk_event_name((BlkEvent)ev),
+                           read                         ? "any"
+                           : ev == BLK_FAULTY_WRITE_AIO ? "write_aio"
+                                                        : blk_event_name((BlkEvent)ev),
                            read                ? ",op=read"
                            : ev == BLKEV_FLUSH ? ",op=flush"
                                                : "");
@@ -156,17 +212,18 @@ static int group_rule(GKeyFile *kf, const char *group, GString *out)
     }
     if (set_state) {
         if (!g_key_file_has_key(kf, group, "new_state", NULL)) {
-            g_string_append(out, ",new_state=0"); /* fact 3 */
+            g_string_append(out, ",new_state=0"); /* fact 2 */
             return 0;
         }
         return group_number(kf, group, "new_state", out);
     }
-    if (imm && strcmp(g_strstrip(imm), "off") != 0) {
-        return blk_error(ENOTSUP, "blkdebug: immediately=%s is not supported by qimg",
-                         imm);
+    /* fact 3: either value is how the node fails a request */
+    if (group_bool(kf, group, "immediately", &immediately) < 0 ||
+        group_bool(kf, group, "once", &once) < 0) {
+        return -EINVAL;
     }
-    if (err) {
-        g_string_append_printf(out, ",errno=%s", g_strstrip(err));
+    if (err && group_number(kf, group, "errno", out) < 0) {
+        return -EINVAL;
     }
     if (sector) {
         char *end = NULL;
@@ -176,9 +233,24 @@ static int group_rule(GKeyFile *kf, const char *group, GString *out)
         }
         g_string_append_printf(out, ",offset=%" G_GUINT64_FORMAT, s * 512);
     }
-    if (once && strcmp(g_strstrip(once), "on") == 0) {
+    if (once) {
         g_string_append(out, ",once");
     }
+    return 0;
+}
+
+int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules)
+{
+    g_autoptr(GString) out = g_string_new(NULL);
+    g_auto(GStrv) groups = g_key_file_get_groups(kf, NULL);
+
+    for (char **g = groups; *g; g++) {
+        int ret = group_rule(kf, *g, from_options, out);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    *rules = g_string_free(g_steal_pointer(&out), FALSE);
     return 0;
 }
 
@@ -187,9 +259,7 @@ int blk_faulty_config_rules(const char *path, char **rules)
     g_autoptr(GKeyFile) kf = g_key_file_new();
     g_autoptr(GError) gerr = NULL;
     g_autofree char *text = NULL;
-    g_autoptr(GString) out = g_string_new(NULL);
     g_autoptr(GString) ini = g_string_new(NULL);
-    g_auto(GStrv) groups = NULL;
     gsize len;
     unsigned n = 0;
 
@@ -232,13 +302,5 @@ int blk_faulty_config_rules(const char *path, char **rules)
         return blk_error(EINVAL, "Could not parse blkdebug config file: %s",
                          gerr->message);
     }
-    groups = g_key_file_get_groups(kf, NULL);
-    for (char **g = groups; *g; g++) {
-        int ret = group_rule(kf, *g, out);
-        if (ret < 0) {
-            return ret;
-        }
-    }
-    *rules = g_string_free(g_steal_pointer(&out), FALSE);
-    return 0;
+    return blk_faulty_groups_rules(kf, false, rules);
 }

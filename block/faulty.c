@@ -8,7 +8,9 @@
  * RULES is a file name (no '='): QEMU's blkdebug config file, read into
  * these rules by faulty-config.c.  Otherwise rules (';'-separated), each a
  * ','-separated list of:
- *   event=NAME   step whose requests count (blk_event_name(); "any" = all)
+ *   event=NAME   step whose requests count (blk_event_name(); "any" = all;
+ *                "cow_write" also counts cow_data_write; "write_aio" is
+ *                QEMU's: data_write and cow_data_write)
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
@@ -51,7 +53,7 @@
 typedef enum { OP_WRITE = 1, OP_FLUSH = 2, OP_READ = 4 } FaultOp;
 
 typedef struct FaultRule {
-    int event; /* BlkEvent, or -1 for any */
+    int event; /* BlkEvent, BLK_FAULTY_WRITE_AIO, or -1 for any */
     int errnum;
     uint64_t nth;
     bool once;
@@ -69,7 +71,7 @@ typedef struct FaultSuspended {
 } FaultSuspended;
 
 typedef struct FaultBreak {
-    int event; /* BlkEvent, or -1: read requests */
+    int event; /* BlkEvent, BLK_FAULTY_WRITE_AIO, or -1: read requests */
     char *tag;
     pthread_t owner; /* the thread that set it (invariant 5) */
 } FaultBreak;
@@ -101,6 +103,8 @@ static int parse_rule(const char *text, FaultRule *r)
             r->event = -2;
             if (strcmp(val, "any") == 0) {
                 r->event = -1;
+            } else if (strcmp(val, "write_aio") == 0) {
+                r->event = BLK_FAULTY_WRITE_AIO;
             }
             for (int e = 0; e < BLKEV__MAX && r->event == -2; e++) {
                 if (strcmp(val, blk_event_name((BlkEvent)e)) == 0) {
@@ -154,6 +158,16 @@ static int parse_rule(const char *text, FaultRule *r)
     return 0;
 }
 
+/* Whether a rule's or breakpoint's event (BLK_FAULTY_WRITE_AIO, a
+ * BlkEvent; the caller handles -1) counts the step ev. */
+static bool event_matches(int want, int ev)
+{
+    if (want == BLK_FAULTY_WRITE_AIO) {
+        return ev == BLKEV_DATA_WRITE || ev == BLKEV_COW_DATA_WRITE;
+    }
+    return want == ev || (want == BLKEV_COW_WRITE && ev == BLKEV_COW_DATA_WRITE);
+}
+
 static void break_free(gpointer p)
 {
     FaultBreak *b = p;
@@ -168,7 +182,8 @@ static void begin_step(FaultyState *s, int ev, FaultOp op)
 
     for (guint i = 0; i < s->rules->len; i++) {
         FaultRule *r = &g_array_index(s->rules, FaultRule, i);
-        if (r->new_state >= 0 && (r->ops & op) && (r->event < 0 || r->event == ev) &&
+        if (r->new_state >= 0 && (r->ops & op) &&
+            (r->event == -1 || event_matches(r->event, ev)) &&
             (r->state == 0 || r->state == old)) {
             next = r->new_state;
         }
@@ -189,7 +204,7 @@ static void maybe_suspend(FaultyState *s, int ev)
     pthread_mutex_lock(&s->lock);
     for (guint i = 0; i < s->breaks->len;) {
         FaultBreak *b = g_ptr_array_index(s->breaks, i);
-        if (b->event != ev) {
+        if (b->event == -1 ? ev != -1 : ev == -1 || !event_matches(b->event, ev)) {
             i++;
             continue;
         }
@@ -237,7 +252,8 @@ static int should_fail(FaultyState *s, FaultOp op, uint64_t offset, uint64_t byt
         if (r->new_state >= 0 || (r->state && r->state != st)) {
             continue;
         }
-        if (!(r->ops & op) || (r->event >= 0 && r->event != current_event) ||
+        if (!(r->ops & op) ||
+            (r->event != -1 && !event_matches(r->event, current_event)) ||
             (r->has_offset && (r->offset < offset || r->offset - offset >= bytes))) {
             continue;
         }

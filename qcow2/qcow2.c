@@ -21,9 +21,11 @@
  *     locked as a data file (block/lock.c), with the image's force_share
  *     and no_io; a lock conflict there reads as QEMU's, with no prefix.
  *     A data file the caller names (BlkOpenOptions.data_file_path, the
- *     "data-file" option) replaces the header's, opened as given (also when
- *     the image names none: without either, a full open is refused, a
- *     metadata-only one as info's goes on, as QEMU's); as QEMU,
+ *     "data-file" option) replaces the header's, opened as given (a
+ *     blkdebug: name the caller built, json-name.c invariant 13, as that
+ *     test node over the file; also when the image names none: without
+ *     either, a full open is refused, a metadata-only one as info's goes
+ *     on, as QEMU's); as QEMU,
  *     it is opened first and then refused ("'data-file' can only be set
  *     ...") on an image without the bit, and its failure is its own
  *     message, unprefixed.
@@ -237,7 +239,12 @@ static int open_data_file(Qcow2State *s, const char *filename, const char *given
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
     o.no_locking = false; /* file.locking is the image file's (lock.c inv. 6) */
-    s->data_file = blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA); /* inv 4 */
+    if (given && blk_protocol_for(given, BLK_OPEN_USER_NAME)->test_node) {
+        /* invariant 4: the caller's fault node over its data file */
+        s->data_file = blk_open_protocol(path, &o, BLK_ROLE_DATA, BLK_OPEN_USER_NAME);
+    } else {
+        s->data_file = blk_open_file_like(s->img->file, path, &o, BLK_ROLE_DATA);
+    }
     if (s->data_file) {
         return 0;
     }

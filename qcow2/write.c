@@ -479,7 +479,7 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     iov_init_external(&out, vec, n);
     /* invariant 8 */
     blk_event(qcow2_data_node(s),
-              head_len || tail_len ? BLKEV_COW_WRITE : BLKEV_DATA_WRITE);
+              head_len || tail_len ? BLKEV_COW_DATA_WRITE : BLKEV_DATA_WRITE);
     ret = qcow2_data_pwritev(s, c->host + (c->fstart - c->guest), c->fstart, &out, 0);
     iov_destroy(&data);
     g_free(vec);
