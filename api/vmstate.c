@@ -77,10 +77,10 @@
  *     read-ahead already holds for its start (nothing is read twice), the
  *     read-ahead stops, and the rest is cut on the grid of invariant 1
  *     into pieces the pool and the calling thread read in parallel
- *     straight into the caller's buffer.  The read returns once every piece is done, with the
- *     first piece's error if any (not sticky, as invariant 4's read-ahead
- *     errors).  qimg vmstate load -t none reads this way, as dd reads with
- *     iflag=direct, without the copy.
+ *     straight into the caller's buffer.  The read returns once every
+ *     piece is done, with the first piece's error if any (not sticky, as
+ *     invariant 4's read-ahead errors).  qimg vmstate load -t none reads
+ *     this way, as dd reads with iflag=direct, without the copy.
  *
  * Locking.  op_lock serialises the callers of one node's state (positional
  * calls from several threads, the stream, blk_flush) and protects
