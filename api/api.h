@@ -183,6 +183,11 @@ gboolean api_options_name(const char *name, const char *options, BlkOpenOptions 
 gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
                               GError **error);
 
+/* json-flat.c: the JSON of a "json:{...}" name flattened into flat
+ * (char* -> char*, owned), json-glib loaded at the first call (its
+ * invariant 1). */
+gboolean api_json_flat(const char *name, GHashTable *flat, GError **error);
+
 /* ---- open-opts.c: option syntax and runtime options ---- */
 
 /* key=value,... (",," a comma) into flat (char* -> char*, owned). */

@@ -4,8 +4,8 @@
  * image name: the image file, its format and the runtime options qimg
  * honours, as QEMU reads them.
  *
- * Owns: parsing and flattening the options (nested objects become dotted
- * keys, as QEMU's qdict_flatten) and mapping them onto BlkOpenOptions.
+ * Owns: mapping the flattened options (json-flat.c, open-opts.c) onto
+ * BlkOpenOptions.
  *
  * Invariants (cited as "json-name.c invariant N"):
  *  1. A name the caller gives is parsed as the caller's (api_json_name);
@@ -43,8 +43,9 @@
  *     backing.file.filename, else the first key, as qemu-img does for the
  *     usual forms).  A backing name from an image takes neither (the
  *     refusal of invariant 2).
- *  6. A list is flattened as QEMU's qdict_flatten does: its members are
- *     KEY.0, KEY.1, ... (with their own keys below: KEY.0.event).
+ *  6. A json: name's JSON is parsed and flattened by json-flat.c (its
+ *     invariant 2: nested objects are dotted keys, list members KEY.0,
+ *     KEY.1, ..., as QEMU's qdict_flatten).
  *  7. Options given with a name (QimgOpenOptions.options, qemu-io's open
  *     -o) win over the options of a json: name; with a plain name, the
  *     name is the "filename" of the options, and the options may not name
@@ -87,72 +88,8 @@
 #include "api/api.h"
 
 #include <errno.h>
-#include <json-glib/json-glib.h>
 #include <stdlib.h>
 #include <string.h>
-
-static gboolean flatten_node(JsonNode *v, char *key, GHashTable *flat, GError **error);
-
-/* Flatten obj into flat (key -> string; JSON null -> ""), prefix "a.b.";
- * a list's members are "a.b.0", "a.b.1", ... (invariant 6). */
-static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
-                        GError **error)
-{
-    g_autoptr(GList) members = json_object_get_members(obj);
-
-    for (GList *l = members; l; l = l->next) {
-        const char *k = l->data;
-        if (!flatten_node(json_object_get_member(obj, k), g_strconcat(prefix, k, NULL),
-                          flat, error)) {
-            return FALSE;
-        }
-    }
-    return TRUE;
-}
-
-/* One member (key: owned, consumed). */
-static gboolean flatten_node(JsonNode *v, char *key_in, GHashTable *flat, GError **error)
-{
-    g_autofree char *key = key_in;
-
-    switch (json_node_get_node_type(v)) {
-    case JSON_NODE_OBJECT: {
-        g_autofree char *p = g_strconcat(key, ".", NULL);
-        return flatten(json_node_get_object(v), p, flat, error);
-    }
-    case JSON_NODE_NULL:
-        g_hash_table_insert(flat, g_steal_pointer(&key), g_strdup(""));
-        return TRUE;
-    case JSON_NODE_ARRAY: {
-        JsonArray *a = json_node_get_array(v);
-        for (guint i = 0; i < json_array_get_length(a); i++) {
-            if (!flatten_node(json_array_get_element(a, i),
-                              g_strdup_printf("%s.%u", key, i), flat, error)) {
-                return FALSE;
-            }
-        }
-        return TRUE;
-    }
-    case JSON_NODE_VALUE:
-        if (json_node_get_value_type(v) == G_TYPE_BOOLEAN) {
-            g_hash_table_insert(flat, g_steal_pointer(&key),
-                                g_strdup(json_node_get_boolean(v) ? "on" : "off"));
-        } else if (json_node_get_value_type(v) == G_TYPE_STRING) {
-            g_hash_table_insert(flat, g_steal_pointer(&key),
-                                g_strdup(json_node_get_string(v)));
-        } else if (json_node_get_value_type(v) == G_TYPE_INT64) {
-            g_hash_table_insert(
-                flat, g_steal_pointer(&key),
-                g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(v)));
-        } else {
-            g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
-                        key);
-            return FALSE;
-        }
-        return TRUE;
-    }
-    return TRUE;
-}
 
 /* Invariant 1: a backing name's driver (format, or the file's protocol). */
 static gboolean backing_driver_ok(const char *driver, const char *a, const char *b,
@@ -790,29 +727,6 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     return TRUE;
 }
 
-/* A "json:{...}" name (QEMU's JSON, open-opts.c fact 2) into flat. */
-static gboolean json_flat(const char *name, GHashTable *flat, GError **error)
-{
-    g_autoptr(JsonParser) parser = json_parser_new();
-    g_autoptr(GError) err = NULL;
-    g_autofree char *text = api_qemu_json(name + strlen("json:"));
-    JsonNode *root;
-
-    if (!json_parser_load_from_data(parser, text, -1, &err)) {
-        /* QEMU's words, json-glib's detail (QEMU's lexer words it its way) */
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Could not parse the JSON options: JSON parse error, %s",
-                    err->message);
-        return FALSE;
-    }
-    root = json_parser_get_root(parser);
-    if (!root || json_node_get_node_type(root) != JSON_NODE_OBJECT) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid JSON object given");
-        return FALSE;
-    }
-    return flatten(json_node_get_object(root), "", flat, error);
-}
-
 static GHashTable *flat_new(void)
 {
     return g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -825,7 +739,7 @@ gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path,
 
     const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
 
-    return json_flat(name, flat, error) && apply(flat, o, path, &how, error);
+    return api_json_flat(name, flat, error) && apply(flat, o, path, &how, error);
 }
 
 gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
@@ -835,7 +749,7 @@ gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
 
     const ApplyHow how = {.from_image = true};
 
-    return json_flat(name, flat, error) && apply(flat, o, path, &how, error);
+    return api_json_flat(name, flat, error) && apply(flat, o, path, &how, error);
 }
 
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
@@ -861,7 +775,7 @@ gboolean api_options_name(const char *name, const char *options, BlkOpenOptions 
     }
     /* invariant 7: the options win over a json: name's */
     if (name && g_str_has_prefix(name, "json:")) {
-        if (!json_flat(name, from_name, error)) {
+        if (!api_json_flat(name, from_name, error)) {
             return FALSE;
         }
         g_hash_table_iter_init(&it, from_name);

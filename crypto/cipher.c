@@ -9,7 +9,8 @@
  * on GnuTLS's AES in CBC and XTS modes.
  *
  * Invariants (cited as "cipher.c invariant N"):
- *  1. Every block cipher operation is GnuTLS's (gnutls_cipher_*): AES-128,
+ *  1. Every block cipher operation is GnuTLS's (gnutls_cipher_*, GnuTLS
+ *     loaded by the first handle: gnutls-lib.h invariant 3): AES-128,
  *     -192 and -256 in CBC mode, AES-128 and -256 in XTS mode (what GnuTLS
  *     offers).  ESSIV's one-block encryption is GnuTLS's CBC with a zero IV
  *     (one block of CBC is the block cipher).  Anything else a LUKS header
@@ -31,14 +32,14 @@
 
 #include "block/block.h"
 #include "block/endian.h"
+#include "crypto/gnutls-lib.h"
 #include "crypto/secmem.h"
 
 #include <errno.h>
-#include <gnutls/crypto.h>
-#include <gnutls/gnutls.h>
 #include <string.h>
 
 #define AES_BLOCK 16u
+#define GT crypto_gnutls
 
 typedef struct AlgInfo {
     const char *name, *family;
@@ -213,12 +214,16 @@ static int handle_new(gnutls_cipher_hd_t *h, gnutls_cipher_algorithm_t alg,
                       const uint8_t *key, size_t len)
 {
     gnutls_datum_t k = {.data = (unsigned char *)key, .size = (unsigned)len};
-    int rc = gnutls_cipher_init(h, alg, &k, NULL);
+    int rc = crypto_gnutls_load();
 
+    if (rc < 0) {
+        return rc;
+    }
+    rc = GT.gnutls_cipher_init(h, alg, &k, NULL);
     if (rc < 0) {
         *h = NULL;
         return blk_error(EINVAL, "Cannot set up cipher %s: %s",
-                         gnutls_cipher_get_name(alg), gnutls_strerror(rc));
+                         GT.gnutls_cipher_get_name(alg), GT.gnutls_strerror(rc));
     }
     return 0;
 }
@@ -226,10 +231,10 @@ static int handle_new(gnutls_cipher_hd_t *h, gnutls_cipher_algorithm_t alg,
 static void handles_free(Handles *h)
 {
     if (h->data) {
-        gnutls_cipher_deinit(h->data);
+        GT.gnutls_cipher_deinit(h->data);
     }
     if (h->essiv) {
-        gnutls_cipher_deinit(h->essiv);
+        GT.gnutls_cipher_deinit(h->essiv);
     }
     g_free(h);
 }
@@ -339,9 +344,9 @@ static int make_iv(const CryptoCipher *c, const Handles *h, uint64_t n,
         return 0;
     case CRYPTO_IVGEN_ESSIV:
         store_le64(iv, n);
-        gnutls_cipher_set_iv(h->essiv, (void *)zero, AES_BLOCK);
-        rc = gnutls_cipher_encrypt(h->essiv, iv, AES_BLOCK);
-        return rc < 0 ? blk_error(EIO, "ESSIV failed: %s", gnutls_strerror(rc)) : 0;
+        GT.gnutls_cipher_set_iv(h->essiv, (void *)zero, AES_BLOCK);
+        rc = GT.gnutls_cipher_encrypt(h->essiv, iv, AES_BLOCK);
+        return rc < 0 ? blk_error(EIO, "ESSIV failed: %s", GT.gnutls_strerror(rc)) : 0;
     case CRYPTO_IVGEN__MAX:
         break;
     }
@@ -367,12 +372,12 @@ static int process(CryptoCipher *c, uint64_t sector, uint8_t *buf, size_t len,
         if (ret < 0) {
             break;
         }
-        gnutls_cipher_set_iv(h->data, iv, AES_BLOCK);
-        rc = encrypt ? gnutls_cipher_encrypt(h->data, buf + off, CRYPTO_SECTOR_SIZE)
-                     : gnutls_cipher_decrypt(h->data, buf + off, CRYPTO_SECTOR_SIZE);
+        GT.gnutls_cipher_set_iv(h->data, iv, AES_BLOCK);
+        rc = encrypt ? GT.gnutls_cipher_encrypt(h->data, buf + off, CRYPTO_SECTOR_SIZE)
+                     : GT.gnutls_cipher_decrypt(h->data, buf + off, CRYPTO_SECTOR_SIZE);
         if (rc < 0) {
             ret = blk_error(EIO, "%s failed: %s", encrypt ? "Encryption" : "Decryption",
-                            gnutls_strerror(rc));
+                            GT.gnutls_strerror(rc));
             break;
         }
     }

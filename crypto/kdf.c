@@ -8,8 +8,9 @@
  *
  * Invariants (cited as "kdf.c invariant N"):
  *  1. Every digest and every PBKDF2 output comes from GnuTLS
- *     (gnutls_hash*, gnutls_pbkdf2); a failure of the library is an error
- *     with its message, never a silent fallback.
+ *     (gnutls_hash*, gnutls_pbkdf2), loaded by the first call that needs
+ *     it (gnutls-lib.h invariant 3); a failure of the library, or to load
+ *     it, is an error with its message, never a silent fallback.
  *  2. Iteration counts for a time budget come from a measurement of this
  *     thread's CPU time (CLOCK_THREAD_CPUTIME_ID, nanoseconds, so never
  *     QEMU's "Unable to get accurate CPU usage"): PBKDF2 of one output block
@@ -26,10 +27,9 @@
 #include "crypto/kdf.h"
 
 #include "block/block.h"
+#include "crypto/gnutls-lib.h"
 
 #include <errno.h>
-#include <gnutls/crypto.h>
-#include <gnutls/gnutls.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <string.h>
@@ -83,25 +83,31 @@ int crypto_hash_supported(CryptoHash h)
     return 0;
 }
 
+#define GT crypto_gnutls
+
 static int gnutls_fail(int rc, const char *what)
 {
-    return blk_error(EIO, "%s failed: %s", what, gnutls_strerror(rc));
+    return blk_error(EIO, "%s failed: %s", what, GT.gnutls_strerror(rc));
 }
 
 int crypto_hash2(CryptoHash h, const void *a, size_t alen, const void *b, size_t blen,
                  uint8_t *out)
 {
     gnutls_hash_hd_t hd;
-    int rc = gnutls_hash_init(&hd, (gnutls_digest_algorithm_t)hashes[h].mac);
+    int rc = crypto_gnutls_load();
 
+    if (rc < 0) {
+        return rc;
+    }
+    rc = GT.gnutls_hash_init(&hd, (gnutls_digest_algorithm_t)hashes[h].mac);
     if (rc < 0) {
         return gnutls_fail(rc, "Hash initialisation");
     }
-    rc = gnutls_hash(hd, a, alen);
+    rc = GT.gnutls_hash(hd, a, alen);
     if (rc == 0 && b) {
-        rc = gnutls_hash(hd, b, blen);
+        rc = GT.gnutls_hash(hd, b, blen);
     }
-    gnutls_hash_deinit(hd, out); /* invariant 1 */
+    GT.gnutls_hash_deinit(hd, out); /* invariant 1 */
     return rc < 0 ? gnutls_fail(rc, "Hashing") : 0;
 }
 
@@ -111,10 +117,13 @@ int crypto_pbkdf2(CryptoHash h, const void *pw, size_t pwlen, const uint8_t *sal
     /* GnuTLS takes its inputs as datums; it does not keep them */
     gnutls_datum_t key = {.data = (unsigned char *)pw, .size = (unsigned)pwlen};
     gnutls_datum_t s = {.data = (unsigned char *)salt, .size = (unsigned)saltlen};
-    int rc;
+    int rc = crypto_gnutls_load();
 
     g_assert(iterations > 0 && pwlen <= UINT_MAX && saltlen <= UINT_MAX);
-    rc = gnutls_pbkdf2(hashes[h].mac, &key, &s, iterations, out, outlen);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = GT.gnutls_pbkdf2(hashes[h].mac, &key, &s, iterations, out, outlen);
     return rc < 0 ? gnutls_fail(rc, "PBKDF2") : 0;
 }
 
@@ -188,7 +197,11 @@ int crypto_pbkdf2_iterations(CryptoHash h, size_t outlen, uint64_t iter_time_ms,
 
 int crypto_random(void *buf, size_t len, bool key)
 {
-    int rc = gnutls_rnd(key ? GNUTLS_RND_KEY : GNUTLS_RND_RANDOM, buf, len);
+    int rc = crypto_gnutls_load();
 
+    if (rc < 0) {
+        return rc;
+    }
+    rc = GT.gnutls_rnd(key ? GNUTLS_RND_KEY : GNUTLS_RND_RANDOM, buf, len);
     return rc < 0 ? gnutls_fail(rc, "Generating random bytes") : 0; /* invariant 3 */
 }

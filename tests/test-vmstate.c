@@ -97,6 +97,10 @@ struct Fake {
     bool rw_mixed;
     uint64_t read_limit; /* loads past it set read_past_limit */
     bool read_past_limit;
+    /* Load gate: the first load_gate load calls wait until all of them
+     * are in the driver at once (HANG_US at most: load_gate_timeout). */
+    unsigned load_gate, load_gate_arrived;
+    bool load_gate_timeout;
 
     /* Gate: the first gate_count save calls wait until gate_open. */
     unsigned gate_count;
@@ -256,6 +260,22 @@ static int fake_load_vmstate(BlkNode *img, uint64_t pos, const BlkIOV *qiov)
     }
     if (pos + len > f->read_limit) {
         f->read_past_limit = true; /* invariant 6 */
+    }
+    if (f->load_gate_arrived < f->load_gate) {
+        gint64 deadline = g_get_monotonic_time() + HANG_US;
+        f->load_gate_arrived++;
+        pthread_cond_broadcast(&f->cond);
+        while (f->load_gate_arrived < f->load_gate) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&f->cond, &f->lock, &ts);
+            if (g_get_monotonic_time() > deadline) {
+                f->load_gate_timeout = true;
+                f->load_gate = 0; /* let everyone go */
+                pthread_cond_broadcast(&f->cond);
+            }
+        }
     }
     pthread_mutex_unlock(&f->lock);
 
@@ -1301,6 +1321,7 @@ static void test_readahead_page_cache(void **state)
 
         set_config(img, MAX, 0);
         g_autofree char *id = save_stream(img, "pc", model, S, r);
+        set_config(img, MAX + 1, 0); /* the save's pool is gone */
         f->read_limit = S;
         img->node->file = &file; /* the fake's bytes "in a file" */
         QimgVmstateLoad *l = qimg_vmstate_load_begin(img, id, true, &err);
@@ -1324,6 +1345,8 @@ static void test_readahead_page_cache(void **state)
             }
             pos += (uint64_t)n;
         }
+        /* no threads for reads the kernel reads ahead */
+        assert_true((img->vmstate->pool == NULL) == (modes[m] == BLK_CACHE_WRITEBACK));
         qimg_vmstate_load_end(l);
         img->node->file = NULL;
         fake_check(f);
@@ -1331,6 +1354,77 @@ static void test_readahead_page_cache(void **state)
         api_image_destroy(img);
         fake_free(f);
     }
+}
+
+/* Invariant 8: a read of 2 B or more of a state that is not page-cached is
+ * read in pieces on the grid, max_in_flight of them at once, straight into
+ * the caller's buffer; it takes the read-ahead's buffers first, so no byte
+ * is read twice; a piece's error is the read's and is not sticky. */
+static void test_split_read(void **state)
+{
+    enum { MAX = 4 };
+    const uint64_t S = 9 * MiB + 3, first = 5 * MiB + 1;
+    Fake *f = fake_new(16 * MiB);
+    QimgImage *img = fake_image(f, 65536);
+    g_autoptr(GError) err = NULL;
+    GRand *r = g_rand_new_with_seed(8);
+    g_autofree uint8_t *model = g_malloc(S);
+    g_autofree uint8_t *buf = g_malloc(S);
+
+    set_config(img, MAX, 0);
+    g_autofree char *id = save_stream(img, "split", model, S, r);
+    f->read_limit = S;
+    QimgVmstateLoad *l = qimg_vmstate_load_begin(img, id, true, &err);
+    assert_non_null(l);
+
+    /* MAX pieces in the driver at once (the gate), six in all, nothing ahead */
+    f->load_gate = MAX;
+    assert_int_equal(qimg_vmstate_load_read(l, buf, first, &err), (gssize)first);
+    pthread_mutex_lock(&f->lock);
+    assert_false(f->load_gate_timeout);
+    pthread_mutex_unlock(&f->lock);
+    assert_memory_equal(buf, model, first);
+    assert_int_equal(FAKE_GET(f, load_calls), 6);
+
+    /* a small read starts the read-ahead (MAX buffers); a large one then
+     * takes them and reads only the rest */
+    assert_int_equal(qimg_vmstate_load_read(l, buf + first, 100, &err), 100);
+    assert_true(wait_load_calls(f, 6 + MAX));
+    assert_int_equal(qimg_vmstate_load_read(l, buf + first + 100, S, &err),
+                     (gssize)(S - first - 100));
+    assert_memory_equal(buf, model, S);
+    assert_int_equal(qimg_vmstate_load_read(l, buf, 10, &err), 0);
+    qimg_vmstate_load_end(l);
+    pthread_mutex_lock(&f->lock);
+    GArray *loads = g_array_copy(f->loads);
+    pthread_mutex_unlock(&f->lock);
+    g_array_sort(loads, cmp_call);
+    assert_int_equal(loads->len, 6 + MAX + 1);
+    uint64_t end = 0;
+    for (guint i = 0; i < loads->len; i++) {
+        FakeCall *c = &g_array_index(loads, FakeCall, i);
+        assert_int_equal(c->pos, end); /* each byte once */
+        assert_true(c->len > 0 && c->pos / MiB == (c->pos + c->len - 1) / MiB); /* grid */
+        end = c->pos + c->len;
+    }
+    assert_int_equal(end, S);
+    g_array_unref(loads);
+    fake_check(f);
+
+    /* one load at a time: call n + 2 is the piece at 1 MiB */
+    set_config(img, 1, 0);
+    f->fail_load_at = FAKE_GET(f, load_calls) + 2;
+    assert_false(qimg_vmstate_pread(img, 0, buf, 3 * MiB, &err));
+    assert_int_equal(err->code, EIO);
+    assert_non_null(strstr(err->message, "Could not read VM state at position 1048576"));
+    g_clear_error(&err);
+    assert_true(qimg_vmstate_pread(img, 0, buf, 3 * MiB, &err));
+    assert_memory_equal(buf, model, 3 * MiB);
+    fake_check(f);
+
+    g_rand_free(r);
+    api_image_destroy(img);
+    fake_free(f);
 }
 
 /* A state smaller than the read-ahead window: never a read past it. */
@@ -1692,6 +1786,7 @@ int main(void)
         cmocka_unit_test(test_readahead),
         cmocka_unit_test(test_readahead_small_state),
         cmocka_unit_test(test_readahead_page_cache),
+        cmocka_unit_test(test_split_read),
         cmocka_unit_test(test_commit_and_load),
         cmocka_unit_test(test_close_with_open_stream),
         cmocka_unit_test(test_snapshot_api),

@@ -194,6 +194,13 @@ for v in "${variants[@]}"; do
         assert_rc "$V: $name through qimg vmstate load" 0 cmp "in-$n.bin" load.out
         "$QIMG" vmstate load img.qcow2 "$name" >load.out
         assert_rc "$V: $name through qimg vmstate load to stdout" 0 cmp "in-$n.bin" load.out
+        # O_DIRECT: 8 MiB reads split across the pool (api/vmstate.c
+        # invariant 8), and 32 KiB reads read ahead (invariant 6)
+        "$QIMG" vmstate load -t none img.qcow2 "$name" load.out
+        assert_rc "$V: $name through qimg vmstate load -t none" 0 cmp "in-$n.bin" load.out
+        "$QIMG" vmstate load -t none --chunk-size 32k img.qcow2 "$name" load.out
+        assert_rc "$V: $name through qimg vmstate load -t none, 32k reads" 0 \
+            cmp "in-$n.bin" load.out
         rm -f load.out
     done
     # load --apply reverts the disk (like loadvm) and reads the state from

@@ -1,0 +1,175 @@
+/*
+ * api/json-flat.c: the JSON of a "json:{...}" name, parsed by json-glib
+ * and flattened into dotted keys for json-name.c.
+ *
+ * Owns: the json-glib handle (dlopen, never closed), the table of the
+ * json-glib and GObject functions called here, and the flattening (nested
+ * objects become dotted keys, as QEMU's qdict_flatten).
+ *
+ * Invariants (cited as "json-flat.c invariant N"):
+ *  1. libqimg is not linked against json-glib: it is loaded at the first
+ *     json: name, once per process (pthread_once), the table filled all of
+ *     it or nothing (dl.h invariants 1 and 2: json-glib brings GObject and
+ *     GIO, with libmount, libselinux, libblkid and libffi, about 4 ms of
+ *     CPU at every start of a process that never reads one).  A failure to
+ *     load is an error naming the library, the same for every later call.
+ *  2. A list is flattened as QEMU's qdict_flatten does: its members are
+ *     KEY.0, KEY.1, ... (with their own keys below: KEY.0.event); JSON null
+ *     is "", booleans "on"/"off", integers their decimal text; any other
+ *     value is "Parameter 'KEY' expects a number".
+ */
+#include "api/api.h"
+#include "block/dl.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <json-glib/json-glib.h>
+#include <pthread.h>
+#include <string.h>
+
+/* The soname of the library the headers belong to (json-glib 1.x). */
+#define JSON_GLIB_SONAME "libjson-glib-1.0.so.0"
+
+#define JSON_GLIB_FUNCS(X)                                                               \
+    X(g_object_unref)                                                                    \
+    X(json_array_get_element)                                                            \
+    X(json_array_get_length)                                                             \
+    X(json_node_get_array)                                                               \
+    X(json_node_get_boolean)                                                             \
+    X(json_node_get_int)                                                                 \
+    X(json_node_get_node_type)                                                           \
+    X(json_node_get_object)                                                              \
+    X(json_node_get_string)                                                              \
+    X(json_node_get_value_type)                                                          \
+    X(json_object_get_member)                                                            \
+    X(json_object_get_members)                                                           \
+    X(json_parser_get_root)                                                              \
+    X(json_parser_load_from_data)                                                        \
+    X(json_parser_new)
+
+typedef struct JsonGlib {
+#define JSON_GLIB_FIELD(f) __typeof__(f) *f;
+    JSON_GLIB_FUNCS(JSON_GLIB_FIELD)
+#undef JSON_GLIB_FIELD
+} JsonGlib;
+
+static JsonGlib jg; /* filled once by load(), read-only after (invariant 1) */
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static char *load_error; /* NULL after a success */
+
+static void load(void)
+{
+    JsonGlib lib = {0};
+    /* g_object_unref is GObject's, found through json-glib's dependencies */
+    void *h = dlopen(JSON_GLIB_SONAME, RTLD_NOW | RTLD_LOCAL);
+
+    if (!h) {
+        load_error =
+            g_strdup_printf("json: names need %s (Debian: libjson-glib-1.0-0): %s",
+                            JSON_GLIB_SONAME, dlerror());
+        return;
+    }
+#define JSON_GLIB_LOAD(f)                                                                \
+    if (!blk_dl_sym(h, JSON_GLIB_SONAME, #f, &lib.f, sizeof(lib.f), &load_error)) {      \
+        return;                                                                          \
+    }
+    JSON_GLIB_FUNCS(JSON_GLIB_LOAD)
+#undef JSON_GLIB_LOAD
+    jg = lib;
+}
+
+static gboolean flatten_node(JsonNode *v, char *key, GHashTable *flat, GError **error);
+
+/* Flatten obj into flat (key -> string), prefix "a.b." (invariant 2). */
+static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
+                        GError **error)
+{
+    g_autoptr(GList) members = jg.json_object_get_members(obj);
+
+    for (GList *l = members; l; l = l->next) {
+        const char *k = l->data;
+        if (!flatten_node(jg.json_object_get_member(obj, k), g_strconcat(prefix, k, NULL),
+                          flat, error)) {
+            return FALSE;
+        }
+    }
+    return TRUE;
+}
+
+/* One member (key: owned, consumed). */
+static gboolean flatten_node(JsonNode *v, char *key_in, GHashTable *flat, GError **error)
+{
+    g_autofree char *key = key_in;
+
+    switch (jg.json_node_get_node_type(v)) {
+    case JSON_NODE_OBJECT: {
+        g_autofree char *p = g_strconcat(key, ".", NULL);
+        return flatten(jg.json_node_get_object(v), p, flat, error);
+    }
+    case JSON_NODE_NULL:
+        g_hash_table_insert(flat, g_steal_pointer(&key), g_strdup(""));
+        return TRUE;
+    case JSON_NODE_ARRAY: {
+        JsonArray *a = jg.json_node_get_array(v);
+        for (guint i = 0; i < jg.json_array_get_length(a); i++) {
+            if (!flatten_node(jg.json_array_get_element(a, i),
+                              g_strdup_printf("%s.%u", key, i), flat, error)) {
+                return FALSE;
+            }
+        }
+        return TRUE;
+    }
+    case JSON_NODE_VALUE: {
+        GType t = jg.json_node_get_value_type(v);
+        if (t == G_TYPE_BOOLEAN) {
+            g_hash_table_insert(flat, g_steal_pointer(&key),
+                                g_strdup(jg.json_node_get_boolean(v) ? "on" : "off"));
+        } else if (t == G_TYPE_STRING) {
+            g_hash_table_insert(flat, g_steal_pointer(&key),
+                                g_strdup(jg.json_node_get_string(v)));
+        } else if (t == G_TYPE_INT64) {
+            g_hash_table_insert(
+                flat, g_steal_pointer(&key),
+                g_strdup_printf("%" G_GINT64_FORMAT, jg.json_node_get_int(v)));
+        } else {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
+                        key);
+            return FALSE;
+        }
+        return TRUE;
+    }
+    }
+    return TRUE;
+}
+
+gboolean api_json_flat(const char *name, GHashTable *flat, GError **error)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *text = NULL;
+    JsonParser *parser;
+    JsonNode *root;
+    gboolean ok;
+
+    pthread_once(&load_once, load);
+    if (load_error) { /* invariant 1 */
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "%s", load_error);
+        return FALSE;
+    }
+    text = api_qemu_json(name + strlen("json:"));
+    parser = jg.json_parser_new();
+    if (!jg.json_parser_load_from_data(parser, text, -1, &err)) {
+        /* QEMU's words, json-glib's detail (QEMU's lexer words it its way) */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not parse the JSON options: JSON parse error, %s",
+                    err->message);
+        ok = FALSE;
+    } else if (!(root = jg.json_parser_get_root(parser)) ||
+               jg.json_node_get_node_type(root) != JSON_NODE_OBJECT) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Invalid JSON object given");
+        ok = FALSE;
+    } else {
+        ok = flatten(jg.json_node_get_object(root), "", flat, error);
+    }
+    jg.g_object_unref(parser);
+    return ok;
+}
