@@ -14,6 +14,17 @@
  *     not queued and the caller still owns it.
  *
  * Internal bookkeeping (kept under Pool.lock):
+ *  - Each condition variable has a count of the threads waiting on it, kept
+ *    by pool_wait_locked(); it is signalled only when that count is not 0
+ *    (glib's signal is a system call even with nobody to wake: at depth 32
+ *    that was a futex call per task for space_cond alone, issue 30).
+ *  - A submitter wakes a worker after it dropped the lock, so the worker
+ *    does not wake into a lock still held (a futex wait and wake saved; the
+ *    submitter may still use p then: pool_free's rule).  It wakes one only
+ *    when more workers wait than wake-ups are on their way (task_wakes,
+ *    taken back by each worker that returns from its wait): a worker
+ *    signalled but not yet running is not counted twice, so a second task
+ *    wakes a second worker instead of none.
  *  - 0 <= nqueued <= in_flight <= max, so the ring (max slots) never overflows
  *    and pool_submit() never allocates.
  *  - in_flight - nqueued is the number of tasks running; in_flight drops only
@@ -43,6 +54,9 @@ struct Pool {
     GCond task_cond;  /* a task was queued, or stopping was set */
     GCond space_cond; /* in_flight fell below max, or an error was recorded */
     GCond idle_cond;  /* in_flight reached 0 */
+    /* threads waiting on each (see "Internal bookkeeping") */
+    unsigned task_waiters, space_waiters, idle_waiters;
+    unsigned task_wakes; /* task_cond signals not yet taken back by a worker */
 
     PoolTask *ring; /* cap slots; queued tasks are ring[head .. head+nqueued) */
     unsigned cap;   /* max, or for an unbounded pool grown as needed */
@@ -71,17 +85,22 @@ static void pool_unlock(Pool *p)
     mutex_unlock(&p->lock);
 }
 
-/* Drops and retakes p->lock. */
-static void pool_wait_locked(Pool *p, GCond *cond)
+/* Drops and retakes p->lock; *waiters counts the threads in it. */
+static void pool_wait_locked(Pool *p, GCond *cond, unsigned *waiters)
 {
+    (*waiters)++;
     mutex_cond_wait(cond, &p->lock);
+    (*waiters)--;
 }
 
 /* Called with p->lock held; returns false once stopping and nothing is queued. */
 static bool pool_take_locked(Pool *p, PoolTask *out)
 {
     while (p->nqueued == 0 && !p->stopping) {
-        pool_wait_locked(p, &p->task_cond);
+        pool_wait_locked(p, &p->task_cond, &p->task_waiters);
+        if (p->task_wakes > 0) {
+            p->task_wakes--; /* this wake-up, or one another worker missed */
+        }
     }
     if (p->nqueued == 0) {
         return false;
@@ -104,11 +123,13 @@ static void pool_finish_locked(Pool *p, int ret)
         /* Invariant 3: only the first completed error sticks.  Wake every
          * blocked submitter: they now fail instead of waiting for space. */
         p->error = ret;
-        g_cond_broadcast(&p->space_cond);
-    } else {
+        if (p->space_waiters) {
+            g_cond_broadcast(&p->space_cond);
+        }
+    } else if (p->space_waiters) {
         g_cond_signal(&p->space_cond); /* one slot is free */
     }
-    if (p->in_flight == 0) {
+    if (p->in_flight == 0 && p->idle_waiters) {
         g_cond_broadcast(&p->idle_cond); /* invariant 2 */
     }
 }
@@ -248,13 +269,14 @@ void pool_free(Pool *p)
  */
 int pool_submit(Pool *p, PoolFunc fn, void *opaque)
 {
+    bool wake = false;
     int ret;
 
     g_assert(fn);
     pool_lock(p);
     g_assert(!p->stopping);
     while (p->error == 0 && p->in_flight >= p->max) {
-        pool_wait_locked(p, &p->space_cond);
+        pool_wait_locked(p, &p->space_cond, &p->space_waiters);
     }
     ret = p->error;
     if (ret == 0 && p->nqueued == p->cap) {
@@ -265,10 +287,17 @@ int pool_submit(Pool *p, PoolFunc fn, void *opaque)
         p->ring[(p->head + p->nqueued) % p->cap] = (PoolTask){.fn = fn, .opaque = opaque};
         p->nqueued++;
         p->in_flight++;
-        g_cond_signal(&p->task_cond);
+        /* a worker that is not waiting takes the task when it looks next */
+        if (p->task_waiters > p->task_wakes) {
+            p->task_wakes++;
+            wake = true;
+        }
     }
     /* else invariant 4: not queued, the caller keeps opaque. */
     pool_unlock(p);
+    if (wake) {
+        g_cond_signal(&p->task_cond); /* after the unlock: see the top */
+    }
     return ret;
 }
 
@@ -304,7 +333,7 @@ int pool_wait_all(Pool *p)
     pool_lock(p);
     /* Invariant 2. */
     while (p->in_flight > 0) {
-        pool_wait_locked(p, &p->idle_cond);
+        pool_wait_locked(p, &p->idle_cond, &p->idle_waiters);
     }
     ret = p->error;
     pool_unlock(p);

@@ -78,9 +78,10 @@ typedef struct Qcow2Inflight {
 } Qcow2Inflight;
 
 typedef struct Qcow2State {
-    GMutex lock;             /* qcow2.h invariant 1; take it with qcow2_lock() */
-    GCond inflight_cond;     /* signalled when a request leaves the list */
-    Qcow2Inflight *inflight; /* [lock] requests in flight */
+    GMutex lock;               /* qcow2.h invariant 1; take it with qcow2_lock() */
+    GCond inflight_cond;       /* signalled when a request leaves the list */
+    unsigned inflight_waiters; /* [lock] threads in qcow2_wait_locked() */
+    Qcow2Inflight *inflight;   /* [lock] requests in flight */
     BlkNode *img;
 
     Qcow2Header header;  /* [open] as decoded */
@@ -210,10 +211,14 @@ static inline void qcow2_unlock(Qcow2State *s)
     mutex_unlock(&s->lock);
 }
 
-/* Wait for inflight_cond; drops and retakes the lock. */
+/* Wait for inflight_cond; drops and retakes the lock.  Counted, so that a
+ * request leaving the list wakes nobody without a system call when nobody
+ * waits (write.c invariant 6). */
 static inline void qcow2_wait_locked(Qcow2State *s)
 {
+    s->inflight_waiters++;
     mutex_cond_wait(&s->inflight_cond, &s->lock);
+    s->inflight_waiters--;
 }
 
 static inline uint64_t qcow2_offset_into_cluster(const Qcow2State *s, uint64_t offset)

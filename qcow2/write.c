@@ -50,7 +50,9 @@
  *     same cluster are serialised and the second sees the first's mapping,
  *     no cluster is replaced or freed under a request still moving its data,
  *     and COW reads see stable old contents.  Registration is all or
- *     nothing, taken before any other wait, so it cannot deadlock.
+ *     nothing, taken before any other wait, so it cannot deadlock.  The end
+ *     of a registration wakes the waiters (all of them: each checks its own
+ *     range), and makes no system call when there are none.
  *  7. COW follows the spec: without extended L2 a new cluster is written
  *     whole (head and tail from the old contents: old cluster, compressed
  *     cluster, backing file or zeros).  With extended L2 only subclusters
@@ -158,7 +160,9 @@ void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r)
     if (r->next) {
         r->next->prev = r->prev;
     }
-    g_cond_broadcast(&s->inflight_cond);
+    if (s->inflight_waiters > 0) { /* glib's broadcast is a futex call even to nobody */
+        g_cond_broadcast(&s->inflight_cond);
+    }
 }
 
 /* ---- planning ---- */
