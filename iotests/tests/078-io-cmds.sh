@@ -179,6 +179,14 @@ both "--object secret" a.qcow2 --object secret,id=s0,data=x -c 'read -q 0 1'
 both "--object without data" a.qcow2 --object secret,id=s0 -c 'read -q 0 1'
 both "--object unknown type" a.qcow2 --object foo,id=x -c 'read -q 0 1'
 
+# copy-on-read (block/cor.c; 138 compares the allocation it leaves): -C
+# and open -C read as qemu-io does, -C with -r is refused in its words
+both "-C" top.qcow2 -C -c 'read -q -P 1 0 64k'
+cp top.qcow2 q/c.qcow2 && cp top.qcow2 m/c.qcow2
+both "open -C" - -c 'open -C c.qcow2' -c 'read -q -P 1 0 64k'
+assert_rc "open -C: contents" 0 "$QEMU_IMG" compare -q q/c.qcow2 m/c.qcow2
+both "-C -r" top.qcow2 -C -r -c 'read -q 0 1'
+
 # ---- what qimg refuses: a message, exit 1 ----
 refused() {
     local desc=$1 want=$2 rc
@@ -189,11 +197,9 @@ refused() {
         cut -d: -f2-)"
 }
 cp a.qcow2 m/img
-refused "-C" "copy-on-read (-C) is not supported by qimg" -C -c 'read 0 1' img
 refused "-k" "aio=native (-k) is not supported by qimg" -k -c 'read 0 1' img
 refused "-T" "tracing (-T) is not supported by qimg" -T foo -c 'read 0 1' img
 refused "-d ignore" "discard=ignore is not supported by qimg" -d ignore -c 'read 0 1' img
-refused "open -C" "copy-on-read (-C) is not supported by qimg" -c 'open -C img'
 refused "open -o" "The qcow2 option 'cache-clean-interval' is not supported by qimg" \
     -c 'open -o cache-clean-interval=10 img'
 refused "O_DIRECT without flushes" "qimg has no cache mode with cache.no-flush=on and" \
