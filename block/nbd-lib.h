@@ -2,7 +2,8 @@
  * block/nbd-lib.h: libnbd, loaded when the first NBD export is opened
  * (block/nbd-lib.c).
  *
- * Owns: the table of the libnbd functions block/nbd.c calls.
+ * Owns: the table of the libnbd functions block/nbd.c calls, and the
+ * declarations of block/nbd-connect.c (one connection's handshake).
  *
  * Invariants (cited as "nbd-lib.h invariant N"):
  *  1. libqimg is not linked against libnbd: every call goes through
@@ -77,5 +78,19 @@ extern BlkNbdLib blk_nbd_lib;
 /* Loads libnbd once (thread-safe); 0, or -ENOTSUP with a message naming
  * the library or the function that could not be loaded. */
 int blk_nbd_lib_load(void);
+
+/* block/nbd-connect.c.  One connection to @name (a libnbd URI or qemu-img's
+ * nbd:unix:PATH / nbd:HOST:PORT name) asking for meta @context, with its
+ * handshake done, or NULL (libnbd's error set; *@legacy_err when a legacy
+ * name did not parse).  @deadline 0 waits as long as the handshake takes
+ * and keeps the server's error text in *@server_msg (nbd.c invariant 6);
+ * otherwise the handshake must end by @deadline, monotonic microseconds
+ * (nbd.c invariant 1). */
+struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context,
+                                       int *legacy_err, int64_t deadline,
+                                       char **server_msg);
+/* QEMU's name for the export @h is connected to (what qemu-img info and map
+ * print); @given when libnbd has no URI for it. */
+char *blk_nbd_canonical_name(struct nbd_handle *h, const char *given);
 
 #endif
