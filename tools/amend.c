@@ -34,7 +34,7 @@
 #include <getopt.h>
 #include <string.h>
 
-enum { OPT_OBJECT = 256, OPT_IMAGE_OPTS, OPT_FORCE };
+enum { OPT_FORCE = 256 };
 
 typedef struct AmendProgress {
     bool enabled;
@@ -121,8 +121,8 @@ int cmd_amend(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {"force", no_argument, NULL, OPT_FORCE},
         {NULL, 0, NULL, 0},
     };
@@ -159,18 +159,13 @@ int cmd_amend(int argc, char **argv)
         case OPT_FORCE:
             force = true;
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* options.c: tool_open_image */
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (!optlist) {

@@ -44,7 +44,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { OPT_FLUSH_INTERVAL = 256, OPT_IMAGE_OPTS, OPT_PATTERN, OPT_NO_DRAIN };
+enum { OPT_FLUSH_INTERVAL = 256, OPT_PATTERN, OPT_NO_DRAIN };
 
 typedef struct Bench Bench;
 
@@ -216,7 +216,7 @@ int cmd_bench(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"flush-interval", required_argument, NULL, OPT_FLUSH_INTERVAL},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {"pattern", required_argument, NULL, OPT_PATTERN},
         {"no-drain", no_argument, NULL, OPT_NO_DRAIN},
         {"force-share", no_argument, NULL, 'U'},
@@ -325,18 +325,13 @@ int cmd_bench(int argc, char **argv)
         case OPT_NO_DRAIN:
             b.drain_on_flush = false;
             break;
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* checked against -f where the image opens */
-            break;
-        case TOOL_OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (optind != argc - 1) {

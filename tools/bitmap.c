@@ -37,8 +37,6 @@ enum {
     OPT_ENABLE,
     OPT_DISABLE,
     OPT_MERGE,
-    OPT_OBJECT,
-    OPT_IMAGE_OPTS,
 };
 
 #define OP_MERGE (QIMG_BITMAP_DISABLE + 1)
@@ -94,8 +92,8 @@ int cmd_bitmap(int argc, char **argv)
         {"enable", no_argument, NULL, OPT_ENABLE},
         {"disable", no_argument, NULL, OPT_DISABLE},
         {"merge", required_argument, NULL, OPT_MERGE},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {"granularity", required_argument, NULL, 'g'},
         {"source-file", required_argument, NULL, 'b'},
         {"source-format", required_argument, NULL, 'F'},
@@ -144,18 +142,13 @@ int cmd_bitmap(int argc, char **argv)
             has_merge = true;
             g_array_append_val(ops, act);
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* options.c: tool_open_image */
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     /* fact 1 */

@@ -42,7 +42,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_OUTPUT = 256, OPT_IMAGE_OPTS };
+enum { OPT_OUTPUT = 256 };
 
 static void dump_human(const QimgCheckResult *r)
 {
@@ -136,7 +136,7 @@ int cmd_check(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"force-share", no_argument, NULL, 'U'},
         {"progress", no_argument, NULL, 'p'},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = NULL, *output = "human", *cache = "writeback", *filename;
@@ -183,21 +183,16 @@ int cmd_check(int argc, char **argv)
         case 'p':
             progress = true;
             break;
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true;
-            break;
         case OPT_OUTPUT:
             output = optarg;
             break;
-        case TOOL_OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (optind != argc - 1) {

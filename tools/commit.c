@@ -28,8 +28,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_OBJECT = 256, OPT_IMAGE_OPTS };
-
 typedef struct CommitProgress {
     ToolProgress prog;
     uint64_t rate; /* bytes per second, 0: unlimited */
@@ -77,8 +75,8 @@ int cmd_commit(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT, bo = TOOL_OPEN_OPTIONS_INIT;
@@ -128,18 +126,13 @@ int cmd_commit(int argc, char **argv)
                 return 1;
             }
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* options.c: tool_open_image */
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (optind != argc - 1) {

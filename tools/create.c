@@ -164,15 +164,13 @@ int cmd_create(int argc, char **argv)
         case 'u':
             unsafe = true;
             break;
-        case TOOL_OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, NULL);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        default:
-            return tool_bad_option(c, argv);
         }
     }
 

@@ -26,8 +26,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_OBJECT = 256, OPT_IMAGE_OPTS };
-
 typedef struct DdArgs {
     const char *in, *out;
     int64_t bs, count, skip;
@@ -103,8 +101,8 @@ int cmd_dd(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
@@ -132,18 +130,13 @@ int cmd_dd(int argc, char **argv)
         case 'U':
             oo.force_share = true;
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* options.c: tool_open_image */
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     for (int i = optind; i < argc; i++) {

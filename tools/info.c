@@ -60,7 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN, OPT_IMAGE_OPTS };
+enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN };
 
 static bool is_v3(const QimgInfo *info)
 {
@@ -579,7 +579,7 @@ int cmd_info(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {"force-share", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
@@ -610,18 +610,13 @@ int cmd_info(int argc, char **argv)
         case OPT_BACKING_CHAIN:
             chain = true;
             break;
-        case OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
-        case TOOL_OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (optind != argc - 1) {

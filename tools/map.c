@@ -22,7 +22,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_OUTPUT = 256, OPT_START, OPT_LENGTH, OPT_IMAGE_OPTS };
+enum { OPT_OUTPUT = 256, OPT_START, OPT_LENGTH };
 
 typedef struct MapEntry {
     uint64_t start;
@@ -152,7 +152,7 @@ int cmd_map(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"start-offset", required_argument, NULL, OPT_START},
         {"max-length", required_argument, NULL, OPT_LENGTH},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {"force-share", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
@@ -177,9 +177,6 @@ int cmd_map(int argc, char **argv)
         case 'U':
             force_share = true;
             break;
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true;
-            break;
         case OPT_OUTPUT:
             output = optarg;
             break;
@@ -193,15 +190,13 @@ int cmd_map(int argc, char **argv)
                 return 1;
             }
             break;
-        case TOOL_OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (optind != argc - 1) {

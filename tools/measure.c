@@ -27,7 +27,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_SIZE = 256, OPT_OUTPUT, OPT_OBJECT, OPT_IMAGE_OPTS };
+enum { OPT_SIZE = 256, OPT_OUTPUT };
 
 static void print_result(const QimgMeasure *m, ToolOutput output)
 {
@@ -59,8 +59,8 @@ int cmd_measure(int argc, char **argv)
         {"size", required_argument, NULL, OPT_SIZE},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"force-share", no_argument, NULL, 'U'},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = NULL, *out_fmt = "raw", *snap = NULL, *filename = NULL;
@@ -110,18 +110,13 @@ int cmd_measure(int argc, char **argv)
                 return 1;
             }
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     /* fact 1 */

@@ -82,6 +82,18 @@ int tool_bad_option(int c, char **argv)
     return tool_usage_error("unrecognized option '%s'", argv[optind - 1]);
 }
 
+int tool_common_option(int c, char **argv, bool *image_opts)
+{
+    if (c == TOOL_OPT_OBJECT) {
+        return tool_object_add(optarg);
+    }
+    if (c == TOOL_OPT_IMAGE_OPTS && image_opts) {
+        *image_opts = true; /* tool_open_image reads it */
+        return -1;
+    }
+    return tool_bad_option(c, argv);
+}
+
 void tool_report_gerror(GError *err, const char *prefix)
 {
     if (prefix) {

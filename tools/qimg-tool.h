@@ -101,8 +101,13 @@ void *tool_alloc_aligned(size_t size);
  * command ends now with this exit code (0 after help, 1 after an error,
  * printed). */
 int tool_object_add(const char *def);
-/* getopt value of --object for the commands that had no enum value for it */
-enum { TOOL_OPT_OBJECT = 1000 };
+/* getopt values of --object and --image-opts, the same in every command */
+enum { TOOL_OPT_OBJECT = 1000, TOOL_OPT_IMAGE_OPTS };
+/* The options every image command takes alike (options.c), for a getopt
+ * switch's default: --object (tool_object_add), --image-opts (sets
+ * *image_opts; a bad option where @image_opts is NULL), anything else a
+ * bad option.  -1 when parsing goes on, else the command's exit code. */
+int tool_common_option(int c, char **argv, bool *image_opts);
 
 /* --trust-names, taken by every command (main.c): the file names images
  * record (VMDK extents and parents) may point anywhere

@@ -45,8 +45,6 @@
 #define REBASE_BUF (2u << 20) /* qemu-img's IO_BUF_SIZE */
 #define SECTOR 512
 
-enum { OPT_OBJECT = 256, OPT_IMAGE_OPTS };
-
 #define REBASE_WORKERS 4 /* fact 5 */
 
 typedef struct Rebase {
@@ -284,8 +282,8 @@ int cmd_rebase(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"force-share", no_argument, NULL, 'U'},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
@@ -333,18 +331,13 @@ int cmd_rebase(int argc, char **argv)
         case 'U':
             a.force_share = true;
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* options.c: tool_open_image */
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     /* fact 1 */

@@ -28,7 +28,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { OPT_PREALLOCATION = 256, OPT_SHRINK, OPT_OBJECT, OPT_IMAGE_OPTS };
+enum { OPT_PREALLOCATION = 256, OPT_SHRINK };
 
 int cmd_resize(int argc, char **argv)
 {
@@ -36,8 +36,8 @@ int cmd_resize(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"preallocation", required_argument, NULL, OPT_PREALLOCATION},
         {"shrink", no_argument, NULL, OPT_SHRINK},
-        {"object", required_argument, NULL, OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"object", required_argument, NULL, TOOL_OPT_OBJECT},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
@@ -76,18 +76,13 @@ int cmd_resize(int argc, char **argv)
         case OPT_SHRINK:
             shrink = true;
             break;
-        case OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            oo.image_opts = true; /* options.c: tool_open_image */
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (optind != argc - 1) {

@@ -179,7 +179,7 @@ int cmd_snapshot(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"object", required_argument, NULL, TOOL_OPT_OBJECT},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, 256},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     const char *fmt = NULL, *name = NULL, *filename;
@@ -213,18 +213,13 @@ int cmd_snapshot(int argc, char **argv)
         case 'U':
             force_share = true;
             break;
-        case 256: /* --image-opts */
-            oo.image_opts = true;
-            break;
-        case TOOL_OPT_OBJECT: {
-            int orc = tool_object_add(optarg);
+        default: {
+            int orc = tool_common_option(c, argv, &oo.image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        default:
-            return tool_bad_option(c, argv);
         }
         if (a != SNAP_NONE) {
             if (action != SNAP_NONE) {

@@ -72,7 +72,6 @@ enum {
     OPT_APPLY,
     OPT_CHUNK_SIZE,
     OPT_QEMU_SHAPED,
-    OPT_IMAGE_OPTS,
 };
 
 typedef struct VmArgs {
@@ -161,7 +160,7 @@ static int parse_args(int argc, char **argv, bool save, VmArgs *a)
         {"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
         {"qemu-shaped", required_argument, NULL, OPT_QEMU_SHAPED},
         {"object", required_argument, NULL, TOOL_OPT_OBJECT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"image-opts", no_argument, NULL, TOOL_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -227,18 +226,13 @@ static int parse_args(int argc, char **argv, bool save, VmArgs *a)
             a->qemu_shaped = true;
             a->seed = (guint32)v;
             break;
-        case TOOL_OPT_OBJECT: { /* secrets: an encrypted image's key */
-            int orc = tool_object_add(optarg);
+        default: { /* --object: secrets, an encrypted image's key */
+            int orc = tool_common_option(c, argv, &a->image_opts);
             if (orc >= 0) {
                 return orc;
             }
             break;
         }
-        case OPT_IMAGE_OPTS:
-            a->image_opts = true;
-            break;
-        default:
-            return tool_bad_option(c, argv);
         }
     }
     if (a->unbuffered && (a->have_buffer_size || a->have_in_flight)) {
