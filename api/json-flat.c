@@ -2,14 +2,13 @@
  * api/json-flat.c: the JSON of a "json:{...}" name, parsed by json-glib
  * and flattened into dotted keys for json-name.c.
  *
- * Owns: the json-glib handle (dlopen, never closed), the table of the
- * json-glib and GObject functions called here, and the flattening (nested
- * objects become dotted keys, as QEMU's qdict_flatten).
+ * Owns: the table of the json-glib and GObject functions called here, and the flattening
+ * (nested objects become dotted keys, as QEMU's qdict_flatten).
  *
  * Invariants (cited as "json-flat.c invariant N"):
  *  1. libqimg is not linked against json-glib: it is loaded at the first
- *     json: name, once per process (pthread_once), the table filled all of
- *     it or nothing (dl.h invariants 1 and 2: json-glib brings GObject and
+ *     json: name, once per process, the table filled all of it or nothing
+ *     (dl.h invariants 1 to 3: json-glib brings GObject and
  *     GIO, with libmount, libselinux, libblkid and libffi, about 4 ms of
  *     CPU at every start of a process that never reads one).  A failure to
  *     load is an error naming the library, the same for every later call.
@@ -21,10 +20,8 @@
 #include "api/api.h"
 #include "block/dl.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <json-glib/json-glib.h>
-#include <pthread.h>
 #include <string.h>
 
 /* The soname of the library the headers belong to (json-glib 1.x). */
@@ -53,30 +50,21 @@ typedef struct JsonGlib {
 #undef JSON_GLIB_FIELD
 } JsonGlib;
 
-static JsonGlib jg; /* filled once by load(), read-only after (invariant 1) */
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static char *load_error; /* NULL after a success */
+static JsonGlib jg; /* filled once (invariant 1), read-only after */
 
-static void load(void)
-{
-    JsonGlib lib = {0};
-    /* g_object_unref is GObject's, found through json-glib's dependencies */
-    void *h = dlopen(JSON_GLIB_SONAME, RTLD_NOW | RTLD_LOCAL);
+#define JSON_GLIB_SYM(f) BLK_DL_SYM(JsonGlib, f)
+static const BlkDlSym syms[] = {JSON_GLIB_FUNCS(JSON_GLIB_SYM)};
 
-    if (!h) {
-        load_error =
-            g_strdup_printf("json: names need %s (Debian: libjson-glib-1.0-0): %s",
-                            JSON_GLIB_SONAME, dlerror());
-        return;
-    }
-#define JSON_GLIB_LOAD(f)                                                                \
-    if (!blk_dl_sym(h, JSON_GLIB_SONAME, #f, &lib.f, sizeof(lib.f), &load_error)) {      \
-        return;                                                                          \
-    }
-    JSON_GLIB_FUNCS(JSON_GLIB_LOAD)
-#undef JSON_GLIB_LOAD
-    jg = lib;
-}
+/* g_object_unref is GObject's, found through json-glib's dependencies */
+static BlkDlLib lib = {
+    .sonames = {JSON_GLIB_SONAME},
+    .needed_by = "json: names",
+    .packages = "libjson-glib-1.0-0",
+    .syms = syms,
+    .nsyms = G_N_ELEMENTS(syms),
+    .table = &jg,
+    .table_size = sizeof(jg),
+};
 
 static gboolean flatten_node(JsonNode *v, char *key, GHashTable *flat, GError **error);
 
@@ -149,8 +137,8 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GError **error)
     JsonParser *parser;
     JsonNode *root;
     gboolean ok;
+    const char *load_error = blk_dl_load(&lib);
 
-    pthread_once(&load_once, load);
     if (load_error) { /* invariant 1 */
         g_set_error(error, QIMG_ERROR, ENOTSUP, "%s", load_error);
         return FALSE;

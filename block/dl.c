@@ -1,27 +1,55 @@
 /*
- * block/dl.c: looking up a function of a library loaded at its first use
- * (dl.h invariants 1 and 2).
+ * block/dl.c: loading a library at its first use into its table of
+ * functions (dl.h invariants 1 to 3).
  *
- * Owns: nothing but the lookup; each library's loader (rbd-lib.c,
- * nbd-lib.c) owns its handles and its table.
+ * Owns: the dlopen() handles (never closed) and the all-or-nothing fill
+ * of a table; each library's file (rbd-lib.c, nbd-lib.c, gnutls-lib.c,
+ * json-flat.c) owns its table and its list of functions.
  */
 #include "block/dl.h"
 
 #include <dlfcn.h>
-#include <glib.h>
 #include <string.h>
 
-bool blk_dl_sym(void *lib, const char *soname, const char *name, void *fn, size_t n,
-                char **error)
-{
-    void *sym = dlsym(lib, name);
+/* A table entry is a function pointer, filled from dlsym's void *: ISO C
+ * has no conversion between the two, so the address is copied. */
+_Static_assert(sizeof(void (*)(void)) == sizeof(void *),
+               "function pointers are as large as data pointers");
 
-    if (!sym || n != sizeof(sym)) {
-        if (!*error) {
-            *error = g_strdup_printf("%s has no %s", soname, name);
+static gpointer load(gpointer opaque)
+{
+    BlkDlLib *lib = opaque;
+    void *handles[G_N_ELEMENTS(lib->sonames)] = {0};
+    g_autofree char *table = g_malloc0(lib->table_size);
+    size_t n = 0;
+
+    while (n < G_N_ELEMENTS(lib->sonames) && lib->sonames[n]) {
+        handles[n] = dlopen(lib->sonames[n], RTLD_NOW | RTLD_LOCAL);
+        if (!handles[n]) {
+            return g_strdup_printf("%s needs %s (Debian: %s): %s", lib->needed_by,
+                                   lib->sonames[n], lib->packages, dlerror());
         }
-        return false;
+        n++;
     }
-    memcpy(fn, &sym, n);
-    return true;
+    for (size_t i = 0; i < lib->nsyms; i++) {
+        const BlkDlSym *s = &lib->syms[i];
+        void *sym = NULL;
+
+        for (size_t h = 0; h < n && !sym; h++) {
+            sym = dlsym(handles[h], s->name);
+        }
+        if (!sym) {
+            g_autofree char *names = g_strjoinv(" or ", (char **)lib->sonames);
+            return g_strdup_printf("%s has no %s", names, s->name);
+        }
+        g_assert(s->offset + sizeof(sym) <= lib->table_size);
+        memcpy(table + s->offset, &sym, sizeof(sym));
+    }
+    memcpy(lib->table, table, lib->table_size); /* invariant 3: all of it */
+    return NULL;
+}
+
+const char *blk_dl_load(BlkDlLib *lib)
+{
+    return g_once(&lib->once, load, lib);
 }

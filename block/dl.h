@@ -13,18 +13,42 @@
  *  2. Each table's entries have the types of the functions in the headers
  *     qimg was built with (__typeof__): a changed prototype is a build
  *     error, a missing symbol a load error naming it.
+ *  3. One attempt per process: its result, success or the failure's
+ *     message, is what every later call reports.  The table is filled only
+ *     when every function was found; after a failure it stays all NULL,
+ *     and its users load before any other step, so nothing calls it.  The
+ *     handles are never closed (librados' threads may outlive any image).
  */
 #ifndef QIMG_BLOCK_DL_H
 #define QIMG_BLOCK_DL_H
 
-#include <stdbool.h>
+#include <glib.h>
 #include <stddef.h>
 
-/* dlsym(lib, name) into *fn, a function pointer of size n; false (and
- * *error set to "SONAME has no NAME" unless already set) when lib has
- * none.  ISO C has no conversion from void * to a function pointer: the
- * address is copied. */
-bool blk_dl_sym(void *lib, const char *soname, const char *name, void *fn, size_t n,
-                char **error);
+/* One function of a table: its name and its place in the table. */
+typedef struct BlkDlSym {
+    const char *name;
+    size_t offset;
+} BlkDlSym;
+/* The entry of function @f in table type @Table, for an X-macro list. */
+#define BLK_DL_SYM(Table, f) {#f, offsetof(Table, f)},
+
+/* A library and the table it fills (invariant 3).  Each function is looked
+ * up in the sonames in order (librbd's table has librados' functions). */
+typedef struct BlkDlLib {
+    const char *sonames[3]; /* NULL-terminated */
+    const char *needed_by;  /* the error's subject: "NBD needs ..." */
+    const char *packages;   /* Debian's packages of the sonames */
+    const BlkDlSym *syms;
+    size_t nsyms;
+    void *table; /* of table_size bytes, all function pointers */
+    size_t table_size;
+    GOnce once;
+} BlkDlLib;
+
+/* Loads @lib, once per process (invariant 3): NULL once its table is
+ * filled, else why not ("NBD needs libnbd.so.0 (Debian: libnbd0): ...",
+ * or "libnbd.so.0 has no nbd_foo"), the same text at every call. */
+const char *blk_dl_load(BlkDlLib *lib);
 
 #endif

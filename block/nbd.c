@@ -635,7 +635,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
     int64_t size, maxb, minb;
     g_autofree char *server_msg = NULL;
 
-    if (blk_nbd_lib_load() < 0) { /* nbd-lib.c invariant 2: before anything else */
+    if (blk_nbd_lib_load() < 0) { /* dl.h invariant 3: before anything else */
         blk_error_prefix(-ENOTSUP, "Could not open '%s'", filename);
         return NULL;
     }

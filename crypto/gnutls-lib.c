@@ -1,54 +1,33 @@
 /*
- * crypto/gnutls-lib.c: loading GnuTLS at the first use (gnutls-lib.h
- * invariants 1 and 2).
+ * crypto/gnutls-lib.c: GnuTLS loaded at the first use (gnutls-lib.h
+ * invariants 1 and 2; the loading itself keeps dl.h invariant 3, and
+ * gnutls-lib.h invariant 3 that nothing calls an unfilled table).
  *
- * Owns: the dlopen() handle (never closed) and crypto_gnutls.
- *
- * Invariants (cited as "gnutls-lib.c invariant N"):
- *  1. One attempt per process (pthread_once): its result, success or the
- *     failure's message, is what every later call reports.
- *  2. The table is filled only when every function was found; on a
- *     failure crypto_gnutls stays all NULL and nothing calls it
- *     (gnutls-lib.h invariant 3).
+ * Owns: crypto_gnutls.
  */
 #include "crypto/gnutls-lib.h"
 #include "block/block.h"
 #include "block/dl.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <glib.h>
-#include <pthread.h>
 
 CryptoGnutls crypto_gnutls;
 
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static char *load_error; /* invariant 1: NULL after a success */
+#define GNUTLS_SYM(f) BLK_DL_SYM(CryptoGnutls, f)
+static const BlkDlSym syms[] = {CRYPTO_GNUTLS_FUNCS(GNUTLS_SYM)};
 
-static void load(void)
-{
-    CryptoGnutls lib = {0};
-    void *h = dlopen(CRYPTO_GNUTLS_SONAME, RTLD_NOW | RTLD_LOCAL);
-
-    if (!h) {
-        load_error = g_strdup_printf("Encryption needs %s (Debian: libgnutls30): %s",
-                                     CRYPTO_GNUTLS_SONAME, dlerror());
-        return;
-    }
-#define CRYPTO_GNUTLS_LOAD(f)                                                            \
-    if (!blk_dl_sym(h, CRYPTO_GNUTLS_SONAME, #f, &lib.f, sizeof(lib.f), &load_error)) {  \
-        return;                                                                          \
-    }
-    CRYPTO_GNUTLS_FUNCS(CRYPTO_GNUTLS_LOAD)
-#undef CRYPTO_GNUTLS_LOAD
-    crypto_gnutls = lib; /* invariant 2 */
-}
+static BlkDlLib lib = {
+    .sonames = {CRYPTO_GNUTLS_SONAME},
+    .needed_by = "Encryption",
+    .packages = "libgnutls30",
+    .syms = syms,
+    .nsyms = G_N_ELEMENTS(syms),
+    .table = &crypto_gnutls,
+    .table_size = sizeof(crypto_gnutls),
+};
 
 int crypto_gnutls_load(void)
 {
-    pthread_once(&load_once, load);
-    if (load_error) {
-        return blk_error(ENOTSUP, "%s", load_error);
-    }
-    return 0;
+    const char *err = blk_dl_load(&lib);
+    return err ? blk_error(ENOTSUP, "%s", err) : 0;
 }
