@@ -35,9 +35,10 @@
  *     to a node by name, so a name changes nothing); lazy-refcounts and
  *     the cache sizes reach the qcow2 driver (qcow2.c invariant 5);
  *     overlap-check the qcow2 driver's overlap checks (meta.c invariant
- *     1); force-share is the open's force_share; discard=unmap and
- *     detect-zeroes=off are what qimg does; the rest QEMU has (overlap
- *     checks, discard passing, cache cleaning, auto-read-only=on,
+ *     1); pass-discard-request, -snapshot and -other what the qcow2 driver
+ *     gives back to the file (qcow2 alloc.c invariant 9); force-share is
+ *     the open's force_share; discard=unmap and detect-zeroes=off are what
+ *     qimg does; the rest QEMU has (cache cleaning, auto-read-only=on,
  *     discard=ignore, detect-zeroes=on) is refused.
  *  2. driver=copy-on-read is QEMU's filter over one child ("file"): the
  *     child's options become the image's and the image is opened with
@@ -218,9 +219,6 @@ gboolean api_node_name_ok(const char *name, GError **error)
 /* QEMU 7.2's qcow2 runtime options qimg does not have (invariant 1). */
 static const char *const qcow2_refused[] = {
     "cache-clean-interval",
-    "pass-discard-request",
-    "pass-discard-snapshot",
-    "pass-discard-other",
 };
 
 /* qcow2's own keys: 1 handled, 0 not one of them, -1 error set. */
@@ -235,6 +233,20 @@ static int qcow2_option(const char *key, const char *value, BlkOpenOptions *o,
         }
         o->lazy_refcounts = b ? 1 : -1;
         return 1;
+    }
+    if (g_str_has_prefix(key, "pass-discard-")) { /* qcow2 alloc.c invariant 9 */
+        int *pass = strcmp(key, "pass-discard-request") == 0 ? &o->pass_discard_request
+                    : strcmp(key, "pass-discard-snapshot") == 0
+                        ? &o->pass_discard_snapshot
+                    : strcmp(key, "pass-discard-other") == 0 ? &o->pass_discard_other
+                                                             : NULL;
+        if (pass) {
+            if (!api_parse_bool(key, value, &b, error)) {
+                return -1;
+            }
+            *pass = b ? 1 : -1;
+            return 1;
+        }
     }
     if (strcmp(key, "cache-size") == 0) {
         o->metadata_cache_size_set = true;

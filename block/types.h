@@ -89,6 +89,9 @@ typedef struct BlkOpenOptions {
     bool l2_cache_size_set, refcount_cache_size_set, l2_cache_entry_size_set;
     uint64_t l2_cache_size, refcount_cache_size, l2_cache_entry_size;
     int lazy_refcounts;
+    /* qcow2's pass-discard-request, -snapshot, -other (0: the default, 1
+     * on, -1 off; qcow2 alloc.c invariant 9) */
+    int pass_discard_request, pass_discard_snapshot, pass_discard_other;
     const char *nbd_context; /* NBD meta context (x-dirty-bitmap), or NULL */
     /* A null-co/null-aio node's options (block/null.c): size (when
      * null_size_set; else 1 GiB), read-zeroes, latency-ns */

@@ -76,6 +76,14 @@
  *     past that fails with -EFBIG.
  *  8. With an external data file, guest data clusters are not refcounted
  *     (QEMU): freeing an L2 entry's data does nothing there.
+ *  9. Space given back (QEMU's discard passing): a cluster whose refcount
+ *     drops to 0 in a free of a kind the image passes (s->pass_discard:
+ *     shrinks always; discards and unmapping zero writes, snapshot
+ *     deletion and emptying by default; replaced metadata only with
+ *     pass-discard-other) is discarded in the image file before the free
+ *     returns, with the lock still held: by invariant 2 no durable table
+ *     references it, and nothing can reuse it before the discard.  A
+ *     failed discard changes nothing (discards are advisory, as in QEMU).
  * All functions run with the metadata lock held.
  */
 #include "qcow2/alloc.h"
@@ -158,9 +166,48 @@ void alloc_raise_file_size(Qcow2State *s, uint64_t end)
 
 /* ---- refcount updates ---- */
 
+/* Invariant 9: the freed cluster at @offset, to give back to the file. */
+static void queue_punch_locked(Qcow2State *s, uint64_t offset)
+{
+    Qcow2Range r = {offset, s->cluster_size};
+
+    if (!s->pass_discard[s->free_kind] || qcow2_has_data_file(s)) {
+        return;
+    }
+    if (!s->punch) {
+        s->punch = g_array_new(FALSE, FALSE, sizeof(Qcow2Range));
+    }
+    if (s->punch->len > 0) {
+        Qcow2Range *last = &g_array_index(s->punch, Qcow2Range, s->punch->len - 1);
+        if (last->off + last->len == offset) {
+            last->len += s->cluster_size;
+            return;
+        }
+    }
+    g_array_append_val(s->punch, r);
+}
+
+static void punch_locked(Qcow2State *s)
+{
+    g_autoptr(GArray) list = g_steal_pointer(&s->punch);
+    bool had_error;
+
+    if (!list) {
+        return;
+    }
+    had_error = blk_error_mark();
+    for (guint i = 0; i < list->len; i++) {
+        const Qcow2Range *r = &g_array_index(list, Qcow2Range, i);
+        (void)blk_pdiscard(s->img->file, r->off, r->len); /* advisory (invariant 9) */
+    }
+    blk_error_unwind(had_error);
+}
+
 static void on_freed_locked(Qcow2State *s, uint64_t idx)
 {
     uint64_t offset = idx << s->cluster_bits;
+
+    queue_punch_locked(s, offset);
 
     if (idx < s->free_cluster_index) {
         s->free_cluster_index = idx; /* invariant 5 */
@@ -278,10 +325,16 @@ int alloc_update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
     return 0;
 }
 
-void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length)
+void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                                   Qcow2DiscardKind kind)
 {
     bool had_error = blk_error_mark(); /* a failed free is never reported here */
-    int ret = qcow2_update_refcount_locked(s, offset, length, 1, true);
+    int ret;
+
+    s->free_kind = kind; /* invariant 9: what on_freed_locked queues */
+    ret = qcow2_update_refcount_locked(s, offset, length, 1, true);
+    s->free_kind = QCOW2_DISCARD_NEVER;
+    punch_locked(s);
 
     if (ret < 0) {
         /* QEMU: a failed free leaks; it never corrupts.  An I/O error is
@@ -296,24 +349,30 @@ void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length)
     blk_error_unwind(had_error);
 }
 
-void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length)
+void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length)
+{
+    qcow2_free_clusters_as_locked(s, offset, length, QCOW2_DISCARD_OTHER);
+}
+
+void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                                         Qcow2DiscardKind kind)
 {
     uint64_t mask = s->cluster_size - 1;
-    Qcow2Range r = {offset, length};
+    Qcow2Free r = {offset, length, kind};
 
     if (length == 0) {
         return;
     }
     if (!s->pending_frees) {
-        s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2Range));
+        s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2Free));
     }
     /* Merge whole adjacent clusters only: two compressed ranges in one
      * cluster are two references to it. */
     if (s->pending_frees->len > 0 && !(offset & mask) && !(length & mask)) {
-        Qcow2Range *last =
-            &g_array_index(s->pending_frees, Qcow2Range, s->pending_frees->len - 1);
+        Qcow2Free *last =
+            &g_array_index(s->pending_frees, Qcow2Free, s->pending_frees->len - 1);
         if (!(last->off & mask) && !(last->len & mask) &&
-            last->off + last->len == offset) {
+            last->off + last->len == offset && last->kind == kind) {
             last->len += length;
             return;
         }
@@ -338,13 +397,19 @@ void qcow2_apply_pending_frees_locked(Qcow2State *s)
     }
     qcow2_assert_durable(s->img->file, s->l2_gen, "alloc.c invariant 2");
 #endif
-    for (guint i = 0; i < list->len; i++) {
-        Qcow2Range *r = &g_array_index(list, Qcow2Range, i);
-        qcow2_free_clusters_locked(s, r->off, r->len);
+    qcow2_free_ranges_locked(s, list);
+}
+
+void qcow2_free_ranges_locked(Qcow2State *s, const GArray *frees)
+{
+    for (guint i = 0; i < frees->len; i++) {
+        const Qcow2Free *r = &g_array_index(frees, Qcow2Free, i);
+        qcow2_free_clusters_as_locked(s, r->off, r->len, r->kind);
     }
 }
 
-void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred)
+void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred,
+                                Qcow2DiscardKind kind)
 {
     uint64_t off = 0, len = 0;
 
@@ -362,9 +427,9 @@ void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred)
         return;
     }
     if (deferred) {
-        qcow2_free_clusters_deferred_locked(s, off, len);
+        qcow2_free_clusters_deferred_locked(s, off, len, kind);
     } else {
-        qcow2_free_clusters_locked(s, off, len);
+        qcow2_free_clusters_as_locked(s, off, len, kind);
     }
 }
 

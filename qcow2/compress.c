@@ -262,7 +262,7 @@ static int link_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t entry
     qcow2_cache_depends_on_flush_locked(s->l2_cache); /* write.c invariant 1 */
     qcow2_cache_require_durable_locked(s->l2_cache, l2, data_gen);
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
-    qcow2_free_l2_entry_locked(s, old, true); /* alloc.c invariant 2 */
+    qcow2_free_l2_entry_locked(s, old, true, QCOW2_DISCARD_NEVER); /* alloc.c inv. 2 */
     return 0;
 }
 
@@ -317,7 +317,7 @@ static int alloc_compressed_locked(Qcow2State *s, uint64_t offset, uint64_t csiz
     }
     if (ret < 0) {
         bool had_error = blk_error_mark();
-        qcow2_free_l2_entry_locked(s, *entry, false);
+        qcow2_free_l2_entry_locked(s, *entry, false, QCOW2_DISCARD_OTHER);
         blk_error_unwind(had_error);
     }
     return ret;
@@ -391,12 +391,12 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
         ret = link_compressed_locked(s, offset, entry, data_gen);
         if (ret < 0) {
             bool had_error = blk_error_mark();
-            qcow2_free_l2_entry_locked(s, entry, false);
+            qcow2_free_l2_entry_locked(s, entry, false, QCOW2_DISCARD_OTHER);
             blk_error_unwind(had_error);
         }
     } else if (entry) {
         bool had_error = blk_error_mark();
-        qcow2_free_l2_entry_locked(s, entry, false);
+        qcow2_free_l2_entry_locked(s, entry, false, QCOW2_DISCARD_OTHER);
         blk_error_unwind(had_error);
     }
 out:

@@ -433,7 +433,8 @@ static int commit(Qcow2State *s, Batch *b, BlkPrealloc grow_mode)
             qcow2_l2_set(s, l2, idx + k,
                          (r->host + (k << s->cluster_bits)) | QCOW2_OFLAG_COPIED,
                          qcow2_l2_get_bitmap(s, l2, idx + k));
-            qcow2_free_l2_entry_locked(s, old, true); /* invariant 2 */
+            qcow2_free_l2_entry_locked(s, old, true,
+                                       QCOW2_DISCARD_NEVER); /* invariant 2 */
         }
         qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
         qcow2_cache_require_durable_locked(s->l2_cache, l2, gen);

@@ -355,6 +355,11 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         }
         s->lazy_override = opts->lazy_refcounts;
     }
+    /* alloc.c invariant 9: QEMU's defaults, then the caller's options */
+    s->pass_discard[QCOW2_DISCARD_ALWAYS] = true;
+    s->pass_discard[QCOW2_DISCARD_REQUEST] = !opts || opts->pass_discard_request >= 0;
+    s->pass_discard[QCOW2_DISCARD_SNAPSHOT] = !opts || opts->pass_discard_snapshot >= 0;
+    s->pass_discard[QCOW2_DISCARD_OTHER] = opts && opts->pass_discard_other > 0;
     s->overlap_checks = opts && opts->overlap_set ? opts->overlap_kinds : QCOW2_OL_CACHED;
     if (opts) { /* meta.c invariant 1: QEMU's overlap-check option */
         s->overlap_checks = (s->overlap_checks | opts->overlap_on) & ~opts->overlap_off;
@@ -550,10 +555,7 @@ int qcow2_flush(BlkNode *img)
     if (ret == 0 && frees && frees->len > 0) {
         /* alloc.c invariant 2: the tables that dropped them are durable */
         qcow2_assert_durable(s->img->file, gen, "alloc.c invariant 2");
-        for (guint i = 0; i < frees->len; i++) {
-            Qcow2Range *r = &g_array_index(frees, Qcow2Range, i);
-            qcow2_free_clusters_locked(s, r->off, r->len);
-        }
+        qcow2_free_ranges_locked(s, frees);
         g_clear_pointer(&frees, g_array_unref);
         if (qcow2_need_accurate_refcounts(s)) {
             ret = qcow2_cache_flush_locked(s->refcount_cache);

@@ -77,6 +77,21 @@ typedef struct Qcow2Inflight {
     struct Qcow2Inflight *prev, *next;
 } Qcow2Inflight;
 
+/* Why clusters are freed, as QEMU tells them apart (its qcow2 discard
+ * types), and so whether the file gets their space back once their
+ * refcount reaches 0 (alloc.c invariant 9). */
+typedef enum Qcow2DiscardKind {
+    QCOW2_DISCARD_NEVER,    /* data replaced by a write: the file keeps it */
+    QCOW2_DISCARD_ALWAYS,   /* cut off by a shrink */
+    QCOW2_DISCARD_REQUEST,  /* a discard or an unmapping zero write:
+                             * pass-discard-request, default on */
+    QCOW2_DISCARD_SNAPSHOT, /* a snapshot deleted, reverted to, or the image
+                             * emptied: pass-discard-snapshot, default on */
+    QCOW2_DISCARD_OTHER,    /* metadata replaced or freed, allocations undone:
+                             * pass-discard-other, default off */
+    QCOW2_DISCARD_KINDS
+} Qcow2DiscardKind;
+
 typedef struct Qcow2State {
     GMutex lock;               /* qcow2.h invariant 1; take it with qcow2_lock() */
     GCond inflight_cond;       /* signalled when a request leaves the list */
@@ -172,8 +187,11 @@ typedef struct Qcow2State {
     GPtrArray *dirty_retired;    /* sets replaced (dirty.c invariant 1) */
     int deferred_error;          /* an I/O error met while freeing (meta.c inv. 7) */
     char *deferred_msg;
-    GArray *pending_frees; /* RefRange: decreases waiting for a durable unlink
+    GArray *pending_frees; /* Qcow2Free: decreases waiting for a durable unlink
                             * (alloc.c invariant 2) */
+    bool pass_discard[QCOW2_DISCARD_KINDS]; /* [open] alloc.c invariant 9 */
+    Qcow2DiscardKind free_kind;             /* [lock] of the free under way */
+    GArray *punch;         /* [lock] Qcow2Range: freed, to give back (inv. 9) */
     bool defer_hooks;      /* refcount block entries wait (alloc.c invariant 3) */
     GArray *pending_hooks; /* their (index, offset), until settled */
     int sticky_error;      /* a metadata write or flush failed (meta.c inv. 9) */
@@ -190,6 +208,13 @@ typedef struct Qcow2State {
 typedef struct Qcow2Range {
     uint64_t off, len;
 } Qcow2Range;
+
+
+/* A decrease waiting for a durable unlink (alloc.c invariant 2). */
+typedef struct Qcow2Free {
+    uint64_t off, len;
+    Qcow2DiscardKind kind;
+} Qcow2Free;
 
 /*
  * The metadata lock, through aio/mutex.h (mutex.h invariant 1: where
@@ -491,16 +516,24 @@ int qcow2_update_refcount_locked(Qcow2State *s, uint64_t offset, uint64_t length
  * Only for references that are gone on disk already (the write that
  * unlinked them was synced) or never reached it (rollback of a fresh
  * allocation).  Failures are reported and ignored (a leak, never a
- * corruption). */
+ * corruption).  The clusters whose refcount reaches 0 are given back to
+ * the file as @kind says (alloc.c invariant 9). */
+void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                                   Qcow2DiscardKind kind);
+/* The same for metadata and undone allocations (QCOW2_DISCARD_OTHER). */
 void qcow2_free_clusters_locked(Qcow2State *s, uint64_t offset, uint64_t length);
 /* The same for a reference dropped in a cached table that is not yet on
  * disk: the decrease waits until the table is durable (alloc.c inv. 2). */
-void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length);
+void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_t length,
+                                         Qcow2DiscardKind kind);
+/* Applies a list of Qcow2Free whose unlinks are durable (alloc.c inv. 2). */
+void qcow2_free_ranges_locked(Qcow2State *s, const GArray *frees);
 /* Drop the reference an L2 entry holds: a host cluster (normal, or
  * zero/unallocated with a preallocated cluster) or a compressed byte range.
  * Nothing for external data files.  deferred: the entry was replaced in a
  * cached L2 table (alloc.c invariant 2); else the entry was never linked. */
-void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred);
+void qcow2_free_l2_entry_locked(Qcow2State *s, uint64_t l2_entry, bool deferred,
+                                Qcow2DiscardKind kind);
 /* alloc.c invariant 3: from now on new refcount blocks wait in the cache
  * with their reftable entries in memory only, until ... */
 void qcow2_defer_refblocks_locked(Qcow2State *s);
@@ -616,8 +649,9 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
 /* QEMU's qcow2_cluster_discard on whole clusters [offset, offset + bytes)
  * (registered, lock not held).  full: entries become unallocated (the
  * backing file shows through); otherwise the range reads as zeros on v3
- * and, on v2, only without a backing file. */
-int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, bool full);
+ * and, on v2, only without a backing file.  @kind: why (alloc.c inv. 9). */
+int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, bool full,
+                             Qcow2DiscardKind kind);
 
 /* ---- compress.c (write side) ---- */
 

@@ -76,7 +76,7 @@ static int registered(Qcow2State *s, uint64_t offset, uint64_t end,
 
 static int full_discard(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned unused)
 {
-    return qcow2_discard_registered(s, offset, bytes, true);
+    return qcow2_discard_registered(s, offset, bytes, true, QCOW2_DISCARD_ALWAYS);
 }
 
 static int check_resize(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool shrink)

@@ -91,7 +91,7 @@ static int discard_registered_range(Qcow2State *s, uint64_t offset, uint64_t byt
     qcow2_lock(s);
     qcow2_inflight_begin_locked(s, &r, offset, bytes, true);
     qcow2_unlock(s);
-    ret = qcow2_discard_registered(s, offset, bytes, false);
+    ret = qcow2_discard_registered(s, offset, bytes, false, QCOW2_DISCARD_NEVER);
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
     qcow2_unlock(s);
@@ -490,8 +490,9 @@ static int delete_locked(Qcow2State *s, int idx, const uint64_t *sn_l1)
     /* R2: the table without the entry is on disk. */
     ret = snapw_tree_walk_locked(s, sn_l1, removed.l1_size, NULL, false);
     if (ret == 0 && removed.l1_size > 0) {
-        qcow2_free_clusters_locked(s, removed.l1_table_offset,
-                                   (uint64_t)removed.l1_size * 8);
+        qcow2_free_clusters_as_locked(s, removed.l1_table_offset,
+                                      (uint64_t)removed.l1_size * 8,
+                                      QCOW2_DISCARD_SNAPSHOT);
     }
     return snapw_commit_keep_error_locked(s, disk_l1, &reverted, ret);
 }

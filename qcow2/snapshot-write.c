@@ -130,7 +130,8 @@ static int batch_flush_locked(Qcow2State *s, RefBatch *b)
         return 0;
     }
     if (b->decrease) {
-        qcow2_free_clusters_locked(s, b->off, b->len); /* errors: leaks, deferred */
+        /* errors: leaks, deferred; space given back (alloc.c invariant 9) */
+        qcow2_free_clusters_as_locked(s, b->off, b->len, QCOW2_DISCARD_SNAPSHOT);
     } else {
         ret = qcow2_update_refcount_locked(s, b->off, b->len, 1, false);
         if (ret == 0) {
@@ -607,7 +608,8 @@ int qcow2_snapshot_table_write_locked(Qcow2State *s, Qcow2Snapshot *sns, uint32_
         sns[i].extra_data_size = QCOW2_SNAPSHOT_EXTRA_KNOWN + sns[i].unknown_extra_size;
     }
     if (ret == 0 && old_size > 0) {
-        qcow2_free_clusters_locked(s, old_offset, old_size); /* R2 */
+        qcow2_free_clusters_as_locked(s, old_offset, old_size, /* R2 */
+                                      QCOW2_DISCARD_SNAPSHOT);
     }
     return ret;
 

@@ -542,7 +542,8 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
     if (c->kind == CHUNK_FRESH) {
         for (uint64_t i = 0; i < c->nb; i++) {
-            qcow2_free_l2_entry_locked(s, c->old_entry[i], true); /* invariant 3 */
+            qcow2_free_l2_entry_locked(s, c->old_entry[i], true,
+                                       QCOW2_DISCARD_NEVER); /* invariant 3 */
         }
     }
     learn_chunk_locked(s, c);

@@ -106,7 +106,7 @@ static void new_entry_for(const Qcow2State *s, ZeroOp op, bool unmap, uint64_t e
 /* Apply op to the whole clusters from offset up to end or the end of this L2
  * table; *next is where the next call starts.  Lock held. */
 static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, ZeroOp op,
-                                 unsigned flags, uint64_t *next)
+                                 unsigned flags, Qcow2DiscardKind kind, uint64_t *next)
 {
     uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits);
     uint64_t table_end = (l1_index + 1) << (s->cluster_bits + s->l2_bits);
@@ -175,7 +175,7 @@ static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, Z
     }
     qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
     for (uint64_t i = 0; i < ndrops; i++) {
-        qcow2_free_l2_entry_locked(s, drops[i], true); /* invariant 3 */
+        qcow2_free_l2_entry_locked(s, drops[i], true, kind); /* invariant 3 */
     }
     return ret;
 }
@@ -220,7 +220,7 @@ static int subclusters_locked(Qcow2State *s, uint64_t offset, uint64_t bytes)
 
 /* Whole clusters [offset, end), one L2 table per lock hold (invariant 4). */
 static int clusters_registered(Qcow2State *s, uint64_t offset, uint64_t end, ZeroOp op,
-                               unsigned flags)
+                               unsigned flags, Qcow2DiscardKind kind)
 {
     int ret = 0;
 
@@ -229,7 +229,7 @@ static int clusters_registered(Qcow2State *s, uint64_t offset, uint64_t end, Zer
         qcow2_lock(s);
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
-            ret = clusters_in_l2_locked(s, offset, end, op, flags, &next);
+            ret = clusters_in_l2_locked(s, offset, end, op, flags, kind, &next);
         }
         qcow2_unlock(s);
         offset = next;
@@ -474,12 +474,13 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         b = sb;
     }
     if (ret == 0 && a < b) {
-        ret = clusters_registered(s, a, b, OP_ZERO, flags);
+        ret = clusters_registered(s, a, b, OP_ZERO, flags, QCOW2_DISCARD_REQUEST);
     }
     return ret;
 }
 
-int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, bool full)
+int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, bool full,
+                             Qcow2DiscardKind kind)
 {
     if (!full && s->qcow_version < 3 && s->img->backing) {
         return 0; /* invariant 2 */
@@ -493,7 +494,7 @@ int qcow2_discard_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, boo
         }
     }
     return clusters_registered(s, offset, offset + bytes,
-                               full ? OP_FULL_DISCARD : OP_DISCARD, 0);
+                               full ? OP_FULL_DISCARD : OP_DISCARD, 0, kind);
 }
 
 int qcow2_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags)
@@ -554,7 +555,7 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
     qcow2_inflight_begin_locked(s, &r, a, b - a, true);
     qcow2_unlock(s);
 
-    ret = qcow2_discard_registered(s, a, b - a, false);
+    ret = qcow2_discard_registered(s, a, b - a, false, QCOW2_DISCARD_REQUEST);
 
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
@@ -582,7 +583,7 @@ int qcow2_make_empty(BlkNode *img)
     qcow2_inflight_begin_locked(s, &r, 0, end, true);
     qcow2_unlock(s);
 
-    ret = end ? qcow2_discard_registered(s, 0, end, true) : 0;
+    ret = end ? qcow2_discard_registered(s, 0, end, true, QCOW2_DISCARD_SNAPSHOT) : 0;
 
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
