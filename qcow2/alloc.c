@@ -84,6 +84,14 @@
  *     returns, with the lock still held: by invariant 2 no durable table
  *     references it, and nothing can reuse it before the discard.  A
  *     failed discard changes nothing (discards are advisory, as in QEMU).
+ 10. Freed clusters are reused before the file grows, as QEMU reuses them
+ *     at once (QEMU iotest 250: a discard, then writes elsewhere, with
+ *     writeback): when a guest write's new clusters would lie past the end
+ *     of the file while frees wait for a flush (invariant 2) that hold the
+ *     clusters and at least QCOW2_REUSE_PENDING_BYTES, the image is flushed
+ *     first (all metadata written, file synced, the frees applied), and
+ *     the search then finds them.  The bound keeps a guest that mixes
+ *     small discards with writes to one flush per MiB it discarded.
  * All functions run with the metadata lock held.
  */
 #include "qcow2/alloc.h"
@@ -465,6 +473,24 @@ static int64_t alloc_run_locked(Qcow2State *s, uint64_t from, uint64_t n)
         s->free_cluster_index = start + n; /* invariant 5 */
     }
     return (int64_t)(start << s->cluster_bits);
+}
+
+int qcow2_reuse_pending_frees_locked(Qcow2State *s, uint64_t n)
+{
+    uint64_t pending = 0, start;
+    int ret;
+
+    for (guint i = 0; s->pending_frees && i < s->pending_frees->len; i++) {
+        pending += g_array_index(s->pending_frees, Qcow2Free, i).len;
+    }
+    if (pending < MAX(QCOW2_REUSE_PENDING_BYTES, n << s->cluster_bits)) {
+        return 0;
+    }
+    ret = alloc_find_free_run_locked(s, s->free_cluster_index, n, &start);
+    if (ret < 0 || ((start + n) << s->cluster_bits) <= s->file_size) {
+        return ret; /* it fits inside the file as it is */
+    }
+    return qcow2_flush_all_locked(s); /* invariant 10: applies them */
 }
 
 int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n)

@@ -209,7 +209,6 @@ typedef struct Qcow2Range {
     uint64_t off, len;
 } Qcow2Range;
 
-
 /* A decrease waiting for a durable unlink (alloc.c invariant 2). */
 typedef struct Qcow2Free {
     uint64_t off, len;
@@ -546,6 +545,11 @@ int qcow2_settle_refblocks_locked(Qcow2State *s);
 void qcow2_apply_pending_frees_locked(Qcow2State *s);
 /* Pending decreases before a request forces a barrier (alloc.c inv. 2). */
 #define QCOW2_MAX_PENDING_FREES 4096u
+/* alloc.c invariant 10: before @n clusters for a guest write would grow the
+ * file, make the frees waiting for a flush reusable (a flush) when they
+ * hold at least QCOW2_REUSE_PENDING_BYTES and the @n clusters. */
+int qcow2_reuse_pending_frees_locked(Qcow2State *s, uint64_t n);
+#define QCOW2_REUSE_PENDING_BYTES (UINT64_C(1) << 20)
 
 /* ---- l2.c: L1 and L2 table updates ---- */
 

@@ -379,8 +379,14 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         if (qcow2_has_data_file(s)) {
             c->host = c->guest; /* invariant 10 */
         } else {
-            uint64_t before = s->file_size, len = c->nb << s->cluster_bits;
-            int64_t off = qcow2_alloc_clusters_locked(s, c->nb);
+            uint64_t before, len = c->nb << s->cluster_bits;
+            int64_t off;
+            ret = qcow2_reuse_pending_frees_locked(s, c->nb); /* alloc.c inv. 10 */
+            if (ret < 0) {
+                goto out;
+            }
+            before = s->file_size;
+            off = qcow2_alloc_clusters_locked(s, c->nb);
             if (off < 0) {
                 ret = (int)off;
                 goto out;

@@ -31,6 +31,9 @@ crash_io_case rc64-2m $((256 * M)) 2097152 "-o cluster_size=2M,refcount_bits=64"
 crash_io_case rc8-16k $((32 * M)) 16384 "-o cluster_size=16k,refcount_bits=8" --ops 80
 crash_io_case xl2-32k $((64 * M)) 32768 "-o extended_l2=on,cluster_size=32k" --ops 80
 crash_io_case lazy-64k $((64 * M)) 65536 "-o lazy_refcounts=on" --ops 80
+# discards of up to 4 MiB, then writes past the end of the file: the flush
+# that lets them reuse the freed clusters (qcow2 alloc.c invariant 10)
+crash_io_case reuse-64k $((64 * M)) 65536 "" --ops 60 --max-len $((4 * M))
 NO_CONTROL=1 crash_io_case datafile-64k $((64 * M)) 65536 "-o data_file=img.data" --ops 80
 BACKING=$((8 * M)) crash_io_case backing-64k $((32 * M)) 65536 "" --ops 80
 BACKING=$((2 * M)) crash_io_case backing-v2-4k $((8 * M)) 4096 "-o compat=0.10,cluster_size=4k" \

@@ -5,7 +5,8 @@
 # after a shrink (QEMU iotest 250, smaller), a snapshot deletion, a commit
 # that empties the overlay, and qemu-io's discard and unmapping zero write,
 # each with QEMU's defaults and with pass-discard-request, -snapshot and
-# -other set; every result passes qemu-img check.
+# -other set; freed clusters reused before the file grows; every result
+# passes qemu-img check.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -36,6 +37,20 @@ assert_eq "shrink: disk usage given back ($m_back, qemu-img $q_back)" 1 \
 assert_eq "shrink: map" "$("$QEMU_IMG" map --output=json q.qcow2)" \
     "$("$QEMU_IMG" map --output=json m.qcow2)"
 clean shrink m.qcow2
+
+# 1b. The same discards and writes with writeback, as QEMU's check runs
+#    qemu-io (no flush between them): the writes still reuse the discarded
+#    clusters (qcow2 alloc.c invariant 10), as qemu-io's do.
+for t in q m; do
+    qi create -q -f qcow2 -o cluster_size=64k,preallocation=metadata w$t.qcow2 32M
+done
+wb=(--cache writeback -c 'discard 0 1M' -c 'discard 31M 1M' -c 'write 31M 1M' -c 'write 0 1M')
+"$QEMU_IO" "${wb[@]}" wq.qcow2 >/dev/null || exit 1
+assert_rc "writeback reuse" 0 "$QIMG" io "${wb[@]}" wm.qcow2
+assert_eq "writeback reuse: map" "$("$QEMU_IMG" map --output=json wq.qcow2)" \
+    "$("$QEMU_IMG" map --output=json wm.qcow2)"
+assert_eq "writeback reuse: file size" "$(stat -c %s wq.qcow2)" "$(stat -c %s wm.qcow2)"
+clean "writeback reuse" wm.qcow2
 
 # 2. snapshot -d: the snapshot's own clusters go back (pass-discard-snapshot,
 #    default on), or stay with pass-discard-snapshot=off.
