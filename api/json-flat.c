@@ -58,7 +58,7 @@ static const BlkDlSym syms[] = {JSON_GLIB_FUNCS(JSON_GLIB_SYM)};
 /* g_object_unref is GObject's, found through json-glib's dependencies */
 static BlkDlLib lib = {
     .sonames = {JSON_GLIB_SONAME},
-    .needed_by = "json: names",
+    .needed_by = "json: names need",
     .packages = "libjson-glib-1.0-0",
     .syms = syms,
     .nsyms = G_N_ELEMENTS(syms),

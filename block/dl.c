@@ -26,7 +26,7 @@ static gpointer load(gpointer opaque)
     while (n < G_N_ELEMENTS(lib->sonames) && lib->sonames[n]) {
         handles[n] = dlopen(lib->sonames[n], RTLD_NOW | RTLD_LOCAL);
         if (!handles[n]) {
-            return g_strdup_printf("%s needs %s (Debian: %s): %s", lib->needed_by,
+            return g_strdup_printf("%s %s (Debian: %s): %s", lib->needed_by,
                                    lib->sonames[n], lib->packages, dlerror());
         }
         n++;

@@ -37,7 +37,7 @@ typedef struct BlkDlSym {
  * up in the sonames in order (librbd's table has librados' functions). */
 typedef struct BlkDlLib {
     const char *sonames[3]; /* NULL-terminated */
-    const char *needed_by;  /* the error's subject: "NBD needs ..." */
+    const char *needed_by;  /* the error's start: "NBD needs" */
     const char *packages;   /* Debian's packages of the sonames */
     const BlkDlSym *syms;
     size_t nsyms;

@@ -17,7 +17,7 @@ static const BlkDlSym syms[] = {BLK_NBD_FUNCS(NBD_SYM)};
 
 static BlkDlLib lib = {
     .sonames = {BLK_NBD_SONAME},
-    .needed_by = "NBD",
+    .needed_by = "NBD needs",
     .packages = "libnbd0",
     .syms = syms,
     .nsyms = G_N_ELEMENTS(syms),

@@ -18,7 +18,7 @@ static const BlkDlSym syms[] = {BLK_RBD_FUNCS(RBD_SYM)};
 
 static BlkDlLib lib = {
     .sonames = {BLK_RADOS_SONAME, BLK_RBD_SONAME},
-    .needed_by = "Ceph RBD",
+    .needed_by = "Ceph RBD needs",
     .packages = "librados2, librbd1",
     .syms = syms,
     .nsyms = G_N_ELEMENTS(syms),

@@ -18,7 +18,7 @@ static const BlkDlSym syms[] = {CRYPTO_GNUTLS_FUNCS(GNUTLS_SYM)};
 
 static BlkDlLib lib = {
     .sonames = {CRYPTO_GNUTLS_SONAME},
-    .needed_by = "Encryption",
+    .needed_by = "Encryption needs",
     .packages = "libgnutls30",
     .syms = syms,
     .nsyms = G_N_ELEMENTS(syms),
