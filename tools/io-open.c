@@ -45,7 +45,11 @@
  *     names it: backing.file.x is 'x' when there is a backing file); it
  *     does not take the cache options with -c ("Cannot set both -c and
  *     the cache options") nor read-only with -r/-w ("Cannot set both
- *     -r/-w and 'read-only'").
+ *     -r/-w and 'read-only'").  As QEMU's qcow2 joins old and new options
+ *     (QEMU iotest 137): a new overlap-check or overlap-check.template
+ *     drops every old overlap-check option, a new cache-size the old
+ *     l2-cache-size and refcount-cache-size, and when all three sizes end
+ *     up set without a new cache-size, the old cache-size goes.
  *  6. Closing an image that was marked corrupt prints nothing more (its
  *     last writes were refused, and that was said when it was marked):
  *     qemu-io reports no failure of its final flush.  The exit status
@@ -597,6 +601,39 @@ static int reopen_changes_ok(const IoCtx *io, GHashTable *old, GHashTable *new)
     return 0;
 }
 
+/* Fact 5: the old options a reopen's new ones replace as a group. */
+static void join_qcow2_opts(GHashTable *old, GHashTable *new)
+{
+    static const char *const sizes[] = {"cache-size", "l2-cache-size",
+                                        "refcount-cache-size"};
+    bool new_total = g_hash_table_contains(new, "cache-size");
+    bool all = true;
+
+    if (g_hash_table_contains(new, "overlap-check") ||
+        g_hash_table_contains(new, "overlap-check.template")) {
+        GHashTableIter it;
+        gpointer k;
+        g_hash_table_iter_init(&it, old);
+        while (g_hash_table_iter_next(&it, &k, NULL)) {
+            if (strcmp(k, "overlap-check") == 0 ||
+                g_str_has_prefix(k, "overlap-check.")) {
+                g_hash_table_iter_remove(&it);
+            }
+        }
+    }
+    if (new_total) {
+        g_hash_table_remove(old, "l2-cache-size");
+        g_hash_table_remove(old, "refcount-cache-size");
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
+        all = all && (g_hash_table_contains(new, sizes[i]) ||
+                      g_hash_table_contains(old, sizes[i]));
+    }
+    if (all && !new_total) {
+        g_hash_table_remove(old, "cache-size");
+    }
+}
+
 int io_cmd_reopen(IoCtx *io, int argc, char **argv)
 {
     QimgOpenOptions oo = io->oo, old = io->oo;
@@ -677,6 +714,7 @@ int io_cmd_reopen(IoCtx *io, int argc, char **argv)
         return -EINVAL;
     }
     /* fact 5: the options not given stay as they were */
+    join_qcow2_opts(old_opts, new_opts);
     g_hash_table_iter_init(&it, new_opts);
     while (g_hash_table_iter_next(&it, &k, &v)) {
         g_hash_table_insert(old_opts, g_strdup(k), g_strdup(v));

@@ -8,7 +8,8 @@
 #    cache sizes and their checks), checked against the probed format;
 #  - driver= winning over a json: name's driver, options with no path;
 #  - backing.* options for the image's own backing file (QEMU 114, 130);
-#  - reopen -o: lazy-refcounts switched at run time, the dirty bit after a
+#  - reopen -o: the overlap and cache-size options joined as QEMU's qcow2
+#    joins them; lazy-refcounts switched at run time, the dirty bit after a
 #    kill (QEMU 039), what reopen cannot change (node-name, driver, other
 #    options; QEMU 133), -r/-w and -c against read-only and cache options;
 #  - --image-opts: an open failure reads "can't open: REASON" (QEMU 188).
@@ -144,6 +145,20 @@ for o in node-name=foo file.node-name=foo backing.node-name=foo driver=raw \
     both "reopen -o $o" top.qcow2 -c "reopen -o $o" -c 'read -P 7 0 4k' img
     both "reopen -o $o, no backing" a.qcow2 -c "reopen -o $o" -c 'read -P 1 0 4k' img
 done
+# a reopen's new overlap template or cache sizes replace the old ones as a
+# group (QEMU's qcow2 option joining, QEMU iotest 137); the same new
+# options given together still conflict
+both "reopen: overlap-check replaced by a template" a.qcow2 \
+    -c 'reopen -o overlap-check=constant' -c 'reopen -o overlap-check.template=all' \
+    -c 'reopen -o overlap-check.main-header=off' -c 'reopen -o overlap-check=none' \
+    -c 'reopen -o overlap-check.template=cached' -c 'read -P 1 0 4k' img
+both "reopen: cache sizes replaced" a.qcow2 -c 'reopen -o cache-size=1M' \
+    -c 'reopen -o l2-cache-size=512k' -c 'reopen -o refcount-cache-size=128k' \
+    -c 'reopen -o cache-size=2M' -c 'reopen -o l2-cache-size=64k' -c 'read -P 1 0 4k' img
+both "reopen: conflicting new options" a.qcow2 \
+    -c 'reopen -o overlap-check=constant,overlap-check.template=all' \
+    -c 'reopen -o cache-size=1M,l2-cache-size=64k,refcount-cache-size=64k' \
+    -c 'read -P 1 0 4k' img
 for o in node-name=foo file.node-name=foo backing.node-name=foo; do
     both "open -o $o, reopen" top.qcow2 -c "open -o $o img" -c "reopen -o $o" \
         -c 'reopen' -c 'read -P 7 0 4k'
