@@ -5,10 +5,11 @@
  * Facts learnt from running qemu-img 7.2:
  *  1. One file name ("Expecting one image file name"); -r takes qemu-img's
  *     sizes (bytes per second, "Invalid rate limit specified..."); -b
- *     names an image of the backing chain, as written in the chain or
- *     resolved ("Did not find 'B' in the backing chain of 'F'") and implies
- *     -d; without -b the base is the backing file ("Image does not have a
- *     backing file").
+ *     names an image of the backing chain, as QEMU finds it: relative to
+ *     the folder of the layer above it, or absolute, compared as a
+ *     canonical path; with a protocol, as written ("Did not find 'B' in
+ *     the backing chain of 'F'"); it implies -d; without -b the base is the backing file
+ * ("Image does not have a backing file").
  *  2. The image is opened read-write (-t, default writeback); what the
  *     layers above the base define -- data, and zeros as zero clusters --
  *     is written into the base (grown first when it is smaller), nothing
@@ -26,6 +27,8 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct CommitProgress {
@@ -51,19 +54,37 @@ static gboolean commit_progress(void *opaque, uint64_t done, uint64_t total)
 }
 
 /* Fact 1: the base in img's chain and its depth (1: the backing file). */
+/* QEMU's path_has_protocol: a ':' before any '/' (json:, nbd:, rbd:, ...). */
+static bool has_protocol(const char *name)
+{
+    const char *colon = strchr(name, ':'), *slash = strchr(name, '/');
+    return colon && (!slash || colon < slash);
+}
+
+/* Fact 1: is @b, the backing layer of @above, the image -b @name names?  A
+ * name with a protocol (or a layer's) is compared as written; any other is
+ * taken relative to the folder of @above and compared as a canonical path,
+ * so "subdir/base" given from the folder above fails where "base" or an
+ * absolute path works (QEMU iotest 020). */
+static bool names_layer(QimgImage *above, QimgImage *b, const char *name)
+{
+    const char *layer = qimg_image_filename(b);
+    g_autofree char *rel = NULL;
+    char want[PATH_MAX], have[PATH_MAX];
+
+    if (has_protocol(name) || has_protocol(layer)) {
+        return strcmp(name, layer) == 0;
+    }
+    rel = qimg_image_resolve_backing(above, name);
+    return realpath(rel, want) && realpath(layer, have) && strcmp(want, have) == 0;
+}
+
 static QimgImage *find_base(QimgImage *img, const char *name, unsigned *depth)
 {
     unsigned d = 1;
 
-    for (QimgImage *b = qimg_image_backing(img); b; b = qimg_image_backing(b), d++) {
-        g_autofree char *resolved = NULL;
-        if (!name) {
-            *depth = d;
-            return b;
-        }
-        resolved = qimg_image_resolve_backing(img, name);
-        if (strcmp(qimg_image_filename(b), name) == 0 ||
-            strcmp(qimg_image_filename(b), resolved) == 0) {
+    for (QimgImage *above = img, *b; (b = qimg_image_backing(above)); above = b, d++) {
+        if (!name || names_layer(above, b, name)) {
             *depth = d;
             return b;
         }

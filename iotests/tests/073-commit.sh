@@ -105,4 +105,16 @@ else
 fi
 crash_summary
 
+# -b names the base as QEMU finds it (QEMU iotest 020): relative to the
+# folder of the layer above it or absolute; a path relative to the working
+# directory that is not also one from the layer's folder is not found
+for b in t.mid subdir/t.mid "$PWD/subdir/t.mid"; do
+    rm -rf subdir && mkdir subdir
+    qi create -q -f qcow2 subdir/t.base 1M
+    qi create -q -f qcow2 -b t.base -F qcow2 subdir/t.mid
+    qi create -q -f qcow2 -b t.mid -F qcow2 subdir/t
+    "$QEMU_IO" -c 'write -P 9 0 64k' subdir/t >/dev/null || exit 1
+    same_as_qemu_err commit -b "$b" subdir/t
+done
+
 finish
