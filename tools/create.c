@@ -5,7 +5,8 @@
  * Facts learnt from qemu-img 7.2:
  *  1. The "Formatting 'FILE', fmt=FMT ..." line lists every create option
  *     that is set or has a printable default, in a fixed order per format
- *     (see tools/options.c); it is printed after the options and the
+ *     (see tools/options.c), a comma in a value doubled (",,", as
+ *     option lists escape it); it is printed after the options and the
  *     backing file were checked and before the driver runs, so driver
  *     errors follow it.
  *  2. -b / -F override -o backing_file / backing_fmt.  A backing file
@@ -110,7 +111,14 @@ static void print_formatting(const char *filename, const char *fmt,
             }
         }
         if (o) {
-            g_string_append_printf(line, " %s=%s", d->name, o->shown);
+            /* fact 1: a comma in a value is doubled, as in an option list */
+            g_string_append_printf(line, " %s=", d->name);
+            for (const char *p = o->shown; *p; p++) {
+                if (*p == ',') {
+                    g_string_append_c(line, ',');
+                }
+                g_string_append_c(line, *p);
+            }
         } else if (d->def_print) {
             g_string_append_printf(line, " %s=%s", d->name, d->def_print);
         }

@@ -88,6 +88,11 @@ for b in "file:$PWD/sub/base.img" "file:sub/base.img" "$PWD/sub/base.img"; do
     same_as_qemu_err info -U "$PWD/sub/top.img"
 done
 
+# ---- commas in a value of the "Formatting" line are doubled (020) ----
+rm -f c.qcow2
+same_as_qemu_err create -f qcow2 -u -F qcow2 \
+    -b "json:{'driver': 'qcow2', 'file': {'driver': 'file', 'filename': 'a,b'}}" c.qcow2 1M
+
 # ---- a refcount block past 2^63 (108) ----
 for e in '\x7f\xff\xff\xff\xff\xff\x00\x00' '\xff\xff\xff\xff\xff\xff\x00\x00'; do
     qi create -q -f qcow2 r.qcow2 64M
