@@ -31,6 +31,13 @@
 
 /* Buffered writes at least this big start their writeback (file.c invariant 8). */
 #define FILE_EARLY_WRITEBACK_MIN (1u << 20)
+/* Smaller ones (file.c invariant 8): a write starting no further than this
+ * past the stream's end continues it ... */
+#define FILE_STREAM_GAP (1u << 20)
+/* ... whose writeback starts each time it holds this much more than ... */
+#define FILE_STREAM_KICK (8u << 20)
+/* ... the tail of this many bytes, left to the writes still landing there. */
+#define FILE_STREAM_LAG (1u << 20)
 /* Buffered writes at least this big are serialised (file.c invariant 7). */
 #define FILE_SERIAL_WRITE_MIN (128u * 1024)
 
@@ -187,6 +194,44 @@ void *file_buf_alloc(size_t align, size_t size)
         return NULL;
     }
     return p;
+}
+
+bool file_stream_note(FileStream *st, uint64_t offset, uint64_t len, uint64_t *from,
+                      uint64_t *to)
+{
+    uint64_t end = offset + len;
+
+    if (offset > st->end + FILE_STREAM_GAP || end + FILE_STREAM_GAP < st->start) {
+        st->start = offset; /* not near the stream: a new one starts here */
+        st->end = end;
+    } else {
+        st->end = MAX(st->end, end); /* (one landing late, behind it, adds nothing) */
+    }
+    if (st->end - st->start < FILE_STREAM_KICK + FILE_STREAM_LAG) {
+        return false;
+    }
+    *from = st->start;
+    *to = align_down(st->end - FILE_STREAM_LAG, FILE_MIN_BUF_ALIGN);
+    st->start = *to;
+    return true;
+}
+
+/* file.c invariant 8: start the writeback of a large write's range, or of
+ * the stream of small ones once it grew enough; neither waits for it. */
+static void early_writeback(FileState *s, uint64_t offset, uint64_t len)
+{
+    uint64_t from = offset, to = offset + len;
+
+    if (len < FILE_EARLY_WRITEBACK_MIN) {
+        g_mutex_lock(&s->wb_lock);
+        bool kick = file_stream_note(&s->wb_stream, offset, len, &from, &to);
+        g_mutex_unlock(&s->wb_lock);
+        if (!kick) {
+            return;
+        }
+    }
+    /* only starts the writeback; errors surface at flush */
+    (void)sync_file_range(s->fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
 }
 
 /* file.c invariant 13: a free slot's buffer, else a new one; every pooled
@@ -574,10 +619,8 @@ int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *q
     if (serialize) {
         mutex_unlock(&s->wlock);
     }
-    if (ret == 0 && s->early_writeback && qiov->size >= FILE_EARLY_WRITEBACK_MIN) {
-        /* file.c invariant 8: only starts the writeback; errors surface at flush */
-        (void)sync_file_range(s->fd, (off_t)offset, (off_t)qiov->size,
-                              SYNC_FILE_RANGE_WRITE);
+    if (ret == 0 && s->early_writeback) {
+        early_writeback(s, offset, qiov->size); /* file.c invariant 8 */
     }
     if (ret == 0) {
         file_size_grow(img, offset + qiov->size);

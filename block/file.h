@@ -26,6 +26,12 @@ typedef struct FileRwLock {
     GCond c;
 } FileRwLock;
 
+/* file.c invariant 8: the run of small buffered writes appended near its
+ * end whose writeback has not been started yet ([start, end)). */
+typedef struct FileStream {
+    uint64_t start, end;
+} FileStream;
+
 typedef struct FileState {
     int fd;
     char *name;    /* for messages */
@@ -39,6 +45,8 @@ typedef struct FileState {
     GMutex wlock;     /* file.c invariant 7 */
     bool serialize_writes;
     bool early_writeback; /* file.c invariant 8 */
+    GMutex wb_lock;       /* file.c invariant 8: the stream of small writes */
+    FileStream wb_stream; /* [wb_lock] */
     int flush_error;      /* file.c invariant 10: errno of the failed fdatasync, atomic */
     BlkLockState locks;   /* file.c invariant 11 */
     void *pool[FILE_POOL_SLOTS]; /* file.c invariant 13: idle bounce buffers; atomic */
@@ -58,6 +66,10 @@ uint64_t file_size_get(BlkNode *img);
 void file_size_grow(BlkNode *img, uint64_t end);
 void file_size_set(BlkNode *img, uint64_t size);
 void *file_buf_alloc(size_t align, size_t size);
+/* file.c invariant 8: note a small buffered write of [offset, offset + len)
+ * in the stream; true with the range whose writeback to start now. */
+bool file_stream_note(FileStream *st, uint64_t offset, uint64_t len, uint64_t *from,
+                      uint64_t *to);
 /* An aligned bounce buffer of FILE_CHUNK_MAX bytes (at least 'size', which
  * is at most that), from the node's pool or new; give it back with
  * file_bounce_put() (file.c invariant 13). */

@@ -352,11 +352,18 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
                          "(offset %" PRIu64 ", %zu bytes, cluster size %" PRIu64 ")",
                          offset, qiov->size, s->cluster_size);
     }
-    /* compress.c invariant 7: pad the last cluster with zeros */
-    buf = g_malloc0(s->cluster_size);
-    iov_to_buf(qiov, 0, buf, qiov->size);
+    /* compress.c invariant 7: pad the last cluster with zeros (a whole
+     * cluster in one buffer, convert's case, is compressed where it is) */
+    const uint8_t *src = qiov->niov == 1 && qiov->iov[0].iov_len >= qiov->size
+                             ? qiov->iov[0].iov_base
+                             : NULL;
+    if (!src || qiov->size < s->cluster_size) {
+        buf = g_malloc0(s->cluster_size);
+        iov_to_buf(qiov, 0, buf, qiov->size);
+        src = buf;
+    }
     out = g_malloc(s->cluster_size);
-    csize = qcow2_compress(s->compression_type, out, s->cluster_size - 1, buf,
+    csize = qcow2_compress(s->compression_type, out, s->cluster_size - 1, src,
                            s->cluster_size);
 
     blk_order_wait(); /* write.c invariant 12: compressed clusters in order */

@@ -3,8 +3,9 @@
  *
  * Covers file.c invariants 1-6, 9 and 10, block.h invariants 2 and 4, and
  * error.c invariants 2 and 3.  Invariants 7 and 8 (write serialisation and
- * early writeback) change timing only and have no test; invariant 11 (the
- * image locks) is tests/test-lock.c's.
+ * early writeback) change timing only and have no test here (what invariant
+ * 8 hands to writeback early is tests/test-file-stream.c's); invariant 11
+ * (the image locks) is tests/test-lock.c's.
  *
  * The driver is called through blk_file_driver's function pointers so that
  * driver behaviour the block layer would hide (reads past EOF, writes that
