@@ -198,6 +198,9 @@ char *api_qemu_json(const char *text);
 gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **error);
 /* A node name QEMU takes ("Invalid node-name: 'X'"). */
 gboolean api_node_name_ok(const char *name, GError **error);
+/* QEMU's blkdebug "align" (a size: 0, or a power of two below 2^31) into
+ * o->blkdebug_align (json-name.c invariant 13). */
+gboolean api_blkdebug_align(const char *value, BlkOpenOptions *o, GError **error);
 /* A runtime option of a node of format driver (open-opts.c invariant 1):
  * 1 handled (onto *o), 0 not a runtime option, -1 refused (error set). */
 int api_runtime_option(const char *driver, const char *key, const char *value,

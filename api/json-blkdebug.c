@@ -20,10 +20,11 @@
  *     (faulty-config.c fact 2: "[inject-error] section doesn't support the
  *     option 'K'").
  *  3. Every other key of the node is refused: blkdebug's request limits
- *     (align, max-transfer, opt-/max-write-zero, opt-/max-discard) and
+ *     (max-transfer, opt-/max-write-zero, opt-/max-discard) and
  *     permission options by name, an unknown key as QEMU's "Block protocol
- *     'blkdebug' doesn't support the option 'K'".  The node's cache.* and
- *     node-name stay for the caller (json-name.c), as a file's do.
+ *     'blkdebug' doesn't support the option 'K'".  The node's cache.*,
+ *     node-name and align stay for the caller (json-name.c: align is its
+ *     invariant 13), as a file's do.
  *  4. Only a caller's own name takes the node (json-name.c invariant 1:
  *     never a backing name read from an image).
  */
@@ -35,8 +36,8 @@
 
 /* Invariant 3: QEMU's blkdebug options qimg's fault node does not have. */
 static const char *const refused[] = {
-    "align",       "max-transfer", "opt-write-zero",   "max-write-zero",
-    "opt-discard", "max-discard",  "take-child-perms", "unshare-child-perms",
+    "max-transfer", "opt-write-zero",   "max-write-zero",      "opt-discard",
+    "max-discard",  "take-child-perms", "unshare-child-perms",
 };
 
 /* "inject-error.N.K" (or "inject-error.K": one object) -> group "KIND N"
@@ -206,7 +207,8 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
     for (guint n = 0; n < keys->len; n++) {
         const char *key = keys->pdata[n], *f = key + plen;
         if (!g_str_has_prefix(key, prefix) || strcmp(f, "driver") == 0 ||
-            strcmp(f, "node-name") == 0 || g_str_has_prefix(f, "cache.")) {
+            strcmp(f, "node-name") == 0 || strcmp(f, "align") == 0 ||
+            g_str_has_prefix(f, "cache.")) {
             continue;
         }
         g_hash_table_steal_extended(flat, key, &k, &v);

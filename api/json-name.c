@@ -84,6 +84,10 @@
  *     node over the image file, read by json-blkdebug.c into the fault
  *     node's name; only the caller's own name takes it, for the image
  *     file and for a data file (raw over blkdebug, qcow2.c invariant 4).
+ *     Its "align" (file.align over a "blkdebug:" name, as QEMU takes it
+ *     with -o driver=qcow2,file.align=4k blkdebug::IMG) pads the requests
+ *     of the image file's node (BlkOpenOptions.blkdebug_align,
+ *     block/align.c); a data file's is refused.
  */
 #include "api/api.h"
 
@@ -684,6 +688,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         } else if (driver && strcmp(driver, "luks") == 0 &&
                    strcmp(key, "key-secret") == 0) {
             o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
+        } else if (strcmp(key, "file.align") == 0 && file &&
+                   g_str_has_prefix(file, "blkdebug:")) { /* invariant 13 */
+            if (!api_blkdebug_align(value, o, error)) {
+                return FALSE;
+            }
         } else if (g_str_has_prefix(key, "file.")) {
             if (file_option(key + strlen("file."), value, o, error) < 0) {
                 return FALSE;

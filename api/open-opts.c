@@ -58,6 +58,7 @@
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -166,6 +167,22 @@ static gboolean parse_size(const char *key, const char *v, uint64_t *out, GError
                     key);
         return FALSE;
     }
+    return TRUE;
+}
+
+gboolean api_blkdebug_align(const char *value, BlkOpenOptions *o, GError **error)
+{
+    uint64_t a;
+
+    if (!parse_size("align", value, &a, error)) {
+        return FALSE;
+    }
+    if (a && (a >= INT32_MAX || (a & (a - 1)))) { /* QEMU's blkdebug_open */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Cannot meet constraints with align %" PRIu64, a);
+        return FALSE;
+    }
+    o->blkdebug_align = a;
     return TRUE;
 }
 

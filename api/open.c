@@ -91,6 +91,8 @@ static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOption
     BlkOpenOptions bo = *opts;
     g_autoptr(GError) local = NULL;
 
+    bo.blkdebug_align = 0; /* the image file's node only (json-name.c inv. 13) */
+
     if (opts->backing_opts) { /* json-name.c invariant 5: the caller's layer */
         bo = *opts->backing_opts;
         bo.check_mode = false;

@@ -488,6 +488,9 @@ int blk_faulty_config_rules(const char *path, char **rules);
  * inject-error/set-state options when from_options) as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */
 int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules);
+/* A filter over child holding its requests to align, a power of two
+ * (block/align.c); takes child, even on failure. */
+BlkNode *blk_open_align(BlkNode *child, uint64_t align);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
 

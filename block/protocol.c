@@ -98,6 +98,9 @@ static BlkNode *open_blkdebug(const BlkProtocol *p, const char *filename,
         /* QEMU's config file: its words name the whole name */
         blk_error_prefix(-blk_error_code(), "Could not open '%s'", filename);
     }
+    if (node && opts->blkdebug_align > 1) {
+        node = blk_open_align(node, opts->blkdebug_align);
+    }
     return node;
 }
 

@@ -125,6 +125,10 @@ typedef struct BlkOpenOptions {
      * for the "rbd:" name the caller passes with it; the caller keeps it
      * until the open returns. */
     const struct BlkRbdLocation *rbd;
+    /* QEMU's blkdebug "align" of the caller's blkdebug node (json-name.c
+     * invariant 13): a power of two its requests are padded to
+     * (block/align.c); 0: none.  Only the node the caller names takes it. */
+    uint64_t blkdebug_align;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

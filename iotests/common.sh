@@ -152,16 +152,30 @@ io_filter() {
 
 # same_as_qemu_io DESC ARGS...: qemu-io ARGS and qimg io ARGS give the same
 # exit code, stdout and stderr (through io_filter; 30 s each at most).
+# With IO_IMAGE=IMG and IO_FROM=BASE, each tool runs on a fresh copy of BASE
+# at IMG, and the tools' images must hold the same guest data and check
+# clean after; with IO_SORT=1, stdout is compared sorted (aio completions).
 same_as_qemu_io() {
     local desc=$1 qrc mrc
     shift
+    [ -z "${IO_FROM:-}" ] || cp "$IO_FROM" "$IO_IMAGE" || exit 1
     timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
     qrc=$?
+    if [ -n "${IO_FROM:-}" ]; then
+        mv "$IO_IMAGE" "$IO_IMAGE.qemu" && cp "$IO_FROM" "$IO_IMAGE" || exit 1
+    fi
     timeout 30 "$QIMG" io "$@" >m.out 2>m.err
     mrc=$?
+    if [ -n "${IO_SORT:-}" ]; then
+        sort -o q.out q.out && sort -o m.out m.out
+    fi
     assert_eq "$desc: exit code" "$qrc" "$mrc"
     assert_eq "$desc: stdout" "$(io_filter <q.out)" "$(io_filter <m.out)"
     assert_eq "$desc: stderr" "$(io_filter <q.err)" "$(io_filter <m.err)"
+    if [ -n "${IO_FROM:-}" ]; then
+        assert_rc "$desc: contents" 0 "$QEMU_IMG" compare -q "$IO_IMAGE.qemu" "$IO_IMAGE"
+        assert_rc "$desc: check" 0 "$QEMU_IMG" check -q "$IO_IMAGE"
+    fi
 }
 
 # assert_rc DESC RC CMD...: CMD must exit with RC.

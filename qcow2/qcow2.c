@@ -239,6 +239,7 @@ static int open_data_file(Qcow2State *s, const char *filename, const char *given
     o.read_only = s->img->read_only;
     o.cache = s->img->cache;
     o.no_locking = false; /* file.locking is the image file's (lock.c inv. 6) */
+    o.blkdebug_align = 0; /* so is file.align (json-name.c invariant 13) */
     if (given && blk_protocol_for(given, BLK_OPEN_USER_NAME)->test_node) {
         /* invariant 4: the caller's fault node over its data file */
         s->data_file = blk_open_protocol(path, &o, BLK_ROLE_DATA, BLK_OPEN_USER_NAME);

@@ -73,7 +73,7 @@ both "config boolean refused" "blkdebug:$PWD/bad.conf:IMG" -c 'read 0 4k'
 
 # what qimg's fault node does not have is refused by name
 cp base.qcow2 m.qcow2
-for o in align max-transfer opt-discard; do
+for o in max-transfer opt-discard; do
     "$QIMG" io -c 'read 0 4k' "$(J "'image.filename': '$PWD/m.qcow2', '$o': 4096")" \
         >m.out 2>&1
     assert_eq "$o refused" "qimg: can't open device $(J "'image.filename': '$PWD/m.qcow2', '$o': 4096"): The blkdebug option '$o' is not supported by qimg" "$(cat m.out)"
