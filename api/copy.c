@@ -22,10 +22,13 @@
  *  2. A zero range is written (as zeroes) only where the plan says zeros and
  *     the target may not read as zeros; no range gets both a zeroes request
  *     and data (copy-plan.c facts 2, 3).
- *  3. The first error (or a progress callback's FALSE) is kept, stops the
- *     taking of chunks and cancels the order (order.c invariant 3); workers
- *     finish the chunk they hold and stop.  qimg_copy returns only when
- *     every worker has stopped.
+ *  3. The first error (or a progress callback's FALSE) stops the taking of
+ *     chunks and cancels the order (order.c invariant 3); workers finish
+ *     the chunk they hold and stop.  qimg_copy returns only when every
+ *     worker has stopped, with the error at the lowest guest offset of
+ *     those that arrived -- the one qemu-img, copying in order, reports --
+ *     not whichever worker failed first (with every write failing, that
+ *     was a race: iotest 014).
  *  4. done counts bytes of chunks completed, not taken; the progress
  *     callback runs under the lock, so calls never overlap.
  *  5. Memory: one COPY_BUF_SIZE buffer per worker, aligned for O_DIRECT.
@@ -58,7 +61,8 @@ typedef struct Copy {
     bool issue_order;                 /* invariant 1: the pipeline orders the writes */
     uint64_t done;                    /* [lock] invariant 4 */
     uint64_t alloc_done, alloc_total; /* [lock] progress_allocated */
-    GError *error;                    /* [lock] the first (invariant 3) */
+    GError *error;                    /* [lock] invariant 3 */
+    uint64_t error_offset;            /* [lock] where it happened */
 } Copy;
 
 typedef struct Worker {
@@ -67,16 +71,20 @@ typedef struct Worker {
     pthread_t thread;
 } Worker;
 
-/* Invariant 3: keep the first error. */
-static void copy_fail(Copy *c, GError *err)
+/* Invariant 3: keep the error at the lowest offset (UINT64_MAX: none). */
+static void copy_fail(Copy *c, uint64_t offset, GError *err)
 {
     pthread_mutex_lock(&c->lock);
     if (!c->error) {
-        c->error = err;
-        err = NULL;
+        c->error = g_steal_pointer(&err);
+        c->error_offset = offset;
         if (c->order) {
             blk_order_cancel(c->order);
         }
+    } else if (offset < c->error_offset) {
+        g_error_free(c->error);
+        c->error = g_steal_pointer(&err);
+        c->error_offset = offset;
     }
     pthread_mutex_unlock(&c->lock);
     g_clear_error(&err);
@@ -108,7 +116,7 @@ static bool io_failed(Copy *c, QimgImage *img, ApiIoOp op, int ret, const char *
                 strcmp(err->message, bare) ? "\n" : "",
                 strcmp(err->message, bare) ? err->message : "");
     g_error_free(err);
-    copy_fail(c, full);
+    copy_fail(c, offset, full);
     return true;
 }
 
@@ -262,10 +270,11 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
         /* qemu-img 7.2's line, qimg's detail on a second line (io_failed) */
         const char *bare = g_strerror(err->code > 0 ? err->code : EIO);
         bool more = strcmp(err->message, bare) != 0;
-        copy_fail(c, g_error_new(QIMG_ERROR, err->code,
-                                 "error while writing at byte %" PRIu64 ": %s%s%s",
-                                 k->offset, bare, more ? "\n" : "",
-                                 more ? err->message : ""));
+        copy_fail(c, k->offset,
+                  g_error_new(QIMG_ERROR, err->code,
+                              "error while writing at byte %" PRIu64 ": %s%s%s",
+                              k->offset, bare, more ? "\n" : "",
+                              more ? err->message : ""));
         return false;
     }
     return true;
@@ -321,6 +330,7 @@ static void report_locked(Copy *c)
         !c->o.progress(c->o.progress_opaque, alloc ? c->alloc_done : c->done,
                        alloc ? c->alloc_total : c->plan.size)) {
         c->error = g_error_new(QIMG_ERROR, ECANCELED, "The copy was interrupted");
+        c->error_offset = 0; /* invariant 3: nothing replaces it */
         if (c->order) {
             blk_order_cancel(c->order);
         }
@@ -365,7 +375,7 @@ static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
     }
     pthread_mutex_unlock(&c->lock);
     if (!ok && err) {
-        copy_fail(c, err);
+        copy_fail(c, UINT64_MAX, err);
     }
     return ok;
 }
@@ -484,7 +494,8 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
         started++;
     }
     if (started == 0) {
-        copy_fail(&c, g_error_new(QIMG_ERROR, ENOMEM, "Cannot start the copy's threads"));
+        copy_fail(&c, UINT64_MAX,
+                  g_error_new(QIMG_ERROR, ENOMEM, "Cannot start the copy's threads"));
     }
     for (unsigned i = 0; i < started; i++) { /* invariant 3 */
         pthread_join(w[i].thread, NULL);
