@@ -91,6 +91,10 @@ DATA_BYTES=$(du -B1 half.raw | cut -f1)
 USED_BYTES=$(rbd du --format json rbd/src | python3 -c \
     'import json, sys; print(json.load(sys.stdin)["images"][0]["used_size"])')
 
+since() { # BEFORE NOW: NOW - BEFORE, CPU seconds
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'
+}
+
 cluster_cpu() { # CPU seconds of this cluster's daemons so far
     local f p s=0
     for f in "$CLUSTER"/*.pid; do
@@ -105,25 +109,23 @@ ktime() { # bench_time's arguments; KC := the cluster's CPU seconds meanwhile
     local k0
     k0=$(cluster_cpu)
     bench_time "$@"
-    KC=$(awk -v a="$k0" -v b="$(cluster_cpu)" 'BEGIN { printf "%.2f", b - a }')
+    KC=$(since "$k0" "$(cluster_cpu)")
 }
 
-rados_floor() { # write|read BYTES: sets BENCH_T (BYTES at rados bench's rate)
-    local mode=$1 bytes=$2 out bw
-    local k0
-    k0=$(cluster_cpu)
-    if [ "$mode" = write ]; then
-        out=$(rados bench -p rbd 4 write -b 4194304 -t 16 --no-cleanup) || exit 1
-    else
+rados_floor() { # write|read BYTES: BENCH_T := BYTES at rados bench's rate;
+    # BENCH_C and KC: rados bench's and the cluster's CPU seconds
+    local mode=$1 bytes=$2 out bw c0 k0
+    local args=(write -b 4194304 --no-cleanup)
+    if [ "$mode" = read ]; then # the objects to read
         rados bench -p rbd 4 write -b 4194304 -t 16 --no-cleanup >/dev/null || exit 1
-        bench_warm
-        local c0
-        c0=$(bench_children_cpu)
-        k0=$(cluster_cpu)
-        out=$(rados bench -p rbd 4 seq -t 16) || exit 1
-        BENCH_C=$(awk -v a="$c0" -v b="$(bench_children_cpu)" 'BEGIN { printf "%.2f", b - a }')
+        args=(seq)
     fi
-    KC=$(awk -v a="$k0" -v b="$(cluster_cpu)" 'BEGIN { printf "%.2f", b - a }')
+    bench_warm
+    c0=$(bench_children_cpu)
+    k0=$(cluster_cpu)
+    out=$(rados bench -p rbd 4 "${args[@]}" -t 16) || exit 1
+    BENCH_C=$(since "$c0" "$(bench_children_cpu)")
+    KC=$(since "$k0" "$(cluster_cpu)")
     rados -p rbd cleanup >/dev/null 2>&1
     bw=$(awk -F: '/^Bandwidth \(MB\/sec\)/ { print $2 }' <<<"$out")
     [ -n "$bw" ] || { echo "rados bench printed no bandwidth" >&2; exit 1; }
@@ -160,11 +162,7 @@ run_case() { # CASE TOOL: sets BENCH_T
         qimg-m16) ktime BENCH_T "$q" convert -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
         rbd-import) ktime BENCH_T rbd import --no-progress half.raw rbd/dst ;;
         rados-write)
-            bench_warm
-            local c0
-            c0=$(bench_children_cpu)
             rados_floor write "$DATA_BYTES"
-            BENCH_C=$(awk -v a="$c0" -v b="$(bench_children_cpu)" 'BEGIN { printf "%.2f", b - a }')
             return ;;
         esac
         "$QEMU_IMG" compare -q src.qcow2 rbd:rbd/dst || { echo "$tool: copy differs" >&2; exit 1; }
@@ -188,7 +186,7 @@ run_case() { # CASE TOOL: sets BENCH_T
         local s0
         s0=$(bench_pid_cpu "$SRV")
         ktime BENCH_T nbdcopy "$URI" null:
-        BENCH_C=$(awk -v a="$s0" -v b="$(bench_pid_cpu "$SRV")" 'BEGIN { printf "%.2f", b - a }')
+        BENCH_C=$(since "$s0" "$(bench_pid_cpu "$SRV")")
         stop ;;
     aio-read)
         case $tool in
@@ -215,6 +213,13 @@ for c in $CASES; do
         run_case "$c" "$1"
         CLUSTER_CPU[$1]="${CLUSTER_CPU[$1]:-}${CLUSTER_CPU[$1]:+ }$KC"
     }
+    if [ "$c" = to-rbd ]; then
+        # untimed: the OSDs' first writes after start cost them more CPU
+        # (seen: 2.70 s of cluster CPU for the first run, 1.5-1.7 s after),
+        # which would go to whichever tool runs first
+        "$QEMU_IMG" convert -O raw src.qcow2 rbd:rbd/dst && rbd rm --no-progress rbd/dst ||
+            exit 1
+    fi
     bench_rounds "$ROUNDS" rcase "${tools[@]}"
     bench_table "$c" "${tools[0]}" "${tools[@]}"
     echo "  cluster cpu s (monitor + OSDs during each timed run):"
