@@ -47,6 +47,7 @@
 #include "api/copy-plan.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <string.h>
 
 #define REQUEST_MAX ((uint64_t)(INT32_MAX / COPY_SECTOR) * COPY_SECTOR)
@@ -159,35 +160,56 @@ static bool same_run(const uint8_t *buf, size_t len, size_t nsec, uint64_t secto
     return !zero;
 }
 
-/* Like same_run, but zero runs shorter than min_sparse sectors that follow
- * data are taken into the data run. */
-bool copy_data_run(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t sector,
-                   size_t *run)
+/* Fact 2: the runs of a data chunk (buf, len bytes, first sector number
+ * 'sector'), in order, as runs[i] = sectors | COPY_RUN_DATA for data; the
+ * count is returned (at most one per sector).  A data run takes in the
+ * zero runs shorter than min_sparse sectors that follow it when data comes
+ * after them.  Each sector's state is looked at once: the zero run that
+ * ends a data run is kept and becomes the next run when it starts where
+ * that data run ends. */
+size_t copy_chunk_runs(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t sector,
+                       uint32_t *runs)
 {
     size_t nsec = (len + COPY_SECTOR - 1) / COPY_SECTOR;
-    unsigned min = p->min_sparse;
-    size_t used, checked, r;
+    size_t pos = 0, n = 0;
+    size_t zero_at = SIZE_MAX, zero_len = 0; /* a zero run already found */
 
-    if (nsec < min) {
-        min = (unsigned)nsec;
-    }
-    if (!same_run(buf, len, nsec, sector, p->alignment, &r)) {
-        *run = r;
-        return false;
-    }
-    used = checked = r;
-    while (checked < nsec) {
-        bool data = same_run(buf + checked * COPY_SECTOR, len - checked * COPY_SECTOR,
-                             nsec - checked, sector + checked, p->alignment, &r);
-        checked += r;
-        if (data) {
-            used = checked;
-        } else if (r >= min) {
-            break;
+    while (pos < nsec) {
+        size_t r;
+        bool data;
+
+        if (pos == zero_at) {
+            data = false;
+            r = zero_len;
+        } else {
+            data = same_run(buf + pos * COPY_SECTOR, len - pos * COPY_SECTOR, nsec - pos,
+                            sector + pos, p->alignment, &r);
         }
+        if (data) {
+            size_t min = MIN((size_t)p->min_sparse, nsec - pos);
+            size_t used = pos + r, checked = pos + r;
+
+            while (checked < nsec) {
+                size_t r2;
+                bool d =
+                    same_run(buf + checked * COPY_SECTOR, len - checked * COPY_SECTOR,
+                             nsec - checked, sector + checked, p->alignment, &r2);
+                if (!d && r2 >= min) {
+                    zero_at = checked;
+                    zero_len = r2;
+                    break;
+                }
+                checked += r2;
+                if (d) {
+                    used = checked;
+                }
+            }
+            r = used - pos;
+        }
+        runs[n++] = (uint32_t)r | (data ? COPY_RUN_DATA : 0);
+        pos += r;
     }
-    *run = used;
-    return true;
+    return n;
 }
 
 /*

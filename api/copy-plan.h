@@ -59,10 +59,13 @@ void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst,
 /* The next chunk at p->pos (advancing it); FALSE at the end (*more false)
  * or on an error (*more true, error set). */
 gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error);
-/* One run of data or zeros at the start of buf (len bytes, first sector
- * number 'sector'): TRUE for data; *run is its length in sectors (fact 2). */
-bool copy_data_run(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t sector,
-                   size_t *run);
+/* The runs of data and zeros of a data chunk (buf, len bytes, first sector
+ * number 'sector') into runs[] (room for one per sector), each its length
+ * in sectors, | COPY_RUN_DATA for data; returns their count (fact 2). */
+#define COPY_RUN_DATA 0x80000000u
+#define COPY_MAX_RUNS (COPY_BUF_SIZE / COPY_SECTOR)
+size_t copy_chunk_runs(const CopyPlan *p, const uint8_t *buf, size_t len, uint64_t sector,
+                       uint32_t *runs);
 bool copy_buf_is_zero(const uint8_t *buf, size_t len);
 
 #endif

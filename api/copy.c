@@ -31,7 +31,9 @@
  *     was a race: iotest 014).
  *  4. done counts bytes of chunks completed, not taken; the progress
  *     callback runs under the lock, so calls never overlap.
- *  5. Memory: one COPY_BUF_SIZE buffer per worker, aligned for O_DIRECT.
+ *  5. Memory: one COPY_BUF_SIZE buffer per worker, aligned for O_DIRECT,
+ *     and its chunk's runs (COPY_MAX_RUNS, 16 KiB): sparse detection looks
+ *     at each sector once per chunk.
  *  6. A target may defer a write's in-order part (order.c invariant 4: a
  *     streamOptimized VMDK's appends): the write returns before it is
  *     done.  Its failure is the copy's: later writes return it, and after
@@ -68,6 +70,7 @@ typedef struct Copy {
 typedef struct Worker {
     Copy *c;
     uint8_t *buf;
+    uint32_t runs[COPY_MAX_RUNS]; /* write_chunk's */
     pthread_t thread;
 } Worker;
 
@@ -201,43 +204,25 @@ static bool read_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
     return !io_failed(c, c->src, API_IO_READ, ret, "reading", offset);
 }
 
-/* Where the last data run of the chunk starts (copy-plan.c fact 2), or
- * len if it has none. */
-static size_t last_data_run(const Copy *c, const uint8_t *buf, uint64_t offset,
-                            size_t len)
-{
-    size_t pos = 0, last = len;
-
-    while (pos < len) {
-        size_t run;
-        bool data = copy_data_run(&c->plan, buf + pos, len - pos,
-                                  (offset + pos) / COPY_SECTOR, &run);
-        if (data) {
-            last = pos;
-        }
-        pos += MIN((uint64_t)run * COPY_SECTOR, len - pos);
-    }
-    return last;
-}
-
 /* A data chunk with sparse detection (fact 2; invariant 1 marks the last
- * data write). */
-static bool write_chunk(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
+ * data write); runs: room for COPY_MAX_RUNS. */
+static bool write_chunk(Copy *c, uint64_t offset, uint8_t *buf, size_t len,
+                        uint32_t *runs)
 {
-    size_t pos = 0, last;
+    size_t n, last, pos = 0;
 
     if (c->plan.min_sparse == 0) {
         blk_order_mark_last();
         return write_data(c, offset, buf, len);
     }
-    last = last_data_run(c, buf, offset, len);
-    while (pos < len) {
-        size_t run, bytes;
-        bool data = copy_data_run(&c->plan, buf + pos, len - pos,
-                                  (offset + pos) / COPY_SECTOR, &run);
+    n = copy_chunk_runs(&c->plan, buf, len, offset / COPY_SECTOR, runs);
+    for (last = n; last > 0 && !(runs[last - 1] & COPY_RUN_DATA); last--) {
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool data = runs[i] & COPY_RUN_DATA;
+        size_t bytes = MIN((size_t)(runs[i] & ~COPY_RUN_DATA) * COPY_SECTOR, len - pos);
 
-        bytes = MIN((uint64_t)run * COPY_SECTOR, len - pos);
-        if (data && pos == last) {
+        if (data && i + 1 == last) {
             blk_order_mark_last();
         }
         if (data ? !write_data(c, offset + pos, buf + pos, bytes)
@@ -280,7 +265,7 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     return true;
 }
 
-static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf)
+static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf, uint32_t *runs)
 {
     size_t n = (size_t)k->len;
 
@@ -291,7 +276,7 @@ static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf)
         return write_compressed(c, k, buf);
     }
     if (k->kind == COPY_DATA) {
-        return read_data(c, k->offset, buf, n) && write_chunk(c, k->offset, buf, n);
+        return read_data(c, k->offset, buf, n) && write_chunk(c, k->offset, buf, n, runs);
     }
     if (c->plan.zeros_as_data) { /* -S 0 */
         memset(buf, 0, n);
@@ -402,7 +387,7 @@ static void *worker_main(void *opaque)
             blk_order_enter(c->order, ticket);
         }
         blk_error_clear();
-        ok = move_chunk(c, &k, w->buf);
+        ok = move_chunk(c, &k, w->buf, w->runs);
         if (ordered) {
             blk_order_leave(); /* order.c invariant 2 */
         }

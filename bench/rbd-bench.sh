@@ -17,8 +17,19 @@
 #              export` of the image into a new sparse raw file
 #   nbd-read   nbdcopy reading an export of the RBD image (4 connections
 #              where the server allows them): qimg nbd -e 4 and qemu-nbd -e 4
+#              (the cpu column: the server's CPU during the copy, nbdcopy's
+#              left out)
 #   aio-read   the asynchronous path: qimg bench and qemu-img bench reading
 #              the RBD image, 64 KiB requests, 32 in flight (-d 32)
+# The cluster's own limit, measured in the same rounds: rados-write and
+# rados-read are `rados bench` (4 MiB objects, 16 in flight, 4 s of writes,
+# then a sequential read of them) turned into the time the cluster needs
+# for the case's bytes at that rate (to-rbd: the data's allocated bytes;
+# from-rbd: the RBD image's used bytes); their cpu column is rados bench's.
+# Each case's second table is the cluster's CPU (monitor and OSDs) during
+# each timed run: on 2 cores the daemons and the client share the CPU.
+# QIMG_BEFORE=PATH (a qimg built before a change) adds its rows,
+# qimg-before, to every case, interleaved with the others.
 # Goals: to-rbd and from-rbd >= 1.5x qemu-img convert's speed, nbd-read
 # >= 1.3x qemu-nbd's (the ratio column: time / the first tool's time, so
 # below 1 is faster).  The machine is shared: report figures with that
@@ -76,6 +87,50 @@ PY
 "$QEMU_IMG" convert -f raw -O qcow2 half.raw src.qcow2
 "$QEMU_IMG" convert -O raw src.qcow2 rbd:rbd/src || exit 1
 sync
+DATA_BYTES=$(du -B1 half.raw | cut -f1)
+USED_BYTES=$(rbd du --format json rbd/src | python3 -c \
+    'import json, sys; print(json.load(sys.stdin)["images"][0]["used_size"])')
+
+since() { # BEFORE NOW: NOW - BEFORE, CPU seconds
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'
+}
+
+cluster_cpu() { # CPU seconds of this cluster's daemons so far
+    local f p s=0
+    for f in "$CLUSTER"/*.pid; do
+        read -r p <"$f" || continue
+        s=$(awk -v a="$s" -v b="$(bench_pid_cpu "$p")" 'BEGIN { printf "%.2f", a + b }')
+    done
+    echo "$s"
+}
+declare -A CLUSTER_CPU=()
+KC=
+ktime() { # bench_time's arguments; KC := the cluster's CPU seconds meanwhile
+    local k0
+    k0=$(cluster_cpu)
+    bench_time "$@"
+    KC=$(since "$k0" "$(cluster_cpu)")
+}
+
+rados_floor() { # write|read BYTES: BENCH_T := BYTES at rados bench's rate;
+    # BENCH_C and KC: rados bench's and the cluster's CPU seconds
+    local mode=$1 bytes=$2 out bw c0 k0
+    local args=(write -b 4194304 --no-cleanup)
+    if [ "$mode" = read ]; then # the objects to read
+        rados bench -p rbd 4 write -b 4194304 -t 16 --no-cleanup >/dev/null || exit 1
+        args=(seq)
+    fi
+    bench_warm
+    c0=$(bench_children_cpu)
+    k0=$(cluster_cpu)
+    out=$(rados bench -p rbd 4 "${args[@]}" -t 16) || exit 1
+    BENCH_C=$(since "$c0" "$(bench_children_cpu)")
+    KC=$(since "$k0" "$(cluster_cpu)")
+    rados -p rbd cleanup >/dev/null 2>&1
+    bw=$(awk -F: '/^Bandwidth \(MB\/sec\)/ { print $2 }' <<<"$out")
+    [ -n "$bw" ] || { echo "rados bench printed no bandwidth" >&2; exit 1; }
+    BENCH_T=$(awk -v b="$bytes" -v r="$bw" 'BEGIN { printf "%.3f", b / (r * 1048576) }')
+}
 
 SOCK=$BENCH_SCRATCH/s.sock
 URI="nbd+unix:///?socket=$SOCK"
@@ -92,55 +147,86 @@ start() { # SERVER-COMMAND...: in the background, until the socket answers
 }
 
 run_case() { # CASE TOOL: sets BENCH_T
-    local c=$1 tool=$2
+    local c=$1 tool=$2 q=$QIMG
+    if [ "$tool" = qimg-before ]; then
+        q=$QIMG_BEFORE
+        tool=qimg
+    fi
     case $c in
     to-rbd)
         case $tool in
-        qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -O raw src.qcow2 rbd:rbd/dst ;;
+        qemu-img) ktime BENCH_T "$QEMU_IMG" convert -O raw src.qcow2 rbd:rbd/dst ;;
         qemu-img-W-m16)
-            bench_time BENCH_T "$QEMU_IMG" convert -W -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
-        qimg) bench_time BENCH_T "$QIMG" convert -O raw src.qcow2 rbd:rbd/dst ;;
-        qimg-m16) bench_time BENCH_T "$QIMG" convert -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
-        rbd-import) bench_time BENCH_T rbd import --no-progress half.raw rbd/dst ;;
+            ktime BENCH_T "$QEMU_IMG" convert -W -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
+        qimg) ktime BENCH_T "$q" convert -O raw src.qcow2 rbd:rbd/dst ;;
+        qimg-m16) ktime BENCH_T "$q" convert -m 16 -O raw src.qcow2 rbd:rbd/dst ;;
+        rbd-import) ktime BENCH_T rbd import --no-progress half.raw rbd/dst ;;
+        rados-write)
+            rados_floor write "$DATA_BYTES"
+            return ;;
         esac
         "$QEMU_IMG" compare -q src.qcow2 rbd:rbd/dst || { echo "$tool: copy differs" >&2; exit 1; }
         rbd rm --no-progress rbd/dst ;;
     from-rbd)
         rm -f out.qcow2
         case $tool in
-        qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -O qcow2 rbd:rbd/src out.qcow2 ;;
-        qimg) bench_time BENCH_T "$QIMG" convert -O qcow2 rbd:rbd/src out.qcow2 ;;
+        qemu-img) ktime BENCH_T "$QEMU_IMG" convert -O qcow2 rbd:rbd/src out.qcow2 ;;
+        qimg) ktime BENCH_T "$q" convert -O qcow2 rbd:rbd/src out.qcow2 ;;
         rbd-export)
-            bench_time BENCH_T rbd export --no-progress rbd/src out.raw
+            ktime BENCH_T rbd export --no-progress rbd/src out.raw
             cmp -s half.raw out.raw || { echo "rbd export: copy differs" >&2; exit 1; } ;;
+        rados-read) rados_floor read "$USED_BYTES" ;;
         esac
         rm -f out.qcow2 out.raw ;;
     nbd-read)
         case $tool in
         qemu-nbd) start qemu-nbd -t -e 4 -k "$SOCK" -f raw rbd:rbd/src ;;
-        qimg) start "$QIMG" nbd -t -e 4 -k "$SOCK" -f raw rbd:rbd/src ;;
+        qimg) start "$q" nbd -t -e 4 -k "$SOCK" -f raw rbd:rbd/src ;;
         esac
-        bench_time BENCH_T nbdcopy "$URI" null:
+        local s0
+        s0=$(bench_pid_cpu "$SRV")
+        ktime BENCH_T nbdcopy "$URI" null:
+        BENCH_C=$(since "$s0" "$(bench_pid_cpu "$SRV")")
         stop ;;
     aio-read)
         case $tool in
-        qemu-img) bench_time BENCH_T "$QEMU_IMG" bench -c 8192 -d 32 -s 65536 -f raw \
+        qemu-img) ktime BENCH_T "$QEMU_IMG" bench -c 8192 -d 32 -s 65536 -f raw \
             rbd:rbd/src ;;
-        qimg) bench_time BENCH_T "$QIMG" bench -c 8192 -d 32 -s 65536 -f raw rbd:rbd/src ;;
+        qimg) ktime BENCH_T "$q" bench -c 8192 -d 32 -s 65536 -f raw rbd:rbd/src ;;
         esac ;;
     esac
 }
 
 for c in $CASES; do
     case $c in
-    to-rbd) tools=(qemu-img qimg qemu-img-W-m16 qimg-m16 rbd-import) ;;
-    from-rbd) tools=(qemu-img qimg rbd-export) ;;
+    to-rbd) tools=(qemu-img qimg qemu-img-W-m16 qimg-m16 rbd-import rados-write) ;;
+    from-rbd) tools=(qemu-img qimg rbd-export rados-read) ;;
     nbd-read) tools=(qemu-nbd qimg) ;;
     aio-read) tools=(qemu-img qimg) ;;
     *) echo "unknown case $c" >&2; exit 1 ;;
     esac
-    rcase() { run_case "$c" "$1"; }
+    if [ -n "${QIMG_BEFORE:-}" ]; then
+        tools+=(qimg-before)
+    fi
+    rcase() {
+        KC=-
+        run_case "$c" "$1"
+        CLUSTER_CPU[$1]="${CLUSTER_CPU[$1]:-}${CLUSTER_CPU[$1]:+ }$KC"
+    }
+    if [ "$c" = to-rbd ]; then
+        # untimed: the OSDs' first writes after start cost them more CPU
+        # (seen: 2.70 s of cluster CPU for the first run, 1.5-1.7 s after),
+        # which would go to whichever tool runs first
+        "$QEMU_IMG" convert -O raw src.qcow2 rbd:rbd/dst && rbd rm --no-progress rbd/dst ||
+            exit 1
+    fi
     bench_rounds "$ROUNDS" rcase "${tools[@]}"
     bench_table "$c" "${tools[0]}" "${tools[@]}"
+    echo "  cluster cpu s (monitor + OSDs during each timed run):"
+    for t in "${tools[@]}"; do
+        read -ra k <<<"${CLUSTER_CPU[$t]}"
+        printf '    %-22s %9s  %s\n' "$t" "$(bench_median "${k[@]}")" "${CLUSTER_CPU[$t]}"
+    done
     bench_reset
+    CLUSTER_CPU=()
 done
