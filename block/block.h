@@ -107,6 +107,18 @@ typedef struct BlkDirect {
     uint64_t iv_offset;
 } BlkDirect;
 
+/* Request limits a node imposes on the requests it is given (QEMU's
+ * BlockLimits as its blkdebug node sets them), honoured by the request
+ * functions below (block/limits.c); 0: no limit.  align is a power of two;
+ * the others are multiples of it, max_* of their opt_*. */
+typedef struct BlkLimits {
+    uint32_t align;        /* request alignment */
+    uint32_t max_transfer; /* largest read or write */
+    uint32_t opt_write_zero, max_write_zero;
+    uint32_t opt_discard, max_discard;
+    GMutex rmw; /* limits.c invariant 3: writes that read first */
+} BlkLimits;
+
 struct BlkNode {
     const BlkDriver *drv;
     void *opaque;     /* driver state */
@@ -130,6 +142,7 @@ struct BlkNode {
     uint64_t write_gen;   /* completed write-like requests */
     uint64_t flushed_gen; /* write_gen at the start of the last good flush */
     BlkNode *filtered;    /* filter nodes: the child that holds the data */
+    BlkLimits *limits;    /* the driver's (limits.c), or NULL: none */
 };
 
 /* Block status answers (driver level; equal to the public QIMG_STATUS_*). */
@@ -139,6 +152,9 @@ enum {
     BLK_STATUS_OFFSET_VALID = 1 << 2, /* map is valid in file */
     BLK_STATUS_ALLOCATED = 1 << 3,    /* this layer defines the contents */
     BLK_STATUS_COMPRESSED = 1 << 4,
+    /* a filter's answer: what st->file says at st->map (QEMU's
+     * BDRV_BLOCK_RAW); blk_block_status() asks it, never returns it */
+    BLK_STATUS_RAW = 1 << 5,
 };
 
 typedef struct BlkStatus {
