@@ -191,6 +191,7 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_CLUSTER_FREE] = "cluster_free",
     [BLKEV_FLUSH] = "flush",
     [BLKEV_COW_DATA_WRITE] = "cow_data_write",
+    [BLKEV_COR_WRITE] = "cor_write",
 };
 
 const char *blk_event_name(BlkEvent ev)
@@ -275,6 +276,14 @@ void blk_close(BlkNode *img)
 }
 
 /* ---- write generations (block.h invariant 4) ---- */
+
+BlkNode *blk_cow_backing(BlkNode *img)
+{
+    while (!img->backing && img->filtered) {
+        img = img->filtered;
+    }
+    return img->backing;
+}
 
 static BlkNode *gen_node(BlkNode *img)
 {

@@ -81,6 +81,9 @@ typedef enum BlkEvent {
     /* guest data with its copy-on-write head/tail in one write (a
      * "cow_write" rule counts it; QEMU raises write_aio for it) */
     BLKEV_COW_DATA_WRITE,
+    /* copy-on-read writing back what it read (block/cor.c; QEMU's
+     * cor_write, raised on the node that copies) */
+    BLKEV_COR_WRITE,
     BLKEV__MAX
 } BlkEvent;
 
@@ -455,6 +458,10 @@ void blk_gen_flushed(BlkNode *img, uint64_t gen);
  * truncate sets it; atomic, as the file node's (file.c invariant 5). */
 void blk_filter_size_update(BlkNode *img, bool grow);
 
+/* The backing node of img, or of the node a filter over a format filters
+ * (QEMU's bdrv_cow_bs(bdrv_skip_filters())); NULL: none. */
+BlkNode *blk_cow_backing(BlkNode *img);
+
 /* Announce the metadata step the next requests on img belong to (no-op
  * unless img is a fault-injecting node). */
 void blk_event(BlkNode *img, BlkEvent ev);
@@ -506,6 +513,10 @@ int blk_faulty_config_rules(const char *path, char **rules);
 int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
+/* The fault-injecting node with 'rules' over the format node child (QEMU's
+ * blkdebug with a format as its image): a filter that answers for child
+ * and takes it, even on failure (faulty.c). */
+BlkNode *blk_open_faulty_over(const char *rules, BlkNode *child);
 
 /* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
 int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);
