@@ -159,6 +159,9 @@ typedef struct ApiOpenLayers {
      * index d for the layer d + 1 below, "" for none */
     GPtrArray *backing_keys;
     BlkRbdLocation rbd; /* the image is an RBD image (invariant 11): o->rbd */
+    /* the rules of a blkdebug node over the image's format (json-name.c
+     * invariant 14), or NULL */
+    char *blkdebug_rules;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 
@@ -182,6 +185,16 @@ gboolean api_options_name(const char *name, const char *options, BlkOpenOptions 
  * taken out of flat as its "blkdebug:RULES:FILE" *name (g_free). */
 gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
                               GError **error);
+/* json-blkdebug.c: "driver": "blkdebug" as the image (its invariant 5):
+ * the options of the layer below (a new table), the rules of a node over
+ * a format in layers->blkdebug_rules (none when the node is over the
+ * file, then named "blkdebug:RULES:FILE" under raw); NULL with error
+ * set. */
+GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **error);
+/* json-rbd.c: the RBD fields under prefix ("" or "file.") out of flat into
+ * *loc (json-name.c invariant 11); the options any node takes stay. */
+gboolean api_rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *loc,
+                        GError **error);
 
 /* json-flat.c: the JSON of a "json:{...}" name flattened into flat
  * (char* -> char*, owned), json-glib loaded at the first call (its
@@ -194,6 +207,8 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GError **error);
 gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error);
 /* QEMU's JSON dialect (single-quoted strings) as standard JSON (g_free). */
 char *api_qemu_json(const char *text);
+/* A size with QEMU's suffixes, else QEMU's "Parameter 'KEY' expects ...". */
+gboolean api_parse_size(const char *key, const char *v, uint64_t *out, GError **error);
 /* on/off/true/false, else "Parameter 'KEY' expects 'on' or 'off'". */
 gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **error);
 /* A node name QEMU takes ("Invalid node-name: 'X'"). */
@@ -213,6 +228,8 @@ GHashTable *api_cor_filter_child(GHashTable *flat, GError **error);
 /* driver=file, host_device or host_cdrom as the image itself (open-opts.c
  * invariant 3): TRUE for those names. */
 gboolean api_file_driver_top(const char *driver);
+/* An option of any node, not of its driver (read-only, cache.direct...). */
+gboolean api_node_option(const char *key);
 /* Their options as a format over the file protocol takes them: filename
  * and the protocol's options as file.*, the node's generic ones as they are. */
 GHashTable *api_file_driver_child(GHashTable *flat);

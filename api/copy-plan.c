@@ -34,10 +34,12 @@
  *     end of the target's backing file) is left unallocated.  With
  *     top_layers N > 1 (commit -b) the chain is asked and what a layer at
  *     depth N or below defines counts as undefined.
- *  5. Salvage (qemu-img --salvage): a block status that fails is reported
- *     ("error while reading block status at offset N: REASON") and the next
- *     sector counts as data, so the read decides (copy.c reads a failing
- *     chunk again sector by sector, zeros where a sector still fails).
+ *  5. Salvage (qemu-img --salvage): a block status that fails is asked
+ *     again for a quarter of its sectors (rounded up) until it succeeds or
+ *     asks for one sector; that failing is reported ("error while reading
+ *     block status at offset N: REASON") and the sector counts as data, so
+ *     the read decides (copy.c reads a failing chunk again sector by
+ *     sector, zeros where a sector still fails).
  *  6. A status region is asked for once: the chunks cut from it (with
  *     compress, each cluster it covers whole) use the answer kept in the
  *     plan, so the walk (under the pipeline's lock) asks the source once
@@ -287,7 +289,16 @@ static gboolean next_status(CopyPlan *p, uint64_t offset, CopyKind *st, uint64_t
     QimgExtent ext;
     uint64_t n, tail;
 
-    if (!source_status(p, offset, p->size - offset, &ext, &err)) {
+    /* fact 5: a failing status is asked again for a quarter of the
+     * sectors, down to one */
+    uint64_t len = p->salvage ? MIN(p->size - offset, REQUEST_MAX) : p->size - offset;
+    while (!source_status(p, offset, len, &ext, &err)) {
+        uint64_t sectors = DIV_ROUND_UP(len, COPY_SECTOR);
+        if (p->salvage && sectors > 1) {
+            g_clear_error(&err);
+            len = MIN(DIV_ROUND_UP(sectors, 4) * COPY_SECTOR, p->size - offset);
+            continue;
+        }
         if (p->salvage) { /* fact 5: read it, sector by sector if need be */
             g_autofree char *msg = g_strdup_printf(
                 "error while reading block status at offset %" PRIu64 ": %s", offset,

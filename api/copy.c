@@ -38,6 +38,10 @@
  *     streamOptimized VMDK's appends): the write returns before it is
  *     done.  Its failure is the copy's: later writes return it, and after
  *     the workers stopped the order's drain does (order.c invariant 7).
+ *  7. Salvage warns as qemu-img does: its walk of the source before the
+ *     copy (which counts the allocated bytes) reports each block status
+ *     that fails (copy-plan.c fact 5), and the copy reports them again,
+ *     with the reads that fail, in guest order: one worker.
  */
 #include "api/copy-plan.h"
 
@@ -323,7 +327,8 @@ static void report_locked(Copy *c)
 }
 
 /* progress_allocated: the total, from a walk of a second plan (a block
- * status that fails there is the copy's to report). */
+ * status that fails there is the copy's to report, but with salvage:
+ * invariant 7). */
 static void count_allocated(Copy *c, QimgImage *src, QimgImage *dst)
 {
     CopyPlan walk;
@@ -331,7 +336,8 @@ static void count_allocated(Copy *c, QimgImage *src, QimgImage *dst)
     bool more = true;
 
     copy_plan_init(&walk, src, dst, &c->o);
-    walk.salvage = false; /* (it has no warn: the copy warns) */
+    walk.warn = copy_warn;
+    walk.warn_opaque = c;
     while (more) {
         g_autoptr(GError) err = NULL;
         if (!copy_plan_next(&walk, &k, &more, &err)) {
@@ -448,13 +454,13 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
     copy_plan_init(&c.plan, src, dst, &c.o);
     c.plan.warn = copy_warn;
     c.plan.warn_opaque = &c;
-    if (c.o.progress_allocated && c.o.progress) {
-        count_allocated(&c, src, dst);
-    }
     n = c.o.in_flight ? c.o.in_flight : COPY_DEFAULT_IN_FLIGHT;
     if (c.o.compress) { /* compression on every core */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         n = MAX(n, (unsigned)MIN(MAX(cpus, 1), 64));
+    }
+    if (c.o.salvage) {
+        n = 1; /* invariant 7 */
     }
     /* invariant 1 */
     bool allocates = dst->node->drv->allocates;
@@ -464,6 +470,9 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
     }
     pthread_mutex_init(&c.lock, NULL);
     pthread_mutex_init(&c.warn_lock, NULL);
+    if ((c.o.progress_allocated && c.o.progress) || c.o.salvage) { /* invariant 7 */
+        count_allocated(&c, src, dst);
+    }
     w = g_new0(Worker, n);
     for (unsigned i = 0; i < n; i++) {
         w[i].c = &c;

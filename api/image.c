@@ -142,6 +142,12 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     }
     blk_error_clear();
     node = api_open_node(path ? path : filename, &o, NULL, error);
+    if (node && layers.blkdebug_rules) { /* json-name.c invariant 14 */
+        node = blk_open_faulty_over(layers.blkdebug_rules, node);
+        if (!node) {
+            blk_error_propagate(error, 0, NULL);
+        }
+    }
     if (!node && path && named) { /* QEMU names the json: name, then the file */
         if (error && *error) {
             drop_layer_prefix(*error, path);
@@ -628,7 +634,8 @@ static gboolean status_chain(QimgImage *img, uint64_t offset, uint64_t len,
         if (st.flags & BLK_STATUS_ALLOCATED) {
             break;
         }
-        if (!cur->backing) {
+        BlkNode *below = blk_cow_backing(cur); /* past a filter too */
+        if (!below) {
             /* a format's unallocated range reads as zeros (its driver
              * says so); a protocol's (an NBD hole that does not read as
              * zeros) is just not there, as QEMU's block layer says */
@@ -637,11 +644,11 @@ static gboolean status_chain(QimgImage *img, uint64_t offset, uint64_t len,
             }
             break;
         }
-        if (offset >= cur->backing->size) {
+        if (offset >= below->size) {
             st.flags |= BLK_STATUS_ZERO;
             break;
         }
-        cur = cur->backing;
+        cur = below;
         depth++;
     }
     fill_extent(out, offset, &st, depth);

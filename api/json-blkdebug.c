@@ -1,32 +1,42 @@
 /*
- * api/json-blkdebug.c: QEMU's blkdebug node named by options under a
+ * api/json-blkdebug.c: QEMU's blkdebug node named by options, under a
  * format ("file": {"driver": "blkdebug", ...} in a json: name, or
  * file.driver=blkdebug in -o / --image-opts) as the fault node's
- * "blkdebug:RULES:FILE" name (block/faulty.c, block/protocol.c).
+ * "blkdebug:RULES:FILE" name (block/faulty.c, block/protocol.c), or as
+ * the image itself ("driver": "blkdebug"): over a format named by
+ * image.driver, the fault node over that format (blk_open_faulty_over),
+ * else over the file, read as raw.
  *
  * Owns: reading blkdebug's options -- config, image, inject-error and
- * set-state (lists, or one object), filename -- into that name.
+ * set-state (lists, or one object), filename, the request limits -- into
+ * the fault node's rules.
  *
  * Invariants (cited as "json-blkdebug.c invariant N"):
- *  1. The image under the node is a plain file: "image": {"driver":
- *     "file", "filename": F} (or image.filename), or a "filename" (QEMU's
- *     blkdebug_parse_filename: "blkdebug:CONFIG:F", or F itself).  An
- *     image by another driver is refused naming it; a string is a node
- *     reference, QEMU's "Cannot find device=... nor node-name=...";
- *     without one, QEMU's 'A block device must be specified for "image"'.
+ *  1. Under a format the image under the node is a plain file: "image":
+ *     {"driver": "file", "filename": F} (or image.filename), or a
+ *     "filename" (QEMU's blkdebug_parse_filename: "blkdebug:CONFIG:F", or
+ *     F itself).  An image by another driver is refused naming it; a
+ *     string is a node reference, QEMU's "Cannot find device=... nor
+ *     node-name=..."; without one, QEMU's 'A block device must be
+ *     specified for "image"'.
  *  2. Rules come from the config file first, then the inject-error groups
  *     in list order, then the set-state groups (QEMU's read_config order);
  *     every key of a group is checked as the config file's are
  *     (faulty-config.c fact 2: "[inject-error] section doesn't support the
  *     option 'K'").
- *  3. Every other key of the node is refused: blkdebug's request limits
- *     (max-transfer, opt-/max-write-zero, opt-/max-discard) and
- *     permission options by name, an unknown key as QEMU's "Block protocol
- *     'blkdebug' doesn't support the option 'K'".  The node's cache.*,
- *     node-name and align stay for the caller (json-name.c: align is its
- *     invariant 13), as a file's do.
+ *  3. The request limits (align, max-transfer, opt-/max-write-zero,
+ *     opt-/max-discard: sizes, QEMU's suffixes) are the rule "limits,..."
+ *     (faulty.c invariant 6 checks them).  The permission options are
+ *     refused by name, an unknown key as QEMU's "Block protocol
+ *     'blkdebug' doesn't support the option 'K'".  The node's cache.* and
+ *     node-name stay for the caller (json-name.c), as a file's do.
  *  4. Only a caller's own name takes the node (json-name.c invariant 1:
  *     never a backing name read from an image).
+ *  5. As the image itself, the node's image options (image.*) are the
+ *     options of the layer below, its file named by "filename" when they
+ *     name none (the name given beside options is the node's filename);
+ *     with a format there (image.driver other than file) the node is the
+ *     filter over that format's node, with the rules of invariant 2 and 3.
  */
 #include "api/api.h"
 
@@ -36,9 +46,47 @@
 
 /* Invariant 3: QEMU's blkdebug options qimg's fault node does not have. */
 static const char *const refused[] = {
-    "max-transfer", "opt-write-zero",   "max-write-zero",      "opt-discard",
-    "max-discard",  "take-child-perms", "unshare-child-perms",
+    "take-child-perms",
+    "unshare-child-perms",
 };
+
+/* Invariant 3: the request limits, as the rule "limits,...". */
+static const char *const limit_keys[] = {
+    "align",          "max-transfer", "opt-write-zero",
+    "max-write-zero", "opt-discard",  "max-discard",
+};
+
+static gboolean is_limit(const char *key)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(limit_keys); i++) {
+        if (strcmp(key, limit_keys[i]) == 0) {
+            return TRUE;
+        }
+    }
+    return FALSE;
+}
+
+/* Invariant 3: the limits of opts appended to out as one rule. */
+static gboolean limits_rule(GHashTable *opts, GString *out, GError **error)
+{
+    g_autoptr(GString) rule = g_string_new("limits");
+
+    for (size_t i = 0; i < G_N_ELEMENTS(limit_keys); i++) {
+        const char *v = g_hash_table_lookup(opts, limit_keys[i]);
+        uint64_t n;
+        if (!v) {
+            continue;
+        }
+        if (!api_parse_size(limit_keys[i], v, &n, error)) {
+            return FALSE;
+        }
+        g_string_append_printf(rule, ",%s=%" G_GUINT64_FORMAT, limit_keys[i], n);
+    }
+    if (strchr(rule->str, ',')) {
+        g_string_append_printf(out, "%s%s", out->len ? ";" : "", rule->str);
+    }
+    return TRUE;
+}
 
 /* "inject-error.N.K" (or "inject-error.K": one object) -> group "KIND N"
  * (index -1 for the object) and K; FALSE for any other key. */
@@ -103,6 +151,27 @@ static void add_groups(GHashTable *opts, const char *kind, GKeyFile *kf)
     }
 }
 
+/* QEMU's blkdebug_parse_filename: "blkdebug:RULES:FILE" as *rules (g_free)
+ * and *file (in name), any other name as *file. */
+static gboolean split_name(const char *name, char **rules, const char **file,
+                           GError **error)
+{
+    const char *p = name + strlen("blkdebug:"), *colon;
+
+    *file = name;
+    if (!g_str_has_prefix(name, "blkdebug:")) {
+        return TRUE;
+    }
+    if (!(colon = strchr(p, ':'))) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not open '%s': expected blkdebug:CONFIG:FILE", name);
+        return FALSE;
+    }
+    *rules = g_strndup(p, (gsize)(colon - p));
+    *file = colon + 1;
+    return TRUE;
+}
+
 /* Invariant 1: the image file, from the image options (prefix dropped)
  * and filename. */
 static gboolean image_file(GHashTable *image, const char *filename, char **file,
@@ -139,15 +208,8 @@ static gboolean image_file(GHashTable *image, const char *filename, char **file,
                     "blkdebug: 'image' and 'filename' name the image twice");
         return FALSE;
     }
-    if (filename && g_str_has_prefix(filename, "blkdebug:")) {
-        const char *p = filename + strlen("blkdebug:"), *colon = strchr(p, ':');
-        if (!colon) {
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Could not open '%s': expected blkdebug:CONFIG:FILE", filename);
-            return FALSE;
-        }
-        *name_rules = g_strndup(p, (gsize)(colon - p));
-        filename = colon + 1;
+    if (filename && !split_name(filename, name_rules, &filename, error)) {
+        return FALSE;
     }
     const char *f = filename ? filename : g_hash_table_lookup(image, "filename");
     if (!f) {
@@ -181,21 +243,14 @@ static gboolean config_rules(const char *config, GString *out, GError **error)
     return TRUE;
 }
 
-gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
-                              GError **error)
+/* The node's own options under prefix taken out of flat into opts, its
+ * image.* options (prefix and "image." dropped) into image; the generic
+ * options of a node (read-only, ...) stay for the top node's layer. */
+static void take_options(GHashTable *flat, const char *prefix, GHashTable *opts,
+                         GHashTable *image)
 {
-    g_autoptr(GHashTable) opts =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    g_autoptr(GHashTable) image =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    g_autoptr(GKeyFile) kf = g_key_file_new();
-    g_autoptr(GString) rules = g_string_new(NULL);
-    g_autofree char *file = NULL, *name_rules = NULL, *groups = NULL;
     g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func(g_free);
     size_t plen = strlen(prefix);
-    gint64 i;
-    const char *sub;
-
     GHashTableIter it;
     gpointer k, v;
 
@@ -207,8 +262,8 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
     for (guint n = 0; n < keys->len; n++) {
         const char *key = keys->pdata[n], *f = key + plen;
         if (!g_str_has_prefix(key, prefix) || strcmp(f, "driver") == 0 ||
-            strcmp(f, "node-name") == 0 || strcmp(f, "align") == 0 ||
-            g_str_has_prefix(f, "cache.")) {
+            strcmp(f, "node-name") == 0 || g_str_has_prefix(f, "cache.") ||
+            (!*prefix && api_node_option(f))) {
             continue;
         }
         g_hash_table_steal_extended(flat, key, &k, &v);
@@ -219,23 +274,33 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
         }
         g_free(k);
     }
-    /* QEMU looks for the image before it checks the other keys */
-    if (!image_file(image, g_hash_table_lookup(opts, "filename"), &file, &name_rules,
-                    error)) {
-        return FALSE;
-    }
+}
+
+/* Invariants 2 and 3: the rules of the node's options (name_rules: those
+ * of a "blkdebug:RULES:" filename), every key checked. */
+static gboolean node_rules(GHashTable *opts, const char *name_rules, char **out,
+                           GError **error)
+{
+    g_autoptr(GKeyFile) kf = g_key_file_new();
+    g_autoptr(GString) rules = g_string_new(NULL);
+    g_autofree char *groups = NULL;
+    gint64 i;
+    const char *sub;
+
     g_autoptr(GList) own = g_list_sort(g_hash_table_get_keys(opts), (GCompareFunc)strcmp);
     for (GList *l = own; l; l = l->next) {
         const char *f = l->data;
-        if (strcmp(f, "config") == 0 || strcmp(f, "filename") == 0 ||
+        if (strcmp(f, "config") == 0 || strcmp(f, "filename") == 0 || is_limit(f) ||
             group_key(f, "inject-error", &i, &sub) ||
             group_key(f, "set-state", &i, &sub)) {
             continue;
         }
         for (size_t j = 0; j < G_N_ELEMENTS(refused); j++) {
-            if (strcmp(f, refused[j]) == 0) {
+            size_t n = strlen(refused[j]);
+            if (strncmp(f, refused[j], n) == 0 && (!f[n] || f[n] == '.')) { /* a list */
                 g_set_error(error, QIMG_ERROR, ENOTSUP,
-                            "The blkdebug option '%s' is not supported by qimg", f);
+                            "The blkdebug option '%s' is not supported by qimg",
+                            refused[j]);
                 return FALSE;
             }
         }
@@ -243,8 +308,8 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
                     "Block protocol 'blkdebug' doesn't support the option '%s'", f);
         return FALSE;
     }
-    /* invariant 2 */
-    if ((name_rules && !config_rules(name_rules, rules, error)) ||
+    if (!limits_rule(opts, rules, error) ||
+        (name_rules && !config_rules(name_rules, rules, error)) ||
         (g_hash_table_contains(opts, "config") &&
          !config_rules(g_hash_table_lookup(opts, "config"), rules, error))) {
         return FALSE;
@@ -259,6 +324,101 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
     if (*groups) {
         g_string_append_printf(rules, "%s%s", rules->len ? ";" : "", groups);
     }
-    *name = g_strdup_printf("blkdebug:%s:%s", rules->str, file);
+    *out = g_string_free(g_steal_pointer(&rules), FALSE);
+    return TRUE;
+}
+
+/* Invariant 5: the node over a format: its options out of flat, the
+ * format layer's options (the node's filename as the image's file when
+ * the image names none) into image. */
+static gboolean over_format(GHashTable *flat, GHashTable *image, char **rules,
+                            GError **error)
+{
+    g_autoptr(GHashTable) opts =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autofree char *name_rules = NULL;
+    const char *v, *file = NULL;
+
+    take_options(flat, "", opts, image);
+    v = g_hash_table_lookup(opts, "filename");
+    if (v && !split_name(v, &name_rules, &file, error)) {
+        return FALSE;
+    }
+    if (file && (g_hash_table_contains(image, "file") ||
+                 g_hash_table_contains(image, "file.filename") ||
+                 g_hash_table_contains(image, "filename"))) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "blkdebug: 'image' and 'filename' name the image twice");
+        return FALSE;
+    }
+    if (!node_rules(opts, name_rules, rules, error)) {
+        return FALSE;
+    }
+    if (file && *file) {
+        g_hash_table_insert(image, g_strdup("file.filename"), g_strdup(file));
+    }
+    return TRUE;
+}
+
+GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **error)
+{
+    g_autofree char *rules = NULL;
+    g_autoptr(GHashTable) child =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    const char *fmt;
+    char *v;
+    GHashTableIter it;
+    gpointer k, val;
+
+    /* invariant 5: the name given beside the options is the node's */
+    if (!g_hash_table_contains(flat, "filename") &&
+        (v = g_hash_table_lookup(flat, "file.filename"))) {
+        g_hash_table_insert(flat, g_strdup("filename"), g_strdup(v));
+        g_hash_table_remove(flat, "file.filename");
+    }
+    fmt = g_hash_table_lookup(flat, "image.driver");
+    if (!fmt || strcmp(fmt, "file") == 0) { /* over the file, read as raw */
+        char *name = NULL;
+        if (!api_blkdebug_options(flat, "", &name, error)) {
+            return NULL;
+        }
+        g_hash_table_insert(child, g_strdup("driver"), g_strdup("raw"));
+        g_hash_table_insert(child, g_strdup("file.filename"), name);
+    } else if (!over_format(flat, child, &rules, error)) {
+        return NULL;
+    } else if (layers->blkdebug_rules) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "qimg takes one blkdebug node over a format");
+        return NULL;
+    } else {
+        layers->blkdebug_rules = g_steal_pointer(&rules);
+    }
+    /* the node's generic options (cache.*, node-name) are the layer's */
+    g_hash_table_iter_init(&it, flat);
+    while (g_hash_table_iter_next(&it, &k, &val)) {
+        if (strcmp(k, "driver") != 0 && !g_hash_table_contains(child, k)) {
+            g_hash_table_insert(child, g_strdup(k), g_strdup(val));
+        }
+    }
+    return g_steal_pointer(&child);
+}
+
+gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
+                              GError **error)
+{
+    g_autoptr(GHashTable) opts =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GHashTable) image =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autofree char *file = NULL, *name_rules = NULL, *rules = NULL;
+
+    take_options(flat, prefix, opts, image);
+    /* QEMU looks for the image before it checks the other keys */
+    if (!image_file(image, g_hash_table_lookup(opts, "filename"), &file, &name_rules,
+                    error) ||
+        !node_rules(opts, name_rules, &rules, error)) {
+        return FALSE;
+    }
+    *name = g_strdup_printf("blkdebug:%s:%s", rules, file);
     return TRUE;
 }

@@ -85,9 +85,11 @@
  *     node's name; only the caller's own name takes it, for the image
  *     file and for a data file (raw over blkdebug, qcow2.c invariant 4).
  *     Its "align" (file.align over a "blkdebug:" name, as QEMU takes it
- *     with -o driver=qcow2,file.align=4k blkdebug::IMG) pads the requests
- *     of the image file's node (BlkOpenOptions.blkdebug_align,
- *     block/align.c); a data file's is refused.
+ *     with -o driver=qcow2,file.align=4k blkdebug::IMG) is the fault node's
+ *     alignment limit (BlkOpenOptions.blkdebug_align, block/limits.c); a
+ *     data file's is refused.
+ * 14. "driver": "blkdebug" is QEMU's blkdebug node as the image, read by
+ *     json-blkdebug.c (its invariant 5); only the caller's own name takes it.
  */
 #include "api/api.h"
 
@@ -117,6 +119,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     g_clear_pointer(&l->backing_format_opts, g_hash_table_unref);
     g_clear_pointer(&l->backing_keys, g_ptr_array_unref);
     blk_rbd_location_clear(&l->rbd);
+    g_clear_pointer(&l->blkdebug_rules, g_free);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a
@@ -158,92 +161,6 @@ static bool chain_keys_only(GHashTable *bsub, GPtrArray **keys)
         (*keys)->pdata[d] = g_strdup(v);
     }
     return true;
-}
-
-/* Invariant 11: the RBD fields under prefix ("" or "file.") leave flat for
- * loc; the options any node takes (read-only, cache.*) stay for apply(). */
-static gboolean rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *loc,
-                           GError **error)
-{
-    static const struct {
-        const char *name, *why;
-    } refused[] = {
-        {"key-secret", "keys and authentication come from the Ceph configuration"},
-        {"auth-client-required",
-         "keys and authentication come from the Ceph configuration"},
-        {"password-secret", "keys and authentication come from the Ceph configuration"},
-        {"server", "the monitors come from the Ceph configuration (or mon_host in an "
-                   "rbd: name)"},
-        {"encrypt", "librbd's own image encryption is not supported"},
-    };
-    /* copies: fields leave flat while the list is walked */
-    GList *table_keys = g_hash_table_get_keys(flat);
-    GList *keys = NULL;
-    gboolean ok = FALSE;
-
-    for (GList *l = table_keys; l; l = l->next) {
-        keys = g_list_prepend(keys, g_strdup(l->data));
-    }
-    keys = g_list_sort(keys, (GCompareFunc)strcmp);
-    g_list_free(table_keys);
-    const char *unexpected = NULL, *unsupported = NULL, *why = NULL;
-    size_t plen = strlen(prefix);
-
-    memset(loc, 0, sizeof(*loc));
-    for (GList *l = keys; l; l = l->next) {
-        const char *key = l->data, *f = key + plen;
-        char **slot = NULL;
-        if (!g_str_has_prefix(key, prefix) || strcmp(f, "driver") == 0 ||
-            strcmp(f, "read-only") == 0 || g_str_has_prefix(f, "cache.")) {
-            continue; /* another node's, or apply()'s */
-        }
-        if (!*prefix &&
-            (strcmp(key, "file") == 0 || g_str_has_prefix(key, "file.") ||
-             g_str_has_prefix(key, "backing") || g_str_has_prefix(key, "data-file"))) {
-            continue; /* apply() refuses them under the rbd driver */
-        }
-        slot = strcmp(f, "pool") == 0        ? &loc->pool
-               : strcmp(f, "image") == 0     ? &loc->image
-               : strcmp(f, "namespace") == 0 ? &loc->namespace
-               : strcmp(f, "snapshot") == 0  ? &loc->snapshot
-               : strcmp(f, "conf") == 0      ? &loc->conf
-               : strcmp(f, "user") == 0      ? &loc->user
-                                             : NULL;
-        if (slot) {
-            *slot = g_strdup(g_hash_table_lookup(flat, key));
-            g_hash_table_remove(flat, key);
-            continue;
-        }
-        for (size_t i = 0; i < G_N_ELEMENTS(refused) && !unsupported; i++) {
-            size_t n = strlen(refused[i].name);
-            if (strncmp(f, refused[i].name, n) == 0 && (f[n] == '\0' || f[n] == '.')) {
-                unsupported = refused[i].name;
-                why = refused[i].why;
-            }
-        }
-        if (!unsupported && !unexpected) {
-            unexpected = f;
-        }
-    }
-    if (!loc->pool || !loc->image) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' is missing",
-                    loc->pool ? "image" : "pool");
-    } else if (unsupported) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "The RBD option '%s' is not supported by qimg: %s", unsupported, why);
-    } else if (unexpected) {
-        g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' is unexpected",
-                    unexpected);
-    } else {
-        g_autofree char *drv = g_strconcat(prefix, "driver", NULL);
-        g_hash_table_remove(flat, drv);
-        ok = TRUE;
-    }
-    g_list_free_full(keys, g_free);
-    if (!ok) {
-        blk_rbd_location_clear(loc);
-    }
-    return ok;
 }
 
 /* Invariant 4: "backing.driver", else "backing.file.filename", else the
@@ -499,7 +416,7 @@ static gboolean apply_rbd(GHashTable *flat, BlkOpenOptions *o, char **path,
         g_set_error(error, QIMG_ERROR, EINVAL, "Parameter 'file' is unexpected");
         return FALSE;
     }
-    if (!rbd_fields(flat, node ? "" : "file.", &layers->rbd, error)) {
+    if (!api_rbd_fields(flat, node ? "" : "file.", &layers->rbd, error)) {
         return FALSE;
     }
     if (node) {
@@ -556,6 +473,13 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         }
         o->format = "file";
         return TRUE;
+    }
+    if (!from_image && layers && driver && strcmp(driver, "blkdebug") == 0) {
+        g_autoptr(GHashTable) child = api_blkdebug_top(flat, layers, error); /* inv. 14 */
+        if (o->format && strcmp(o->format, "blkdebug") == 0) {
+            o->format = NULL; /* the child's driver */
+        }
+        return child && apply(child, o, path, how, error);
     }
     if (!from_image && driver && strcmp(driver, "copy-on-read") == 0) {
         g_autoptr(GHashTable) child = api_cor_filter_child(flat, error);

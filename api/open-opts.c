@@ -149,7 +149,7 @@ gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **erro
 }
 
 /* Fact 4. */
-static gboolean parse_size(const char *key, const char *v, uint64_t *out, GError **error)
+gboolean api_parse_size(const char *key, const char *v, uint64_t *out, GError **error)
 {
     bool hex;
     int ret = blk_strtosz(v, out, &hex);
@@ -174,7 +174,7 @@ gboolean api_blkdebug_align(const char *value, BlkOpenOptions *o, GError **error
 {
     uint64_t a;
 
-    if (!parse_size("align", value, &a, error)) {
+    if (!api_parse_size("align", value, &a, error)) {
         return FALSE;
     }
     if (a && (a >= INT32_MAX || (a & (a - 1)))) { /* QEMU's blkdebug_open */
@@ -192,7 +192,7 @@ static int null_option(const char *key, const char *value, BlkOpenOptions *o,
                        GError **error)
 {
     if (strcmp(key, "size") == 0) {
-        if (!parse_size(key, value, &o->null_size, error)) {
+        if (!api_parse_size(key, value, &o->null_size, error)) {
             return -1;
         }
         o->null_size_set = true;
@@ -267,19 +267,19 @@ static int qcow2_option(const char *key, const char *value, BlkOpenOptions *o,
     }
     if (strcmp(key, "cache-size") == 0) {
         o->metadata_cache_size_set = true;
-        return parse_size(key, value, &o->metadata_cache_size, error) ? 1 : -1;
+        return api_parse_size(key, value, &o->metadata_cache_size, error) ? 1 : -1;
     }
     if (strcmp(key, "l2-cache-size") == 0) {
         o->l2_cache_size_set = true;
-        return parse_size(key, value, &o->l2_cache_size, error) ? 1 : -1;
+        return api_parse_size(key, value, &o->l2_cache_size, error) ? 1 : -1;
     }
     if (strcmp(key, "refcount-cache-size") == 0) {
         o->refcount_cache_size_set = true;
-        return parse_size(key, value, &o->refcount_cache_size, error) ? 1 : -1;
+        return api_parse_size(key, value, &o->refcount_cache_size, error) ? 1 : -1;
     }
     if (strcmp(key, "l2-cache-entry-size") == 0) {
         o->l2_cache_entry_size_set = true;
-        return parse_size(key, value, &o->l2_cache_entry_size, error) ? 1 : -1;
+        return api_parse_size(key, value, &o->l2_cache_entry_size, error) ? 1 : -1;
     }
     if (strcmp(key, "overlap-check") == 0 || strcmp(key, "overlap-check.template") == 0) {
         unsigned kinds;
@@ -464,6 +464,16 @@ static const char *const node_options[] = {
     "cache.direct", "cache.no-flush", "discard",     "detect-zeroes",
 };
 
+gboolean api_node_option(const char *key)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(node_options); i++) {
+        if (strcmp(key, node_options[i]) == 0) {
+            return TRUE;
+        }
+    }
+    return FALSE;
+}
+
 GHashTable *api_file_driver_child(GHashTable *flat)
 {
     GHashTable *child = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -473,10 +483,8 @@ GHashTable *api_file_driver_child(GHashTable *flat)
     g_hash_table_iter_init(&it, flat);
     while (g_hash_table_iter_next(&it, &k, &v)) {
         const char *key = k;
-        bool generic = strcmp(key, "file.filename") == 0; /* a name given beside */
-        for (size_t i = 0; i < G_N_ELEMENTS(node_options); i++) {
-            generic = generic || strcmp(key, node_options[i]) == 0;
-        }
+        /* a name given beside, or a node's option */
+        bool generic = strcmp(key, "file.filename") == 0 || api_node_option(key);
         if (strcmp(key, "driver") != 0) {
             g_hash_table_insert(child,
                                 generic ? g_strdup(key) : g_strconcat("file.", key, NULL),

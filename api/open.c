@@ -443,7 +443,7 @@ QimgImage *api_image_new(BlkNode *node)
     img->owns_node = true;
     /* api.h invariant 1: the chain below gets handles of its own */
     QimgImage *h = img;
-    for (BlkNode *b = node->backing; b; b = b->backing) {
+    for (BlkNode *b = blk_cow_backing(node); b; b = b->backing) {
         h->backing = g_new0(QimgImage, 1);
         h->backing->node = b;
         h = h->backing;

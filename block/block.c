@@ -16,6 +16,7 @@
  */
 #include "block/block.h"
 #include "aio/mutex.h"
+#include "block/limits.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -190,6 +191,7 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_CLUSTER_FREE] = "cluster_free",
     [BLKEV_FLUSH] = "flush",
     [BLKEV_COW_DATA_WRITE] = "cow_data_write",
+    [BLKEV_COR_WRITE] = "cor_write",
 };
 
 const char *blk_event_name(BlkEvent ev)
@@ -275,6 +277,14 @@ void blk_close(BlkNode *img)
 
 /* ---- write generations (block.h invariant 4) ---- */
 
+BlkNode *blk_cow_backing(BlkNode *img)
+{
+    while (!img->backing && img->filtered) {
+        img = img->filtered;
+    }
+    return img->backing;
+}
+
 static BlkNode *gen_node(BlkNode *img)
 {
     while (img->filtered) {
@@ -343,6 +353,9 @@ int blk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags
     if (ret < 0 || qiov->size == 0) {
         return ret;
     }
+    if (img->limits) {
+        return blk_limits_preadv(img, offset, qiov, flags);
+    }
     return img->drv->preadv(img, offset, qiov, flags);
 }
 
@@ -355,6 +368,9 @@ int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flag
     if (!img->drv->pwritev) {
         return blk_error(ENOTSUP, "Writing is not supported for format '%s'",
                          img->drv->format_name);
+    }
+    if (img->limits) {
+        return blk_limits_pwritev(img, offset, qiov, flags);
     }
     return img->drv->pwritev(img, offset, qiov, flags);
 }
@@ -379,6 +395,9 @@ int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned fl
     int ret = check_request(img, offset, bytes, true);
     if (ret < 0 || bytes == 0) {
         return ret;
+    }
+    if (img->limits) {
+        return blk_limits_pwrite_zeroes(img, offset, bytes, flags);
     }
     if (img->drv->pwrite_zeroes) {
         ret = img->drv->pwrite_zeroes(img, offset, bytes, flags);
@@ -408,6 +427,9 @@ int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
     int ret = check_request(img, offset, bytes, true);
     if (ret < 0 || bytes == 0 || !img->drv->pdiscard) {
         return ret;
+    }
+    if (img->limits) {
+        return blk_limits_pdiscard(img, offset, bytes);
     }
     return img->drv->pdiscard(img, offset, bytes);
 }
@@ -444,9 +466,19 @@ int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *s
         st->file = img;
         return 0;
     }
-    int ret = img->drv->block_status(img, offset, bytes, st);
+    int ret = img->limits ? blk_limits_block_status(img, offset, bytes, st)
+                          : img->drv->block_status(img, offset, bytes, st);
     if (ret < 0) {
         return ret;
+    }
+    if (st->flags & BLK_STATUS_RAW) { /* a filter: its child's answer */
+        BlkNode *child = st->file;
+        uint64_t map = st->map, n = MIN(st->pnum, bytes);
+        return n == 0 ? blk_error(EIO,
+                                  "Driver '%s' returned an invalid block status "
+                                  "length",
+                                  img->drv->format_name)
+                      : blk_block_status(child, map, n, st);
     }
     if (st->pnum == 0 || st->pnum > bytes) {
         return blk_error(EIO, "Driver '%s' returned an invalid block status length",

@@ -81,6 +81,9 @@ typedef enum BlkEvent {
     /* guest data with its copy-on-write head/tail in one write (a
      * "cow_write" rule counts it; QEMU raises write_aio for it) */
     BLKEV_COW_DATA_WRITE,
+    /* copy-on-read writing back what it read (block/cor.c; QEMU's
+     * cor_write, raised on the node that copies) */
+    BLKEV_COR_WRITE,
     BLKEV__MAX
 } BlkEvent;
 
@@ -107,6 +110,18 @@ typedef struct BlkDirect {
     uint64_t iv_offset;
 } BlkDirect;
 
+/* Request limits a node imposes on the requests it is given (QEMU's
+ * BlockLimits as its blkdebug node sets them), honoured by the request
+ * functions below (block/limits.c); 0: no limit.  align is a power of two;
+ * the others are multiples of it, max_* of their opt_*. */
+typedef struct BlkLimits {
+    uint32_t align;        /* request alignment */
+    uint32_t max_transfer; /* largest read or write */
+    uint32_t opt_write_zero, max_write_zero;
+    uint32_t opt_discard, max_discard;
+    GMutex rmw; /* limits.c invariant 3: writes that read first */
+} BlkLimits;
+
 struct BlkNode {
     const BlkDriver *drv;
     void *opaque;     /* driver state */
@@ -130,6 +145,7 @@ struct BlkNode {
     uint64_t write_gen;   /* completed write-like requests */
     uint64_t flushed_gen; /* write_gen at the start of the last good flush */
     BlkNode *filtered;    /* filter nodes: the child that holds the data */
+    BlkLimits *limits;    /* the driver's (limits.c), or NULL: none */
 };
 
 /* Block status answers (driver level; equal to the public QIMG_STATUS_*). */
@@ -139,6 +155,9 @@ enum {
     BLK_STATUS_OFFSET_VALID = 1 << 2, /* map is valid in file */
     BLK_STATUS_ALLOCATED = 1 << 3,    /* this layer defines the contents */
     BLK_STATUS_COMPRESSED = 1 << 4,
+    /* a filter's answer: what st->file says at st->map (QEMU's
+     * BDRV_BLOCK_RAW); blk_block_status() asks it, never returns it */
+    BLK_STATUS_RAW = 1 << 5,
 };
 
 typedef struct BlkStatus {
@@ -439,6 +458,10 @@ void blk_gen_flushed(BlkNode *img, uint64_t gen);
  * truncate sets it; atomic, as the file node's (file.c invariant 5). */
 void blk_filter_size_update(BlkNode *img, bool grow);
 
+/* The backing node of img, or of the node a filter over a format filters
+ * (QEMU's bdrv_cow_bs(bdrv_skip_filters())); NULL: none. */
+BlkNode *blk_cow_backing(BlkNode *img);
+
 /* Announce the metadata step the next requests on img belong to (no-op
  * unless img is a fault-injecting node). */
 void blk_event(BlkNode *img, BlkEvent ev);
@@ -488,11 +511,16 @@ int blk_faulty_config_rules(const char *path, char **rules);
  * inject-error/set-state options when from_options) as fault rules
  * (*rules: g_free), or -errno with QEMU's message. */
 int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules);
-/* A filter over child holding its requests to align, a power of two
- * (block/align.c); takes child, even on failure. */
-BlkNode *blk_open_align(BlkNode *child, uint64_t align);
+/* A fault node's (blk_open_faulty's) requests held to align, a power of
+ * two: its alignment limit (block/limits.c); -EINVAL with QEMU's message
+ * when its limits cannot meet it. */
+int blk_faulty_set_align(BlkNode *img, uint64_t align);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
+/* The fault-injecting node with 'rules' over the format node child (QEMU's
+ * blkdebug with a format as its image): a filter that answers for child
+ * and takes it, even on failure (faulty.c). */
+BlkNode *blk_open_faulty_over(const char *rules, BlkNode *child);
 
 /* Create a file (protocol level): O_CREAT|O_TRUNC, size bytes. */
 int blk_file_create(const char *filename, uint64_t size, BlkPrealloc prealloc);

@@ -22,6 +22,9 @@
  *     an image opened with copy-on-read (api/image.c), so a copy never
  *     writes back data older than a write that completed meanwhile (QEMU
  *     serializes them with its tracked requests).
+ *  5. The write-back is announced on img as the step cor_write (QEMU's
+ *     event, raised on the node that copies: a fault node over a format,
+ *     block/faulty.c).
  */
 #include "block/block.h"
 
@@ -102,11 +105,13 @@ int blk_cor_preadv(BlkNode *img, uint64_t offset, const BlkIOV *q)
         if (ret < 0) {
             return ret;
         }
+        blk_event(img, BLKEV_COR_WRITE); /* invariant 5 */
         if (buf_is_zero(bounce, (size_t)n)) {
             ret = blk_pwrite_zeroes(img, pos, n, 0);
         } else {
             ret = blk_pwrite(img, pos, bounce, (size_t)n, 0);
         }
+        blk_event(img, BLKEV_NONE);
         if (ret < 0) {
             return ret;
         }

@@ -21,12 +21,20 @@
  *     the event loop before it returns the error (QEMU's rule_check); the
  *     fault node always fails a request on its own thread, at once, so
  *     both values are honoured as QEMU runs them.
+ *  4. Event "none" is raised when the node opens: its inject-error rules
+ *     are active from then on, for every request (iotype: reads, writes,
+ *     zero writes, discards, flushes by default), until the rules of
+ *     another event replace them -- which the fault node, whose rules
+ *     count the requests of a step, cannot follow: "none" rules with
+ *     other events' inject-error rules are refused.
+ *  5. iotype (read, write, write-zeroes, discard, flush, block-status)
+ *     names the one kind of request a rule fails (faulty.c's op=).
  *
  * Owns: the mapping of QEMU's events onto the steps qimg announces
  * (blk_event()), and QEMU's rule groups (from a config file or from
  * blkdebug's options, blk_faulty_groups_rules()) as the node's rules.
  * What qimg cannot match is refused naming it, never dropped: QEMU events
- * qimg has no step for and iotype.
+ * qimg has no step for.
  */
 #include "block/block.h"
 
@@ -35,8 +43,9 @@
 #include <string.h>
 
 /* QEMU's events (its BlkdebugEvent names) and the step each is in qimg:
- * a BlkEvent, EV_READ (read requests) or EV_NONE (qimg cannot match it). */
-enum { EV_READ = -1, EV_NONE = -2 };
+ * a BlkEvent, EV_READ (read requests), EV_ANY (fact 4: every request) or
+ * EV_NONE (qimg cannot match it). */
+enum { EV_READ = -1, EV_NONE = -2, EV_ANY = -4 };
 
 static const struct {
     const char *qemu;
@@ -87,12 +96,18 @@ static const struct {
     {"empty_image_prepare", EV_NONE},
     {"l1_shrink_write_table", EV_NONE},
     {"l1_shrink_free_l2_clusters", EV_NONE},
-    {"cor_write", EV_NONE},
+    {"cor_write", BLKEV_COR_WRITE},
     {"cluster_alloc_space", EV_NONE},
-    {"none", EV_NONE},
+    {"none", EV_ANY},
 };
 
-int blk_faulty_qemu_event(const char *name, int *ev, bool *read)
+/* QEMU's I/O types (iotype=) as the fault node's op= (faulty.c). */
+static const char *const iotypes[][2] = {
+    {"read", "read"},       {"write", "pwrite"}, {"write-zeroes", "write-zeroes"},
+    {"discard", "discard"}, {"flush", "flush"},  {"block-status", "block-status"},
+};
+
+static int qemu_event(const char *name, bool any, int *ev, bool *read)
 {
     for (size_t i = 0; i < G_N_ELEMENTS(events); i++) {
         if (strcmp(name, events[i].qemu) != 0) {
@@ -104,11 +119,22 @@ int blk_faulty_qemu_event(const char *name, int *ev, bool *read)
                              "'%s'",
                              name);
         }
+        if (events[i].ev == EV_ANY && !any) {
+            return blk_error(ENOTSUP,
+                             "blkdebug: qimg's fault node cannot stop at QEMU's event "
+                             "'%s'",
+                             name);
+        }
         *read = events[i].ev == EV_READ;
         *ev = *read ? -1 : events[i].ev;
         return 0;
     }
     return -ENOENT;
+}
+
+int blk_faulty_qemu_event(const char *name, int *ev, bool *read)
+{
+    return qemu_event(name, false, ev, read);
 }
 
 /* A number of a group (fact 2): QEMU's "Parameter 'KEY' expects a number". */
@@ -179,34 +205,42 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
     bool err = g_key_file_has_key(kf, group, "errno", NULL);
     g_autofree char *sector = g_key_file_get_value(kf, group, "sector", NULL);
     bool set_state = g_str_has_prefix(group, "set-state ");
-    bool read, once = false, immediately = false;
-    int ev, ret;
+    bool read = false, once = false, immediately = false;
+    int ev = 0, ret;
 
     ret = group_keys_known(kf, group, set_state, from_options);
     if (ret < 0) {
         return ret;
     }
-    if (g_key_file_has_key(kf, group, "iotype", NULL)) {
-        return blk_error(ENOTSUP, "blkdebug: qimg's fault node has no I/O types "
-                                  "(iotype=)");
-    }
     if (!event) {
         return blk_error(EINVAL, "Missing event name for rule");
     }
     g_strstrip(event);
-    ret = blk_faulty_qemu_event(event, &ev, &read);
+    ret = qemu_event(event, true, &ev, &read);
     if (ret == -ENOENT) {
         return blk_error(EINVAL, "invalid parameter value: %s", event); /* fact 1 */
     } else if (ret < 0) {
         return ret;
     }
-    g_string_append_printf(out, "%sevent=%s%s", out->len ? ";" : "",
-                           read                         ? "any"
+    bool any = ev == EV_ANY; /* fact 4 */
+    const char *op = read ? "read" : ev == BLKEV_FLUSH ? "flush" : any ? "io" : NULL;
+    g_autofree char *iotype = g_key_file_get_value(kf, group, "iotype", NULL);
+    if (iotype) { /* fact 5 */
+        op = NULL;
+        for (size_t i = 0; i < G_N_ELEMENTS(iotypes); i++) {
+            if (strcmp(g_strstrip(iotype), iotypes[i][0]) == 0) {
+                op = iotypes[i][1];
+            }
+        }
+        if (!op) {
+            return blk_error(EINVAL, "invalid parameter value: %s", iotype);
+        }
+    }
+    g_string_append_printf(out, "%sevent=%s%s%s", out->len ? ";" : "",
+                           read || any                  ? "any"
                            : ev == BLK_FAULTY_WRITE_AIO ? "write_aio"
                                                         : blk_event_name((BlkEvent)ev),
-                           read                ? ",op=read"
-                           : ev == BLKEV_FLUSH ? ",op=flush"
-                                               : "");
+                           op ? ",op=" : "", op ? op : "");
     if (group_number(kf, group, "state", out) < 0) {
         return -EINVAL;
     }
@@ -244,11 +278,21 @@ int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules)
     g_autoptr(GString) out = g_string_new(NULL);
     g_auto(GStrv) groups = g_key_file_get_groups(kf, NULL);
 
+    unsigned none = 0, other = 0;
+
     for (char **g = groups; *g; g++) {
         int ret = group_rule(kf, *g, from_options, out);
         if (ret < 0) {
             return ret;
         }
+        g_autofree char *ev = g_key_file_get_value(kf, *g, "event", NULL);
+        if (g_str_has_prefix(*g, "inject-error ")) {
+            *(strcmp(g_strstrip(ev), "none") == 0 ? &none : &other) += 1;
+        }
+    }
+    if (none && other) { /* fact 4 */
+        return blk_error(ENOTSUP, "blkdebug: qimg's fault node cannot combine "
+                                  "event 'none' rules with other events' rules");
     }
     *rules = g_string_free(g_steal_pointer(&out), FALSE);
     return 0;

@@ -15,12 +15,24 @@
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
  *   offset=N     only requests that cover byte N count (a bad sector)
- *   op=write|flush|all|read   which requests count (default write; flush
- *                for event=flush; all = writes and flushes; read = reads
- *                only, with event=any: a source that fails mid-copy)
+ *   op=write|flush|all|read   which requests count (default write: writes
+ *                and zero writes; flush for event=flush; all = those and
+ *                flushes; read = reads only, with event=any: a source that
+ *                fails mid-copy); QEMU's I/O types pwrite (writes alone),
+ *                write-zeroes, discard, block-status, and io (QEMU's
+ *                default: reads, writes, zero writes, discards, flushes)
  *   state=N      only in state N (QEMU's blkdebug states; 0: any)
  *   new_state=N  not a failure: entering the step switches to state N
  *                (QEMU's [set-state]; the state starts at 1)
+ * A rule "limits,KEY=N,..." is no rule but the node's request limits
+ * (BlkLimits, honoured by block/limits.c), with QEMU's blkdebug keys align,
+ * max-transfer, opt-write-zero, max-write-zero, opt-discard, max-discard.
+ *
+ * The node sits under a format (blk_open_faulty: over a file, the format's
+ * steps announced on it) or over one (blk_open_faulty_over: QEMU's
+ * blkdebug with a format as its image, a filter that sees the requests of
+ * the image's user and the steps announced on it: copy-on-read's
+ * cor_write).
  *
  * Breakpoints (QEMU's break/resume, for qimg io): a request reaching the
  * step of a breakpoint is suspended under its tag until resumed.
@@ -42,15 +54,46 @@
  *     thread is the one that must resume it -- but fails with EDEADLK;
  *     close resumes every suspended request (BLK_DEBUG_RESUME_ALL) before
  *     it drains, so nothing waits for ever.
+ *  6. Limits as QEMU's blkdebug_open checks them ("Cannot meet constraints
+ *     with KEY N"): align a power of two below 2^31, the others below 2^31
+ *     and multiples of max(align, the child's alignment), max-write-zero
+ *     and max-discard also of their opt- values.  As QEMU's driver, the
+ *     node refuses (-ENOTSUP) a zero write shorter than max(align,
+ *     opt-write-zero) and a discard shorter than align, so the layer above
+ *     writes zeros (limits.c fact 2) or skips it (fact 3).
  */
 #include "block/block.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OP_WRITE = 1, OP_FLUSH = 2, OP_READ = 4 } FaultOp;
+typedef enum {
+    OP_WRITE = 1,
+    OP_FLUSH = 2,
+    OP_READ = 4,
+    OP_ZERO = 8,
+    OP_DISCARD = 16,
+    OP_STATUS = 32,
+} FaultOp;
+
+/* op= values (the header's list) */
+static const struct {
+    const char *name;
+    unsigned ops;
+} op_names[] = {
+    {"write", OP_WRITE | OP_ZERO},
+    {"flush", OP_FLUSH},
+    {"all", OP_WRITE | OP_ZERO | OP_FLUSH},
+    {"read", OP_READ},
+    {"pwrite", OP_WRITE},
+    {"write-zeroes", OP_ZERO},
+    {"discard", OP_DISCARD},
+    {"block-status", OP_STATUS},
+    {"io", OP_READ | OP_WRITE | OP_ZERO | OP_DISCARD | OP_FLUSH},
+};
 
 typedef struct FaultRule {
     int event; /* BlkEvent, BLK_FAULTY_WRITE_AIO, or -1 for any */
@@ -78,8 +121,9 @@ typedef struct FaultBreak {
 
 typedef struct FaultyState {
     BlkNode *child;
-    GArray *rules; /* FaultRule */
-    int state;     /* atomic; invariant 4 */
+    GArray *rules;    /* FaultRule */
+    int state;        /* atomic; invariant 4 */
+    BlkLimits limits; /* invariant 6 */
     pthread_mutex_t lock;
     pthread_cond_t resumed;
     GPtrArray *breaks;    /* [lock] FaultBreak */
@@ -94,7 +138,7 @@ static int parse_rule(const char *text, FaultRule *r)
 {
     g_auto(GStrv) parts = g_strsplit(text, ",", -1);
     *r = (FaultRule){
-        .event = -1, .errnum = EIO, .nth = 1, .ops = OP_WRITE, .new_state = -1};
+        .event = -1, .errnum = EIO, .nth = 1, .ops = OP_WRITE | OP_ZERO, .new_state = -1};
     for (char **p = parts; *p; p++) {
         char *eq = strchr(*p, '=');
         const char *val = eq ? eq + 1 : "";
@@ -139,16 +183,22 @@ static int parse_rule(const char *text, FaultRule *r)
             }
             *(klen == 5 ? &r->state : &r->new_state) = (int)n;
         } else if (strncmp(*p, "op", klen) == 0 && klen == 2) {
-            r->ops = strcmp(val, "flush") == 0  ? OP_FLUSH
-                     : strcmp(val, "all") == 0  ? (OP_WRITE | OP_FLUSH)
-                     : strcmp(val, "read") == 0 ? OP_READ
-                                                : OP_WRITE;
+            r->ops = 0;
+            for (size_t i = 0; i < G_N_ELEMENTS(op_names); i++) {
+                if (strcmp(val, op_names[i].name) == 0) {
+                    r->ops = op_names[i].ops;
+                }
+            }
+            if (!r->ops) {
+                blk_error(EINVAL, "Unknown blkdebug request type '%s'", val);
+                return -EINVAL;
+            }
         } else if (**p) {
             blk_error(EINVAL, "Unknown blkdebug rule '%s'", *p);
             return -EINVAL;
         }
     }
-    if (r->event == BLKEV_FLUSH && r->ops == OP_WRITE) {
+    if (r->event == BLKEV_FLUSH && r->ops == (OP_WRITE | OP_ZERO)) {
         r->ops = OP_FLUSH; /* event=flush means the flushes */
     }
     if (r->errnum <= 0 || r->nth == 0) {
@@ -295,7 +345,10 @@ static int faulty_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                                 unsigned flags)
 {
     FaultyState *s = img->opaque;
-    int ret = should_fail(s, OP_WRITE, offset, bytes);
+    if (bytes < MAX(s->limits.align, s->limits.opt_write_zero)) {
+        return -ENOTSUP; /* invariant 6 */
+    }
+    int ret = should_fail(s, OP_ZERO, offset, bytes);
     if (ret == 0) {
         ret = blk_pwrite_zeroes(s->child, offset, bytes, flags);
         blk_filter_size_update(img, true);
@@ -306,7 +359,11 @@ static int faulty_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
 static int faulty_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
     FaultyState *s = img->opaque;
-    return blk_pdiscard(s->child, offset, bytes);
+    if (bytes < s->limits.align) {
+        return -ENOTSUP; /* invariant 6 */
+    }
+    int ret = should_fail(s, OP_DISCARD, offset, bytes);
+    return ret < 0 ? ret : blk_pdiscard(s->child, offset, bytes);
 }
 
 static int faulty_flush(BlkNode *img)
@@ -326,7 +383,16 @@ static int faulty_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
                                BlkStatus *st)
 {
     FaultyState *s = img->opaque;
-    int ret = blk_block_status(s->child, offset, bytes, st);
+    int ret = should_fail(s, OP_STATUS, offset, bytes);
+    if (ret < 0) {
+        return ret;
+    }
+    if (!img->drv->is_protocol) { /* over a format: its answer (QEMU's RAW) */
+        *st = (BlkStatus){
+            .pnum = bytes, .flags = BLK_STATUS_RAW, .map = offset, .file = s->child};
+        return 0;
+    }
+    ret = blk_block_status(s->child, offset, bytes, st);
     if (st->file == s->child) {
         st->file = img;
     }
@@ -467,75 +533,221 @@ static void faulty_close(BlkNode *img)
     g_ptr_array_unref(s->suspended);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->resumed);
+    g_mutex_clear(&s->limits.rmw);
     g_free(s);
 }
 
+/* What the node does in either position. */
+#define FAULTY_DRIVER_COMMON                                                             \
+    .format_name = "blkdebug", .close = faulty_close, .preadv = faulty_preadv,           \
+    .pwritev = faulty_pwritev, .pwrite_zeroes = faulty_pwrite_zeroes,                    \
+    .pdiscard = faulty_pdiscard, .flush = faulty_flush, .truncate = faulty_truncate,     \
+    .get_allocated_size = faulty_get_allocated_size,                                     \
+    .has_zero_init = faulty_has_zero_init, .event = faulty_event,                        \
+    .debug_op = faulty_debug_op, .debug_suspended = faulty_debug_suspended,              \
+    .block_status = faulty_block_status
+
+/* Under a format: a protocol node over the file. */
 static const BlkDriver faulty_driver = {
-    .format_name = "blkdebug",
+    FAULTY_DRIVER_COMMON,
     .is_protocol = true,
-    .close = faulty_close,
-    .preadv = faulty_preadv,
-    .pwritev = faulty_pwritev,
-    .pwrite_zeroes = faulty_pwrite_zeroes,
-    .pdiscard = faulty_pdiscard,
-    .flush = faulty_flush,
-    .block_status = faulty_block_status,
-    .truncate = faulty_truncate,
-    .get_allocated_size = faulty_get_allocated_size,
-    .has_zero_init = faulty_has_zero_init,
-    .event = faulty_event,
-    .debug_op = faulty_debug_op,
-    .debug_suspended = faulty_debug_suspended,
     .set_perm = faulty_set_perm,
 };
 
-BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
-                         BlkCacheMode cache)
+/* Over a format: a filter node that answers for the format. */
+static const BlkDriver faulty_over_driver = {FAULTY_DRIVER_COMMON};
+
+/* Invariant 6: one limit of a "limits,..." rule. */
+static int parse_limit(const char *item, BlkLimits *l)
+{
+    static const char *const keys[] = {"align",          "max-transfer", "opt-write-zero",
+                                       "max-write-zero", "opt-discard",  "max-discard"};
+    uint32_t *fields[] = {&l->align,          &l->max_transfer, &l->opt_write_zero,
+                          &l->max_write_zero, &l->opt_discard,  &l->max_discard};
+    const char *eq = strchr(item, '=');
+    char *end = NULL;
+
+    for (size_t i = 0; eq && i < G_N_ELEMENTS(keys); i++) {
+        if (strlen(keys[i]) != (size_t)(eq - item) ||
+            strncmp(item, keys[i], strlen(keys[i])) != 0) {
+            continue;
+        }
+        guint64 v = g_ascii_strtoull(eq + 1, &end, 10);
+        if (!eq[1] || *end) {
+            break;
+        }
+        if (v >= INT32_MAX) {
+            return blk_error(EINVAL, "Cannot meet constraints with %s %" G_GUINT64_FORMAT,
+                             keys[i], v);
+        }
+        *fields[i] = (uint32_t)v;
+        return 0;
+    }
+    return blk_error(EINVAL, "Invalid blkdebug limit '%s'", item);
+}
+
+/* Invariant 6: QEMU's checks of the limits over a child aligned to
+ * child_align. */
+static int check_limits(const BlkLimits *l, uint32_t child_align)
+{
+    uint64_t a = MAX(l->align, child_align ? child_align : 1);
+    const struct {
+        const char *key;
+        uint32_t v, multiple_of;
+    } checks[] = {
+        {"max-transfer", l->max_transfer, (uint32_t)a},
+        {"opt-write-zero", l->opt_write_zero, (uint32_t)a},
+        {"max-write-zero", l->max_write_zero, (uint32_t)MAX(l->opt_write_zero, a)},
+        {"opt-discard", l->opt_discard, (uint32_t)a},
+        {"max-discard", l->max_discard, (uint32_t)MAX(l->opt_discard, a)},
+    };
+
+    if (l->align & (l->align - 1)) {
+        return blk_error(EINVAL, "Cannot meet constraints with align %u", l->align);
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(checks); i++) {
+        if (checks[i].v && checks[i].v % checks[i].multiple_of) {
+            return blk_error(EINVAL, "Cannot meet constraints with %s %u", checks[i].key,
+                             checks[i].v);
+        }
+    }
+    return 0;
+}
+
+/* RULES (or QEMU's config file) into rules and limits. */
+static int parse_rules(const char *rules, GArray *arr, BlkLimits *limits,
+                       bool *has_limits)
 {
     g_autofree char *from_config = NULL;
     g_auto(GStrv) list = NULL;
-    g_autoptr(GArray) arr = g_array_new(FALSE, TRUE, sizeof(FaultRule));
 
     /* no '=' and not "once": QEMU's config file (faulty-config.c) */
     if (*rules && !strchr(rules, '=') && strcmp(rules, "once") != 0) {
         if (blk_faulty_config_rules(rules, &from_config) < 0) {
-            return NULL;
+            return -EINVAL;
         }
         rules = from_config;
     }
     list = g_strsplit(rules, ";", -1);
-
     for (char **p = list; *p; p++) {
         FaultRule r;
+        if (g_str_has_prefix(*p, "limits,")) {
+            g_auto(GStrv) items = g_strsplit(*p + strlen("limits,"), ",", -1);
+            for (char **it = items; *it; it++) {
+                if (parse_limit(*it, limits) < 0) {
+                    return -EINVAL;
+                }
+            }
+            *has_limits = true;
+            continue;
+        }
         if (**p && parse_rule(*p, &r) < 0) {
-            return NULL;
+            return -EINVAL;
         }
         if (**p) {
             g_array_append_val(arr, r);
         }
     }
-    BlkNode *child = blk_open_file(filename, read_only, cache);
-    if (!child) {
+    return 0;
+}
+
+/* The node over child (taken, even on failure) with the rules parsed
+ * (arr taken) and its limits; NULL with the message recorded. */
+static BlkNode *faulty_new(const BlkDriver *drv, GArray *arr, const BlkLimits *limits,
+                           bool has_limits, BlkNode *child)
+{
+    if (has_limits && check_limits(limits, child->request_alignment) < 0) {
+        g_array_unref(arr);
+        blk_close(child);
         return NULL;
     }
     FaultyState *s = g_new0(FaultyState, 1);
     s->child = child;
-    s->rules = g_steal_pointer(&arr);
+    s->rules = arr;
     s->state = 1; /* invariant 4: QEMU's first state */
+    s->limits = *limits;
+    g_mutex_init(&s->limits.rmw);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->resumed, NULL);
     s->breaks = g_ptr_array_new_with_free_func(break_free);
     s->suspended = g_ptr_array_new();
 
     BlkNode *img = g_new0(BlkNode, 1);
-    img->drv = &faulty_driver;
+    img->drv = drv;
     img->opaque = s;
-    img->filename = g_strdup(filename);
-    img->read_only = read_only;
-    img->cache = cache;
+    img->read_only = child->read_only;
+    img->cache = child->cache;
     img->size = child->size;
-    img->request_alignment = child->request_alignment;
+    img->request_alignment = MAX(child->request_alignment, limits->align);
     img->is_block_device = child->is_block_device;
     img->filtered = child; /* block.h invariant 4 */
+    img->limits = has_limits ? &s->limits : NULL;
+    return img;
+}
+
+/* json-name.c invariant 13: file.align over a "blkdebug:" name is the
+ * node's alignment limit, checked as invariant 6's. */
+int blk_faulty_set_align(BlkNode *img, uint64_t align)
+{
+    FaultyState *s = img->opaque;
+    uint32_t old = s->limits.align;
+    int ret;
+
+    g_assert(img->drv->close == faulty_close);
+    if (align > INT32_MAX) {
+        return blk_error(EINVAL, "Cannot meet constraints with align %" PRIu64, align);
+    }
+    s->limits.align = (uint32_t)align;
+    ret = check_limits(&s->limits, s->child->request_alignment);
+    if (ret < 0) {
+        s->limits.align = old;
+        return ret;
+    }
+    img->request_alignment = MAX(s->child->request_alignment, s->limits.align);
+    img->limits = &s->limits;
+    return 0;
+}
+
+/* The rules, then the node over child (taken), or over the file filename
+ * opened after them when child is NULL: a bad rule opens nothing. */
+static BlkNode *faulty_open(const BlkDriver *drv, const char *rules, BlkNode *child,
+                            const char *filename, bool read_only, BlkCacheMode cache)
+{
+    GArray *arr = g_array_new(FALSE, TRUE, sizeof(FaultRule));
+    BlkLimits limits = {0};
+    bool has_limits = false;
+
+    if (parse_rules(rules, arr, &limits, &has_limits) < 0) {
+        g_array_unref(arr);
+        blk_close(child);
+        return NULL;
+    }
+    if (!child && !(child = blk_open_file(filename, read_only, cache))) {
+        g_array_unref(arr);
+        return NULL;
+    }
+    return faulty_new(drv, arr, &limits, has_limits, child);
+}
+
+BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
+                         BlkCacheMode cache)
+{
+    BlkNode *img = faulty_open(&faulty_driver, rules, NULL, filename, read_only, cache);
+
+    if (img) {
+        img->filename = g_strdup(filename);
+    }
+    return img;
+}
+
+BlkNode *blk_open_faulty_over(const char *rules, BlkNode *child)
+{
+    BlkNode *img = faulty_open(&faulty_over_driver, rules, child, NULL, false, 0);
+
+    if (img) {
+        img->filename = g_strdup(child->filename);
+        img->cluster_size = child->cluster_size;
+        img->opts = child->opts;
+    }
     return img;
 }

@@ -98,8 +98,10 @@ static BlkNode *open_blkdebug(const BlkProtocol *p, const char *filename,
         /* QEMU's config file: its words name the whole name */
         blk_error_prefix(-blk_error_code(), "Could not open '%s'", filename);
     }
-    if (node && opts->blkdebug_align > 1) {
-        node = blk_open_align(node, opts->blkdebug_align);
+    if (node && opts->blkdebug_align > 1 &&
+        blk_faulty_set_align(node, opts->blkdebug_align) < 0) {
+        blk_close(node);
+        return NULL;
     }
     return node;
 }

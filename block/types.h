@@ -127,7 +127,8 @@ typedef struct BlkOpenOptions {
     const struct BlkRbdLocation *rbd;
     /* QEMU's blkdebug "align" of the caller's blkdebug node (json-name.c
      * invariant 13): a power of two its requests are padded to
-     * (block/align.c); 0: none.  Only the node the caller names takes it. */
+     * (its alignment limit, block/limits.c); 0: none.  Only the node the caller names
+     * takes it. */
     uint64_t blkdebug_align;
 } BlkOpenOptions;
 

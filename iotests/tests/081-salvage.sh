@@ -10,7 +10,8 @@
 # a data cluster, into raw and qcow2 targets.  The same with one QEMU
 # blkdebug config file given to both (block/faulty-config.c), and that
 # file's refusals in qemu-img's words (a bad event name, a missing file,
-# an unknown group); what qimg's fault node cannot do is refused.
+# an unknown group), a rule with an iotype, and block status errors (warned
+# twice, in qemu-img's order).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -65,28 +66,39 @@ for case in "raw s.raw 2048 4000" "qcow2 s.qcow2 $((host / 512)) $((host / 512 +
     "$QIMG" convert -f "$fmt" -O raw "$(qimg_src "$file" "$@")" m.img 2>/dev/null
     assert_eq "$fmt without --salvage: fails" "$qrc" "$?"
 done
+# salvage_cfg DESC CFG FMT FILTER: convert --salvage of s.raw under the
+# blkdebug config file CFG into a FMT target, with qemu-img and qimg: the
+# same exit code, warnings (through FILTER: sort compares them as sets)
+# and bytes.
+salvage_cfg() {
+    local desc=$1 cfg=$2 fmt=$3 filter=$4 qrc
+    rm -f q.img m.img
+    "$QEMU_IMG" convert --salvage -f raw -O "$fmt" "blkdebug:$cfg:s.raw" q.img >q.err 2>&1
+    qrc=$?
+    "$QIMG" convert --salvage -f raw -O "$fmt" "blkdebug:$cfg:s.raw" m.img >m.err 2>&1
+    assert_eq "$desc: exit code" "$qrc" "$?"
+    sed -i 's/^qemu-img: /qimg: /' q.err
+    assert_eq "$desc: warnings" "$($filter q.err)" "$($filter m.err)"
+    assert_rc "$desc: the bytes" 0 "$QEMU_IMG" compare -q q.img m.img
+}
 # one blkdebug config file for both (QEMU's format)
 printf '[inject-error]\nevent = "read_aio"\nerrno = "5"\nsector = "2048"\n\n[inject-error]\nevent = "read_aio"\nsector = "6000"\n' >rd.cfg
-rm -f q.img m.img
-"$QEMU_IMG" convert --salvage -f raw -O raw blkdebug:rd.cfg:s.raw q.img >q.err 2>&1
-qrc=$?
-"$QIMG" convert --salvage -f raw -O raw blkdebug:rd.cfg:s.raw m.img >m.err 2>&1
-assert_eq "config file: exit code" "$qrc" "$?"
-sed -i 's/^qemu-img: /qimg: /' q.err
-assert_eq "config file: warnings" "$(sort q.err)" "$(sort m.err)"
-assert_rc "config file: the bytes" 0 cmp q.img m.img
+salvage_cfg "config file" rd.cfg raw sort
 printf '[inject-error]\nevent = "nosuch"\n' >bad.cfg
 printf '[foo]\nx = "1"\n' >grp.cfg
 for cfg in bad.cfg grp.cfg nosuch.cfg; do
     same_as_qemu_err convert -f raw -O raw "blkdebug:$cfg:s.raw" out.raw
 done
-printf '[inject-error]\nevent = "read_aio"\niotype = "read"\n' >st.cfg
-expect_rc_msg() { # DESC RC PATTERN CMD...
-    local desc=$1 rc=$2 pat=$3
-    shift 3
-    "$@" >m.out 2>&1
-    assert_eq "$desc: exit code" "$rc" "$?"
-    assert_rc "$desc: message" 0 grep -q "$pat" m.out
-}
-expect_rc_msg "iotype refused" 1 "no I/O types" "$QIMG" convert -f raw -O raw blkdebug:st.cfg:s.raw out.raw
+# iotype (faulty-config.c fact 5): a read rule fails the reads alone
+printf '[inject-error]\nevent = "read_aio"\niotype = "read"\nsector = "100"\n' >st.cfg
+salvage_cfg "iotype" st.cfg raw sort
+# block status failing at two sectors and a read at a third ("none" rules:
+# every request from the open on): the status is asked again for fewer
+# sectors down to one (copy-plan.c fact 5), each failure warned in the
+# walk before the copy and again in the copy, in qemu-img's order
+# (copy.c invariant 7)
+printf '[inject-error]\nevent = "none"\niotype = "block-status"\nsector = "%s"\n' \
+    1000 5001 >bs.cfg
+printf '[inject-error]\nevent = "none"\niotype = "read"\nsector = "3000"\n' >>bs.cfg
+salvage_cfg "block status, in order" bs.cfg qcow2 cat
 finish

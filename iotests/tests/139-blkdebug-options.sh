@@ -6,7 +6,8 @@
 # set-state lists (QEMU's 066: a state switched on one write fails the
 # next), image as an object or image.filename, config; open -o
 # file.driver=blkdebug; immediately=on (QEMU's 179); every refusal as
-# qemu-io words it, and the options qimg refuses by name.  Then QEMU's
+# qemu-io words it, request limits (align, max-transfer, opt-discard) and
+# the options qimg refuses by name.  Then QEMU's
 # write_aio on a write that carries its copy-on-write head and tail (QEMU's
 # 046: a breakpoint there stops it; faulty-config.c events table).  And a
 # data file under raw over blkdebug (QEMU's 289: the failed write frees no
@@ -71,13 +72,18 @@ both "config key refused" "blkdebug:$PWD/bad.conf:IMG" -c 'read 0 4k'
 printf '[inject-error]\nevent = "write_aio"\nimmediately = "x"\n' >bad.conf
 both "config boolean refused" "blkdebug:$PWD/bad.conf:IMG" -c 'read 0 4k'
 
+# request limits under the format (block/limits.c): the format's requests
+# to its file are padded, cut and fragmented as QEMU's block layer does
+both "limits under a format" \
+    "$(J "'image.filename': 'IMG', 'align': 4096, 'max-transfer': 8192, 'opt-discard': 65536")" \
+    -c 'write -P 3 1000 20000' -c 'read -P 3 1000 20000' -c 'write -z 300k 70k' \
+    -c 'discard 128k 64k' -c 'read -P 0 300k 70k'
+both "limits refused" "$(J "'image.filename': 'IMG', 'align': 3000")" -c 'read 0 4k'
 # what qimg's fault node does not have is refused by name
 cp base.qcow2 m.qcow2
-for o in max-transfer opt-discard; do
-    "$QIMG" io -c 'read 0 4k' "$(J "'image.filename': '$PWD/m.qcow2', '$o': 4096")" \
-        >m.out 2>&1
-    assert_eq "$o refused" "qimg: can't open device $(J "'image.filename': '$PWD/m.qcow2', '$o': 4096"): The blkdebug option '$o' is not supported by qimg" "$(cat m.out)"
-done
+"$QIMG" io -c 'read 0 4k' "$(J "'image.filename': '$PWD/m.qcow2', 'take-child-perms': ['write']")" \
+    >m.out 2>&1
+assert_eq "take-child-perms refused" 1 "$(grep -c "option 'take-child-perms' is not supported by qimg" m.out)"
 "$QIMG" io -c 'read 0 4k' "$(J "'image': {'driver': 'raw', 'file.filename': '$PWD/m.qcow2'}")" >m.out 2>&1
 assert_eq "image.driver raw refused" 1 "$(grep -c "image.driver 'raw' refused" m.out)"
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # QEMU's blkdebug "align" (issue 29, QEMU's 033 and 268): -o
 # driver=qcow2,file.align=N over a "blkdebug::" name, and "align" in a
-# json: blkdebug node, pad every request to N (block/align.c; json-name.c
+# json: blkdebug node, pad every request to N (block/limits.c; json-name.c
 # invariant 13).  Against qemu-io 7.2 on copies of one image: 033's
 # aligned and misaligned (aio_)write -z, 268's 512-byte write into a
 # 2 KiB cluster under a 4 KiB alignment, concurrent unaligned writes into
