@@ -444,7 +444,10 @@ int blk_flush(BlkNode *img)
 
 int64_t blk_getlength(BlkNode *img)
 {
-    return (int64_t)img->size;
+    /* The file protocol grows img->size atomically while writes run (file.c
+     * invariant 5): a driver reading its file's size under its own lock
+     * races with another request's write. */
+    return (int64_t)__atomic_load_n(&img->size, __ATOMIC_ACQUIRE);
 }
 
 int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)

@@ -27,6 +27,7 @@
  *     block/faulty.c).
  */
 #include "block/block.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <string.h>
@@ -38,12 +39,12 @@ static GMutex cor_mutex; /* invariant 4 (static: no init needed) */
 
 void blk_cor_lock(void)
 {
-    g_mutex_lock(&cor_mutex);
+    mutex_lock(&cor_mutex);
 }
 
 void blk_cor_unlock(void)
 {
-    g_mutex_unlock(&cor_mutex);
+    mutex_unlock(&cor_mutex);
 }
 
 /* Copies bytes [from, from + n) of the image, held in buf (which starts at

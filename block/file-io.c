@@ -223,9 +223,9 @@ static void early_writeback(FileState *s, uint64_t offset, uint64_t len)
     uint64_t from = offset, to = offset + len;
 
     if (len < FILE_EARLY_WRITEBACK_MIN) {
-        g_mutex_lock(&s->wb_lock);
+        mutex_lock(&s->wb_lock); /* mutex.h invariant 1 */
         bool kick = file_stream_note(&s->wb_stream, offset, len, &from, &to);
-        g_mutex_unlock(&s->wb_lock);
+        mutex_unlock(&s->wb_lock);
         if (!kick) {
             return;
         }

@@ -47,6 +47,7 @@
  *     the read and the write (QEMU serialises them with tracked requests).
  */
 #include "block/limits.h"
+#include "aio/mutex.h"
 
 #include <errno.h>
 #include <string.h>
@@ -179,14 +180,14 @@ int blk_limits_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *q, unsigned 
     if (a == 1) {
         return split_rw(img, true, offset, q, flags);
     }
-    g_mutex_lock(&img->limits->rmw); /* invariant 3 */
+    mutex_lock(&img->limits->rmw); /* invariant 3 */
     if (offset % a == 0 && q->size % a == 0 &&
         (img->drv->is_protocol || offset + q->size <= img->size)) {
         ret = split_rw(img, true, offset, q, flags);
     } else {
         ret = pwrite_rmw(img, offset, q->size, q, flags);
     }
-    g_mutex_unlock(&img->limits->rmw);
+    mutex_unlock(&img->limits->rmw);
     return ret;
 }
 
@@ -248,7 +249,7 @@ int blk_limits_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     int ret = 0;
 
     if (a > 1) {
-        g_mutex_lock(&img->limits->rmw); /* invariant 3 */
+        mutex_lock(&img->limits->rmw); /* invariant 3 */
     }
     if (lo >= hi) { /* within one or two blocks: one padded write */
         ret = pwrite_rmw(img, offset, bytes, NULL, flags & BLK_REQ_FUA);
@@ -264,7 +265,7 @@ int blk_limits_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
         }
     }
     if (a > 1) {
-        g_mutex_unlock(&img->limits->rmw);
+        mutex_unlock(&img->limits->rmw);
     }
     return ret;
 }

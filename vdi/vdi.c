@@ -268,7 +268,7 @@ static int alloc_block_locked(BlkNode *img, uint32_t block, uint32_t *entry)
     VdiState *s = img->opaque;
     uint32_t index = s->h.blocks_allocated;
     uint64_t start = block_offset(s, index), end = start + s->h.block_size;
-    uint64_t flen = img->file->size;
+    uint64_t flen = (uint64_t)blk_getlength(img->file);
     int ret;
 
     if (index >= s->h.blocks_in_image) {
@@ -281,7 +281,7 @@ static int alloc_block_locked(BlkNode *img, uint32_t block, uint32_t *entry)
     if (ret == 0 && flen > start) {
         ret = blk_pwrite_zeroes(img->file, start, MIN(end, flen) - start, 0);
     }
-    if (ret == 0 && img->file->size < end) {
+    if (ret == 0 && (uint64_t)blk_getlength(img->file) < end) {
         ret = blk_truncate(img->file, end, false, BLK_PREALLOC_OFF, false);
     }
     if (ret == 0) {
@@ -464,7 +464,7 @@ static int vdi_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
 {
     VdiState *s = img->opaque;
     Check c = {.res = res, .n = s->h.blocks_in_image};
-    uint64_t flen = img->file->size, in_file = 0;
+    uint64_t flen = (uint64_t)blk_getlength(img->file), in_file = 0;
     g_autofree uint8_t *buf = NULL;
     int ret = 0;
 

@@ -317,7 +317,7 @@ static int replay_entry(Log *lg, const Cand *c, VhdxOverlay *o)
     BlkNode *img = lg->img;
     VhdxLogHeader h;
     uint8_t dsec[VHDX_LOG_SECTOR], data[VHDX_LOG_SECTOR], out[VHDX_LOG_SECTOR];
-    uint64_t ds, k_data, flen = img->file->size;
+    uint64_t ds, k_data, flen = (uint64_t)blk_getlength(img->file);
     int ret = header_at(lg, c->pos, &h);
 
     if (ret < 0) {
@@ -375,7 +375,7 @@ static int replay_entry(Log *lg, const Cand *c, VhdxOverlay *o)
             return ret;
         }
     }
-    if (!o && img->file->size < h.last_offset) {
+    if (!o && (uint64_t)blk_getlength(img->file) < h.last_offset) {
         ret = blk_truncate(img->file, ROUND_UP(h.last_offset, VHDX_MIB), false,
                            BLK_PREALLOC_OFF, false);
     }
@@ -517,7 +517,7 @@ static int commit_round(BlkNode *img, const uint64_t *offs, uint8_t *const *page
     h.sequence = s->log_seq++;
     h.desc_count = (uint32_t)n;
     h.log_guid = guid;
-    h.flushed_offset = h.last_offset = img->file->size;
+    h.flushed_offset = h.last_offset = (uint64_t)blk_getlength(img->file);
     for (size_t i = 0; i < n; i++) {
         VhdxLogDesc d = {.signature = VHDX_SIG_DESC,
                          .trailing = load_le32(pages[i] + VHDX_DS_SEQ_LOW),

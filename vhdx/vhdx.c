@@ -256,7 +256,8 @@ static int bat_set(BlkNode *img, uint64_t idx, uint64_t entry)
 static char *bat_entry_problem(BlkNode *img, uint64_t i, uint64_t e, bool payload)
 {
     VhdxState *s = img->opaque;
-    uint64_t flen = img->file->size, off = vhdx_bat_offset(e), total = img->size;
+    uint64_t flen = (uint64_t)blk_getlength(img->file), off = vhdx_bat_offset(e),
+             total = img->size;
     uint64_t len = i * s->block_size < total
                        ? MIN(s->block_size, total - i * s->block_size)
                        : s->block_size;
@@ -529,7 +530,7 @@ static int vhdx_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
 static int alloc_block_locked(BlkNode *img, uint64_t b, uint64_t *foff)
 {
     VhdxState *s = img->opaque;
-    uint64_t start = ROUND_UP(img->file->size, VHDX_MIB);
+    uint64_t start = ROUND_UP((uint64_t)blk_getlength(img->file), VHDX_MIB);
     int ret;
 
     if (start > (uint64_t)INT64_MAX - s->block_size || start >> 20 >= UINT64_C(1) << 44) {

@@ -155,7 +155,8 @@ static int read_footer(BlkNode *img, VpcState *s)
  * as QEMU reads them. */
 static int scan_bat(BlkNode *img, VpcState *s)
 {
-    uint64_t table = (uint64_t)s->entries * 4, end, flen = img->file->size;
+    uint64_t table = (uint64_t)s->entries * 4, end,
+             flen = (uint64_t)blk_getlength(img->file);
     g_autofree uint8_t *buf = g_malloc(SCAN_CHUNK);
     uint64_t per_block = (uint64_t)s->bitmap_size + s->block_size;
 
@@ -429,7 +430,7 @@ static int alloc_block_locked(BlkNode *img, uint32_t idx, uint64_t *bmo)
 {
     VpcState *s = img->opaque;
     uint64_t b = s->free_offset, end = b + s->bitmap_size + s->block_size;
-    uint64_t flen = img->file->size;
+    uint64_t flen = (uint64_t)blk_getlength(img->file);
     g_autofree uint8_t *bitmap = NULL;
     int ret;
 
