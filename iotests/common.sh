@@ -255,6 +255,17 @@ gone() {
     return 1
 }
 
+# proc_locks FILE: the lines of /proc/locks on FILE. /proc/locks names a
+# file by device and inode ("fe:00:1234"); matching the inode alone also
+# catches locks on another file system's file of the same inode number.
+proc_locks() {
+    local id
+    id=$(stat -c '%Hd %Ld %i' "$1") || return 1
+    # shellcheck disable=SC2086
+    id=$(printf '%02x:%02x:%s' $id)
+    awk -v id="$id" '$6 == id' /proc/locks
+}
+
 # hold_image IMG: start qemu-io holding IMG open read-write (its sleep
 # command) in the background, HOLDER=its pid, and wait until /proc/locks
 # shows the lock of its write permission on IMG (QEMU's byte 101) --
@@ -262,13 +273,10 @@ gone() {
 # open.  Returns 1 after a failed check if it never holds it.  Kill
 # $HOLDER when done.
 hold_image() {
-    local ino
-    ino=$(stat -c %i "$1")
     "$QEMU_IO" -c 'sleep 60000' "$1" >"$SCRATCH/.hold.out" 2>&1 &
     HOLDER=$!
     for _ in $(seq 200); do
-        awk -v i=":$ino" '$6 ~ i"$" && $7 <= 101 && $8 >= 101 { f = 1 } END { exit !f }' \
-            /proc/locks &&
+        proc_locks "$1" | awk '$7 <= 101 && $8 >= 101 { f = 1 } END { exit !f }' &&
             return 0
         kill -0 "$HOLDER" 2>/dev/null || break
         sleep 0.05

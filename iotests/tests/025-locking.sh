@@ -35,10 +35,7 @@ trap 'kill $VM_PID $HOLD_PID 2>/dev/null; _cleanup' EXIT
 
 # held FILE: the lock bytes anyone holds on FILE, from /proc/locks.
 held() {
-    local ino
-    ino=$(stat -c %i "$1") || return 1
-    awk -v ino="$ino" '$2 == "OFDLCK" { n = split($6, d, ":");
-        if (d[n] == ino) for (b = $7; b <= $8; b++) print b }' /proc/locks |
+    proc_locks "$1" | awk '$2 == "OFDLCK" { for (b = $7; b <= $8; b++) print b }' |
         sort -n | tr '\n' ' ' | sed 's/ $//'
 }
 

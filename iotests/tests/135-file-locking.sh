@@ -32,13 +32,11 @@ for _ in $(seq 200); do
     ls -l /proc/$pid/fd 2>/dev/null | grep -q 'base.img$' && break
     sleep 0.05
 done
-ino=$(stat -c %i img.qcow2)
-assert_eq "no lock on the image" "" "$(awk -v i=":$ino" '$6 ~ i"$"' /proc/locks)"
+assert_eq "no lock on the image" "" "$(proc_locks img.qcow2)"
 assert_rc "qemu-io writes the image qimg holds with locking=off" 0 \
     "$QEMU_IO" -c 'write -P 7 128k 64k' img.qcow2
-bino=$(stat -c %i base.img)
 assert_eq "the backing file is locked" "yes" \
-    "$(awk -v i=":$bino" '$6 ~ i"$" { f = 1 } END { print f ? "yes" : "no" }' /proc/locks)"
+    "$(proc_locks base.img | awk '{ f = 1 } END { print f ? "yes" : "no" }')"
 kill "$pid"
 wait "$pid" 2>/dev/null
 
