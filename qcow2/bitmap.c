@@ -11,6 +11,12 @@
  *  2. Sizes of a copy (measure.c invariant 3): per bitmap its data in whole
  *     clusters (assumed all allocated) and its table in whole clusters,
  *     plus the directory (entries without extra data) in whole clusters.
+ *  3. Every open of an image with bitmaps (the extension and the autoclear
+ *     bit) decodes the directory under QEMU's rules (QCOW2_BITMAP_CHECK,
+ *     QEMU's bitmap_list_load at qcow2_do_open) and fails with its message
+ *     ("Bitmap 'x' doesn't satisfy the constraints"), as every qemu-img
+ *     and qemu-io command does: QEMU refuses what the spec allows it not to
+ *     support (extra data, the extra_data_compatible flag).
  */
 #include "qcow2/qcow2.h"
 
@@ -56,6 +62,24 @@ int qcow2_bitmap_dir_read_locked(Qcow2State *s, Qcow2BitmapDir *dir)
         return 0;
     }
     return qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &bimg, QCOW2_BITMAP_OPEN, dir);
+}
+
+/* Invariant 3. */
+int qcow2_bitmap_dir_check_open(Qcow2State *s)
+{
+    const Qcow2BitmapSource src = qcow2_bitmap_source(s);
+    const Qcow2BitmapImage bimg = qcow2_bitmap_image(s);
+    Qcow2BitmapDir dir;
+    int ret;
+
+    if (!s->ext.has_bitmaps || !(s->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        return 0;
+    }
+    ret = qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &bimg, QCOW2_BITMAP_CHECK, &dir);
+    if (ret == 0) {
+        qcow2_bitmap_dir_free(&dir);
+    }
+    return ret;
 }
 
 int qcow2_bitmaps_list_locked(Qcow2State *s, GArray **out)

@@ -442,6 +442,10 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     if (ret < 0) {
         return ret;
     }
+    ret = qcow2_bitmap_dir_check_open(s); /* bitmap.c invariant 3 */
+    if (ret < 0) {
+        return ret;
+    }
     if (snapshot) {
         ret = qcow2_snapshot_load_view(s, snapshot);
         if (ret < 0) {

@@ -729,6 +729,8 @@ Qcow2BitmapSource qcow2_bitmap_source(const Qcow2State *s);
 Qcow2BitmapImage qcow2_bitmap_image(const Qcow2State *s);
 /* 0, or QEMU's refusal of a bitmap in use ("... is inconsistent ..."). */
 int qcow2_bitmap_check_consistent(const Qcow2Bitmap *bm);
+/* At open: the directory under QEMU's rules (bitmap.c invariant 3). */
+int qcow2_bitmap_dir_check_open(Qcow2State *s);
 /* The directory (strict), empty without the extension or autoclear bit. */
 int qcow2_bitmap_dir_read_locked(Qcow2State *s, Qcow2BitmapDir *dir);
 /* Write dir to new clusters and switch the header to it (bitmap-ops.c

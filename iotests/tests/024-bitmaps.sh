@@ -84,4 +84,39 @@ PY
 # (QEMU also warns at every open that the bitmaps are inconsistent now;
 # qimg does not)
 same_as_qemu info d.qcow2
+
+# Every open checks the directory under QEMU's rules (bitmap.c invariant
+# 3): an entry QEMU does not support (the spec's extra_data_compatible
+# flag, another type, granularity out of range) fails every command as
+# qemu-img's and qemu-io's ("doesn't satisfy the constraints", QEMU 242)
+bad_entry() { # bad_entry IMG FIELD-OFFSET SIZE VALUE: set a field of entry 0
+    python3 - "$@" <<'PY'
+import struct, sys
+img, field, size, value = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4], 0)
+with open(img, "r+b") as f:
+    h = f.read(4096)
+    p = struct.unpack(">I", h[100:104])[0]  # header length: extensions follow
+    while True:
+        t, n = struct.unpack(">II", h[p:p + 8])
+        if t == 0x23852875:
+            d = struct.unpack(">Q", h[p + 24:p + 32])[0]
+            break
+        p += 8 + ((n + 7) & ~7)
+    f.seek(d + field)
+    fmt = {1: ">B", 4: ">I"}[size]
+    f.write(struct.pack(fmt, value))
+PY
+}
+for c in "12 4 0x6" "12 4 0xa" "16 1 2" "17 1 8" "17 1 32"; do
+    fresh e.qcow2
+    # shellcheck disable=SC2086
+    bad_entry e.qcow2 $c
+    sum=$(md5sum <e.qcow2)
+    for cmd in "info" "info -U" "check" "map --output=json" "convert -O raw e.qcow2 e.raw"; do
+        # shellcheck disable=SC2086
+        same_as_qemu_err $cmd $([ "${cmd%% *}" = convert ] || echo e.qcow2)
+    done
+    same_as_qemu_io "bitmap entry $c: io" -c 'write 0 4k' e.qcow2
+    assert_eq "bitmap entry $c: nothing written" "$sum" "$(md5sum <e.qcow2)"
+done
 finish
