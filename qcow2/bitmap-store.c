@@ -11,15 +11,18 @@
  * Invariants (cited as "bitmap-store.c invariant N"):
  *  1. Maintained are the enabled ("auto"), consistent (not in use) dirty
  *     tracking bitmaps without extra data whose table and data load; they
- *     are loaded, then -- before the first guest write, zero, discard or
- *     compressed write of the open image is issued -- every enabled
- *     bitmap is marked in use, one synced in-place write of the directory
- *     (encode(decode) gives every other byte back, bitmap-codec.c
- *     invariant 7).  An enabled bitmap qimg cannot maintain stays in use:
- *     QEMU then refuses to trust it rather than miss qimg's writes.
- *     Disabled bitmaps are never changed.  A directory that does not
- *     decode strictly is only framed (QCOW2_BITMAP_RAW) and every entry
- *     marked in use.
+ *     are loaded, then -- at a read-write open, as QEMU's
+ *     qcow2_load_dirty_bitmaps, and before the first guest write, zero,
+ *     discard or compressed write after a store -- every consistent
+ *     bitmap, enabled or not, is marked in use, one synced in-place write
+ *     of the directory (encode(decode) gives every other byte back,
+ *     bitmap-codec.c invariant 7).  So a crash of a read-write user leaves
+ *     them in use, as QEMU's do (qemu-img-bitmaps).  An enabled bitmap
+ *     qimg cannot maintain stays in use: QEMU then refuses to trust it
+ *     rather than miss qimg's writes.  The bits of a disabled bitmap are
+ *     never changed: a store only clears its in-use flag (Qcow2DirtySet's
+ *     held).  A directory that does not decode strictly is only framed
+ *     (QCOW2_BITMAP_RAW) and every entry marked in use.
  *  2. A request sets its bits before it is issued: the slow path under
  *     the metadata lock after invariant 1 (qcow2_check_data_writable_locked),
  *     the lock-free path (qcow2_bitmaps_note) before it tests whether fast
@@ -61,14 +64,19 @@ static int load_set_locked(Qcow2State *s, const Qcow2BitmapDir *dir, Qcow2DirtyS
 
     d->names = g_new0(char *, dir->nb ? dir->nb : 1);
     d->bits = g_new0(Qcow2DirtyBits *, dir->nb ? dir->nb : 1);
+    d->held = g_new0(char *, dir->nb ? dir->nb : 1);
     for (uint32_t i = 0; i < dir->nb; i++) {
         const Qcow2Bitmap *bm = &dir->bms[i];
         g_autofree uint64_t *table = NULL;
         Qcow2DirtyBits *b;
 
-        if (!(bm->flags & QCOW2_BITMAP_AUTO) || (bm->flags & QCOW2_BITMAP_IN_USE) ||
+        if ((bm->flags & QCOW2_BITMAP_IN_USE) ||
             bm->type != QCOW2_BITMAP_TYPE_DIRTY_TRACKING || bm->extra_data_size) {
             continue; /* invariant 1 */
+        }
+        if (!(bm->flags & QCOW2_BITMAP_AUTO)) {
+            d->held[d->nheld++] = g_strdup(bm->name); /* invariant 1 */
+            continue;
         }
         b = qcow2_dirty_bits_new(s->img->size, bm->granularity_bits, s->cluster_bits,
                                  bm->table_size);
@@ -87,14 +95,25 @@ static int load_set_locked(Qcow2State *s, const Qcow2BitmapDir *dir, Qcow2DirtyS
     return 0;
 }
 
-/* Invariant 1: mark the enabled bitmaps (policy RAW: all) in use. */
+static bool held(const Qcow2DirtySet *d, const char *name)
+{
+    for (uint32_t i = 0; d && i < d->nheld; i++) {
+        if (strcmp(d->held[i], name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Invariant 1: mark the enabled and held bitmaps (policy RAW: all) in use. */
 static int mark_in_use_locked(Qcow2State *s, Qcow2BitmapDir *dir, bool all)
 {
     g_autofree uint8_t *buf = NULL;
     bool changed = false;
 
     for (uint32_t i = 0; i < dir->nb; i++) {
-        if ((all || (dir->bms[i].flags & QCOW2_BITMAP_AUTO)) &&
+        if ((all || (dir->bms[i].flags & QCOW2_BITMAP_AUTO) ||
+             held(s->dirty, dir->bms[i].name)) &&
             !(dir->bms[i].flags & QCOW2_BITMAP_IN_USE)) {
             dir->bms[i].flags |= QCOW2_BITMAP_IN_USE;
             changed = true;
@@ -237,7 +256,7 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
     Qcow2BitmapDir dir;
     int ret;
 
-    if (!d || !s->bitmaps_in_use || d->n == 0) {
+    if (!d || !s->bitmaps_in_use || d->n + d->nheld == 0) {
         return 0;
     }
     qcow2_fastmap_set_writes_locked(s->fastmap, false); /* invariant 2 */
@@ -250,6 +269,9 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
         Qcow2Bitmap *bm = &dir.bms[i];
         int k = qcow2_dirty_set_find(d, bm->name);
         if (k < 0) {
+            if (held(d, bm->name)) {
+                bm->flags &= ~(uint32_t)QCOW2_BITMAP_IN_USE; /* invariant 1 */
+            }
             continue;
         }
         if (__atomic_exchange_n(&d->bits[k]->changed, 0, __ATOMIC_SEQ_CST)) {
@@ -320,7 +342,10 @@ static int load_bits_locked(Qcow2State *s, const Qcow2BitmapDir *dir, int i,
     Qcow2DirtyBits *b;
     int ret;
 
-    ret = qcow2_bitmap_check_consistent(bm); /* invariant 5 */
+    /* invariant 5; a held bitmap is in use by this open only (invariant 1) */
+    ret = s->bitmaps_in_use && held(s->dirty, bm->name)
+              ? 0
+              : qcow2_bitmap_check_consistent(bm);
     if (ret < 0) {
         return ret;
     }

@@ -239,8 +239,12 @@ void qcow2_dirty_set_free(Qcow2DirtySet *d)
         g_free(d->names[i]);
         qcow2_dirty_bits_free(d->bits[i]);
     }
+    for (uint32_t i = 0; i < d->nheld; i++) {
+        g_free(d->held[i]);
+    }
     g_free(d->names);
     g_free(d->bits);
+    g_free(d->held);
     g_free(d);
 }
 

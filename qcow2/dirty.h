@@ -27,6 +27,10 @@ typedef struct Qcow2DirtySet {
     uint32_t n;
     char **names;          /* n */
     Qcow2DirtyBits **bits; /* n */
+    /* disabled bitmaps marked in use with the others and cleared by a
+     * store, their bits never changed (bitmap-store.c invariant 1) */
+    uint32_t nheld;
+    char **held; /* nheld */
 } Qcow2DirtySet;
 
 /* Bits for a disk of disk_size at granularity 2^granularity_bits, stored in

@@ -52,9 +52,10 @@
  *  7. An I/O error is never swallowed: when freeing fails (the refcount is
  *     left high: a leak, never a corruption), the error is kept and the next
  *     flush returns it -- not an unrelated guest write, which succeeded.
- *  8. Persistent dirty bitmaps are maintained (bitmap-store.c): before the
- *     first guest write, zero, discard or compressed write of an open image
- *     the enabled bitmaps are loaded and marked in use, and every such
+ *  8. Persistent dirty bitmaps are maintained (bitmap-store.c): at a
+ *     read-write open (qcow2.c), and before the first guest write, zero,
+ *     discard or compressed write after a store, the enabled bitmaps are
+ *     loaded and the bitmaps marked in use, and every such
  *     request sets their bits before it is issued; close stores them.  An
  *     enabled bitmap qimg cannot maintain stays in use, so QEMU never
  *     trusts bits that miss qimg's writes (an incremental backup would

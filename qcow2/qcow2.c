@@ -466,6 +466,14 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
                 return ret;
             }
         }
+        if (!check_mode) { /* bitmap-store.c invariant 1: in use from the open */
+            qcow2_lock(s);
+            ret = qcow2_bitmaps_begin_write_locked(s);
+            qcow2_unlock(s);
+            if (ret < 0) {
+                return ret;
+            }
+        }
     }
     img->request_alignment = 1;
     return 0;

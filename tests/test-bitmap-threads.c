@@ -132,7 +132,11 @@ static void test_workload(void **state)
     memset(buf, 0x3c, 4 * MiB);
 
     img = open_image(p, false);
+    /* bitmap-store.c invariant 1: in use from the open, the disabled one too */
+    assert_true(bitmap_in_use(img, "fine"));
+    assert_true(bitmap_in_use(img, "off"));
     check_extents(img, "fine", &fine);
+    check_extents(img, "off", &off); /* held by this open: not refused */
     for (int i = 0; i < 200; i++) {
         uint64_t o = g_rand_int_range(rng, 0, (gint32)(SIZE / 512)) * UINT64_C(512);
         uint64_t len = MIN((uint64_t)g_rand_int_range(rng, 1, 2 * 1024 * 1024), SIZE - o);
@@ -156,6 +160,7 @@ static void test_workload(void **state)
             assert_true(bitmap_in_use(img, "fine"));
             assert_true(qimg_image_bitmaps_store(img, &err));
             assert_false(bitmap_in_use(img, "fine")); /* invariant 3 */
+            assert_false(bitmap_in_use(img, "off"));
             check_extents(img, "fine", &fine);
         }
     }

@@ -995,10 +995,10 @@ static void test_qemu_img(void **state)
     qemu_image_free(&q);
 }
 
-/* bitmap-store.c invariant 1: before the first write the enabled bitmaps
- * are marked in use in place through the codec, every other byte equal
- * (the disabled one untouched); invariant 3: close stores them, in use
- * cleared, in a new directory. */
+/* bitmap-store.c invariant 1: a read-write open marks the bitmaps, the
+ * disabled one too (as QEMU's), in use in place through the codec, every
+ * other byte equal; invariant 3: close stores them, in use cleared, in a
+ * new directory, the disabled one's bits unchanged. */
 static void check_flags(const char *path, uint32_t first, uint32_t second,
                         const char *before)
 {
@@ -1042,9 +1042,12 @@ static void test_qemu_img_in_use(void **state)
     BlkOpenOptions o = {.format = "qcow2"};
     BlkNode *node = api_open_node(path, &o, NULL, &err);
     assert_non_null(node);
+    check_flags(path, QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO, QCOW2_BITMAP_IN_USE,
+                before);
     memset(data, 0x5a, sizeof(data));
     assert_int_equal(blk_pwrite(node, 0, data, sizeof(data), 0), 0);
-    check_flags(path, QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO, 0, before);
+    check_flags(path, QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO, QCOW2_BITMAP_IN_USE,
+                before);
     blk_close(node);
     check_flags(path, QCOW2_BITMAP_AUTO, 0, NULL);
     tu_run("qemu-img check -q '%s'", path);

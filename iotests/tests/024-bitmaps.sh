@@ -85,6 +85,29 @@ PY
 # qimg does not)
 same_as_qemu info d.qcow2
 
+# A read-write open marks every consistent bitmap in use, a disabled one
+# too, as QEMU's does (bitmap-store.c invariant 1): a crash before any
+# write (qemu-io's abort) leaves them in use, and convert --bitmaps then
+# refuses them as qemu-img does (QEMU's qemu-img-bitmaps)
+fresh f.qcow2
+"$QEMU_IMG" bitmap --add --disable f.qcow2 off
+cp f.qcow2 g.qcow2
+"$QEMU_IO" -c abort f.qcow2 >/dev/null 2>&1
+"$QIMG" io -c abort g.qcow2 >/dev/null 2>&1
+assert_eq "abort after the open: in use as QEMU leaves them" "b0 in-use
+b1 in-use
+off in-use" "$(in_use g.qcow2)"
+assert_eq "abort after the open: as qemu-io" "$(in_use f.qcow2)" "$(in_use g.qcow2)"
+rm -f g.copy
+same_as_qemu_err convert --bitmaps -O qcow2 g.qcow2 g.copy
+fresh f.qcow2
+"$QEMU_IMG" bitmap --add --disable f.qcow2 off
+"$QIMG" io -c 'write 0 64k' f.qcow2 >/dev/null
+assert_eq "a clean close clears them, the disabled one too" "b0 ok
+b1 ok
+off ok" "$(in_use f.qcow2)"
+assert_eq "the disabled one's bits are unchanged" "" "$(dirty_map f.qcow2 off)"
+
 # Every open checks the directory under QEMU's rules (bitmap.c invariant
 # 3): an entry QEMU does not support (the spec's extra_data_compatible
 # flag, another type, granularity out of range) fails every command as
