@@ -79,7 +79,7 @@ static int expand_entry_locked(Qcow2State *s, uint64_t *entry, uint64_t l2_refco
             return qcow2_corrupt_locked(s,
                                         "Cluster allocation offset 0x%" PRIx64
                                         " unaligned or past the end of the file (L2 "
-                                        "offset: 0x%" PRIx64 ", L2 index: 0x%" PRIx64 ")",
+                                        "offset: 0x%" PRIx64 ", L2 index: %#" PRIx64 ")",
                                         host, l2_offset, l2_index);
         }
         ret = qcow2_get_refcount_locked(s, host >> s->cluster_bits, &refcount);
@@ -281,7 +281,7 @@ static int expand_l1_locked(Qcow2State *s, const uint64_t *l1, uint32_t l1_size,
             ret = qcow2_corrupt_locked(s,
                                        "L2 table offset 0x%" PRIx64
                                        " unaligned or past the end of the file "
-                                       "(snapshot L1 index: 0x%" PRIx32 ")",
+                                       "(snapshot L1 index: %#" PRIx32 ")",
                                        l2_offset, i);
         }
         /* a table named twice is read again only once it is on disk */

@@ -416,8 +416,7 @@ int qcow2_header_check_tables(const Qcow2Header *h, uint64_t file_size, bool che
     int ret;
 
     if (h->refcount_table_clusters == 0 && !check_mode) {
-        return blk_error(EINVAL, "Image does not contain a reference count table "
-                                 "(refcount_table_clusters is 0)");
+        return blk_error(EINVAL, "Image does not contain a reference count table");
     }
     if ((uint64_t)h->refcount_table_clusters >
         (QCOW2_MAX_REFTABLE_BYTES >> h->cluster_bits)) {

@@ -282,8 +282,9 @@ static int repair_dirty(BlkNode *img, bool quiet)
     blk_check_result_clear(&res);
     if (ret < 0) {
         msg = blk_error_take();
-        return blk_error_replace(-ret, "Could not repair dirty image%s%s",
-                                 msg ? ": " : "", msg ? msg : "");
+        /* QEMU's error_setg_errno: the cause, else the errno's text */
+        return blk_error_replace(-ret, "Could not repair dirty image: %s",
+                                 msg ? msg : g_strerror(-ret));
     }
     return 0;
 }

@@ -150,7 +150,7 @@ int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
     if (entry & QCOW2_REFT_RESERVED_MASK) {
         return qcow2_corrupt_locked(s,
                                     "Refcount table entry 0x%016" PRIx64
-                                    " has reserved bits set (reftable index: 0x%" PRIx64
+                                    " has reserved bits set (reftable index: %#" PRIx64
                                     ")",
                                     entry, table_index);
     }
@@ -161,13 +161,13 @@ int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
     if (qcow2_offset_into_cluster(s, entry)) {
         return qcow2_corrupt_locked(s,
                                     "Refblock offset 0x%" PRIx64 " unaligned "
-                                    "(reftable index: 0x%" PRIx64 ")",
+                                    "(reftable index: %#" PRIx64 ")",
                                     entry, table_index);
     }
     if (!qcow2_range_within(entry, s->cluster_size, s->file_size)) {
         return qcow2_corrupt_locked(s,
                                     "Refblock offset 0x%" PRIx64
-                                    " (reftable index: 0x%" PRIx64
+                                    " (reftable index: %#" PRIx64
                                     ") is beyond the end of the file (%" PRIu64 " bytes)",
                                     entry, table_index, s->file_size);
     }

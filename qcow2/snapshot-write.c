@@ -176,7 +176,7 @@ int snapw_l1_entry_locked(Qcow2State *s, uint64_t e, uint64_t index, uint64_t *l
     if (e & QCOW2_L1E_RESERVED_MASK) {
         return qcow2_corrupt_locked(s,
                                     "L1 entry 0x%016" PRIx64 " has reserved bits set "
-                                    "(L1 index: 0x%" PRIx64 ")",
+                                    "(L1 index: %#" PRIx64 ")",
                                     e, index);
     }
     if (*l2 == 0) {
@@ -185,12 +185,12 @@ int snapw_l1_entry_locked(Qcow2State *s, uint64_t e, uint64_t index, uint64_t *l
     if (qcow2_offset_into_cluster(s, *l2)) {
         return qcow2_corrupt_locked(s,
                                     "L2 table offset 0x%" PRIx64 " unaligned "
-                                    "(L1 index: 0x%" PRIx64 ")",
+                                    "(L1 index: %#" PRIx64 ")",
                                     *l2, index);
     }
     if (!qcow2_range_within(*l2, s->cluster_size, s->file_size)) {
         return qcow2_corrupt_locked(s,
-                                    "L2 table offset 0x%" PRIx64 " (L1 index: 0x%" PRIx64
+                                    "L2 table offset 0x%" PRIx64 " (L1 index: %#" PRIx64
                                     ") is beyond the end of the file (%" PRIu64 " bytes)",
                                     *l2, index, s->file_size);
     }

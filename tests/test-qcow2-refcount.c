@@ -93,7 +93,7 @@ static void test_reftable_validation(void **state)
     img = open_path(p2);
     assert_int_equal(get_refcount(img, 0, &rc), -EIO);
     assert_non_null(strstr(blk_error_message(), "Refblock offset 0xa00 unaligned "
-                                                "(reftable index: 0x0)"));
+                                                "(reftable index: 0)"));
     blk_close(img);
 
     timg_set64(&t, rt, timg_c(&t, 2) | 3);
@@ -110,7 +110,7 @@ static void test_reftable_validation(void **state)
     assert_int_equal(get_refcount(img, 0, &rc), -EIO);
     assert_non_null(strstr(blk_error_message(),
                            "Refblock offset 0x10000 (reftable index: "
-                           "0x0) is beyond the end of the file"));
+                           "0) is beyond the end of the file"));
     blk_error_clear();
     blk_close(img);
     timg_free(&t);
