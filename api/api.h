@@ -162,6 +162,9 @@ typedef struct ApiOpenLayers {
     /* the rules of a blkdebug node over the image's format (json-name.c
      * invariant 14), or NULL */
     char *blkdebug_rules;
+    /* the format over the image's format (json-name.c invariant 15), or
+     * NULL */
+    char *outer_format;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 

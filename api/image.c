@@ -142,6 +142,22 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
     }
     blk_error_clear();
     node = api_open_node(path ? path : filename, &o, NULL, error);
+    if (node && layers.outer_format) { /* json-name.c invariant 15 */
+        BlkOpenOptions outer = {.format = layers.outer_format,
+                                .read_only = o.read_only,
+                                .cache = o.cache,
+                                .force_share = o.force_share};
+        /* QEMU's name for it: the layers' options as JSON */
+        g_autofree char *name =
+            node->file && strcmp(node->file->drv->format_name, "file") == 0
+                ? g_strdup_printf("json:{\"driver\": \"%s\", \"file\": {\"driver\": "
+                                  "\"%s\", \"file\": {\"driver\": \"file\", "
+                                  "\"filename\": \"%s\"}}}",
+                                  layers.outer_format, node->drv->format_name,
+                                  node->file->filename)
+                : g_strdup(node->filename);
+        node = api_open_node_on(node, name, &outer, error);
+    }
     if (node && layers.blkdebug_rules) { /* json-name.c invariant 14 */
         node = blk_open_faulty_over(layers.blkdebug_rules, node);
         if (!node) {

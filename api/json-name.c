@@ -90,6 +90,12 @@
  *     data file's is refused.
  * 14. "driver": "blkdebug" is QEMU's blkdebug node as the image, read by
  *     json-blkdebug.c (its invariant 5); only the caller's own name takes it.
+ * 15. A format over a format ("driver": F, "file": {"driver": G, ...}, G a
+ *     format: an image stored as the guest data of another, QEMU's 072
+ *     and 120) is G's layer opened from the "file" options, then F over
+ *     that node (ApiOpenLayers.outer_format, qimg_image_open).  F takes
+ *     only the node options (read-only, cache.*: both layers'); any other
+ *     option of F's is refused by name.  One level, the caller's own name.
  */
 #include "api/api.h"
 
@@ -120,6 +126,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     g_clear_pointer(&l->backing_keys, g_ptr_array_unref);
     blk_rbd_location_clear(&l->rbd);
     g_clear_pointer(&l->blkdebug_rules, g_free);
+    g_clear_pointer(&l->outer_format, g_free);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a
@@ -437,6 +444,52 @@ static gboolean apply_rbd(GHashTable *flat, BlkOpenOptions *o, char **path,
     return TRUE;
 }
 
+static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
+                      const ApplyHow *how, GError **error);
+
+static bool is_format(const char *name)
+{
+    const BlkDriver *drv = blk_find_format(name);
+    return drv && !drv->is_protocol;
+}
+
+/* Invariant 15: the lower format's options onto *o and *path, the upper
+ * format's name into the layers. */
+static gboolean format_over_format(GHashTable *flat, const char *driver,
+                                   BlkOpenOptions *o, char **path, const ApplyHow *how,
+                                   GError **error)
+{
+    g_autoptr(GHashTable) child =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GList) keys =
+        g_list_sort(g_hash_table_get_keys(flat), (GCompareFunc)strcmp);
+
+    if (how->layers->outer_format) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP, "qimg opens one format over a format");
+        return FALSE;
+    }
+    for (GList *l = keys; l; l = l->next) {
+        const char *key = l->data, *value = g_hash_table_lookup(flat, key);
+        if (g_str_has_prefix(key, "file.")) {
+            g_hash_table_insert(child, g_strdup(key + strlen("file.")), g_strdup(value));
+        } else if (api_node_option(key)) { /* both layers', unless file.KEY */
+            g_autofree char *lower = g_strconcat("file.", key, NULL);
+            if (!g_hash_table_contains(flat, lower)) {
+                g_hash_table_insert(child, g_strdup(key), g_strdup(value));
+            }
+        } else if (strcmp(key, "driver") != 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "qimg takes no option '%s' of a format over a format", key);
+            return FALSE;
+        }
+    }
+    how->layers->outer_format = g_strdup(driver);
+    if (o->format && strcmp(o->format, driver) == 0) {
+        o->format = NULL; /* the lower layer's driver */
+    }
+    return apply(child, o, path, how, error);
+}
+
 /* Invariants 1-8: flat onto *o and *path, as how says. */
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                       const ApplyHow *how, GError **error)
@@ -528,6 +581,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         }
         file = dbg_name;
         fdrv = NULL;
+    }
+    if (!from_image && layers && fdrv && driver && is_format(fdrv) && is_format(driver)) {
+        return format_over_format(flat, driver, o, path, how, error); /* inv. 15 */
     }
     if (fdrv && strcmp(fdrv, "file") != 0) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
