@@ -47,6 +47,7 @@
 #define QCOW2_DEFAULT_L2_CACHE_MAX (32u * 1024 * 1024)
 #define QCOW2_MIN_L2_CACHE_ENTRIES 2u
 #define QCOW2_MIN_REFCOUNT_CACHE_ENTRIES 4u
+#define QCOW2_DEFAULT_CACHE_CLEAN_INTERVAL 600u /* seconds, QEMU's on Linux */
 
 /* ---- mapping ---- */
 
@@ -166,6 +167,7 @@ typedef struct Qcow2State {
     Qcow2Cache *l2_cache;       /* [lock] */
     Qcow2FastMap *fastmap;      /* [open] the lock-free request path (fastmap.c) */
     Qcow2Cache *refcount_cache; /* [lock] */
+    struct Qcow2Clean *clean;   /* [open] cache-clean-interval timer, or NULL */
 
     BlkNode *data_file;     /* [open] external data file node (owned), or NULL */
     bool data_file_skipped; /* [open] the header names one; not opened (qcow2.c inv 11) */
@@ -296,6 +298,16 @@ int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
 /* Load a table of 'count' 64-bit big-endian entries into host order. */
 int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out);
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes);
+
+/* ---- clean.c: the cache-clean-interval timer (clean.c invariants) ---- */
+typedef struct Qcow2Clean Qcow2Clean;
+/* NULL for interval 0 (never); the thread starts at the first miss. */
+Qcow2Clean *qcow2_clean_new(Qcow2State *s, uint64_t interval);
+void qcow2_clean_arm_locked(Qcow2State *s);
+/* Stops and frees it (lock not held); NULL is fine. */
+void qcow2_clean_stop(Qcow2Clean *c);
+/* The caches' read hook: the table from the image file; arms the timer. */
+int qcow2_cache_read_file(void *opaque, uint64_t offset, void *buf, size_t len);
 
 /* ---- crypt.c: guest data to and from the data node (crypt.c inv. 1) ---- */
 
