@@ -753,6 +753,15 @@ int qcow2_bitmaps_begin_write_locked(Qcow2State *s);
 /* A request about to write guest bytes [offset, +bytes) (lock-free). */
 void qcow2_bitmaps_note(Qcow2State *s, uint64_t offset, uint64_t bytes);
 int qcow2_bitmaps_store_locked(Qcow2State *s);
+/* bitmap-ops.c invariant 5: bm (entry index of the directory in force)
+ * gets new data clusters and a new table holding its bits as on disk (or
+ * none: zero, or a bitmap being added, table_offset 0); its old table is
+ * appended to old (freed after the switch), the new one to fresh (freed
+ * if the switch fails). */
+int qcow2_bitmap_restore_locked(Qcow2State *s, Qcow2Bitmap *bm, uint32_t index, bool zero,
+                                GArray *old, GArray *fresh);
+/* Free the tables of a GArray of Qcow2Bitmap, with their data. */
+void qcow2_bitmap_drop_tables_locked(Qcow2State *s, GArray *tables);
 void qcow2_bitmaps_retire_locked(Qcow2State *s);
 void qcow2_bitmaps_free(Qcow2State *s);
 int qcow2_bitmap_extents(BlkNode *img, const char *name, GArray **out);
