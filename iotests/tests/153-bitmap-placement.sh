@@ -13,32 +13,7 @@
 requires qimg qemu-img qemu-io python3
 
 layout() {
-    python3 - "$1" <<'PY'
-import struct, sys
-d = open(sys.argv[1], "rb").read()
-cs = 1 << struct.unpack(">I", d[20:24])[0]
-rt = struct.unpack(">Q", d[48:56])[0]
-print("length", len(d))
-off = struct.unpack(">I", d[100:104])[0]
-while True:
-    t, l = struct.unpack(">II", d[off:off + 8])
-    if t == 0:
-        break
-    if t == 0x23852875:
-        nb, _, dsz, doff = struct.unpack(">IIQQ", d[off + 8:off + 32])
-        print("directory", doff, dsz)
-        p = doff
-        for _ in range(nb):
-            to, ts, fl, ty, gb, nl, el = struct.unpack(">QIIBBHI", d[p:p + 24])
-            name = d[p + 24 + el:p + 24 + el + nl].decode()
-            ents = struct.unpack(">%dQ" % ts, d[to:to + 8 * ts])
-            print("bitmap", name, "flags", fl, "table", to, ts, [e for e in ents if e])
-            p += (24 + el + nl + 7) // 8 * 8
-    off += 8 + (l + 7) // 8 * 8
-for i in range(len(d) // cs + 1):
-    rb = struct.unpack(">Q", d[rt + 8 * (i // (cs // 2)):][:8])[0]
-    print("cluster", i, "refcount", struct.unpack(">H", d[rb + 2 * (i % (cs // 2)):][:2])[0])
-PY
+    python3 "$IOTESTS_DIR/tests/020-qcow2edit.py" "$1" layout
 }
 
 "$QEMU_IMG" create -q -f qcow2 q.qcow2 64M
