@@ -10,7 +10,7 @@
  *
  * Invariant (cited as "mutex.h invariant 1"): a GMutex of qimg is taken,
  * dropped and waited on only through mutex_lock(), mutex_trylock(),
- * mutex_unlock() and mutex_cond_wait().
+ * mutex_unlock(), mutex_cond_wait() and mutex_cond_wait_until().
  */
 #ifndef QIMG_AIO_MUTEX_H
 #define QIMG_AIO_MUTEX_H
@@ -78,6 +78,23 @@ static inline void mutex_cond_wait(GCond *c, GMutex *m)
     __tsan_mutex_pre_lock(m, 0);
     __tsan_mutex_post_lock(m, 0, 0);
 #endif
+}
+
+/* g_cond_wait_until(): as mutex_cond_wait(), until end_time (the monotonic
+ * clock, g_get_monotonic_time()); false when that time passed. */
+static inline bool mutex_cond_wait_until(GCond *c, GMutex *m, gint64 end_time)
+{
+    bool signalled;
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_unlock(m, 0);
+    __tsan_mutex_post_unlock(m, 0);
+#endif
+    signalled = g_cond_wait_until(c, m, end_time);
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_lock(m, 0);
+    __tsan_mutex_post_lock(m, 0, 0);
+#endif
+    return signalled;
 }
 
 #endif

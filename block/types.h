@@ -130,6 +130,10 @@ typedef struct BlkOpenOptions {
      * (its alignment limit, block/limits.c); 0: none.  Only the node the caller names
      * takes it. */
     uint64_t blkdebug_align;
+    /* qcow2's cache-clean-interval in seconds, when _set (else QEMU's
+     * default, qcow2/clean.c); checked by the driver ("too big") */
+    bool cache_clean_interval_set;
+    uint64_t cache_clean_interval;
 } BlkOpenOptions;
 
 /* qemu-img create: "options" are -o key=value pairs (char* -> char*). */

@@ -27,31 +27,21 @@
  *     added is maintained from then on.  Messages are qemu-img's ("Bitmap already exists:
  * NAME", "Dirty bitmap 'NAME' not found", "Granularity must be power of 2 and at least
  * 512", v2: "Cannot store dirty bitmaps in qcow2 v2 files").
+ *  5. Placement is qemu-img's, which stores every bitmap it loaded when it
+ *     closes the image: each consistent dirty-tracking bitmap without
+ *     extra data, in directory order (an added one last), gets new data
+ *     clusters (its non-zero ones, in order; none for a cleared or added
+ *     one) and then a new table; then the directory; tables and the
+ *     directory are written with their own length, not padded to the
+ *     cluster (so the file may end inside its last cluster, as QEMU's).
+ *     After the switch the old tables and their data are freed.  remove
+ *     is QEMU's two steps: a switch to the directory without the bitmap
+ *     (whose clusters are then freed), then the store of the rest.
  */
 #include "qcow2/qcow2.h"
 
 #include <errno.h>
 #include <string.h>
-
-/* Clusters [offset, +bytes) freshly allocated and zeroed: a table. */
-static int64_t new_zero_table_locked(Qcow2State *s, uint64_t entries)
-{
-    uint64_t bytes = ROUND_UP(entries * 8, s->cluster_size);
-    g_autofree uint8_t *zeros = g_malloc0(bytes);
-    int64_t off = qcow2_alloc_clusters_locked(s, bytes >> s->cluster_bits);
-    int ret;
-
-    if (off <= 0) {
-        return off < 0 ? off : -EIO;
-    }
-    ret = qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, 0, (uint64_t)off, zeros,
-                                      bytes, false);
-    if (ret < 0) {
-        qcow2_free_clusters_locked(s, (uint64_t)off, bytes); /* never linked */
-        return ret;
-    }
-    return off;
-}
 
 /* Invariant 2: what bm's table references, and the table itself. */
 void qcow2_bitmap_free_data_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_t index)
@@ -63,8 +53,9 @@ void qcow2_bitmap_free_data_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_
     if (qcow2_bitmap_table_read(&src, bm, index, &bimg, QCOW2_BITMAP_OPEN, &t) == 0) {
         for (uint32_t i = 0; i < bm->table_size; i++) {
             uint64_t off = t[i] & QCOW2_BTE_OFFSET_MASK;
-            if (off) {
-                qcow2_free_clusters_locked(s, off, s->cluster_size);
+            if (off) { /* QEMU gives bitmap data back to the file always */
+                qcow2_free_clusters_as_locked(s, off, s->cluster_size,
+                                              QCOW2_DISCARD_ALWAYS);
             }
         }
     } else {
@@ -100,14 +91,14 @@ int qcow2_bitmap_switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
             return blk_error(EFBIG, "The bitmap directory would exceed 64 MiB");
         }
         alloc = ROUND_UP(size, s->cluster_size);
-        buf = g_malloc0(alloc);
+        buf = g_malloc0(size);
         qcow2_bitmap_dir_encode(dir->bms, dir->nb, buf);
         off = qcow2_alloc_clusters_locked(s, alloc >> s->cluster_bits);
         if (off <= 0) {
             return off < 0 ? (int)off : -EIO;
         }
         ret = qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, 0, (uint64_t)off, buf,
-                                          alloc, false);
+                                          size, false); /* invariant 5 */
         if (ret < 0) {
             qcow2_free_clusters_locked(s, (uint64_t)off, alloc);
             return ret;
@@ -130,13 +121,39 @@ int qcow2_bitmap_switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir)
     return 0;
 }
 
+/* Invariant 5: every bitmap qemu-img would have loaded gets new clusters
+ * (the one at index zeroed: -1 none), then the switch to dir; what the old
+ * directory alone referenced is freed after it. */
+static int store_all_locked(Qcow2State *s, Qcow2BitmapDir *dir, int zeroed)
+{
+    g_autoptr(GArray) old = g_array_new(FALSE, TRUE, sizeof(Qcow2Bitmap));
+    g_autoptr(GArray) fresh = g_array_new(FALSE, TRUE, sizeof(Qcow2Bitmap));
+    int ret = 0;
+
+    for (uint32_t i = 0; i < dir->nb && ret == 0; i++) {
+        Qcow2Bitmap *bm = &dir->bms[i];
+        if ((bm->flags & QCOW2_BITMAP_IN_USE) || bm->extra_data_size ||
+            bm->type != QCOW2_BITMAP_TYPE_DIRTY_TRACKING) {
+            continue; /* QEMU leaves an inconsistent bitmap as it is */
+        }
+        ret = qcow2_bitmap_restore_locked(s, bm, i, (int)i == zeroed, old, fresh);
+    }
+    if (ret == 0 && fresh->len == 0) {
+        return 0; /* QEMU writes nothing when it stores no bitmap */
+    }
+    if (ret == 0) {
+        ret = qcow2_bitmap_switch_dir_locked(s, dir); /* invariant 1 */
+    }
+    qcow2_bitmap_drop_tables_locked(s, ret == 0 ? old : fresh); /* invariant 2 */
+    return ret;
+}
+
 int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity)
 {
     Qcow2State *s = img->opaque;
     Qcow2BitmapDir dir = {0};
     Qcow2Bitmap dropped = {0}, added = {0};
-    bool drop = false;
-    int i, ret;
+    int i, zeroed = -1, ret;
 
     if (s->qcow_version < 3) {
         return blk_error(ENOTSUP, "Cannot store dirty bitmaps in qcow2 v2 files");
@@ -157,7 +174,6 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
         uint64_t g = granularity
                          ? granularity
                          : MIN(MAX(s->cluster_size, (uint64_t)4096), (uint64_t)65536);
-        int64_t t;
         if (i >= 0) {
             ret = blk_error(EEXIST, "Bitmap already exists: %s", name);
             goto out;
@@ -177,14 +193,8 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
         added.granularity_bits = (uint8_t)__builtin_ctzll(g);
         added.table_size = (uint32_t)qcow2_bitmap_table_size_for(
             img->size, added.granularity_bits, s->cluster_bits);
-        t = new_zero_table_locked(s, added.table_size);
-        if (t < 0) {
-            ret = (int)t;
-            goto out;
-        }
-        added.table_offset = (uint64_t)t;
         added.type = QCOW2_BITMAP_TYPE_DIRTY_TRACKING;
-        added.flags = QCOW2_BITMAP_AUTO; /* invariant 4 */
+        added.flags = QCOW2_BITMAP_AUTO; /* invariant 4; its table: invariant 5 */
         added.name_size = (uint16_t)strlen(name);
         added.name = g_strdup(name);
         dir.bms = g_renew(Qcow2Bitmap, dir.bms, dir.nb + 1);
@@ -197,40 +207,34 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
                (ret = qcow2_bitmap_check_consistent(&dir.bms[i])) < 0) {
         goto out; /* invariant 3 */
     } else if (op == BLK_BITMAP_REMOVE) {
+        /* invariant 5: QEMU's first step, the directory without it */
         dropped = dir.bms[i];
         memmove(&dir.bms[i], &dir.bms[i + 1],
                 (dir.nb - (uint32_t)i - 1) * sizeof(*dir.bms));
         dir.nb--;
-        drop = true;
-    } else if (op == BLK_BITMAP_CLEAR) {
-        int64_t t = new_zero_table_locked(s, dir.bms[i].table_size);
-        if (t < 0) {
-            ret = (int)t;
+        ret = qcow2_bitmap_switch_dir_locked(s, &dir); /* invariant 1 */
+        if (ret == 0) {
+            qcow2_bitmap_free_data_locked(s, &dropped, (uint32_t)i); /* inv. 2 */
+        }
+        qcow2_bitmap_clear(&dropped);
+        if (ret < 0) {
             goto out;
         }
-        dropped = dir.bms[i];
-        dropped.name = NULL;
-        dropped.extra_data = NULL;
-        dir.bms[i].table_offset = (uint64_t)t;
-        drop = true;
+    } else if (op == BLK_BITMAP_CLEAR) {
+        zeroed = i;
     } else if (op == BLK_BITMAP_ENABLE) {
         dir.bms[i].flags |= QCOW2_BITMAP_AUTO;
     } else {
         dir.bms[i].flags &= ~(uint32_t)QCOW2_BITMAP_AUTO;
     }
-    ret = qcow2_bitmap_switch_dir_locked(s, &dir); /* invariant 1 */
-    if (ret == 0 && drop) {
-        qcow2_bitmap_free_data_locked(s, &dropped,
-                                      (uint32_t)(i < 0 ? 0 : i)); /* inv. 2 */
+    if (op != BLK_BITMAP_REMOVE || dir.nb > 0) {
+        ret = store_all_locked(s, &dir, zeroed); /* invariants 1, 2, 5 */
     }
     if (ret == 0) {
         qcow2_bitmaps_retire_locked(s); /* invariant 4 */
         ret = qcow2_flush_all_locked(s);
     }
 out:
-    if (drop && op == BLK_BITMAP_REMOVE) {
-        qcow2_bitmap_clear(&dropped);
-    }
     qcow2_bitmap_dir_free(&dir);
     qcow2_unlock(s);
     return ret;

@@ -201,9 +201,11 @@ static int write_bits_locked(Qcow2State *s, const Qcow2DirtyBits *b, uint64_t *t
         ret = off <= 0 ? (off < 0 ? (int)off : -EIO) : 0;
     }
     if (ret == 0) {
+        /* QEMU writes the table's own bytes: the file may end inside its
+         * last cluster */
         qcow2_bitmap_table_encode(table, b->nchunks, tbuf);
         ret = qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, 0, (uint64_t)off, tbuf,
-                                          tbytes, false);
+                                          (uint64_t)b->nchunks * 8, false);
         if (ret < 0) {
             qcow2_free_clusters_locked(s, (uint64_t)off, tbytes);
         }
@@ -220,14 +222,17 @@ static int write_bits_locked(Qcow2State *s, const Qcow2DirtyBits *b, uint64_t *t
     return 0;
 }
 
-/* Give bm the table of b; old gets what the switch frees afterwards. */
+/* Give bm the table of b; old gets what the switch frees afterwards (a
+ * bitmap being added has none). */
 static int replace_table_locked(Qcow2State *s, Qcow2Bitmap *bm, const Qcow2DirtyBits *b,
                                 GArray *old)
 {
     uint64_t t;
     int ret = write_bits_locked(s, b, &t);
 
-    if (ret == 0) {
+    if (ret == 0 && bm->table_offset == 0) {
+        bm->table_offset = t;
+    } else if (ret == 0) {
         Qcow2Bitmap was = {.table_offset = bm->table_offset,
                            .table_size = bm->table_size,
                            .granularity_bits = bm->granularity_bits};
@@ -237,9 +242,42 @@ static int replace_table_locked(Qcow2State *s, Qcow2Bitmap *bm, const Qcow2Dirty
     return ret;
 }
 
+static void note_fresh(GArray *fresh, const Qcow2Bitmap *bm)
+{
+    g_array_append_val(fresh, *bm);
+    g_array_index(fresh, Qcow2Bitmap, fresh->len - 1).name = NULL;
+    g_array_index(fresh, Qcow2Bitmap, fresh->len - 1).extra_data = NULL;
+}
+
+int qcow2_bitmap_restore_locked(Qcow2State *s, Qcow2Bitmap *bm, uint32_t index, bool zero,
+                                GArray *old, GArray *fresh)
+{
+    const Qcow2BitmapSource src = qcow2_bitmap_source(s);
+    const Qcow2BitmapImage bimg = qcow2_bitmap_image(s);
+    g_autofree uint64_t *table = NULL;
+    Qcow2DirtyBits *b = qcow2_dirty_bits_new(s->img->size, bm->granularity_bits,
+                                             s->cluster_bits, bm->table_size);
+    int ret = 0;
+
+    if (!zero && bm->table_offset) {
+        ret = qcow2_bitmap_table_read(&src, bm, index, &bimg, QCOW2_BITMAP_OPEN, &table);
+        if (ret == 0) {
+            ret = qcow2_dirty_bits_load(b, s->img->file, table);
+        }
+    }
+    if (ret == 0) {
+        ret = replace_table_locked(s, bm, b, old);
+    }
+    if (ret == 0) {
+        note_fresh(fresh, bm);
+    }
+    qcow2_dirty_bits_free(b);
+    return ret;
+}
+
 /* Invariant 3: tables no directory in force references any more (the old
  * ones after the switch, the new ones after a failure), with their data. */
-static void drop_tables_locked(Qcow2State *s, GArray *tables)
+void qcow2_bitmap_drop_tables_locked(Qcow2State *s, GArray *tables)
 {
     for (guint i = 0; i < tables->len; i++) {
         qcow2_bitmap_free_data_locked(s, &g_array_index(tables, Qcow2Bitmap, i), i);
@@ -280,9 +318,7 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
                 __atomic_store_n(&d->bits[k]->changed, 1, __ATOMIC_SEQ_CST);
                 break;
             }
-            g_array_append_val(fresh, *bm);
-            g_array_index(fresh, Qcow2Bitmap, fresh->len - 1).name = NULL;
-            g_array_index(fresh, Qcow2Bitmap, fresh->len - 1).extra_data = NULL;
+            note_fresh(fresh, bm);
         }
         bm->flags &= ~(uint32_t)QCOW2_BITMAP_IN_USE;
     }
@@ -291,12 +327,12 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
     }
     if (ret < 0) {
         /* the old directory is in force: the new tables are unreferenced */
-        drop_tables_locked(s, fresh);
+        qcow2_bitmap_drop_tables_locked(s, fresh);
         for (uint32_t k = 0; k < d->n; k++) {
             __atomic_store_n(&d->bits[k]->changed, 1, __ATOMIC_SEQ_CST);
         }
     } else {
-        drop_tables_locked(s, old);
+        qcow2_bitmap_drop_tables_locked(s, old);
         s->bitmaps_in_use = false; /* the next write marks them again */
     }
     qcow2_bitmap_dir_free(&dir);
@@ -443,7 +479,7 @@ int qcow2_bitmap_merge(BlkNode *img, const char *name, const BlkRange *r, size_t
             }
         }
         if (ret == 0) {
-            drop_tables_locked(s, old);
+            qcow2_bitmap_drop_tables_locked(s, old);
             qcow2_bitmaps_retire_locked(s);
             ret = qcow2_flush_all_locked(s);
         }

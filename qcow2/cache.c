@@ -24,6 +24,10 @@
  *     its newest reference needs durable) is met by ops.is_durable.
  *  5. Memory is bounded: at most max_entries tables of table_size bytes,
  *     allocated on first use.
+ *  6. Cleaning (QEMU's cache-clean-interval, clean.c) frees the memory of
+ *     the entries nobody took since the previous cleaning, except those
+ *     referenced (invariant 2) or dirty (invariant 3): a later get reads
+ *     the table again.
  *
  * The LRU order is an intrusive doubly linked list: head = most recently
  * used, tail = least recently used; eviction walks from the tail.
@@ -44,6 +48,7 @@ struct Qcow2CacheEntry {
     unsigned ref;
     bool valid;
     bool dirty;
+    bool used;                    /* taken since the last cleaning (inv. 6) */
     uint64_t need_gen;            /* invariant 4: durable before this entry is written */
     Qcow2CacheEntry *prev, *next; /* LRU list */
 };
@@ -239,6 +244,7 @@ int qcow2_cache_get_locked(Qcow2Cache *c, uint64_t offset, void **table)
         g_hash_table_insert(c->by_offset, &e->offset, e);
     }
     e->ref++;
+    e->used = true;
     lru_unlink(c, e);
     lru_push_head(c, e);
     *table = e->data;
@@ -264,6 +270,7 @@ int qcow2_cache_get_empty_locked(Qcow2Cache *c, uint64_t offset, void **table)
     e->dirty = false;
     e->need_gen = 0;
     e->ref++;
+    e->used = true;
     lru_unlink(c, e);
     lru_push_head(c, e);
     *table = e->data;
@@ -276,6 +283,7 @@ void qcow2_cache_put_locked(Qcow2Cache *c, void **table)
 
     g_assert(e && e->ref > 0);
     e->ref--;
+    e->used = true; /* invariant 6: used until the reference ended */
     *table = NULL;
 }
 
@@ -353,6 +361,28 @@ void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
     e->need_gen = 0;
     lru_unlink(c, e);
     lru_push_tail(c, e);
+}
+
+unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c)
+{
+    unsigned dropped = 0;
+
+    for (guint i = c->entries->len; i-- > 0;) {
+        Qcow2CacheEntry *e = c->entries->pdata[i];
+
+        if (e->used || e->ref > 0 || (e->valid && e->dirty)) {
+            e->used = false; /* invariant 6: kept, until the next cleaning */
+            continue;
+        }
+        if (e->valid) {
+            g_hash_table_remove(c->by_offset, &e->offset);
+        }
+        g_hash_table_remove(c->by_data, e->data);
+        lru_unlink(c, e);
+        g_ptr_array_remove_index_fast(c->entries, i); /* frees it */
+        dropped++;
+    }
+    return dropped;
 }
 
 bool qcow2_cache_holds_locked(const Qcow2Cache *c, uint64_t offset)

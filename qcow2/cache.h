@@ -69,6 +69,9 @@ int qcow2_cache_flush_locked(Qcow2Cache *c);
 /* Forget the table at offset (it was freed or must be re-read), dirty or
  * not; a table someone holds a reference to is kept. */
 void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
+/* Free the tables nobody took since the previous call, unless referenced
+ * or dirty (cache.c invariant 6); returns how many were freed. */
+unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c);
 /* True if some table is dirty (not yet written back). */
 bool qcow2_cache_has_dirty_locked(const Qcow2Cache *c);
 /* Is the table at offset in the cache (a get would do no I/O)? */

@@ -57,15 +57,9 @@ int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **
     return 0;
 }
 
-static int l2_cache_read(void *opaque, uint64_t offset, void *buf, size_t len)
-{
-    Qcow2State *s = opaque;
-    return blk_pread(s->img->file, offset, buf, len);
-}
-
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes)
 {
-    const Qcow2CacheOps ops = {.read = l2_cache_read,
+    const Qcow2CacheOps ops = {.read = qcow2_cache_read_file,
                                .write = qcow2_l2_cache_write,
                                .flush = qcow2_cache_flush_file,
                                .is_durable = qcow2_l2_cache_is_durable,

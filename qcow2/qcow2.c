@@ -33,9 +33,14 @@
  *     the whole image up to 32 MiB, refcount cache 4 clusters; the options
  *     cache-size (metadata_cache_size), l2-cache-size and
  *     refcount-cache-size are checked and split as QEMU's read_cache_sizes
- *     does, with its messages.  l2-cache-entry-size is checked as QEMU
- *     checks it; qimg caches whole L2 tables, so any other size than the
- *     cluster size is refused (QEMU's slices only save memory).
+ *     does, with its messages, and so are QEMU's limits ("L2 cache size
+ *     too big": more than INT_MAX entries of l2-cache-entry-size, QEMU's
+ *     4 KiB slices by default when the cache does not cover the image;
+ *     "Refcount cache size too big"; "Cache clean interval too big": more
+ *     than UINT_MAX seconds, default 600, clean.c).  l2-cache-entry-size
+ *     is checked as QEMU checks it; qimg caches whole L2 tables, so any
+ *     other size than the cluster size is refused after QEMU's checks
+ *     (QEMU's slices only save memory).
  *  6. A read-write open (not a snapshot view) makes the state writable and
  *     clears unknown autoclear bits on disk (meta.c); an image with the
  *     corrupt bit was already refused unless check_mode (header.c).
@@ -95,6 +100,7 @@ static void state_free(Qcow2State *s)
     if (!s) {
         return;
     }
+    qcow2_clean_stop(s->clean); /* clean.c invariant 3: before the caches go */
     qcow2_free_snapshots(s);
     qcow2_refcount_close(s);
     qcow2_cache_free(s->l2_cache);
@@ -161,12 +167,13 @@ static void set_geometry(Qcow2State *s)
     s->autoclear_features = h->autoclear_features;
 }
 
-/* qcow2.c invariant 5 (QEMU's read_cache_sizes): the L2 and refcount
- * cache sizes in bytes from opts (may be NULL); -EINVAL with QEMU's
- * message for a combination it refuses. */
+/* qcow2.c invariant 5 (QEMU's read_cache_sizes and the checks after it):
+ * the L2 and refcount cache sizes in bytes and the cache-clean-interval
+ * from opts (may be NULL); -EINVAL with QEMU's message for a combination
+ * it refuses. */
 static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
                        const BlkOpenOptions *opts, uint64_t *l2_bytes,
-                       uint64_t *refcount_bytes)
+                       uint64_t *refcount_bytes, uint64_t *clean_interval)
 {
     uint64_t max_l2_entries =
         virtual_size / s->cluster_size + (virtual_size % s->cluster_size != 0);
@@ -177,14 +184,17 @@ static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
         opts && (opts->metadata_cache_size_set || opts->metadata_cache_size);
     bool l2_set = opts && opts->l2_cache_size_set;
     bool rc_set = opts && opts->refcount_cache_size_set;
+    bool entry_set = opts && opts->l2_cache_entry_size_set;
     uint64_t combined = combined_set ? opts->metadata_cache_size : 0;
     uint64_t l2_setting = l2_set ? opts->l2_cache_size : QCOW2_DEFAULT_L2_CACHE_MAX;
-    uint64_t entry = opts && opts->l2_cache_entry_size_set ? opts->l2_cache_entry_size
-                                                           : s->cluster_size;
+    uint64_t entry = entry_set ? opts->l2_cache_entry_size : s->cluster_size;
 
     max_l2 = (max_l2 + s->cluster_size - 1) & ~(s->cluster_size - 1);
     *refcount_bytes = rc_set ? opts->refcount_cache_size : 0;
     *l2_bytes = MIN(max_l2, l2_setting);
+    *clean_interval = opts && opts->cache_clean_interval_set
+                          ? opts->cache_clean_interval
+                          : QCOW2_DEFAULT_CACHE_CLEAN_INTERVAL;
     if (combined_set) {
         if (l2_set && rc_set) {
             return blk_error(EINVAL, "cache-size, l2-cache-size and refcount-cache-size "
@@ -208,19 +218,32 @@ static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
             *l2_bytes = combined - *refcount_bytes;
         }
     }
+    if (*l2_bytes < max_l2 && !entry_set) {
+        entry = MIN(s->cluster_size, 4096); /* QEMU's slice when not all fits */
+    }
     if (entry < 512 || entry > s->cluster_size || (entry & (entry - 1)) != 0) {
         return blk_error(EINVAL,
                          "L2 cache entry size must be a power of two between 512 and "
                          "the cluster size (%" PRIu64 ")",
                          s->cluster_size);
     }
-    if (entry != s->cluster_size) {
+    /* QEMU counts cache entries in an int; the minimums (2 L2 entries, 4
+     * refcount blocks) are the caches' own */
+    if (*l2_bytes / entry > INT_MAX) {
+        return blk_error(EINVAL, "L2 cache size too big");
+    }
+    if (*refcount_bytes / s->cluster_size > INT_MAX) {
+        return blk_error(EINVAL, "Refcount cache size too big");
+    }
+    if (*clean_interval > UINT_MAX) {
+        return blk_error(EINVAL, "Cache clean interval too big");
+    }
+    if (entry_set && entry != s->cluster_size) {
         return blk_error(ENOTSUP,
                          "l2-cache-entry-size=%" PRIu64 " is not supported by qimg: it "
                          "caches whole L2 tables (the cluster size, %" PRIu64 ")",
                          entry, s->cluster_size);
     }
-    /* the minimums (2 L2 tables, 4 refcount blocks) are the caches' own */
     return 0;
 }
 
@@ -308,7 +331,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
     g_autofree uint8_t *cluster0 = NULL;
     Qcow2Header h;
-    uint64_t l2_bytes, refcount_bytes;
+    uint64_t l2_bytes, refcount_bytes, clean_interval;
     int64_t len;
     int ret;
 
@@ -386,11 +409,12 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     if (ret < 0) {
         return ret;
     }
-    ret = cache_sizes(s, img->size, opts, &l2_bytes, &refcount_bytes);
+    ret = cache_sizes(s, img->size, opts, &l2_bytes, &refcount_bytes, &clean_interval);
     if (ret < 0) {
         return ret;
     }
     qcow2_l2_cache_init(s, l2_bytes);
+    s->clean = qcow2_clean_new(s, clean_interval); /* clean.c invariant 1 */
     s->fastmap =
         qcow2_fastmap_new(s->cluster_bits, DIV_ROUND_UP(img->size, s->cluster_size));
     ret = qcow2_refcount_init(s, refcount_bytes);

@@ -47,6 +47,7 @@
 #define QCOW2_DEFAULT_L2_CACHE_MAX (32u * 1024 * 1024)
 #define QCOW2_MIN_L2_CACHE_ENTRIES 2u
 #define QCOW2_MIN_REFCOUNT_CACHE_ENTRIES 4u
+#define QCOW2_DEFAULT_CACHE_CLEAN_INTERVAL 600u /* seconds, QEMU's on Linux */
 
 /* ---- mapping ---- */
 
@@ -166,6 +167,7 @@ typedef struct Qcow2State {
     Qcow2Cache *l2_cache;       /* [lock] */
     Qcow2FastMap *fastmap;      /* [open] the lock-free request path (fastmap.c) */
     Qcow2Cache *refcount_cache; /* [lock] */
+    struct Qcow2Clean *clean;   /* [open] cache-clean-interval timer, or NULL */
 
     BlkNode *data_file;     /* [open] external data file node (owned), or NULL */
     bool data_file_skipped; /* [open] the header names one; not opened (qcow2.c inv 11) */
@@ -296,6 +298,16 @@ int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
 /* Load a table of 'count' 64-bit big-endian entries into host order. */
 int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out);
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes);
+
+/* ---- clean.c: the cache-clean-interval timer (clean.c invariants) ---- */
+typedef struct Qcow2Clean Qcow2Clean;
+/* NULL for interval 0 (never); the thread starts at the first miss. */
+Qcow2Clean *qcow2_clean_new(Qcow2State *s, uint64_t interval);
+void qcow2_clean_arm_locked(Qcow2State *s);
+/* Stops and frees it (lock not held); NULL is fine. */
+void qcow2_clean_stop(Qcow2Clean *c);
+/* The caches' read hook: the table from the image file; arms the timer. */
+int qcow2_cache_read_file(void *opaque, uint64_t offset, void *buf, size_t len);
 
 /* ---- crypt.c: guest data to and from the data node (crypt.c inv. 1) ---- */
 
@@ -743,6 +755,15 @@ int qcow2_bitmaps_begin_write_locked(Qcow2State *s);
 /* A request about to write guest bytes [offset, +bytes) (lock-free). */
 void qcow2_bitmaps_note(Qcow2State *s, uint64_t offset, uint64_t bytes);
 int qcow2_bitmaps_store_locked(Qcow2State *s);
+/* bitmap-ops.c invariant 5: bm (entry index of the directory in force)
+ * gets new data clusters and a new table holding its bits as on disk (or
+ * none: zero, or a bitmap being added, table_offset 0); its old table is
+ * appended to old (freed after the switch), the new one to fresh (freed
+ * if the switch fails). */
+int qcow2_bitmap_restore_locked(Qcow2State *s, Qcow2Bitmap *bm, uint32_t index, bool zero,
+                                GArray *old, GArray *fresh);
+/* Free the tables of a GArray of Qcow2Bitmap, with their data. */
+void qcow2_bitmap_drop_tables_locked(Qcow2State *s, GArray *tables);
 void qcow2_bitmaps_retire_locked(Qcow2State *s);
 void qcow2_bitmaps_free(Qcow2State *s);
 int qcow2_bitmap_extents(BlkNode *img, const char *name, GArray **out);

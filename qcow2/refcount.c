@@ -26,15 +26,9 @@
 #include <errno.h>
 #include <inttypes.h>
 
-static int refblock_cache_read(void *opaque, uint64_t offset, void *buf, size_t len)
-{
-    Qcow2State *s = opaque;
-    return blk_pread(s->img->file, offset, buf, len);
-}
-
 int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes)
 {
-    const Qcow2CacheOps ops = {.read = refblock_cache_read,
+    const Qcow2CacheOps ops = {.read = qcow2_cache_read_file,
                                .write = qcow2_refblock_cache_write,
                                .flush = qcow2_cache_flush_file,
                                .opaque = s};

@@ -1,7 +1,8 @@
 /*
  * tests/test-qcow2-cache.c: the LRU metadata cache (cache.c invariants
  * 1-5): hits and misses, LRU eviction, pinned entries, read errors, dirty
- * entries and the write-back ordering hooks.
+ * entries and the write-back ordering hooks; cleaning (invariant 6), by
+ * hand and by the qcow2 driver's cache-clean-interval timer (clean.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,8 +10,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "api/api.h"
 #include "block/block.h"
 #include "qcow2/cache.h"
+#include "qcow2/qcow2.h"
+#include "test-util.h"
 
 #include <errno.h>
 #include <string.h>
@@ -216,6 +220,94 @@ static void test_writeback_and_ordering(void **state)
     mock_free(m);
 }
 
+/* Invariant 6: what nobody took since the last cleaning goes, unless it
+ * is referenced or dirty; a later get reads it again. */
+static void test_clean_unused(void **state)
+{
+    Mock *m = mock_new();
+    Qcow2CacheOps ops = {.read = mock_read, .write = mock_write, .opaque = m};
+    Qcow2Cache *c = qcow2_cache_new(5, TS, &ops);
+    Qcow2CacheStats st;
+    void *held, *t;
+
+    for (uint64_t off = 1; off <= 4; off++) {
+        get_put(c, off);
+    }
+    assert_int_equal(qcow2_cache_clean_unused_locked(c), 0); /* all just used */
+    get_put(c, 1);
+    assert_int_equal(qcow2_cache_get_locked(c, 2, &held), 0);
+    assert_int_equal(qcow2_cache_get_locked(c, 3, &t), 0);
+    qcow2_cache_mark_dirty_locked(c, t);
+    qcow2_cache_put_locked(c, &t);
+    assert_int_equal(qcow2_cache_clean_unused_locked(c), 1); /* 4 */
+    assert_false(qcow2_cache_holds_locked(c, 4));
+    assert_int_equal(qcow2_cache_clean_unused_locked(c), 1); /* 1; 2 held, 3 dirty */
+    qcow2_cache_get_stats_locked(c, &st);
+    assert_int_equal(st.entries, 2);
+    assert_true(qcow2_cache_holds_locked(c, 2) && qcow2_cache_holds_locked(c, 3));
+    qcow2_cache_put_locked(c, &held);
+    assert_int_equal(qcow2_cache_flush_locked(c), 0);
+    assert_int_equal(qcow2_cache_clean_unused_locked(c), 1); /* 3, written back */
+    assert_int_equal(qcow2_cache_clean_unused_locked(c), 1); /* 2, used until put */
+    g_string_truncate(m->log, 0);
+    get_put(c, 1);
+    get_put(c, 3);
+    assert_string_equal(m->log->str, "r1 r3 ");
+    qcow2_cache_free(c);
+    mock_free(m);
+}
+
+static unsigned l2_entries(BlkNode *img)
+{
+    Qcow2State *s = img->opaque;
+    Qcow2CacheStats st;
+
+    qcow2_lock(s);
+    qcow2_cache_get_stats_locked(s->l2_cache, &st);
+    qcow2_unlock(s);
+    return st.entries;
+}
+
+/* clean.c invariants 1-3: cache-clean-interval=1 empties the L2 cache of
+ * an idle image; with 0 nothing runs.  No timing is asserted: the wait
+ * for the timer is bounded only so that a missing timer fails. */
+static void test_clean_timer(void **state)
+{
+    g_autofree char *p = tu_fresh("clean.qcow2");
+    g_autoptr(GError) err = NULL;
+    uint8_t buf[512];
+
+    tu_require_tool("qemu-io");
+    tu_run("qemu-img create -q -f qcow2 '%s' 1G", p);
+    tu_run("qemu-io -c 'write 0 64k' -c 'write 512M 64k' '%s' >/dev/null", p);
+    for (int interval = 0; interval <= 1; interval++) {
+        BlkOpenOptions o = {.cache_clean_interval_set = true,
+                            .cache_clean_interval = (uint64_t)interval};
+        BlkNode *img = api_open_node(p, &o, NULL, &err);
+        unsigned n = 0;
+
+        if (!img) {
+            fail_msg("open: %s", err->message);
+        }
+        assert_int_equal(blk_pread(img, 0, buf, sizeof(buf)), 0);
+        assert_int_equal(blk_pread(img, 512 << 20, buf, sizeof(buf)), 0);
+        assert_int_equal(l2_entries(img), 2);
+        if (interval == 0) {
+            assert_null(((Qcow2State *)img->opaque)->clean);
+        }
+        for (int i = 0; interval && i < 300 && (n = l2_entries(img)) != 0; i++) {
+            g_usleep(100 * 1000);
+        }
+        assert_int_equal(n, 0);
+        assert_int_equal(blk_pread(img, 512 << 20, buf, sizeof(buf)), 0);
+        assert_int_equal(buf[0], 0xcd); /* qemu-io's pattern, read again */
+        if (interval == 0) {
+            assert_int_equal(l2_entries(img), 2);
+        }
+        blk_close(img);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +315,8 @@ int main(void)
         cmocka_unit_test(test_pinned_and_errors),
         cmocka_unit_test(test_dirty_without_writeback),
         cmocka_unit_test(test_writeback_and_ordering),
+        cmocka_unit_test(test_clean_unused),
+        cmocka_unit_test(test_clean_timer),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests("qcow2-cache", tests);
 }

@@ -173,19 +173,7 @@ base bitmaps
 "$QEMU_IMG" bitmap --add cases/bitmaps.qcow2 b0
 "$QEMU_IMG" bitmap --add cases/bitmaps.qcow2 b1
 derive bitmaps-leak bitmaps
-dir_off=$(python3 - cases/bitmaps.qcow2 <<'EOF'
-import struct, sys
-d = open(sys.argv[1], 'rb').read(65536)
-off = struct.unpack('>I', d[100:104])[0]
-while True:
-    t, l = struct.unpack('>II', d[off:off + 8])
-    if t == 0:
-        break
-    if t == 0x23852875:
-        print(struct.unpack('>Q', d[off + 24:off + 32])[0])
-    off += 8 + ((l + 7) & ~7)
-EOF
-)
+dir_off=$("${EDIT[@]}" cases/bitmaps.qcow2 layout | awk '$1 == "directory" {print $2}')
 ed cases/bitmaps-leak.qcow2 setref $((dir_off / 65536)) 2
 
 # extended L2: an allocated cluster whose bitmap says allocated and zero

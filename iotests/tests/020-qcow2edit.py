@@ -19,6 +19,10 @@ Usage: 020-qcow2edit.py IMAGE COMMAND [ARGS...]; numbers may be hex (0x...).
                               L1 copy and snapshot table clusters
   snapfield INDEX FIELD [VALUE] print (or set) a field of snapshot entry INDEX:
                               l1_offset l1_size extra_size id_len name_len
+  layout                      print the file's length, the bitmap directory
+                              ("directory OFFSET SIZE"), each bitmap with its
+                              table and the table's non-zero entries, and the
+                              refcount of every cluster of the file
 """
 import struct
 import sys
@@ -122,6 +126,33 @@ class Image:
         self.f.truncate(end + n * self.cs)
         return end
 
+    def bitmap_directory(self):
+        """(offset, size, nb) of the bitmaps extension, or None."""
+        off = self.header_length
+        while True:
+            t, ln = struct.unpack('>II', self.read(off, 8))
+            if t == 0:
+                return None
+            if t == 0x23852875:
+                nb, _, dsz, doff = struct.unpack('>IIQQ', self.read(off + 8, 24))
+                return doff, dsz, nb
+            off += 8 + ((ln + 7) & ~7)
+
+    def layout(self):
+        print('length', self.file_size())
+        bd = self.bitmap_directory()
+        if bd:
+            p = bd[0]
+            print('directory', bd[0], bd[1])
+            for _ in range(bd[2]):
+                to, ts, fl, _, _, nl, el = struct.unpack('>QIIBBHI', self.read(p, 24))
+                name = self.read(p + 24 + el, nl).decode()
+                ents = struct.unpack('>%dQ' % ts, self.read(to, 8 * ts))
+                print('bitmap', name, 'flags', fl, 'table', to, ts, [e for e in ents if e])
+                p += (24 + el + nl + 7) // 8 * 8
+        for c in range((self.file_size() + self.cs - 1) // self.cs):
+            print('cluster', c, 'refcount', self.getref(c))
+
     def fake_snapshot(self, name, extra):
         # copy of the active L1
         l1 = self.read(self.l1_offset, self.l1_size * 8)
@@ -194,6 +225,8 @@ def main():
             img.write(off + o, struct.pack('>' + fmt, num(args[2])))
         else:
             print(struct.unpack('>' + fmt, img.read(off + o, struct.calcsize(fmt)))[0])
+    elif cmd == 'layout':
+        img.layout()
     else:
         raise SystemExit('unknown command ' + cmd)
 
