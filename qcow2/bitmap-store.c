@@ -38,8 +38,13 @@
  *     new clusters, everything is flushed, one synced header write
  *     switches to it, then the old tables and data are freed.  A power
  *     loss before the switch leaves the bitmaps in use (QEMU: "must not
- *     trust"), never wrong bits.  After a store the bits stay in memory and
- *     the next write marks the bitmaps in use again.
+ *     trust"), never wrong bits.  A store with no new bit in any
+ *     maintained bitmap (an open that wrote nothing, as before qemu-img
+ *     bitmap's operation) writes no cluster: it clears the in-use flags it
+ *     set (maintained and held bitmaps) in place, as invariant 1 set them,
+ *     so the operation places its clusters as qemu-img does (bitmap-ops.c
+ *     invariant 5).  After a store the bits stay in memory and the next
+ *     write marks the bitmaps in use again.
  *  4. An operation on the directory (bitmap-ops.c, merge) first stores,
  *     then retires the maintained set (dirty.c invariant 1); the next write
  *     loads the bitmaps anew from what the operation wrote.
@@ -105,10 +110,21 @@ static bool held(const Qcow2DirtySet *d, const char *name)
     return false;
 }
 
+/* Invariants 1 and 3: dir, its flags changed, over the directory in place. */
+static int write_dir_in_place_locked(Qcow2State *s, const Qcow2BitmapDir *dir)
+{
+    /* dir->size <= the directory's size (<= 64 MiB, header.c) */
+    g_autofree uint8_t *buf = g_malloc(dir->size);
+
+    qcow2_bitmap_dir_encode(dir->bms, dir->nb, buf);
+    return qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, QCOW2_OL_BITMAP_DIRECTORY,
+                                       s->ext.bitmaps.directory_offset, buf, dir->size,
+                                       true);
+}
+
 /* Invariant 1: mark the enabled and held bitmaps (policy RAW: all) in use. */
 static int mark_in_use_locked(Qcow2State *s, Qcow2BitmapDir *dir, bool all)
 {
-    g_autofree uint8_t *buf = NULL;
     bool changed = false;
 
     for (uint32_t i = 0; i < dir->nb; i++) {
@@ -119,15 +135,24 @@ static int mark_in_use_locked(Qcow2State *s, Qcow2BitmapDir *dir, bool all)
             changed = true;
         }
     }
-    if (!changed) {
-        return 0;
+    return changed ? write_dir_in_place_locked(s, dir) : 0;
+}
+
+/* Invariant 3: no new bits since the load or the last store: the flags
+ * the open set (maintained and held bitmaps) are cleared in place. */
+static int clear_in_use_locked(Qcow2State *s, Qcow2BitmapDir *dir)
+{
+    bool changed = false;
+
+    for (uint32_t i = 0; i < dir->nb; i++) {
+        if ((qcow2_dirty_set_find(s->dirty, dir->bms[i].name) >= 0 ||
+             held(s->dirty, dir->bms[i].name)) &&
+            (dir->bms[i].flags & QCOW2_BITMAP_IN_USE)) {
+            dir->bms[i].flags &= ~(uint32_t)QCOW2_BITMAP_IN_USE;
+            changed = true;
+        }
     }
-    /* dir->size <= the directory's size (<= 64 MiB, header.c) */
-    buf = g_malloc(dir->size);
-    qcow2_bitmap_dir_encode(dir->bms, dir->nb, buf);
-    return qcow2_write_metadata_locked(s, BLKEV_HEADER_UPDATE, QCOW2_OL_BITMAP_DIRECTORY,
-                                       s->ext.bitmaps.directory_offset, buf, dir->size,
-                                       true);
+    return changed ? write_dir_in_place_locked(s, dir) : 0;
 }
 
 int qcow2_bitmaps_begin_write_locked(Qcow2State *s)
@@ -301,6 +326,18 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     ret = qcow2_bitmap_dir_read(&src, &s->ext.bitmaps, &bimg, QCOW2_BITMAP_OPEN, &dir);
     if (ret < 0) {
+        return ret;
+    }
+    bool any = false; /* read after the fence (invariant 2) */
+    for (uint32_t k = 0; k < d->n; k++) {
+        any = any || __atomic_load_n(&d->bits[k]->changed, __ATOMIC_SEQ_CST);
+    }
+    if (!any) { /* invariant 3: nothing new to write */
+        ret = clear_in_use_locked(s, &dir);
+        if (ret == 0) {
+            s->bitmaps_in_use = false;
+        }
+        qcow2_bitmap_dir_free(&dir);
         return ret;
     }
     for (uint32_t i = 0; i < dir.nb && ret == 0; i++) {
