@@ -103,6 +103,14 @@
  *     written, as encrypted zeros: zeroed ciphertext is not zeroed
  *     plaintext, so neither the file grown ahead (grow.c invariant 2) nor a
  *     zero write without fallback stands in for them.
+ * 16. Clusters written in place and clusters reused with a new entry
+ *     (CHUNK_REUSE: a preallocated zero cluster, new subclusters) that
+ *     follow each other on the host form one chunk, so one data write
+ *     (QEMU issues one write_aio there: its 066); the chunk is REUSE and
+ *     its link rewrites the in-place clusters' entries as they were
+ *     (host | COPIED, the same bitmap).  A cluster written in place at
+ *     either end of it gets no COW part (it keeps its data).  Fresh
+ *     clusters never join them: they are allocated in one contiguous run.
  */
 #include "qcow2/qcow2.h"
 
@@ -291,6 +299,7 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
     const uint64_t max_bytes = UINT64_C(64) << 20;
     uint64_t cs = s->cluster_size, l2_index, l2_offset, max_nb;
     uint8_t *l2 = NULL;
+    bool in_place_first = false, in_place_last = false; /* invariant 16 */
     int ret;
 
     memset(c, 0, sizeof(*c));
@@ -328,17 +337,21 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         if (i == 0) {
             c->kind = k;
             c->host = e & QCOW2_L2E_OFFSET_MASK;
-        } else if (k != c->kind || k == CHUNK_REUSE ||
-                   (k == CHUNK_IN_PLACE &&
+        } else if ((k == CHUNK_FRESH) != (c->kind == CHUNK_FRESH) ||
+                   (k != CHUNK_FRESH &&
                     (e & QCOW2_L2E_OFFSET_MASK) != c->host + (i << s->cluster_bits))) {
-            break;
+            break; /* invariant 16: in place and reused clusters join when contiguous */
+        }
+        if (k == CHUNK_REUSE) {
+            c->kind = CHUNK_REUSE;
+        }
+        in_place_last = k == CHUNK_IN_PLACE;
+        if (i == 0) {
+            in_place_first = in_place_last;
         }
         c->old_entry[i] = e;
         c->new_bitmap[i] = bm;
         c->nb = i + 1;
-        if (k == CHUNK_REUSE) {
-            break;
-        }
     }
 
     /* Bytes to write: the request's part, widened by COW (invariant 7). */
@@ -352,6 +365,10 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
         uint64_t a = i == 0 ? pos - gc : 0, b = MIN(c->wend - gc, cs);
         plan_cluster(s, c->old_entry[i], c->new_bitmap[i], c->kind == CHUNK_FRESH, a, b,
                      &bm, &fa, &fb);
+        if ((i == 0 && in_place_first) || (i == c->nb - 1 && in_place_last)) {
+            fa = a; /* invariant 16: a cluster written in place needs no COW */
+            fb = b;
+        }
         c->new_bitmap[i] = bm;
         if (i == 0) {
             c->fstart = gc + fa;

@@ -73,9 +73,21 @@ static void read_check(Worker *w, uint64_t off, uint64_t len, bool sliced)
 {
     Shared *sh = w->sh;
     uint64_t slice = sh->cs / NTHREADS;
-    g_autofree uint8_t *buf = g_malloc(len);
-    int ret = blk_pread(sh->img, off, buf, len);
+    g_autofree uint8_t *buf = NULL;
+    int ret;
 
+    uint64_t own = sh->shared_end + (uint64_t)w->id * sh->private_size;
+
+    /* A sliced read stays in the shared region, any other in the thread's
+     * private clusters: past them the bytes are another thread's, which it
+     * may be writing at this moment (so the model says nothing of them). */
+    if (sliced ? off + len > sh->shared_end
+               : off < own || off + len > own + sh->private_size) {
+        fail_worker(w, "read outside the bytes the thread checks", off, len, -1);
+        return;
+    }
+    buf = g_malloc(len);
+    ret = blk_pread(sh->img, off, buf, len);
     if (ret < 0) {
         fail_worker(w, "read", off, len, ret);
         return;
@@ -124,9 +136,9 @@ static gpointer worker_main(gpointer opaque)
             }
         } else if (kind < 55) { /* read across the others' slices */
             uint64_t c = g_rand_int_range(r, 0, (gint32)nslices);
-            uint64_t len = MIN(sh->shared_end - c * sh->cs,
-                               (uint64_t)g_rand_int_range(r, 1, 4) * sh->cs);
-            read_check(w, c * sh->cs, len, true);
+            uint64_t want = (uint64_t)g_rand_int_range(r, 1, 4) * sh->cs;
+            /* one draw: MIN() evaluates its arguments twice */
+            read_check(w, c * sh->cs, MIN(sh->shared_end - c * sh->cs, want), true);
         } else if (kind < 97) { /* private clusters */
             uint64_t len = g_rand_int_range(r, 1, (gint32)MIN(MB(1), sh->private_size));
             uint64_t off =
