@@ -12,6 +12,8 @@
  *  3. The sticky error is the first error any task returned (by completion time).
  *  4. A task function owns its opaque; when pool_submit() fails, the task was
  *     not queued and the caller still owns it.
+ *  7. pool_run_unclaimed() takes a task only while nqueued > task_wakes: the
+ *     first task_wakes queued tasks are left to the workers woken for them.
  *
  * Internal bookkeeping (kept under Pool.lock):
  *  - Each condition variable has a count of the threads waiting on it, kept
@@ -93,6 +95,17 @@ static void pool_wait_locked(Pool *p, GCond *cond, unsigned *waiters)
     (*waiters)--;
 }
 
+/* Called with p->lock held and a task queued: dequeue the oldest. */
+static PoolTask pool_pop_locked(Pool *p)
+{
+    PoolTask t = p->ring[p->head]; /* invariant 1: the oldest is started first */
+
+    g_assert(p->nqueued > 0);
+    p->head = (p->head + 1) % p->cap;
+    p->nqueued--;
+    return t;
+}
+
 /* Called with p->lock held; returns false once stopping and nothing is queued. */
 static bool pool_take_locked(Pool *p, PoolTask *out)
 {
@@ -105,10 +118,7 @@ static bool pool_take_locked(Pool *p, PoolTask *out)
     if (p->nqueued == 0) {
         return false;
     }
-    /* Invariant 1: the oldest queued task is started first. */
-    *out = p->ring[p->head];
-    p->head = (p->head + 1) % p->cap;
-    p->nqueued--;
+    *out = pool_pop_locked(p);
     return true;
 }
 
@@ -301,20 +311,20 @@ int pool_submit(Pool *p, PoolFunc fn, void *opaque)
     return ret;
 }
 
-bool pool_run_one(Pool *p)
+/* Invariants 6, 7: run the oldest queued task here; with unclaimed, only
+ * one that no woken worker is on its way to. */
+static bool pool_run_here(Pool *p, bool unclaimed)
 {
     PoolTask t;
     Pool *outer = pool_current;
     int ret;
 
     pool_lock(p);
-    if (p->nqueued == 0) {
+    if (p->nqueued == 0 || (unclaimed && p->nqueued <= p->task_wakes)) {
         pool_unlock(p);
         return false;
     }
-    t = p->ring[p->head]; /* invariant 1: the oldest first */
-    p->head = (p->head + 1) % p->cap;
-    p->nqueued--;
+    t = pool_pop_locked(p);
     pool_unlock(p);
     pool_current = p;
     ret = t.fn(t.opaque);
@@ -323,6 +333,16 @@ bool pool_run_one(Pool *p)
     pool_finish_locked(p, ret);
     pool_unlock(p);
     return true;
+}
+
+bool pool_run_one(Pool *p)
+{
+    return pool_run_here(p, false);
+}
+
+bool pool_run_unclaimed(Pool *p)
+{
+    return pool_run_here(p, true);
 }
 
 int pool_wait_all(Pool *p)

@@ -18,6 +18,12 @@
  *     at once.
  *  6. pool_run_one() lets a waiting caller run a queued task itself, in
  *     queue order, counted like a worker's (invariants 1-3 hold).
+ *  7. pool_run_unclaimed() does so only with a task that no worker has been
+ *     woken for: while more tasks are queued than wake-ups are on their way
+ *     to idle workers.  A task a woken worker is about to take is left to
+ *     it, so the caller is not tied up in work the pool would have run in
+ *     parallel anyway (issue 30: a submitter that took such tasks stopped
+ *     refilling its queue while it ran them).
  */
 #ifndef QIMG_AIO_POOL_H
 #define QIMG_AIO_POOL_H
@@ -39,6 +45,9 @@ int pool_submit(Pool *p, PoolFunc fn, void *opaque);
 /* Run the oldest queued task in the calling thread, if there is one
  * (invariant 6); false when nothing was queued. */
 bool pool_run_one(Pool *p);
+/* Run the oldest queued task in the calling thread only if no woken worker
+ * is on its way to it (invariant 7); false when none was run. */
+bool pool_run_unclaimed(Pool *p);
 /* Waits until nothing is queued or running; returns the sticky error or 0. */
 int pool_wait_all(Pool *p);
 /* The sticky error or 0, without waiting. */

@@ -24,9 +24,14 @@
  *  5. Flags are checked against what each operation can honour before
  *     anything is queued (aio.h rule 1): nothing is accepted and ignored.
  *  6. A thread in qimg_image_aio_wait() with nothing completed runs a
- *     queued request itself (pool_run_one) before it sleeps: the request
- *     path is the same, only the handoffs are saved.  Callbacks still run
- *     only as invariant 2 says.
+ *     queued request itself before it sleeps -- but only one that no woken
+ *     worker is on its way to (pool_run_unclaimed, pool.h invariant 7): the
+ *     request path is the same, only the handoffs are saved.  Taking a
+ *     request a worker was woken for gains nothing and costs the queue
+ *     depth: while the waiter is inside a slow request (an O_DIRECT
+ *     allocating write) it runs no callback, so completed requests are not
+ *     replaced (issue 30: ~17 of 32 in flight).  Callbacks still run only
+ *     as invariant 2 says.
  *  7. The io_uring engine: a read, or a write without flags on a
  *     cache=none image, that the driver can map straight onto an O_DIRECT
  *     file (qcow2: a fast map hit -- for a write, an allocated COPIED
@@ -711,12 +716,12 @@ unsigned qimg_image_aio_wait(QimgImage *img)
         }
         if (try_run) {
             /* invariant 6: rather than sleep while requests wait for a
-             * worker (two context switches each), run one here.  Without
+             * busy pool (two context switches each), run one here.  Without
              * the lock: a request may complete meanwhile, unseen by
              * complete() as a waiter, so the test above runs again before
              * any sleep. */
             pthread_mutex_unlock(&a->lock);
-            try_run = pool_run_one(a->pool);
+            try_run = pool_run_unclaimed(a->pool);
             pthread_mutex_lock(&a->lock);
             continue;
         }

@@ -528,6 +528,75 @@ static void test_unbounded_never_blocks(void **state)
     g_free(ctx);
 }
 
+/* ---- running a task in the caller (invariants 6, 7) ---- */
+
+typedef struct WhereTask {
+    GThread *ran_on; /* the thread that ran it */
+    Gate *gate;      /* NULL: do not wait */
+} WhereTask;
+
+static int where_task(void *opaque)
+{
+    WhereTask *t = opaque;
+
+    t->ran_on = g_thread_self();
+    if (t->gate) {
+        gate_pass(t->gate);
+    }
+    return 0;
+}
+
+/* Invariant 7: a task submitted to a pool whose worker waits idle has that
+ * worker woken for it, so pool_run_unclaimed() leaves it to the worker
+ * (pool_run_one() would take it here whenever it gets there first). */
+static void test_run_unclaimed_leaves_woken(void **state)
+{
+    (void)state;
+    Pool *p = pool_new_unbounded(1);
+    WhereTask warm = {0};
+
+    /* pool_wait_all() returns only once the worker that finished the last
+     * task is back waiting for the next (it finishes and waits under one
+     * hold of the pool's lock) */
+    assert_int_equal(pool_submit(p, where_task, &warm), 0);
+    assert_int_equal(pool_wait_all(p), 0);
+    for (int i = 0; i < 200; i++) {
+        WhereTask t = {0};
+        assert_int_equal(pool_submit(p, where_task, &t), 0);
+        assert_false(pool_run_unclaimed(p));
+        assert_int_equal(pool_wait_all(p), 0);
+        assert_true(t.ran_on != NULL && t.ran_on != g_thread_self());
+    }
+    pool_free(p);
+}
+
+/* Invariants 6, 7: with its only worker busy, a queued task has no worker
+ * woken for it: pool_run_unclaimed() runs it in the caller, counted like a
+ * worker's; with nothing queued it runs nothing. */
+static void test_run_unclaimed_runs_queued(void **state)
+{
+    (void)state;
+    Pool *p = pool_new_unbounded(1);
+    WhereTask busy = {0}, queued = {0};
+    Gate g;
+
+    gate_init(&g);
+    busy.gate = &g;
+    assert_int_equal(pool_submit(p, where_task, &busy), 0);
+    assert_true(gate_wait_arrived(&g, 1));
+    assert_false(pool_run_unclaimed(p)); /* nothing queued */
+    assert_int_equal(pool_submit(p, where_task, &queued), 0);
+    assert_int_equal(pool_in_flight(p), 2);
+    assert_true(pool_run_unclaimed(p));
+    assert_true(queued.ran_on == g_thread_self());
+    assert_int_equal(pool_in_flight(p), 1);
+    gate_open(&g);
+    assert_int_equal(pool_wait_all(p), 0);
+    assert_true(busy.ran_on != g_thread_self());
+    pool_free(p);
+    gate_clear(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -542,6 +611,8 @@ int main(void)
         cmocka_unit_test(test_free_with_pending),
         cmocka_unit_test(test_free_with_queued),
         cmocka_unit_test(test_new_zero),
+        cmocka_unit_test(test_run_unclaimed_leaves_woken),
+        cmocka_unit_test(test_run_unclaimed_runs_queued),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
