@@ -78,12 +78,18 @@
  *     page-cached is not read ahead (it is a large request by itself, and
  *     read-ahead would copy every byte once more): it takes what the
  *     read-ahead already holds for its start (nothing is read twice), the
- *     read-ahead stops, and the rest is cut on the grid of invariant 1
- *     into pieces the pool and the calling thread read in parallel
- *     straight into the caller's buffer.  The read returns once every
- *     piece is done, with the first piece's error if any (not sticky, as
- *     invariant 4's read-ahead errors).  qimg vmstate load -t none reads
- *     this way, as dd reads with iflag=direct, without the copy.
+ *     read-ahead stops, and the rest is cut into pieces the pool and the
+ *     calling thread read in parallel straight into the caller's buffer.
+ *     The pieces lie on a grid of S = B x 2^k, the largest such S of at
+ *     most VMSTATE_SPLIT_PIECE (4 MiB, dd's bs) that still gives every
+ *     thread a piece (S x max_in_flight <= len), at least B: a piece never
+ *     crosses a multiple of B, and a large read is made of few large
+ *     requests (1 MiB pieces cost 1.25x the CPU of 4 MiB ones: a thread
+ *     hand-off, a mapping lookup and an I/O wait each).  The read returns
+ *     once every piece is done, with the error at the lowest position if
+ *     any failed (api/error.c invariant 1; not sticky, as invariant 4's
+ *     read-ahead errors).  qimg vmstate load -t none reads this way, as
+ *     dd reads with iflag=direct, without the copy.
  *  9. Allocation order.  Write buffers take tickets of vs->order (block/
  *     order.c) in submission order, which is position order within a run
  *     (invariant 2): the driver assigns host space in position order while
@@ -495,8 +501,7 @@ typedef struct SplitPiece {
 } SplitPiece;
 
 typedef struct SplitRead {
-    int ret; /* [vs->lock] the first piece's error, with msg */
-    char *msg;
+    ApiLowestError error; /* [vs->lock] invariant 8, code = errno */
 } SplitRead;
 
 /* Errors stay with the read (invariant 4: not sticky): always returns 0. */
@@ -511,16 +516,24 @@ static int split_task(void *opaque)
     iov_init_buf(&q, p->buf, p->len);
     ret = node->drv->load_vmstate(node, p->pos, &q);
     if (ret < 0) {
-        char *msg = io_error_message("read", p->pos, ret);
+        g_autofree char *msg = io_error_message("read", p->pos, ret);
+        GError *err = g_error_new_literal(QIMG_ERROR, -ret, msg);
         pthread_mutex_lock(&p->vs->lock);
-        if (p->sr->ret == 0) {
-            p->sr->ret = ret;
-            p->sr->msg = g_steal_pointer(&msg);
-        }
+        (void)api_lowest_error_offer(&p->sr->error, p->pos, err);
         pthread_mutex_unlock(&p->vs->lock);
-        g_free(msg);
     }
     return 0;
+}
+
+/* Invariant 8: the size of the pieces of a split read of len bytes. */
+static size_t split_piece_size(const ApiVmstate *vs, size_t len)
+{
+    size_t s = vs->buf_size;
+
+    while (s <= VMSTATE_SPLIT_PIECE / 2 && s * 2 <= len / vs->max_in_flight) {
+        s *= 2;
+    }
+    return s;
 }
 
 /* Invariant 8: [pos, pos + len) in pieces on the grid, read by the pool
@@ -528,13 +541,13 @@ static int split_task(void *opaque)
  * flight. */
 static int split_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
-    size_t n = 0, max = len / vs->buf_size + 2;
+    size_t n = 0, grid = split_piece_size(vs, len), max = len / grid + 2;
     g_autofree SplitPiece *pieces = g_new0(SplitPiece, max);
     SplitRead sr = {0};
     int ret = 0;
 
     for (size_t off = 0; off < len; n++) {
-        uint64_t grid_end = ((pos + off) / vs->buf_size + 1) * vs->buf_size;
+        uint64_t grid_end = ((pos + off) / grid + 1) * grid;
         size_t piece = (size_t)MIN(grid_end - (pos + off), (uint64_t)(len - off));
         g_assert(n < max);
         pieces[n] = (SplitPiece){vs, &sr, pos + off, buf + off, piece};
@@ -546,9 +559,9 @@ static int split_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
     while (pool_run_one(vs->pool)) {
     }
     (void)pool_wait_all(vs->pool); /* split_task never fails the pool */
-    if (sr.ret < 0) {
-        ret = blk_error(-sr.ret, "%s", sr.msg);
-        g_free(sr.msg);
+    if (sr.error.error) {
+        ret = blk_error(sr.error.error->code, "%s", sr.error.error->message);
+        api_lowest_error_clear(&sr.error);
     }
     return ret;
 }

@@ -19,6 +19,7 @@
 #define VMSTATE_MIN_BUFFER ((size_t)1 << 20)
 #define VMSTATE_MAX_BUFFER ((size_t)256 << 20)
 #define VMSTATE_MEM_ALIGN 4096
+#define VMSTATE_SPLIT_PIECE ((size_t)4 << 20) /* vmstate.c invariant 8 */
 
 typedef struct ApiVmstate ApiVmstate;
 
