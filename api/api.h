@@ -97,6 +97,16 @@ void api_debug_release(QimgImage *img);
 void blk_error_propagate(GError **error, int ret, const char *fmt, ...)
     G_GNUC_PRINTF(3, 4);
 
+/* The error of requests that run in parallel (api/error.c invariant 1):
+ * the one at the lowest offset.  The caller serialises the calls. */
+typedef struct ApiLowestError {
+    GError *error; /* NULL: none yet */
+    uint64_t offset;
+} ApiLowestError;
+/* Takes err; true when it is the first error offered. */
+bool api_lowest_error_offer(ApiLowestError *le, uint64_t offset, GError *err);
+void api_lowest_error_clear(ApiLowestError *le);
+
 /* ---- formats.c: the format table ---- */
 
 /* Register the built-in drivers and the unread formats' probes once

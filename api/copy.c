@@ -67,8 +67,7 @@ typedef struct Copy {
     bool issue_order;                 /* invariant 1: the pipeline orders the writes */
     uint64_t done;                    /* [lock] invariant 4 */
     uint64_t alloc_done, alloc_total; /* [lock] progress_allocated */
-    GError *error;                    /* [lock] invariant 3 */
-    uint64_t error_offset;            /* [lock] where it happened */
+    ApiLowestError fail;              /* [lock] invariant 3 */
 } Copy;
 
 typedef struct Worker {
@@ -78,29 +77,21 @@ typedef struct Worker {
     pthread_t thread;
 } Worker;
 
-/* Invariant 3: keep the error at the lowest offset (UINT64_MAX: none). */
+/* Invariant 3: keep the error at the lowest offset (UINT64_MAX: none),
+ * api/error.c invariant 1. */
 static void copy_fail(Copy *c, uint64_t offset, GError *err)
 {
     pthread_mutex_lock(&c->lock);
-    if (!c->error) {
-        c->error = g_steal_pointer(&err);
-        c->error_offset = offset;
-        if (c->order) {
-            blk_order_cancel(c->order);
-        }
-    } else if (offset < c->error_offset) {
-        g_error_free(c->error);
-        c->error = g_steal_pointer(&err);
-        c->error_offset = offset;
+    if (api_lowest_error_offer(&c->fail, offset, err) && c->order) {
+        blk_order_cancel(c->order);
     }
     pthread_mutex_unlock(&c->lock);
-    g_clear_error(&err);
 }
 
 static bool copy_stopped(Copy *c)
 {
     pthread_mutex_lock(&c->lock);
-    bool stopped = c->error != NULL;
+    bool stopped = c->fail.error != NULL;
     pthread_mutex_unlock(&c->lock);
     return stopped;
 }
@@ -315,11 +306,12 @@ static void report_locked(Copy *c)
 {
     bool alloc = c->o.progress_allocated;
 
-    if (c->o.progress && !c->error &&
+    if (c->o.progress && !c->fail.error &&
         !c->o.progress(c->o.progress_opaque, alloc ? c->alloc_done : c->done,
                        alloc ? c->alloc_total : c->plan.size)) {
-        c->error = g_error_new(QIMG_ERROR, ECANCELED, "The copy was interrupted");
-        c->error_offset = 0; /* invariant 3: nothing replaces it */
+        /* invariant 3: at offset 0, nothing replaces it */
+        (void)api_lowest_error_offer(
+            &c->fail, 0, g_error_new(QIMG_ERROR, ECANCELED, "The copy was interrupted"));
         if (c->order) {
             blk_order_cancel(c->order);
         }
@@ -358,7 +350,7 @@ static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
     bool more, ok;
 
     pthread_mutex_lock(&c->lock);
-    ok = !c->error && copy_plan_next(&c->plan, k, &more, &err);
+    ok = !c->fail.error && copy_plan_next(&c->plan, k, &more, &err);
     *ticket = ok && chunk_writes(c, k) ? c->ticket++ : NO_TICKET;
     if (ok && c->o.progress_allocated && chunk_counts(c, k)) {
         c->alloc_done += k->len; /* qimg/copy.h: as qemu-img, when taken */
@@ -498,19 +490,19 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
     g_free(w);
     if (c.order) { /* order.c invariant 7: a deferred write that failed */
         int ret = blk_order_drain(c.order);
-        if (ret < 0 && !c.error) {
+        if (ret < 0 && !c.fail.error) {
             g_autofree char *msg = blk_error_take();
-            c.error = g_error_new(QIMG_ERROR, -ret, "error while %s: %s",
-                                  c.o.compress ? "compressing" : "writing",
-                                  msg ? msg : g_strerror(-ret));
+            c.fail.error = g_error_new(QIMG_ERROR, -ret, "error while %s: %s",
+                                       c.o.compress ? "compressing" : "writing",
+                                       msg ? msg : g_strerror(-ret));
         }
         blk_error_clear();
     }
     blk_order_free(c.order);
     pthread_mutex_destroy(&c.lock);
     pthread_mutex_destroy(&c.warn_lock);
-    if (c.error) {
-        g_propagate_error(error, c.error);
+    if (c.fail.error) {
+        g_propagate_error(error, c.fail.error);
         return FALSE;
     }
     return TRUE;

@@ -34,8 +34,11 @@
  *     a write drops the read-ahead (it may hold stale bytes) and a read
  *     drains the writes.
  *  4. Errors.  Drain (blk_flush, qimg_vmstate_flush, commit) submits the
- *     current buffer, waits for the pool and returns the first write error,
- *     with the driver's message.  That error is sticky: every later write,
+ *     current buffer, waits for the pool and returns the write error at
+ *     the lowest position among the buffers that failed (api/error.c
+ *     invariant 1: QEMU, writing in order, meets that one; which buffer
+ *     fails first is the threads' timing), with the driver's message.
+ *     That error is sticky from the first failure on: every later write,
  *     read, drain and commit returns it, and nothing more is submitted,
  *     until the state is released (blk_vmstate_release at close) or the
  *     stream session that met it ends (commit, abort).  An empty or failed
@@ -75,12 +78,28 @@
  *     page-cached is not read ahead (it is a large request by itself, and
  *     read-ahead would copy every byte once more): it takes what the
  *     read-ahead already holds for its start (nothing is read twice), the
- *     read-ahead stops, and the rest is cut on the grid of invariant 1
- *     into pieces the pool and the calling thread read in parallel
- *     straight into the caller's buffer.  The read returns once every
- *     piece is done, with the first piece's error if any (not sticky, as
- *     invariant 4's read-ahead errors).  qimg vmstate load -t none reads
- *     this way, as dd reads with iflag=direct, without the copy.
+ *     read-ahead stops, and the rest is cut into pieces the pool and the
+ *     calling thread read in parallel straight into the caller's buffer.
+ *     The pieces lie on a grid of S = B x 2^k, the largest such S of at
+ *     most VMSTATE_SPLIT_PIECE (4 MiB, dd's bs) that still gives every
+ *     thread a piece (S x max_in_flight <= len), at least B: a piece never
+ *     crosses a multiple of B, and a large read is made of few large
+ *     requests (1 MiB pieces cost 1.25x the CPU of 4 MiB ones: a thread
+ *     hand-off, a mapping lookup and an I/O wait each).  The read returns
+ *     once every piece is done, with the error at the lowest position if
+ *     any failed (api/error.c invariant 1; not sticky, as invariant 4's
+ *     read-ahead errors).  qimg vmstate load -t none reads this way, as
+ *     dd reads with iflag=direct, without the copy.
+ *  9. Allocation order.  Write buffers take tickets of vs->order (block/
+ *     order.c) in submission order, which is position order within a run
+ *     (invariant 2): the driver assigns host space in position order while
+ *     the data of the buffers in flight moves in parallel (qcow2 write.c
+ *     invariant 12).  So the state lies in the file in order, and a
+ *     failure that depends on how much was allocated before (ENOSPC, a
+ *     metadata error injected at the Nth allocation: QEMU iotest 026) hits
+ *     the same buffer in every run, as in QEMU's sequential writer.  The
+ *     first write error cancels the order (order.c invariant 3); it is
+ *     replaced by a new one when the error is forgotten (invariant 4).
  *
  * Locking.  op_lock serialises the callers of one node's state (positional
  * calls from several threads, the stream, blk_flush) and protects
@@ -180,43 +199,62 @@ static void buf_free(VmBuf *b)
     g_free(b);
 }
 
-/* Record the first error (invariant 4); takes ownership of msg. */
-static void set_error(ApiVmstate *vs, int ret, char *msg)
+/* Record a write error at pos (invariants 4, 9); takes ownership of msg. */
+static void set_error(ApiVmstate *vs, uint64_t pos, int ret, char *msg)
 {
+    GError *err = g_error_new_literal(QIMG_ERROR, -ret, msg);
+
+    g_free(msg);
     pthread_mutex_lock(&vs->lock);
-    if (vs->error == 0) {
-        vs->error = ret;
-        vs->error_msg = msg;
-        msg = NULL;
+    if (api_lowest_error_offer(&vs->error, pos, err) && vs->order) {
+        blk_order_cancel(vs->order); /* invariant 9 */
     }
     pthread_mutex_unlock(&vs->lock);
-    g_free(msg);
 }
 
-/* The sticky error, recorded for the calling thread (block.h invariant 2). */
+/* The sticky error, recorded for the calling thread (block.h invariant 2).
+ * Once a write failed, the writes still in flight end first: one of them
+ * may have failed at a lower position (invariant 4).  Caller holds op_lock. */
 static int sticky_error(ApiVmstate *vs)
 {
-    int ret;
+    bool failed;
+    int ret = 0;
 
     pthread_mutex_lock(&vs->lock);
-    ret = vs->error;
-    if (ret < 0) {
-        blk_error(-ret, "%s", vs->error_msg);
+    failed = vs->error.error != NULL;
+    pthread_mutex_unlock(&vs->lock);
+    if (failed && vs->pool) {
+        (void)pool_wait_all(vs->pool); /* ours is authoritative (invariant 4) */
+    }
+    pthread_mutex_lock(&vs->lock);
+    if (vs->error.error) {
+        ret = blk_error(vs->error.error->code, "%s", vs->error.error->message);
     }
     pthread_mutex_unlock(&vs->lock);
     return ret;
 }
 
+/* Invariant 9: the order goes (a new one comes with the next write); no
+ * write is in flight.  vmstate writes defer no jobs (order.c invariant 4). */
+static void order_drop(ApiVmstate *vs)
+{
+    if (vs->order) {
+        (void)blk_order_drain(vs->order);
+        blk_order_free(g_steal_pointer(&vs->order));
+    }
+    vs->next_ticket = 0;
+}
+
+/* Invariants 4, 9: no write is in flight. */
 static void clear_error(ApiVmstate *vs)
 {
     pthread_mutex_lock(&vs->lock);
-    vs->error = 0;
-    g_free(vs->error_msg);
-    vs->error_msg = NULL;
+    api_lowest_error_clear(&vs->error);
     pthread_mutex_unlock(&vs->lock);
     if (vs->pool) {
         pool_reset_error(vs->pool);
     }
+    order_drop(vs);
 }
 
 /* "what at position N: <driver message or strerror>"; clears the message. */
@@ -241,9 +279,12 @@ static int write_task(void *opaque)
 
     blk_error_clear(); /* no stale message of this worker's last task */
     iov_init_buf(&q, b->data, b->len);
+    blk_order_enter(vs->order, b->ticket); /* invariant 9 */
+    blk_order_mark_last();
     ret = node->drv->save_vmstate(node, b->pos, &q);
+    blk_order_leave();
     if (ret < 0) {
-        set_error(vs, ret, io_error_message("write", b->pos, ret));
+        set_error(vs, b->pos, ret, io_error_message("write", b->pos, ret));
     }
     buf_free(b);
     return ret < 0 ? ret : 0;
@@ -331,22 +372,30 @@ void vs_ra_drop_locked(ApiVmstate *vs)
     vs->ra_active = false;
 }
 
-/* Hands a full or final write buffer to the pool; b is gone either way. */
+/* Hands a full or final write buffer to the pool with the next ticket
+ * (invariant 9); b is gone either way. */
 static int submit_write_locked(ApiVmstate *vs, VmBuf *b)
 {
+    uint64_t pos = b->pos;
     int ret;
 
     /* Invariant 4: never an empty buffer.  Invariant 5: blocks while full. */
     g_assert(b->len > 0);
+    if (!vs->order) {
+        vs->order = blk_order_new();
+    }
+    b->ticket = vs->next_ticket;
     ret = pool_submit(vs->pool, write_task, b);
     if (ret < 0) {
-        /* Not queued (pool.h invariant 4).  The failing task recorded its
-         * error before returning, so the sticky error is already set. */
+        /* Not queued (pool.h invariant 4), its ticket not taken.  The
+         * failing task recorded its error before returning, so the sticky
+         * error is already set. */
         buf_free(b);
-        set_error(vs, ret,
+        set_error(vs, pos, ret,
                   g_strdup_printf("Could not write VM state: %s", g_strerror(-ret)));
         return sticky_error(vs);
     }
+    vs->next_ticket++;
     return 0;
 }
 
@@ -401,7 +450,7 @@ int vs_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len
             uint64_t grid_end = (pos / vs->buf_size + 1) * vs->buf_size;
             b = buf_new(vs, pos, (size_t)(grid_end - pos));
             if (!b) {
-                set_error(vs, -ENOMEM,
+                set_error(vs, pos, -ENOMEM,
                           g_strdup_printf("Could not allocate a VM state buffer of "
                                           "%zu bytes",
                                           (size_t)(grid_end - pos)));
@@ -452,8 +501,7 @@ typedef struct SplitPiece {
 } SplitPiece;
 
 typedef struct SplitRead {
-    int ret; /* [vs->lock] the first piece's error, with msg */
-    char *msg;
+    ApiLowestError error; /* [vs->lock] invariant 8, code = errno */
 } SplitRead;
 
 /* Errors stay with the read (invariant 4: not sticky): always returns 0. */
@@ -468,16 +516,24 @@ static int split_task(void *opaque)
     iov_init_buf(&q, p->buf, p->len);
     ret = node->drv->load_vmstate(node, p->pos, &q);
     if (ret < 0) {
-        char *msg = io_error_message("read", p->pos, ret);
+        g_autofree char *msg = io_error_message("read", p->pos, ret);
+        GError *err = g_error_new_literal(QIMG_ERROR, -ret, msg);
         pthread_mutex_lock(&p->vs->lock);
-        if (p->sr->ret == 0) {
-            p->sr->ret = ret;
-            p->sr->msg = g_steal_pointer(&msg);
-        }
+        (void)api_lowest_error_offer(&p->sr->error, p->pos, err);
         pthread_mutex_unlock(&p->vs->lock);
-        g_free(msg);
     }
     return 0;
+}
+
+/* Invariant 8: the size of the pieces of a split read of len bytes. */
+static size_t split_piece_size(const ApiVmstate *vs, size_t len)
+{
+    size_t s = vs->buf_size;
+
+    while (s <= VMSTATE_SPLIT_PIECE / 2 && s * 2 <= len / vs->max_in_flight) {
+        s *= 2;
+    }
+    return s;
 }
 
 /* Invariant 8: [pos, pos + len) in pieces on the grid, read by the pool
@@ -485,13 +541,13 @@ static int split_task(void *opaque)
  * flight. */
 static int split_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
-    size_t n = 0, max = len / vs->buf_size + 2;
+    size_t n = 0, grid = split_piece_size(vs, len), max = len / grid + 2;
     g_autofree SplitPiece *pieces = g_new0(SplitPiece, max);
     SplitRead sr = {0};
     int ret = 0;
 
     for (size_t off = 0; off < len; n++) {
-        uint64_t grid_end = ((pos + off) / vs->buf_size + 1) * vs->buf_size;
+        uint64_t grid_end = ((pos + off) / grid + 1) * grid;
         size_t piece = (size_t)MIN(grid_end - (pos + off), (uint64_t)(len - off));
         g_assert(n < max);
         pieces[n] = (SplitPiece){vs, &sr, pos + off, buf + off, piece};
@@ -503,9 +559,9 @@ static int split_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
     while (pool_run_one(vs->pool)) {
     }
     (void)pool_wait_all(vs->pool); /* split_task never fails the pool */
-    if (sr.ret < 0) {
-        ret = blk_error(-sr.ret, "%s", sr.msg);
-        g_free(sr.msg);
+    if (sr.error.error) {
+        ret = blk_error(sr.error.error->code, "%s", sr.error.error->message);
+        api_lowest_error_clear(&sr.error);
     }
     return ret;
 }
@@ -685,7 +741,8 @@ void api_release(QimgImage *img)
     pool_free(vs->pool);
     g_assert(vs->live == 0);
     spares_drop(vs);
-    g_free(vs->error_msg);
+    api_lowest_error_clear(&vs->error);
+    order_drop(vs);
     pthread_cond_destroy(&vs->cond);
     pthread_mutex_destroy(&vs->lock);
     pthread_mutex_destroy(&vs->op_lock);

@@ -19,6 +19,7 @@
 #define VMSTATE_MIN_BUFFER ((size_t)1 << 20)
 #define VMSTATE_MAX_BUFFER ((size_t)256 << 20)
 #define VMSTATE_MEM_ALIGN 4096
+#define VMSTATE_SPLIT_PIECE ((size_t)4 << 20) /* vmstate.c invariant 8 */
 
 typedef struct ApiVmstate ApiVmstate;
 
@@ -29,6 +30,7 @@ typedef struct VmBuf {
     size_t cap;   /* bytes up to the grid line (invariant 1) */
     size_t size;  /* bytes allocated at data, >= cap (invariant 5) */
     uint8_t *data;
+    uint64_t ticket; /* write only: its allocation turn (invariant 9) */
     /* read-ahead only; under vs->lock */
     bool done;
     int ret;
@@ -56,12 +58,13 @@ struct ApiVmstate {
     bool session;                 /* a save or load stream owns the state */
     struct QimgVmstateSave *save; /* the open streams begun here (invariant 7) */
     struct QimgVmstateLoad *load;
+    BlkOrder *order;      /* the writes' allocation turns, or NULL (invariant 9) */
+    uint64_t next_ticket; /* the next write buffer's */
 
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a read-ahead buffer completed */
     /* --- under lock --- */
-    int error; /* sticky first write error (invariant 4) */
-    char *error_msg;
+    ApiLowestError error;    /* sticky write error, code = errno (invariant 4) */
     unsigned live, max_live; /* buffers allocated now / at most (invariant 5) */
     GSList *spares;          /* B-byte blocks of freed buffers (invariant 5) */
     size_t spare_size;       /* their size */

@@ -1411,13 +1411,32 @@ static void test_split_read(void **state)
     g_array_unref(loads);
     fake_check(f);
 
-    /* one load at a time: call n + 2 is the piece at 1 MiB */
+    /* one load at a time: pieces of 2 MiB (the largest B x 2^k the read
+     * gives its one thread), call n + 2 is the piece at 2 MiB */
     set_config(img, 1, 0);
     f->fail_load_at = FAKE_GET(f, load_calls) + 2;
     assert_false(qimg_vmstate_pread(img, 0, buf, 3 * MiB, &err));
     assert_int_equal(err->code, EIO);
-    assert_non_null(strstr(err->message, "Could not read VM state at position 1048576"));
+    assert_non_null(strstr(err->message, "Could not read VM state at position 2097152"));
     g_clear_error(&err);
+
+    /* two threads, 9 MiB: pieces of 4 MiB (VMSTATE_SPLIT_PIECE) on their
+     * grid, the last one short */
+    set_config(img, 2, 0);
+    unsigned before = FAKE_GET(f, load_calls);
+    pthread_mutex_lock(&f->lock);
+    guint first_load = f->loads->len;
+    pthread_mutex_unlock(&f->lock);
+    assert_true(qimg_vmstate_pread(img, 0, buf, S, &err));
+    assert_memory_equal(buf, model, S);
+    assert_int_equal(FAKE_GET(f, load_calls), before + 3);
+    pthread_mutex_lock(&f->lock);
+    for (guint i = first_load; i < f->loads->len; i++) {
+        FakeCall *c = &g_array_index(f->loads, FakeCall, i);
+        assert_int_equal(c->pos % (4 * MiB), 0);
+        assert_int_equal(c->len, MIN(4 * MiB, S - c->pos));
+    }
+    pthread_mutex_unlock(&f->lock);
     assert_true(qimg_vmstate_pread(img, 0, buf, 3 * MiB, &err));
     assert_memory_equal(buf, model, 3 * MiB);
     fake_check(f);
