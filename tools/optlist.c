@@ -9,7 +9,8 @@
  *     key takes the last value; repeated -o arguments are joined with ",".
  *  2. Booleans accept on/yes/true/y and off/no/false/n and are printed
  *     back as typed; numbers (base 0, so "010" is 8) and sizes are printed
- *     back in decimal; strings are printed with commas doubled.
+ *     back in decimal; strings as given (",," unescaped: the "Formatting"
+ *     line doubles commas when it prints them).
  *  3. "-o help" lists the format's options sorted by name, then a note
  *     about protocol options; with a file name it lists format and
  *     protocol options together under "Supported options:".
@@ -639,18 +640,11 @@ static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char 
         *shown = g_strdup(*value);
         return true;
     }
-    default: {
-        GString *esc = g_string_new(NULL);
-        for (const char *p = raw; *p; p++) {
-            g_string_append_c(esc, *p);
-            if (*p == ',') {
-                g_string_append_c(esc, ',');
-            }
-        }
+    default:
+        /* the "Formatting" line doubles its commas (tools/create.c fact 1) */
         *value = g_strdup(raw);
-        *shown = g_string_free(esc, FALSE);
+        *shown = g_strdup(raw);
         return true;
-    }
     }
     if (!quiet) {
         opt_error(prefix, msg);
