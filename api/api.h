@@ -163,6 +163,8 @@ typedef struct ApiOpenLayers {
     BlkOpenOptions backing;
     char *backing_path;
     char *data_file_path;
+    /* a null data file's options (json-name.c invariant 16) */
+    BlkOpenOptions data_file;
     GHashTable *format_opts;         /* BlkOpenOptions.format_opts */
     GHashTable *backing_format_opts; /* the backing layer's */
     /* the keys of the image's own backing chain (json-name.c invariant 10):
@@ -194,6 +196,11 @@ gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
 gboolean api_options_name(const char *name, const char *options, BlkOpenOptions *o,
                           char **path, ApiOpenLayers *layers, GError **error);
 
+/* json-data-file.c: the "data-file" options (prefix dropped) onto the data
+ * file's name *path (g_free) and, for a null node, its options *d
+ * (json-name.c invariants 5, 13, 16). */
+gboolean api_data_file_options(GHashTable *sub, char **path, BlkOpenOptions *d,
+                               GError **error);
 /* json-blkdebug.c: the blkdebug node's options under prefix ("file.")
  * taken out of flat as its "blkdebug:RULES:FILE" *name (g_free). */
 gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,

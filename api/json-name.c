@@ -96,6 +96,12 @@
  *     that node (ApiOpenLayers.outer_format, qimg_image_open).  F takes
  *     only the node options (read-only, cache.*: both layers'); any other
  *     option of F's is refused by name.  One level, the caller's own name.
+ * 16. A "data-file" with "driver": "null-co" (or "null-aio") is QEMU's null
+ *     node as the data file (QEMU's 270: guest data written nowhere), with
+ *     the node's options size, read-zeroes and latency-ns
+ *     (BlkOpenOptions.data_file_opts, qcow2.c invariant 4); any other
+ *     option is QEMU's "Block protocol 'null-co' doesn't support the
+ *     option 'K'".
  */
 #include "api/api.h"
 
@@ -184,72 +190,6 @@ static const char *backing_key_named(GHashTable *sub)
     }
     keys = g_list_sort(g_hash_table_get_keys(sub), (GCompareFunc)strcmp);
     return keys->data;
-}
-
-/* Invariant 4: the data-file options (prefix dropped) onto *path. */
-static gboolean data_file_option(GHashTable *sub, char **path, GError **error)
-{
-    const char *drv = g_hash_table_lookup(sub, "driver");
-    const char *fdrv = g_hash_table_lookup(sub, "file.driver");
-    const char *file = g_hash_table_lookup(sub, "file.filename");
-    const char *name = g_hash_table_lookup(sub, "filename");
-    GHashTableIter it;
-    gpointer k;
-
-    if (fdrv && strcmp(fdrv, "blkdebug") == 0 && (!drv || strcmp(drv, "raw") == 0)) {
-        /* invariant 13: raw over a blkdebug node over the data file */
-        g_hash_table_remove(sub, "driver");
-        if (!api_blkdebug_options(sub, "file.", path, error)) {
-            return FALSE;
-        }
-        g_hash_table_remove(sub, "file.driver");
-        if (g_hash_table_size(sub)) {
-            g_autoptr(GList) rest =
-                g_list_sort(g_hash_table_get_keys(sub), (GCompareFunc)strcmp);
-            g_set_error(error, QIMG_ERROR, ENOTSUP,
-                        "Option 'data-file.%s' is not supported by qimg",
-                        (char *)rest->data);
-            g_clear_pointer(path, g_free);
-            return FALSE;
-        }
-        return TRUE;
-    }
-    g_hash_table_iter_init(&it, sub);
-    while (g_hash_table_iter_next(&it, &k, NULL)) {
-        if (strcmp(k, "driver") != 0 && strcmp(k, "file.driver") != 0 &&
-            strcmp(k, "file.filename") != 0 && strcmp(k, "filename") != 0) {
-            g_set_error(error, QIMG_ERROR, ENOTSUP,
-                        "Option 'data-file.%s' is not supported by qimg", (char *)k);
-            return FALSE;
-        }
-    }
-    if ((drv && strcmp(drv, "file") != 0 && strcmp(drv, "raw") != 0) ||
-        (fdrv && strcmp(fdrv, "file") != 0)) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "qimg opens a data file only as a plain file: driver '%s' refused",
-                    fdrv && strcmp(fdrv, "file") != 0 ? fdrv : drv);
-        return FALSE;
-    }
-    if (drv && strcmp(drv, "raw") == 0) {
-        if (!file) {
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "A block device must be specified for \"file\"");
-            return FALSE;
-        }
-        name = file;
-    } else if (file || fdrv) {
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Block protocol 'file' does not support the option '%s'",
-                    file ? "file.filename" : "file.driver");
-        return FALSE;
-    }
-    if (!name || !*name) {
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "The 'file' block driver requires a file name");
-        return FALSE;
-    }
-    *path = g_strdup(name);
-    return TRUE;
 }
 
 /* How apply() reads a set of options: a backing name read from an image
@@ -401,10 +341,14 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
         o->backing_opts = &layers->backing;
     }
     if (g_hash_table_size(dsub)) {
-        if (!data_file_option(dsub, &layers->data_file_path, error)) {
+        if (!api_data_file_options(dsub, &layers->data_file_path, &layers->data_file,
+                                   error)) {
             return FALSE;
         }
         o->data_file_path = layers->data_file_path;
+        if (g_str_has_prefix(layers->data_file_path, "null-")) { /* invariant 16 */
+            o->data_file_opts = &layers->data_file;
+        }
     }
     return TRUE;
 }

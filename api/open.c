@@ -107,6 +107,7 @@ static int backing_setup(BlkNode *img, const BlkOpenOptions *opts, BlkOpenOption
     bo.backing_path = NULL;
     bo.backing_opts = NULL;
     bo.data_file_path = NULL;
+    bo.data_file_opts = NULL;
     bo.rbd = NULL; /* the caller's top image only (json-name.c invariant 11) */
     bo.format = opts->backing_opts && opts->backing_opts->format
                     ? opts->backing_opts->format
@@ -256,6 +257,7 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     img->opts.backing_path = NULL; /* the caller's strings (types.h) */
     img->opts.backing_opts = NULL;
     img->opts.data_file_path = NULL;
+    img->opts.data_file_opts = NULL;
     img->opts.rbd = NULL;
 
     g_autoptr(GError) local = NULL;

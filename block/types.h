@@ -80,6 +80,9 @@ typedef struct BlkOpenOptions {
     const char *backing_path;
     const struct BlkOpenOptions *backing_opts;
     const char *data_file_path;
+    /* The null-co/null-aio node's options (null_*) when data_file_path
+     * names one (json-name.c invariant 16), else NULL. */
+    const struct BlkOpenOptions *data_file_opts;
     /* qcow2's runtime options from a caller's json:/--image-opts name or
      * options (json-name.c): cache-size is metadata_cache_size (given even
      * when 0: metadata_cache_size_set), l2-cache-size, refcount-cache-size

@@ -23,7 +23,8 @@
  *     A data file the caller names (BlkOpenOptions.data_file_path, the
  *     "data-file" option) replaces the header's, opened as given (a
  *     blkdebug: name the caller built, json-name.c invariant 13, as that
- *     test node over the file; also when the image names none: without
+ *     test node over the file; a null-co:// node with its own options,
+ *     json-name.c invariant 16; also when the image names none: without
  *     either, a full open is refused, a metadata-only one as info's goes
  *     on, as QEMU's); as QEMU,
  *     it is opened first and then refused ("'data-file' can only be set
@@ -248,8 +249,9 @@ static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
 }
 
 /* given: the caller's data-file option (invariant 4), else NULL. */
-static int open_data_file(Qcow2State *s, const char *filename, const char *given)
+static int open_data_file(Qcow2State *s, const char *filename, const BlkOpenOptions *opts)
 {
+    const char *given = opts ? opts->data_file_path : NULL;
     /* A test node under the image means filename is the user's own
      * "record:LOG:FILE"-style name (block.h invariant 5). */
     const char *base = s->img->file->filtered ? blk_plain_name(filename) : filename;
@@ -263,7 +265,15 @@ static int open_data_file(Qcow2State *s, const char *filename, const char *given
     o.cache = s->img->cache;
     o.no_locking = false; /* file.locking is the image file's (lock.c inv. 6) */
     o.blkdebug_align = 0; /* so is file.align (json-name.c invariant 13) */
-    if (given && blk_protocol_for(given, BLK_OPEN_USER_NAME)->test_node) {
+    if (given && opts->data_file_opts) {
+        /* invariant 4: the caller's null node, with its own options */
+        const BlkOpenOptions *d = opts->data_file_opts;
+        o.null_size_set = d->null_size_set;
+        o.null_size = d->null_size;
+        o.null_read_zeroes = d->null_read_zeroes;
+        o.null_latency_ns = d->null_latency_ns;
+        s->data_file = blk_open_protocol(path, &o, BLK_ROLE_DATA, BLK_OPEN_USER_NAME);
+    } else if (given && blk_protocol_for(given, BLK_OPEN_USER_NAME)->test_node) {
         /* invariant 4: the caller's fault node over its data file */
         s->data_file = blk_open_protocol(path, &o, BLK_ROLE_DATA, BLK_OPEN_USER_NAME);
     } else {
@@ -435,7 +445,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     } else if (opts && opts->data_file_path && !s->data_file &&
                !(s->header.incompatible_features & QCOW2_INCOMPAT_DATA_FILE)) {
         /* invariant 4: QEMU opens the option's file first, then refuses */
-        ret = open_data_file(s, filename, opts->data_file_path);
+        ret = open_data_file(s, filename, opts);
         if (ret < 0) {
             return ret;
         }
@@ -448,7 +458,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
             /* invariant 4: no name in the image, none from the caller */
             return blk_error(EINVAL, "'data-file' is required for this image");
         }
-        ret = open_data_file(s, filename, opts ? opts->data_file_path : NULL); /* inv 4 */
+        ret = open_data_file(s, filename, opts); /* inv 4 */
         if (ret < 0) {
             return ret;
         }
