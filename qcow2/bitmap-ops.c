@@ -161,7 +161,7 @@ int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t gra
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
     if (ret == 0) {
-        ret = qcow2_bitmaps_store_locked(s); /* bitmap-store.c invariant 4 */
+        ret = qcow2_bitmaps_store_locked(s, false); /* bitmap-store.c invariant 4 */
     }
     if (ret == 0) {
         ret = qcow2_bitmap_dir_read_locked(s, &dir);

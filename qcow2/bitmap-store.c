@@ -45,6 +45,14 @@
  *     so the operation places its clusters as qemu-img does (bitmap-ops.c
  *     invariant 5).  After a store the bits stay in memory and the next
  *     write marks the bitmaps in use again.
+ *  6. The store at close is QEMU's (qcow2_inactivate: every bitmap it
+ *     loaded is stored, changed or not; QEMU iotest 303): each maintained
+ *     and held bitmap, in directory order, gets new data clusters and a
+ *     new table (a held one its bits as on disk, bitmap-ops.c invariant
+ *     5; one whose table no longer reads keeps it, in-use cleared as
+ *     invariant 1 says), then the directory, as invariant 3 switches to
+ *     it, also when no bit is new.  The other stores (before an
+ *     operation, on request) write only the bitmaps with new bits.
  *  4. An operation on the directory (bitmap-ops.c, merge) first stores,
  *     then retires the maintained set (dirty.c invariant 1); the next write
  *     loads the bitmaps anew from what the operation wrote.
@@ -309,7 +317,7 @@ void qcow2_bitmap_drop_tables_locked(Qcow2State *s, GArray *tables)
     }
 }
 
-int qcow2_bitmaps_store_locked(Qcow2State *s)
+int qcow2_bitmaps_store_locked(Qcow2State *s, bool at_close)
 {
     const Qcow2BitmapSource src = qcow2_bitmap_source(s);
     const Qcow2BitmapImage bimg = qcow2_bitmap_image(s);
@@ -332,7 +340,7 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
     for (uint32_t k = 0; k < d->n; k++) {
         any = any || __atomic_load_n(&d->bits[k]->changed, __ATOMIC_SEQ_CST);
     }
-    if (!any) { /* invariant 3: nothing new to write */
+    if (!any && !at_close) { /* invariant 3: nothing new to write */
         ret = clear_in_use_locked(s, &dir);
         if (ret == 0) {
             s->bitmaps_in_use = false;
@@ -345,11 +353,18 @@ int qcow2_bitmaps_store_locked(Qcow2State *s)
         int k = qcow2_dirty_set_find(d, bm->name);
         if (k < 0) {
             if (held(d, bm->name)) {
+                if (at_close) { /* invariant 6 */
+                    Qcow2Bitmap kept = *bm;
+                    if (qcow2_bitmap_restore_locked(s, bm, i, false, old, fresh) < 0) {
+                        blk_error_clear();
+                        *bm = kept; /* its old table stays */
+                    }
+                }
                 bm->flags &= ~(uint32_t)QCOW2_BITMAP_IN_USE; /* invariant 1 */
             }
             continue;
         }
-        if (__atomic_exchange_n(&d->bits[k]->changed, 0, __ATOMIC_SEQ_CST)) {
+        if (__atomic_exchange_n(&d->bits[k]->changed, 0, __ATOMIC_SEQ_CST) || at_close) {
             ret = replace_table_locked(s, bm, d->bits[k], old);
             if (ret < 0) {
                 __atomic_store_n(&d->bits[k]->changed, 1, __ATOMIC_SEQ_CST);
@@ -493,7 +508,7 @@ int qcow2_bitmap_merge(BlkNode *img, const char *name, const BlkRange *r, size_t
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
     if (ret == 0) {
-        ret = qcow2_bitmaps_store_locked(s); /* invariant 4 */
+        ret = qcow2_bitmaps_store_locked(s, false); /* invariant 4 */
     }
     if (ret == 0) {
         ret = i = find_locked(s, name, &dir);
@@ -536,7 +551,7 @@ int qcow2_bitmaps_store(BlkNode *img)
     qcow2_lock(s);
     ret = qcow2_check_writable_locked(s);
     if (ret == 0) {
-        ret = qcow2_bitmaps_store_locked(s);
+        ret = qcow2_bitmaps_store_locked(s, false);
     }
     if (ret == 0) {
         ret = qcow2_flush_all_locked(s);

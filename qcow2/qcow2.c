@@ -636,7 +636,7 @@ static void qcow2_close(BlkNode *img)
         /* qcow2.c invariant 7 */
         bool had_error = blk_error_mark();
         qcow2_lock(s);
-        int ret = qcow2_bitmaps_store_locked(s); /* bitmap-store.c invariant 3 */
+        int ret = qcow2_bitmaps_store_locked(s, true); /* bitmap-store.c inv. 3, 6 */
         if (ret < 0) {
             g_debug("qcow2: storing the bitmaps of '%s' failed: %s", img->filename,
                     blk_error_message() ? blk_error_message() : g_strerror(-ret));

@@ -754,7 +754,8 @@ void qcow2_bitmap_free_data_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_
 int qcow2_bitmaps_begin_write_locked(Qcow2State *s);
 /* A request about to write guest bytes [offset, +bytes) (lock-free). */
 void qcow2_bitmaps_note(Qcow2State *s, uint64_t offset, uint64_t bytes);
-int qcow2_bitmaps_store_locked(Qcow2State *s);
+/* Store the maintained bitmaps (at_close: all of them, invariant 6). */
+int qcow2_bitmaps_store_locked(Qcow2State *s, bool at_close);
 /* bitmap-ops.c invariant 5: bm (entry index of the directory in force)
  * gets new data clusters and a new table holding its bits as on disk (or
  * none: zero, or a bitmap being added, table_offset 0); its old table is
