@@ -4,9 +4,9 @@
  * one the image names.
  *
  * Owns: which data-file nodes qimg takes -- a plain file (driver file,
- * or raw over file), raw over a blkdebug node (json-name.c invariant 13),
- * QEMU's null-co/null-aio node with its own options (json-name.c invariant
- * 16) -- and the messages for the rest.
+ * or raw over file), a blkdebug node, or raw over one (json-name.c
+ * invariant 13), QEMU's null-co/null-aio node with its own options
+ * (json-name.c invariant 16) -- and the messages for the rest.
  */
 #include "api/api.h"
 
@@ -54,10 +54,13 @@ gboolean api_data_file_options(GHashTable *sub, char **path, BlkOpenOptions *d,
     if (drv && (strcmp(drv, "null-co") == 0 || strcmp(drv, "null-aio") == 0)) {
         return data_file_null(sub, drv, path, d, error);
     }
-    if (fdrv && strcmp(fdrv, "blkdebug") == 0 && (!drv || strcmp(drv, "raw") == 0)) {
-        /* json-name.c invariant 13: raw over a blkdebug node over the data file */
+    if ((fdrv && strcmp(fdrv, "blkdebug") == 0 && (!drv || strcmp(drv, "raw") == 0)) ||
+        (drv && strcmp(drv, "blkdebug") == 0)) {
+        /* json-name.c invariant 13: a blkdebug node over the data file,
+         * under raw or itself the data file */
+        bool under_raw = !drv || strcmp(drv, "blkdebug") != 0;
         g_hash_table_remove(sub, "driver");
-        if (!api_blkdebug_options(sub, "file.", path, error)) {
+        if (!api_blkdebug_options(sub, under_raw ? "file." : "", path, error)) {
             return FALSE;
         }
         g_hash_table_remove(sub, "file.driver");

@@ -83,7 +83,8 @@
  * 13. "file": {"driver": "blkdebug", ...} under a format is QEMU's blkdebug
  *     node over the image file, read by json-blkdebug.c into the fault
  *     node's name; only the caller's own name takes it, for the image
- *     file and for a data file (raw over blkdebug, qcow2.c invariant 4).
+ *     file and for a data file (raw over blkdebug, or "data-file":
+ *     {"driver": "blkdebug", "image": ...}; qcow2.c invariant 4).
  *     Its "align" (file.align over a "blkdebug:" name, as QEMU takes it
  *     with -o driver=qcow2,file.align=4k blkdebug::IMG) is the fault node's
  *     alignment limit (BlkOpenOptions.blkdebug_align, block/limits.c); a

@@ -1,6 +1,7 @@
 #!/bin/bash
-# A qcow2 image opened with a null-co (null-aio) node as its data file,
-# by a json: name's "data-file": {"driver": "null-co", "size": ...} (QEMU
+# The data file nodes a caller names by options.  A qcow2 image opened with
+# a null-co (null-aio) node as its data file, by a json: name's
+# "data-file": {"driver": "null-co", "size": ...} (QEMU
 # iotest 270: guest data written nowhere, the image's metadata as for a
 # real data file), against qemu-io 7.2 on copies of the same image:
 #  - a write over a backing file's data: the same output, and the same
@@ -9,7 +10,11 @@
 #    read leaves the buffer (pattern check fails in both tools);
 #  - the node's options only: another key is QEMU's "Block protocol
 #    'null-co' doesn't support the option", a bad size its size message;
-#  - qemu-img info, check and map through such a name.
+#  - qemu-img info, check and map through such a name;
+#  - "data-file": {"driver": "blkdebug", "image": {...}} (QEMU 244): the
+#    blkdebug node itself as the data file, its inject-error rules applied
+#    to the data file's requests, QEMU's messages for a node reference and
+#    for no image.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -62,5 +67,22 @@ done
 for cmd in "info" "check" "map"; do
     same_as_qemu_err $cmd "$(name "'driver': 'null-co', 'size': 67108864")"
 done
+
+# ---- a blkdebug node as the data file (244) ----
+rm -f t.qcow2 t.data
+qi create -q -f qcow2 -o data_file=t.data t.qcow2 64M
+"$QEMU_IO" -c 'write -P 6 0 64k' t.qcow2 >/dev/null
+dbg() { # dbg NODE-OPTIONS
+    echo "json:{'driver': 'qcow2', 'file': {'driver': 'file', 'filename': 't.qcow2'}, 'data-file': {'driver': 'blkdebug', $1}}"
+}
+img="'image': {'driver': 'file', 'filename': 't.data'}"
+same_as_qemu_io "blkdebug data file" -c 'read -P 6 0 512' -c 'write -P 7 2M 4k' \
+    -c 'read -P 7 2M 4k' -c map "$(dbg "$img")"
+same_as_qemu_io "blkdebug data file: read error" \
+    -c 'read -P 6 0 512' -c 'read -P 0 1M 512' -c 'read -P 7 2M 4k' \
+    "$(dbg "'inject-error': [{'event': 'none', 'iotype': 'read', 'errno': '28'}], $img")"
+same_as_qemu_io "blkdebug data file: node reference" -c 'read 0 512' "$(dbg "'image': 'x'")"
+same_as_qemu_io "blkdebug data file: no image" -c 'read 0 512' \
+    "$(dbg "'inject-error': [{'event': 'none'}]")"
 
 finish
