@@ -96,6 +96,9 @@
  *     that node (ApiOpenLayers.outer_format, qimg_image_open).  F takes
  *     only the node options (read-only, cache.*: both layers'); any other
  *     option of F's is refused by name.  One level, the caller's own name.
+ * 16. "driver": "quorum", or a format over "file": {"driver": "quorum"},
+ *     is QEMU's quorum node (api/quorum.c); only the caller's own name
+ *     takes it.
  */
 #include "api/api.h"
 
@@ -127,6 +130,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     blk_rbd_location_clear(&l->rbd);
     g_clear_pointer(&l->blkdebug_rules, g_free);
     g_clear_pointer(&l->outer_format, g_free);
+    api_quorum_clear(&l->quorum);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a
@@ -518,6 +522,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         ((driver && strcmp(driver, "rbd") == 0) || (fdrv && strcmp(fdrv, "rbd") == 0))) {
         return apply_rbd(flat, o, path, layers, error); /* invariant 11 */
     }
+    if (!from_image && layers &&
+        ((driver && strcmp(driver, "quorum") == 0) ||
+         (fdrv && strcmp(fdrv, "quorum") == 0))) {
+        return api_quorum_options(flat, o, &layers->quorum, error); /* inv. 16 */
+    }
     if (!from_image && api_file_driver_top(driver)) { /* open-opts.c inv. 3 */
         g_autoptr(GHashTable) child = api_file_driver_child(flat);
         if (!apply(child, o, path, how, error) ||
@@ -714,6 +723,13 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     }
     *path = g_strdup(file);
     return TRUE;
+}
+
+gboolean api_json_child(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error)
+{
+    const ApplyHow plain = {0};
+
+    return apply(flat, o, path, &plain, error);
 }
 
 static GHashTable *flat_new(void)
