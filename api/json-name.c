@@ -61,8 +61,8 @@
  *     server.type unix/inet with server.path or server.host and
  *     server.port, QEMU's older path/host/port, export, and x-dirty-bitmap
  *     (the meta context block status reads, nbd.c invariant 5), opened as
- *     the URI block/nbd.c takes; TLS, reconnection and open-timeout are
- *     refused.
+ *     the URI block/nbd.c takes, and reconnect-delay (nbd.c invariant 7);
+ *     TLS and open-timeout are refused.
  * 10. Backing options that are only keys -- backing.encrypt.key-secret
  *     (backing.key-secret for a luks layer), backing.backing.encrypt.key-secret
  *     and so on, as qemu-img takes them -- key the layers of the image's
@@ -326,8 +326,7 @@ static char *take(GHashTable *flat, const char *prefix, const char *name)
 static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
                             BlkOpenOptions *o, GError **error)
 {
-    static const char *const refused[] = {"tls-creds", "tls-hostname", "reconnect-delay",
-                                          "open-timeout"};
+    static const char *const refused[] = {"tls-creds", "tls-hostname", "open-timeout"};
     g_autofree char *type = take(flat, prefix, "server.type");
     g_autofree char *spath = take(flat, prefix, "server.path");
     g_autofree char *shost = take(flat, prefix, "server.host");
@@ -337,6 +336,7 @@ static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
     g_autofree char *lport = take(flat, prefix, "port");
     g_autofree char *export = take(flat, prefix, "export");
     g_autofree char *bitmap = take(flat, prefix, "x-dirty-bitmap");
+    g_autofree char *delay = take(flat, prefix, "reconnect-delay");
     g_autofree char *exp = NULL;
     const char *path = spath ? spath : lpath, *host = shost ? shost : lhost;
     const char *port = sport ? sport : lport;
@@ -366,6 +366,18 @@ static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
         return FALSE;
     }
     o->nbd_context = bitmap ? g_intern_string(bitmap) : NULL;
+    o->nbd_reconnect_delay = 0;
+    if (delay &&
+        !api_parse_number("reconnect-delay", delay, &o->nbd_reconnect_delay, error)) {
+        g_clear_pointer(uri, g_free);
+        return FALSE;
+    }
+    if (o->nbd_reconnect_delay > UINT32_MAX) { /* QEMU's uint32 */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Parameter 'reconnect-delay' expects uint32_t");
+        g_clear_pointer(uri, g_free);
+        return FALSE;
+    }
     return TRUE;
 }
 

@@ -508,8 +508,10 @@ int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 /* block/nbd.c (with libnbd) opens libnbd's URIs (nbd://, nbd+unix://,
  * nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT.  context: the
  * meta context block status reads (QEMU's x-dirty-bitmap), NULL for
- * base:allocation (nbd.c invariant 5). */
-BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context);
+ * base:allocation (nbd.c invariant 5); reconnect_delay: QEMU's, in
+ * seconds, 0 for none (nbd.c invariant 7). */
+BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
+                      uint64_t reconnect_delay);
 /* The NBD node's driver, registered as the format "nbd" (an image opened
  * with driver=nbd is the node itself, as QEMU's). */
 extern const BlkDriver blk_nbd_driver;
