@@ -23,6 +23,7 @@
 #define QIMG_API_H
 
 #include "block/block.h"
+#include "block/quorum.h"
 #include "block/rbd.h"
 #include "qimg/qimg.h"
 #include "qimg/snapshot.h"
@@ -157,6 +158,18 @@ GPtrArray *api_snapshot_list_move(GArray *blk_list);
 /* An empty public snapshot list (QimgSnapshotInfo *, freed with it). */
 GPtrArray *api_snapshot_list_new(void);
 
+/* api/quorum.c: a quorum node the caller's options name (its invariant
+ * 1): its options, and each child's options and name. */
+typedef struct ApiQuorumChild {
+    BlkOpenOptions o;
+    char *path;
+} ApiQuorumChild;
+typedef struct ApiQuorum {
+    BlkQuorumOptions o;
+    bool node;        /* "driver": "quorum": the node is the image */
+    GArray *children; /* ApiQuorumChild; NULL: no quorum */
+} ApiQuorum;
+
 /* json-name.c: the layers a caller's options name (invariant 4), kept for
  * the open: o->backing_opts and the paths point in here. */
 typedef struct ApiOpenLayers {
@@ -177,6 +190,8 @@ typedef struct ApiOpenLayers {
     /* the format over the image's format (json-name.c invariant 15), or
      * NULL */
     char *outer_format;
+    /* a quorum node (api/quorum.c), or no children */
+    ApiQuorum quorum;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 
@@ -216,6 +231,20 @@ GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **e
 gboolean api_rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *loc,
                         GError **error);
 
+/* json-name.c: a child node's options (flat) onto *o and its *path, as
+ * a caller's name without layers of its own (no backing or data-file
+ * options, no nested quorum). */
+gboolean api_json_child(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error);
+/* api/quorum.c: "driver": "quorum" (the node as the image) or a format
+ * over "file": {"driver": "quorum", ...} from flat into *q, the rest of
+ * flat (the format's and the node's options) onto *o. */
+gboolean api_quorum_options(GHashTable *flat, BlkOpenOptions *o, ApiQuorum *q,
+                            GError **error);
+/* api/quorum.c: open q's children, the quorum node over them, and the
+ * format o names (or probes) over it unless q->node. */
+BlkNode *api_open_quorum(const ApiQuorum *q, const BlkOpenOptions *o, GError **error);
+void api_quorum_clear(ApiQuorum *q);
+
 /* json-flat.c: the JSON of a "json:{...}" name flattened into flat
  * (char* -> char*, owned), json-glib loaded at the first call (its
  * invariant 1). */
@@ -229,6 +258,9 @@ gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error)
 char *api_qemu_json(const char *text);
 /* A size with QEMU's suffixes, else QEMU's "Parameter 'KEY' expects ...". */
 gboolean api_parse_size(const char *key, const char *v, uint64_t *out, GError **error);
+/* A number (QEMU's number options), else "Parameter 'KEY' expects a
+ * number". */
+gboolean api_parse_number(const char *key, const char *v, uint64_t *out, GError **error);
 /* on/off/true/false, else "Parameter 'KEY' expects 'on' or 'off'". */
 gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **error);
 /* A node name QEMU takes ("Invalid node-name: 'X'"). */

@@ -141,7 +141,9 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
         return NULL;
     }
     blk_error_clear();
-    node = api_open_node(path ? path : filename, &o, NULL, error);
+    node = layers.quorum.children
+               ? api_open_quorum(&layers.quorum, &o, error)
+               : api_open_node(path ? path : filename, &o, NULL, error);
     if (node && layers.outer_format) { /* json-name.c invariant 15 */
         BlkOpenOptions outer = {.format = layers.outer_format,
                                 .read_only = o.read_only,
@@ -624,15 +626,11 @@ static gboolean status_layer(QimgImage *img, uint64_t offset, uint64_t len,
     return TRUE;
 }
 
-/*
- * Walk down the chain until a layer defines the range, as qemu-img map does:
- * an unallocated range with no backing node below reads as zeros (and is not
- * "present"); so does a range past the end of the backing node.
- */
+/* qemu-img map's answer for the whole chain (blk_block_status_chain). */
 static gboolean status_chain(QimgImage *img, uint64_t offset, uint64_t len,
                              QimgExtent *out, GError **error)
 {
-    BlkNode *cur = img->node;
+    BlkNode *cur = img->node, *failed = NULL;
     int depth = 0;
     BlkStatus st;
 
@@ -640,32 +638,9 @@ static gboolean status_chain(QimgImage *img, uint64_t offset, uint64_t len,
         g_set_error(error, QIMG_ERROR, EINVAL, "Block status request out of range");
         return FALSE;
     }
-    len = MIN(len, cur->size - offset);
-    for (;;) {
-        int ret = blk_block_status(cur, offset, len, &st);
-        if (ret < 0) {
-            return node_result(cur, ret, "Could not get block status of", error);
-        }
-        len = st.pnum;
-        if (st.flags & BLK_STATUS_ALLOCATED) {
-            break;
-        }
-        BlkNode *below = blk_cow_backing(cur); /* past a filter too */
-        if (!below) {
-            /* a format's unallocated range reads as zeros (its driver
-             * says so); a protocol's (an NBD hole that does not read as
-             * zeros) is just not there, as QEMU's block layer says */
-            if (!cur->drv->is_protocol) {
-                st.flags |= BLK_STATUS_ZERO;
-            }
-            break;
-        }
-        if (offset >= below->size) {
-            st.flags |= BLK_STATUS_ZERO;
-            break;
-        }
-        cur = below;
-        depth++;
+    int ret = blk_block_status_chain(cur, offset, len, &st, &depth, &failed);
+    if (ret < 0) {
+        return node_result(failed, ret, "Could not get block status of", error);
     }
     fill_extent(out, offset, &st, depth);
     return TRUE;

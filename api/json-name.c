@@ -61,8 +61,8 @@
  *     server.type unix/inet with server.path or server.host and
  *     server.port, QEMU's older path/host/port, export, and x-dirty-bitmap
  *     (the meta context block status reads, nbd.c invariant 5), opened as
- *     the URI block/nbd.c takes; TLS, reconnection and open-timeout are
- *     refused.
+ *     the URI block/nbd.c takes, and reconnect-delay (nbd.c invariant 7);
+ *     TLS and open-timeout are refused.
  * 10. Backing options that are only keys -- backing.encrypt.key-secret
  *     (backing.key-secret for a luks layer), backing.backing.encrypt.key-secret
  *     and so on, as qemu-img takes them -- key the layers of the image's
@@ -103,6 +103,9 @@
  *     (BlkOpenOptions.data_file_opts, qcow2.c invariant 4); any other
  *     option is QEMU's "Block protocol 'null-co' doesn't support the
  *     option 'K'".
+ * 17. "driver": "quorum", or a format over "file": {"driver": "quorum"},
+ *     is QEMU's quorum node (api/quorum.c); only the caller's own name
+ *     takes it.
  */
 #include "api/api.h"
 
@@ -134,6 +137,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     blk_rbd_location_clear(&l->rbd);
     g_clear_pointer(&l->blkdebug_rules, g_free);
     g_clear_pointer(&l->outer_format, g_free);
+    api_quorum_clear(&l->quorum);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a
@@ -263,8 +267,7 @@ static char *take(GHashTable *flat, const char *prefix, const char *name)
 static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
                             BlkOpenOptions *o, GError **error)
 {
-    static const char *const refused[] = {"tls-creds", "tls-hostname", "reconnect-delay",
-                                          "open-timeout"};
+    static const char *const refused[] = {"tls-creds", "tls-hostname", "open-timeout"};
     g_autofree char *type = take(flat, prefix, "server.type");
     g_autofree char *spath = take(flat, prefix, "server.path");
     g_autofree char *shost = take(flat, prefix, "server.host");
@@ -274,6 +277,7 @@ static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
     g_autofree char *lport = take(flat, prefix, "port");
     g_autofree char *export = take(flat, prefix, "export");
     g_autofree char *bitmap = take(flat, prefix, "x-dirty-bitmap");
+    g_autofree char *delay = take(flat, prefix, "reconnect-delay");
     g_autofree char *exp = NULL;
     const char *path = spath ? spath : lpath, *host = shost ? shost : lhost;
     const char *port = sport ? sport : lport;
@@ -303,6 +307,18 @@ static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
         return FALSE;
     }
     o->nbd_context = bitmap ? g_intern_string(bitmap) : NULL;
+    o->nbd_reconnect_delay = 0;
+    if (delay &&
+        !api_parse_number("reconnect-delay", delay, &o->nbd_reconnect_delay, error)) {
+        g_clear_pointer(uri, g_free);
+        return FALSE;
+    }
+    if (o->nbd_reconnect_delay > UINT32_MAX) { /* QEMU's uint32 */
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Parameter 'reconnect-delay' expects uint32_t");
+        g_clear_pointer(uri, g_free);
+        return FALSE;
+    }
     return TRUE;
 }
 
@@ -462,6 +478,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     if (!from_image && layers &&
         ((driver && strcmp(driver, "rbd") == 0) || (fdrv && strcmp(fdrv, "rbd") == 0))) {
         return apply_rbd(flat, o, path, layers, error); /* invariant 11 */
+    }
+    if (!from_image && layers &&
+        ((driver && strcmp(driver, "quorum") == 0) ||
+         (fdrv && strcmp(fdrv, "quorum") == 0))) {
+        return api_quorum_options(flat, o, &layers->quorum, error); /* inv. 17 */
     }
     if (!from_image && api_file_driver_top(driver)) { /* open-opts.c inv. 3 */
         g_autoptr(GHashTable) child = api_file_driver_child(flat);
@@ -659,6 +680,13 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     }
     *path = g_strdup(file);
     return TRUE;
+}
+
+gboolean api_json_child(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error)
+{
+    const ApplyHow plain = {0};
+
+    return apply(flat, o, path, &plain, error);
 }
 
 static GHashTable *flat_new(void)

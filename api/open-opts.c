@@ -176,8 +176,7 @@ gboolean api_parse_size(const char *key, const char *v, uint64_t *out, GError **
 }
 
 /* Fact 7 (QEMU's number options). */
-static gboolean parse_number(const char *key, const char *v, uint64_t *out,
-                             GError **error)
+gboolean api_parse_number(const char *key, const char *v, uint64_t *out, GError **error)
 {
     char *end = NULL;
 
@@ -303,7 +302,7 @@ static int qcow2_option(const char *key, const char *value, BlkOpenOptions *o,
     }
     if (strcmp(key, "cache-clean-interval") == 0) {
         o->cache_clean_interval_set = true;
-        return parse_number(key, value, &o->cache_clean_interval, error) ? 1 : -1;
+        return api_parse_number(key, value, &o->cache_clean_interval, error) ? 1 : -1;
     }
     if (strcmp(key, "overlap-check") == 0 || strcmp(key, "overlap-check.template") == 0) {
         unsigned kinds;

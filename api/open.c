@@ -32,6 +32,10 @@
  *  7. An OVA archive opened as itself is its listing only for a
  *     metadata-only open (no_data_files); any other open is the open of
  *     its only disk, or refused (api/ova.c invariant 2).
+ *  8. A relative backing name of an image stored on a node with no folder
+ *     of its own (a quorum's children: BlkDriver.no_dirname) has no path
+ *     (qemu-img info: "cannot determine actual path"); opening the chain
+ *     fails with QEMU's message, which says why.
  */
 #include "api/api.h"
 #include "block/ova.h"
@@ -294,15 +298,22 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
                                     opts->trust_names, &img->full_backing_filename) < 0) {
                 img->backing_refused = blk_error_take();
             }
+        } else if (file->drv->no_dirname &&
+                   !blk_backing_name_is_absolute(img->backing_filename)) {
+            img->backing_refused = g_strdup(file->drv->no_dirname); /* invariant 8 */
         } else {
             img->full_backing_filename =
                 blk_resolve_backing_name(base, img->backing_filename);
         }
     }
     if (img->backing_refused && !opts->backing_path && !opts->no_backing) {
-        g_set_error(error, QIMG_ERROR, EACCES,
-                    "Could not open '%s': Could not open backing file: %s", filename,
-                    img->backing_refused);
+        if (file->drv->no_dirname) { /* invariant 8: QEMU's words alone */
+            g_set_error_literal(error, QIMG_ERROR, EINVAL, img->backing_refused);
+        } else {
+            g_set_error(error, QIMG_ERROR, EACCES,
+                        "Could not open '%s': Could not open backing file: %s", filename,
+                        img->backing_refused);
+        }
         goto fail;
     }
     if (img->full_backing_filename || opts->backing_opts) {

@@ -158,13 +158,18 @@ const char *blk_open_error_detail(const char *msg, int code, const char *filenam
     return strcmp(rest, g_strerror(code)) == 0 ? msg : rest;
 }
 
-char *blk_resolve_backing_name(const char *image_filename, const char *backing)
+bool blk_backing_name_is_absolute(const char *backing)
 {
     /* QEMU: a name with a protocol prefix ("file:NAME", relative to the
      * working directory, not the image's) is taken as it is; so is a
      * "json:{...}" name (its file.filename too, json-name.c invariant 1) */
-    if (g_path_is_absolute(backing) || strstr(backing, "://") != NULL ||
-        g_str_has_prefix(backing, "file:") || g_str_has_prefix(backing, "json:")) {
+    return g_path_is_absolute(backing) || strstr(backing, "://") != NULL ||
+           g_str_has_prefix(backing, "file:") || g_str_has_prefix(backing, "json:");
+}
+
+char *blk_resolve_backing_name(const char *image_filename, const char *backing)
+{
+    if (blk_backing_name_is_absolute(backing)) {
         return g_strdup(backing);
     }
     g_autofree char *dir = g_path_get_dirname(image_filename);
@@ -491,6 +496,49 @@ int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *s
         st->flags |= BLK_STATUS_ALLOCATED;
     }
     return 0;
+}
+
+/*
+ * Walk down the chain until a layer defines the range, as qemu-img map does:
+ * an unallocated range with no backing node below reads as zeros (and is not
+ * "present"); so does a range past the end of the backing node.
+ */
+int blk_block_status_chain(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st,
+                           int *depth, BlkNode **failed)
+{
+    BlkNode *cur = img;
+
+    *depth = 0;
+    bytes = MIN(bytes, img->size > offset ? img->size - offset : bytes);
+    for (;;) {
+        int ret = blk_block_status(cur, offset, bytes, st);
+        if (ret < 0) {
+            if (failed) {
+                *failed = cur;
+            }
+            return ret;
+        }
+        bytes = st->pnum;
+        if (st->flags & BLK_STATUS_ALLOCATED) {
+            return 0;
+        }
+        BlkNode *below = blk_cow_backing(cur); /* past a filter too */
+        if (!below) {
+            /* a format's unallocated range reads as zeros (its driver
+             * says so); a protocol's (an NBD hole that does not read as
+             * zeros) is just not there, as QEMU's block layer says */
+            if (!cur->drv->is_protocol) {
+                st->flags |= BLK_STATUS_ZERO;
+            }
+            return 0;
+        }
+        if (offset >= below->size) {
+            st->flags |= BLK_STATUS_ZERO;
+            return 0;
+        }
+        cur = below;
+        (*depth)++;
+    }
 }
 
 int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,

@@ -281,6 +281,13 @@ struct BlkDriver {
     /* Protocol and filter nodes: hold exactly the permissions perm and share
      * shared (BLK_PERM_*), or fail with the message recorded (optional). */
     int (*set_perm)(BlkNode *img, unsigned perm, unsigned shared);
+    /* Protocol nodes with no one folder to resolve a relative name in (a
+     * quorum's children may lie in several): QEMU's message; NULL for a
+     * node whose name is its folder's. */
+    const char *no_dirname;
+    /* Protocol nodes whose block status maps nothing to an offset (a
+     * quorum's bytes lie in several files): a format over it gives none. */
+    bool no_offsets;
 };
 
 /* ---- errors (invariant 2; block/error.c) ---- */
@@ -409,6 +416,9 @@ const char *blk_open_error_detail(const char *msg, int code, const char *filenam
 void blk_close(BlkNode *img);
 /* Resolve a backing file name relative to the folder of 'image_filename'. */
 char *blk_resolve_backing_name(const char *image_filename, const char *backing);
+/* A backing name that names its file without a folder to resolve it in
+ * (an absolute path, a protocol's name, a json: name). */
+bool blk_backing_name_is_absolute(const char *backing);
 
 /* ---- requests (invariant 3): use these, never img->drv directly ---- */
 
@@ -422,6 +432,12 @@ int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
 int blk_flush(BlkNode *img);
 int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
 int64_t blk_getlength(BlkNode *img);
+/* The status of [offset, +bytes) of img read through its backing chain
+ * (QEMU's block status "above"): the first layer that defines the range,
+ * at *depth below img; on failure *failed (may be NULL) is the node that
+ * failed. */
+int blk_block_status_chain(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st,
+                           int *depth, BlkNode **failed);
 int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                  bool shrink);
 int64_t blk_get_allocated_size(BlkNode *img);
@@ -492,8 +508,10 @@ int blk_faulty_qemu_event(const char *name, int *ev, bool *read);
 /* block/nbd.c (with libnbd) opens libnbd's URIs (nbd://, nbd+unix://,
  * nbds://...) and qemu-img's nbd:unix:PATH / nbd:HOST:PORT.  context: the
  * meta context block status reads (QEMU's x-dirty-bitmap), NULL for
- * base:allocation (nbd.c invariant 5). */
-BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context);
+ * base:allocation (nbd.c invariant 5); reconnect_delay: QEMU's, in
+ * seconds, 0 for none (nbd.c invariant 7). */
+BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
+                      uint64_t reconnect_delay);
 /* The NBD node's driver, registered as the format "nbd" (an image opened
  * with driver=nbd is the node itself, as QEMU's). */
 extern const BlkDriver blk_nbd_driver;

@@ -45,9 +45,16 @@
  *  6. A server's refusal of the export (NBD_REP_ERR_UNKNOWN) is reported
  *     in QEMU's words, "Requested export not available", with the text
  *     the server sent under it ("server reported: ...").
+ *  7. With QEMU's reconnect-delay (seconds; block/nbd-reconnect.c), the
+ *     node keeps one connection; a request that failed because it died
+ *     waits for a new connection -- attempts at once, then after 1, 2,
+ *     4 ... 16 s, as QEMU's -- and runs again, until reconnect-delay has
+ *     passed since its first failure; then it fails as it did.  A new
+ *     connection must offer the export's size again.  The open itself is
+ *     not retried (QEMU's open-timeout, which qimg refuses).
  */
 #include "block/block.h"
-#include "block/nbd-lib.h"
+#include "block/nbd-int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,35 +64,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-/* nbd-lib.h invariant 1: libnbd through the table nbd-lib.c loads */
-#define NL blk_nbd_lib
-
-#define NBD_CONNS 4
-/* How long the extra connections may take, all together (invariant 1). */
-#define NBD_EXTRA_CONNECT_US (2 * G_USEC_PER_SEC)
-#define NBD_MAX_REQUEST (32u << 20)
-#define NBD_WINDOW 8 /* pieces of one request in flight at once */
-
-typedef struct NbdConn {
-    struct nbd_handle *h;
-    int efd; /* wakes the poller (invariant 1) */
-    pthread_t poller;
-    bool started;
-    const bool *stop_flag; /* &NbdState.stop */
-    unsigned inflight;     /* [NbdState.lock] */
-} NbdConn;
-
-typedef struct NbdState {
-    char *name;
-    char *context; /* the meta context block status reads (invariant 5) */
-    NbdConn c[NBD_CONNS];
-    int nconns;
-    bool stop; /* atomic */
-    pthread_mutex_t lock;
-    uint32_t max_request; /* invariant 3 */
-    bool can_zero, can_fast_zero, can_fua, can_trim, can_flush, has_status;
-} NbdState;
 
 /* What one caller waits for: its commands' completions (invariant 1). */
 typedef struct NbdWait {
@@ -336,13 +314,7 @@ static void nbd_node_close(BlkNode *img)
     __atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
     for (int i = 0; i < s->nconns; i++) {
         NbdConn *c = &s->c[i];
-        uint64_t one = 1;
-        if (c->started) {
-            if (write(c->efd, &one, sizeof(one)) < 0) {
-                /* already signalled */
-            }
-            pthread_join(c->poller, NULL);
-        }
+        blk_nbd_stop_poller(c);
         NL.nbd_shutdown(c->h, 0);
         NL.nbd_close(c->h);
         if (c->efd >= 0) {
@@ -350,6 +322,7 @@ static void nbd_node_close(BlkNode *img)
         }
     }
     pthread_mutex_destroy(&s->lock);
+    pthread_rwlock_destroy(&s->rw);
     g_free(s->name);
     g_free(s->context);
     g_free(s);
@@ -358,10 +331,9 @@ static void nbd_node_close(BlkNode *img)
 /* Reads or writes: pieces of max_request (invariant 3), NBD_WINDOW of them
  * in flight at once, through a bounce buffer when the vector has several
  * buffers. */
-static int nbd_rw(BlkNode *img, uint64_t offset, const BlkIOV *qiov, bool write,
-                  uint32_t flags)
+static int nbd_rw_once(NbdState *s, uint64_t offset, const BlkIOV *qiov, bool write,
+                       uint32_t flags)
 {
-    NbdState *s = img->opaque;
     NbdOp op = write ? OP_WRITE : OP_READ;
     size_t window = MIN(qiov->size, (size_t)s->max_request * NBD_WINDOW);
     g_autofree uint8_t *bounce = qiov->niov == 1 ? NULL : g_malloc(window);
@@ -393,8 +365,8 @@ static int nbd_rw(BlkNode *img, uint64_t offset, const BlkIOV *qiov, bool write,
 }
 
 /* Zero or trim requests, cut at max_request, all in flight at once. */
-static int nbd_ranges(NbdState *s, NbdOp op, uint64_t offset, uint64_t bytes,
-                      uint32_t flags)
+static int nbd_ranges_once(NbdState *s, NbdOp op, uint64_t offset, uint64_t bytes,
+                           uint32_t flags)
 {
     NbdWait w;
 
@@ -417,27 +389,82 @@ static int nbd_ranges(NbdState *s, NbdOp op, uint64_t offset, uint64_t bytes,
     return wait_result(s, &w, op);
 }
 
+/* One request of any kind, as the functions below make it. */
+typedef struct NbdReq {
+    NbdOp op;
+    uint64_t offset, bytes;
+    const BlkIOV *qiov;
+    uint32_t flags;
+    nbd_extent_callback *ext;
+} NbdReq;
+
+static int run_once(NbdState *s, const NbdReq *r)
+{
+    NbdWait w;
+
+    switch (r->op) {
+    case OP_READ:
+    case OP_WRITE:
+        return nbd_rw_once(s, r->offset, r->qiov, r->op == OP_WRITE, r->flags);
+    case OP_ZERO:
+    case OP_TRIM:
+        return nbd_ranges_once(s, r->op, r->offset, r->bytes, r->flags);
+    default:
+        wait_init(&w);
+        submit(s, &w, r->op, NULL, r->bytes, r->offset, r->flags, r->ext);
+        return wait_result(s, &w, r->op);
+    }
+}
+
+/* Invariant 7: run again on a new connection while reconnect-delay lasts. */
+static int run(NbdState *s, const NbdReq *r)
+{
+    int64_t deadline = 0;
+    bool had = blk_error_mark();
+    uint64_t gen;
+    int ret;
+
+    do {
+        gen = blk_nbd_attempt(s);
+        ret = run_once(s, r);
+    } while (blk_nbd_retry(s, ret, gen, &deadline, had));
+    return ret;
+}
+
+static int nbd_rw(NbdState *s, uint64_t offset, const BlkIOV *qiov, bool write,
+                  uint32_t flags)
+{
+    NbdReq r = {
+        .op = write ? OP_WRITE : OP_READ, .offset = offset, .qiov = qiov, .flags = flags};
+    return run(s, &r);
+}
+
+static int nbd_ranges(NbdState *s, NbdOp op, uint64_t offset, uint64_t bytes,
+                      uint32_t flags)
+{
+    NbdReq r = {.op = op, .offset = offset, .bytes = bytes, .flags = flags};
+    return run(s, &r);
+}
+
 static int nbd_node_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                            unsigned flags)
 {
     (void)flags;
-    return nbd_rw(img, offset, qiov, false, 0);
+    return nbd_rw(img->opaque, offset, qiov, false, 0);
 }
 
 static int nbd_node_flush(BlkNode *img)
 {
     NbdState *s = img->opaque;
     uint64_t gen = __atomic_load_n(&img->write_gen, __ATOMIC_ACQUIRE);
-    NbdWait w;
+    NbdReq r = {.op = OP_FLUSH};
     int ret;
 
     if (img->read_only || !s->can_flush ||
         gen == __atomic_load_n(&img->flushed_gen, __ATOMIC_ACQUIRE)) {
         return 0;
     }
-    wait_init(&w);
-    submit(s, &w, OP_FLUSH, NULL, 0, 0, 0, NULL);
-    ret = wait_result(s, &w, OP_FLUSH);
+    ret = run(s, &r);
     if (ret == 0) {
         blk_gen_flushed(img, gen); /* invariant 5 */
     }
@@ -460,8 +487,8 @@ static int nbd_node_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     NbdState *s = img->opaque;
     bool fua = (flags & BLK_REQ_FUA) && s->can_fua;
 
-    return finish_write(
-        img, nbd_rw(img, offset, qiov, true, fua ? LIBNBD_CMD_FLAG_FUA : 0), flags, fua);
+    return finish_write(img, nbd_rw(s, offset, qiov, true, fua ? LIBNBD_CMD_FLAG_FUA : 0),
+                        flags, fua);
 }
 
 static int write_zeros_as_data(BlkNode *img, uint64_t offset, uint64_t bytes)
@@ -474,7 +501,7 @@ static int write_zeros_as_data(BlkNode *img, uint64_t offset, uint64_t bytes)
         BlkIOV q;
         size_t len = (size_t)MIN(bytes, (uint64_t)n);
         iov_init_buf(&q, buf, len);
-        ret = nbd_rw(img, offset, &q, true, 0);
+        ret = nbd_rw(img->opaque, offset, &q, true, 0);
         offset += len;
         bytes -= len;
     }
@@ -550,7 +577,7 @@ static int nbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
     StatusReply r = {0};
     StatusCall call = {.r = &r, .context = s->context};
     nbd_extent_callback ext = {.callback = status_cb, .user_data = &call};
-    NbdWait w;
+    NbdReq req = {.op = OP_STATUS, .flags = LIBNBD_CMD_FLAG_REQ_ONE, .ext = &ext};
     int ret;
 
     st->flags = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
@@ -561,9 +588,9 @@ static int nbd_node_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
         return 0;
     }
     bytes = MIN(bytes, (uint64_t)UINT32_MAX & ~(uint64_t)511);
-    wait_init(&w);
-    submit(s, &w, OP_STATUS, NULL, bytes, offset, LIBNBD_CMD_FLAG_REQ_ONE, &ext);
-    ret = wait_result(s, &w, OP_STATUS);
+    req.offset = offset;
+    req.bytes = bytes;
+    ret = run(s, &req);
     if (ret < 0) {
         return ret;
     }
@@ -607,27 +634,39 @@ const BlkDriver blk_nbd_driver = {
 };
 
 /* Invariant 1: one poller per connection, each with its wake-up eventfd. */
-static int start_pollers(NbdState *s)
+int blk_nbd_start_poller(NbdState *s, int i)
 {
-    for (int i = 0; i < s->nconns; i++) {
-        NbdConn *c = &s->c[i];
-        int err;
-        c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (c->efd < 0) {
-            return blk_error(errno, "Could not open '%s': eventfd: %s", s->name,
-                             g_strerror(errno));
-        }
-        err = pthread_create(&c->poller, NULL, poller_main, c);
-        if (err) {
-            return blk_error(err, "Could not open '%s': cannot start a thread: %s",
-                             s->name, g_strerror(err));
-        }
-        c->started = true;
+    NbdConn *c = &s->c[i];
+    int err;
+
+    if (c->efd < 0 && (c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        return blk_error(errno, "Could not open '%s': eventfd: %s", s->name,
+                         g_strerror(errno));
     }
+    err = pthread_create(&c->poller, NULL, poller_main, c);
+    if (err) {
+        return blk_error(err, "Could not open '%s': cannot start a thread: %s", s->name,
+                         g_strerror(err));
+    }
+    c->started = true;
     return 0;
 }
 
-BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
+void blk_nbd_stop_poller(NbdConn *c)
+{
+    uint64_t one = 1;
+
+    if (c->started) {
+        if (write(c->efd, &one, sizeof(one)) < 0) {
+            /* already signalled */
+        }
+        pthread_join(c->poller, NULL);
+        c->started = false;
+    }
+}
+
+BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
+                      uint64_t reconnect_delay)
 {
     NbdState *s;
     BlkNode *img;
@@ -643,6 +682,8 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
     s->name = g_strdup(filename);
     s->context = g_strdup(context ? context : LIBNBD_CONTEXT_BASE_ALLOCATION);
     pthread_mutex_init(&s->lock, NULL);
+    pthread_rwlock_init(&s->rw, NULL);
+    s->reconnect_us = (int64_t)MIN(reconnect_delay, (uint64_t)INT32_MAX) * G_USEC_PER_SEC;
     for (int i = 0; i < NBD_CONNS; i++) {
         s->c[i].efd = -1;
         s->c[i].stop_flag = &s->stop;
@@ -709,7 +750,9 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
         blk_close(img);
         return NULL;
     }
-    if (NL.nbd_can_multi_conn(s->c[0].h) == 1) { /* invariant 1 */
+    s->size = (uint64_t)size;
+    /* invariant 1; one connection to reconnect (invariant 7), as QEMU's */
+    if (NL.nbd_can_multi_conn(s->c[0].h) == 1 && !s->reconnect_us) {
         int64_t deadline = g_get_monotonic_time() + NBD_EXTRA_CONNECT_US;
 
         while (s->nconns < NBD_CONNS) {
@@ -721,9 +764,11 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context)
             s->c[s->nconns++].h = h;
         }
     }
-    if (start_pollers(s) < 0) {
-        blk_close(img);
-        return NULL;
+    for (int i = 0; i < s->nconns; i++) {
+        if (blk_nbd_start_poller(s, i) < 0) {
+            blk_close(img);
+            return NULL;
+        }
     }
     g_free(img->filename);
     img->filename = blk_nbd_canonical_name(s->c[0].h, filename);

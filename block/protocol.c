@@ -64,7 +64,8 @@ static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
                          const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
 {
 #ifdef QIMG_HAVE_LIBNBD
-    return blk_open_nbd(filename, opts->read_only, opts->nbd_context);
+    return blk_open_nbd(filename, opts->read_only, opts->nbd_context,
+                        opts->nbd_reconnect_delay);
 #else
     blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
               filename);

@@ -145,7 +145,10 @@ static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkSt
     if (ret < 0) {
         return ret;
     }
-    if (!(st->flags & BLK_STATUS_OFFSET_VALID)) {
+    /* the file's bytes are at their own offset, past its end and in an NBD
+     * hole too, as QEMU's protocols say; a node whose bytes lie in no one
+     * file (a quorum's) gives none (invariant 3) */
+    if (!(st->flags & BLK_STATUS_OFFSET_VALID) && !img->file->drv->no_offsets) {
         st->map = offset;
         st->flags |= BLK_STATUS_OFFSET_VALID;
     }

@@ -502,8 +502,10 @@ static void human_info(const QimgInfo *info)
     }
     if (info->backing_filename) {
         printf("backing file: %s", info->backing_filename);
-        if (info->full_backing_filename &&
-            strcmp(info->backing_filename, info->full_backing_filename) != 0) {
+        if (!info->full_backing_filename) {
+            printf(" (cannot determine actual path)");
+        } else if (info->full_backing_filename &&
+                   strcmp(info->backing_filename, info->full_backing_filename) != 0) {
             printf(" (actual path: %s)", info->full_backing_filename);
         }
         printf("\n");

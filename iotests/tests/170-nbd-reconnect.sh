@@ -1,0 +1,77 @@
+#!/bin/bash
+# QEMU's reconnect-delay of the NBD client (block/nbd-reconnect.c; QEMU
+# iotest 277), against qemu-io 7.2: the server goes away between two
+# requests and comes back; with reconnect-delay the next requests wait
+# for a new connection and succeed, as qemu-io's do; when the server stays
+# away longer than reconnect-delay, or without it, they fail.  (QEMU's
+# 277 itself cannot run against qimg: nbd-fault-injector.py's oldstyle
+# handshake sends export flags 0, which libnbd refuses.)
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io qemu-nbd
+
+"$QEMU_IMG" create -q -f qcow2 d.qcow2 1M || exit 1
+srv=
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; _cleanup' EXIT
+
+# serve SOCK: qemu-nbd serving d.qcow2 on SOCK (its own for each run: a
+# server of an earlier run never removes it).
+serve() {
+    qemu-nbd -k "$PWD/$1" -f qcow2 d.qcow2 &
+    srv=$!
+    wait_sock "$1" || _fail "qemu-nbd did not start"
+}
+
+stop() {
+    kill "$srv" 2>/dev/null
+    wait "$srv" 2>/dev/null
+    srv=
+}
+
+# one_run OUT SOCK RESTART OPTS TOOL...: TOOL --image-opts OPTS (an NBD
+# export on SOCK) writes, sleeps 1.5 s, reads and writes again; the server
+# is stopped once the first write is done, and started again when RESTART
+# is 1.
+one_run() {
+    local out=$1 sock=$2 restart=$3 opts=$4 client
+    shift 4
+    serve "$sock"
+    stdbuf -oL "$@" --image-opts "driver=nbd,server.type=unix,server.path=$PWD/$sock$opts" \
+        -c 'write -P 1 0 64k' -c 'sleep 1500' -c 'read -P 1 0 64k' \
+        -c 'write -P 2 64k 64k' >"$out" 2>"$out.err" &
+    client=$!
+    for _ in $(seq 100); do
+        grep -q '^wrote' "$out" && break
+        sleep 0.05
+    done
+    stop
+    [ "$restart" = 0 ] || serve "$sock"
+    wait "$client"
+    echo "rc $?" >>"$out"
+    [ -z "$srv" ] || stop
+}
+
+# both DESC RESTART OPTS: qemu-io and qimg io print the same.
+n=0
+both() {
+    local desc=$1 restart=$2 opts=$3
+    n=$((n + 1))
+    one_run q.out q$n.sock "$restart" "$opts" "$QEMU_IO"
+    "$QEMU_IMG" create -q -f qcow2 d.qcow2 1M || exit 1 # qimg's writes alone
+    one_run m.out m$n.sock "$restart" "$opts" "$QIMG" io
+    # (a request on a dead connection fails with EIO in QEMU, ENOTCONN in
+    # qimg, reconnect-delay or not: the errno is not compared)
+    assert_eq "$desc" "$(io_filter <q.out | sed 's/ failed: .*/ failed/')" \
+        "$(io_filter <m.out | sed 's/ failed: .*/ failed/')" || cat q.out.err m.out.err
+}
+
+both "reconnected within reconnect-delay" 1 ",reconnect-delay=7"
+grep -q '^read 65536/65536' m.out || _fail "the read after the reconnect"
+assert_rc "the writes reached the image" 0 "$QEMU_IO" -c 'read -P 1 0 64k' \
+    -c 'read -P 2 64k 64k' d.qcow2
+both "no server within reconnect-delay" 0 ",reconnect-delay=1"
+grep -q '^read failed' m.out || _fail "the read without a server"
+both "without reconnect-delay" 1 ""
+same_as_qemu_err info --image-opts \
+    "driver=nbd,server.type=unix,server.path=$PWD/x.sock,reconnect-delay=x"
+
+finish
