@@ -192,6 +192,8 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_FLUSH] = "flush",
     [BLKEV_COW_DATA_WRITE] = "cow_data_write",
     [BLKEV_COR_WRITE] = "cor_write",
+    [BLKEV_L2_LOAD] = "l2_load",
+    [BLKEV_REFBLOCK_LOAD] = "refblock_load",
 };
 
 const char *blk_event_name(BlkEvent ev)
