@@ -339,6 +339,7 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
     bool had_error = blk_error_mark(); /* a failed free is never reported here */
     int ret;
 
+    blk_event(s->img->file, BLKEV_CLUSTER_FREE); /* QEMU's cluster_free */
     s->free_kind = kind; /* invariant 9: what on_freed_locked queues */
     ret = qcow2_update_refcount_locked(s, offset, length, 1, true);
     s->free_kind = QCOW2_DISCARD_NEVER;
@@ -350,6 +351,7 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
          * would go below 0) only on a corrupt image. */
         g_debug("qcow2: freeing 0x%" PRIx64 "+%" PRIu64 " failed: %s", offset, length,
                 g_strerror(-ret));
+        g_printerr("qcow2_free_clusters failed: %s\n", g_strerror(-ret)); /* QEMU's */
         if (ret != -EINVAL) {
             qcow2_defer_error_locked(s, ret, had_error ? NULL : blk_error_message());
         }
