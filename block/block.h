@@ -88,6 +88,10 @@ typedef enum BlkEvent {
      * (QEMU's l2_load, refblock_load: a read, not a write) */
     BLKEV_L2_LOAD,
     BLKEV_REFBLOCK_LOAD,
+    /* clusters about to be allocated (QEMU's cluster_alloc), for a new L1
+     * table (QEMU's l1_grow_alloc_table) */
+    BLKEV_CLUSTER_ALLOC,
+    BLKEV_L1_GROW_ALLOC,
     BLKEV__MAX
 } BlkEvent;
 

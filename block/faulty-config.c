@@ -57,7 +57,7 @@ static const struct {
     int ev;
 } events[] = {
     {"l1_update", BLKEV_L1_UPDATE},
-    {"l1_grow_alloc_table", EV_NONE},
+    {"l1_grow_alloc_table", BLKEV_L1_GROW_ALLOC},
     {"l1_grow_write_table", BLKEV_L1_GROW},
     {"l1_grow_activate_table", BLKEV_L1_GROW},
     {"l2_load", BLKEV_L2_LOAD},
@@ -86,7 +86,7 @@ static const struct {
     {"refblock_alloc_write_blocks", BLKEV_REFBLOCK_ALLOC},
     {"refblock_alloc_write_table", BLKEV_REFTABLE_GROW},
     {"refblock_alloc_switch_table", BLKEV_REFTABLE_GROW},
-    {"cluster_alloc", EV_NONE},
+    {"cluster_alloc", BLKEV_CLUSTER_ALLOC},
     {"cluster_alloc_bytes", EV_NONE},
     {"cluster_free", BLKEV_CLUSTER_FREE},
     {"flush_to_os", BLKEV_FLUSH},

@@ -497,11 +497,13 @@ int qcow2_reuse_pending_frees_locked(Qcow2State *s, uint64_t n)
 
 int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n)
 {
+    blk_event(s->img->file, BLKEV_CLUSTER_ALLOC); /* QEMU's cluster_alloc */
     return alloc_run_locked(s, from >> s->cluster_bits, n);
 }
 
 int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n)
 {
+    blk_event(s->img->file, BLKEV_CLUSTER_ALLOC); /* QEMU's cluster_alloc */
     return alloc_run_locked(s, 0, n);
 }
 

@@ -5,7 +5,8 @@
 #    default I/O types): l2_load fails the read that loads the L2 table
 #    (QEMU's 089) and, with once=off, the write and read of later opens
 #    that load it again (026); refblock_load fails the first write of a
-#    fresh image, which loads its refcount block (026).
+#    fresh image, which loads its refcount block (026); cluster_alloc the
+#    write that allocates (026).
 #  - a flush with nothing written since the node's last good flush never
 #    reaches the rules: closing after the failed read reports nothing (089).
 . "$(dirname "$0")/../common.sh"
@@ -41,5 +42,10 @@ done
 conf refblock_load 5 on
 IO_IMAGE=t.qcow2 IO_FROM=base.qcow2 same_as_qemu_io "refblock_load once=on" \
     -c 'write 0 128k' "blkdebug:$PWD/bd.conf:$PWD/t.qcow2"
+for once in on off; do
+    conf cluster_alloc 5 "$once"
+    IO_IMAGE=t.qcow2 IO_FROM=base.qcow2 same_as_qemu_io "cluster_alloc once=$once" \
+        -c 'write 0 128k' "blkdebug:$PWD/bd.conf:$PWD/t.qcow2"
+done
 
 finish

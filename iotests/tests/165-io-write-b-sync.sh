@@ -6,11 +6,14 @@
 # without corruption (leaks allowed, as QEMU's 026).  (Closing lines after such a
 # failure are not compared: qemu-io rewrites its caches at close, qimg
 # refuses writes after a failed metadata write, meta.c invariant 9.)
+# cluster_alloc and l1_grow_alloc_table are raised before qcow2 allocates
+# clusters, and before it allocates a grown L1 table (the vmstate area
+# past the disk grows it).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=1k base.qcow2 1G
-for ev in write_aio l2_alloc_write l1_update; do
+for ev in write_aio l2_alloc_write l1_update cluster_alloc l1_grow_alloc_table; do
     for errno in 5 28; do
         printf '[inject-error]\nevent = "%s"\nerrno = "%s"\nonce = "on"\n' "$ev" "$errno" \
             >bd.conf
