@@ -351,8 +351,8 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
          * would go below 0) only on a corrupt image. */
         g_debug("qcow2: freeing 0x%" PRIx64 "+%" PRIu64 " failed: %s", offset, length,
                 g_strerror(-ret));
-        g_printerr("qcow2_free_clusters failed: %s\n", g_strerror(-ret)); /* QEMU's */
         if (ret != -EINVAL) {
+            g_printerr("qcow2_free_clusters failed: %s\n", g_strerror(-ret)); /* QEMU's */
             qcow2_defer_error_locked(s, ret, had_error ? NULL : blk_error_message());
         }
     }
