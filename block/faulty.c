@@ -20,7 +20,8 @@
  *                flushes; read = reads only, with event=any: a source that
  *                fails mid-copy); QEMU's I/O types pwrite (writes alone),
  *                write-zeroes, discard, block-status, and io (QEMU's
- *                default: reads, writes, zero writes, discards, flushes)
+ *                default: reads, writes, zero writes, discards, flushes),
+ *                io-no-flush (those but flushes)
  *   state=N      only in state N (QEMU's blkdebug states; 0: any)
  *   arm          QEMU's blkdebug rule (invariant 7): the step arms it, and
  *                from then on every request of op fails, whatever step
@@ -107,6 +108,7 @@ static const struct {
     {"discard", OP_DISCARD},
     {"block-status", OP_STATUS},
     {"io", OP_READ | OP_WRITE | OP_ZERO | OP_DISCARD | OP_FLUSH},
+    {"io-no-flush", OP_READ | OP_WRITE | OP_ZERO | OP_DISCARD},
 };
 
 typedef struct FaultRule {
