@@ -197,6 +197,10 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_FLUSH] = "flush",
     [BLKEV_COW_DATA_WRITE] = "cow_data_write",
     [BLKEV_COR_WRITE] = "cor_write",
+    [BLKEV_L2_LOAD] = "l2_load",
+    [BLKEV_REFBLOCK_LOAD] = "refblock_load",
+    [BLKEV_CLUSTER_ALLOC] = "cluster_alloc",
+    [BLKEV_L1_GROW_ALLOC] = "l1_grow_alloc_table",
 };
 
 const char *blk_event_name(BlkEvent ev)

@@ -84,6 +84,14 @@ typedef enum BlkEvent {
     /* copy-on-read writing back what it read (block/cor.c; QEMU's
      * cor_write, raised on the node that copies) */
     BLKEV_COR_WRITE,
+    /* reading an L2 table / a refcount block from the file into its cache
+     * (QEMU's l2_load, refblock_load: a read, not a write) */
+    BLKEV_L2_LOAD,
+    BLKEV_REFBLOCK_LOAD,
+    /* clusters about to be allocated (QEMU's cluster_alloc), for a new L1
+     * table (QEMU's l1_grow_alloc_table) */
+    BLKEV_CLUSTER_ALLOC,
+    BLKEV_L1_GROW_ALLOC,
     BLKEV__MAX
 } BlkEvent;
 
@@ -533,6 +541,11 @@ int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules);
  * two: its alignment limit (block/limits.c); -EINVAL with QEMU's message
  * when its limits cannot meet it. */
 int blk_faulty_set_align(BlkNode *img, uint64_t align);
+/* faulty-limits.c: one "KEY=N" of a fault node's "limits,..." rule into l,
+ * and QEMU's checks of limits over a child aligned to child_align (fact
+ * 1); -EINVAL with QEMU's message. */
+int blk_faulty_parse_limit(const char *item, BlkLimits *l);
+int blk_faulty_check_limits(const BlkLimits *l, uint32_t child_align);
 BlkNode *blk_open_faulty(const char *rules, const char *filename, bool read_only,
                          BlkCacheMode cache);
 /* The fault-injecting node with 'rules' over the format node child (QEMU's

@@ -29,6 +29,14 @@
  *     other events' inject-error rules are refused.
  *  5. iotype (read, write, write-zeroes, discard, flush, block-status)
  *     names the one kind of request a rule fails (faulty.c's op=).
+ *  6. An event arms its inject-error rules: from then on every request
+ *     (reads, writes, zero writes, discards unless iotype says otherwise)
+ *     fails, whatever QEMU does next, until an event with rules of its own
+ *     replaces them or once spends the rule (QEMU's active rules: faulty.c's
+ *     arm, its invariant 7).  Flushes too in QEMU, but a flush that fails
+ *     when QEMU closes an image is silent unless it is the qcow2 caches'
+ *     (which prints lines qimg does not print yet): an armed rule fails
+ *     flushes only when its event is a flush's or iotype says flush.
  *
  * Owns: the mapping of QEMU's events onto the steps qimg announces
  * (blk_event()), and QEMU's rule groups (from a config file or from
@@ -52,10 +60,10 @@ static const struct {
     int ev;
 } events[] = {
     {"l1_update", BLKEV_L1_UPDATE},
-    {"l1_grow_alloc_table", EV_NONE},
+    {"l1_grow_alloc_table", BLKEV_L1_GROW_ALLOC},
     {"l1_grow_write_table", BLKEV_L1_GROW},
     {"l1_grow_activate_table", BLKEV_L1_GROW},
-    {"l2_load", EV_NONE},
+    {"l2_load", BLKEV_L2_LOAD},
     {"l2_update", BLKEV_L2_UPDATE},
     {"l2_update_compressed", EV_NONE},
     {"l2_alloc_cow_read", EV_NONE},
@@ -72,7 +80,7 @@ static const struct {
     {"reftable_load", EV_NONE},
     {"reftable_grow", BLKEV_REFTABLE_GROW},
     {"reftable_update", EV_NONE},
-    {"refblock_load", EV_NONE},
+    {"refblock_load", BLKEV_REFBLOCK_LOAD},
     {"refblock_update", BLKEV_REFBLOCK_UPDATE},
     {"refblock_update_part", BLKEV_REFBLOCK_UPDATE},
     {"refblock_alloc", BLKEV_REFBLOCK_ALLOC},
@@ -81,7 +89,7 @@ static const struct {
     {"refblock_alloc_write_blocks", BLKEV_REFBLOCK_ALLOC},
     {"refblock_alloc_write_table", BLKEV_REFTABLE_GROW},
     {"refblock_alloc_switch_table", BLKEV_REFTABLE_GROW},
-    {"cluster_alloc", EV_NONE},
+    {"cluster_alloc", BLKEV_CLUSTER_ALLOC},
     {"cluster_alloc_bytes", EV_NONE},
     {"cluster_free", BLKEV_CLUSTER_FREE},
     {"flush_to_os", BLKEV_FLUSH},
@@ -223,7 +231,13 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         return ret;
     }
     bool any = ev == EV_ANY; /* fact 4 */
-    const char *op = read ? "read" : ev == BLKEV_FLUSH ? "flush" : any ? "io" : NULL;
+    /* fact 6: QEMU's default I/O types (all but block-status); flushes only
+     * for flush events */
+    bool arm = !set_state && !read && !any;
+    const char *op = read                       ? "read"
+                     : any || ev == BLKEV_FLUSH ? "io"
+                     : arm                      ? "io-no-flush"
+                                                : NULL;
     g_autofree char *iotype = g_key_file_get_value(kf, group, "iotype", NULL);
     if (iotype) { /* fact 5 */
         op = NULL;
@@ -269,6 +283,9 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
     }
     if (once) {
         g_string_append(out, ",once");
+    }
+    if (arm) {
+        g_string_append(out, ",arm"); /* fact 6 */
     }
     return 0;
 }

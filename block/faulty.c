@@ -20,8 +20,12 @@
  *                flushes; read = reads only, with event=any: a source that
  *                fails mid-copy); QEMU's I/O types pwrite (writes alone),
  *                write-zeroes, discard, block-status, and io (QEMU's
- *                default: reads, writes, zero writes, discards, flushes)
+ *                default: reads, writes, zero writes, discards, flushes),
+ *                io-no-flush (those but flushes)
  *   state=N      only in state N (QEMU's blkdebug states; 0: any)
+ *   arm          QEMU's blkdebug rule (invariant 7): the step arms it, and
+ *                from then on every request of op fails, whatever step
+ *                it is in; nth does not apply
  *   new_state=N  not a failure: entering the step switches to state N
  *                (QEMU's [set-state]; the state starts at 1)
  * A rule "limits,KEY=N,..." is no rule but the node's request limits
@@ -61,6 +65,17 @@
  *     node refuses (-ENOTSUP) a zero write shorter than max(align,
  *     opt-write-zero) and a discard shorter than align, so the layer above
  *     writes zeros (limits.c fact 2) or skips it (fact 3).
+ *  7. Armed rules as QEMU's active rules: a step whose event an arm rule
+ *     names (in its state, invariant 4) arms it, node-wide, and disarms
+ *     every arm rule of other events (QEMU replaces its active list when
+ *     an event has inject-error rules); an armed rule fails every later
+ *     request of its ops and range on any thread, reads too when op says
+ *     so (invariant 1's exception: QEMU's default I/O types include
+ *     reads).  With once the first failure disarms it for good (QEMU
+ *     removes the rule).
+ *  8. As QEMU's block layer, a flush with no write-like request (failed ones
+ *     too) since the node's last good flush never reaches the rules: it is
+ *     passed to the child, which has nothing to flush either.
  */
 #include "block/block.h"
 
@@ -93,6 +108,7 @@ static const struct {
     {"discard", OP_DISCARD},
     {"block-status", OP_STATUS},
     {"io", OP_READ | OP_WRITE | OP_ZERO | OP_DISCARD | OP_FLUSH},
+    {"io-no-flush", OP_READ | OP_WRITE | OP_ZERO | OP_DISCARD},
 };
 
 typedef struct FaultRule {
@@ -106,6 +122,9 @@ typedef struct FaultRule {
     int state;     /* 0: any (invariant 4) */
     int new_state; /* >= 0: a state switch, not a failure */
     uint64_t seen; /* matching requests so far (atomic) */
+    bool arm;      /* invariant 7 */
+    int armed;     /* atomic: arm rules, armed by their step */
+    int spent;     /* atomic: an arm rule with once that failed a request */
 } FaultRule;
 
 typedef struct FaultSuspended {
@@ -128,6 +147,8 @@ typedef struct FaultyState {
     pthread_cond_t resumed;
     GPtrArray *breaks;    /* [lock] FaultBreak */
     GPtrArray *suspended; /* [lock] FaultSuspended, oldest first */
+    uint64_t writes;      /* atomic: write-like requests (invariant 8) */
+    uint64_t flushed;     /* atomic: writes when the last good flush began */
 } FaultyState;
 
 static _Thread_local int current_event;    /* invariant 3 */
@@ -165,6 +186,8 @@ static int parse_rule(const char *text, FaultRule *r)
             r->nth = g_ascii_strtoull(val, NULL, 10);
         } else if (strcmp(*p, "once") == 0) {
             r->once = true;
+        } else if (strcmp(*p, "arm") == 0) {
+            r->arm = true;
         } else if (strncmp(*p, "offset", klen) == 0 && klen == 6) {
             char *end = NULL;
             r->has_offset = true;
@@ -225,11 +248,37 @@ static void break_free(gpointer p)
     g_free(b);
 }
 
-/* A step begins (invariant 4): remember its state, then switch. */
+/* Invariant 7: the arm rules of step ev, judged in state old, replace the
+ * armed ones when there are any. */
+static void arm_rules(FaultyState *s, int ev, int old)
+{
+    bool any = false;
+
+    for (guint pass = 0; pass < 2; pass++) {
+        for (guint i = 0; i < s->rules->len; i++) {
+            FaultRule *r = &g_array_index(s->rules, FaultRule, i);
+            if (!r->arm || __atomic_load_n(&r->spent, __ATOMIC_SEQ_CST)) {
+                continue;
+            }
+            bool mine = event_matches(r->event, ev) && (r->state == 0 || r->state == old);
+            if (pass == 0) {
+                any |= mine;
+            } else if (any) {
+                __atomic_store_n(&r->armed, mine, __ATOMIC_SEQ_CST);
+            }
+        }
+    }
+}
+
+/* A step begins (invariant 4): remember its state, arm its rules
+ * (invariant 7), then switch. */
 static void begin_step(FaultyState *s, int ev, FaultOp op)
 {
     int old = __atomic_load_n(&s->state, __ATOMIC_SEQ_CST), next = old;
 
+    if (ev >= 0) {
+        arm_rules(s, ev, old);
+    }
     for (guint i = 0; i < s->rules->len; i++) {
         FaultRule *r = &g_array_index(s->rules, FaultRule, i);
         if (r->new_state >= 0 && (r->ops & op) &&
@@ -286,6 +335,27 @@ static void maybe_suspend(FaultyState *s, int ev)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Invariant 7: an armed rule fails the request (-errno) or not (0). */
+static int armed_fails(FaultRule *r, FaultOp op, uint64_t offset, uint64_t bytes)
+{
+    if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST) || !(r->ops & op) ||
+        (r->has_offset && (r->offset < offset || r->offset - offset >= bytes))) {
+        return 0;
+    }
+    if (r->once && __atomic_exchange_n(&r->spent, 1, __ATOMIC_SEQ_CST)) {
+        return 0; /* another request took the one failure */
+    }
+    if (r->once) {
+        __atomic_store_n(&r->armed, 0, __ATOMIC_SEQ_CST);
+    }
+    uint64_t n = __atomic_add_fetch(&r->seen, 1, __ATOMIC_SEQ_CST);
+    return blk_error(r->errnum, "Injected error (blkdebug, %s #%" G_GUINT64_FORMAT ")",
+                     r->event == BLK_FAULTY_WRITE_AIO
+                         ? "write_aio"
+                         : blk_event_name((BlkEvent)r->event),
+                     n);
+}
+
 /* Returns -errno if this request must fail. */
 static int should_fail(FaultyState *s, FaultOp op, uint64_t offset, uint64_t bytes)
 {
@@ -299,6 +369,13 @@ static int should_fail(FaultyState *s, FaultOp op, uint64_t offset, uint64_t byt
     }
     for (guint i = 0; i < s->rules->len; i++) {
         FaultRule *r = &g_array_index(s->rules, FaultRule, i);
+        if (r->arm) {
+            int ret = armed_fails(r, op, offset, bytes);
+            if (ret < 0) {
+                return ret;
+            }
+            continue;
+        }
         if (r->new_state >= 0 || (r->state && r->state != st)) {
             continue;
         }
@@ -334,6 +411,7 @@ static int faulty_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
 {
     FaultyState *s = img->opaque;
     int ret = should_fail(s, OP_WRITE, offset, qiov->size); /* invariant 2 */
+    __atomic_add_fetch(&s->writes, 1, __ATOMIC_SEQ_CST);    /* invariant 8 */
     if (ret == 0) {
         ret = blk_pwritev(s->child, offset, qiov, flags);
         blk_filter_size_update(img, true);
@@ -349,6 +427,7 @@ static int faulty_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
         return -ENOTSUP; /* invariant 6 */
     }
     int ret = should_fail(s, OP_ZERO, offset, bytes);
+    __atomic_add_fetch(&s->writes, 1, __ATOMIC_SEQ_CST); /* invariant 8 */
     if (ret == 0) {
         ret = blk_pwrite_zeroes(s->child, offset, bytes, flags);
         blk_filter_size_update(img, true);
@@ -363,6 +442,7 @@ static int faulty_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
         return -ENOTSUP; /* invariant 6 */
     }
     int ret = should_fail(s, OP_DISCARD, offset, bytes);
+    __atomic_add_fetch(&s->writes, 1, __ATOMIC_SEQ_CST); /* invariant 8 */
     return ret < 0 ? ret : blk_pdiscard(s->child, offset, bytes);
 }
 
@@ -370,13 +450,26 @@ static int faulty_flush(BlkNode *img)
 {
     FaultyState *s = img->opaque;
     int saved = current_event, saved_state = event_state;
+    uint64_t gen = __atomic_load_n(&s->writes, __ATOMIC_SEQ_CST);
+
+    if (gen == __atomic_load_n(&s->flushed, __ATOMIC_SEQ_CST)) {
+        return blk_flush(s->child); /* invariant 8 */
+    }
     current_event = BLKEV_FLUSH;
     begin_step(s, BLKEV_FLUSH, OP_FLUSH);
     maybe_suspend(s, BLKEV_FLUSH);
     int ret = should_fail(s, OP_FLUSH, 0, UINT64_MAX);
     current_event = saved;
     event_state = saved_state;
-    return ret < 0 ? ret : blk_flush(s->child);
+    ret = ret < 0 ? ret : blk_flush(s->child);
+    if (ret == 0) {
+        uint64_t cur = __atomic_load_n(&s->flushed, __ATOMIC_SEQ_CST);
+        while (cur < gen &&
+               !__atomic_compare_exchange_n(&s->flushed, &cur, gen, true,
+                                            __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        }
+    }
+    return ret;
 }
 
 static int faulty_block_status(BlkNode *img, uint64_t offset, uint64_t bytes,
@@ -404,6 +497,7 @@ static int faulty_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc 
 {
     FaultyState *s = img->opaque;
     int ret = blk_truncate(s->child, size, exact, prealloc, shrink);
+    __atomic_add_fetch(&s->writes, 1, __ATOMIC_SEQ_CST); /* invariant 8 */
     blk_filter_size_update(img, false);
     return ret;
 }
@@ -557,63 +651,6 @@ static const BlkDriver faulty_driver = {
 /* Over a format: a filter node that answers for the format. */
 static const BlkDriver faulty_over_driver = {FAULTY_DRIVER_COMMON};
 
-/* Invariant 6: one limit of a "limits,..." rule. */
-static int parse_limit(const char *item, BlkLimits *l)
-{
-    static const char *const keys[] = {"align",          "max-transfer", "opt-write-zero",
-                                       "max-write-zero", "opt-discard",  "max-discard"};
-    uint32_t *fields[] = {&l->align,          &l->max_transfer, &l->opt_write_zero,
-                          &l->max_write_zero, &l->opt_discard,  &l->max_discard};
-    const char *eq = strchr(item, '=');
-    char *end = NULL;
-
-    for (size_t i = 0; eq && i < G_N_ELEMENTS(keys); i++) {
-        if (strlen(keys[i]) != (size_t)(eq - item) ||
-            strncmp(item, keys[i], strlen(keys[i])) != 0) {
-            continue;
-        }
-        guint64 v = g_ascii_strtoull(eq + 1, &end, 10);
-        if (!eq[1] || *end) {
-            break;
-        }
-        if (v >= INT32_MAX) {
-            return blk_error(EINVAL, "Cannot meet constraints with %s %" G_GUINT64_FORMAT,
-                             keys[i], v);
-        }
-        *fields[i] = (uint32_t)v;
-        return 0;
-    }
-    return blk_error(EINVAL, "Invalid blkdebug limit '%s'", item);
-}
-
-/* Invariant 6: QEMU's checks of the limits over a child aligned to
- * child_align. */
-static int check_limits(const BlkLimits *l, uint32_t child_align)
-{
-    uint64_t a = MAX(l->align, child_align ? child_align : 1);
-    const struct {
-        const char *key;
-        uint32_t v, multiple_of;
-    } checks[] = {
-        {"max-transfer", l->max_transfer, (uint32_t)a},
-        {"opt-write-zero", l->opt_write_zero, (uint32_t)a},
-        {"max-write-zero", l->max_write_zero, (uint32_t)MAX(l->opt_write_zero, a)},
-        {"opt-discard", l->opt_discard, (uint32_t)a},
-        {"max-discard", l->max_discard, (uint32_t)MAX(l->opt_discard, a)},
-    };
-
-    if (l->align & (l->align - 1)) {
-        return blk_error(EINVAL, "Cannot meet constraints with align %u", l->align);
-    }
-    for (size_t i = 0; i < G_N_ELEMENTS(checks); i++) {
-        if (checks[i].v && checks[i].v % checks[i].multiple_of) {
-            return blk_error(EINVAL, "Cannot meet constraints with %s %u", checks[i].key,
-                             checks[i].v);
-        }
-    }
-    return 0;
-}
-
 /* RULES (or QEMU's config file) into rules and limits. */
 static int parse_rules(const char *rules, GArray *arr, BlkLimits *limits,
                        bool *has_limits)
@@ -634,7 +671,7 @@ static int parse_rules(const char *rules, GArray *arr, BlkLimits *limits,
         if (g_str_has_prefix(*p, "limits,")) {
             g_auto(GStrv) items = g_strsplit(*p + strlen("limits,"), ",", -1);
             for (char **it = items; *it; it++) {
-                if (parse_limit(*it, limits) < 0) {
+                if (blk_faulty_parse_limit(*it, limits) < 0) {
                     return -EINVAL;
                 }
             }
@@ -656,7 +693,7 @@ static int parse_rules(const char *rules, GArray *arr, BlkLimits *limits,
 static BlkNode *faulty_new(const BlkDriver *drv, GArray *arr, const BlkLimits *limits,
                            bool has_limits, BlkNode *child)
 {
-    if (has_limits && check_limits(limits, child->request_alignment) < 0) {
+    if (has_limits && blk_faulty_check_limits(limits, child->request_alignment) < 0) {
         g_array_unref(arr);
         blk_close(child);
         return NULL;
@@ -698,7 +735,7 @@ int blk_faulty_set_align(BlkNode *img, uint64_t align)
         return blk_error(EINVAL, "Cannot meet constraints with align %" PRIu64, align);
     }
     s->limits.align = (uint32_t)align;
-    ret = check_limits(&s->limits, s->child->request_alignment);
+    ret = blk_faulty_check_limits(&s->limits, s->child->request_alignment);
     if (ret < 0) {
         s->limits.align = old;
         return ret;

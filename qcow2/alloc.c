@@ -339,6 +339,7 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
     bool had_error = blk_error_mark(); /* a failed free is never reported here */
     int ret;
 
+    blk_event(s->img->file, BLKEV_CLUSTER_FREE); /* QEMU's cluster_free */
     s->free_kind = kind; /* invariant 9: what on_freed_locked queues */
     ret = qcow2_update_refcount_locked(s, offset, length, 1, true);
     s->free_kind = QCOW2_DISCARD_NEVER;
@@ -351,6 +352,7 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
         g_debug("qcow2: freeing 0x%" PRIx64 "+%" PRIu64 " failed: %s", offset, length,
                 g_strerror(-ret));
         if (ret != -EINVAL) {
+            g_printerr("qcow2_free_clusters failed: %s\n", g_strerror(-ret)); /* QEMU's */
             qcow2_defer_error_locked(s, ret, had_error ? NULL : blk_error_message());
         }
     }
@@ -495,11 +497,13 @@ int qcow2_reuse_pending_frees_locked(Qcow2State *s, uint64_t n)
 
 int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t n)
 {
+    blk_event(s->img->file, BLKEV_CLUSTER_ALLOC); /* QEMU's cluster_alloc */
     return alloc_run_locked(s, from >> s->cluster_bits, n);
 }
 
 int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n)
 {
+    blk_event(s->img->file, BLKEV_CLUSTER_ALLOC); /* QEMU's cluster_alloc */
     return alloc_run_locked(s, 0, n);
 }
 

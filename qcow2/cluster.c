@@ -57,9 +57,18 @@ int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **
     return 0;
 }
 
+/* An L2 table read into the cache: QEMU's l2_load step. */
+static int l2_cache_read(void *opaque, uint64_t offset, void *buf, size_t len)
+{
+    Qcow2State *s = opaque;
+
+    blk_event(s->img->file, BLKEV_L2_LOAD);
+    return qcow2_cache_read_file(opaque, offset, buf, len);
+}
+
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes)
 {
-    const Qcow2CacheOps ops = {.read = qcow2_cache_read_file,
+    const Qcow2CacheOps ops = {.read = l2_cache_read,
                                .write = qcow2_l2_cache_write,
                                .flush = qcow2_cache_flush_file,
                                .is_durable = qcow2_l2_cache_is_durable,

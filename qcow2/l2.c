@@ -91,6 +91,7 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
         new_size = MIN(new_size, max_entries);
     }
     bytes = ROUND_UP(new_size * 8, s->cluster_size);
+    blk_event(s->img->file, BLKEV_L1_GROW_ALLOC); /* QEMU's l1_grow_alloc_table */
     offset = qcow2_alloc_clusters_locked(s, bytes >> s->cluster_bits);
     if (offset < 0) {
         return (int)offset;

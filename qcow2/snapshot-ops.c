@@ -494,7 +494,13 @@ static int delete_locked(Qcow2State *s, int idx, const uint64_t *sn_l1)
                                       (uint64_t)removed.l1_size * 8,
                                       QCOW2_DISCARD_SNAPSHOT);
     }
-    return snapw_commit_keep_error_locked(s, disk_l1, &reverted, ret);
+    ret = snapw_commit_keep_error_locked(s, disk_l1, &reverted, ret);
+    ret = qcow2_take_deferred_error_locked(s, ret); /* a free that failed */
+    if (ret < 0) { /* QEMU's wording: the snapshot is gone, its clusters leak */
+        blk_error_replace(-ret, "Failed to free the cluster and L1 table: %s",
+                          g_strerror(-ret));
+    }
+    return ret;
 }
 
 static int do_delete(BlkNode *img, const char *id_or_name)

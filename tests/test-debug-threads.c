@@ -222,9 +222,9 @@ static void test_errors(void **state)
     assert_false(qimg_image_debug_break(img, "nosuch", "A", &err));
     assert_int_equal(err->code, ENOENT);
     g_clear_error(&err);
-    assert_false(qimg_image_debug_break(img, "l2_load", "A", &err));
+    assert_false(qimg_image_debug_break(img, "l2_alloc_cow_read", "A", &err));
     assert_int_equal(err->code, ENOTSUP);
-    assert_non_null(strstr(err->message, "l2_load"));
+    assert_non_null(strstr(err->message, "l2_alloc_cow_read"));
     g_clear_error(&err);
     assert_false(qimg_image_debug_resume(img, "A", &err));
     assert_int_equal(err->code, ENOENT);

@@ -21,6 +21,9 @@
  *  4. Buffers are aligned for O_DIRECT; -m ("misalign allocations for
  *     O_DIRECT") puts every one 16 bytes past that, so that the block layer
  *     must bounce them under cache=none; the results are the same.
+ *  5. A write -b is done when qemu-io reports it (its vmstate writes are
+ *     synchronous): an error of the area's writes is that command's
+ *     "write failed: <strerror>", not a later command's or the close's.
  */
 #include "io.h"
 #include "qimg/vmstate.h"
@@ -508,7 +511,9 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
 
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (bflag) {
-        ok = qimg_vmstate_pwrite(io->img, (uint64_t)offset, buf, (size_t)count, &err);
+        /* fact 5: as qemu-io's, done when it returns */
+        ok = qimg_vmstate_pwrite(io->img, (uint64_t)offset, buf, (size_t)count, &err) &&
+             qimg_vmstate_flush(io->img, &err);
     } else if (zflag) {
         unsigned flags =
             (unmap ? QIMG_ZERO_MAY_UNMAP : 0) | (no_fallback ? QIMG_ZERO_NO_FALLBACK : 0);

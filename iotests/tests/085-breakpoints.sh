@@ -125,8 +125,8 @@ assert_rc "the stopped write landed at close" 0 grep -q "^read 4096" m.out
 mio "wait_break with nothing in flight" 1 \
     "wait_break: no request in flight can reach breakpoint 'Z'" -c 'wait_break Z' \
     blkdebug::img
-mio "an event qimg cannot stop at" 1 "cannot match QEMU's event 'l2_load'" \
-    -c 'break l2_load A' blkdebug::img
+mio "an event qimg cannot stop at" 1 "cannot match QEMU's event 'l2_alloc_cow_read'" \
+    -c 'break l2_alloc_cow_read A' blkdebug::img
 assert_rc "first line as qemu-io's" 0 grep -q "^Could not set breakpoint: Operation not supported" m.out
 assert_rc "check after all" 0 "$QEMU_IMG" check -q m/img
 # the rule syntax: state=, new_state=
