@@ -95,7 +95,7 @@ typedef struct BlkOpenOptions {
     /* qcow2's pass-discard-request, -snapshot, -other (0: the default, 1
      * on, -1 off; qcow2 alloc.c invariant 9) */
     int pass_discard_request, pass_discard_snapshot, pass_discard_other;
-    const char *nbd_context; /* NBD meta context (x-dirty-bitmap), or NULL */
+    const char *nbd_context;      /* NBD meta context (x-dirty-bitmap), or NULL */
     uint64_t nbd_reconnect_delay; /* NBD reconnect-delay, seconds (0: none) */
     /* A null-co/null-aio node's options (block/null.c): size (when
      * null_size_set; else 1 GiB), read-zeroes, latency-ns */
