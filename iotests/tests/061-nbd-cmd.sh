@@ -208,9 +208,14 @@ timeout 120 "$QEMU_SYSTEM" -machine pc,accel=tcg -m 64 -nographic -nodefaults -S
     -drive file=vm.qcow2,format=qcow2,if=virtio -monitor none >vm.out 2>&1 &
 vm=$!
 pids+=($vm)
+# Watch /proc/locks for QEMU's write lock (byte 101), as hold_image does:
+# opening vm.qcow2 here (qemu-img info) could take its lock while QEMU
+# opens, and make QEMU's own open fail.
 locked=
 for _ in $(seq 400); do
-    "$QEMU_IMG" info vm.qcow2 >/dev/null 2>&1 || { locked=1; break; }
+    proc_locks vm.qcow2 | awk '$7 <= 101 && $8 >= 101 { f = 1 } END { exit !f }' &&
+        { locked=1; break; }
+    kill -0 $vm 2>/dev/null || break
     sleep 0.05
 done
 assert_eq "QEMU holds vm.qcow2" 1 "$locked" || cat vm.out
