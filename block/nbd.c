@@ -24,8 +24,12 @@
  *     (qemu-nbd -e N), and the open must not wait for it.
  *  2. Every reply is checked: a failed command fails the request with the
  *     server's errno (EIO when it sent none); a connection that dies fails
- *     the commands in flight on it (libnbd retires them with an error), and
- *     a submission refused by libnbd fails with libnbd's message.
+ *     the commands in flight on it (libnbd retires them with ENOTCONN) and
+ *     every later one with EIO, QEMU's client's errno for a lost
+ *     connection (a server never sends ENOTCONN: NBD's errors are EPERM,
+ *     EIO, ENOMEM, EINVAL, ENOSPC, EOVERFLOW, ENOTSUP and ESHUTDOWN); a
+ *     submission libnbd refuses on a live connection fails with libnbd's
+ *     message.
  *  3. Requests are cut at the server's maximum block size (32 MiB when it
  *     says none); a server whose minimum block size is above 1 is refused
  *     at open (no read-modify-write here yet).
@@ -139,6 +143,15 @@ static int cmd_fail(const NbdState *s, const char *what, int err, uint64_t offse
                      offset, g_strerror(err));
 }
 
+/* Invariant 2: a command's errno as the caller sees it. */
+static int reply_errno(int err)
+{
+    if (err == ENOTCONN) {
+        return EIO; /* the connection died under the command */
+    }
+    return err > 0 ? err : EIO;
+}
+
 /* Runs in the poller thread, handle lock held: no libnbd calls here. */
 static int cmd_done(void *opaque, int *error)
 {
@@ -150,7 +163,7 @@ static int cmd_done(void *opaque, int *error)
     s->c[cmd->conn].inflight--;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&w->m);
-    wait_note(w, *error ? (*error > 0 ? *error : EIO) : 0, cmd->offset);
+    wait_note(w, *error ? reply_errno(*error) : 0, cmd->offset);
     w->pending--;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->m);
@@ -229,7 +242,7 @@ static int submit(NbdState *s, NbdWait *w, NbdOp op, void *buf, uint64_t len,
     }
     if (cookie < 0) {
         int ret = NL.nbd_aio_is_dead(c->h) == 1 || NL.nbd_aio_is_closed(c->h) == 1
-                      ? cmd_fail(s, op_what[op], ENOTCONN, offset)
+                      ? cmd_fail(s, op_what[op], EIO, offset)
                       : nbd_fail(s, op_what[op], offset);
         pthread_mutex_lock(&s->lock);
         c->inflight--;
