@@ -178,6 +178,21 @@ same_as_qemu_io() {
     fi
 }
 
+# same_step DESC IMG-Q IMG-M QRC MRC: one step QEMU's tools ran on IMG-Q
+# (output in q.out and q.err, exit code QRC) and qimg on a copy, IMG-M
+# (m.out, m.err, MRC): the same exit code, output and errors (through
+# STEP_FILTER, default io_filter), the same guest data, and IMG-M checks
+# clean (no leaks).  Fails (returns 1) once any check of the test failed.
+same_step() {
+    local desc=$1 filter=${STEP_FILTER:-io_filter}
+    assert_eq "$desc: exit code" "$4" "$5"
+    assert_eq "$desc: output" "$($filter <q.out)" "$($filter <m.out)"
+    assert_eq "$desc: errors" "$($filter <q.err)" "$($filter <m.err)"
+    assert_rc "$desc: compare" 0 "$QEMU_IMG" compare "$2" "$3"
+    assert_rc "$desc: check (no leaks)" 0 "$QEMU_IMG" check "$3"
+    [ "$_failures" -eq 0 ]
+}
+
 # assert_rc DESC RC CMD...: CMD must exit with RC.
 assert_rc() {
     local desc=$1 want=$2 rc

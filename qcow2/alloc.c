@@ -220,7 +220,7 @@ static void on_freed_locked(Qcow2State *s, uint64_t idx)
     if (idx < s->free_cluster_index) {
         s->free_cluster_index = idx; /* invariant 5 */
     }
-    qcow2_cache_discard_locked(s->l2_cache, offset); /* invariant 6 */
+    qcow2_l2_cache_discard_table_locked(s, offset); /* invariant 6 */
     qcow2_cache_discard_locked(s->refcount_cache, offset);
     if (s->free_byte_offset && (s->free_byte_offset >> s->cluster_bits) == idx) {
         s->free_byte_offset = 0;

@@ -169,7 +169,7 @@ static int batch_commit_locked(Qcow2State *s, GPtrArray *batch, bool active)
     qcow2_assert_refcounts_durable_locked(s, "amend.c invariant 4");
     for (guint i = 0; i < batch->len && ret == 0; i++) {
         const Table *t = batch->pdata[i];
-        qcow2_cache_discard_locked(s->l2_cache, t->offset);
+        qcow2_l2_cache_discard_table_locked(s, t->offset);
         ret = qcow2_write_metadata_locked(s, BLKEV_L2_UPDATE, QCOW2_OL_ACTIVE_L2,
                                           t->offset, t->buf, s->cluster_size, false);
     }

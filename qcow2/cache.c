@@ -1,10 +1,11 @@
 /*
- * qcow2/cache.c: LRU cache of one-cluster metadata tables.
+ * qcow2/cache.c: LRU cache of metadata tables of one size.
  *
- * Owns: the L2 table cache and the refcount block cache (one Qcow2Cache
- * each).  Tables are kept raw (big-endian), as on disk (qcow2.h
- * invariant 3).  Callers hold the image metadata lock around every call
- * (hence _locked); the cache has no lock of its own.
+ * Owns: the L2 cache (its tables are L2 slices, cluster.c invariant 6) and
+ * the refcount block cache (one-cluster blocks), one Qcow2Cache each.
+ * Tables are kept raw (big-endian), as on disk (qcow2.h invariant 3).
+ * Callers hold the image metadata lock around every call (hence _locked);
+ * the cache has no lock of its own.
  *
  * Invariants (cited as "cache.c invariant N"):
  *  1. At most one entry holds a given host offset; the hash table maps
@@ -346,10 +347,8 @@ int qcow2_cache_flush_locked(Qcow2Cache *c)
     return 0;
 }
 
-void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
+static void discard_entry_locked(Qcow2Cache *c, Qcow2CacheEntry *e)
 {
-    Qcow2CacheEntry *e = g_hash_table_lookup(c->by_offset, &offset);
-
     if (!e || e->ref > 0) {
         /* In use (only a corrupt image frees a table that is being
          * updated): the holder keeps it; invariant 2. */
@@ -361,6 +360,31 @@ void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
     e->need_gen = 0;
     lru_unlink(c, e);
     lru_push_tail(c, e);
+}
+
+void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset)
+{
+    discard_entry_locked(c, g_hash_table_lookup(c->by_offset, &offset));
+}
+
+void qcow2_cache_discard_range_locked(Qcow2Cache *c, uint64_t offset, uint64_t len)
+{
+    uint64_t tables = len / c->table_size;
+
+    g_assert(offset % c->table_size == 0 && len % c->table_size == 0);
+    if (tables <= c->entries->len) {
+        for (uint64_t i = 0; i < tables; i++) {
+            qcow2_cache_discard_locked(c, offset + i * c->table_size);
+        }
+        return;
+    }
+    /* More tables than entries: look at each entry once instead. */
+    for (guint i = 0; i < c->entries->len; i++) {
+        Qcow2CacheEntry *e = c->entries->pdata[i];
+        if (e->valid && e->offset >= offset && e->offset - offset < len) {
+            discard_entry_locked(c, e);
+        }
+    }
 }
 
 unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c)

@@ -1,5 +1,5 @@
 /*
- * qcow2/cache.h: LRU cache of one-cluster metadata tables (L2 tables,
+ * qcow2/cache.h: LRU cache of metadata tables of one size (L2 slices,
  * refcount blocks).  See cache.c for the invariants.
  */
 #ifndef QIMG_QCOW2_CACHE_H
@@ -69,6 +69,9 @@ int qcow2_cache_flush_locked(Qcow2Cache *c);
 /* Forget the table at offset (it was freed or must be re-read), dirty or
  * not; a table someone holds a reference to is kept. */
 void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
+/* The same for every table in [offset, offset + len) (both multiples of
+ * the table size): e.g. all the slices of one L2 table. */
+void qcow2_cache_discard_range_locked(Qcow2Cache *c, uint64_t offset, uint64_t len);
 /* Free the tables nobody took since the previous call, unless referenced
  * or dirty (cache.c invariant 6); returns how many were freed. */
 unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c);

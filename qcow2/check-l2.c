@@ -74,7 +74,7 @@ static bool fix_unaligned_zero_entry(Qcow2Check *c, Qcow2CheckCounts *res, uint8
         return false;
     }
     if (active && !qcow2_offset_into_cluster(s, l2_offset)) {
-        qcow2_cache_discard_locked(s->l2_cache, l2_offset);
+        qcow2_l2_cache_discard_table_locked(s, l2_offset);
     }
     res->corruptions--;
     res->corruptions_fixed++;
@@ -515,7 +515,7 @@ int check_oflag_copied(Qcow2Check *c, Qcow2CheckCounts *res)
                 return ret;
             }
             if (!qcow2_offset_into_cluster(s, l2_offset)) {
-                qcow2_cache_discard_locked(s->l2_cache, l2_offset);
+                qcow2_l2_cache_discard_table_locked(s, l2_offset);
             }
             res->corruptions -= dirty;
             res->corruptions_fixed += dirty;

@@ -14,8 +14,8 @@
  *     without a data file, subcluster bitmaps consistent, host offset ==
  *     guest offset with an external data file.  A bad entry is reported as
  *     a corruption naming the entry and its location.
- *  2. An extent never crosses an L2 table boundary, and a compressed
- *     extent never crosses a cluster boundary.
+ *  2. An extent never crosses an L2 slice boundary (invariant 6), and a
+ *     compressed extent never crosses a cluster boundary.
  *  3. An extent covers (sub)clusters of a single type; for types with a
  *     host offset (normal, zero-alloc, unallocated-alloc) the host clusters
  *     are contiguous, so host_offset + n maps guest offset + n.
@@ -24,6 +24,14 @@
  *     QEMU's, and good data before a bad entry stays readable).
  *  5. Called with the metadata lock held; the L2 table reference is
  *     dropped before returning.
+ *  6. The L2 cache holds slices, QEMU's l2-cache-entry-size: l2_slice_size
+ *     consecutive entries of one table (the whole table by default), keyed
+ *     by the slice's host offset; a miss reads one slice, a write-back
+ *     writes one slice; the cache has l2-cache-size / slice bytes entries
+ *     (at least QCOW2_MIN_L2_CACHE_ENTRIES).  Whoever takes an L2 reference
+ *     (qcow2_get_l2_*) sees one slice and its index in it; a loop over a
+ *     whole table walks it slice by slice; a table that leaves the image or
+ *     is rewritten behind the cache has all its slices dropped.
  */
 #include "qcow2/qcow2.h"
 
@@ -73,11 +81,16 @@ int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes)
                                .flush = qcow2_cache_flush_file,
                                .is_durable = qcow2_l2_cache_is_durable,
                                .opaque = s};
-    uint64_t entries = MAX(l2_bytes / s->cluster_size, QCOW2_MIN_L2_CACHE_ENTRIES);
+    uint64_t slice = qcow2_l2_slice_bytes(s);
+    uint64_t entries = MAX(l2_bytes / slice, QCOW2_MIN_L2_CACHE_ENTRIES); /* inv 6 */
 
-    s->l2_cache =
-        qcow2_cache_new((unsigned)MIN(entries, UINT32_MAX), s->cluster_size, &ops);
+    s->l2_cache = qcow2_cache_new((unsigned)MIN(entries, UINT32_MAX), slice, &ops);
     return 0;
+}
+
+void qcow2_l2_cache_discard_table_locked(Qcow2State *s, uint64_t l2_offset)
+{
+    qcow2_cache_discard_range_locked(s->l2_cache, l2_offset, s->cluster_size); /* inv 6 */
 }
 
 static inline uint64_t l2_entry_at(const Qcow2State *s, const uint8_t *l2, uint64_t idx)
@@ -318,10 +331,10 @@ int qcow2_get_host_offset_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
                                  Qcow2Mapping *m)
 {
     uint64_t in_cluster = qcow2_offset_into_cluster(s, offset);
-    uint64_t l2_index = (offset >> s->cluster_bits) & (s->l2_size - 1);
+    uint64_t l2_index = qcow2_l2_slice_index(s, offset);
     uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits);
-    /* Up to the end of this L2 table (cluster.c invariant 2); <= 2^39. */
-    uint64_t available = (s->l2_size - l2_index) << s->cluster_bits;
+    /* Up to the end of this L2 slice (cluster.c invariant 2); <= 2^39. */
+    uint64_t available = (s->l2_slice_size - l2_index) << s->cluster_bits;
     uint64_t needed, l2_offset;
     uint8_t *l2 = NULL;
     int ret;
@@ -343,7 +356,8 @@ int qcow2_get_host_offset_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
     if (l2_offset == 0) {
         goto out;
     }
-    ret = qcow2_cache_get_locked(s->l2_cache, l2_offset, (void **)&l2);
+    ret = qcow2_cache_get_locked(s->l2_cache, qcow2_l2_slice_offset(s, l2_offset, offset),
+                                 (void **)&l2); /* invariant 6 */
     if (ret < 0) {
         return ret;
     }

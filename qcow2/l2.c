@@ -183,7 +183,7 @@ int qcow2_get_l2_locked(Qcow2State *s, uint64_t offset, uint8_t **l2, uint64_t *
     int ret;
 
     *l2 = NULL;
-    *l2_index = (offset >> s->cluster_bits) & (s->l2_size - 1);
+    *l2_index = qcow2_l2_slice_index(s, offset); /* cluster.c invariant 6 */
     if (l1_index >= s->l1_size) {
         return 0;
     }
@@ -191,21 +191,22 @@ int qcow2_get_l2_locked(Qcow2State *s, uint64_t offset, uint8_t **l2, uint64_t *
     if (ret < 0 || l2_offset == 0) {
         return ret;
     }
-    return qcow2_cache_get_locked(s->l2_cache, l2_offset, (void **)l2);
+    return qcow2_cache_get_locked(
+        s->l2_cache, qcow2_l2_slice_offset(s, l2_offset, offset), (void **)l2);
 }
 
 int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
                                   uint64_t *l2_index)
 {
     uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits);
-    uint64_t old_offset, old_entry;
+    uint64_t old_offset, old_entry, slice = qcow2_l2_slice_bytes(s), at;
     g_autofree uint8_t *buf = NULL;
     uint8_t *table = NULL;
     int64_t new_offset;
     int ret;
 
     *l2 = NULL;
-    *l2_index = (offset >> s->cluster_bits) & (s->l2_size - 1);
+    *l2_index = qcow2_l2_slice_index(s, offset); /* cluster.c invariant 6 */
     if (l1_index >= s->l1_size) {
         ret = qcow2_grow_l1_table_locked(s, l1_index + 1, false);
         if (ret < 0) {
@@ -217,7 +218,8 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
         return ret;
     }
     if (old_offset && (s->l1_table[l1_index] & QCOW2_OFLAG_COPIED)) {
-        return qcow2_cache_get_locked(s->l2_cache, old_offset, (void **)l2);
+        return qcow2_cache_get_locked(
+            s->l2_cache, qcow2_l2_slice_offset(s, old_offset, offset), (void **)l2);
     }
 
     /* A new table, or a copy of a shared one (invariants 1, 2). */
@@ -238,25 +240,28 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
         goto fail;
     }
     buf = g_malloc0(s->cluster_size);
-    if (old_offset) {
-        ret = qcow2_cache_get_locked(s->l2_cache, old_offset, (void **)&table);
+    /* the copy goes slice by slice through the cache (cluster.c inv 6) */
+    for (uint64_t i = 0; old_offset && i < s->cluster_size; i += slice) {
+        ret = qcow2_cache_get_locked(s->l2_cache, old_offset + i, (void **)&table);
         if (ret < 0) {
             goto fail;
         }
-        memcpy(buf, table, s->cluster_size);
+        memcpy(buf + i, table, slice);
         qcow2_cache_put_locked(s->l2_cache, (void **)&table);
     }
+    /* invariant 1: the whole table, all its slices */
     ret = qcow2_write_metadata_locked(s, BLKEV_L2_ALLOC, 0, (uint64_t)new_offset, buf,
                                       s->cluster_size, true);
     if (ret < 0) {
         goto fail;
     }
-    ret =
-        qcow2_cache_get_empty_locked(s->l2_cache, (uint64_t)new_offset, (void **)&table);
+    at = qcow2_l2_slice_offset(s, (uint64_t)new_offset, offset) - (uint64_t)new_offset;
+    ret = qcow2_cache_get_empty_locked(s->l2_cache, (uint64_t)new_offset + at,
+                                       (void **)&table);
     if (ret < 0) {
         goto fail;
     }
-    memcpy(table, buf, s->cluster_size);
+    memcpy(table, buf + at, slice);
     old_entry = s->l1_table[l1_index];
     s->l1_table[l1_index] = (uint64_t)new_offset | QCOW2_OFLAG_COPIED;
     qcow2_assert_refcounts_durable_locked(s, "l2.c invariant 1");
@@ -265,7 +270,7 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
     if (ret < 0) {
         s->l1_table[l1_index] = old_entry; /* invariant 4 */
         qcow2_cache_put_locked(s->l2_cache, (void **)&table);
-        qcow2_cache_discard_locked(s->l2_cache, (uint64_t)new_offset);
+        qcow2_l2_cache_discard_table_locked(s, (uint64_t)new_offset);
         goto fail;
     }
     ret = qcow2_flush_file(s);

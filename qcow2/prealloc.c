@@ -274,11 +274,10 @@ static int plan_runs_locked(Qcow2State *s, Prealloc *pa, Batch *b, uint64_t *off
     int ret = 0;
 
     while (*offset < end && batch_table_bytes(s, b) < BATCH_TABLE_BYTES && ret == 0) {
-        uint64_t guest = *offset,
-                 l2_index = (guest >> s->cluster_bits) & (s->l2_size - 1);
-        uint64_t n =
-            MIN(MIN(DIV_ROUND_UP(end - guest, s->cluster_size), s->l2_size - l2_index),
-                max_run);
+        uint64_t guest = *offset, l2_index = qcow2_l2_slice_index(s, guest);
+        uint64_t n = MIN(MIN(DIV_ROUND_UP(end - guest, s->cluster_size),
+                             s->l2_slice_size - l2_index), /* cluster.c inv 6 */
+                         max_run);
         Run r = {.guest = guest, .owned = !qcow2_has_data_file(s)};
         uint64_t rt = s->refcount_table_offset, rt_entries = s->refcount_table_size;
 
@@ -328,10 +327,9 @@ static int plan_links_locked(Qcow2State *s, Batch *b, uint64_t *offset, uint64_t
     int ret = 0;
 
     while (*offset < end && batch_table_bytes(s, b) < BATCH_TABLE_BYTES && ret == 0) {
-        uint64_t guest = *offset,
-                 l2_index = (guest >> s->cluster_bits) & (s->l2_size - 1);
-        uint64_t n =
-            MIN(DIV_ROUND_UP(end - guest, s->cluster_size), s->l2_size - l2_index);
+        uint64_t guest = *offset, l2_index = qcow2_l2_slice_index(s, guest);
+        uint64_t n = MIN(DIV_ROUND_UP(end - guest, s->cluster_size),
+                         s->l2_slice_size - l2_index); /* cluster.c invariant 6 */
         Run r = {.guest = guest, .nb = n, .owned = true};
 
         r.host = area_host + (guest - area_guest);

@@ -39,9 +39,9 @@
  *     4 KiB slices by default when the cache does not cover the image;
  *     "Refcount cache size too big"; "Cache clean interval too big": more
  *     than UINT_MAX seconds, default 600, clean.c).  l2-cache-entry-size
- *     is checked as QEMU checks it; qimg caches whole L2 tables, so any
- *     other size than the cluster size is refused after QEMU's checks
- *     (QEMU's slices only save memory).
+ *     is checked as QEMU checks it and sets the L2 cache's slices
+ *     (cluster.c invariant 6); without it the slices are whole tables
+ *     (QEMU's implicit 4 KiB slices only save memory).
  *  6. A read-write open (not a snapshot view) makes the state writable and
  *     clears unknown autoclear bits on disk (meta.c); an image with the
  *     corrupt bit was already refused unless check_mode (header.c).
@@ -151,6 +151,8 @@ static void set_geometry(Qcow2State *s)
     s->l2_entry_size = s->extended_l2 ? 16 : 8;
     s->l2_bits = s->cluster_bits - (s->extended_l2 ? 4 : 3);
     s->l2_size = UINT64_C(1) << s->l2_bits;
+    s->l2_slice_bits = s->l2_bits; /* whole tables until the options say (open) */
+    s->l2_slice_size = s->l2_size;
     s->subclusters_per_cluster = s->extended_l2 ? QCOW2_EXTL2_SUBCLUSTERS : 1;
     s->subcluster_bits = s->cluster_bits - (s->extended_l2 ? 5 : 0);
     s->csize_shift = 62 - (s->cluster_bits - 8);
@@ -174,7 +176,8 @@ static void set_geometry(Qcow2State *s)
  * it refuses. */
 static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
                        const BlkOpenOptions *opts, uint64_t *l2_bytes,
-                       uint64_t *refcount_bytes, uint64_t *clean_interval)
+                       uint64_t *entry_bytes, uint64_t *refcount_bytes,
+                       uint64_t *clean_interval)
 {
     uint64_t max_l2_entries =
         virtual_size / s->cluster_size + (virtual_size % s->cluster_size != 0);
@@ -191,6 +194,7 @@ static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
     uint64_t entry = entry_set ? opts->l2_cache_entry_size : s->cluster_size;
 
     max_l2 = (max_l2 + s->cluster_size - 1) & ~(s->cluster_size - 1);
+    *entry_bytes = s->cluster_size;
     *refcount_bytes = rc_set ? opts->refcount_cache_size : 0;
     *l2_bytes = MIN(max_l2, l2_setting);
     *clean_interval = opts && opts->cache_clean_interval_set
@@ -239,12 +243,9 @@ static int cache_sizes(const Qcow2State *s, uint64_t virtual_size,
     if (*clean_interval > UINT_MAX) {
         return blk_error(EINVAL, "Cache clean interval too big");
     }
-    if (entry_set && entry != s->cluster_size) {
-        return blk_error(ENOTSUP,
-                         "l2-cache-entry-size=%" PRIu64 " is not supported by qimg: it "
-                         "caches whole L2 tables (the cluster size, %" PRIu64 ")",
-                         entry, s->cluster_size);
-    }
+    /* The slices are the given size; without the option whole tables
+     * (QEMU's implicit 4 KiB slices only save memory). */
+    *entry_bytes = entry_set ? entry : s->cluster_size;
     return 0;
 }
 
@@ -341,7 +342,7 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
     g_autofree uint8_t *cluster0 = NULL;
     Qcow2Header h;
-    uint64_t l2_bytes, refcount_bytes, clean_interval;
+    uint64_t l2_bytes, entry_bytes, refcount_bytes, clean_interval;
     int64_t len;
     int ret;
 
@@ -419,10 +420,14 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
     if (ret < 0) {
         return ret;
     }
-    ret = cache_sizes(s, img->size, opts, &l2_bytes, &refcount_bytes, &clean_interval);
+    ret = cache_sizes(s, img->size, opts, &l2_bytes, &entry_bytes, &refcount_bytes,
+                      &clean_interval);
     if (ret < 0) {
         return ret;
     }
+    /* cluster.c invariant 6: a power of two in [512, cluster size] */
+    s->l2_slice_bits = (uint32_t)g_bit_nth_lsf(entry_bytes / s->l2_entry_size, -1);
+    s->l2_slice_size = UINT64_C(1) << s->l2_slice_bits;
     qcow2_l2_cache_init(s, l2_bytes);
     s->clean = qcow2_clean_new(s, clean_interval); /* clean.c invariant 1 */
     s->fastmap =

@@ -120,6 +120,8 @@ typedef struct Qcow2State {
     uint32_t l2_bits;       /* log2(entries per L2 table) */
     uint64_t l2_size;       /* entries per L2 table */
     uint32_t l2_entry_size; /* 8, or 16 with extended L2 entries */
+    uint32_t l2_slice_bits; /* log2(entries per L2 cache slice), <= l2_bits */
+    uint64_t l2_slice_size; /* entries per slice (l2-cache-entry-size / entry) */
     bool extended_l2;
     uint32_t subclusters_per_cluster;
     uint32_t subcluster_bits;
@@ -297,7 +299,31 @@ int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
                                unsigned *count);
 /* Load a table of 'count' 64-bit big-endian entries into host order. */
 int qcow2_read_table(BlkNode *file, uint64_t offset, uint64_t count, uint64_t **out);
+/* The L2 cache: entries of l2_slice_size L2 entries (cluster.c
+ * invariant 6), at least QCOW2_MIN_L2_CACHE_ENTRIES of them. */
 int qcow2_l2_cache_init(Qcow2State *s, uint64_t l2_bytes);
+/* Drop every cached slice of the L2 table at l2_offset (cluster.c inv 6). */
+void qcow2_l2_cache_discard_table_locked(Qcow2State *s, uint64_t l2_offset);
+
+/* Bytes of one L2 slice, the L2 cache's unit (cluster.c invariant 6). */
+static inline uint64_t qcow2_l2_slice_bytes(const Qcow2State *s)
+{
+    return s->l2_slice_size * s->l2_entry_size;
+}
+
+/* Index of guest offset's entry in its L2 slice. */
+static inline uint64_t qcow2_l2_slice_index(const Qcow2State *s, uint64_t guest)
+{
+    return (guest >> s->cluster_bits) & (s->l2_slice_size - 1);
+}
+
+/* Host offset of the slice of the L2 table at l2_offset that maps guest. */
+static inline uint64_t qcow2_l2_slice_offset(const Qcow2State *s, uint64_t l2_offset,
+                                             uint64_t guest)
+{
+    uint64_t in_table = (guest >> s->cluster_bits) & (s->l2_size - 1);
+    return l2_offset + (in_table >> s->l2_slice_bits) * qcow2_l2_slice_bytes(s);
+}
 
 /* ---- clean.c: the cache-clean-interval timer (clean.c invariants) ---- */
 typedef struct Qcow2Clean Qcow2Clean;
@@ -588,13 +614,14 @@ static inline void qcow2_l2_set(const Qcow2State *s, uint8_t *l2, uint64_t i,
 #define QCOW2_L2_BITMAP_ALL_ALLOC UINT64_C(0x00000000ffffffff)
 #define QCOW2_L2_BITMAP_ALL_ZERO UINT64_C(0xffffffff00000000)
 
-/* The L2 table mapping guest 'offset', ready to be modified: allocated
- * (zeroed) if missing, copied if shared (L1 entry without COPIED), the L1
- * grown if too small.  *l2 is a cache reference (put it); *l2_index the
- * entry of offset. */
+/* The L2 slice mapping guest 'offset' (cluster.c invariant 6), its table
+ * ready to be modified: allocated (zeroed) if missing, copied if shared (L1
+ * entry without COPIED), the L1 grown if too small.  *l2 is a cache
+ * reference to the slice (put it); *l2_index the entry of offset in it
+ * (the slice ends l2_slice_size - *l2_index entries later). */
 int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
                                   uint64_t *l2_index);
-/* The L2 table mapping 'offset' if there is one (*l2 = NULL if not). */
+/* The L2 slice mapping 'offset' if there is one (*l2 = NULL if not). */
 int qcow2_get_l2_locked(Qcow2State *s, uint64_t offset, uint8_t **l2, uint64_t *l2_index);
 /* Grow the active L1 to at least min_size entries (x1.5 steps unless
  * exact): new table written, header switched, old table freed. */

@@ -146,13 +146,13 @@ static bool l2_cached_locked(Qcow2State *s, uint64_t offset);
 static void learn_ahead_locked(Qcow2State *s, uint64_t pos)
 {
     uint64_t cs = s->cluster_size, start = ROUND_UP(pos, cs);
-    uint64_t table = cs << s->l2_bits, end;
+    uint64_t slice = cs << s->l2_slice_bits, end; /* cluster.c invariant 6 */
 
     if (start >= s->img->size || qcow2_has_data_file(s) || !l2_cached_locked(s, start)) {
         return;
     }
     end =
-        MIN(MIN(start + LEARN_AHEAD * cs, s->img->size), (start & ~(table - 1)) + table);
+        MIN(MIN(start + LEARN_AHEAD * cs, s->img->size), (start & ~(slice - 1)) + slice);
     if (qcow2_inflight_conflicts_locked(s, start, end - start, false)) {
         return;
     }
@@ -319,7 +319,7 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
  * invariant 5: every subcluster allocated), overlap checked in the current
  * metadata generation (invariant 4).  false: nothing learnt.
  */
-/* Guest offset's L2 table is in the cache: looking it up needs no I/O. */
+/* Guest offset's L2 slice is in the cache: looking it up needs no I/O. */
 static bool l2_cached_locked(Qcow2State *s, uint64_t offset)
 {
     uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits), l2_offset;
@@ -329,7 +329,8 @@ static bool l2_cached_locked(Qcow2State *s, uint64_t offset)
     }
     l2_offset = s->l1_table[l1_index] & QCOW2_L1E_OFFSET_MASK;
     return l2_offset != 0 && !(s->l1_table[l1_index] & QCOW2_L1E_RESERVED_MASK) &&
-           qcow2_cache_holds_locked(s->l2_cache, l2_offset);
+           qcow2_cache_holds_locked(s->l2_cache,
+                                    qcow2_l2_slice_offset(s, l2_offset, offset));
 }
 
 static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write)

@@ -133,15 +133,22 @@ static int vm_transfer_end_locked(Qcow2State *s, uint64_t vm_state_size, uint64_
         }
         if (l2_offset && ((k + 1) << l1_shift) > d_end) {
             bool empty = true;
-            ret = qcow2_cache_get_locked(s->l2_cache, l2_offset, (void **)&l2);
-            if (ret < 0) {
-                return ret;
+            /* slice by slice (cluster.c invariant 6) */
+            for (uint64_t g = d_end; g < (k + 1) << l1_shift && empty;) {
+                uint64_t j = qcow2_l2_slice_index(s, g);
+                ret = qcow2_cache_get_locked(
+                    s->l2_cache, qcow2_l2_slice_offset(s, l2_offset, g), (void **)&l2);
+                if (ret < 0) {
+                    return ret;
+                }
+                for (; j < s->l2_slice_size && empty; j++) {
+                    empty =
+                        qcow2_l2_get(s, l2, j) == 0 && qcow2_l2_get_bitmap(s, l2, j) == 0;
+                }
+                qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+                g = ((g >> (s->cluster_bits + s->l2_slice_bits)) + 1)
+                    << (s->cluster_bits + s->l2_slice_bits);
             }
-            for (uint64_t j = (d_end - start) >> s->cluster_bits; j < s->l2_size && empty;
-                 j++) {
-                empty = qcow2_l2_get(s, l2, j) == 0 && qcow2_l2_get_bitmap(s, l2, j) == 0;
-            }
-            qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
             if (!empty) {
                 break;
             }

@@ -225,6 +225,67 @@ static int entry_ref_locked(Qcow2State *s, const uint8_t *l2, uint64_t l2_offset
     return 0;
 }
 
+/* Give entry j of a referenced L2 slice the COPIED flag want; the first
+ * change of the slice (*dirty still false) orders the L2 cache after the
+ * refcount cache (the flags follow the refcounts, R5). */
+static int set_copied_locked(Qcow2State *s, uint8_t *l2, uint64_t j, uint64_t want,
+                             bool *dirty)
+{
+    uint64_t e = qcow2_l2_get(s, l2, j);
+    int ret;
+
+    if ((e & QCOW2_OFLAG_COPIED) == want) {
+        return 0;
+    }
+    if (!*dirty) {
+        ret = qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    qcow2_l2_set(s, l2, j, (e & ~QCOW2_OFLAG_COPIED) | want,
+                 qcow2_l2_get_bitmap(s, l2, j));
+    *dirty = true;
+    return 0;
+}
+
+/* End the reference to a slice (if taken), marked dirty if it changed. */
+static void put_slice_locked(Qcow2State *s, uint8_t *l2, bool dirty)
+{
+    if (dirty) {
+        qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
+    }
+    if (l2) {
+        qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
+    }
+}
+
+/* One slice of the tree walk below: the entries [sl, sl + l2_slice_size)
+ * of the table at l2_offset, which maps from guest 'base' on. */
+static int walk_slice_locked(Qcow2State *s, RefBatch *b, uint64_t l2_offset, uint64_t sl,
+                             uint64_t base, bool clear_copied)
+{
+    uint8_t *l2 = NULL;
+    bool dirty = false;
+    int ret = qcow2_cache_get_locked(s->l2_cache, l2_offset + sl * s->l2_entry_size,
+                                     (void **)&l2);
+
+    for (uint64_t j = 0; j < s->l2_slice_size && ret == 0; j++) {
+        uint64_t guest = base | ((sl + j) << s->cluster_bits), off = 0, len;
+        bool plain;
+
+        ret = entry_ref_locked(s, l2, l2_offset, j, guest, &off, &len, &plain);
+        if (ret == 0 && len) {
+            ret = batch_add_locked(s, b, off, len);
+        }
+        if (ret == 0 && clear_copied && plain) {
+            ret = set_copied_locked(s, l2, j, 0, &dirty);
+        }
+    }
+    put_slice_locked(s, l2, dirty);
+    return ret;
+}
+
 /*
  * +1 (log != NULL) or -1 (log == NULL) on every reference of the tree
  * l1[0..n).  With clear_copied (increments only) the COPIED flags of the
@@ -240,42 +301,15 @@ int snapw_tree_walk_locked(Qcow2State *s, const uint64_t *l1, uint64_t n, GArray
 
     for (uint64_t i = 0; i < n && ret == 0; i++) {
         uint64_t l2_offset;
-        uint8_t *l2 = NULL;
-        bool dirty = false;
 
         ret = snapw_l1_entry_locked(s, l1[i], i, &l2_offset);
         if (ret < 0 || l2_offset == 0) {
             continue;
         }
-        ret = qcow2_cache_get_locked(s->l2_cache, l2_offset, (void **)&l2);
-        if (ret < 0) {
-            continue;
+        /* slice by slice (cluster.c invariant 6) */
+        for (uint64_t sl = 0; sl < s->l2_size && ret == 0; sl += s->l2_slice_size) {
+            ret = walk_slice_locked(s, &b, l2_offset, sl, i << l1_shift, clear_copied);
         }
-        for (uint64_t j = 0; j < s->l2_size && ret == 0; j++) {
-            uint64_t guest = (i << l1_shift) | (j << s->cluster_bits), off = 0, len;
-            bool plain;
-
-            ret = entry_ref_locked(s, l2, l2_offset, j, guest, &off, &len, &plain);
-            if (ret == 0 && len) {
-                ret = batch_add_locked(s, &b, off, len);
-            }
-            if (ret == 0 && clear_copied && plain &&
-                (qcow2_l2_get(s, l2, j) & QCOW2_OFLAG_COPIED)) {
-                if (!dirty) {
-                    ret =
-                        qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
-                }
-                if (ret == 0) {
-                    qcow2_l2_set(s, l2, j, qcow2_l2_get(s, l2, j) & ~QCOW2_OFLAG_COPIED,
-                                 qcow2_l2_get_bitmap(s, l2, j));
-                    dirty = true;
-                }
-            }
-        }
-        if (dirty) {
-            qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
-        }
-        qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
         if (ret == 0) {
             /* after the entries: a decrement may free the table */
             ret = batch_add_locked(s, &b, l2_offset, s->cluster_size);
@@ -344,6 +378,36 @@ int snapw_write_active_l1_locked(Qcow2State *s, const uint64_t *l1, bool *writte
     return qcow2_flush_file(s);
 }
 
+/* The COPIED flags of one slice of recompute_copied_locked's walk: the
+ * entries [sl, sl + l2_slice_size) of the table at l2_offset, which maps
+ * from guest 'base' on. */
+static int recompute_slice_locked(Qcow2State *s, uint64_t l2_offset, uint64_t sl,
+                                  uint64_t base)
+{
+    uint8_t *l2 = NULL;
+    bool dirty = false;
+    int ret = qcow2_cache_get_locked(s->l2_cache, l2_offset + sl * s->l2_entry_size,
+                                     (void **)&l2);
+
+    for (uint64_t j = 0; j < s->l2_slice_size && ret == 0; j++) {
+        uint64_t guest = base | ((sl + j) << s->cluster_bits);
+        uint64_t off = 0, len, refcount;
+        bool plain;
+
+        ret = entry_ref_locked(s, l2, l2_offset, j, guest, &off, &len, &plain);
+        if (ret < 0 || !plain) {
+            continue;
+        }
+        ret = qcow2_get_refcount_locked(s, off >> s->cluster_bits, &refcount);
+        if (ret == 0) {
+            ret = set_copied_locked(s, l2, j, refcount == 1 ? QCOW2_OFLAG_COPIED : 0,
+                                    &dirty);
+        }
+    }
+    put_slice_locked(s, l2, dirty);
+    return ret;
+}
+
 /*
  * Recompute the COPIED flags of the active tree from the refcounts in
  * memory: L1 entries in memory, L2 entries in the cache (after the
@@ -356,8 +420,6 @@ static int recompute_copied_locked(Qcow2State *s)
 
     for (uint32_t i = 0; i < s->l1_size && ret == 0; i++) {
         uint64_t l2_offset, refcount;
-        uint8_t *l2 = NULL;
-        bool dirty = false;
 
         ret = snapw_l1_entry_locked(s, s->l1_table[i], i, &l2_offset);
         if (ret < 0 || l2_offset == 0) {
@@ -369,41 +431,10 @@ static int recompute_copied_locked(Qcow2State *s)
         }
         uint64_t want = refcount == 1 ? QCOW2_OFLAG_COPIED : 0;
         s->l1_table[i] = (s->l1_table[i] & ~QCOW2_OFLAG_COPIED) | want;
-        ret = qcow2_cache_get_locked(s->l2_cache, l2_offset, (void **)&l2);
-        if (ret < 0) {
-            continue;
+        /* slice by slice (cluster.c invariant 6) */
+        for (uint64_t sl = 0; sl < s->l2_size && ret == 0; sl += s->l2_slice_size) {
+            ret = recompute_slice_locked(s, l2_offset, sl, (uint64_t)i << l1_shift);
         }
-        for (uint64_t j = 0; j < s->l2_size && ret == 0; j++) {
-            uint64_t guest = ((uint64_t)i << l1_shift) | (j << s->cluster_bits);
-            uint64_t off = 0, len, e = qcow2_l2_get(s, l2, j);
-            bool plain;
-
-            ret = entry_ref_locked(s, l2, l2_offset, j, guest, &off, &len, &plain);
-            if (ret < 0 || !plain) {
-                continue;
-            }
-            ret = qcow2_get_refcount_locked(s, off >> s->cluster_bits, &refcount);
-            if (ret < 0) {
-                continue;
-            }
-            want = refcount == 1 ? QCOW2_OFLAG_COPIED : 0;
-            if ((e & QCOW2_OFLAG_COPIED) == want) {
-                continue;
-            }
-            if (!dirty) {
-                ret = qcow2_cache_set_dependency_locked(s->l2_cache, s->refcount_cache);
-                if (ret < 0) {
-                    continue;
-                }
-            }
-            qcow2_l2_set(s, l2, j, (e & ~QCOW2_OFLAG_COPIED) | want,
-                         qcow2_l2_get_bitmap(s, l2, j));
-            dirty = true;
-        }
-        if (dirty) {
-            qcow2_cache_mark_dirty_locked(s->l2_cache, l2);
-        }
-        qcow2_cache_put_locked(s->l2_cache, (void **)&l2);
     }
     return ret;
 }
@@ -475,7 +506,7 @@ static void reconcile_l2_locked(Qcow2State *s, bool *reverted)
                 raised = true;
             }
         }
-        qcow2_cache_discard_locked(s->l2_cache, l2_offset);
+        qcow2_l2_cache_discard_table_locked(s, l2_offset);
     }
     if (raised &&
         (qcow2_cache_flush_locked(s->refcount_cache) < 0 || qcow2_flush_file(s) < 0)) {

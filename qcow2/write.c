@@ -310,8 +310,8 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
     l2_offset =
         s->l1_table[pos >> (s->cluster_bits + s->l2_bits)] & QCOW2_L1E_OFFSET_MASK;
     c->guest = pos & ~(cs - 1);
-    max_nb =
-        MIN(s->l2_size - l2_index, (ROUND_UP(end, cs) - c->guest) >> s->cluster_bits);
+    max_nb = MIN(s->l2_slice_size - l2_index, /* cluster.c invariant 6 */
+                 (ROUND_UP(end, cs) - c->guest) >> s->cluster_bits);
     max_nb = MIN(max_nb, MAX(max_bytes >> s->cluster_bits, 1));
     c->old_entry = g_new(uint64_t, max_nb);
     c->new_bitmap = g_new(uint64_t, max_nb);

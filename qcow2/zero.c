@@ -104,12 +104,15 @@ static void new_entry_for(const Qcow2State *s, ZeroOp op, bool unmap, uint64_t e
 }
 
 /* Apply op to the whole clusters from offset up to end or the end of this L2
- * table; *next is where the next call starts.  Lock held. */
+ * slice (cluster.c invariant 6; of the table where there is none to
+ * change); *next is where the next call starts.  Lock held. */
 static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, ZeroOp op,
                                  unsigned flags, Qcow2DiscardKind kind, uint64_t *next)
 {
     uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits);
     uint64_t table_end = (l1_index + 1) << (s->cluster_bits + s->l2_bits);
+    uint64_t slice_end = ((offset >> (s->cluster_bits + s->l2_slice_bits)) + 1)
+                         << (s->cluster_bits + s->l2_slice_bits);
     uint64_t l2_index, l2_offset = 0, n;
     bool backing = s->img->backing != NULL;
     bool need_table =
@@ -121,7 +124,6 @@ static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, Z
     int ret;
 
     *next = MIN(end, table_end);
-    n = (*next - offset) >> s->cluster_bits;
     if (l1_index < s->l1_size) {
         ret = qcow2_l1_entry_locked(s, l1_index, &l2_offset);
         if (ret < 0) {
@@ -134,6 +136,8 @@ static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, Z
             return 0; /* invariant 5 */
         }
     }
+    *next = MIN(end, slice_end);
+    n = (*next - offset) >> s->cluster_bits;
     ret = qcow2_get_l2_for_write_locked(s, offset, &l2, &l2_index);
     if (ret < 0) {
         return ret;

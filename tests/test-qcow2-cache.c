@@ -2,7 +2,9 @@
  * tests/test-qcow2-cache.c: the LRU metadata cache (cache.c invariants
  * 1-5): hits and misses, LRU eviction, pinned entries, read errors, dirty
  * entries and the write-back ordering hooks; cleaning (invariant 6), by
- * hand and by the qcow2 driver's cache-clean-interval timer (clean.c).
+ * hand and by the qcow2 driver's cache-clean-interval timer (clean.c);
+ * discarding a range of tables, and the qcow2 L2 cache of slices
+ * (l2-cache-entry-size, cluster.c invariant 6).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include "test-util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #define TS 64
@@ -257,6 +260,109 @@ static void test_clean_unused(void **state)
     mock_free(m);
 }
 
+/* discard_range drops every unreferenced table in the range, by lookups
+ * (few tables) or by a walk of the entries (more tables than entries). */
+static void test_discard_range(void **state)
+{
+    Mock *m = mock_new();
+    Qcow2CacheOps ops = {.read = mock_read, .opaque = m};
+    Qcow2Cache *c = qcow2_cache_new(4, TS, &ops);
+    void *held;
+
+    for (uint64_t off = 0; off < 4 * TS; off += TS) {
+        get_put(c, off);
+    }
+    assert_int_equal(qcow2_cache_get_locked(c, 2 * TS, &held), 0);
+    qcow2_cache_discard_range_locked(c, TS, 2 * TS); /* 2 tables: lookups */
+    assert_true(qcow2_cache_holds_locked(c, 0));
+    assert_false(qcow2_cache_holds_locked(c, TS));
+    assert_true(qcow2_cache_holds_locked(c, 2 * TS)); /* referenced: kept */
+    assert_true(qcow2_cache_holds_locked(c, 3 * TS));
+    qcow2_cache_discard_range_locked(c, TS, 100 * TS); /* 100 tables: the walk */
+    assert_true(qcow2_cache_holds_locked(c, 0));
+    assert_true(qcow2_cache_holds_locked(c, 2 * TS));
+    assert_false(qcow2_cache_holds_locked(c, 3 * TS));
+    qcow2_cache_put_locked(c, &held);
+    qcow2_cache_discard_range_locked(c, 0, 100 * TS);
+    assert_false(qcow2_cache_holds_locked(c, 0) || qcow2_cache_holds_locked(c, 2 * TS));
+    g_string_truncate(m->log, 0);
+    get_put(c, 2 * TS);
+    assert_string_equal(m->log->str, "r128 ");
+    qcow2_cache_free(c);
+    mock_free(m);
+}
+
+static void l2_stats(BlkNode *img, Qcow2CacheStats *st)
+{
+    Qcow2State *s = img->opaque;
+
+    qcow2_lock(s);
+    qcow2_cache_get_stats_locked(s->l2_cache, st);
+    qcow2_unlock(s);
+}
+
+/* cluster.c invariant 6: with l2-cache-entry-size the L2 cache holds
+ * slices of one table: three slices of one table do not fit a cache of
+ * two slices (one table would); writes through a slice reach the image
+ * (qemu-io reads them, qemu-img check is clean). */
+static void test_l2_slices(void **state)
+{
+    static const struct {
+        const char *create;
+        uint64_t entry, l2e;
+    } cases[] = {{"cluster_size=64k", 4096, 8},
+                 {"cluster_size=64k,extended_l2=on", 512, 16},
+                 {"cluster_size=4k", 512, 8}};
+
+    for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+        g_autofree char *p = tu_fresh("slices.qcow2");
+        g_autoptr(GError) err = NULL;
+        uint64_t slice_entries = cases[k].entry / cases[k].l2e;
+        uint64_t cs = strstr(cases[k].create, "64k") ? 65536 : 4096;
+        uint64_t span = slice_entries * cs; /* guest bytes one slice maps */
+        BlkOpenOptions o = {.l2_cache_entry_size_set = true,
+                            .l2_cache_entry_size = cases[k].entry,
+                            .l2_cache_size_set = true,
+                            .l2_cache_size = 2 * cases[k].entry};
+        Qcow2CacheStats st;
+        uint8_t buf[512];
+
+        tu_require_tool("qemu-io");
+        tu_run("qemu-img create -q -f qcow2 -o %s '%s' 1G", cases[k].create, p);
+        tu_run("qemu-io -c 'write -P 1 0 512' -c 'write -P 2 %" PRIu64 " 512' "
+               "-c 'write -P 3 %" PRIu64 " 512' '%s' >/dev/null",
+               span, 2 * span, p);
+        BlkNode *img = api_open_node(p, &o, NULL, &err);
+        if (!img) {
+            fail_msg("open: %s", err->message);
+        }
+        assert_int_equal(((Qcow2State *)img->opaque)->l2_slice_size, slice_entries);
+        for (uint64_t i = 0; i < 3; i++) {
+            assert_int_equal(blk_pread(img, i * span, buf, sizeof(buf)), 0);
+            assert_int_equal(buf[0], i + 1);
+            assert_int_equal(buf[511], i + 1);
+        }
+        l2_stats(img, &st);
+        assert_int_equal(st.misses, 3);
+        assert_int_equal(st.evictions, 1);
+        assert_int_equal(st.entries, 2);
+        /* a new cluster in slice 3, and rewrites in slices 0 and 1 */
+        memset(buf, 0x44, sizeof(buf));
+        assert_int_equal(blk_pwrite(img, 3 * span + cs, buf, sizeof(buf), 0), 0);
+        memset(buf, 0x55, sizeof(buf));
+        assert_int_equal(blk_pwrite(img, 512, buf, sizeof(buf), 0), 0);
+        assert_int_equal(blk_pwrite(img, span + 5 * cs, buf, sizeof(buf), 0), 0);
+        assert_int_equal(blk_flush(img), 0);
+        blk_close(img);
+        tu_run("qemu-io -c 'read -P 1 0 512' -c 'read -P 0x55 512 512' "
+               "-c 'read -P 2 %" PRIu64 " 512' -c 'read -P 3 %" PRIu64 " 512' "
+               "-c 'read -P 0x44 %" PRIu64 " 512' -c 'read -P 0x55 %" PRIu64 " 512' "
+               "'%s' | { ! grep -q Pattern; }",
+               span, 2 * span, 3 * span + cs, span + 5 * cs, p);
+        tu_run("qemu-img check -q '%s'", p);
+    }
+}
+
 static unsigned l2_entries(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
@@ -317,6 +423,8 @@ int main(void)
         cmocka_unit_test(test_writeback_and_ordering),
         cmocka_unit_test(test_clean_unused),
         cmocka_unit_test(test_clean_timer),
+        cmocka_unit_test(test_discard_range),
+        cmocka_unit_test(test_l2_slices),
     };
     return tu_run_group_tests("qcow2-cache", tests);
 }

@@ -79,18 +79,20 @@ crash_explore() {
 # such an image has no positive control (blklogwrites logs one file).  With LUKS=PASS (qcow2 only) the
 # image is encrypted (encrypt.format=luks, passphrase PASS): both tools open
 # it with the key, crash.py decrypts the logs to find the markers and fails
-# on any of the workload's data in qimg's log in the clear.
+# on any of the workload's data in qimg's log in the clear.  OPEN_OPTS
+# (",KEY=VALUE...") are open options both tools get (--image-opts), e.g.
+# the qcow2 cache's.
 crash_io_case() {
     local label=$1 size=$2 cs=$3 copts=$4
     shift 4
     local d=$SCRATCH/$label backing_args=() link_args=() luks_args=() fmt=${FORMAT:-qcow2}
-    local sec=() img_m=() q_opts=
+    local sec=() img_m=() q_opts=${OPEN_OPTS:-}
     mkdir -p "$d"
     if [ -n "${LUKS:-}" ]; then
         sec=(--object "secret,id=crash0,data=$LUKS")
         copts="$copts -o encrypt.format=luks,encrypt.key-secret=crash0,encrypt.iter-time=10"
         luks_args=(--luks-secret "$LUKS")
-        q_opts=",encrypt.key-secret=crash0"
+        q_opts="$q_opts,encrypt.key-secret=crash0"
     fi
     (
         cd "$d" || exit 1
@@ -133,7 +135,7 @@ crash_io_case() {
     local data_args=()
     [ -f "$d/img.data" ] && data_args=(--base "$d/img.data=$d/base.data")
 
-    if [ -n "${LUKS:-}" ]; then
+    if [ -n "$q_opts" ]; then
         img_m=("${sec[@]}" --image-opts
             "driver=$fmt,file.filename=record:$d/log:img.$fmt$q_opts")
     else

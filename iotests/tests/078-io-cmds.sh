@@ -200,8 +200,6 @@ cp a.qcow2 m/img
 refused "-k" "aio=native (-k) is not supported by qimg" -k -c 'read 0 1' img
 refused "-T" "tracing (-T) is not supported by qimg" -T foo -c 'read 0 1' img
 refused "-d ignore" "discard=ignore is not supported by qimg" -d ignore -c 'read 0 1' img
-refused "open -o" "l2-cache-entry-size=4096 is not supported by qimg" \
-    -c 'open -o l2-cache-entry-size=4k img'
 refused "O_DIRECT without flushes" "qimg has no cache mode with cache.no-flush=on and" \
     -c 'reopen -o cache.direct=on,cache.no-flush=on' img
 refused "reopen -s" "reopen of a -s (snapshot) image is not supported by qimg" -s \
