@@ -96,7 +96,7 @@ bool convert_copy(Convert *s, ToolProgress *prog)
     o.progress_allocated = true; /* fact 1: qemu-img's sequence */
     o.warn = s->quiet ? NULL : salvage_warning;
 
-    ok = qimg_copy(s->src, s->dst, &o, &err);
+    ok = qimg_copy_sources(s->srcs, s->n_srcs, s->dst, &o, &err);
     if (!ok) {
         tool_error("%s", err->message);
         g_clear_error(&err);

@@ -31,6 +31,11 @@
  *     it happened at ("error while writing at byte N: ...") -- except the
  *     source's read and block status errors under salvage.  A progress
  *     callback that returns FALSE stops the copy the same way (ECANCELED).
+ *  6. Several sources (qimg_copy_sources) fill the target one after the
+ *     other, each from the sum of the sizes before it; rules 1-5 hold for
+ *     each, block status asked of each in its own offsets; offsets in
+ *     errors and progress are the target's, salvage's warnings the
+ *     source's own (as qemu-img's).
  */
 #ifndef QIMG_COPY_H
 #define QIMG_COPY_H
@@ -100,6 +105,13 @@ typedef struct QimgCopyOptions {
  * Neither flushes nor closes dst. */
 gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
                    GError **error);
+
+/* 0.11: the n_srcs images srcs one after the other into dst, as qemu-img
+ * convert concatenates several sources (rule 6); qimg_copy is this with
+ * one source.  Several sources refuse top_only and mirror_writes (they
+ * take one) with EINVAL. */
+gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *dst,
+                           const QimgCopyOptions *opts, GError **error);
 
 #ifdef __cplusplus
 }
