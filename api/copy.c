@@ -256,7 +256,7 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     } else if (!read_data(c, k->offset, buf, n)) {
         return false;
     }
-    if (copy_buf_is_zero(buf, n)) {
+    if (!c->plan.zeros_as_data && copy_buf_is_zero(buf, n)) { /* -S 0: rule 4 */
         return write_zeroes(c, k->offset, n);
     }
     iov_init_buf(&q, buf, n);
@@ -303,7 +303,7 @@ static bool chunk_writes(const Copy *c, const CopyChunk *k)
     case COPY_BACKING:
         return false;
     case COPY_ZERO:
-        return !c->o.target_is_zero || (c->plan.zeros_as_data && !c->plan.compress);
+        return !c->o.target_is_zero || c->plan.zeros_as_data;
     case COPY_DATA:
         break;
     }

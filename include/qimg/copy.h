@@ -26,7 +26,9 @@
  *  4. compress writes compressed clusters (the target's cluster size, the
  *     compression type of the target), compressed in parallel; a cluster
  *     that does not shrink is stored uncompressed, an all-zero one as
- *     zeros.
+ *     zeros -- except with sparse_size QIMG_COPY_SPARSE_OFF (qemu-img -c
+ *     -S 0, QEMU's 122), where every cluster is written compressed, zeros
+ *     and what the source leaves unallocated too.
  *  5. The first error stops every request; it is returned with the offset
  *     it happened at ("error while writing at byte N: ...") -- except the
  *     source's read and block status errors under salvage.  A progress

@@ -60,8 +60,8 @@ both() {
 }
 
 for fmt in raw qcow2; do
-    for opts in "" "-S 0" "-m 1" "-W" "-c"; do
-        [ "$fmt" = raw ] && [ "$opts" = -c ] && continue
+    for opts in "" "-S 0" "-m 1" "-W" "-c" "-c -S 0"; do
+        [ "$fmt" = raw ] && [[ "$opts" = -c* ]] && continue
         # -W into qcow2 fragments qemu-img's output (host offsets differ,
         # which map_flags ignores)
         both "$fmt" $opts
