@@ -90,8 +90,8 @@ static void select_source(CopyPlan *p, unsigned i, uint64_t base)
     p->src_align = MAX(p->src_align, COPY_SECTOR);
 }
 
-QimgImage *copy_plan_source_at(const CopyPlan *p, uint64_t offset, uint64_t *local,
-                               uint64_t *avail)
+unsigned copy_plan_source_at(const CopyPlan *p, uint64_t offset, uint64_t *local,
+                             uint64_t *avail)
 {
     unsigned i = 0;
 
@@ -101,7 +101,7 @@ QimgImage *copy_plan_source_at(const CopyPlan *p, uint64_t offset, uint64_t *loc
     }
     *local = offset;
     *avail = p->srcs[i]->node->size - MIN(offset, p->srcs[i]->node->size);
-    return p->srcs[i];
+    return i;
 }
 
 void copy_plan_init(CopyPlan *p, QimgImage *const *srcs, unsigned n_srcs, QimgImage *dst,

@@ -42,6 +42,16 @@
  *     copy (which counts the allocated bytes) reports each block status
  *     that fails (copy-plan.c fact 5), and the copy reports them again,
  *     with the reads that fail, in guest order: one worker.
+ *  8. Copy offloading (qimg/copy.h rule 7): while it works, a data chunk
+ *     is moved whole by the target's copy_in (no read, no sparse
+ *     detection), in pieces mapped by copy-offload.c, each issued as a
+ *     data write is (invariant 1: the turn, the last piece marked last).
+ *     The first piece that fails turns offloading off for the whole copy
+ *     (atomic flag) and its chunk is read and written as without it, as
+ *     qemu-img falls back from copy_range; what was copied of it is
+ *     written again with the same bytes (and when the failing piece had
+ *     passed the turn already, that chunk's fallback allocates out of
+ *     turn: once per copy, fragmentation at worst).
  */
 #include "api/copy-plan.h"
 
@@ -69,7 +79,9 @@ typedef struct Copy {
     bool issue_order;                 /* invariant 1: the pipeline orders the writes */
     uint64_t done;                    /* [lock] invariant 4 */
     uint64_t alloc_done, alloc_total; /* [lock] progress_allocated */
-    ApiLowestError fail;              /* [lock] invariant 3 */
+    bool *offload_ok;    /* invariant 8: per source (copy-offload.c fact 1) */
+    bool offload;        /* invariant 8, atomic: still offloading */
+    ApiLowestError fail; /* [lock] invariant 3 */
 } Copy;
 
 typedef struct Worker {
@@ -195,7 +207,8 @@ static bool read_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
 {
     for (size_t pos = 0; pos < len;) {
         uint64_t local, avail;
-        QimgImage *src = copy_plan_source_at(&c->plan, offset + pos, &local, &avail);
+        QimgImage *src =
+            c->srcs[copy_plan_source_at(&c->plan, offset + pos, &local, &avail)];
         size_t n = (size_t)MIN((uint64_t)(len - pos), avail);
         BlkIOV q;
         int ret;
@@ -275,6 +288,38 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     return true;
 }
 
+/* Invariant 8: the data chunk moved by copy offloading; false when that
+ * is (or just turned) off, for the caller to read and write it. */
+static bool offload_chunk(Copy *c, const CopyChunk *k)
+{
+    int ret = 0;
+
+    if (!__atomic_load_n(&c->offload, __ATOMIC_ACQUIRE)) {
+        return false;
+    }
+    for (uint64_t pos = 0, n; pos < k->len && ret == 0; pos += n) {
+        BlkNode *file;
+        uint64_t host;
+
+        ret = copy_offload_map(&c->plan, c->offload_ok, k->offset + pos, k->len - pos,
+                               &file, &host, &n);
+        if (ret == 0) {
+            n = MIN(n, k->len - pos);
+            if (pos + n == k->len) {
+                blk_order_mark_last();
+            }
+            issue_turn(c);
+            ret = api_copy_in(c->dst, k->offset + pos, n, file, host);
+        }
+    }
+    if (ret < 0) {
+        __atomic_store_n(&c->offload, false, __ATOMIC_RELEASE);
+        blk_error_clear();
+        return false;
+    }
+    return true;
+}
+
 static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf, uint32_t *runs)
 {
     size_t n = (size_t)k->len;
@@ -286,7 +331,8 @@ static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf, uint32_t *runs
         return write_compressed(c, k, buf);
     }
     if (k->kind == COPY_DATA) {
-        return read_data(c, k->offset, buf, n) && write_chunk(c, k->offset, buf, n, runs);
+        return offload_chunk(c, k) || (read_data(c, k->offset, buf, n) &&
+                                       write_chunk(c, k->offset, buf, n, runs));
     }
     if (c->plan.zeros_as_data) { /* -S 0 */
         memset(buf, 0, n);
@@ -435,6 +481,14 @@ static gboolean check_sources(QimgImage *const *srcs, unsigned n_srcs,
             return FALSE;
         }
     }
+    if (o->copy_offload && (o->compress || o->salvage || o->mirror_writes)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Copy offloading cannot be combined with %s",
+                    o->compress  ? "compress"
+                    : o->salvage ? "salvage"
+                                 : "mirror_writes");
+        return FALSE;
+    }
     if (n_srcs > 1 && (o->top_only || o->mirror_writes)) {
         g_set_error(error, QIMG_ERROR, EINVAL,
                     "Several sources cannot be copied %s (it takes one source)",
@@ -497,6 +551,10 @@ gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *d
         return FALSE;
     }
     copy_plan_init(&c.plan, srcs, n_srcs, dst, &c.o);
+    if (c.o.copy_offload) { /* invariant 8 */
+        c.offload_ok = copy_offload_sources(srcs, n_srcs);
+        c.offload = !c.o.compress; /* (a target taking only compressed writes) */
+    }
     c.plan.warn = copy_warn;
     c.plan.warn_opaque = &c;
     n = c.o.in_flight ? c.o.in_flight : COPY_DEFAULT_IN_FLIGHT;
@@ -552,6 +610,7 @@ gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *d
         blk_error_clear();
     }
     blk_order_free(c.order);
+    g_free(c.offload_ok);
     pthread_mutex_destroy(&c.lock);
     pthread_mutex_destroy(&c.warn_lock);
     if (c.fail.error) {

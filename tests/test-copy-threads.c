@@ -22,7 +22,10 @@
  *  - qimg_copy_sources (rule 6) with 16 requests in flight puts each
  *    source at the sum of the sizes before it, compressed too, where a
  *    cluster takes from two sources; several sources with top_only are
- *    refused.
+ *    refused;
+ *  - copy_offload (rule 7) with 16 requests in flight into a new qcow2
+ *    from a qcow2 with a backing file: the same contents, a clean check;
+ *    refused with compress.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -509,6 +512,34 @@ static void test_copy_sources(void **state)
     }
 }
 
+/* Rule 7: copy offloading into a qcow2 target from a qcow2 with a
+ * backing file (the data of both layers is copied from their files). */
+static void test_copy_offload(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *src_path = make_source();
+    g_autofree char *dst_path = tu_fresh("offload.qcow2");
+    QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+    g_autoptr(GError) err = NULL;
+
+    (void)state;
+    tu_run("qemu-img create -q -f qcow2 '%s' 48M", dst_path);
+    QimgImage *src = open_rw(src_path, NULL), *dst = open_rw(dst_path, "qcow2");
+    o.in_flight = 16;
+    o.copy_offload = true;
+    o.compress = true;
+    assert_false(qimg_copy(src, dst, &o, &err));
+    assert_int_equal(err->code, EINVAL);
+    g_clear_error(&err);
+    o.compress = false;
+    o.target_is_zero = true;
+    assert_true(qimg_copy(src, dst, &o, &err));
+    assert_true(qimg_image_close(dst, &err));
+    assert_true(qimg_image_close(src, &err));
+    tu_run("qemu-img compare -q '%s' '%s' && qemu-img check -q '%s'", src_path, dst_path,
+           dst_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_copy_vmdk_stream),
         cmocka_unit_test(test_copy_stop_and_refuse),
         cmocka_unit_test(test_copy_sources),
+        cmocka_unit_test(test_copy_offload),
     };
     return tu_run_group_tests("test-copy-threads", tests);
 }

@@ -84,6 +84,7 @@ bool convert_copy(Convert *s, ToolProgress *prog)
 
     o.in_flight = s->in_flight;
     o.out_of_order = s->out_of_order;
+    o.copy_offload = s->copy_offload;
     o.compress = s->compress;
     o.sparse_size = s->min_sparse ? s->min_sparse * SECTOR : QIMG_COPY_SPARSE_OFF;
     o.target_is_zero = s->zero_init;

@@ -1,7 +1,7 @@
 /*
  * qimg convert [-f fmt] [-O fmt] [-B backing -F fmt] [-l snapshot] [-S size]
  *              [-n] [--target-is-zero] [-o options] [-t cache] [-T cache]
- *              [-m N] [-W] [-c] [-p] [-q] [-U]
+ *              [-m N] [-W] [-C] [-c] [-p] [-q] [-U]
  *              [--bitmaps [--skip-broken-bitmaps]] SRC [SRC2...] DST
  *
  * The same layout in the target as qemu-img 7.2 (see
@@ -32,12 +32,13 @@
  *  7. --salvage: source read errors become zeros, each failing sector
  *     warned about as qemu-img does ("warning: error while reading offset
  *     N: REASON", not with -q); the convert succeeds (qimg/copy.h).
- *  8. -C (copy offloading: qemu-img's copy_range from source to target
- *     file) is refused: qimg has no copy offloading.  Before that, as
- *     qemu-img, with -c, -S or --salvage it is "Cannot enable copy
- *     offloading when -c is used" (-S), "Cannot use copy offloading in
- *     salvaging mode", checked after --skip-broken-bitmaps and before the
- *     -n checks, in qemu-img's order.
+ *  8. -C: copy offloading (qimg/copy.h rule 7: copy_file_range from the
+ *     sources' files into a raw or qcow2 target on files, falling back to
+ *     reading and writing where it cannot, as qemu-img).  As qemu-img, with
+ *     -c, -S or --salvage it is refused: "Cannot enable copy offloading
+ *     when -c is used" (-S), "Cannot use copy offloading in salvaging
+ *     mode", checked after --skip-broken-bitmaps and before the -n checks,
+ *     in qemu-img's order.
  *  9. Several sources are concatenated as qemu-img does (qimg/copy.h rule
  *     6): the target's size is the sum of theirs (each rounded up to 512
  *     bytes, as the library sizes images), -n needs a target at least that
@@ -84,6 +85,7 @@ typedef struct ConvertArgs {
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
     bool bitmaps, skip_broken_bitmaps, salvage, image_opts, target_image_opts;
     bool out_of_order; /* -W */
+    bool copy_offload; /* -C (fact 8) */
     unsigned min_sparse;
     unsigned in_flight; /* -m */
 } ConvertArgs;
@@ -349,6 +351,7 @@ static int run_convert(ConvertArgs *a)
     s.quiet = a->quiet;
     s.in_flight = a->in_flight;
     s.out_of_order = a->out_of_order;
+    s.copy_offload = a->copy_offload;
     tool_progress_init(&prog, a->progress && !a->quiet);
     ok = convert_copy(&s, &prog);
     if (ok && a->bitmaps) {
@@ -403,7 +406,7 @@ int cmd_convert(int argc, char **argv)
         .dst_cache = QIMG_CACHE_UNSAFE,
         .min_sparse = 8,
     };
-    bool copy_range = false, explicit_sparse = false;
+    bool explicit_sparse = false;
     int c, ret;
 
     convert_signals_init(); /* convert-copy.c fact 2 */
@@ -458,7 +461,7 @@ int cmd_convert(int argc, char **argv)
             explicit_sparse = true;
             break;
         case 'C':
-            copy_range = true;
+            a.copy_offload = true;
             break;
         case 'p':
             a.progress = true;
@@ -527,11 +530,10 @@ int cmd_convert(int argc, char **argv)
         tool_error("Use of --skip-broken-bitmaps requires --bitmaps");
         goto fail;
     }
-    if (copy_range) { /* fact 8 */
+    if (a.copy_offload && (a.compress || explicit_sparse || a.salvage)) { /* fact 8 */
         tool_error(a.compress        ? "Cannot enable copy offloading when -c is used"
                    : explicit_sparse ? "Cannot enable copy offloading when -S is used"
-                   : a.salvage       ? "Cannot use copy offloading in salvaging mode"
-                                     : "Copy offloading (-C) is not supported by qimg");
+                                     : "Cannot use copy offloading in salvaging mode");
         goto fail;
     }
     if (a.target_image_opts && !a.skip_create) { /* qemu-img's check */

@@ -25,6 +25,7 @@ typedef struct Convert {
     bool compress;          /* -c: compressed clusters */
     unsigned in_flight;     /* -m; 0: the pipeline's default */
     bool out_of_order;      /* -W */
+    bool copy_offload;      /* -C (convert.c fact 8) */
     bool salvage;           /* --salvage (convert.c fact 7) */
     bool quiet;             /* -q: no salvage warnings */
 } Convert;

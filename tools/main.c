@@ -67,7 +67,7 @@ static const ToolCommand commands[] = {
      "cache] [-T src_cache] [-O output_fmt] "
      "[-B backing_file [-F backing_fmt]] [--target-is-zero] [--bitmaps] [-c] "
      "[-m num_coroutines] "
-     "[-W] [--salvage] "
+     "[-W] [-C] [--salvage] "
      "[-o options] [-l snapshot_param] [-S sparse_size] filename [filename2 [...]] "
      "output_filename",
      "Copy an image (or an internal snapshot of it) to a new or existing image."},

@@ -38,6 +38,17 @@
  *     each, block status asked of each in its own offsets; offsets in
  *     errors and progress are the target's, salvage's warnings the
  *     source's own (as qemu-img's).
+ *  7. copy_offload (qemu-img convert -C): data is moved by the kernel
+ *     (copy_file_range) from the source's files into the target -- raw or
+ *     qcow2 (clusters allocated, then the data copied into them, then
+ *     linked, as a write does) on files -- without passing through memory
+ *     and without sparse detection (what the source has as data is written
+ *     whole, zeros in it too, as qemu-img -C).  Where that cannot be done
+ *     (another format or protocol, encryption, compressed or zero source
+ *     clusters, a kernel or filesystem that refuses: EXDEV, EOPNOTSUPP,
+ *     ENOSYS, ...), offloading stops for the rest of the copy and the data
+ *     is read and written as without it, as qemu-img falls back.  Not
+ *     with compress, salvage or mirror_writes (EINVAL).
  */
 #ifndef QIMG_COPY_H
 #define QIMG_COPY_H
@@ -96,6 +107,8 @@ typedef struct QimgCopyOptions {
      * counted as each chunk is started, in guest order; the callback is
      * also called again with the same values as chunks complete. */
     bool progress_allocated;
+    /* 0.11: copy offloading (rule 7, qemu-img convert -C). */
+    bool copy_offload;
 } QimgCopyOptions;
 
 #define QIMG_COPY_OPTIONS_INIT                                                           \
