@@ -6,9 +6,10 @@
 # file, other cluster sizes, several sources; the same contents, the same
 # allocation map (host offsets aside), a clean check.  Where qemu-img falls
 # back to reading and writing (a compressed source cluster, an odd-sized
-# raw source's tail, an encrypted source, a blkdebug data file) qimg does
-# too, with -m 1 (with more requests in flight, which chunks were already
-# taken when copy_range first failed is a race, in QEMU too).  Under
+# raw source's tail, an encrypted source, a blkdebug data file, a source on
+# another filesystem: EXDEV) qimg does too, with -m 1 (with more requests
+# in flight, which chunks were already taken when copy_range first failed
+# is a race, in QEMU too).  Under
 # strace (when installed), qimg copies with copy_file_range exactly where
 # qemu-img does.  The refusals (-c, -S, --salvage) with qemu-img's words.
 . "$(dirname "$0")/../common.sh"
@@ -81,6 +82,17 @@ assert_rc "-n over allocated clusters: qemu-img" 0 "$QEMU_IMG" convert -C -n -O 
 assert_rc "-n over allocated clusters: contents" 0 "$QEMU_IMG" compare -q top.qcow2 n.qcow2
 assert_eq "-n over allocated clusters: map" "$(map_flags q.qcow2)" "$(map_flags n.qcow2)"
 assert_rc "-n over allocated clusters: check" 0 "$QEMU_IMG" check -q n.qcow2
+
+# a source on another filesystem: the kernel says EXDEV (or copies, on
+# kernels that copy across filesystems): qimg falls back as qemu-img does
+shm=/dev/shm/qimg-178.$$
+if [ -d /dev/shm ] && mkdir "$shm" 2>/dev/null; then
+    cp s.qcow2 "$shm/s.qcow2"
+    if [ "$(stat -c %d "$shm")" != "$(stat -c %d .)" ]; then
+        same_c "another filesystem" qcow2 "" -- -m 1 "$shm/s.qcow2"
+    fi
+    rm -rf "$shm"
+fi
 
 # an encrypted source is read and written (qemu-img: no copy_range)
 SEC=(--object secret,id=sec0,data=123456)
