@@ -53,6 +53,11 @@ typedef enum ApiIoOp {
  * handle first): 0 or -errno with a message.  flags are BLK_REQ_*. */
 int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkIOV *q,
            unsigned flags);
+/* A write of [offset, +len) with the bytes of protocol node src at
+ * src_offset, moved by the kernel (BlkDriver.copy_in; invariant 2
+ * included): 0 or -errno (-ENOTSUP where it cannot). */
+int api_copy_in(QimgImage *img, uint64_t offset, uint64_t len, BlkNode *src,
+                uint64_t src_offset);
 /* The public error for a failed api_io(): "Could not read 'file': ...". */
 void api_io_error(QimgImage *img, ApiIoOp op, int ret, GError **error);
 /* qimg_image_block_status (chain) or qimg_image_block_status_layer. */

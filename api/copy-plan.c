@@ -45,6 +45,15 @@
  *     plan, so the walk (under the pipeline's lock) asks the source once
  *     per region, not once per cluster.  A cluster the kept answer does not
  *     cover whole is asked for again from its start, as without the cache.
+ *  7. Several sources are copied one after the other, as qemu-img convert
+ *     concatenates them: source i fills the target from the sum of the
+ *     sizes before it (each a multiple of 512: the block layer rounds an
+ *     image's size up to whole sectors).  Block status is asked of one
+ *     source at a time, in its own offsets, and a status region (trimmed
+ *     to that source's cluster size) never runs into the next source;
+ *     only a compressed cluster may straddle two, its read split between
+ *     them (copy_plan_source_at).  top_only and mirror_writes take one
+ *     source (qimg_copy_sources refuses more).
  */
 #include "api/copy-plan.h"
 
@@ -64,18 +73,49 @@ static unsigned pow2floor(unsigned v)
     return p;
 }
 
-void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst, const QimgCopyOptions *o)
+/* Fact 7: make source i the walk's current one. */
+static void select_source(CopyPlan *p, unsigned i, uint64_t base)
 {
-    BlkInfo si = {0}, di = {0};
+    QimgImage *src = p->srcs[i];
+    BlkInfo si = {0};
 
-    memset(p, 0, sizeof(*p));
+    p->cur = i;
     p->src = src;
-    p->size = src->node->size;
+    p->base = base;
+    p->src_align = 0;
     if (src->node->drv->get_info && src->node->drv->get_info(src->node, &si) == 0) {
         p->src_align = si.cluster_size;
     }
     blk_info_clear(&si);
     p->src_align = MAX(p->src_align, COPY_SECTOR);
+}
+
+unsigned copy_plan_source_at(const CopyPlan *p, uint64_t offset, uint64_t *local,
+                             uint64_t *avail)
+{
+    unsigned i = 0;
+
+    while (i + 1 < p->n_srcs && offset >= p->srcs[i]->node->size) {
+        offset -= p->srcs[i]->node->size;
+        i++;
+    }
+    *local = offset;
+    *avail = p->srcs[i]->node->size - MIN(offset, p->srcs[i]->node->size);
+    return i;
+}
+
+void copy_plan_init(CopyPlan *p, QimgImage *const *srcs, unsigned n_srcs, QimgImage *dst,
+                    const QimgCopyOptions *o)
+{
+    BlkInfo di = {0};
+
+    memset(p, 0, sizeof(*p));
+    p->srcs = srcs;
+    p->n_srcs = n_srcs;
+    for (unsigned i = 0; i < n_srcs; i++) { /* qimg_copy_sources checked the sum */
+        p->size += srcs[i]->node->size;
+    }
+    select_source(p, 0, 0);
     p->mirror_writes = o->mirror_writes;
     p->salvage = o->salvage;
     if (o->mirror_writes) {
@@ -281,50 +321,56 @@ static gboolean source_status(CopyPlan *p, uint64_t offset, uint64_t len, QimgEx
     return TRUE;
 }
 
-/* Status of the source at 'offset' and where it ends (fact 1). */
+/* Status of the source at the target's 'offset' and where it ends, in the
+ * target's offsets (facts 1, 7). */
 static gboolean next_status(CopyPlan *p, uint64_t offset, CopyKind *st, uint64_t *end,
                             GError **error)
 {
     g_autoptr(GError) err = NULL;
     QimgExtent ext;
-    uint64_t n, tail;
+    uint64_t n, tail, at, src_size;
 
+    while (p->cur + 1 < p->n_srcs && offset >= p->base + p->src->node->size) {
+        select_source(p, p->cur + 1, p->base + p->src->node->size); /* fact 7 */
+    }
+    at = offset - p->base; /* the source's own offset */
+    src_size = p->src->node->size;
     /* fact 5: a failing status is asked again for a quarter of the
      * sectors, down to one */
-    uint64_t len = p->salvage ? MIN(p->size - offset, REQUEST_MAX) : p->size - offset;
-    while (!source_status(p, offset, len, &ext, &err)) {
+    uint64_t len = p->salvage ? MIN(src_size - at, REQUEST_MAX) : src_size - at;
+    while (!source_status(p, at, len, &ext, &err)) {
         uint64_t sectors = DIV_ROUND_UP(len, COPY_SECTOR);
         if (p->salvage && sectors > 1) {
             g_clear_error(&err);
-            len = MIN(DIV_ROUND_UP(sectors, 4) * COPY_SECTOR, p->size - offset);
+            len = MIN(DIV_ROUND_UP(sectors, 4) * COPY_SECTOR, src_size - at);
             continue;
         }
         if (p->salvage) { /* fact 5: read it, sector by sector if need be */
             g_autofree char *msg = g_strdup_printf(
-                "error while reading block status at offset %" PRIu64 ": %s", offset,
+                "error while reading block status at offset %" PRIu64 ": %s", at,
                 g_strerror(err->code > 0 ? err->code : EIO));
             p->warn(p->warn_opaque, msg);
             *st = COPY_DATA;
-            *end = MIN(offset + COPY_SECTOR, p->size);
+            *end = p->base + MIN(at + COPY_SECTOR, src_size);
             return TRUE;
         }
         g_set_error(error, QIMG_ERROR, err->code,
-                    "error while reading block status at offset %" PRIu64 ": %s", offset,
+                    "error while reading block status at offset %" PRIu64 ": %s", at,
                     err->message);
         return FALSE;
     }
-    n = MIN(ext.length, p->size - offset);
+    n = MIN(ext.length, src_size - at);
     if (n == 0) {
         g_set_error(error, QIMG_ERROR, EIO,
-                    "error while reading block status at offset %" PRIu64, offset);
+                    "error while reading block status at offset %" PRIu64, at);
         return FALSE;
     }
     n = (n + COPY_SECTOR - 1) / COPY_SECTOR * COPY_SECTOR;
-    tail = (offset + n) % p->src_align;
+    tail = (at + n) % p->src_align;
     if (n > tail) {
         n -= tail;
     }
-    *end = MIN(offset + n, p->size);
+    *end = p->base + MIN(at + n, src_size);
     if ((ext.flags & QIMG_STATUS_DATA) && p->mirror_writes) {
         *st = COPY_DATA; /* a commit copies data clusters, zero or not */
     } else if (ext.flags & QIMG_STATUS_ZERO) {

@@ -19,9 +19,13 @@ typedef enum CopyKind {
 } CopyKind;
 
 typedef struct CopyPlan {
-    QimgImage *src;
-    uint64_t size;       /* bytes to copy */
-    uint64_t src_align;  /* the source's cluster size, >= 512 */
+    QimgImage *const *srcs; /* the sources, one after the other (fact 7) */
+    unsigned n_srcs;
+    QimgImage *src; /* the walk's current source, srcs[cur] */
+    unsigned cur;
+    uint64_t base;       /* where src begins in the target */
+    uint64_t size;       /* bytes to copy: the sources' sizes added up */
+    uint64_t src_align;  /* src's cluster size, >= 512 */
     unsigned min_sparse; /* sectors; 0: no sparse detection */
     bool zeros_as_data;  /* -S 0: the source's zeros are written as data */
     bool mirror_writes;  /* QimgCopyOptions.mirror_writes */
@@ -53,9 +57,23 @@ gboolean copy_plan_layers_status(CopyPlan *p, uint64_t offset, uint64_t len,
 void copy_plan_mirror_init(CopyPlan *p, QimgImage *dst);
 gboolean copy_plan_mirror_next(CopyPlan *p, CopyChunk *c, GError **error);
 
-/* Set up the plan for copying src (copy-plan.c facts 1-4). */
-void copy_plan_init(CopyPlan *p, QimgImage *src, QimgImage *dst,
+/* Set up the plan for copying the n_srcs sources srcs, one after the
+ * other, into dst (copy-plan.c facts 1-4, 7); srcs must outlive the plan. */
+void copy_plan_init(CopyPlan *p, QimgImage *const *srcs, unsigned n_srcs, QimgImage *dst,
                     const QimgCopyOptions *o);
+/* The index in p->srcs of the source holding the target's offset (fact
+ * 7), *local set to the offset in it and *avail to the bytes left in it
+ * from there. */
+unsigned copy_plan_source_at(const CopyPlan *p, uint64_t offset, uint64_t *local,
+                             uint64_t *avail);
+
+/* copy-offload.c: which of the sources can be offloaded (its fact 1; a
+ * g_new array of n_srcs), and where the target's [offset, +len) starts in
+ * a source's file, for *pnum bytes (its fact 2): 0, or -ENOTSUP (or the
+ * block status's -errno) when it cannot be copied from there. */
+bool *copy_offload_sources(QimgImage *const *srcs, unsigned n_srcs);
+int copy_offload_map(const CopyPlan *p, const bool *src_ok, uint64_t offset, uint64_t len,
+                     BlkNode **file, uint64_t *host, uint64_t *pnum);
 /* The next chunk at p->pos (advancing it); FALSE at the end (*more false)
  * or on an error (*more true, error set). */
 gboolean copy_plan_next(CopyPlan *p, CopyChunk *c, bool *more, GError **error);

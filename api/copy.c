@@ -42,6 +42,16 @@
  *     copy (which counts the allocated bytes) reports each block status
  *     that fails (copy-plan.c fact 5), and the copy reports them again,
  *     with the reads that fail, in guest order: one worker.
+ *  8. Copy offloading (qimg/copy.h rule 7): while it works, a data chunk
+ *     is moved whole by the target's copy_in (no read, no sparse
+ *     detection), in pieces mapped by copy-offload.c, each issued as a
+ *     data write is (invariant 1: the turn, the last piece marked last).
+ *     The first piece that fails turns offloading off for the whole copy
+ *     (atomic flag) and its chunk is read and written as without it, as
+ *     qemu-img falls back from copy_range; what was copied of it is
+ *     written again with the same bytes (and when the failing piece had
+ *     passed the turn already, that chunk's fallback allocates out of
+ *     turn: once per copy, fragmentation at worst).
  */
 #include "api/copy-plan.h"
 
@@ -57,7 +67,9 @@
 #define NO_TICKET UINT64_MAX
 
 typedef struct Copy {
-    QimgImage *src, *dst;
+    QimgImage *const *srcs; /* copy-plan.c fact 7 */
+    unsigned n_srcs;
+    QimgImage *dst;
     QimgCopyOptions o;
     pthread_mutex_t lock;
     pthread_mutex_t warn_lock;        /* salvage's warnings (copy_warn) */
@@ -67,7 +79,9 @@ typedef struct Copy {
     bool issue_order;                 /* invariant 1: the pipeline orders the writes */
     uint64_t done;                    /* [lock] invariant 4 */
     uint64_t alloc_done, alloc_total; /* [lock] progress_allocated */
-    ApiLowestError fail;              /* [lock] invariant 3 */
+    bool *offload_ok;    /* invariant 8: per source (copy-offload.c fact 1) */
+    bool offload;        /* invariant 8, atomic: still offloading */
+    ApiLowestError fail; /* [lock] invariant 3 */
 } Copy;
 
 typedef struct Worker {
@@ -163,8 +177,10 @@ static void copy_warn(void *opaque, const char *msg)
     }
 }
 
-/* Salvage (qimg/copy.h): the failed read again, sector by sector. */
-static void salvage_read(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
+/* Salvage (qimg/copy.h): the failed read again, sector by sector (the
+ * warning names the source's own offset, as qemu-img's). */
+static void salvage_read(Copy *c, QimgImage *src, uint64_t offset, uint8_t *buf,
+                         size_t len)
 {
     for (size_t pos = 0; pos < len; pos += COPY_SECTOR) {
         size_t n = MIN((size_t)COPY_SECTOR, len - pos);
@@ -172,7 +188,7 @@ static void salvage_read(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
         int ret;
 
         iov_init_buf(&q, buf + pos, n);
-        ret = api_io(c->src, API_IO_READ, offset + pos, n, &q, 0);
+        ret = api_io(src, API_IO_READ, offset + pos, n, &q, 0);
         if (ret < 0) {
             g_autofree char *msg =
                 g_strdup_printf("error while reading offset %" PRIu64 ": %s",
@@ -184,19 +200,31 @@ static void salvage_read(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
     }
 }
 
+/* The target's range [offset, offset + len) read from the sources; a
+ * compressed cluster may take from two (copy-plan.c fact 7).  An error is
+ * reported at the target's offset, as qemu-img's. */
 static bool read_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
 {
-    BlkIOV q;
-    int ret;
+    for (size_t pos = 0; pos < len;) {
+        uint64_t local, avail;
+        QimgImage *src =
+            c->srcs[copy_plan_source_at(&c->plan, offset + pos, &local, &avail)];
+        size_t n = (size_t)MIN((uint64_t)(len - pos), avail);
+        BlkIOV q;
+        int ret;
 
-    iov_init_buf(&q, buf, len);
-    ret = api_io(c->src, API_IO_READ, offset, len, &q, 0);
-    if (ret < 0 && c->o.salvage) {
-        blk_error_clear();
-        salvage_read(c, offset, buf, len);
-        return true;
+        g_assert(n > 0);
+        iov_init_buf(&q, buf + pos, n);
+        ret = api_io(src, API_IO_READ, local, n, &q, 0);
+        if (ret < 0 && c->o.salvage) {
+            blk_error_clear();
+            salvage_read(c, src, local, buf + pos, n);
+        } else if (io_failed(c, src, API_IO_READ, ret, "reading", offset)) {
+            return false;
+        }
+        pos += n;
     }
-    return !io_failed(c, c->src, API_IO_READ, ret, "reading", offset);
+    return true;
 }
 
 /* A data chunk with sparse detection (fact 2; invariant 1 marks the last
@@ -241,7 +269,7 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     } else if (!read_data(c, k->offset, buf, n)) {
         return false;
     }
-    if (copy_buf_is_zero(buf, n)) {
+    if (!c->plan.zeros_as_data && copy_buf_is_zero(buf, n)) { /* -S 0: rule 4 */
         return write_zeroes(c, k->offset, n);
     }
     iov_init_buf(&q, buf, n);
@@ -260,6 +288,38 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     return true;
 }
 
+/* Invariant 8: the data chunk moved by copy offloading; false when that
+ * is (or just turned) off, for the caller to read and write it. */
+static bool offload_chunk(Copy *c, const CopyChunk *k)
+{
+    int ret = 0;
+
+    if (!__atomic_load_n(&c->offload, __ATOMIC_ACQUIRE)) {
+        return false;
+    }
+    for (uint64_t pos = 0, n; pos < k->len && ret == 0; pos += n) {
+        BlkNode *file;
+        uint64_t host;
+
+        ret = copy_offload_map(&c->plan, c->offload_ok, k->offset + pos, k->len - pos,
+                               &file, &host, &n);
+        if (ret == 0) {
+            n = MIN(n, k->len - pos);
+            if (pos + n == k->len) {
+                blk_order_mark_last();
+            }
+            issue_turn(c);
+            ret = api_copy_in(c->dst, k->offset + pos, n, file, host);
+        }
+    }
+    if (ret < 0) {
+        __atomic_store_n(&c->offload, false, __ATOMIC_RELEASE);
+        blk_error_clear();
+        return false;
+    }
+    return true;
+}
+
 static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf, uint32_t *runs)
 {
     size_t n = (size_t)k->len;
@@ -271,7 +331,8 @@ static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf, uint32_t *runs
         return write_compressed(c, k, buf);
     }
     if (k->kind == COPY_DATA) {
-        return read_data(c, k->offset, buf, n) && write_chunk(c, k->offset, buf, n, runs);
+        return offload_chunk(c, k) || (read_data(c, k->offset, buf, n) &&
+                                       write_chunk(c, k->offset, buf, n, runs));
     }
     if (c->plan.zeros_as_data) { /* -S 0 */
         memset(buf, 0, n);
@@ -288,7 +349,7 @@ static bool chunk_writes(const Copy *c, const CopyChunk *k)
     case COPY_BACKING:
         return false;
     case COPY_ZERO:
-        return !c->o.target_is_zero || (c->plan.zeros_as_data && !c->plan.compress);
+        return !c->o.target_is_zero || c->plan.zeros_as_data;
     case COPY_DATA:
         break;
     }
@@ -321,13 +382,13 @@ static void report_locked(Copy *c)
 /* progress_allocated: the total, from a walk of a second plan (a block
  * status that fails there is the copy's to report, but with salvage:
  * invariant 7). */
-static void count_allocated(Copy *c, QimgImage *src, QimgImage *dst)
+static void count_allocated(Copy *c)
 {
     CopyPlan walk;
     CopyChunk k;
     bool more = true;
 
-    copy_plan_init(&walk, src, dst, &c->o);
+    copy_plan_init(&walk, c->srcs, c->n_srcs, c->dst, &c->o);
     walk.warn = copy_warn;
     walk.warn_opaque = c;
     while (more) {
@@ -400,15 +461,61 @@ static void *worker_main(void *opaque)
 gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
                    GError **error)
 {
-    Copy c = {.src = src, .dst = dst};
-    Worker *w;
-    unsigned n, started = 0;
+    return qimg_copy_sources(&src, 1, dst, opts, error);
+}
 
-    if (!src || !dst) {
+/* The sources as the copy can take them: at least one, none NULL, their
+ * sizes added up (copy-plan.c fact 7); *size is the sum. */
+static gboolean check_sources(QimgImage *const *srcs, unsigned n_srcs,
+                              const QimgCopyOptions *o, uint64_t *size, GError **error)
+{
+    *size = 0;
+    for (unsigned i = 0; i < n_srcs; i++) {
+        if (!srcs[i]) {
+            n_srcs = 0;
+            break;
+        }
+        if (__builtin_add_overflow(*size, srcs[i]->node->size, size)) {
+            g_set_error(error, QIMG_ERROR, EFBIG, "The sources add up to more than %s",
+                        "2^64 bytes");
+            return FALSE;
+        }
+    }
+    if (o->copy_offload && (o->compress || o->salvage || o->mirror_writes)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Copy offloading cannot be combined with %s",
+                    o->compress  ? "compress"
+                    : o->salvage ? "salvage"
+                                 : "mirror_writes");
+        return FALSE;
+    }
+    if (n_srcs > 1 && (o->top_only || o->mirror_writes)) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Several sources cannot be copied %s (it takes one source)",
+                    o->top_only ? "with top_only" : "with mirror_writes");
+        return FALSE;
+    }
+    if (n_srcs == 0) {
         g_set_error(error, QIMG_ERROR, EINVAL, "No source or target image to copy");
         return FALSE;
     }
-    if (!api_struct_in(&c.o, sizeof(c.o), opts, "QimgCopyOptions", error)) {
+    return TRUE;
+}
+
+gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *dst,
+                           const QimgCopyOptions *opts, GError **error)
+{
+    Copy c = {.srcs = srcs, .n_srcs = n_srcs, .dst = dst};
+    Worker *w;
+    unsigned n, started = 0;
+    uint64_t size;
+
+    if (!dst || !srcs) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "No source or target image to copy");
+        return FALSE;
+    }
+    if (!api_struct_in(&c.o, sizeof(c.o), opts, "QimgCopyOptions", error) ||
+        !check_sources(srcs, n_srcs, &c.o, &size, error)) {
         return FALSE;
     }
     if (c.o.in_flight > COPY_MAX_IN_FLIGHT ||
@@ -421,7 +528,7 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
             c.o.in_flight, COPY_MAX_IN_FLIGHT, c.o.sparse_size);
         return FALSE;
     }
-    if (dst->node->size < src->node->size) {
+    if (dst->node->size < size) {
         g_set_error(error, QIMG_ERROR, EINVAL, "output file is smaller than input file");
         return FALSE;
     }
@@ -443,7 +550,11 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
                     dst->node->drv->format_name);
         return FALSE;
     }
-    copy_plan_init(&c.plan, src, dst, &c.o);
+    copy_plan_init(&c.plan, srcs, n_srcs, dst, &c.o);
+    if (c.o.copy_offload) { /* invariant 8 */
+        c.offload_ok = copy_offload_sources(srcs, n_srcs);
+        c.offload = !c.o.compress; /* (a target taking only compressed writes) */
+    }
     c.plan.warn = copy_warn;
     c.plan.warn_opaque = &c;
     n = c.o.in_flight ? c.o.in_flight : COPY_DEFAULT_IN_FLIGHT;
@@ -463,7 +574,7 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
     pthread_mutex_init(&c.lock, NULL);
     pthread_mutex_init(&c.warn_lock, NULL);
     if ((c.o.progress_allocated && c.o.progress) || c.o.salvage) { /* invariant 7 */
-        count_allocated(&c, src, dst);
+        count_allocated(&c);
     }
     w = g_new0(Worker, n);
     for (unsigned i = 0; i < n; i++) {
@@ -499,6 +610,7 @@ gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
         blk_error_clear();
     }
     blk_order_free(c.order);
+    g_free(c.offload_ok);
     pthread_mutex_destroy(&c.lock);
     pthread_mutex_destroy(&c.warn_lock);
     if (c.fail.error) {

@@ -363,6 +363,12 @@ int api_io(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len, const BlkI
     return api_io_plain(node, op, offset, len, q, flags);
 }
 
+int api_copy_in(QimgImage *img, uint64_t offset, uint64_t len, BlkNode *src,
+                uint64_t src_offset)
+{
+    return after_write(img->node, blk_copy_in(img->node, offset, len, src, src_offset));
+}
+
 void api_io_error(QimgImage *img, ApiIoOp op, int ret, GError **error)
 {
     blk_error_propagate(error, ret, "%s '%s'", io_what[op], img->node->filename);

@@ -384,6 +384,28 @@ int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flag
     return img->drv->pwritev(img, offset, qiov, flags);
 }
 
+int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                uint64_t src_offset)
+{
+    int ret = check_request(img, offset, bytes, true);
+    if (ret == 0) {
+        ret = check_request(src, src_offset, bytes, false);
+    }
+    if (ret < 0 || bytes == 0) {
+        return ret;
+    }
+    if (!img->drv->copy_in || img->limits || src->limits) {
+        return -ENOTSUP;
+    }
+    return img->drv->copy_in(img, offset, bytes, src, src_offset);
+}
+
+bool blk_can_copy_range(BlkNode *dst, BlkNode *src)
+{
+    return dst->drv->is_protocol && dst->drv == src->drv && dst->drv->copy_in &&
+           !dst->limits && !src->limits;
+}
+
 int blk_pread(BlkNode *img, uint64_t offset, void *buf, size_t bytes)
 {
     BlkIOV q;

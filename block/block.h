@@ -204,6 +204,13 @@ struct BlkDriver {
     int (*pwrite_zeroes)(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
     int (*pdiscard)(BlkNode *img, uint64_t offset, uint64_t bytes);
     int (*pwrite_compressed)(BlkNode *img, uint64_t offset, const BlkIOV *qiov);
+    /* Copy offloading (qemu-img convert -C): write [offset, offset +
+     * bytes) with the bytes of protocol node src at src_offset, moved by
+     * the kernel (copy_file_range) instead of through memory; allocating
+     * as a write does.  -ENOTSUP (or any -errno) when this node or the
+     * kernel cannot: the caller then reads and writes.  Optional. */
+    int (*copy_in)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                   uint64_t src_offset);
     int (*flush)(BlkNode *img);
     /* Where guest [offset, offset + bytes) lies, for a request that goes
      * straight to a protocol node (api/aio.c's io_uring engine); false: use
@@ -438,6 +445,14 @@ int blk_pwrite(BlkNode *img, uint64_t offset, const void *buf, size_t bytes,
 int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
 int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
 int blk_flush(BlkNode *img);
+/* BlkDriver.copy_in: -ENOTSUP, with nothing recorded by blk_error, where
+ * img's driver has none or img has request limits (a test node). */
+int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                uint64_t src_offset);
+/* Can protocol node dst take copy_in from protocol node src at all (the
+ * same driver, one with copy_in, neither with request limits)?  A format
+ * driver asks before it allocates anything for a copy. */
+bool blk_can_copy_range(BlkNode *dst, BlkNode *src);
 int blk_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
 int64_t blk_getlength(BlkNode *img);
 /* The status of [offset, +bytes) of img read through its backing chain

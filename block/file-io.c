@@ -628,6 +628,30 @@ int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *q
     return ret;
 }
 
+/* file.c invariant 14: copy_file_range until every byte moved; a copy
+ * that moves nothing (the source ends first) is -ENOSPC, as QEMU's; locking
+ * as for file_do_pwritev. */
+int file_do_copy_in(BlkNode *img, FileState *s, uint64_t offset, FileState *src,
+                    uint64_t src_offset, uint64_t bytes)
+{
+    loff_t in = (loff_t)src_offset, out = (loff_t)offset;
+    uint64_t done = 0;
+
+    while (done < bytes) {
+        ssize_t n = copy_file_range(src->fd, &in, s->fd, &out,
+                                    (size_t)MIN(bytes - done, (uint64_t)1 << 30), 0);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return n < 0 ? -errno : -ENOSPC;
+        }
+        done += (uint64_t)n;
+        file_size_grow(img, offset + done);
+    }
+    return 0;
+}
+
 /* Write zeros in chunks of at most 1 MiB; locking as for file_do_pwritev. */
 int file_write_zeroes_slow(BlkNode *img, FileState *s, uint64_t offset, uint64_t bytes)
 {

@@ -104,6 +104,12 @@
  *     (an NBD server's buffers, `qimg nbd --cache=none`) neither maps nor
  *     unmaps memory per request.  Idle memory is bounded by 16 MiB per
  *     node; a buffer is only ever in a slot or with one request.
+ * 14. copy_in (qemu-img convert -C) moves bytes from another file node
+ *     with copy_file_range, locked, checked and counted as a write of the
+ *     same range (invariants 5, 6, 9, 10); any failure of the kernel's
+ *     (EXDEV, EOPNOTSUPP, ENOSYS, EINVAL, a source that ends first) is
+ *     returned as is, unrecorded: the caller reads and writes instead, as
+ *     qemu-img falls back.
  */
 #include "block/block.h"
 #include "block/file.h"
@@ -383,6 +389,32 @@ static int file_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsig
     return ret;
 }
 
+/* Invariant 14: the locking of file_pwritev, then the kernel's copy. */
+static int file_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                        uint64_t src_offset)
+{
+    FileState *s = img->opaque;
+    FileLockMode m;
+    int ret;
+
+    if (src->drv != img->drv) {
+        return -ENOTSUP;
+    }
+    if (s->direct && !file_range_aligned(offset, bytes, img->request_alignment)) {
+        return -ENOTSUP; /* invariant 1: no read-modify-write of a copy */
+    }
+    m = s->direct || offset + bytes > file_size_get(img) ? LOCK_SHARED : LOCK_NONE;
+    ret = file_check_sticky(s, "write to");
+    if (ret < 0) {
+        return ret;
+    }
+    file_lock(s, m);
+    ret = file_do_copy_in(img, s, offset, src->opaque, src_offset, bytes);
+    file_unlock(s, m);
+    blk_gen_bump(img); /* invariant 9 */
+    return ret;
+}
+
 /*
  * Zero [offset, offset+bytes) of a regular file without writing data.
  * Returns 0, -ENOTSUP when no fallocate mode can do it, or -errno.  Caller
@@ -645,6 +677,7 @@ const BlkDriver blk_file_driver = {
     .close = file_close,
     .preadv = file_preadv,
     .pwritev = file_pwritev,
+    .copy_in = file_copy_in,
     .pwrite_zeroes = file_pwrite_zeroes,
     .pdiscard = file_pdiscard,
     .flush = file_flush,

@@ -97,6 +97,9 @@ int file_bounce_read(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *
 /* Write qiov at offset; caller holds s->lock as file.c invariant 6 requires. */
 int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *qiov);
 /* Write zeros in chunks of at most 1 MiB; locking as for file_do_pwritev. */
+/* file.c invariant 14: [offset, +bytes) of s from src at src_offset. */
+int file_do_copy_in(BlkNode *img, FileState *s, uint64_t offset, FileState *src,
+                    uint64_t src_offset, uint64_t bytes);
 int file_write_zeroes_slow(BlkNode *img, FileState *s, uint64_t offset, uint64_t bytes);
 
 /* file-create.c */

@@ -757,6 +757,7 @@ const BlkDriver blk_qcow2_driver = {
     .open = qcow2_open,
     .close = qcow2_close,
     .preadv = qcow2_preadv,
+    .copy_in = qcow2_copy_in,
     .direct_begin = qcow2_direct_begin,
     .direct_end = qcow2_direct_end,
     .pwritev = qcow2_pwritev,

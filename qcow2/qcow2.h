@@ -652,6 +652,9 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
  * check).  The caller registered the range (qcow2_inflight_begin_locked)
  * and does not hold the lock. */
 int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
+/* BlkDriver.copy_in (write.c invariant 17). */
+int qcow2_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                  uint64_t src_offset);
 /* The same with the lock held, and returning with it (write.c invariant
  * 14: the caller awaited its order turn before taking the lock). */
 int qcow2_write_registered_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);

@@ -111,6 +111,14 @@
  *     (host | COPIED, the same bitmap).  A cluster written in place at
  *     either end of it gets no COW part (it keeps its data).  Fresh
  *     clusters never join them: they are allocated in one contiguous run.
+ * 17. copy_in (qemu-img convert -C) is a guest write whose data is moved by
+ *     the kernel from a protocol node (blk_copy_in on the data node)
+ *     instead of from memory: the same registration, turns, plan, COW
+ *     parts and link, so invariants 1-14 hold as for any write; its COW
+ *     parts are written apart from the data (not invariant 8's one
+ *     write).  Not on an encrypted image, nor where the data node cannot
+ *     take the copy (blk_can_copy_range): -ENOTSUP before anything is
+ *     planned.
  */
 #include "qcow2/qcow2.h"
 
@@ -432,10 +440,55 @@ out:
 
 /* ---- data ---- */
 
+/* What a write puts into its clusters: the caller's buffers, or (invariant
+ * 17) the bytes of protocol node 'node' from node_offset on. */
+typedef struct WriteSrc {
+    const BlkIOV *qiov;
+    BlkNode *node;
+    uint64_t node_offset;
+    uint64_t size;
+} WriteSrc;
+
+/* Invariant 17: the COW parts of a chunk (head, tail: their bytes, NULL
+ * for zeros; none at all with grown_zero: the file reads as zeros there
+ * already, invariant 11), then the data by copy. */
+static int copy_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
+                           const WriteSrc *w, const uint8_t *head, const uint8_t *tail,
+                           bool grown_zero)
+{
+    size_t head_len = grown_zero ? 0 : (size_t)(c->wstart - c->fstart);
+    size_t tail_len = grown_zero ? 0 : (size_t)(c->fend - c->wend);
+    g_autofree uint8_t *zeros = NULL;
+    int ret = 0;
+
+    if ((head_len && !head) || (tail_len && !tail)) {
+        zeros = g_malloc0(MAX(head_len, tail_len));
+    }
+    if (head_len || tail_len) {
+        blk_event(qcow2_data_node(s), BLKEV_COW_WRITE);
+    }
+    if (head_len) {
+        ret = blk_pwrite(qcow2_data_node(s), c->host + (c->fstart - c->guest),
+                         head ? head : zeros, head_len, 0);
+    }
+    if (ret == 0 && tail_len) {
+        ret = blk_pwrite(qcow2_data_node(s), c->host + (c->wend - c->guest),
+                         tail ? tail : zeros, tail_len, 0);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
+    return blk_copy_in(qcow2_data_node(s), c->host + (c->wstart - c->guest),
+                       c->wend - c->wstart, w->node,
+                       w->node_offset + (c->wstart - req_offset));
+}
+
 /* Write the chunk's data and COW parts; lock not held (invariant 4). */
 static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
-                            const BlkIOV *qiov)
+                            const WriteSrc *w)
 {
+    const BlkIOV *qiov = w->qiov;
     size_t head_len = (size_t)(c->wstart - c->fstart);
     size_t tail_len = (size_t)(c->fend - c->wend);
     g_autofree uint8_t *head = NULL, *tail = NULL;
@@ -460,6 +513,10 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
         }
         zero_cow = c->kind == CHUNK_FRESH && buf_is_zero(head, head_len) &&
                    buf_is_zero(tail, tail_len);
+    }
+    if (!qiov) { /* invariant 17 */
+        return copy_chunk_data(s, c, req_offset, w, head, tail,
+                               zero_cow && c->grown_zero && !s->encrypted);
     }
     iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
               (size_t)(c->wend - c->wstart));
@@ -579,9 +636,9 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
  * Invariant 14: called and returns with the lock held, the order turn of
  * the first chunk awaited by the caller before it took the lock; the lock
  * is dropped only while data moves and between chunks. */
-static int write_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool learn)
+static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool learn)
 {
-    uint64_t end = offset + qiov->size, pos = offset;
+    uint64_t end = offset + w->size, pos = offset;
     int ret = 0;
 
     while (pos < end && ret == 0) {
@@ -605,7 +662,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool
             blk_order_allocated(); /* invariant 12: the last plan is made */
         }
         if (ret == 0) {
-            ret = write_chunk_data(s, &c, offset, qiov);
+            ret = write_chunk_data(s, &c, offset, w);
             c.data_gen = blk_write_gen(qcow2_data_node(s));
         }
         qcow2_lock(s);
@@ -625,7 +682,9 @@ static int write_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool
 
 int qcow2_write_registered_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 {
-    return write_locked(s, offset, qiov, false);
+    WriteSrc w = {.qiov = qiov, .size = qiov->size};
+
+    return write_locked(s, offset, &w, false);
 }
 
 int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
@@ -634,15 +693,50 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 
     blk_order_wait(); /* invariant 12 */
     qcow2_lock(s);
-    ret = write_locked(s, offset, qiov, false);
+    ret = qcow2_write_registered_locked(s, offset, qiov);
     qcow2_unlock(s);
     return ret;
+}
+
+/* A guest write through the slow path: registered, planned, linked
+ * (invariants 6, 12, 14); FUA is the caller's. */
+static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w)
+{
+    Qcow2Inflight r;
+    int ret;
+
+    blk_order_wait(); /* invariant 12, before registering: see there */
+    qcow2_lock(s);
+    ret = qcow2_check_data_writable_locked(s, offset, w->size); /* meta.c inv. 8 */
+    if (ret < 0) {
+        qcow2_unlock(s);
+        return ret;
+    }
+    qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
+    qcow2_inflight_begin_locked(s, &r, offset, w->size, true);
+    ret = write_locked(s, offset, w, true); /* invariant 14 */
+    qcow2_inflight_end_locked(s, &r);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    return ret;
+}
+
+int qcow2_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                  uint64_t src_offset)
+{
+    Qcow2State *s = img->opaque;
+    WriteSrc w = {.node = src, .node_offset = src_offset, .size = bytes};
+
+    if (s->encrypted || !blk_can_copy_range(qcow2_data_node(s), src)) {
+        return -ENOTSUP; /* invariant 17 */
+    }
+    qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
+    return write_request(s, offset, &w);
 }
 
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
-    Qcow2Inflight r;
     Qcow2FastSpan sp;
     int ret;
 
@@ -656,19 +750,7 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
         qcow2_fastmap_end_span(s->fastmap, &sp);
         return ret;
     }
-    blk_order_wait(); /* invariant 12, before registering: see there */
-    qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s, offset, qiov->size); /* meta.c inv. 8 */
-    if (ret < 0) {
-        qcow2_unlock(s);
-        return ret;
-    }
-    qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
-    qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
-    ret = write_locked(s, offset, qiov, true); /* invariant 14 */
-    qcow2_inflight_end_locked(s, &r);
-    ret = qcow2_finish_request_locked(s, ret);
-    qcow2_unlock(s);
+    ret = write_request(s, offset, &(WriteSrc){.qiov = qiov, .size = qiov->size});
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = qcow2_flush(img);
     }

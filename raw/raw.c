@@ -117,6 +117,17 @@ static bool raw_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool
     return true;
 }
 
+/* Invariant 1: the file's copy at the same offset, except into block 0 of
+ * a probed image (invariant 4 checks bytes a copy never shows it). */
+static int raw_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
+                       uint64_t src_offset)
+{
+    if (img->probed && offset < BLK_PROBE_BUF_SIZE) {
+        return -ENOTSUP;
+    }
+    return blk_copy_in(img->file, offset, bytes, src, src_offset);
+}
+
 static void raw_direct_end(BlkNode *img, BlkDirect *d)
 {
     (void)img;
@@ -314,6 +325,7 @@ const BlkDriver blk_raw_driver = {
     .pwritev = raw_pwritev,
     .direct_begin = raw_direct_begin,
     .direct_end = raw_direct_end,
+    .copy_in = raw_copy_in,
     .pwrite_zeroes = raw_pwrite_zeroes,
     .pdiscard = raw_pdiscard,
     .flush = raw_flush,

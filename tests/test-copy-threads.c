@@ -18,7 +18,14 @@
  *  - qimg_copy with 16 requests in flight into a streamOptimized VMDK makes
  *    qemu-img's grains and tables (vmdk/write.c invariants 5, 6);
  *  - a progress callback that says stop ends the copy with ECANCELED and
- *    every worker stopped; options out of range are refused.
+ *    every worker stopped; options out of range are refused;
+ *  - qimg_copy_sources (rule 6) with 16 requests in flight puts each
+ *    source at the sum of the sizes before it, compressed too, where a
+ *    cluster takes from two sources; several sources with top_only are
+ *    refused;
+ *  - copy_offload (rule 7) with 16 requests in flight into a new qcow2
+ *    from a qcow2 with a backing file: the same contents, a clean check;
+ *    refused with compress.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -463,6 +470,76 @@ static void test_copy_stop_and_refuse(void **state)
     tu_run("qemu-img check -q '%s'", dst_path);
 }
 
+/* Rule 6: two sources (the first 3000 bytes, 3072 for the block layer)
+ * one after the other; with compress the target's first 64 KiB cluster
+ * holds the end of the first and the start of the second. */
+static void test_copy_sources(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *a = tu_fresh("a.raw");
+    g_autofree char *b = tu_fresh("b.qcow2");
+    g_autofree char *want = tu_fresh("want.raw");
+    g_autofree char *dst_path = tu_fresh("cat.qcow2");
+    g_autoptr(GError) err = NULL;
+
+    (void)state;
+    tu_run(
+        "head -c 3000 /dev/urandom >'%s' && qemu-img create -q -f qcow2 '%s' 5M && "
+        "qemu-io -c 'write -P 0x22 0 100k' -c 'write -P 0x33 3M 1M' '%s' >/dev/null && "
+        "qemu-img convert -O raw '%s' '%s' '%s'",
+        a, b, b, a, b, want);
+    for (int compress = 0; compress < 2; compress++) {
+        QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+        tu_run("rm -f '%s' && qemu-img create -q -f qcow2 '%s' %" PRIu64, dst_path,
+               dst_path, 5 * MiB + 3072);
+        QimgImage *srcs[2] = {open_rw(a, "raw"), open_rw(b, "qcow2")};
+        QimgImage *dst = open_rw(dst_path, "qcow2");
+        o.in_flight = 16;
+        o.compress = compress;
+        o.target_is_zero = true;
+        assert_true(qimg_copy_sources(srcs, 2, dst, &o, &err));
+        if (!compress) {
+            o.top_only = true;
+            assert_false(qimg_copy_sources(srcs, 2, dst, &o, &err));
+            assert_int_equal(err->code, EINVAL);
+            g_clear_error(&err);
+        }
+        assert_true(qimg_image_close(dst, &err));
+        assert_true(qimg_image_close(srcs[0], &err));
+        assert_true(qimg_image_close(srcs[1], &err));
+        tu_run("qemu-img compare -q -f raw -F qcow2 '%s' '%s' && qemu-img check -q '%s'",
+               want, dst_path, dst_path);
+    }
+}
+
+/* Rule 7: copy offloading into a qcow2 target from a qcow2 with a
+ * backing file (the data of both layers is copied from their files). */
+static void test_copy_offload(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *src_path = make_source();
+    g_autofree char *dst_path = tu_fresh("offload.qcow2");
+    QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+    g_autoptr(GError) err = NULL;
+
+    (void)state;
+    tu_run("qemu-img create -q -f qcow2 '%s' 48M", dst_path);
+    QimgImage *src = open_rw(src_path, NULL), *dst = open_rw(dst_path, "qcow2");
+    o.in_flight = 16;
+    o.copy_offload = true;
+    o.compress = true;
+    assert_false(qimg_copy(src, dst, &o, &err));
+    assert_int_equal(err->code, EINVAL);
+    g_clear_error(&err);
+    o.compress = false;
+    o.target_is_zero = true;
+    assert_true(qimg_copy(src, dst, &o, &err));
+    assert_true(qimg_image_close(dst, &err));
+    assert_true(qimg_image_close(src, &err));
+    tu_run("qemu-img compare -q '%s' '%s' && qemu-img check -q '%s'", src_path, dst_path,
+           dst_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +551,8 @@ int main(void)
         cmocka_unit_test(test_copy_qcow2),
         cmocka_unit_test(test_copy_vmdk_stream),
         cmocka_unit_test(test_copy_stop_and_refuse),
+        cmocka_unit_test(test_copy_sources),
+        cmocka_unit_test(test_copy_offload),
     };
     return tu_run_group_tests("test-copy-threads", tests);
 }

@@ -84,6 +84,7 @@ bool convert_copy(Convert *s, ToolProgress *prog)
 
     o.in_flight = s->in_flight;
     o.out_of_order = s->out_of_order;
+    o.copy_offload = s->copy_offload;
     o.compress = s->compress;
     o.sparse_size = s->min_sparse ? s->min_sparse * SECTOR : QIMG_COPY_SPARSE_OFF;
     o.target_is_zero = s->zero_init;
@@ -96,7 +97,7 @@ bool convert_copy(Convert *s, ToolProgress *prog)
     o.progress_allocated = true; /* fact 1: qemu-img's sequence */
     o.warn = s->quiet ? NULL : salvage_warning;
 
-    ok = qimg_copy(s->src, s->dst, &o, &err);
+    ok = qimg_copy_sources(s->srcs, s->n_srcs, s->dst, &o, &err);
     if (!ok) {
         tool_error("%s", err->message);
         g_clear_error(&err);

@@ -1,8 +1,8 @@
 /*
  * qimg convert [-f fmt] [-O fmt] [-B backing -F fmt] [-l snapshot] [-S size]
  *              [-n] [--target-is-zero] [-o options] [-t cache] [-T cache]
- *              [-m N] [-W] [-c] [-p] [-q] [-U]
- *              [--bitmaps [--skip-broken-bitmaps]] SRC DST
+ *              [-m N] [-W] [-C] [-c] [-p] [-q] [-U]
+ *              [--bitmaps [--skip-broken-bitmaps]] SRC [SRC2...] DST
  *
  * The same layout in the target as qemu-img 7.2 (see
  * shared/reference/qemu-behaviour.md section c), copied with -m requests
@@ -32,15 +32,27 @@
  *  7. --salvage: source read errors become zeros, each failing sector
  *     warned about as qemu-img does ("warning: error while reading offset
  *     N: REASON", not with -q); the convert succeeds (qimg/copy.h).
- *  8. -C (copy offloading: qemu-img's copy_range from source to target
- *     file) is refused: qimg has no copy offloading.  Before that, as
- *     qemu-img, with -c, -S or --salvage it is "Cannot enable copy
- *     offloading when -c is used" (-S), "Cannot use copy offloading in
- *     salvaging mode", checked after --skip-broken-bitmaps and before the
- *     -n checks, in qemu-img's order.
+ *  8. -C: copy offloading (qimg/copy.h rule 7: copy_file_range from the
+ *     sources' files into a raw or qcow2 target on files, falling back to
+ *     reading and writing where it cannot, as qemu-img).  As qemu-img, with
+ *     -c, -S or --salvage it is refused: "Cannot enable copy offloading
+ *     when -c is used" (-S), "Cannot use copy offloading in salvaging
+ *     mode", checked after --skip-broken-bitmaps and before the -n checks,
+ *     in qemu-img's order.
+ *  9. Several sources are concatenated as qemu-img does (qimg/copy.h rule
+ *     6): the target's size is the sum of theirs (each rounded up to 512
+ *     bytes, as the library sizes images), -n needs a target at least that
+ *     large.  All are opened first, in order; then, as qemu-img, -l NAME
+ *     is refused ("No support for concatenating multiple snapshot") while
+ *     -l snapshot.id=/snapshot.name= applies to the first source only; a
+ *     backing file for the target (-B, -o backing_file) is refused after
+ *     the --target-is-zero check ("Having a backing file for the target
+ *     makes no sense when concatenating multiple input images"), and
+ *     --bitmaps ("Copying bitmaps only possible with single source").
  */
 #include "convert.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,13 +76,16 @@ static bool parse_sparse(const char *arg, unsigned *sectors)
 }
 
 typedef struct ConvertArgs {
-    const char *src_fmt, *out_fmt, *snapshot, *src_name, *dst_name;
+    const char *src_fmt, *out_fmt, *snapshot, *dst_name;
+    char **src_names; /* fact 9 */
+    unsigned n_srcs;
     const char *backing, *backing_fmt; /* -B, -F */
     char *optlist;
     QimgCacheMode src_cache, dst_cache;
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
     bool bitmaps, skip_broken_bitmaps, salvage, image_opts, target_image_opts;
     bool out_of_order; /* -W */
+    bool copy_offload; /* -C (fact 8) */
     unsigned min_sparse;
     unsigned in_flight; /* -m */
 } ConvertArgs;
@@ -92,6 +107,12 @@ static bool desc_has(const ToolOptDesc *descs, const char *name)
         }
     }
     return false;
+}
+
+static void several_backing_error(void)
+{
+    tool_error("Having a backing file for the target makes no sense when concatenating "
+               "multiple input images");
 }
 
 /*
@@ -128,6 +149,10 @@ static GPtrArray *target_opts(ConvertArgs *a, const ToolOptDesc *descs)
     if (a->target_is_zero && tool_opts_get(opts, "backing_file")) {
         tool_error("Cannot use --target-is-zero when the destination image has a backing "
                    "file");
+        return NULL;
+    }
+    if (a->n_srcs > 1 && tool_opts_get(opts, "backing_file")) { /* fact 9 */
+        several_backing_error();
         return NULL;
     }
     if (tool_opts_get(opts, "backing_file") && !tool_opts_get(opts, "backing_fmt")) {
@@ -169,6 +194,10 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
     if (a->skip_create && a->target_is_zero && a->backing) {
         tool_error("Cannot use --target-is-zero when the destination image has a backing "
                    "file");
+        return NULL;
+    }
+    if (a->skip_create && a->n_srcs > 1 && a->backing) { /* fact 9 */
+        several_backing_error();
         return NULL;
     }
     if (a->skip_create && a->compress && !can_compress(a->out_fmt)) {
@@ -237,15 +266,23 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
     return dst;
 }
 
-static int run_convert(ConvertArgs *a)
+static void free_sources(QimgImage **srcs, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        qimg_image_free(srcs[i]);
+    }
+    g_free(srcs);
+}
+
+/* Open the sources in order (fact 9); NULL after printing the error. */
+static QimgImage **open_sources(ConvertArgs *a, uint64_t *size)
 {
     QimgOpenOptions oo = TOOL_OPEN_OPTIONS_INIT;
     tool_open_secrets(&oo);
-    g_autoptr(QimgImage) src = NULL;
-    Convert s = {0};
-    ToolProgress prog;
-    GError *err = NULL;
-    bool ok;
+    QimgImage **srcs = g_new0(QimgImage *, a->n_srcs);
+    /* qemu-img: -l snapshot.id=/snapshot.name= is loaded into the first
+     * source; a bare name is refused with several sources, after opening */
+    bool first_only = a->snapshot && g_str_has_prefix(a->snapshot, "snapshot.");
 
     oo.format = a->src_fmt;
     oo.read_only = true;
@@ -253,24 +290,60 @@ static int run_convert(ConvertArgs *a)
     oo.force_share = a->force_share;
     oo.deny_write = true; /* qemu-img: nobody writes the source while we copy it */
     oo.image_opts = a->image_opts;
-    src = tool_open_snapshot(a->src_name, &oo, a->snapshot);
-    if (!src) {
-        return 1;
+    *size = 0;
+    for (unsigned i = 0; i < a->n_srcs; i++) {
+        const char *snap = a->n_srcs == 1 || (first_only && i == 0) ? a->snapshot : NULL;
+        srcs[i] = tool_open_snapshot(a->src_names[i], &oo, snap);
+        if (!srcs[i] || __builtin_add_overflow(*size, qimg_image_size(srcs[i]), size)) {
+            if (srcs[i]) {
+                tool_error("Could not get size of %s: %s", a->src_names[i],
+                           g_strerror(EFBIG));
+            }
+            goto fail;
+        }
     }
+    if (a->n_srcs > 1 && a->snapshot && !first_only) {
+        tool_error("No support for concatenating multiple snapshot");
+        goto fail;
+    }
+    return srcs;
 
-    if (a->bitmaps && !convert_bitmaps_check_source(src, a->skip_broken_bitmaps)) {
+fail:
+    free_sources(srcs, a->n_srcs);
+    return NULL;
+}
+
+static int run_convert(ConvertArgs *a)
+{
+    Convert s = {0};
+    ToolProgress prog;
+    GError *err = NULL;
+    bool ok;
+
+    s.n_srcs = a->n_srcs;
+    s.srcs = open_sources(a, &s.size);
+    if (!s.srcs) {
         return 1;
     }
-    s.src = src;
-    s.size = qimg_image_size(src);
+    if (a->bitmaps && a->n_srcs > 1) { /* fact 9 */
+        tool_error("Copying bitmaps only possible with single source");
+        free_sources(s.srcs, s.n_srcs);
+        return 1;
+    }
+    if (a->bitmaps && !convert_bitmaps_check_source(s.srcs[0], a->skip_broken_bitmaps)) {
+        free_sources(s.srcs, s.n_srcs);
+        return 1;
+    }
     s.min_sparse = a->min_sparse;
     s.dst = open_target(a, s.size, &s);
     if (!s.dst) {
+        free_sources(s.srcs, s.n_srcs);
         return 1;
     }
 
     if (a->bitmaps && !convert_bitmaps_check_target(s.dst)) {
         qimg_image_free(s.dst);
+        free_sources(s.srcs, s.n_srcs);
         return 1;
     }
     s.compress = a->compress;
@@ -278,10 +351,11 @@ static int run_convert(ConvertArgs *a)
     s.quiet = a->quiet;
     s.in_flight = a->in_flight;
     s.out_of_order = a->out_of_order;
+    s.copy_offload = a->copy_offload;
     tool_progress_init(&prog, a->progress && !a->quiet);
     ok = convert_copy(&s, &prog);
     if (ok && a->bitmaps) {
-        ok = convert_bitmaps_copy(src, s.dst);
+        ok = convert_bitmaps_copy(s.srcs[0], s.dst);
     }
     if (ok && a->dst_cache != QIMG_CACHE_UNSAFE && !qimg_image_flush(s.dst, &err)) {
         tool_report_gerror(err, "error while flushing the target");
@@ -300,6 +374,7 @@ static int run_convert(ConvertArgs *a)
         tool_progress_finish(&prog);
     }
     tool_progress_end(&prog);
+    free_sources(s.srcs, s.n_srcs);
     return ok ? 0 : 1;
 }
 
@@ -331,7 +406,7 @@ int cmd_convert(int argc, char **argv)
         .dst_cache = QIMG_CACHE_UNSAFE,
         .min_sparse = 8,
     };
-    bool copy_range = false, explicit_sparse = false;
+    bool explicit_sparse = false;
     int c, ret;
 
     convert_signals_init(); /* convert-copy.c fact 2 */
@@ -386,7 +461,7 @@ int cmd_convert(int argc, char **argv)
             explicit_sparse = true;
             break;
         case 'C':
-            copy_range = true;
+            a.copy_offload = true;
             break;
         case 'p':
             a.progress = true;
@@ -455,11 +530,10 @@ int cmd_convert(int argc, char **argv)
         tool_error("Use of --skip-broken-bitmaps requires --bitmaps");
         goto fail;
     }
-    if (copy_range) { /* fact 8 */
+    if (a.copy_offload && (a.compress || explicit_sparse || a.salvage)) { /* fact 8 */
         tool_error(a.compress        ? "Cannot enable copy offloading when -c is used"
                    : explicit_sparse ? "Cannot enable copy offloading when -S is used"
-                   : a.salvage       ? "Cannot use copy offloading in salvaging mode"
-                                     : "Copy offloading (-C) is not supported by qimg");
+                                     : "Cannot use copy offloading in salvaging mode");
         goto fail;
     }
     if (a.target_image_opts && !a.skip_create) { /* qemu-img's check */
@@ -474,16 +548,13 @@ int cmd_convert(int argc, char **argv)
         tool_error("Must specify image file name");
         goto fail;
     }
-    if (argc - optind > 2) {
-        tool_error("Converting several source images into one is not supported");
-        goto fail;
-    }
     if (a.skip_create && a.optlist) {
         tool_error("-o has no effect when skipping image creation");
         goto fail;
     }
-    a.src_name = argv[optind];
-    a.dst_name = argv[optind + 1];
+    a.src_names = argv + optind; /* fact 9 */
+    a.n_srcs = (unsigned)(argc - optind - 1);
+    a.dst_name = argv[argc - 1];
     ret = run_convert(&a);
     g_free(a.optlist);
     return ret;

@@ -13,9 +13,10 @@
 #define SECTOR 512u
 
 typedef struct Convert {
-    QimgImage *src;
+    QimgImage **srcs; /* one after the other (convert.c fact 9) */
+    unsigned n_srcs;
     QimgImage *dst;
-    uint64_t size;
+    uint64_t size;       /* the sources' sizes added up */
     unsigned min_sparse; /* sectors; 0 = no sparse detection */
     bool zero_init;      /* target already reads as zeros (convert.c facts 2, 3) */
     bool target_has_backing;
@@ -24,6 +25,7 @@ typedef struct Convert {
     bool compress;          /* -c: compressed clusters */
     unsigned in_flight;     /* -m; 0: the pipeline's default */
     bool out_of_order;      /* -W */
+    bool copy_offload;      /* -C (convert.c fact 8) */
     bool salvage;           /* --salvage (convert.c fact 7) */
     bool quiet;             /* -q: no salvage warnings */
 } Convert;

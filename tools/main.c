@@ -67,8 +67,9 @@ static const ToolCommand commands[] = {
      "cache] [-T src_cache] [-O output_fmt] "
      "[-B backing_file [-F backing_fmt]] [--target-is-zero] [--bitmaps] [-c] "
      "[-m num_coroutines] "
-     "[-W] [--salvage] "
-     "[-o options] [-l snapshot_param] [-S sparse_size] filename output_filename",
+     "[-W] [-C] [--salvage] "
+     "[-o options] [-l snapshot_param] [-S sparse_size] filename [filename2 [...]] "
+     "output_filename",
      "Copy an image (or an internal snapshot of it) to a new or existing image."},
     {"create", cmd_create,
      "create [--object objectdef] [-q] [-f fmt] [-b backing_file [-F backing_fmt]] [-u] "

@@ -26,11 +26,29 @@
  *  4. compress writes compressed clusters (the target's cluster size, the
  *     compression type of the target), compressed in parallel; a cluster
  *     that does not shrink is stored uncompressed, an all-zero one as
- *     zeros.
+ *     zeros -- except with sparse_size QIMG_COPY_SPARSE_OFF (qemu-img -c
+ *     -S 0, QEMU's 122), where every cluster is written compressed, zeros
+ *     and what the source leaves unallocated too.
  *  5. The first error stops every request; it is returned with the offset
  *     it happened at ("error while writing at byte N: ...") -- except the
  *     source's read and block status errors under salvage.  A progress
  *     callback that returns FALSE stops the copy the same way (ECANCELED).
+ *  6. Several sources (qimg_copy_sources) fill the target one after the
+ *     other, each from the sum of the sizes before it; rules 1-5 hold for
+ *     each, block status asked of each in its own offsets; offsets in
+ *     errors and progress are the target's, salvage's warnings the
+ *     source's own (as qemu-img's).
+ *  7. copy_offload (qemu-img convert -C): data is moved by the kernel
+ *     (copy_file_range) from the source's files into the target -- raw or
+ *     qcow2 (clusters allocated, then the data copied into them, then
+ *     linked, as a write does) on files -- without passing through memory
+ *     and without sparse detection (what the source has as data is written
+ *     whole, zeros in it too, as qemu-img -C).  Where that cannot be done
+ *     (another format or protocol, encryption, compressed or zero source
+ *     clusters, a kernel or filesystem that refuses: EXDEV, EOPNOTSUPP,
+ *     ENOSYS, ...), offloading stops for the rest of the copy and the data
+ *     is read and written as without it, as qemu-img falls back.  Not
+ *     with compress, salvage or mirror_writes (EINVAL).
  */
 #ifndef QIMG_COPY_H
 #define QIMG_COPY_H
@@ -89,6 +107,8 @@ typedef struct QimgCopyOptions {
      * counted as each chunk is started, in guest order; the callback is
      * also called again with the same values as chunks complete. */
     bool progress_allocated;
+    /* 0.11: copy offloading (rule 7, qemu-img convert -C). */
+    bool copy_offload;
 } QimgCopyOptions;
 
 #define QIMG_COPY_OPTIONS_INIT                                                           \
@@ -100,6 +120,13 @@ typedef struct QimgCopyOptions {
  * Neither flushes nor closes dst. */
 gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
                    GError **error);
+
+/* 0.11: the n_srcs images srcs one after the other into dst, as qemu-img
+ * convert concatenates several sources (rule 6); qimg_copy is this with
+ * one source.  Several sources refuse top_only and mirror_writes (they
+ * take one) with EINVAL. */
+gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *dst,
+                           const QimgCopyOptions *opts, GError **error);
 
 #ifdef __cplusplus
 }
