@@ -50,9 +50,19 @@
  *     same cluster are serialised and the second sees the first's mapping,
  *     no cluster is replaced or freed under a request still moving its data,
  *     and COW reads see stable old contents.  Registration is all or
- *     nothing, taken before any other wait, so it cannot deadlock.  The end
- *     of a registration wakes the waiters (all of them: each checks its own
- *     range), and makes no system call when there are none.
+ *     nothing, taken before any other wait, so it cannot deadlock.  A guest
+ *     write that the fast path could take (fastmap.c) and that finds a
+ *     conflict waits without registering, then starts again from the fast
+ *     path: the request in its way -- typically the one allocating its
+ *     cluster, with sequential 4 KiB writes 15 more per 64 KiB cluster
+ *     (issue 30) -- has linked and learnt the cluster by then, so they
+ *     write in place side by side instead of one registration after
+ *     another; a write registers only when nothing is in its way (so
+ *     whatever allocates or replaces a cluster still does it registered).
+ *     Such a wait holds nothing either.  The end of a registration wakes
+ *     only the waiters whose range it kept waiting (aio/waiters.c, the
+ *     implementation order.c invariant 6 uses), with no system call when
+ *     there are none.
  *  7. COW follows the spec: without extended L2 a new cluster is written
  *     whole (head and tail from the old contents: old cluster, compressed
  *     cluster, backing file or zeros).  With extended L2 only subclusters
@@ -119,37 +129,69 @@
 
 /* ---- in-flight list (invariant 6) ---- */
 
-bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint64_t bytes,
-                                     bool write)
+/* The cluster-aligned range a request over [offset, offset + bytes) holds
+ * (offset + bytes <= INT64_MAX: block.h invariant 3; vmstate requests are
+ * checked in resize.c). */
+static Qcow2Inflight inflight_range(const Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                    bool write)
 {
-    uint64_t start = offset & ~(s->cluster_size - 1);
-    uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
+    return (Qcow2Inflight){
+        .start = offset & ~(s->cluster_size - 1),
+        .end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size),
+        .write = write,
+    };
+}
 
+/* Must one of a and b wait for the other (invariant 6)? */
+static bool inflight_overlap(const Qcow2Inflight *a, const Qcow2Inflight *b)
+{
+    return (a->write || b->write) && a->start < b->end && b->start < a->end;
+}
+
+static bool range_conflicts_locked(const Qcow2State *s, const Qcow2Inflight *r)
+{
     for (const Qcow2Inflight *a = s->inflight; a; a = a->next) {
-        if ((a->write || write) && a->start < end && start < a->end) {
+        if (inflight_overlap(a, r)) {
             return true;
         }
     }
     return false;
 }
 
+bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                     bool write)
+{
+    Qcow2Inflight r = inflight_range(s, offset, bytes, write);
+    return range_conflicts_locked(s, &r);
+}
+
+/* WaitersFn (aio/waiters.c): may the waiting range what register now? */
+static bool range_free(const void *what, const void *opaque)
+{
+    return !range_conflicts_locked(opaque, what);
+}
+
+/* WaitersFn: did the registration that ended (opaque) hold what back? */
+static bool range_released(const void *what, const void *opaque)
+{
+    return inflight_overlap(what, opaque);
+}
+
+void qcow2_inflight_wait_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                bool write)
+{
+    Qcow2Inflight r = inflight_range(s, offset, bytes, write);
+    waiters_wait(&s->inflight_waiters, &s->lock, &r, range_free, s);
+}
+
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
                                  uint64_t bytes, bool write)
 {
-    /* offset + bytes <= INT64_MAX (block.h invariant 3; vmstate requests are
-     * checked in resize.c) */
-    uint64_t start = offset & ~(s->cluster_size - 1);
-    uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
-
-    while (qcow2_inflight_conflicts_locked(s, offset, bytes, write)) {
-        qcow2_wait_locked(s);
-    }
+    qcow2_inflight_wait_locked(s, offset, bytes, write);
+    *r = inflight_range(s, offset, bytes, write);
     if (write) {
-        qcow2_fastmap_forget_locked(s->fastmap, start, end); /* fastmap.c inv 2 */
+        qcow2_fastmap_forget_locked(s->fastmap, r->start, r->end); /* fastmap.c inv 2 */
     }
-    r->start = start;
-    r->end = end;
-    r->write = write;
     r->prev = NULL;
     r->next = s->inflight;
     if (s->inflight) {
@@ -168,9 +210,8 @@ void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r)
     if (r->next) {
         r->next->prev = r->prev;
     }
-    if (s->inflight_waiters > 0) { /* glib's broadcast is a futex call even to nobody */
-        g_cond_broadcast(&s->inflight_cond);
-    }
+    /* invariant 6: only the waiters r held back */
+    waiters_wake(&s->inflight_waiters, range_released, r);
 }
 
 /* ---- planning ---- */
@@ -644,11 +685,13 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
     Qcow2State *s = img->opaque;
     Qcow2Inflight r;
     Qcow2FastSpan sp;
+    bool may_fast =
+        !(flags & BLK_REQ_FUA) && qcow2_data_write_aligned(s, offset, qiov->size);
     int ret;
 
     qcow2_bitmaps_note(s, offset, qiov->size); /* bitmap-store.c invariant 2 */
-    if (!(flags & BLK_REQ_FUA) && qcow2_data_write_aligned(s, offset, qiov->size) &&
-        qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, true, &sp)) {
+retry:
+    if (may_fast && qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, true, &sp)) {
         /* fastmap.c: allocated COPIED clusters, written in place (whole
          * sectors if encrypted: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
@@ -664,6 +707,13 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
         return ret;
     }
     qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
+    if (may_fast && qcow2_inflight_conflicts_locked(s, offset, qiov->size, true)) {
+        /* invariant 6: wait unregistered, then try the fast path again (the
+         * request in the way may have allocated our clusters) */
+        qcow2_inflight_wait_locked(s, offset, qiov->size, true);
+        qcow2_unlock(s);
+        goto retry;
+    }
     qcow2_inflight_begin_locked(s, &r, offset, qiov->size, true);
     ret = write_locked(s, offset, qiov, true); /* invariant 14 */
     qcow2_inflight_end_locked(s, &r);
