@@ -1,8 +1,8 @@
 /*
  * aio/mutex.h: a GMutex taken, dropped and waited on where
  * ThreadSanitizer can see it -- the one implementation of the lock calls
- * every lock of qimg goes through (aio/pool.c's, qcow2.h's metadata lock,
- * the VHD, VHDX, VDI and QED drivers' locks).
+ * every lock of qimg goes through (aio/pool.c's, block/order.c's, qcow2.h's
+ * metadata lock, the VHD, VHDX, VDI and QED drivers' locks).
  *
  * glib builds GMutex and GCond on raw futexes, which TSan cannot see:
  * without these annotations every table guarded by such a lock reads as a

@@ -4,7 +4,9 @@
 #
 # The same requests for every tool: COUNT (default 60000) requests of 4 KiB,
 # offsets 0, step, 2 step, ... modulo a SIZE_GIB (default 4) GiB image, step
-# 1 MiB + 4 KiB (every request lands in a different 64 KiB cluster).
+# STEP (default 1 MiB + 4 KiB: every request lands in a different 64 KiB
+# cluster; STEP=4096 writes sequentially, 16 requests per cluster, issue
+# 30's sequential case -- fio-new still writes one request per cluster).
 # Workloads (name: cache, depth, what):
 #   alloc-d1      none, 1   allocating writes into an empty qcow2 image
 #   alloc-d32     none, 32  the same at depth 32
@@ -51,7 +53,7 @@ ROUNDS=${ROUNDS:-3}
 QEMU_IO=${QEMU_IO:-qemu-io}
 COUNT=${COUNT:-60000}
 SIZE_GIB=${SIZE_GIB:-4}
-STEP=$((1024 * 1024 + 4096))
+STEP=${STEP:-$((1024 * 1024 + 4096))}
 CASES=${CASES:-alloc-d1 alloc-d32 alloc-wb-d32 rewrite-d32 rewrite-d1 read-d32 read-d1 enc-rewrite-d32 enc-read-d32}
 QIMG_BEFORE=${QIMG_BEFORE:-}
 read -ra QIMG_BENCH_ARGS <<<"${QIMG_BENCH_ARGS:-}"

@@ -41,7 +41,8 @@
  * memory of the jobs stays bounded while a slow ticket holds the turn; passed tickets,
  * which cost nothing, may run far ahead of a slow one).
  *  6. Only the waiters whose condition holds are woken when 'next' moves
- *     (each waits on a condition of its own); cancel wakes them all.
+ *     (each waits on a condition of its own: aio/waiters.c); cancel wakes
+ *     them all.
  *  7. A failed job's error (the first) is kept: later defers return it
  *     and blk_order_drain() does.  After cancel or a failure nothing is
  *     stored and no stored job runs any more: blk_order_drain() hands the
@@ -50,8 +51,10 @@
  */
 #include "block/block.h"
 
+#include "aio/mutex.h"
+#include "aio/waiters.h"
+
 #include <errno.h>
-#include <pthread.h>
 
 #define ORDER_RING 4096u   /* tickets stored ahead of 'next' (invariant 5) */
 #define ORDER_MAX_JOBS 64u /* jobs stored (invariant 5) */
@@ -66,8 +69,6 @@ typedef enum OrderWait {
 typedef struct OrderWaiter {
     uint64_t ticket;
     OrderWait what;
-    pthread_cond_t cond;
-    struct OrderWaiter *next;
 } OrderWaiter;
 
 /* A ticket ahead of 'next' that passed (invariant 2) or left a job (4). */
@@ -78,11 +79,11 @@ typedef struct OrderSlot {
 } OrderSlot;
 
 struct BlkOrder {
-    pthread_mutex_t lock;
+    GMutex lock;
     uint64_t next;              /* [lock] invariant 1 */
     bool cancelled;             /* [lock] invariant 3 */
     bool running;               /* [lock] invariant 4: a thread runs jobs */
-    OrderWaiter *waiters;       /* [lock] invariant 6 */
+    Waiters waiters;            /* [lock] OrderWaiters, invariant 6 */
     OrderSlot slot[ORDER_RING]; /* [lock] ticket t's at t % RING (5) */
     unsigned stored;            /* [lock] used slots */
     unsigned jobs;              /* [lock] slots with a job (5) */
@@ -101,15 +102,15 @@ BlkOrder *blk_order_new(void)
 {
     BlkOrder *o = g_new0(BlkOrder, 1);
 
-    pthread_mutex_init(&o->lock, NULL);
+    g_mutex_init(&o->lock);
     return o;
 }
 
 void blk_order_free(BlkOrder *o)
 {
     if (o) {
-        g_assert(o->stored == 0 && !o->waiters); /* invariant 7: drained */
-        pthread_mutex_destroy(&o->lock);
+        g_assert(o->stored == 0 && waiters_empty(&o->waiters)); /* 7: drained */
+        g_mutex_clear(&o->lock);
         g_free(o->error_msg);
         g_free(o);
     }
@@ -132,14 +133,19 @@ static bool ready_locked(const BlkOrder *o, uint64_t ticket, OrderWait what)
     return ticket < o->next + ORDER_RING;
 }
 
+/* Invariant 6: has the waiter's condition come, or was the order
+ * cancelled?  (WaitersFn: what is an OrderWaiter, opaque the order.) */
+static bool waiter_ready(const void *what, const void *opaque)
+{
+    const OrderWaiter *w = what;
+    const BlkOrder *o = opaque;
+    return o->cancelled || ready_locked(o, w->ticket, w->what);
+}
+
 /* Invariant 6: wake the waiters whose condition holds (all if cancelled). */
 static void wake_locked(BlkOrder *o)
 {
-    for (OrderWaiter *w = o->waiters; w; w = w->next) {
-        if (o->cancelled || ready_locked(o, w->ticket, w->what)) {
-            pthread_cond_signal(&w->cond);
-        }
-    }
+    waiters_wake(&o->waiters, waiter_ready, o);
 }
 
 /* Wait for what (or cancel); o->lock held. */
@@ -147,30 +153,15 @@ static void wait_locked(BlkOrder *o, uint64_t ticket, OrderWait what)
 {
     OrderWaiter w = {.ticket = ticket, .what = what};
 
-    if (o->cancelled || ready_locked(o, ticket, what)) {
-        return;
-    }
-    pthread_cond_init(&w.cond, NULL);
-    w.next = o->waiters;
-    o->waiters = &w;
-    while (!o->cancelled && !ready_locked(o, ticket, what)) {
-        pthread_cond_wait(&w.cond, &o->lock);
-    }
-    for (OrderWaiter **p = &o->waiters;; p = &(*p)->next) {
-        if (*p == &w) {
-            *p = w.next;
-            break;
-        }
-    }
-    pthread_cond_destroy(&w.cond);
+    waiters_wait(&o->waiters, &o->lock, &w, waiter_ready, o);
 }
 
 void blk_order_cancel(BlkOrder *o)
 {
-    pthread_mutex_lock(&o->lock);
+    mutex_lock(&o->lock);
     o->cancelled = true;
     wake_locked(o);
-    pthread_mutex_unlock(&o->lock);
+    mutex_unlock(&o->lock);
 }
 
 /* Run a batch (invariant 4) outside the lock; keep the first failure
@@ -183,14 +174,14 @@ static void run_batch(BlkOrder *o, BlkOrderJob *first, bool discard)
 
     if (ret < 0) {
         g_autofree char *msg = blk_error_take();
-        pthread_mutex_lock(&o->lock);
+        mutex_lock(&o->lock);
         if (!o->error) {
             o->error = ret;
             o->error_msg = msg ? g_steal_pointer(&msg) : g_strdup(g_strerror(-ret));
             o->cancelled = true; /* invariant 7: nothing more is deferred */
             wake_locked(o);
         }
-        pthread_mutex_unlock(&o->lock);
+        mutex_unlock(&o->lock);
     }
     blk_error_clear();
     if (own) {
@@ -255,9 +246,9 @@ static void run_jobs_locked(BlkOrder *o)
         j = take_batch_locked(o, o->next, &end, &n);
         if (j) {
             o->running = true;
-            pthread_mutex_unlock(&o->lock);
+            mutex_unlock(&o->lock);
             run_batch(o, j, false);
-            pthread_mutex_lock(&o->lock);
+            mutex_lock(&o->lock);
             o->running = false;
             o->jobs -= n; /* invariant 5: done with their memory */
         }
@@ -287,9 +278,9 @@ void blk_order_wait(void)
     if (!o || tls.passed) {
         return;
     }
-    pthread_mutex_lock(&o->lock);
+    mutex_lock(&o->lock);
     wait_locked(o, tls.ticket, WAIT_TURN);
-    pthread_mutex_unlock(&o->lock);
+    mutex_unlock(&o->lock);
 }
 
 /* Store this thread's ticket (invariants 2, 4, 5); o->lock held. */
@@ -319,7 +310,7 @@ static void order_pass(void)
     if (!o || tls.passed) {
         return;
     }
-    pthread_mutex_lock(&o->lock);
+    mutex_lock(&o->lock);
     wait_locked(o, tls.ticket, WAIT_PASS); /* invariant 5 */
     if (o->next == tls.ticket) {
         o->next++;
@@ -328,7 +319,7 @@ static void order_pass(void)
     } else if (!o->cancelled) { /* invariant 2: passed before its turn */
         store_locked(o, NULL);
     }
-    pthread_mutex_unlock(&o->lock);
+    mutex_unlock(&o->lock);
     tls.passed = true;
 }
 
@@ -353,7 +344,7 @@ int blk_order_defer(BlkOrderJob *job)
     if (!o || tls.passed || !tls.last) {
         return 0; /* no turn to hand over, or more requests of it follow */
     }
-    pthread_mutex_lock(&o->lock);
+    mutex_lock(&o->lock);
     wait_locked(o, tls.ticket, WAIT_JOB); /* invariant 5 */
     if (o->error) {
         ret = blk_error(-o->error, "%s", o->error_msg); /* invariant 7 */
@@ -363,7 +354,7 @@ int blk_order_defer(BlkOrderJob *job)
         ret = 1;
         run_jobs_locked(o); /* runs if the turn is this ticket's */
     }
-    pthread_mutex_unlock(&o->lock);
+    mutex_unlock(&o->lock);
     return ret;
 }
 
@@ -374,7 +365,7 @@ int blk_order_drain(BlkOrder *o)
     if (!o) {
         return 0;
     }
-    pthread_mutex_lock(&o->lock);
+    mutex_lock(&o->lock);
     g_assert(!o->running && (!o->stored || o->cancelled)); /* invariants 4, 7 */
     /* invariant 7: after cancel, the jobs left are discarded (every stored
      * ticket lies in [next, next + RING), invariant 5) */
@@ -387,15 +378,15 @@ int blk_order_drain(BlkOrder *o)
         if (j) {
             o->jobs--;
             j->next = NULL;
-            pthread_mutex_unlock(&o->lock);
+            mutex_unlock(&o->lock);
             run_batch(o, j, true);
-            pthread_mutex_lock(&o->lock);
+            mutex_lock(&o->lock);
         }
     }
     g_assert(o->stored == 0 && o->jobs == 0);
     if (o->error) {
         ret = blk_error(-o->error, "%s", o->error_msg);
     }
-    pthread_mutex_unlock(&o->lock);
+    mutex_unlock(&o->lock);
     return ret;
 }

@@ -122,7 +122,6 @@ static void state_free(Qcow2State *s)
     if (s->pending_hooks) {
         g_array_free(s->pending_hooks, TRUE);
     }
-    g_cond_clear(&s->inflight_cond);
     g_mutex_clear(&s->lock);
     g_free(s);
 }
@@ -526,7 +525,6 @@ static int open_state(BlkNode *img, const char *filename, const BlkOpenOptions *
     int ret;
 
     g_mutex_init(&s->lock);
-    g_cond_init(&s->inflight_cond);
     s->img = img;
     s->snapshot_view = -1;
     s->data_file = data_file; /* owned from here on */

@@ -29,6 +29,7 @@
 #define QIMG_QCOW2_H
 
 #include "aio/mutex.h"
+#include "aio/waiters.h"
 #include "block/block.h"
 #include "crypto/block.h"
 #include "crypto/luks.h"
@@ -94,10 +95,9 @@ typedef enum Qcow2DiscardKind {
 } Qcow2DiscardKind;
 
 typedef struct Qcow2State {
-    GMutex lock;               /* qcow2.h invariant 1; take it with qcow2_lock() */
-    GCond inflight_cond;       /* signalled when a request leaves the list */
-    unsigned inflight_waiters; /* [lock] threads in qcow2_wait_locked() */
-    Qcow2Inflight *inflight;   /* [lock] requests in flight */
+    GMutex lock;              /* qcow2.h invariant 1; take it with qcow2_lock() */
+    Waiters inflight_waiters; /* [lock] waiting for a range (write.c invariant 6) */
+    Qcow2Inflight *inflight;  /* [lock] requests in flight */
     BlkNode *img;
 
     Qcow2Header header;  /* [open] as decoded */
@@ -237,16 +237,6 @@ static inline bool qcow2_trylock(Qcow2State *s)
 static inline void qcow2_unlock(Qcow2State *s)
 {
     mutex_unlock(&s->lock);
-}
-
-/* Wait for inflight_cond; drops and retakes the lock.  Counted, so that a
- * request leaving the list wakes nobody without a system call when nobody
- * waits (write.c invariant 6). */
-static inline void qcow2_wait_locked(Qcow2State *s)
-{
-    s->inflight_waiters++;
-    mutex_cond_wait(&s->inflight_cond, &s->lock);
-    s->inflight_waiters--;
 }
 
 static inline uint64_t qcow2_offset_into_cluster(const Qcow2State *s, uint64_t offset)
@@ -658,8 +648,12 @@ int qcow2_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
 /* The same with the lock held, and returning with it (write.c invariant
  * 14: the caller awaited its order turn before taking the lock). */
 int qcow2_write_registered_locked(Qcow2State *s, uint64_t offset, const BlkIOV *qiov);
-/* Wait until no conflicting request covers [offset, offset + bytes), then
- * register r over it (write.c invariant 6).  Lock held (may wait on it). */
+/* Wait until no conflicting request covers [offset, offset + bytes),
+ * without registering (write.c invariant 6).  Lock held (may wait on it). */
+void qcow2_inflight_wait_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                bool write);
+/* Wait as qcow2_inflight_wait_locked, then register r over the range
+ * (write.c invariant 6).  Lock held (may wait on it). */
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
                                  uint64_t bytes, bool write);
 void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r);

@@ -50,9 +50,19 @@
  *     same cluster are serialised and the second sees the first's mapping,
  *     no cluster is replaced or freed under a request still moving its data,
  *     and COW reads see stable old contents.  Registration is all or
- *     nothing, taken before any other wait, so it cannot deadlock.  The end
- *     of a registration wakes the waiters (all of them: each checks its own
- *     range), and makes no system call when there are none.
+ *     nothing, taken before any other wait, so it cannot deadlock.  A guest
+ *     write that the fast path could take (fastmap.c) and that finds a
+ *     conflict waits without registering, then starts again from the fast
+ *     path: the request in its way -- typically the one allocating its
+ *     cluster, with sequential 4 KiB writes 15 more per 64 KiB cluster
+ *     (issue 30) -- has linked and learnt the cluster by then, so they
+ *     write in place side by side instead of one registration after
+ *     another; a write registers only when nothing is in its way (so
+ *     whatever allocates or replaces a cluster still does it registered).
+ *     Such a wait holds nothing either.  The end of a registration wakes
+ *     only the waiters whose range it kept waiting (aio/waiters.c, the
+ *     implementation order.c invariant 6 uses), with no system call when
+ *     there are none.
  *  7. COW follows the spec: without extended L2 a new cluster is written
  *     whole (head and tail from the old contents: old cluster, compressed
  *     cluster, backing file or zeros).  With extended L2 only subclusters
@@ -127,37 +137,69 @@
 
 /* ---- in-flight list (invariant 6) ---- */
 
-bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint64_t bytes,
-                                     bool write)
+/* The cluster-aligned range a request over [offset, offset + bytes) holds
+ * (offset + bytes <= INT64_MAX: block.h invariant 3; vmstate requests are
+ * checked in resize.c). */
+static Qcow2Inflight inflight_range(const Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                    bool write)
 {
-    uint64_t start = offset & ~(s->cluster_size - 1);
-    uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
+    return (Qcow2Inflight){
+        .start = offset & ~(s->cluster_size - 1),
+        .end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size),
+        .write = write,
+    };
+}
 
+/* Must one of a and b wait for the other (invariant 6)? */
+static bool inflight_overlap(const Qcow2Inflight *a, const Qcow2Inflight *b)
+{
+    return (a->write || b->write) && a->start < b->end && b->start < a->end;
+}
+
+static bool range_conflicts_locked(const Qcow2State *s, const Qcow2Inflight *r)
+{
     for (const Qcow2Inflight *a = s->inflight; a; a = a->next) {
-        if ((a->write || write) && a->start < end && start < a->end) {
+        if (inflight_overlap(a, r)) {
             return true;
         }
     }
     return false;
 }
 
+bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                     bool write)
+{
+    Qcow2Inflight r = inflight_range(s, offset, bytes, write);
+    return range_conflicts_locked(s, &r);
+}
+
+/* WaitersFn (aio/waiters.c): may the waiting range what register now? */
+static bool range_free(const void *what, const void *opaque)
+{
+    return !range_conflicts_locked(opaque, what);
+}
+
+/* WaitersFn: did the registration that ended (opaque) hold what back? */
+static bool range_released(const void *what, const void *opaque)
+{
+    return inflight_overlap(what, opaque);
+}
+
+void qcow2_inflight_wait_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                bool write)
+{
+    Qcow2Inflight r = inflight_range(s, offset, bytes, write);
+    waiters_wait(&s->inflight_waiters, &s->lock, &r, range_free, s);
+}
+
 void qcow2_inflight_begin_locked(Qcow2State *s, Qcow2Inflight *r, uint64_t offset,
                                  uint64_t bytes, bool write)
 {
-    /* offset + bytes <= INT64_MAX (block.h invariant 3; vmstate requests are
-     * checked in resize.c) */
-    uint64_t start = offset & ~(s->cluster_size - 1);
-    uint64_t end = ROUND_UP(offset + MAX(bytes, 1), s->cluster_size);
-
-    while (qcow2_inflight_conflicts_locked(s, offset, bytes, write)) {
-        qcow2_wait_locked(s);
-    }
+    qcow2_inflight_wait_locked(s, offset, bytes, write);
+    *r = inflight_range(s, offset, bytes, write);
     if (write) {
-        qcow2_fastmap_forget_locked(s->fastmap, start, end); /* fastmap.c inv 2 */
+        qcow2_fastmap_forget_locked(s->fastmap, r->start, r->end); /* fastmap.c inv 2 */
     }
-    r->start = start;
-    r->end = end;
-    r->write = write;
     r->prev = NULL;
     r->next = s->inflight;
     if (s->inflight) {
@@ -176,9 +218,8 @@ void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r)
     if (r->next) {
         r->next->prev = r->prev;
     }
-    if (s->inflight_waiters > 0) { /* glib's broadcast is a futex call even to nobody */
-        g_cond_broadcast(&s->inflight_cond);
-    }
+    /* invariant 6: only the waiters r held back */
+    waiters_wake(&s->inflight_waiters, range_released, r);
 }
 
 /* ---- planning ---- */
@@ -699,8 +740,9 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
 }
 
 /* A guest write through the slow path: registered, planned, linked
- * (invariants 6, 12, 14); FUA is the caller's. */
-static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w)
+ * (invariants 6, 12, 14); FUA is the caller's.  1 when a may_fast
+ * request waited unregistered for one in its way: try the fast path again. */
+static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool may_fast)
 {
     Qcow2Inflight r;
     int ret;
@@ -713,6 +755,13 @@ static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w)
         return ret;
     }
     qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
+    if (may_fast && qcow2_inflight_conflicts_locked(s, offset, w->size, true)) {
+        /* invariant 6: wait unregistered; the caller tries the fast path
+         * again (the request in the way may have allocated our clusters) */
+        qcow2_inflight_wait_locked(s, offset, w->size, true);
+        qcow2_unlock(s);
+        return 1;
+    }
     qcow2_inflight_begin_locked(s, &r, offset, w->size, true);
     ret = write_locked(s, offset, w, true); /* invariant 14 */
     qcow2_inflight_end_locked(s, &r);
@@ -731,18 +780,20 @@ int qcow2_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
         return -ENOTSUP; /* invariant 17 */
     }
     qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
-    return write_request(s, offset, &w);
+    return write_request(s, offset, &w, false);
 }
 
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
     Qcow2FastSpan sp;
+    bool may_fast =
+        !(flags & BLK_REQ_FUA) && qcow2_data_write_aligned(s, offset, qiov->size);
     int ret;
 
     qcow2_bitmaps_note(s, offset, qiov->size); /* bitmap-store.c invariant 2 */
-    if (!(flags & BLK_REQ_FUA) && qcow2_data_write_aligned(s, offset, qiov->size) &&
-        qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, true, &sp)) {
+retry:
+    if (may_fast && qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, true, &sp)) {
         /* fastmap.c: allocated COPIED clusters, written in place (whole
          * sectors if encrypted: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
@@ -750,7 +801,11 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
         qcow2_fastmap_end_span(s->fastmap, &sp);
         return ret;
     }
-    ret = write_request(s, offset, &(WriteSrc){.qiov = qiov, .size = qiov->size});
+    ret =
+        write_request(s, offset, &(WriteSrc){.qiov = qiov, .size = qiov->size}, may_fast);
+    if (ret == 1) {
+        goto retry; /* invariant 6 */
+    }
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = qcow2_flush(img);
     }
