@@ -249,7 +249,7 @@ static int file_option(const char *key, const char *value, BlkOpenOptions *o,
 }
 
 /* Take flat's KEY (prefix + name) out of it: its value (g_free) or NULL. */
-static char *take(GHashTable *flat, const char *prefix, const char *name)
+char *api_flat_take(GHashTable *flat, const char *prefix, const char *name)
 {
     g_autofree char *key = g_strconcat(prefix, name, NULL);
     gpointer k = NULL, v = NULL;
@@ -268,22 +268,22 @@ static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
                             BlkOpenOptions *o, GError **error)
 {
     static const char *const refused[] = {"tls-creds", "tls-hostname", "open-timeout"};
-    g_autofree char *type = take(flat, prefix, "server.type");
-    g_autofree char *spath = take(flat, prefix, "server.path");
-    g_autofree char *shost = take(flat, prefix, "server.host");
-    g_autofree char *sport = take(flat, prefix, "server.port");
-    g_autofree char *lpath = take(flat, prefix, "path");
-    g_autofree char *lhost = take(flat, prefix, "host");
-    g_autofree char *lport = take(flat, prefix, "port");
-    g_autofree char *export = take(flat, prefix, "export");
-    g_autofree char *bitmap = take(flat, prefix, "x-dirty-bitmap");
-    g_autofree char *delay = take(flat, prefix, "reconnect-delay");
+    g_autofree char *type = api_flat_take(flat, prefix, "server.type");
+    g_autofree char *spath = api_flat_take(flat, prefix, "server.path");
+    g_autofree char *shost = api_flat_take(flat, prefix, "server.host");
+    g_autofree char *sport = api_flat_take(flat, prefix, "server.port");
+    g_autofree char *lpath = api_flat_take(flat, prefix, "path");
+    g_autofree char *lhost = api_flat_take(flat, prefix, "host");
+    g_autofree char *lport = api_flat_take(flat, prefix, "port");
+    g_autofree char *export = api_flat_take(flat, prefix, "export");
+    g_autofree char *bitmap = api_flat_take(flat, prefix, "x-dirty-bitmap");
+    g_autofree char *delay = api_flat_take(flat, prefix, "reconnect-delay");
     g_autofree char *exp = NULL;
     const char *path = spath ? spath : lpath, *host = shost ? shost : lhost;
     const char *port = sport ? sport : lport;
 
     for (size_t i = 0; i < G_N_ELEMENTS(refused); i++) {
-        g_autofree char *v = take(flat, prefix, refused[i]);
+        g_autofree char *v = api_flat_take(flat, prefix, refused[i]);
         if (v) {
             g_set_error(error, QIMG_ERROR, ENOTSUP,
                         "The nbd option '%s' is not supported by qimg", refused[i]);

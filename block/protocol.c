@@ -60,6 +60,13 @@ static BlkNode *open_file(const BlkProtocol *p, const char *filename,
     return blk_open_file_opts(filename, opts, role);
 }
 
+/* A protocol whose library qimg was built without (what: "RBD (librbd)"). */
+G_GNUC_UNUSED static BlkNode *not_built(const char *filename, const char *what)
+{
+    blk_error(ENOTSUP, "Could not open '%s': qimg was built without %s", filename, what);
+    return NULL;
+}
+
 static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
                          const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
 {
@@ -67,9 +74,7 @@ static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
     return blk_open_nbd(filename, opts->read_only, opts->nbd_context,
                         opts->nbd_reconnect_delay);
 #else
-    blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
-              filename);
-    return NULL;
+    return not_built(filename, "NBD (libnbd)");
 #endif
 }
 

@@ -340,6 +340,8 @@ void blk_check_result_clear(BlkCheckResult *res);
 
 /* "off", "metadata", "falloc", "full"; -EINVAL with a message otherwise. */
 int blk_prealloc_parse(const char *s, BlkPrealloc *out);
+/* The name blk_prealloc_parse takes for p. */
+const char *blk_prealloc_name(BlkPrealloc p);
 /* QEMU's sizes (qemu_strtosz): a decimal integer with an optional
  * fraction and one suffix b/k/M/G/T/P/E (powers of 1024, either case), or
  * a hex integer "0x..." (*hex_suffix: it had a suffix, which QEMU warns
