@@ -106,6 +106,17 @@
  * 17. "driver": "quorum", or a format over "file": {"driver": "quorum"},
  *     is QEMU's quorum node (api/quorum.c); only the caller's own name
  *     takes it.
+ * 18. A file over SFTP by QEMU's ssh options ("driver": "ssh": the image is
+ *     the ssh node itself, format "ssh"; or "file": {"driver": "ssh"} under
+ *     a format): server.host and server.port (QEMU's older host and port:
+ *     "port may not be used without host"), path, user, and the host key
+ *     check as host-key-check.mode none/hash/known_hosts with .type and
+ *     .hash, or QEMU's older host_key_check, all opened as the "ssh://"
+ *     URI block/ssh.c takes (ssh.h invariant 2 says which check is part of
+ *     the name).  The legacy port is QEMU's number ("Parameter 'port'
+ *     expects a number"), server.port digits ("Use only numeric port
+ *     value"); the path must be absolute (a URI's); only the caller's own
+ *     name takes it.
  */
 #include "api/api.h"
 
@@ -516,11 +527,12 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         return TRUE;
     }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
+    bool ssh_top = !from_image && driver && strcmp(driver, "ssh") == 0;
     /* invariant 12: the null node is the image */
     bool null_top = !from_image && driver &&
                     (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0);
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
-        strcmp(driver, "luks") != 0 && !nbd_top && !null_top) {
+        strcmp(driver, "luks") != 0 && !nbd_top && !ssh_top && !null_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -538,6 +550,14 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
             return FALSE;
         }
         file = nbd_uri;
+        fdrv = NULL;
+    }
+    g_autofree char *ssh_uri = NULL; /* invariant 18 */
+    if (ssh_top || (!from_image && fdrv && strcmp(fdrv, "ssh") == 0)) {
+        if (!api_ssh_options(flat, ssh_top ? "" : "file.", &ssh_uri, o, error)) {
+            return FALSE;
+        }
+        file = ssh_uri;
         fdrv = NULL;
     }
     g_autofree char *dbg_name = NULL; /* invariant 13 */
