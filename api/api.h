@@ -231,6 +231,18 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
  * file, then named "blkdebug:RULES:FILE" under raw); NULL with error
  * set. */
 GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **error);
+/* json-name.c: take flat's key prefix + name out of it: its value (g_free)
+ * or NULL. */
+char *api_flat_take(GHashTable *flat, const char *prefix, const char *name);
+/* json-ssh.c: QEMU's ssh options under prefix ("" or "file.") out of flat
+ * into the "ssh://" URI *uri (g_free) and o->ssh_host_key_check
+ * (json-name.c invariant 18). */
+gboolean api_ssh_options(GHashTable *flat, const char *prefix, char **uri,
+                         BlkOpenOptions *o, GError **error);
+/* json-rbd.c: is key one of the protocol node's own under prefix ("" for
+ * the node itself, "file." under a format), not another node's nor one
+ * any node takes (driver, read-only, cache.*)? */
+gboolean api_protocol_key(const char *key, const char *prefix);
 /* json-rbd.c: the RBD fields under prefix ("" or "file.") out of flat into
  * *loc (json-name.c invariant 11); the options any node takes stay. */
 gboolean api_rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *loc,

@@ -25,6 +25,7 @@
 #include "api/api.h"
 #include "luks/luks.h"
 #include "block/rbd.h"
+#include "block/ssh.h"
 #include "qcow2/qcow2.h"
 #include "qed/qed.h"
 #include "raw/raw.h"
@@ -122,6 +123,9 @@ static const BlkDriver *const builtin[] = {
     &blk_null_aio_driver,
 #ifdef QIMG_HAVE_RBD
     &blk_rbd_driver, /* the RBD node as a format: "-f rbd", json: "driver": "rbd" */
+#endif
+#ifdef QIMG_HAVE_SSH
+    &blk_ssh_driver, /* driver=ssh: the ssh node is the image (json-name.c 18) */
 #endif
 #ifdef QIMG_HAVE_LIBNBD
     &blk_nbd_driver, /* driver=nbd: the NBD node is the image (json-name.c 9) */

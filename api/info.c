@@ -149,11 +149,12 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     info->backing_format = g_strdup(node->backing_format);
     info->backing_refused = g_strdup(node->backing_refused);
     BlkNode *proto = node->file ? node->file : node;
-    /* QEMU: no dirty flag where raw or the node itself asks nbd or the null
-     * node (block/null.c) for it: they have no image info */
+    /* QEMU: no dirty flag where raw or the node itself asks nbd, ssh or the
+     * null node (block/null.c) for it: they have no image info */
     info->dirty_unknown =
         (node == proto || strcmp(node->drv->format_name, "raw") == 0) &&
         (strcmp(proto->drv->format_name, "nbd") == 0 ||
+         strcmp(proto->drv->format_name, "ssh") == 0 ||
          proto->drv == &blk_null_co_driver || proto->drv == &blk_null_aio_driver);
     if (node->drv->get_info) {
         int ret = node->drv->get_info(node, &bi);

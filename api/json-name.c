@@ -106,6 +106,17 @@
  * 17. "driver": "quorum", or a format over "file": {"driver": "quorum"},
  *     is QEMU's quorum node (api/quorum.c); only the caller's own name
  *     takes it.
+ * 18. A file over SFTP by QEMU's ssh options ("driver": "ssh": the image is
+ *     the ssh node itself, format "ssh"; or "file": {"driver": "ssh"} under
+ *     a format): server.host and server.port (QEMU's older host and port:
+ *     "port may not be used without host"), path, user, and the host key
+ *     check as host-key-check.mode none/hash/known_hosts with .type and
+ *     .hash, or QEMU's older host_key_check, all opened as the "ssh://"
+ *     URI block/ssh.c takes (ssh.h invariant 2 says which check is part of
+ *     the name).  The legacy port is QEMU's number ("Parameter 'port'
+ *     expects a number"), server.port digits ("Use only numeric port
+ *     value"); the path must be absolute (a URI's); only the caller's own
+ *     name takes it.
  */
 #include "api/api.h"
 
@@ -249,7 +260,7 @@ static int file_option(const char *key, const char *value, BlkOpenOptions *o,
 }
 
 /* Take flat's KEY (prefix + name) out of it: its value (g_free) or NULL. */
-static char *take(GHashTable *flat, const char *prefix, const char *name)
+char *api_flat_take(GHashTable *flat, const char *prefix, const char *name)
 {
     g_autofree char *key = g_strconcat(prefix, name, NULL);
     gpointer k = NULL, v = NULL;
@@ -268,22 +279,22 @@ static gboolean nbd_options(GHashTable *flat, const char *prefix, char **uri,
                             BlkOpenOptions *o, GError **error)
 {
     static const char *const refused[] = {"tls-creds", "tls-hostname", "open-timeout"};
-    g_autofree char *type = take(flat, prefix, "server.type");
-    g_autofree char *spath = take(flat, prefix, "server.path");
-    g_autofree char *shost = take(flat, prefix, "server.host");
-    g_autofree char *sport = take(flat, prefix, "server.port");
-    g_autofree char *lpath = take(flat, prefix, "path");
-    g_autofree char *lhost = take(flat, prefix, "host");
-    g_autofree char *lport = take(flat, prefix, "port");
-    g_autofree char *export = take(flat, prefix, "export");
-    g_autofree char *bitmap = take(flat, prefix, "x-dirty-bitmap");
-    g_autofree char *delay = take(flat, prefix, "reconnect-delay");
+    g_autofree char *type = api_flat_take(flat, prefix, "server.type");
+    g_autofree char *spath = api_flat_take(flat, prefix, "server.path");
+    g_autofree char *shost = api_flat_take(flat, prefix, "server.host");
+    g_autofree char *sport = api_flat_take(flat, prefix, "server.port");
+    g_autofree char *lpath = api_flat_take(flat, prefix, "path");
+    g_autofree char *lhost = api_flat_take(flat, prefix, "host");
+    g_autofree char *lport = api_flat_take(flat, prefix, "port");
+    g_autofree char *export = api_flat_take(flat, prefix, "export");
+    g_autofree char *bitmap = api_flat_take(flat, prefix, "x-dirty-bitmap");
+    g_autofree char *delay = api_flat_take(flat, prefix, "reconnect-delay");
     g_autofree char *exp = NULL;
     const char *path = spath ? spath : lpath, *host = shost ? shost : lhost;
     const char *port = sport ? sport : lport;
 
     for (size_t i = 0; i < G_N_ELEMENTS(refused); i++) {
-        g_autofree char *v = take(flat, prefix, refused[i]);
+        g_autofree char *v = api_flat_take(flat, prefix, refused[i]);
         if (v) {
             g_set_error(error, QIMG_ERROR, ENOTSUP,
                         "The nbd option '%s' is not supported by qimg", refused[i]);
@@ -516,11 +527,12 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         return TRUE;
     }
     bool nbd_top = !from_image && driver && strcmp(driver, "nbd") == 0;
+    bool ssh_top = !from_image && driver && strcmp(driver, "ssh") == 0;
     /* invariant 12: the null node is the image */
     bool null_top = !from_image && driver &&
                     (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0);
     if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
-        strcmp(driver, "luks") != 0 && !nbd_top && !null_top) {
+        strcmp(driver, "luks") != 0 && !nbd_top && !ssh_top && !null_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
@@ -538,6 +550,14 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
             return FALSE;
         }
         file = nbd_uri;
+        fdrv = NULL;
+    }
+    g_autofree char *ssh_uri = NULL; /* invariant 18 */
+    if (ssh_top || (!from_image && fdrv && strcmp(fdrv, "ssh") == 0)) {
+        if (!api_ssh_options(flat, ssh_top ? "" : "file.", &ssh_uri, o, error)) {
+            return FALSE;
+        }
+        file = ssh_uri;
         fdrv = NULL;
     }
     g_autofree char *dbg_name = NULL; /* invariant 13 */

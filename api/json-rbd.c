@@ -13,6 +13,20 @@
 
 /* json-name.c invariant 11: the RBD fields under prefix ("" or "file.") leave flat for
  * loc; the options any node takes (read-only, cache.*) stay for apply(). */
+gboolean api_protocol_key(const char *key, const char *prefix)
+{
+    const char *f = key + strlen(prefix);
+
+    if (!g_str_has_prefix(key, prefix) || strcmp(f, "driver") == 0 ||
+        strcmp(f, "read-only") == 0 || g_str_has_prefix(f, "cache.")) {
+        return FALSE; /* another node's, or apply()'s */
+    }
+    /* apply() refuses these under a protocol driver */
+    return *prefix ||
+           !(strcmp(key, "file") == 0 || g_str_has_prefix(key, "file.") ||
+             g_str_has_prefix(key, "backing") || g_str_has_prefix(key, "data-file"));
+}
+
 gboolean api_rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *loc,
                         GError **error)
 {
@@ -44,14 +58,8 @@ gboolean api_rbd_fields(GHashTable *flat, const char *prefix, BlkRbdLocation *lo
     for (GList *l = keys; l; l = l->next) {
         const char *key = l->data, *f = key + plen;
         char **slot = NULL;
-        if (!g_str_has_prefix(key, prefix) || strcmp(f, "driver") == 0 ||
-            strcmp(f, "read-only") == 0 || g_str_has_prefix(f, "cache.")) {
+        if (!api_protocol_key(key, prefix)) {
             continue; /* another node's, or apply()'s */
-        }
-        if (!*prefix &&
-            (strcmp(key, "file") == 0 || g_str_has_prefix(key, "file.") ||
-             g_str_has_prefix(key, "backing") || g_str_has_prefix(key, "data-file"))) {
-            continue; /* apply() refuses them under the rbd driver */
         }
         slot = strcmp(f, "pool") == 0        ? &loc->pool
                : strcmp(f, "image") == 0     ? &loc->image

@@ -1,7 +1,8 @@
 /*
  * block/dl.h: shared libraries qimg loads at their first use instead of
  * linking them (block/dl.c): librados and librbd (rbd-lib.h), libnbd
- * (nbd-lib.h), GnuTLS (crypto/gnutls-lib.h), json-glib (api/json-flat.c).
+ * (nbd-lib.h), libssh (ssh-lib.h), GnuTLS (crypto/gnutls-lib.h),
+ * json-glib (api/json-flat.c).
  *
  * Invariants (cited as "dl.h invariant N"):
  *  1. A library loaded here costs a process nothing until a command uses

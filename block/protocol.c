@@ -1,7 +1,7 @@
 /*
  * block/protocol.c: the protocol table -- which node a name opens.
  *
- * Owns: the table of protocols (the file protocol, NBD, Ceph RBD, a disk
+ * Owns: the table of protocols (the file protocol, NBD, Ceph RBD, SSH, a disk
  * inside an OVA archive (block/ova.c), QEMU's null-co:// device
  * (block/null.c), and the
  * test nodes blkdebug: and record:), choosing one by a name's prefix,
@@ -26,7 +26,8 @@
  *     given to realpath() or resolved against a folder by the layer above.
  *  5. Creating follows the same choice for the caller's name under its
  *     test-node prefixes: an RBD image for "rbd:", a file for a name no
- *     prefix matches; a protocol without create refuses it.  Options a
+ *     prefix matches, a file over SFTP for "ssh:"; a protocol without
+ *     create refuses it.  Options a
  *     protocol does not have are refused as qemu-img refuses them
  *     ("Invalid parameter 'preallocation'" for RBD, 'cluster_size' for a
  *     file).
@@ -38,6 +39,7 @@
 #include "block/block.h"
 #include "block/ova.h"
 #include "block/rbd.h"
+#include "block/ssh.h"
 
 #include <errno.h>
 #include <string.h>
@@ -60,6 +62,13 @@ static BlkNode *open_file(const BlkProtocol *p, const char *filename,
     return blk_open_file_opts(filename, opts, role);
 }
 
+/* A protocol whose library qimg was built without (what: "RBD (librbd)"). */
+G_GNUC_UNUSED static BlkNode *not_built(const char *filename, const char *what)
+{
+    blk_error(ENOTSUP, "Could not open '%s': qimg was built without %s", filename, what);
+    return NULL;
+}
+
 static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
                          const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
 {
@@ -67,9 +76,7 @@ static BlkNode *open_nbd(const BlkProtocol *p, const char *filename,
     return blk_open_nbd(filename, opts->read_only, opts->nbd_context,
                         opts->nbd_reconnect_delay);
 #else
-    blk_error(ENOTSUP, "Could not open '%s': qimg was built without NBD (libnbd)",
-              filename);
-    return NULL;
+    return not_built(filename, "NBD (libnbd)");
 #endif
 }
 
@@ -124,9 +131,28 @@ static BlkNode *open_rbd(const BlkProtocol *p, const char *filename,
 #ifdef QIMG_HAVE_RBD
     return blk_open_rbd(filename, opts);
 #else
-    blk_error(ENOTSUP, "Could not open '%s': qimg was built without RBD (librbd)",
-              filename);
-    return NULL;
+    return not_built(filename, "RBD (librbd)");
+#endif
+}
+
+static BlkNode *open_ssh(const BlkProtocol *p, const char *filename,
+                         const BlkOpenOptions *opts, BlkNodeRole role, unsigned flags)
+{
+#ifdef QIMG_HAVE_SSH
+    return blk_open_ssh(filename, opts);
+#else
+    return not_built(filename, "SSH (libssh)");
+#endif
+}
+
+/* Invariant 5: QEMU's ssh create takes only the size (blk_ssh_create). */
+static int create_ssh(const char *filename, uint64_t size, BlkPrealloc prealloc,
+                      uint64_t object_size)
+{
+#ifdef QIMG_HAVE_SSH
+    return blk_ssh_create(filename, size, prealloc, object_size);
+#else
+    return blk_error(ENOTSUP, "qimg was built without SSH (libssh)");
 #endif
 }
 
@@ -184,6 +210,7 @@ static int create_nbd(const char *filename, uint64_t size, BlkPrealloc prealloc,
 
 static const char *const nbd_prefixes[] = {"nbd:", "nbd+", "nbds:", "nbds+", NULL};
 static const char *const rbd_prefixes[] = {"rbd:", NULL};
+static const char *const ssh_prefixes[] = {"ssh:", NULL};
 static const char *const blkdebug_prefixes[] = {"blkdebug:", NULL};
 static const char *const record_prefixes[] = {"record:", NULL};
 static const char *const ova_prefixes[] = {"ova:", NULL};
@@ -193,6 +220,7 @@ static const char *const null_prefixes[] = {"null-co:", "null-aio:", NULL};
 static const BlkProtocol protocols[] = {
     {.name = "nbd", .prefixes = nbd_prefixes, .open = open_nbd, .create = create_nbd},
     {.name = "rbd", .prefixes = rbd_prefixes, .open = open_rbd, .create = create_rbd},
+    {.name = "ssh", .prefixes = ssh_prefixes, .open = open_ssh, .create = create_ssh},
     {.name = "ova", .prefixes = ova_prefixes, .open = open_ova},
     {.name = "null-co", .prefixes = null_prefixes, .open = open_null},
     {.name = "blkdebug",

@@ -114,16 +114,13 @@ int blk_rbd_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc preall
                      bool shrink)
 {
     RbdState *s = img->opaque;
-    static const char *const names[] = {[BLK_PREALLOC_OFF] = "off",
-                                        [BLK_PREALLOC_METADATA] = "metadata",
-                                        [BLK_PREALLOC_FALLOC] = "falloc",
-                                        [BLK_PREALLOC_FULL] = "full"};
     int r;
 
     (void)exact;  /* like a regular file's, the image is resized exactly */
     (void)shrink; /* a policy of the layers above */
     if (prealloc != BLK_PREALLOC_OFF) {
-        return blk_error(ENOTSUP, "Unsupported preallocation mode '%s'", names[prealloc]);
+        return blk_error(ENOTSUP, "Unsupported preallocation mode '%s'",
+                         blk_prealloc_name(prealloc));
     }
     pthread_mutex_lock(&s->resize_lock);
     r = RL.rbd_resize(s->image, size);

@@ -70,12 +70,17 @@ void blk_check_result_clear(BlkCheckResult *res)
     memset(res, 0, sizeof(*res));
 }
 
+static const char *const prealloc_names[] = {"off", "metadata", "falloc", "full"};
+
+const char *blk_prealloc_name(BlkPrealloc p)
+{
+    return (size_t)p < G_N_ELEMENTS(prealloc_names) ? prealloc_names[p] : "?";
+}
+
 int blk_prealloc_parse(const char *s, BlkPrealloc *out)
 {
-    static const char *const names[] = {"off", "metadata", "falloc", "full"};
-
-    for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
-        if (strcmp(s, names[i]) == 0) {
+    for (size_t i = 0; i < G_N_ELEMENTS(prealloc_names); i++) {
+        if (strcmp(s, prealloc_names[i]) == 0) {
             *out = (BlkPrealloc)i;
             return 0;
         }

@@ -97,6 +97,13 @@ typedef struct BlkOpenOptions {
     int pass_discard_request, pass_discard_snapshot, pass_discard_other;
     const char *nbd_context;      /* NBD meta context (x-dirty-bitmap), or NULL */
     uint64_t nbd_reconnect_delay; /* NBD reconnect-delay, seconds (0: none) */
+    /* An ssh node's host key check from json's host-key-check.* options
+     * (interned; QEMU's legacy form, block/ssh.h invariant 2), or NULL */
+    const char *ssh_host_key_check;
+    /* An ssh node's port from json's options (interned digits), which the
+     * node's URI cannot carry when it is 0 (a URI's ":0" is port 22 to
+     * QEMU, json's 0 is port 0), or NULL */
+    const char *ssh_port;
     /* A null-co/null-aio node's options (block/null.c): size (when
      * null_size_set; else 1 GiB), read-zeroes, latency-ns */
     bool null_size_set, null_read_zeroes;
@@ -340,6 +347,8 @@ void blk_check_result_clear(BlkCheckResult *res);
 
 /* "off", "metadata", "falloc", "full"; -EINVAL with a message otherwise. */
 int blk_prealloc_parse(const char *s, BlkPrealloc *out);
+/* The name blk_prealloc_parse takes for p. */
+const char *blk_prealloc_name(BlkPrealloc p);
 /* QEMU's sizes (qemu_strtosz): a decimal integer with an optional
  * fraction and one suffix b/k/M/G/T/P/E (powers of 1024, either case), or
  * a hex integer "0x..." (*hex_suffix: it had a suffix, which QEMU warns

@@ -27,6 +27,11 @@ pkgs+=(libvmdk-utils python3-libvmdk)
 # and OSDs; ceph-common has the ceph and rbd tools) and QEMU's block
 # modules, so that qemu-img reaches RBD as the oracle on the same cluster.
 pkgs+=(librbd-dev librados-dev ceph-mon ceph-osd ceph-common qemu-block-extra uuid-runtime)
+# Images over SSH: libssh to build block/ssh.c (meson option ssh), and for
+# iotests 179-180 a private sshd (openssh-server; its service is not
+# needed) and nss_wrapper (libssh takes ~ from the password database, so
+# the tests give the tools a home of their own)
+pkgs+=(libssh-dev openssh-server openssh-client libnss-wrapper)
 # A real QEMU for the savevm/loadvm interop tests (QIMG_NO_QEMU_SYSTEM=1 does
 # not install it; those tests then skip, and under CI=true fail).
 [ "${QIMG_NO_QEMU_SYSTEM:-0}" = 1 ] || pkgs+=(qemu-system-x86)

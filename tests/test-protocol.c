@@ -33,6 +33,9 @@ static void test_protocol_for(void **state)
         {"record:log:disk", "record"},
         {"rbd:pool/image", "rbd"},
         {"rbd:pool/ns/image@snap:conf=/c", "rbd"},
+        {"ssh://h/x", "ssh"},
+        {"ssh://u@h:22/x?host_key_check=no", "ssh"},
+        {"sshish.img", "file"},
         {"rbdish.img", "file"},
         {"nbdish.img", "file"}, /* no prefix of the table */
     };

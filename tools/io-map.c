@@ -19,9 +19,9 @@
  *     "A/C bytes allocated at offset O" with A the allocated bytes in it, O
  *     a cvtstr size; a bad number is cvtnum's "Parsing error: ...".
  *  5. info: "format name: F" (twice for a protocol node opened as the
- *     image: nbd, null-co, null-aio -- QEMU prints the driver's format and
- *     protocol names); where the image has no driver information
- *     (QimgInfo.dirty_unknown: NBD or QEMU's null node, or raw over one)
+ *     image: nbd, ssh, null-co, null-aio -- QEMU prints the driver's format
+ *     and protocol names); where the image has no driver information
+ *     (QimgInfo.dirty_unknown: NBD, ssh or QEMU's null node, or raw over one)
  *     that is all, and the command fails (exit status 1, no message);
  *     else "cluster size: S", "vm state offset: V" (S
  *     and V cvtstr sizes; raw: "0 bytes" both), then qemu-img info's
@@ -158,9 +158,9 @@ int io_cmd_info(IoCtx *io, int argc, char **argv)
         vm_offset = (info->virtual_size + span - 1) / span * span;
     }
     if (info->dirty_unknown) { /* fact 5: no driver information */
-        bool proto = strcmp(info->format, "nbd") == 0 ||
-                     strcmp(info->format, "null-co") == 0 ||
-                     strcmp(info->format, "null-aio") == 0;
+        bool proto =
+            strcmp(info->format, "nbd") == 0 || strcmp(info->format, "ssh") == 0 ||
+            strcmp(info->format, "null-co") == 0 || strcmp(info->format, "null-aio") == 0;
         printf("format name: %s\n", info->format);
         if (proto) {
             printf("format name: %s\n", info->format);

@@ -22,6 +22,10 @@
  *     "force-share" is on; "true" and "yes" are refused as well): qemu-img
  *     "--force-share/-U conflicts with image options", qemu-io "-U
  *     conflicts with image options" (QEMU iotest 153).
+ *  6. An "ssh:" name has the ssh protocol's one option, size: raw over ssh
+ *     takes no other, qcow2 over ssh only its own (no nocow,
+ *     extent_size_hint; its preallocation is refused by the ssh node when
+ *     it grows the file).
  */
 #include "qimg-tool.h"
 
@@ -297,25 +301,33 @@ static const ToolOptDesc rbd_raw_opts[] = {
     {NULL, 0, NULL, NULL, false},
 };
 
+/* Facts 4 and 6: qcow2's own options, then those of the protocol (proto,
+ * n of them) it does not have, into list. */
+static void qcow2_over(ToolOptDesc *list, const ToolOptDesc *proto, size_t n)
+{
+    size_t k = 0;
+
+    for (const ToolOptDesc *d = qcow2_opts; d->name; d++) {
+        if (!d->protocol) {
+            list[k++] = *d;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!find_desc(list, proto[i].name)) {
+            list[k++] = proto[i];
+        }
+    }
+}
+
 /* qcow2's own, then the protocol's it does not have (password-secret) */
 static ToolOptDesc rbd_qcow2_list[G_N_ELEMENTS(qcow2_opts) + 4];
 
 static gpointer rbd_qcow2_build(gpointer unused)
 {
     static const ToolOptDesc rbd[] = {RBD_PROTOCOL_OPTS};
-    size_t n = 0;
 
     (void)unused;
-    for (const ToolOptDesc *d = qcow2_opts; d->name; d++) {
-        if (!d->protocol) {
-            rbd_qcow2_list[n++] = *d;
-        }
-    }
-    for (size_t i = 0; i < G_N_ELEMENTS(rbd); i++) {
-        if (!find_desc(rbd_qcow2_list, rbd[i].name)) {
-            rbd_qcow2_list[n++] = rbd[i];
-        }
-    }
+    qcow2_over(rbd_qcow2_list, rbd, G_N_ELEMENTS(rbd));
     return rbd_qcow2_list;
 }
 
@@ -326,8 +338,29 @@ static const ToolOptDesc *rbd_qcow2_opts(void)
     return g_once(&once, rbd_qcow2_build, NULL);
 }
 
+/* Fact 6: the ssh protocol's one option is the size. */
+static const ToolOptDesc ssh_raw_opts[] = {
+    {"size", TOOL_OPT_SIZE, "Virtual disk size", NULL, false},
+    {NULL, 0, NULL, NULL, false},
+};
+static ToolOptDesc ssh_qcow2_list[G_N_ELEMENTS(qcow2_opts)];
+
+static gpointer ssh_qcow2_build(gpointer unused)
+{
+    (void)unused;
+    qcow2_over(ssh_qcow2_list, NULL, 0);
+    return ssh_qcow2_list;
+}
+
 const ToolOptDesc *tool_create_opts_for(const char *format, const char *filename)
 {
+    if (filename && g_str_has_prefix(filename, "ssh:")) { /* fact 6 */
+        static GOnce once = G_ONCE_INIT;
+        if (strcmp(format, "raw") == 0) {
+            return ssh_raw_opts;
+        }
+        return strcmp(format, "qcow2") == 0 ? g_once(&once, ssh_qcow2_build, NULL) : NULL;
+    }
     if (!filename || !g_str_has_prefix(filename, "rbd:")) {
         return tool_create_opts(format);
     }

@@ -495,8 +495,8 @@ typedef struct QimgInfo {
     bool extended_l2;
     char *data_file;
     bool data_file_raw;
-    /* 0.5: no dirty flag to report (a raw NBD export: QEMU's nbd driver has
-     * no image info, so qemu-img prints none) */
+    /* 0.5: no dirty flag to report (a raw NBD export or ssh file: QEMU's nbd and ssh
+     * drivers have no image info, so qemu-img prints none) */
     bool dirty_unknown;
     /* 0.6: persistent dirty bitmaps (QimgBitmapInfo *), NULL when none */
     GPtrArray *bitmaps;

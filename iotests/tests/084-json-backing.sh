@@ -252,9 +252,10 @@ same_as_qemu_err map --image-opts driver=qcow2,file.filename=opt/t.qcow2,data-fi
 assert_eq "the backing option's data" 0 "$(grep -c 'failed\|rror' m.out)"
 "$QIMG" io -c 'read -P 6 0 64k' "json:{$DF,\"data-file\":{\"driver\":\"file\",\"filename\":\"d2.raw\"}}" >m.out 2>&1
 assert_eq "the data-file option's data" 0 "$(grep -c 'failed\|rror' m.out)"
-# qimg's own refusals: another protocol for a layer, nested layers
-"$QIMG" map "json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"ssh\",\"path\":\"/x\"}}}" >m.out 2>&1
-assert_eq "backing option over ssh" "qimg: Could not open 'json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"ssh\",\"path\":\"/x\"}}}': Could not open backing file: qimg opens images only through the file protocol (file.driver 'ssh')" "$(cat m.out)"
+# qimg's own refusals: a protocol qimg does not have (http) for a layer,
+# nested layers
+"$QIMG" map "json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"http\",\"url\":\"http://h/x\"}}}" >m.out 2>&1
+assert_eq "backing option over http" "qimg: Could not open 'json:{$T,\"backing\":{\"driver\":\"qcow2\",\"file\":{\"driver\":\"http\",\"url\":\"http://h/x\"}}}': Could not open backing file: qimg opens images only through the file protocol (file.driver 'http')" "$(cat m.out)"
 # a blkdebug data file without its image: QEMU's message (iotest 167 has
 # the node with one)
 same_as_qemu_err map "json:{$DF,\"data-file\":{\"driver\":\"blkdebug\"}}"

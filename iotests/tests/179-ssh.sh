@@ -1,0 +1,113 @@
+#!/bin/bash
+# 179-ssh: images over SSH's SFTP (block/ssh.c) against qemu-img/qemu-io
+# 7.2 on a private sshd (iotests/sshd.sh, stopped by PID at the end):
+# info of raw and qcow2 over ssh:// names, json: names (driver=ssh, the
+# older host/port/host_key_check, file.driver=ssh), read/write/flush of raw
+# and qcow2, create and convert to and from ssh, resize (grow only), and
+# bad input -- a missing file, a folder, no server, a server gone in the
+# middle (an error, never a hang).
+. "$(dirname "$0")/../common.sh"
+. "$IOTESTS_DIR/sshd.sh"
+ssh_requires
+ssh_start
+ssh_env
+ssh_known_host
+U=$SSH_URI
+
+"$QEMU_IMG" create -q -f raw base.raw 1M || exit 1
+"$QEMU_IO" -c 'write -P 7 0 200k' -c 'write -P 9 700k 64k' base.raw >/dev/null || exit 1
+"$QEMU_IMG" convert -O qcow2 base.raw base.qcow2 || exit 1
+cp base.raw a.raw && cp base.qcow2 a.qcow2 || exit 1
+
+# info: the name QEMU gives the node (user@host:port, ?host_key_check=)
+same_as_qemu_err info "$U/a.raw"
+same_as_qemu_err info "$U/a.qcow2"
+same_as_qemu_err info --output=json "$U/a.qcow2"
+same_as_qemu_err info --output=json "$U/a.raw?host_key_check=no"
+same_as_qemu_err info -f raw "ssh://$(id -un)@127.0.0.1:$SSH_PORT$SCRATCH/a.raw"
+same_as_qemu_err info "json:{'driver': 'ssh', 'server': {'host': '127.0.0.1', 'port': '$SSH_PORT'}, 'path': '$SCRATCH/a.raw'}"
+same_as_qemu_err info "json:{'driver': 'qcow2', 'file': {'driver': 'ssh', 'host': '127.0.0.1', 'port': $SSH_PORT, 'path': '$SCRATCH/a.qcow2', 'host_key_check': 'yes'}}"
+same_as_qemu_err info --image-opts "driver=raw,file.driver=ssh,file.server.host=127.0.0.1,file.server.port=$SSH_PORT,file.path=$SCRATCH/a.raw,file.host-key-check.mode=none"
+same_as_qemu_err map --output=json "$U/a.qcow2"
+
+# reads, writes and flushes of raw and qcow2 over ssh (several SFTP reads in
+# flight: the 300k read is 10 of them; the same file for both tools, so
+# the reads are of what neither tool writes)
+raw_io=(-f raw -c 'read -P 7 0 100k' -c 'read -P 0 400k 300k' -c 'write -P 3 100k 300k'
+    -c flush -c 'read -P 3 100k 300k' -c 'write -P 4 1020k 4k' -c 'read -v 1048570 6')
+cp base.raw w.raw && cp base.raw e.raw || exit 1
+"$QEMU_IO" "${raw_io[@]}" e.raw >/dev/null || exit 1
+same_as_qemu_io "raw" "${raw_io[@]}" "$U/w.raw"
+assert_rc "raw: contents" 0 cmp e.raw w.raw
+IO_IMAGE=$SCRATCH/w.qcow2 IO_FROM=base.qcow2 same_as_qemu_io "qcow2" \
+    -c 'read -P 9 700k 64k' -c 'write -P 5 64k 1k' -c 'write -z 512k 128k' -c flush \
+    -c 'read -P 5 64k 1k' -c 'read -P 0 512k 128k' -c 'write -P 6 2M 4k' "$U/w.qcow2"
+same_as_qemu_io "info of raw over ssh" -f raw -c info "$U/a.raw"
+same_as_qemu_io "info of the node itself" -c info \
+    "json:{'driver': 'ssh', 'server.host': '127.0.0.1', 'server.port': '$SSH_PORT', 'path': '$SCRATCH/a.raw'}"
+same_as_qemu_io "read past the end" -f raw -c 'read 1048572 8' "$U/a.raw"
+
+# convert from ssh, and to ssh (into an image created over ssh)
+"$QEMU_IMG" convert -O qcow2 "$U/a.qcow2" q.qcow2 || exit 1
+assert_rc "convert from ssh" 0 "$QIMG" convert -O qcow2 "$U/a.qcow2" m.qcow2
+assert_rc "convert from ssh: contents" 0 "$QEMU_IMG" compare -q q.qcow2 m.qcow2
+assert_eq "convert from ssh: map" "$(map_flags q.qcow2)" "$(map_flags m.qcow2)"
+"$QEMU_IMG" convert -O qcow2 base.raw "$U/qo.qcow2" || exit 1
+assert_rc "convert to ssh" 0 "$QIMG" convert -O qcow2 base.raw "$U/mo.qcow2"
+assert_rc "convert to ssh: contents" 0 "$QEMU_IMG" compare -q qo.qcow2 mo.qcow2
+assert_rc "convert to ssh: check" 0 "$QEMU_IMG" check -q mo.qcow2
+# (not the map: where a cluster is only partly data, qemu-img writes its
+# zeros, qimg leaves them to the file's end being extended -- a hole there)
+assert_eq "convert to ssh: clusters" "$("$QEMU_IMG" check qo.qcow2 | tail -n 2)" \
+    "$("$QEMU_IMG" check mo.qcow2 | tail -n 2)"
+assert_rc "convert -O raw to ssh" 0 "$QIMG" convert -O raw "$U/a.qcow2" "$U/mo.raw"
+assert_rc "convert -O raw to ssh: contents" 0 cmp base.raw mo.raw
+
+# create over ssh: the size rounded up to 512 bytes; no preallocation
+for f in raw qcow2; do
+    same_as_qemu_err create -f $f "$U/c.$f" 1000
+    cp "c.$f" "q.$f"
+    same_as_qemu_err create -f $f "$U/c.$f" 1000
+    assert_rc "create -f $f: same file" 0 cmp "q.$f" "c.$f"
+done
+same_as_qemu_err create -f raw -o preallocation=full "$U/c.raw" 1M
+same_as_qemu_err create -f qcow2 -o preallocation=full "$U/c.qcow2" 1M
+same_as_qemu_err create -f qcow2 -o nocow=on "$U/c.qcow2" 1M
+same_as_qemu_err create -f raw "$U/nodir/c.raw" 1M
+same_as_qemu_io "read-only" -r -f raw -c 'write 0 512' "$U/a.raw"
+# resize grows only (one byte written at the new end)
+cp base.raw r.raw && cp base.raw q.raw || exit 1
+"$QEMU_IMG" resize -q -f raw "$U/q.raw" +100k || exit 1
+assert_rc "resize over ssh" 0 "$QIMG" resize -q -f raw "$U/r.raw" +100k
+assert_rc "resize over ssh: same file" 0 cmp q.raw r.raw
+same_as_qemu_err resize -f raw "$U/r.raw" --shrink 64k
+
+# bad input: a missing file, a folder, bad names
+same_as_qemu_err info "$U/missing.raw"
+same_as_qemu_err info -f raw "ssh://127.0.0.1:$SSH_PORT/"
+same_as_qemu_err info "ssh://127.0.0.1:$SSH_PORT"
+same_as_qemu_err info "ssh:///x"
+same_as_qemu_err info "$U/a.raw?host_key_check=maybe"
+
+# a server gone in the middle of a session: the next request fails, no hang
+cp base.raw g.raw || exit 1
+timeout 60 "$QIMG" io -f raw -c 'read -P 7 0 4k' -c 'sleep 4000' -c 'read -P 7 0 4k' \
+    "$U/g.raw" >g.out 2>&1 &
+io_pid=$!
+for _ in $(seq 100); do
+    kids=$(pgrep -P "$_sshd_pid")
+    [ -n "$kids" ] && grep -q 'read 4096/4096' g.out && break
+    sleep 0.05
+done
+# shellcheck disable=SC2086
+[ -n "$kids" ] && kill $kids
+wait "$io_pid"
+assert_eq "server gone: exit code (qemu-io's)" 1 $?
+assert_eq "server gone: the second read fails, nothing else" \
+    "read failed: Input/output error" "$(grep -v '^read 4096\|^4 KiB' g.out)"
+
+# no server at all
+kill "$_sshd_pid" && gone "$_sshd_pid" && _sshd_pid=
+same_as_qemu_err info "$U/a.raw"
+
+finish
