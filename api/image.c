@@ -518,7 +518,13 @@ gboolean qimg_image_make_empty(QimgImage *img, GError **error)
         blk_error_clear();
         ret = node->drv->make_empty(node);
     }
-    return node_result(node, ret, "Could not empty", error);
+    if (ret < 0) { /* QEMU's bdrv_make_empty: the errno's text */
+        blk_error_clear();
+        g_set_error(error, QIMG_ERROR, -ret, "Failed to empty %s: %s", node->filename,
+                    g_strerror(-ret));
+        return FALSE;
+    }
+    return TRUE;
 }
 
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)

@@ -201,6 +201,8 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_REFBLOCK_LOAD] = "refblock_load",
     [BLKEV_CLUSTER_ALLOC] = "cluster_alloc",
     [BLKEV_L1_GROW_ALLOC] = "l1_grow_alloc_table",
+    [BLKEV_EMPTY_IMAGE_PREPARE] = "empty_image_prepare",
+    [BLKEV_REFTABLE_UPDATE] = "reftable_update",
 };
 
 const char *blk_event_name(BlkEvent ev)

@@ -92,6 +92,12 @@ typedef enum BlkEvent {
      * table (QEMU's l1_grow_alloc_table) */
     BLKEV_CLUSTER_ALLOC,
     BLKEV_L1_GROW_ALLOC,
+    /* emptying an image completely (qcow2/empty.c): clearing the clusters
+     * the new refcount structures and L1 table take (QEMU's
+     * empty_image_prepare), pointing the header at the new refcount table
+     * (QEMU's reftable_update) */
+    BLKEV_EMPTY_IMAGE_PREPARE,
+    BLKEV_REFTABLE_UPDATE,
     BLKEV__MAX
 } BlkEvent;
 

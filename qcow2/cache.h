@@ -69,6 +69,9 @@ int qcow2_cache_flush_locked(Qcow2Cache *c);
 /* Forget the table at offset (it was freed or must be re-read), dirty or
  * not; a table someone holds a reference to is kept. */
 void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
+/* Forget every table (QEMU's qcow2_cache_empty): none may be dirty or
+ * referenced; the memory stays for later gets. */
+void qcow2_cache_empty_locked(Qcow2Cache *c);
 /* Free the tables nobody took since the previous call, unless referenced
  * or dirty (cache.c invariant 6); returns how many were freed. */
 unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c);
