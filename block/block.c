@@ -279,6 +279,7 @@ void blk_close(BlkNode *img)
     blk_close(img->backing);
     blk_close(img->file);
     g_free(img->filename);
+    g_free(img->qemu_name);
     g_free(img->backing_filename);
     g_free(img->full_backing_filename);
     g_free(img->backing_format);
