@@ -197,6 +197,12 @@ typedef struct ApiOpenLayers {
     char *outer_format;
     /* a quorum node (api/quorum.c), or no children */
     ApiQuorum quorum;
+    /* the JSON text of the json: name's members that are not strings
+     * (json-flat.c invariant 3), or NULL */
+    GHashTable *json_typed;
+    /* QEMU's name for the image's file node where it is not the name
+     * opened (json-blkdebug.c invariant 6), or NULL */
+    char *file_qemu_name;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 
@@ -221,10 +227,17 @@ gboolean api_options_name(const char *name, const char *options, BlkOpenOptions 
  * (json-name.c invariants 5, 13, 16). */
 gboolean api_data_file_options(GHashTable *sub, char **path, BlkOpenOptions *d,
                                GError **error);
+/* open.c: QEMU's name of a format node over a file node named file_name:
+ * that name, or json:{"driver": FORMAT, "file": {the file's options}}
+ * (rbd-name.c invariant 5's order). */
+char *api_qemu_format_name(const char *format, const char *file_name);
 /* json-blkdebug.c: the blkdebug node's options under prefix ("file.")
- * taken out of flat as its "blkdebug:RULES:FILE" *name (g_free). */
-gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
-                              GError **error);
+ * taken out of flat as its "blkdebug:RULES:FILE" *name (g_free), and
+ * QEMU's name for the node in *qemu_name (g_free; may be NULL: not
+ * wanted), with the JSON types of typed (json-flat.c invariant 3; may be
+ * NULL). */
+gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *typed,
+                              char **name, char **qemu_name, GError **error);
 /* json-blkdebug.c: "driver": "blkdebug" as the image (its invariant 5):
  * the options of the layer below (a new table), the rules of a node over
  * a format in layers->blkdebug_rules (none when the node is over the
@@ -265,7 +278,8 @@ void api_quorum_clear(ApiQuorum *q);
 /* json-flat.c: the JSON of a "json:{...}" name flattened into flat
  * (char* -> char*, owned), json-glib loaded at the first call (its
  * invariant 1). */
-gboolean api_json_flat(const char *name, GHashTable *flat, GError **error);
+gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
+                       GError **error);
 
 /* ---- open-opts.c: option syntax and runtime options ---- */
 

@@ -160,6 +160,12 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
                 : g_strdup(node->filename);
         node = api_open_node_on(node, name, &outer, error);
     }
+    if (node && layers.file_qemu_name) {
+        /* json-blkdebug.c invariant 6: QEMU names the format by its file */
+        g_free(node->qemu_name);
+        node->qemu_name =
+            api_qemu_format_name(node->drv->format_name, layers.file_qemu_name);
+    }
     if (node && layers.blkdebug_rules) { /* json-name.c invariant 14 */
         node = blk_open_faulty_over(layers.blkdebug_rules, node);
         if (!node) {
@@ -524,7 +530,13 @@ gboolean qimg_image_make_empty(QimgImage *img, GError **error)
         blk_error_clear();
         ret = node->drv->make_empty(node);
     }
-    return node_result(node, ret, "Could not empty", error);
+    if (ret < 0) { /* QEMU's bdrv_make_empty: the errno's text */
+        blk_error_clear();
+        g_set_error(error, QIMG_ERROR, -ret, "Failed to empty %s: %s",
+                    blk_node_name(node), g_strerror(-ret));
+        return FALSE;
+    }
+    return TRUE;
 }
 
 char *qimg_image_resolve_backing(QimgImage *img, const char *backing_file)

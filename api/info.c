@@ -138,7 +138,7 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
                             "\"filename\": \"%s\"}}",
                             k, f);
     } else {
-        info->filename = g_strdup(node->filename);
+        info->filename = g_strdup(blk_node_name(node));
     }
     info->format = g_strdup(node->drv->format_name);
     info->virtual_size = node->size;

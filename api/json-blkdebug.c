@@ -37,6 +37,19 @@
  *     name none (the name given beside options is the node's filename);
  *     with a format there (image.driver other than file) the node is the
  *     filter over that format's node, with the rules of invariant 2 and 3.
+ *  6. Under a format, the node's name is QEMU's (blkdebug_refresh_filename):
+ *     "blkdebug:CONFIG:FILE" (CONFIG the config option, or the first part
+ *     of a "blkdebug:" filename, else empty) when its only options are
+ *     config and the image; otherwise a json: name of the node's options,
+ *     as QEMU prints its QDict (rbd-name.c invariant 5): driver, the
+ *     options QEMU calls strong (config, inject-error.*, set-state.*, the
+ *     request limits), flat, with the JSON types they were given in
+ *     (json-flat.c invariant 3; given as options, strings), and "image":
+ *     {"driver": "file", "filename": FILE}.  QEMU copies the node's
+ *     options twice after it read them with their prefix ("file."), so
+ *     two options in one bucket come out in the order of their prefixed
+ *     keys' buckets (inject-error.0.errno before inject-error.0.event).  The format over
+ * it is then named json:{"driver": FORMAT, "file": {...}} (api/image.c).
  */
 #include "api/api.h"
 
@@ -379,7 +392,7 @@ GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **e
     fmt = g_hash_table_lookup(flat, "image.driver");
     if (!fmt || strcmp(fmt, "file") == 0) { /* over the file, read as raw */
         char *name = NULL;
-        if (!api_blkdebug_options(flat, "", &name, error)) {
+        if (!api_blkdebug_options(flat, "", NULL, &name, NULL, error)) {
             return NULL;
         }
         g_hash_table_insert(child, g_strdup("driver"), g_strdup("raw"));
@@ -403,8 +416,75 @@ GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **e
     return g_steal_pointer(&child);
 }
 
-gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
-                              GError **error)
+/* A JSON string of s. */
+static char *json_str(const char *s)
+{
+    GString *out = g_string_new(NULL);
+
+    blk_json_append_string(out, s);
+    return g_string_free(out, FALSE);
+}
+
+/* Invariant 6: the order QEMU puts the strong options in its name's QDict:
+ * by the bucket of their prefixed key, the last first. */
+static gint put_order_cmp(gconstpointer a, gconstpointer b, gpointer prefix)
+{
+    g_autofree char *x = g_strconcat(prefix, *(const char *const *)a, NULL);
+    g_autofree char *y = g_strconcat(prefix, *(const char *const *)b, NULL);
+    unsigned bx = blk_qdict_bucket(x), by = blk_qdict_bucket(y);
+
+    return bx != by ? (bx > by ? -1 : 1) : strcmp(x, y);
+}
+
+/* Invariant 6: QEMU's name of the node, its own options in opts (prefix
+ * dropped; typed by the full key), config the config file (or ""). */
+static char *qemu_node_name(GHashTable *opts, const char *prefix, GHashTable *typed,
+                            const char *config, const char *file)
+{
+    g_autoptr(GPtrArray) keys = g_ptr_array_new();
+    g_autoptr(GPtrArray) vals = g_ptr_array_new_with_free_func(g_free);
+    gint64 i;
+    const char *sub;
+
+    g_ptr_array_add(keys, "driver");
+    g_ptr_array_add(vals, json_str("blkdebug"));
+    if (*config) {
+        g_ptr_array_add(keys, "config");
+        g_ptr_array_add(vals, json_str(config));
+    }
+    g_autoptr(GPtrArray) own = g_ptr_array_new();
+    GHashTableIter it;
+    gpointer key;
+    g_hash_table_iter_init(&it, opts);
+    while (g_hash_table_iter_next(&it, &key, NULL)) {
+        if (is_limit(key) || group_key(key, "inject-error", &i, &sub) ||
+            group_key(key, "set-state", &i, &sub)) {
+            g_ptr_array_add(own, key);
+        }
+    }
+    g_ptr_array_sort_with_data(own, put_order_cmp, (gpointer)prefix);
+    for (guint n = 0; n < own->len; n++) {
+        const char *k = own->pdata[n];
+        g_autofree char *full = g_strconcat(prefix, k, NULL);
+        const char *t = typed ? g_hash_table_lookup(typed, full) : NULL;
+        g_ptr_array_add(keys, (gpointer)k);
+        g_ptr_array_add(vals, t ? g_strdup(t) : json_str(g_hash_table_lookup(opts, k)));
+    }
+    if (own->len == 0) {
+        return g_strdup_printf("blkdebug:%s:%s", config, file);
+    }
+    const char *ikeys[] = {"driver", "filename"};
+    g_autofree char *ifile = json_str(file);
+    const char *ivals[] = {"\"file\"", ifile};
+    g_ptr_array_add(keys, "image");
+    g_ptr_array_add(vals, blk_qdict_json_object(2, ikeys, ivals));
+    g_autofree char *obj = blk_qdict_json_object(
+        keys->len, (const char *const *)keys->pdata, (const char *const *)vals->pdata);
+    return g_strconcat("json:", obj, NULL);
+}
+
+gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *typed,
+                              char **name, char **qemu_name, GError **error)
 {
     g_autoptr(GHashTable) opts =
         g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -420,5 +500,14 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, char **name,
         return FALSE;
     }
     *name = g_strdup_printf("blkdebug:%s:%s", rules, file);
+    if (qemu_name) {
+        const char *config = g_hash_table_lookup(opts, "config");
+        g_free(*qemu_name);
+        *qemu_name = qemu_node_name(opts, prefix, typed,
+                                    config       ? config
+                                    : name_rules ? name_rules
+                                                 : "",
+                                    file);
+    }
     return TRUE;
 }

@@ -60,7 +60,8 @@ gboolean api_data_file_options(GHashTable *sub, char **path, BlkOpenOptions *d,
          * under raw or itself the data file */
         bool under_raw = !drv || strcmp(drv, "blkdebug") != 0;
         g_hash_table_remove(sub, "driver");
-        if (!api_blkdebug_options(sub, under_raw ? "file." : "", path, error)) {
+        if (!api_blkdebug_options(sub, under_raw ? "file." : "", NULL, path, NULL,
+                                  error)) {
             return FALSE;
         }
         g_hash_table_remove(sub, "file.driver");

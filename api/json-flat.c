@@ -16,6 +16,10 @@
  *     KEY.0, KEY.1, ... (with their own keys below: KEY.0.event); JSON null
  *     is "", booleans "on"/"off", integers their decimal text; any other
  *     value is "Parameter 'KEY' expects a number".
+ *  3. Where the caller asks (typed), every member that is not a JSON
+ *     string is also kept as its JSON text (null, true/false, the
+ *     integer), so a name QEMU prints back from the options (a blkdebug
+ *     node's, json-blkdebug.c invariant 6) shows the types it was given.
  */
 #include "api/api.h"
 #include "block/dl.h"
@@ -66,10 +70,16 @@ static BlkDlLib lib = {
     .table_size = sizeof(jg),
 };
 
-static gboolean flatten_node(JsonNode *v, char *key, GHashTable *flat, GError **error);
+/* Where flattening puts what it reads: flat (key -> string, invariant 2)
+ * and typed (key -> JSON text, invariant 3; may be NULL). */
+typedef struct FlatOut {
+    GHashTable *flat, *typed;
+} FlatOut;
 
-/* Flatten obj into flat (key -> string), prefix "a.b." (invariant 2). */
-static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
+static gboolean flatten_node(JsonNode *v, char *key, const FlatOut *out, GError **error);
+
+/* Flatten obj into out, prefix "a.b." (invariant 2). */
+static gboolean flatten(JsonObject *obj, const char *prefix, const FlatOut *out,
                         GError **error)
 {
     g_autoptr(GList) members = jg.json_object_get_members(obj);
@@ -77,31 +87,42 @@ static gboolean flatten(JsonObject *obj, const char *prefix, GHashTable *flat,
     for (GList *l = members; l; l = l->next) {
         const char *k = l->data;
         if (!flatten_node(jg.json_object_get_member(obj, k), g_strconcat(prefix, k, NULL),
-                          flat, error)) {
+                          out, error)) {
             return FALSE;
         }
     }
     return TRUE;
 }
 
+/* Invariant 3: key's value as JSON text too. */
+static void keep_typed(const FlatOut *out, const char *key, const char *json)
+{
+    if (out->typed) {
+        g_hash_table_insert(out->typed, g_strdup(key), g_strdup(json));
+    }
+}
+
 /* One member (key: owned, consumed). */
-static gboolean flatten_node(JsonNode *v, char *key_in, GHashTable *flat, GError **error)
+static gboolean flatten_node(JsonNode *v, char *key_in, const FlatOut *out,
+                             GError **error)
 {
     g_autofree char *key = key_in;
+    GHashTable *flat = out->flat;
 
     switch (jg.json_node_get_node_type(v)) {
     case JSON_NODE_OBJECT: {
         g_autofree char *p = g_strconcat(key, ".", NULL);
-        return flatten(jg.json_node_get_object(v), p, flat, error);
+        return flatten(jg.json_node_get_object(v), p, out, error);
     }
     case JSON_NODE_NULL:
+        keep_typed(out, key, "null");
         g_hash_table_insert(flat, g_steal_pointer(&key), g_strdup(""));
         return TRUE;
     case JSON_NODE_ARRAY: {
         JsonArray *a = jg.json_node_get_array(v);
         for (guint i = 0; i < jg.json_array_get_length(a); i++) {
             if (!flatten_node(jg.json_array_get_element(a, i),
-                              g_strdup_printf("%s.%u", key, i), flat, error)) {
+                              g_strdup_printf("%s.%u", key, i), out, error)) {
                 return FALSE;
             }
         }
@@ -110,15 +131,17 @@ static gboolean flatten_node(JsonNode *v, char *key_in, GHashTable *flat, GError
     case JSON_NODE_VALUE: {
         GType t = jg.json_node_get_value_type(v);
         if (t == G_TYPE_BOOLEAN) {
+            keep_typed(out, key, jg.json_node_get_boolean(v) ? "true" : "false");
             g_hash_table_insert(flat, g_steal_pointer(&key),
                                 g_strdup(jg.json_node_get_boolean(v) ? "on" : "off"));
         } else if (t == G_TYPE_STRING) {
             g_hash_table_insert(flat, g_steal_pointer(&key),
                                 g_strdup(jg.json_node_get_string(v)));
         } else if (t == G_TYPE_INT64) {
-            g_hash_table_insert(
-                flat, g_steal_pointer(&key),
-                g_strdup_printf("%" G_GINT64_FORMAT, jg.json_node_get_int(v)));
+            g_autofree char *n =
+                g_strdup_printf("%" G_GINT64_FORMAT, jg.json_node_get_int(v));
+            keep_typed(out, key, n);
+            g_hash_table_insert(flat, g_steal_pointer(&key), g_steal_pointer(&n));
         } else {
             g_set_error(error, QIMG_ERROR, EINVAL, "Parameter '%s' expects a number",
                         key);
@@ -130,8 +153,10 @@ static gboolean flatten_node(JsonNode *v, char *key_in, GHashTable *flat, GError
     return TRUE;
 }
 
-gboolean api_json_flat(const char *name, GHashTable *flat, GError **error)
+gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
+                       GError **error)
 {
+    const FlatOut out = {flat, typed};
     g_autoptr(GError) err = NULL;
     g_autofree char *text = NULL;
     JsonParser *parser;
@@ -156,7 +181,7 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GError **error)
         g_set_error(error, QIMG_ERROR, EINVAL, "Invalid JSON object given");
         ok = FALSE;
     } else {
-        ok = flatten(jg.json_node_get_object(root), "", flat, error);
+        ok = flatten(jg.json_node_get_object(root), "", &out, error);
     }
     jg.g_object_unref(parser);
     return ok;

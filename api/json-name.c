@@ -149,6 +149,8 @@ void api_open_layers_clear(ApiOpenLayers *l)
     g_clear_pointer(&l->blkdebug_rules, g_free);
     g_clear_pointer(&l->outer_format, g_free);
     api_quorum_clear(&l->quorum);
+    g_clear_pointer(&l->json_typed, g_hash_table_unref);
+    g_clear_pointer(&l->file_qemu_name, g_free);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a
@@ -562,7 +564,9 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     }
     g_autofree char *dbg_name = NULL; /* invariant 13 */
     if (!from_image && fdrv && strcmp(fdrv, "blkdebug") == 0) {
-        if (!api_blkdebug_options(flat, "file.", &dbg_name, error)) {
+        if (!api_blkdebug_options(flat, "file.", layers ? layers->json_typed : NULL,
+                                  &dbg_name, layers ? &layers->file_qemu_name : NULL,
+                                  error)) {
             return FALSE;
         }
         file = dbg_name;
@@ -721,7 +725,11 @@ gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path,
 
     const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
 
-    return api_json_flat(name, flat, error) && apply(flat, o, path, &how, error);
+    if (!layers->json_typed) {
+        layers->json_typed = flat_new();
+    }
+    return api_json_flat(name, flat, layers->json_typed, error) &&
+           apply(flat, o, path, &how, error);
 }
 
 gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
@@ -731,7 +739,7 @@ gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
 
     const ApplyHow how = {.from_image = true};
 
-    return api_json_flat(name, flat, error) && apply(flat, o, path, &how, error);
+    return api_json_flat(name, flat, NULL, error) && apply(flat, o, path, &how, error);
 }
 
 gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
@@ -757,13 +765,21 @@ gboolean api_options_name(const char *name, const char *options, BlkOpenOptions 
     }
     /* invariant 7: the options win over a json: name's */
     if (name && g_str_has_prefix(name, "json:")) {
-        if (!api_json_flat(name, from_name, error)) {
+        g_autoptr(GHashTable) typed = flat_new();
+        if (!api_json_flat(name, from_name, typed, error)) {
             return FALSE;
+        }
+        if (!layers->json_typed) {
+            layers->json_typed = flat_new();
         }
         g_hash_table_iter_init(&it, from_name);
         while (g_hash_table_iter_next(&it, &k, &v)) {
             if (!g_hash_table_contains(flat, k)) {
+                const char *t = g_hash_table_lookup(typed, k);
                 g_hash_table_insert(flat, g_strdup(k), g_strdup(v));
+                if (t) { /* an option given beside it is a string */
+                    g_hash_table_insert(layers->json_typed, g_strdup(k), g_strdup(t));
+                }
             }
         }
     } else if (name) {

@@ -203,6 +203,18 @@ static int open_backing(BlkNode *img, const BlkOpenOptions *opts, GSList *chain,
     return 0;
 }
 
+char *api_qemu_format_name(const char *format, const char *file_name)
+{
+    if (!g_str_has_prefix(file_name, "json:")) {
+        return g_strdup(file_name);
+    }
+    const char *keys[] = {"driver", "file"};
+    g_autofree char *fmt = g_strdup_printf("\"%s\"", format);
+    const char *vals[] = {fmt, file_name + strlen("json:")};
+    g_autofree char *obj = blk_qdict_json_object(2, keys, vals);
+    return g_strconcat("json:", obj, NULL);
+}
+
 static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *filename,
                             const char *canon, const BlkOpenOptions *opts, GSList *chain,
                             bool user_name, GError **error)
@@ -246,11 +258,9 @@ static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *fil
     img->file = file;
     /* QEMU names a format over a node named by options by its options too:
      * json:{"driver": FORMAT, "file": {...}} (an RBD image) */
-    img->filename =
-        g_str_has_prefix(file->filename, "json:{")
-            ? g_strdup_printf("json:{\"driver\": \"%s\", \"file\": %s}", drv->format_name,
-                              file->filename + strlen("json:"))
-            : g_strdup(filename);
+    img->filename = g_str_has_prefix(file->filename, "json:{")
+                        ? api_qemu_format_name(drv->format_name, file->filename)
+                        : g_strdup(filename);
     img->read_only = ro;
     img->probed = probed;
     img->cache = opts->cache;

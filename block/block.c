@@ -201,6 +201,8 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_REFBLOCK_LOAD] = "refblock_load",
     [BLKEV_CLUSTER_ALLOC] = "cluster_alloc",
     [BLKEV_L1_GROW_ALLOC] = "l1_grow_alloc_table",
+    [BLKEV_EMPTY_IMAGE_PREPARE] = "empty_image_prepare",
+    [BLKEV_REFTABLE_UPDATE] = "reftable_update",
 };
 
 const char *blk_event_name(BlkEvent ev)
@@ -277,6 +279,7 @@ void blk_close(BlkNode *img)
     blk_close(img->backing);
     blk_close(img->file);
     g_free(img->filename);
+    g_free(img->qemu_name);
     g_free(img->backing_filename);
     g_free(img->full_backing_filename);
     g_free(img->backing_format);

@@ -92,6 +92,12 @@ typedef enum BlkEvent {
      * table (QEMU's l1_grow_alloc_table) */
     BLKEV_CLUSTER_ALLOC,
     BLKEV_L1_GROW_ALLOC,
+    /* emptying an image completely (qcow2/empty.c): clearing the clusters
+     * the new refcount structures and L1 table take (QEMU's
+     * empty_image_prepare), pointing the header at the new refcount table
+     * (QEMU's reftable_update) */
+    BLKEV_EMPTY_IMAGE_PREPARE,
+    BLKEV_REFTABLE_UPDATE,
     BLKEV__MAX
 } BlkEvent;
 
@@ -132,8 +138,12 @@ typedef struct BlkLimits {
 
 struct BlkNode {
     const BlkDriver *drv;
-    void *opaque;     /* driver state */
-    char *filename;   /* as given by the user */
+    void *opaque;   /* driver state */
+    char *filename; /* as given by the user */
+    /* QEMU's name for the node where qimg opened it by another one (a
+     * format over a blkdebug node named by options: json-blkdebug.c
+     * invariant 6), or NULL; shown by blk_node_name() */
+    char *qemu_name;
     BlkNode *file;    /* protocol child of a format node; NULL for protocol */
     BlkNode *backing; /* backing node, or NULL */
     bool read_only;
@@ -155,6 +165,12 @@ struct BlkNode {
     BlkNode *filtered;    /* filter nodes: the child that holds the data */
     BlkLimits *limits;    /* the driver's (limits.c), or NULL: none */
 };
+
+/* The node's name as QEMU shows it (qimg info, "Failed to empty"). */
+static inline const char *blk_node_name(const BlkNode *img)
+{
+    return img->qemu_name ? img->qemu_name : img->filename;
+}
 
 /* Block status answers (driver level; equal to the public QIMG_STATUS_*). */
 enum {

@@ -5,7 +5,8 @@
  * Owns: parsing "rbd:pool/[namespace/]image[@snap][:key=value...]" as
  * QEMU 7.2 does (qemu_rbd_parse_filename's rules, learnt from its
  * behaviour), building such a name back, and QEMU's json:{...} name of an
- * RBD node.
+ * RBD node -- with QEMU's JSON text rules every json: name qimg builds
+ * shares (string escapes, QDict member order: invariants 4 and 5).
  *
  * Invariants (cited as "rbd-name.c invariant N"):
  *  1. A backslash escapes the next character anywhere in the name: a
@@ -23,15 +24,19 @@
  *     so parsing its result gives the same location (rbd.h invariant 2);
  *     a location without a namespace gets none in the name.
  *  4. The json: name holds pool, image, conf, snapshot, driver, namespace
- *     and user, those given, in the order QEMU prints its QDict (the hash
- *     buckets of these keys: 61, 181, 206, 226, 239, 320, 468); librados
+ *     and user, those given, in QEMU's QDict order (invariant 5); librados
  *     settings are not in it, as QEMU leaves them out.  Strings are
  *     escaped as QEMU's JSON writer escapes them (\uXXXX for control
  *     characters and everything past ASCII, U+FFFD for invalid UTF-8).
+ *  5. QEMU prints a QDict's members bucket by bucket (512 buckets, by the
+ *     tdb hash of the key QEMU's qdict.c uses), and within one bucket the
+ *     member put last first (blk_qdict_json_object: members in the order
+ *     QEMU puts them).
  */
 #include "block/rbd.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool blk_is_rbd_name(const char *filename)
@@ -256,33 +261,85 @@ void blk_json_append_string(GString *out, const char *s)
     g_string_append_c(out, '"');
 }
 
-static void json_member(GString *out, bool *first, const char *key, const char *value)
+/* Invariant 5: QEMU's QDict bucket of key (its tdb hash, 512 buckets). */
+unsigned blk_qdict_bucket(const char *key)
 {
-    if (!value) {
-        return;
+    uint32_t v = 0x238F13AFu * (uint32_t)strlen(key);
+
+    for (uint32_t i = 0; key[i]; i++) {
+        v += (uint32_t)(unsigned char)key[i] << (i * 5 % 24);
     }
-    g_string_append(out, *first ? "" : ", ");
-    *first = false;
-    blk_json_append_string(out, key);
-    g_string_append(out, ": ");
-    blk_json_append_string(out, value);
+    return (1103515243u * v + 12345u) % 512u;
+}
+
+typedef struct QdictMember {
+    unsigned bucket, put;
+    const char *key, *json;
+} QdictMember;
+
+static int qdict_member_cmp(const void *a, const void *b)
+{
+    const QdictMember *x = a, *y = b;
+
+    if (x->bucket != y->bucket) {
+        return x->bucket < y->bucket ? -1 : 1;
+    }
+    return x->put > y->put ? -1 : x->put < y->put; /* the last put first */
+}
+
+char *blk_qdict_json_object(size_t n, const char *const *keys, const char *const *json)
+{
+    g_autofree QdictMember *m = g_new0(QdictMember, n ? n : 1);
+    GString *out = g_string_new("{");
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (json[i]) {
+            m[k++] =
+                (QdictMember){blk_qdict_bucket(keys[i]), (unsigned)i, keys[i], json[i]};
+        }
+    }
+    qsort(m, k, sizeof(*m), qdict_member_cmp);
+    for (size_t i = 0; i < k; i++) {
+        g_string_append(out, i ? ", " : "");
+        blk_json_append_string(out, m[i].key);
+        g_string_append_printf(out, ": %s", m[i].json);
+    }
+    g_string_append_c(out, '}');
+    return g_string_free(out, FALSE);
+}
+
+/* A JSON string of s (NULL stays NULL). */
+static char *json_str(const char *s)
+{
+    GString *out;
+
+    if (!s) {
+        return NULL;
+    }
+    out = g_string_new(NULL);
+    blk_json_append_string(out, s);
+    return g_string_free(out, FALSE);
 }
 
 /* Invariant 4. */
 char *blk_rbd_json_object(const BlkRbdLocation *loc)
 {
-    GString *out = g_string_new("{");
-    bool first = true;
+    const char *keys[] = {"driver",   "pool",      "image", "conf",
+                          "snapshot", "namespace", "user"};
+    const char *vals[] = {"rbd",         loc->pool,      loc->image, loc->conf,
+                          loc->snapshot, loc->namespace, loc->user};
+    char *json[G_N_ELEMENTS(keys)];
+    char *obj;
 
-    json_member(out, &first, "pool", loc->pool);
-    json_member(out, &first, "image", loc->image);
-    json_member(out, &first, "conf", loc->conf);
-    json_member(out, &first, "snapshot", loc->snapshot);
-    json_member(out, &first, "driver", "rbd");
-    json_member(out, &first, "namespace", loc->namespace);
-    json_member(out, &first, "user", loc->user);
-    g_string_append_c(out, '}');
-    return g_string_free(out, FALSE);
+    for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
+        json[i] = json_str(vals[i]);
+    }
+    obj = blk_qdict_json_object(G_N_ELEMENTS(keys), keys, (const char *const *)json);
+    for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
+        g_free(json[i]);
+    }
+    return obj;
 }
 
 char *blk_rbd_json_name(const BlkRbdLocation *loc)

@@ -59,6 +59,12 @@ void blk_rbd_location_copy(BlkRbdLocation *dst, const BlkRbdLocation *src);
 void blk_rbd_location_clear(BlkRbdLocation *loc);
 /* Append s as QEMU writes a JSON string (its escapes). */
 void blk_json_append_string(GString *out, const char *s);
+/* The JSON object QEMU prints for a QDict whose members were put in the
+ * order keys[0..n) (rbd-name.c invariant 5), json[i] being member i's
+ * value as JSON text (NULL: no such member). */
+char *blk_qdict_json_object(size_t n, const char *const *keys, const char *const *json);
+/* The QDict bucket QEMU puts key in (rbd-name.c invariant 5). */
+unsigned blk_qdict_bucket(const char *key);
 
 extern const BlkDriver blk_rbd_driver;
 

@@ -387,6 +387,21 @@ void qcow2_cache_discard_range_locked(Qcow2Cache *c, uint64_t offset, uint64_t l
     }
 }
 
+void qcow2_cache_empty_locked(Qcow2Cache *c)
+{
+    for (Qcow2CacheEntry *e = c->head; e; e = e->next) {
+        /* written back first, and never held across the lock (qcow2.h
+         * invariant 4) */
+        g_assert(e->ref == 0 && !(e->valid && e->dirty));
+        if (e->valid) {
+            g_hash_table_remove(c->by_offset, &e->offset);
+        }
+        e->valid = false;
+        e->need_gen = 0;
+    }
+    c->depends = NULL;
+}
+
 unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c)
 {
     unsigned dropped = 0;

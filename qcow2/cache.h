@@ -72,6 +72,9 @@ void qcow2_cache_discard_locked(Qcow2Cache *c, uint64_t offset);
 /* The same for every table in [offset, offset + len) (both multiples of
  * the table size): e.g. all the slices of one L2 table. */
 void qcow2_cache_discard_range_locked(Qcow2Cache *c, uint64_t offset, uint64_t len);
+/* Forget every table (QEMU's qcow2_cache_empty): none may be dirty or
+ * referenced; the memory stays for later gets. */
+void qcow2_cache_empty_locked(Qcow2Cache *c);
 /* Free the tables nobody took since the previous call, unless referenced
  * or dirty (cache.c invariant 6); returns how many were freed. */
 unsigned qcow2_cache_clean_unused_locked(Qcow2Cache *c);

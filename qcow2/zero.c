@@ -567,31 +567,3 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
     qcow2_unlock(s);
     return ret;
 }
-
-/* qemu-img commit's last step (QEMU's qcow2_make_empty): every cluster the
- * active L1 maps is dropped (a full discard: unallocated, not zero), so the
- * image reads through its backing file again; then flushed. */
-int qcow2_make_empty(BlkNode *img)
-{
-    Qcow2State *s = img->opaque;
-    uint64_t end = ROUND_UP(img->size, s->cluster_size);
-    Qcow2Inflight r;
-    int ret;
-
-    qcow2_lock(s);
-    ret = qcow2_check_data_writable_locked(s, 0, img->size); /* meta.c inv. 8 */
-    if (ret < 0) {
-        qcow2_unlock(s);
-        return ret;
-    }
-    qcow2_inflight_begin_locked(s, &r, 0, end, true);
-    qcow2_unlock(s);
-
-    ret = end ? qcow2_discard_registered(s, 0, end, true, QCOW2_DISCARD_SNAPSHOT) : 0;
-
-    qcow2_lock(s);
-    qcow2_inflight_end_locked(s, &r);
-    ret = qcow2_finish_request_locked(s, ret);
-    qcow2_unlock(s);
-    return ret < 0 ? ret : qcow2_flush(img);
-}

@@ -908,6 +908,33 @@ static void test_lazy_refcounts_dirty_bit(void **state)
         copy);
 }
 
+/* empty.c invariants 2 and 3: a reset right after writes on an image with
+ * lazy refcounts (its refcount blocks still dirty in the cache) writes them
+ * back first, and leaves qemu-img's bare image, reading the base. */
+static void test_make_empty_lazy(void **state)
+{
+    TU_REQUIRE_QEMU();
+    g_autofree char *b = tu_fresh("empty-base.qcow2");
+    g_autofree char *p = tu_fresh("empty-lazy.qcow2");
+    uint8_t data[4096];
+
+    tu_run("qemu-img create -q -f qcow2 '%s' 16M && "
+           "qemu-io -c 'write -P 0x11 0 1M' '%s' >/dev/null",
+           b, b);
+    tu_run("qemu-img create -q -f qcow2 -o lazy_refcounts=on -b '%s' -F qcow2 '%s'", b,
+           p);
+    BlkNode *img = open_rw(p);
+    memset(data, 0x99, sizeof(data));
+    assert_int_equal(blk_pwrite(img, 4096, data, sizeof(data), 0), 0);
+    assert_int_equal(blk_pwrite(img, MB(5), data, sizeof(data), 0), 0);
+    assert_true(qcow2_cache_has_dirty_locked(st(img)->refcount_cache));
+    assert_int_equal(img->drv->make_empty(img), 0);
+    close_ok(img);
+    check_clean(p);
+    tu_run("test $(stat -c %%s '%s') = %d", p, 4 * 65536);
+    tu_run("qemu-io -c 'read -P 0x11 0 1M' -c 'read -P 0 5M 4096' '%s' >/dev/null", p);
+}
+
 /* Unknown autoclear bits are cleared by a read-write open only. */
 static void test_autoclear_cleared(void **state)
 {
@@ -1056,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_overlap_check),
         cmocka_unit_test(test_alloc_offset_zero),
         cmocka_unit_test(test_lazy_refcounts_dirty_bit),
+        cmocka_unit_test(test_make_empty_lazy),
         cmocka_unit_test(test_autoclear_cleared),
         cmocka_unit_test(test_discard_v2_v3),
         cmocka_unit_test(test_zero_semantics),

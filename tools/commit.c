@@ -13,8 +13,10 @@
  *  2. The image is opened read-write (-t, default writeback); what the
  *     layers above the base define -- data, and zeros as zero clusters --
  *     is written into the base (grown first when it is smaller), nothing
- *     else; then, unless -d, the image is emptied (every cluster dropped:
- *     it reads through the base again).  "Image committed." unless -q.
+ *     else; then, unless -d, the image is emptied (qcow2/empty.c: it
+ *     reads through the base again); a failure there is "Failed to empty
+ *     NAME: REASON", and a format that cannot be emptied is left as it is.
+ *     "Image committed." unless -q.
  *  3. Crash safety (qimg's rule): the base's new contents are durable (it
  *     is flushed and closed) before the top is emptied, so at any power
  *     loss the chain reads as before: the base changes only under ranges
@@ -209,10 +211,14 @@ int cmd_commit(int argc, char **argv)
         return 1;
     }
     if (drop && !qimg_image_make_empty(img, &err)) {
-        tool_progress_end(&cp.prog);
-        tool_error("Block job failed: %s", err->message);
-        g_error_free(err);
-        return 1;
+        /* QEMU's: a format that cannot be emptied is left as it is */
+        if (!g_error_matches(err, QIMG_ERROR, ENOTSUP)) {
+            tool_progress_end(&cp.prog);
+            tool_error("%s", err->message);
+            g_error_free(err);
+            return 1;
+        }
+        g_clear_error(&err);
     }
     tool_progress_update(&cp.prog, size, size);
     tool_progress_end(&cp.prog);

@@ -4,7 +4,7 @@
 # preallocation=metadata and falloc (qcow2/prealloc.c: batches of L2
 # tables, refcount blocks made many at a time, a refcount area; with small
 # clusters the refcount table is replaced on the way) and shrink, check -r
-# leaks and -r all, convert -O qcow2 with and without -c, and create with
+# leaks and -r all, commit (emptying the top), convert -O qcow2 with and without -c, and create with
 # preallocation=metadata/falloc/full, also with small clusters (the same
 # driver code on a new image, create.c), each on the recording node.  In every state qemu-img check finds no corruption and
 # the disk reads as the operation allows: resize keeps the data (grown
@@ -115,6 +115,29 @@ ops_cases() {
         --base-errors "$d/damaged.qcow2" -- check -r all @IMG@
     unset CONTROL_ARGS
 }
+
+# commit: the top is emptied after the base holds its data (commit.c fact
+# 3); the chain reads the same in every state.  v3 is reset completely
+# (qcow2/empty.c: dirty bit first, then new refcount structures and L1),
+# v2 emptied by discards.
+commit_case() {
+    local cfg=$1 copts=$2 d=$SCRATCH/commit-$1
+
+    rm -rf "$d"
+    mkdir -p "$d"
+    # shellcheck disable=SC2086
+    "$QEMU_IMG" create -q -f qcow2 $copts "$d/b.qcow2" 8M
+    # shellcheck disable=SC2086
+    "$QEMU_IMG" create -q -f qcow2 $copts -b "$d/b.qcow2" -F qcow2 "$d/img.qcow2"
+    "$QEMU_IO" -c 'write -P 0x41 0 1M' "$d/b.qcow2" >/dev/null
+    "$QEMU_IO" -c 'write -P 0x42 512k 2M' -c 'write -P 0x43 6M 64k' "$d/img.qcow2" \
+        >/dev/null
+    "$QEMU_IMG" convert -O raw "$d/img.qcow2" "$d/A.raw"
+    crash_op "commit-$cfg" "$d" --expect-raw "$d/A.raw" -- commit @IMG@
+}
+commit_case v3-64k ""
+commit_case v3-512 "-o cluster_size=512"
+commit_case v2-4k "-o compat=0.10,cluster_size=4k"
 
 ops_cases v3-64k ""
 ops_cases v3-512 "-o cluster_size=512"
