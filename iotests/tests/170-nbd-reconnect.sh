@@ -13,7 +13,8 @@ requires qimg qemu-img qemu-io qemu-nbd nbdkit
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 1M || exit 1
 srv=
-trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; _cleanup' EXIT
+# (k.pid: died's nbdkit, if a failed check left it running)
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; [ ! -s k.pid ] || kill -9 "$(cat k.pid)" 2>/dev/null; _cleanup' EXIT
 
 # serve SOCK: qemu-nbd serving d.qcow2 on SOCK (its own for each run: a
 # server of an earlier run never removes it).
@@ -83,6 +84,7 @@ died() {
         _fail "nbdkit did not start"
     wait_sock k.sock || _fail "nbdkit did not start"
     kpid=$(cat k.pid)
+    [ -n "$kpid" ] || _fail "nbdkit wrote no pid"
     "$@" --image-opts "driver=nbd,server.type=unix,server.path=$PWD/k.sock" \
         -c 'read 0 64k' -c 'read 0 4k' >died.out 2>&1 &
     local client=$!
@@ -94,6 +96,7 @@ died() {
     kill -9 "$kpid"
     wait "$client"
     echo "rc $?" >>died.out
+    gone "$kpid" && rm -f k.pid || _fail "nbdkit still runs"
     cat died.out
 }
 assert_eq "the server died under a read" "$(died "$QEMU_IO")" "$(died "$QIMG" io)"
