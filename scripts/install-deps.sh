@@ -15,6 +15,9 @@ pkgs+=(libgnutls28-dev)
 # libvhdi-utils (vhdiinfo) and python3-libvhdi: an independent VHD/VHDX reader.
 pkgs+=(libvhdi-utils python3-libvhdi)
 pkgs+=(python3 nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin liburing-dev fio openssl)
+# strace: what a tool asks of the kernel or a server, compared with QEMU's
+# (the locks of 025, copy_file_range in 178, the ssh server's fsyncs in 179)
+pkgs+=(strace)
 # cryptsetup, the independent reader of the LUKS headers qimg writes
 pkgs+=(cryptsetup-bin)
 # python3-cryptography: the crash explorer's own LUKS reader (iotests/crash)

@@ -12,7 +12,7 @@
 #      qimg against qimg too; readers share with readers.
 #   3. qimg holds the same bytes in /proc/locks as QEMU for the same kind of
 #      open: image file, backing file, external data file, raw images; and
-#      (under strace, when installed) the short-lived commands take the same
+#      (under strace) the short-lived commands take the same
 #      locks as qemu-img's, create included.
 #
 # QEMU 7.2's bytes (100 + i: holds permission i, 200 + i: does not share it;
@@ -28,7 +28,7 @@
 #   convert's source (any file of its chain)     + 201 203
 #   create (while the file is created)           101 103 203
 . "$(dirname "$0")/../common.sh"
-requires qimg qemu-img qemu-io qemu-system-x86_64 python3 timeout md5sum
+requires qimg qemu-img qemu-io qemu-system-x86_64 python3 timeout md5sum strace
 
 VM_PID= HOLD_PID=
 trap 'kill $VM_PID $HOLD_PID 2>/dev/null; _cleanup' EXIT
@@ -340,7 +340,7 @@ release
 # file only: qemu-img's create reopens the new image a few more times than
 # qimg's), then the arguments, tab-separated; phases-N.q and phases-N.m
 # hold what each tool locked.
-if command -v strace >/dev/null 2>&1; then
+{
     cat >phases.py <<'EOF'
 import collections, re, subprocess, sys
 def phases_of(cmd):
@@ -424,5 +424,5 @@ EOF
         assert_eq "$([ "$how" = first ] && echo "first ")locks of ${args//$'\t'/ }" \
             "$(<"phases-$n.q")" "$(<"phases-$n.m")"
     done <phases.list
-fi
+}
 finish
