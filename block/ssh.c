@@ -491,30 +491,11 @@ static int ssh_write_locked(SshState *s, uint64_t offset, const BlkIOV *q)
     return 0;
 }
 
-static int ssh_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
-{
-    SshState *s = img->opaque;
-    int ret;
-
-    g_mutex_lock(&s->lock);
-    ret = ssh_write_locked(s, offset, qiov);
-    if (ret == 0 && (flags & BLK_REQ_FUA)) {
-        ret = SL.sftp_fsync(s->file) < 0 ? sftp_error(s, EIO, "fsync") : 0;
-    }
-    if (ret == 0) {
-        img->size = MAX(img->size, s->size);
-    }
-    g_mutex_unlock(&s->lock);
-    return ret;
-}
-
 /* Fact 6. */
-static int ssh_flush(BlkNode *img)
+static int ssh_flush_locked(SshState *s)
 {
-    SshState *s = img->opaque;
     int ret = 0;
 
-    g_mutex_lock(&s->lock);
     if (!s->dirty) {
         /* invariant 5: nothing to make durable */
     } else if (!SL.sftp_extension_supported(s->sftp, "fsync@openssh.com", "1")) {
@@ -527,6 +508,33 @@ static int ssh_flush(BlkNode *img)
         ret = sftp_error(s, EIO, "fsync");
     } else {
         s->dirty = false;
+    }
+    return ret;
+}
+
+static int ssh_flush(BlkNode *img)
+{
+    SshState *s = img->opaque;
+    int ret;
+
+    g_mutex_lock(&s->lock);
+    ret = ssh_flush_locked(s);
+    g_mutex_unlock(&s->lock);
+    return ret;
+}
+
+static int ssh_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+{
+    SshState *s = img->opaque;
+    int ret;
+
+    g_mutex_lock(&s->lock);
+    ret = ssh_write_locked(s, offset, qiov);
+    if (ret == 0 && (flags & BLK_REQ_FUA)) {
+        ret = ssh_flush_locked(s); /* fact 6: as a flush, the extension checked */
+    }
+    if (ret == 0) {
+        img->size = MAX(img->size, s->size);
     }
     g_mutex_unlock(&s->lock);
     return ret;

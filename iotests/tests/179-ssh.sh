@@ -9,6 +9,7 @@
 . "$(dirname "$0")/../common.sh"
 . "$IOTESTS_DIR/sshd.sh"
 ssh_requires
+requires strace
 ssh_start
 ssh_env
 ssh_known_host
@@ -88,6 +89,34 @@ same_as_qemu_err info -f raw "ssh://127.0.0.1:$SSH_PORT/"
 same_as_qemu_err info "ssh://127.0.0.1:$SSH_PORT"
 same_as_qemu_err info "ssh:///x"
 same_as_qemu_err info "$U/a.raw?host_key_check=maybe"
+
+# a FUA write (write -f) is made durable as a flush is, once: the fsync()
+# calls the server makes for it (strace on sshd and its session processes)
+# are qemu-io's -- one, none more at close (fact 6, invariant 5).  (A
+# server without fsync@openssh.com, where FUA warns as a flush does, is
+# not tried: OpenSSH's sftp server always has it.)
+server_fsyncs() {
+    local st
+    strace -f -e trace=fsync -o fs.out -p "$_sshd_pid" 2>st.err &
+    st=$!
+    for _ in $(seq 200); do
+        grep -q attached st.err && break
+        sleep 0.05
+    done
+    "$@" >/dev/null 2>&1
+    kill -INT "$st" && wait "$st"
+    grep -c "fsync(" fs.out
+}
+cp base.raw f.raw || exit 1
+assert_eq "write -f: the server's fsyncs" \
+    "$(server_fsyncs "$QEMU_IO" -f raw -c 'write -f -P 1 0 4k' "$U/f.raw")" \
+    "$(server_fsyncs "$QIMG" io -f raw -c 'write -f -P 1 0 4k' "$U/f.raw")"
+assert_eq "write -f, flush: the server's fsyncs" \
+    "$(server_fsyncs "$QEMU_IO" -f raw -c 'write -f -P 1 0 4k' -c flush "$U/f.raw")" \
+    "$(server_fsyncs "$QIMG" io -f raw -c 'write -f -P 1 0 4k' -c flush "$U/f.raw")"
+assert_eq "write, write -f: the server's fsyncs" \
+    "$(server_fsyncs "$QEMU_IO" -f raw -c 'write -P 1 0 4k' -c 'write -f 8k 4k' "$U/f.raw")" \
+    "$(server_fsyncs "$QIMG" io -f raw -c 'write -P 1 0 4k' -c 'write -f 8k 4k' "$U/f.raw")"
 
 # a server gone in the middle of a session: the next request fails, no hang
 cp base.raw g.raw || exit 1
