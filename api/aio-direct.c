@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* invariant 12: larger encrypted requests run on the pool */
 #define AIO_CRYPT_DIRECT_MAX (64u << 10)
@@ -65,6 +66,103 @@ static int crypt_end(ApiAioReq *r, int ret)
     return ret;
 }
 
+/* Invariant 13: the caller's data with the plan's zeros around it, in
+ * r->bq (r->out); false: no memory. */
+static bool alloc_out(ApiAioReq *r)
+{
+    size_t zlen = (size_t)MAX(r->direct.head, r->direct.tail);
+    int n = 0;
+
+    r->out = &r->q;
+    if (zlen == 0) {
+        return true;
+    }
+    if (posix_memalign((void **)&r->bounce, AIO_BOUNCE_ALIGN, zlen) != 0) {
+        r->bounce = NULL;
+        return false;
+    }
+    memset(r->bounce, 0, zlen);
+    r->ovec = g_new(struct iovec, (size_t)r->q.niov + 2);
+    if (r->direct.head) {
+        r->ovec[n++] = (struct iovec){.iov_base = r->bounce, .iov_len = r->direct.head};
+    }
+    for (int i = 0; i < r->q.niov; i++) {
+        r->ovec[n++] = r->q.iov[i];
+    }
+    if (r->direct.tail) {
+        r->ovec[n++] = (struct iovec){.iov_base = r->bounce, .iov_len = r->direct.tail};
+    }
+    iov_init_external(&r->bq, r->ovec, n);
+    r->out = &r->bq;
+    return true;
+}
+
+/* Invariant 13: the plan's end is done (ret: the link's outcome); the
+ * request completes, or runs again on the pool if its data write failed.
+ * reaped: on the ring's reaping thread (handed on at the batch's end). */
+static void alloc_finish(ApiAioReq *r, int ret, bool reaped)
+{
+    ApiAio *a = r->aio;
+
+    free(r->bounce);
+    r->bounce = NULL;
+    g_free(r->ovec);
+    r->ovec = NULL;
+    r->alloc = false;
+    if (r->ring_ret < 0) {
+        __atomic_add_fetch(&a->stats.ring_retries, 1, __ATOMIC_RELAXED);
+        if (!reaped) {
+            api_aio_run_req(r); /* already on a worker */
+            return;
+        }
+        if (pool_submit(a->pool, api_aio_run_req, r) == 0) {
+            return;
+        }
+        ret = r->ring_ret;
+        g_set_error(&r->error, QIMG_ERROR, -ret, "Could not write '%s': %s",
+                    a->img->node->filename, g_strerror(-ret));
+    } else if (ret < 0) {
+        api_io_error(a->img, r->op, ret, &r->error); /* invariant 4 */
+    }
+    blk_error_clear();
+    r->ret = ret;
+    if (reaped) {
+        r->next = a->reaped; /* handed on at the batch's end (uring.c inv. 4) */
+        a->reaped = r;
+    } else {
+        api_aio_complete(r);
+    }
+}
+
+/* Invariant 13: a worker ends the plan where the reaper could not. */
+static int alloc_end_task(void *opaque)
+{
+    ApiAioReq *r = opaque;
+    BlkNode *node = r->aio->img->node;
+
+    blk_error_clear();
+    alloc_finish(r, node->drv->alloc_end(node, &r->direct, r->ring_ret, true), false);
+    return 0;
+}
+
+/* Invariant 13: an allocating write's data write finished (on the thread
+ * that reaps): end its plan without waiting for the metadata lock, else on
+ * a worker. */
+static void alloc_done(ApiAioReq *r, int ret)
+{
+    BlkNode *node = r->aio->img->node;
+
+    r->ring_ret = ret;
+    ret = node->drv->alloc_end(node, &r->direct, ret, false);
+    if (ret == -EWOULDBLOCK) {
+        if (pool_submit(r->aio->pool, alloc_end_task, r) == 0) {
+            return;
+        }
+        ret = node->drv->alloc_end(node, &r->direct, r->ring_ret, true);
+    }
+    alloc_finish(r, ret, true);
+}
+
 /* Invariant 7: a ring request finished (on the reaper thread).  Anything
  * but a full transfer runs again on the pool, through the node, for its
  * error. */
@@ -73,6 +171,10 @@ static void uring_done(void *opaque, int ret)
     ApiAioReq *r = opaque;
     BlkNode *node = r->aio->img->node;
 
+    if (r->alloc) {
+        alloc_done(r, ret); /* invariant 13 */
+        return;
+    }
     node->drv->direct_end(node, &r->direct);
     ret = crypt_end(r, ret); /* invariant 12 */
     if (ret < 0) {
@@ -107,6 +209,39 @@ void api_aio_uring_batch_end(void *opaque)
     api_aio_complete_list(a, list, last);
 }
 
+/* Invariant 13: a write that direct_begin did not take, planned by the
+ * driver and its data written through the ring. */
+static bool try_uring_alloc(ApiAio *a, ApiAioReq *r)
+{
+    BlkNode *node = a->img->node;
+    int ret = -EAGAIN;
+
+    r->direct = (BlkDirect){0};
+    if (!node->drv->alloc_begin ||
+        !node->drv->alloc_begin(node, r->offset, r->len, &r->direct)) {
+        return false;
+    }
+    r->alloc = true;
+    if (alloc_out(r) && blk_uring_can_write(r->direct.node, r->direct.offset, r->out)) {
+        ret = blk_uring_writev(a->uring, r->direct.node, r->direct.offset, r->out,
+                               uring_done, r);
+    }
+    if (ret < 0) {
+        (void)node->drv->alloc_end(node, &r->direct, ret, true); /* undone */
+        blk_error_clear();
+        free(r->bounce);
+        r->bounce = NULL;
+        g_free(r->ovec);
+        r->ovec = NULL;
+        r->alloc = false;
+        r->out = &r->q;
+        return false;
+    }
+    __atomic_add_fetch(&a->stats.ring_writes, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&a->stats.ring_allocs, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
 /* Invariant 7: send a read, or a write that needs nothing after it, to the
  * ring if the mapping allows it. */
 bool api_aio_try_uring(ApiAio *a, ApiAioReq *r)
@@ -128,7 +263,7 @@ bool api_aio_try_uring(ApiAio *a, ApiAioReq *r)
     }
     r->direct = (BlkDirect){0};
     if (!node->drv->direct_begin(node, r->offset, r->len, write, &r->direct)) {
-        return false;
+        return write && try_uring_alloc(a, r); /* invariant 13 */
     }
     if (!crypt_begin(r)) { /* invariant 12 */
         node->drv->direct_end(node, &r->direct);

@@ -48,6 +48,9 @@ struct ApiAioReq {
     const BlkIOV *out; /* what goes to the node: &q, or &bq (invariant 12) */
     uint8_t *bounce;   /* invariant 12: a write's ciphertext, or NULL */
     BlkIOV bq;
+    bool alloc;         /* invariant 13: direct holds an allocating plan */
+    struct iovec *ovec; /* invariant 13: bq's iovec (zeros, data, zeros) */
+    int ring_ret;       /* invariant 13: the data write's outcome */
     ApiAioReq *next;
 };
 

@@ -73,6 +73,18 @@
  *     AIO_CRYPT_DIRECT_MAX run on the pool instead, where their cipher work
  *     spreads over the workers rather than holding up the submitter or the
  *     thread that reaps.
+ * 13. The io_uring engine's allocating writes: a write that invariant 7
+ *     does not take (no fast map hit), with the same conditions, is
+ *     planned by the driver on the submitting thread (BlkDriver.
+ *     alloc_begin: qcow2's write.c invariant 18 -- registered, allocated,
+ *     the file covering it) and its data, with the zeros the plan asks
+ *     around it, goes to the ring as one write; its completion ends the
+ *     plan (alloc_end: the link) on the thread that reaps, or on a worker
+ *     when the metadata lock is busy (the reaper never waits for it), and
+ *     only then is the request completed -- so its callback comes after
+ *     its L2 entry, and a flush submitted after it covers both (uring.c
+ *     invariant 1).  A data write that failed or came back short links
+ *     nothing and runs again on the pool (invariant 7).
  */
 #include "api/aio-int.h"
 
@@ -537,6 +549,7 @@ gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **
         out.ring_reads = __atomic_load_n(&a->stats.ring_reads, __ATOMIC_RELAXED);
         out.ring_writes = __atomic_load_n(&a->stats.ring_writes, __ATOMIC_RELAXED);
         out.ring_retries = __atomic_load_n(&a->stats.ring_retries, __ATOMIC_RELAXED);
+        out.ring_allocs = __atomic_load_n(&a->stats.ring_allocs, __ATOMIC_RELAXED);
     }
     api_struct_out(stats, &out, sizeof(out));
     return TRUE;

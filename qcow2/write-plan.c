@@ -108,8 +108,11 @@ static bool cow_reads_zero(const Qcow2State *s, uint64_t e)
     return !entry_has_host(s, e) || (e & QCOW2_OFLAG_ZERO);
 }
 
-/* Plan the chunk starting at guest pos (< end).  Lock held. */
-int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c)
+/* Plan the chunk starting at guest pos (< end).  Lock held.  ring
+ * (invariant 18): -EAGAIN, before anything is allocated or changed, unless
+ * the chunk covers [pos, end) and its COW parts need no read. */
+int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring,
+                            Chunk *c)
 {
     const uint64_t max_bytes = UINT64_C(64) << 20;
     uint64_t cs = s->cluster_size, l2_index, l2_offset, max_nb;
@@ -201,6 +204,11 @@ int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c)
 
     c->cow_zero = c->kind == CHUNK_FRESH && cow_reads_zero(s, c->old_entry[0]) &&
                   cow_reads_zero(s, c->old_entry[c->nb - 1]); /* invariant 13 */
+    if (ring && (c->wend < end ||
+                 (!c->cow_zero && (c->fstart != c->wstart || c->fend != c->wend)))) {
+        ret = -EAGAIN; /* invariant 18 */
+        goto out;
+    }
     if (c->kind != CHUNK_IN_PLACE) {
         ret = qcow2_mark_dirty_locked(s); /* invariant 2 */
         if (ret < 0) {

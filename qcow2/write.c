@@ -130,6 +130,29 @@
  *     write).  Not on an encrypted image, nor where the data node cannot
  *     take the copy (blk_can_copy_range): -ENOTSUP before anything is
  *     planned.
+ * 18. An allocating write for the io_uring engine (qcow2_alloc_begin, api/
+ *     aio.c invariant 13) is a guest write whose phases run on other
+ *     threads: registration and plan in one hold of the lock on the
+ *     submitting thread -- only when nothing is in its way (no wait), the
+ *     request fits one chunk and its COW parts need no read (zeros, or
+ *     none: the ring writes them with the data as invariant 8 does, or not
+ *     at all on clusters the file grown ahead holds as zeros, invariant
+ *     11) -- then the data write on the ring, then (qcow2_alloc_end, on
+ *     the thread that reaps it) the link, the end of the registration and
+ *     the request's finish in one hold, exactly as write_locked does:
+ *     invariants 1-3, 6, 9, 12 and 14 hold as for any write.  Not on an
+ *     encrypted image nor with a data file (refused before planning).  A
+ *     data write that failed or came back short links nothing: the fresh
+ *     clusters are freed and the registration ends; the request runs
+ *     again the normal way.  The thread that reaps never waits for the
+ *     lock (wait false): a holder of the lock may wait for ring writes to
+ *     drop the file lock (grow.c's resize), which needs the reaper; nor
+ *     does it do I/O under the lock (a metadata write may wait for that
+ *     file lock too): a link that needs any (its L2 slice not cached, old
+ *     clusters to free, the frees' flush due) or an undo runs on a
+ *     worker.  Requests of the asynchronous API run outside any
+ *     allocation order (a worker holds no ticket), so the plan takes no
+ *     turn (invariant 12).
  */
 #include "qcow2/write.h"
 
@@ -436,7 +459,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
         }
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
-            ret = qcow2_plan_chunk_locked(s, pos, end, &c);
+            ret = qcow2_plan_chunk_locked(s, pos, end, false, &c);
             c.learn = learn;
         }
         if (ret == 0 && c.kind == CHUNK_IN_PLACE) {
@@ -553,5 +576,129 @@ retry:
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = qcow2_flush(img);
     }
+    return ret;
+}
+
+/* ---- the io_uring engine's allocating writes (invariant 18) ---- */
+
+typedef struct RingPlan {
+    Qcow2Inflight reg;
+    Chunk c;
+} RingPlan;
+
+bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect *d)
+{
+    Qcow2State *s = img->opaque;
+    uint64_t end = offset + bytes;
+    RingPlan *p;
+    int ret;
+
+    if (bytes == 0 || !qcow2_data_direct_ok(s) || s->encrypted ||
+        qcow2_has_data_file(s)) {
+        return false;
+    }
+    qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
+    qcow2_lock(s);
+    if (qcow2_check_data_writable_locked(s, offset, bytes) < 0 ||
+        qcow2_check_writable_locked(s) < 0 ||
+        qcow2_inflight_conflicts_locked(s, offset, bytes, true)) {
+        qcow2_unlock(s);
+        blk_error_clear(); /* the normal path waits, or reports it */
+        return false;
+    }
+    qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
+    p = g_new0(RingPlan, 1);
+    qcow2_inflight_begin_locked(s, &p->reg, offset, bytes, true); /* no wait */
+    ret = qcow2_plan_chunk_locked(s, offset, end, true, &p->c);
+    if (ret < 0) {
+        qcow2_inflight_end_locked(s, &p->reg);
+        qcow2_unlock(s);
+        blk_error_clear(); /* the normal path plans again and reports it */
+        qcow2_chunk_clear(&p->c);
+        g_free(p);
+        return false;
+    }
+    p->c.learn = true;
+    if (p->c.kind == CHUNK_IN_PLACE) {
+        learn_chunk_locked(s, &p->c);
+    }
+    qcow2_unlock(s);
+
+    const Chunk *c = &p->c;
+    bool zeros_free = c->cow_zero && c->grown_zero; /* invariant 11 */
+    uint64_t from = zeros_free ? c->wstart : c->fstart;
+    qcow2_data_direct_fill(s, c->host + (from - c->guest), offset, d);
+    d->head = c->wstart - from;
+    d->tail = zeros_free ? 0 : c->fend - c->wend;
+    d->hold = p;
+    blk_event(d->node, d->head || d->tail ? BLKEV_COW_DATA_WRITE : BLKEV_DATA_WRITE);
+    return true;
+}
+
+/* Invariant 18: can c's link run on the thread that reaps?  Only when it
+ * needs no I/O -- its L2 slice cached, no old host cluster to free, no
+ * cache to write for the refcount ordering (invariant 2), no flush of the
+ * frees due (qcow2_finish_request_locked) -- since an I/O
+ * there may wait for the file lock that ring writes hold until reaped. */
+static bool link_in_memory_locked(Qcow2State *s, const Chunk *c)
+{
+    if (!qcow2_l2_cached_locked(s, c->guest) ||
+        (s->pending_frees && s->pending_frees->len + c->nb >= QCOW2_MAX_PENDING_FREES) ||
+        (c->refcounted && qcow2_need_accurate_refcounts(s) &&
+         !qcow2_cache_can_depend_locked(s->l2_cache, s->refcount_cache))) {
+        return false;
+    }
+    for (uint64_t i = 0; c->kind == CHUNK_FRESH && i < c->nb; i++) {
+        if (c->old_entry[i] & (QCOW2_L2E_OFFSET_MASK | QCOW2_OFLAG_COMPRESSED)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int qcow2_alloc_end(BlkNode *img, BlkDirect *d, int ret, bool wait)
+{
+    Qcow2State *s = img->opaque;
+    RingPlan *p = d->hold;
+    Chunk *c = &p->c;
+
+    if (!wait) {
+        /* invariant 18: no wait, and no I/O; an undo (rare) frees
+         * clusters, which may write refcounts */
+        if (ret < 0 || !qcow2_trylock(s)) {
+            return -EWOULDBLOCK;
+        }
+        if (!link_in_memory_locked(s, c)) {
+            qcow2_unlock(s);
+            return -EWOULDBLOCK;
+        }
+    } else {
+        qcow2_lock(s);
+    }
+    if (ret == 0) {
+        c->data_gen = blk_write_gen(qcow2_data_node(s)); /* uring.c invariant 1 */
+        ret = link_chunk_locked(s, c);
+    } else {
+        /* the normal path runs the request again and reports it */
+        ret = 0;
+        c->learn = false;
+        if (c->refcounted) {
+            bool had_error = blk_error_mark(); /* invariant 9 */
+            qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
+            blk_error_unwind(had_error);
+            c->refcounted = false;
+        }
+    }
+    if (ret < 0 && c->refcounted) {
+        bool had_error = blk_error_mark(); /* invariant 9 */
+        qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
+        blk_error_unwind(had_error);
+    }
+    qcow2_inflight_end_locked(s, &p->reg);
+    ret = qcow2_finish_request_locked(s, ret);
+    qcow2_unlock(s);
+    qcow2_chunk_clear(c);
+    g_free(p);
+    d->hold = NULL;
     return ret;
 }

@@ -33,7 +33,9 @@ typedef struct Chunk {
 
 void qcow2_chunk_clear(Chunk *c);
 /* Plan the chunk starting at guest pos (< end).  Lock held (write.c
- * invariants 4, 5, 7, 10-13, 15, 16). */
-int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c);
+ * invariants 4, 5, 7, 10-13, 15, 16).  ring: only a chunk the io_uring
+ * engine can write in one go, else -EAGAIN with nothing done (inv. 18). */
+int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring,
+                            Chunk *c);
 
 #endif
