@@ -593,8 +593,8 @@ bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect 
     RingPlan *p;
     int ret;
 
-    if (bytes == 0 || !qcow2_data_direct_ok(s) || s->encrypted ||
-        qcow2_has_data_file(s)) {
+    if (bytes == 0 || img->limits || !qcow2_data_direct_ok(s) || s->encrypted ||
+        qcow2_has_data_file(s)) { /* limits: blk_pwritev's own path */
         return false;
     }
     qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
