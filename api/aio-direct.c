@@ -97,6 +97,17 @@ static bool alloc_out(ApiAioReq *r)
     return true;
 }
 
+/* Invariant 13: free what alloc_out made; r->out is the caller's data. */
+static void alloc_release(ApiAioReq *r)
+{
+    free(r->bounce);
+    r->bounce = NULL;
+    g_free(r->ovec);
+    r->ovec = NULL;
+    r->alloc = false;
+    r->out = &r->q;
+}
+
 /* Invariant 13: the plan's end is done (ret: the link's outcome); the
  * request completes, or runs again on the pool if its data write failed.
  * reaped: on the ring's reaping thread (handed on at the batch's end). */
@@ -104,11 +115,7 @@ static void alloc_finish(ApiAioReq *r, int ret, bool reaped)
 {
     ApiAio *a = r->aio;
 
-    free(r->bounce);
-    r->bounce = NULL;
-    g_free(r->ovec);
-    r->ovec = NULL;
-    r->alloc = false;
+    alloc_release(r);
     if (r->ring_ret < 0) {
         __atomic_add_fetch(&a->stats.ring_retries, 1, __ATOMIC_RELAXED);
         if (!reaped) {
@@ -229,12 +236,7 @@ static bool try_uring_alloc(ApiAio *a, ApiAioReq *r)
     if (ret < 0) {
         (void)node->drv->alloc_end(node, &r->direct, ret, true); /* undone */
         blk_error_clear();
-        free(r->bounce);
-        r->bounce = NULL;
-        g_free(r->ovec);
-        r->ovec = NULL;
-        r->alloc = false;
-        r->out = &r->q;
+        alloc_release(r);
         return false;
     }
     __atomic_add_fetch(&a->stats.ring_writes, 1, __ATOMIC_RELAXED);

@@ -638,8 +638,8 @@ bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect 
 /* Invariant 18: can c's link run on the thread that reaps?  Only when it
  * needs no I/O -- its L2 slice cached, no old host cluster to free, no
  * cache to write for the refcount ordering (invariant 2), no flush of the
- * frees due (qcow2_finish_request_locked) -- since an I/O
- * there may wait for the file lock that ring writes hold until reaped. */
+ * frees due (qcow2_finish_request_locked) -- since an I/O there may wait
+ * for the file lock that ring writes hold until reaped. */
 static bool link_in_memory_locked(Qcow2State *s, const Chunk *c)
 {
     if (!qcow2_l2_cached_locked(s, c->guest) ||
@@ -675,27 +675,20 @@ int qcow2_alloc_end(BlkNode *img, BlkDirect *d, int ret, bool wait)
     } else {
         qcow2_lock(s);
     }
+    /* a failed data write links nothing: the normal path runs the
+     * request again and reports it */
+    int linked = 0;
     if (ret == 0) {
         c->data_gen = blk_write_gen(qcow2_data_node(s)); /* uring.c invariant 1 */
-        ret = link_chunk_locked(s, c);
-    } else {
-        /* the normal path runs the request again and reports it */
-        ret = 0;
-        c->learn = false;
-        if (c->refcounted) {
-            bool had_error = blk_error_mark(); /* invariant 9 */
-            qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
-            blk_error_unwind(had_error);
-            c->refcounted = false;
-        }
+        linked = link_chunk_locked(s, c);
     }
-    if (ret < 0 && c->refcounted) {
+    if ((ret < 0 || linked < 0) && c->refcounted) {
         bool had_error = blk_error_mark(); /* invariant 9 */
         qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
         blk_error_unwind(had_error);
     }
     qcow2_inflight_end_locked(s, &p->reg);
-    ret = qcow2_finish_request_locked(s, ret);
+    ret = qcow2_finish_request_locked(s, linked);
     qcow2_unlock(s);
     qcow2_chunk_clear(c);
     g_free(p);
