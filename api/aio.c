@@ -2,11 +2,13 @@
  * api/aio.c: asynchronous requests (include/qimg/aio.h) on the same path as
  * the synchronous calls.
  *
- * Owns: the per-handle context (struct ApiAio): an unbounded task pool
- * whose workers run each request through api_io() -- the code the
- * synchronous calls use, so a request behaves, fails and is ordered with the
- * metadata exactly as they do -- the list of completed requests, the
- * eventfd that signals them, and the drain at close.
+ * Owns: the per-handle context (struct ApiAio, api/aio-int.h): an
+ * unbounded task pool whose workers run each request through api_io() --
+ * the code the synchronous calls use, so a request behaves, fails and is
+ * ordered with the metadata exactly as they do -- the list of completed
+ * requests, the eventfd that signals them, and the drain at close.  The
+ * engines that take requests without a worker (invariants 7, 10, 12) are
+ * api/aio-direct.c.
  *
  * Invariants (cited as "aio.c invariant N"):
  *  1. A request is counted in 'live' from the moment it is queued until
@@ -71,11 +73,20 @@
  *     AIO_CRYPT_DIRECT_MAX run on the pool instead, where their cipher work
  *     spreads over the workers rather than holding up the submitter or the
  *     thread that reaps.
+ * 13. The io_uring engine's allocating writes: a write that invariant 7
+ *     does not take (no fast map hit), with the same conditions, is
+ *     planned by the driver on the submitting thread (BlkDriver.
+ *     alloc_begin: qcow2's write.c invariant 18 -- registered, allocated,
+ *     the file covering it) and its data, with the zeros the plan asks
+ *     around it, goes to the ring as one write; its completion ends the
+ *     plan (alloc_end: the link) on the thread that reaps, or on a worker
+ *     when the metadata lock is busy (the reaper never waits for it), and
+ *     only then is the request completed -- so its callback comes after
+ *     its L2 entry, and a flush submitted after it covers both (uring.c
+ *     invariant 1).  A data write that failed or came back short links
+ *     nothing and runs again on the pool (invariant 7).
  */
-#include "aio/pool.h"
-#include "api/api.h"
-#include "crypto/block.h"
-#include "qimg/aio.h"
+#include "api/aio-int.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -86,54 +97,10 @@
 #include <unistd.h>
 
 #define AIO_DEFAULT_THREADS 64u
-/* invariant 12: larger encrypted requests run on the pool */
-#define AIO_CRYPT_DIRECT_MAX (64u << 10)
-#define AIO_BOUNCE_ALIGN 4096u
 
 _Static_assert((int)QIMG_AIO_MAY_UNMAP == BLK_REQ_MAY_UNMAP, "flag values");
 _Static_assert((int)QIMG_AIO_NO_FALLBACK == BLK_REQ_NO_FALLBACK, "flag values");
 _Static_assert((int)QIMG_AIO_FUA == BLK_REQ_FUA, "flag values");
-
-typedef struct ApiAio ApiAio;
-typedef struct ApiAioReq ApiAioReq;
-
-struct ApiAio {
-    QimgImage *img;
-    Pool *pool;
-    BlkUring *uring; /* the io_uring engine (invariant 7), or NULL */
-    int efd;
-    int wake_fd;   /* invariant 9 */
-    bool efd_used; /* [lock] invariant 3 */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;   /* a request completed */
-    ApiAioReq *done;       /* [lock] completed, callback not run (newest first) */
-    ApiAioReq *reaped;     /* [reaper thread] ring requests done, not yet in done */
-    unsigned live;         /* [lock] invariant 1 */
-    unsigned waiters;      /* [lock] threads in qimg_image_aio_wait() */
-    unsigned ring_waiters; /* [lock] of those, waiting on the ring (inv. 9) */
-    QimgAioStats stats;    /* counters: atomic (relaxed) */
-};
-
-struct ApiAioReq {
-    ApiAio *aio;
-    ApiIoOp op;
-    uint64_t offset, len;
-    unsigned flags;
-    BlkIOV q;
-    struct iovec *vec; /* the caller's iovec array, copied (aio.h rule 3) */
-    QimgAioFunc cb;
-    void *opaque;
-    int ret;
-    GError *error;
-    BlkDirect direct;  /* invariant 7: the mapping a ring read holds */
-    bool held;         /* invariant 10: direct holds a mapping */
-    const BlkIOV *out; /* what goes to the node: &q, or &bq (invariant 12) */
-    uint8_t *bounce;   /* invariant 12: a write's ciphertext, or NULL */
-    BlkIOV bq;
-    ApiAioReq *next;
-};
-
-static void uring_batch_end(void *opaque);
 
 static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
 {
@@ -151,7 +118,7 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
     if (o->engine == QIMG_AIO_ENGINE_IO_URING ||
         (o->engine == QIMG_AIO_ENGINE_AUTO && img->node->cache == BLK_CACHE_NONE)) {
         int e = 0;
-        a->uring = blk_uring_new(256, uring_batch_end, a, &e);
+        a->uring = blk_uring_new(256, api_aio_uring_batch_end, a, &e);
         if (!a->uring && o->engine == QIMG_AIO_ENGINE_IO_URING) {
             g_set_error(error, QIMG_ERROR, e, "io_uring is not available here: %s",
                         g_strerror(e));
@@ -255,7 +222,7 @@ static bool wake_waiters_locked(ApiAio *a)
 }
 
 /* Hand finished requests (list..last, linked by next) to the poller. */
-static void complete_list(ApiAio *a, ApiAioReq *list, ApiAioReq *last)
+void api_aio_complete_list(ApiAio *a, ApiAioReq *list, ApiAioReq *last)
 {
     bool first, wake;
 
@@ -273,13 +240,13 @@ static void complete_list(ApiAio *a, ApiAioReq *list, ApiAioReq *last)
     pthread_mutex_unlock(&a->lock); /* invariant 11: a is not touched after */
 }
 
-static void complete(ApiAioReq *r)
+void api_aio_complete(ApiAioReq *r)
 {
-    complete_list(r->aio, r, r);
+    api_aio_complete_list(r->aio, r, r);
 }
 
 /* The worker side: run, record the outcome, hand it to the poller. */
-static int run_req(void *opaque)
+int api_aio_run_req(void *opaque)
 {
     ApiAioReq *r = opaque;
     ApiAio *a = r->aio;
@@ -289,205 +256,8 @@ static int run_req(void *opaque)
     if (r->ret < 0) {
         api_io_error(a->img, r->op, r->ret, &r->error); /* invariant 4 */
     }
-    complete(r);
+    api_aio_complete(r);
     return 0; /* the outcome goes to the callback, not to the pool */
-}
-
-/* Invariant 12, once the driver mapped the request (r->direct): set
- * r->out, encrypting a write into r->bounce.  false: nothing to undo but
- * the mapping; run the request on the pool. */
-static bool crypt_begin(ApiAioReq *r)
-{
-    CryptoBlock *c = r->direct.crypto;
-
-    r->out = &r->q;
-    if (!c) {
-        return true;
-    }
-    if (r->len > AIO_CRYPT_DIRECT_MAX) {
-        return false;
-    }
-    if (r->op != API_IO_WRITE) {
-        return true;
-    }
-    if (posix_memalign((void **)&r->bounce, AIO_BOUNCE_ALIGN, MAX(r->len, 1u)) != 0) {
-        r->bounce = NULL;
-        return false;
-    }
-    if (crypto_block_encrypt_to(c, r->direct.iv_offset, &r->q, r->bounce) < 0) {
-        blk_error_clear(); /* the pool's run reports it */
-        free(r->bounce);
-        r->bounce = NULL;
-        return false;
-    }
-    iov_init_buf(&r->bq, r->bounce, r->len);
-    r->out = &r->bq;
-    return true;
-}
-
-/* Invariant 12, when the transfer ended with ret (after direct_end): a
- * read that succeeded decrypted, the bounce freed.  ret, or the
- * decryption's error (its message recorded on this thread). */
-static int crypt_end(ApiAioReq *r, int ret)
-{
-    free(r->bounce);
-    r->bounce = NULL;
-    if (ret >= 0 && r->direct.crypto && r->op == API_IO_READ) {
-        ret = crypto_block_decrypt(r->direct.crypto, r->direct.iv_offset, &r->q);
-    }
-    return ret;
-}
-
-/* Invariant 7: a ring request finished (on the reaper thread).  Anything
- * but a full transfer runs again on the pool, through the node, for its
- * error. */
-static void uring_done(void *opaque, int ret)
-{
-    ApiAioReq *r = opaque;
-    BlkNode *node = r->aio->img->node;
-
-    node->drv->direct_end(node, &r->direct);
-    ret = crypt_end(r, ret); /* invariant 12 */
-    if (ret < 0) {
-        blk_error_clear(); /* the pool's run makes the message */
-    }
-    if (ret < 0 && pool_submit(r->aio->pool, run_req, r) == 0) {
-        __atomic_add_fetch(&r->aio->stats.ring_retries, 1, __ATOMIC_RELAXED);
-        return;
-    }
-    r->ret = ret < 0 ? -EIO : 0;
-    if (ret < 0) {
-        g_set_error(&r->error, QIMG_ERROR, EIO, "%s '%s': %s",
-                    r->op == API_IO_READ ? "Could not read" : "Could not write",
-                    node->filename, g_strerror(-ret));
-    }
-    r->next = r->aio->reaped; /* handed on at the batch's end (uring.c inv. 4) */
-    r->aio->reaped = r;
-}
-
-static void uring_batch_end(void *opaque)
-{
-    ApiAio *a = opaque;
-    ApiAioReq *list = a->reaped, *last = list;
-
-    if (!list) {
-        return;
-    }
-    while (last->next) {
-        last = last->next;
-    }
-    a->reaped = NULL;
-    complete_list(a, list, last);
-}
-
-/* Invariant 7: send a read, or a write that needs nothing after it, to the
- * ring if the mapping allows it. */
-static bool try_uring(ApiAio *a, ApiAioReq *r)
-{
-    BlkNode *node = a->img->node;
-    bool write = r->op == API_IO_WRITE;
-    uint64_t end;
-    int ret;
-
-    if (!a->uring || (r->op != API_IO_READ && !write) || !node->drv->direct_begin ||
-        node->opts.copy_on_read || /* image.c invariant 4: api_io() */
-        __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
-        return false;
-    }
-    /* a write with FUA, or on a read-only or writethrough image, needs the
-     * sync path's checks or its flush (api.h invariant 2) */
-    if (write && (r->flags != 0 || node->read_only || node->cache != BLK_CACHE_NONE)) {
-        return false;
-    }
-    r->direct = (BlkDirect){0};
-    if (!node->drv->direct_begin(node, r->offset, r->len, write, &r->direct)) {
-        return false;
-    }
-    if (!crypt_begin(r)) { /* invariant 12 */
-        node->drv->direct_end(node, &r->direct);
-        return false;
-    }
-    if (write) {
-        ret = blk_uring_can_write(r->direct.node, r->direct.offset, r->out)
-                  ? blk_uring_writev(a->uring, r->direct.node, r->direct.offset, r->out,
-                                     uring_done, r)
-                  : -EAGAIN;
-    } else {
-        ret = blk_uring_can_read(r->direct.node, r->direct.offset, r->out)
-                  ? blk_uring_readv(a->uring, r->direct.node, r->direct.offset, r->out,
-                                    uring_done, r)
-                  : -EAGAIN;
-    }
-    if (ret < 0) {
-        crypt_end(r, ret); /* frees the bounce; nothing read */
-        node->drv->direct_end(node, &r->direct);
-        return false;
-    }
-    __atomic_add_fetch(write ? &a->stats.ring_writes : &a->stats.ring_reads, 1,
-                       __ATOMIC_RELAXED);
-    return true;
-}
-
-/* Invariant 10: a protocol node's completion, on its thread. */
-static void node_aio_done(void *opaque, int ret)
-{
-    ApiAioReq *r = opaque;
-    QimgImage *img = r->aio->img;
-
-    if (r->held) {
-        img->node->drv->direct_end(img->node, &r->direct);
-    }
-    ret = crypt_end(r, ret); /* invariant 12 */
-    r->ret = ret;
-    if (ret < 0) {
-        api_io_error(img, r->op, ret, &r->error); /* invariant 4 */
-        blk_error_clear();
-    }
-    complete(r);
-}
-
-/* Invariant 10: send a read, or a write that needs nothing after it, to a
- * protocol node that takes asynchronous requests. */
-static bool try_node_aio(ApiAio *a, ApiAioReq *r)
-{
-    BlkNode *node = a->img->node;
-    BlkNode *proto = node->drv->aio_rw ? node : node->file;
-    bool write = r->op == API_IO_WRITE;
-    uint64_t end;
-
-    if ((r->op != API_IO_READ && !write) || !proto || !proto->drv->aio_rw ||
-        node->opts.copy_on_read || /* image.c invariant 4: api_io() */
-        __builtin_add_overflow(r->offset, r->len, &end) || end > node->size) {
-        return false;
-    }
-    /* api.h invariant 2: a write with FUA, or on a read-only or
-     * writethrough image, needs the sync path's checks or its flush */
-    if (write &&
-        (r->flags != 0 || node->read_only || node->cache == BLK_CACHE_WRITETHROUGH ||
-         node->cache == BLK_CACHE_DIRECTSYNC)) {
-        return false;
-    }
-    r->held = proto != node;
-    r->direct = (BlkDirect){.node = node, .offset = r->offset};
-    if (r->held &&
-        (!node->drv->direct_begin ||
-         !node->drv->direct_begin(node, r->offset, r->len, write, &r->direct))) {
-        return false;
-    }
-    if (!crypt_begin(r)) { /* invariant 12 (only a held mapping is encrypted) */
-        node->drv->direct_end(node, &r->direct);
-        return false;
-    }
-    if (!r->direct.node->drv->aio_rw ||
-        r->direct.node->drv->aio_rw(r->direct.node, write, r->direct.offset, r->out,
-                                    node_aio_done, r) < 0) {
-        crypt_end(r, -EIO); /* frees the bounce; nothing read */
-        if (r->held) {
-            node->drv->direct_end(node, &r->direct);
-        }
-        return false;
-    }
-    return true;
 }
 
 static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len,
@@ -530,10 +300,10 @@ static gboolean submit(QimgImage *img, ApiIoOp op, uint64_t offset, uint64_t len
     a->live++;
     pthread_mutex_unlock(&a->lock);
     __atomic_add_fetch(&a->stats.submitted, 1, __ATOMIC_RELAXED);
-    if (try_uring(a, r) || try_node_aio(a, r)) {
+    if (api_aio_try_uring(a, r) || api_aio_try_node(a, r)) {
         return TRUE;
     }
-    ret = pool_submit(a->pool, run_req, r);
+    ret = pool_submit(a->pool, api_aio_run_req, r);
     if (ret < 0) {
         __atomic_sub_fetch(&a->stats.submitted, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&a->lock);
@@ -779,6 +549,7 @@ gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **
         out.ring_reads = __atomic_load_n(&a->stats.ring_reads, __ATOMIC_RELAXED);
         out.ring_writes = __atomic_load_n(&a->stats.ring_writes, __ATOMIC_RELAXED);
         out.ring_retries = __atomic_load_n(&a->stats.ring_retries, __ATOMIC_RELAXED);
+        out.ring_allocs = __atomic_load_n(&a->stats.ring_allocs, __ATOMIC_RELAXED);
     }
     api_struct_out(stats, &out, sizeof(out));
     return TRUE;

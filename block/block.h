@@ -122,6 +122,9 @@ typedef struct BlkDirect {
      * their IVs count from; NULL: the node holds the guest's bytes. */
     struct CryptoBlock *crypto;
     uint64_t iv_offset;
+    /* An allocating write (BlkDriver.alloc_begin): zero bytes written
+     * before and after the caller's data, offset being where they begin. */
+    uint64_t head, tail;
 } BlkDirect;
 
 /* Request limits a node imposes on the requests it is given (QEMU's
@@ -236,6 +239,21 @@ struct BlkDriver {
     bool (*direct_begin)(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                          struct BlkDirect *d);
     void (*direct_end)(BlkNode *img, struct BlkDirect *d);
+    /* A write without flags that direct_begin did not take, planned for
+     * the io_uring engine (api/aio.c invariant 13): registered, its
+     * clusters allocated and the file covering them, without waiting for
+     * anything but the metadata lock; d says where head zero bytes, the
+     * caller's data and tail zero bytes go, as one write.  false: nothing
+     * planned (the write needs a read, an order, a data file ...).  The
+     * plan is held until alloc_end.  Optional. */
+    bool (*alloc_begin)(BlkNode *img, uint64_t offset, uint64_t bytes,
+                        struct BlkDirect *d);
+    /* The data write of alloc_begin's plan ended with ret: on 0, link it;
+     * on a failure, undo it (nothing linked; the caller runs the request
+     * again the normal way).  wait false: -EWOULDBLOCK, with nothing done,
+     * rather than wait for the metadata lock.  0, or -errno with a message
+     * recorded (the link failed: the request fails). */
+    int (*alloc_end)(BlkNode *img, struct BlkDirect *d, int ret, bool wait);
     /* Protocol nodes that take asynchronous requests themselves (RBD):
      * start a read (write: true, a write without flags) of q at offset
      * and return 0 at once; done(opaque, 0 or -errno) runs once, later, on

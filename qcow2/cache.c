@@ -327,6 +327,11 @@ int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency)
     return 0;
 }
 
+bool qcow2_cache_can_depend_locked(const Qcow2Cache *c, const Qcow2Cache *dependency)
+{
+    return !dependency->depends && (!c->depends || c->depends == dependency);
+}
+
 void qcow2_cache_depends_on_flush_locked(Qcow2Cache *c)
 {
     c->depends_on_flush = true;

@@ -62,6 +62,8 @@ void qcow2_cache_require_durable_locked(Qcow2Cache *c, void *table, uint64_t gen
  * dirty table of 'dependency' has been written and made durable (cache.c
  * invariant 4). */
 int qcow2_cache_set_dependency_locked(Qcow2Cache *c, Qcow2Cache *dependency);
+/* Would qcow2_cache_set_dependency_locked(c, dependency) write nothing? */
+bool qcow2_cache_can_depend_locked(const Qcow2Cache *c, const Qcow2Cache *dependency);
 /* Write-back ordering: flush the file before writing c's dirty tables. */
 void qcow2_cache_depends_on_flush_locked(Qcow2Cache *c);
 /* Write every dirty table (dependencies first). */

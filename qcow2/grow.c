@@ -18,7 +18,7 @@
  *  1. Growth is the data node's resize with preallocation (falloc: the
  *     new bytes read as zeros, blocks reserved; where that fails, a sparse
  *     resize), to at least the end of the clusters a guest write was just
- *     given (write.c plan_chunk_locked), rounded up by a step of file_size
+ *     given (write-plan.c qcow2_plan_chunk_locked), rounded up by a step of file_size
  *     / 8 within [1 MiB, 64 MiB].  It runs under the metadata lock before
  *     the data is written, so the file covers every cluster an L2 entry
  *     may reference; the resize bumps the node's write generation, so the

@@ -405,6 +405,11 @@ int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d);
 void qcow2_direct_end(BlkNode *img, BlkDirect *d);
+/* Guest offset's L2 slice is in the cache: looking it up needs no I/O. */
+bool qcow2_l2_cached_locked(Qcow2State *s, uint64_t offset);
+/* BlkDriver.alloc_begin/alloc_end (write.c invariant 18). */
+bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect *d);
+int qcow2_alloc_end(BlkNode *img, BlkDirect *d, int ret, bool wait);
 int qcow2_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st);
 
 /* ================= write path ================= */

@@ -133,8 +133,6 @@ static void learn_read_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m
 /* Guest clusters a slow read learns past its end (below). */
 #define LEARN_AHEAD 64u
 
-static bool l2_cached_locked(Qcow2State *s, uint64_t offset);
-
 /*
  * fastmap.c invariant 1, read-ahead: after a slow read, the NORMAL clusters
  * (and those that read as zeros, fastmap.c invariant 9) of the next
@@ -148,7 +146,8 @@ static void learn_ahead_locked(Qcow2State *s, uint64_t pos)
     uint64_t cs = s->cluster_size, start = ROUND_UP(pos, cs);
     uint64_t slice = cs << s->l2_slice_bits, end; /* cluster.c invariant 6 */
 
-    if (start >= s->img->size || qcow2_has_data_file(s) || !l2_cached_locked(s, start)) {
+    if (start >= s->img->size || qcow2_has_data_file(s) ||
+        !qcow2_l2_cached_locked(s, start)) {
         return;
     }
     end =
@@ -320,7 +319,7 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
  * metadata generation (invariant 4).  false: nothing learnt.
  */
 /* Guest offset's L2 slice is in the cache: looking it up needs no I/O. */
-static bool l2_cached_locked(Qcow2State *s, uint64_t offset)
+bool qcow2_l2_cached_locked(Qcow2State *s, uint64_t offset)
 {
     uint64_t l1_index = offset >> (s->cluster_bits + s->l2_bits), l2_offset;
 
@@ -339,7 +338,8 @@ static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool wr
     uint8_t *l2;
     Qcow2Mapping m;
 
-    if (gc >= s->img->size || qcow2_has_data_file(s) || !l2_cached_locked(s, offset) ||
+    if (gc >= s->img->size || qcow2_has_data_file(s) ||
+        !qcow2_l2_cached_locked(s, offset) ||
         qcow2_inflight_conflicts_locked(s, offset, bytes, false)) {
         return false;
     }
@@ -389,7 +389,7 @@ static void check_direct_hold(Qcow2State *s, uint64_t offset, uint64_t bytes,
     if (!qcow2_trylock(s)) {
         return;
     }
-    if (l2_cached_locked(s, offset)) {
+    if (qcow2_l2_cached_locked(s, offset)) {
         if (qcow2_get_host_offset_locked(s, offset, bytes, &m) < 0) {
             blk_error_clear(); /* a request of the slow path reports it */
         } else if (m.type != QCOW2_SC_NORMAL || m.host_offset != host ||

@@ -2,9 +2,10 @@
  * qcow2/write.c: guest writes (also the vmstate area) and the in-flight
  * request list.
  *
- * Owns: splitting a write into chunks, deciding per cluster whether it is
- * written in place, reused with new metadata, or moved to a fresh cluster,
- * copy-on-write of what the write does not cover, linking the L2 entries
+ * Owns: splitting a write into chunks (each planned by write-plan.c:
+ * whether a cluster is written in place, reused with new metadata, or
+ * moved to a fresh cluster), writing the data with the copy-on-write parts
+ * the request does not cover, linking the L2 entries
  * after the data, freeing what they replaced; and the list of requests in
  * flight that keeps concurrent requests on the same clusters apart.
  *
@@ -129,8 +130,31 @@
  *     write).  Not on an encrypted image, nor where the data node cannot
  *     take the copy (blk_can_copy_range): -ENOTSUP before anything is
  *     planned.
+ * 18. An allocating write for the io_uring engine (qcow2_alloc_begin, api/
+ *     aio.c invariant 13) is a guest write whose phases run on other
+ *     threads: registration and plan in one hold of the lock on the
+ *     submitting thread -- only when nothing is in its way (no wait), the
+ *     request fits one chunk and its COW parts need no read (zeros, or
+ *     none: the ring writes them with the data as invariant 8 does, or not
+ *     at all on clusters the file grown ahead holds as zeros, invariant
+ *     11) -- then the data write on the ring, then (qcow2_alloc_end, on
+ *     the thread that reaps it) the link, the end of the registration and
+ *     the request's finish in one hold, exactly as write_locked does:
+ *     invariants 1-3, 6, 9, 12 and 14 hold as for any write.  Not on an
+ *     encrypted image nor with a data file (refused before planning).  A
+ *     data write that failed or came back short links nothing: the fresh
+ *     clusters are freed and the registration ends; the request runs
+ *     again the normal way.  The thread that reaps never waits for the
+ *     lock (wait false): a holder of the lock may wait for ring writes to
+ *     drop the file lock (grow.c's resize), which needs the reaper; nor
+ *     does it do I/O under the lock (a metadata write may wait for that
+ *     file lock too): a link that needs any (its L2 slice not cached, old
+ *     clusters to free, the frees' flush due) or an undo runs on a
+ *     worker.  Requests of the asynchronous API run outside any
+ *     allocation order (a worker holds no ticket), so the plan takes no
+ *     turn (invariant 12).
  */
-#include "qcow2/qcow2.h"
+#include "qcow2/write.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -220,263 +244,6 @@ void qcow2_inflight_end_locked(Qcow2State *s, Qcow2Inflight *r)
     }
     /* invariant 6: only the waiters r held back */
     waiters_wake(&s->inflight_waiters, range_released, r);
-}
-
-/* ---- planning ---- */
-
-typedef enum ChunkKind {
-    CHUNK_IN_PLACE, /* COPIED cluster(s), no metadata change */
-    CHUNK_REUSE,    /* one COPIED cluster whose entry changes (bits, zero flag) */
-    CHUNK_FRESH,    /* new contiguous clusters replace the old entries */
-} ChunkKind;
-
-typedef struct Chunk {
-    ChunkKind kind;
-    uint64_t guest;        /* guest offset of the first cluster */
-    uint64_t nb;           /* clusters */
-    uint64_t host;         /* host offset of the first cluster */
-    uint64_t wstart, wend; /* guest bytes of the request in this chunk */
-    uint64_t fstart, fend; /* guest bytes written to the host (with COW) */
-    uint64_t *old_entry;   /* nb entries as planned */
-    uint64_t *new_bitmap;  /* nb bitmaps to link (extended L2) */
-    bool refcounted;       /* host clusters were allocated (not a data file) */
-    uint64_t data_gen;     /* write generation once the data was written */
-    uint32_t meta_gen;     /* fastmap generation before the overlap check */
-    bool learn;            /* a guest write: remember the mapping (fastmap.c) */
-    bool grown_zero;       /* fresh clusters that read as zeros (grow.c inv. 2) */
-    bool cow_zero;         /* the COW parts read as zeros (invariant 13) */
-} Chunk;
-
-static void chunk_clear(Chunk *c)
-{
-    g_free(c->old_entry);
-    g_free(c->new_bitmap);
-    memset(c, 0, sizeof(*c));
-}
-
-static inline uint32_t sc_mask(unsigned first, unsigned last)
-{
-    /* subclusters first..last inclusive (0 <= first <= last <= 31) */
-    return (uint32_t)((((UINT64_C(1) << (last + 1)) - 1)) &
-                      ~((UINT64_C(1) << first) - 1));
-}
-
-/* Has the entry a host cluster of its own (invariant 10 for data files)? */
-static bool entry_has_host(const Qcow2State *s, uint64_t e)
-{
-    return !(e & QCOW2_OFLAG_COMPRESSED) &&
-           ((e & QCOW2_L2E_OFFSET_MASK) ||
-            (qcow2_has_data_file(s) && (e & QCOW2_OFLAG_COPIED)));
-}
-
-/*
- * What a write of bytes [a, b) of a cluster with entry e / bitmap bm needs
- * (invariant 5).  type is the (validated) type of the entry's subcluster 0.
- */
-static ChunkKind decide(const Qcow2State *s, uint64_t e, uint64_t bm,
-                        Qcow2SubclusterType type, uint64_t a, uint64_t b)
-{
-    bool copied = e & QCOW2_OFLAG_COPIED;
-
-    if (e & QCOW2_OFLAG_COMPRESSED) {
-        return CHUNK_FRESH;
-    }
-    if (!s->extended_l2) {
-        if (type == QCOW2_SC_NORMAL && copied) {
-            return CHUNK_IN_PLACE;
-        }
-        return type == QCOW2_SC_ZERO_ALLOC && copied ? CHUNK_REUSE : CHUNK_FRESH;
-    }
-    if (entry_has_host(s, e) && copied) {
-        unsigned f = (unsigned)(a >> s->subcluster_bits);
-        unsigned l = (unsigned)((b - 1) >> s->subcluster_bits);
-        return (sc_mask(f, l) & ~(uint32_t)bm) ? CHUNK_REUSE : CHUNK_IN_PLACE;
-    }
-    return CHUNK_FRESH;
-}
-
-/*
- * New bitmap (extended L2) and the bytes [*fa, *fb) of the cluster to write
- * for a write of [a, b) (invariant 7).
- */
-static void plan_cluster(const Qcow2State *s, uint64_t e, uint64_t bm, bool fresh,
-                         uint64_t a, uint64_t b, uint64_t *new_bm, uint64_t *fa,
-                         uint64_t *fb)
-{
-    uint64_t scs = UINT64_C(1) << s->subcluster_bits;
-    unsigned f = (unsigned)(a >> s->subcluster_bits);
-    unsigned l = (unsigned)((b - 1) >> s->subcluster_bits);
-    uint32_t touched = sc_mask(f, l), alloc = (uint32_t)bm, zero = (uint32_t)(bm >> 32);
-    uint32_t new_alloc;
-
-    if (!s->extended_l2 || (e & QCOW2_OFLAG_COMPRESSED)) {
-        *new_bm = s->extended_l2 ? QCOW2_L2_BITMAP_ALL_ALLOC : 0;
-        *fa = 0;
-        *fb = s->cluster_size;
-        return;
-    }
-    if (!fresh) {
-        uint32_t need = touched & ~alloc;
-        new_alloc = alloc | touched;
-        *fa = (need & (1u << f)) ? f * scs : a;
-        *fb = (need & (1u << l)) ? (l + 1) * scs : b;
-    } else {
-        new_alloc = touched | (entry_has_host(s, e) ? alloc : 0);
-        *fa = (uint64_t)__builtin_ctz(new_alloc) * scs;
-        *fb = (uint64_t)(32 - __builtin_clz(new_alloc)) * scs;
-    }
-    *new_bm = new_alloc | ((uint64_t)(zero & ~new_alloc) << 32);
-}
-
-/* Invariant 13: the old contents of a cluster with entry e read as zeros
- * without a read -- no host cluster of its own (or the zero flag), so
- * without a backing file they are zeros. */
-static bool cow_reads_zero(const Qcow2State *s, uint64_t e)
-{
-    if (s->img->backing || (e & QCOW2_OFLAG_COMPRESSED)) {
-        return false;
-    }
-    if (s->extended_l2) {
-        return !entry_has_host(s, e);
-    }
-    return !entry_has_host(s, e) || (e & QCOW2_OFLAG_ZERO);
-}
-
-/* Plan the chunk starting at guest pos (< end).  Lock held. */
-static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c)
-{
-    const uint64_t max_bytes = UINT64_C(64) << 20;
-    uint64_t cs = s->cluster_size, l2_index, l2_offset, max_nb;
-    uint8_t *l2 = NULL;
-    bool in_place_first = false, in_place_last = false; /* invariant 16 */
-    int ret;
-
-    memset(c, 0, sizeof(*c));
-    ret = qcow2_get_l2_for_write_locked(s, pos, &l2, &l2_index);
-    if (ret < 0) {
-        return ret;
-    }
-    l2_offset =
-        s->l1_table[pos >> (s->cluster_bits + s->l2_bits)] & QCOW2_L1E_OFFSET_MASK;
-    c->guest = pos & ~(cs - 1);
-    max_nb = MIN(s->l2_slice_size - l2_index, /* cluster.c invariant 6 */
-                 (ROUND_UP(end, cs) - c->guest) >> s->cluster_bits);
-    max_nb = MIN(max_nb, MAX(max_bytes >> s->cluster_bits, 1));
-    c->old_entry = g_new(uint64_t, max_nb);
-    c->new_bitmap = g_new(uint64_t, max_nb);
-
-    for (uint64_t i = 0; i < max_nb; i++) {
-        uint64_t gc = c->guest + (i << s->cluster_bits);
-        uint64_t a = i == 0 ? pos - gc : 0, b = MIN(end - gc, cs);
-        uint64_t e = qcow2_l2_get(s, l2, l2_index + i);
-        uint64_t bm = qcow2_l2_get_bitmap(s, l2, l2_index + i);
-        Qcow2SubclusterType type;
-        unsigned n;
-        ChunkKind k;
-
-        if (!qcow2_l2_entry_valid(s, e, bm, gc, &type)) {
-            if (i > 0) {
-                break; /* reported when the next chunk starts there */
-            }
-            ret = qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index + i, gc,
-                                             &type, &n);
-            goto out;
-        }
-        k = decide(s, e, bm, type, a, b);
-        if (i == 0) {
-            c->kind = k;
-            c->host = e & QCOW2_L2E_OFFSET_MASK;
-        } else if ((k == CHUNK_FRESH) != (c->kind == CHUNK_FRESH) ||
-                   (k != CHUNK_FRESH &&
-                    (e & QCOW2_L2E_OFFSET_MASK) != c->host + (i << s->cluster_bits))) {
-            break; /* invariant 16: in place and reused clusters join when contiguous */
-        }
-        if (k == CHUNK_REUSE) {
-            c->kind = CHUNK_REUSE;
-        }
-        in_place_last = k == CHUNK_IN_PLACE;
-        if (i == 0) {
-            in_place_first = in_place_last;
-        }
-        c->old_entry[i] = e;
-        c->new_bitmap[i] = bm;
-        c->nb = i + 1;
-    }
-
-    /* Bytes to write: the request's part, widened by COW (invariant 7). */
-    uint64_t last = c->guest + ((c->nb - 1) << s->cluster_bits), fa, fb, bm;
-    c->wstart = pos;
-    c->wend = MIN(end, last + cs);
-    c->fstart = pos;
-    c->fend = c->wend;
-    for (uint64_t i = 0; i < c->nb && c->kind != CHUNK_IN_PLACE; i++) {
-        uint64_t gc = c->guest + (i << s->cluster_bits);
-        uint64_t a = i == 0 ? pos - gc : 0, b = MIN(c->wend - gc, cs);
-        plan_cluster(s, c->old_entry[i], c->new_bitmap[i], c->kind == CHUNK_FRESH, a, b,
-                     &bm, &fa, &fb);
-        if ((i == 0 && in_place_first) || (i == c->nb - 1 && in_place_last)) {
-            fa = a; /* invariant 16: a cluster written in place needs no COW */
-            fb = b;
-        }
-        c->new_bitmap[i] = bm;
-        if (i == 0) {
-            c->fstart = gc + fa;
-        }
-        if (i == c->nb - 1) {
-            c->fend = gc + fb;
-        }
-    }
-
-    if (s->encrypted) {
-        /* invariant 15: whole sectors, the widening read like COW */
-        c->fstart = ROUND_DOWN(c->fstart, CRYPTO_SECTOR_SIZE);
-        c->fend = ROUND_UP(c->fend, CRYPTO_SECTOR_SIZE);
-    }
-
-    c->cow_zero = c->kind == CHUNK_FRESH && cow_reads_zero(s, c->old_entry[0]) &&
-                  cow_reads_zero(s, c->old_entry[c->nb - 1]); /* invariant 13 */
-    if (c->kind != CHUNK_IN_PLACE) {
-        ret = qcow2_mark_dirty_locked(s); /* invariant 2 */
-        if (ret < 0) {
-            goto out;
-        }
-    }
-    if (c->kind == CHUNK_FRESH) {
-        if (qcow2_has_data_file(s)) {
-            c->host = c->guest; /* invariant 10 */
-        } else {
-            uint64_t before, len = c->nb << s->cluster_bits;
-            int64_t off;
-            ret = qcow2_reuse_pending_frees_locked(s, c->nb); /* alloc.c inv. 10 */
-            if (ret < 0) {
-                goto out;
-            }
-            before = s->file_size;
-            off = qcow2_alloc_clusters_locked(s, c->nb);
-            if (off < 0) {
-                ret = (int)off;
-                goto out;
-            }
-            c->host = (uint64_t)off;
-            c->refcounted = true;
-            qcow2_grow_locked(s, c->host + len); /* grow.c invariant 1 */
-            c->grown_zero = qcow2_grown_zero_locked(s, c->host, len, before);
-        }
-    }
-    c->meta_gen = qcow2_fastmap_gen(s->fastmap);
-    if (!qcow2_has_data_file(s)) {
-        ret = qcow2_pre_write_overlap_check_locked(s, 0, c->host + (c->fstart - c->guest),
-                                                   c->fend - c->fstart);
-        if (ret < 0 && c->refcounted) {
-            bool had_error = blk_error_mark();
-            qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
-            blk_error_unwind(had_error);
-            c->refcounted = false;
-        }
-    }
-out:
-    qcow2_cache_put_locked(s->l2_cache, (void **)&l2); /* qcow2.h invariant 4 */
-    return ret;
 }
 
 /* ---- data ---- */
@@ -692,7 +459,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
         }
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
-            ret = plan_chunk_locked(s, pos, end, &c);
+            ret = qcow2_plan_chunk_locked(s, pos, end, false, &c);
             c.learn = learn;
         }
         if (ret == 0 && c.kind == CHUNK_IN_PLACE) {
@@ -716,7 +483,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
             blk_error_unwind(had_error);
         }
         pos = c.wend;
-        chunk_clear(&c);
+        qcow2_chunk_clear(&c);
     }
     return ret;
 }
@@ -809,5 +576,122 @@ retry:
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = qcow2_flush(img);
     }
+    return ret;
+}
+
+/* ---- the io_uring engine's allocating writes (invariant 18) ---- */
+
+typedef struct RingPlan {
+    Qcow2Inflight reg;
+    Chunk c;
+} RingPlan;
+
+bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect *d)
+{
+    Qcow2State *s = img->opaque;
+    uint64_t end = offset + bytes;
+    RingPlan *p;
+    int ret;
+
+    if (bytes == 0 || img->limits || !qcow2_data_direct_ok(s) || s->encrypted ||
+        qcow2_has_data_file(s)) { /* limits: blk_pwritev's own path */
+        return false;
+    }
+    qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
+    qcow2_lock(s);
+    if (qcow2_check_data_writable_locked(s, offset, bytes) < 0 ||
+        qcow2_check_writable_locked(s) < 0 ||
+        qcow2_inflight_conflicts_locked(s, offset, bytes, true)) {
+        qcow2_unlock(s);
+        blk_error_clear(); /* the normal path waits, or reports it */
+        return false;
+    }
+    qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
+    p = g_new0(RingPlan, 1);
+    qcow2_inflight_begin_locked(s, &p->reg, offset, bytes, true); /* no wait */
+    ret = qcow2_plan_chunk_locked(s, offset, end, true, &p->c);
+    if (ret < 0) {
+        qcow2_inflight_end_locked(s, &p->reg);
+        qcow2_unlock(s);
+        blk_error_clear(); /* the normal path plans again and reports it */
+        qcow2_chunk_clear(&p->c);
+        g_free(p);
+        return false;
+    }
+    p->c.learn = true;
+    if (p->c.kind == CHUNK_IN_PLACE) {
+        learn_chunk_locked(s, &p->c);
+    }
+    qcow2_unlock(s);
+
+    const Chunk *c = &p->c;
+    bool zeros_free = c->cow_zero && c->grown_zero; /* invariant 11 */
+    uint64_t from = zeros_free ? c->wstart : c->fstart;
+    qcow2_data_direct_fill(s, c->host + (from - c->guest), offset, d);
+    d->head = c->wstart - from;
+    d->tail = zeros_free ? 0 : c->fend - c->wend;
+    d->hold = p;
+    blk_event(d->node, d->head || d->tail ? BLKEV_COW_DATA_WRITE : BLKEV_DATA_WRITE);
+    return true;
+}
+
+/* Invariant 18: can c's link run on the thread that reaps?  Only when it
+ * needs no I/O -- its L2 slice cached, no old host cluster to free, no
+ * cache to write for the refcount ordering (invariant 2), no flush of the
+ * frees due (qcow2_finish_request_locked) -- since an I/O there may wait
+ * for the file lock that ring writes hold until reaped. */
+static bool link_in_memory_locked(Qcow2State *s, const Chunk *c)
+{
+    if (!qcow2_l2_cached_locked(s, c->guest) ||
+        (s->pending_frees && s->pending_frees->len + c->nb >= QCOW2_MAX_PENDING_FREES) ||
+        (c->refcounted && qcow2_need_accurate_refcounts(s) &&
+         !qcow2_cache_can_depend_locked(s->l2_cache, s->refcount_cache))) {
+        return false;
+    }
+    for (uint64_t i = 0; c->kind == CHUNK_FRESH && i < c->nb; i++) {
+        if (c->old_entry[i] & (QCOW2_L2E_OFFSET_MASK | QCOW2_OFLAG_COMPRESSED)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int qcow2_alloc_end(BlkNode *img, BlkDirect *d, int ret, bool wait)
+{
+    Qcow2State *s = img->opaque;
+    RingPlan *p = d->hold;
+    Chunk *c = &p->c;
+
+    if (!wait) {
+        /* invariant 18: no wait, and no I/O; an undo (rare) frees
+         * clusters, which may write refcounts */
+        if (ret < 0 || !qcow2_trylock(s)) {
+            return -EWOULDBLOCK;
+        }
+        if (!link_in_memory_locked(s, c)) {
+            qcow2_unlock(s);
+            return -EWOULDBLOCK;
+        }
+    } else {
+        qcow2_lock(s);
+    }
+    /* a failed data write links nothing: the normal path runs the
+     * request again and reports it */
+    int linked = 0;
+    if (ret == 0) {
+        c->data_gen = blk_write_gen(qcow2_data_node(s)); /* uring.c invariant 1 */
+        linked = link_chunk_locked(s, c);
+    }
+    if ((ret < 0 || linked < 0) && c->refcounted) {
+        bool had_error = blk_error_mark(); /* invariant 9 */
+        qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
+        blk_error_unwind(had_error);
+    }
+    qcow2_inflight_end_locked(s, &p->reg);
+    ret = qcow2_finish_request_locked(s, linked);
+    qcow2_unlock(s);
+    qcow2_chunk_clear(c);
+    g_free(p);
+    d->hold = NULL;
     return ret;
 }

@@ -284,6 +284,9 @@ static void torture(const char *opts, Backing backing, uint64_t cache_size,
     if (expect_ring) {
         /* the race this configuration is for: ring reads and writes */
         assert_true(st.ring_reads > 0 && st.ring_writes > 0);
+        /* and allocating writes planned for the ring (aio.c invariant 13)
+         * race with the synchronous writers' allocations */
+        assert_true(st.ring_allocs > 0);
     }
     assert_true(qimg_image_close(sh.img, &err));
 

@@ -115,6 +115,8 @@ typedef struct QimgAioStats {
     uint64_t ring_writes;  /* writes submitted to the io_uring */
     uint64_t ring_retries; /* ring requests that came back short or failed and
                             * ran again on the pool */
+    uint64_t ring_allocs;  /* of ring_writes, writes that allocated or linked
+                            * clusters, planned on the submitting thread */
 } QimgAioStats;
 
 #define QIMG_AIO_STATS_INIT                                                              \

@@ -1,0 +1,41 @@
+/*
+ * qcow2/write.h: the planning half of a guest write (write-plan.c), shared
+ * with write.c, which writes the data and links what was planned.  Internal
+ * to qcow2/; the rules are write.c's invariants.
+ */
+#ifndef QCOW2_WRITE_H
+#define QCOW2_WRITE_H
+
+#include "qcow2/qcow2.h"
+
+typedef enum ChunkKind {
+    CHUNK_IN_PLACE, /* COPIED cluster(s), no metadata change */
+    CHUNK_REUSE,    /* one COPIED cluster whose entry changes (bits, zero flag) */
+    CHUNK_FRESH,    /* new contiguous clusters replace the old entries */
+} ChunkKind;
+
+typedef struct Chunk {
+    ChunkKind kind;
+    uint64_t guest;        /* guest offset of the first cluster */
+    uint64_t nb;           /* clusters */
+    uint64_t host;         /* host offset of the first cluster */
+    uint64_t wstart, wend; /* guest bytes of the request in this chunk */
+    uint64_t fstart, fend; /* guest bytes written to the host (with COW) */
+    uint64_t *old_entry;   /* nb entries as planned */
+    uint64_t *new_bitmap;  /* nb bitmaps to link (extended L2) */
+    bool refcounted;       /* host clusters were allocated (not a data file) */
+    uint64_t data_gen;     /* write generation once the data was written */
+    uint32_t meta_gen;     /* fastmap generation before the overlap check */
+    bool learn;            /* a guest write: remember the mapping (fastmap.c) */
+    bool grown_zero;       /* fresh clusters that read as zeros (grow.c inv. 2) */
+    bool cow_zero;         /* the COW parts read as zeros (invariant 13) */
+} Chunk;
+
+void qcow2_chunk_clear(Chunk *c);
+/* Plan the chunk starting at guest pos (< end).  Lock held (write.c
+ * invariants 4, 5, 7, 10-13, 15, 16).  ring: only a chunk the io_uring
+ * engine can write in one go, else -EAGAIN with nothing done (inv. 18). */
+int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring,
+                            Chunk *c);
+
+#endif

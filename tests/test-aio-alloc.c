@@ -1,0 +1,249 @@
+/*
+ * tests/test-aio-alloc.c: allocating writes through the io_uring engine
+ * (api/aio.c invariant 13, qcow2/write.c invariant 18), through libqimg.so
+ * and the public headers, as an event loop drives them:
+ *
+ *  - random writes (sizes 512 B to 256 KiB, 512-byte aligned, none
+ *    overlapping another in flight) at depth 32 into a fresh image with
+ *    cache=none, against a byte model: 4k, 64k and 2M clusters, extended
+ *    L2, and a backing file (so partial-cluster writes that need its bytes
+ *    fall back to the pool).  The ring must have planned some of them
+ *    (stats.ring_allocs), the backing configurations must have sent some
+ *    to the pool; qemu-img convert reads back exactly the model, and
+ *    qemu-img check is clean;
+ *  - a ring write that fails (the file size limit, RLIMIT_FSIZE, makes the
+ *    kernel refuse writes past it with EFBIG): the request runs again on
+ *    the pool (stats.ring_retries), fails there with its error, and
+ *    nothing is linked: qemu-io reads zeros where it failed and the data
+ *    where it did not, and qemu-img check is clean.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "test-util.h"
+
+#include "test-aio-util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define DEPTH 32
+#define SECTOR 512u
+
+typedef struct Req {
+    uint64_t off, len;
+    uint8_t *buf;
+    struct iovec v;
+} Req;
+
+typedef struct Batch {
+    int done, errors;
+    char *msg;
+} Batch;
+
+static void batch_cb(void *opaque, int ret, const GError *err)
+{
+    Batch *b = opaque;
+
+    b->done++;
+    if (ret < 0) {
+        b->errors++;
+        if (!b->msg) {
+            b->msg = g_strdup(err->message);
+        }
+    }
+}
+
+static void wait_batch(QimgImage *img, Batch *b, int n)
+{
+    while (b->done < n) {
+        qimg_image_aio_wait(img);
+    }
+}
+
+static bool overlaps(const Req *r, int n, uint64_t off, uint64_t len)
+{
+    for (int i = 0; i < n; i++) {
+        if (off < r[i].off + r[i].len && r[i].off < off + len) {
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct Config {
+    const char *opts; /* qemu-img create -o */
+    bool backing;     /* a raw backing file with a pattern */
+} Config;
+
+static void alloc_model(const Config *c, uint64_t size, int batches)
+{
+    g_autofree char *p = tu_fresh("alloc.qcow2");
+    g_autofree char *raw = tu_fresh("alloc.raw");
+    g_autofree char *base = NULL;
+    g_autofree uint8_t *model = g_malloc0(size);
+    g_autoptr(GError) err = NULL;
+    g_autoptr(GRand) rnd = g_rand_new_with_seed(33);
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    Req req[DEPTH];
+    uint64_t writes = 0;
+
+    if (c->backing) {
+        base = tu_fresh("alloc-base.raw");
+        for (uint64_t i = 0; i < size; i++) {
+            model[i] = (uint8_t)(0x80 | ((i / 4096) * 7));
+        }
+        g_assert_true(g_file_set_contents(base, (char *)model, (gssize)size, NULL));
+        tu_run("qemu-img create -q -f qcow2 -b '%s' -F raw %s%s '%s' %" PRIu64, base,
+               c->opts ? "-o " : "", c->opts ? c->opts : "", p, size);
+    } else {
+        tu_run("qemu-img create -q -f qcow2 %s%s '%s' %" PRIu64, c->opts ? "-o " : "",
+               c->opts ? c->opts : "", p, size);
+    }
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    ao.engine = QIMG_AIO_ENGINE_IO_URING;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    for (int b = 0; b < batches; b++) {
+        Batch bt = {0};
+        int n = 0;
+        while (n < DEPTH) {
+            uint64_t len = SECTOR * (uint64_t)g_rand_int_range(rnd, 1, 513);
+            uint64_t off =
+                SECTOR * (uint64_t)g_rand_int_range(rnd, 0, (gint32)(size / SECTOR));
+            if (g_rand_boolean(rnd)) { /* mostly 4k aligned: O_DIRECT's */
+                len = (len + 4095) & ~UINT64_C(4095);
+                off &= ~UINT64_C(4095);
+            }
+            len = MIN(len, size - off);
+            if (overlaps(req, n, off, len)) {
+                continue;
+            }
+            req[n] = (Req){.off = off, .len = len, .buf = aligned_buf(len)};
+            memset(req[n].buf, (int)(writes % 251) + 1, len);
+            req[n].v = (struct iovec){.iov_base = req[n].buf, .iov_len = len};
+            memcpy(model + off, req[n].buf, len);
+            assert_true(
+                qimg_image_aio_pwritev(img, off, &req[n].v, 1, 0, batch_cb, &bt, &err));
+            writes++;
+            n++;
+        }
+        wait_batch(img, &bt, n);
+        assert_int_equal(bt.errors, 0);
+        for (int i = 0; i < n; i++) {
+            free(req[i].buf);
+        }
+    }
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    print_message("%s%s: %" PRIu64 " writes, ring %" PRIu64 " (allocating %" PRIu64
+                  "), retries %" PRIu64 "\n",
+                  c->opts ? c->opts : "default", c->backing ? " +backing" : "", writes,
+                  st.ring_writes, st.ring_allocs, st.ring_retries);
+    assert_int_equal(st.completed, writes);
+    assert_true(st.ring_allocs >= 16); /* invariant 13 took them */
+    assert_int_equal(st.ring_retries, 0);
+    if (c->backing) {
+        assert_true(st.ring_writes < writes); /* COW reads the backing: pool */
+    }
+    assert_true(qimg_image_close(img, &err));
+    tu_run("qemu-img check -q '%s'", p);
+    tu_run("qemu-img convert -O raw '%s' '%s'", p, raw);
+    g_autofree char *got = NULL;
+    gsize got_len = 0;
+    assert_true(g_file_get_contents(raw, &got, &got_len, NULL));
+    assert_int_equal(got_len, size);
+    assert_memory_equal(got, model, size);
+}
+
+static const Config configs[] = {
+    {"cluster_size=4096", false},
+    {NULL, false},
+    {"cluster_size=2M", false},
+    {"extended_l2=on", false},
+    {NULL, true},
+    {"extended_l2=on,cluster_size=32k", true},
+};
+
+static void test_alloc_model(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    for (size_t i = 0; i < G_N_ELEMENTS(configs); i++) {
+        alloc_model(&configs[i], i == 2 ? 64 * MiB : 16 * MiB, 12);
+    }
+}
+
+/* A ring write the kernel refuses (EFBIG past RLIMIT_FSIZE): run again on
+ * the pool, failed there, nothing linked. */
+static void test_alloc_ring_error(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    const uint64_t cs = 65536, limit = 1 * MiB;
+    g_autofree char *p = new_qcow2("efbig.qcow2", 4 * MiB, NULL);
+    g_autoptr(GError) err = NULL;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    struct rlimit old, lim = {.rlim_cur = limit, .rlim_max = RLIM_INFINITY};
+    uint8_t *buf = aligned_buf(4096);
+    struct iovec v = {.iov_base = buf, .iov_len = 4096};
+    Batch bt = {0};
+    bool ok[32];
+
+    /* the file covers every cluster already: no growth, which the limit
+     * would stop (grow.c), only data writes past it fail */
+    tu_run("truncate -s 8M '%s'", p);
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    ao.engine = QIMG_AIO_ENGINE_IO_URING;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    memset(buf, 0x5c, 4096);
+    /* the L2 table is allocated and written below the limit first */
+    assert_true(qimg_image_pwrite(img, 31 * cs, buf, 4096, &err));
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    for (uint64_t c = 0; c < 31; c++) {
+        assert_true(qimg_image_aio_pwritev(img, c * cs, &v, 1, 0, batch_cb, &bt, &err));
+    }
+    wait_batch(img, &bt, 31);
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    print_message("31 writes: %d failed (%s); ring allocating %" PRIu64
+                  ", retries %" PRIu64 "\n",
+                  bt.errors, bt.msg ? bt.msg : "-", st.ring_allocs, st.ring_retries);
+    assert_true(bt.errors > 0 && bt.errors < 31);
+    assert_non_null(strstr(bt.msg, g_strerror(EFBIG)));
+    assert_int_equal(st.ring_allocs, 31);
+    assert_int_equal(st.ring_retries, (uint64_t)bt.errors);
+    assert_true(qimg_image_close(img, &err));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    /* which ones failed: qemu-io reads zeros there (nothing linked) */
+    int zeros = 0;
+    for (uint64_t c = 0; c < 31; c++) {
+        ok[c] = tu_run_status(NULL, "qemu-io -c 'read -q -P 0x5c %" PRIu64 " 4k' '%s'",
+                              c * cs, p) == 0;
+        if (!ok[c]) {
+            tu_run("qemu-io -c 'read -q -P 0 %" PRIu64 " 64k' '%s'", c * cs, p);
+            zeros++;
+        }
+    }
+    assert_int_equal(zeros, bt.errors);
+    tu_run("qemu-img check -q '%s'", p);
+    free(buf);
+    g_free(bt.msg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alloc_model),
+        cmocka_unit_test(test_alloc_ring_error),
+    };
+    return tu_run_group_tests("test-aio-alloc", tests);
+}
