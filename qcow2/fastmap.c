@@ -24,8 +24,9 @@
  *     entry, invariant 9).  Such a request changes X's mapping at most
  *     once, before it learns; requests that change a mapping after writing
  *     (zeroing's partial subclusters, compressed writes, the vmstate) learn
- *     nothing.  The other learners are a direct request's prime, a slow
- *     read's read-ahead and block status (read.c prime_locked,
+ *     nothing.  The other learners are the prime of a direct request or
+ *     of a slow write with nothing in its way (write.c invariant 6), a
+ *     slow read's read-ahead and block status (read.c qcow2_prime_locked,
  *     learn_ahead_locked, learn_status_locked): under the metadata lock,
  *     from a cached L2 table (or one the lookup under the same hold of the
  *     lock just read), only while no write registration covers X, so X's

@@ -402,6 +402,10 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
  * invariant 8); read.c. */
 int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
                   const BlkIOV *qiov, bool write);
+/* Learn guest cluster X, holding [offset, offset + bytes), for the fast
+ * path from its cached L2 entry while no write registration covers it
+ * (fastmap.c invariant 1); false: nothing learnt.  read.c. */
+bool qcow2_prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write);
 bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool write,
                         BlkDirect *d);
 void qcow2_direct_end(BlkNode *img, BlkDirect *d);

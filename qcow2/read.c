@@ -137,7 +137,7 @@ static void learn_read_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m
  * fastmap.c invariant 1, read-ahead: after a slow read, the NORMAL clusters
  * (and those that read as zeros, fastmap.c invariant 9) of the next
  * LEARN_AHEAD clusters in the same, cached, L2 table are learnt
- * as prime_locked learns (no I/O, only while no write registration covers
+ * as qcow2_prime_locked learns (no I/O, only while no write registration covers
  * them), so a sequential reader's next requests (nbdcopy's, convert's)
  * take the fast path instead of the lock.
  */
@@ -307,17 +307,6 @@ int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
 /* fastmap.c: a read of an allocated cluster, or a rewrite of an allocated
  * COPIED one, that goes straight to the data node (the io_uring engine);
  * the slot stays held until qcow2_direct_end. */
-/*
- * fastmap.c invariant 1: learn guest cluster X (holding [offset, offset +
- * bytes)) for a direct request that missed the map, without I/O and
- * without waiting: the metadata lock only if it is free, X's L2 table only
- * if it is cached, and only while no write registration covers X -- so X's
- * mapping cannot change before a registration forgets it again.  A read
- * entry as a registered read learns it (learn_read_locked); a writable one
- * for a COPIED cluster that a write would rewrite in place (write.c
- * invariant 5: every subcluster allocated), overlap checked in the current
- * metadata generation (invariant 4).  false: nothing learnt.
- */
 /* Guest offset's L2 slice is in the cache: looking it up needs no I/O. */
 bool qcow2_l2_cached_locked(Qcow2State *s, uint64_t offset)
 {
@@ -332,7 +321,20 @@ bool qcow2_l2_cached_locked(Qcow2State *s, uint64_t offset)
                                     qcow2_l2_slice_offset(s, l2_offset, offset));
 }
 
-static bool prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write)
+/*
+ * fastmap.c invariant 1: learn guest cluster X (holding [offset, offset +
+ * bytes)) for a request that missed the map, without I/O: X's L2 table only
+ * if it is cached, and only while no write registration covers X -- so X's
+ * mapping cannot change before a registration forgets it again.  A read
+ * entry as a registered read learns it (learn_read_locked); a writable one
+ * for a COPIED cluster that a write would rewrite in place (write.c
+ * invariant 5: every subcluster allocated), overlap checked in the current
+ * metadata generation (invariant 4).  false: nothing learnt.  Callers: a
+ * direct request (below), which takes the metadata lock only if it is free
+ * and so never waits, and a slow write with nothing in its way (write.c
+ * invariant 6).
+ */
+bool qcow2_prime_locked(Qcow2State *s, uint64_t offset, uint64_t bytes, bool write)
 {
     uint64_t cs = s->cluster_size, gc = offset & ~(cs - 1), l2_index;
     uint8_t *l2;
@@ -428,7 +430,7 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
     }
     hit = qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref);
     if (!hit && qcow2_trylock(s)) {
-        bool learnt = prime_locked(s, offset, bytes, write);
+        bool learnt = qcow2_prime_locked(s, offset, bytes, write);
         qcow2_unlock(s);
         hit = learnt && qcow2_fastmap_begin(s->fastmap, offset, bytes, write, &ref);
     }

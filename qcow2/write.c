@@ -60,10 +60,19 @@
  *     write in place side by side instead of one registration after
  *     another; a write registers only when nothing is in its way (so
  *     whatever allocates or replaces a cluster still does it registered).
- *     Such a wait holds nothing either.  The end of a registration wakes
- *     only the waiters whose range it kept waiting (aio/waiters.c, the
- *     implementation order.c invariant 6 uses), with no system call when
- *     there are none.
+ *     Such a wait holds nothing either.  One that finds nothing in its way
+ *     looks its clusters up again before it registers: if the fast path
+ *     missed them just before the request that allocated them linked them
+ *     (issue 30: about 950 of 2152 registrations in the sequential case),
+ *     they are allocated and COPIED now, and it holds them as the fast
+ *     path does (fastmap.c invariants 1, 8; read.c's prime from the cached
+ *     L2 entry) and writes in place unregistered -- no registration that
+ *     forgets the cluster and waits for its fast writers, no relearning;
+ *     the turn of its ticket passes, nothing planned, once the data is
+ *     written and the hold given back (invariant 12).
+ *     The end of a registration wakes only the waiters whose range it kept
+ *     waiting (aio/waiters.c, the implementation order.c invariant 6
+ *     uses), with no system call when there are none.
  *  7. COW follows the spec: without extended L2 a new cluster is written
  *     whole (head and tail from the old contents: old cluster, compressed
  *     cluster, backing file or zeros).  With extended L2 only subclusters
@@ -506,10 +515,43 @@ int qcow2_write_registered(Qcow2State *s, uint64_t offset, const BlkIOV *qiov)
     return ret;
 }
 
+/* write_request's answers besides 0 and -errno (invariant 6) */
+enum {
+    WRITE_RETRY = 1, /* waited unregistered: try the fast path again */
+    WRITE_HELD = 2,  /* the span holds every cluster: write in place */
+};
+
+/*
+ * Invariant 6: a write the fast path missed that finds nothing in its way
+ * looks its clusters up again before it registers -- typically the request
+ * that allocated them linked them after the miss -- and holds them as the
+ * fast path does (fastmap.c invariants 1, 8) when every one is allocated
+ * and COPIED now (qcow2_prime_locked: the cached L2 entry, the overlap check
+ * in the current generation).  false: something else, or nothing held.
+ */
+static bool hold_in_place_locked(Qcow2State *s, uint64_t offset, uint64_t bytes,
+                                 Qcow2FastSpan *sp)
+{
+    uint64_t cs = s->cluster_size, first = offset & ~(cs - 1);
+
+    if (bytes == 0 ||
+        (offset + bytes - 1 - first) >> s->cluster_bits >= QCOW2_FAST_SPAN_MAX) {
+        return false; /* fastmap.c invariant 6 */
+    }
+    for (uint64_t gc = first; gc < offset + bytes; gc += cs) {
+        if (!qcow2_prime_locked(s, gc, cs, true)) {
+            return false;
+        }
+    }
+    return qcow2_fastmap_begin_span(s->fastmap, offset, bytes, true, sp);
+}
+
 /* A guest write through the slow path: registered, planned, linked
- * (invariants 6, 12, 14); FUA is the caller's.  1 when a may_fast
- * request waited unregistered for one in its way: try the fast path again. */
-static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool may_fast)
+ * (invariants 6, 12, 14); FUA is the caller's.  With sp (a request the
+ * fast path could take), WRITE_RETRY or WRITE_HELD instead of registering
+ * (invariant 6). */
+static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w,
+                         Qcow2FastSpan *sp)
 {
     Qcow2Inflight r;
     int ret;
@@ -522,12 +564,16 @@ static int write_request(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool
         return ret;
     }
     qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
-    if (may_fast && qcow2_inflight_conflicts_locked(s, offset, w->size, true)) {
+    if (sp && qcow2_inflight_conflicts_locked(s, offset, w->size, true)) {
         /* invariant 6: wait unregistered; the caller tries the fast path
          * again (the request in the way may have allocated our clusters) */
         qcow2_inflight_wait_locked(s, offset, w->size, true);
         qcow2_unlock(s);
-        return 1;
+        return WRITE_RETRY;
+    }
+    if (sp && hold_in_place_locked(s, offset, w->size, sp)) {
+        qcow2_unlock(s);
+        return WRITE_HELD;
     }
     qcow2_inflight_begin_locked(s, &r, offset, w->size, true);
     ret = write_locked(s, offset, w, true); /* invariant 14 */
@@ -547,7 +593,20 @@ int qcow2_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
         return -ENOTSUP; /* invariant 17 */
     }
     qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
-    return write_request(s, offset, &w, false);
+    return write_request(s, offset, &w, NULL);
+}
+
+/* The fast path's write: sp holds every cluster in place (fastmap.c
+ * invariant 8; whole sectors if encrypted: invariant 15). */
+static int write_fast(Qcow2State *s, Qcow2FastSpan *sp, uint64_t offset,
+                      const BlkIOV *qiov)
+{
+    int ret;
+
+    blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
+    ret = qcow2_fast_io(s, sp, offset, qiov, true);
+    qcow2_fastmap_end_span(s->fastmap, sp);
+    return ret;
 }
 
 int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
@@ -561,17 +620,20 @@ int qcow2_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fl
     qcow2_bitmaps_note(s, offset, qiov->size); /* bitmap-store.c invariant 2 */
 retry:
     if (may_fast && qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, true, &sp)) {
-        /* fastmap.c: allocated COPIED clusters, written in place (whole
-         * sectors if encrypted: invariant 15) */
-        blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
-        ret = qcow2_fast_io(s, &sp, offset, qiov, true);
-        qcow2_fastmap_end_span(s->fastmap, &sp);
-        return ret;
+        return write_fast(s, &sp, offset, qiov); /* allocated COPIED clusters */
     }
-    ret =
-        write_request(s, offset, &(WriteSrc){.qiov = qiov, .size = qiov->size}, may_fast);
-    if (ret == 1) {
+    ret = write_request(s, offset, &(WriteSrc){.qiov = qiov, .size = qiov->size},
+                        may_fast ? &sp : NULL);
+    if (ret == WRITE_RETRY) {
         goto retry; /* invariant 6 */
+    }
+    if (ret == WRITE_HELD) {
+        ret = write_fast(s, &sp, offset, qiov); /* invariant 6 */
+        /* invariant 12: nothing was planned; the turn passes once no hold
+         * is kept (the thread passing it may run deferred jobs, order.c
+         * invariant 4, and a registration waits for holds) */
+        blk_order_allocated();
+        return ret;
     }
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = qcow2_flush(img);

@@ -51,13 +51,18 @@ static void done_cb(void *opaque, int ret, const GError *err)
     }
 }
 
-static void submit_write(QimgImage *img, uint64_t off, uint8_t *buf, Done *d)
+static void submit_len(QimgImage *img, uint64_t off, uint8_t *buf, size_t len, Done *d)
 {
     g_autoptr(GError) err = NULL;
-    struct iovec iov = {.iov_base = buf, .iov_len = BS};
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
 
     d->ret = 1;
     assert_true(qimg_image_aio_pwritev(img, off, &iov, 1, 0, done_cb, d, &err));
+}
+
+static void submit_write(QimgImage *img, uint64_t off, uint8_t *buf, Done *d)
+{
+    submit_len(img, off, buf, BS, d);
 }
 
 /* Run completions until d has completed (10 s at most: a bound, not a
@@ -228,10 +233,114 @@ static void test_siblings_in_place_at_once(void **state)
     (void)state;
 }
 
+static bool registered(Qcow2State *s)
+{
+    bool r;
+
+    qcow2_lock(s);
+    r = s->inflight != NULL;
+    qcow2_unlock(s);
+    return r;
+}
+
+/* One write of len bytes at off stopped at its data write as tag: is it
+ * registered there (write.c invariant 6)?  Resumed and completed. */
+static bool registered_at_data_write(QimgImage *img, Qcow2State *s, uint64_t off,
+                                     uint8_t *buf, size_t len, const char *tag)
+{
+    g_autoptr(GError) err = NULL;
+    Done d;
+    bool r;
+
+    assert_true(qimg_image_debug_break(img, "write_aio", tag, &err));
+    submit_len(img, off, buf, len, &d);
+    assert_int_equal(wait_stopped(img, tag, 1), 1);
+    r = registered(s);
+    assert_true(qimg_image_debug_resume(img, tag, &err));
+    wait_for(img, &d);
+    return r;
+}
+
+/*
+ * write.c invariant 6: a write that missed the fast path and, under the
+ * lock, finds nothing in its way and its clusters allocated and COPIED
+ * writes them in place without registering.  The miss is forced without a
+ * race: guest clusters 0 and 1 are allocated (and learnt), then a write
+ * into the second L2 table allocates that table, a new metadata
+ * generation in which the learnt entries may not be written (fastmap.c
+ * invariant 4).  A 4 KiB write across clusters 0 and 1 then misses the
+ * map, and, stopped at its data write, holds no registration (it did
+ * before: registered, it forgot both clusters and would hold back every
+ * writer of them).  One across cluster 1 and the unallocated cluster 2
+ * still allocates registered.  The image reads as the byte model,
+ * qemu-img check counts every cluster allocated once and no leak.
+ */
+static void test_missed_fast_path_in_place(void **state)
+{
+    const uint64_t cs = 4096, size = 4 * MiB, far = 2 * MiB; /* 2nd L2 table */
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = new_qcow2("missed.qcow2", size, "cluster_size=4k");
+    g_autofree char *name = g_strdup_printf("blkdebug::%s", p);
+    g_autofree char *raw = tu_fresh("missed.raw");
+    g_autofree uint8_t *model = g_malloc0(size);
+    g_autofree uint8_t *buf = aligned_buf(2 * cs);
+    g_autoptr(GError) err = NULL;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+    g_autofree char *out = NULL;
+    Qcow2FastSpan sp;
+    QimgImage *img;
+    Qcow2State *s;
+    Done d;
+
+    img = open_image(name, QIMG_CACHE_WRITEBACK);
+    ao.engine = QIMG_AIO_ENGINE_THREADS; /* every request through qcow2_pwritev */
+    ao.threads = 4;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    s = img->node->opaque;
+
+    memset(buf, 0x11, 2 * cs);
+    memcpy(model, buf, 2 * cs);
+    submit_len(img, 0, buf, 2 * cs, &d); /* allocates guest clusters 0 and 1 */
+    wait_for(img, &d);
+    assert_true(qcow2_fastmap_begin_span(s->fastmap, 0, 2 * cs, true, &sp)); /* learnt */
+    qcow2_fastmap_end_span(s->fastmap, &sp);
+    memset(buf, 0x22, cs);
+    memcpy(model + far, buf, cs);
+    submit_len(img, far, buf, cs, &d); /* a new L2 table: a new generation */
+    wait_for(img, &d);
+    assert_false(qcow2_fastmap_begin_span(s->fastmap, 0, 2 * cs, true, &sp));
+
+    memset(buf, 0x33, cs);
+    memcpy(model + cs / 2, buf, cs);
+    if (registered_at_data_write(img, s, cs / 2, buf, cs, "inplace")) {
+        fail_msg("a write into allocated COPIED clusters that missed the fast path "
+                 "registered (write.c invariant 6)");
+    }
+    memset(buf, 0x44, cs);
+    memcpy(model + cs + cs / 2, buf, cs);
+    if (!registered_at_data_write(img, s, cs + cs / 2, buf, cs, "alloc")) {
+        fail_msg("a write that allocates guest cluster 2 did not register");
+    }
+
+    assert_true(qimg_image_close(img, &err));
+    assert_true(g_file_set_contents(raw, (const char *)model, (gssize)size, NULL));
+    tu_run("qemu-img compare -q -f qcow2 -F raw '%s' '%s'", p, raw);
+    /* Four guest clusters (0, 1, 2 and the one at 2 MiB), each allocated
+     * once: with qemu-img create's header, refcount table and block and L1
+     * and the two L2 tables, ten host clusters; nothing leaked. */
+    assert_int_equal(tu_run_status(&out, "qemu-img check --output=json '%s'", p), 0);
+    if (!strstr(out, "\"allocated-clusters\": 4,") ||
+        !strstr(out, "\"image-end-offset\": 40960,") || strstr(out, "leaks")) {
+        fail_msg("qemu-img check: %s", out);
+    }
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_siblings_in_place_at_once),
+        cmocka_unit_test(test_missed_fast_path_in_place),
     };
     return tu_run_group_tests("qcow2-inflight-threads", tests);
 }
