@@ -118,10 +118,6 @@ static void alloc_finish(ApiAioReq *r, int ret, bool reaped)
     alloc_release(r);
     if (r->ring_ret < 0) {
         __atomic_add_fetch(&a->stats.ring_retries, 1, __ATOMIC_RELAXED);
-        if (!reaped) {
-            api_aio_run_req(r); /* already on a worker */
-            return;
-        }
         if (pool_submit(a->pool, api_aio_run_req, r) == 0) {
             return;
         }
@@ -141,7 +137,9 @@ static void alloc_finish(ApiAioReq *r, int ret, bool reaped)
     }
 }
 
-/* Invariant 13: a worker ends the plan where the reaper could not. */
+/* Invariant 13: the links thread ends the plan where the reaper could
+ * not (it never waits for a registration: the request runs again on the
+ * pool, not here). */
 static int alloc_end_task(void *opaque)
 {
     ApiAioReq *r = opaque;
@@ -162,7 +160,7 @@ static void alloc_done(ApiAioReq *r, int ret)
     r->ring_ret = ret;
     ret = node->drv->alloc_end(node, &r->direct, ret, false);
     if (ret == -EWOULDBLOCK) {
-        if (pool_submit(r->aio->pool, alloc_end_task, r) == 0) {
+        if (pool_submit(r->aio->links, alloc_end_task, r) == 0) {
             return;
         }
         ret = node->drv->alloc_end(node, &r->direct, r->ring_ret, true);

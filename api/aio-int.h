@@ -18,6 +18,7 @@ typedef struct ApiAioReq ApiAioReq;
 struct ApiAio {
     QimgImage *img;
     Pool *pool;
+    Pool *links;     /* invariant 13: one thread ending plans the reaper could not */
     BlkUring *uring; /* the io_uring engine (invariant 7), or NULL */
     int efd;
     int wake_fd;   /* invariant 9 */

@@ -79,8 +79,11 @@
  *     alloc_begin: qcow2's write.c invariant 18 -- registered, allocated,
  *     the file covering it) and its data, with the zeros the plan asks
  *     around it, goes to the ring as one write; its completion ends the
- *     plan (alloc_end: the link) on the thread that reaps, or on a worker
- *     when the metadata lock is busy (the reaper never waits for it), and
+ *     plan (alloc_end: the link) on the thread that reaps, or, when the
+ *     metadata lock is busy or the link needs I/O (the reaper never waits
+ *     for it), on 'links': a thread of its own that waits for nothing but
+ *     the lock, since the pool's workers may all be waiting for the
+ *     registration the link ends; and
  *     only then is the request completed -- so its callback comes after
  *     its L2 entry, and a flush submitted after it covers both (uring.c
  *     invariant 1).  A data write that failed or came back short links
@@ -133,7 +136,8 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
     a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     a->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     a->pool = pool_new_unbounded(o->threads ? o->threads : AIO_DEFAULT_THREADS);
-    if (a->efd < 0 || a->wake_fd < 0 || !a->pool) {
+    a->links = a->uring ? pool_new_unbounded(1) : NULL; /* invariant 13 */
+    if (a->efd < 0 || a->wake_fd < 0 || !a->pool || (a->uring && !a->links)) {
         int e = a->efd < 0 || a->wake_fd < 0 ? errno : EAGAIN;
         g_set_error(error, QIMG_ERROR, e, "Cannot set up asynchronous I/O: %s",
                     g_strerror(e));
@@ -145,6 +149,7 @@ static int aio_new(QimgImage *img, const QimgAioOptions *o, GError **error)
         }
         blk_uring_free(a->uring);
         pool_free(a->pool);
+        pool_free(a->links);
         g_free(a);
         return -e;
     }
@@ -566,6 +571,7 @@ void api_aio_close(QimgImage *img)
         qimg_image_aio_wait(img);
     }
     pool_free(a->pool);
+    pool_free(a->links);
     blk_uring_free(a->uring); /* nothing in flight now */
     close(a->efd);
     close(a->wake_fd);
