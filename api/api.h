@@ -175,6 +175,15 @@ typedef struct ApiQuorum {
     GArray *children; /* ApiQuorumChild; NULL: no quorum */
 } ApiQuorum;
 
+/* json-blkdebug.c invariant 6: QEMU's name of a blkdebug node, but for
+ * its image: the plain form's config, the json: form's members. */
+typedef struct ApiBlkdebugName {
+    char *config;    /* QEMU's config option, "" for none */
+    GPtrArray *keys; /* the json: form's members but "image" (g_free) */
+    GPtrArray *vals; /* their JSON text (g_free) */
+    bool strong;     /* options beside config: only the json: form */
+} ApiBlkdebugName;
+
 /* json-name.c: the layers a caller's options name (invariant 4), kept for
  * the open: o->backing_opts and the paths point in here. */
 typedef struct ApiOpenLayers {
@@ -203,6 +212,9 @@ typedef struct ApiOpenLayers {
     /* QEMU's name for the image's file node where it is not the name
      * opened (json-blkdebug.c invariant 6), or NULL */
     char *file_qemu_name;
+    /* QEMU's name for the blkdebug node of blkdebug_rules, but for its
+     * image (json-blkdebug.c invariant 6), or NULL */
+    ApiBlkdebugName *blkdebug_name;
 } ApiOpenLayers;
 void api_open_layers_clear(ApiOpenLayers *l);
 
@@ -244,6 +256,10 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *
  * file, then named "blkdebug:RULES:FILE" under raw); NULL with error
  * set. */
 GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **error);
+/* json-blkdebug.c: QEMU's name (g_free) of the blkdebug node n describes
+ * (ApiOpenLayers.blkdebug_name) over child. */
+char *api_blkdebug_top_name(const ApiBlkdebugName *n, const BlkNode *child);
+void api_blkdebug_name_free(ApiBlkdebugName *n);
 /* json-name.c: take flat's key prefix + name out of it: its value (g_free)
  * or NULL. */
 char *api_flat_take(GHashTable *flat, const char *prefix, const char *name);

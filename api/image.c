@@ -167,9 +167,14 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
             api_qemu_format_name(node->drv->format_name, layers.file_qemu_name);
     }
     if (node && layers.blkdebug_rules) { /* json-name.c invariant 14 */
+        /* json-blkdebug.c invariant 6: QEMU names it by its image */
+        g_autofree char *qemu_name = api_blkdebug_top_name(layers.blkdebug_name, node);
         node = blk_open_faulty_over(layers.blkdebug_rules, node);
         if (!node) {
             blk_error_propagate(error, 0, NULL);
+        } else {
+            g_free(node->qemu_name);
+            node->qemu_name = g_steal_pointer(&qemu_name);
         }
     }
     if (!node && path && named) { /* QEMU names the json: name, then the file */

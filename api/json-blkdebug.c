@@ -50,6 +50,13 @@
  *     two options in one bucket come out in the order of their prefixed
  *     keys' buckets (inject-error.0.errno before inject-error.0.event).  The format over
  * it is then named json:{"driver": FORMAT, "file": {...}} (api/image.c).
+ *     As the image itself over a format or a protocol (invariant 5), the
+ *     same rule names the node by its image (api/image.c, once the image
+ *     is open): "blkdebug:CONFIG:IMAGE" when IMAGE, the image's QEMU name,
+ *     is not a json: one, else the json: name with "image": the image's
+ *     options (a json: name's object, a format's driver and file, a
+ *     protocol's driver and filename, none for a bare "DRIVER://").  The
+ *     config option keeps the JSON type it was given in both.
  */
 #include "api/api.h"
 
@@ -341,11 +348,178 @@ static gboolean node_rules(GHashTable *opts, const char *name_rules, char **out,
     return TRUE;
 }
 
+/* A JSON string of s. */
+static char *json_str(const char *s)
+{
+    GString *out = g_string_new(NULL);
+
+    blk_json_append_string(out, s);
+    return g_string_free(out, FALSE);
+}
+
+/* Invariant 6: the order QEMU puts the strong options in its name's QDict:
+ * by the bucket of their prefixed key, the last first. */
+static gint put_order_cmp(gconstpointer a, gconstpointer b, gpointer prefix)
+{
+    g_autofree char *x = g_strconcat(prefix, *(const char *const *)a, NULL);
+    g_autofree char *y = g_strconcat(prefix, *(const char *const *)b, NULL);
+    unsigned bx = blk_qdict_bucket(x), by = blk_qdict_bucket(y);
+
+    return bx != by ? (bx > by ? -1 : 1) : strcmp(x, y);
+}
+
+void api_blkdebug_name_free(ApiBlkdebugName *n)
+{
+    if (n) {
+        g_free(n->config);
+        g_ptr_array_unref(n->keys);
+        g_ptr_array_unref(n->vals);
+        g_free(n);
+    }
+}
+
+/* Invariant 6: QEMU's name of the node but its image, its own options in
+ * opts (prefix dropped; typed by the full key), config the config file
+ * (or ""), given_config whether the config option gave it (its JSON type
+ * is then the one given). */
+static ApiBlkdebugName *name_members(GHashTable *opts, const char *prefix,
+                                     GHashTable *typed, const char *config,
+                                     bool given_config)
+{
+    ApiBlkdebugName *n = g_new0(ApiBlkdebugName, 1);
+    g_autoptr(GPtrArray) own = g_ptr_array_new();
+    GHashTableIter it;
+    gpointer key;
+    gint64 i;
+    const char *sub;
+
+    n->config = g_strdup(config);
+    n->keys = g_ptr_array_new_with_free_func(g_free);
+    n->vals = g_ptr_array_new_with_free_func(g_free);
+    g_ptr_array_add(n->keys, g_strdup("driver"));
+    g_ptr_array_add(n->vals, json_str("blkdebug"));
+    if (*config) {
+        g_autofree char *full = g_strconcat(prefix, "config", NULL);
+        const char *t = given_config && typed ? g_hash_table_lookup(typed, full) : NULL;
+        g_ptr_array_add(n->keys, g_strdup("config"));
+        g_ptr_array_add(n->vals, t ? g_strdup(t) : json_str(config));
+    }
+    g_hash_table_iter_init(&it, opts);
+    while (g_hash_table_iter_next(&it, &key, NULL)) {
+        if (is_limit(key) || group_key(key, "inject-error", &i, &sub) ||
+            group_key(key, "set-state", &i, &sub)) {
+            g_ptr_array_add(own, key);
+        }
+    }
+    g_ptr_array_sort_with_data(own, put_order_cmp, (gpointer)prefix);
+    for (guint k = 0; k < own->len; k++) {
+        const char *o = own->pdata[k];
+        g_autofree char *full = g_strconcat(prefix, o, NULL);
+        const char *t = typed ? g_hash_table_lookup(typed, full) : NULL;
+        g_ptr_array_add(n->keys, g_strdup(o));
+        g_ptr_array_add(n->vals,
+                        t ? g_strdup(t) : json_str(g_hash_table_lookup(opts, o)));
+    }
+    n->strong = own->len > 0;
+    return n;
+}
+
+/* Invariant 6: QEMU's name of the node n describes over its image, named
+ * child (NULL: a name QEMU does not have, a json: one), its options the
+ * JSON object image. */
+static char *name_with_image(const ApiBlkdebugName *n, const char *child,
+                             const char *image)
+{
+    g_autoptr(GPtrArray) keys = g_ptr_array_copy(n->keys, NULL, NULL);
+    g_autoptr(GPtrArray) vals = g_ptr_array_copy(n->vals, NULL, NULL);
+
+    g_ptr_array_set_free_func(keys, NULL); /* n's strings, borrowed */
+    g_ptr_array_set_free_func(vals, NULL);
+    if (!n->strong && child) {
+        return g_strdup_printf("blkdebug:%s:%s", n->config, child);
+    }
+    g_ptr_array_add(keys, "image");
+    g_ptr_array_add(vals, (gpointer)image);
+    g_autofree char *obj = blk_qdict_json_object(
+        keys->len, (const char *const *)keys->pdata, (const char *const *)vals->pdata);
+    return g_strconcat("json:", obj, NULL);
+}
+
+/* Invariant 6: the options of node as QEMU prints them in a json: name
+ * (a JSON object): a json: name's own, a format's driver and file, a
+ * protocol's driver and filename (none when the name is the protocol's
+ * bare "DRIVER://", as null-co's). */
+static char *node_json(const BlkNode *node)
+{
+    const char *name = blk_node_name(node);
+    const char *drv = node->drv->format_name;
+
+    if (g_str_has_prefix(name, "json:")) {
+        return g_strdup(name + strlen("json:"));
+    }
+    if (node->file) {
+        g_autofree char *file = node_json(node->file);
+        g_autofree char *file_name = g_strconcat("json:", file, NULL);
+        g_autofree char *fmt = api_qemu_format_name(drv, file_name);
+        return g_strdup(fmt + strlen("json:"));
+    }
+    g_autofree char *bare = g_strconcat(drv, "://", NULL);
+    g_autofree char *jdrv = json_str(drv);
+    g_autofree char *jname = json_str(name);
+    const char *keys[] = {"driver", "filename"};
+    const char *vals[] = {jdrv, strcmp(name, bare) == 0 ? NULL : jname};
+    return blk_qdict_json_object(2, keys, vals);
+}
+
+char *api_blkdebug_top_name(const ApiBlkdebugName *n, const BlkNode *child)
+{
+    const char *name = blk_node_name(child);
+    g_autofree char *image = node_json(child);
+
+    return name_with_image(n, g_str_has_prefix(name, "json:") ? NULL : name, image);
+}
+
+gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *typed,
+                              char **name, char **qemu_name, GError **error)
+{
+    g_autoptr(GHashTable) opts =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GHashTable) image =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autofree char *file = NULL, *name_rules = NULL, *rules = NULL;
+
+    take_options(flat, prefix, opts, image);
+    /* QEMU looks for the image before it checks the other keys */
+    if (!image_file(image, g_hash_table_lookup(opts, "filename"), &file, &name_rules,
+                    error) ||
+        !node_rules(opts, name_rules, &rules, error)) {
+        return FALSE;
+    }
+    *name = g_strdup_printf("blkdebug:%s:%s", rules, file);
+    if (qemu_name) {
+        const char *config = g_hash_table_lookup(opts, "config");
+        ApiBlkdebugName *n = name_members(opts, prefix, typed,
+                                          config       ? config
+                                          : name_rules ? name_rules
+                                                       : "",
+                                          config != NULL);
+        g_autofree char *jfile = json_str(file);
+        const char *ikeys[] = {"driver", "filename"};
+        const char *ivals[] = {"\"file\"", jfile};
+        g_autofree char *ijson = blk_qdict_json_object(2, ikeys, ivals);
+        g_free(*qemu_name);
+        *qemu_name = name_with_image(n, file, ijson);
+        api_blkdebug_name_free(n);
+    }
+    return TRUE;
+}
+
 /* Invariant 5: the node over a format: its options out of flat, the
  * format layer's options (the node's filename as the image's file when
- * the image names none) into image. */
-static gboolean over_format(GHashTable *flat, GHashTable *image, char **rules,
-                            GError **error)
+ * the image names none) into image, its name but the image's into *name
+ * (invariant 6, typed as json-flat.c invariant 3 says). */
+static gboolean over_format(GHashTable *flat, GHashTable *image, GHashTable *typed,
+                            char **rules, ApiBlkdebugName **name, GError **error)
 {
     g_autoptr(GHashTable) opts =
         g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -367,6 +541,12 @@ static gboolean over_format(GHashTable *flat, GHashTable *image, char **rules,
     if (!node_rules(opts, name_rules, rules, error)) {
         return FALSE;
     }
+    v = g_hash_table_lookup(opts, "config");
+    *name = name_members(opts, "", typed,
+                         v            ? v
+                         : name_rules ? name_rules
+                                      : "",
+                         v != NULL);
     if (file && *file) {
         g_hash_table_insert(image, g_strdup("file.filename"), g_strdup(file));
     }
@@ -397,11 +577,12 @@ GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **e
         }
         g_hash_table_insert(child, g_strdup("driver"), g_strdup("raw"));
         g_hash_table_insert(child, g_strdup("file.filename"), name);
-    } else if (!over_format(flat, child, &rules, error)) {
-        return NULL;
     } else if (layers->blkdebug_rules) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "qimg takes one blkdebug node over a format");
+        return NULL;
+    } else if (!over_format(flat, child, layers->json_typed, &rules,
+                            &layers->blkdebug_name, error)) {
         return NULL;
     } else {
         layers->blkdebug_rules = g_steal_pointer(&rules);
@@ -414,100 +595,4 @@ GHashTable *api_blkdebug_top(GHashTable *flat, ApiOpenLayers *layers, GError **e
         }
     }
     return g_steal_pointer(&child);
-}
-
-/* A JSON string of s. */
-static char *json_str(const char *s)
-{
-    GString *out = g_string_new(NULL);
-
-    blk_json_append_string(out, s);
-    return g_string_free(out, FALSE);
-}
-
-/* Invariant 6: the order QEMU puts the strong options in its name's QDict:
- * by the bucket of their prefixed key, the last first. */
-static gint put_order_cmp(gconstpointer a, gconstpointer b, gpointer prefix)
-{
-    g_autofree char *x = g_strconcat(prefix, *(const char *const *)a, NULL);
-    g_autofree char *y = g_strconcat(prefix, *(const char *const *)b, NULL);
-    unsigned bx = blk_qdict_bucket(x), by = blk_qdict_bucket(y);
-
-    return bx != by ? (bx > by ? -1 : 1) : strcmp(x, y);
-}
-
-/* Invariant 6: QEMU's name of the node, its own options in opts (prefix
- * dropped; typed by the full key), config the config file (or ""). */
-static char *qemu_node_name(GHashTable *opts, const char *prefix, GHashTable *typed,
-                            const char *config, const char *file)
-{
-    g_autoptr(GPtrArray) keys = g_ptr_array_new();
-    g_autoptr(GPtrArray) vals = g_ptr_array_new_with_free_func(g_free);
-    gint64 i;
-    const char *sub;
-
-    g_ptr_array_add(keys, "driver");
-    g_ptr_array_add(vals, json_str("blkdebug"));
-    if (*config) {
-        g_ptr_array_add(keys, "config");
-        g_ptr_array_add(vals, json_str(config));
-    }
-    g_autoptr(GPtrArray) own = g_ptr_array_new();
-    GHashTableIter it;
-    gpointer key;
-    g_hash_table_iter_init(&it, opts);
-    while (g_hash_table_iter_next(&it, &key, NULL)) {
-        if (is_limit(key) || group_key(key, "inject-error", &i, &sub) ||
-            group_key(key, "set-state", &i, &sub)) {
-            g_ptr_array_add(own, key);
-        }
-    }
-    g_ptr_array_sort_with_data(own, put_order_cmp, (gpointer)prefix);
-    for (guint n = 0; n < own->len; n++) {
-        const char *k = own->pdata[n];
-        g_autofree char *full = g_strconcat(prefix, k, NULL);
-        const char *t = typed ? g_hash_table_lookup(typed, full) : NULL;
-        g_ptr_array_add(keys, (gpointer)k);
-        g_ptr_array_add(vals, t ? g_strdup(t) : json_str(g_hash_table_lookup(opts, k)));
-    }
-    if (own->len == 0) {
-        return g_strdup_printf("blkdebug:%s:%s", config, file);
-    }
-    const char *ikeys[] = {"driver", "filename"};
-    g_autofree char *ifile = json_str(file);
-    const char *ivals[] = {"\"file\"", ifile};
-    g_ptr_array_add(keys, "image");
-    g_ptr_array_add(vals, blk_qdict_json_object(2, ikeys, ivals));
-    g_autofree char *obj = blk_qdict_json_object(
-        keys->len, (const char *const *)keys->pdata, (const char *const *)vals->pdata);
-    return g_strconcat("json:", obj, NULL);
-}
-
-gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *typed,
-                              char **name, char **qemu_name, GError **error)
-{
-    g_autoptr(GHashTable) opts =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    g_autoptr(GHashTable) image =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    g_autofree char *file = NULL, *name_rules = NULL, *rules = NULL;
-
-    take_options(flat, prefix, opts, image);
-    /* QEMU looks for the image before it checks the other keys */
-    if (!image_file(image, g_hash_table_lookup(opts, "filename"), &file, &name_rules,
-                    error) ||
-        !node_rules(opts, name_rules, &rules, error)) {
-        return FALSE;
-    }
-    *name = g_strdup_printf("blkdebug:%s:%s", rules, file);
-    if (qemu_name) {
-        const char *config = g_hash_table_lookup(opts, "config");
-        g_free(*qemu_name);
-        *qemu_name = qemu_node_name(opts, prefix, typed,
-                                    config       ? config
-                                    : name_rules ? name_rules
-                                                 : "",
-                                    file);
-    }
-    return TRUE;
 }

@@ -151,6 +151,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     api_quorum_clear(&l->quorum);
     g_clear_pointer(&l->json_typed, g_hash_table_unref);
     g_clear_pointer(&l->file_qemu_name, g_free);
+    g_clear_pointer(&l->blkdebug_name, api_blkdebug_name_free);
 }
 
 /* Invariant 10: the depth of a key of the backing options naming a

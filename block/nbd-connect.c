@@ -2,13 +2,15 @@
  * block/nbd-connect.c: one connection to an NBD export, and the name QEMU
  * gives it -- the handshake half of the NBD node (block/nbd.c).
  *
- * Owns: parsing qemu-img's legacy nbd: names, the handshake with or
- * without a deadline, the server's error text, the canonical name.
- * Keeps nbd.c invariants 1 (extra connections end their handshake by a
- * deadline) and 6 (the server's refusal text); nbd-lib.h invariant 1
- * (libnbd only through blk_nbd_lib).
+ * Owns: reading the names (qemu-img's legacy nbd: names, plain TCP URIs),
+ * the handshake with or without a deadline, the server's error text, the
+ * canonical name.  Keeps nbd.c invariants 1 (extra connections end their
+ * handshake by a deadline), 6 (the server's refusal text) and 8 (qimg's
+ * own TCP connect); nbd-lib.h invariant 1 (libnbd only through
+ * blk_nbd_lib).
  */
 #include "block/block.h"
+#include "block/inet.h"
 #include "block/nbd-lib.h"
 
 #include <errno.h>
@@ -18,31 +20,120 @@
 
 #define NL blk_nbd_lib
 
-/* qemu-img's nbd:unix:PATH[:exportname=NAME] / nbd:HOST:PORT[:exportname=NAME] */
-static int connect_legacy(struct nbd_handle *h, const char *name, bool async)
+#define NBD_DEFAULT_PORT "10809"
+
+/* Where a name leads: a TCP host and port qimg connects to itself
+ * (invariant 8), a Unix socket libnbd connects to, or (neither: the
+ * target is not filled) a URI libnbd takes whole. */
+typedef struct NbdTarget {
+    char *host, *port; /* plain TCP */
+    char *unix_path;   /* nbd:unix:PATH */
+    char *export;
+} NbdTarget;
+
+static void target_clear(NbdTarget *t)
+{
+    g_free(t->host);
+    g_free(t->port);
+    g_free(t->unix_path);
+    g_free(t->export);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(NbdTarget, target_clear)
+
+/* qemu-img's nbd:unix:PATH[:exportname=NAME] / nbd:HOST[:PORT][:exportname=NAME];
+ * -EINVAL with the message when it does not parse. */
+static int parse_legacy(const char *name, NbdTarget *t)
 {
     g_auto(GStrv) parts = g_strsplit(name + strlen("nbd:"), ":", -1);
-    const char *export = "";
     int n = (int)g_strv_length(parts);
 
     if (n > 0 && g_str_has_prefix(parts[n - 1], "exportname=")) {
-        export = parts[n - 1] + strlen("exportname=");
+        t->export = g_strdup(parts[n - 1] + strlen("exportname="));
         n--;
-    }
-    if (NL.nbd_set_export_name(h, export) < 0) {
-        return -1;
+    } else {
+        t->export = g_strdup("");
     }
     if (n == 2 && strcmp(parts[0], "unix") == 0) {
-        return async ? NL.nbd_aio_connect_unix(h, parts[1])
-                     : NL.nbd_connect_unix(h, parts[1]);
+        t->unix_path = g_strdup(parts[1]);
+    } else if (n == 2 || n == 1) {
+        t->host = g_strdup(parts[0]);
+        t->port = g_strdup(n == 2 ? parts[1] : NBD_DEFAULT_PORT);
+    } else {
+        return blk_error(EINVAL, "expected nbd:unix:PATH[:exportname=NAME] or "
+                                 "nbd:HOST:PORT[:exportname=NAME]");
     }
-    if (n == 2 || n == 1) {
-        const char *port = n == 2 ? parts[1] : "10809";
-        return async ? NL.nbd_aio_connect_tcp(h, parts[0], port)
-                     : NL.nbd_connect_tcp(h, parts[0], port);
+    return 0;
+}
+
+/* nbd://HOST[:PORT][/EXPORT] with nothing else in it (no user, query or
+ * fragment), read as QEMU and libnbd read it: no host is localhost, no
+ * port (or 0) is 10809, the export is the path without its first '/'.
+ * False: a URI for libnbd. */
+static bool parse_tcp_uri(const char *name, NbdTarget *t)
+{
+    g_autofree char *scheme = NULL, *user = NULL, *host = NULL, *path = NULL;
+    g_autofree char *query = NULL, *fragment = NULL;
+    int port = -1;
+
+    if (!g_uri_split(name, G_URI_FLAGS_NONE, &scheme, &user, &host, &port, &path, &query,
+                     &fragment, NULL) ||
+        strcmp(scheme, "nbd") != 0 || user || query || fragment) {
+        return false;
     }
-    errno = EINVAL;
-    return -2;
+    t->host = g_strdup(host && *host ? host : "localhost");
+    t->port = port > 0 ? g_strdup_printf("%d", port) : g_strdup(NBD_DEFAULT_PORT);
+    t->export = g_strdup(path[0] == '/' ? path + 1 : path);
+    return true;
+}
+
+/* 1 with *t filled, 0 for a name libnbd takes whole, -EINVAL with the
+ * message for a legacy name that does not parse. */
+static int parse_target(const char *name, NbdTarget *t)
+{
+    if (g_str_has_prefix(name, "nbd://")) {
+        return parse_tcp_uri(name, t) ? 1 : 0;
+    }
+    if (g_str_has_prefix(name, "nbd:")) {
+        int ret = parse_legacy(name, t);
+        return ret < 0 ? ret : 1;
+    }
+    return 0;
+}
+
+/* Starts @h's connection to @name (with the handshake unless @async):
+ * 0, or -1 with libnbd's error, or with *@err = -errno and the message
+ * recorded when the name did not parse or qimg's own TCP connect failed
+ * (invariant 8). */
+static int start_connect(struct nbd_handle *h, const char *name, bool async,
+                         int64_t deadline, int *err)
+{
+    g_auto(NbdTarget) t = {0};
+    int r = parse_target(name, &t);
+    int fd;
+
+    if (r < 0) {
+        *err = r;
+        return -1;
+    }
+    if (r == 0) {
+        return async ? NL.nbd_aio_connect_uri(h, name) : NL.nbd_connect_uri(h, name);
+    }
+    if (NL.nbd_set_export_name(h, t.export) < 0) {
+        return -1;
+    }
+    if (t.unix_path) {
+        return async ? NL.nbd_aio_connect_unix(h, t.unix_path)
+                     : NL.nbd_connect_unix(h, t.unix_path);
+    }
+    fd = blk_inet_connect(t.host, t.port, deadline);
+    if (fd < 0) {
+        *err = fd;
+        return -1;
+    }
+    /* libnbd owns fd from here on, and closes it when it fails (on a fresh
+     * handle nothing refuses it before it takes it) */
+    return async ? NL.nbd_aio_connect_socket(h, fd) : NL.nbd_connect_socket(h, fd);
 }
 
 /* Waits until @h's handshake is done; -ETIMEDOUT at @deadline (monotonic
@@ -88,9 +179,8 @@ static int note_server_msg(void *user, const char *context, const char *msg)
  * the connection takes (the first one, whose server error text goes to
  * *@server_msg: invariant 6); otherwise the handshake must end by then (an
  * extra one: invariant 1). */
-struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context,
-                                       int *legacy_err, int64_t deadline,
-                                       char **server_msg)
+struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context, int *err,
+                                       int64_t deadline, char **server_msg)
 {
     struct nbd_handle *h = NL.nbd_create();
     bool async = deadline != 0;
@@ -110,16 +200,12 @@ struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context,
         NL.nbd_set_debug_callback(h, cb);
         NL.nbd_set_debug(h, true);
     }
-    if (g_str_has_prefix(name, "nbd:") && !g_str_has_prefix(name, "nbd://")) {
-        r = connect_legacy(h, name, async);
-    } else {
-        r = async ? NL.nbd_aio_connect_uri(h, name) : NL.nbd_connect_uri(h, name);
-    }
+    *err = 0;
+    r = start_connect(h, name, async, deadline, err);
     if (server_msg) {
         NL.nbd_set_debug(h, debug);
         NL.nbd_clear_debug_callback(h);
     }
-    *legacy_err = r == -2;
     if (r >= 0 && async) {
         r = await_ready(h, deadline);
     }
@@ -135,10 +221,18 @@ struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context,
  * nbd://HOST:PORT or nbd://HOST:PORT/EXPORT. */
 char *blk_nbd_canonical_name(struct nbd_handle *h, const char *given)
 {
-    g_autofree char *uri = NL.nbd_get_uri(h);
-    g_autofree char *export = NL.nbd_get_export_name(h);
+    g_auto(NbdTarget) t = {0};
+    g_autofree char *uri = NULL;
+    g_autofree char *export = NULL;
     const char *q;
 
+    if (parse_target(given, &t) == 1 && t.host) { /* invariant 8: qimg's own TCP */
+        g_autofree char *hp = g_strdup_printf(
+            strchr(t.host, ':') ? "nbd://[%s]:%s" : "nbd://%s:%s", t.host, t.port);
+        return *t.export ? g_strdup_printf("%s/%s", hp, t.export) : g_steal_pointer(&hp);
+    }
+    uri = NL.nbd_get_uri(h);
+    export = NL.nbd_get_export_name(h);
     if (!uri) {
         return g_strdup(given);
     }
@@ -151,7 +245,8 @@ char *blk_nbd_canonical_name(struct nbd_handle *h, const char *given)
         g_autofree char *hp =
             slash ? g_strndup(host, (size_t)(slash - host)) : g_strdup(host);
         const char *port = hp[0] == '[' ? strstr(hp, "]:") : strrchr(hp, ':');
-        g_autofree char *hostport = port ? g_strdup(hp) : g_strdup_printf("%s:10809", hp);
+        g_autofree char *hostport =
+            port ? g_strdup(hp) : g_strdup_printf("%s:" NBD_DEFAULT_PORT, hp);
         return export && *export ? g_strdup_printf("nbd://%s/%s", hostport, export)
                                  : g_strdup_printf("nbd://%s", hostport);
     }

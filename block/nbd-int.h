@@ -31,7 +31,8 @@ typedef struct NbdConn {
 } NbdConn;
 
 typedef struct NbdState {
-    char *name;
+    char *name;    /* QEMU's name for the export, in messages */
+    char *target;  /* the name as given: every connection's (invariant 8) */
     char *context; /* the meta context block status reads (invariant 5) */
     NbdConn c[NBD_CONNS];
     int nconns;

@@ -24,7 +24,7 @@
 #define BLK_NBD_FUNCS(X)                                                                 \
     X(nbd_add_meta_context)                                                              \
     X(nbd_aio_block_status)                                                              \
-    X(nbd_aio_connect_tcp)                                                               \
+    X(nbd_aio_connect_socket)                                                            \
     X(nbd_aio_connect_unix)                                                              \
     X(nbd_aio_connect_uri)                                                               \
     X(nbd_aio_flush)                                                                     \
@@ -48,7 +48,7 @@
     X(nbd_can_zero)                                                                      \
     X(nbd_clear_debug_callback)                                                          \
     X(nbd_close)                                                                         \
-    X(nbd_connect_tcp)                                                                   \
+    X(nbd_connect_socket)                                                                \
     X(nbd_connect_unix)                                                                  \
     X(nbd_connect_uri)                                                                   \
     X(nbd_create)                                                                        \
@@ -81,14 +81,15 @@ int blk_nbd_lib_load(void);
 
 /* block/nbd-connect.c.  One connection to @name (a libnbd URI or qemu-img's
  * nbd:unix:PATH / nbd:HOST:PORT name) asking for meta @context, with its
- * handshake done, or NULL (libnbd's error set; *@legacy_err when a legacy
- * name did not parse).  @deadline 0 waits as long as the handshake takes
- * and keeps the server's error text in *@server_msg (nbd.c invariant 6);
- * otherwise the handshake must end by @deadline, monotonic microseconds
+ * handshake done, or NULL: with *@err = -errno and the message recorded
+ * (blk_error) when a legacy name did not parse or qimg's own TCP connect
+ * failed (nbd.c invariant 8), else with *@err = 0 and libnbd's error set.
+ * @deadline 0 waits as long as the connection takes and keeps the server's
+ * error text in *@server_msg (nbd.c invariant 6); otherwise the TCP
+ * connect and the handshake must end by @deadline, monotonic microseconds
  * (nbd.c invariant 1). */
-struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context,
-                                       int *legacy_err, int64_t deadline,
-                                       char **server_msg);
+struct nbd_handle *blk_nbd_connect_one(const char *name, const char *context, int *err,
+                                       int64_t deadline, char **server_msg);
 /* QEMU's name for the export @h is connected to (what qemu-img info and map
  * print); @given when libnbd has no URI for it. */
 char *blk_nbd_canonical_name(struct nbd_handle *h, const char *given);

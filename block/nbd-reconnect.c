@@ -63,10 +63,13 @@ static bool pause_until(int64_t deadline, unsigned wait_s)
  * deadline (invariant 3); NULL when this attempt failed. */
 static struct nbd_handle *connect_again(NbdState *s, int64_t deadline)
 {
-    int legacy_err = 0;
+    bool had = blk_error_mark();
+    int err = 0;
+    /* nbd.c invariant 8: the same way as the first */
     struct nbd_handle *h =
-        blk_nbd_connect_one(s->name, s->context, &legacy_err, deadline, NULL);
+        blk_nbd_connect_one(s->target, s->context, &err, deadline, NULL);
 
+    blk_error_unwind(had); /* the request fails with its own message */
     if (h && NL.nbd_get_size(h) != (int64_t)s->size) {
         NL.nbd_close(h);
         return NULL;

@@ -56,6 +56,17 @@
  *     passed since its first failure; then it fails as it did.  A new
  *     connection must offer the export's size again.  The open itself is
  *     not retried (QEMU's open-timeout, which qimg refuses).
+ *  8. Plain TCP names -- nbd://HOST[:PORT][/EXPORT] with no user, query or
+ *     fragment (json's server.type=inet becomes one, api/json-name.c) and
+ *     qemu-img's nbd:HOST[:PORT][:exportname=NAME] -- are connected by
+ *     qimg, as QEMU connects them (block/inet.c: its messages, "address
+ *     resolution failed for HOST:PORT: ..." and "Failed to connect to
+ *     'HOST:PORT': ..."), and the socket is handed to libnbd
+ *     (nbd_connect_socket) for the handshake; a deadline (invariants 1
+ *     and 7) covers the TCP connect too.  Every connection, extra ones and
+ *     reconnects, is made the same way from the name as given.  TLS
+ *     (nbds://), Unix sockets and URIs with anything else in them are
+ *     libnbd's to connect.
  */
 #include "block/block.h"
 #include "block/nbd-int.h"
@@ -337,6 +348,7 @@ static void nbd_node_close(BlkNode *img)
     pthread_mutex_destroy(&s->lock);
     pthread_rwlock_destroy(&s->rw);
     g_free(s->name);
+    g_free(s->target);
     g_free(s->context);
     g_free(s);
 }
@@ -683,7 +695,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
 {
     NbdState *s;
     BlkNode *img;
-    int legacy_err = 0;
+    int err = 0;
     int64_t size, maxb, minb;
     g_autofree char *server_msg = NULL;
 
@@ -693,6 +705,7 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
     }
     s = g_new0(NbdState, 1);
     s->name = g_strdup(filename);
+    s->target = g_strdup(filename);
     s->context = g_strdup(context ? context : LIBNBD_CONTEXT_BASE_ALLOCATION);
     pthread_mutex_init(&s->lock, NULL);
     pthread_rwlock_init(&s->rw, NULL);
@@ -701,19 +714,16 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
         s->c[i].efd = -1;
         s->c[i].stop_flag = &s->stop;
     }
-    s->c[0].h = blk_nbd_connect_one(filename, s->context, &legacy_err, 0, &server_msg);
+    s->c[0].h = blk_nbd_connect_one(filename, s->context, &err, 0, &server_msg);
     img = g_new0(BlkNode, 1);
     img->drv = &blk_nbd_driver;
     img->opaque = s;
     img->filename = g_strdup(filename);
     if (!s->c[0].h) {
-        if (legacy_err) {
-            blk_error(EINVAL,
-                      "Could not open '%s': expected nbd:unix:PATH[:exportname=NAME] or "
-                      "nbd:HOST:PORT[:exportname=NAME]",
-                      filename);
+        if (err < 0) { /* invariant 8: qimg's own words */
+            blk_error_prefix(err, "Could not open '%s'", filename);
         } else {
-            int err = NL.nbd_get_errno() > 0 ? NL.nbd_get_errno() : EIO;
+            err = NL.nbd_get_errno() > 0 ? NL.nbd_get_errno() : EIO;
             const char *why = NL.nbd_get_error() ? NL.nbd_get_error() : g_strerror(err);
             if (err == ENOENT && (server_msg || strstr(why, "no export named"))) {
                 /* NBD_REP_ERR_UNKNOWN, in QEMU's words (invariant 6) */
@@ -767,11 +777,13 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
     /* invariant 1; one connection to reconnect (invariant 7), as QEMU's */
     if (NL.nbd_can_multi_conn(s->c[0].h) == 1 && !s->reconnect_us) {
         int64_t deadline = g_get_monotonic_time() + NBD_EXTRA_CONNECT_US;
+        bool had = blk_error_mark();
 
         while (s->nconns < NBD_CONNS) {
             struct nbd_handle *h =
-                blk_nbd_connect_one(filename, s->context, &legacy_err, deadline, NULL);
+                blk_nbd_connect_one(filename, s->context, &err, deadline, NULL);
             if (!h) {
+                blk_error_unwind(had); /* the node works with those it got */
                 break;
             }
             s->c[s->nconns++].h = h;

@@ -39,25 +39,22 @@
  *     (the answers still in flight are drained first).  libssh 0.10 has no
  *     asynchronous SFTP write: writes go one SSH_WRITE_CHUNK at a time.
  *  3. No step waits for the server longer than BLK_SSH_TIMEOUT seconds
- *     (the TCP connect by poll, the rest by libssh's SSH_OPTIONS_TIMEOUT).
+ *     (the TCP connect by its deadline, block/inet.c, the rest by libssh's
+ *     SSH_OPTIONS_TIMEOUT).
  *  4. s->size is the file's size: fstat at open, then the end of every
  *     write beyond it (offsets checked for overflow first).
  *  5. A flush asks the server to fsync only when the node wrote since the
  *     last good one (s->dirty): closing a node that only read never fails
  *     on a server that has gone away.
  */
+#include "block/inet.h"
 #include "block/ssh-lib.h"
 #include "block/ssh.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* ssh-lib.h invariant 1: libssh through the table ssh-lib.c loads */
@@ -88,58 +85,6 @@ static int sftp_error(SshState *s, int err, const char *what)
     return blk_error(err, "%s: %s (libssh error code: %d, sftp error code: %d)", what,
                      SL.ssh_get_error(s->session), SL.ssh_get_error_code(s->session),
                      SL.sftp_get_error(s->sftp));
-}
-
-/* Fact 2, invariant 3: a connected TCP socket or -errno. */
-static int tcp_connect(const char *host, const char *port)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int err = ECONNREFUSED, fd = -1;
-    int gai = getaddrinfo(host, port, &hints, &res);
-
-    if (gai != 0) {
-        return blk_error(EHOSTUNREACH, "address resolution failed for %s:%s: %s", host,
-                         port, gai_strerror(gai));
-    }
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                    a->ai_protocol);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno == EINPROGRESS) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            socklen_t len = sizeof(err);
-            int n = poll(&p, 1, BLK_SSH_TIMEOUT * 1000);
-            if (n == 0) {
-                err = ETIMEDOUT;
-            } else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) {
-                err = errno;
-            }
-        } else {
-            err = errno == EINPROGRESS ? 0 : errno;
-        }
-        if (err == 0) {
-            int one = 1, fl = fcntl(fd, F_GETFL);
-            /* libssh's blocking mode wants a blocking socket */
-            if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-                err = errno;
-            } else {
-                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                break;
-            }
-        }
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        return blk_error(err, "Failed to connect to '%s:%s': %s", host, port,
-                         g_strerror(err));
-    }
-    return fd;
 }
 
 /* Fact 3: the server's key against known_hosts. */
@@ -313,7 +258,9 @@ static int ssh_connect_file(SshState *s, const BlkSshLocation *loc, const char *
     int fd, ret;
 
     s->host = g_strdup(loc->host);
-    fd = tcp_connect(loc->host, loc->port);
+    /* fact 2 (inet.h invariant 1); invariant 3 */
+    fd = blk_inet_connect(loc->host, loc->port,
+                          g_get_monotonic_time() + BLK_SSH_TIMEOUT * G_USEC_PER_SEC);
     if (fd < 0) {
         return fd;
     }
