@@ -2,9 +2,9 @@
  * qcow2/grow.c: growing the image file ahead of the allocator.
  *
  * Owns: s->phys_end (the file's length as this handle last made or saw
- * it), growing the file in large preallocated steps when an allocation
- * passes it, knowing which fresh clusters read as zeros without being
- * written, and giving the unused tail back at close.
+ * it) and s->fresh_end, growing the file in large preallocated steps when
+ * an allocation passes it, knowing which fresh clusters read as zeros
+ * without being written, and giving the unused tail back at close.
  *
  * Why: every new cluster lies past the end of the file.  Zeroing the rest
  * of it there (write.c invariant 11) was one fallocate per cluster under
@@ -37,10 +37,16 @@
  *     (which passes the resize down and logs it), grows its file.
  *  4. Anything else that resizes the file (resize, preallocation, repair:
  *     qcow2_grow_stop_locked first) or closes the handle cuts it back to
- *     the larger of file_size and its length at open -- what growth added
- *     and nothing references -- and growth stops for the handle.  Nothing
- *     depends on the cut being durable: a power loss keeps zeros past the
- *     last cluster, which qemu-img check accepts.
+ *     the length it would have without growth -- the largest of its length
+ *     at open, the end of the furthest write the handle asked of it
+ *     (blk_wr_highest: metadata and compressed clusters with their exact
+ *     length, where QEMU leaves them; not file_size, which rounds them up
+ *     to their cluster) and the end of the furthest fresh guest clusters
+ *     (s->fresh_end: their unwritten parts read as zeros by invariant 2,
+ *     as QEMU's zeroed COW areas) -- so nothing referenced is cut, and
+ *     growth stops for the handle.  Nothing depends on the cut being
+ *     durable: a power loss keeps zeros past the last cluster, which
+ *     qemu-img check accepts.
  */
 #include "qcow2/qcow2.h"
 
@@ -62,6 +68,7 @@ void qcow2_grow_locked(Qcow2State *s, uint64_t end)
     uint64_t step, target;
     int ret;
 
+    s->fresh_end = MAX(s->fresh_end, end); /* invariant 4 */
     if (!s->grow_on || end <= s->phys_end) {
         return;
     }
@@ -88,7 +95,7 @@ bool qcow2_grown_zero_locked(const Qcow2State *s, uint64_t host, uint64_t len,
 
 void qcow2_grow_stop_locked(Qcow2State *s)
 {
-    uint64_t keep = MAX(s->file_size, s->open_end);
+    uint64_t keep = MAX(MAX(s->open_end, s->fresh_end), blk_wr_highest(s->img->file));
 
     if (s->phys_end > keep) {
         bool had_error = blk_error_mark();

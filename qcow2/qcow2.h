@@ -146,6 +146,7 @@ typedef struct Qcow2State {
                          * (qcow2.h invariant 5) */
     uint64_t phys_end;  /* [lock] img->file's length as grown (grow.c) */
     uint64_t open_end;  /* [open] img->file's length at open (grow.c) */
+    uint64_t fresh_end; /* [lock] end of the last fresh guest clusters (grow.c) */
     bool grow_on;       /* [lock] growing ahead (grow.c invariants 1, 3, 4) */
 
     /* [lock] L1 in host order: the active one, or the snapshot's in a view */
@@ -713,7 +714,8 @@ int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
 
 /* grow.c: growing the image file ahead of allocating guest writes. */
 void qcow2_grow_init(Qcow2State *s, uint64_t len);
-/* Invariant 1: the file reaches at least end (best effort). */
+/* Invariant 1: the file reaches at least end (best effort), the end of
+ * fresh guest clusters just handed out (invariant 4 keeps them). */
 void qcow2_grow_locked(Qcow2State *s, uint64_t end);
 /* Invariant 2: [host, host + len), handed out by an allocation that found
  * file_size == before, reads as zeros without a write. */
