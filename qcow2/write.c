@@ -130,7 +130,7 @@
  *     take the copy (blk_can_copy_range): -ENOTSUP before anything is
  *     planned.
  */
-#include "qcow2/qcow2.h"
+#include "qcow2/grow.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -243,7 +243,7 @@ typedef struct Chunk {
     uint64_t data_gen;     /* write generation once the data was written */
     uint32_t meta_gen;     /* fastmap generation before the overlap check */
     bool learn;            /* a guest write: remember the mapping (fastmap.c) */
-    bool grown_zero;       /* fresh clusters that read as zeros (grow.c inv. 2) */
+    Qcow2GrowPlan grow;    /* fresh clusters: the file's growth (grow.c) */
     bool cow_zero;         /* the COW parts read as zeros (invariant 13) */
 } Chunk;
 
@@ -459,8 +459,8 @@ static int plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, Chunk *c
             }
             c->host = (uint64_t)off;
             c->refcounted = true;
-            qcow2_grow_locked(s, c->host + len); /* grow.c invariant 1 */
-            c->grown_zero = qcow2_grown_zero_locked(s, c->host, len, before);
+            qcow2_grow_plan_locked(s, c->host, len, before, c->wend >= end,
+                                   &c->grow); /* grow.c */
         }
     }
     c->meta_gen = qcow2_fastmap_gen(s->fastmap);
@@ -557,11 +557,11 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     }
     if (!qiov) { /* invariant 17 */
         return copy_chunk_data(s, c, req_offset, w, head, tail,
-                               zero_cow && c->grown_zero && !s->encrypted);
+                               zero_cow && c->grow.zero && !s->encrypted);
     }
     iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
               (size_t)(c->wend - c->wstart));
-    if (zero_cow && (head_len || tail_len) && c->grown_zero && !s->encrypted) {
+    if (zero_cow && (head_len || tail_len) && c->grow.zero && !s->encrypted) {
         /* invariant 11, grow.c invariant 2: the COW parts read as zeros
          * (not on an encrypted image: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
@@ -702,10 +702,14 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
         if (ret < 0 || c.wend >= end) {
             blk_order_allocated(); /* invariant 12: the last plan is made */
         }
+        if (ret == 0 && c.grow.cover) {
+            qcow2_grow_cover(s, &c.grow); /* grow.c invariant 1 */
+        }
         if (ret == 0) {
             ret = write_chunk_data(s, &c, offset, w);
             c.data_gen = blk_write_gen(qcow2_data_node(s));
         }
+        qcow2_grow_finish(s, &c.grow); /* grow.c invariant 5 */
         qcow2_lock(s);
         if (ret == 0) {
             ret = link_chunk_locked(s, &c);
