@@ -335,6 +335,22 @@ void blk_gen_flushed(BlkNode *img, uint64_t gen)
     }
 }
 
+uint64_t blk_wr_highest(BlkNode *img)
+{
+    return __atomic_load_n(&img->wr_highest, __ATOMIC_ACQUIRE);
+}
+
+/* A write-like request for [offset, end) passed its checks. */
+static void note_write(BlkNode *img, uint64_t end)
+{
+    uint64_t cur = __atomic_load_n(&img->wr_highest, __ATOMIC_RELAXED);
+
+    while (end > cur &&
+           !__atomic_compare_exchange_n(&img->wr_highest, &cur, end, true,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    }
+}
+
 /* ---- request checks (block.h invariant 3) ---- */
 
 static int check_request(BlkNode *img, uint64_t offset, uint64_t bytes, bool write)
@@ -381,6 +397,7 @@ int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flag
         return blk_error(ENOTSUP, "Writing is not supported for format '%s'",
                          img->drv->format_name);
     }
+    note_write(img, offset + qiov->size);
     if (img->limits) {
         return blk_limits_pwritev(img, offset, qiov, flags);
     }
@@ -400,6 +417,7 @@ int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
     if (!img->drv->copy_in || img->limits || src->limits) {
         return -ENOTSUP;
     }
+    note_write(img, offset + bytes);
     return img->drv->copy_in(img, offset, bytes, src, src_offset);
 }
 
@@ -430,6 +448,7 @@ int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned fl
     if (ret < 0 || bytes == 0) {
         return ret;
     }
+    note_write(img, offset + bytes);
     if (img->limits) {
         return blk_limits_pwrite_zeroes(img, offset, bytes, flags);
     }

@@ -167,6 +167,9 @@ struct BlkNode {
     uint64_t flushed_gen; /* write_gen at the start of the last good flush */
     BlkNode *filtered;    /* filter nodes: the child that holds the data */
     BlkLimits *limits;    /* the driver's (limits.c), or NULL: none */
+    /* atomic: the end of the furthest write, zero write or copy requested
+     * of this node (QEMU's wr_highest_offset): blk_wr_highest() */
+    uint64_t wr_highest;
 };
 
 /* The node's name as QEMU shows it (qimg info, "Failed to empty"). */
@@ -502,6 +505,10 @@ int64_t blk_get_allocated_size(BlkNode *img);
 /* Invariant 4: write generation of the protocol node under img (after
  * filters), and the generation its last successful flush covered. */
 uint64_t blk_write_gen(BlkNode *img);
+/* The end of the furthest write, zero write or copy requested of img (not
+ * of its children), failed ones included: what the requests may have
+ * made of the file's length, as opposed to a resize. */
+uint64_t blk_wr_highest(BlkNode *img);
 uint64_t blk_flushed_gen(BlkNode *img);
 /* True when every write that completed before write generation gen is
  * durable on img's protocol node. */

@@ -399,10 +399,10 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
     }
     c.l2_buf = g_malloc(s->cluster_size);
     qcow2_lock(s);
-    s->in_check = true; /* repair.c invariant 1: corruption lines are ours */
     if (s->writable) {
-        qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
+        qcow2_grow_stop_locked(s); /* grow.c invariant 4 (may wait: before in_check) */
     }
+    s->in_check = true; /* repair.c invariant 1: corruption lines are ours */
     blk_error_clear();
     ret = check_refresh_file_size(&c);
     if (ret == 0 && c.fix) {

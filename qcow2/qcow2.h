@@ -146,7 +146,10 @@ typedef struct Qcow2State {
                          * (qcow2.h invariant 5) */
     uint64_t phys_end;  /* [lock] img->file's length as grown (grow.c) */
     uint64_t open_end;  /* [open] img->file's length at open (grow.c) */
+    uint64_t fresh_end; /* [lock] end of the last fresh guest clusters (grow.c) */
     bool grow_on;       /* [lock] growing ahead (grow.c invariants 1, 3, 4) */
+    bool grow_busy;     /* [lock] a growth runs outside the lock (grow.c inv. 5) */
+    Waiters grow_waiters; /* [lock] waiting for grow_busy to clear (grow.c inv. 5) */
 
     /* [lock] L1 in host order: the active one, or the snapshot's in a view */
     uint64_t *l1_table;
@@ -720,14 +723,9 @@ int qcow2_preallocate(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc 
 /* Grow the external data file to size if it is shorter (lock not held). */
 int qcow2_grow_data_file(Qcow2State *s, uint64_t size);
 
-/* grow.c: growing the image file ahead of allocating guest writes. */
+/* grow.c: growing the image file ahead of allocating guest writes (the
+ * write path's part: grow.h). */
 void qcow2_grow_init(Qcow2State *s, uint64_t len);
-/* Invariant 1: the file reaches at least end (best effort). */
-void qcow2_grow_locked(Qcow2State *s, uint64_t end);
-/* Invariant 2: [host, host + len), handed out by an allocation that found
- * file_size == before, reads as zeros without a write. */
-bool qcow2_grown_zero_locked(const Qcow2State *s, uint64_t host, uint64_t len,
-                             uint64_t before);
 /* Invariant 4: give back the grown tail and stop growing (before another
  * resize, and at close). */
 void qcow2_grow_stop_locked(Qcow2State *s);

@@ -233,8 +233,8 @@ int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring
             }
             c->host = (uint64_t)off;
             c->refcounted = true;
-            qcow2_grow_locked(s, c->host + len); /* grow.c invariant 1 */
-            c->grown_zero = qcow2_grown_zero_locked(s, c->host, len, before);
+            qcow2_grow_plan_locked(s, c->host, len, before, c->wend >= end,
+                                   &c->grow); /* grow.c */
         }
     }
     c->meta_gen = qcow2_fastmap_gen(s->fastmap);

@@ -333,11 +333,11 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     }
     if (!qiov) { /* invariant 17 */
         return copy_chunk_data(s, c, req_offset, w, head, tail,
-                               zero_cow && c->grown_zero && !s->encrypted);
+                               zero_cow && c->grow.zero && !s->encrypted);
     }
     iov_slice(&data, qiov, (size_t)(c->wstart - req_offset),
               (size_t)(c->wend - c->wstart));
-    if (zero_cow && (head_len || tail_len) && c->grown_zero && !s->encrypted) {
+    if (zero_cow && (head_len || tail_len) && c->grow.zero && !s->encrypted) {
         /* invariant 11, grow.c invariant 2: the COW parts read as zeros
          * (not on an encrypted image: invariant 15) */
         blk_event(qcow2_data_node(s), BLKEV_DATA_WRITE);
@@ -478,10 +478,14 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
         if (ret < 0 || c.wend >= end) {
             blk_order_allocated(); /* invariant 12: the last plan is made */
         }
+        if (ret == 0 && c.grow.cover) {
+            qcow2_grow_cover(s, &c.grow); /* grow.c invariant 1 */
+        }
         if (ret == 0) {
             ret = write_chunk_data(s, &c, offset, w);
             c.data_gen = blk_write_gen(qcow2_data_node(s));
         }
+        qcow2_grow_finish(s, &c.grow); /* grow.c invariant 5 */
         qcow2_lock(s);
         if (ret == 0) {
             ret = link_chunk_locked(s, &c);
@@ -686,8 +690,18 @@ bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect 
     }
     qcow2_unlock(s);
 
-    const Chunk *c = &p->c;
-    bool zeros_free = c->cow_zero && c->grown_zero; /* invariant 11 */
+    Chunk *c = &p->c;
+    /* grow.c invariants 1 and 5: the file covers the clusters before the
+     * data is submitted, and the growth this request took on runs here,
+     * before the data rather than after it as on the pool's path: the data
+     * write completes on another thread.  A growth that stopped leaves the
+     * clusters past the file's end: the ring refuses the write (uring.c
+     * invariant 1) and the request runs again on the pool. */
+    if (c->grow.cover) {
+        qcow2_grow_cover(s, &c->grow);
+    }
+    qcow2_grow_finish(s, &c->grow);
+    bool zeros_free = c->cow_zero && c->grow.zero; /* invariant 11 */
     uint64_t from = zeros_free ? c->wstart : c->fstart;
     qcow2_data_direct_fill(s, c->host + (from - c->guest), offset, d);
     d->head = c->wstart - from;

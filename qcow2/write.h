@@ -6,7 +6,7 @@
 #ifndef QCOW2_WRITE_H
 #define QCOW2_WRITE_H
 
-#include "qcow2/qcow2.h"
+#include "qcow2/grow.h"
 
 typedef enum ChunkKind {
     CHUNK_IN_PLACE, /* COPIED cluster(s), no metadata change */
@@ -27,7 +27,7 @@ typedef struct Chunk {
     uint64_t data_gen;     /* write generation once the data was written */
     uint32_t meta_gen;     /* fastmap generation before the overlap check */
     bool learn;            /* a guest write: remember the mapping (fastmap.c) */
-    bool grown_zero;       /* fresh clusters that read as zeros (grow.c inv. 2) */
+    Qcow2GrowPlan grow;    /* fresh clusters: the file's growth (grow.c) */
     bool cow_zero;         /* the COW parts read as zeros (invariant 13) */
 } Chunk;
 
