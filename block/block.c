@@ -341,7 +341,7 @@ uint64_t blk_wr_highest(BlkNode *img)
 }
 
 /* A write-like request for [offset, end) passed its checks. */
-static void note_write(BlkNode *img, uint64_t end)
+void blk_note_write(BlkNode *img, uint64_t end)
 {
     uint64_t cur = __atomic_load_n(&img->wr_highest, __ATOMIC_RELAXED);
 
@@ -397,7 +397,7 @@ int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flag
         return blk_error(ENOTSUP, "Writing is not supported for format '%s'",
                          img->drv->format_name);
     }
-    note_write(img, offset + qiov->size);
+    blk_note_write(img, offset + qiov->size);
     if (img->limits) {
         return blk_limits_pwritev(img, offset, qiov, flags);
     }
@@ -417,7 +417,7 @@ int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
     if (!img->drv->copy_in || img->limits || src->limits) {
         return -ENOTSUP;
     }
-    note_write(img, offset + bytes);
+    blk_note_write(img, offset + bytes);
     return img->drv->copy_in(img, offset, bytes, src, src_offset);
 }
 
@@ -448,7 +448,7 @@ int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned fl
     if (ret < 0 || bytes == 0) {
         return ret;
     }
-    note_write(img, offset + bytes);
+    blk_note_write(img, offset + bytes);
     if (img->limits) {
         return blk_limits_pwrite_zeroes(img, offset, bytes, flags);
     }

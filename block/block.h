@@ -509,6 +509,9 @@ uint64_t blk_write_gen(BlkNode *img);
  * of its children), failed ones included: what the requests may have
  * made of the file's length, as opposed to a resize. */
 uint64_t blk_wr_highest(BlkNode *img);
+/* Raise blk_wr_highest to end: for a write sent to img's file without
+ * blk_pwritev (the io_uring engine, uring.c invariant 1). */
+void blk_note_write(BlkNode *img, uint64_t end);
 uint64_t blk_flushed_gen(BlkNode *img);
 /* True when every write that completed before write generation gen is
  * durable on img's protocol node. */

@@ -19,7 +19,8 @@
  *     invariant 10), holds s->lock shared from before its submission until
  *     its completion (invariant 6: no read-modify-write or truncate runs
  *     meanwhile; while a writer holds it, the write goes to the node's path
- *     instead of blocking the submitter), and bumps the node's
+ *     instead of blocking the submitter), raises the node's highest
+ *     write (blk_note_write) when it is submitted, and bumps the node's
  *     write generation when it completed (invariant 9), before its callback,
  *     so that a flush submitted after the callback syncs it.
  *  2. A completion that moved fewer bytes than asked, or failed, is
@@ -338,6 +339,9 @@ static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
     r->opaque = opaque;
     r->len = q->size;
     r->wnode = write ? node : NULL;
+    if (write) {
+        blk_note_write(node, offset + q->size); /* as blk_pwritev does */
+    }
     pthread_mutex_lock(&u->sq_lock);
     sqe = get_sqe_locked(u);
     if (!sqe) {
