@@ -228,6 +228,12 @@ struct BlkDriver {
     int (*copy_in)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
                    uint64_t src_offset);
     int (*flush)(BlkNode *img);
+    /* The last chance at close (qimg_image_close, after its flush failed):
+     * a format whose metadata write failed writes back what it holds once
+     * more (qcow2: meta.c invariant 13).  *retried false: nothing to retry,
+     * the flush's error stands; else 0, or -errno with the message to be
+     * reported as it is (blk_error).  Optional. */
+    int (*close_retry)(BlkNode *img, bool *retried);
     /* Where guest [offset, offset + bytes) lies, for a request that goes
      * straight to a protocol node (api/aio.c's io_uring engine); false: use
      * preadv/pwritev.  A true return holds the mapping until direct_end;

@@ -207,7 +207,11 @@ int qcow2_settle_refblocks_locked(Qcow2State *s)
         }
         left -= round;
     }
-    g_array_set_size(h, 0);
+    for (guint i = h->len; i-- > 0;) {
+        if (done[i]) { /* a failure keeps the rest for meta.c invariant 13 */
+            g_array_remove_index(h, i);
+        }
+    }
     return ret;
 }
 
@@ -344,9 +348,10 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
 
 rollback : {
     /* Nothing refers to the new blocks or table; undo the counts raised in
-     * existing blocks (a failure here only leaks). */
+     * existing blocks (a failure here only leaks) -- unless a write failed,
+     * which may have reached the file: then a leak (meta.c invariant 9). */
     bool had_error = blk_error_mark();
-    for (uint64_t k = 0; k < ncounted; k++) {
+    for (uint64_t k = 0; k < ncounted && !s->sticky_error; k++) {
         (void)add_existing_locked(s, counted[k], true);
     }
     blk_error_unwind(had_error);
