@@ -9,8 +9,9 @@
  * these rules by faulty-config.c.  Otherwise rules (';'-separated), each a
  * ','-separated list of:
  *   event=NAME   step whose requests count (blk_event_name(); "any" = all;
- *                "cow_write" also counts cow_data_write; "write_aio" is
- *                QEMU's: data_write and cow_data_write)
+ *                "cow_write" also counts cow_data_write, "refblock_alloc"
+ *                refblock_hookup, "l1_grow" l1_grow_activate; "write_aio"
+ *                is QEMU's: data_write and cow_data_write)
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
@@ -242,7 +243,9 @@ static bool event_matches(int want, int ev)
     if (want == BLK_FAULTY_WRITE_AIO) {
         return ev == BLKEV_DATA_WRITE || ev == BLKEV_COW_DATA_WRITE;
     }
-    return want == ev || (want == BLKEV_COW_WRITE && ev == BLKEV_COW_DATA_WRITE);
+    return want == ev || (want == BLKEV_COW_WRITE && ev == BLKEV_COW_DATA_WRITE) ||
+           (want == BLKEV_REFBLOCK_ALLOC && ev == BLKEV_REFBLOCK_HOOKUP) ||
+           (want == BLKEV_L1_GROW && ev == BLKEV_L1_GROW_ACTIVATE);
 }
 
 static void break_free(gpointer p)

@@ -191,7 +191,7 @@ int qcow2_settle_refblocks_locked(Qcow2State *s)
             }
             store_be64(e, k->offset);
             ret = qcow2_write_metadata_locked(
-                s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
+                s, BLKEV_REFBLOCK_HOOKUP, QCOW2_OL_REFCOUNT_TABLE,
                 s->refcount_table_offset + k->ti * 8, e, 8, false);
             round++;
         }
@@ -336,7 +336,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
         store_be64(e, b->offset);
         ret =
-            qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
+            qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_HOOKUP, QCOW2_OL_REFCOUNT_TABLE,
                                         s->refcount_table_offset + b->ti * 8, e, 8, true);
         if (ret < 0) {
             goto rollback;
@@ -433,6 +433,7 @@ int alloc_cover_round_locked(Qcow2State *s, uint64_t first, uint64_t n)
             return ret;
         }
         if (off == 0) {
+            blk_event(s->img->file, BLKEV_REFBLOCK_GET); /* QEMU's refblock_alloc */
             cursor = MAX(s->free_cluster_index, first + n);
             ret = make_block_locked(s, MAX(first, ti << s->refcount_block_bits), &cursor);
             return ret < 0 ? ret : 1;

@@ -292,6 +292,12 @@ int alloc_update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
             if (ret < 0) {
                 return ret;
             }
+            if (pass == 0) { /* QEMU's alloc_refcount_block, per block */
+                blk_event(s->img->file, BLKEV_REFBLOCK_GET);
+                if (block_offset) {
+                    blk_event(s->img->file, BLKEV_REFBLOCK_LOAD);
+                }
+            }
             if (block_offset == 0) {
                 /* Increases have their blocks by now; a decrease of a
                  * cluster without a block is a decrease below 0. */

@@ -469,6 +469,7 @@ int qcow2_write_metadata_locked(Qcow2State *s, BlkEvent ev, unsigned ign, uint64
     switch (ev) {
     case BLKEV_REFBLOCK_UPDATE:
     case BLKEV_REFBLOCK_ALLOC:
+    case BLKEV_REFBLOCK_HOOKUP:
         s->refblock_gen = gen;
         break;
     case BLKEV_L2_UPDATE:

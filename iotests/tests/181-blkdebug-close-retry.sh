@@ -9,6 +9,11 @@
 #    and no line of qimg's own;
 #  - a vmstate write's error (write -b) is told once, to the write, never
 #    again at close;
+#  - QEMU's events where qimg does the same step: refblock_alloc and
+#    refblock_load at every refcount update's block (whether or not it
+#    must be made or read), refblock_alloc_hookup at a new block's reftable
+#    entry, l1_grow_write_table and l1_grow_activate_table at the new L1
+#    table's write and at the header switch;
 #  - the same exit code, stdout and stderr as qemu-io for each rule, and
 #    qemu-img check finds no error in either tool's result (leaks aside).
 . "$(dirname "$0")/../common.sh"
@@ -52,8 +57,8 @@ case_both() {
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=1k base.qcow2 1G
 cp base.qcow2 one.qcow2
 "$QEMU_IO" -c 'write 0 512' one.qcow2 >/dev/null
-for ev in l1_update l2_update l2_alloc_write write_aio refblock_update_part \
-    cluster_alloc; do
+for ev in l1_update l2_update l2_alloc_write write_aio refblock_load \
+    refblock_update_part refblock_alloc cluster_alloc; do
     b=base.qcow2
     [ "$ev" = l2_update ] && b=one.qcow2
     for once in on off; do
@@ -65,11 +70,22 @@ done
 conf l2_update 28 off
 case_both "l2_update ENOSPC" one.qcow2 -c 'write 0 128k'
 
+# a new refcount block's reftable entry (QEMU's refblock_alloc_hookup) and
 # the refcount table's growth, with 512-byte clusters
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=512 small.qcow2 1G
 for once in on off; do
+    conf refblock_alloc_hookup 28 "$once"
+    case_both "refblock_alloc_hookup once=$once" small.qcow2 -c 'write 0 1M'
     conf refblock_alloc_write_table 28 "$once"
     case_both "refblock_alloc_write_table once=$once" small.qcow2 -c 'write 0 16M'
+done
+
+# L1 growth: the new table written, then the header switched to it
+for ev in l1_grow_write_table l1_grow_activate_table; do
+    for once in on off; do
+        conf "$ev" 5 "$once"
+        case_both "$ev once=$once" base.qcow2 -c 'write -b 0 64k'
+    done
 done
 
 finish
