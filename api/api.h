@@ -349,6 +349,9 @@ gboolean api_can_change(BlkNode *node, bool has_op, const char *what, GError **e
 
 /* Drain buffered vmstate writes; the first error of any of them. */
 int api_quiesce(QimgImage *img);
+/* The same at close: an error some caller was given already is not
+ * returned again (vmstate.c invariant 10). */
+int api_quiesce_close(QimgImage *img);
 /* Drain, invalidate an open stream, free the vmstate state. */
 void api_release(QimgImage *img);
 

@@ -12,7 +12,13 @@
  *     is followed by a flush of that node before the call returns, so
  *     metadata it changed is durable too (the protocol node alone is O_DSYNC).
  *  3. qimg_image_close() flushes a writable image (writeback must still
- *     flush at close) and reports a failed flush.
+ *     flush at close) and reports a failed flush ("Failed to flush 'NAME':
+ *     ..."), unless the format then retries its write-back
+ *     (BlkDriver.close_retry, QEMU's inactivate): its result stands, its
+ *     message as the format words it (qcow2: QEMU's close-time lines, one
+ *     per line of the GError's message), nothing when the retry worked.
+ *     A vmstate error a caller was already given is not reported again
+ *     (api/vmstate.c invariant 10).
  *  4. An image opened with copy_on_read is writable (the open refuses a
  *     read-only one, as QEMU does); its reads copy (block/cor.c), and its
  *     reads and writes are serialized (cor.c invariant 4).
@@ -248,6 +254,7 @@ QimgImage *qimg_image_open_backing(QimgImage *img, const QimgOpenOptions *opts,
 
 gboolean qimg_image_close(QimgImage *img, GError **error)
 {
+    bool retried = false;
     int ret = 0;
 
     if (!img) {
@@ -257,11 +264,16 @@ gboolean qimg_image_close(QimgImage *img, GError **error)
      * asynchronous requests, aio.h rule 6, then the vmstate writer) */
     api_debug_release(img); /* api/debug.c invariant 2 */
     api_aio_close(img);
-    ret = api_quiesce(img);
+    ret = api_quiesce_close(img);
     if (ret == 0 && !img->node->read_only) {
         ret = blk_flush(img->node);
+        if (ret < 0 && img->node->drv->close_retry) { /* invariant 3 */
+            ret = img->node->drv->close_retry(img->node, &retried);
+        }
     }
-    if (ret < 0) {
+    if (ret < 0 && retried) {
+        blk_error_propagate(error, ret, NULL);
+    } else if (ret < 0) {
         blk_error_propagate(error, ret, "Failed to flush '%s'", img->node->filename);
     }
     api_image_destroy(img);

@@ -100,6 +100,11 @@
  *     the same buffer in every run, as in QEMU's sequential writer.  The
  *     first write error cancels the order (order.c invariant 3); it is
  *     replaced by a new one when the error is forgotten (invariant 4).
+ * 10. Told once at close: the sticky error is returned to every caller of
+ *     invariant 4, but the close of the handle (api_quiesce_close) returns
+ *     it only if no caller was given it before -- a write whose buffer
+ *     failed after the call returned -- as QEMU's synchronous writer
+ *     reports a failed vmstate write once, to that write (iotest 026).
  *
  * Locking.  op_lock serialises the callers of one node's state (positional
  * calls from several threads, the stream, blk_flush) and protects
@@ -229,6 +234,7 @@ static int sticky_error(ApiVmstate *vs)
     pthread_mutex_lock(&vs->lock);
     if (vs->error.error) {
         ret = blk_error(vs->error.error->code, "%s", vs->error.error->message);
+        vs->error_told = true; /* invariant 10: its caller returns it */
     }
     pthread_mutex_unlock(&vs->lock);
     return ret;
@@ -250,6 +256,7 @@ static void clear_error(ApiVmstate *vs)
 {
     pthread_mutex_lock(&vs->lock);
     api_lowest_error_clear(&vs->error);
+    vs->error_told = false;
     pthread_mutex_unlock(&vs->lock);
     if (vs->pool) {
         pool_reset_error(vs->pool);
@@ -711,19 +718,38 @@ int vs_session_claim(ApiVmstate *vs)
 
 /* ---- api.h: the handle's quiesce steps (api.h invariant 2) ---- */
 
-int api_quiesce(QimgImage *img)
+/* closing: invariant 10. */
+static int quiesce(QimgImage *img, bool closing)
 {
     ApiVmstate *vs = vs_get(img, false);
+    bool told;
     int ret;
 
     if (!vs) {
         return 0;
     }
     pthread_mutex_lock(&vs->op_lock);
+    pthread_mutex_lock(&vs->lock);
+    told = vs->error_told;
+    pthread_mutex_unlock(&vs->lock);
     vs_ra_drop_locked(vs);
     ret = vs_drain_writes_locked(vs);
     pthread_mutex_unlock(&vs->op_lock);
+    if (ret < 0 && closing && told) {
+        blk_error_clear();
+        ret = 0;
+    }
     return ret;
+}
+
+int api_quiesce(QimgImage *img)
+{
+    return quiesce(img, false);
+}
+
+int api_quiesce_close(QimgImage *img)
+{
+    return quiesce(img, true);
 }
 
 void api_release(QimgImage *img)

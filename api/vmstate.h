@@ -65,6 +65,7 @@ struct ApiVmstate {
     pthread_cond_t cond; /* a read-ahead buffer completed */
     /* --- under lock --- */
     ApiLowestError error;    /* sticky write error, code = errno (invariant 4) */
+    bool error_told;         /* a caller was given it (invariant 10) */
     unsigned live, max_live; /* buffers allocated now / at most (invariant 5) */
     GSList *spares;          /* B-byte blocks of freed buffers (invariant 5) */
     size_t spare_size;       /* their size */

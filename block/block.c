@@ -203,6 +203,9 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_L1_GROW_ALLOC] = "l1_grow_alloc_table",
     [BLKEV_EMPTY_IMAGE_PREPARE] = "empty_image_prepare",
     [BLKEV_REFTABLE_UPDATE] = "reftable_update",
+    [BLKEV_REFBLOCK_GET] = "refblock_get",
+    [BLKEV_REFBLOCK_HOOKUP] = "refblock_hookup",
+    [BLKEV_L1_GROW_ACTIVATE] = "l1_grow_activate",
 };
 
 const char *blk_event_name(BlkEvent ev)

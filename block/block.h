@@ -84,8 +84,9 @@ typedef enum BlkEvent {
     /* copy-on-read writing back what it read (block/cor.c; QEMU's
      * cor_write, raised on the node that copies) */
     BLKEV_COR_WRITE,
-    /* reading an L2 table / a refcount block from the file into its cache
-     * (QEMU's l2_load, refblock_load: a read, not a write) */
+    /* reading an L2 table from the file into its cache (QEMU's l2_load: a
+     * read, not a write); a refcount update taking the existing refcount
+     * block of an index, cached or not (QEMU's refblock_load) */
     BLKEV_L2_LOAD,
     BLKEV_REFBLOCK_LOAD,
     /* clusters about to be allocated (QEMU's cluster_alloc), for a new L1
@@ -98,6 +99,15 @@ typedef enum BlkEvent {
      * (QEMU's reftable_update) */
     BLKEV_EMPTY_IMAGE_PREPARE,
     BLKEV_REFTABLE_UPDATE,
+    /* a refcount update finding the refcount block of an index, made or
+     * not (QEMU's refblock_alloc, raised at every alloc_refcount_block);
+     * the reftable entry of a new refcount block (QEMU's
+     * refblock_alloc_hookup: a "refblock_alloc" rule counts it too); the
+     * header write that switches to a new L1 table (QEMU's
+     * l1_grow_activate_table: an "l1_grow" rule counts it too) */
+    BLKEV_REFBLOCK_GET,
+    BLKEV_REFBLOCK_HOOKUP,
+    BLKEV_L1_GROW_ACTIVATE,
     BLKEV__MAX
 } BlkEvent;
 
@@ -234,6 +244,12 @@ struct BlkDriver {
     int (*copy_in)(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
                    uint64_t src_offset);
     int (*flush)(BlkNode *img);
+    /* The last chance at close (qimg_image_close, after its flush failed):
+     * a format whose metadata write failed writes back what it holds once
+     * more (qcow2: meta.c invariant 13).  *retried false: nothing to retry,
+     * the flush's error stands; else 0, or -errno with the message to be
+     * reported as it is (blk_error).  Optional. */
+    int (*close_retry)(BlkNode *img, bool *retried);
     /* Where guest [offset, offset + bytes) lies, for a request that goes
      * straight to a protocol node (api/aio.c's io_uring engine); false: use
      * preadv/pwritev.  A true return holds the mapping until direct_end;

@@ -30,13 +30,12 @@
  *  5. iotype (read, write, write-zeroes, discard, flush, block-status)
  *     names the one kind of request a rule fails (faulty.c's op=).
  *  6. An event arms its inject-error rules: from then on every request
- *     (reads, writes, zero writes, discards unless iotype says otherwise)
- *     fails, whatever QEMU does next, until an event with rules of its own
- *     replaces them or once spends the rule (QEMU's active rules: faulty.c's
- *     arm, its invariant 7).  Flushes too in QEMU, but a flush that fails
- *     when QEMU closes an image is silent unless it is the qcow2 caches'
- *     (which prints lines qimg does not print yet): an armed rule fails
- *     flushes only when its event is a flush's or iotype says flush.
+ *     (reads, writes, zero writes, discards, flushes unless iotype says
+ *     otherwise) fails, whatever QEMU does next, until an event with rules
+ *     of its own replaces them or once spends the rule (QEMU's active
+ *     rules: faulty.c's arm, its invariant 7).  A flush failing so at close
+ *     is what makes qcow2's close-time retry print QEMU's cache lines
+ *     (qcow2/meta.c invariant 13).
  *
  * Owns: the mapping of QEMU's events onto the steps qimg announces
  * (blk_event()), and QEMU's rule groups (from a config file or from
@@ -62,7 +61,7 @@ static const struct {
     {"l1_update", BLKEV_L1_UPDATE},
     {"l1_grow_alloc_table", BLKEV_L1_GROW_ALLOC},
     {"l1_grow_write_table", BLKEV_L1_GROW},
-    {"l1_grow_activate_table", BLKEV_L1_GROW},
+    {"l1_grow_activate_table", BLKEV_L1_GROW_ACTIVATE},
     {"l2_load", BLKEV_L2_LOAD},
     {"l2_update", BLKEV_L2_UPDATE},
     {"l2_update_compressed", EV_NONE},
@@ -83,8 +82,8 @@ static const struct {
     {"refblock_load", BLKEV_REFBLOCK_LOAD},
     {"refblock_update", BLKEV_REFBLOCK_UPDATE},
     {"refblock_update_part", BLKEV_REFBLOCK_UPDATE},
-    {"refblock_alloc", BLKEV_REFBLOCK_ALLOC},
-    {"refblock_alloc_hookup", EV_NONE},
+    {"refblock_alloc", BLKEV_REFBLOCK_GET},
+    {"refblock_alloc_hookup", BLKEV_REFBLOCK_HOOKUP},
     {"refblock_alloc_write", BLKEV_REFBLOCK_ALLOC},
     {"refblock_alloc_write_blocks", BLKEV_REFBLOCK_ALLOC},
     {"refblock_alloc_write_table", BLKEV_REFTABLE_GROW},
@@ -231,13 +230,9 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         return ret;
     }
     bool any = ev == EV_ANY; /* fact 4 */
-    /* fact 6: QEMU's default I/O types (all but block-status); flushes only
-     * for flush events */
+    /* fact 6: QEMU's default I/O types (all but block-status) */
     bool arm = !set_state && !read && !any;
-    const char *op = read                       ? "read"
-                     : any || ev == BLKEV_FLUSH ? "io"
-                     : arm                      ? "io-no-flush"
-                                                : NULL;
+    const char *op = read ? "read" : any || ev == BLKEV_FLUSH || arm ? "io" : NULL;
     g_autofree char *iotype = g_key_file_get_value(kf, group, "iotype", NULL);
     if (iotype) { /* fact 5 */
         op = NULL;

@@ -9,8 +9,9 @@
  * these rules by faulty-config.c.  Otherwise rules (';'-separated), each a
  * ','-separated list of:
  *   event=NAME   step whose requests count (blk_event_name(); "any" = all;
- *                "cow_write" also counts cow_data_write; "write_aio" is
- *                QEMU's: data_write and cow_data_write)
+ *                "cow_write" also counts cow_data_write, "refblock_alloc"
+ *                refblock_hookup, "l1_grow" l1_grow_activate; "write_aio"
+ *                is QEMU's: data_write and cow_data_write)
  *   errno=N      error to return (default 5, EIO)
  *   nth=N        fail the N-th matching request (default 1)
  *   once         fail only that request (default: it and every later match)
@@ -72,7 +73,10 @@
  *     request of its ops and range on any thread, reads too when op says
  *     so (invariant 1's exception: QEMU's default I/O types include
  *     reads).  With once the first failure disarms it for good (QEMU
- *     removes the rule).
+ *     removes the rule).  Flushes too (QEMU's default I/O types), but not
+ *     through a node over a format unless the rule names flushes alone:
+ *     QEMU's close flushes through it and fails silently, where
+ *     qimg_image_close reports a failed flush.
  *  8. As QEMU's block layer, a flush with no write-like request (failed ones
  *     too) since the node's last good flush never reaches the rules: it is
  *     passed to the child, which has nothing to flush either.
@@ -149,6 +153,7 @@ typedef struct FaultyState {
     GPtrArray *suspended; /* [lock] FaultSuspended, oldest first */
     uint64_t writes;      /* atomic: write-like requests (invariant 8) */
     uint64_t flushed;     /* atomic: writes when the last good flush began */
+    bool over_format;     /* blk_open_faulty_over's (invariant 7) */
 } FaultyState;
 
 static _Thread_local int current_event;    /* invariant 3 */
@@ -238,7 +243,9 @@ static bool event_matches(int want, int ev)
     if (want == BLK_FAULTY_WRITE_AIO) {
         return ev == BLKEV_DATA_WRITE || ev == BLKEV_COW_DATA_WRITE;
     }
-    return want == ev || (want == BLKEV_COW_WRITE && ev == BLKEV_COW_DATA_WRITE);
+    return want == ev || (want == BLKEV_COW_WRITE && ev == BLKEV_COW_DATA_WRITE) ||
+           (want == BLKEV_REFBLOCK_ALLOC && ev == BLKEV_REFBLOCK_HOOKUP) ||
+           (want == BLKEV_L1_GROW && ev == BLKEV_L1_GROW_ACTIVATE);
 }
 
 static void break_free(gpointer p)
@@ -370,6 +377,9 @@ static int should_fail(FaultyState *s, FaultOp op, uint64_t offset, uint64_t byt
     for (guint i = 0; i < s->rules->len; i++) {
         FaultRule *r = &g_array_index(s->rules, FaultRule, i);
         if (r->arm) {
+            if (op == OP_FLUSH && s->over_format && r->ops != OP_FLUSH) {
+                continue; /* invariant 7: a close's silent flush in QEMU */
+            }
             int ret = armed_fails(r, op, offset, bytes);
             if (ret < 0) {
                 return ret;
@@ -702,6 +712,7 @@ static BlkNode *faulty_new(const BlkDriver *drv, GArray *arr, const BlkLimits *l
     s->child = child;
     s->rules = arr;
     s->state = 1; /* invariant 4: QEMU's first state */
+    s->over_format = drv == &faulty_over_driver;
     s->limits = *limits;
     g_mutex_init(&s->limits.rmw);
     pthread_mutex_init(&s->lock, NULL);

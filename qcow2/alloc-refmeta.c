@@ -191,7 +191,7 @@ int qcow2_settle_refblocks_locked(Qcow2State *s)
             }
             store_be64(e, k->offset);
             ret = qcow2_write_metadata_locked(
-                s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
+                s, BLKEV_REFBLOCK_HOOKUP, QCOW2_OL_REFCOUNT_TABLE,
                 s->refcount_table_offset + k->ti * 8, e, 8, false);
             round++;
         }
@@ -207,7 +207,11 @@ int qcow2_settle_refblocks_locked(Qcow2State *s)
         }
         left -= round;
     }
-    g_array_set_size(h, 0);
+    for (guint i = h->len; i-- > 0;) {
+        if (done[i]) { /* a failure keeps the rest for meta.c invariant 13 */
+            g_array_remove_index(h, i);
+        }
+    }
     return ret;
 }
 
@@ -332,7 +336,7 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
         qcow2_assert_refcounts_durable_locked(s, "alloc.c invariant 3");
         store_be64(e, b->offset);
         ret =
-            qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_ALLOC, QCOW2_OL_REFCOUNT_TABLE,
+            qcow2_write_metadata_locked(s, BLKEV_REFBLOCK_HOOKUP, QCOW2_OL_REFCOUNT_TABLE,
                                         s->refcount_table_offset + b->ti * 8, e, 8, true);
         if (ret < 0) {
             goto rollback;
@@ -344,9 +348,10 @@ static int plan_commit_locked(Qcow2State *s, RefPlan *p)
 
 rollback : {
     /* Nothing refers to the new blocks or table; undo the counts raised in
-     * existing blocks (a failure here only leaks). */
+     * existing blocks (a failure here only leaks) -- unless a write failed,
+     * which may have reached the file: then a leak (meta.c invariant 9). */
     bool had_error = blk_error_mark();
-    for (uint64_t k = 0; k < ncounted; k++) {
+    for (uint64_t k = 0; k < ncounted && !s->sticky_error; k++) {
         (void)add_existing_locked(s, counted[k], true);
     }
     blk_error_unwind(had_error);
@@ -428,6 +433,7 @@ int alloc_cover_round_locked(Qcow2State *s, uint64_t first, uint64_t n)
             return ret;
         }
         if (off == 0) {
+            blk_event(s->img->file, BLKEV_REFBLOCK_GET); /* QEMU's refblock_alloc */
             cursor = MAX(s->free_cluster_index, first + n);
             ret = make_block_locked(s, MAX(first, ti << s->refcount_block_bits), &cursor);
             return ret < 0 ? ret : 1;

@@ -292,6 +292,12 @@ int alloc_update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
             if (ret < 0) {
                 return ret;
             }
+            if (pass == 0) { /* QEMU's alloc_refcount_block, per block */
+                blk_event(s->img->file, BLKEV_REFBLOCK_GET);
+                if (block_offset) {
+                    blk_event(s->img->file, BLKEV_REFBLOCK_LOAD);
+                }
+            }
             if (block_offset == 0) {
                 /* Increases have their blocks by now; a decrease of a
                  * cluster without a block is a decrease below 0. */
@@ -339,6 +345,9 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
     bool had_error = blk_error_mark(); /* a failed free is never reported here */
     int ret;
 
+    if (s->sticky_error) {
+        return; /* meta.c invariant 9: after a failed write, a leak */
+    }
     blk_event(s->img->file, BLKEV_CLUSTER_FREE); /* QEMU's cluster_free */
     s->free_kind = kind; /* invariant 9: what on_freed_locked queues */
     ret = qcow2_update_refcount_locked(s, offset, length, 1, true);

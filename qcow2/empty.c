@@ -93,7 +93,7 @@ static int reset_locked(Qcow2State *s, uint64_t l1_clusters)
     s->header.refcount_table_offset = cs;
     s->header.refcount_table_clusters = 1;
 
-    blk_event(file, BLKEV_REFBLOCK_ALLOC);
+    blk_event(file, BLKEV_REFBLOCK_GET); /* QEMU's refblock_alloc */
     store_be64(entry, 2 * cs);
     ret = blk_pwrite(file, cs, entry, sizeof(entry), 0);
     if (ret == 0) {

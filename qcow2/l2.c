@@ -123,7 +123,7 @@ int qcow2_grow_l1_table_locked(Qcow2State *s, uint64_t min_size, bool exact)
     store_be64(hdr + 4, (uint64_t)offset);
     qcow2_assert_refcounts_durable_locked(s, "l2.c invariant 3");
     qcow2_assert_durable(s->img->file, s->table_gen, "l2.c invariant 3");
-    ret = qcow2_write_header_ex_locked(s, BLKEV_L1_GROW, QCOW2_HDR_L1_SIZE, hdr,
+    ret = qcow2_write_header_ex_locked(s, BLKEV_L1_GROW_ACTIVATE, QCOW2_HDR_L1_SIZE, hdr,
                                        sizeof(hdr), &written);
     if (!written) {
         goto fail;

@@ -66,8 +66,11 @@
  *     hold, so from then on every write, zero, discard, compressed write,
  *     metadata update and flush of the image fails with EIO naming the
  *     first failure, until the image is closed (close then writes nothing
- *     back).  Reads go on.  A failed guest *data* write is the request's
- *     own error and is not sticky.
+ *     back but invariant 13's retry).  Reads go on.  A failed guest *data*
+ *     write is the request's own error and is not sticky.  Clusters freed
+ *     after the failure (the undo of the failed step) stay counted, a leak:
+ *     the failed write may have reached the file, and the retry of
+ *     invariant 13 must not write a decrease a durable table contradicts.
  * 10. Ordering is asserted where the dependent write is issued (debug
  *     builds): an L2 table only after the data it links is durable (cache
  *     write hook, cache.c invariant 4); an L1 entry, a header switch or a
@@ -88,6 +91,21 @@
  *     dependencies and goes with the next flush.  Metadata updates inside a
  *     request (new L2 table, L1 growth, refcount table growth) and snapshot
  *     operations keep the lock across their barriers, as QEMU does.
+ * 13. Close retries once (QEMU's qcow2_inactivate, iotest 026): when the
+ *     last flush of qimg_image_close fails on an image with a sticky error
+ *     (invariant 9), the caches are written back once more, in
+ *     invariant 11's order -- waiting refcount block entries (alloc.c
+ *     invariant 3), refcount blocks, flush of the image file; only then,
+ *     when some are dirty, the data they link flushed, L2 tables, flush --
+ *     and nothing else: no guest request can come any more (the handle is
+ *     quiesced), pending frees stay leaks, the dirty bit stays.  Memory
+ *     describes the file plus raised counts and L2 tables whose data is
+ *     durable (invariants 4, 10 and l2.c invariant 4), so what it writes
+ *     is a state a crash could have left.  Its failure is reported as
+ *     QEMU's two lines, "Failed to flush the L2 table cache: ERR" and
+ *     "Failed to flush the refcount block cache: ERR" (QEMU flushes the L2
+ *     cache first, which flushes the refcount cache it depends on), or the
+ *     first alone when only the L2 tables failed; nothing when it worked.
  */
 #include "qcow2/qcow2.h"
 
@@ -362,7 +380,7 @@ int qcow2_check_writable_locked(Qcow2State *s)
     if (s->corrupt_fatal) {
         return blk_error(EIO, "qcow2: Image is corrupt; writes are refused");
     }
-    if (s->sticky_error) { /* invariant 9 */
+    if (s->sticky_error && !s->close_retry) { /* invariants 9, 13 */
         return blk_error(EIO,
                          "qcow2: writes are refused until the image is reopened: an "
                          "earlier metadata write or flush failed (%s)",
@@ -451,6 +469,7 @@ int qcow2_write_metadata_locked(Qcow2State *s, BlkEvent ev, unsigned ign, uint64
     switch (ev) {
     case BLKEV_REFBLOCK_UPDATE:
     case BLKEV_REFBLOCK_ALLOC:
+    case BLKEV_REFBLOCK_HOOKUP:
         s->refblock_gen = gen;
         break;
     case BLKEV_L2_UPDATE:
@@ -597,6 +616,48 @@ int qcow2_flush_all_locked(Qcow2State *s)
         }
     }
     return qcow2_take_deferred_error_locked(s, ret); /* invariant 7 */
+}
+
+int qcow2_close_retry_locked(Qcow2State *s, bool *retried)
+{
+    int ret;
+
+    *retried = s->writable && !s->corrupt_fatal && s->sticky_error;
+    if (!*retried) {
+        return 0;
+    }
+    blk_error_clear();
+    s->close_retry = true; /* invariant 13 */
+    ret = qcow2_settle_refblocks_locked(s);
+    if (ret == 0) {
+        ret = qcow2_cache_flush_locked(s->refcount_cache);
+    }
+    if (ret == 0) { /* the image file's, as QEMU's cache flush */
+        ret = qcow2_set_sticky_locked(s, blk_flush(s->img->file));
+    }
+    if (ret < 0) {
+        s->close_retry = false;
+        return blk_error_replace(-ret,
+                                 "Failed to flush the L2 table cache: %s\n"
+                                 "Failed to flush the refcount block cache: %s",
+                                 g_strerror(-ret), g_strerror(-ret));
+    }
+    qcow2_assert_refcounts_durable_locked(s, "meta.c invariant 13");
+    if (qcow2_cache_has_dirty_locked(s->l2_cache)) {
+        ret = qcow2_flush_file(s); /* their data too (cache.c invariant 4) */
+        if (ret == 0) {
+            ret = qcow2_cache_flush_locked(s->l2_cache);
+        }
+        if (ret == 0) {
+            ret = qcow2_flush_file(s);
+        }
+    }
+    s->close_retry = false;
+    if (ret < 0) {
+        return blk_error_replace(-ret, "Failed to flush the L2 table cache: %s",
+                                 g_strerror(-ret));
+    }
+    return 0;
 }
 
 int qcow2_l2_cache_write(void *opaque, uint64_t offset, const void *buf, size_t len)

@@ -631,6 +631,16 @@ int qcow2_flush(BlkNode *img)
     return ret;
 }
 
+static int qcow2_close_retry(BlkNode *img, bool *retried)
+{
+    Qcow2State *s = img->opaque;
+
+    qcow2_lock(s);
+    int ret = qcow2_close_retry_locked(s, retried); /* meta.c invariant 13 */
+    qcow2_unlock(s);
+    return ret;
+}
+
 static void qcow2_close(BlkNode *img)
 {
     Qcow2State *s = img->opaque;
@@ -765,6 +775,7 @@ const BlkDriver blk_qcow2_driver = {
     .pdiscard = qcow2_pdiscard,
     .pwrite_compressed = qcow2_pwrite_compressed,
     .flush = qcow2_flush,
+    .close_retry = qcow2_close_retry,
     .truncate = qcow2_truncate,
     .save_vmstate = qcow2_save_vmstate,
     .load_vmstate = qcow2_load_vmstate,

@@ -203,6 +203,7 @@ typedef struct Qcow2State {
     GArray *pending_hooks; /* their (index, offset), until settled */
     int sticky_error;      /* a metadata write or flush failed (meta.c inv. 9) */
     char *sticky_msg;
+    bool close_retry; /* the close-time write-back runs (meta.c inv. 13) */
     /* write generations of the image file after the last write of each
      * kind of metadata (for the ordering assertions, meta.c invariant 10) */
     uint64_t refblock_gen; /* refcount blocks (update or new) */
@@ -512,6 +513,11 @@ int qcow2_set_sticky_locked(Qcow2State *s, int ret);
 /* Write the caches, flush, then apply the pending frees and make them
  * durable too (alloc.c invariant 2): a flush that leaves nothing behind. */
 int qcow2_flush_all_locked(Qcow2State *s);
+/* meta.c invariant 13: at close, after a failed metadata write or flush,
+ * write back what the caches hold once more.  *retried: whether it applied
+ * (a writable image, not corrupt, with a sticky error); then 0 or -errno
+ * with QEMU's close-time lines as the message. */
+int qcow2_close_retry_locked(Qcow2State *s, bool *retried);
 /* Read-write open: clear unknown autoclear bits on disk (DESIGN rule 5). */
 int qcow2_open_rw_locked(Qcow2State *s);
 /* Remember an I/O error met while freeing clusters (the request that freed

@@ -26,18 +26,9 @@
 #include <errno.h>
 #include <inttypes.h>
 
-/* A refcount block read into the cache: QEMU's refblock_load step. */
-static int refblock_cache_read(void *opaque, uint64_t offset, void *buf, size_t len)
-{
-    Qcow2State *s = opaque;
-
-    blk_event(s->img->file, BLKEV_REFBLOCK_LOAD);
-    return qcow2_cache_read_file(opaque, offset, buf, len);
-}
-
 int qcow2_refcount_init(Qcow2State *s, uint64_t refcount_cache_bytes)
 {
-    const Qcow2CacheOps ops = {.read = refblock_cache_read,
+    const Qcow2CacheOps ops = {.read = qcow2_cache_read_file,
                                .write = qcow2_refblock_cache_write,
                                .flush = qcow2_cache_flush_file,
                                .opaque = s};

@@ -229,7 +229,7 @@ int io_close(IoCtx *io)
     corrupt = tool_image_marked_corrupt(io->img); /* fact 6 */
     if (!qimg_image_close(io->img, &err)) {
         if (!corrupt) {
-            tool_error("%s", err->message);
+            tool_error_lines(err->message); /* QEMU's close-time lines */
         }
         g_clear_error(&err);
         ret = -EIO;

@@ -54,6 +54,15 @@ void tool_error(const char *fmt, ...)
     va_end(ap);
 }
 
+void tool_error_lines(const char *msg)
+{
+    g_auto(GStrv) lines = g_strsplit(msg, "\n", -1);
+
+    for (char **l = lines; *l; l++) {
+        tool_error("%s", *l);
+    }
+}
+
 void tool_warning(const char *fmt, ...)
 {
     va_list ap;

@@ -61,6 +61,9 @@ void tool_print_version(void);
 /* ---- messages (options.c) ---- */
 
 void tool_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+/* A message of several lines (a close's, api/image.c invariant 3): each
+ * line as tool_error prints one. */
+void tool_error_lines(const char *msg);
 void tool_warning(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
 /* Message plus "Try 'qimg --help' for more information"; returns 1. */
 int tool_usage_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);

@@ -6,9 +6,12 @@
 # are the same in every run and the same as QEMU's sequential writer.
 #  - blkdebug errors at the refcount table growth of a 16 MiB write -b with
 #    512-byte clusters (one allocation in the middle of the state fails,
-#    the buffers after it are refused): qimg reports the MiB where qemu-io's
-#    data stops (the first MiB of its image that does not hold the pattern)
-#    and qemu-io's "write failed" line, run after run.
+#    the buffers after it are refused): qimg io's write -b prints
+#    qemu-io's "write failed" line and qemu-io's stderr -- the error told
+#    once, to the write, not again at close (api/vmstate.c invariant 10) --
+#    and qimg vmstate save of the same state reports the MiB where qemu-io's
+#    data stops (the first MiB of its image that does not hold the
+#    pattern), run after run.
 #  - every data write failing (write_aio, once=off): position 0 and
 #    qemu-io's errno, run after run.
 . "$(dirname "$0")/../common.sh"
@@ -37,15 +40,20 @@ first_bad() {
 check() {
     local desc=$1 cl=$2 size=$3 qline want i out
     qi create -q -f qcow2 -o cluster_size="$cl" t.qcow2 1G
-    qline=$("$QEMU_IO" -c "write -b -P 0x5a 0 $size" "blkdebug:$PWD/bd.conf:$PWD/t.qcow2" 2>&1 |
-        grep '^write failed')
+    qline=$("$QEMU_IO" -c "write -b -P 0x5a 0 $size" "blkdebug:$PWD/bd.conf:$PWD/t.qcow2" \
+        2>q.err | grep '^write failed')
     want=$(first_bad)
     for i in 1 2; do
         qi create -q -f qcow2 -o cluster_size="$cl" t.qcow2 1G
         out=$(timeout 60 "$QIMG" io -c "write -b -P 0x5a 0 $size" \
-            "blkdebug:$PWD/bd.conf:$PWD/t.qcow2" 2>&1)
+            "blkdebug:$PWD/bd.conf:$PWD/t.qcow2" 2>m.err)
         assert_eq "$desc (run $i): errno as qemu-io's" "$qline" \
             "$(grep '^write failed' <<<"$out")"
+        assert_eq "$desc (run $i): stderr as qemu-io's" "$(io_filter <q.err)" \
+            "$(io_filter <m.err)"
+        qi create -q -f qcow2 -o cluster_size="$cl" t.qcow2 1G
+        out=$(head -c "$size" /dev/zero | tr '\0' '\132' |
+            timeout 60 "$QIMG" vmstate save "blkdebug:$PWD/bd.conf:$PWD/t.qcow2" s 2>&1)
         assert_eq "$desc (run $i): position where qemu-io's data stops" \
             "Could not write VM state at position $want" \
             "$(grep -o 'Could not write VM state at position [0-9]*' <<<"$out")"
