@@ -142,13 +142,13 @@ typedef struct Qcow2State {
     int lazy_override;
     unsigned overlap_checks; /* QCOW2_OL_* the writes check (meta.c inv. 1) */
     uint64_t l1_vm_state_index;
-    uint64_t file_size; /* [lock] size of img->file, raised by allocations
-                         * (qcow2.h invariant 5) */
-    uint64_t phys_end;  /* [lock] img->file's length as grown (grow.c) */
-    uint64_t open_end;  /* [open] img->file's length at open (grow.c) */
-    uint64_t fresh_end; /* [lock] end of the last fresh guest clusters (grow.c) */
-    bool grow_on;       /* [lock] growing ahead (grow.c invariants 1, 3, 4) */
-    bool grow_busy;     /* [lock] a growth runs outside the lock (grow.c inv. 5) */
+    uint64_t file_size;   /* [lock] size of img->file, raised by allocations
+                           * (qcow2.h invariant 5) */
+    uint64_t phys_end;    /* [lock] img->file's length as grown (grow.c) */
+    uint64_t open_end;    /* [open] img->file's length at open (grow.c) */
+    uint64_t fresh_end;   /* [lock] end of the last fresh guest clusters (grow.c) */
+    bool grow_on;         /* [lock] growing ahead (grow.c invariants 1, 3, 4) */
+    bool grow_busy;       /* [lock] a growth runs outside the lock (grow.c inv. 5) */
     Waiters grow_waiters; /* [lock] waiting for grow_busy to clear (grow.c inv. 5) */
 
     /* [lock] L1 in host order: the active one, or the snapshot's in a view */
