@@ -1111,10 +1111,33 @@ def dirty_extents(img, name, work):
                     ext.append((o, l))
         return ext
     finally:
+        stop_daemon(pid)
+        for f in (sock, pidf):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+
+
+def stop_daemon(pid):
+    """Kill a --fork daemon and wait until it is gone or a zombie (pid 1
+    reaps it, maybe seconds later; a zombie holds no lock): the next
+    qemu-nbd with the same pid file would otherwise find it still locked
+    ("Cannot lock pid file"), as CI saw with two bitmaps in one state."""
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
         try:
-            os.kill(pid, 9)
+            os.kill(pid, 0)
+            with open("/proc/%d/stat" % pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
         except OSError:
-            pass
+            return
+        time.sleep(0.01)
 
 
 def check_bitmaps(img, spec, work):
