@@ -9,6 +9,7 @@
  * Invariants: amend.c's list, cited as "amend.c invariant N"; this file
  * keeps 5.  All functions run with the metadata lock held.
  */
+#include "qcow2/header-edit.h"
 #include "qcow2/alloc.h"
 #include "qcow2/amend.h"
 

@@ -69,6 +69,7 @@
  *     LUKS encryption options can be amended".  They are parsed with the
  *     other options, so a bad one changes nothing.
  */
+#include "qcow2/header-edit.h"
 #include "qcow2/amend.h"
 #include "qcow2/create.h"
 

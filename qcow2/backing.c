@@ -32,6 +32,7 @@
  *     it describes (amend-refcount.c: the switch to the new structures is
  *     this single synced write), and the external data file's name.
  */
+#include "qcow2/header-edit.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>

@@ -38,6 +38,8 @@
  *     is QEMU's two steps: a switch to the directory without the bitmap
  *     (whose clusters are then freed), then the store of the rest.
  */
+#include "qcow2/header-edit.h"
+#include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>

@@ -61,6 +61,7 @@
  *     inconsistent (QEMU's "Bitmap 'NAME' is inconsistent and cannot be
  *     used").
  */
+#include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>

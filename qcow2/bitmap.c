@@ -18,6 +18,7 @@
  *     and qemu-io command does: QEMU refuses what the spec allows it not to
  *     support (extra data, the extra_data_compatible flag).
  */
+#include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>

@@ -107,6 +107,7 @@
  *     cache first, which flushes the refcount cache it depends on), or the
  *     first alone when only the L2 tables failed; nothing when it worked.
  */
+#include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>

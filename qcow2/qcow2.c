@@ -79,6 +79,7 @@
  *     invariant 2's refusal) and block status points into no file
  *     (read.c invariant 5).
  */
+#include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
 

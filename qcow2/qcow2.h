@@ -739,24 +739,6 @@ void qcow2_grow_stop_locked(Qcow2State *s);
 uint64_t qcow2_vm_state_offset(const Qcow2State *s);
 /* create.c */
 int qcow2_create(const char *filename, const BlkCreateOptions *opts);
-/* backing.c: cluster 0 rewritten (backing.c invariants 1-5). */
-typedef struct Qcow2HeaderEdit {
-    bool set_backing;
-    const char *backing, *fmt; /* set_backing: the new name (NULL: none) */
-    bool set_bitmaps;
-    Qcow2BitmapsExt bitmaps; /* set_bitmaps: nb_bitmaps 0 drops the extension */
-    /* amend.c (backing.c invariant 6): */
-    bool set_version; /* version 2 or 3; v2 drops the feature fields */
-    uint32_t version;
-    bool set_features; /* the three feature words (v3) */
-    uint64_t incompatible, compatible, autoclear;
-    bool set_refcount; /* refcount_order and the refcount table together */
-    uint32_t refcount_order, reftable_clusters;
-    uint64_t reftable_offset;
-    bool set_data_file;
-    const char *data_file; /* set_data_file: the new name (NULL: none) */
-} Qcow2HeaderEdit;
-int qcow2_header_rewrite_locked(Qcow2State *s, const Qcow2HeaderEdit *e);
 int qcow2_set_backing(BlkNode *img, const char *backing, const char *fmt);
 /* amend.c: qemu-img amend (amend.c invariants 1-7). */
 int qcow2_amend(BlkNode *img, const BlkAmendOptions *opts);
@@ -765,48 +747,6 @@ int qcow2_make_empty(BlkNode *img);
 /* measure.c */
 int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
                   BlkMeasure *out);
-/* bitmap.c */
-int qcow2_bitmaps_size(BlkNode *img, uint64_t cluster_size, uint64_t *bytes);
-/* The persistent bitmaps as qemu-img info lists them (a GArray of
- * BlkBitmapInfo, NULL when there are none). */
-int qcow2_bitmaps_list_locked(Qcow2State *s, GArray **out);
-/* bitmap-ops.c: qemu-img bitmap's operations (granularity: add only, 0
- * for the default). */
-int qcow2_bitmap_op(BlkNode *img, BlkBitmapOp op, const char *name, uint32_t granularity);
-/* bitmap.c, bitmap-ops.c: shared by the bitmap modules */
-Qcow2BitmapSource qcow2_bitmap_source(const Qcow2State *s);
-Qcow2BitmapImage qcow2_bitmap_image(const Qcow2State *s);
-/* 0, or QEMU's refusal of a bitmap in use ("... is inconsistent ..."). */
-int qcow2_bitmap_check_consistent(const Qcow2Bitmap *bm);
-/* At open: the directory under QEMU's rules (bitmap.c invariant 3). */
-int qcow2_bitmap_dir_check_open(Qcow2State *s);
-/* The directory (strict), empty without the extension or autoclear bit. */
-int qcow2_bitmap_dir_read_locked(Qcow2State *s, Qcow2BitmapDir *dir);
-/* Write dir to new clusters and switch the header to it (bitmap-ops.c
- * invariant 1); the old directory's clusters are freed. */
-int qcow2_bitmap_switch_dir_locked(Qcow2State *s, Qcow2BitmapDir *dir);
-/* Free bm's table and the data clusters it references (invariant 2). */
-void qcow2_bitmap_free_data_locked(Qcow2State *s, const Qcow2Bitmap *bm, uint32_t index);
-/* bitmap-store.c: the bitmaps an open image maintains */
-int qcow2_bitmaps_begin_write_locked(Qcow2State *s);
-/* A request about to write guest bytes [offset, +bytes) (lock-free). */
-void qcow2_bitmaps_note(Qcow2State *s, uint64_t offset, uint64_t bytes);
-/* Store the maintained bitmaps (at_close: all of them, invariant 6). */
-int qcow2_bitmaps_store_locked(Qcow2State *s, bool at_close);
-/* bitmap-ops.c invariant 5: bm (entry index of the directory in force)
- * gets new data clusters and a new table holding its bits as on disk (or
- * none: zero, or a bitmap being added, table_offset 0); its old table is
- * appended to old (freed after the switch), the new one to fresh (freed
- * if the switch fails). */
-int qcow2_bitmap_restore_locked(Qcow2State *s, Qcow2Bitmap *bm, uint32_t index, bool zero,
-                                GArray *old, GArray *fresh);
-/* Free the tables of a GArray of Qcow2Bitmap, with their data. */
-void qcow2_bitmap_drop_tables_locked(Qcow2State *s, GArray *tables);
-void qcow2_bitmaps_retire_locked(Qcow2State *s);
-void qcow2_bitmaps_free(Qcow2State *s);
-int qcow2_bitmap_extents(BlkNode *img, const char *name, GArray **out);
-int qcow2_bitmap_merge(BlkNode *img, const char *name, const BlkRange *r, size_t n);
-int qcow2_bitmaps_store(BlkNode *img);
 /* snapshot-write.c */
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);

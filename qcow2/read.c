@@ -41,6 +41,7 @@
  *     (fastmap.c invariant 9) and fills them with zeros, exactly as
  *     read_guest does, so a read across data and holes takes no lock.
  */
+#include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 
 #include <errno.h>

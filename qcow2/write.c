@@ -163,6 +163,7 @@
  *     allocation order (a worker holds no ticket), so the plan takes no
  *     turn (invariant 12).
  */
+#include "qcow2/bitmap.h"
 #include "qcow2/write.h"
 
 #include <errno.h>
