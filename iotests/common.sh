@@ -252,10 +252,13 @@ mk_qcow2() {
     [ ${#args[@]} -eq 0 ] || "$QEMU_IO" "${args[@]}" "$name" >/dev/null
 }
 
-# wait_sock SOCKET: wait up to 5 s for a server's Unix socket to appear.
+# wait_sock SOCKET [PIDFILE]: wait up to 5 s for a server's Unix socket
+# (and its pid file) to appear.
 wait_sock() {
+    # (a daemonising nbdkit binds its socket before it forks and writes
+    # its pid file after: a caller that kills by the pid file waits for it)
     for _ in $(seq 100); do
-        [ -S "$1" ] && return 0
+        [ -S "$1" ] && { [ -z "${2:-}" ] || [ -s "$2" ]; } && return 0
         sleep 0.05
     done
     return 1

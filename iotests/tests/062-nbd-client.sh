@@ -134,7 +134,7 @@ grep -q "expected nbd:unix:PATH" e.out || _fail "bad nbd: name: $(cat e.out)"
 cp d.qcow2 f.qcow2
 nbdkit -U "$PWD/f.sock" -P f.pid --filter=error "$QIMG_NBD_PLUGIN" file=f.qcow2 \
     error=EIO error-pread-rate=100% error-pwrite-rate=100%
-wait_sock f.sock
+wait_sock f.sock f.pid
 pids+=("$(cat f.pid)")
 "$QIMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/f.sock" out.raw >e.out 2>&1
 assert_eq "server read error: exit code" 1 "$?"
@@ -154,7 +154,7 @@ odd() { # DESC "FILTERS" PARAMS...
     rm -f o.sock o.pid
     # shellcheck disable=SC2086
     nbdkit -U "$PWD/o.sock" -P o.pid $filters "$QIMG_NBD_PLUGIN" file=o.qcow2 "$@"
-    wait_sock o.sock
+    wait_sock o.sock o.pid
     O="nbd+unix:///?socket=$PWD/o.sock"
     assert_rc "$desc: io" 0 "$QIMG" io -f raw -c 'write -P 0x71 100 300000' \
         -c 'read -P 0x71 100 300000' -c 'write -z 5M 1M' -c 'read -P 0 5M 1M' "$O"

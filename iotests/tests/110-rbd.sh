@@ -242,7 +242,7 @@ fault_convert() { # TARGET NAME-OPTIONS RESUME-AFTER
     rbd create --size 16M "$1"
     nbdkit -U "$PWD/f.sock" -P f.pid --filter=pause file fault.raw \
         pause-control="$PWD/ctl.sock"
-    wait_sock ctl.sock && ctl p
+    wait_sock ctl.sock f.pid && ctl p
     timeout 120 "$QIMG" convert -m 1 -n -f raw -O raw "nbd+unix:///?socket=$PWD/f.sock" \
         "rbd:rbd/$1$2" >conv.out 2>&1 &
     local cpid=$! i

@@ -138,7 +138,7 @@ died() {
     nbdkit -U "$PWD/k.sock" -P "$PWD/k.pid" --filter=log --filter=delay memory 1M \
         rdelay=2 logfile="$PWD/k.log" ||
         _fail "nbdkit did not start"
-    wait_sock k.sock || _fail "nbdkit did not start"
+    wait_sock k.sock k.pid || _fail "nbdkit did not start"
     kpid=$(cat k.pid)
     [ -n "$kpid" ] || _fail "nbdkit wrote no pid"
     "$@" --image-opts "driver=nbd,server.type=unix,server.path=$PWD/k.sock" \
