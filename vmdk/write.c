@@ -407,6 +407,23 @@ static int append_records_locked(VmdkState *s, VmdkStreamJob *first)
     return ret;
 }
 
+/* Append the records j, j->next, ... (lock not held); a failure names the
+ * first grain, whichever thread appends (deferred or in line: invariant 6),
+ * so the copy reports the same message either way. */
+static int append_records(VmdkState *s, VmdkStreamJob *j)
+{
+    int ret;
+
+    mutex_lock(&s->lock);
+    ret = append_records_locked(s, j);
+    mutex_unlock(&s->lock);
+    if (ret < 0) {
+        ret =
+            blk_error_prefix(ret, "Could not write the grain at offset %" PRIu64, j->off);
+    }
+    return ret;
+}
+
 /* Invariant 6: a batch of records whose turn has come (order.c invariant
  * 4), or to be discarded. */
 static int stream_run(void *opaque, BlkOrderJob *jobs, bool discard)
@@ -416,13 +433,7 @@ static int stream_run(void *opaque, BlkOrderJob *jobs, bool discard)
     int ret = 0;
 
     if (!discard) {
-        mutex_lock(&s->lock);
-        ret = append_records_locked(s, j);
-        mutex_unlock(&s->lock);
-        if (ret < 0) {
-            ret = blk_error_prefix(ret, "Could not write the grain at offset %" PRIu64,
-                                   j->off);
-        }
+        ret = append_records(s, j);
     }
     while (j) {
         VmdkStreamJob *next = (VmdkStreamJob *)(void *)j->job.next;
@@ -458,9 +469,7 @@ static int write_compressed(VmdkState *s, VmdkExtent *ext, uint64_t off, const B
         }
     }
     blk_order_wait();
-    mutex_lock(&s->lock);
-    ret = append_records_locked(s, j);
-    mutex_unlock(&s->lock);
+    ret = append_records(s, j);
     blk_order_allocated();
     job_put(s, j);
     return ret;
