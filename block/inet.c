@@ -1,8 +1,8 @@
 /*
- * block/inet.c: the TCP connection a protocol node opens itself (inet.h
- * invariants 1 to 3).
+ * block/inet.c: the TCP or Unix socket connection a protocol node opens
+ * itself (inet.h invariants 1 to 4).
  *
- * Owns: blk_inet_connect.
+ * Owns: blk_inet_connect, blk_unix_connect.
  */
 #include "block/inet.h"
 #include "block/block.h"
@@ -14,7 +14,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 /* Invariant 2: waits for fd's non-blocking connect; 0 or the errno. */
@@ -98,6 +101,49 @@ int blk_inet_connect(const char *host, const char *port, int64_t deadline)
     if (fd < 0) {
         return blk_error(-fd, "Failed to connect to '%s:%s': %s", host, port,
                          g_strerror(-fd));
+    }
+    return fd;
+}
+
+int blk_unix_connect(const char *path, int64_t deadline)
+{
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    size_t len = strlen(path);
+    int fd, err = 0;
+
+    if (len >= sizeof(un.sun_path)) { /* invariant 4 */
+        return blk_error(EINVAL, "UNIX socket path '%s' is too long", path);
+    }
+    memcpy(un.sun_path, path, len + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return blk_error(errno, "Failed to create socket: %s", g_strerror(errno));
+    }
+    if (deadline) {
+        /* a blocking connect to a full backlog waits SO_SNDTIMEO at most */
+        int64_t left = deadline - g_get_monotonic_time();
+        struct timeval tv = {.tv_sec = (time_t)(left / G_USEC_PER_SEC),
+                             .tv_usec = (suseconds_t)(left % G_USEC_PER_SEC)};
+
+        if (left <= 0) {
+            err = ETIMEDOUT;
+        } else if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
+            err = errno;
+        }
+    }
+    if (err == 0 && connect(fd, (struct sockaddr *)&un, sizeof(un)) < 0) {
+        err = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
+    }
+    if (err == 0 && deadline) {
+        struct timeval none = {0};
+
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none)) < 0) {
+            err = errno;
+        }
+    }
+    if (err != 0) {
+        close(fd);
+        return blk_error(err, "Failed to connect to '%s': %s", path, g_strerror(err));
     }
     return fd;
 }

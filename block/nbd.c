@@ -58,15 +58,20 @@
  *     not retried (QEMU's open-timeout, which qimg refuses).
  *  8. Plain TCP names -- nbd://HOST[:PORT][/EXPORT] with no user, query or
  *     fragment (json's server.type=inet becomes one, api/json-name.c) and
- *     qemu-img's nbd:HOST[:PORT][:exportname=NAME] -- are connected by
- *     qimg, as QEMU connects them (block/inet.c: its messages, "address
- *     resolution failed for HOST:PORT: ..." and "Failed to connect to
- *     'HOST:PORT': ..."), and the socket is handed to libnbd
- *     (nbd_connect_socket) for the handshake; a deadline (invariants 1
- *     and 7) covers the TCP connect too.  Every connection, extra ones and
- *     reconnects, is made the same way from the name as given.  TLS
- *     (nbds://), Unix sockets and URIs with anything else in them are
- *     libnbd's to connect.
+ *     qemu-img's nbd:HOST[:PORT][:exportname=NAME] -- and Unix socket
+ *     names -- nbd+unix:///[EXPORT]?socket=PATH with nothing else in it
+ *     (json's server.type=unix) and nbd:unix:PATH[:exportname=NAME] -- are
+ *     connected by qimg, as QEMU connects them (block/inet.c: its
+ *     messages, "address resolution failed for HOST:PORT: ..." and
+ *     "Failed to connect to 'HOST:PORT': ..." or "... to 'PATH': ..."),
+ *     and the socket is handed to libnbd (nbd_connect_socket) for the
+ *     handshake; a deadline (invariants 1 and 7) covers the connect too.
+ *     Every connection, extra ones and reconnects, is made the same way
+ *     from the name as given.  TLS (nbds://) and URIs with anything else
+ *     in them are libnbd's to connect.
+ *  9. An oldstyle handshake without flags (all 32 bits zero) is taken as
+ *     QEMU's client takes it, an export with no optional feature, where
+ *     libnbd refuses it (block/nbd-connect.c, fact 1).
  */
 #include "block/block.h"
 #include "block/nbd-int.h"
