@@ -290,6 +290,23 @@ gboolean api_quorum_options(GHashTable *flat, BlkOpenOptions *o, ApiQuorum *q,
  * format o names (or probes) over it unless q->node. */
 BlkNode *api_open_quorum(const ApiQuorum *q, const BlkOpenOptions *o, GError **error);
 void api_quorum_clear(ApiQuorum *q);
+/* api/quorum.c: the options flat names a node of driver name by: "driver":
+ * NAME (the node is the image: returns true) or a format over "file":
+ * {"driver": NAME, ...}: the node's own keys into own ("file." dropped),
+ * the others (the format's, the generic options of any node) into rest. */
+bool api_filter_split(GHashTable *flat, const char *name, GHashTable *own,
+                      GHashTable *rest);
+/* api/quorum.c: the image over a filter node just opened (a quorum):
+ * the node itself when is_image, else the format o names (or
+ * probes; the node's own driver name: probes) over it.  Takes node. */
+BlkNode *api_filter_format(BlkNode *node, bool is_image, const BlkOpenOptions *o,
+                           GError **error);
+/* api/quorum.c: a child's options table (the node's options in inherit
+ * where the child sets none: quorum.c invariant 3) onto c, with the open's
+ * own settings of top (read-only, cache, locks), as api_json_child reads a
+ * child (a filter node's children: a quorum's). */
+gboolean api_child_options(GHashTable *table, GHashTable *inherit,
+                           const BlkOpenOptions *top, ApiQuorumChild *c, GError **error);
 
 /* json-flat.c: the JSON of a "json:{...}" name flattened into flat
  * (char* -> char*, owned), json-glib loaded at the first call (its
