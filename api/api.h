@@ -175,6 +175,15 @@ typedef struct ApiQuorum {
     GArray *children; /* ApiQuorumChild; NULL: no quorum */
 } ApiQuorum;
 
+/* api/blkverify.c: a blkverify node the caller's options name (its
+ * invariant 1): each child's options and name (the quorum children's
+ * kind). */
+typedef struct ApiBlkverify {
+    bool set;                 /* a blkverify node is named */
+    bool node;                /* "driver": "blkverify": the node is the image */
+    ApiQuorumChild raw, test; /* the raw copy, the image under test */
+} ApiBlkverify;
+
 /* json-blkdebug.c invariant 6: QEMU's name of a blkdebug node, but for
  * its image: the plain form's config, the json: form's members. */
 typedef struct ApiBlkdebugName {
@@ -206,6 +215,8 @@ typedef struct ApiOpenLayers {
     char *outer_format;
     /* a quorum node (api/quorum.c), or no children */
     ApiQuorum quorum;
+    /* a blkverify node (api/blkverify.c), or none (!set) */
+    ApiBlkverify blkverify;
     /* the JSON text of the json: name's members that are not strings
      * (json-flat.c invariant 3), or NULL */
     GHashTable *json_typed;
@@ -290,6 +301,39 @@ gboolean api_quorum_options(GHashTable *flat, BlkOpenOptions *o, ApiQuorum *q,
  * format o names (or probes) over it unless q->node. */
 BlkNode *api_open_quorum(const ApiQuorum *q, const BlkOpenOptions *o, GError **error);
 void api_quorum_clear(ApiQuorum *q);
+/* api/quorum.c: the options flat names a node of driver name by: "driver":
+ * NAME (the node is the image: returns true) or a format over "file":
+ * {"driver": NAME, ...}: the node's own keys into own ("file." dropped),
+ * the others (the format's, the generic options of any node) into rest. */
+bool api_filter_split(GHashTable *flat, const char *name, GHashTable *own,
+                      GHashTable *rest);
+/* api/quorum.c: the image over a filter node just opened (quorum,
+ * blkverify): the node itself when is_image, else the format o names (or
+ * probes; the node's own driver name: probes) over it.  Takes node. */
+BlkNode *api_filter_format(BlkNode *node, bool is_image, const BlkOpenOptions *o,
+                           GError **error);
+/* api/quorum.c: a child's options table (the node's options in inherit
+ * where the child sets none: quorum.c invariant 3) onto c, with the open's
+ * own settings of top (read-only, cache, locks), as api_json_child reads a
+ * child (the children of quorum and blkverify nodes). */
+gboolean api_child_options(GHashTable *table, GHashTable *inherit,
+                           const BlkOpenOptions *top, ApiQuorumChild *c, GError **error);
+/* api/blkverify.c: "driver": "blkverify" (the node as the image) or a
+ * format over "file": {"driver": "blkverify", ...} from flat into *bv, the
+ * rest of flat (the format's and the node's options) onto *o. */
+gboolean api_blkverify_options(GHashTable *flat, BlkOpenOptions *o, ApiBlkverify *bv,
+                               GError **error);
+/* api/blkverify.c: open bv's children, the blkverify node over them, and
+ * the format o names (or probes) over it unless bv->node. */
+BlkNode *api_open_blkverify(const ApiBlkverify *bv, const BlkOpenOptions *o,
+                            GError **error);
+void api_blkverify_clear(ApiBlkverify *bv);
+/* api/blkverify.c: is filename a "blkverify:RAW:IMAGE" name?  Its open
+ * (the caller's own name only), with the format of opts over the node
+ * ("blkverify": the node itself). */
+bool api_blkverify_name(const char *filename);
+BlkNode *api_open_blkverify_name(const char *filename, const BlkOpenOptions *opts,
+                                 GError **error);
 
 /* json-flat.c: the JSON of a "json:{...}" name flattened into flat
  * (char* -> char*, owned), json-glib loaded at the first call (its

@@ -1,7 +1,8 @@
 /*
  * api/debug.c: breakpoints for tests (include/qimg/qimg.h, 0.8) -- QEMU's
  * blkdebug break/remove_break/resume, as qimg io offers them -- on the
- * fault node under the image (block/faulty.c invariant 5).
+ * fault node under the image (block/faulty.c invariant 5); the verdict of
+ * a blkverify node under it (0.12, block/blkverify.c invariant 2).
  *
  * Invariants (cited as "api/debug.c invariant N"):
  *  1. Errors carry the errno as their code, so a caller can print QEMU's
@@ -11,6 +12,7 @@
  *     a close never waits for a resume that cannot come.
  */
 #include "api/api.h"
+#include "block/blkverify.h"
 
 #include <errno.h>
 
@@ -59,4 +61,9 @@ void api_debug_release(QimgImage *img)
     if (img->owns_node) {
         blk_debug_op(img->node, BLK_DEBUG_RESUME_ALL, NULL, "");
     }
+}
+
+char *qimg_image_verify_verdict(QimgImage *img)
+{
+    return img ? blk_blkverify_verdict(img->node) : NULL;
 }

@@ -24,6 +24,7 @@
  */
 #include "api/api.h"
 #include "luks/luks.h"
+#include "block/blkverify.h"
 #include "block/rbd.h"
 #include "block/ssh.h"
 #include "qcow2/qcow2.h"
@@ -116,11 +117,12 @@ static const BlkDriver unread[] = {
 
 /* The drivers qimg has, each from its own folder. */
 static const BlkDriver *const builtin[] = {
-    &blk_qcow2_driver,    &blk_raw_driver,  &blk_luks_driver, &blk_vmdk_driver,
-    &blk_vpc_driver,      &blk_vhdx_driver, &blk_vdi_driver,  &blk_qed_driver,
+    &blk_qcow2_driver,    &blk_raw_driver,       &blk_luks_driver, &blk_vmdk_driver,
+    &blk_vpc_driver,      &blk_vhdx_driver,      &blk_vdi_driver,  &blk_qed_driver,
     &api_ova_driver,     /* an OVA archive: its listing (api/ova.c) */
     &blk_null_co_driver, /* the null node as a format: "-f null-co" */
-    &blk_null_aio_driver,
+    &blk_null_aio_driver, &blk_blkverify_driver, /* "-f blkverify blkverify:RAW:IMAGE":
+                                                    the node */
 #ifdef QIMG_HAVE_RBD
     &blk_rbd_driver, /* the RBD node as a format: "-f rbd", json: "driver": "rbd" */
 #endif

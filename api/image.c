@@ -147,8 +147,9 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
         return NULL;
     }
     blk_error_clear();
-    node = layers.quorum.children
-               ? api_open_quorum(&layers.quorum, &o, error)
+    node = layers.quorum.children ? api_open_quorum(&layers.quorum, &o, error)
+           : layers.blkverify.set
+               ? api_open_blkverify(&layers.blkverify, &o, error)
                : api_open_node(path ? path : filename, &o, NULL, error);
     if (node && layers.outer_format) { /* json-name.c invariant 15 */
         BlkOpenOptions outer = {.format = layers.outer_format,

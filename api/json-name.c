@@ -117,6 +117,9 @@
  *     expects a number"), server.port digits ("Use only numeric port
  *     value"); the path must be absolute (a URI's); only the caller's own
  *     name takes it.
+ * 19. "driver": "blkverify" (or "file": {"driver": "blkverify"}) and the
+ *     name "blkverify:RAW:IMAGE" (api/open.c): QEMU's blkverify node
+ *     (api/blkverify.c); only the caller's own name takes it.
  */
 #include "api/api.h"
 
@@ -149,6 +152,7 @@ void api_open_layers_clear(ApiOpenLayers *l)
     g_clear_pointer(&l->blkdebug_rules, g_free);
     g_clear_pointer(&l->outer_format, g_free);
     api_quorum_clear(&l->quorum);
+    api_blkverify_clear(&l->blkverify);
     g_clear_pointer(&l->json_typed, g_hash_table_unref);
     g_clear_pointer(&l->file_qemu_name, g_free);
     g_clear_pointer(&l->blkdebug_name, api_blkdebug_name_free);
@@ -497,6 +501,11 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         ((driver && strcmp(driver, "quorum") == 0) ||
          (fdrv && strcmp(fdrv, "quorum") == 0))) {
         return api_quorum_options(flat, o, &layers->quorum, error); /* inv. 17 */
+    }
+    if (!from_image && layers &&
+        ((driver && strcmp(driver, "blkverify") == 0) ||
+         (fdrv && strcmp(fdrv, "blkverify") == 0))) { /* invariant 19 */
+        return api_blkverify_options(flat, o, &layers->blkverify, error);
     }
     if (!from_image && api_file_driver_top(driver)) { /* open-opts.c inv. 3 */
         g_autoptr(GHashTable) child = api_file_driver_child(flat);

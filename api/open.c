@@ -403,6 +403,9 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     bool user_name = (chain == NULL && !opts->backing_name &&
                       !(drv && strcmp(drv->format_name, "file") == 0)) ||
                      (opts->ova_sibling && g_str_has_prefix(filename, "ova:"));
+    if (user_name && api_blkverify_name(filename)) { /* json-name.c invariant 19 */
+        return api_open_blkverify_name(filename, opts, error);
+    }
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */

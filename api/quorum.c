@@ -169,9 +169,8 @@ static gboolean read_keys(GHashTable *qflat, ApiQuorum *q, GPtrArray *tables,
 }
 
 /* A child's options (invariants 1, 3) as the open takes them. */
-static gboolean child_options(GHashTable *table, GHashTable *inherit,
-                              const BlkOpenOptions *top, ApiQuorumChild *c,
-                              GError **error)
+gboolean api_child_options(GHashTable *table, GHashTable *inherit,
+                           const BlkOpenOptions *top, ApiQuorumChild *c, GError **error)
 {
     GHashTableIter it;
     gpointer k, v;
@@ -197,33 +196,41 @@ static gboolean child_options(GHashTable *table, GHashTable *inherit,
     return api_json_child(table, &c->o, &c->path, error);
 }
 
+bool api_filter_split(GHashTable *flat, const char *name, GHashTable *own,
+                      GHashTable *rest)
+{
+    const char *driver = g_hash_table_lookup(flat, "driver");
+    bool node = driver && strcmp(driver, name) == 0;
+    GHashTableIter it;
+    gpointer k, v;
+
+    g_hash_table_iter_init(&it, flat);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        const char *key = k;
+        if (node && strcmp(key, "driver") != 0 && !api_node_option(key)) {
+            g_hash_table_insert(own, g_strdup(key), g_strdup(v));
+        } else if (!node && g_str_has_prefix(key, "file.")) {
+            if (strcmp(key, "file.driver") != 0) {
+                g_hash_table_insert(own, g_strdup(key + strlen("file.")), g_strdup(v));
+            }
+        } else if (!node || strcmp(key, "driver") != 0) {
+            g_hash_table_insert(rest, g_strdup(key), g_strdup(v));
+        }
+    }
+    return node;
+}
+
 gboolean api_quorum_options(GHashTable *flat, BlkOpenOptions *o, ApiQuorum *q,
                             GError **error)
 {
-    const char *driver = g_hash_table_lookup(flat, "driver");
     g_autoptr(GHashTable) qflat = flat_new();
     g_autoptr(GHashTable) rest = flat_new();
     g_autoptr(GHashTable) inherit = flat_new();
     g_autoptr(GPtrArray) tables =
         g_ptr_array_new_with_free_func((GDestroyNotify)g_hash_table_unref);
     g_autofree char *unused = NULL;
-    GHashTableIter it;
-    gpointer k, v;
 
-    q->node = driver && strcmp(driver, "quorum") == 0;
-    g_hash_table_iter_init(&it, flat);
-    while (g_hash_table_iter_next(&it, &k, &v)) {
-        const char *key = k;
-        if (q->node && strcmp(key, "driver") != 0 && !api_node_option(key)) {
-            g_hash_table_insert(qflat, g_strdup(key), g_strdup(v));
-        } else if (!q->node && g_str_has_prefix(key, "file.")) {
-            if (strcmp(key, "file.driver") != 0) {
-                g_hash_table_insert(qflat, g_strdup(key + strlen("file.")), g_strdup(v));
-            }
-        } else if (!q->node || strcmp(key, "driver") != 0) {
-            g_hash_table_insert(rest, g_strdup(key), g_strdup(v));
-        }
-    }
+    q->node = api_filter_split(flat, "quorum", qflat, rest);
     if (!read_keys(qflat, q, tables, inherit, error)) {
         return FALSE;
     }
@@ -235,7 +242,7 @@ gboolean api_quorum_options(GHashTable *flat, BlkOpenOptions *o, ApiQuorum *q,
     q->children = g_array_sized_new(FALSE, TRUE, sizeof(ApiQuorumChild), tables->len);
     for (guint i = 0; i < tables->len; i++) {
         ApiQuorumChild c = {0};
-        if (!child_options(tables->pdata[i], inherit, o, &c, error)) {
+        if (!api_child_options(tables->pdata[i], inherit, o, &c, error)) {
             api_quorum_clear(q);
             return FALSE;
         }
@@ -269,11 +276,17 @@ BlkNode *api_open_quorum(const ApiQuorum *q, const BlkOpenOptions *o, GError **e
         blk_error_propagate(error, 0, NULL);
         return NULL;
     }
-    if (q->node) {
+    return api_filter_format(node, q->node, o, error);
+}
+
+BlkNode *api_filter_format(BlkNode *node, bool is_image, const BlkOpenOptions *o,
+                           GError **error)
+{
+    if (is_image) {
         return node;
     }
     BlkOpenOptions fo = *o;
-    if (fo.format && strcmp(fo.format, "quorum") == 0) {
+    if (fo.format && strcmp(fo.format, node->drv->format_name) == 0) {
         fo.format = NULL;
     }
     return api_open_node_on(node, node->filename, &fo, error);

@@ -10,7 +10,8 @@
  *  2. The virtual size is the file size rounded up to 512 bytes (the tail
  *     reads as zeros), refreshed after every truncate.
  *  3. Block status is the file's own (holes read as zeros), with the file
- *     as the node the offset refers to.
+ *     as the node the offset refers to, or the node the file's answer
+ *     names (a blkverify node answers with its raw copy, as QEMU's).
  *  4. When the format was probed (img->probed), a write may not make block
  *     0 (the first 512 bytes) probe as another format, as QEMU refuses it:
  *     a guest could otherwise write a qcow2 header naming a host file as
@@ -162,8 +163,11 @@ static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkSt
     if (!(st->flags & BLK_STATUS_OFFSET_VALID) && !img->file->drv->no_offsets) {
         st->map = offset;
         st->flags |= BLK_STATUS_OFFSET_VALID;
+        st->file = NULL;
     }
-    st->file = img->file;
+    /* the node the file's answer names (a blkverify node's raw copy), or the
+     * file itself */
+    st->file = st->file ? st->file : img->file;
     st->flags |= BLK_STATUS_ALLOCATED;
     return 0;
 }

@@ -32,6 +32,7 @@
 #include <string.h>
 
 typedef struct AioReq {
+    IoCtx *io;
     bool write, zero, pflag, qflag, vflag, cflag;
     int pattern;
     IoVec v; /* io-vec.c fact 1 */
@@ -51,6 +52,11 @@ static void aio_done(void *opaque, int ret, const GError *err)
 
     (void)err;
     clock_gettime(CLOCK_MONOTONIC, &t2);
+    g_autofree char *verdict =
+        ret < 0 && r->io->img ? qimg_image_verify_verdict(r->io->img) : NULL;
+    if (verdict) { /* io-cmds.c fact 6: io.c ends qimg io after the line */
+        goto out;
+    }
     if (ret < 0) { /* fact 2 */
         printf("%s failed: %s\n", r->write ? "aio_write" : "readv", strerror(-ret));
         goto out;
@@ -81,6 +87,7 @@ static int aio_cmd(IoCtx *io, int argc, char **argv, bool write)
     gboolean ok;
     int c;
 
+    r->io = io; /* io-cmds.c fact 6: aio_done asks it for a verdict */
     r->write = write;
     r->pattern = write ? 0xcd : 0;
     while ((c = getopt(argc, argv, write ? "CfiqP:s:uz" : "CiqP:v")) != -1) {

@@ -24,6 +24,11 @@
  *  5. A write -b is done when qemu-io reports it (its vmstate writes are
  *     synchronous): an error of the area's writes is that command's
  *     "write failed: <strerror>", not a later command's or the close's.
+ *  6. A blkverify node's verdict (its image under test and raw copy
+ *     disagree) ends qemu-io at once: the verdict's line on stderr, no
+ *     "read failed" for the request, no later command, exit status 1.
+ *     qimg io ends so too (io_end_on_verdict), closing the image first,
+ *     quietly (QEMU's exit does not close: qimg keeps what was written).
  */
 #include "io.h"
 #include "qimg/vmstate.h"
@@ -188,9 +193,25 @@ void io_dump_buffer(const uint8_t *buf, int64_t offset, int64_t len)
     }
 }
 
-/* The errno of a failed call (QIMG_ERROR codes are errno values). */
-int io_take_errno(GError *err)
+void io_end_on_verdict(IoCtx *io)
 {
+    g_autofree char *verdict = io->img ? qimg_image_verify_verdict(io->img) : NULL;
+
+    if (!verdict) {
+        return;
+    }
+    fflush(stdout); /* fact 6 */
+    fprintf(stderr, "%s\n", verdict);
+    /* the verdict is the last word: a failure of the close (the child
+     * that failed fails its flush too) is not reported */
+    g_clear_pointer(&io->img, qimg_image_free);
+    exit(1);
+}
+
+/* The errno of a failed call (QIMG_ERROR codes are errno values). */
+int io_take_errno(IoCtx *io, GError *err)
+{
+    io_end_on_verdict(io); /* fact 6 */
     int e = (err && err->domain == QIMG_ERROR && err->code > 0) ? err->code : EIO;
 
     g_clear_error(&err);
@@ -323,7 +344,7 @@ int io_cmd_read(IoCtx *io, int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        printf("read failed: %s\n", strerror(-io_take_errno(err)));
+        printf("read failed: %s\n", strerror(-io_take_errno(io, err)));
         return -EIO;
     }
 
@@ -529,7 +550,7 @@ int io_cmd_write(IoCtx *io, int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        printf("write failed: %s\n", strerror(-io_take_errno(err)));
+        printf("write failed: %s\n", strerror(-io_take_errno(io, err)));
         return -EIO;
     }
     if (!qflag) {
@@ -579,7 +600,7 @@ int io_cmd_discard(IoCtx *io, int argc, char **argv)
     ok = qimg_image_pdiscard(io->img, (uint64_t)offset, (uint64_t)bytes, &err);
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        ret = io_take_errno(err);
+        ret = io_take_errno(io, err);
         printf("discard failed: %s\n", strerror(-ret));
         return ret;
     }
@@ -595,7 +616,7 @@ int io_cmd_flush(IoCtx *io, int argc, char **argv)
 
     (void)argc;
     (void)argv;
-    return qimg_image_flush(io->img, &err) ? 0 : io_take_errno(err);
+    return qimg_image_flush(io->img, &err) ? 0 : io_take_errno(io, err);
 }
 
 int io_cmd_length(IoCtx *io, int argc, char **argv)

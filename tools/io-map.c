@@ -19,8 +19,8 @@
  *     "A/C bytes allocated at offset O" with A the allocated bytes in it, O
  *     a cvtstr size; a bad number is cvtnum's "Parsing error: ...".
  *  5. info: "format name: F" (twice for a protocol node opened as the
- *     image: nbd, ssh, null-co, null-aio -- QEMU prints the driver's format
- *     and protocol names); where the image has no driver information
+ *     image: nbd, ssh, null-co, null-aio, blkverify -- QEMU prints the
+ *     driver's format and protocol names); where the image has no driver information
  *     (QimgInfo.dirty_unknown: NBD, ssh or QEMU's null node, or raw over one)
  *     that is all, and the command fails (exit status 1, no message);
  *     else "cluster size: S", "vm state offset: V" (S
@@ -58,7 +58,7 @@ static int is_allocated(IoCtx *io, int64_t offset, int64_t len, int64_t *pnum)
     if (!qimg_image_block_status_layer(
             io->img, (uint64_t)at, (uint64_t)(offset < size ? MIN(len, size - at) : 1),
             &e, &err)) {
-        return io_take_errno(err);
+        return io_take_errno(io, err);
     }
     *pnum = offset < size ? MIN((int64_t)e.length, len) : len;
     if (offset < size && offset + *pnum == size) {
@@ -157,20 +157,20 @@ int io_cmd_info(IoCtx *io, int argc, char **argv)
         uint64_t span = cs * (cs / (info->extended_l2 ? 16 : 8));
         vm_offset = (info->virtual_size + span - 1) / span * span;
     }
-    if (info->dirty_unknown) { /* fact 5: no driver information */
-        bool proto =
-            strcmp(info->format, "nbd") == 0 || strcmp(info->format, "ssh") == 0 ||
-            strcmp(info->format, "null-co") == 0 || strcmp(info->format, "null-aio") == 0;
+    bool proto = strcmp(info->format, "nbd") == 0 || strcmp(info->format, "ssh") == 0 ||
+                 strcmp(info->format, "null-co") == 0 ||
+                 strcmp(info->format, "null-aio") == 0 ||
+                 strcmp(info->format, "blkverify") == 0;
+    printf("format name: %s\n", info->format); /* fact 5 */
+    if (proto) {
         printf("format name: %s\n", info->format);
-        if (proto) {
-            printf("format name: %s\n", info->format);
-        }
+    }
+    if (info->dirty_unknown) { /* fact 5: no driver information */
         return -ENOTSUP;
     }
     io_cvtstr((double)info->cluster_size, s1, sizeof(s1));
     io_cvtstr((double)vm_offset, s2, sizeof(s2));
-    printf("format name: %s\ncluster size: %s\nvm state offset: %s\n", info->format, s1,
-           s2);
+    printf("cluster size: %s\nvm state offset: %s\n", s1, s2);
     tool_print_format_specific(info);
     return 0;
 }

@@ -190,6 +190,7 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         g_clear_error(&err);
         return -EINVAL;
     }
+    io_end_on_verdict(io); /* io-cmds.c fact 6: the format's probe found one */
     if (name) {
         tool_warn_probed_raw(io->img, &o, name);
     }

@@ -134,7 +134,7 @@ int io_cmd_readv(IoCtx *io, int argc, char **argv)
     ok = qimg_image_preadv(io->img, (uint64_t)v.offset, v.iov, v.niov, &err);
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        ret = io_take_errno(err);
+        ret = io_take_errno(io, err);
         printf("readv failed: %s\n", strerror(-ret));
         goto out;
     }
@@ -198,7 +198,7 @@ int io_cmd_writev(IoCtx *io, int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (!ok) {
-        ret = io_take_errno(err);
+        ret = io_take_errno(io, err);
         printf("writev failed: %s\n", strerror(-ret));
     } else if (!qflag) {
         io_print_report("wrote", io_tsub(t2, t1), v.offset, v.count, v.count, 1, cflag);

@@ -262,7 +262,8 @@ static void run_one(IoCtx *io, const char *line, int *last_error)
 {
     int ret = run_line(io, line);
 
-    io_aio_poll(io); /* io-aio.c: completions after each line */
+    io_aio_poll(io);       /* io-aio.c: completions after each line */
+    io_end_on_verdict(io); /* io-cmds.c fact 6: a request in flight found one */
     fflush(stdout);
     if (ret < 0) {
         *last_error = ret;

@@ -67,7 +67,13 @@ void io_print_report(const char *op, struct timespec t, int64_t offset, int64_t 
                      int64_t total, int cnt, bool cflag);
 void io_dump_buffer(const uint8_t *buf, int64_t offset, int64_t len);
 struct timespec io_tsub(struct timespec a, struct timespec b); /* a - b */
-int io_take_errno(GError *err); /* -errno of a failed call; frees err */
+/* -errno of a failed call (frees err); the verdict of the image's blkverify
+ * node instead ends qimg io (io_end_on_verdict). */
+int io_take_errno(IoCtx *io, GError *err);
+/* End qimg io as qemu-io ends when the image's blkverify node has a
+ * verdict (io-cmds.c fact 6): the line on stderr, the image closed, exit
+ * status 1.  Returns when there is none. */
+void io_end_on_verdict(IoCtx *io);
 /* Fill buf with the first count bytes of the file source (write -s). */
 int io_read_source(const char *source, uint8_t *buf, int64_t count);
 

@@ -20,7 +20,8 @@
  * ABI (libqimg.so.0, symbol versions QIMG_0.2, QIMG_0.3 (qimg/aio.h), QIMG_0.4
  * (qimg/copy.h), QIMG_0.5 (qimg_image_has_zero_init), QIMG_0.6, QIMG_0.7
  * (qimg_image_amend), QIMG_0.8 (qimg_image_debug_*), QIMG_0.9 (encrypted
- * images: qimg_secret_new, the secret_values fields); libqimg.map):
+ * images: qimg_secret_new, the secret_values fields), QIMG_0.12
+ * (qimg_image_verify_verdict); libqimg.map):
  *  1. Every struct the caller fills in and passes (QimgOpenOptions,
  *     QimgCreateOptions, QimgSnapshotParams, QimgVmstateOptions,
  *     QimgCheckResult, QimgAioOptions, QimgCopyOptions, QimgAmendOptions)
@@ -585,6 +586,19 @@ gboolean qimg_image_debug_resume(QimgImage *img, const char *tag, GError **error
  * list without a fault node); only_new: those no earlier call with
  * only_new returned. */
 char **qimg_image_debug_suspended(QimgImage *img, gboolean only_new);
+
+/* 0.12: the verdict of QEMU's blkverify node under img (a name
+ * "blkverify:RAW:IMAGE", or "driver": "blkverify" options), which reads
+ * both its image under test and its raw copy and compares: QEMU's line
+ * ("blkverify: read offset=O bytes=N contents mismatch at offset M", or
+ * "... return value mismatch T != R"), g_free; NULL while they agree, or
+ * without such a node.  The request that found the disagreement failed
+ * with code EIO and that line, and every later read or write of the image
+ * fails the same way.  QEMU's tools end the process at that point (exit
+ * status 1); the library never does: the caller decides (qimg io ends as
+ * qemu-io does).  A verdict found while the format was probed leaves the
+ * open succeeding (raw), with the verdict standing. */
+char *qimg_image_verify_verdict(QimgImage *img);
 
 QimgInfo *qimg_image_get_info(QimgImage *img, GError **error);
 void qimg_info_free(QimgInfo *info);
