@@ -274,6 +274,12 @@ void api_blkdebug_name_free(ApiBlkdebugName *n);
 /* json-name.c: take flat's key prefix + name out of it: its value (g_free)
  * or NULL. */
 char *api_flat_take(GHashTable *flat, const char *prefix, const char *name);
+/* json-nbd.c: QEMU's nbd options under prefix ("" for driver=nbd,
+ * "file." for a format over nbd) out of flat as the NBD URI block/nbd.c
+ * opens (*uri, g_free); x-dirty-bitmap is o's meta context (json-name.c
+ * invariant 9). */
+gboolean api_json_nbd(GHashTable *flat, const char *prefix, char **uri, BlkOpenOptions *o,
+                      GError **error);
 /* json-ssh.c: QEMU's ssh options under prefix ("" or "file.") out of flat
  * into the "ssh://" URI *uri (g_free) and o->ssh_host_key_check
  * (json-name.c invariant 18). */
