@@ -16,7 +16,11 @@
  *     would only add a copy and a thread hand-off per buffer (measured:
  *     512 MiB from the page cache took 2.5x dd's CPU through it, 1.2x
  *     without); no pool threads are started for it.  Read-ahead is for
- *     O_DIRECT and remote images.
+ *     O_DIRECT and remote images.  While such page-cached reads are
+ *     sequential (at pos 0 or where the previous read ended) the file is
+ *     told so (blk_advise SEQUENTIAL: the kernel reads twice as far ahead,
+ *     file.c invariant 15); the first other read, the end of a stream
+ *     session and release withdraw the hint (NORMAL).
  *  8. Split reads.  A read of at least 2 B bytes of a state that is not
  *     page-cached is not read ahead (it is a large request by itself, and
  *     read-ahead would copy every byte once more): it takes what the
@@ -255,6 +259,20 @@ static bool page_cached(ApiVmstate *vs)
            prot->cache != BLK_CACHE_DIRECTSYNC;
 }
 
+/* Invariant 6: sequential page-cached reads carry the hint, others not. */
+static void advise_locked(ApiVmstate *vs, bool sequential)
+{
+    if (sequential != vs->advised) {
+        blk_advise(vs->img->node, sequential ? BLK_ADVICE_SEQUENTIAL : BLK_ADVICE_NORMAL);
+        vs->advised = sequential;
+    }
+}
+
+void vs_advise_end_locked(ApiVmstate *vs)
+{
+    advise_locked(vs, false);
+}
+
 int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
     int ret = vs_sticky_error(vs);
@@ -269,6 +287,9 @@ int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
         }
     }
     bool cached = page_cached(vs), split = !cached && len >= 2 * vs->buf_size;
+    if (cached) {
+        advise_locked(vs, pos == 0 || pos == vs->last_end); /* invariant 6 */
+    }
     if (!vs->ra_active || pos != vs->ra_pos) {
         vs_ra_drop_locked(vs);
         if ((pos == 0 || pos == vs->last_end) && pos < vs->limit && !cached && !split) {

@@ -422,6 +422,7 @@ void vs_session_end(ApiVmstate *vs)
     }
     (void)vs_drain_writes_locked(vs);
     vs_ra_drop_locked(vs);
+    vs_advise_end_locked(vs);
     clear_error(vs);
     blk_error_clear();
     pthread_mutex_lock(&vs->lock);
@@ -494,6 +495,7 @@ void api_release(QimgImage *img)
     }
     pthread_mutex_lock(&vs->op_lock);
     vs_ra_drop_locked(vs);
+    vs_advise_end_locked(vs);
     (void)vs_drain_writes_locked(vs); /* the caller flushed first if it cared */
     pthread_mutex_unlock(&vs->op_lock);
     vs_streams_invalidate(vs); /* invariant 7 */

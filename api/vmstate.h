@@ -56,6 +56,7 @@ struct ApiVmstate {
     uint64_t ra_next;             /* next position to prefetch */
     uint64_t last_end;            /* end of the previous read */
     uint64_t limit;               /* state size, or UINT64_MAX when unknown */
+    bool advised;                 /* the file was told reads are sequential (inv. 6) */
     bool session;                 /* a save or load stream owns the state */
     struct QimgVmstateSave *save; /* the open streams begun here (invariant 7) */
     struct QimgVmstateLoad *load;
@@ -85,6 +86,8 @@ int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len);
 int vs_drain_writes_locked(ApiVmstate *vs);
 /* Invariant 6 (vmstate-read.c): drop the read-ahead after waiting for its tasks. */
 void vs_ra_drop_locked(ApiVmstate *vs);
+/* Invariant 6 (vmstate-read.c): withdraw the sequential hint, if given. */
+void vs_advise_end_locked(ApiVmstate *vs);
 
 /* ---- the engine's helpers for its read path (vmstate-read.c) ---- */
 
