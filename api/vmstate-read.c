@@ -47,6 +47,20 @@
 #include <pthread.h>
 #include <string.h>
 
+/* [pos, pos + len) of the state into buf with one driver call; on failure
+ * *msg is the error's message (vs_io_error_message), else NULL. */
+static int load_range(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len, char **msg)
+{
+    BlkNode *node = vs->img->node;
+    BlkIOV q;
+    int ret;
+
+    iov_init_buf(&q, buf, len);
+    ret = node->drv->load_vmstate(node, pos, &q);
+    *msg = ret < 0 ? vs_io_error_message("read", pos, ret) : NULL;
+    return ret < 0 ? ret : 0;
+}
+
 /* ---- tasks (run on pool threads; they never take op_lock) ---- */
 
 /* Read-ahead errors stay with their buffer (invariant 4): always returns 0. */
@@ -54,17 +68,11 @@ static int read_task(void *opaque)
 {
     VmBuf *b = opaque;
     ApiVmstate *vs = b->vs;
-    BlkNode *node = vs->img->node;
     char *msg = NULL;
-    BlkIOV q;
     int ret;
 
     blk_error_clear();
-    iov_init_buf(&q, b->data, b->len);
-    ret = node->drv->load_vmstate(node, b->pos, &q);
-    if (ret < 0) {
-        msg = vs_io_error_message("read", b->pos, ret);
-    }
+    ret = load_range(vs, b->pos, b->data, b->len, &msg);
     pthread_mutex_lock(&vs->lock);
     b->ret = ret < 0 ? ret : 0;
     b->msg = msg;
@@ -97,17 +105,10 @@ void vs_ra_drop_locked(ApiVmstate *vs)
 
 static int direct_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
 {
-    BlkNode *node = vs->img->node;
-    BlkIOV q;
-    int ret;
+    g_autofree char *msg = NULL;
+    int ret = load_range(vs, pos, buf, len, &msg);
 
-    iov_init_buf(&q, buf, len);
-    ret = node->drv->load_vmstate(node, pos, &q);
-    if (ret < 0) {
-        g_autofree char *msg = vs_io_error_message("read", pos, ret);
-        return blk_error(-ret, "%s", msg);
-    }
-    return 0;
+    return ret < 0 ? blk_error(-ret, "%s", msg) : 0;
 }
 
 /* One piece of a split read (invariant 8): the caller's memory. */
@@ -127,15 +128,12 @@ typedef struct SplitRead {
 static int split_task(void *opaque)
 {
     SplitPiece *p = opaque;
-    BlkNode *node = p->vs->img->node;
-    BlkIOV q;
+    g_autofree char *msg = NULL;
     int ret;
 
     blk_error_clear();
-    iov_init_buf(&q, p->buf, p->len);
-    ret = node->drv->load_vmstate(node, p->pos, &q);
+    ret = load_range(p->vs, p->pos, p->buf, p->len, &msg);
     if (ret < 0) {
-        g_autofree char *msg = vs_io_error_message("read", p->pos, ret);
         GError *err = g_error_new_literal(QIMG_ERROR, -ret, msg);
         pthread_mutex_lock(&p->vs->lock);
         (void)api_lowest_error_offer(&p->sr->error, p->pos, err);
