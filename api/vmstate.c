@@ -1,5 +1,6 @@
 /*
- * api/vmstate.c: the vmstate writer and reader (savevm / loadvm): the engine.
+ * api/vmstate.c: the vmstate writer and reader (savevm / loadvm): the engine
+ * and its write path; the read path is api/vmstate-read.c.
  *
  * Owns: struct ApiVmstate (img->vmstate) -- the buffer that collects
  * sequential writes, the write buffers in flight, the read-ahead queue, the
@@ -13,7 +14,8 @@
  * is the start of the area, which the driver puts on a cluster boundary.
  * B is the buffer size.
  *
- * Invariants (cited in the code as "invariant N"):
+ * Invariants (cited in the code as "invariant N"; one numbering for the
+ * engine: 6 and 8 are the read path's, stated in api/vmstate-read.c):
  *  1. Buffer grid.  B = max(cluster_size, 1 MiB), or the configured size,
  *     rounded up to a multiple of the cluster size.  Buffers sit on a grid
  *     of multiples of B in position space: a buffer never crosses a
@@ -55,18 +57,7 @@
  *     stream's speed), so spares plus live buffers never exceed the most
  *     buffers ever live at once, and the same bound holds.  Spares are
  *     released when B changes, when a stream session ends and at release.
- *  6. Read-ahead starts at a read at pos 0 or where the previous read
- *     ended, prefetches up to max_in_flight buffers on the grid of
- *     invariant 1, and never past the state size when it is known (the
- *     load stream's vm_state_size).  Any other read drops the read-ahead,
- *     after waiting for its tasks, and reads directly.  A state read from a
- *     local file through the page cache (cache modes other than none and
- *     directsync) is always read directly into the caller's buffer: the
- *     kernel reads ahead of a sequential reader itself, and our read-ahead
- *     would only add a copy and a thread hand-off per buffer (measured:
- *     512 MiB from the page cache took 2.5x dd's CPU through it, 1.2x
- *     without); no pool threads are started for it.  Read-ahead is for
- *     O_DIRECT and remote images.
+ *  6. (Read-ahead: api/vmstate-read.c, the read path.)
  *  7. Stream lifetime.  An open save or load stream is registered with the
  *     state of the image it was begun on (stream).  Closing the image
  *     (blk_vmstate_release) drains the writes and invalidates the stream:
@@ -74,22 +65,7 @@
  *     view; a later append, read or commit fails with EBADF ("the image was
  *     closed"), abort and end only free it.  Nothing of a stream outlives
  *     the image but the stream object itself.
- *  8. Split reads.  A read of at least 2 B bytes of a state that is not
- *     page-cached is not read ahead (it is a large request by itself, and
- *     read-ahead would copy every byte once more): it takes what the
- *     read-ahead already holds for its start (nothing is read twice), the
- *     read-ahead stops, and the rest is cut into pieces the pool and the
- *     calling thread read in parallel straight into the caller's buffer.
- *     The pieces lie on a grid of S = B x 2^k, the largest such S of at
- *     most VMSTATE_SPLIT_PIECE (4 MiB, dd's bs) that still gives every
- *     thread a piece (S x max_in_flight <= len), at least B: a piece never
- *     crosses a multiple of B, and a large read is made of few large
- *     requests (1 MiB pieces cost 1.25x the CPU of 4 MiB ones: a thread
- *     hand-off, a mapping lookup and an I/O wait each).  The read returns
- *     once every piece is done, with the error at the lowest position if
- *     any failed (api/error.c invariant 1; not sticky, as invariant 4's
- *     read-ahead errors).  qimg vmstate load -t none reads this way, as
- *     dd reads with iflag=direct, without the copy.
+ *  8. (Split reads: api/vmstate-read.c, the read path.)
  *  9. Allocation order.  Write buffers take tickets of vs->order (block/
  *     order.c) in submission order, which is position order within a run
  *     (invariant 2): the driver assigns host space in position order while
@@ -152,7 +128,7 @@ static void spares_drop(ApiVmstate *vs)
 
 /* A buffer of cap <= B bytes at pos; its memory is B bytes, a spare when
  * there is one (invariant 5).  Caller holds op_lock. */
-static VmBuf *buf_new(ApiVmstate *vs, uint64_t pos, size_t cap)
+VmBuf *vs_buf_new(ApiVmstate *vs, uint64_t pos, size_t cap)
 {
     size_t size = MAX(vs->buf_size, cap);
     VmBuf *b = g_try_new0(VmBuf, 1);
@@ -188,7 +164,7 @@ static VmBuf *buf_new(ApiVmstate *vs, uint64_t pos, size_t cap)
 }
 
 /* Called from tasks too: takes only vs->lock. */
-static void buf_free(VmBuf *b)
+void vs_buf_free(VmBuf *b)
 {
     ApiVmstate *vs = b->vs;
     void *mem = b->data;
@@ -220,7 +196,7 @@ static void set_error(ApiVmstate *vs, uint64_t pos, int ret, char *msg)
 /* The sticky error, recorded for the calling thread (block.h invariant 2).
  * Once a write failed, the writes still in flight end first: one of them
  * may have failed at a lower position (invariant 4).  Caller holds op_lock. */
-static int sticky_error(ApiVmstate *vs)
+int vs_sticky_error(ApiVmstate *vs)
 {
     bool failed;
     int ret = 0;
@@ -265,7 +241,7 @@ static void clear_error(ApiVmstate *vs)
 }
 
 /* "what at position N: <driver message or strerror>"; clears the message. */
-static char *io_error_message(const char *what, uint64_t pos, int ret)
+char *vs_io_error_message(const char *what, uint64_t pos, int ret)
 {
     const char *m = blk_error_message();
     char *s = g_strdup_printf("Could not %s VM state at position %" PRIu64 ": %s", what,
@@ -291,35 +267,10 @@ static int write_task(void *opaque)
     ret = node->drv->save_vmstate(node, b->pos, &q);
     blk_order_leave();
     if (ret < 0) {
-        set_error(vs, b->pos, ret, io_error_message("write", b->pos, ret));
+        set_error(vs, b->pos, ret, vs_io_error_message("write", b->pos, ret));
     }
-    buf_free(b);
+    vs_buf_free(b);
     return ret < 0 ? ret : 0;
-}
-
-/* Read-ahead errors stay with their buffer (invariant 4): always returns 0. */
-static int read_task(void *opaque)
-{
-    VmBuf *b = opaque;
-    ApiVmstate *vs = b->vs;
-    BlkNode *node = vs->img->node;
-    char *msg = NULL;
-    BlkIOV q;
-    int ret;
-
-    blk_error_clear();
-    iov_init_buf(&q, b->data, b->len);
-    ret = node->drv->load_vmstate(node, b->pos, &q);
-    if (ret < 0) {
-        msg = io_error_message("read", b->pos, ret);
-    }
-    pthread_mutex_lock(&vs->lock);
-    b->ret = ret < 0 ? ret : 0;
-    b->msg = msg;
-    b->done = true;
-    pthread_cond_broadcast(&vs->cond);
-    pthread_mutex_unlock(&vs->lock);
-    return 0; /* b belongs to the read-ahead queue again */
 }
 
 /* ---- the state ---- */
@@ -346,7 +297,7 @@ ApiVmstate *vs_get(QimgImage *img, bool create)
     return vs;
 }
 
-static int ensure_pool_locked(ApiVmstate *vs)
+int vs_ensure_pool_locked(ApiVmstate *vs)
 {
     if (!vs->pool) {
         vs->pool = pool_new(vs->max_in_flight);
@@ -356,27 +307,6 @@ static int ensure_pool_locked(ApiVmstate *vs)
         }
     }
     return 0;
-}
-
-static void wait_done(ApiVmstate *vs, VmBuf *b)
-{
-    pthread_mutex_lock(&vs->lock);
-    while (!b->done) {
-        pthread_cond_wait(&vs->cond, &vs->lock);
-    }
-    pthread_mutex_unlock(&vs->lock);
-}
-
-/* Invariant 6: wait for every read-ahead task, then free its buffer. */
-void vs_ra_drop_locked(ApiVmstate *vs)
-{
-    VmBuf *b;
-
-    while ((b = g_queue_pop_head(&vs->ra)) != NULL) {
-        wait_done(vs, b);
-        buf_free(b);
-    }
-    vs->ra_active = false;
 }
 
 /* Hands a full or final write buffer to the pool with the next ticket
@@ -397,10 +327,10 @@ static int submit_write_locked(ApiVmstate *vs, VmBuf *b)
         /* Not queued (pool.h invariant 4), its ticket not taken.  The
          * failing task recorded its error before returning, so the sticky
          * error is already set. */
-        buf_free(b);
+        vs_buf_free(b);
         set_error(vs, pos, ret,
                   g_strdup_printf("Could not write VM state: %s", g_strerror(-ret)));
-        return sticky_error(vs);
+        return vs_sticky_error(vs);
     }
     vs->next_ticket++;
     return 0;
@@ -413,8 +343,8 @@ int vs_drain_writes_locked(ApiVmstate *vs)
     VmBuf *b = g_steal_pointer(&vs->cur);
 
     if (b) {
-        if (sticky_error(vs) < 0 || !vs->pool) {
-            buf_free(b);
+        if (vs_sticky_error(vs) < 0 || !vs->pool) {
+            vs_buf_free(b);
         } else {
             (void)submit_write_locked(vs, b); /* its error is the sticky one */
         }
@@ -423,17 +353,17 @@ int vs_drain_writes_locked(ApiVmstate *vs)
         (void)pool_wait_all(vs->pool); /* ours is authoritative: first by our lock */
     }
     blk_error_clear();
-    return sticky_error(vs);
+    return vs_sticky_error(vs);
 }
 
 int vs_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len)
 {
-    int ret = sticky_error(vs);
+    int ret = vs_sticky_error(vs);
 
     if (ret < 0 || len == 0) {
         return ret;
     }
-    ret = ensure_pool_locked(vs);
+    ret = vs_ensure_pool_locked(vs);
     if (ret < 0) {
         return ret;
     }
@@ -455,13 +385,13 @@ int vs_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len
             /* Invariant 1: up to the next grid line.  Invariant 5: allocated
              * only after the previous buffer went to the pool. */
             uint64_t grid_end = (pos / vs->buf_size + 1) * vs->buf_size;
-            b = buf_new(vs, pos, (size_t)(grid_end - pos));
+            b = vs_buf_new(vs, pos, (size_t)(grid_end - pos));
             if (!b) {
                 set_error(vs, pos, -ENOMEM,
                           g_strdup_printf("Could not allocate a VM state buffer of "
                                           "%zu bytes",
                                           (size_t)(grid_end - pos)));
-                return sticky_error(vs);
+                return vs_sticky_error(vs);
             }
             vs->cur = b;
         }
@@ -483,212 +413,16 @@ int vs_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len
     return 0;
 }
 
-static int direct_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
-{
-    BlkNode *node = vs->img->node;
-    BlkIOV q;
-    int ret;
-
-    iov_init_buf(&q, buf, len);
-    ret = node->drv->load_vmstate(node, pos, &q);
-    if (ret < 0) {
-        g_autofree char *msg = io_error_message("read", pos, ret);
-        return blk_error(-ret, "%s", msg);
-    }
-    return 0;
-}
-
-/* One piece of a split read (invariant 8): the caller's memory. */
-typedef struct SplitPiece {
-    ApiVmstate *vs;
-    struct SplitRead *sr;
-    uint64_t pos;
-    uint8_t *buf;
-    size_t len;
-} SplitPiece;
-
-typedef struct SplitRead {
-    ApiLowestError error; /* [vs->lock] invariant 8, code = errno */
-} SplitRead;
-
-/* Errors stay with the read (invariant 4: not sticky): always returns 0. */
-static int split_task(void *opaque)
-{
-    SplitPiece *p = opaque;
-    BlkNode *node = p->vs->img->node;
-    BlkIOV q;
-    int ret;
-
-    blk_error_clear();
-    iov_init_buf(&q, p->buf, p->len);
-    ret = node->drv->load_vmstate(node, p->pos, &q);
-    if (ret < 0) {
-        g_autofree char *msg = io_error_message("read", p->pos, ret);
-        GError *err = g_error_new_literal(QIMG_ERROR, -ret, msg);
-        pthread_mutex_lock(&p->vs->lock);
-        (void)api_lowest_error_offer(&p->sr->error, p->pos, err);
-        pthread_mutex_unlock(&p->vs->lock);
-    }
-    return 0;
-}
-
-/* Invariant 8: the size of the pieces of a split read of len bytes. */
-static size_t split_piece_size(const ApiVmstate *vs, size_t len)
-{
-    size_t s = vs->buf_size;
-
-    while (s <= VMSTATE_SPLIT_PIECE / 2 && s * 2 <= len / vs->max_in_flight) {
-        s *= 2;
-    }
-    return s;
-}
-
-/* Invariant 8: [pos, pos + len) in pieces on the grid, read by the pool
- * (and this thread) straight into buf; no write or read-ahead is in
- * flight. */
-static int split_read(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
-{
-    size_t n = 0, grid = split_piece_size(vs, len), max = len / grid + 2;
-    g_autofree SplitPiece *pieces = g_new0(SplitPiece, max);
-    SplitRead sr = {0};
-    int ret = 0;
-
-    for (size_t off = 0; off < len; n++) {
-        uint64_t grid_end = ((pos + off) / grid + 1) * grid;
-        size_t piece = (size_t)MIN(grid_end - (pos + off), (uint64_t)(len - off));
-        g_assert(n < max);
-        pieces[n] = (SplitPiece){vs, &sr, pos + off, buf + off, piece};
-        if (pool_submit(vs->pool, split_task, &pieces[n]) < 0) {
-            (void)split_task(&pieces[n]); /* the pool cannot take it: read it here */
-        }
-        off += piece;
-    }
-    while (pool_run_one(vs->pool)) {
-    }
-    (void)pool_wait_all(vs->pool); /* split_task never fails the pool */
-    if (sr.error.error) {
-        ret = blk_error(sr.error.error->code, "%s", sr.error.error->message);
-        api_lowest_error_clear(&sr.error);
-    }
-    return ret;
-}
-
-/* Invariants 5, 6: keep up to max_in_flight buffers prefetched, up to limit. */
-static void ra_fill_locked(ApiVmstate *vs)
-{
-    while (g_queue_get_length(&vs->ra) < vs->max_in_flight && vs->ra_next < vs->limit) {
-        uint64_t grid_end = (vs->ra_next / vs->buf_size + 1) * vs->buf_size;
-        uint64_t end = MIN(grid_end, vs->limit);
-        VmBuf *b = buf_new(vs, vs->ra_next, (size_t)(end - vs->ra_next));
-        if (!b) {
-            return; /* read-ahead is an optimisation; the reader reads directly */
-        }
-        b->len = b->cap;
-        if (pool_submit(vs->pool, read_task, b) < 0) {
-            buf_free(b);
-            return;
-        }
-        g_queue_push_tail(&vs->ra, b);
-        vs->ra_next = end;
-    }
-}
-
-/* split: a read of invariant 8, which takes the buffers already queued and
- * reads the rest itself. */
-static int ra_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len,
-                          bool split)
-{
-    int ret;
-
-    g_assert(pos == vs->ra_pos);
-    if (!split) {
-        ra_fill_locked(vs);
-    }
-    while (len > 0) {
-        VmBuf *b = g_queue_peek_head(&vs->ra);
-        if (!b) {
-            /* Past the prefetch bound (or prefetch failed): read directly. */
-            vs_ra_drop_locked(vs);
-            return split ? split_read(vs, pos, buf, len) : direct_read(vs, pos, buf, len);
-        }
-        g_assert(b->pos <= pos && pos < b->pos + b->len);
-        wait_done(vs, b);
-        if (b->ret < 0) {
-            ret = blk_error(-b->ret, "%s", b->msg);
-            vs_ra_drop_locked(vs);
-            return ret;
-        }
-        size_t off = (size_t)(pos - b->pos);
-        size_t n = MIN(len, b->len - off);
-        memcpy(buf, b->data + off, n);
-        buf += n;
-        len -= n;
-        pos += n;
-        vs->ra_pos = pos;
-        if (off + n == b->len) {
-            g_queue_pop_head(&vs->ra);
-            buf_free(b);
-            if (!split) {
-                ra_fill_locked(vs);
-            }
-        }
-    }
-    return 0;
-}
-
-/* Invariant 6: the state is read from a local file through the page cache,
- * which the kernel reads ahead of a sequential reader by itself. */
-static bool page_cached(ApiVmstate *vs)
-{
-    const BlkNode *node = vs->img->node;
-    const BlkNode *prot = node->file ? node->file : node;
-
-    return prot->drv == &blk_file_driver && prot->cache != BLK_CACHE_NONE &&
-           prot->cache != BLK_CACHE_DIRECTSYNC;
-}
-
-int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len)
-{
-    int ret = sticky_error(vs);
-
-    if (ret < 0 || len == 0) {
-        return ret;
-    }
-    if (!vs->ra_active) {
-        ret = vs_drain_writes_locked(vs); /* invariant 3 */
-        if (ret < 0) {
-            return ret;
-        }
-    }
-    bool cached = page_cached(vs), split = !cached && len >= 2 * vs->buf_size;
-    if (!vs->ra_active || pos != vs->ra_pos) {
-        vs_ra_drop_locked(vs);
-        if ((pos == 0 || pos == vs->last_end) && pos < vs->limit && !cached && !split) {
-            /* invariant 6 */
-            vs->ra_active = true;
-            vs->ra_pos = pos;
-            vs->ra_next = pos;
-        }
-    }
-    if ((vs->ra_active || split) && (ret = ensure_pool_locked(vs)) < 0) {
-        return ret; /* invariant 6: no threads for a page-cached state */
-    }
-    ret = vs->ra_active ? ra_read_locked(vs, pos, buf, len, split)
-          : split       ? split_read(vs, pos, buf, len)
-                        : direct_read(vs, pos, buf, len);
-    vs->last_end = pos + len;
-    return ret;
-}
-
 /* Ends a stream session: no more I/O, error forgotten (invariant 4). */
 void vs_session_end(ApiVmstate *vs)
 {
     pthread_mutex_lock(&vs->op_lock);
     if (vs->cur) {
-        buf_free(g_steal_pointer(&vs->cur)); /* aborted: not worth writing */
+        vs_buf_free(g_steal_pointer(&vs->cur)); /* aborted: not worth writing */
     }
     (void)vs_drain_writes_locked(vs);
     vs_ra_drop_locked(vs);
+    vs_advise_end_locked(vs);
     clear_error(vs);
     blk_error_clear();
     pthread_mutex_lock(&vs->lock);
@@ -761,6 +495,7 @@ void api_release(QimgImage *img)
     }
     pthread_mutex_lock(&vs->op_lock);
     vs_ra_drop_locked(vs);
+    vs_advise_end_locked(vs);
     (void)vs_drain_writes_locked(vs); /* the caller flushed first if it cared */
     pthread_mutex_unlock(&vs->op_lock);
     vs_streams_invalidate(vs); /* invariant 7 */

@@ -1,7 +1,8 @@
 /*
  * api/vmstate.h: the vmstate writer/reader's state, shared by its engine
- * (api/vmstate.c, whose invariants "vmstate.c invariant N" cite) and its
- * public calls (api/vmstate-api.c), and hooks for unit tests.  Nothing
+ * (api/vmstate.c, whose invariants "vmstate.c invariant N" cite, and its
+ * read path api/vmstate-read.c, invariants 6 and 8 of the same numbering)
+ * and its public calls (api/vmstate-api.c), and hooks for unit tests.  Nothing
  * here is part of libqimg's public API; api.h declares what the rest of
  * api/ calls (api_quiesce, api_release).
  */
@@ -19,7 +20,7 @@
 #define VMSTATE_MIN_BUFFER ((size_t)1 << 20)
 #define VMSTATE_MAX_BUFFER ((size_t)256 << 20)
 #define VMSTATE_MEM_ALIGN 4096
-#define VMSTATE_SPLIT_PIECE ((size_t)4 << 20) /* vmstate.c invariant 8 */
+#define VMSTATE_SPLIT_PIECE ((size_t)4 << 20) /* vmstate-read.c invariant 8 */
 
 typedef struct ApiVmstate ApiVmstate;
 
@@ -55,6 +56,7 @@ struct ApiVmstate {
     uint64_t ra_next;             /* next position to prefetch */
     uint64_t last_end;            /* end of the previous read */
     uint64_t limit;               /* state size, or UINT64_MAX when unknown */
+    bool advised;                 /* the file was told reads are sequential (inv. 6) */
     bool session;                 /* a save or load stream owns the state */
     struct QimgVmstateSave *save; /* the open streams begun here (invariant 7) */
     struct QimgVmstateLoad *load;
@@ -82,8 +84,23 @@ int vs_write_locked(ApiVmstate *vs, uint64_t pos, const uint8_t *buf, size_t len
 int vs_read_locked(ApiVmstate *vs, uint64_t pos, uint8_t *buf, size_t len);
 /* Invariant 4: submit the current buffer, wait, the first write error. */
 int vs_drain_writes_locked(ApiVmstate *vs);
-/* Invariant 6: drop the read-ahead after waiting for its tasks. */
+/* Invariant 6 (vmstate-read.c): drop the read-ahead after waiting for its tasks. */
 void vs_ra_drop_locked(ApiVmstate *vs);
+/* Invariant 6 (vmstate-read.c): withdraw the sequential hint, if given. */
+void vs_advise_end_locked(ApiVmstate *vs);
+
+/* ---- the engine's helpers for its read path (vmstate-read.c) ---- */
+
+/* Invariant 5: a buffer of cap <= B bytes at pos, or NULL; caller holds op_lock. */
+VmBuf *vs_buf_new(ApiVmstate *vs, uint64_t pos, size_t cap);
+/* Its memory becomes a spare (invariant 5); takes only vs->lock (tasks too). */
+void vs_buf_free(VmBuf *b);
+/* Invariant 4: the sticky error for the calling thread, or 0; op_lock held. */
+int vs_sticky_error(ApiVmstate *vs);
+/* "Could not <what> VM state at position N: ..."; clears the thread's message. */
+char *vs_io_error_message(const char *what, uint64_t pos, int ret);
+/* The task pool, started at the first I/O that needs it; op_lock held. */
+int vs_ensure_pool_locked(ApiVmstate *vs);
 /* A stream session owns the state (EBUSY if one does), and its end. */
 int vs_session_claim(ApiVmstate *vs);
 void vs_session_end(ApiVmstate *vs);

@@ -21,10 +21,13 @@
 #       cache=writeback|none), when qemu-system-x86_64 exists; its stream is
 #       slightly larger (page headers, devices): see the sizes printed;
 #   (d) the floor: dd if=ram.bin of=plain bs=4M conv=fdatasync
-#       [oflag=direct].
+#       [oflag=direct];
+#   (e) with QIMG_BEFORE=binary (a qimg built before a change): (a) with
+#       that binary.
 # Load, cold (page cache dropped before each run where permitted), from the
 # images (a) and (c) of the same round:
 #   qimg vmstate load [-t none] IMG s /dev/null (read-ahead, 1 MiB reads);
+#   the same with QIMG_BEFORE, when given (of the same image (a));
 #   the same with --chunk-size 32k (the reads of QEMU's loadvm buffer);
 #   the floor: dd if=ram.bin of=/dev/null bs=4M [iflag=direct];
 #   QEMU loadvm over QMP (anonymous RAM of the same size).
@@ -32,7 +35,7 @@
 # each qimg and dd case, per-round ratios and the goals.
 #
 # Environment: ROUNDS (5), SIZE_MIB (1024), SEED (1), MEMWARM_MIB (6144),
-# BENCH_TMPDIR (scratch parent; default bench/), QIMG, QEMU_IMG,
+# BENCH_TMPDIR (scratch parent; default bench/), QIMG, QIMG_BEFORE, QEMU_IMG,
 # QEMU_SYSTEM, SKIP_QEMU=1, SKIP_UNBUFFERED=1, MODES ("writeback none").
 set -u
 . "$(dirname "$0")/vmstate-lib.sh"
@@ -46,6 +49,9 @@ SAVEVM=$VM_BENCH_DIR/qemu-savevm.sh
 export QEMU_SYSTEM
 
 [ -x "$QIMG" ] || { echo "qimg not built: $QIMG" >&2; exit 1; }
+QIMG_BEFORE=${QIMG_BEFORE:-}
+[ -z "$QIMG_BEFORE" ] || [ -x "$QIMG_BEFORE" ] ||
+    { echo "QIMG_BEFORE is not executable: $QIMG_BEFORE" >&2; exit 1; }
 have_qemu=1
 if [ -n "${SKIP_QEMU:-}" ] || ! command -v "$QEMU_SYSTEM" >/dev/null; then
     have_qemu=
@@ -59,6 +65,7 @@ t_start=$EPOCHREALTIME
 
 echo "# vmstate bench: ${SIZE_MIB} MiB state, $ROUNDS rounds, modes: $MODES"
 echo "# qimg: $QIMG"
+[ -n "$QIMG_BEFORE" ] && echo "# qimg-before: $QIMG_BEFORE"
 echo "# disk: $(df -h --output=source,avail "$BENCH_SCRATCH" | tail -n 1)"
 [ -n "$have_qemu" ] && echo "# qemu: $("$QEMU_SYSTEM" --version | head -n 1)"
 head -c $((SIZE_MIB << 20)) /dev/urandom >ram.bin
@@ -68,6 +75,10 @@ cases_save=(a b c d)
 [ -z "$have_qemu" ] && cases_save=("${cases_save[@]/c/}")
 cases_load=(q s f v)
 [ -z "$have_qemu" ] && cases_load=(q s f)
+if [ -n "$QIMG_BEFORE" ]; then
+    cases_save+=(e)
+    cases_load+=(p)
+fi
 declare -A T      # T[phase/mode/case/round] = seconds
 declare -A C      # C[phase/mode/case/round] = CPU seconds (qimg and dd cases)
 declare -A SIZES  # bytes of each case's stream
@@ -91,13 +102,15 @@ save_case() {
     local dd_direct=
     [ "$mode" = none ] && dd_direct=oflag=direct
     case $c in
-    a | b)
+    a | b | e)
+        local q=$QIMG
+        [ "$c" = e ] && q=$QIMG_BEFORE
         img=save-$c.qcow2
         new_image "$img"
         sync
         vm_warm
         # shellcheck disable=SC2046
-        vm_time t "$QIMG" vmstate save $(cache_opt "$mode") \
+        vm_time t "$q" vmstate save $(cache_opt "$mode") \
             $([ "$c" = b ] && echo --unbuffered) --qemu-shaped "$SEED" "$img" s ram.bin
         SIZES[$c]=$(vm_state_size "$img")
         ;;
@@ -119,7 +132,7 @@ save_case() {
         ;;
     esac
     # Only the images the loads need stay.
-    [ "$c" = b ] && rm -f save-b.qcow2
+    [ "$c" = b ] || [ "$c" = e ] && rm -f "save-$c.qcow2"
     T[save/$mode/$c/$r]=$t
     C[save/$mode/$c/$r]=$VM_C
 }
@@ -131,11 +144,13 @@ load_case() {
     local direct=
     [ "$mode" = none ] && direct=iflag=direct
     case $c in
-    q)
+    q | p)
+        local bin=$QIMG
+        [ "$c" = p ] && bin=$QIMG_BEFORE
         vm_drop_caches
         vm_warm
         # shellcheck disable=SC2046
-        vm_time t "$QIMG" vmstate load $(cache_opt "$mode") save-a.qcow2 s /dev/null
+        vm_time t "$bin" vmstate load $(cache_opt "$mode") save-a.qcow2 s /dev/null
         ;;
     s)
         vm_drop_caches
@@ -192,7 +207,9 @@ name_of() {
     b) echo "qimg vmstate save --unbuffered" ;;
     c) echo "QEMU 7.2 savevm" ;;
     d) echo "dd conv=fdatasync (floor)" ;;
+    e) echo "qimg-before vmstate save (buffered)" ;;
     q) echo "qimg vmstate load (read-ahead)" ;;
+    p) echo "qimg-before vmstate load" ;;
     s) echo "qimg vmstate load, 32 KiB reads" ;;
     f) echo "dd sequential read (floor)" ;;
     v) echo "QEMU 7.2 loadvm" ;;
@@ -229,7 +246,7 @@ echo
 echo "state sizes (bytes): qimg ${SIZES[a]:-?}, dd ${SIZES[d]:-?}${SIZES[c]:+, QEMU ${SIZES[c]}}"
 printf '\n%-6s %-10s %-34s %8s %8s %6s   %s\n' phase cache case median MiB/s "cpu s" "per-round seconds"
 for phase in save load; do
-    if [ "$phase" = save ]; then cs=(a b c d); else cs=(q s f v); fi
+    if [ "$phase" = save ]; then cs=(a e b c d); else cs=(q p s f v); fi
     for mode in $MODES; do
         for c in "${cs[@]}"; do
             [ -n "${T[$phase/$mode/$c/1]:-}" ] || continue
@@ -255,18 +272,20 @@ goal() { # desc phase mode x y min
     med=$(vm_ratio "${MED[$phase/$mode/$y]}" "${MED[$phase/$mode/$x]}")
     verdict=$(awk -v a="$med" -v b="$min" 'BEGIN { print (a >= b) ? "met" : "MISSED" }')
     if [ "$min" = 0 ]; then
-        printf '  %-44s %-28s median %5s\n' "$desc" "$(round_ratios "$phase" "$mode" "$x" "$y")" "$med"
+        printf '  %-48s %-28s median %5s\n' "$desc" "$(round_ratios "$phase" "$mode" "$x" "$y")" "$med"
     else
-        printf '  %-44s %-28s median %5s  (goal >= %s: %s)\n' "$desc" \
+        printf '  %-48s %-28s median %5s  (goal >= %s: %s)\n' "$desc" \
             "$(round_ratios "$phase" "$mode" "$x" "$y")" "$med" "$min" "$verdict"
     fi
 }
 for mode in $MODES; do
     goal "save $mode: qimg vs dd floor" save "$mode" a d 0.95
+    goal "save $mode: qimg-before vs dd floor" save "$mode" e d 0.95
 done
 goal "save none: qimg vs QEMU savevm" save none a c 3
 for mode in $MODES; do
     goal "load $mode: qimg vs sequential read" load "$mode" q f 0.95
+    goal "load $mode: qimg-before vs sequential read" load "$mode" p f 0.95
 done
 echo "for information (no goal):"
 for mode in $MODES; do

@@ -220,6 +220,16 @@ void blk_event(BlkNode *img, BlkEvent ev)
     }
 }
 
+void blk_advise(BlkNode *img, BlkAdvice advice)
+{
+    for (BlkNode *n = img; n; n = n->file) {
+        if (n->drv->advise) {
+            n->drv->advise(n, advice);
+            return;
+        }
+    }
+}
+
 void blk_filter_size_update(BlkNode *img, bool grow)
 {
     uint64_t want = __atomic_load_n(&img->filtered->size, __ATOMIC_ACQUIRE);

@@ -111,6 +111,12 @@ typedef enum BlkEvent {
     BLKEV__MAX
 } BlkEvent;
 
+/* How a node's bytes are about to be read (blk_advise). */
+typedef enum BlkAdvice {
+    BLK_ADVICE_NORMAL,     /* no particular pattern (the default) */
+    BLK_ADVICE_SEQUENTIAL, /* one stream from low to high offsets */
+} BlkAdvice;
+
 /* Request flags for preadv / pwritev / pwrite_zeroes (the first two equal
  * the public QIMG_ZERO_* flags, api/convert.c). */
 enum {
@@ -329,6 +335,9 @@ struct BlkDriver {
     GArray *(*snapshot_list)(BlkNode *img);
     /* Fault injection: the next requests belong to step ev (optional). */
     void (*event)(BlkNode *img, BlkEvent ev);
+    /* Access-pattern hint for the node's bytes (blk_advise): best effort,
+     * changes nothing but speed (optional). */
+    void (*advise)(BlkNode *img, BlkAdvice advice);
     /* Breakpoints (QEMU's blkdebug break/remove_break/resume; faulty.c):
      * event is QEMU's name (BLK_DEBUG_BREAK only).  Optional. */
     int (*debug_op)(BlkNode *img, BlkDebugOp op, const char *event, const char *tag);
@@ -565,6 +574,10 @@ BlkNode *blk_cow_backing(BlkNode *img);
  * unless img is a fault-injecting node). */
 void blk_event(BlkNode *img, BlkEvent ev);
 const char *blk_event_name(BlkEvent ev);
+/* Tell the first node down img and its protocol children (img->file)
+ * that takes hints how its bytes are about to be read (a file: the
+ * kernel's read-ahead).  Best effort: a node without hints ignores it. */
+void blk_advise(BlkNode *img, BlkAdvice advice);
 /* Breakpoints on the first node below top (its protocol child, or what a
  * filter node filters) that has them; -ENOTSUP if none does. */
 int blk_debug_op(BlkNode *top, BlkDebugOp op, const char *event, const char *tag);

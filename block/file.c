@@ -110,6 +110,11 @@
  *     (EXDEV, EOPNOTSUPP, ENOSYS, EINVAL, a source that ends first) is
  *     returned as is, unrecorded: the caller reads and writes instead, as
  *     qemu-img falls back.
+ * 15. blk_advise reaches the kernel as posix_fadvise on the whole
+ *     descriptor (its read-ahead state is the open file's): SEQUENTIAL
+ *     doubles the read-ahead window of a buffered descriptor, NORMAL
+ *     restores it.  O_DIRECT descriptors have no read-ahead and get no
+ *     hint.  A refused hint is ignored: it changes speed, never bytes.
  */
 #include "block/block.h"
 #include "block/file.h"
@@ -670,6 +675,17 @@ static bool file_has_zero_init(BlkNode *img)
     return !img->is_block_device;
 }
 
+/* Invariant 15. */
+static void file_advise(BlkNode *img, BlkAdvice advice)
+{
+    FileState *s = img->opaque;
+    int a = advice == BLK_ADVICE_SEQUENTIAL ? POSIX_FADV_SEQUENTIAL : POSIX_FADV_NORMAL;
+
+    if (s && !s->direct) {
+        (void)posix_fadvise(s->fd, 0, 0, a); /* a hint: its failure changes nothing */
+    }
+}
+
 const BlkDriver blk_file_driver = {
     .format_name = "file",
     .is_protocol = true,
@@ -686,4 +702,5 @@ const BlkDriver blk_file_driver = {
     .get_allocated_size = file_get_allocated_size,
     .has_zero_init = file_has_zero_init,
     .set_perm = file_set_perm,
+    .advise = file_advise,
 };

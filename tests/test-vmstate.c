@@ -115,6 +115,9 @@ struct Fake {
     Fake *view_of;
     guint view_snap;
     bool free_on_close;
+
+    /* Access hints (blk_advise): 'S' sequential, 'N' normal, in order. */
+    GString *advice;
 };
 
 static Fake *fake_new(uint64_t area_size)
@@ -128,6 +131,7 @@ static Fake *fake_new(uint64_t area_size)
     f->area = area_size ? g_malloc0(area_size) : NULL;
     f->saves = g_array_new(FALSE, FALSE, sizeof(FakeCall));
     f->loads = g_array_new(FALSE, FALSE, sizeof(FakeCall));
+    f->advice = g_string_new(NULL);
     f->inflight_saves = g_array_new(FALSE, FALSE, sizeof(FakeCall));
     f->snaps = g_array_new(FALSE, TRUE, sizeof(FakeSnap));
     f->fail_errno = EIO;
@@ -147,6 +151,7 @@ static void fake_free(Fake *f)
     g_array_unref(f->saves);
     g_array_unref(f->loads);
     g_array_unref(f->inflight_saves);
+    g_string_free(f->advice, TRUE);
     g_free(f->area);
     g_free(f->last_seq);
     pthread_cond_destroy(&f->cond);
@@ -412,6 +417,15 @@ static GArray *fake_snapshot_list(BlkNode *img)
     return list;
 }
 
+static void fake_advise(BlkNode *img, BlkAdvice advice)
+{
+    Fake *f = F(img);
+
+    pthread_mutex_lock(&f->lock);
+    g_string_append_c(f->advice, advice == BLK_ADVICE_SEQUENTIAL ? 'S' : 'N');
+    pthread_mutex_unlock(&f->lock);
+}
+
 static void fake_close(BlkNode *img)
 {
     Fake *f = F(img);
@@ -434,6 +448,7 @@ static const BlkDriver fake_driver = {
     .snapshot_goto = fake_snapshot_goto,
     .snapshot_delete = fake_snapshot_delete,
     .snapshot_list = fake_snapshot_list,
+    .advise = fake_advise,
 };
 
 /* A driver without snapshots or vmstate, as raw. */
@@ -1299,9 +1314,29 @@ static void test_readahead(void **state)
     fake_free(f);
 }
 
+/* The hints fake_advise recorded so far. */
+static char *advice_of(Fake *f)
+{
+    char *s;
+
+    pthread_mutex_lock(&f->lock);
+    s = g_strdup(f->advice->str);
+    pthread_mutex_unlock(&f->lock);
+    return s;
+}
+
+#define ASSERT_ADVICE(f, want)                                                           \
+    do {                                                                                 \
+        g_autofree char *a_ = advice_of(f);                                              \
+        assert_string_equal(a_, want);                                                   \
+    } while (0)
+
 /* Invariant 6: a state in a local file read through the page cache goes
  * straight into the caller's buffer, one load per read, nothing ahead of
- * it; with cache=none (O_DIRECT) the same reads are read ahead. */
+ * it; with cache=none (O_DIRECT) the same reads are read ahead.  Its
+ * sequential reads tell the file (blk_advise SEQUENTIAL), once; another
+ * read, the end of the stream and release withdraw it (NORMAL); O_DIRECT
+ * reads give no hint. */
 static void test_readahead_page_cache(void **state)
 {
     enum { MAX = 4 };
@@ -1309,6 +1344,7 @@ static void test_readahead_page_cache(void **state)
     const BlkCacheMode modes[] = {BLK_CACHE_WRITEBACK, BLK_CACHE_NONE};
 
     for (size_t m = 0; m < G_N_ELEMENTS(modes); m++) {
+        bool cached = modes[m] == BLK_CACHE_WRITEBACK;
         Fake *f = fake_new(16 * MiB);
         QimgImage *img = fake_image(f, 65536);
         BlkNode file = {.drv = &blk_file_driver, .cache = modes[m]};
@@ -1321,6 +1357,7 @@ static void test_readahead_page_cache(void **state)
 
         set_config(img, MAX, 0);
         g_autofree char *id = save_stream(img, "pc", model, S, r);
+        ASSERT_ADVICE(f, "");        /* writes give none */
         set_config(img, MAX + 1, 0); /* the save's pool is gone */
         f->read_limit = S;
         img->node->file = &file; /* the fake's bytes "in a file" */
@@ -1331,7 +1368,7 @@ static void test_readahead_page_cache(void **state)
             gssize n = qimg_vmstate_load_read(l, buf, want, &err);
             assert_true(n > 0);
             assert_memory_equal(buf, model + pos, (size_t)n);
-            if (modes[m] == BLK_CACHE_WRITEBACK) {
+            if (cached) {
                 /* one load, the caller's own range, done when read returns */
                 FakeCall c;
                 pthread_mutex_lock(&f->lock);
@@ -1343,11 +1380,26 @@ static void test_readahead_page_cache(void **state)
             } else if (pos == 0) {
                 assert_true(wait_load_calls(f, MAX)); /* read ahead */
             }
+            ASSERT_ADVICE(f, cached ? "S" : ""); /* from the first read on, once */
             pos += (uint64_t)n;
         }
         /* no threads for reads the kernel reads ahead */
-        assert_true((img->vmstate->pool == NULL) == (modes[m] == BLK_CACHE_WRITEBACK));
+        assert_true((img->vmstate->pool == NULL) == cached);
         qimg_vmstate_load_end(l);
+        ASSERT_ADVICE(f, cached ? "SN" : "");
+
+        /* positional reads: sequential ones take the hint, a jump drops it */
+        assert_true(qimg_vmstate_pread(img, 0, buf, 1000, &err));
+        assert_true(qimg_vmstate_pread(img, 1000, buf + 1000, 5000, &err));
+        assert_memory_equal(buf, model, 6000);
+        ASSERT_ADVICE(f, cached ? "SNS" : "");
+        assert_true(qimg_vmstate_pread(img, MiB, buf, 100, &err));
+        assert_memory_equal(buf, model + MiB, 100);
+        ASSERT_ADVICE(f, cached ? "SNSN" : "");
+        assert_true(qimg_vmstate_pread(img, MiB + 100, buf, 100, &err));
+        ASSERT_ADVICE(f, cached ? "SNSNS" : "");
+        api_release(img); /* what closing the handle does first */
+        ASSERT_ADVICE(f, cached ? "SNSNSN" : "");
         img->node->file = NULL;
         fake_check(f);
         g_rand_free(r);

@@ -32,7 +32,7 @@
  *  4. load reads in pieces of 1 MiB through the page cache, read ahead by
  *     the kernel; with -t none or directsync in pieces of 64 MiB in memory
  *     aligned for O_DIRECT, which the library reads in parallel straight
- *     into it (api/vmstate.c invariant 8: no copy; eight requests of
+ *     into it (api/vmstate-read.c invariant 8: no copy; eight requests of
  *     4 MiB at once, as large as dd's; every chunk waits for its slowest
  *     request, so 64 MiB drains the queue half as often as 32 MiB did:
  *     1 GiB in a median 1.88 s against 2.83 s, 8 interleaved rounds on a
