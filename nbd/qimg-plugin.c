@@ -6,6 +6,7 @@
  *          [snapshot=ID_OR_NAME] [discard=ignore|unmap]
  *          [detect-zeroes=off|on|unmap] [readonly=true]
  *          [image-opts=true] [secret=ID:FD ...] [trust-names=true]
+ *          [clients=N]
  *
  * Owns: the one image of the export (opened in get_ready, so that a bad
  * image or an image in use fails the server at start, as qemu-nbd does),
@@ -35,6 +36,14 @@
  *     bytes, read once at configuration into qimg_secret_new() memory and
  *     closed; image-opts=true reads file= as qemu-nbd's --image-opts
  *     options, whose encrypt.key-secret (key-secret for luks) names one.
+ *  7. clients=N (qemu-nbd's -e N; 0 or absent: no limit): at most N
+ *     connections are open at once; another one waits in open until one
+ *     closes, as a client of qemu-nbd waits to be accepted (qemu-nbd stops
+ *     accepting at its limit and never refuses).  nbdkit's limit filter
+ *     refused it instead, so a client that connected just after another
+ *     left was refused whenever nbdkit had not yet closed the first.  No
+ *     wait outlives the server: at shutdown the open connections end,
+ *     which frees their places.
  */
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -70,8 +79,12 @@ static struct {
     QimgImage *img;      /* invariant 1 */
     uint32_t cluster;    /* preferred block size */
     pthread_mutex_t lock;
-    unsigned conns; /* [lock] open connections (invariant 2) */
-} g = {.cache = QIMG_CACHE_WRITEBACK, .lock = PTHREAD_MUTEX_INITIALIZER};
+    unsigned conns;       /* [lock] open connections (invariants 2, 7) */
+    unsigned max_clients; /* invariant 7: 0 is no limit */
+    pthread_cond_t slot;  /* [lock] signalled when a connection closes */
+} g = {.cache = QIMG_CACHE_WRITEBACK,
+       .lock = PTHREAD_MUTEX_INITIALIZER,
+       .slot = PTHREAD_COND_INITIALIZER};
 
 /* Invariant 3: the errno and the message of a failed call. */
 static int fail(GError *err, const char *what)
@@ -245,6 +258,9 @@ static int qimg_config(const char *key, const char *value)
         g.trust_names = r;
         return 0;
     }
+    if (strcmp(key, "clients") == 0) { /* invariant 7 */
+        return nbdkit_parse_unsigned("clients", value, &g.max_clients);
+    }
     nbdkit_error("unknown parameter '%s'", key);
     return -1;
 }
@@ -307,6 +323,9 @@ static void *qimg_open(int readonly)
 {
     (void)readonly; /* nbdkit refuses writes on a read-only connection */
     pthread_mutex_lock(&g.lock);
+    while (g.max_clients && g.conns >= g.max_clients) { /* invariant 7 */
+        pthread_cond_wait(&g.slot, &g.lock);
+    }
     g.conns++;
     pthread_mutex_unlock(&g.lock);
     return &g;
@@ -325,6 +344,7 @@ static void qimg_close(void *handle)
         nbdkit_error("flushing '%s' after the last client: %s", g.file, err->message);
         g_clear_error(&err);
     }
+    pthread_cond_signal(&g.slot); /* invariant 7 */
     pthread_mutex_unlock(&g.lock);
 }
 
@@ -516,7 +536,7 @@ static struct nbdkit_plugin plugin = {
     .config_complete = qimg_config_complete,
     .config_help = "file=IMAGE (required) format=FORMAT cache=MODE snapshot=ID_OR_NAME\n"
                    "discard=ignore|unmap detect-zeroes=off|on|unmap readonly=BOOL\n"
-                   "image-opts=BOOL secret=ID:FD trust-names=BOOL",
+                   "image-opts=BOOL secret=ID:FD trust-names=BOOL clients=N",
     .magic_config_key = "file",
     .get_ready = qimg_get_ready,
     .open = qimg_open,

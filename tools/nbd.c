@@ -13,7 +13,8 @@
  *  2. The options mapped: -k SOCKET (-U), -p PORT, -b ADDR (-i), -x NAME
  *     (the exportname filter, strict), -r (read-only), -f FMT, -l SNAPSHOT
  *     (read-only), -s (writes go to a throw-away overlay: the cow filter),
- *     -e N (the limit filter; 0 is unlimited), -t (no exitlast filter),
+ *     -e N (the plugin's clients=N: a client past the limit waits, as
+ *     qemu-nbd's waits to be accepted; 0 is unlimited), -t (no exitlast filter),
  *     -n/--nocache (cache=none), --cache, --discard, --detect-zeroes,
  *     --fork, --pid-file (-P), -v (-v), --tls-creds ID with
  *     --object tls-creds-x509,id=ID,dir=DIR[,endpoint=server]
@@ -458,9 +459,6 @@ int cmd_nbd(int argc, char **argv)
     if (!persistent) {
         push(a, "--filter=exitlast"); /* fact 1 */
     }
-    if (shared != 0) {
-        push(a, "--filter=limit");
-    }
     if (shared == 1) {
         push(a, "--filter=multi-conn"); /* fact 7 */
     }
@@ -501,7 +499,7 @@ int cmd_nbd(int argc, char **argv)
         push(a, "trust-names=true");
     }
     if (shared != 0) {
-        push(a, "limit=%ld", shared);
+        push(a, "clients=%ld", shared); /* fact 2 */
     }
     if (shared == 1) {
         push(a, "multi-conn-mode=disable"); /* fact 7 */

@@ -4,8 +4,8 @@
 #  - by default one client, and the server exits when it leaves (data
 #    flushed, check clean); -t keeps serving; --fork returns once ready
 #    and writes --pid-file; -p/-b TCP; -x only that export name; -e limits
-#    the clients at once; -r refuses writes; -s throws writes away; -l
-#    serves a snapshot; qemu-img map through the export is qemu-nbd's;
+#    the clients at once (one past it waits, as with qemu-nbd); -r
+#    refuses writes; -s throws writes away; -l serves a snapshot; qemu-img map through the export is qemu-nbd's;
 #    TLS with qemu-nbd's --object tls-creds-x509 / --tls-creds; -L prints
 #    qemu-nbd -L's listing of either server;
 #  - bad options, nbdkit missing, a malformed image and an image in use
@@ -72,28 +72,44 @@ kill $srv $qsrv
 assert_rc "SIGTERM ends the server" 0 gone $srv
 gone $qsrv
 
-# 3. -e: one client at a time by default, -e 2 lets a second in.
+# 3. -e: one client at a time by default, -e 2 lets a second in; a client
+# past the limit waits until a place frees (qemu-nbd stops accepting, it
+# never refuses; qimg-plugin.c invariant 7), against qemu-nbd the same way.
 for e in 1 2; do
-    rm -f e.sock
-    "$QIMG" nbd -t -e $e -k "$PWD/e.sock" d.qcow2 &
-    srv=$!
-    pids+=($srv)
-    wait_sock e.sock
-    # a client that stays connected (qemu-io's sleep command)
-    "$QEMU_IO" -f raw -c 'sleep 30000' "$(uri e.sock)" >/dev/null 2>&1 &
-    hold=$!
-    sleep 1
-    nbdinfo --size "$(uri e.sock)" >e.out 2>&1
-    rc=$?
-    if [ $e = 1 ]; then
-        _checks=$((_checks + 1))
-        [ $rc != 0 ] || _fail "-e 1: a second client was served"
-    else
-        assert_eq "-e 2: a second client is served" "67108864" "$(cat e.out)"
-    fi
-    kill $hold
-    kill $srv
-    gone $srv
+    for tool in qimg qemu-nbd; do
+        rm -f e.sock
+        if [ $tool = qimg ]; then
+            "$QIMG" nbd -t -e $e -k "$PWD/e.sock" d.qcow2 &
+        else
+            qemu-nbd -t -e $e -f qcow2 -k "$PWD/e.sock" d.qcow2 &
+        fi
+        srv=$!
+        pids+=($srv)
+        wait_sock e.sock
+        # a client that stays connected (qemu-io's sleep command)
+        "$QEMU_IO" -f raw -c 'sleep 30000' "$(uri e.sock)" >/dev/null 2>&1 &
+        hold=$!
+        sleep 1
+        nbdinfo --size "$(uri e.sock)" >e.out 2>&1 &
+        waiter=$!
+        sleep 2
+        if [ $e = 1 ]; then
+            _checks=$((_checks + 1))
+            kill -0 $waiter 2>/dev/null || _fail "$tool -e 1: a second client did not wait: $(cat e.out)"
+            kill $hold
+            wait $waiter
+            assert_eq "$tool -e 1: the waiting client is served once the first left" \
+                "0 67108864" "$? $(cat e.out)"
+        else
+            wait $waiter
+            assert_eq "$tool -e 2: a second client is served at once" "0 67108864" \
+                "$? $(cat e.out)"
+            kill $hold
+        fi
+        wait $hold 2>/dev/null
+        kill $srv
+        gone $srv
+    done
 done
 
 # 4. --fork and --pid-file; TCP with -p and -b; -x NAME only.
