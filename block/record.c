@@ -12,7 +12,8 @@
  *   header  8 bytes "QIMGRLG1", u32 version (1), u32 0
  *   entry   u32 type, u32 file id, u64 offset, u64 length, u64 aux,
  *           then `length` bytes of data for WRITE and OPEN
- *   types   1 WRITE    data written at offset
+ *   types   1 WRITE    data written at offset (aux: REC_AUX_RING when
+ *                      the io_uring wrote it, invariant 5)
  *           2 ZERO     [offset, +length) reads as zeros (aux: request flags)
  *           3 DISCARD  [offset, +length) was punched (reads as zeros)
  *           4 TRUNCATE the file was resized to offset bytes
@@ -37,6 +38,21 @@
  *     through to the child unchanged.
  *  4. A failure to write the log fails the request with its error: a test
  *     must never judge a log that misses a change.
+ *  5. Over a file node the io_uring drives the child's descriptor for this
+ *     node (uring.c invariant 6): the node's requests then bypass the
+ *     functions below.  A completed ring write -- a failed or short one
+ *     too -- is logged by blk_record_ring_done on the thread that reaps
+ *     it, after the child's write generation was bumped (file.c invariant
+ *     9) and before the request's callback, with its data and aux
+ *     REC_AUX_RING.  So invariant 1 holds for it: the log order is a
+ *     completion order, and a flush whose start (the log's size, read in
+ *     record_flush before the child's flush) is past the entry saw the
+ *     bump, so the child's flush synced it; an entry logged after a
+ *     concurrent flush began is not covered by it (the log may understate
+ *     what became durable, never overstate it).  The reaping thread only
+ *     takes the log's mutex, which no holder keeps across anything but
+ *     its own write(2): it cannot deadlock on a flush.  Ring reads pass
+ *     through unlogged (invariant 3).
  */
 #include "block/block.h"
 #include "aio/mutex.h"
@@ -58,6 +74,7 @@ enum {
     REC_OPEN = 6,
 };
 
+#define REC_AUX_RING 1u /* invariant 5 */
 #define REC_MAGIC "QIMGRLG1"
 #define REC_HEADER_SIZE 16
 #define REC_ENTRY_SIZE 32
@@ -273,6 +290,17 @@ static int record_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
         ret = blk_flush(img);
     }
     return ret;
+}
+
+int blk_record_ring_done(BlkNode *img, uint64_t offset, const BlkIOV *q, int ret)
+{
+    RecordState *s = img->opaque;
+    int lr = log_append(s, REC_WRITE, offset, q->size, REC_AUX_RING, q); /* invariant 5 */
+
+    if (lr < 0) {
+        blk_error_clear(); /* the node's path runs it again and says why */
+    }
+    return logged(ret, lr);
 }
 
 static int record_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
