@@ -58,6 +58,7 @@ QEMU_IMG = os.environ.get("QEMU_IMG", "qemu-img")
 # ---- logs ----
 
 W_WRITE, W_ZERO, W_DISCARD, W_TRUNCATE, W_FLUSH, W_OPEN = 1, 2, 3, 4, 5, 6
+W_AUX_RING = 1  # a WRITE's aux: the io_uring wrote it (block/record.c invariant 5)
 DM_MAGIC = 0x6A736677736872
 DM_FLUSH, DM_FUA, DM_DISCARD, DM_MARK = 1, 2, 4, 8
 
@@ -235,6 +236,30 @@ def apply_entry(fs, e, rng=None, tear=False):
             fs.zero(a, b)  # zeroed (and allocated: may extend)
         elif a < fs.size:
             fs.zero(a, min(b, fs.size))  # punched: keeps the size
+
+
+def ring_writes(entries):
+    """(ring writes, allocating ones): WRITE entries the io_uring made
+    (W_AUX_RING), and of them those that were the first WRITE to touch
+    any byte of their range in their file -- data landing in clusters
+    allocated for it (a rewrite in place follows an earlier write)."""
+    import bisect
+    written = {}  # path -> sorted, disjoint [start, end) lists
+    ring = alloc = 0
+    for e in entries:
+        if e.type != W_WRITE or e.len == 0:
+            continue
+        starts, ends = written.setdefault(e.path, ([], []))
+        a, b = e.off, e.off + e.len
+        i = bisect.bisect_right(ends, a)  # first interval ending after a
+        j = bisect.bisect_left(starts, b)  # intervals from i to j overlap
+        if e.aux & W_AUX_RING:
+            ring += 1
+            alloc += i == j
+        if i < j:
+            a, b = min(a, starts[i]), max(b, ends[j - 1])
+        starts[i:j], ends[i:j] = [a], [b]
+    return ring, alloc
 
 
 def durable_cover(entries, cut):
@@ -912,12 +937,19 @@ def explore(args):
     if plain:
         failures.insert(0, "%d sectors of the workload's data in the log in the clear" %
                         plain)
+    ring, ring_alloc = ring_writes(entries)
+    if ring_alloc < args.min_ring_allocs:
+        failures.insert(0, "%d allocating writes of the io_uring in the log (%d ring "
+                        "writes), fewer than the %d asked: the path under test was "
+                        "not taken" % (ring_alloc, ring, args.min_ring_allocs))
     total = sum(counts.values())
     cpu = sum(os.times()[:4]) - cpu0  # this process, its workers and their tools
     print("%s: %d states (%d distinct; %d log entries, %d flushes): %s (%.1f s, cpu %.1f s)" % (
         args.label, total, len(judged), len(entries),
         sum(1 for e in entries if e.type == W_FLUSH),
         ", ".join("%s %d" % kv for kv in sorted(counts.items())), time.monotonic() - t0, cpu))
+    if ring:
+        print("  %d writes through the io_uring, %d of them allocating" % (ring, ring_alloc))
     for f in failures[:args.show]:
         print("  " + f)
     if args.summary:
@@ -1314,6 +1346,8 @@ def main():
                    help="the image is encrypted (LUKS) with this passphrase")
     e.add_argument("--no-plaintext", action="store_true",
                    help="fail if a workload tag is in the log in the clear")
+    e.add_argument("--min-ring-allocs", type=int, default=0, metavar="N",
+                   help="fail unless N writes to fresh ranges came from the io_uring")
     e.add_argument("--expect-failures", action="store_true",
                    help="positive control: report, do not fail")
     return run_command(ap, ap.parse_args())
