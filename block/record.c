@@ -12,8 +12,9 @@
  *   header  8 bytes "QIMGRLG1", u32 version (1), u32 0
  *   entry   u32 type, u32 file id, u64 offset, u64 length, u64 aux,
  *           then `length` bytes of data for WRITE and OPEN
- *   types   1 WRITE    data written at offset (aux: REC_AUX_RING when
- *                      the io_uring wrote it, invariant 5)
+ *   types   1 WRITE    data written at offset; aux: REC_AUX_RING when
+ *                      the io_uring wrote it (invariant 5), REC_AUX_FUA
+ *                      when it was durable on completion (invariant 6)
  *           2 ZERO     [offset, +length) reads as zeros (aux: request flags)
  *           3 DISCARD  [offset, +length) was punched (reads as zeros)
  *           4 TRUNCATE the file was resized to offset bytes
@@ -53,6 +54,14 @@
  *     takes the log's mutex, which no holder keeps across anything but
  *     its own write(2): it cannot deadlock on a flush.  Ring reads pass
  *     through unlogged (invariant 3).
+ *  6. A write with BLK_REQ_FUA goes to the child with it (the child makes
+ *     it durable before it returns, file.c invariant 2) and, if it worked,
+ *     is logged with REC_AUX_FUA: durable by itself, the entries before it
+ *     not (crash.py keeps it in every state that holds it), which is what
+ *     the flag promises -- a file node's fdatasync happens to cover more,
+ *     a device's FUA write does not.  A failed one is logged without the
+ *     mark.  A zero write with it is logged as zero write + flush (the
+ *     file node's zeroing does not take the flag).
  */
 #include "block/block.h"
 #include "aio/mutex.h"
@@ -75,6 +84,7 @@ enum {
 };
 
 #define REC_AUX_RING 1u /* invariant 5 */
+#define REC_AUX_FUA 2u  /* invariant 6 */
 #define REC_MAGIC "QIMGRLG1"
 #define REC_HEADER_SIZE 16
 #define REC_ENTRY_SIZE 32
@@ -279,17 +289,11 @@ static int record_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                           unsigned flags)
 {
     RecordState *s = img->opaque;
-    int ret = blk_pwritev(s->child, offset, qiov, flags & ~BLK_REQ_FUA);
-    int lr;
+    int ret = blk_pwritev(s->child, offset, qiov, flags);
+    uint64_t aux = ret == 0 && (flags & BLK_REQ_FUA) ? REC_AUX_FUA : 0; /* invariant 6 */
 
     blk_filter_size_update(img, true);
-    lr = log_append(s, REC_WRITE, offset, qiov->size, 0, qiov);
-    ret = logged(ret, lr);
-    if (ret == 0 && (flags & BLK_REQ_FUA)) {
-        /* FUA as write + flush, so the log shows what became durable. */
-        ret = blk_flush(img);
-    }
-    return ret;
+    return logged(ret, log_append(s, REC_WRITE, offset, qiov->size, aux, qiov));
 }
 
 int blk_record_ring_done(BlkNode *img, uint64_t offset, const BlkIOV *q, int ret)
@@ -315,7 +319,7 @@ static int record_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     }
     ret = logged(ret, log_append(s, REC_ZERO, offset, bytes, flags, NULL));
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
-        ret = blk_flush(img);
+        ret = blk_flush(img); /* invariant 6 */
     }
     return ret;
 }

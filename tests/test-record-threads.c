@@ -4,7 +4,8 @@
  * node's file child, each completed ring write is in the log -- with its
  * data and the ring's mark -- and the child's generation bumped before
  * the request's callback runs, a flush after the callback covers it, and
- * ring reads leave the log alone.
+ * ring reads leave the log alone; and a FUA write is logged durable by
+ * itself (record.c invariant 6).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 
 #define ENTRY 32
 #define AUX_RING 1 /* record.c's REC_AUX_RING */
+#define AUX_FUA 2  /* record.c's REC_AUX_FUA */
 #define LEN 4096
 
 typedef struct Done {
@@ -80,21 +82,30 @@ static gsize log_size(const char *log)
     return len;
 }
 
+/* A recording node over a fresh 1 MiB file, its log's path in *log; NULL
+ * with the message recorded when it cannot be opened so. */
+static BlkNode *open_record(BlkCacheMode cache, char **log)
+{
+    g_autofree char *file = tu_fresh("disk");
+    g_autofree char *name = NULL;
+    BlkOpenOptions o = {.cache = cache};
+
+    *log = tu_fresh("log");
+    name = g_strdup_printf("record:%s:%s", *log, file);
+    assert_int_equal(blk_file_create(file, 1 << 20, BLK_PREALLOC_OFF), 0);
+    return blk_open_protocol(name, &o, BLK_ROLE_PROTOCOL, BLK_OPEN_USER_NAME);
+}
+
 static void test_ring_write_logged(void **state)
 {
     (void)state;
-    g_autofree char *file = tu_fresh("disk");
-    g_autofree char *log = tu_fresh("log");
-    g_autofree char *name = g_strdup_printf("record:%s:%s", log, file);
-    BlkOpenOptions o = {.cache = BLK_CACHE_NONE};
-    BlkNode *rec;
+    g_autofree char *log = NULL;
+    BlkNode *rec = open_record(BLK_CACHE_NONE, &log);
     BlkUring *u;
     BlkIOV q;
     uint8_t *buf;
     int err = 0;
 
-    assert_int_equal(blk_file_create(file, 1 << 20, BLK_PREALLOC_OFF), 0);
-    rec = blk_open_protocol(name, &o, BLK_ROLE_PROTOCOL, BLK_OPEN_USER_NAME);
     if (!rec) {
         tu_skip("no O_DIRECT here: %s", blk_error_message());
     }
@@ -165,6 +176,43 @@ static void test_ring_write_logged(void **state)
     pthread_cond_destroy(&r.cond);
 }
 
+/* record.c invariant 6: a FUA write is logged durable by itself (no flush
+ * entry), and the child made it durable; a FUA zero write is zero + flush. */
+static void test_fua_logged(void **state)
+{
+    (void)state;
+    g_autofree char *log = NULL;
+    BlkNode *rec = open_record(BLK_CACHE_WRITEBACK, &log);
+    g_autofree char *text = NULL;
+    uint8_t buf[LEN];
+    gsize before, len = 0;
+
+    assert_non_null(rec);
+    memset(buf, 0x33, LEN);
+    assert_int_equal(blk_pwrite(rec, 0, buf, LEN, 0), 0);
+    before = log_size(log);
+    assert_int_equal(blk_pwrite(rec, 65536, buf, LEN, BLK_REQ_FUA), 0);
+    assert_true(blk_is_durable(rec, blk_write_gen(rec)));
+    assert_true(g_file_get_contents(log, &text, &len, NULL));
+    assert_int_equal(len, before + ENTRY + LEN); /* the write alone */
+    const uint8_t *e = (const uint8_t *)text + before;
+    assert_int_equal(le32(e), 1); /* WRITE */
+    assert_int_equal(le64(e + 8), 65536);
+    assert_int_equal(le64(e + 24), AUX_FUA);
+
+    before = len;
+    assert_int_equal(blk_pwrite_zeroes(rec, 0, LEN, BLK_REQ_FUA), 0);
+    g_free(text);
+    text = NULL;
+    assert_true(g_file_get_contents(log, &text, &len, NULL));
+    assert_int_equal(len, before + 2 * ENTRY);
+    e = (const uint8_t *)text + before;
+    assert_int_equal(le32(e), 2);         /* ZERO */
+    assert_int_equal(le32(e + ENTRY), 5); /* FLUSH, covering it */
+    assert_true(le64(e + ENTRY + 24) > before);
+    blk_close(rec);
+}
+
 /* A fault node still takes no ring requests (its steps would run twice). */
 static void test_fault_node_refused(void **state)
 {
@@ -187,6 +235,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_write_logged),
+        cmocka_unit_test(test_fua_logged),
         cmocka_unit_test(test_fault_node_refused),
     };
     return tu_run_group_tests("record-threads", tests);
