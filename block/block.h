@@ -474,6 +474,9 @@ BlkNode *blk_open_file_like(BlkNode *like, const char *filename,
 BlkNode *blk_open_record(const char *log_path, BlkNode *child);
 bool blk_is_record_node(const BlkNode *img);
 const char *blk_record_log_path(const BlkNode *img);
+/* A ring write on recording node img (uring.c invariant 6) completed with
+ * ret: log it (record.c invariant 5).  ret, or the log's error. */
+int blk_record_ring_done(BlkNode *img, uint64_t offset, const BlkIOV *q, int ret);
 
 /* Open the file protocol on 'filename' (a plain file or block device). */
 BlkNode *blk_open_file(const char *filename, bool read_only, BlkCacheMode cache);
@@ -727,6 +730,9 @@ void blk_uring_consumer_enter(BlkUring *u);
 void blk_uring_consumer_leave(BlkUring *u);
 int blk_uring_fd(BlkUring *u);
 unsigned blk_uring_reap(BlkUring *u);
+/* May the ring take requests of node at all (a file node, or a recording
+ * node over one: uring.c invariant 6)? */
+bool blk_uring_node_ok(BlkNode *node);
 /* May this read of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
 /* May this write of node go to the ring (uring.c invariant 1)? */

@@ -12,7 +12,9 @@
  *   header  8 bytes "QIMGRLG1", u32 version (1), u32 0
  *   entry   u32 type, u32 file id, u64 offset, u64 length, u64 aux,
  *           then `length` bytes of data for WRITE and OPEN
- *   types   1 WRITE    data written at offset
+ *   types   1 WRITE    data written at offset; aux: REC_AUX_RING when
+ *                      the io_uring wrote it (invariant 5), REC_AUX_FUA
+ *                      when it was durable on completion (invariant 6)
  *           2 ZERO     [offset, +length) reads as zeros (aux: request flags)
  *           3 DISCARD  [offset, +length) was punched (reads as zeros)
  *           4 TRUNCATE the file was resized to offset bytes
@@ -37,6 +39,29 @@
  *     through to the child unchanged.
  *  4. A failure to write the log fails the request with its error: a test
  *     must never judge a log that misses a change.
+ *  5. Over a file node the io_uring drives the child's descriptor for this
+ *     node (uring.c invariant 6): the node's requests then bypass the
+ *     functions below.  A completed ring write -- a failed or short one
+ *     too -- is logged by blk_record_ring_done on the thread that reaps
+ *     it, after the child's write generation was bumped (file.c invariant
+ *     9) and before the request's callback, with its data and aux
+ *     REC_AUX_RING.  So invariant 1 holds for it: the log order is a
+ *     completion order, and a flush whose start (the log's size, read in
+ *     record_flush before the child's flush) is past the entry saw the
+ *     bump, so the child's flush synced it; an entry logged after a
+ *     concurrent flush began is not covered by it (the log may understate
+ *     what became durable, never overstate it).  The reaping thread only
+ *     takes the log's mutex, which no holder keeps across anything but
+ *     its own write(2): it cannot deadlock on a flush.  Ring reads pass
+ *     through unlogged (invariant 3).
+ *  6. A write with BLK_REQ_FUA goes to the child with it (the child makes
+ *     it durable before it returns, file.c invariant 2) and, if it worked,
+ *     is logged with REC_AUX_FUA: durable by itself, the entries before it
+ *     not (crash.py keeps it in every state that holds it), which is what
+ *     the flag promises -- a file node's fdatasync happens to cover more,
+ *     a device's FUA write does not.  A failed one is logged without the
+ *     mark.  A zero write with it is logged as zero write + flush (the
+ *     file node's zeroing does not take the flag).
  */
 #include "block/block.h"
 #include "aio/mutex.h"
@@ -58,6 +83,8 @@ enum {
     REC_OPEN = 6,
 };
 
+#define REC_AUX_RING 1u /* invariant 5 */
+#define REC_AUX_FUA 2u  /* invariant 6 */
 #define REC_MAGIC "QIMGRLG1"
 #define REC_HEADER_SIZE 16
 #define REC_ENTRY_SIZE 32
@@ -262,17 +289,22 @@ static int record_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
                           unsigned flags)
 {
     RecordState *s = img->opaque;
-    int ret = blk_pwritev(s->child, offset, qiov, flags & ~BLK_REQ_FUA);
-    int lr;
+    int ret = blk_pwritev(s->child, offset, qiov, flags);
+    uint64_t aux = ret == 0 && (flags & BLK_REQ_FUA) ? REC_AUX_FUA : 0; /* invariant 6 */
 
     blk_filter_size_update(img, true);
-    lr = log_append(s, REC_WRITE, offset, qiov->size, 0, qiov);
-    ret = logged(ret, lr);
-    if (ret == 0 && (flags & BLK_REQ_FUA)) {
-        /* FUA as write + flush, so the log shows what became durable. */
-        ret = blk_flush(img);
+    return logged(ret, log_append(s, REC_WRITE, offset, qiov->size, aux, qiov));
+}
+
+int blk_record_ring_done(BlkNode *img, uint64_t offset, const BlkIOV *q, int ret)
+{
+    RecordState *s = img->opaque;
+    int lr = log_append(s, REC_WRITE, offset, q->size, REC_AUX_RING, q); /* invariant 5 */
+
+    if (lr < 0) {
+        blk_error_clear(); /* the node's path runs it again and says why */
     }
-    return ret;
+    return logged(ret, lr);
 }
 
 static int record_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
@@ -287,7 +319,7 @@ static int record_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     }
     ret = logged(ret, log_append(s, REC_ZERO, offset, bytes, flags, NULL));
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
-        ret = blk_flush(img);
+        ret = blk_flush(img); /* invariant 6 */
     }
     return ret;
 }

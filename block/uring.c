@@ -45,6 +45,15 @@
  *     ring again, so a completion nobody asks for (a write holding the file
  *     lock that a synchronous call needs, say) is reaped within about
  *     2 * REAPER_PARK_NS.
+ *  6. A recording node (block/record.c) over a file node takes ring
+ *     requests as that file node would (invariant 1 applies to the child:
+ *     its descriptor, lock, size and generation; the highest write is
+ *     raised on both nodes, as blk_pwritev through the record node does).
+ *     A write's completion is handed to the recording node
+ *     (blk_record_ring_done, record.c invariant 5) after the child's
+ *     generation was bumped and before the callback, with the result the
+ *     log leaves (a log that failed fails the request: invariant 2 runs
+ *     it again through the node).  Reads are not logged.
  */
 #include "block/block.h"
 #include "block/file.h"
@@ -97,6 +106,9 @@ typedef struct UringReq {
     void *opaque;
     size_t len;
     BlkNode *wnode; /* a write's node: its lock and generation (invariant 1) */
+    BlkNode *rec;   /* a write's recording node (invariant 6), or NULL */
+    uint64_t offset;
+    const BlkIOV *q; /* rec's: the data, alive until the callback */
 } UringReq;
 
 /* One completion (invariant 2); false for the stop NOP (invariant 3).
@@ -117,6 +129,9 @@ static bool reap_one_locked(BlkUring *u, struct io_uring_cqe *cqe)
     if (r->wnode) { /* invariant 1 */
         file_unlock(r->wnode->opaque, LOCK_SHARED);
         blk_gen_bump(r->wnode);
+    }
+    if (r->rec) { /* invariant 6: after the bump, before the callback */
+        ret = blk_record_ring_done(r->rec, r->offset, r->q, ret);
     }
     r->cb(r->opaque, ret);
     g_free(r);
@@ -289,20 +304,34 @@ void blk_uring_free(BlkUring *u)
     g_free(u);
 }
 
+/* Invariant 6: the file node a ring request on node goes to (node itself,
+ * or a recording node's child), or NULL. */
+static BlkNode *ring_file(BlkNode *node)
+{
+    BlkNode *file = blk_is_record_node(node) ? node->filtered : node;
+    return file->drv == &blk_file_driver ? file : NULL;
+}
+
+bool blk_uring_node_ok(BlkNode *node)
+{
+    return ring_file(node) != NULL;
+}
+
 /* Invariant 1: the node's own path would hand this range to the kernel as
  * it is. */
 static bool uring_can(BlkNode *node, uint64_t offset, const BlkIOV *q)
 {
+    BlkNode *file = ring_file(node);
     const FileState *s;
     uint64_t end;
 
-    if (node->drv != &blk_file_driver || q->niov > IOV_MAX) {
+    if (!file || q->niov > IOV_MAX) {
         return false;
     }
-    s = node->opaque;
+    s = file->opaque;
     return s->direct && q->size > 0 &&
-           file_qiov_aligned(q, offset, node->request_alignment) &&
-           !__builtin_add_overflow(offset, q->size, &end) && end <= file_size_get(node);
+           file_qiov_aligned(q, offset, file->request_alignment) &&
+           !__builtin_add_overflow(offset, q->size, &end) && end <= file_size_get(file);
 }
 
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q)
@@ -312,24 +341,31 @@ bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q)
 
 bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q)
 {
-    return uring_can(node, offset, q) && !node->read_only &&
-           !((const FileState *)node->opaque)->read_only;
+    BlkNode *file = ring_file(node); /* invariant 6 */
+
+    return file && uring_can(node, offset, q) && !node->read_only && !file->read_only &&
+           !((const FileState *)file->opaque)->read_only;
 }
 
 static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
                         const BlkIOV *q, BlkUringDone cb, void *opaque)
 {
-    FileState *s = node->opaque;
+    BlkNode *file = ring_file(node); /* invariant 6 */
+    FileState *s;
     UringReq *r;
     struct io_uring_sqe *sqe;
     int ret;
 
+    if (!file) {
+        return -EAGAIN;
+    }
+    s = file->opaque;
     if (write) { /* invariant 1 */
         if (!file_lock_try_shared(s)) {
             return -EAGAIN;
         }
         if (__atomic_load_n(&s->flush_error, __ATOMIC_ACQUIRE) != 0 ||
-            offset + q->size > file_size_get(node)) {
+            offset + q->size > file_size_get(file)) {
             file_unlock(s, LOCK_SHARED);
             return -EAGAIN; /* the node's path says why, or extends the file */
         }
@@ -338,9 +374,15 @@ static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
     r->cb = cb;
     r->opaque = opaque;
     r->len = q->size;
-    r->wnode = write ? node : NULL;
+    r->wnode = write ? file : NULL;
+    r->rec = write && file != node ? node : NULL;
+    r->offset = offset;
+    r->q = q;
     if (write) {
-        blk_note_write(node, offset + q->size); /* as blk_pwritev does */
+        blk_note_write(file, offset + q->size); /* as blk_pwritev does */
+        if (r->rec) {
+            blk_note_write(node, offset + q->size); /* invariant 6 */
+        }
     }
     pthread_mutex_lock(&u->sq_lock);
     sqe = get_sqe_locked(u);

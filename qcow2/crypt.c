@@ -130,10 +130,12 @@ int qcow2_data_pwrite_zeroes(Qcow2State *s, uint64_t host, uint64_t guest, uint6
 
 bool qcow2_data_direct_ok(const Qcow2State *s)
 {
-    /* invariants 2, 3; and a test node (fault, record) under us takes no
-     * ring requests (only file nodes do, uring.c) */
+    /* invariants 2, 3; and a fault node under us takes no ring requests
+     * (only file nodes and recording nodes over one do, uring.c invariant
+     * 6) */
+    BlkNode *data = qcow2_data_node(s);
     return (!s->encrypted || s->crypto) && !s->data_file_skipped &&
-           !qcow2_data_node(s)->filtered;
+           (!data->filtered || blk_uring_node_ok(data));
 }
 
 void qcow2_data_direct_fill(Qcow2State *s, uint64_t host, uint64_t guest, BlkDirect *d)

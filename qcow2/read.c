@@ -416,8 +416,8 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
     Qcow2FastRef ref;
     bool hit;
 
-    /* Encrypted images without their key, and test nodes (fault, record),
-     * take no ring requests (crypt.c invariant 3): answer before anything
+    /* Encrypted images without their key, and fault nodes, take no ring
+     * requests (crypt.c invariant 3): answer before anything
      * is announced to a test node, or its step and breakpoints would run
      * on the submitting thread and again on the pool (faulty.c invariant
      * 5).  An encrypted write is of whole sectors (crypt.c invariant 4). */

@@ -22,7 +22,11 @@ Workload model: every guest sector a workload writes carries a 16-byte tag
 (op index, guest sector) repeated over the sector, and after each op the
 workload writes a marker sector (the op's index).  A marker in the log
 proves its op returned; a marker after a flush proves the flush returned;
-ops after the newest visible marker + 1 were not issued yet.
+ops after the newest visible marker + 1 were not issued yet.  A write with
+FUA (--fua: aio_write -f, then waited for) whose marker is visible is
+durable by itself: its sectors read
+it or what a later op put there (the recording node logs it so, and a state
+keeps it whole).
 
 Encrypted images (--luks-secret PASS): the checks open the image with the
 secret (qemu-img --object secret --image-opts), and the log's writes are
@@ -58,6 +62,8 @@ QEMU_IMG = os.environ.get("QEMU_IMG", "qemu-img")
 # ---- logs ----
 
 W_WRITE, W_ZERO, W_DISCARD, W_TRUNCATE, W_FLUSH, W_OPEN = 1, 2, 3, 4, 5, 6
+W_AUX_RING = 1  # a WRITE's aux: the io_uring wrote it (block/record.c invariant 5)
+W_AUX_FUA = 2  # a WRITE's aux: durable when it completed, alone (record.c invariant 6)
 DM_MAGIC = 0x6A736677736872
 DM_FLUSH, DM_FUA, DM_DISCARD, DM_MARK = 1, 2, 4, 8
 
@@ -237,6 +243,30 @@ def apply_entry(fs, e, rng=None, tear=False):
             fs.zero(a, min(b, fs.size))  # punched: keeps the size
 
 
+def ring_writes(entries):
+    """(ring writes, allocating ones): WRITE entries the io_uring made
+    (W_AUX_RING), and of them those that were the first WRITE to touch
+    any byte of their range in their file -- data landing in clusters
+    allocated for it (a rewrite in place follows an earlier write)."""
+    import bisect
+    written = {}  # path -> sorted, disjoint [start, end) lists
+    ring = alloc = 0
+    for e in entries:
+        if e.type != W_WRITE or e.len == 0:
+            continue
+        starts, ends = written.setdefault(e.path, ([], []))
+        a, b = e.off, e.off + e.len
+        i = bisect.bisect_right(ends, a)  # first interval ending after a
+        j = bisect.bisect_left(starts, b)  # intervals from i to j overlap
+        if e.aux & W_AUX_RING:
+            ring += 1
+            alloc += i == j
+        if i < j:
+            a, b = min(a, starts[i]), max(b, ends[j - 1])
+        starts[i:j], ends[i:j] = [a], [b]
+    return ring, alloc
+
+
 def durable_cover(entries, cut):
     """path -> number of log entries the last flush before cut covered."""
     cover = {}
@@ -263,8 +293,8 @@ def build_state(entries, cut, bases, rng, keep_prob, sdir):
             if e.type in (W_FLUSH, W_OPEN):
                 continue
             fs = state_file(e.path)
-            if e.index < cover.get(e.path, 0):
-                apply_entry(fs, e)
+            if e.index < cover.get(e.path, 0) or (e.type == W_WRITE and e.aux & W_AUX_FUA):
+                apply_entry(fs, e)  # durable: a flush covered it, or FUA
             elif rng.random() < keep_prob:
                 apply_entry(fs, e, rng, tear=rng.random() < 0.3)
     finally:
@@ -490,7 +520,13 @@ def make_workload(args):
                     for s in range(off // SECTOR, (off + n) // SECTOR):
                         f.write(tag_sector(TAG_DATA, i, s))
                 if not args.aio:
-                    lines.append("write -q -s %s %d %d" % (path, off, n))
+                    if args.fua and rng.random() < args.fua:
+                        # durable once it returned; qimg io's write -f is
+                        # write + flush, aio_write -f hands FUA down
+                        op["fua"] = True
+                        lines += ["aio_write -q -f -s %s %d %d" % (path, off, n), "aio_flush"]
+                    else:
+                        lines.append("write -q -s %s %d %d" % (path, off, n))
                 else:
                     if len(in_flight) >= args.aio_depth or any(
                             o < off + n and off < o + ln for o, ln in in_flight):
@@ -549,7 +585,9 @@ class Model:
                 cur = self._vals(i, cur, init)
             vals = set(cur)  # and what any write issued since may have put
             for i in over:
-                if last_flush < i <= issued:
+                if last_flush < i <= newest_marker and self.ops[i].get("fua"):
+                    vals = {("data", i)}  # returned with FUA: durable
+                elif last_flush < i <= issued:
                     vals |= self._vals(i, vals, init)
             out.append((a, b, vals))
         return out, init
@@ -912,12 +950,25 @@ def explore(args):
     if plain:
         failures.insert(0, "%d sectors of the workload's data in the log in the clear" %
                         plain)
+    fua = sum(1 for e in entries if e.type == W_WRITE and e.aux & W_AUX_FUA)
+    if fua < args.min_fua_writes:
+        failures.insert(0, "%d FUA writes in the log, fewer than the %d asked" %
+                        (fua, args.min_fua_writes))
+    ring, ring_alloc = ring_writes(entries)
+    if ring_alloc < args.min_ring_allocs:
+        failures.insert(0, "%d allocating writes of the io_uring in the log (%d ring "
+                        "writes), fewer than the %d asked: the path under test was "
+                        "not taken" % (ring_alloc, ring, args.min_ring_allocs))
     total = sum(counts.values())
     cpu = sum(os.times()[:4]) - cpu0  # this process, its workers and their tools
     print("%s: %d states (%d distinct; %d log entries, %d flushes): %s (%.1f s, cpu %.1f s)" % (
         args.label, total, len(judged), len(entries),
         sum(1 for e in entries if e.type == W_FLUSH),
         ", ".join("%s %d" % kv for kv in sorted(counts.items())), time.monotonic() - t0, cpu))
+    if ring:
+        print("  %d writes through the io_uring, %d of them allocating" % (ring, ring_alloc))
+    if fua:
+        print("  %d FUA writes, durable by themselves" % fua)
     for f in failures[:args.show]:
         print("  " + f)
     if args.summary:
@@ -1279,6 +1330,8 @@ def main():
     w.add_argument("--aio", action="store_true",
                    help="tagged writes as qimg io aio_write, in flight (qimg only)")
     w.add_argument("--aio-depth", type=int, default=8)
+    w.add_argument("--fua", type=float, default=0, metavar="P",
+                   help="a tagged write (not --aio) has FUA with probability P")
     w.add_argument("--zero-align", type=int, default=0, metavar="BYTES",
                    help="zero writes cover whole BYTES-aligned units (zeroed grains)")
     e = sub.add_parser("explore")
@@ -1314,6 +1367,10 @@ def main():
                    help="the image is encrypted (LUKS) with this passphrase")
     e.add_argument("--no-plaintext", action="store_true",
                    help="fail if a workload tag is in the log in the clear")
+    e.add_argument("--min-fua-writes", type=int, default=0, metavar="N",
+                   help="fail unless the log holds N writes with FUA (record.c)")
+    e.add_argument("--min-ring-allocs", type=int, default=0, metavar="N",
+                   help="fail unless N writes to fresh ranges came from the io_uring")
     e.add_argument("--expect-failures", action="store_true",
                    help="positive control: report, do not fail")
     return run_command(ap, ap.parse_args())

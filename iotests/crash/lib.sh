@@ -81,7 +81,8 @@ crash_explore() {
 # it with the key, crash.py decrypts the logs to find the markers and fails
 # on any of the workload's data in qimg's log in the clear.  OPEN_OPTS
 # (",KEY=VALUE...") are open options both tools get (--image-opts), e.g.
-# the qcow2 cache's.
+# the qcow2 cache's.  EXPLORE_ARGS: more crash.py explore arguments for the
+# qimg run (e.g. --min-ring-allocs N: the io_uring path was taken).
 crash_io_case() {
     local label=$1 size=$2 cs=$3 copts=$4
     shift 4
@@ -147,10 +148,11 @@ crash_io_case() {
         grep -i -m3 "failed\|error" "$d/io.out"
         return
     fi
+    # shellcheck disable=SC2086 # EXPLORE_ARGS: several words
     crash_explore "qimg-$label" --format "$fmt" --log "$d/log" --base "$d/img.$fmt=$d/base.$fmt" \
         "${data_args[@]}" "${ext_args[@]}" --image "$d/img.$fmt" --model "$d/wl/model.json" \
         "${backing_args[@]}" "${link_args[@]}" "${luks_args[@]}" \
-        ${LUKS:+--no-plaintext}
+        ${LUKS:+--no-plaintext} ${EXPLORE_ARGS:-}
 
     [ -n "${NO_CONTROL:-}" ] && return
     if [ ${#ext_args[@]} -gt 0 ]; then
