@@ -536,8 +536,10 @@ static int file_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
     }
     file_unlock(s, m);
     blk_gen_bump(img); /* invariant 9 */
-    if (ret == 0 && s->dsync && !img->is_block_device) {
-        /* fallocate is not covered by O_DSYNC (invariant 2). */
+    if (ret == 0 && ((s->dsync && !img->is_block_device) || (flags & BLK_REQ_FUA))) {
+        /* fallocate and BLKZEROOUT are not covered by O_DSYNC, and take no
+         * FUA of their own: a FUA zero write is durable when it returns
+         * (invariant 2). */
         ret = file_sync_node(img, s);
     }
     if (ret < 0 && ret != -ENOTSUP) {

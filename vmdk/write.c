@@ -48,6 +48,12 @@
  *     (order.c invariant 5) plus one per writer, of grains of at most
  *     VMDK_DEFER_MAX_GRAIN (larger ones are appended in line).  A failed
  *     append fails the later writes and the copy (copy.c invariant 6).
+ *  7. A FUA write (or zero write) is durable when it returns: on flat
+ *     extents and allocated grains the flag goes to the file; a piece that
+ *     went through a grain table (a new, compressed or zeroed grain) ends
+ *     with invariant 1's flush sequence, so its data and its table entry
+ *     are durable, in that order (the crash explorer's FUA model, iotest
+ *     172, found the flag dropped on that path).
  */
 #include "vmdk/vmdk.h"
 #include "aio/mutex.h"
@@ -475,9 +481,10 @@ static int write_compressed(VmdkState *s, VmdkExtent *ext, uint64_t off, const B
     return ret;
 }
 
-/* One piece inside one extent: [off, off + q->size). */
+/* One piece inside one extent: [off, off + q->size).  *tables: the piece
+ * went through a grain table (invariant 7: FUA is the flush sequence). */
 static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV *q,
-                       unsigned flags, bool may_defer)
+                       unsigned flags, bool may_defer, bool *tables)
 {
     VmdkMap m;
     int ret;
@@ -489,6 +496,7 @@ static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV
         return blk_pwritev(ext->file, ext->flat_offset + (off - ext->start), q,
                            flags & BLK_REQ_FUA);
     }
+    *tables = true; /* unless it rewrites an allocated grain, below */
     if (ext->compressed) {
         return write_compressed(s, ext, off, q, may_defer);
     }
@@ -502,6 +510,7 @@ static int write_piece(VmdkState *s, VmdkExtent *ext, uint64_t off, const BlkIOV
                                      m.kind == VMDK_MAP_ZERO);
     } else if (ret == 0) {
         mutex_unlock(&s->lock); /* invariant 4: an allocated grain stays put */
+        *tables = false;
         blk_event(ext->file, BLKEV_DATA_WRITE);
         return blk_pwritev(ext->file, m.host, q, flags & BLK_REQ_FUA);
     }
@@ -513,7 +522,7 @@ int vmdk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
 {
     VmdkState *s = img->opaque;
     VmdkExtent *first = vmdk_extent_for_write(s, offset);
-    bool whole_turn = first && !first->compressed;
+    bool whole_turn = first && !first->compressed, tables = false;
     size_t done = 0;
     int ret = 0;
 
@@ -536,12 +545,18 @@ int vmdk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned fla
         }
         iov_slice(&part, qiov, done, (size_t)n);
         /* invariant 6: a request of one piece may hand its append over */
-        ret = write_piece(s, ext, pos, &part, flags, done == 0 && n == qiov->size);
+        bool piece_tables = false;
+        ret = write_piece(s, ext, pos, &part, flags, done == 0 && n == qiov->size,
+                          &piece_tables);
+        tables |= piece_tables;
         iov_destroy(&part);
         done += (size_t)n;
     }
     if (whole_turn) {
         blk_order_allocated();
+    }
+    if (ret == 0 && (flags & BLK_REQ_FUA) && tables) {
+        ret = vmdk_flush(img); /* invariant 7 */
     }
     return ret;
 }
@@ -600,6 +615,9 @@ int vmdk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned f
             if (ret == 0 && m.kind != VMDK_MAP_ZERO) {
                 ret = vmdk_gt_set_locked(s, ext, g, VMDK_GTE_ZEROED);
             }
+        }
+        if (ret == 0 && (flags & BLK_REQ_FUA)) {
+            ret = vmdk_flush_sequence_locked(s); /* invariant 7 */
         }
         mutex_unlock(&s->lock);
         pos += n;

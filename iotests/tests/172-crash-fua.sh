@@ -8,13 +8,16 @@
 # write with a flush of the image (qcow2/write.c); a monolithicFlat VMDK
 # hands the FUA to its extent file with the data, so its log holds FUA
 # writes (--min-fua-writes: the precise path is taken).  Writeback and -t
-# none.  Not a sparse VMDK: a FUA write to a new grain comes back before
-# its grain table entry is durable (vmdk/write.c drops the flag there), and
-# this model fails it.
+# none.  A monolithicSparse VMDK ends a FUA write through a grain table
+# with its flush sequence (vmdk/write.c invariant 7; before, the flag was
+# dropped there and this model failed it).  And a FUA zero write on a raw
+# file syncs it as qemu-io's does (block/file.c invariant 2: fallocate is
+# no FUA; the recording node flushes after FUA zeros itself, so this one
+# is traced with strace, qemu-io's count of syncs the oracle).
 . "$(dirname "$0")/../common.sh"
 CRASH_STATES=${CRASH_STATES:-6}
 . "$IOTESTS_DIR/crash/lib.sh"
-requires qimg qemu-img python3
+requires qimg qemu-img qemu-io python3 strace
 
 M=$((1 << 20))
 NO_CONTROL=1 crash_io_case fua-qcow2 $((64 * M)) 65536 "" --ops 80 --fua 0.3
@@ -25,6 +28,30 @@ FORMAT=vmdk NO_CONTROL=1 EXPLORE_ARGS="--min-fua-writes 4" crash_io_case fua-vmd
 FORMAT=vmdk IO_CACHE=none NO_CONTROL=1 EXPLORE_ARGS="--min-fua-writes 4" \
     crash_io_case fua-vmdk-flat-none $((16 * M)) 65536 "-o subformat=monolithicFlat" --ops 60 \
     --max-len $((2 * M)) --fua 0.4
+FORMAT=vmdk NO_CONTROL=1 crash_io_case fua-vmdk-sparse $((16 * M)) 65536 \
+    "-o subformat=monolithicSparse" --ops 60 --max-len $((2 * M)) --fua 0.4
+FORMAT=vmdk IO_CACHE=none NO_CONTROL=1 crash_io_case fua-vmdk-sparse-none $((16 * M)) 65536 \
+    "-o subformat=monolithicSparse" --ops 60 --max-len $((2 * M)) --fua 0.4
+
+# A FUA write or zero write on a raw file (writeback: no O_DSYNC) is synced
+# before it is reported done: the first sync of the trace comes before
+# qimg io's "wrote" line (qemu-io prints at exit, so only its count of
+# syncs is compared).
+fua_trace() { # IO-COMMAND TOOL...
+    rm -f z.raw && truncate -s 1M z.raw
+    local c=$1
+    shift
+    strace -f -qq -e trace=fdatasync,fsync,write -o z.trace "$@" -t writeback -f raw \
+        -c "$c" -c aio_flush z.raw >/dev/null
+}
+for c in 'aio_write -z -f 0 64k' 'aio_write -f -P 7 0 64k'; do
+    fua_trace "$c" "$QIMG" io
+    assert_eq "raw: '$c' synced before it is reported" "sync(" \
+        "$(grep -o -E 'sync\(|"wrote' z.trace | head -1)"
+    n=$(grep -c "sync(" z.trace)
+    fua_trace "$c" "$QEMU_IO"
+    assert_eq "raw: '$c' + aio_flush: syncs as qemu-io's" "$(grep -c "sync(" z.trace)" "$n"
+done
 
 crash_summary
 finish
