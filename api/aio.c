@@ -87,7 +87,13 @@
  *     only then is the request completed -- so its callback comes after
  *     its L2 entry, and a flush submitted after it covers both (uring.c
  *     invariant 1).  A data write that failed or came back short links
- *     nothing and runs again on the pool (invariant 7).
+ *     nothing and runs again on the pool (invariant 7).  A write into
+ *     clusters such a plan is allocating may join it (alloc_begin sets
+ *     BlkDirect.joined; qcow2/write-ring.c invariant 1; stats.ring_joins):
+ *     its data goes to the ring at once instead of a worker waiting for
+ *     the link, the last of the plan's data writes ends the plan, and the
+ *     thread that ends it completes all of its requests (write-ring.c
+ *     invariant 3), so the order above holds for each of them.
  */
 #include "api/aio-int.h"
 
@@ -555,6 +561,7 @@ gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **
         out.ring_writes = __atomic_load_n(&a->stats.ring_writes, __ATOMIC_RELAXED);
         out.ring_retries = __atomic_load_n(&a->stats.ring_retries, __ATOMIC_RELAXED);
         out.ring_allocs = __atomic_load_n(&a->stats.ring_allocs, __ATOMIC_RELAXED);
+        out.ring_joins = __atomic_load_n(&a->stats.ring_joins, __ATOMIC_RELAXED);
     }
     api_struct_out(stats, &out, sizeof(out));
     return TRUE;

@@ -117,6 +117,8 @@ typedef struct QimgAioStats {
                             * ran again on the pool */
     uint64_t ring_allocs;  /* of ring_writes, writes that allocated or linked
                             * clusters, planned on the submitting thread */
+    uint64_t ring_joins;   /* of ring_writes, writes into clusters that another
+                            * of ring_allocs was allocating, linked with it */
 } QimgAioStats;
 
 #define QIMG_AIO_STATS_INIT                                                              \
