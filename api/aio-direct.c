@@ -14,6 +14,7 @@
 #include "crypto/block.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,25 +110,27 @@ static void alloc_release(ApiAioReq *r)
 }
 
 /* Invariant 13: the plan's end is done (ret: the link's outcome); the
- * request completes, or runs again on the pool if its data write failed.
- * reaped: on the ring's reaping thread (handed on at the batch's end). */
+ * request completes, or runs again on the pool if its data write failed
+ * or the plan linked nothing.  reaped: on the ring's reaping thread
+ * (handed on at the batch's end).  The thread's error message is the
+ * caller's to clear. */
 static void alloc_finish(ApiAioReq *r, int ret, bool reaped)
 {
     ApiAio *a = r->aio;
+    bool again = r->ring_ret < 0 || r->direct.unlinked;
 
     alloc_release(r);
-    if (r->ring_ret < 0) {
+    if (again) {
         __atomic_add_fetch(&a->stats.ring_retries, 1, __ATOMIC_RELAXED);
         if (pool_submit(a->pool, api_aio_run_req, r) == 0) {
             return;
         }
-        ret = r->ring_ret;
+        ret = r->ring_ret < 0 ? r->ring_ret : -EIO;
         g_set_error(&r->error, QIMG_ERROR, -ret, "Could not write '%s': %s",
                     a->img->node->filename, g_strerror(-ret));
     } else if (ret < 0) {
         api_io_error(a->img, r->op, ret, &r->error); /* invariant 4 */
     }
-    blk_error_clear();
     r->ret = ret;
     if (reaped) {
         r->next = a->reaped; /* handed on at the batch's end (uring.c inv. 4) */
@@ -135,6 +138,26 @@ static void alloc_finish(ApiAioReq *r, int ret, bool reaped)
     } else {
         api_aio_complete(r);
     }
+}
+
+/* Invariant 13: the plan ended in r's alloc_end with ret: finish the
+ * plan's other requests (r->direct.group, write-ring.c invariant 3), then
+ * r itself unless 'self' is false (the caller runs it on the pool). */
+static void alloc_group_finish(ApiAioReq *r, int ret, bool reaped, bool self)
+{
+    BlkDirect *m = r->direct.group;
+
+    r->direct.group = NULL;
+    while (m) {
+        BlkDirect *next = m->group;
+        m->group = NULL;
+        alloc_finish((ApiAioReq *)((char *)m - offsetof(ApiAioReq, direct)), ret, reaped);
+        m = next;
+    }
+    if (self) {
+        alloc_finish(r, ret, reaped);
+    }
+    blk_error_clear();
 }
 
 /* Invariant 13: the links thread ends the plan where the reaper could
@@ -146,26 +169,30 @@ static int alloc_end_task(void *opaque)
     BlkNode *node = r->aio->img->node;
 
     blk_error_clear();
-    alloc_finish(r, node->drv->alloc_end(node, &r->direct, r->ring_ret, true), false);
+    alloc_group_finish(r, node->drv->alloc_end(node, &r->direct, r->ring_ret, true),
+                       false, true);
     return 0;
 }
 
 /* Invariant 13: an allocating write's data write finished (on the thread
- * that reaps): end its plan without waiting for the metadata lock, else on
- * a worker. */
+ * that reaps): end its plan if it was the plan's last, without waiting for
+ * the metadata lock, else on the links thread. */
 static void alloc_done(ApiAioReq *r, int ret)
 {
     BlkNode *node = r->aio->img->node;
 
     r->ring_ret = ret;
     ret = node->drv->alloc_end(node, &r->direct, ret, false);
+    if (ret == -EINPROGRESS) {
+        return; /* parked: the plan's last write hands it back */
+    }
     if (ret == -EWOULDBLOCK) {
         if (pool_submit(r->aio->links, alloc_end_task, r) == 0) {
             return;
         }
         ret = node->drv->alloc_end(node, &r->direct, r->ring_ret, true);
     }
-    alloc_finish(r, ret, true);
+    alloc_group_finish(r, ret, true, true);
 }
 
 /* Invariant 7: a ring request finished (on the reaper thread).  Anything
@@ -227,18 +254,26 @@ static bool try_uring_alloc(ApiAio *a, ApiAioReq *r)
         return false;
     }
     r->alloc = true;
+    bool joined = r->direct.joined; /* r may be gone once submitted */
     if (alloc_out(r) && blk_uring_can_write(r->direct.node, r->direct.offset, r->out)) {
         ret = blk_uring_writev(a->uring, r->direct.node, r->direct.offset, r->out,
                                uring_done, r);
     }
     if (ret < 0) {
-        (void)node->drv->alloc_end(node, &r->direct, ret, true); /* undone */
-        blk_error_clear();
+        /* not written: ends like a failed data write (write-ring.c
+         * invariant 2); a plan with other writes still running parks it */
+        r->ring_ret = ret;
+        ret = node->drv->alloc_end(node, &r->direct, ret, true);
+        if (ret == -EINPROGRESS) {
+            return true;
+        }
+        alloc_group_finish(r, ret, false, false);
         alloc_release(r);
         return false;
     }
     __atomic_add_fetch(&a->stats.ring_writes, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&a->stats.ring_allocs, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(joined ? &a->stats.ring_joins : &a->stats.ring_allocs, 1,
+                       __ATOMIC_RELAXED);
     return true;
 }
 

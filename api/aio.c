@@ -87,7 +87,20 @@
  *     only then is the request completed -- so its callback comes after
  *     its L2 entry, and a flush submitted after it covers both (uring.c
  *     invariant 1).  A data write that failed or came back short links
- *     nothing and runs again on the pool (invariant 7).
+ *     nothing and runs again on the pool (invariant 7).  A write into
+ *     clusters such a plan is allocating may join it (alloc_begin sets
+ *     BlkDirect.joined; qcow2/write-ring.c invariant 1; stats.ring_joins):
+ *     its data goes to the ring at once instead of a worker waiting for
+ *     the link, the last of the plan's data writes ends the plan, and the
+ *     thread that ends it completes all of its requests (write-ring.c
+ *     invariant 3), so the order above holds for each of them.
+ * 14. Ring requests are submitted in batches (uring.c invariant 7): one
+ *     that the kernel cannot take at once waits in the SQ for the end of
+ *     the caller's burst -- qimg_image_aio_poll() and _wait() submit the
+ *     queue first thing (aio.h rule 8) -- or for the next reap, whichever
+ *     comes first; the reaper thread reaps every completion without the
+ *     caller (uring.c invariant 5), so a caller that waits on the fd alone
+ *     still gets every completion.
  */
 #include "api/aio-int.h"
 
@@ -438,7 +451,8 @@ unsigned qimg_image_aio_poll(QimgImage *img, unsigned max)
         return 0;
     }
     if (a->uring) {
-        blk_uring_reap(a->uring); /* no handoff through the reaper */
+        blk_uring_flush(a->uring); /* invariant 14 */
+        blk_uring_reap(a->uring);  /* no handoff through the reaper */
     }
     pthread_mutex_lock(&a->lock);
     list = take_done_locked(a, max);
@@ -453,6 +467,7 @@ static void wait_ring(ApiAio *a)
 
     blk_uring_consumer_enter(u);
     tls_ring_waiter = true;
+    blk_uring_flush(u); /* invariant 14: before sleeping on it */
     if (blk_uring_reap(u) == 0) {
         struct pollfd fds[2] = {{.fd = blk_uring_fd(u), .events = POLLIN},
                                 {.fd = a->wake_fd, .events = POLLIN}};
@@ -479,6 +494,9 @@ unsigned qimg_image_aio_wait(QimgImage *img)
 
     if (!a) {
         return 0;
+    }
+    if (a->uring) {
+        blk_uring_flush(a->uring); /* invariant 14 */
     }
     pthread_mutex_lock(&a->lock);
     for (bool try_run = true;;) {
@@ -555,6 +573,8 @@ gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **
         out.ring_writes = __atomic_load_n(&a->stats.ring_writes, __ATOMIC_RELAXED);
         out.ring_retries = __atomic_load_n(&a->stats.ring_retries, __ATOMIC_RELAXED);
         out.ring_allocs = __atomic_load_n(&a->stats.ring_allocs, __ATOMIC_RELAXED);
+        out.ring_joins = __atomic_load_n(&a->stats.ring_joins, __ATOMIC_RELAXED);
+        out.ring_submits = a->uring ? blk_uring_submits(a->uring) : 0;
     }
     api_struct_out(stats, &out, sizeof(out));
     return TRUE;

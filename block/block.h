@@ -141,6 +141,17 @@ typedef struct BlkDirect {
     /* An allocating write (BlkDriver.alloc_begin): zero bytes written
      * before and after the caller's data, offset being where they begin. */
     uint64_t head, tail;
+    /* alloc_begin: the write joined another request's plan (its clusters
+     * are being allocated by it; head and tail are 0); the plan ends with
+     * the last of its requests' data writes (alloc_end). */
+    bool joined;
+    bool ended; /* [the request's thread] alloc_end counted its data write */
+    /* Set for every request of a plan by the alloc_end that ended it: the
+     * plan linked nothing (its own data write failed), so the request runs
+     * again the normal way; and the plan's other requests, linked by
+     * 'group' (NULL-terminated), for that caller to complete. */
+    bool unlinked;
+    struct BlkDirect *group;
 } BlkDirect;
 
 /* Request limits a node imposes on the requests it is given (QEMU's
@@ -269,15 +280,22 @@ struct BlkDriver {
      * clusters allocated and the file covering them, without waiting for
      * anything but the metadata lock; d says where head zero bytes, the
      * caller's data and tail zero bytes go, as one write.  false: nothing
-     * planned (the write needs a read, an order, a data file ...).  The
-     * plan is held until alloc_end.  Optional. */
+     * planned (the write needs a read, an order, a data file ...).  Or
+     * the write joins a plan in flight whose clusters hold its range
+     * (d->joined).  d must stay where it is until the plan ends (the plan
+     * keeps it); the plan is held until alloc_end.  Optional. */
     bool (*alloc_begin)(BlkNode *img, uint64_t offset, uint64_t bytes,
                         struct BlkDirect *d);
-    /* The data write of alloc_begin's plan ended with ret: on 0, link it;
-     * on a failure, undo it (nothing linked; the caller runs the request
-     * again the normal way).  wait false: -EWOULDBLOCK, with nothing done,
-     * rather than wait for the metadata lock.  0, or -errno with a message
-     * recorded (the link failed: the request fails). */
+    /* The data write of a request of alloc_begin's plan ended with ret
+     * (called once per request; again, with wait, after -EWOULDBLOCK).
+     * -EINPROGRESS: other requests of the plan are still writing, and the
+     * last of them ends it: this one stays parked until it is handed back
+     * in that caller's d->group.  Else the plan ends here: on the owner's
+     * ret 0, link it; on a failure, undo it (nothing linked, d->unlinked
+     * set: the caller runs the requests again the normal way).  wait
+     * false: -EWOULDBLOCK, with nothing more done, rather than wait for
+     * the metadata lock.  0, or -errno with a message recorded (the link
+     * failed: the requests fail). */
     int (*alloc_end)(BlkNode *img, struct BlkDirect *d, int ret, bool wait);
     /* Protocol nodes that take asynchronous requests themselves (RBD):
      * start a read (write: true, a write without flags) of q at offset
@@ -729,17 +747,23 @@ void blk_uring_free(BlkUring *u);
 void blk_uring_consumer_enter(BlkUring *u);
 void blk_uring_consumer_leave(BlkUring *u);
 int blk_uring_fd(BlkUring *u);
+/* Reap (then submit what is queued: uring.c invariant 7). */
 unsigned blk_uring_reap(BlkUring *u);
 /* May the ring take requests of node at all (a file node, or a recording
  * node over one: uring.c invariant 6)? */
 bool blk_uring_node_ok(BlkNode *node);
+/* Submit the requests queued for a batch now (uring.c invariant 7). */
+void blk_uring_flush(BlkUring *u);
+/* How many system calls handed requests to the kernel (batches). */
+uint64_t blk_uring_submits(BlkUring *u);
 /* May this read of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
 /* May this write of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q);
-/* Submit it; cb runs on the reaper thread or in blk_uring_reap (q's iovec
- * array and buffers must live until then).  0, or -errno (-EAGAIN: use the
- * node's path) with nothing queued. */
+/* Submit it (at once or with the next batch, uring.c invariant 7); cb
+ * runs on the reaper thread or in blk_uring_reap (q's iovec array and
+ * buffers must live until then).  0, or -errno (-EAGAIN: use the node's
+ * path) with nothing queued. */
 int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
                     BlkUringDone cb, void *opaque);
 int blk_uring_writev(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,

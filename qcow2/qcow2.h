@@ -76,6 +76,7 @@ typedef struct Qcow2Mapping {
 typedef struct Qcow2Inflight {
     uint64_t start, end;
     bool write;
+    void *ring; /* the io_uring plan holding it (write-ring.c), or NULL */
     struct Qcow2Inflight *prev, *next;
 } Qcow2Inflight;
 

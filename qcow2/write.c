@@ -161,7 +161,10 @@
  *     clusters to free, the frees' flush due) or an undo runs on a
  *     worker.  Requests of the asynchronous API run outside any
  *     allocation order (a worker holds no ticket), so the plan takes no
- *     turn (invariant 12).
+ *     turn (invariant 12).  A write whose clusters such a plan holds may
+ *     join it instead of waiting (write-ring.c, which implements this
+ *     invariant): its data goes to the planned cluster on the ring, and
+ *     the plan links once after the last of its writes.
  */
 #include "qcow2/bitmap.h"
 #include "qcow2/write.h"
@@ -205,6 +208,22 @@ bool qcow2_inflight_conflicts_locked(const Qcow2State *s, uint64_t offset, uint6
 {
     Qcow2Inflight r = inflight_range(s, offset, bytes, write);
     return range_conflicts_locked(s, &r);
+}
+
+Qcow2Inflight *qcow2_inflight_sole_conflict_locked(Qcow2State *s, uint64_t offset,
+                                                   uint64_t bytes)
+{
+    Qcow2Inflight r = inflight_range(s, offset, bytes, true), *found = NULL;
+
+    for (Qcow2Inflight *a = s->inflight; a; a = a->next) {
+        if (inflight_overlap(a, &r)) {
+            if (found) {
+                return NULL;
+            }
+            found = a;
+        }
+    }
+    return found;
 }
 
 /* WaitersFn (aio/waiters.c): may the waiting range what register now? */
@@ -393,7 +412,7 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
 /* fastmap.c invariant 1: the chunk's clusters are COPIED now (in place, or
  * just linked); writable entries where every subcluster is allocated.  Not
  * the vmstate area (past the disk size). */
-static void learn_chunk_locked(Qcow2State *s, const Chunk *c)
+void qcow2_learn_chunk_locked(Qcow2State *s, const Chunk *c)
 {
     if (!c->learn) {
         return;
@@ -410,7 +429,7 @@ static void learn_chunk_locked(Qcow2State *s, const Chunk *c)
     }
 }
 
-static int link_chunk_locked(Qcow2State *s, const Chunk *c)
+int qcow2_link_chunk_locked(Qcow2State *s, const Chunk *c)
 {
     uint64_t l2_index;
     uint8_t *l2;
@@ -444,7 +463,7 @@ static int link_chunk_locked(Qcow2State *s, const Chunk *c)
                                        QCOW2_DISCARD_NEVER); /* invariant 3 */
         }
     }
-    learn_chunk_locked(s, c);
+    qcow2_learn_chunk_locked(s, c);
     return 0;
 }
 
@@ -473,7 +492,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
             c.learn = learn;
         }
         if (ret == 0 && c.kind == CHUNK_IN_PLACE) {
-            learn_chunk_locked(s, &c);
+            qcow2_learn_chunk_locked(s, &c);
         }
         qcow2_unlock(s);
         if (ret < 0 || c.wend >= end) {
@@ -489,7 +508,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
         qcow2_grow_finish(s, &c.grow); /* grow.c invariant 5 */
         qcow2_lock(s);
         if (ret == 0) {
-            ret = link_chunk_locked(s, &c);
+            ret = qcow2_link_chunk_locked(s, &c);
         }
         if (ret < 0 && c.refcounted) {
             bool had_error = blk_error_mark(); /* invariant 9 */
@@ -643,132 +662,5 @@ retry:
     if (ret == 0 && (flags & BLK_REQ_FUA)) {
         ret = qcow2_flush(img);
     }
-    return ret;
-}
-
-/* ---- the io_uring engine's allocating writes (invariant 18) ---- */
-
-typedef struct RingPlan {
-    Qcow2Inflight reg;
-    Chunk c;
-} RingPlan;
-
-bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect *d)
-{
-    Qcow2State *s = img->opaque;
-    uint64_t end = offset + bytes;
-    RingPlan *p;
-    int ret;
-
-    if (bytes == 0 || img->limits || !qcow2_data_direct_ok(s) || s->encrypted ||
-        qcow2_has_data_file(s)) { /* limits: blk_pwritev's own path */
-        return false;
-    }
-    qcow2_bitmaps_note(s, offset, bytes); /* bitmap-store.c invariant 2 */
-    qcow2_lock(s);
-    if (qcow2_check_data_writable_locked(s, offset, bytes) < 0 ||
-        qcow2_check_writable_locked(s) < 0 ||
-        qcow2_inflight_conflicts_locked(s, offset, bytes, true)) {
-        qcow2_unlock(s);
-        blk_error_clear(); /* the normal path waits, or reports it */
-        return false;
-    }
-    qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
-    p = g_new0(RingPlan, 1);
-    qcow2_inflight_begin_locked(s, &p->reg, offset, bytes, true); /* no wait */
-    ret = qcow2_plan_chunk_locked(s, offset, end, true, &p->c);
-    if (ret < 0) {
-        qcow2_inflight_end_locked(s, &p->reg);
-        qcow2_unlock(s);
-        blk_error_clear(); /* the normal path plans again and reports it */
-        qcow2_chunk_clear(&p->c);
-        g_free(p);
-        return false;
-    }
-    p->c.learn = true;
-    if (p->c.kind == CHUNK_IN_PLACE) {
-        learn_chunk_locked(s, &p->c);
-    }
-    qcow2_unlock(s);
-
-    Chunk *c = &p->c;
-    /* grow.c invariants 1 and 5: the file covers the clusters before the
-     * data is submitted, and the growth this request took on runs here,
-     * before the data rather than after it as on the pool's path: the data
-     * write completes on another thread.  A growth that stopped leaves the
-     * clusters past the file's end: the ring refuses the write (uring.c
-     * invariant 1) and the request runs again on the pool. */
-    if (c->grow.cover) {
-        qcow2_grow_cover(s, &c->grow);
-    }
-    qcow2_grow_finish(s, &c->grow);
-    bool zeros_free = c->cow_zero && c->grow.zero; /* invariant 11 */
-    uint64_t from = zeros_free ? c->wstart : c->fstart;
-    qcow2_data_direct_fill(s, c->host + (from - c->guest), offset, d);
-    d->head = c->wstart - from;
-    d->tail = zeros_free ? 0 : c->fend - c->wend;
-    d->hold = p;
-    blk_event(d->node, d->head || d->tail ? BLKEV_COW_DATA_WRITE : BLKEV_DATA_WRITE);
-    return true;
-}
-
-/* Invariant 18: can c's link run on the thread that reaps?  Only when it
- * needs no I/O -- its L2 slice cached, no old host cluster to free, no
- * cache to write for the refcount ordering (invariant 2), no flush of the
- * frees due (qcow2_finish_request_locked) -- since an I/O there may wait
- * for the file lock that ring writes hold until reaped. */
-static bool link_in_memory_locked(Qcow2State *s, const Chunk *c)
-{
-    if (!qcow2_l2_cached_locked(s, c->guest) ||
-        (s->pending_frees && s->pending_frees->len + c->nb >= QCOW2_MAX_PENDING_FREES) ||
-        (c->refcounted && qcow2_need_accurate_refcounts(s) &&
-         !qcow2_cache_can_depend_locked(s->l2_cache, s->refcount_cache))) {
-        return false;
-    }
-    for (uint64_t i = 0; c->kind == CHUNK_FRESH && i < c->nb; i++) {
-        if (c->old_entry[i] & (QCOW2_L2E_OFFSET_MASK | QCOW2_OFLAG_COMPRESSED)) {
-            return false;
-        }
-    }
-    return true;
-}
-
-int qcow2_alloc_end(BlkNode *img, BlkDirect *d, int ret, bool wait)
-{
-    Qcow2State *s = img->opaque;
-    RingPlan *p = d->hold;
-    Chunk *c = &p->c;
-
-    if (!wait) {
-        /* invariant 18: no wait, and no I/O; an undo (rare) frees
-         * clusters, which may write refcounts */
-        if (ret < 0 || !qcow2_trylock(s)) {
-            return -EWOULDBLOCK;
-        }
-        if (!link_in_memory_locked(s, c)) {
-            qcow2_unlock(s);
-            return -EWOULDBLOCK;
-        }
-    } else {
-        qcow2_lock(s);
-    }
-    /* a failed data write links nothing: the normal path runs the
-     * request again and reports it */
-    int linked = 0;
-    if (ret == 0) {
-        c->data_gen = blk_write_gen(qcow2_data_node(s)); /* uring.c invariant 1 */
-        linked = link_chunk_locked(s, c);
-    }
-    if ((ret < 0 || linked < 0) && c->refcounted) {
-        bool had_error = blk_error_mark(); /* invariant 9 */
-        qcow2_free_clusters_locked(s, c->host, c->nb << s->cluster_bits);
-        blk_error_unwind(had_error);
-    }
-    qcow2_inflight_end_locked(s, &p->reg);
-    ret = qcow2_finish_request_locked(s, linked);
-    qcow2_unlock(s);
-    qcow2_chunk_clear(c);
-    g_free(p);
-    d->hold = NULL;
     return ret;
 }

@@ -37,5 +37,13 @@ void qcow2_chunk_clear(Chunk *c);
  * engine can write in one go, else -EAGAIN with nothing done (inv. 18). */
 int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring,
                             Chunk *c);
+/* write.c: remember c's clusters if c->learn (fastmap.c invariant 1), and
+ * link a planned chunk whose data is written (invariants 1-3).  Lock held. */
+void qcow2_learn_chunk_locked(Qcow2State *s, const Chunk *c);
+int qcow2_link_chunk_locked(Qcow2State *s, const Chunk *c);
+/* write.c: the one registration a write over [offset, offset + bytes)
+ * would wait for (invariant 6), or NULL when none or several.  Lock held. */
+Qcow2Inflight *qcow2_inflight_sole_conflict_locked(Qcow2State *s, uint64_t offset,
+                                                   uint64_t bytes);
 
 #endif
