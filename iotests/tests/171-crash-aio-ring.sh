@@ -96,6 +96,12 @@ CRASH_STATES=20 BACKING=1 bench_case bench-backing-nodrain none 400 "" -c 800 -s
     -S 64k --flush-interval=64 --no-drain
 BACKING=1 bench_case bench-backing-nodrain-4k none 400 "-o cluster_size=4k" -c 800 -s 4k \
     -S 8k --flush-interval=64 --no-drain
+# sequential 4k writes: the writes into a cluster a ring plan is
+# allocating join it (qcow2/write-ring.c), data on the ring at once, one
+# link when the plan's last write completes
+bench_case bench-seq-64k none 50 "" -c 1600 -s 4k --flush-interval=100
+bench_case bench-seq-nodrain none 50 "-o cluster_size=16k" -c 1600 -s 4k \
+    --flush-interval=64 --no-drain
 bench_case bench-wb-64k writeback 0 "" -c 800 -s 16k -S 64k --flush-interval=100
 
 crash_summary
