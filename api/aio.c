@@ -94,13 +94,6 @@
  *     the link, the last of the plan's data writes ends the plan, and the
  *     thread that ends it completes all of its requests (write-ring.c
  *     invariant 3), so the order above holds for each of them.
- * 14. Ring requests are submitted in batches (uring.c invariant 7): one
- *     that the kernel cannot take at once waits in the SQ for the end of
- *     the caller's burst -- qimg_image_aio_poll() and _wait() submit the
- *     queue first thing (aio.h rule 8) -- or for the next reap, whichever
- *     comes first; the reaper thread reaps every completion without the
- *     caller (uring.c invariant 5), so a caller that waits on the fd alone
- *     still gets every completion.
  */
 #include "api/aio-int.h"
 
@@ -451,8 +444,7 @@ unsigned qimg_image_aio_poll(QimgImage *img, unsigned max)
         return 0;
     }
     if (a->uring) {
-        blk_uring_flush(a->uring); /* invariant 14 */
-        blk_uring_reap(a->uring);  /* no handoff through the reaper */
+        blk_uring_reap(a->uring); /* no handoff through the reaper */
     }
     pthread_mutex_lock(&a->lock);
     list = take_done_locked(a, max);
@@ -467,7 +459,6 @@ static void wait_ring(ApiAio *a)
 
     blk_uring_consumer_enter(u);
     tls_ring_waiter = true;
-    blk_uring_flush(u); /* invariant 14: before sleeping on it */
     if (blk_uring_reap(u) == 0) {
         struct pollfd fds[2] = {{.fd = blk_uring_fd(u), .events = POLLIN},
                                 {.fd = a->wake_fd, .events = POLLIN}};
@@ -494,9 +485,6 @@ unsigned qimg_image_aio_wait(QimgImage *img)
 
     if (!a) {
         return 0;
-    }
-    if (a->uring) {
-        blk_uring_flush(a->uring); /* invariant 14 */
     }
     pthread_mutex_lock(&a->lock);
     for (bool try_run = true;;) {
@@ -574,7 +562,6 @@ gboolean qimg_image_aio_get_stats(QimgImage *img, QimgAioStats *stats, GError **
         out.ring_retries = __atomic_load_n(&a->stats.ring_retries, __ATOMIC_RELAXED);
         out.ring_allocs = __atomic_load_n(&a->stats.ring_allocs, __ATOMIC_RELAXED);
         out.ring_joins = __atomic_load_n(&a->stats.ring_joins, __ATOMIC_RELAXED);
-        out.ring_submits = a->uring ? blk_uring_submits(a->uring) : 0;
     }
     api_struct_out(stats, &out, sizeof(out));
     return TRUE;

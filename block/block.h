@@ -747,23 +747,17 @@ void blk_uring_free(BlkUring *u);
 void blk_uring_consumer_enter(BlkUring *u);
 void blk_uring_consumer_leave(BlkUring *u);
 int blk_uring_fd(BlkUring *u);
-/* Reap (then submit what is queued: uring.c invariant 7). */
 unsigned blk_uring_reap(BlkUring *u);
 /* May the ring take requests of node at all (a file node, or a recording
  * node over one: uring.c invariant 6)? */
 bool blk_uring_node_ok(BlkNode *node);
-/* Submit the requests queued for a batch now (uring.c invariant 7). */
-void blk_uring_flush(BlkUring *u);
-/* How many system calls handed requests to the kernel (batches). */
-uint64_t blk_uring_submits(BlkUring *u);
 /* May this read of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
 /* May this write of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q);
-/* Submit it (at once or with the next batch, uring.c invariant 7); cb
- * runs on the reaper thread or in blk_uring_reap (q's iovec array and
- * buffers must live until then).  0, or -errno (-EAGAIN: use the node's
- * path) with nothing queued. */
+/* Submit it; cb runs on the reaper thread or in blk_uring_reap (q's iovec
+ * array and buffers must live until then).  0, or -errno (-EAGAIN: use the
+ * node's path) with nothing queued. */
 int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
                     BlkUringDone cb, void *opaque);
 int blk_uring_writev(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,

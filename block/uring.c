@@ -54,25 +54,6 @@
  *     generation was bumped and before the callback, with the result the
  *     log leaves (a log that failed fails the request: invariant 2 runs
  *     it again through the node).  Reads are not logged.
- *  7. Submissions are batched: a request whose SQE is prepared while the
- *     kernel has requests of the ring in flight ('in_kernel', counted from
- *     their submission to the reaping of their completion) is queued in
- *     the SQ, not submitted -- one io_uring_enter per batch rather than per
- *     request (issue 30: at depth 32 the per-request enter was half of the
- *     submitting thread's time).  Queued SQEs are submitted, all at once,
- *     by whichever comes first: a request prepared while nothing is in the
- *     kernel (then at once), a queue of URING_BATCH_MAX, blk_uring_flush()
- *     (api/aio.c calls it before a waiter sleeps and in poll), and the end
- *     of every reap (invariant 4).  So a queued request waits at most until
- *     a request in the kernel before it completes and is reaped (invariants
- *     3, 5): it never sits unsubmitted while nothing would reap.  The test
- *     and the queueing happen under sq_lock; the reap's decrement comes
- *     before its look at the queue (both sequentially consistent), so one
- *     of the two sees the other.  A thread that reaps never waits for the
- *     kernel to take a batch while requests are in it (its CQ may be what
- *     is full): it leaves the rest queued for their reap; with none in it
- *     the CQ is empty and a refusal passes.  A submitter that must wait (a
- *     full SQ) drops sq_lock between tries, so reapers can flush and reap.
  */
 #include "block/block.h"
 #include "block/file.h"
@@ -85,7 +66,6 @@
 #include <time.h>
 
 #define REAPER_PARK_NS 2000000L /* invariant 5 */
-#define URING_BATCH_MAX 32u     /* invariant 7 */
 
 /* The kernel hands a request from the submitter to the reaper, which
  * ThreadSanitizer cannot see: tell it (release at submission, acquire at
@@ -119,9 +99,6 @@ struct BlkUring {
     uint64_t consumer_gen; /* [park_lock] bumped by each enter */
     bool quit;             /* [park_lock] blk_uring_free() asks the reaper to go */
     bool stop;             /* [cq_lock] the stop NOP was reaped (invariant 3) */
-    unsigned queued;       /* [sq_lock, read atomically] SQEs not submitted (inv. 7) */
-    unsigned in_kernel;    /* atomic: submitted, completion not reaped (inv. 7) */
-    uint64_t submits;      /* atomic: io_uring_submit calls that took SQEs */
 };
 
 typedef struct UringReq {
@@ -142,7 +119,6 @@ static bool reap_one_locked(BlkUring *u, struct io_uring_cqe *cqe)
     int res = cqe->res, ret;
 
     io_uring_cqe_seen(&u->ring, cqe);
-    __atomic_sub_fetch(&u->in_kernel, 1, __ATOMIC_SEQ_CST); /* invariant 7 */
     uring_acquire(data);
     if (data == u) {
         u->stop = true;
@@ -162,60 +138,7 @@ static bool reap_one_locked(BlkUring *u, struct io_uring_cqe *cqe)
     return true;
 }
 
-/* Invariant 6: submit what is queued.  sq_lock held; wait: until the
- * kernel took it all (sq_lock dropped between tries), else give up at a
- * refusal while requests are in the kernel (their reap submits the rest;
- * with none, nothing would: then try until it takes them). */
-static void flush_locked(BlkUring *u, bool wait)
-{
-    while (u->queued > 0) {
-        unsigned n = u->queued;
-        /* counted before the kernel has them: a completion may be reaped
-         * before io_uring_submit returns */
-        __atomic_add_fetch(&u->in_kernel, n, __ATOMIC_SEQ_CST);
-        int ret = io_uring_submit(&u->ring);
-        unsigned taken = ret > 0 ? MIN((unsigned)ret, n) : 0;
-        __atomic_sub_fetch(&u->in_kernel, n - taken, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&u->queued, n - taken, __ATOMIC_SEQ_CST);
-        if (taken > 0) {
-            __atomic_add_fetch(&u->submits, 1, __ATOMIC_RELAXED);
-            continue;
-        }
-        if (ret == 0) {
-            ret = -EAGAIN; /* took none: as a refusal */
-        }
-        /* Once in the SQ a request cannot be taken back: EAGAIN/EBUSY
-         * pass as the CQ is reaped (its one callback comes, invariant 3).
-         * Anything else is a broken ring. */
-        if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
-            g_error("io_uring_submit: %s", g_strerror(-ret));
-        }
-        if (!wait && __atomic_load_n(&u->in_kernel, __ATOMIC_SEQ_CST) > 0) {
-            return; /* its reap comes, and submits the rest */
-        }
-        pthread_mutex_unlock(&u->sq_lock);
-        sched_yield();
-        pthread_mutex_lock(&u->sq_lock);
-    }
-}
-
-uint64_t blk_uring_submits(BlkUring *u)
-{
-    return __atomic_load_n(&u->submits, __ATOMIC_RELAXED);
-}
-
-void blk_uring_flush(BlkUring *u)
-{
-    if (__atomic_load_n(&u->queued, __ATOMIC_SEQ_CST) == 0) {
-        return;
-    }
-    pthread_mutex_lock(&u->sq_lock);
-    flush_locked(u, false);
-    pthread_mutex_unlock(&u->sq_lock);
-}
-
-/* Invariant 4: every completion posted now, then one batch_end; then
- * invariant 7: what was queued meanwhile is submitted. */
+/* Invariant 4: every completion posted now, then one batch_end. */
 unsigned blk_uring_reap(BlkUring *u)
 {
     struct io_uring_cqe *cqe;
@@ -229,7 +152,6 @@ unsigned blk_uring_reap(BlkUring *u)
         u->batch_end(u->batch_opaque);
     }
     pthread_mutex_unlock(&u->cq_lock);
-    blk_uring_flush(u);
     return n;
 }
 
@@ -342,26 +264,18 @@ BlkUring *blk_uring_new(unsigned entries, void (*batch_end)(void *opaque),
     return u;
 }
 
-/* Get an SQE, submitting what is queued when the SQ is full (invariant
- * 6).  sq_lock held (dropped while the kernel refuses the SQ). */
+/* Get an SQE, submitting what is queued when the SQ is full.  Lock held. */
 static struct io_uring_sqe *get_sqe_locked(BlkUring *u)
 {
     struct io_uring_sqe *sqe;
 
     while (!(sqe = io_uring_get_sqe(&u->ring))) {
-        flush_locked(u, true);
+        int ret = io_uring_submit(&u->ring);
+        if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR) {
+            return NULL;
+        }
     }
     return sqe;
-}
-
-/* Invariant 6: sqe is prepared; queue it, or submit the queue now. */
-static void queue_locked(BlkUring *u)
-{
-    __atomic_store_n(&u->queued, u->queued + 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&u->in_kernel, __ATOMIC_SEQ_CST) == 0 ||
-        u->queued >= URING_BATCH_MAX) {
-        flush_locked(u, true);
-    }
 }
 
 void blk_uring_free(BlkUring *u)
@@ -373,11 +287,12 @@ void blk_uring_free(BlkUring *u)
     }
     pthread_mutex_lock(&u->sq_lock);
     sqe = get_sqe_locked(u);
+    g_assert(sqe);
     io_uring_prep_nop(sqe);
     io_uring_sqe_set_data(sqe, u);
     uring_release(u);
-    __atomic_store_n(&u->queued, u->queued + 1, __ATOMIC_SEQ_CST);
-    flush_locked(u, true); /* invariant 7: nothing stays queued */
+    while (io_uring_submit(&u->ring) == -EINTR) {
+    }
     pthread_mutex_unlock(&u->sq_lock);
     pthread_mutex_lock(&u->park_lock); /* invariant 5: unpark it for the NOP */
     u->quit = true;
@@ -439,6 +354,7 @@ static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
     FileState *s;
     UringReq *r;
     struct io_uring_sqe *sqe;
+    int ret;
 
     if (!file) {
         return -EAGAIN;
@@ -470,6 +386,14 @@ static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
     }
     pthread_mutex_lock(&u->sq_lock);
     sqe = get_sqe_locked(u);
+    if (!sqe) {
+        pthread_mutex_unlock(&u->sq_lock);
+        if (write) {
+            file_unlock(s, LOCK_SHARED);
+        }
+        g_free(r);
+        return -EAGAIN;
+    }
     if (write) {
         io_uring_prep_writev(sqe, s->fd, q->iov, (unsigned)q->niov, offset);
     } else {
@@ -477,7 +401,15 @@ static int uring_submit(BlkUring *u, BlkNode *node, bool write, uint64_t offset,
     }
     io_uring_sqe_set_data(sqe, r);
     uring_release(r);
-    queue_locked(u); /* invariant 7 */
+    /* Once in the SQ the request cannot be taken back: submit until the
+     * kernel has it (EAGAIN/EBUSY pass as the reaper empties the CQ), so its
+     * one callback comes (invariant 3).  Anything else is a broken ring. */
+    while ((ret = io_uring_submit(&u->ring)) < 0) {
+        if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+            g_error("io_uring_submit: %s", g_strerror(-ret));
+        }
+        sched_yield();
+    }
     pthread_mutex_unlock(&u->sq_lock);
     return 0;
 }

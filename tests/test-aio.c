@@ -1,5 +1,5 @@
 /*
- * tests/test-aio.c: the asynchronous API (include/qimg/aio.h rules 1-8,
+ * tests/test-aio.c: the asynchronous API (include/qimg/aio.h rules 1-7,
  * api/aio.c invariants 1-5) through libqimg.so and the public headers, as
  * an event loop uses it: one thread submits and runs the callbacks (the
  * random workload against a byte model is test-aio-workload.c):
@@ -7,9 +7,6 @@
  *  - the eventfd is readable exactly while completions wait (invariant 3),
  *    also for ring completions, and a ring write nobody waits for does not
  *    block a synchronous call (uring.c invariant 5);
- *  - ring requests go to the kernel in batches, and a caller that waits on
- *    the eventfd alone still gets them all submitted and completed (rule
- *    8, uring.c invariant 7);
  *  - close drains: every callback runs, once (rule 6, invariant 1);
  *  - flags an operation cannot honour, and a NULL callback, are refused at
  *    submission, with no callback (rule 1, invariant 5);
@@ -274,20 +271,6 @@ static void test_io_uring_first_touch(void **state)
     tu_run("qemu-img check -q '%s'", p);
 }
 
-/* p opened with cache=none on the io_uring engine, its first L2 table
- * loaded (a read through buf, 4 KiB). */
-static QimgImage *open_ring(const char *p, uint8_t *buf)
-{
-    g_autoptr(GError) err = NULL;
-    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
-    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
-
-    ao.engine = QIMG_AIO_ENGINE_IO_URING;
-    assert_true(qimg_image_aio_setup(img, &ao, &err));
-    aio_one_4k(img, false, 0, buf); /* loads the L2 table */
-    return img;
-}
-
 /* uring.c invariant 5: with nobody waiting, ring completions still come --
  * through the eventfd to an event loop, and to a synchronous call that
  * needs what a ring write holds (the file lock for a read-modify-write),
@@ -297,6 +280,7 @@ static void test_io_uring_no_waiter(void **state)
     TU_REQUIRE_QEMU_IMG();
     g_autofree char *p = new_qcow2("nowait.qcow2", 4 * MiB, NULL);
     g_autoptr(GError) err = NULL;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     QimgAioStats st = QIMG_AIO_STATS_INIT;
     uint8_t *buf = aligned_buf(4096), small[512];
     struct iovec v = {.iov_base = buf, .iov_len = 4096};
@@ -304,7 +288,10 @@ static void test_io_uring_no_waiter(void **state)
     Count c = {0};
 
     tu_run("qemu-io -c 'write -P 0x11 0 4M' '%s' >/dev/null", p);
-    QimgImage *img = open_ring(p, buf);
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    ao.engine = QIMG_AIO_ENGINE_IO_URING;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    aio_one_4k(img, false, 0, buf); /* loads the L2 table */
     int fd = qimg_image_aio_fd(img, &err);
     assert_true(fd >= 0);
     for (int i = 0; i < 20; i++) { /* event loop: the eventfd, then poll */
@@ -343,85 +330,6 @@ static void test_io_uring_no_waiter(void **state)
     }
     tu_run("qemu-img check -q '%s'", p);
     g_free(c.last_msg);
-}
-
-/* aio.h rule 8, uring.c invariant 7: a burst of ring requests followed by
- * wait goes to the kernel in batches; a caller that waits on the eventfd
- * alone still gets every request submitted and completed. */
-static void test_io_uring_batches(void **state)
-{
-    TU_REQUIRE_QEMU_IMG();
-    enum { BURST = 40 };
-    g_autofree char *p = new_qcow2("batch.qcow2", 8 * MiB, NULL);
-    g_autoptr(GError) err = NULL;
-    QimgAioStats st0 = QIMG_AIO_STATS_INIT, st = QIMG_AIO_STATS_INIT;
-    uint8_t *big = aligned_buf(4 * MiB), *buf = aligned_buf(BURST * 4096);
-    struct iovec bv = {.iov_base = big, .iov_len = 4 * MiB}, v[BURST];
-    struct pollfd pfd;
-    Count c = {0};
-
-    tu_run("qemu-io -c 'write -P 0x11 0 4M' -c 'write -P 0x22 4M 4M' '%s' >/dev/null", p);
-    QimgImage *img = open_ring(p, buf);
-    for (int i = 0; i < BURST; i++) {
-        v[i] = (struct iovec){.iov_base = buf + i * 4096, .iov_len = 4096};
-    }
-    /* a burst, then wait: fewer system calls than requests */
-    assert_true(qimg_image_aio_get_stats(img, &st0, &err));
-    for (int i = 0; i < BURST; i++) {
-        assert_true(qimg_image_aio_preadv(img, 4 * MiB + (uint64_t)i * 65536, &v[i], 1, 0,
-                                          count_cb, &c, &err));
-    }
-    while (c.calls < BURST) {
-        qimg_image_aio_wait(img);
-    }
-    assert_true(qimg_image_aio_get_stats(img, &st, &err));
-    print_message("burst of %d reads: %" PRIu64 " system calls\n", BURST,
-                  st.ring_submits - st0.ring_submits);
-    assert_int_equal(st.ring_reads - st0.ring_reads, BURST);
-    assert_true(st.ring_submits - st0.ring_submits < BURST / 2);
-    for (int i = 0; i < BURST * 4096; i++) {
-        assert_int_equal(buf[i], 0x22);
-    }
-    /* the fd alone: a long read in flight, a burst queued behind it; with
-     * no call of ours, the reaper's reap of the long read submits them
-     * (nobody else would), and the fd says when callbacks wait */
-    int fd = qimg_image_aio_fd(img, &err);
-    assert_true(fd >= 0);
-    memset(buf, 0, BURST * 4096);
-    assert_true(qimg_image_aio_get_stats(img, &st0, &err));
-    assert_true(qimg_image_aio_preadv(img, 0, &bv, 1, 0, count_cb, &c, &err));
-    for (int i = 0; i < BURST; i++) {
-        assert_true(qimg_image_aio_preadv(img, 4 * MiB + (uint64_t)i * 65536, &v[i], 1, 0,
-                                          count_cb, &c, &err));
-    }
-    /* every request handed over, before any poll or wait of ours (the
-     * reaper reaps within 2 ms: bounded at 10 s) */
-    for (int ms = 0; ms < 10000; ms++) {
-        assert_true(qimg_image_aio_get_stats(img, &st, &err));
-        if (st.ring_submits - st0.ring_submits >= 3) {
-            break;
-        }
-        g_usleep(1000);
-    }
-    print_message("fd alone: %d + 1 reads in %" PRIu64 " system calls\n", BURST,
-                  st.ring_submits - st0.ring_submits);
-    /* at once (nothing in flight), a full batch, the rest on the reap */
-    assert_true(st.ring_submits - st0.ring_submits >= 3);
-    while (c.calls < 2 * BURST + 1) {
-        pfd = (struct pollfd){.fd = fd, .events = POLLIN};
-        assert_int_equal(poll(&pfd, 1, 10000), 1);
-        qimg_image_aio_poll(img, 0);
-    }
-    assert_int_equal(c.errors, 0);
-    for (int i = 0; i < BURST * 4096; i++) {
-        assert_int_equal(buf[i], 0x22);
-    }
-    for (uint64_t i = 0; i < 4 * MiB; i++) {
-        assert_int_equal(big[i], 0x11);
-    }
-    assert_true(qimg_image_close(img, &err));
-    free(big);
-    free(buf);
 }
 
 /* aio.c invariant 8: the default engine is io_uring where it serves. */
@@ -493,7 +401,6 @@ int main(void)
         cmocka_unit_test(test_eventfd),
         cmocka_unit_test(test_close_drains),
         cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_io_uring_batches),
         cmocka_unit_test(test_error_data_write),
         cmocka_unit_test(test_error_metadata_sticky),
         cmocka_unit_test(test_error_flush_sticky),

@@ -26,14 +26,6 @@
  *     request and runs its callback before the image is flushed and closed.
  *  7. The same errors as the synchronous calls, and they are as sticky
  *     (a failed metadata write or flush makes later writes fail).
- *  8. A request may reach the kernel after its submit call returned:
- *     with the io_uring engine, requests submitted while others are in
- *     flight are handed over together, by the next qimg_image_aio_poll()
- *     or qimg_image_aio_wait() (which do that first) or, without any call
- *     of the caller's, as soon as one request in flight before them
- *     completes.  So a burst of submissions followed by poll or wait costs
- *     one system call, and a caller that only waits for the fd still sees
- *     every completion.
  *
  * Defaults (NULL options, or the first submission without
  * qimg_image_aio_setup()): 64 threads, engine QIMG_AIO_ENGINE_AUTO.
@@ -127,8 +119,6 @@ typedef struct QimgAioStats {
                             * clusters, planned on the submitting thread */
     uint64_t ring_joins;   /* of ring_writes, writes into clusters that another
                             * of ring_allocs was allocating, linked with it */
-    uint64_t ring_submits; /* system calls that handed ring requests to the
-                            * kernel: a batch each (rule 8) */
 } QimgAioStats;
 
 #define QIMG_AIO_STATS_INIT                                                              \
