@@ -283,6 +283,13 @@ static void seq_free(Seq *q)
     g_free(q->rets);
 }
 
+/* joins: > 0, some writes joined a plan; 0, none may (write-ring.c
+ * invariant 1 refuses); < 0, any number.  How many join depends on how
+ * many writes arrive while a plan's data is in flight (426 to 1739 of the
+ * 2048 4 KiB writes into 64 KiB clusters, by build and load; a 2M
+ * cluster's joins end once its first writes linked it), so only "some"
+ * is asserted, in the case where nearly every run has hundreds: it fails
+ * with joins disabled; the model checks the bytes of every case. */
 static void seq_model(const char *opts, uint64_t size, bool mixed, int joins)
 {
     g_autofree char *p = new_qcow2("seq.qcow2", size, opts);
@@ -305,12 +312,11 @@ static void seq_model(const char *opts, uint64_t size, bool mixed, int joins)
     assert_int_equal(q.errors, 0);
     assert_int_equal(st.completed, (uint64_t)q.n);
     assert_int_equal(st.ring_retries, 0);
-    if (joins) {
+    if (joins > 0) {
         /* write-ring.c invariant 1 (a write across a cluster boundary into
-         * a cluster nobody plans yet takes the pool; in a 2M cluster, once
-         * the first writes linked it, the others rewrite it in place) */
-        assert_true(st.ring_joins >= (uint64_t)q.n / joins);
-    } else {
+         * a cluster nobody plans yet takes the pool) */
+        assert_true(st.ring_joins > 0);
+    } else if (joins == 0) {
         assert_int_equal(st.ring_joins, 0); /* write-ring.c invariant 1 refuses */
     }
     assert_true(qimg_image_close(q.img, &err));
@@ -321,9 +327,9 @@ static void seq_model(const char *opts, uint64_t size, bool mixed, int joins)
 static void test_seq_model(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
-    seq_model(NULL, 8 * MiB, false, 4);
-    seq_model(NULL, 16 * MiB, true, 16);
-    seq_model("cluster_size=2M", 16 * MiB, false, 64);
+    seq_model(NULL, 8 * MiB, false, 1);
+    seq_model(NULL, 16 * MiB, true, -1);
+    seq_model("cluster_size=2M", 16 * MiB, false, -1);
     seq_model("cluster_size=4096", 4 * MiB, false, 0);
     seq_model("extended_l2=on", 8 * MiB, false, 0);
 }
