@@ -1,6 +1,7 @@
 /*
  * block/nbd-int.h: what the files of the NBD node share (block/nbd.c, the
- * requests and the open; block/nbd-reconnect.c, QEMU's reconnect-delay).
+ * requests; block/nbd-open.c, the open; block/nbd-reconnect.c, QEMU's
+ * reconnect-delay).
  *
  * Owns: struct NbdState, the node's state, and NbdConn, one connection.
  */
