@@ -236,6 +236,14 @@ QimgVmstateSave *qimg_vmstate_save_begin(QimgImage *img, const QimgSnapshotParam
                     img->node->filename);
         return NULL;
     }
+    if (img->node->drv->snapshot_check) { /* nothing written for a refused snapshot */
+        blk_error_clear();
+        ret = img->node->drv->snapshot_check(img->node);
+        if (ret < 0) {
+            blk_error_propagate(error, ret, NULL);
+            return NULL;
+        }
+    }
     ret = snapshot_name_exists(img, params->name, error);
     if (ret != 0) {
         if (ret > 0) {

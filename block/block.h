@@ -347,6 +347,10 @@ struct BlkDriver {
      * and icount are inputs; the driver assigns sn->id (g_strdup).  Messages via
      * blk_error().  id_or_name: ID first, then name, as QEMU looks them up. */
     int (*snapshot_create)(BlkNode *img, BlkSnapshotInfo *sn);
+    /* Optional: whether snapshot_create would be refused before it does
+     * anything (0, or its error via blk_error()), asked before a vmstate
+     * save writes the state. */
+    int (*snapshot_check)(BlkNode *img);
     int (*snapshot_goto)(BlkNode *img, const char *id_or_name);
     int (*snapshot_delete)(BlkNode *img, const char *id_or_name);
     /* A new array of BlkSnapshotInfo (strings owned by the array's entries). */

@@ -782,6 +782,7 @@ const BlkDriver blk_qcow2_driver = {
     .load_vmstate = qcow2_load_vmstate,
     .has_zero_init = qcow2_has_zero_init,
     .snapshot_create = qcow2_snapshot_create,
+    .snapshot_check = qcow2_snapshot_check,
     .snapshot_goto = qcow2_snapshot_goto,
     .snapshot_delete = qcow2_snapshot_delete,
     .snapshot_list = qcow2_snapshot_list,

@@ -750,6 +750,7 @@ int qcow2_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src,
                   BlkMeasure *out);
 /* snapshot-write.c */
 int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn);
+int qcow2_snapshot_check(BlkNode *img);
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name);
 int qcow2_snapshot_delete(BlkNode *img, const char *id_or_name);
 GArray *qcow2_snapshot_list(BlkNode *img);

@@ -295,6 +295,20 @@ out:
     return ret;
 }
 
+/* QEMU refuses these before anything else, with bare errno codes; a
+ * vmstate save asks first (qcow2_snapshot_check), so that no state is
+ * written for a snapshot that cannot be taken. */
+static int create_refused(Qcow2State *s)
+{
+    if (s->nb_snapshots >= QCOW2_MAX_SNAPSHOTS) {
+        return blk_error(EFBIG, "%s", g_strerror(EFBIG));
+    }
+    if (qcow2_has_data_file(s)) {
+        return blk_error(ENOTSUP, "%s", g_strerror(ENOTSUP));
+    }
+    return 0;
+}
+
 static int do_create(Qcow2State *s, BlkSnapshotInfo *info)
 {
     g_autofree char *id = NULL;
@@ -302,12 +316,9 @@ static int do_create(Qcow2State *s, BlkSnapshotInfo *info)
     Qcow2Inflight r;
     int ret;
 
-    /* QEMU: both refused before anything else, with bare errno codes. */
-    if (s->nb_snapshots >= QCOW2_MAX_SNAPSHOTS) {
-        return blk_error(EFBIG, "%s", g_strerror(EFBIG));
-    }
-    if (qcow2_has_data_file(s)) {
-        return blk_error(ENOTSUP, "%s", g_strerror(ENOTSUP));
+    ret = create_refused(s);
+    if (ret < 0) {
+        return ret;
     }
     if (!s->writable) {
         return blk_error(EACCES, "Image '%s' is read-only", s->img->filename);
@@ -564,6 +575,11 @@ int qcow2_snapshot_create(BlkNode *img, BlkSnapshotInfo *sn)
 
     ret = do_create(img->opaque, sn);
     return ret;
+}
+
+int qcow2_snapshot_check(BlkNode *img)
+{
+    return create_refused(img->opaque);
 }
 
 int qcow2_snapshot_goto(BlkNode *img, const char *id_or_name)
