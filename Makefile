@@ -30,7 +30,8 @@ build-tsan/build.ninja:
 
 build-tsan: deps build-tsan/build.ninja
 	ninja -C build-tsan build.ninja  # regenerate first: the list below reads it
-	ninja -C build-tsan -j $(JOBS) tests/test-pool tests/test-file \
+	ninja -C build-tsan -j $(JOBS) tests/test-pool \
+	    tests/test-file-io tests/test-file-space \
 	    tests/test-vmstate-save tests/test-vmstate-load \
 	    tests/test-aio-workload \
 	    $$(ninja -C build-tsan -t targets all 2>/dev/null | \

@@ -153,14 +153,14 @@ count_meson build-asan unit-asan
 timed unit-asan
 
 # TSan: the tests that exercise threads (the Makefile's build-tsan list:
-# test-pool, test-file, test-vmstate-save, test-vmstate-load,
-# test-aio-workload and every
+# test-pool, test-file-io, test-file-space, test-vmstate-save,
+# test-vmstate-load, test-aio-workload and every
 # tests/test-*thread*.c).  test-aio-workload's random workloads run on a
 # 2 MiB image with 3000 requests each there (every request path and
 # engine, in half the time of the full ones), all but the *_nbd ones:
 # their server, nbdkit, cannot load a TSan-built plugin (tests/meson.build
 # says why); the ASan run has them.
-tsan_tests="test-pool test-file test-vmstate-save test-vmstate-load test-aio-workload"
+tsan_tests="test-pool test-file-io test-file-space test-vmstate-save test-vmstate-load test-aio-workload"
 for f in tests/test-*thread*.c; do
     [ -f "$f" ] && tsan_tests="$tsan_tests $(basename "$f" .c)"
 done

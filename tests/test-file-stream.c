@@ -3,7 +3,7 @@
  * writeback early (block/file.c invariant 8, file_stream_note): a stream of
  * appends does, every FILE_STREAM_KICK bytes, up to a tail of
  * FILE_STREAM_LAG; random small writes do not.  The syscall itself only
- * changes timing (test-file.c says why it has no test); this is the
+ * changes timing (test-file-io.c says why it has no test); this is the
  * decision.
  */
 #include <stdarg.h>
