@@ -1,0 +1,269 @@
+/*
+ * tests/test-qcow2-snapshot-fixture.c: the qcow2 snapshot tests' byte model
+ * and qemu-img oracle (test-qcow2-snapshot-fixture.h).
+ */
+#include "test-qcow2-snapshot-fixture.h"
+
+QimgImage *open_img(const char *name, bool read_only, const char *snapshot)
+{
+    BlkOpenOptions o = {.format = "qcow2",
+                        .read_only = read_only,
+                        .snapshot = snapshot,
+                        .cache = BLK_CACHE_UNSAFE};
+    g_autoptr(GError) err = NULL;
+    QimgImage *img = tu_open_handle(name, &o, &err);
+
+    if (!img) {
+        fail_msg("open %s: %s", name, err->message);
+    }
+    return img;
+}
+
+void close_img(QimgImage *img)
+{
+    g_autoptr(GError) err = NULL;
+    if (!qimg_image_close(img, &err)) {
+        fail_msg("close: %s", err->message);
+    }
+}
+
+uint8_t *read_file(const char *path, uint64_t *size)
+{
+    gchar *data = NULL;
+    gsize n = 0;
+    if (!g_file_get_contents(path, &data, &n, NULL)) {
+        fail_msg("cannot read %s", path);
+    }
+    *size = n;
+    return (uint8_t *)data;
+}
+
+void fill(uint8_t *buf, uint64_t len, uint8_t seed)
+{
+    for (uint64_t i = 0; i < len; i++) {
+        buf[i] = (uint8_t)(seed + i * 7 + (i >> 9));
+    }
+}
+
+/* ---- the model ---- */
+static void snap_free(gpointer p)
+{
+    Snap *sn = p;
+    g_free(sn->id);
+    g_free(sn->name);
+    g_free(sn->data);
+    g_free(sn);
+}
+
+void model_init_from(Model *m, const char *path)
+{
+    g_autofree char *raw = g_strdup_printf("%s.init.raw", path);
+    tu_run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    m->data = read_file(raw, &m->size);
+    m->snaps = g_ptr_array_new_with_free_func(snap_free);
+}
+
+void model_clear(Model *m)
+{
+    g_free(m->data);
+    g_ptr_array_unref(m->snaps);
+}
+
+void m_write(Model *m, QimgImage *img, uint64_t off, uint64_t len, uint8_t seed)
+{
+    g_autofree uint8_t *buf = g_malloc(len);
+    fill(buf, len, seed);
+    assert_true(off + len <= m->size);
+    memcpy(m->data + off, buf, len);
+    assert_int_equal(blk_pwrite(img->node, off, buf, len, 0), 0);
+}
+
+static Snap *m_find(Model *m, const char *id_or_name)
+{
+    for (guint i = 0; i < m->snaps->len; i++) {
+        Snap *sn = g_ptr_array_index(m->snaps, i);
+        if (strcmp(sn->id, id_or_name) == 0) {
+            return sn;
+        }
+    }
+    for (guint i = 0; i < m->snaps->len; i++) {
+        Snap *sn = g_ptr_array_index(m->snaps, i);
+        if (strcmp(sn->name, id_or_name) == 0) {
+            return sn;
+        }
+    }
+    return NULL;
+}
+
+char *m_create(Model *m, QimgImage *img, const char *name, uint64_t vm_size)
+{
+    QimgSnapshotParams p = {.struct_size = sizeof(QimgSnapshotParams),
+                            .name = name,
+                            .vm_state_size = vm_size};
+    g_autoptr(GError) err = NULL;
+    char *id = qimg_snapshot_create(img, &p, &err);
+    Snap *sn;
+
+    if (!id) {
+        fail_msg("create %s: %s", name, err->message);
+    }
+    sn = g_new0(Snap, 1);
+    sn->id = g_strdup(id);
+    sn->name = g_strdup(name);
+    sn->vm_size = vm_size;
+    sn->data = g_memdup2(m->data, m->size);
+    sn->size = m->size;
+    g_ptr_array_add(m->snaps, sn);
+    return id;
+}
+
+void m_apply(Model *m, QimgImage *img, const char *id_or_name)
+{
+    g_autoptr(GError) err = NULL;
+    Snap *sn = m_find(m, id_or_name);
+
+    assert_non_null(sn);
+    if (!qimg_snapshot_apply(img, id_or_name, &err)) {
+        fail_msg("apply %s: %s", id_or_name, err->message);
+    }
+    g_free(m->data);
+    m->data = g_memdup2(sn->data, sn->size);
+    m->size = sn->size;
+    assert_int_equal(img->node->size, m->size);
+}
+
+void m_delete(Model *m, QimgImage *img, const char *id_or_name)
+{
+    g_autoptr(GError) err = NULL;
+    Snap *sn = m_find(m, id_or_name);
+
+    assert_non_null(sn);
+    if (!qimg_snapshot_delete(img, id_or_name, &err)) {
+        fail_msg("delete %s: %s", id_or_name, err->message);
+    }
+    g_ptr_array_remove(m->snaps, sn);
+}
+
+void m_resize(Model *m, QimgImage *img, uint64_t size)
+{
+    blk_error_clear();
+    if (blk_truncate(img->node, size, true, BLK_PREALLOC_OFF, true) < 0) {
+        fail_msg("resize: %s", blk_error_message());
+    }
+    m->data = g_realloc(m->data, size);
+    if (size > m->size) {
+        memset(m->data + m->size, 0, size - m->size);
+    }
+    m->size = size;
+}
+
+/* "id:name:vm-state-size;" for each snapshot in qemu-img info's output. */
+static char *snapshot_list_of(const char *info)
+{
+    g_autoptr(GRegex) re = NULL;
+    g_autoptr(GMatchInfo) mi = NULL;
+    GString *s = g_string_new("");
+
+    re = g_regex_new("\"name\": \"([^\"]*)\",.*?\"id\": \"([^\"]*)\",\\s*"
+                     "\"vm-state-size\": ([0-9]+)",
+                     G_REGEX_DOTALL, 0, NULL);
+    g_regex_match(re, info, 0, &mi);
+    while (g_match_info_matches(mi)) {
+        g_autofree char *name = g_match_info_fetch(mi, 1);
+        g_autofree char *id = g_match_info_fetch(mi, 2);
+        g_autofree char *vm = g_match_info_fetch(mi, 3);
+        g_string_append_printf(s, "%s:%s:%s;", id, name, vm);
+        g_match_info_next(mi, NULL);
+    }
+    return g_string_free(s, FALSE);
+}
+
+/* qemu-img info --output=json of path; the virtual size in *vsize (if not
+ * NULL). */
+static char *qemu_info(const char *path, uint64_t *vsize)
+{
+    static const char key[] = "\"virtual-size\": ";
+    char *out = NULL;
+    const char *at;
+
+    if (tu_run_status(&out, "qemu-img info --output=json '%s'", path) != 0) {
+        fail_msg("qemu-img info: %s", out);
+    }
+    if (vsize) {
+        at = strstr(out, key);
+        if (!at) {
+            fail_msg("no virtual size in qemu-img info's output: %s", out);
+        }
+        *vsize = g_ascii_strtoull(at + strlen(key), NULL, 10);
+    }
+    return out;
+}
+
+/* "id:name:vm-state-size;" for each snapshot qemu-img lists. */
+char *qemu_snapshot_list(const char *path)
+{
+    g_autofree char *out = qemu_info(path, NULL);
+    return snapshot_list_of(out);
+}
+
+/* The file at path (qemu-img's raw output) is size bytes long and holds
+ * want[0..want_size) then zeros: compared in chunks, without a buffer of
+ * the disk's size (those page faults were most of this test's CPU time). */
+static void expect_file(const char *what, const char *step, const uint8_t *want,
+                        uint64_t want_size, const char *path, uint64_t size)
+{
+    uint64_t got_size;
+    int64_t at = tu_file_cmp(path, want, want_size, &got_size);
+
+    assert_int_equal(got_size, size);
+    if (at >= 0) {
+        g_autofree uint8_t *got = read_file(path, &got_size);
+        uint8_t w = (uint64_t)at < want_size ? want[at] : 0;
+        fail_msg("%s: %s differs at byte %" PRId64 " (0x%02x, want 0x%02x)", step, what,
+                 at, got[at], w);
+    }
+}
+
+/* The checks after every step (image closed). */
+void verify(const char *path, Model *m, const char *step)
+{
+    g_autofree char *raw = g_strdup_printf("%s.raw", path);
+    g_autofree char *out = NULL;
+    g_autofree char *list = NULL;
+    g_autofree char *info = NULL;
+    GString *want = g_string_new("");
+    uint64_t size;
+    int rc;
+
+    rc = tu_run_status(&out, "qemu-img check '%s'", path);
+    if (rc != 0) {
+        fail_msg("%s: qemu-img check exit %d:\n%s", step, rc, out);
+    }
+    info = qemu_info(path, &size);
+    assert_int_equal(size, m->size);
+    tu_run("qemu-img convert -O raw '%s' '%s'", path, raw);
+    expect_file("active disk", step, m->data, m->size, raw, m->size);
+    for (guint i = 0; i < m->snaps->len; i++) {
+        Snap *sn = g_ptr_array_index(m->snaps, i);
+        tu_run("qemu-img convert -l '%s' -O raw '%s' '%s'", sn->id, path, raw);
+        g_autofree char *what = g_strdup_printf("snapshot %s (%s)", sn->id, sn->name);
+        /* convert -l keeps the current size (zeros past the snapshot's) */
+        expect_file(what, step, sn->data, sn->size, raw, m->size);
+        g_string_append_printf(want, "%s:%s:%" PRIu64 ";", sn->id, sn->name, sn->vm_size);
+    }
+    list = snapshot_list_of(info);
+    if (strcmp(list, want->str) != 0) {
+        fail_msg("%s: qemu-img lists '%s', want '%s'", step, list, want->str);
+    }
+    g_string_free(want, TRUE);
+    unlink(raw);
+}
+
+void load_vm_n_equal(QimgImage *img, const uint8_t *want, uint64_t n)
+{
+    g_autofree uint8_t *got = g_malloc(n);
+    BlkIOV q;
+    iov_init_buf(&q, got, n);
+    assert_int_equal(img->node->drv->load_vmstate(img->node, 0, &q), 0);
+    assert_memory_equal(got, want, n);
+}
