@@ -33,7 +33,7 @@ build-tsan: deps build-tsan/build.ninja
 	ninja -C build-tsan -j $(JOBS) tests/test-pool \
 	    tests/test-file-io tests/test-file-space \
 	    tests/test-vmstate-save tests/test-vmstate-load \
-	    tests/test-aio-workload \
+	    tests/test-aio-workload tests/test-aio-interleave \
 	    $$(ninja -C build-tsan -t targets all 2>/dev/null | \
 	       sed -n 's/^\(tests\/test-[a-z0-9-]*thread[a-z0-9-]*\):.*/\1/p')
 

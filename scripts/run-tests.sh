@@ -154,13 +154,14 @@ timed unit-asan
 
 # TSan: the tests that exercise threads (the Makefile's build-tsan list:
 # test-pool, test-file-io, test-file-space, test-vmstate-save,
-# test-vmstate-load, test-aio-workload and every
+# test-vmstate-load, test-aio-workload, test-aio-interleave and every
 # tests/test-*thread*.c).  test-aio-workload's random workloads run on a
 # 2 MiB image with 3000 requests each there (every request path and
 # engine, in half the time of the full ones), all but the *_nbd ones:
 # their server, nbdkit, cannot load a TSan-built plugin (tests/meson.build
 # says why); the ASan run has them.
-tsan_tests="test-pool test-file-io test-file-space test-vmstate-save test-vmstate-load test-aio-workload"
+tsan_tests="test-pool test-file-io test-file-space test-vmstate-save test-vmstate-load"
+tsan_tests="$tsan_tests test-aio-workload test-aio-interleave"
 for f in tests/test-*thread*.c; do
     [ -f "$f" ] && tsan_tests="$tsan_tests $(basename "$f" .c)"
 done
