@@ -70,7 +70,7 @@
  *     be submitted over a read in flight, not from a broken hold: reads
  *     stopped by a breakpoint while their cluster is discarded, zeroed and
  *     its host cluster would be reused, on the slow path and on a hold,
- *     are tests/test-aio-workload.c's test_read_beside_*.)
+ *     are tests/test-aio-interleave.c's test_read_beside_*.)
  *  8. A request across clusters (qcow2_fastmap_begin_span) holds every
  *     cluster it touches, each by invariant 7, or none: the first cluster
  *     whose entry is missing, dying (being forgotten), or not writable in
