@@ -20,6 +20,13 @@
  *     string is also kept as its JSON text (null, true/false, the
  *     integer), so a name QEMU prints back from the options (a blkdebug
  *     node's, json-blkdebug.c invariant 6) shows the types it was given.
+ *  4. A \u escape of a UTF-16 surrogate is taken only as a high surrogate
+ *     followed at once by a low one; any other is refused before json-glib
+ *     reads the text, with QEMU's message naming the escape ("\ud83d is
+ *     not a valid Unicode character").  json-glib 1.6 takes a lone one
+ *     into the string as bytes that are not UTF-8, and leaks its string
+ *     buffer on a high surrogate followed by any other \u escape (an image
+ *     names its backing file: a leak per open of a hostile image).
  */
 #include "api/api.h"
 #include "block/dl.h"
@@ -153,6 +160,52 @@ static gboolean flatten_node(JsonNode *v, char *key_in, const FlatOut *out,
     return TRUE;
 }
 
+/* The value of the 4 hex digits at p, or -1 (stops at the NUL). */
+static int hex4(const char *p)
+{
+    int v = 0;
+
+    for (int i = 0; i < 4; i++) {
+        if (!g_ascii_isxdigit(p[i])) {
+            return -1;
+        }
+        v = v * 16 + g_ascii_xdigit_value(p[i]);
+    }
+    return v;
+}
+
+/* Invariant 4, on the standard JSON api_qemu_json made. */
+static gboolean surrogates_ok(const char *text, GError **error)
+{
+    bool in_string = false;
+
+    for (const char *p = text; *p; p++) {
+        if (*p == '"') {
+            in_string = !in_string;
+            continue;
+        }
+        if (!in_string || *p != '\\') {
+            continue;
+        }
+        int cp = p[1] == 'u' ? hex4(p + 2) : -1;
+        if (cp < 0xD800 || cp > 0xDFFF) {
+            p += p[1] != '\0'; /* the escaped character, a '"' too */
+            continue;
+        }
+        if (cp <= 0xDBFF && p[6] == '\\' && p[7] == 'u' && hex4(p + 8) >= 0xDC00 &&
+            hex4(p + 8) <= 0xDFFF) {
+            p += 11; /* the pair */
+            continue;
+        }
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not parse the JSON options: JSON parse error, %.6s is not a "
+                    "valid Unicode character",
+                    p);
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
                        GError **error)
 {
@@ -169,6 +222,9 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
         return FALSE;
     }
     text = api_qemu_json(name + strlen("json:"));
+    if (!surrogates_ok(text, error)) { /* invariant 4 */
+        return FALSE;
+    }
     parser = jg.json_parser_new();
     if (!jg.json_parser_load_from_data(parser, text, -1, &err)) {
         /* QEMU's words, json-glib's detail (QEMU's lexer words it its way) */
