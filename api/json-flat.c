@@ -20,13 +20,17 @@
  *     string is also kept as its JSON text (null, true/false, the
  *     integer), so a name QEMU prints back from the options (a blkdebug
  *     node's, json-blkdebug.c invariant 6) shows the types it was given.
- *  4. A \u escape of a UTF-16 surrogate is taken only as a high surrogate
- *     followed at once by a low one; any other is refused before json-glib
- *     reads the text, with QEMU's message naming the escape ("\ud83d is
- *     not a valid Unicode character").  json-glib 1.6 takes a lone one
- *     into the string as bytes that are not UTF-8, and leaks its string
- *     buffer on a high surrogate followed by any other \u escape (an image
- *     names its backing file: a leak per open of a hostile image).
+ *  4. Every \u escape of a string is read as QEMU's parser reads it before
+ *     json-glib reads the text: four hex digits, a high surrogate only
+ *     followed at once by a low one, and a code point that is neither a
+ *     surrogate nor a noncharacter; anything else is QEMU's "JSON parse
+ *     error, \ud83d is not a valid Unicode character" (the escape as
+ *     written, up to the string's end).  json-glib 1.6 takes a lone
+ *     surrogate, or four characters that are not hex digits, into the
+ *     string as bytes that are not UTF-8, and leaks its string buffer when
+ *     what it read as a high surrogate is followed by another \u escape
+ *     (an image names its backing file: a leak per open of a hostile
+ *     image).
  */
 #include "api/api.h"
 #include "block/dl.h"
@@ -174,8 +178,34 @@ static int hex4(const char *p)
     return v;
 }
 
-/* Invariant 4, on the standard JSON api_qemu_json made. */
-static gboolean surrogates_ok(const char *text, GError **error)
+/* QEMU's valid code point: not a surrogate, not a noncharacter. */
+static bool code_point_ok(int cp)
+{
+    return cp >= 0 && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) &&
+           !(cp >= 0xFDD0 && cp <= 0xFDEF) && (cp & 0xFFFE) != 0xFFFE;
+}
+
+/* How many bytes of the \u escape at p QEMU's message shows: n, or up to
+ * the string's closing quote (its token ends there). */
+static int escape_span(const char *p, int n)
+{
+    for (int i = 2; i < n; i++) {
+        if (p[i] == '\0') {
+            return i;
+        }
+        if (p[i] == '"') {
+            return i + 1;
+        }
+        if (p[i] == '\\' && p[i + 1] != '\0') {
+            i++;
+        }
+    }
+    return n;
+}
+
+/* Invariant 4, on the standard JSON api_qemu_json made: every \u escape
+ * (or pair) of a string, as QEMU's parser reads it. */
+static gboolean unicode_escapes_ok(const char *text, GError **error)
 {
     bool in_string = false;
 
@@ -187,21 +217,28 @@ static gboolean surrogates_ok(const char *text, GError **error)
         if (!in_string || *p != '\\') {
             continue;
         }
-        int cp = p[1] == 'u' ? hex4(p + 2) : -1;
-        if (cp < 0xD800 || cp > 0xDFFF) {
+        if (p[1] != 'u') {
             p += p[1] != '\0'; /* the escaped character, a '"' too */
             continue;
         }
-        if (cp <= 0xDBFF && p[6] == '\\' && p[7] == 'u' && hex4(p + 8) >= 0xDC00 &&
-            hex4(p + 8) <= 0xDFFF) {
-            p += 11; /* the pair */
-            continue;
+        int cp = hex4(p + 2), n = 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF && p[6] == '\\' && p[7] == 'u') {
+            int lo = hex4(p + 8);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp & 0x3FF) << 10) + (lo & 0x3FF);
+                n = 12;
+            } else {
+                cp = -1;
+            }
         }
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Could not parse the JSON options: JSON parse error, %.6s is not a "
-                    "valid Unicode character",
-                    p);
-        return FALSE;
+        if (!code_point_ok(cp)) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Could not parse the JSON options: JSON parse error, %.*s is not "
+                        "a valid Unicode character",
+                        escape_span(p, n), p);
+            return FALSE;
+        }
+        p += n - 1;
     }
     return TRUE;
 }
@@ -222,7 +259,7 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
         return FALSE;
     }
     text = api_qemu_json(name + strlen("json:"));
-    if (!surrogates_ok(text, error)) { /* invariant 4 */
+    if (!unicode_escapes_ok(text, error)) { /* invariant 4 */
         return FALSE;
     }
     parser = jg.json_parser_new();

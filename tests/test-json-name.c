@@ -256,9 +256,10 @@ static void test_options_name(void **state)
     }
 }
 
-/* json-flat.c invariant 4: a surrogate escape outside a pair is QEMU's
- * error (json-glib leaked a string on some, took others as non-UTF-8);
- * single-quoted and backing names too. */
+/* json-flat.c invariant 4: a \u escape that is not four hex digits, a
+ * surrogate outside a pair or a noncharacter is QEMU's error (json-glib
+ * leaked a string on some, took others as non-UTF-8); single-quoted and
+ * backing names too. */
 static void test_surrogates(void **state)
 {
     static const struct {
@@ -271,6 +272,15 @@ static void test_surrogates(void **state)
         {"json:{\"file\":{\"filename\":\"a\\ud83d\\u\"}}", "\\ud83d"},
         {"json:{'file':{'filename':'a\\\"\\ud83d'}}", "\\ud83d"},
         {"json:{\"\\ud83d\\u0041\":1}", "\\ud83d"},
+        /* not four hex digits: up to the string's end */
+        {"json:{\"file\":{\"filename\":\"a\\uzzzz\"}}", "\\uzzzz"},
+        {"json:{\"file\":{\"filename\":\"a\\ude0\"}}", "\\ude0\""},
+        {"json:{\"a\":\"\\ude0\"\\u004(b\"}", "\\ude0\""},
+        {"json:{\"file\":{\"filename\":\"a\\ud83d\\uzz\"}}", "\\ud83d"},
+        /* noncharacters, alone or as a pair */
+        {"json:{\"file\":{\"filename\":\"a\\uFFFE\"}}", "\\uFFFE"},
+        {"json:{\"file\":{\"filename\":\"a\\ufdd0\"}}", "\\ufdd0"},
+        {"json:{\"file\":{\"filename\":\"a\\ud83f\\udffe\"}}", "\\ud83f\\udffe"},
     };
     (void)state;
 

@@ -1,19 +1,22 @@
 #!/bin/bash
-# 162-json-surrogates: a json: name whose strings hold a \u escape of a
-# UTF-16 surrogate outside a high+low pair (json-flat.c invariant 4), as
-# the caller's name and as the backing file name an image from a stranger
-# names: qimg refuses it with qemu-img's message ("JSON parse error,
-# \ud83d is not a valid Unicode character"), where json-glib leaked its
-# string buffer (a high surrogate before another \u escape) or took a lone
-# surrogate into the file name as bytes that are not UTF-8; a real pair is
-# the character it encodes, as in qemu-img.
+# 162-json-surrogates: a json: name whose strings hold a \u escape QEMU's
+# parser refuses (json-flat.c invariant 4): a UTF-16 surrogate outside a
+# high+low pair, four characters that are not hex digits, a noncharacter
+# (alone or as a pair) -- as the caller's name and as the backing file
+# name an image from a stranger names.  qimg refuses it with qemu-img's
+# message ("JSON parse error, \ud83d is not a valid Unicode character"),
+# where json-glib leaked its string buffer (what it read as a high
+# surrogate before another \u escape) or took the escape into the file
+# name as bytes that are not UTF-8; a real pair, and an escape of a valid
+# character, name the file as in qemu-img.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f raw 'base🐀.raw' 1M || exit 1
 "$QEMU_IO" -f raw -c 'write -P 0x5a 0 4k' 'base🐀.raw' >/dev/null || exit 1
 
-for esc in '\ud83d\u0041' '\ud83d\ud83d' '\uD83Dx' '\udc00' '\ud83d\u' '\ud83d\udc00'; do
+for esc in '\ud83d\u0041' '\ud83d\ud83d' '\uD83Dx' '\udc00' '\ud83d\u' '\ud83d\udc00' \
+    '\uzzzz' '\ude0' '\u004(' '\ufffe' '\ud83f\udffe' '\u00e9'; do
     name="json:{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"base$esc.raw\"}}"
     # the caller's name
     same_as_qemu_err info "$name"
