@@ -31,6 +31,11 @@
  *     what it read as a high surrogate is followed by another \u escape
  *     (an image names its backing file: a leak per open of a hostile
  *     image).
+ *  5. The text is one JSON value: anything but white space after it
+ *     (QEMU's "Expecting at most one JSON value") is refused before
+ *     json-glib reads the text.  json-glib 1.6 takes a value followed by an object or a
+ * list
+ *     ("{}{}", "7[]") and leaks what it parsed of them.
  */
 #include "api/api.h"
 #include "block/dl.h"
@@ -243,6 +248,55 @@ static gboolean unicode_escapes_ok(const char *text, GError **error)
     return TRUE;
 }
 
+#define JSON_SPACE " \t\n\r"
+
+/* The end of the JSON value that starts at p: past its closing bracket or
+ * quote, or the end of a scalar; the NUL if it does not end. */
+static const char *value_end(const char *p)
+{
+    int depth = 0;
+
+    do {
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++) {
+                p += *p == '\\' && p[1] != '\0';
+            }
+            p += *p != '\0';
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+            p++;
+        } else if (*p == '}' || *p == ']') {
+            depth--;
+            p++;
+        } else if (depth == 0) { /* a scalar */
+            while (*p && !strchr(JSON_SPACE "{}[],:\"", *p)) {
+                p++;
+            }
+        } else {
+            p++;
+        }
+    } while (depth > 0 && *p);
+    return p;
+}
+
+/* Invariant 5, on the standard JSON api_qemu_json made. */
+static gboolean one_value_ok(const char *text, GError **error)
+{
+    const char *p = text + strspn(text, JSON_SPACE);
+
+    if (!*p || strchr("}],:", *p)) { /* no value: json-glib says so */
+        return TRUE;
+    }
+    p = value_end(p);
+    p += strspn(p, JSON_SPACE);
+    if (*p) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not parse the JSON options: Expecting at most one JSON value");
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
                        GError **error)
 {
@@ -259,7 +313,7 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
         return FALSE;
     }
     text = api_qemu_json(name + strlen("json:"));
-    if (!unicode_escapes_ok(text, error)) { /* invariant 4 */
+    if (!unicode_escapes_ok(text, error) || !one_value_ok(text, error)) { /* 4, 5 */
         return FALSE;
     }
     parser = jg.json_parser_new();

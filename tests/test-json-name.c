@@ -312,6 +312,44 @@ static void test_surrogates(void **state)
     assert_string_equal(path, "a\xf0\x9f\x90\x80\\ud83d");
 }
 
+/* json-flat.c invariant 5: one JSON value, as QEMU (json-glib took a
+ * second object or list, and leaked). */
+static void test_one_value(void **state)
+{
+    static const char *const bad[] = {
+        "json:7{\"a\":\"b\"}",
+        "json:{\"a\":1}{\"b\":2}",
+        "json:[1]{}",
+        "json:{}7",
+        "json: {\"driver\":\"raw\"}x",
+        "json:{\"a\":\"}{\"}]",
+        "json:{'a':'}'}{}",
+        "json:{\"a\":[1,{\"b\":\"]\"}]}{}",
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+
+        assert_false(api_json_name(bad[i], &o, &path, &l, &err));
+        assert_string_equal(
+            err->message,
+            "Could not parse the JSON options: Expecting at most one JSON value");
+        api_open_layers_clear(&l);
+    }
+
+    /* white space around the one value is fine */
+    BlkOpenOptions o = {.format = "raw"};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    assert_true(api_json_backing_name("json: {\"file\":{\"filename\":\"}{\"}}\n ", &o,
+                                      &path, &err));
+    assert_string_equal(path, "}{");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -323,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_qemu_json),
         cmocka_unit_test(test_options_name),
         cmocka_unit_test(test_surrogates),
+        cmocka_unit_test(test_one_value),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -8,7 +8,9 @@
 # where json-glib leaked its string buffer (what it read as a high
 # surrogate before another \u escape) or took the escape into the file
 # name as bytes that are not UTF-8; a real pair, and an escape of a valid
-# character, name the file as in qemu-img.
+# character, name the file as in qemu-img.  And a text that is more than
+# one JSON value (json-flat.c invariant 5; json-glib took "{}{}" and
+# leaked): qemu-img's "Expecting at most one JSON value".
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -28,5 +30,15 @@ for esc in '\ud83d\u0041' '\ud83d\ud83d' '\uD83Dx' '\udc00' '\ud83d\u' '\ud83d\u
 done
 # single quotes, QEMU's other form
 same_as_qemu_err info "json:{'driver':'raw','file':{'filename':'base\\ud83d.raw'}}"
+
+# more than one JSON value
+for extra in '{}' ' 7' ']' ',' 'x'; do
+    same_as_qemu_err info "json:{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"base.raw\"}}$extra"
+    rm -f top.qcow2
+    "$QEMU_IMG" create -q -f qcow2 -u -b "json:{\"file\":{\"filename\":\"}{\"}}$extra" -F raw top.qcow2 1M ||
+        exit 1
+    same_as_qemu_err info --backing-chain top.qcow2
+done
+same_as_qemu_err info "json:7{\"driver\":\"raw\"}"
 
 finish
