@@ -350,6 +350,24 @@ static void test_one_value(void **state)
     assert_string_equal(path, "}{");
 }
 
+/* faulty-config.c fact 1: a blkdebug config file is read bounded (the
+ * name parsing reads it): a device that never ends is refused. */
+static void test_blkdebug_config_bounded(void **state)
+{
+    BlkOpenOptions o = {0};
+    ApiOpenLayers l = {0};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    (void)state;
+
+    assert_false(api_json_name("json:{\"driver\":\"blkdebug\",\"config\":\"/dev/zero\","
+                               "\"image\":{\"driver\":\"file\",\"filename\":\"x\"}}",
+                               &o, &path, &l, &err));
+    assert_string_equal(err->message,
+                        "Could not read blkdebug config file: File too large");
+    api_open_layers_clear(&l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_options_name),
         cmocka_unit_test(test_surrogates),
         cmocka_unit_test(test_one_value),
+        cmocka_unit_test(test_blkdebug_config_bounded),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
