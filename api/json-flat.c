@@ -20,6 +20,22 @@
  *     string is also kept as its JSON text (null, true/false, the
  *     integer), so a name QEMU prints back from the options (a blkdebug
  *     node's, json-blkdebug.c invariant 6) shows the types it was given.
+ *  4. Every \u escape of a string is read as QEMU's parser reads it before
+ *     json-glib reads the text: four hex digits, a high surrogate only
+ *     followed at once by a low one, and a code point that is neither a
+ *     surrogate nor a noncharacter; anything else is QEMU's "JSON parse
+ *     error, \ud83d is not a valid Unicode character" (the escape as
+ *     written, up to the string's end).  json-glib 1.6 takes a lone
+ *     surrogate, or four characters that are not hex digits, into the
+ *     string as bytes that are not UTF-8, and leaks its string buffer when
+ *     what it read as a high surrogate is followed by another \u escape
+ *     (an image names its backing file: a leak per open of a hostile
+ *     image).
+ *  5. The text is one JSON value: anything but white space after it
+ *     (QEMU's "Expecting at most one JSON value") is refused before
+ *     json-glib reads the text.  json-glib 1.6 takes a value followed by an object or a
+ * list
+ *     ("{}{}", "7[]") and leaks what it parsed of them.
  */
 #include "api/api.h"
 #include "block/dl.h"
@@ -153,6 +169,134 @@ static gboolean flatten_node(JsonNode *v, char *key_in, const FlatOut *out,
     return TRUE;
 }
 
+/* The value of the 4 hex digits at p, or -1 (stops at the NUL). */
+static int hex4(const char *p)
+{
+    int v = 0;
+
+    for (int i = 0; i < 4; i++) {
+        if (!g_ascii_isxdigit(p[i])) {
+            return -1;
+        }
+        v = v * 16 + g_ascii_xdigit_value(p[i]);
+    }
+    return v;
+}
+
+/* QEMU's valid code point: not a surrogate, not a noncharacter. */
+static bool code_point_ok(int cp)
+{
+    return cp >= 0 && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) &&
+           !(cp >= 0xFDD0 && cp <= 0xFDEF) && (cp & 0xFFFE) != 0xFFFE;
+}
+
+/* How many bytes of the \u escape at p QEMU's message shows: n, or up to
+ * the string's closing quote (its token ends there). */
+static int escape_span(const char *p, int n)
+{
+    for (int i = 2; i < n; i++) {
+        if (p[i] == '\0') {
+            return i;
+        }
+        if (p[i] == '"') {
+            return i + 1;
+        }
+        if (p[i] == '\\' && p[i + 1] != '\0') {
+            i++;
+        }
+    }
+    return n;
+}
+
+/* Invariant 4, on the standard JSON api_qemu_json made: every \u escape
+ * (or pair) of a string, as QEMU's parser reads it. */
+static gboolean unicode_escapes_ok(const char *text, GError **error)
+{
+    bool in_string = false;
+
+    for (const char *p = text; *p; p++) {
+        if (*p == '"') {
+            in_string = !in_string;
+            continue;
+        }
+        if (!in_string || *p != '\\') {
+            continue;
+        }
+        if (p[1] != 'u') {
+            p += p[1] != '\0'; /* the escaped character, a '"' too */
+            continue;
+        }
+        int cp = hex4(p + 2), n = 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF && p[6] == '\\' && p[7] == 'u') {
+            int lo = hex4(p + 8);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp & 0x3FF) << 10) + (lo & 0x3FF);
+                n = 12;
+            } else {
+                cp = -1;
+            }
+        }
+        if (!code_point_ok(cp)) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Could not parse the JSON options: JSON parse error, %.*s is not "
+                        "a valid Unicode character",
+                        escape_span(p, n), p);
+            return FALSE;
+        }
+        p += n - 1;
+    }
+    return TRUE;
+}
+
+#define JSON_SPACE " \t\n\r"
+
+/* The end of the JSON value that starts at p: past its closing bracket or
+ * quote, or the end of a scalar; the NUL if it does not end. */
+static const char *value_end(const char *p)
+{
+    int depth = 0;
+
+    do {
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++) {
+                p += *p == '\\' && p[1] != '\0';
+            }
+            p += *p != '\0';
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+            p++;
+        } else if (*p == '}' || *p == ']') {
+            depth--;
+            p++;
+        } else if (depth == 0) { /* a scalar */
+            while (*p && !strchr(JSON_SPACE "{}[],:\"", *p)) {
+                p++;
+            }
+        } else {
+            p++;
+        }
+    } while (depth > 0 && *p);
+    return p;
+}
+
+/* Invariant 5, on the standard JSON api_qemu_json made. */
+static gboolean one_value_ok(const char *text, GError **error)
+{
+    const char *p = text + strspn(text, JSON_SPACE);
+
+    if (!*p || strchr("}],:", *p)) { /* no value: json-glib says so */
+        return TRUE;
+    }
+    p = value_end(p);
+    p += strspn(p, JSON_SPACE);
+    if (*p) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Could not parse the JSON options: Expecting at most one JSON value");
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
                        GError **error)
 {
@@ -169,6 +313,9 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
         return FALSE;
     }
     text = api_qemu_json(name + strlen("json:"));
+    if (!unicode_escapes_ok(text, error) || !one_value_ok(text, error)) { /* 4, 5 */
+        return FALSE;
+    }
     parser = jg.json_parser_new();
     if (!jg.json_parser_load_from_data(parser, text, -1, &err)) {
         /* QEMU's words, json-glib's detail (QEMU's lexer words it its way) */

@@ -5,9 +5,10 @@
  *
  * Facts learnt from running qemu-img 7.2 with such files:
  *  1. A file that cannot be read: "Could not read blkdebug config file:
- *     REASON"; a group other than inject-error/set-state: "There is no
- *     option group 'NAME'"; an event QEMU does not know: "invalid parameter
- *     value: NAME".
+ *     REASON" (qimg's own: a file over CONFIG_MAX bytes is "File too
+ *     large", never read whole: /dev/zero does not end); a group other
+ *     than inject-error/set-state: "There is no option group 'NAME'"; an
+ *     event QEMU does not know: "invalid parameter value: NAME".
  *  2. Keys are "key = "value"" lines (quotes optional), '#' comments;
  *     inject-error takes event, errno (default 5), sector (the request
  *     covers that 512-byte sector), once (default off: every later
@@ -310,6 +311,9 @@ int blk_faulty_groups_rules(GKeyFile *kf, bool from_options, char **rules)
     return 0;
 }
 
+/* A config file larger than this is refused (EFBIG), not read whole. */
+#define CONFIG_MAX (1u << 20)
+
 int blk_faulty_config_rules(const char *path, char **rules)
 {
     g_autoptr(GKeyFile) kf = g_key_file_new();
@@ -320,8 +324,13 @@ int blk_faulty_config_rules(const char *path, char **rules)
     unsigned n = 0;
 
     FILE *f = fopen(path, "r");
-    if (!f || !g_file_get_contents(path, &text, &len, NULL)) {
-        int e = f ? EIO : errno;
+    if (f) { /* bounded: the name may be a device that never ends (/dev/zero) */
+        text = g_malloc(CONFIG_MAX + 1);
+        len = fread(text, 1, CONFIG_MAX + 1, f);
+        text[MIN(len, (gsize)CONFIG_MAX)] = '\0';
+    }
+    if (!f || ferror(f) || len > CONFIG_MAX) {
+        int e = !f ? errno : ferror(f) ? EIO : EFBIG;
         if (f) {
             fclose(f);
         }

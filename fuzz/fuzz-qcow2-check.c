@@ -15,6 +15,7 @@
  */
 #include "block/block.h"
 #include "api/api.h"
+#include "fuzz/fuzz-qcow2.h"
 #include "fuzz/fuzz-util.h"
 #include "qcow2/check.h"
 #include "qcow2/qcow2.h"
@@ -40,33 +41,6 @@ static void init_scratch(void)
     scratch_dir = fuzz_scratch_dir("check");
     image_path = g_build_filename(scratch_dir, "image.qcow2", NULL);
     repair_path = g_build_filename(scratch_dir, "repair.qcow2", NULL);
-}
-
-/* An external data file may only be a plain name in the scratch folder
- * (a path could name a device or a FIFO and block the run). */
-static bool data_file_name_is_safe(const uint8_t *data, size_t size)
-{
-    uint8_t head[QCOW2_HDR_V3_FULL_LENGTH] = {0};
-    Qcow2Header h;
-    Qcow2Extensions ext = {0};
-    bool safe = true;
-
-    memcpy(head, data, MIN(size, sizeof(head)));
-    if (qcow2_header_decode(head, sizeof(head), &h) < 0) {
-        blk_error_clear();
-        return true;
-    }
-    size_t cs = (size_t)1 << h.cluster_bits;
-    g_autofree uint8_t *c0 = g_malloc0(cs);
-    memcpy(c0, data, MIN(size, cs));
-    (void)qcow2_read_extensions(c0, &h, &ext);
-    blk_error_clear();
-    if (ext.data_file && (strchr(ext.data_file, '/') || ext.data_file[0] == '.' ||
-                          ext.data_file[0] == '\0')) {
-        safe = false;
-    }
-    qcow2_extensions_free(&ext);
-    return safe;
 }
 
 static BlkNode *open_image(const char *path, bool rw, bool check_mode)
@@ -112,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!scratch_dir) {
         init_scratch();
     }
-    if (size > CHECK_FUZZ_MAX_INPUT || !data_file_name_is_safe(data, size)) {
+    if (size > CHECK_FUZZ_MAX_INPUT || !fuzz_qcow2_data_file_is_safe(data, size)) {
         return 0;
     }
     if (!g_file_set_contents(image_path, (const char *)data, (gssize)size, NULL) ||

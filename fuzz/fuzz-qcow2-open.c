@@ -12,6 +12,7 @@
  */
 #include "block/block.h"
 #include "api/api.h"
+#include "fuzz/fuzz-qcow2.h"
 #include "fuzz/fuzz-util.h"
 #include "qcow2/qcow2.h"
 
@@ -38,35 +39,6 @@ static void init_scratch(void)
         bytes[i] = (uint8_t)(i * 7);
     }
     g_file_set_contents(data, (const char *)bytes, 65536, NULL);
-}
-
-/* Refuse inputs whose external data file name could reach outside the
- * scratch directory (device nodes could block). */
-static bool data_file_name_is_safe(const uint8_t *data, size_t size)
-{
-    uint8_t head[QCOW2_HDR_V3_FULL_LENGTH] = {0};
-    Qcow2Header h;
-    Qcow2Extensions ext = {0};
-    bool safe = true;
-
-    memcpy(head, data, MIN(size, sizeof(head)));
-    if (qcow2_header_decode(head, sizeof(head), &h) < 0) {
-        blk_error_clear();
-        return true;
-    }
-    size_t cs = (size_t)1 << h.cluster_bits;
-    g_autofree uint8_t *c0 = g_malloc0(cs);
-    memcpy(c0, data, MIN(size, cs));
-    if (qcow2_read_extensions(c0, &h, &ext) < 0) {
-        blk_error_clear();
-        /* the open fails on the same extensions before opening a file */
-    }
-    if (ext.data_file && (strchr(ext.data_file, '/') || ext.data_file[0] == '.' ||
-                          ext.data_file[0] == '\0')) {
-        safe = false;
-    }
-    qcow2_extensions_free(&ext);
-    return safe;
 }
 
 static void exercise(BlkNode *img)
@@ -103,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!scratch_dir) {
         init_scratch();
     }
-    if (!data_file_name_is_safe(data, size)) {
+    if (!fuzz_qcow2_data_file_is_safe(data, size)) {
         return 0;
     }
     if (!g_file_set_contents(image_path, (const char *)data, (gssize)size, NULL)) {

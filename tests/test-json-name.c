@@ -256,6 +256,118 @@ static void test_options_name(void **state)
     }
 }
 
+/* json-flat.c invariant 4: a \u escape that is not four hex digits, a
+ * surrogate outside a pair or a noncharacter is QEMU's error (json-glib
+ * leaked a string on some, took others as non-UTF-8); single-quoted and
+ * backing names too. */
+static void test_surrogates(void **state)
+{
+    static const struct {
+        const char *name, *escape;
+    } bad[] = {
+        {"json:{\"file\":{\"filename\":\"a\\ud83d\\u0041\"}}", "\\ud83d"},
+        {"json:{\"file\":{\"filename\":\"a\\ud83d\\ud83d\"}}", "\\ud83d"},
+        {"json:{\"file\":{\"filename\":\"a\\uD83Dx\"}}", "\\uD83D"},
+        {"json:{\"file\":{\"filename\":\"a\\udc00\"}}", "\\udc00"},
+        {"json:{\"file\":{\"filename\":\"a\\ud83d\\u\"}}", "\\ud83d"},
+        {"json:{'file':{'filename':'a\\\"\\ud83d'}}", "\\ud83d"},
+        {"json:{\"\\ud83d\\u0041\":1}", "\\ud83d"},
+        /* not four hex digits: up to the string's end */
+        {"json:{\"file\":{\"filename\":\"a\\uzzzz\"}}", "\\uzzzz"},
+        {"json:{\"file\":{\"filename\":\"a\\ude0\"}}", "\\ude0\""},
+        {"json:{\"a\":\"\\ude0\"\\u004(b\"}", "\\ude0\""},
+        {"json:{\"file\":{\"filename\":\"a\\ud83d\\uzz\"}}", "\\ud83d"},
+        /* noncharacters, alone or as a pair */
+        {"json:{\"file\":{\"filename\":\"a\\uFFFE\"}}", "\\uFFFE"},
+        {"json:{\"file\":{\"filename\":\"a\\ufdd0\"}}", "\\ufdd0"},
+        {"json:{\"file\":{\"filename\":\"a\\ud83f\\udffe\"}}", "\\ud83f\\udffe"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        for (int backing = 0; backing < 2; backing++) {
+            BlkOpenOptions o = {.format = backing ? "raw" : NULL};
+            ApiOpenLayers l = {0};
+            g_autofree char *path = NULL;
+            g_autoptr(GError) err = NULL;
+            g_autofree char *want = g_strdup_printf(
+                "Could not parse the JSON options: JSON parse error, %s is not a valid "
+                "Unicode character",
+                bad[i].escape);
+
+            assert_false(backing ? api_json_backing_name(bad[i].name, &o, &path, &err)
+                                 : api_json_name(bad[i].name, &o, &path, &l, &err));
+            assert_string_equal(err->message, want);
+            assert_null(path);
+            api_open_layers_clear(&l);
+        }
+    }
+
+    /* a pair, and an escaped backslash before a 'u', are fine */
+    BlkOpenOptions o = {.format = "raw"};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    assert_true(api_json_backing_name(
+        "json:{\"file\":{\"filename\":\"a\\ud83d\\udc00\\\\ud83d\"}}", &o, &path, &err));
+    assert_string_equal(path, "a\xf0\x9f\x90\x80\\ud83d");
+}
+
+/* json-flat.c invariant 5: one JSON value, as QEMU (json-glib took a
+ * second object or list, and leaked). */
+static void test_one_value(void **state)
+{
+    static const char *const bad[] = {
+        "json:7{\"a\":\"b\"}",
+        "json:{\"a\":1}{\"b\":2}",
+        "json:[1]{}",
+        "json:{}7",
+        "json: {\"driver\":\"raw\"}x",
+        "json:{\"a\":\"}{\"}]",
+        "json:{'a':'}'}{}",
+        "json:{\"a\":[1,{\"b\":\"]\"}]}{}",
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+
+        assert_false(api_json_name(bad[i], &o, &path, &l, &err));
+        assert_string_equal(
+            err->message,
+            "Could not parse the JSON options: Expecting at most one JSON value");
+        api_open_layers_clear(&l);
+    }
+
+    /* white space around the one value is fine */
+    BlkOpenOptions o = {.format = "raw"};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    assert_true(api_json_backing_name("json: {\"file\":{\"filename\":\"}{\"}}\n ", &o,
+                                      &path, &err));
+    assert_string_equal(path, "}{");
+}
+
+/* faulty-config.c fact 1: a blkdebug config file is read bounded (the
+ * name parsing reads it): a device that never ends is refused. */
+static void test_blkdebug_config_bounded(void **state)
+{
+    BlkOpenOptions o = {0};
+    ApiOpenLayers l = {0};
+    g_autofree char *path = NULL;
+    g_autoptr(GError) err = NULL;
+    (void)state;
+
+    assert_false(api_json_name("json:{\"driver\":\"blkdebug\",\"config\":\"/dev/zero\","
+                               "\"image\":{\"driver\":\"file\",\"filename\":\"x\"}}",
+                               &o, &path, &l, &err));
+    assert_string_equal(err->message,
+                        "Could not read blkdebug config file: File too large");
+    api_open_layers_clear(&l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +378,9 @@ int main(void)
         cmocka_unit_test(test_caller_layer_refusals),
         cmocka_unit_test(test_qemu_json),
         cmocka_unit_test(test_options_name),
+        cmocka_unit_test(test_surrogates),
+        cmocka_unit_test(test_one_value),
+        cmocka_unit_test(test_blkdebug_config_bounded),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

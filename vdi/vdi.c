@@ -457,9 +457,29 @@ static void check_entry(Check *c, uint32_t b, uint32_t e)
     }
 }
 
+/* n map entries of 0 from entry first: the first is index 0, perhaps a
+ * second use; the others are second uses, counted without a call each. */
+static void check_zero_entries(Check *c, uint64_t first, uint64_t n)
+{
+    uint64_t again, kept = 0;
+
+    if (n == 0) {
+        return;
+    }
+    check_entry(c, (uint32_t)first, 0);
+    again = n - 1;
+    c->res->corruptions += (int64_t)again;
+    c->count += (uint32_t)again;
+    while (kept < again && c->messages < CHECK_MAX_MESSAGES) {
+        check_msg(c, "ERROR: block index 0 also used by 0");
+        kept++;
+    }
+    c->dropped += (unsigned)MIN(again - kept, (uint64_t)UINT32_MAX);
+}
+
 /* Invariant 6.  The map is read in chunks; its part past the end of the
- * file reads as zeros (as QEMU reads it), entries all naming index 0,
- * counted without reading them. */
+ * file, and its holes in the file, read as zeros (as QEMU reads them),
+ * entries all naming index 0, counted without reading them. */
 static int vdi_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
 {
     VdiState *s = img->opaque;
@@ -484,11 +504,21 @@ static int vdi_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
     if (flen > s->h.offset_bmap) {
         in_file = MIN(s->map_bytes, ROUND_DOWN(flen - s->h.offset_bmap, 4));
     }
-    for (uint64_t pos = 0; pos < in_file && ret == 0; pos += CHECK_CHUNK) {
-        size_t len = (size_t)MIN((uint64_t)CHECK_CHUNK, in_file - pos);
-        ret = blk_pread(img->file, (uint64_t)s->h.offset_bmap + pos, buf, len);
-        for (size_t k = 0; ret == 0 && k + 4 <= len; k += 4) {
-            check_entry(&c, (uint32_t)((pos + k) / 4), load_le32(buf + k));
+    for (uint64_t pos = 0, len; pos < in_file && ret == 0; pos += len) {
+        uint64_t at = (uint64_t)s->h.offset_bmap + pos;
+        BlkStatus st;
+        len = MIN((uint64_t)CHECK_CHUNK, in_file - pos);
+        /* a hole of the map (a sparse file) is entries of 0: counted
+         * without reading them, as the part past the end of the file */
+        if (blk_block_status(img->file, at, len, &st) == 0 &&
+            (st.flags & BLK_STATUS_ZERO) && ROUND_DOWN(st.pnum, 4) > 0) {
+            len = ROUND_DOWN(MIN(st.pnum, in_file - pos), 4);
+            check_zero_entries(&c, pos / 4, len / 4);
+        } else {
+            ret = blk_pread(img->file, at, buf, (size_t)len);
+            for (size_t k = 0; ret == 0 && k + 4 <= len; k += 4) {
+                check_entry(&c, (uint32_t)((pos + k) / 4), load_le32(buf + k));
+            }
         }
         if (res->progress) {
             res->progress(res->progress_opaque, pos, s->map_bytes);
@@ -499,18 +529,8 @@ static int vdi_check(BlkNode *img, BlkCheckResult *res, unsigned fix)
         res->check_errors++;
         return ret;
     }
-    uint64_t tail = (s->map_bytes - in_file) / 4; /* entries of 0 past the file's end */
-    if (tail > 0) {
-        uint64_t again = tail - 1, kept = 0;
-        check_entry(&c, (uint32_t)(in_file / 4), 0); /* index 0, perhaps a second use */
-        res->corruptions += (int64_t)again;          /* the others: second uses */
-        c.count += (uint32_t)again;
-        while (kept < again && c.messages < CHECK_MAX_MESSAGES) {
-            check_msg(&c, "ERROR: block index 0 also used by 0");
-            kept++;
-        }
-        c.dropped += (unsigned)MIN(again - kept, (uint64_t)UINT32_MAX);
-    }
+    /* entries of 0 past the file's end */
+    check_zero_entries(&c, in_file / 4, (s->map_bytes - in_file) / 4);
     g_free(c.used);
     if (c.count != s->h.blocks_allocated) {
         check_msg(&c,

@@ -1,0 +1,44 @@
+#!/bin/bash
+# 162-json-surrogates: a json: name whose strings hold a \u escape QEMU's
+# parser refuses (json-flat.c invariant 4): a UTF-16 surrogate outside a
+# high+low pair, four characters that are not hex digits, a noncharacter
+# (alone or as a pair) -- as the caller's name and as the backing file
+# name an image from a stranger names.  qimg refuses it with qemu-img's
+# message ("JSON parse error, \ud83d is not a valid Unicode character"),
+# where json-glib leaked its string buffer (what it read as a high
+# surrogate before another \u escape) or took the escape into the file
+# name as bytes that are not UTF-8; a real pair, and an escape of a valid
+# character, name the file as in qemu-img.  And a text that is more than
+# one JSON value (json-flat.c invariant 5; json-glib took "{}{}" and
+# leaked): qemu-img's "Expecting at most one JSON value".
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io
+
+"$QEMU_IMG" create -q -f raw 'base🐀.raw' 1M || exit 1
+"$QEMU_IO" -f raw -c 'write -P 0x5a 0 4k' 'base🐀.raw' >/dev/null || exit 1
+
+for esc in '\ud83d\u0041' '\ud83d\ud83d' '\uD83Dx' '\udc00' '\ud83d\u' '\ud83d\udc00' \
+    '\uzzzz' '\ude0' '\u004(' '\ufffe' '\ud83f\udffe' '\u00e9'; do
+    name="json:{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"base$esc.raw\"}}"
+    # the caller's name
+    same_as_qemu_err info "$name"
+    # a backing file name from the image
+    rm -f top.qcow2
+    "$QEMU_IMG" create -q -f qcow2 -u -b "$name" -F raw top.qcow2 1M || exit 1
+    same_as_qemu_err info --backing-chain top.qcow2
+    same_as_qemu_io "read through a backing name with $esc" -c 'read -P 0x5a 0 4k' top.qcow2
+done
+# single quotes, QEMU's other form
+same_as_qemu_err info "json:{'driver':'raw','file':{'filename':'base\\ud83d.raw'}}"
+
+# more than one JSON value
+for extra in '{}' ' 7' ']' ',' 'x'; do
+    same_as_qemu_err info "json:{\"driver\":\"raw\",\"file\":{\"driver\":\"file\",\"filename\":\"base.raw\"}}$extra"
+    rm -f top.qcow2
+    "$QEMU_IMG" create -q -f qcow2 -u -b "json:{\"file\":{\"filename\":\"}{\"}}$extra" -F raw top.qcow2 1M ||
+        exit 1
+    same_as_qemu_err info --backing-chain top.qcow2
+done
+same_as_qemu_err info "json:7{\"driver\":\"raw\"}"
+
+finish
