@@ -590,6 +590,13 @@ int qcow2_settle_refblocks_locked(Qcow2State *s);
 /* Apply the pending decreases; the caller made every table that dropped
  * them durable (L2 cache written, file flushed). */
 void qcow2_apply_pending_frees_locked(Qcow2State *s);
+/* After a shrink (QEMU's qcow2_shrink_reftable): clear the reftable
+ * entries of refcount blocks that count nothing but themselves (one synced
+ * table write; a block past the end of the file reads as zeros, as QEMU
+ * reads it), then drop each block's own refcount, which the block covering
+ * it must hold (else a corruption: "Refblock at ... is not covered by the
+ * refcount structures", or "Invalid refcount" when it is not 1). */
+int qcow2_shrink_reftable_locked(Qcow2State *s);
 /* Pending decreases before a request forces a barrier (alloc.c inv. 2). */
 #define QCOW2_MAX_PENDING_FREES 4096u
 /* alloc.c invariant 10: before @n clusters for a guest write would grow the
