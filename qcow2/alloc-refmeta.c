@@ -2,11 +2,13 @@
  * qcow2/alloc-refmeta.c: the refcount metadata the allocator makes (part of
  * alloc.c's design): refcount blocks for clusters about to be counted and
  * the refcount tables that replace a table too small, placed as QEMU
- * places them, and the refcount area preallocation asks for.
+ * places them, the refcount area preallocation asks for, and dropping the
+ * blocks a shrink leaves counting nothing (QEMU's qcow2_shrink_reftable).
  *
  * Owns: the rounds of refcount block creation, their plans and their
- * commit (the write order), waiting reftable entries (batched rounds) and
- * the sizing of refcount areas.
+ * commit (the write order), waiting reftable entries (batched rounds), the
+ * sizing of refcount areas, and the reftable shrink (alloc.c invariant 2's
+ * order: the entries are cleared, synced, before the blocks' counts drop).
  *
  * Invariants: alloc.c's list, cited as "alloc.c invariant N"; this file
  * keeps 3 (placement, one structure per round, and the order of the
@@ -457,4 +459,108 @@ int64_t qcow2_refcount_area_locked(Qcow2State *s, uint64_t offset, uint64_t addi
     }
     plan_free(&p);
     return ret < 0 ? ret : (int64_t)(end << s->cluster_bits);
+}
+
+/* A refcount block that counts nothing but (perhaps) itself.  A block past
+ * the end of the file reads as zeros, as the file does (QEMU reads it
+ * through its cache); any other bad entry is refcount.c invariant 3's
+ * corruption. */
+static int refblock_unused_locked(Qcow2State *s, uint64_t ti, bool *unused)
+{
+    uint64_t entry = s->refcount_table[ti], offset, own = UINT64_MAX;
+    uint64_t block_offset = entry & QCOW2_REFT_OFFSET_MASK;
+    void *block;
+    bool zero = true;
+    int ret;
+
+    *unused = false;
+    if (!(entry & QCOW2_REFT_RESERVED_MASK) &&
+        !qcow2_offset_into_cluster(s, block_offset) &&
+        !qcow2_range_within(block_offset, s->cluster_size, s->file_size)) {
+        *unused = true;
+        return 0;
+    }
+    ret = qcow2_refblock_offset_locked(s, ti, &offset);
+    if (ret < 0 || offset == 0) {
+        return ret;
+    }
+    if ((offset >> s->cluster_bits) >> s->refcount_block_bits == ti) {
+        own = (offset >> s->cluster_bits) & (alloc_rb_entries(s) - 1);
+    }
+    ret = qcow2_cache_get_locked(s->refcount_cache, offset, &block);
+    if (ret < 0) {
+        return ret;
+    }
+    for (uint64_t i = 0; i < alloc_rb_entries(s) && zero; i++) {
+        zero = i == own || qcow2_refblock_get(block, i, s->refcount_order) == 0;
+    }
+    qcow2_cache_put_locked(s->refcount_cache, &block);
+    *unused = zero;
+    return 0;
+}
+
+/* Drop the refcount of a block the reftable no longer names (it must be 1;
+ * the block that counts it must exist) and the block from the cache. */
+static int discard_refblock_locked(Qcow2State *s, uint64_t offset)
+{
+    uint64_t ti = (offset >> s->cluster_bits) >> s->refcount_block_bits, refcount;
+    int ret;
+
+    if (ti >= s->refcount_table_size ||
+        !(s->refcount_table[ti] & QCOW2_REFT_OFFSET_MASK)) {
+        return qcow2_corrupt_locked(
+            s, "Refblock at %#" PRIx64 " is not covered by the refcount structures",
+            offset);
+    }
+    ret = qcow2_get_refcount_locked(s, offset >> s->cluster_bits, &refcount);
+    if (ret < 0) {
+        return ret;
+    }
+    if (refcount != 1) {
+        return qcow2_corrupt_locked(
+            s,
+            "Invalid refcount: refblock offset %#" PRIx64 ", reftable index %#" PRIx64
+            ", block offset %#" PRIx64 ", refcount %#" PRIx64,
+            s->refcount_table[ti] & QCOW2_REFT_OFFSET_MASK, ti, offset, refcount);
+    }
+    /* A self-describing block is held while it drops its own count, so the
+     * free cannot take it out of the cache (cache.c): done here. */
+    qcow2_free_clusters_as_locked(s, offset, s->cluster_size, QCOW2_DISCARD_ALWAYS);
+    qcow2_cache_discard_locked(s->refcount_cache, offset);
+    return 0;
+}
+
+int qcow2_shrink_reftable_locked(Qcow2State *s)
+{
+    uint64_t n = s->refcount_table_size;
+    g_autofree uint8_t *table = g_malloc(n * 8);
+    g_autofree bool *drop = g_new0(bool, n);
+    bool any = false;
+    int ret = qcow2_flush_all_locked(s); /* the blocks on disk are what we look at */
+
+    for (uint64_t i = 0; ret == 0 && i < n; i++) {
+        if (s->refcount_table[i] & QCOW2_REFT_OFFSET_MASK) {
+            ret = refblock_unused_locked(s, i, &drop[i]);
+        }
+        any |= drop[i];
+        store_be64(table + i * 8, drop[i] ? 0 : s->refcount_table[i]);
+    }
+    if (ret < 0 || !any) {
+        return ret;
+    }
+    /* alloc.c invariant 2: the entries are gone on disk before the blocks'
+     * own counts drop */
+    ret = qcow2_write_metadata_locked(s, BLKEV_NONE, QCOW2_OL_REFCOUNT_TABLE,
+                                      s->refcount_table_offset, table, n * 8, true);
+    for (uint64_t i = 0; i < n; i++) {
+        if (drop[i]) {
+            if (ret == 0) {
+                ret = discard_refblock_locked(s, s->refcount_table[i] &
+                                                     QCOW2_REFT_OFFSET_MASK);
+            }
+            s->refcount_table[i] = 0;
+        }
+    }
+    qcow2_reftable_count_used(s);
+    return ret;
 }

@@ -324,7 +324,10 @@ static int downgrade_locked(Qcow2State *s, Qcow2AmendProgress *p)
     }
     ret = qcow2_amend_expand_zeros_locked(s, p, OP_VERSION, &compressed);
     if (ret < 0) {
-        return blk_error_prefix(ret, "Failed to turn zero into data clusters");
+        /* QEMU's words: the errno's text; a corruption was reported on its
+         * own line already (meta.c invariant 3) */
+        return blk_error_replace(-ret, "Failed to turn zero into data clusters: %s",
+                                 g_strerror(-ret));
     }
     if ((s->incompatible_features & QCOW2_INCOMPAT_COMPRESSION) && compressed) {
         return blk_error(ENOTSUP, "Cannot downgrade an image with zstd compression type "

@@ -13,7 +13,9 @@
  *     inside the file, zero flags only in v3, compressed entries only
  *     without a data file, subcluster bitmaps consistent, host offset ==
  *     guest offset with an external data file.  A bad entry is reported as
- *     a corruption naming the entry and its location.
+ *     a corruption naming the entry and its location.  (A discard may drop
+ *     an entry whose only fault is an unaligned host offset, leaking the
+ *     cluster: zero.c invariant 7, qcow2_l2_entry_valid_to_drop.)
  *  2. An extent never crosses an L2 slice boundary (invariant 6), and a
  *     compressed extent never crosses a cluster boundary.
  *  3. An extent covers (sub)clusters of a single type; for types with a
@@ -280,6 +282,17 @@ bool qcow2_l2_entry_valid(const Qcow2State *s, uint64_t entry, uint64_t bitmap,
 {
     unsigned count;
     return classify(s, entry, bitmap, 0, guest_cluster, type, &count) == FAULT_NONE;
+}
+
+bool qcow2_l2_entry_valid_to_drop(const Qcow2State *s, uint64_t entry, uint64_t bitmap,
+                                  uint64_t guest_cluster, Qcow2SubclusterType *type,
+                                  bool *unaligned)
+{
+    unsigned count;
+    EntryFault f = classify(s, entry, bitmap, 0, guest_cluster, type, &count);
+
+    *unaligned = f == FAULT_UNALIGNED; /* classify() has set *type by then */
+    return f == FAULT_NONE || f == FAULT_UNALIGNED;
 }
 
 int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,

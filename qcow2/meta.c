@@ -24,7 +24,10 @@
  *  3. Only the first corruption event of a writable image reports "qcow2:
  *     Marking image as corrupt: ...; further corruption events will be
  *     suppressed"; a read-only image (or a snapshot view) only reports
- *     "Image is corrupt: ..." and sets nothing.  As QEMU prints it, the
+ *     "Image is corrupt: ..." and sets nothing, and so does a non-fatal
+ *     event (QEMU's: a cluster that cannot be freed is leaked instead),
+ *     which never marks the image -- only the first event of all prints,
+ *     but a fatal one after it still does.  As QEMU prints it, the
  *     first event's line goes to standard error at once (g_printerr: an
  *     embedder redirects it with g_set_printerr_handler), "... Image is
  *     corrupt: ...; further non-fatal corruption events will be
@@ -403,7 +406,7 @@ int qcow2_check_data_writable_locked(Qcow2State *s, uint64_t offset, uint64_t by
     return ret;
 }
 
-int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
+int qcow2_signal_corruption_locked(Qcow2State *s, bool fatal, const char *file, int line,
                                    const char *fmt, ...)
 {
     va_list ap;
@@ -414,7 +417,7 @@ int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
     va_end(ap);
     s->corruption_events++;
     g_debug("qcow2 corruption detected at %s:%d: %s", file, line, msg);
-    if (!s->writable) {
+    if (!fatal || !s->writable) {
         if (s->corruption_events == 1 && !s->in_check) { /* invariant 3 */
             g_printerr("qcow2: Image is corrupt: %s; further non-fatal corruption events "
                        "will be suppressed\n",

@@ -267,12 +267,16 @@ static inline BlkNode *qcow2_data_node(const Qcow2State *s)
  * the event is fatal, as in QEMU: the corrupt bit (incompatible bit 1) is
  * written to the header, every later write fails with -EIO, and the message
  * is "qcow2: Marking image as corrupt: ...; further corruption events will
- * be suppressed" (meta.c invariant 3).
+ * be suppressed" (meta.c invariant 3).  The _nonfatal form is QEMU's
+ * non-fatal event (meta.c invariant 3): reported like a read-only image's,
+ * nothing is marked; the caller refuses only the step it was about to take.
  */
-int qcow2_signal_corruption_locked(Qcow2State *s, const char *file, int line,
-                                   const char *fmt, ...) G_GNUC_PRINTF(4, 5);
+int qcow2_signal_corruption_locked(Qcow2State *s, bool fatal, const char *file, int line,
+                                   const char *fmt, ...) G_GNUC_PRINTF(5, 6);
 #define qcow2_corrupt_locked(s, ...)                                                     \
-    qcow2_signal_corruption_locked((s), __FILE__, __LINE__, __VA_ARGS__)
+    qcow2_signal_corruption_locked((s), true, __FILE__, __LINE__, __VA_ARGS__)
+#define qcow2_corrupt_nonfatal_locked(s, ...)                                            \
+    qcow2_signal_corruption_locked((s), false, __FILE__, __LINE__, __VA_ARGS__)
 
 /* ---- cluster.c ---- */
 
@@ -288,6 +292,12 @@ int qcow2_l1_entry_locked(Qcow2State *s, uint64_t l1_index, uint64_t *l2_offset)
  * *type is the type of subcluster 0). */
 bool qcow2_l2_entry_valid(const Qcow2State *s, uint64_t entry, uint64_t bitmap,
                           uint64_t guest_cluster, Qcow2SubclusterType *type);
+/* The same, except that a host offset that is not cluster aligned passes
+ * (*unaligned tells): a discard changes such an entry as QEMU's does and
+ * leaves its cluster leaked ("Cannot free unaligned cluster", non-fatal). */
+bool qcow2_l2_entry_valid_to_drop(const Qcow2State *s, uint64_t entry, uint64_t bitmap,
+                                  uint64_t guest_cluster, Qcow2SubclusterType *type,
+                                  bool *unaligned);
 int qcow2_l2_entry_type_locked(Qcow2State *s, uint64_t entry, uint64_t bitmap,
                                unsigned sc, uint64_t l2_offset, uint64_t l2_index,
                                uint64_t guest_cluster, Qcow2SubclusterType *type,
@@ -590,6 +600,13 @@ int qcow2_settle_refblocks_locked(Qcow2State *s);
 /* Apply the pending decreases; the caller made every table that dropped
  * them durable (L2 cache written, file flushed). */
 void qcow2_apply_pending_frees_locked(Qcow2State *s);
+/* After a shrink (QEMU's qcow2_shrink_reftable): clear the reftable
+ * entries of refcount blocks that count nothing but themselves (one synced
+ * table write; a block past the end of the file reads as zeros, as QEMU
+ * reads it), then drop each block's own refcount, which the block covering
+ * it must hold (else a corruption: "Refblock at ... is not covered by the
+ * refcount structures", or "Invalid refcount" when it is not 1). */
+int qcow2_shrink_reftable_locked(Qcow2State *s);
 /* Pending decreases before a request forces a barrier (alloc.c inv. 2). */
 #define QCOW2_MAX_PENDING_FREES 4096u
 /* alloc.c invariant 10: before @n clusters for a guest write would grow the

@@ -39,7 +39,11 @@
  *     loading reads the snapshot's vmstate through its L1, where its disk
  *     size puts it.
  *  6. After a shrink, once everything is durable (no L2 entry or refcount
- *     the cut could remove can come back after a power loss), the image
+ *     the cut could remove can come back after a power loss), refcount
+ *     blocks that count nothing but themselves leave the reftable
+ *     (qcow2_shrink_reftable_locked, QEMU's order); a corruption found
+ *     there fails the resize before the size changes ("Failed to discard
+ *     unused refblocks", as QEMU refuses it).  Then the image
  *     file is truncated after its last cluster in use, as QEMU does (a
  *     preallocated image gives the space back); a failure there is only a
  *     warning.  Not with an external data file.
@@ -163,6 +167,13 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
         if (ret == 0) {
             qcow2_lock(s);
             ret = qcow2_shrink_l1_table_locked(s, new_l1);
+            if (ret == 0) {
+                ret = qcow2_shrink_reftable_locked(s); /* invariant 6 */
+                if (ret < 0) {                         /* QEMU's words */
+                    ret = blk_error_replace(
+                        -ret, "Failed to discard unused refblocks: %s", g_strerror(-ret));
+                }
+            }
             if (ret == 0) {
                 ret = shrink_file_locked(s);
             }

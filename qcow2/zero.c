@@ -44,6 +44,14 @@
  *     with that flag, clusters that read as zeros keep their entries.
  *  6. With a raw external data file (data_file_raw), the data file is zeroed
  *     too, first, so it keeps matching what the guest reads (QEMU).
+ *  7. A discard (not a zero write) of a cluster whose host offset is not
+ *     cluster aligned changes the entry as for any cluster and leaks the
+ *     host cluster, a non-fatal corruption event ("Cannot free unaligned
+ *     cluster", meta.c invariant 3), as QEMU's qcow2_free_any_cluster: the
+ *     bad offset leaves the image and nothing is freed that may be in use
+ *     elsewhere (with an external data file, where nothing is freed, it
+ *     is dropped silently, as there).  Every other bad entry is fatal
+ *     (cluster.c).
  */
 #include "qcow2/qcow2.h"
 
@@ -150,9 +158,11 @@ static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, Z
         uint64_t bm = qcow2_l2_get_bitmap(s, l2, l2_index + i), ne, nbm;
         Qcow2SubclusterType type;
         unsigned cnt;
-        bool drop;
+        bool drop, unaligned = false;
 
-        if (!qcow2_l2_entry_valid(s, e, bm, gc, &type)) {
+        if (op == OP_ZERO
+                ? !qcow2_l2_entry_valid(s, e, bm, gc, &type)
+                : !qcow2_l2_entry_valid_to_drop(s, e, bm, gc, &type, &unaligned)) {
             ret = qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index + i, gc,
                                              &type, &cnt);
             *next = gc;
@@ -170,7 +180,17 @@ static int clusters_in_l2_locked(Qcow2State *s, uint64_t offset, uint64_t end, Z
         }
         qcow2_l2_set(s, l2, l2_index + i, ne, nbm);
         changed = true;
-        if (drop) {
+        if (drop && unaligned) {
+            /* invariant 7: reported, not the request's error (nothing is
+             * freed in an external data file: alloc.c invariant 8) */
+            bool had_error = blk_error_mark();
+            if (!qcow2_has_data_file(s)) {
+                qcow2_corrupt_nonfatal_locked(s,
+                                              "Cannot free unaligned cluster %#" PRIx64,
+                                              e & QCOW2_L2E_OFFSET_MASK);
+            }
+            blk_error_unwind(had_error);
+        } else if (drop) {
             drops[ndrops++] = e;
         }
     }
