@@ -29,6 +29,10 @@ typedef struct NbdConn {
     bool started;
     const bool *stop_flag; /* &NbdState.stop */
     unsigned inflight;     /* [NbdState.lock] */
+    /* atomic: libnbd retired a command with ENOTCONN, the connection died
+     * (nbd.c invariant 2); set before its waiter wakes, where
+     * nbd_aio_is_dead may not say so yet (nbd-reconnect.c invariant 4) */
+    bool lost;
 } NbdConn;
 
 typedef struct NbdState {

@@ -21,6 +21,12 @@
  *     the failure before (error.c invariant 2).
  *  3. An attempt's handshake ends by the deadline: a server that accepts
  *     and never answers does not keep the request past reconnect-delay.
+ *  4. A connection is dead once libnbd says so or once it retired one of
+ *     its commands with ENOTCONN (NbdConn.lost).  libnbd runs the
+ *     completion callbacks of a dying connection before nbd_aio_is_dead
+ *     turns true, so a waiter woken by one may look first: without the
+ *     flag its request failed instead of waiting for a new connection
+ *     (iotest 188 failed so, now and then).
  */
 #include "block/nbd-int.h"
 
@@ -38,7 +44,8 @@ uint64_t blk_nbd_attempt(NbdState *s)
 static bool conn_dead(NbdState *s)
 {
     struct nbd_handle *h = s->c[0].h;
-    return NL.nbd_aio_is_dead(h) == 1 || NL.nbd_aio_is_closed(h) == 1;
+    return __atomic_load_n(&s->c[0].lost, __ATOMIC_ACQUIRE) || /* invariant 4 */
+           NL.nbd_aio_is_dead(h) == 1 || NL.nbd_aio_is_closed(h) == 1;
 }
 
 /* Sleep until min(now + wait_s, deadline); false when the deadline passed. */
@@ -92,6 +99,7 @@ static bool replace_locked(NbdState *s, int64_t deadline)
             NL.nbd_close(c->h);
             c->h = h;
             c->inflight = 0;
+            __atomic_store_n(&c->lost, false, __ATOMIC_RELEASE);
             s->gen++;
             return blk_nbd_start_poller(s, 0) == 0;
         }

@@ -179,6 +179,9 @@ static int cmd_done(void *opaque, int *error)
     pthread_mutex_lock(&s->lock);
     s->c[cmd->conn].inflight--;
     pthread_mutex_unlock(&s->lock);
+    if (*error == ENOTCONN) {
+        __atomic_store_n(&s->c[cmd->conn].lost, true, __ATOMIC_RELEASE);
+    }
     pthread_mutex_lock(&w->m);
     wait_note(w, *error ? reply_errno(*error) : 0, cmd->offset);
     w->pending--;
