@@ -261,9 +261,10 @@ static int submit(NbdState *s, NbdWait *w, NbdOp op, void *buf, uint64_t len,
         break;
     }
     if (cookie < 0) {
-        int ret = NL.nbd_aio_is_dead(c->h) == 1 || NL.nbd_aio_is_closed(c->h) == 1
-                      ? cmd_fail(s, op_what[op], EIO, offset)
-                      : nbd_fail(s, op_what[op], offset);
+        bool dead = __atomic_load_n(&c->lost, __ATOMIC_ACQUIRE) ||
+                    NL.nbd_aio_is_dead(c->h) == 1 || NL.nbd_aio_is_closed(c->h) == 1;
+        int ret = dead ? cmd_fail(s, op_what[op], EIO, offset)
+                       : nbd_fail(s, op_what[op], offset);
         pthread_mutex_lock(&s->lock);
         c->inflight--;
         pthread_mutex_unlock(&s->lock);
