@@ -20,17 +20,28 @@
  *     string is also kept as its JSON text (null, true/false, the
  *     integer), so a name QEMU prints back from the options (a blkdebug
  *     node's, json-blkdebug.c invariant 6) shows the types it was given.
- *  4. Every \u escape of a string is read as QEMU's parser reads it before
- *     json-glib reads the text: four hex digits, a high surrogate only
- *     followed at once by a low one, and a code point that is neither a
- *     surrogate nor a noncharacter; anything else is QEMU's "JSON parse
- *     error, \ud83d is not a valid Unicode character" (the escape as
- *     written, up to the string's end).  json-glib 1.6 takes a lone
- *     surrogate, or four characters that are not hex digits, into the
- *     string as bytes that are not UTF-8, and leaks its string buffer when
- *     what it read as a high surrogate is followed by another \u escape
- *     (an image names its backing file: a leak per open of a hostile
- *     image).
+ *  4. Every string is read as QEMU's lexer and parser read it before
+ *     json-glib reads the text.  First the lexer's rule, over the whole
+ *     name as written: a control character or a byte 0xFE/0xFF in a
+ *     string (escaped or not, in double or single quotes) is "JSON parse
+ *     error, stray '"a^A'" (the token from its opening quote to that
+ *     byte).  Then the parser's, string by string:
+ *     an escape is one of \" \\ \/ \' \b \f \n \r \t or \u ("invalid escape
+ *     sequence in string"); a \u escape is four hex digits, a high
+ *     surrogate only followed at once by a low one, and a code point that
+ *     is neither a surrogate nor a noncharacter ("\ud83d is not a valid
+ *     Unicode character", the escape as written, up to the string's end);
+ *     other bytes are modified UTF-8 of such a code point ("invalid UTF-8
+ *     sequence in string").  U+0000, written \u0000 or as the bytes C0 80,
+ *     is the bytes C0 80 in the string, as QEMU stores it: json-glib
+ *     would end the string there (a file name cut short) or refuse the
+ *     text, so it gets the noncharacter U+FDD0 in its place (NUL_MARK,
+ *     which the rules above keep out of the text) and the flattening puts
+ *     C0 80 back.  json-glib 1.6 takes a lone surrogate, or four
+ *     characters that are not hex digits, into the string as bytes that
+ *     are not UTF-8, and leaks its string buffer when what it read as a
+ *     high surrogate is followed by another \u escape (an image names its
+ *     backing file: a leak per open of a hostile image).
  *  5. The text is one JSON value: anything but white space after it
  *     (QEMU's "Expecting at most one JSON value") is refused before
  *     json-glib reads the text.  json-glib 1.6 takes a value followed by an object or a
@@ -41,6 +52,7 @@
 #include "block/dl.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <json-glib/json-glib.h>
 #include <string.h>
 
@@ -94,6 +106,25 @@ typedef struct FlatOut {
 
 static gboolean flatten_node(JsonNode *v, char *key, const FlatOut *out, GError **error);
 
+/* Invariant 4: U+0000 in a string, as json-glib is given it and as QEMU
+ * stores it (modified UTF-8). */
+#define NUL_MARK_ESCAPE "\\uFDD0"
+#define NUL_MARK_UTF8 "\xEF\xB7\x90"
+#define NUL_MOD_UTF8 "\xC0\x80"
+
+/* Invariant 4: a string json-glib read, its NUL_MARKs made C0 80 again. */
+static char *unmark(const char *str)
+{
+    GString *out = g_string_new(NULL);
+
+    for (const char *m; (m = strstr(str, NUL_MARK_UTF8)); str = m + 3) {
+        g_string_append_len(out, str, m - str);
+        g_string_append(out, NUL_MOD_UTF8);
+    }
+    g_string_append(out, str);
+    return g_string_free(out, FALSE);
+}
+
 /* Flatten obj into out, prefix "a.b." (invariant 2). */
 static gboolean flatten(JsonObject *obj, const char *prefix, const FlatOut *out,
                         GError **error)
@@ -102,8 +133,9 @@ static gboolean flatten(JsonObject *obj, const char *prefix, const FlatOut *out,
 
     for (GList *l = members; l; l = l->next) {
         const char *k = l->data;
-        if (!flatten_node(jg.json_object_get_member(obj, k), g_strconcat(prefix, k, NULL),
-                          out, error)) {
+        g_autofree char *name = unmark(k);
+        if (!flatten_node(jg.json_object_get_member(obj, k),
+                          g_strconcat(prefix, name, NULL), out, error)) {
             return FALSE;
         }
     }
@@ -152,7 +184,7 @@ static gboolean flatten_node(JsonNode *v, char *key_in, const FlatOut *out,
                                 g_strdup(jg.json_node_get_boolean(v) ? "on" : "off"));
         } else if (t == G_TYPE_STRING) {
             g_hash_table_insert(flat, g_steal_pointer(&key),
-                                g_strdup(jg.json_node_get_string(v)));
+                                unmark(jg.json_node_get_string(v)));
         } else if (t == G_TYPE_INT64) {
             g_autofree char *n =
                 g_strdup_printf("%" G_GINT64_FORMAT, jg.json_node_get_int(v));
@@ -208,44 +240,131 @@ static int escape_span(const char *p, int n)
     return n;
 }
 
-/* Invariant 4, on the standard JSON api_qemu_json made: every \u escape
- * (or pair) of a string, as QEMU's parser reads it. */
-static gboolean unicode_escapes_ok(const char *text, GError **error)
+/* The code point of the modified UTF-8 sequence at p (QEMU's reading: the
+ * shortest form, C0 80 for U+0000), its length in *len; -1 if it is none. */
+static int mod_utf8(const unsigned char *p, int *len)
 {
+    int n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC0 ? 2 : 0;
+    static const int least[] = {0, 0, 0x80, 0x800, 0x10000};
+    int cp;
+
+    if (n == 0 || p[0] >= 0xF8) {
+        return -1; /* a continuation byte first, or a 5- or 6-byte form */
+    }
+    cp = p[0] & (0x7F >> n);
+    for (int i = 1; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80) {
+            return -1;
+        }
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    *len = n;
+    if (cp == 0 && n == 2) {
+        return 0; /* C0 80 */
+    }
+    return cp < least[n] ? -1 : cp;
+}
+
+static gboolean parse_error(GError **error, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+static gboolean parse_error(GError **error, const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *detail = NULL;
+
+    va_start(ap, fmt);
+    detail = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_set_error(error, QIMG_ERROR, EINVAL,
+                "Could not parse the JSON options: JSON parse error, %s", detail);
+    return FALSE;
+}
+
+/* Invariant 4, the lexer's rule, on the name as written (QEMU's strings
+ * in single quotes too: the token shows its own quote). */
+static gboolean string_bytes_ok(const char *text, GError **error)
+{
+    const char *open = NULL;
+
+    for (const char *p = text; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!open) {
+            open = c == '"' || c == '\'' ? p : NULL;
+            continue;
+        }
+        if (c < 0x20 || c >= 0xFE) {
+            return parse_error(error, "stray '%.*s'", (int)(p - open + 1), open);
+        }
+        if (c == (unsigned char)*open) {
+            open = NULL;
+        } else if (c == '\\' && p[1] != '\0' && strchr("\\\"'", p[1])) {
+            p++; /* an escaped quote or backslash; any other escaped byte is
+                  * checked as the others */
+        }
+    }
+    return TRUE;
+}
+
+/* Invariant 4, the parser's rules, on the standard JSON api_qemu_json made:
+ * the text json-glib is given (U+0000 as NUL_MARK), or NULL. */
+static char *strings_read(const char *text, GError **error)
+{
+    g_autoptr(GString) out = g_string_sized_new(strlen(text) + 16);
     bool in_string = false;
 
     for (const char *p = text; *p; p++) {
-        if (*p == '"') {
-            in_string = !in_string;
+        const unsigned char c = (unsigned char)*p;
+        int cp, n = 1;
+
+        if (!in_string || c == '"') {
+            in_string = in_string != (c == '"');
+            g_string_append_c(out, *p);
             continue;
         }
-        if (!in_string || *p != '\\') {
-            continue;
-        }
-        if (p[1] != 'u') {
-            p += p[1] != '\0'; /* the escaped character, a '"' too */
-            continue;
-        }
-        int cp = hex4(p + 2), n = 6;
-        if (cp >= 0xD800 && cp <= 0xDBFF && p[6] == '\\' && p[7] == 'u') {
-            int lo = hex4(p + 8);
-            if (lo >= 0xDC00 && lo <= 0xDFFF) {
-                cp = 0x10000 + ((cp & 0x3FF) << 10) + (lo & 0x3FF);
-                n = 12;
-            } else {
-                cp = -1;
+        if (c == '\\' && p[1] != 'u') {
+            if (p[1] != '\0' && !strchr("\"\\/'bfnrt", p[1])) {
+                parse_error(error, "invalid escape sequence in string");
+                return NULL;
             }
+            n = p[1] != '\0' ? 2 : 1;
+            g_string_append_len(out, p, n);
+            p += n - 1;
+            continue;
         }
-        if (!code_point_ok(cp)) {
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Could not parse the JSON options: JSON parse error, %.*s is not "
-                        "a valid Unicode character",
-                        escape_span(p, n), p);
-            return FALSE;
+        if (c == '\\') {
+            n = 6;
+            cp = hex4(p + 2);
+            if (cp >= 0xD800 && cp <= 0xDBFF && p[6] == '\\' && p[7] == 'u') {
+                int lo = hex4(p + 8);
+                if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                    cp = 0x10000 + ((cp & 0x3FF) << 10) + (lo & 0x3FF);
+                    n = 12;
+                } else {
+                    cp = -1;
+                }
+            }
+            if (!code_point_ok(cp)) {
+                parse_error(error, "%.*s is not a valid Unicode character",
+                            escape_span(p, n), p);
+                return NULL;
+            }
+        } else if (c >= 0x80) {
+            cp = mod_utf8((const unsigned char *)p, &n);
+            if (!code_point_ok(cp)) {
+                parse_error(error, "invalid UTF-8 sequence in string");
+                return NULL;
+            }
+        } else {
+            cp = c;
+        }
+        if (cp == 0) {
+            g_string_append(out, NUL_MARK_ESCAPE);
+        } else {
+            g_string_append_len(out, p, n);
         }
         p += n - 1;
     }
-    return TRUE;
+    return g_string_free(g_steal_pointer(&out), FALSE);
 }
 
 #define JSON_SPACE " \t\n\r"
@@ -302,6 +421,7 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
 {
     const FlatOut out = {flat, typed};
     g_autoptr(GError) err = NULL;
+    g_autofree char *qemu_text = NULL;
     g_autofree char *text = NULL;
     JsonParser *parser;
     JsonNode *root;
@@ -312,8 +432,11 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
         g_set_error(error, QIMG_ERROR, ENOTSUP, "%s", load_error);
         return FALSE;
     }
-    text = api_qemu_json(name + strlen("json:"));
-    if (!unicode_escapes_ok(text, error) || !one_value_ok(text, error)) { /* 4, 5 */
+    if (!string_bytes_ok(name + strlen("json:"), error)) { /* invariant 4 */
+        return FALSE;
+    }
+    qemu_text = api_qemu_json(name + strlen("json:"));
+    if (!(text = strings_read(qemu_text, error)) || !one_value_ok(text, error)) { /* 5 */
         return FALSE;
     }
     parser = jg.json_parser_new();

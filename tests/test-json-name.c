@@ -350,6 +350,89 @@ static void test_one_value(void **state)
     assert_string_equal(path, "}{");
 }
 
+/* json-flat.c invariant 4: a string's bytes and escapes as QEMU's lexer
+ * and parser read them (messages compared with qemu-img 7.2). */
+static void test_string_bytes(void **state)
+{
+    static const struct {
+        const char *name, *detail;
+    } bad[] = {
+        /* the lexer's: the token from the opening quote to the byte */
+        {"json:{\"file\":{\"filename\":\"a\x01"
+         "b\"}}",
+         "stray '\"a\x01'"},
+        {"json:{'file':{'filename':'a\x1f'}}", "stray ''a\x1f'"},
+        {"json:{\"file\":{\"filename\":\"a\\\x01\"}}", "stray '\"a\\\x01'"},
+        {"json:{\"file\":{\"filename\":\"a\\u\x01\"}}", "stray '\"a\\u\x01'"},
+        {"json:{\"file\":{\"filename\":\"a\\\"\xff\"}}", "stray '\"a\\\"\xff'"},
+        {"json:{\"file\":{\"filename\":\"a\xfe\"}}", "stray '\"a\xfe'"},
+        /* before a parser's error earlier in the text */
+        {"json:{\"a\":\"\\q\",\"b\":\"\x02\"}", "stray '\"\x02'"},
+        /* the parser's */
+        {"json:{\"file\":{\"filename\":\"a\\qb\"}}", "invalid escape sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\\\xc3\xa9\"}}",
+         "invalid escape sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\x80\"}}", "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xc3\"}}", "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xc1\xbf\"}}",
+         "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xe0\x80\x80\"}}",
+         "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xed\xa0\x80\"}}",
+         "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xf4\x90\x80\x80\"}}",
+         "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xef\xb7\x90\"}}",
+         "invalid UTF-8 sequence in string"},
+        {"json:{\"file\":{\"filename\":\"a\xf8\x88\x80\x80\x80\"}}",
+         "invalid UTF-8 sequence in string"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        g_autofree char *want = g_strdup_printf(
+            "Could not parse the JSON options: JSON parse error, %s", bad[i].detail);
+
+        assert_false(api_json_name(bad[i].name, &o, &path, &l, &err));
+        assert_string_equal(err->message, want);
+        assert_null(path);
+        api_open_layers_clear(&l);
+    }
+}
+
+/* json-flat.c invariant 4: U+0000 is C0 80 in the name, as QEMU stores
+ * it, never the end of the name; the other escapes and UTF-8 stay. */
+static void test_string_nul(void **state)
+{
+    static const struct {
+        const char *name, *path;
+    } good[] = {
+        {"json:{\"file\":{\"filename\":\"a\\u0000b\"}}", "a\xc0\x80"
+                                                         "b"},
+        {"json:{\"file\":{\"filename\":\"a\xc0\x80"
+         "b\"}}",
+         "a\xc0\x80"
+         "b"},
+        {"json:{'file':{'filename':'\\u0000\\u0000'}}", "\xc0\x80\xc0\x80"},
+        {"json:{\"file\":{\"filename\":\"a\\/\\'\xf0\x9f\x98\x80\\u00e9\"}}",
+         "a/'\xf0\x9f\x98\x80\xc3\xa9"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(good); i++) {
+        BlkOpenOptions o = {.format = "raw"};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+
+        assert_true(api_json_backing_name(good[i].name, &o, &path, &err));
+        assert_string_equal(path, good[i].path);
+    }
+}
+
 /* faulty-config.c fact 1: a blkdebug config file is read bounded (the
  * name parsing reads it): a device that never ends is refused. */
 static void test_blkdebug_config_bounded(void **state)
@@ -380,6 +463,8 @@ int main(void)
         cmocka_unit_test(test_options_name),
         cmocka_unit_test(test_surrogates),
         cmocka_unit_test(test_one_value),
+        cmocka_unit_test(test_string_bytes),
+        cmocka_unit_test(test_string_nul),
         cmocka_unit_test(test_blkdebug_config_bounded),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));

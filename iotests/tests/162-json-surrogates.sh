@@ -10,7 +10,12 @@
 # name as bytes that are not UTF-8; a real pair, and an escape of a valid
 # character, name the file as in qemu-img.  And a text that is more than
 # one JSON value (json-flat.c invariant 5; json-glib took "{}{}" and
-# leaked): qemu-img's "Expecting at most one JSON value".
+# leaked): qemu-img's "Expecting at most one JSON value".  And a string's
+# raw bytes and other escapes (invariant 4): a control character or 0xFE/
+# 0xFF is the lexer's "stray" token, a bad escape or a byte that is not
+# modified UTF-8 of a valid character the parser's message, and U+0000
+# (\u0000 or C0 80) is C0 80 in the file name where json-glib ended the
+# name there (a backing name "base\u0000x.raw" opened base).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -40,5 +45,22 @@ for extra in '{}' ' 7' ']' ',' 'x'; do
     same_as_qemu_err info --backing-chain top.qcow2
 done
 same_as_qemu_err info "json:7{\"driver\":\"raw\"}"
+
+# a string's bytes and escapes; "base" exists, so a name cut at U+0000
+# would open it
+"$QEMU_IMG" create -q -f raw base 1M || exit 1
+"$QEMU_IMG" create -q -f raw $'base\xc0\x80x' 1M || exit 1
+"$QEMU_IO" -f raw -c 'write -P 0x6b 0 4k' $'base\xc0\x80x' >/dev/null || exit 1
+for s in '\u0000x' $'\xc0\x80x' $'\x01x' $'\\\x1f' $'\\u\x01' $'\xfe' $'\xff' '\q' $'\\\xc3\xa9' \
+    $'\x80' $'\xc3' $'\xc1\xbf' $'\xe0\x80\x80' $'\xed\xa0\x80' $'\xf4\x90\x80\x80' $'\xef\xb7\x90' \
+    $'\xef\xbf\xbe' '\/\u00e9' $'\xf0\x9f\x90\x80'; do
+    for q in '"' "'"; do
+        name="json:{${q}driver${q}:${q}raw${q},${q}file${q}:{${q}driver${q}:${q}file${q},${q}filename${q}:${q}base$s${q}}}"
+        same_as_qemu_err info "$name"
+    done
+    rm -f top.qcow2
+    "$QEMU_IMG" create -q -f qcow2 -u -b "$name" -F raw top.qcow2 1M || exit 1
+    same_as_qemu_io "read through a backing name with $(printf %q "$s")" -c 'read -P 0x6b 0 4k' top.qcow2
+done
 
 finish
