@@ -218,7 +218,7 @@ typedef struct ApiOpenLayers {
     /* a blkverify node (api/blkverify.c), or none (!set) */
     ApiBlkverify blkverify;
     /* the JSON text of the json: name's members that are not strings
-     * (json-flat.c invariant 3), or NULL */
+     * (json-flat.c invariant 2), or NULL */
     GHashTable *json_typed;
     /* QEMU's name for the image's file node where it is not the name
      * opened (json-blkdebug.c invariant 6), or NULL */
@@ -257,7 +257,7 @@ char *api_qemu_format_name(const char *format, const char *file_name);
 /* json-blkdebug.c: the blkdebug node's options under prefix ("file.")
  * taken out of flat as its "blkdebug:RULES:FILE" *name (g_free), and
  * QEMU's name for the node in *qemu_name (g_free; may be NULL: not
- * wanted), with the JSON types of typed (json-flat.c invariant 3; may be
+ * wanted), with the JSON types of typed (json-flat.c invariant 2; may be
  * NULL). */
 gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *typed,
                               char **name, char **qemu_name, GError **error);
@@ -341,9 +341,33 @@ bool api_blkverify_name(const char *filename);
 BlkNode *api_open_blkverify_name(const char *filename, const BlkOpenOptions *opts,
                                  GError **error);
 
+/* json-parse.c: JSON as QEMU reads it, a tree. */
+typedef enum ApiJsonType {
+    API_JSON_OBJECT,
+    API_JSON_ARRAY,
+    API_JSON_STRING,
+    API_JSON_INT,
+    API_JSON_NUMBER, /* any other number: beyond int64, or with a fraction */
+    API_JSON_BOOL,
+    API_JSON_NULL,
+} ApiJsonType;
+
+typedef struct ApiJson {
+    ApiJsonType type;
+    char *key;          /* a member's name in its object */
+    char *str;          /* STRING (modified UTF-8), NUMBER (as written) */
+    int64_t i;          /* INT */
+    bool b;             /* BOOL */
+    GPtrArray *members; /* OBJECT, ARRAY: ApiJson*, in order */
+} ApiJson;
+
+/* The one JSON value of text, or NULL and QEMU's message. */
+ApiJson *api_json_parse(const char *text, GError **error);
+void api_json_free(ApiJson *v);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(ApiJson, api_json_free)
+
 /* json-flat.c: the JSON of a "json:{...}" name flattened into flat
- * (char* -> char*, owned), json-glib loaded at the first call (its
- * invariant 1). */
+ * (char* -> char*, owned). */
 gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
                        GError **error);
 
@@ -351,8 +375,6 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
 
 /* key=value,... (",," a comma) into flat (char* -> char*, owned). */
 gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error);
-/* QEMU's JSON dialect (single-quoted strings) as standard JSON (g_free). */
-char *api_qemu_json(const char *text);
 /* A size with QEMU's suffixes, else QEMU's "Parameter 'KEY' expects ...". */
 gboolean api_parse_size(const char *key, const char *v, uint64_t *out, GError **error);
 /* A number (QEMU's number options), else "Parameter 'KEY' expects a

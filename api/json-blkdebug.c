@@ -44,7 +44,7 @@
  *     as QEMU prints its QDict (rbd-name.c invariant 5): driver, the
  *     options QEMU calls strong (config, inject-error.*, set-state.*, the
  *     request limits), flat, with the JSON types they were given in
- *     (json-flat.c invariant 3; given as options, strings), and "image":
+ *     (json-flat.c invariant 2; given as options, strings), and "image":
  *     {"driver": "file", "filename": FILE}.  QEMU copies the node's
  *     options twice after it read them with their prefix ("file."), so
  *     two options in one bucket come out in the order of their prefixed
@@ -517,7 +517,7 @@ gboolean api_blkdebug_options(GHashTable *flat, const char *prefix, GHashTable *
 /* Invariant 5: the node over a format: its options out of flat, the
  * format layer's options (the node's filename as the image's file when
  * the image names none) into image, its name but the image's into *name
- * (invariant 6, typed as json-flat.c invariant 3 says). */
+ * (invariant 6, typed as json-flat.c invariant 2 says). */
 static gboolean over_format(GHashTable *flat, GHashTable *image, GHashTable *typed,
                             char **rules, ApiBlkdebugName **name, GError **error)
 {

@@ -1,17 +1,16 @@
 /*
  * api/open-opts.c: the option syntax of a caller's image name and the
  * runtime options json-name.c hands over one key at a time -- QEMU's
- * key=value lists (--image-opts, qemu-io's open -o), QEMU's JSON dialect,
- * node names, sizes, and the qcow2 runtime options.
+ * key=value lists (--image-opts, qemu-io's open -o), node names, sizes,
+ * and the qcow2 runtime options (QEMU's JSON is json-parse.c's).
  *
- * Owns: parsing key=value lists, rewriting QEMU's JSON into standard JSON,
- * and mapping the generic and qcow2 runtime options onto BlkOpenOptions.
+ * Owns: parsing key=value lists and mapping the generic and qcow2 runtime options onto
+ * BlkOpenOptions.
  *
  * Facts learnt from running qemu-io/qemu-img 7.2 (not from its source):
  *  1. A key=value list splits at single commas; ",," is a literal comma;
  *     a repeated key takes the last value.
- *  2. QEMU's JSON takes single-quoted strings ('driver': 'qcow2'), in
- *     which a double quote is a plain character and \' a quote.
+ *  2. (QEMU's JSON dialect, single-quoted strings: json-parse.c fact 1.)
  *  3. node-name (any node's: node-name, file.node-name, ...) starts with a
  *     letter, then letters, digits, '-', '.', '_': "Invalid node-name:
  *     'X'"; 32 characters or more: "Node name too long".
@@ -94,49 +93,6 @@ gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error)
             return TRUE;
         }
     }
-}
-
-char *api_qemu_json(const char *text)
-{
-    GString *out = g_string_sized_new(strlen(text) + 16);
-
-    /* fact 2: single-quoted strings become double-quoted ones */
-    for (const char *p = text; *p; p++) {
-        if (*p == '"') { /* a standard string: copied as it is */
-            g_string_append_c(out, *p);
-            for (p++; *p && *p != '"'; p++) {
-                if (*p == '\\' && p[1]) {
-                    g_string_append_c(out, *p++);
-                }
-                g_string_append_c(out, *p);
-            }
-            if (!*p) {
-                break;
-            }
-            g_string_append_c(out, '"');
-        } else if (*p == '\'') {
-            g_string_append_c(out, '"');
-            for (p++; *p && *p != '\''; p++) {
-                if (*p == '\\' && p[1] == '\'') {
-                    g_string_append_c(out, *++p);
-                } else if (*p == '\\' && p[1]) {
-                    g_string_append_c(out, *p++);
-                    g_string_append_c(out, *p);
-                } else if (*p == '"') {
-                    g_string_append(out, "\\\"");
-                } else {
-                    g_string_append_c(out, *p);
-                }
-            }
-            if (!*p) { /* unterminated: the parser says so */
-                break;
-            }
-            g_string_append_c(out, '"');
-        } else {
-            g_string_append_c(out, *p);
-        }
-    }
-    return g_string_free(out, FALSE);
 }
 
 gboolean api_parse_bool(const char *key, const char *v, bool *out, GError **error)

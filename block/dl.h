@@ -1,8 +1,7 @@
 /*
  * block/dl.h: shared libraries qimg loads at their first use instead of
  * linking them (block/dl.c): librados and librbd (rbd-lib.h), libnbd
- * (nbd-lib.h), libssh (ssh-lib.h), GnuTLS (crypto/gnutls-lib.h),
- * json-glib (api/json-flat.c).
+ * (nbd-lib.h), libssh (ssh-lib.h), GnuTLS (crypto/gnutls-lib.h).
  *
  * Invariants (cited as "dl.h invariant N"):
  *  1. A library loaded here costs a process nothing until a command uses
@@ -10,7 +9,7 @@
  *     libxml2 and ICU for libnbd) whose relocation and static constructors
  *     cost more start-up time than all of qimg's own (measured: libnbd
  *     alone 16 ms of CPU per process start, the rest of qimg 4 ms; then
- *     GnuTLS 5 ms and json-glib with GObject and GIO 4 ms).
+ *     GnuTLS 5 ms).
  *  2. Each table's entries have the types of the functions in the headers
  *     qimg was built with (__typeof__): a changed prototype is a build
  *     error, a missing symbol a load error naming it.

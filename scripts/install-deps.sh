@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential pkg-config meson ninja-build libglib2.0-dev zlib1g-dev
-      libzstd-dev libcmocka-dev libjson-glib-dev qemu-utils clang libclang-rt-14-dev
+      libzstd-dev libcmocka-dev qemu-utils clang libclang-rt-14-dev
       clang-format)
 # crypto/: LUKS and qcow's AES on GnuTLS (ciphers, PBKDF2, random bytes)
 pkgs+=(libgnutls28-dev)

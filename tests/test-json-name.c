@@ -167,24 +167,6 @@ static void test_caller_layer_refusals(void **state)
     api_open_layers_clear(&l);
 }
 
-/* open-opts.c fact 2: QEMU's single-quoted strings. */
-static void test_qemu_json(void **state)
-{
-    static const char *const cases[][2] = {
-        {"{'a': 'b'}", "{\"a\": \"b\"}"},
-        {"{'a': 'say \"x\"'}", "{\"a\": \"say \\\"x\\\"\"}"},
-        {"{'a': 'it\\'s'}", "{\"a\": \"it's\"}"},
-        {"{\"a\": \"'q'\"}", "{\"a\": \"'q'\"}"},
-        {"{'a': 'unterminated", "{\"a\": \"unterminated"},
-    };
-    (void)state;
-
-    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-        g_autofree char *out = api_qemu_json(cases[i][0]);
-        assert_string_equal(out, cases[i][1]);
-    }
-}
-
 /* Invariants 6-8: lists flattened; options beside a name win over a json:
  * name's, name a plain name's file, and a probed format's wait. */
 static void test_options_name(void **state)
@@ -256,7 +238,7 @@ static void test_options_name(void **state)
     }
 }
 
-/* json-flat.c invariant 4: a \u escape that is not four hex digits, a
+/* json-parse.c facts 4, 5: a \u escape that is not four hex digits, a
  * surrogate outside a pair or a noncharacter is QEMU's error (json-glib
  * leaked a string on some, took others as non-UTF-8); single-quoted and
  * backing names too. */
@@ -275,7 +257,6 @@ static void test_surrogates(void **state)
         /* not four hex digits: up to the string's end */
         {"json:{\"file\":{\"filename\":\"a\\uzzzz\"}}", "\\uzzzz"},
         {"json:{\"file\":{\"filename\":\"a\\ude0\"}}", "\\ude0\""},
-        {"json:{\"a\":\"\\ude0\"\\u004(b\"}", "\\ude0\""},
         {"json:{\"file\":{\"filename\":\"a\\ud83d\\uzz\"}}", "\\ud83d"},
         /* noncharacters, alone or as a pair */
         {"json:{\"file\":{\"filename\":\"a\\uFFFE\"}}", "\\uFFFE"},
@@ -312,7 +293,7 @@ static void test_surrogates(void **state)
     assert_string_equal(path, "a\xf0\x9f\x90\x80\\ud83d");
 }
 
-/* json-flat.c invariant 5: one JSON value, as QEMU (json-glib took a
+/* json-parse.c fact 3: one JSON value, as QEMU (json-glib took a
  * second object or list, and leaked). */
 static void test_one_value(void **state)
 {
@@ -350,7 +331,7 @@ static void test_one_value(void **state)
     assert_string_equal(path, "}{");
 }
 
-/* json-flat.c invariant 4: a string's bytes and escapes as QEMU's lexer
+/* json-parse.c facts 1, 4, 5: a string's bytes and escapes as QEMU's lexer
  * and parser read them (messages compared with qemu-img 7.2). */
 static void test_string_bytes(void **state)
 {
@@ -366,6 +347,8 @@ static void test_string_bytes(void **state)
         {"json:{\"file\":{\"filename\":\"a\\u\x01\"}}", "stray '\"a\\u\x01'"},
         {"json:{\"file\":{\"filename\":\"a\\\"\xff\"}}", "stray '\"a\\\"\xff'"},
         {"json:{\"file\":{\"filename\":\"a\xfe\"}}", "stray '\"a\xfe'"},
+        /* a backslash outside a string */
+        {"json:{\"a\":\"\\ude0\"\\u004(b\"}", "stray '\\'"},
         /* before a parser's error earlier in the text */
         {"json:{\"a\":\"\\q\",\"b\":\"\x02\"}", "stray '\"\x02'"},
         /* the parser's */
@@ -404,7 +387,7 @@ static void test_string_bytes(void **state)
     }
 }
 
-/* json-flat.c invariant 4: U+0000 is C0 80 in the name, as QEMU stores
+/* json-parse.c fact 5: U+0000 is C0 80 in the name, as QEMU stores
  * it, never the end of the name; the other escapes and UTF-8 stay. */
 static void test_string_nul(void **state)
 {
@@ -430,6 +413,66 @@ static void test_string_nul(void **state)
 
         assert_true(api_json_backing_name(good[i].name, &o, &path, &err));
         assert_string_equal(path, good[i].path);
+    }
+}
+
+/* json-parse.c facts 1-4: the text's structure, QEMU's messages
+ * (compared with qemu-img 7.2). */
+static void test_structure(void **state)
+{
+    static const struct {
+        const char *name, *msg;
+    } bad[] = {
+        {"json:}{", "JSON parse error, expecting value"},
+        {"json:{", "JSON parse error, premature EOI"},
+        {"json:{\"a\"}", "JSON parse error, missing : in object pair"},
+        {"json:{1:2}", "JSON parse error, key is not a string in object"},
+        {"json:{\"a\":1 \"b\":2}", "JSON parse error, expected separator in dict"},
+        {"json:[1 2]", "JSON parse error, expected separator in list"},
+        {"json:{\"a\":1,\"a\":2}", "JSON parse error, duplicate key"},
+        {"json:{\"a\":tru}", "JSON parse error, invalid keyword 'tru'"},
+        {"json:{\"a\":-}", "JSON parse error, stray '-}'"},
+        {"json:{\"a\":01}", "JSON parse error, stray '01'"},
+        {"json:{\"a\":1e+}", "JSON parse error, stray '1e+}'"},
+        {"json:{\"a\":\"x}", "JSON parse error, stray '\"x}'"},
+        {"json: ", "Expecting a JSON value"},
+        {"json:{\"a\":1}@", "Expecting at most one JSON value"},
+    };
+    (void)state;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        BlkOpenOptions o = {0};
+        ApiOpenLayers l = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+        g_autofree char *want =
+            g_strconcat("Could not parse the JSON options: ", bad[i].msg, NULL);
+
+        assert_false(api_json_name(bad[i].name, &o, &path, &l, &err));
+        assert_string_equal(err->message, want);
+        api_open_layers_clear(&l);
+    }
+
+    /* 1024 levels are fine, 1025 are not (fact 2) */
+    for (int depth = 1024; depth <= 1025; depth++) {
+        g_autoptr(GString) name = g_string_new("json:{\"a\":");
+        g_autoptr(GHashTable) flat =
+            g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+        g_autoptr(GError) err = NULL;
+
+        for (int i = 1; i < depth; i++) {
+            g_string_append_c(name, '[');
+        }
+        for (int i = 1; i < depth; i++) {
+            g_string_append_c(name, ']');
+        }
+        g_string_append_c(name, '}');
+        assert_int_equal(api_json_flat(name->str, flat, NULL, &err), depth == 1024);
+        if (depth > 1024) {
+            assert_string_equal(err->message,
+                                "Could not parse the JSON options: JSON nesting "
+                                "depth limit exceeded");
+        }
     }
 }
 
@@ -459,12 +502,12 @@ int main(void)
         cmocka_unit_test(test_backing_name_no_layers),
         cmocka_unit_test(test_caller_layers),
         cmocka_unit_test(test_caller_layer_refusals),
-        cmocka_unit_test(test_qemu_json),
         cmocka_unit_test(test_options_name),
         cmocka_unit_test(test_surrogates),
         cmocka_unit_test(test_one_value),
         cmocka_unit_test(test_string_bytes),
         cmocka_unit_test(test_string_nul),
+        cmocka_unit_test(test_structure),
         cmocka_unit_test(test_blkdebug_config_bounded),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, NULL, NULL));
