@@ -60,6 +60,7 @@
  */
 #include "api/api.h"
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

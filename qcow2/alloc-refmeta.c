@@ -16,6 +16,7 @@
  * metadata lock held.
  */
 #include "qcow2/alloc.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -95,6 +95,7 @@
  * All functions run with the metadata lock held.
  */
 #include "qcow2/alloc.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -12,6 +12,7 @@
 #include "qcow2/header-edit.h"
 #include "qcow2/alloc.h"
 #include "qcow2/amend.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -9,6 +9,7 @@
  * keeps 4.  All functions run with the metadata lock held.
  */
 #include "qcow2/amend.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -72,6 +72,7 @@
 #include "qcow2/header-edit.h"
 #include "qcow2/amend.h"
 #include "qcow2/create.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -34,6 +34,7 @@
  */
 #include "qcow2/header-edit.h"
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <string.h>

@@ -14,6 +14,7 @@
  * through repair.c).
  */
 #include "qcow2/check.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

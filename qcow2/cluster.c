@@ -36,6 +36,7 @@
  *     is rewritten behind the cache has all its slices dropped.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

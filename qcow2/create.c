@@ -80,6 +80,7 @@
  *     qemu-io do, and so does qimg.
  */
 #include "qcow2/create.h"
+#include "qcow2/meta.h"
 #include "block/rbd.h"
 
 #include "crypto/secmem.h"

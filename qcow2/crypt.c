@@ -51,6 +51,7 @@
  *     uuid must match, so a key is never used on another image.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include "crypto/luks.h"
 #include "crypto/secmem.h"

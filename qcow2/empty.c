@@ -35,6 +35,7 @@
  *     the next open repairs the image (QEMU ejects the node).
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

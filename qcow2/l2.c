@@ -36,6 +36,7 @@
  * All functions run with the metadata lock held.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

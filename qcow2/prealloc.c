@@ -58,6 +58,7 @@
  *     invariant 6), so no vmstate write meets half-linked clusters.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -82,6 +82,7 @@
 #include "qcow2/bitmap.h"
 #include "qcow2/qcow2.h"
 #include "qcow2/check.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

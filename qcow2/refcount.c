@@ -22,6 +22,7 @@
  *     is dropped before returning.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -38,6 +38,7 @@
  *     by -r all).
  */
 #include "qcow2/check.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

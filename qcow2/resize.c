@@ -49,6 +49,7 @@
  *     warning.  Not with an external data file.
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

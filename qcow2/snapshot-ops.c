@@ -8,6 +8,7 @@
  * "R N" and "invariant N", as there).
  */
 #include "qcow2/snapshot-write.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -106,6 +106,7 @@
  * written since the last snapshot (R9 keeps the state out of it).
  */
 #include "qcow2/snapshot-write.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

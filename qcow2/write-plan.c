@@ -10,6 +10,7 @@
  * is made under the lock), 5, 7, 10, 11, 13, 15 and 16.
  */
 #include "qcow2/write.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 

@@ -49,6 +49,7 @@
  */
 #include "qcow2/bitmap.h"
 #include "qcow2/write.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 

@@ -54,6 +54,7 @@
  *     (cluster.c).
  */
 #include "qcow2/qcow2.h"
+#include "qcow2/meta.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 """The crash-state explorer's judges for the formats other than qcow2
-(imported by crash.py; --format).
+(imported by judges.py; crash.py explore --format).
 
 Each judge returns (verdict, detail, image to read the contents from):
   vpc   qemu-img has no check for VHD: the state must open (qemu-img info

@@ -1,5 +1,6 @@
 # iotests/crash/lib.sh: helpers of the crash-state iotests (05x-crash-*),
-# sourced after common.sh.  See iotests/crash/crash.py for the model.
+# sourced after common.sh.  See iotests/crash/crash.py for the model (and
+# the modules beside it that it names).
 #
 # Every case records one operation with qimg's recording node
 # (record:LOG:FILE) -- or, for the positive control, with QEMU's
