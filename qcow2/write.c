@@ -45,6 +45,11 @@
  *  5. A cluster is written in place only when its L2 entry has COPIED
  *     (refcount 1); a shared or compressed cluster, or one without a host
  *     cluster, gets a fresh cluster (allocated contiguously for a run).
+ *     A COPIED entry with a host offset that is not cluster aligned is
+ *     refused as QEMU refuses to keep it: a fatal corruption, "Data (or
+ *     Preallocated zero) cluster offset .. unaligned (guest offset: ..)",
+ *     the write's offset (write-plan.c); other bad entries are cluster.c
+ *     invariant 1's.
  *  6. In-flight list: every request registers its cluster-aligned guest
  *     range before it looks at the mapping, and waits while a conflicting
  *     request (a write against anything) overlaps it.  So two writers of the
