@@ -6,7 +6,11 @@
 #    cluster aligned: QEMU's write-path words, "Data / Preallocated zero
 #    cluster offset .. unaligned (guest offset: ..)" (write.c invariant 5),
 #    where the read path's "Cluster allocation offset" stays for reads and
-#    for entries a write replaces.
+#    for entries a write replaces;
+#  - a shrink (resize --shrink) that drops unused refcount blocks and
+#    finds an unaligned one: QEMU's refcount block cache refuses it,
+#    "Cannot get entry from refcount block cache: Offset .. is unaligned"
+#    (refcount.c invariant 5), where other steps name the reftable index.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
@@ -70,5 +74,32 @@ extended L2 entry|extended_l2=on|64k|0x40000=0x8000000000052a00|-c 'write 512 4k
 not kept: a read||64k|0x40000=0x8000000000052a00|-c 'read 512 4k'
 not kept: COW read of a partial write||64k|0x40000=0x0000000000052a00|-c 'write 512 4k'
 EOF
+
+# 2. A shrink meets an unaligned refcount block (060's "Discarding a
+# refblock covered by an unaligned refblock"; reftable at 0x10000).
+# DESC|OPTS|WRITE|POKES
+while IFS='|' read -r desc opts w pokes; do
+    [ -n "$desc" ] || continue
+    for t in q m; do
+        rm -f $t.qcow2
+        mk_qcow2 $t.qcow2 64M "$opts" ${w:+"$w"}
+        for kv in $pokes; do
+            set_u64 $t.qcow2 "${kv%=*}" "${kv#*=}"
+        done
+    done
+    "$QEMU_IMG" resize --shrink q.qcow2 32M >q.out 2>q.err
+    QRC=$?
+    "$QIMG" resize --shrink m.qcow2 32M >m.out 2>m.err
+    assert_eq "$desc: exit code" "$QRC" "$?"
+    assert_eq "$desc: stdout" "$(io_filter <q.out)" "$(io_filter <m.out)"
+    assert_eq "$desc: stderr" "$(io_filter <q.err)" "$(io_filter <m.err)"
+    assert_eq "$desc: corrupt bit" "$(corrupt_bit q.qcow2)" "$(corrupt_bit m.qcow2)"
+    assert_eq "$desc: size" "$("$QEMU_IMG" info q.qcow2 | grep 'virtual size')" \
+        "$("$QEMU_IMG" info m.qcow2 | grep 'virtual size')"
+done <<'EOF2'
+after a block past the end (060)|refcount_bits=1||0x10008=0x1000000000 0x10010=0x200
+unaligned past the end|||0x10008=0x1000000200
+unaligned, with data|refcount_bits=1|write 0 1M|0x10008=0x30200
+EOF2
 
 finish
