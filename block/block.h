@@ -108,6 +108,10 @@ typedef enum BlkEvent {
     BLKEV_REFBLOCK_GET,
     BLKEV_REFBLOCK_HOOKUP,
     BLKEV_L1_GROW_ACTIVATE,
+    /* about to read the old contents of an allocating write's
+     * copy-on-write parts, wherever they are read from (QEMU's cow_read:
+     * announced on the image's file even when the backing file is read) */
+    BLKEV_COW_READ,
     BLKEV__MAX
 } BlkEvent;
 

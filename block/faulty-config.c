@@ -75,7 +75,7 @@ static const struct {
     {"write_compressed", BLKEV_COMPRESSED_WRITE},
     {"vmstate_load", EV_NONE},
     {"vmstate_save", EV_NONE},
-    {"cow_read", EV_NONE},
+    {"cow_read", BLKEV_COW_READ},
     {"cow_write", BLKEV_COW_WRITE},
     {"reftable_load", EV_NONE},
     {"reftable_grow", BLKEV_REFTABLE_GROW},

@@ -464,8 +464,9 @@ int64_t qcow2_refcount_area_locked(Qcow2State *s, uint64_t offset, uint64_t addi
 
 /* A refcount block that counts nothing but (perhaps) itself.  A block past
  * the end of the file reads as zeros, as the file does (QEMU reads it
- * through its cache); any other bad entry is refcount.c invariant 3's
- * corruption. */
+ * through its cache); an unaligned one is refused as QEMU's refcount block
+ * cache refuses it (refcount.c invariant 5); any other bad entry is
+ * refcount.c invariant 3's corruption. */
 static int refblock_unused_locked(Qcow2State *s, uint64_t ti, bool *unused)
 {
     uint64_t entry = s->refcount_table[ti], offset, own = UINT64_MAX;
@@ -476,7 +477,10 @@ static int refblock_unused_locked(Qcow2State *s, uint64_t ti, bool *unused)
 
     *unused = false;
     if (!(entry & QCOW2_REFT_RESERVED_MASK) &&
-        !qcow2_offset_into_cluster(s, block_offset) &&
+        qcow2_offset_into_cluster(s, block_offset)) {
+        return qcow2_refblock_unaligned_locked(s, block_offset);
+    }
+    if (!(entry & QCOW2_REFT_RESERVED_MASK) &&
         !qcow2_range_within(block_offset, s->cluster_size, s->file_size)) {
         *unused = true;
         return 0;

@@ -401,6 +401,8 @@ void qcow2_refblock_set(void *block, uint64_t index, uint32_t refcount_order,
  * table_index, or 0 when there is none (refcount.c invariants 2, 3). */
 int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
                                  uint64_t *block_offset);
+/* refcount.c invariant 5: QEMU's refcount block cache refuses an offset. */
+int qcow2_refblock_unaligned_locked(Qcow2State *s, uint64_t block_offset);
 int qcow2_detect_metadata_preallocation_locked(Qcow2State *s);
 /* The index of the last cluster below 'clusters' with a refcount, or -EIO
  * (a corruption) when there is none (QEMU's qcow2_get_last_cluster). */

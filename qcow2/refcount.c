@@ -20,6 +20,12 @@
  *     lookup is a corruption naming the reftable index.
  *  4. Called with the metadata lock held (_locked); the refblock reference
  *     is dropped before returning.
+ *  5. Where QEMU takes a refcount block straight from its cache, without
+ *     looking at the reftable entry first (its shrink, alloc-refmeta.c), an
+ *     unaligned block offset is the cache's fatal corruption, in QEMU's
+ *     words: "Cannot get entry from refcount block cache: Offset .. is
+ *     unaligned" (qcow2_refblock_unaligned_locked); everywhere else it is
+ *     invariant 3's, naming the reftable index.
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/meta.h"
@@ -168,6 +174,13 @@ int qcow2_refblock_offset_locked(Qcow2State *s, uint64_t table_index,
     }
     *block_offset = entry;
     return 0;
+}
+
+int qcow2_refblock_unaligned_locked(Qcow2State *s, uint64_t block_offset)
+{
+    return qcow2_corrupt_locked(
+        s, "Cannot get entry from refcount block cache: Offset %#" PRIx64 " is unaligned",
+        block_offset); /* invariant 5 */
 }
 
 int qcow2_get_refcount_locked(Qcow2State *s, uint64_t cluster_index, uint64_t *refcount)

@@ -13,6 +13,7 @@
 #include "qcow2/meta.h"
 
 #include <errno.h>
+#include <inttypes.h>
 
 void qcow2_chunk_clear(Chunk *c)
 {
@@ -109,6 +110,31 @@ static bool cow_reads_zero(const Qcow2State *s, uint64_t e)
     return !entry_has_host(s, e) || (e & QCOW2_OFLAG_ZERO);
 }
 
+/*
+ * Invariant 5's cluster kept for the write (COPIED) whose host offset is
+ * not cluster aligned: QEMU checks that when it decides to keep the
+ * cluster (handle_copied), with its own words, "Data" or "Preallocated
+ * zero" cluster and the write's guest offset.  0 if the entry has another
+ * fault (or none); the caller reports that one.  Lock held.
+ */
+static int kept_entry_unaligned_locked(Qcow2State *s, uint64_t e, uint64_t bm,
+                                       uint64_t pos)
+{
+    Qcow2SubclusterType type;
+    bool unaligned;
+
+    if (!(e & QCOW2_OFLAG_COPIED) ||
+        !qcow2_l2_entry_valid_to_drop(s, e, bm, pos & ~(s->cluster_size - 1), &type,
+                                      &unaligned) ||
+        !unaligned) {
+        return 0;
+    }
+    return qcow2_corrupt_locked(
+        s, "%s cluster offset %#" PRIx64 " unaligned (guest offset: %#" PRIx64 ")",
+        (e & QCOW2_OFLAG_ZERO) ? "Preallocated zero" : "Data", e & QCOW2_L2E_OFFSET_MASK,
+        pos);
+}
+
 /* Plan the chunk starting at guest pos (< end).  Lock held.  ring
  * (invariant 18): -EAGAIN, before anything is allocated or changed, unless
  * the chunk covers [pos, end) and its COW parts need no read. */
@@ -148,8 +174,11 @@ int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring
             if (i > 0) {
                 break; /* reported when the next chunk starts there */
             }
-            ret = qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index + i, gc,
-                                             &type, &n);
+            ret = kept_entry_unaligned_locked(s, e, bm, pos);
+            if (ret == 0) {
+                ret = qcow2_l2_entry_type_locked(s, e, bm, 0, l2_offset, l2_index + i, gc,
+                                                 &type, &n);
+            }
             goto out;
         }
         k = decide(s, e, bm, type, a, b);

@@ -45,6 +45,11 @@
  *  5. A cluster is written in place only when its L2 entry has COPIED
  *     (refcount 1); a shared or compressed cluster, or one without a host
  *     cluster, gets a fresh cluster (allocated contiguously for a run).
+ *     A COPIED entry with a host offset that is not cluster aligned is
+ *     refused as QEMU refuses to keep it: a fatal corruption, "Data (or
+ *     Preallocated zero) cluster offset .. unaligned (guest offset: ..)",
+ *     the write's offset (write-plan.c); other bad entries are cluster.c
+ *     invariant 1's.
  *  6. In-flight list: every request registers its cluster-aligned guest
  *     range before it looks at the mapping, and waits while a conflicting
  *     request (a write against anything) overlaps it.  So two writers of the
@@ -165,6 +170,15 @@
  *     join it instead of waiting (write-ring.c, which implements this
  *     invariant): its data goes to the planned cluster on the ring, and
  *     the plan links once after the last of its writes.
+ * 19. Before the old contents of a chunk's COW parts are read (not
+ *     invariant 15's widening of a write in place, nor parts invariant 13
+ *     knows to be zeros), QEMU's cow_read step is announced on the image's
+ *     file (BLKEV_COW_READ), wherever the read goes: once when both parts
+ *     are read and the data between them is at most 16 KiB (QEMU reads
+ *     the two in one request then), else before each part.  A write that
+ *     gets there after the image was marked corrupt (say while it was
+ *     stopped at a breakpoint there) fails with ENOMEDIUM, as QEMU's,
+ *     whose driver is gone by then (meta.c invariant 2).
  */
 #include "qcow2/bitmap.h"
 #include "qcow2/write.h"
@@ -322,6 +336,23 @@ static int copy_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
                        w->node_offset + (c->wstart - req_offset));
 }
 
+/* Invariant 19: QEMU's cow_read step, before a COW part is read. */
+static int cow_read_step(Qcow2State *s, const Chunk *c)
+{
+    bool gone;
+
+    if (c->kind == CHUNK_IN_PLACE) {
+        return 0; /* invariant 15's widening: no COW */
+    }
+    blk_event(s->img->file, BLKEV_COW_READ);
+    qcow2_lock(s);
+    gone = s->corrupt_fatal;
+    qcow2_unlock(s);
+    return gone ? blk_error(ENOMEDIUM, "qcow2: the image was marked corrupt during the "
+                                       "write")
+                : 0;
+}
+
 /* Write the chunk's data and COW parts; lock not held (invariant 4). */
 static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
                             const WriteSrc *w)
@@ -336,15 +367,20 @@ static int write_chunk_data(Qcow2State *s, const Chunk *c, uint64_t req_offset,
     int ret = 0, n = 0;
 
     if (!zero_cow) {
+        /* invariant 19: one step for both parts, or one for each */
+        bool one_step = head_len && tail_len && c->wend - c->wstart <= 16384;
+
         head = head_len ? g_malloc(head_len) : NULL;
         tail = tail_len ? g_malloc(tail_len) : NULL;
         if (head_len) {
+            ret = cow_read_step(s, c);
             iov_init_buf(&part, head, head_len);
-            ret = qcow2_read_guest(s, c->fstart, &part);
+            ret = ret < 0 ? ret : qcow2_read_guest(s, c->fstart, &part);
         }
         if (ret == 0 && tail_len) {
+            ret = one_step ? 0 : cow_read_step(s, c);
             iov_init_buf(&part, tail, tail_len);
-            ret = qcow2_read_guest(s, c->wend, &part);
+            ret = ret < 0 ? ret : qcow2_read_guest(s, c->wend, &part);
         }
         if (ret < 0) {
             return ret;

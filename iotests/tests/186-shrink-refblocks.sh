@@ -87,17 +87,13 @@ for c in "refblock past the end of the file||0xffffff00000000" \
     assert_rc "$desc, again: check" 0 "$QEMU_IMG" check m.qcow2
 done
 
-# A third entry that is not aligned: found before anything is written.
-# QEMU names it through its cache ("Cannot get entry from refcount block
-# cache: Offset 0x200 is unaligned"), qimg through its reftable lookup
-# (refcount.c invariant 3); the refusal is the same.
+# A third entry that is not aligned: found before anything is written,
+# and named as QEMU's cache names it ("Cannot get entry from refcount
+# block cache: Offset 0x200 is unaligned", refcount.c invariant 5).
 desc="unaligned refblock behind the dropped one"
 corrupt refcount_bits=1 0x1000000000 0x200
 shrink "$desc"
-assert_eq "$desc: errors" "$(sed 1d q.err)" "$(sed 1d m.err)"
-assert_eq "$desc: corruption" \
-    "qcow2: Marking image as corrupt: Refblock offset 0x200 unaligned (reftable index: 0x2); further corruption events will be suppressed" \
-    "$(head -n 1 m.err)"
+assert_eq "$desc: errors" "$(cat q.err)" "$(cat m.err)"
 assert_eq "$desc: size and corrupt bit" "$(info q.qcow2)" "$(info m.qcow2)"
 assert_eq "$desc: refcount table" "$(reftable q.qcow2)" "$(reftable m.qcow2)"
 finish
