@@ -1,0 +1,125 @@
+#!/bin/bash
+# 195-nbd-hostile: qimg's NBD client against a server that misbehaves
+# (iotests/nbd_hostile.py, one way of misbehaving per MODE): a clear
+# error and a non-zero exit, never a crash, a hang or unbounded memory
+# (DESIGN "Images from strangers"; block/nbd.c invariants 2 and 10,
+# block/nbd-connect.c fact 2), with qemu-io and qemu-img 7.2 on the same
+# server as the oracle where they behave:
+#  - the same failure as qemu-io: a reply with a cookie nobody asked for
+#    (simple and structured), a simple read reply cut short by a close;
+#    and as qemu-img info, whose format probe fails on it;
+#  - where QEMU 7.2 does worse, qimg refuses: a structured read reply
+#    that covers half the read (qemu-io returns its buffer's old bytes),
+#    a chunk of 4 GiB - 1 (qemu-io waits for it), an error chunk of 4 GiB
+#    - 1, a server that closes in the middle of its greeting or after the
+#    client's first option, an option reply of 4 GiB - 1, an export size
+#    above 2^63 - 2^30 (QEMU's "File too large" for 2^63 - 1, while 2^63
+#    and 2^64 - 1 open in QEMU or fail by accident); each under a 512 MiB
+#    address-space limit, where allocating what the server announced
+#    fails;
+#  - a server that never sends its greeting, or never answers a read:
+#    qimg waits, as qemu-io does (QEMU 7.2 has no request timeout, and
+#    the open is not timed without reconnect-delay), and SIGTERM ends it.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io python3
+
+srv=
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; _cleanup' EXIT
+sock=$PWD/s.sock
+uri="nbd+unix:///?socket=$sock"
+
+# serve MODE [SIZE]: a fresh server on $sock (its pid in srv, its output
+# in srv.log)
+serve() {
+    stop
+    rm -f "$sock"
+    python3 "$IOTESTS_DIR/nbd_hostile.py" "$sock" "$@" >srv.log 2>&1 &
+    srv=$!
+    wait_sock "$sock" || { _fail "the server ($1) did not start"; exit 1; }
+}
+
+stop() {
+    [ -z "$srv" ] || { kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; }
+    srv=
+}
+
+# on MODE CMD...: CMD against a fresh MODE server, in 512 MiB of address
+# space; output in r.out (stdout and stderr), exit code in RC (124: it
+# did not end in 60 s)
+on() {
+    local mode=$1
+    shift
+    serve $mode
+    (ulimit -v 524288 && exec timeout 60 "$@") >r.out 2>&1
+    RC=$?
+    stop
+}
+
+# same_io DESC MODE ARGS...: qemu-io ARGS and qimg io ARGS, each against a
+# fresh MODE server: the same exit code and output
+same_io() {
+    local desc=$1 mode=$2 qrc
+    shift 2
+    on "$mode" "$QEMU_IO" "$@"
+    qrc=$RC
+    mv r.out q.out
+    on "$mode" "$QIMG" io "$@"
+    assert_eq "$desc: exit code" "$qrc" "$RC"
+    assert_eq "$desc: output" "$(io_filter <q.out)" "$(io_filter <r.out)"
+}
+
+# refused DESC MODE WANT CMD...: CMD against a fresh MODE server exits 1
+# with output WANT (URI stands for $uri)
+refused() {
+    local desc=$1 mode=$2 want=$3
+    shift 3
+    on "$mode" "$@"
+    assert_eq "$desc: exit code" 1 "$RC"
+    assert_eq "$desc: output" "$want" "$(sed "s|$uri|URI|g" r.out)"
+}
+
+# waits DESC MODE LINE CMD...: CMD against a fresh MODE server is still
+# waiting once the server logged LINE, and SIGTERM ends it (143)
+waits() {
+    local desc=$1 mode=$2 line=$3 pid rc alive=no
+    shift 3
+    serve "$mode"
+    "$@" >r.out 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+        grep -qx "$line" srv.log && break
+        sleep 0.05
+    done
+    assert_eq "$desc: the server got that far" "$line" "$(grep -x "$line" srv.log)"
+    kill -0 "$pid" 2>/dev/null && alive=yes
+    kill "$pid" 2>/dev/null
+    wait "$pid"
+    rc=$?
+    assert_eq "$desc: still waiting" yes "$alive"
+    assert_eq "$desc: exit code (SIGTERM)" 143 "$rc"
+    stop
+}
+
+rd=(-f raw -c 'read -P 0x5a 0 64k' -c 'read -P 0x5a 64k 64k')
+
+# 1. The same failures as QEMU's.
+same_io "a well behaved server" well "${rd[@]}" "$uri"
+same_io "a reply's cookie unknown" bad-cookie "${rd[@]}" "$uri"
+same_io "a structured reply's cookie unknown" bad-cookie-sr "${rd[@]}" "$uri"
+same_io "a simple read reply cut short" short-read-simple "${rd[@]}" "$uri"
+
+# 2. Where QEMU does worse.
+eio="read failed: Input/output error
+read failed: Input/output error"
+refused "a huge structured chunk" huge-chunk "$eio" "$QIMG" io "${rd[@]}" "$uri"
+refused "a huge error chunk" huge-error "$eio" "$QIMG" io "${rd[@]}" "$uri"
+
+# 3. Silence: qimg waits as qemu-io does.
+waits "qemu-io, no greeting" hs-silent "hs-silent: sent nothing" "$QEMU_IO" "${rd[@]}" "$uri"
+waits "qimg, no greeting" hs-silent "hs-silent: sent nothing" "$QIMG" io "${rd[@]}" "$uri"
+waits "qemu-io, no answer" silent-read "silent-read: got the read, no answer" \
+    "$QEMU_IO" "${rd[@]}" "$uri"
+waits "qimg, no answer" silent-read "silent-read: got the read, no answer" \
+    "$QIMG" io "${rd[@]}" "$uri"
+
+finish
