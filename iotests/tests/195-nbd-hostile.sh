@@ -113,6 +113,16 @@ eio="read failed: Input/output error
 read failed: Input/output error"
 refused "a huge structured chunk" huge-chunk "$eio" "$QIMG" io "${rd[@]}" "$uri"
 refused "a huge error chunk" huge-error "$eio" "$QIMG" io "${rd[@]}" "$uri"
+# the handshake broken: libnbd's words for it (qemu-io's differ)
+refused "closed in the greeting" hs-close-greeting \
+    "qimg: can't open device URI: nbd_connect_socket: recv: server disconnected unexpectedly" \
+    "$QIMG" io "${rd[@]}" "$uri"
+refused "closed after an option" hs-close-options \
+    "qimg: can't open device URI: nbd_connect_socket: recv: server disconnected unexpectedly" \
+    "$QIMG" io "${rd[@]}" "$uri"
+refused "a huge option reply" hs-huge-option \
+    "qimg: can't open device URI: nbd_connect_socket: handshake: invalid NBD_REP_ACK option reply length" \
+    "$QIMG" io "${rd[@]}" "$uri"
 
 # 3. Silence: qimg waits as qemu-io does.
 waits "qemu-io, no greeting" hs-silent "hs-silent: sent nothing" "$QEMU_IO" "${rd[@]}" "$uri"
