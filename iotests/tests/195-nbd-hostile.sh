@@ -107,6 +107,12 @@ same_io "a well behaved server" well "${rd[@]}" "$uri"
 same_io "a reply's cookie unknown" bad-cookie "${rd[@]}" "$uri"
 same_io "a structured reply's cookie unknown" bad-cookie-sr "${rd[@]}" "$uri"
 same_io "a simple read reply cut short" short-read-simple "${rd[@]}" "$uri"
+# qemu-img info: the format probe's read fails
+for mode in bad-cookie short-read-simple; do
+    serve $mode
+    same_as_qemu_err info "$uri"
+    stop
+done
 
 # 2. Where QEMU does worse.
 eio="read failed: Input/output error
