@@ -73,6 +73,11 @@
  *  9. An oldstyle handshake without flags (all 32 bits zero) is taken as
  *     QEMU's client takes it, an export with no optional feature, where
  *     libnbd refuses it (block/nbd-connect.c, fact 1).
+ * 10. An export larger than QEMU's largest image (2^63 - 2^30 bytes,
+ *     NBD_MAX_SIZE) is refused at open in QEMU's words ("Could not refresh
+ *     total sector count: File too large"), and so is one of 2^63 bytes
+ *     or more, which libnbd's int64_t size shows as negative (QEMU opens
+ *     some of those, and refuses 2^64 - 1 with EPERM, the -1 of the size).
  */
 #include "block/block.h"
 #include "block/nbd-int.h"

@@ -107,6 +107,11 @@ same_io "a well behaved server" well "${rd[@]}" "$uri"
 same_io "a reply's cookie unknown" bad-cookie "${rd[@]}" "$uri"
 same_io "a structured reply's cookie unknown" bad-cookie-sr "${rd[@]}" "$uri"
 same_io "a simple read reply cut short" short-read-simple "${rd[@]}" "$uri"
+same_io "an export of 2^63 - 2^30 bytes" "well 9223372035781033984" \
+    -f raw -c 'read -P 0x5a 0 64k' -c 'read -P 0x5a 9223372035781033983 1' "$uri"
+same_io "an export of 2^63 - 2^30 + 1 bytes" "well 9223372035781033985" "${rd[@]}" "$uri"
+same_io "an export of 2^63 - 1 bytes" "well 9223372036854775807" "${rd[@]}" "$uri"
+
 # qemu-img info: the format probe's read fails
 for mode in bad-cookie short-read-simple; do
     serve $mode
@@ -119,6 +124,15 @@ eio="read failed: Input/output error
 read failed: Input/output error"
 refused "a huge structured chunk" huge-chunk "$eio" "$QIMG" io "${rd[@]}" "$uri"
 refused "a huge error chunk" huge-error "$eio" "$QIMG" io "${rd[@]}" "$uri"
+# an export of 2^63 bytes or more: QEMU opens it, or fails by accident
+big="qimg: can't open device URI: Could not refresh total sector count: File too large"
+refused "an export of 2^63 bytes" "well 9223372036854775808" "$big" "$QIMG" io "${rd[@]}" "$uri"
+refused "an export of 2^64 - 1 bytes" hs-huge-size "$big" "$QIMG" io "${rd[@]}" "$uri"
+on "well 9223372036854775808" "$QIMG" info "$uri"
+assert_eq "info, an export of 2^63 bytes" \
+    "qimg: Could not open 'URI': Could not refresh total sector count: File too large" \
+    "$(sed "s|$uri|URI|g" r.out)"
+
 # the handshake broken: libnbd's words for it (qemu-io's differ)
 refused "closed in the greeting" hs-close-greeting \
     "qimg: can't open device URI: nbd_connect_socket: recv: server disconnected unexpectedly" \
