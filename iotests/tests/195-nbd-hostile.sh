@@ -3,18 +3,19 @@
 # (iotests/nbd_hostile.py, one way of misbehaving per MODE): a clear
 # error and a non-zero exit, never a crash, a hang or unbounded memory
 # (DESIGN "Images from strangers"; block/nbd.c invariants 2 and 10,
-# block/nbd-connect.c fact 2), with qemu-io and qemu-img 7.2 on the same
-# server as the oracle where they behave:
+# block/nbd-connect.c fact 2, api/open.c invariant 9), with qemu-io and
+# qemu-img 7.2 on the same server as the oracle where they behave:
 #  - the same failure as qemu-io: a reply with a cookie nobody asked for
-#    (simple and structured), a simple read reply cut short by a close;
-#    and as qemu-img info, whose format probe fails on it;
+#    (simple and structured), a simple read reply cut short by a close,
+#    an export of 2^63 - 2^30 bytes (QEMU's largest) and more; and as
+#    qemu-img info, whose format probe fails on it;
 #  - where QEMU 7.2 does worse, qimg refuses: a structured read reply
 #    that covers half the read (qemu-io returns its buffer's old bytes),
 #    a chunk of 4 GiB - 1 (qemu-io waits for it), an error chunk of 4 GiB
-#    - 1, a server that closes in the middle of its greeting or after the
-#    client's first option, an option reply of 4 GiB - 1, an export size
-#    above 2^63 - 2^30 (QEMU's "File too large" for 2^63 - 1, while 2^63
-#    and 2^64 - 1 open in QEMU or fail by accident); each under a 512 MiB
+#    - 1, a server that closes in the middle of its greeting (qimg
+#    polled for the rest forever) or after the client's first option, an
+#    option reply of 4 GiB - 1, an export of 2^63 bytes or more (QEMU
+#    opens 2^63, refuses 2^64 - 1 by accident); each under a 512 MiB
 #    address-space limit, where allocating what the server announced
 #    fails;
 #  - a server that never sends its greeting, or never answers a read:
