@@ -28,6 +28,12 @@ simple; the first read request misbehaves, every other request is served):
                      bytes (the header only, then wait)
   silent-read        never answer the read
   well               no misbehaviour (the control)
+Modes, block status (base:allocation is offered; the first block status
+request misbehaves, the export is all data):
+  bs-zero-extent     one extent of length 0
+  bs-unknown-id      extents for a context id never given
+  bs-huge            a block status chunk of 4 GiB - 1 bytes (the header
+                     only, then wait)
 """
 import socket
 import struct
@@ -41,13 +47,16 @@ SIMPLE_MAGIC = 0x67446698
 STRUCT_MAGIC = 0x668E33EF
 FLAG_FIXED_NEWSTYLE, FLAG_NO_ZEROES = 1, 2
 OPT_EXPORT_NAME, OPT_ABORT, OPT_GO, OPT_STRUCTURED_REPLY = 1, 2, 7, 8
-REP_ACK, REP_INFO = 1, 3
+OPT_SET_META_CONTEXT = 10
+REP_ACK, REP_INFO, REP_META_CONTEXT = 1, 3, 4
+META_ID = 1
+BASE_ALLOCATION = b'base:allocation'
 REP_ERR_UNSUP = (1 << 31) | 1
 INFO_EXPORT = 0
 EFLAGS = 1 | (1 << 2)  # HAS_FLAGS, SEND_FLUSH
-CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
+CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_BLOCK_STATUS = 0, 1, 2, 3, 7
 CHUNK_DONE = 1
-CHUNK_OFFSET_DATA, CHUNK_ERROR = 1, (1 << 15) | 1
+CHUNK_OFFSET_DATA, CHUNK_BLOCK_STATUS, CHUNK_ERROR = 1, 5, (1 << 15) | 1
 EINVAL = 22
 HUGE = 0xFFFFFFFF
 
@@ -115,6 +124,10 @@ def handshake(conn, mode, size):
         if opt == OPT_STRUCTURED_REPLY and 'simple' not in mode and mode != 'bad-cookie':
             structured = True
             opt_reply(conn, opt, REP_ACK)
+        elif opt == OPT_SET_META_CONTEXT and structured and mode.startswith('bs-'):
+            if BASE_ALLOCATION in data:
+                opt_reply(conn, opt, REP_META_CONTEXT, struct.pack('>I', META_ID) + BASE_ALLOCATION)
+            opt_reply(conn, opt, REP_ACK)
         elif opt == OPT_GO:
             opt_reply(conn, opt, REP_INFO, struct.pack('>HQH', INFO_EXPORT, size, EFLAGS))
             opt_reply(conn, opt, REP_ACK)
@@ -170,6 +183,22 @@ def misbehave(conn, mode, cookie, off, length):
     return True
 
 
+def status_misbehave(conn, mode, cookie, length):
+    """The first block status reply, as MODE breaks it; True: then wait."""
+    if mode == 'bs-zero-extent':
+        chunk(conn, cookie, CHUNK_DONE, CHUNK_BLOCK_STATUS, struct.pack('>III', META_ID, 0, 0))
+        log('bs-zero-extent: sent an extent of length 0')
+    elif mode == 'bs-unknown-id':
+        chunk(conn, cookie, CHUNK_DONE, CHUNK_BLOCK_STATUS,
+              struct.pack('>III', META_ID + 7, length, 0))
+        log('bs-unknown-id: sent context id %d' % (META_ID + 7))
+    else:
+        chunk(conn, cookie, CHUNK_DONE, CHUNK_BLOCK_STATUS, b'', HUGE)
+        log('bs-huge: sent a block status chunk of %d bytes' % HUGE)
+        return True
+    return False
+
+
 def serve(conn, mode, size):
     got = handshake(conn, mode, size)
     if got is None:
@@ -187,7 +216,17 @@ def serve(conn, mode, size):
         if typ == CMD_WRITE:
             if recv_all(conn, length) is None:
                 return
-        if typ == CMD_READ and ok and not broke and mode != 'well':
+        if typ == CMD_BLOCK_STATUS and mode.startswith('bs-'):
+            if not broke and ok:
+                broke = True
+                if status_misbehave(conn, mode, cookie, length):
+                    wait_close(conn)
+                    return
+                continue
+            chunk(conn, cookie, CHUNK_DONE, CHUNK_BLOCK_STATUS,
+                  struct.pack('>III', META_ID, length, 0))
+            continue
+        if typ == CMD_READ and ok and not broke and mode != 'well' and not mode.startswith('bs-'):
             broke = True
             what = misbehave(conn, mode, cookie, off, length)
             if what == 'close':

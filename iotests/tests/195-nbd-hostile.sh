@@ -15,7 +15,10 @@
 #    - 1, a server that closes in the middle of its greeting (qimg
 #    polled for the rest forever) or after the client's first option, an
 #    option reply of 4 GiB - 1, an export of 2^63 bytes or more (QEMU
-#    opens 2^63, refuses 2^64 - 1 by accident); each under a 512 MiB
+#    opens 2^63, refuses 2^64 - 1 by accident), a block status reply
+#    (map) with an extent of length 0, for a context never negotiated,
+#    or of 4 GiB - 1 (qemu-img map: "Invalid argument" for each, qimg
+#    says what was wrong); each under a 512 MiB
 #    address-space limit, where allocating what the server announced
 #    fails;
 #  - a server that never sends its greeting, or never answers a read:
@@ -155,6 +158,18 @@ refused "closed after an option" hs-close-options \
 refused "a huge option reply" hs-huge-option \
     "qimg: can't open device URI: nbd_connect_socket: handshake: invalid NBD_REP_ACK option reply length" \
     "$QIMG" io "${rd[@]}" "$uri"
+
+# block status (map): qemu-img says "Invalid argument" for each
+bs="qimg: Could not read file metadata: Could not get block status of 'nbd+unix://?socket=$sock'"
+# (stderr alone: the "[" on stdout may come before or after it)
+map_err=(bash -c '"$0" map --output=json -f raw "$1" 2>&1 >/dev/null' "$QIMG" "$uri")
+refused "map, an extent of length 0" bs-zero-extent \
+    "$bs: NBD server 'nbd+unix://?socket=$sock' sent no base:allocation extent at 0" "${map_err[@]}"
+refused "map, an unknown context id" bs-unknown-id \
+    "$bs: NBD server 'nbd+unix://?socket=$sock' sent no base:allocation extent at 0" "${map_err[@]}"
+refused "map, a huge block status chunk" bs-huge \
+    "$bs: Could not get the block status of 'nbd+unix://?socket=$sock' at offset 0: Input/output error" \
+    "${map_err[@]}"
 
 # 3. Silence: qimg waits as qemu-io does.
 waits "qemu-io, no greeting" hs-silent "hs-silent: sent nothing" "$QEMU_IO" "${rd[@]}" "$uri"
