@@ -23,6 +23,12 @@
  *     (dup3; that libnbd sent nothing yet, as an oldstyle client does not,
  *     is checked).  Every other handshake reaches libnbd untouched on the
  *     server's socket.
+ *  2. Peeking at a handshake never waits for bytes that cannot come: a
+ *     peek of MSG_PEEK keeps returning the bytes already there after the
+ *     server closed, never 0, so a server that closes in the middle of
+ *     its greeting is seen by POLLRDHUP (checked before each peek, so
+ *     that the peek has all the server sent); what it sent goes to
+ *     libnbd, which fails the handshake at its end.
  */
 #include "block/block.h"
 #include "block/inet.h"
@@ -172,12 +178,22 @@ static void swap_clear(NbdSwap *sw)
     sw->server = sw->pair = -1;
 }
 
+/* Fact 2: true once the server closed its side (or the socket failed):
+ * what can be peeked now is all it will ever send. */
+static bool peer_closed(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* Waits until @len bytes the server sends unasked are there to peek at:
- * the count peeked (less at EOF), -ETIMEDOUT at @deadline (0: none), or
- * -errno. */
+ * the count peeked (less once the server closed: fact 2), -ETIMEDOUT at
+ * @deadline (0: none), or -errno. */
 static ssize_t peek_at(int fd, uint8_t *buf, size_t len, int64_t deadline)
 {
     for (;;) {
+        bool closed = peer_closed(fd); /* before the peek: nothing comes after */
         ssize_t n = recv(fd, buf, len, MSG_PEEK | MSG_DONTWAIT);
         int64_t left_ms =
             deadline ? (deadline - g_get_monotonic_time() + 999) / 1000 : -1;
@@ -186,7 +202,7 @@ static ssize_t peek_at(int fd, uint8_t *buf, size_t len, int64_t deadline)
         if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
             return -errno;
         }
-        if (n == 0 || (n > 0 && (size_t)n >= len)) {
+        if (n == 0 || (n > 0 && ((size_t)n >= len || closed))) {
             return n;
         }
         if (deadline && left_ms <= 0) {

@@ -21,6 +21,9 @@
 #define NBD_EXTRA_CONNECT_US (2 * G_USEC_PER_SEC)
 #define NBD_MAX_REQUEST (32u << 20)
 #define NBD_WINDOW 8 /* pieces of one request in flight at once */
+/* The largest export opened (nbd.c invariant 10): QEMU's largest image,
+ * 2^63 - 2^30 bytes. */
+#define NBD_MAX_SIZE (INT64_MAX - (INT64_C(1) << 30) + 1)
 
 typedef struct NbdConn {
     struct nbd_handle *h;

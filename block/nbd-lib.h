@@ -35,7 +35,7 @@
     X(nbd_aio_is_ready)                                                                  \
     X(nbd_aio_notify_read)                                                               \
     X(nbd_aio_notify_write)                                                              \
-    X(nbd_aio_pread)                                                                     \
+    X(nbd_aio_pread_structured)                                                          \
     X(nbd_aio_pwrite)                                                                    \
     X(nbd_aio_trim)                                                                      \
     X(nbd_aio_zero)                                                                      \

@@ -5,8 +5,9 @@
  * Keeps nbd.c invariants 1 (extra connections, with their deadline, and one
  * poller each), 3 (a minimum block size above 1 refused), 5 (a meta context
  * the caller named must exist), 6 (the server's refusal of the export in
- * QEMU's words) and 8 (qimg's own connect errors, as block/nbd-connect.c
- * reports them); the requests themselves are block/nbd.c's.
+ * QEMU's words), 8 (qimg's own connect errors, as block/nbd-connect.c
+ * reports them) and 10 (the export's size); the requests themselves are
+ * block/nbd.c's.
  */
 #include "block/block.h"
 #include "block/nbd-int.h"
@@ -66,8 +67,9 @@ BlkNode *blk_open_nbd(const char *filename, bool read_only, const char *context,
     size = NL.nbd_get_size(s->c[0].h);
     minb = NL.nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MINIMUM);
     maxb = NL.nbd_get_block_size(s->c[0].h, LIBNBD_SIZE_MAXIMUM);
-    if (size < 0) {
-        blk_error(EIO, "Could not open '%s': %s", filename, NL.nbd_get_error());
+    if (size < 0 || size > NBD_MAX_SIZE) { /* invariant 10 */
+        blk_error(EFBIG, "Could not open '%s': Could not refresh total sector count: %s",
+                  filename, g_strerror(EFBIG));
         blk_close(img);
         return NULL;
     }

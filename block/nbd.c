@@ -30,7 +30,14 @@
  *     connection (a server never sends ENOTCONN: NBD's errors are EPERM,
  *     EIO, ENOMEM, EINVAL, ENOSPC, EOVERFLOW, ENOTSUP and ESHUTDOWN); a
  *     submission libnbd refuses on a live connection fails with libnbd's
- *     message.
+ *     message.  A read succeeds only when its reply's chunks carried
+ *     exactly the bytes asked for (libnbd checks that each lies inside the
+ *     read, not that they cover it): a server whose reply covers less (or
+ *     overlaps itself past the length) fails it with EIO, where QEMU 7.2
+ *     returns the buffer's old bytes.  Chunks that overlap yet add up to
+ *     the length are not caught; the bytes they miss read as zeros
+ *     (libnbd zeroes read buffers first, nbd_set_pread_initialize's
+ *     default), never as another request's.
  *  3. Requests are cut at the server's maximum block size (32 MiB when it
  *     says none); a server whose minimum block size is above 1 is refused
  *     at open (no read-modify-write here yet).
@@ -73,6 +80,11 @@
  *  9. An oldstyle handshake without flags (all 32 bits zero) is taken as
  *     QEMU's client takes it, an export with no optional feature, where
  *     libnbd refuses it (block/nbd-connect.c, fact 1).
+ * 10. An export larger than QEMU's largest image (2^63 - 2^30 bytes,
+ *     NBD_MAX_SIZE) is refused at open in QEMU's words ("Could not refresh
+ *     total sector count: File too large"), and so is one of 2^63 bytes
+ *     or more, which libnbd's int64_t size shows as negative (QEMU opens
+ *     some of those, and refuses 2^64 - 1 with EPERM, the -1 of the size).
  */
 #include "block/block.h"
 #include "block/nbd-int.h"
@@ -96,12 +108,15 @@ typedef struct NbdWait {
     bool reported; /* err came from a refused submission, already reported */
 } NbdWait;
 
-/* One command of a caller; the completion callback's user data. */
+/* One command of a caller; the completion callback's user data (and a
+ * read's chunk callback's: invariant 2). */
 typedef struct NbdCmd {
     NbdWait *w;
     NbdState *s;
     int conn;
     uint64_t offset;
+    uint64_t want; /* a read: the bytes asked for */
+    uint64_t seen; /* a read: the bytes its chunks carried, want + 1 past it */
 } NbdCmd;
 
 static void wait_init(NbdWait *w)
@@ -169,13 +184,34 @@ static int reply_errno(int err)
     return err > 0 ? err : EIO;
 }
 
+/* Invariant 2: counts the bytes a read's reply carried (poller thread,
+ * handle lock held, like cmd_done). */
+static int read_chunk(void *opaque, const void *subbuf, size_t count, uint64_t offset,
+                      unsigned status, int *error)
+{
+    NbdCmd *cmd = opaque;
+
+    (void)subbuf;
+    (void)offset;
+    (void)error;
+    if (status == LIBNBD_READ_DATA || status == LIBNBD_READ_HOLE) {
+        cmd->seen = count > cmd->want - MIN(cmd->seen, cmd->want) ? cmd->want + 1
+                                                                  : cmd->seen + count;
+    }
+    return 0;
+}
+
 /* Runs in the poller thread, handle lock held: no libnbd calls here. */
 static int cmd_done(void *opaque, int *error)
 {
     NbdCmd *cmd = opaque;
     NbdWait *w = cmd->w;
     NbdState *s = cmd->s;
+    int err = *error ? reply_errno(*error) : 0;
 
+    if (!err && cmd->seen != cmd->want) {
+        err = EIO; /* invariant 2: a read whose reply did not cover it */
+    }
     pthread_mutex_lock(&s->lock);
     s->c[cmd->conn].inflight--;
     pthread_mutex_unlock(&s->lock);
@@ -183,7 +219,7 @@ static int cmd_done(void *opaque, int *error)
         __atomic_store_n(&s->c[cmd->conn].lost, true, __ATOMIC_RELEASE);
     }
     pthread_mutex_lock(&w->m);
-    wait_note(w, *error ? reply_errno(*error) : 0, cmd->offset);
+    wait_note(w, err, cmd->offset);
     w->pending--;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->m);
@@ -241,9 +277,13 @@ static int submit(NbdState *s, NbdWait *w, NbdOp op, void *buf, uint64_t len,
     int64_t cookie = -1;
 
     switch (op) {
-    case OP_READ:
-        cookie = NL.nbd_aio_pread(c->h, buf, (size_t)len, offset, cb, flags);
+    case OP_READ: {
+        nbd_chunk_callback chunk = {.callback = read_chunk, .user_data = cmd};
+        cmd->want = len; /* invariant 2 */
+        cookie =
+            NL.nbd_aio_pread_structured(c->h, buf, (size_t)len, offset, chunk, cb, flags);
         break;
+    }
     case OP_WRITE:
         cookie = NL.nbd_aio_pwrite(c->h, buf, (size_t)len, offset, cb, flags);
         break;

@@ -24,6 +24,23 @@ done
 
 # check_create DESC SIZE ARGS...: create img.qcow2 in q/ with qemu-img and in
 # m/ with qimg (same relative names, so even the JSON filenames agree).
+# data_bytes FILE: the bytes of FILE's data extents (SEEK_DATA to
+# SEEK_HOLE), without the blocks the file system keeps its extent tree in
+data_bytes() {
+    python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+end, off, total = os.fstat(fd).st_size, 0, 0
+while off < end:
+    try:
+        data = os.lseek(fd, off, os.SEEK_DATA)
+    except OSError:
+        break
+    off = os.lseek(fd, data, os.SEEK_HOLE)
+    total += off - data
+print(total)' "$1"
+}
+
 check_create() {
     local desc=$1 size=$2 qrc mrc qi mi
     shift 2
@@ -57,7 +74,11 @@ check_create() {
     # What the bytes do not show: how much of each file is allocated
     # (qemu-img info's actual-size).  With many tables the file system may
     # spend a block more or less on its extent tree: compared within 64 KiB
-    # where there is preallocation or a data file, else exactly.
+    # where there is preallocation or a data file, else exactly -- and
+    # where the blocks differ, the data extents (SEEK_DATA/SEEK_HOLE, no
+    # extent tree) are compared instead: the same bytes written as ext4
+    # laid them out took 4 KiB more, or less, in either tool's file with
+    # 512-byte clusters at 100G and 128G (QIMG_LONG=1).
     local f slack=0 sizes
     case "$*" in *preallocation* | *data_file*) slack=128 ;; esac
     for f in img.qcow2 data.raw; do
@@ -66,6 +87,9 @@ check_create() {
         local qa=${sizes%$'\n'*} ma=${sizes#*$'\n'}
         _checks=$((_checks + 1))
         if [ $((qa - ma)) -gt $slack ] || [ $((ma - qa)) -gt $slack ]; then
+            if [ $slack = 0 ] && [ "$(data_bytes "q/$f")" = "$(data_bytes "m/$f")" ]; then
+                continue # the file system's own blocks, not the data's
+            fi
             _fail "$desc: $f allocates $((ma * 512)) bytes, qemu-img's $((qa * 512))"
         fi
     done
