@@ -39,8 +39,18 @@
 # (untimed): what the file system charges for filling preallocated space,
 # unwritten extents converted one write at a time (issue 30: on ext4 this,
 # not the fully written raw file, is the ceiling of the allocating path).
-# Every run: caches dropped (when root), memwarm, wall time of the whole
-# process plus a sync.  ROUNDS (default 3) rounds, tools interleaved in a
+# Every run: caches dropped (when root), memwarm, then one timed span for
+# every tool, from its first request to its last write durable: fio's own
+# run time (job_runtime: from the job's first I/O to the end of its
+# end_fsync; its start-up, ~0.5-0.9 s here, left out), and for qemu-img
+# bench and qimg bench from the line each prints right before its first
+# request ("Sending ...", read through a pipe, stdout line-buffered by
+# stdbuf) to the exit of the process -- its close, with the final flush --
+# plus an fsync of the image (`sync FILE`: no global sync, which would
+# also time other processes' dirty pages).  Their start-up (exec, open)
+# is left out as fio's is.  qemu-io and qimg io print no such line: the
+# encrypted cases time the whole process (then the same fsync).
+# ROUNDS (default 3) rounds, tools interleaved in a
 # rotating order.  Printed: per-round times and CPU seconds (user + sys of
 # the process; fio's own are not taken), then IOPS medians and ratios to
 # qemu-img and to fio (higher is better), each case followed by the median
@@ -78,6 +88,42 @@ echo "# $("$QEMU_IMG" --version | head -n 1); $("$QIMG" --version | head -n 1); 
 drop_caches() {
     sync
     [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches
+}
+
+# io_time VAR FILE CMD...: bench_time's rules (memwarm first, BENCH_C the
+# CPU seconds of CMD, BENCH_RUN_TIMEOUT), timing the span the header
+# describes: from CMD's "Sending" line (or its start, when it prints
+# none) to its exit and an fsync of FILE.  VAR := seconds.
+io_time() {
+    local __var=$1 file=$2 t0 t1 c0 mark
+    shift 2
+    bench_warm
+    c0=$(bench_children_cpu)
+    t0=$EPOCHREALTIME
+    mark=$(
+        { timeout "$BENCH_RUN_TIMEOUT" stdbuf -oL "$@" || echo "io_time: failed $?"; } |
+            {
+                m=
+                while IFS= read -r line; do
+                    case $line in
+                    Sending*) [ -z "$m" ] && m=$EPOCHREALTIME ;;
+                    "io_time: failed"*) m=$line ;;
+                    esac
+                done
+                echo "$m"
+            }
+    )
+    case $mark in
+    "io_time: failed"*)
+        [ "${mark##* }" = 124 ] && echo "timed out after $BENCH_RUN_TIMEOUT s (a hang?): $*" >&2
+        echo "failed: $*" >&2
+        exit 1
+        ;;
+    esac
+    BENCH_C=$(awk -v a="$c0" -v b="$(bench_children_cpu)" 'BEGIN { printf "%.2f", b - a }')
+    sync "$file"
+    t1=$EPOCHREALTIME
+    printf -v "$__var" '%s' "$(awk -v a="${mark:-$t0}" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
 }
 
 # A fully written raw file for fio, and one prepared qcow2 image per qcow2
@@ -174,7 +220,7 @@ run_case() {
         prepared "$QIMG" "$img" 1
         read -ra open <<<"$(enc_args "$img")"
         drop_caches
-        bench_time BENCH_T "${io[@]}" -t "$cache" "${open[@]}" <"$mode.qemu-io"
+        io_time BENCH_T "$img" "${io[@]}" -t "$cache" "${open[@]}" <"$mode.qemu-io"
         return
     fi
     case $tool in
@@ -200,7 +246,7 @@ run_case() {
         open=(-f qcow2 "$img")
     fi
     drop_caches
-    bench_time BENCH_T "$bin" bench "${args[@]}" "${open[@]}"
+    io_time BENCH_T "$img" "$bin" bench "${args[@]}" "${open[@]}"
     [ $mode = alloc ] && rm -f alloc.qcow2
 }
 

@@ -18,18 +18,23 @@
  * Invariants (cited as "grow.c invariant N"):
  *  1. Growth is the data node's resize with preallocation (falloc: the
  *     new bytes read as zeros, blocks reserved; where that fails, a sparse
- *     resize) by steps of file_size / 8 within [1 MiB, 64 MiB], ahead of
+ *     resize) by steps of file_size / 4 within [1 MiB, 256 MiB], ahead of
  *     the clusters guest writes are given (write-plan.c qcow2_plan_chunk_locked;
- *     invariant 5).  The clusters of a guest write lie inside phys_end
- *     before their data is written: a chunk whose clusters lie past it
- *     waits for the growth in flight, or runs one, before its data write
- *     (qcow2_grow_cover).  So the file covers every cluster an L2 entry
- *     may reference, and the resize's bump of the node's write generation
- *     comes before the chunk's data generation: the flush that write.c
- *     invariant 1 puts before the L2 entry makes the length durable too
- *     (DESIGN rule 1: no reference past the end of the file).  Growth that
- *     fails is given up for the handle (the zeroing path of write.c
- *     invariant 11 extends the file, as before).
+ *     invariant 5).  Few steps, since each one drains the file's writes:
+ *     our resize holds the file lock exclusively (file.c invariant 6),
+ *     which waits until every ring write in flight is reaped, and ext4's
+ *     fallocate waits for the O_DIRECT writes in flight too.  Measured
+ *     (issue 30, allocating 4 KiB writes at depth 32, 3.75 GiB of fresh
+ *     clusters): with file_size / 8 within [1 MiB, 64 MiB], 94 steps took
+ *     0.65 s of a 4.7 s run on the submitting thread, 0.09 s of it in
+ *     fallocate, the rest waiting for the drain.  The clusters of a guest write lie
+ * inside phys_end before their data is written: a chunk whose clusters lie past it waits
+ * for the growth in flight, or runs one, before its data write (qcow2_grow_cover).  So
+ * the file covers every cluster an L2 entry may reference, and the resize's bump of the
+ * node's write generation comes before the chunk's data generation: the flush that
+ * write.c invariant 1 puts before the L2 entry makes the length durable too (DESIGN rule
+ * 1: no reference past the end of the file).  Growth that fails is given up for the
+ * handle (the zeroing path of write.c invariant 11 extends the file, as before).
  *  2. A fresh cluster reads as zeros without a write when it lies at or
  *     past file_size as it was before the allocation that handed it out
  *     (every earlier allocation of the handle ends below that, and so does
@@ -74,7 +79,7 @@
 #include <errno.h>
 
 #define GROW_MIN (UINT64_C(1) << 20)
-#define GROW_MAX (UINT64_C(64) << 20)
+#define GROW_MAX (UINT64_C(256) << 20)
 
 void qcow2_grow_init(Qcow2State *s, uint64_t len)
 {
@@ -85,7 +90,7 @@ void qcow2_grow_init(Qcow2State *s, uint64_t len)
 
 static uint64_t grow_step_locked(const Qcow2State *s)
 {
-    return MIN(MAX(s->file_size / 8, GROW_MIN), GROW_MAX);
+    return MIN(MAX(s->file_size / 4, GROW_MIN), GROW_MAX); /* invariant 1 */
 }
 
 /* Invariant 5: reserve the growth past end.  Lock held. */

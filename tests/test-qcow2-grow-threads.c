@@ -14,7 +14,10 @@
  *    end, grows the file ahead after its own data write, still without the
  *    lock (invariant 5);
  *  - the data reads back, qemu-img check is clean, and close cuts the
- *    grown tail back (invariant 4).
+ *    grown tail back (invariant 4);
+ *  - the steps grow with the file (invariant 1: file_size / 4 within
+ *    [1 MiB, 256 MiB]), so 64 MiB of fresh clusters take few resizes:
+ *    each one drains the file's writes in flight.
  * Built under ThreadSanitizer by `make test` (the name says thread).
  */
 #include <setjmp.h>
@@ -42,6 +45,7 @@ typedef struct Gate {
     GCond c;
     bool held;             /* a growing resize waits for the test */
     bool open;             /* the test let it go on */
+    bool pass;             /* growing resizes do not wait */
     unsigned seq;          /* requests that reached the file */
     unsigned grown;        /* seq when the last growing resize returned */
     unsigned grows;        /* growing resizes */
@@ -111,9 +115,9 @@ static int gate_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc pr
 
     if (growing) {
         mutex_lock(&g->m);
-        g->held = true;
+        g->held = !g->pass;
         g_cond_broadcast(&g->c);
-        while (!g->open) {
+        while (!g->open && !g->pass) {
             mutex_cond_wait(&g->c, &g->m);
         }
         g->held = false;
@@ -327,10 +331,47 @@ static void test_grow_outside_lock(void **state)
     }
 }
 
+/* Invariant 1: the steps grow with the file.  4 KiB at the start of each
+ * 64 KiB cluster (the allocating case of bench/io-bench.sh), 64 MiB of fresh
+ * clusters: 17 resizes with steps of file_size / 4 (24 with file_size / 8,
+ * each one a drain of the writes in flight). */
+static void test_grow_steps(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("steps.qcow2");
+    g_autoptr(GError) err = NULL;
+    BlkOpenOptions o = {.cache = BLK_CACHE_WRITEBACK};
+    uint8_t buf[4096];
+
+    (void)state;
+    tu_run("qemu-img create -q -f qcow2 '%s' 256M", p);
+    BlkNode *img = api_open_node(p, &o, NULL, &err);
+    if (!img) {
+        fail_msg("open: %s", err->message);
+    }
+    Gate *g = gate_insert(img);
+    g->pass = true;
+    memset(buf, 0x5A, sizeof(buf));
+    for (uint64_t off = 0; off < 64 * MiB; off += 64 * KiB) {
+        assert_int_equal(blk_pwrite(img, off, buf, sizeof(buf), 0), 0);
+    }
+    unsigned grows = gate_get(g, &g->grows);
+    if (grows > 20) {
+        fail_msg("64 MiB of fresh clusters took %u resizes (at most 20)", grows);
+    }
+    assert_int_equal(blk_flush(img), 0);
+    blk_close(img);
+    g_autofree char *out = NULL;
+    if (tu_run_status(&out, "qemu-img check '%s'", p) != 0) {
+        fail_msg("qemu-img check: %s", out);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grow_outside_lock),
+        cmocka_unit_test(test_grow_steps),
     };
     return tu_run_group_tests("qcow2-grow-threads", tests);
 }
