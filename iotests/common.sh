@@ -252,12 +252,14 @@ mk_qcow2() {
     [ ${#args[@]} -eq 0 ] || "$QEMU_IO" "${args[@]}" "$name" >/dev/null
 }
 
-# wait_sock SOCKET [PIDFILE]: wait up to 5 s for a server's Unix socket
+# wait_sock SOCKET [PIDFILE]: wait up to 60 s for a server's Unix socket
 # (and its pid file) to appear.
 wait_sock() {
     # (a daemonising nbdkit binds its socket before it forks and writes
     # its pid file after: a caller that kills by the pid file waits for it)
-    for _ in $(seq 100); do
+    # Up to 60 s: on a loaded machine python3 alone took 3 s to start, and
+    # a server that starts late is not a failure of the client under test.
+    for _ in $(seq 1200); do
         [ -S "$1" ] && { [ -z "${2:-}" ] || [ -s "$2" ]; } && return 0
         sleep 0.05
     done
