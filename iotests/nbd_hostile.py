@@ -39,6 +39,8 @@ import socket
 import struct
 import sys
 
+from nbd_oldstyle import recv_all  # the same reading of n bytes or None
+
 NBD_MAGIC = 0x4E42444D41474943  # "NBDMAGIC"
 IHAVEOPT = 0x49484156454F5054
 REPLY_MAGIC_OPT = 0x3E889045565A9
@@ -63,16 +65,6 @@ HUGE = 0xFFFFFFFF
 
 def log(msg):
     print(msg, flush=True)
-
-
-def recv_all(conn, n):
-    buf = b''
-    while len(buf) < n:
-        part = conn.recv(n - len(buf))
-        if not part:
-            return None
-        buf += part
-    return buf
 
 
 def wait_close(conn):
