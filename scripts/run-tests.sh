@@ -136,7 +136,11 @@ count_meson() { # build-dir label
     if [ "$bad" -ne 0 ]; then
         grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|UNEXPECTEDPASS)' "$log" | sed "s/^/$label: /"
         sed -n '/Listing only the last/,/^==/p' "$log" | tail -60
-        failures+=("$label: $bad failed")
+        # the names on the FAILED line too: CI keeps only the last lines
+        local names
+        names=$(sed -n -E 's/^ *[0-9]+\/[0-9]+ +([^ ]+) +(FAIL|TIMEOUT|UNEXPECTEDPASS).*/\1 (\2)/p' \
+            "$log" | tr '\n' ' ')
+        failures+=("$label: $bad failed: ${names% }")
     fi
     if [ "$skip" -ne 0 ]; then
         local line
