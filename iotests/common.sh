@@ -266,6 +266,23 @@ wait_sock() {
     return 1
 }
 
+# tcp_port: a TCP port for a test's server on 127.0.0.1: below the kernel's
+# ephemeral range (ip_local_port_range, 32768 up here), so no client
+# connection of a test running beside this one holds it, and with nothing
+# listening on it now.  iotests run two at a time: the random start keeps
+# two tests from taking the same port.
+tcp_port() {
+    local lo=20000 hi=32767 p _
+    read -r hi _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || hi=32768
+    hi=$((hi - 1))
+    [ "$hi" -gt "$lo" ] || hi=$((lo + 9999))
+    for _ in $(seq 50); do
+        p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+    done
+    echo "$p"
+}
+
 # gone PID: wait up to 10 s for a process to end.
 gone() {
     for _ in $(seq 200); do

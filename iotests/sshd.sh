@@ -57,7 +57,7 @@ ssh_start() {
     getent passwd "$(id -u)" |
         awk -F: -v h="$SCRATCH/home" 'BEGIN{OFS=":"} {$6=h; print}' >passwd
     for i in 1 2 3 4 5; do
-        SSH_PORT=$((20000 + RANDOM % 40000))
+        SSH_PORT=$(tcp_port)
         "$SSHD" -D -e -f /dev/null -p "$SSH_PORT" -o ListenAddress=127.0.0.1 \
             -h "$SCRATCH/host_key" -o AuthorizedKeysFile="$SCRATCH/authorized_keys" \
             -o StrictModes=no -o PidFile=none -o 'Subsystem=sftp internal-sftp' \

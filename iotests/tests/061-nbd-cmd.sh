@@ -113,7 +113,7 @@ for e in 1 2; do
 done
 
 # 4. --fork and --pid-file; TCP with -p and -b; -x NAME only.
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 assert_rc "--fork returns once ready" 0 \
     timeout 20 "$QIMG" nbd --fork --pid-file "$PWD/n.pid" -t -p $port -b 127.0.0.1 -x disk \
     d.qcow2
@@ -157,7 +157,7 @@ mkdir pki
     printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >ext.cnf &&
     openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
         -out server-cert.pem -days 2 -extfile ext.cnf) >/dev/null 2>&1
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 assert_rc "TLS: serve" 0 timeout 20 "$QIMG" nbd --fork --pid-file "$PWD/t.pid" -t \
     -p $port -b 127.0.0.1 --object "tls-creds-x509,id=tls0,dir=$PWD/pki,endpoint=server" \
     --tls-creds tls0 d.qcow2

@@ -80,7 +80,7 @@ assert_rc "qcow2 on an export: the data" 0 "$QEMU_IO" -c 'read -P 0x31 1M 2M' c.
 
 # 4. Several connections (qimg nbd -e 0 advertises multi-conn), TCP and a
 # named export in both URI forms.
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 cp d.qcow2 m.qcow2
 "$QIMG" nbd -t -e 0 -p $port -b 127.0.0.1 -x disk m.qcow2 &
 mpid=$!

@@ -89,7 +89,7 @@ one_run() {
 # is the client after a restart.
 n=0
 TCP=
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 both() {
     local desc=$1 restart=$2 opts=$3 ms=1500 qa ma
     if [ -n "$TCP" ]; then

@@ -35,7 +35,7 @@ fi
 
 # 2. Names of TCP exports (qemu-nbd -x disk, persistent).
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 1M || exit 1
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 # serve: qemu-nbd serving d.qcow2 as "disk" on port (its pid in srv)
 serve() {
     qemu-nbd -t -b 127.0.0.1 -p "$port" -x disk -f qcow2 d.qcow2 &
