@@ -79,6 +79,34 @@ for e in entries:
 EOF
 }
 
+# meson_fail_lines BUILD-DIR LABEL: for each meson test that failed, up to
+# four lines of its output that say why (cmocka's failed test and its
+# message, a sanitizer's report): "LABEL: NAME: line".  They go on the
+# FAILED lines at the end, which are what CI keeps of a long output.
+meson_fail_lines() {
+    python3 - "$1/meson-logs/testlog.json" "$2" <<'EOF2'
+import json, re, sys
+path, label = sys.argv[1], sys.argv[2]
+try:
+    entries = [json.loads(line) for line in open(path)]
+except (OSError, ValueError) as e:
+    print('%s: (no failure lines: %s)' % (label, e))
+    sys.exit(0)
+why = re.compile(r'\[  (FAILED|ERROR) +\]|error:|ERROR: |runtime error|'
+                 r'Sanitizer|Assertion|Test failed|timed out|TIMEOUT')
+for e in entries:
+    if e.get('result') not in ('FAIL', 'TIMEOUT', 'UNEXPECTEDPASS', 'ERROR'):
+        continue
+    lines = []
+    for stream in ('stdout', 'stderr'):
+        for line in (e.get(stream) or '').splitlines():
+            if why.search(line) and line.strip() not in lines:
+                lines.append(line.strip())
+    for line in lines[:4] or ['%s, no reason printed' % e.get('result')]:
+        print('%s: %s: %s' % (label, e['name'], line[:240]))
+EOF2
+}
+
 # timed LABEL: how long the step since the last call took, kept for the
 # "times:" line at the end (the 20-minute budget of make test, README).
 # With the CPU seconds of what the step ran (user + system): what it costs
@@ -141,6 +169,10 @@ count_meson() { # build-dir label
         names=$(sed -n -E 's/^ *[0-9]+\/[0-9]+ +([^ ]+) +(FAIL|TIMEOUT|UNEXPECTEDPASS).*/\1 (\2)/p' \
             "$log" | tr '\n' ' ')
         failures+=("$label: $bad failed: ${names% }")
+        local line
+        while IFS= read -r line; do
+            failures+=("$line")
+        done < <(meson_fail_lines "$dir" "$label")
     fi
     if [ "$skip" -ne 0 ]; then
         local line
@@ -204,7 +236,9 @@ else
                 awk '{n = $1; $1 = ""; printf "%s%d test(s):%s", sep, n, $0; sep = "; "}')
             skip_step "tsan $t" "${why:-exit 77, no reason printed}"
         else
-            failed=$((failed + 1)); failures+=("tsan: $t"); tail -40 /tmp/tsan-$t.log
+            failed=$((failed + 1)); tail -40 /tmp/tsan-$t.log
+            failures+=("tsan: $t: $(grep -m2 -E '\[  (FAILED|ERROR) +\]|WARNING: ThreadSanitizer|SUMMARY:' \
+                /tmp/tsan-$t.log | tr '\n' ' ' | cut -c1-240)")
         fi
     done
     rm -rf "$tsandir"
@@ -259,7 +293,19 @@ if [ -n "$line" ]; then
     p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
     s=$(echo "$line" | awk '{print $5}')
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-    [ "$f" -ne 0 ] && failures+=("iotests: $f failed")
+    if [ "$f" -ne 0 ]; then
+        failures+=("iotests: $f failed")
+        # each failed test and its first complaint (CI keeps the last lines)
+        while IFS= read -r l; do
+            failures+=("iotests: $l")
+        done < <(awk 'function out() { if (name != "") print name ": " substr(why != "" ? why : first, 1, 200) }
+            /^(PASS|SKIP|FAIL)/ {out(); name = ""}
+            /^FAIL/ {name = $2; why = ""; first = ""; next}
+            name != "" && /^[ \t]+[^ \t]/ {sub(/^[ \t]+/, "")
+                if (first == "") first = $0
+                if (why == "" && /^FAILED: /) why = $0}
+            END {out()}' "$log")
+    fi
     while IFS= read -r l; do
         skips+=("iotests: ${l#SKIP }")
     done < <(grep '^SKIP ' "$log")
@@ -314,7 +360,9 @@ else
         if [ "$(cat "$fuzzdir/$name.rc" 2>/dev/null)" = 0 ]; then
             passed=$((passed + 1)); echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' /tmp/$name.log))"
         else
-            failed=$((failed + 1)); failures+=("fuzz: $name"); tail -40 /tmp/$name.log
+            failed=$((failed + 1)); tail -40 /tmp/$name.log
+            failures+=("fuzz: $name: $(grep -m2 -E '^==[0-9]+== ?ERROR|^SUMMARY:|runtime error' \
+                /tmp/$name.log | tr '\n' ' ' | cut -c1-240)")
             for crash in "$fuzzdir/$name.corpus"/crash-* "$fuzzdir/$name.corpus"/timeout-* \
                 "$fuzzdir/$name.corpus"/oom-*; do
                 [ -f "$crash" ] || continue # the input, to reproduce it elsewhere
