@@ -537,9 +537,10 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     if (null_top && !file) { /* invariant 12 */
         file = strcmp(driver, "null-co") == 0 ? "null-co://" : "null-aio://";
     }
-    if (!file && !how->file_optional) {
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "A block device must be specified for \"file\"");
+    if (!file && !how->file_optional) { /* json-flat.c invariant 3 */
+        g_set_error(error, QIMG_ERROR, EINVAL, "%s",
+                    driver ? "A block device must be specified for \"file\""
+                           : "Must specify either driver or file");
         return FALSE;
     }
     /* in key order: the first refused key is the same on every run */

@@ -36,8 +36,17 @@
  *     of its own (a quorum's children: BlkDriver.no_dirname) has no path
  *     (qemu-img info: "cannot determine actual path"); opening the chain
  *     fails with QEMU's message, which says why.
+ *  9. A probe whose read of the file fails refuses the open, in QEMU's
+ *     words ("Could not read image for determining its format: " and the
+ *     errno's text), never guesses raw from the bytes it did not get.
+ *     The probe's read raises no blkdebug event (block.h BLKEV_DATA_READ),
+ *     so a rule on read_aio does not fail it, as in QEMU.  A blkverify
+ *     node whose children disagree on that read is the exception: QEMU's
+ *     process ends there with the verdict's line, so the open goes on as
+ *     raw and the caller, which ends on the verdict (qimg io), prints it.
  */
 #include "api/api.h"
+#include "block/blkverify.h"
 #include "block/ova.h"
 #include "block/rbd.h"
 
@@ -47,17 +56,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* formats.c invariant 1 */
-static const BlkDriver *probe_format(BlkNode *file, const char *filename)
+/* formats.c invariant 1; a read that fails fails the open (invariant 9):
+ * the driver, or NULL with the error set, naming the file @given. */
+static const BlkDriver *probe_format(BlkNode *file, const char *filename,
+                                     const char *given, GError **error)
 {
     uint8_t buf[BLK_PROBE_BUF_SIZE] = {0};
     int64_t len = blk_getlength(file);
     size_t n = len < 0 ? 0 : (size_t)MIN((int64_t)sizeof(buf), len);
     const BlkDriver *drv = NULL;
+    int ret;
 
     /* an empty file is raw; a short one is probed padded with zeros, as
      * QEMU reads it (formats.c invariant 1) */
-    if (n > 0 && blk_pread(file, 0, buf, n) == 0) {
+    if (n > 0) {
+        ret = blk_pread(file, 0, buf, n);
+        g_autofree char *verdict = ret < 0 ? blk_blkverify_verdict(file) : NULL;
+        if (verdict) { /* invariant 9: the verdict is the caller's to print */
+            g_free(blk_error_take());
+            return blk_find_format("raw");
+        }
+        if (ret < 0) {
+            g_free(blk_error_take()); /* QEMU's words, not the node's */
+            g_set_error(error, QIMG_ERROR, -ret,
+                        "Could not open '%s': Could not read image for determining its "
+                        "format: %s",
+                        given, g_strerror(-ret));
+            return NULL;
+        }
         drv = blk_probe_buf(buf, sizeof(buf), filename);
     }
     /* api/ova.c invariant 1: what nothing but raw claimed may be an OVA
@@ -215,17 +241,21 @@ char *api_qemu_format_name(const char *format, const char *file_name)
     return g_strconcat("json:", obj, NULL);
 }
 
+/* @given: the name as the caller gave it (a protocol's @filename is its
+ * own, nbd.c's), for the messages QEMU words with it. */
 static BlkNode *open_format(BlkNode *file, const BlkDriver *drv, const char *filename,
-                            const char *canon, const BlkOpenOptions *opts, GSList *chain,
-                            bool user_name, GError **error)
+                            const char *given, const char *canon,
+                            const BlkOpenOptions *opts, GSList *chain, bool user_name,
+                            GError **error)
 {
     bool ro = opts->read_only || opts->snapshot != NULL;
     bool probed = !drv;
     BlkNode *img;
     GSList link;
 
-    if (!drv) {
-        drv = probe_format(file, filename);
+    if (!drv && !(drv = probe_format(file, filename, given, error))) {
+        blk_close(file);
+        return NULL;
     }
     if (drv->is_protocol && file->drv != drv) { /* -f nbd on a file */
         g_set_error(error, QIMG_ERROR, EINVAL,
@@ -375,7 +405,7 @@ BlkNode *api_open_node_on(BlkNode *file, const char *filename, const BlkOpenOpti
         blk_close(file);
         return NULL;
     }
-    return open_format(file, drv, filename, filename, opts, NULL, true, error);
+    return open_format(file, drv, filename, filename, filename, opts, NULL, true, error);
 }
 
 BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList *chain,
@@ -406,6 +436,7 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     if (user_name && api_blkverify_name(filename)) { /* json-name.c invariant 19 */
         return api_open_blkverify_name(filename, opts, error);
     }
+    const char *given = filename;
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
     if (g_str_has_prefix(path, "file:")) {
         path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
@@ -454,7 +485,8 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
          * (rbd) names its format in open_format() */
         filename = file->filename;
     }
-    BlkNode *img = open_format(file, drv, filename, canon, opts, chain, user_name, error);
+    BlkNode *img =
+        open_format(file, drv, filename, given, canon, opts, chain, user_name, error);
     if (img && img->drv == &api_ova_driver && !opts->no_data_files) {
         return api_ova_open_disk(img, filename, opts, user_name, error); /* invariant 7 */
     }

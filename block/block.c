@@ -207,6 +207,7 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_REFBLOCK_HOOKUP] = "refblock_hookup",
     [BLKEV_L1_GROW_ACTIVATE] = "l1_grow_activate",
     [BLKEV_COW_READ] = "cow_read",
+    [BLKEV_DATA_READ] = "data_read",
 };
 
 const char *blk_event_name(BlkEvent ev)

@@ -112,6 +112,12 @@ typedef enum BlkEvent {
      * copy-on-write parts, wherever they are read from (QEMU's cow_read:
      * announced on the image's file even when the backing file is read) */
     BLKEV_COW_READ,
+    /* a format driver about to read guest data from its file (QEMU's
+     * read_aio: qcow2's allocated clusters, raw's reads; raised on the
+     * image's file even when a data file is read).  Never raised by a
+     * format probe, so blkdebug rules on it cannot fail the probe's read,
+     * as in QEMU. */
+    BLKEV_DATA_READ,
     BLKEV__MAX
 } BlkEvent;
 

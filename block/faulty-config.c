@@ -37,6 +37,11 @@
  *     rules: faulty.c's arm, its invariant 7).  A flush failing so at close
  *     is what makes qcow2's close-time retry print QEMU's cache lines
  *     (qcow2/meta.c invariant 13).
+ *  7. read_aio is raised by the format driver before it reads guest data
+ *     (qcow2's allocated clusters, raw's reads), never by the probe that
+ *     finds the format nor by metadata reads: its rules are armed and its
+ *     state switched by the format's data reads (BLKEV_DATA_READ), as
+ *     fact 6 has it for every event.
  *
  * Owns: the mapping of QEMU's events onto the steps qimg announces
  * (blk_event()), and QEMU's rule groups (from a config file or from
@@ -51,7 +56,8 @@
 #include <string.h>
 
 /* QEMU's events (its BlkdebugEvent names) and the step each is in qimg:
- * a BlkEvent, EV_READ (read requests), EV_ANY (fact 4: every request) or
+ * a BlkEvent, EV_READ (read requests for a breakpoint, BLKEV_DATA_READ for
+ * a rule: fact 7), EV_ANY (fact 4: every request) or
  * EV_NONE (qimg cannot match it). */
 enum { EV_READ = -1, EV_NONE = -2, EV_ANY = -4 };
 
@@ -229,6 +235,10 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         return blk_error(EINVAL, "invalid parameter value: %s", event); /* fact 1 */
     } else if (ret < 0) {
         return ret;
+    }
+    if (read) { /* fact 7: the format's data reads arm the rule, or switch */
+        read = false;
+        ev = BLKEV_DATA_READ;
     }
     bool any = ev == EV_ANY; /* fact 4 */
     /* fact 6: QEMU's default I/O types (all but block-status) */

@@ -80,6 +80,11 @@
  *  8. As QEMU's block layer, a flush with no write-like request (failed ones
  *     too) since the node's last good flush never reaches the rules: it is
  *     passed to the child, which has nothing to flush either.
+ *  9. A format's data read (BLKEV_DATA_READ, QEMU's read_aio) arms its
+ *     rules and switches the state as any step does, but is not the
+ *     thread's step: the writes that follow count for the step announced
+ *     before it.  A read the format did not announce (its probe, its
+ *     metadata) arms nothing, so rules on read_aio never fail a probe.
  */
 #include "block/block.h"
 #include "block/faulty-int.h"
@@ -417,6 +422,12 @@ static int faulty_set_perm(BlkNode *img, unsigned perm, unsigned shared)
 static void faulty_event(BlkNode *img, BlkEvent ev)
 {
     FaultyState *s = img->opaque;
+    if (ev == BLKEV_DATA_READ) { /* invariant 9 */
+        int saved = event_state;
+        begin_step(s, ev, OP_WRITE);
+        event_state = saved;
+        return;
+    }
     current_event = ev;
     event_state = -1;
     if (ev != BLKEV_NONE) {

@@ -210,6 +210,7 @@ static int read_guest(Qcow2State *s, uint64_t offset, const BlkIOV *qiov, bool l
         case QCOW2_SC_NORMAL:
             /* read.c invariant 2: a protocol node reads zeros past its end;
              * crypt.c invariant 1: decrypted there */
+            blk_event(s->img->file, BLKEV_DATA_READ); /* QEMU's read_aio */
             ret = qcow2_data_preadv(s, m.host_offset, pos, &part);
             break;
         case QCOW2_SC_COMPRESSED:
@@ -282,6 +283,9 @@ int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
         if (zero) {
             iov_memset(&part, 0, 0, (size_t)len);
         } else {
+            if (!write) {
+                blk_event(s->img->file, BLKEV_DATA_READ); /* QEMU's read_aio */
+            }
             ret = write ? qcow2_data_pwritev(s, host, offset + done, &part, 0)
                         : qcow2_data_preadv(s, host, offset + done, &part);
         }

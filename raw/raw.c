@@ -55,6 +55,7 @@ static int raw_open(BlkNode *img, const char *filename, const BlkOpenOptions *op
 
 static int raw_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
+    blk_event(img->file, BLKEV_DATA_READ); /* QEMU's read_aio */
     return blk_preadv(img->file, offset, qiov, flags);
 }
 

@@ -494,10 +494,35 @@ static void test_blkdebug_config_bounded(void **state)
     api_open_layers_clear(&l);
 }
 
+/* json-flat.c invariants 1 and 3: QEMU's text of numbers that are not
+ * int64s; a null (or non-string) driver, a null filename or file is no
+ * option, any other null is "". */
+static void test_flat_values(void **state)
+{
+    g_autoptr(GHashTable) flat =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GError) err = NULL;
+
+    (void)state;
+    assert_true(api_json_flat("json:{\"a\": 1.5, \"b\": 99999999999999999999, "
+                              "\"c\": 18446744073709551615, \"d\": 0.1, \"e\": 1e3, "
+                              "\"f\": null, \"driver\": null, \"file\": {\"driver\": 7, "
+                              "\"filename\": null}, \"g\": {\"file\": null}}",
+                              flat, NULL, &err));
+    assert_string_equal(g_hash_table_lookup(flat, "a"), "1.5");
+    assert_string_equal(g_hash_table_lookup(flat, "b"), "1e+20");
+    assert_string_equal(g_hash_table_lookup(flat, "c"), "18446744073709551615");
+    assert_string_equal(g_hash_table_lookup(flat, "d"), "0.10000000000000001");
+    assert_string_equal(g_hash_table_lookup(flat, "e"), "1000");
+    assert_string_equal(g_hash_table_lookup(flat, "f"), "");
+    assert_int_equal(g_hash_table_size(flat), 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backing_name_refuses_protocols),
+        cmocka_unit_test(test_flat_values),
         cmocka_unit_test(test_backing_name_format),
         cmocka_unit_test(test_backing_name_no_layers),
         cmocka_unit_test(test_caller_layers),

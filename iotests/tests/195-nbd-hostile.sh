@@ -36,7 +36,7 @@ uri="nbd+unix:///?socket=$sock"
 # 2.6 s to start on a loaded machine; 60 s only bound a broken server.)
 serve() {
     stop
-    rm -f "$sock"
+    rm -f "$sock" srv.log # the last server's "listening" is not this one's
     python3 "$IOTESTS_DIR/nbd_hostile.py" "$sock" "$@" >srv.log 2>&1 &
     srv=$!
     for _ in $(seq 1200); do
