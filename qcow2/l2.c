@@ -8,9 +8,17 @@
  * Invariants (cited as "l2.c invariant N"):
  *  1. DESIGN.md rule 2, "L2 before L1": a new L2 table (zeroed, or a copy of
  *     a shared table) is written and the file flushed -- with its own
- *     refcount already on disk (the refcount cache is flushed first, alloc.c
- *     invariant 1) -- before the L1 entry that points at it is written.  L1
- *     entry writes are synced.
+ *     refcount on disk by then (DESIGN.md rule 1, alloc.c invariant 1) --
+ *     before the L1 entry that points at it is written.  One flush covers
+ *     both: the refcount cache is written, then the table, then the file
+ *     is flushed once.  Only the L1 entry references the new cluster, and
+ *     the table's contents (zeros, or entries whose clusters the shared
+ *     table counts already) reference nothing new, so the table may reach
+ *     the disk before its refcount does: a power loss between them leaves
+ *     a free cluster holding a table nothing points at.  (Issue 30: one
+ *     fdatasync per new table fewer, under the metadata lock, which every
+ *     allocating write waits for.)  The L1 write asserts, in debug builds,
+ *     that both are durable.  L1 entry writes are synced.
  *  2. A shared L2 table (its L1 entry lacks COPIED) is never modified: the
  *     first write through it copies it.  The copy keeps the entries as they
  *     are (the data clusters stay shared: every table that references them
@@ -233,10 +241,9 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
         return qcow2_corrupt_locked(s, "Preventing invalid allocation of L2 table at "
                                        "offset 0");
     }
+    /* invariant 1: its refcount written now, made durable with the table
+     * by the one flush below */
     ret = qcow2_cache_flush_locked(s->refcount_cache);
-    if (ret == 0) {
-        ret = qcow2_flush_file(s);
-    }
     if (ret < 0) {
         goto fail;
     }
@@ -250,7 +257,8 @@ int qcow2_get_l2_for_write_locked(Qcow2State *s, uint64_t offset, uint8_t **l2,
         memcpy(buf + i, table, slice);
         qcow2_cache_put_locked(s->l2_cache, (void **)&table);
     }
-    /* invariant 1: the whole table, all its slices */
+    /* invariant 1: the whole table, all its slices; one flush for it and
+     * its refcount */
     ret = qcow2_write_metadata_locked(s, BLKEV_L2_ALLOC, 0, (uint64_t)new_offset, buf,
                                       s->cluster_size, true);
     if (ret < 0) {

@@ -337,15 +337,48 @@ static void test_no_fault(void **state)
     fault_case(NULL, 0, 0, true);
 }
 
+/*
+ * qcow2/l2.c invariant 1: a new L2 table costs two flushes -- one for its
+ * refcount and the zeroed table together, one for the L1 entry -- not one
+ * each (issue 30).  With the third flush of the node failing, the first
+ * write into a fresh image (one new L2 table, no new refcount block)
+ * succeeds, and the guest flush after it gets the error.
+ */
+static void test_l2_alloc_flushes(void **state)
+{
+    g_autofree char *p = tu_fresh("l2-flushes.qcow2");
+    g_autofree char *name = NULL;
+    g_autoptr(GError) err = NULL;
+    BlkOpenOptions o = {.cache = BLK_CACHE_WRITEBACK};
+    uint8_t buf[4096];
+    BlkNode *img;
+
+    (void)state;
+    TU_REQUIRE_QEMU();
+    tu_run("qemu-img create -q -f qcow2 '%s' 8M", p);
+    name =
+        g_strdup_printf("blkdebug:event=flush,errno=%d,nth=3,once,op=flush:%s", EIO, p);
+    img = api_open_node(name, &o, NULL, &err);
+    if (!img) {
+        fail_msg("open %s: %s", name, err->message);
+    }
+    memset(buf, 0x5a, sizeof(buf));
+    assert_int_equal(blk_pwrite(img, 0, buf, sizeof(buf), 0), 0);
+    assert_int_equal(blk_flush(img), -EIO);
+    blk_error_clear();
+    blk_close(img);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_refblock_update), cmocka_unit_test(test_refblock_alloc),
-        cmocka_unit_test(test_reftable_grow),   cmocka_unit_test(test_l2_alloc),
-        cmocka_unit_test(test_l2_update),       cmocka_unit_test(test_l1_update),
-        cmocka_unit_test(test_l1_grow),         cmocka_unit_test(test_data_write),
-        cmocka_unit_test(test_cow_write),       cmocka_unit_test(test_flush),
-        cmocka_unit_test(test_no_fault),        cmocka_unit_test(test_sticky_errors),
+        cmocka_unit_test(test_refblock_update),  cmocka_unit_test(test_refblock_alloc),
+        cmocka_unit_test(test_reftable_grow),    cmocka_unit_test(test_l2_alloc),
+        cmocka_unit_test(test_l2_update),        cmocka_unit_test(test_l1_update),
+        cmocka_unit_test(test_l1_grow),          cmocka_unit_test(test_data_write),
+        cmocka_unit_test(test_cow_write),        cmocka_unit_test(test_flush),
+        cmocka_unit_test(test_no_fault),         cmocka_unit_test(test_sticky_errors),
+        cmocka_unit_test(test_l2_alloc_flushes),
     };
     return tu_run_group_tests("qcow2-fault", tests);
 }
