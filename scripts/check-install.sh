@@ -11,7 +11,10 @@ build=${1:-build}
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 
-meson install -C "$build" --destdir "$root" --quiet >/dev/null
+# what meson install installs, built (up to date) first, not all of the
+# tree: make test builds no unit tests in build/ (scripts/installed-targets.sh)
+ninja -C "$build" $(scripts/installed-targets.sh "$build") >/dev/null
+meson install -C "$build" --no-rebuild --destdir "$root" --quiet >/dev/null
 pcfile=$(find "$root" -name libqimg.pc | head -1)
 [ -n "$pcfile" ] || { echo "install: no libqimg.pc installed"; exit 1; }
 # the installed .pc, relocated to the scratch root (its Requires resolve
