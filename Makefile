@@ -4,7 +4,7 @@
 MESON_SETUP = meson setup --wipe
 JOBS ?= 2
 
-.PHONY: all deps build build-asan build-tsan build-fuzz run test check-long fuzz bench install clean qemu-iotests
+.PHONY: all deps build build-installed build-asan build-tsan build-fuzz run test check-long fuzz bench install clean qemu-iotests
 
 all: build
 
@@ -16,6 +16,14 @@ build/build.ninja:
 
 build: deps build/build.ninja
 	ninja -C build -j $(JOBS)
+
+# make test's share of build/: what meson install installs (the library,
+# qimg, the nbdkit plugin), which the iotests and scripts/check-*.sh run;
+# not build/'s unit tests: make test runs them from build-asan (make build
+# and make check-long build them)
+build-installed: deps build/build.ninja
+	ninja -C build build.ninja  # regenerate first: the list below reads it
+	ninja -C build -j $(JOBS) $$(scripts/installed-targets.sh build)
 
 build-asan/build.ninja:
 	meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
@@ -41,13 +49,17 @@ build-fuzz/build.ninja:
 	CC=clang meson setup build-fuzz -Dfuzz=true -Dtests=false -Db_lundef=false \
 	    -Dbuildtype=debugoptimized
 
+# the fuzz targets only (fuzz/fuzz-*.c, what scripts/run-tests.sh and
+# fuzz-long.sh run): not the tree's uninstrumented library, qimg and
+# plugin, which nothing runs from build-fuzz
 build-fuzz: deps build-fuzz/build.ninja
-	ninja -C build-fuzz -j $(JOBS)
+	ninja -C build-fuzz build.ninja
+	ninja -C build-fuzz -j $(JOBS) $$(ls fuzz/fuzz-*.c | sed 's/\.c$$//')
 
 run: build
 	@scripts/demo.sh
 
-test: build build-asan build-tsan build-fuzz
+test: build-installed build-asan build-tsan build-fuzz
 	@scripts/run-tests.sh
 
 check-long: build
