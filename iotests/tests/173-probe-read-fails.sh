@@ -17,6 +17,7 @@
 # (An NBD backing file is not among them: a backing name never selects a
 # protocol in qimg, DESIGN "Images from strangers".)
 . "$(dirname "$0")/../common.sh"
+. "$IOTESTS_DIR/nbd_hostile.sh"
 requires qimg qemu-img qemu-io python3
 
 srv=
@@ -24,40 +25,19 @@ trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; _cleanup' EXIT
 sock=$PWD/s.sock
 uri="nbd+unix:///?socket=$sock"
 
-# serve MODE: a fresh server on $sock (its pid in srv), once it listens
-# (its log removed first: the last server's "listening" is not this one's)
-serve() {
-    stop
-    rm -f "$sock" srv.log
-    python3 "$IOTESTS_DIR/nbd_hostile.py" "$sock" "$@" >srv.log 2>&1 &
-    srv=$!
-    for _ in $(seq 1200); do
-        grep -qx listening srv.log && return 0
-        kill -0 "$srv" 2>/dev/null || break
-        sleep 0.05
-    done
-    _fail "the server ($1) did not start: $(cat srv.log)"
-    exit 1
-}
-
-stop() {
-    [ -z "$srv" ] || { kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; }
-    srv=
-}
-
 # both MODE TOOL ARGS...: TOOL (img or io) ARGS of QEMU's and of qimg, each
 # against a fresh MODE server: the same exit code and output
 both() {
     local mode=$1 tool=$2 qrc mrc q m
     shift 2
     if [ "$tool" = img ]; then q=("$QEMU_IMG") m=("$QIMG"); else q=("$QEMU_IO") m=("$QIMG" io); fi
-    serve "$mode"
+    hostile_serve "$mode"
     timeout 60 "${q[@]}" "$@" >q.out 2>&1
     qrc=$?
-    serve "$mode"
+    hostile_serve "$mode"
     timeout 60 "${m[@]}" "$@" >m.out 2>&1
     mrc=$?
-    stop
+    hostile_stop
     assert_eq "$mode: $tool $*: exit code" "$qrc" "$mrc"
     assert_eq "$mode: $tool $*: output" "$(io_filter <q.out)" "$(io_filter <m.out)"
 }

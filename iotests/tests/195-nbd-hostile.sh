@@ -24,6 +24,7 @@
 #    qimg waits, as qemu-io does (QEMU 7.2 has no request timeout, and
 #    the open is not timed without reconnect-delay), and SIGTERM ends it.
 . "$(dirname "$0")/../common.sh"
+. "$IOTESTS_DIR/nbd_hostile.sh"
 requires qimg qemu-img qemu-io python3
 
 srv=
@@ -31,38 +32,16 @@ trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; _cleanup' EXIT
 sock=$PWD/s.sock
 uri="nbd+unix:///?socket=$sock"
 
-# serve MODE [SIZE]: a fresh server on $sock (its pid in srv, its output
-# in srv.log), once it listens.  (Not wait_sock's 5 s: python3 alone took
-# 2.6 s to start on a loaded machine; 60 s only bound a broken server.)
-serve() {
-    stop
-    rm -f "$sock" srv.log # the last server's "listening" is not this one's
-    python3 "$IOTESTS_DIR/nbd_hostile.py" "$sock" "$@" >srv.log 2>&1 &
-    srv=$!
-    for _ in $(seq 1200); do
-        grep -qx listening srv.log && return 0
-        kill -0 "$srv" 2>/dev/null || break
-        sleep 0.05
-    done
-    _fail "the server ($1) did not start: $(cat srv.log)"
-    exit 1
-}
-
-stop() {
-    [ -z "$srv" ] || { kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; }
-    srv=
-}
-
 # on MODE CMD...: CMD against a fresh MODE server, in 512 MiB of address
 # space; output in r.out (stdout and stderr), exit code in RC (124: it
 # did not end in 60 s)
 on() {
     local mode=$1
     shift
-    serve $mode
+    hostile_serve $mode
     (ulimit -v 524288 && exec timeout 60 "$@") >r.out 2>&1
     RC=$?
-    stop
+    hostile_stop
 }
 
 # same_io DESC MODE ARGS...: qemu-io ARGS and qimg io ARGS, each against a
@@ -93,7 +72,7 @@ refused() {
 waits() {
     local desc=$1 mode=$2 line=$3 pid rc alive=no
     shift 3
-    serve "$mode"
+    hostile_serve "$mode"
     "$@" >r.out 2>&1 &
     pid=$!
     for _ in $(seq 1200); do
@@ -107,7 +86,7 @@ waits() {
     rc=$?
     assert_eq "$desc: still waiting" yes "$alive"
     assert_eq "$desc: exit code (SIGTERM)" 143 "$rc"
-    stop
+    hostile_stop
 }
 
 rd=(-f raw -c 'read -P 0x5a 0 64k' -c 'read -P 0x5a 64k 64k')
