@@ -55,56 +55,40 @@ missing_step() {
     fi
 }
 
-# meson_skip_reasons BUILD-DIR LABEL: one line "LABEL: NAME: why" per meson
-# test that was skipped, from the "SKIP test: why" lines test-util prints.
-meson_skip_reasons() {
-    python3 - "$1/meson-logs/testlog.json" "$2" <<'EOF'
-import collections, json, sys
-path, label = sys.argv[1], sys.argv[2]
+# meson_why BUILD-DIR LABEL skip|fail: from meson's testlog.json, one line
+# "LABEL: NAME: why" per meson test that was skipped (the "SKIP test: why"
+# lines test-util prints, counted), or up to four per test that failed
+# (cmocka's failed test and its message, a sanitizer's report: they go on
+# the FAILED lines at the end, which are what CI keeps of a long output).
+meson_why() {
+    python3 - "$1/meson-logs/testlog.json" "$2" "$3" <<'EOF'
+import collections, json, re, sys
+path, label, mode = sys.argv[1:4]
 try:
     entries = [json.loads(line) for line in open(path)]
 except (OSError, ValueError) as e:
-    print('%s: (no skip reasons: %s)' % (label, e))
+    print('%s: (no %s reasons: %s)' % (label, mode, e))
     sys.exit(0)
+results = ('SKIP',) if mode == 'skip' else ('FAIL', 'TIMEOUT', 'UNEXPECTEDPASS', 'ERROR')
+fail_why = re.compile(r'\[  (FAILED|ERROR) +\]|error:|ERROR: |runtime error|'
+                      r'Sanitizer|Assertion|Test failed|timed out|TIMEOUT')
 for e in entries:
-    if e.get('result') != 'SKIP':
+    if e.get('result') not in results:
         continue
     why = collections.Counter()
     for stream in ('stdout', 'stderr'):
         for line in (e.get(stream) or '').splitlines():
-            if line.startswith('SKIP ') and ': ' in line:
+            if mode == 'skip' and line.startswith('SKIP ') and ': ' in line:
                 why[line.split(': ', 1)[1]] += 1
-    text = '; '.join('%d test(s): %s' % (n, w) for w, n in why.items())
-    print('%s: %s: %s' % (label, e['name'], text or 'exit 77, no reason printed'))
+            elif mode == 'fail' and fail_why.search(line):
+                why[line.strip()[:240]] += 1
+    if mode == 'skip':
+        text = '; '.join('%d test(s): %s' % (n, w) for w, n in why.items())
+        print('%s: %s: %s' % (label, e['name'], text or 'exit 77, no reason printed'))
+    else:
+        for w in list(why)[:4] or ['%s, no reason printed' % e.get('result')]:
+            print('%s: %s: %s' % (label, e['name'], w))
 EOF
-}
-
-# meson_fail_lines BUILD-DIR LABEL: for each meson test that failed, up to
-# four lines of its output that say why (cmocka's failed test and its
-# message, a sanitizer's report): "LABEL: NAME: line".  They go on the
-# FAILED lines at the end, which are what CI keeps of a long output.
-meson_fail_lines() {
-    python3 - "$1/meson-logs/testlog.json" "$2" <<'EOF2'
-import json, re, sys
-path, label = sys.argv[1], sys.argv[2]
-try:
-    entries = [json.loads(line) for line in open(path)]
-except (OSError, ValueError) as e:
-    print('%s: (no failure lines: %s)' % (label, e))
-    sys.exit(0)
-why = re.compile(r'\[  (FAILED|ERROR) +\]|error:|ERROR: |runtime error|'
-                 r'Sanitizer|Assertion|Test failed|timed out|TIMEOUT')
-for e in entries:
-    if e.get('result') not in ('FAIL', 'TIMEOUT', 'UNEXPECTEDPASS', 'ERROR'):
-        continue
-    lines = []
-    for stream in ('stdout', 'stderr'):
-        for line in (e.get(stream) or '').splitlines():
-            if why.search(line) and line.strip() not in lines:
-                lines.append(line.strip())
-    for line in lines[:4] or ['%s, no reason printed' % e.get('result')]:
-        print('%s: %s: %s' % (label, e['name'], line[:240]))
-EOF2
 }
 
 # timed LABEL: how long the step since the last call took, kept for the
@@ -172,14 +156,14 @@ count_meson() { # build-dir label
         local line
         while IFS= read -r line; do
             failures+=("$line")
-        done < <(meson_fail_lines "$dir" "$label")
+        done < <(meson_why "$dir" "$label" fail)
     fi
     if [ "$skip" -ne 0 ]; then
         local line
         while IFS= read -r line; do
             skips+=("$line")
             echo "$line"
-        done < <(meson_skip_reasons "$dir" "$label")
+        done < <(meson_why "$dir" "$label" skip)
     fi
     echo "$label: $ok ok, $bad failed, $skip skipped"
     rm -f "$log"
