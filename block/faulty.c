@@ -85,6 +85,11 @@
  *     thread's step: the writes that follow count for the step announced
  *     before it.  A read the format did not announce (its probe, its
  *     metadata) arms nothing, so rules on read_aio never fail a probe.
+ * 10. As QEMU's blkdebug (a protocol node without an allocated-size
+ *     callback), the node has no allocated size (-ENOTSUP): qemu-img info
+ *     says "disk size: unavailable" for an image over or under it, and
+ *     qcow2's metadata-preallocation heuristic (which ignores the error)
+ *     finds none.
  */
 #include "block/block.h"
 #include "block/faulty-int.h"
@@ -400,10 +405,11 @@ static int faulty_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc 
     return ret;
 }
 
+/* Invariant 10: no allocated size ("disk size: unavailable"). */
 static int64_t faulty_get_allocated_size(BlkNode *img)
 {
-    FaultyState *s = img->opaque;
-    return blk_get_allocated_size(s->child);
+    (void)img;
+    return -ENOTSUP;
 }
 
 static bool faulty_has_zero_init(BlkNode *img)
