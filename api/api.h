@@ -373,6 +373,11 @@ gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
 
 /* ---- open-opts.c: option syntax and runtime options ---- */
 
+/* The file protocol's own options (key without "file."), open-opts.c:
+ * 0, -1 (error set), or 1 (error set): no option of the file protocol. */
+int api_file_option(const char *key, const char *value, BlkOpenOptions *o,
+                    GError **error);
+
 /* key=value,... (",," a comma) into flat (char* -> char*, owned). */
 gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error);
 /* A size with QEMU's suffixes, else QEMU's "Parameter 'KEY' expects ...". */

@@ -118,15 +118,18 @@ static bool io_failed(Copy *c, QimgImage *img, ApiIoOp op, int ret, const char *
     if (ret >= 0) {
         return false;
     }
+    /* a failure with no message below it (an errno alone: QEMU's blkdebug,
+     * block/faulty.c invariant 11) has no detail to add */
+    bool detail = blk_error_message() != NULL;
     api_io_error(img, op, ret, &err);
     /* qemu-img's line (the bare strerror), qimg's detail on a second line
      * when it says more (issue 15: "qimg's extra detail goes on a second
      * line") */
     const char *bare = g_strerror(err->code > 0 ? err->code : EIO);
+    detail = detail && strcmp(err->message, bare) != 0;
     g_set_error(&full, QIMG_ERROR, err->code,
                 "error while %s at byte %" PRIu64 ": %s%s%s", what, offset, bare,
-                strcmp(err->message, bare) ? "\n" : "",
-                strcmp(err->message, bare) ? err->message : "");
+                detail ? "\n" : "", detail ? err->message : "");
     g_error_free(err);
     copy_fail(c, offset, full);
     return true;

@@ -23,7 +23,8 @@
  *     format 'FMT' does not support the option 'KEY'"; an option QEMU has
  *     and qimg cannot honour (another protocol, a node reference, a
  *     backing or data file given by options where invariant 5 does not
- *     take them) is refused with a message naming it.  Nothing is accepted and ignored.
+ *     take them) is refused with a message naming it.  Nothing is accepted and ignored
+ *     (but a null, invariant 20, as QEMU).
  *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
  *     a bad one is "Parameter 'KEY' expects ...".
  *  4. qcow2's encrypt.key-secret (luks' key-secret) is kept for the driver,
@@ -120,6 +121,15 @@
  * 19. "driver": "blkverify" (or "file": {"driver": "blkverify"}) and the
  *     name "blkverify:RAW:IMAGE" (api/open.c): QEMU's blkverify node
  *     (api/blkverify.c); only the caller's own name takes it.
+ * 20. A JSON null for an option of the node (locking, read-only, aio,
+ *     l2-cache-size, node-name, ...: whatever apply_key takes, refused
+ *     options too) is no option at all, as QEMU skips a null where it
+ *     reads its options; a null for a key that is no option of the node is
+ *     still "does not support the option" (invariant 2).  One rule for
+ *     every key: the key is tried on a scratch copy and only that answer
+ *     kept.  "backing": null keeps its meaning (no backing file); driver,
+ *     file and filename are json-flat.c's invariant 3.  Without a driver,
+ *     a null option kept for the probed format (invariant 8) is dropped.
  */
 #include "api/api.h"
 
@@ -229,42 +239,6 @@ typedef struct ApplyHow {
 
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                       const ApplyHow *how, GError **error);
-
-/* QEMU 7.2's file protocol options qimg does not have (invariant 2). */
-static const char *const file_refused[] = {
-    "aio", "aio-max-batch", "pr-manager", "x-check-cache-dropped", "drop-cache",
-};
-
-/* The file protocol's own options (key without "file."; its filename,
- * driver and cache options are apply()'s): -1 with the error set.
- * locking: QEMU's on, off (no image locks: block/lock.c invariant 6) and
- * auto (on: qimg's locks are OFD locks, which Linux always has). */
-static int file_option(const char *key, const char *value, BlkOpenOptions *o,
-                       GError **error)
-{
-    if (strcmp(key, "node-name") == 0) { /* open-opts.c invariant 1 */
-        return api_node_name_ok(value, error) ? 0 : -1;
-    }
-    if (strcmp(key, "locking") == 0) {
-        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0 &&
-            strcmp(value, "auto") != 0) {
-            g_set_error(error, QIMG_ERROR, EINVAL, "invalid parameter value: %s", value);
-            return -1;
-        }
-        o->no_locking = strcmp(value, "off") == 0;
-        return 0;
-    }
-    for (size_t i = 0; i < G_N_ELEMENTS(file_refused); i++) {
-        if (strcmp(key, file_refused[i]) == 0) {
-            g_set_error(error, QIMG_ERROR, ENOTSUP,
-                        "The file option '%s' is not supported by qimg", key);
-            return -1;
-        }
-    }
-    g_set_error(error, QIMG_ERROR, EINVAL,
-                "Block protocol 'file' doesn't support the option '%s'", key);
-    return -1;
-}
 
 /* Take flat's KEY (prefix + name) out of it: its value (g_free) or NULL. */
 char *api_flat_take(GHashTable *flat, const char *prefix, const char *name)
@@ -408,6 +382,147 @@ static gboolean format_over_format(GHashTable *flat, const char *driver,
     return apply(child, o, path, how, error);
 }
 
+/* apply()'s state while it takes the keys one by one (apply_key). */
+typedef struct KeyCtx {
+    BlkOpenOptions *o;
+    const ApplyHow *how;
+    GHashTable *bsub, *dsub;
+    const char *driver, *file;
+    bool caller_no_backing, direct, no_flush, cache_set;
+} KeyCtx;
+
+/* One key of apply()'s options onto c: 0, -1 (error set), or 1: the key
+ * is no option of the node (QEMU's "does not support the option", error
+ * set; invariant 2). */
+static int apply_key(KeyCtx *c, const char *key, const char *value, GError **error)
+{
+    BlkOpenOptions *o = c->o;
+    const ApplyHow *how = c->how;
+    ApiOpenLayers *layers = how->layers;
+    const char *driver = c->driver, *file = c->file;
+    int r;
+
+    if (strcmp(key, "read-only") == 0) {
+        bool ro;
+        if (!api_parse_bool(key, value, &ro, error)) {
+            return -1;
+        }
+        o->read_only = o->read_only || ro;
+    } else if (strcmp(key, "cache.direct") == 0 ||
+               strcmp(key, "file.cache.direct") == 0) {
+        if (!api_parse_bool(key, value, &c->direct, error)) {
+            return -1;
+        }
+        c->cache_set = true;
+    } else if (strcmp(key, "cache.no-flush") == 0 ||
+               strcmp(key, "file.cache.no-flush") == 0) {
+        if (!api_parse_bool(key, value, &c->no_flush, error)) {
+            return -1;
+        }
+        c->cache_set = true;
+    } else if (strcmp(key, "backing") == 0 && !*value) {
+        o->no_backing = true;                           /* "backing": null */
+    } else if (layers && strcmp(key, "backing") == 0) { /* invariant 5 */
+        if (c->caller_no_backing) {
+            g_set_error(error, QIMG_ERROR, EINVAL,
+                        "Block format '%s' does not support the option 'backing'",
+                        driver ? driver : "raw");
+        } else {
+            g_set_error(error, QIMG_ERROR, ENODEV,
+                        "Could not open backing file: Cannot find device='%s' nor "
+                        "node-name='%s'",
+                        value, value);
+        }
+        return -1;
+    } else if (layers && strcmp(key, "data-file") == 0) {
+        g_set_error(error, QIMG_ERROR, ENODEV,
+                    "Cannot find device='%s' nor node-name='%s'", value, value);
+        return -1;
+    } else if (layers && (g_str_has_prefix(key, "backing.") ||
+                          g_str_has_prefix(key, "data-file."))) {
+        bool b = key[0] == 'b';
+        g_hash_table_insert(b ? c->bsub : c->dsub,
+                            g_strdup(key + strlen(b ? "backing." : "data-file.")),
+                            g_strdup(value));
+    } else if (strcmp(key, "backing") == 0 || g_str_has_prefix(key, "backing.") ||
+               strcmp(key, "data-file") == 0 || g_str_has_prefix(key, "data-file.")) {
+        g_set_error(error, QIMG_ERROR, ENOTSUP,
+                    "qimg takes the backing and data files from the image, not from "
+                    "options ('%s')",
+                    key);
+        return -1;
+    } else if (driver && strcmp(driver, "qcow2") == 0 &&
+               strcmp(key, "encrypt.key-secret") == 0) {
+        o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
+    } else if (driver && strcmp(driver, "luks") == 0 && strcmp(key, "key-secret") == 0) {
+        o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
+    } else if (strcmp(key, "file.align") == 0 && file &&
+               g_str_has_prefix(file, "blkdebug:")) { /* invariant 13 */
+        if (!api_blkdebug_align(value, o, error)) {
+            return -1;
+        }
+    } else if (g_str_has_prefix(key, "file.")) {
+        if ((r = api_file_option(key + strlen("file."), value, o, error)) != 0) {
+            return r;
+        }
+    } else if ((r = api_runtime_option(driver, key, value, o, error)) != 0) {
+        if (r < 0) {
+            return -1;
+        }
+    } else if (!driver && how->defer) { /* invariant 8 */
+        if (!*how->defer) {
+            *how->defer = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+        }
+        g_hash_table_insert(*how->defer, g_strdup(key), g_strdup(value));
+        o->format_opts = *how->defer;
+    } else {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Block format '%s' does not support the option '%s'",
+                    driver ? driver : "raw", key);
+        return 1;
+    }
+    return 0;
+}
+
+/* Invariant 20: key's value was JSON null in the caller's json: name. */
+static bool json_null(const ApplyHow *how, const char *key)
+{
+    const char *t = how->layers && how->layers->json_typed
+                        ? g_hash_table_lookup(how->layers->json_typed, key)
+                        : NULL;
+    return t && strcmp(t, "null") == 0;
+}
+
+/* Invariant 20: a null option of the node is none (as QEMU, which skips
+ * it); a null key that is no option of the node is still refused.  The key
+ * is tried with "" on a scratch copy of everything apply_key changes, and
+ * only its "no such option" answer is kept. */
+static bool null_option_refused(const KeyCtx *c, const char *key, GError **error)
+{
+    BlkOpenOptions o = *c->o;
+    GHashTable *defer = NULL;
+    ApplyHow how = *c->how;
+    KeyCtx scratch = *c;
+    g_autoptr(GHashTable) bsub =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GHashTable) dsub =
+        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_autoptr(GError) local = NULL;
+
+    how.defer = c->how->defer ? &defer : NULL;
+    scratch.o = &o;
+    scratch.how = &how;
+    scratch.bsub = bsub;
+    scratch.dsub = dsub;
+    int r = apply_key(&scratch, key, "", &local);
+    g_clear_pointer(&defer, g_hash_table_unref);
+    if (r == 1) {
+        g_propagate_error(error, g_steal_pointer(&local));
+        return true;
+    }
+    return false;
+}
+
 /* Invariants 1-8: flat onto *o and *path, as how says. */
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                       const ApplyHow *how, GError **error)
@@ -425,7 +540,6 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     const char *v;
     bool direct = o->cache == BLK_CACHE_NONE || o->cache == BLK_CACHE_DIRECTSYNC;
     bool no_flush = o->cache == BLK_CACHE_UNSAFE, cache_set = false;
-    int r;
 
     if (from_image && o->format) {
         driver = o->format; /* invariant 1: the image's backing format */
@@ -544,6 +658,15 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         return FALSE;
     }
     /* in key order: the first refused key is the same on every run */
+    KeyCtx c = {.o = o,
+                .how = how,
+                .bsub = bsub,
+                .dsub = dsub,
+                .driver = driver,
+                .file = file,
+                .caller_no_backing = caller_no_backing,
+                .direct = direct,
+                .no_flush = no_flush};
     g_autoptr(GList) keys =
         g_list_sort(g_hash_table_get_keys(flat), (GCompareFunc)strcmp);
     for (GList *l = keys; l; l = l->next) {
@@ -553,88 +676,19 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
             (strcmp(key, "filename") == 0 && by_filename)) {
             continue;
         }
-        if (strcmp(key, "read-only") == 0) {
-            bool ro;
-            if (!api_parse_bool(key, value, &ro, error)) {
+        if (json_null(how, key) && strcmp(key, "backing") != 0) {
+            if (null_option_refused(&c, key, error)) { /* invariant 20 */
                 return FALSE;
             }
-            o->read_only = o->read_only || ro;
-        } else if (strcmp(key, "cache.direct") == 0 ||
-                   strcmp(key, "file.cache.direct") == 0) {
-            if (!api_parse_bool(key, value, &direct, error)) {
-                return FALSE;
-            }
-            cache_set = true;
-        } else if (strcmp(key, "cache.no-flush") == 0 ||
-                   strcmp(key, "file.cache.no-flush") == 0) {
-            if (!api_parse_bool(key, value, &no_flush, error)) {
-                return FALSE;
-            }
-            cache_set = true;
-        } else if (strcmp(key, "backing") == 0 && !*value) {
-            o->no_backing = true;                           /* "backing": null */
-        } else if (layers && strcmp(key, "backing") == 0) { /* invariant 5 */
-            if (caller_no_backing) {
-                g_set_error(error, QIMG_ERROR, EINVAL,
-                            "Block format '%s' does not support the option 'backing'",
-                            driver ? driver : "raw");
-            } else {
-                g_set_error(error, QIMG_ERROR, ENODEV,
-                            "Could not open backing file: Cannot find device='%s' nor "
-                            "node-name='%s'",
-                            value, value);
-            }
-            return FALSE;
-        } else if (layers && strcmp(key, "data-file") == 0) {
-            g_set_error(error, QIMG_ERROR, ENODEV,
-                        "Cannot find device='%s' nor node-name='%s'", value, value);
-            return FALSE;
-        } else if (layers && (g_str_has_prefix(key, "backing.") ||
-                              g_str_has_prefix(key, "data-file."))) {
-            bool b = key[0] == 'b';
-            g_hash_table_insert(b ? bsub : dsub,
-                                g_strdup(key + strlen(b ? "backing." : "data-file.")),
-                                g_strdup(value));
-        } else if (strcmp(key, "backing") == 0 || g_str_has_prefix(key, "backing.") ||
-                   strcmp(key, "data-file") == 0 || g_str_has_prefix(key, "data-file.")) {
-            g_set_error(error, QIMG_ERROR, ENOTSUP,
-                        "qimg takes the backing and data files from the image, not from "
-                        "options ('%s')",
-                        key);
-            return FALSE;
-        } else if (driver && strcmp(driver, "qcow2") == 0 &&
-                   strcmp(key, "encrypt.key-secret") == 0) {
-            o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
-        } else if (driver && strcmp(driver, "luks") == 0 &&
-                   strcmp(key, "key-secret") == 0) {
-            o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
-        } else if (strcmp(key, "file.align") == 0 && file &&
-                   g_str_has_prefix(file, "blkdebug:")) { /* invariant 13 */
-            if (!api_blkdebug_align(value, o, error)) {
-                return FALSE;
-            }
-        } else if (g_str_has_prefix(key, "file.")) {
-            if (file_option(key + strlen("file."), value, o, error) < 0) {
-                return FALSE;
-            }
-        } else if ((r = api_runtime_option(driver, key, value, o, error)) != 0) {
-            if (r < 0) {
-                return FALSE;
-            }
-        } else if (!driver && how->defer) { /* invariant 8 */
-            if (!*how->defer) {
-                *how->defer =
-                    g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-            }
-            g_hash_table_insert(*how->defer, g_strdup(key), g_strdup(value));
-            o->format_opts = *how->defer;
-        } else {
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Block format '%s' does not support the option '%s'",
-                        driver ? driver : "raw", key);
+            continue;
+        }
+        if (apply_key(&c, key, value, error) != 0) {
             return FALSE;
         }
     }
+    direct = c.direct;
+    no_flush = c.no_flush;
+    cache_set = c.cache_set;
     if (cache_set && direct && no_flush) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,
                     "cache.direct=on with cache.no-flush=on is not supported by qimg");

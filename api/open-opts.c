@@ -5,7 +5,7 @@
  * and the qcow2 runtime options (QEMU's JSON is json-parse.c's).
  *
  * Owns: parsing key=value lists and mapping the generic and qcow2 runtime options onto
- * BlkOpenOptions.
+ * BlkOpenOptions, and the file protocol's own options (api_file_option).
  *
  * Facts learnt from running qemu-io/qemu-img 7.2 (not from its source):
  *  1. A key=value list splits at single commas; ",," is a literal comma;
@@ -488,4 +488,40 @@ gboolean api_file_driver_check(const char *driver, const char *path, bool read_o
         return FALSE;
     }
     return TRUE;
+}
+
+/* QEMU 7.2's file protocol options qimg does not have (json-name.c invariant 2). */
+static const char *const file_refused[] = {
+    "aio", "aio-max-batch", "pr-manager", "x-check-cache-dropped", "drop-cache",
+};
+
+/* The file protocol's own options (key without "file."; its filename,
+ * driver and cache options are apply()'s): -1 with the error set, 1 (error
+ * set) for a key that is none of them.
+ * locking: QEMU's on, off (no image locks: block/lock.c invariant 6) and
+ * auto (on: qimg's locks are OFD locks, which Linux always has). */
+int api_file_option(const char *key, const char *value, BlkOpenOptions *o, GError **error)
+{
+    if (strcmp(key, "node-name") == 0) { /* open-opts.c invariant 1 */
+        return api_node_name_ok(value, error) ? 0 : -1;
+    }
+    if (strcmp(key, "locking") == 0) {
+        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0 &&
+            strcmp(value, "auto") != 0) {
+            g_set_error(error, QIMG_ERROR, EINVAL, "invalid parameter value: %s", value);
+            return -1;
+        }
+        o->no_locking = strcmp(value, "off") == 0;
+        return 0;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(file_refused); i++) {
+        if (strcmp(key, file_refused[i]) == 0) {
+            g_set_error(error, QIMG_ERROR, ENOTSUP,
+                        "The file option '%s' is not supported by qimg", key);
+            return -1;
+        }
+    }
+    g_set_error(error, QIMG_ERROR, EINVAL,
+                "Block protocol 'file' doesn't support the option '%s'", key);
+    return 1; /* no option of the file protocol */
 }

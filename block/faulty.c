@@ -85,6 +85,16 @@
  *     thread's step: the writes that follow count for the step announced
  *     before it.  A read the format did not announce (its probe, its
  *     metadata) arms nothing, so rules on read_aio never fail a probe.
+ * 10. As QEMU's blkdebug (a protocol node without an allocated-size
+ *     callback), the node has no allocated size (-ENOTSUP): qemu-img info
+ *     says "disk size: unavailable" for an image over or under it, and
+ *     qcow2's metadata-preallocation heuristic (which ignores the error)
+ *     finds none.
+ * 11. An armed rule's failure (QEMU's inject-error) is its errno alone, with
+ *     no message, as QEMU's blkdebug: a convert says qemu-img's one line
+ *     ("error while reading at byte N: Input/output error", api/copy.c),
+ *     with no qimg detail under it.  qimg's own rules (not armed) say
+ *     "Injected error (blkdebug, STEP #N)".
  */
 #include "block/block.h"
 #include "block/faulty-int.h"
@@ -243,12 +253,8 @@ static int armed_fails(FaultRule *r, FaultOp op, uint64_t offset, uint64_t bytes
     if (r->once) {
         __atomic_store_n(&r->armed, 0, __ATOMIC_SEQ_CST);
     }
-    uint64_t n = __atomic_add_fetch(&r->seen, 1, __ATOMIC_SEQ_CST);
-    return blk_error(r->errnum, "Injected error (blkdebug, %s #%" G_GUINT64_FORMAT ")",
-                     r->event == BLK_FAULTY_WRITE_AIO
-                         ? "write_aio"
-                         : blk_event_name((BlkEvent)r->event),
-                     n);
+    __atomic_add_fetch(&r->seen, 1, __ATOMIC_SEQ_CST);
+    return -r->errnum; /* invariant 11: the errno alone, as QEMU's */
 }
 
 /* Returns -errno if this request must fail. */
@@ -400,10 +406,11 @@ static int faulty_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc 
     return ret;
 }
 
+/* Invariant 10: no allocated size ("disk size: unavailable"). */
 static int64_t faulty_get_allocated_size(BlkNode *img)
 {
-    FaultyState *s = img->opaque;
-    return blk_get_allocated_size(s->child);
+    (void)img;
+    return -ENOTSUP;
 }
 
 static bool faulty_has_zero_init(BlkNode *img)

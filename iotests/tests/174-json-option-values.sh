@@ -10,7 +10,11 @@
 #  - a number that is not an int64 (a fraction, an exponent, an integer
 #    past int64) is kept as QEMU's text of it, so the option judges it or
 #    is named as one the driver does not support (qimg said "Parameter
-#    'a' expects a number").
+#    'a' expects a number");
+#  - a null for an option of the node (locking, aio, read-only,
+#    l2-cache-size, node-name, cache.direct, data-file, ...) is no option,
+#    as QEMU skips it; a null for a key that is none is still "does not
+#    support the option" (json-name.c invariant 20).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -39,7 +43,21 @@ for j in '{}' '{"driver": null}' '{"file": null}' '{"file": {"filename": null}}'
     "{\"driver\": \"qcow2\", $f, \"l2-cache-size\": 99999999999999999999}" \
     "{\"driver\": \"qcow2\", $f, \"l2-cache-size\": 18446744073709551615}" \
     "{\"driver\": \"qcow2\", $f, \"l2-cache-size\": 1e3}" \
-    "{\"driver\": \"qcow2\", $f, \"l2-cache-size\": 65536.0}"; do
+    "{\"driver\": \"qcow2\", $f, \"l2-cache-size\": 65536.0}" \
+    '{"file": {"driver": "file", "filename": "a.qcow2", "locking": null}}' \
+    '{"file": {"driver": "file", "filename": "a.qcow2", "aio": null}}' \
+    '{"file": {"driver": "file", "filename": "a.qcow2", "node-name": null}}' \
+    '{"file": {"driver": "file", "filename": "a.qcow2", "bogus": null}}' \
+    "{\"driver\": \"qcow2\", $f, \"read-only\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"l2-cache-size\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"node-name\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"data-file\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"discard\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"overlap-check\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"cache\": {\"direct\": null}}" \
+    "{\"driver\": \"qcow2\", $f, \"cache\": null}" \
+    "{\"driver\": \"qcow2\", $f, \"bogus\": null}" \
+    "{\"driver\": \"raw\", $f, \"l2-cache-size\": null}"; do
     same_as_qemu_err info "json:$j"
     same_as_qemu_io "qemu-io json:$j" -c 'read -P 9 0 4k' "json:$j"
 done
