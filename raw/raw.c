@@ -6,7 +6,10 @@
  *
  * Invariants:
  *  1. Guest offset == file offset; every request is passed to img->file
- *     unchanged (block.h invariant 1: no direct file access).
+ *     unchanged (block.h invariant 1: no direct file access).  A data read
+ *     or write is announced first (BLKEV_DATA_READ, BLKEV_DATA_WRITE: QEMU's
+ *     read_aio and write_aio, which its raw format raises on its file
+ *     before each one); zero writes and discards are not, as in QEMU.
  *  2. The virtual size is the file size rounded up to 512 bytes (the tail
  *     reads as zeros), refreshed after every truncate.
  *  3. Block status is the file's own (holes read as zeros), with the file
@@ -86,6 +89,7 @@ static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     }
     if (ret == 0) {
         /* the checked bytes, then whatever the write has past block 0 */
+        blk_event(img->file, BLKEV_DATA_WRITE); /* QEMU's write_aio */
         ret = blk_pwrite(img->file, offset, sector + offset, head, flags);
     }
     if (ret == 0 && qiov->size > head) {
@@ -103,6 +107,7 @@ static int raw_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
     if (img->probed && offset < BLK_PROBE_BUF_SIZE && qiov->size > 0) {
         return raw_pwritev_block0(img, offset, qiov, flags);
     }
+    blk_event(img->file, BLKEV_DATA_WRITE); /* QEMU's write_aio */
     return blk_pwritev(img->file, offset, qiov, flags);
 }
 

@@ -5,7 +5,10 @@
 #    (block/faulty.c invariant 10);
 #  - convert from an image whose read_aio rule fails its data read: only
 #    qemu-img's "error while reading at byte 0: ..." line and exit code 1,
-#    no qimg detail under it (block/faulty.c invariant 11, api/copy.c).
+#    no qimg detail under it (block/faulty.c invariant 11, api/copy.c);
+#  - write_aio rules over the raw format: a data write raises it, a zero
+#    write does not, a probed raw image's block-0 write does (raw/raw.c
+#    invariant 1).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -33,5 +36,26 @@ for e in 5 28; do
     same_as_qemu_err convert -f raw -O raw "$(dbg read_aio $e)" out.raw
     same_as_qemu_err convert -O qcow2 "$(dbg read_aio $e)" out.qcow2
 done
+
+# write_aio over raw: the write fails, a zero write passes, the next write
+# and the reads see what QEMU's see ("once" rules: the close's flush is
+# not failed, api/image.c invariant 3)
+once() { # once EVENT ERRNO
+    echo "json:{\"driver\": \"raw\", \"file\": {\"driver\": \"blkdebug\", $img," \
+        "\"inject-error\": [{\"event\": \"$1\", \"errno\": $2, \"once\": true}]}}"
+}
+"$QEMU_IMG" create -q -f raw base.raw 1M
+"$QEMU_IO" -f raw -c 'write -P 1 0 64k' base.raw >/dev/null
+for e in 5 28; do
+    IO_RAW=1 IO_IMAGE=r.raw IO_FROM=base.raw same_as_qemu_io "write_aio errno $e" \
+        -c 'write -P 3 0 4k' -c 'write -P 4 4k 4k' -c 'read -P 1 0 4k' \
+        -c 'read -P 4 4k 4k' "$(once write_aio $e)"
+    IO_RAW=1 IO_IMAGE=r.raw IO_FROM=base.raw same_as_qemu_io "write_aio errno $e, zero write" \
+        -c 'write -z 0 4k' -c 'write -P 5 8k 4k' -c 'read -P 0 0 4k' \
+        -c 'read -P 1 8k 4k' "$(once write_aio $e)"
+done
+printf '[inject-error]\nevent = "write_aio"\nerrno = "5"\nonce = "on"\n' >wr.conf
+IO_RAW=1 IO_IMAGE=r.raw IO_FROM=base.raw same_as_qemu_io "probed raw, block 0" \
+    -c 'write -P 6 0 4k' -c 'write -P 7 0 4k' -c 'read -P 7 0 4k' blkdebug:wr.conf:r.raw
 
 finish
