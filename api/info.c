@@ -11,6 +11,11 @@
  *     in it (json-name.c invariant 4), the node's file name otherwise.
  *  2. Every string in a QimgInfo is the record's own (freed by
  *     qimg_info_free()), never borrowed from the node.
+ *  3. A filter node without information of its own (blkdebug) answers
+ *     the cluster size, dirty flag and snapshot list of the node it
+ *     filters, as QEMU's bdrv_get_info and bdrv_snapshot_list do; the
+ *     format-specific part stays the filter's (none), as QEMU's
+ *     bdrv_get_specific_info has no such pass-through.
  */
 #include "api/api.h"
 
@@ -156,7 +161,24 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         (strcmp(proto->drv->format_name, "nbd") == 0 ||
          strcmp(proto->drv->format_name, "ssh") == 0 ||
          proto->drv == &blk_null_co_driver || proto->drv == &blk_null_aio_driver);
-    if (node->drv->get_info) {
+    BlkNode *filtered = node;
+    while (!filtered->drv->get_info && filtered->filtered) {
+        filtered = filtered->filtered;
+    }
+    if (filtered != node && filtered->drv->get_info) { /* invariant 3 */
+        int ret = filtered->drv->get_info(filtered, &bi);
+        if (ret < 0) {
+            blk_error_propagate(error, ret, NULL);
+            blk_info_clear(&bi);
+            return NULL;
+        }
+        info->cluster_size = bi.cluster_size;
+        info->dirty = bi.dirty;
+        if (bi.snapshots) { /* api/snapshot.c invariant 5 */
+            info->snapshots = api_snapshot_list_move(g_steal_pointer(&bi.snapshots));
+        }
+        blk_info_clear(&bi);
+    } else if (node->drv->get_info) {
         int ret = node->drv->get_info(node, &bi);
         if (ret < 0) {
             blk_error_propagate(error, ret, NULL);

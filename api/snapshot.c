@@ -23,6 +23,9 @@
  *     anything is drained or changed.
  *  4. Every failure sets the GError, made from the driver's -errno and
  *     recorded message (block.h invariant 2).
+ *  5. A filter node without snapshots of its own (blkdebug over a format)
+ *     passes every operation to the node it filters, as QEMU's
+ *     bdrv_snapshot_fallback does: snapshot_node().
  *
  * qemu-img 7.2 wording for reference (its tool adds the prefix): create on
  * raw: "Could not create snapshot 'x': -95 (Operation not supported)";
@@ -46,6 +49,17 @@ static bool check_op(BlkNode *node, bool has_op, GError **error)
         return false;
     }
     return true;
+}
+
+/* Invariant 5: the node whose snapshots an operation on img concerns. */
+static BlkNode *snapshot_node(QimgImage *img)
+{
+    BlkNode *node = img->node;
+
+    while (!node->drv->snapshot_list && node->filtered) {
+        node = node->filtered;
+    }
+    return node;
 }
 
 /* Invariant 3. */
@@ -72,7 +86,7 @@ static bool drain_vmstate(QimgImage *img, GError **error)
 
 char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError **error)
 {
-    BlkNode *node = img->node;
+    BlkNode *node = snapshot_node(img);
     BlkSnapshotInfo sn = *params;
     int ret;
 
@@ -105,7 +119,7 @@ char *api_snapshot_create(QimgImage *img, const BlkSnapshotInfo *params, GError 
 
 int api_snapshot_goto(QimgImage *img, const char *id_or_name, GError **error)
 {
-    BlkNode *node = img->node;
+    BlkNode *node = snapshot_node(img);
     int ret;
 
     if (!check_op(node, node->drv->snapshot_goto != NULL, error) ||
@@ -130,8 +144,9 @@ char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
         return NULL;
     }
     params = &in;
-    if (!check_op(img->node, img->node->drv->snapshot_create != NULL, error) ||
-        !check_writable(img->node, error)) {
+    BlkNode *node = snapshot_node(img);
+    if (!check_op(node, node->drv->snapshot_create != NULL, error) ||
+        !check_writable(node, error)) {
         return NULL;
     }
     blk_error_clear();
@@ -152,8 +167,9 @@ char *qimg_snapshot_create(QimgImage *img, const QimgSnapshotParams *params,
 gboolean qimg_snapshot_apply(QimgImage *img, const char *id_or_name, GError **error)
 {
     g_return_val_if_fail(img && id_or_name, FALSE);
-    if (!check_op(img->node, img->node->drv->snapshot_goto != NULL, error) ||
-        !check_writable(img->node, error)) {
+    BlkNode *node = snapshot_node(img);
+    if (!check_op(node, node->drv->snapshot_goto != NULL, error) ||
+        !check_writable(node, error)) {
         return FALSE;
     }
     blk_error_clear();
@@ -169,7 +185,7 @@ gboolean qimg_snapshot_delete(QimgImage *img, const char *id_or_name, GError **e
     int ret;
 
     g_return_val_if_fail(img && id_or_name, FALSE);
-    node = img->node;
+    node = snapshot_node(img);
     if (!check_op(node, node->drv->snapshot_delete != NULL, error) ||
         !check_writable(node, error)) {
         return FALSE;
@@ -192,7 +208,7 @@ GPtrArray *qimg_snapshot_list(QimgImage *img, GError **error)
     GArray *list;
 
     g_return_val_if_fail(img, NULL);
-    node = img->node;
+    node = snapshot_node(img);
     if (!node->drv->snapshot_list) {
         return api_snapshot_list_new(); /* invariant 2 */
     }

@@ -8,7 +8,10 @@
 #    no qimg detail under it (block/faulty.c invariant 11, api/copy.c);
 #  - write_aio rules over the raw format: a data write raises it, a zero
 #    write does not, a probed raw image's block-0 write does (raw/raw.c
-#    invariant 1).
+#    invariant 1);
+#  - a blkdebug node over a format answers that format's cluster size,
+#    dirty flag and snapshots (api/info.c invariant 3), and snapshot
+#    operations reach it (api/snapshot.c invariant 5).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -57,5 +60,31 @@ done
 printf '[inject-error]\nevent = "write_aio"\nerrno = "5"\nonce = "on"\n' >wr.conf
 IO_RAW=1 IO_IMAGE=r.raw IO_FROM=base.raw same_as_qemu_io "probed raw, block 0" \
     -c 'write -P 6 0 4k' -c 'write -P 7 0 4k' -c 'read -P 7 0 4k' blkdebug:wr.conf:r.raw
+
+# blkdebug over qcow2: info and snapshots of the qcow2 node below
+mk_qcow2 lz.qcow2 1M lazy_refcounts=on,cluster_size=4096
+"$QEMU_IMG" snapshot -c s1 lz.qcow2
+("$QEMU_IO" -c 'write -P 2 0 4k' -c 'sigraise 9' lz.qcow2) >/dev/null 2>&1 # dirty
+over() { # over IMG: blkdebug over qcow2 over IMG
+    echo "json:{\"driver\": \"blkdebug\", \"image\": {\"driver\": \"qcow2\"," \
+        "\"file\": {\"driver\": \"file\", \"filename\": \"$1\"}}}"
+}
+for o in human json; do
+    same_as_qemu_err info -U --output=$o "$(over lz.qcow2)"
+    same_as_qemu_err info --output=$o "$(over a.qcow2)"
+    same_as_qemu_err info --output=$o "json:{\"driver\": \"blkdebug\", \"image\": $(
+        )\"json:{\\\"driver\\\": \\\"raw\\\", \\\"file\\\": {\\\"driver\\\": $(
+        )\\\"file\\\", \\\"filename\\\": \\\"r.raw\\\"}}\"}"
+done
+same_as_qemu_err snapshot -l -U "$(over lz.qcow2)"
+qi check -q -r all lz.qcow2
+assert_rc "snapshot -c through blkdebug" 0 "$QIMG" snapshot -c s2 "$(over lz.qcow2)"
+assert_rc "snapshot -c: the qcow2 has it" 0 grep -q ' s2 ' <("$QEMU_IMG" snapshot -l lz.qcow2)
+# (QEMU 7.2's qemu-img crashes on this one)
+assert_rc "snapshot -a through blkdebug" 0 "$QIMG" snapshot -a s1 "$(over lz.qcow2)"
+assert_rc "snapshot -a: the data is s1's" 0 "$QEMU_IO" -c 'read -P 0 0 4k' lz.qcow2
+assert_rc "snapshot -d through blkdebug" 0 "$QIMG" snapshot -d s1 "$(over lz.qcow2)"
+assert_eq "snapshot -d: gone from the qcow2" "$("$QEMU_IMG" snapshot -l lz.qcow2 | grep -c ' s1 ')" 0
+assert_rc "check after the snapshot operations" 0 "$QEMU_IMG" check -q lz.qcow2
 
 finish
