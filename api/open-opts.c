@@ -33,7 +33,7 @@
  *
  * Invariants (cited as "open-opts.c invariant N"):
  *  1. Every option QEMU 7.2 has for the nodes qimg opens is honoured or
- *     refused with a message naming it (json-name.c invariant 2): node
+ *     refused with a message naming it (json-opts.c invariant 1): node
  *     names are checked and kept nowhere (qimg has no command that refers
  *     to a node by name, so a name changes nothing); lazy-refcounts and
  *     the cache sizes reach the qcow2 driver (qcow2.c invariant 5);
@@ -490,7 +490,7 @@ gboolean api_file_driver_check(const char *driver, const char *path, bool read_o
     return TRUE;
 }
 
-/* QEMU 7.2's file protocol options qimg does not have (json-name.c invariant 2). */
+/* QEMU 7.2's file protocol options qimg does not have (json-opts.c invariant 1). */
 static const char *const file_refused[] = {
     "aio", "aio-max-batch", "pr-manager", "x-check-cache-dropped", "drop-cache",
 };

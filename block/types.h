@@ -116,7 +116,7 @@ typedef struct BlkOpenOptions {
     uint32_t overlap_kinds, overlap_on, overlap_off;
     /* The caller's options for a format still to be probed (key -> value,
      * borrowed): checked and applied once the format is known
-     * (json-name.c invariant 8); NULL: none. */
+     * (json-opts.c invariant 3); NULL: none. */
     GHashTable *format_opts;
     /* The key-secrets of the image's own backing chain, from
      * backing.encrypt.key-secret, backing.backing.encrypt.key-secret, ...
