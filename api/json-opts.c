@@ -29,7 +29,9 @@
  *     every key: the key is tried on a scratch copy and only that answer
  *     kept.  "backing": null keeps its meaning (no backing file); driver,
  *     file and filename are json-flat.c's invariant 3.  Without a driver,
- *     a null option kept for the probed format (invariant 3) is dropped.
+ *     a null option is kept for the probed format (invariant 3) without a
+ *     value: checked against the format found ("Block format 'raw' does
+ *     not support the option 'lazy-refcounts'", as qemu-img), not applied.
  */
 #include "api/api.h"
 
@@ -150,7 +152,8 @@ static bool json_null(const ApiApplyHow *how, const char *key)
 /* Invariant 4: a null option of the node is none (as QEMU, which skips
  * it); a null key that is no option of the node is still refused.  The key
  * is tried with "" on a scratch copy of everything apply_key changes, and
- * only its "no such option" answer is kept. */
+ * only its "no such option" answer is kept, or, without a driver, its
+ * place among the probed format's options (invariant 3), with no value. */
 static bool null_option_refused(const KeyCtx *c, const char *key, GError **error)
 {
     BlkOpenOptions o = *c->o;
@@ -169,6 +172,16 @@ static bool null_option_refused(const KeyCtx *c, const char *key, GError **error
     scratch.bsub = bsub;
     scratch.dsub = dsub;
     int r = apply_key(&scratch, key, "", &local);
+    if (r == 0 && defer && g_hash_table_contains(defer, key)) {
+        /* kept for the probed format, a NULL value: checked, not applied
+         * (invariant 3; api_format_options) */
+        if (!*c->how->defer) {
+            *c->how->defer =
+                g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+        }
+        g_hash_table_insert(*c->how->defer, g_strdup(key), NULL);
+        c->o->format_opts = *c->how->defer;
+    }
     g_clear_pointer(&defer, g_hash_table_unref);
     if (r == 1) {
         g_propagate_error(error, g_steal_pointer(&local));

@@ -375,8 +375,15 @@ gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **erro
     }
     keys = g_list_sort(g_hash_table_get_keys(opts), (GCompareFunc)strcmp);
     for (GList *l = keys; l; l = l->next) {
-        int r = api_runtime_option(format, l->data, g_hash_table_lookup(opts, l->data), o,
-                                   error);
+        const char *v = g_hash_table_lookup(opts, l->data);
+        BlkOpenOptions scratch = *o;
+        g_autoptr(GError) local = NULL;
+        /* a JSON null (json-opts.c invariant 4): is it an option, nothing more */
+        int r = v ? api_runtime_option(format, l->data, v, o, error)
+                  : api_runtime_option(format, l->data, "", &scratch, &local);
+        if (!v && r < 0) {
+            continue; /* an option of the format's, its value none */
+        }
         if (r < 0) {
             return FALSE;
         }

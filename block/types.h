@@ -115,8 +115,9 @@ typedef struct BlkOpenOptions {
     const char *overlap_template; /* its name (interned) */
     uint32_t overlap_kinds, overlap_on, overlap_off;
     /* The caller's options for a format still to be probed (key -> value,
-     * borrowed): checked and applied once the format is known
-     * (json-opts.c invariant 3); NULL: none. */
+     * borrowed; a NULL value is a JSON null, checked but not applied):
+     * checked and applied once the format is known (json-opts.c
+     * invariants 3, 4); NULL: none. */
     GHashTable *format_opts;
     /* The key-secrets of the image's own backing chain, from
      * backing.encrypt.key-secret, backing.backing.encrypt.key-secret, ...

@@ -1,0 +1,31 @@
+#!/bin/bash
+# 199-json-null-options: a JSON null for an option in a json: name whose
+# format is probed (no "driver"), against qemu-img and qemu-io 7.2: the
+# null is no value but still an option to check against the format found
+# (json-opts.c invariants 3 and 4): "lazy-refcounts": null over a raw file
+# is QEMU's "Block format 'raw' does not support the option
+# 'lazy-refcounts'", an unknown key is refused for a qcow2 image, and an
+# option of the probed format is none.  (qimg dropped such nulls.)
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io
+
+qi create -q -f qcow2 a.qcow2 1M
+qio a.qcow2 'write -P 9 0 4k'
+qi create -q -f raw r.raw 1M
+qio r.raw 'write -P 9 4k 4k'
+
+for img in a.qcow2 r.raw; do
+    f="\"file\": {\"driver\": \"file\", \"filename\": \"$img\"}"
+    for o in '"lazy-refcounts": null' '"bogus": null' '"l2-cache-size": null' \
+        '"overlap-check": null' '"cache-clean-interval": null' \
+        '"node-name": null' \
+        '"cache": {"direct": null}' '"discard": null' \
+        '"l2-cache-entry-size": null'; do
+        same_as_qemu_err info "json:{$f, $o}"
+        # (read-only: qemu-io warns of a probed raw image before its options
+        # are checked, qimg io after the open)
+        same_as_qemu_io "qemu-io $img $o" -r -c 'read -P 9 4k 4k' "json:{$f, $o}"
+    done
+done
+
+finish
