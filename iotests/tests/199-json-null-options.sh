@@ -6,6 +6,8 @@
 # is QEMU's "Block format 'raw' does not support the option
 # 'lazy-refcounts'", an unknown key is refused for a qcow2 image, and an
 # option of the probed format is none.  (qimg dropped such nulls.)
+# Opened read-write, qemu-io's warning for a probed raw image names the
+# file, not the json: name (tools/output.c).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -26,6 +28,15 @@ for img in a.qcow2 r.raw; do
         # are checked, qimg io after the open)
         same_as_qemu_io "qemu-io $img $o" -r -c 'read -P 9 4k 4k' "json:{$f, $o}"
     done
+done
+
+# read-write: the probed-raw warning names the file
+for img in a.qcow2 r.raw; do
+    f="\"file\": {\"driver\": \"file\", \"filename\": \"$img\"}"
+    for o in '"node-name": null' '"discard": null' '"cache": {"direct": null}'; do
+        same_as_qemu_io "qemu-io rw $img $o" -c 'read -P 9 4k 4k' "json:{$f, $o}"
+    done
+    same_as_qemu_io "qemu-io rw $img" -c 'read -P 9 4k 4k' "json:{$f}"
 done
 
 finish
