@@ -121,22 +121,27 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     BlkNode *node = img->node;
     BlkInfo bi = {0};
 
-    if (node->opts.key_secret && strcmp(node->drv->format_name, "luks") == 0) {
-        /* json-name.c invariant 4: QEMU keeps the option in the name */
-        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+    /* json-name.c invariant 4: QEMU keeps the option in the name, a JSON
+     * null as null (json-opts.c invariant 4) */
+    g_autofree char *k = NULL;
+    if (node->opts.key_secret) {
+        g_autofree char *e = g_strescape(node->opts.key_secret, NULL);
+        k = g_strdup_printf("\"%s\"", e);
+    } else if (node->opts.key_secret_null) {
+        k = g_strdup("null");
+    }
+    if (k && strcmp(node->drv->format_name, "luks") == 0) {
         g_autofree char *f = g_strescape(node->filename, NULL);
         info->filename = g_strdup_printf("json:{\"driver\": \"luks\", \"file\": "
                                          "{\"driver\": \"file\", \"filename\": \"%s\"}, "
-                                         "\"key-secret\": \"%s\"}",
+                                         "\"key-secret\": %s}",
                                          f, k);
-    } else if (node->opts.key_secret) {
-        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+    } else if (k) {
         g_autofree char *f = g_strescape(node->filename, NULL);
-        info->filename =
-            g_strdup_printf("json:{\"encrypt.key-secret\": \"%s\", \"driver\": "
-                            "\"qcow2\", \"file\": {\"driver\": \"file\", "
-                            "\"filename\": \"%s\"}}",
-                            k, f);
+        info->filename = g_strdup_printf("json:{\"encrypt.key-secret\": %s, \"driver\": "
+                                         "\"qcow2\", \"file\": {\"driver\": \"file\", "
+                                         "\"filename\": \"%s\"}}",
+                                         k, f);
     } else {
         info->filename = g_strdup(blk_node_name(node));
     }

@@ -167,11 +167,16 @@ static bool null_option_refused(const KeyCtx *c, const char *key, GError **error
     g_autoptr(GError) local = NULL;
 
     how.defer = c->how->defer ? &defer : NULL;
+    o.key_secret = NULL; /* set below: the key is the key-secret */
     scratch.o = &o;
     scratch.how = &how;
     scratch.bsub = bsub;
     scratch.dsub = dsub;
     int r = apply_key(&scratch, key, "", &local);
+    if (r == 0 && o.key_secret) { /* QEMU keeps it, null, in the name */
+        c->o->key_secret = NULL;
+        c->o->key_secret_null = true;
+    }
     if (r == 0 && defer && g_hash_table_contains(defer, key)) {
         /* kept for the probed format, a NULL value: checked, not applied
          * (invariant 3; api_format_options) */

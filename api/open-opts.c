@@ -361,6 +361,10 @@ int api_runtime_option(const char *driver, const char *key, const char *value,
     if (driver && (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0)) {
         return null_option(key, value, o, error);
     }
+    if (driver && strcmp(driver, "luks") == 0 && strcmp(key, "key-secret") == 0) {
+        o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
+        return 1;
+    }
     return 0;
 }
 
@@ -378,11 +382,16 @@ gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **erro
         const char *v = g_hash_table_lookup(opts, l->data);
         BlkOpenOptions scratch = *o;
         g_autoptr(GError) local = NULL;
+        scratch.key_secret = NULL; /* set: the null is the key-secret */
         /* a JSON null (json-opts.c invariant 4): is it an option, nothing more */
         int r = v ? api_runtime_option(format, l->data, v, o, error)
                   : api_runtime_option(format, l->data, "", &scratch, &local);
         if (!v && r < 0) {
             continue; /* an option of the format's, its value none */
+        }
+        if (!v && r > 0 && scratch.key_secret) { /* json-opts.c invariant 4 */
+            o->key_secret = NULL;
+            o->key_secret_null = true;
         }
         if (r < 0) {
             return FALSE;

@@ -58,6 +58,10 @@ typedef struct BlkOpenOptions {
      * time only, may be NULL): id -> GBytes when secret_values, else ids
      * alone (an older caller's table: crypto/secret.c invariant 2) */
     const char *key_secret;
+    /* key_secret was a JSON null (json-opts.c invariant 4): no key, but
+     * named as QEMU names it, and refused by an encrypted qcow2 image
+     * (qcow2 header.c invariant 7) */
+    bool key_secret_null;
     GHashTable *secrets;
     bool secret_values;
     /* An open node of the same image whose key this open takes instead of
