@@ -130,7 +130,21 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     } else if (node->opts.key_secret_null) {
         k = g_strdup("null");
     }
-    if (k && strcmp(node->drv->format_name, "luks") == 0) {
+    if (!k && (node->opts.raw_offset_text || node->opts.raw_size_text) &&
+        strcmp(node->drv->format_name, "raw") == 0) { /* raw/raw.c invariant 6 */
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        GString *s = g_string_new("json:{");
+        if (node->opts.raw_offset_text) {
+            g_string_append_printf(s, "\"offset\": %s, ", node->opts.raw_offset_text);
+        }
+        g_string_append(s, "\"driver\": \"raw\", ");
+        if (node->opts.raw_size_text) {
+            g_string_append_printf(s, "\"size\": %s, ", node->opts.raw_size_text);
+        }
+        g_string_append_printf(
+            s, "\"file\": {\"driver\": \"file\", \"filename\": \"%s\"}}", f);
+        info->filename = g_string_free(s, FALSE);
+    } else if (k && strcmp(node->drv->format_name, "luks") == 0) {
         g_autofree char *f = g_strescape(node->filename, NULL);
         info->filename = g_strdup_printf("json:{\"driver\": \"luks\", \"file\": "
                                          "{\"driver\": \"file\", \"filename\": \"%s\"}, "

@@ -195,6 +195,31 @@ static bool null_option_refused(const KeyCtx *c, const char *key, GError **error
     return false;
 }
 
+/* raw's offset and size as QEMU names the node (raw/raw.c invariant 6):
+ * their JSON text, null included (invariant 4), a string quoted. */
+static void raw_window_texts(GHashTable *flat, const ApiApplyHow *how, const char *driver,
+                             BlkOpenOptions *o)
+{
+    static const char *const keys[] = {"offset", "size"};
+
+    if (driver && strcmp(driver, "raw") != 0) {
+        return;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
+        const char *v = g_hash_table_lookup(flat, keys[i]);
+        const char *t = how->layers && how->layers->json_typed
+                            ? g_hash_table_lookup(how->layers->json_typed, keys[i])
+                            : NULL;
+        if (!v) {
+            continue;
+        }
+        g_autofree char *e = g_strescape(v, NULL);
+        g_autofree char *q = g_strdup_printf("\"%s\"", e);
+        const char *text = g_intern_string(t ? t : q);
+        *(i == 0 ? &o->raw_offset_text : &o->raw_size_text) = text;
+    }
+}
+
 /* Invariants 1-4: flat's keys onto *o (api.h). */
 gboolean api_json_keys(GHashTable *flat, const ApiApplyHow *how, const char *driver,
                        const char *file, bool by_filename, GHashTable *bsub,
@@ -239,5 +264,6 @@ gboolean api_json_keys(GHashTable *flat, const ApiApplyHow *how, const char *dri
                    : c.no_flush ? BLK_CACHE_UNSAFE
                                 : BLK_CACHE_WRITEBACK;
     }
+    raw_window_texts(flat, how, driver, o);
     return TRUE;
 }

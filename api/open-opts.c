@@ -361,6 +361,15 @@ int api_runtime_option(const char *driver, const char *key, const char *value,
     if (driver && (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0)) {
         return null_option(key, value, o, error);
     }
+    if (driver && strcmp(driver, "raw") == 0 &&
+        (strcmp(key, "offset") == 0 || strcmp(key, "size") == 0)) { /* raw.c inv. 6 */
+        bool off = key[0] == 'o';
+        if (!api_parse_size(key, value, off ? &o->raw_offset : &o->raw_size, error)) {
+            return -1;
+        }
+        o->raw_size_set = o->raw_size_set || !off;
+        return 1;
+    }
     if (driver && strcmp(driver, "luks") == 0 && strcmp(key, "key-secret") == 0) {
         o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
         return 1;

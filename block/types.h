@@ -62,6 +62,13 @@ typedef struct BlkOpenOptions {
      * named as QEMU names it, and refused by an encrypted qcow2 image
      * (qcow2 header.c invariant 7) */
     bool key_secret_null;
+    /* QEMU's raw options offset and size (raw/raw.c invariant 6): the
+     * window of the file the raw format shows (raw_size_set: a size was
+     * given), and their JSON text as QEMU names the node (interned; NULL:
+     * not given; "null" for a JSON null) */
+    uint64_t raw_offset, raw_size;
+    bool raw_size_set;
+    const char *raw_offset_text, *raw_size_text;
     GHashTable *secrets;
     bool secret_values;
     /* An open node of the same image whose key this open takes instead of
