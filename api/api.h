@@ -371,6 +371,29 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(ApiJson, api_json_free)
 gboolean api_json_flat(const char *name, GHashTable *flat, GHashTable *typed,
                        GError **error);
 
+/* ---- json-opts.c: the option layer of json-name.c ---- */
+
+/* How json-name.c reads a set of options: a backing name read from an image
+ * (from_image: o->format is the image's backing format, or NULL); where the
+ * backing and data-file options go (layers; NULL: refused); a layer that
+ * may name no file (file_optional: the image's own backing file); where a
+ * probed format's options wait (defer; NULL: refused, json-opts.c
+ * invariant 3). */
+typedef struct ApiApplyHow {
+    bool from_image;
+    bool file_optional;
+    ApiOpenLayers *layers;
+    GHashTable **defer;
+} ApiApplyHow;
+/* The options of flat of a node of format driver (NULL: probed) over file
+ * onto *o, in key order (json-opts.c invariants 1-4), but driver, file,
+ * file.driver, file.filename and, with by_filename, filename: the backing
+ * and data-file options (prefix dropped) into bsub and dsub when
+ * how->layers takes them, the cache options settled into o->cache. */
+gboolean api_json_keys(GHashTable *flat, const ApiApplyHow *how, const char *driver,
+                       const char *file, bool by_filename, GHashTable *bsub,
+                       GHashTable *dsub, BlkOpenOptions *o, GError **error);
+
 /* ---- open-opts.c: option syntax and runtime options ---- */
 
 /* The file protocol's own options (key without "file."), open-opts.c:

@@ -126,22 +126,41 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
     BlkNode *node = img->node;
     BlkInfo bi = {0};
 
-    if (node->opts.key_secret && strcmp(node->drv->format_name, "luks") == 0) {
-        /* json-name.c invariant 4: QEMU keeps the option in the name */
-        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+    /* json-name.c invariant 4: QEMU keeps the option in the name, a JSON
+     * null as null (json-opts.c invariant 4) */
+    g_autofree char *k = NULL;
+    if (node->opts.key_secret) {
+        g_autofree char *e = g_strescape(node->opts.key_secret, NULL);
+        k = g_strdup_printf("\"%s\"", e);
+    } else if (node->opts.key_secret_null) {
+        k = g_strdup("null");
+    }
+    if (!k && (node->opts.raw_offset_text || node->opts.raw_size_text) &&
+        strcmp(node->drv->format_name, "raw") == 0) { /* raw/raw.c invariant 6 */
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        GString *s = g_string_new("json:{");
+        if (node->opts.raw_offset_text) {
+            g_string_append_printf(s, "\"offset\": %s, ", node->opts.raw_offset_text);
+        }
+        g_string_append(s, "\"driver\": \"raw\", ");
+        if (node->opts.raw_size_text) {
+            g_string_append_printf(s, "\"size\": %s, ", node->opts.raw_size_text);
+        }
+        g_string_append_printf(
+            s, "\"file\": {\"driver\": \"file\", \"filename\": \"%s\"}}", f);
+        info->filename = g_string_free(s, FALSE);
+    } else if (k && strcmp(node->drv->format_name, "luks") == 0) {
         g_autofree char *f = g_strescape(node->filename, NULL);
         info->filename = g_strdup_printf("json:{\"driver\": \"luks\", \"file\": "
                                          "{\"driver\": \"file\", \"filename\": \"%s\"}, "
-                                         "\"key-secret\": \"%s\"}",
+                                         "\"key-secret\": %s}",
                                          f, k);
-    } else if (node->opts.key_secret) {
-        g_autofree char *k = g_strescape(node->opts.key_secret, NULL);
+    } else if (k) {
         g_autofree char *f = g_strescape(node->filename, NULL);
-        info->filename =
-            g_strdup_printf("json:{\"encrypt.key-secret\": \"%s\", \"driver\": "
-                            "\"qcow2\", \"file\": {\"driver\": \"file\", "
-                            "\"filename\": \"%s\"}}",
-                            k, f);
+        info->filename = g_strdup_printf("json:{\"encrypt.key-secret\": %s, \"driver\": "
+                                         "\"qcow2\", \"file\": {\"driver\": \"file\", "
+                                         "\"filename\": \"%s\"}}",
+                                         k, f);
     } else {
         info->filename = g_strdup(blk_node_name(node));
     }

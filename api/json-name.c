@@ -4,8 +4,9 @@
  * image name: the image file, its format and the runtime options qimg
  * honours, as QEMU reads them.
  *
- * Owns: mapping the flattened options (json-flat.c, open-opts.c) onto
- * BlkOpenOptions.
+ * Owns: which node a caller's options name (the image file, its format,
+ * its layers) and the order they are read in; each key's mapping onto
+ * BlkOpenOptions is json-opts.c's.
  *
  * Invariants (cited as "json-name.c invariant N"):
  *  1. A name the caller gives is parsed as the caller's (api_json_name);
@@ -19,14 +20,8 @@
  *     top-level "filename" is QEMU's 'A block device must be specified'),
  *     and a relative file.filename is relative to the working directory,
  *     not the image's (open.c takes the path as it is).
- *  2. Every key is honoured or refused: an unknown key is QEMU's "Block
- *     format 'FMT' does not support the option 'KEY'"; an option QEMU has
- *     and qimg cannot honour (another protocol, a node reference, a
- *     backing or data file given by options where invariant 5 does not
- *     take them) is refused with a message naming it.  Nothing is accepted and ignored
- *     (but a null, invariant 20, as QEMU).
- *  3. Values are QEMU's: strings, numbers, JSON booleans or "on"/"off";
- *     a bad one is "Parameter 'KEY' expects ...".
+ *  2. (Every key honoured or refused: json-opts.c invariant 1.)
+ *  3. (Values as QEMU's: json-opts.c invariant 2.)
  *  4. qcow2's encrypt.key-secret (luks' key-secret) is kept for the driver,
  *     which
  *     unlocks an encrypted image opened for its data with it (qcow2.c
@@ -43,7 +38,7 @@
  *     support the option" (naming backing.driver, else
  *     backing.file.filename, else the first key, as qemu-img does for the
  *     usual forms).  A backing name from an image takes neither (the
- *     refusal of invariant 2).
+ *     refusal of json-opts.c invariant 1).
  *  6. A json: name's JSON is parsed and flattened by json-flat.c (its
  *     invariant 2: nested objects are dotted keys, list members KEY.0,
  *     KEY.1, ..., as QEMU's qdict_flatten).
@@ -53,10 +48,7 @@
  *     the file as well ("Can't specify 'file' and 'filename' options at
  *     the same time"); the caller's format is the driver unless the
  *     options name one.
- *  8. Without a driver (the format is probed), an option that is not the
- *     generic ones is kept (BlkOpenOptions.format_opts) and checked
- *     against the format found (open.c invariant 5), as QEMU applies a
- *     probed format's options.
+ *  8. (A probed format's options: json-opts.c invariant 3.)
  *  9. An NBD export by QEMU's nbd options (driver=nbd: the image is the
  *     NBD node itself, format "nbd"; or file.driver=nbd under a format):
  *     server.type unix/inet with server.path or server.host and
@@ -121,15 +113,7 @@
  * 19. "driver": "blkverify" (or "file": {"driver": "blkverify"}) and the
  *     name "blkverify:RAW:IMAGE" (api/open.c): QEMU's blkverify node
  *     (api/blkverify.c); only the caller's own name takes it.
- * 20. A JSON null for an option of the node (locking, read-only, aio,
- *     l2-cache-size, node-name, ...: whatever apply_key takes, refused
- *     options too) is no option at all, as QEMU skips a null where it
- *     reads its options; a null for a key that is no option of the node is
- *     still "does not support the option" (invariant 2).  One rule for
- *     every key: the key is tried on a scratch copy and only that answer
- *     kept.  "backing": null keeps its meaning (no backing file); driver,
- *     file and filename are json-flat.c's invariant 3.  Without a driver,
- *     a null option kept for the probed format (invariant 8) is dropped.
+ * 20. (A JSON null for an option: json-opts.c invariant 4.)
  */
 #include "api/api.h"
 
@@ -225,20 +209,8 @@ static const char *backing_key_named(GHashTable *sub)
     return keys->data;
 }
 
-/* How apply() reads a set of options: a backing name read from an image
- * (from_image: o->format is the image's backing format, or NULL); where the
- * backing and data-file options go (layers; NULL: refused); a layer that
- * may name no file (file_optional: the image's own backing file); where a
- * probed format's options wait (defer; NULL: refused, invariant 8). */
-typedef struct ApplyHow {
-    bool from_image;
-    bool file_optional;
-    ApiOpenLayers *layers;
-    GHashTable **defer;
-} ApplyHow;
-
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
-                      const ApplyHow *how, GError **error);
+                      const ApiApplyHow *how, GError **error);
 
 /* Take flat's KEY (prefix + name) out of it: its value (g_free) or NULL. */
 char *api_flat_take(GHashTable *flat, const char *prefix, const char *name)
@@ -278,8 +250,8 @@ static gboolean apply_layers(GHashTable *bsub, GHashTable *dsub, bool caller_no_
         layers->backing.key_secret = NULL;
         /* without a file of its own: the image's backing file, with these
          * options (invariant 5) */
-        const ApplyHow bhow = {.file_optional = true,
-                               .defer = &layers->backing_format_opts};
+        const ApiApplyHow bhow = {.file_optional = true,
+                                  .defer = &layers->backing_format_opts};
         if (!apply(bsub, &layers->backing, &layers->backing_path, &bhow, &local)) {
             g_set_error(error, QIMG_ERROR, local->code, "Could not open backing file: %s",
                         local->message);
@@ -323,7 +295,7 @@ static gboolean apply_rbd(GHashTable *flat, BlkOpenOptions *o, char **path,
     }
     /* the options left are the format's and the node's (read-only, cache) */
     g_hash_table_insert(flat, g_strdup("file.filename"), g_strdup("rbd"));
-    const ApplyHow plain = {0};
+    const ApiApplyHow plain = {0};
     if (!apply(flat, o, &unused, &plain, error)) {
         blk_rbd_location_clear(&layers->rbd);
         return FALSE;
@@ -337,7 +309,7 @@ static gboolean apply_rbd(GHashTable *flat, BlkOpenOptions *o, char **path,
 }
 
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
-                      const ApplyHow *how, GError **error);
+                      const ApiApplyHow *how, GError **error);
 
 static bool is_format(const char *name)
 {
@@ -348,7 +320,7 @@ static bool is_format(const char *name)
 /* Invariant 15: the lower format's options onto *o and *path, the upper
  * format's name into the layers. */
 static gboolean format_over_format(GHashTable *flat, const char *driver,
-                                   BlkOpenOptions *o, char **path, const ApplyHow *how,
+                                   BlkOpenOptions *o, char **path, const ApiApplyHow *how,
                                    GError **error)
 {
     g_autoptr(GHashTable) child =
@@ -382,150 +354,9 @@ static gboolean format_over_format(GHashTable *flat, const char *driver,
     return apply(child, o, path, how, error);
 }
 
-/* apply()'s state while it takes the keys one by one (apply_key). */
-typedef struct KeyCtx {
-    BlkOpenOptions *o;
-    const ApplyHow *how;
-    GHashTable *bsub, *dsub;
-    const char *driver, *file;
-    bool caller_no_backing, direct, no_flush, cache_set;
-} KeyCtx;
-
-/* One key of apply()'s options onto c: 0, -1 (error set), or 1: the key
- * is no option of the node (QEMU's "does not support the option", error
- * set; invariant 2). */
-static int apply_key(KeyCtx *c, const char *key, const char *value, GError **error)
-{
-    BlkOpenOptions *o = c->o;
-    const ApplyHow *how = c->how;
-    ApiOpenLayers *layers = how->layers;
-    const char *driver = c->driver, *file = c->file;
-    int r;
-
-    if (strcmp(key, "read-only") == 0) {
-        bool ro;
-        if (!api_parse_bool(key, value, &ro, error)) {
-            return -1;
-        }
-        o->read_only = o->read_only || ro;
-    } else if (strcmp(key, "cache.direct") == 0 ||
-               strcmp(key, "file.cache.direct") == 0) {
-        if (!api_parse_bool(key, value, &c->direct, error)) {
-            return -1;
-        }
-        c->cache_set = true;
-    } else if (strcmp(key, "cache.no-flush") == 0 ||
-               strcmp(key, "file.cache.no-flush") == 0) {
-        if (!api_parse_bool(key, value, &c->no_flush, error)) {
-            return -1;
-        }
-        c->cache_set = true;
-    } else if (strcmp(key, "backing") == 0 && !*value) {
-        o->no_backing = true;                           /* "backing": null */
-    } else if (layers && strcmp(key, "backing") == 0) { /* invariant 5 */
-        if (c->caller_no_backing) {
-            g_set_error(error, QIMG_ERROR, EINVAL,
-                        "Block format '%s' does not support the option 'backing'",
-                        driver ? driver : "raw");
-        } else {
-            g_set_error(error, QIMG_ERROR, ENODEV,
-                        "Could not open backing file: Cannot find device='%s' nor "
-                        "node-name='%s'",
-                        value, value);
-        }
-        return -1;
-    } else if (layers && strcmp(key, "data-file") == 0) {
-        g_set_error(error, QIMG_ERROR, ENODEV,
-                    "Cannot find device='%s' nor node-name='%s'", value, value);
-        return -1;
-    } else if (layers && (g_str_has_prefix(key, "backing.") ||
-                          g_str_has_prefix(key, "data-file."))) {
-        bool b = key[0] == 'b';
-        g_hash_table_insert(b ? c->bsub : c->dsub,
-                            g_strdup(key + strlen(b ? "backing." : "data-file.")),
-                            g_strdup(value));
-    } else if (strcmp(key, "backing") == 0 || g_str_has_prefix(key, "backing.") ||
-               strcmp(key, "data-file") == 0 || g_str_has_prefix(key, "data-file.")) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "qimg takes the backing and data files from the image, not from "
-                    "options ('%s')",
-                    key);
-        return -1;
-    } else if (driver && strcmp(driver, "qcow2") == 0 &&
-               strcmp(key, "encrypt.key-secret") == 0) {
-        o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
-    } else if (driver && strcmp(driver, "luks") == 0 && strcmp(key, "key-secret") == 0) {
-        o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
-    } else if (strcmp(key, "file.align") == 0 && file &&
-               g_str_has_prefix(file, "blkdebug:")) { /* invariant 13 */
-        if (!api_blkdebug_align(value, o, error)) {
-            return -1;
-        }
-    } else if (g_str_has_prefix(key, "file.")) {
-        if ((r = api_file_option(key + strlen("file."), value, o, error)) != 0) {
-            return r;
-        }
-    } else if ((r = api_runtime_option(driver, key, value, o, error)) != 0) {
-        if (r < 0) {
-            return -1;
-        }
-    } else if (!driver && how->defer) { /* invariant 8 */
-        if (!*how->defer) {
-            *how->defer = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-        }
-        g_hash_table_insert(*how->defer, g_strdup(key), g_strdup(value));
-        o->format_opts = *how->defer;
-    } else {
-        g_set_error(error, QIMG_ERROR, EINVAL,
-                    "Block format '%s' does not support the option '%s'",
-                    driver ? driver : "raw", key);
-        return 1;
-    }
-    return 0;
-}
-
-/* Invariant 20: key's value was JSON null in the caller's json: name. */
-static bool json_null(const ApplyHow *how, const char *key)
-{
-    const char *t = how->layers && how->layers->json_typed
-                        ? g_hash_table_lookup(how->layers->json_typed, key)
-                        : NULL;
-    return t && strcmp(t, "null") == 0;
-}
-
-/* Invariant 20: a null option of the node is none (as QEMU, which skips
- * it); a null key that is no option of the node is still refused.  The key
- * is tried with "" on a scratch copy of everything apply_key changes, and
- * only its "no such option" answer is kept. */
-static bool null_option_refused(const KeyCtx *c, const char *key, GError **error)
-{
-    BlkOpenOptions o = *c->o;
-    GHashTable *defer = NULL;
-    ApplyHow how = *c->how;
-    KeyCtx scratch = *c;
-    g_autoptr(GHashTable) bsub =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    g_autoptr(GHashTable) dsub =
-        g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-    g_autoptr(GError) local = NULL;
-
-    how.defer = c->how->defer ? &defer : NULL;
-    scratch.o = &o;
-    scratch.how = &how;
-    scratch.bsub = bsub;
-    scratch.dsub = dsub;
-    int r = apply_key(&scratch, key, "", &local);
-    g_clear_pointer(&defer, g_hash_table_unref);
-    if (r == 1) {
-        g_propagate_error(error, g_steal_pointer(&local));
-        return true;
-    }
-    return false;
-}
-
 /* Invariants 1-8: flat onto *o and *path, as how says. */
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
-                      const ApplyHow *how, GError **error)
+                      const ApiApplyHow *how, GError **error)
 {
     bool from_image = how->from_image;
     ApiOpenLayers *layers = how->layers;
@@ -538,8 +369,6 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     const char *file = g_hash_table_lookup(flat, "file.filename");
     const char *fdrv = g_hash_table_lookup(flat, "file.driver");
     const char *v;
-    bool direct = o->cache == BLK_CACHE_NONE || o->cache == BLK_CACHE_DIRECTSYNC;
-    bool no_flush = o->cache == BLK_CACHE_UNSAFE, cache_set = false;
 
     if (from_image && o->format) {
         driver = o->format; /* invariant 1: the image's backing format */
@@ -657,47 +486,8 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                            : "Must specify either driver or file");
         return FALSE;
     }
-    /* in key order: the first refused key is the same on every run */
-    KeyCtx c = {.o = o,
-                .how = how,
-                .bsub = bsub,
-                .dsub = dsub,
-                .driver = driver,
-                .file = file,
-                .caller_no_backing = caller_no_backing,
-                .direct = direct,
-                .no_flush = no_flush};
-    g_autoptr(GList) keys =
-        g_list_sort(g_hash_table_get_keys(flat), (GCompareFunc)strcmp);
-    for (GList *l = keys; l; l = l->next) {
-        const char *key = l->data, *value = g_hash_table_lookup(flat, key);
-        if (strcmp(key, "driver") == 0 || strcmp(key, "file.filename") == 0 ||
-            strcmp(key, "file.driver") == 0 || strcmp(key, "file") == 0 ||
-            (strcmp(key, "filename") == 0 && by_filename)) {
-            continue;
-        }
-        if (json_null(how, key) && strcmp(key, "backing") != 0) {
-            if (null_option_refused(&c, key, error)) { /* invariant 20 */
-                return FALSE;
-            }
-            continue;
-        }
-        if (apply_key(&c, key, value, error) != 0) {
-            return FALSE;
-        }
-    }
-    direct = c.direct;
-    no_flush = c.no_flush;
-    cache_set = c.cache_set;
-    if (cache_set && direct && no_flush) {
-        g_set_error(error, QIMG_ERROR, ENOTSUP,
-                    "cache.direct=on with cache.no-flush=on is not supported by qimg");
-        return FALSE;
-    }
-    if (cache_set) {
-        o->cache = direct     ? BLK_CACHE_NONE
-                   : no_flush ? BLK_CACHE_UNSAFE
-                              : BLK_CACHE_WRITEBACK;
+    if (!api_json_keys(flat, how, driver, file, by_filename, bsub, dsub, o, error)) {
+        return FALSE; /* json-opts.c */
     }
     if (driver) {
         o->format = g_intern_string(driver);
@@ -712,7 +502,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
 
 gboolean api_json_child(GHashTable *flat, BlkOpenOptions *o, char **path, GError **error)
 {
-    const ApplyHow plain = {0};
+    const ApiApplyHow plain = {0};
 
     return apply(flat, o, path, &plain, error);
 }
@@ -727,7 +517,7 @@ gboolean api_json_name(const char *name, BlkOpenOptions *o, char **path,
 {
     g_autoptr(GHashTable) flat = flat_new();
 
-    const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
+    const ApiApplyHow how = {.layers = layers, .defer = &layers->format_opts};
 
     if (!layers->json_typed) {
         layers->json_typed = flat_new();
@@ -741,7 +531,7 @@ gboolean api_json_backing_name(const char *name, BlkOpenOptions *o, char **path,
 {
     g_autoptr(GHashTable) flat = flat_new();
 
-    const ApplyHow how = {.from_image = true};
+    const ApiApplyHow how = {.from_image = true};
 
     return api_json_flat(name, flat, NULL, error) && apply(flat, o, path, &how, error);
 }
@@ -751,7 +541,7 @@ gboolean api_image_opts_name(const char *opts, BlkOpenOptions *o, char **path,
 {
     g_autoptr(GHashTable) flat = flat_new();
 
-    const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
+    const ApiApplyHow how = {.layers = layers, .defer = &layers->format_opts};
 
     return api_opts_list_parse(opts, flat, error) && apply(flat, o, path, &how, error);
 }
@@ -794,13 +584,13 @@ gboolean api_options_name(const char *name, const char *options, BlkOpenOptions 
             return FALSE;
         }
         /* a "filename" of the options is then an option of the format's,
-         * which QEMU's formats do not have (invariant 8 for a probed one) */
+         * which QEMU's formats do not have (json-opts.c invariant 3 for a probed one) */
         g_hash_table_insert(flat, g_strdup("file.filename"), g_strdup(name));
     }
     if (!g_hash_table_contains(flat, "driver") && o->format) {
         g_hash_table_insert(flat, g_strdup("driver"), g_strdup(o->format));
     }
-    const ApplyHow how = {.layers = layers, .defer = &layers->format_opts};
+    const ApiApplyHow how = {.layers = layers, .defer = &layers->format_opts};
 
     return apply(flat, o, path, &how, error);
 }

@@ -33,7 +33,7 @@
  *
  * Invariants (cited as "open-opts.c invariant N"):
  *  1. Every option QEMU 7.2 has for the nodes qimg opens is honoured or
- *     refused with a message naming it (json-name.c invariant 2): node
+ *     refused with a message naming it (json-opts.c invariant 1): node
  *     names are checked and kept nowhere (qimg has no command that refers
  *     to a node by name, so a name changes nothing); lazy-refcounts and
  *     the cache sizes reach the qcow2 driver (qcow2.c invariant 5);
@@ -361,6 +361,19 @@ int api_runtime_option(const char *driver, const char *key, const char *value,
     if (driver && (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0)) {
         return null_option(key, value, o, error);
     }
+    if (driver && strcmp(driver, "raw") == 0 &&
+        (strcmp(key, "offset") == 0 || strcmp(key, "size") == 0)) { /* raw.c inv. 6 */
+        bool off = key[0] == 'o';
+        if (!api_parse_size(key, value, off ? &o->raw_offset : &o->raw_size, error)) {
+            return -1;
+        }
+        o->raw_size_set = o->raw_size_set || !off;
+        return 1;
+    }
+    if (driver && strcmp(driver, "luks") == 0 && strcmp(key, "key-secret") == 0) {
+        o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
+        return 1;
+    }
     return 0;
 }
 
@@ -375,8 +388,20 @@ gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **erro
     }
     keys = g_list_sort(g_hash_table_get_keys(opts), (GCompareFunc)strcmp);
     for (GList *l = keys; l; l = l->next) {
-        int r = api_runtime_option(format, l->data, g_hash_table_lookup(opts, l->data), o,
-                                   error);
+        const char *v = g_hash_table_lookup(opts, l->data);
+        BlkOpenOptions scratch = *o;
+        g_autoptr(GError) local = NULL;
+        scratch.key_secret = NULL; /* set: the null is the key-secret */
+        /* a JSON null (json-opts.c invariant 4): is it an option, nothing more */
+        int r = v ? api_runtime_option(format, l->data, v, o, error)
+                  : api_runtime_option(format, l->data, "", &scratch, &local);
+        if (!v && r < 0) {
+            continue; /* an option of the format's, its value none */
+        }
+        if (!v && r > 0 && scratch.key_secret) { /* json-opts.c invariant 4 */
+            o->key_secret = NULL;
+            o->key_secret_null = true;
+        }
         if (r < 0) {
             return FALSE;
         }
@@ -490,7 +515,7 @@ gboolean api_file_driver_check(const char *driver, const char *path, bool read_o
     return TRUE;
 }
 
-/* QEMU 7.2's file protocol options qimg does not have (json-name.c invariant 2). */
+/* QEMU 7.2's file protocol options qimg does not have (json-opts.c invariant 1). */
 static const char *const file_refused[] = {
     "aio", "aio-max-batch", "pr-manager", "x-check-cache-dropped", "drop-cache",
 };

@@ -19,7 +19,7 @@
  *     is opened.  A backing file's failure reads as QEMU words it: "Could
  *     not open backing file: " and the backing file's own message.
  *  5. A caller's options for a probed format (BlkOpenOptions.format_opts,
- *     json-name.c invariant 8) are checked against the format found before
+ *     json-opts.c invariant 3) are checked against the format found before
  *     its driver opens the file.
  *  6. The backing file name a format with confine_names records (VMDK's
  *     parent) is resolved by blk_image_name_path(): refused unless the

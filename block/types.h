@@ -58,6 +58,17 @@ typedef struct BlkOpenOptions {
      * time only, may be NULL): id -> GBytes when secret_values, else ids
      * alone (an older caller's table: crypto/secret.c invariant 2) */
     const char *key_secret;
+    /* key_secret was a JSON null (json-opts.c invariant 4): no key, but
+     * named as QEMU names it, and refused by an encrypted qcow2 image
+     * (qcow2 header.c invariant 7) */
+    bool key_secret_null;
+    /* QEMU's raw options offset and size (raw/raw.c invariant 6): the
+     * window of the file the raw format shows (raw_size_set: a size was
+     * given), and their JSON text as QEMU names the node (interned; NULL:
+     * not given; "null" for a JSON null) */
+    uint64_t raw_offset, raw_size;
+    bool raw_size_set;
+    const char *raw_offset_text, *raw_size_text;
     GHashTable *secrets;
     bool secret_values;
     /* An open node of the same image whose key this open takes instead of
@@ -115,8 +126,9 @@ typedef struct BlkOpenOptions {
     const char *overlap_template; /* its name (interned) */
     uint32_t overlap_kinds, overlap_on, overlap_off;
     /* The caller's options for a format still to be probed (key -> value,
-     * borrowed): checked and applied once the format is known
-     * (json-name.c invariant 8); NULL: none. */
+     * borrowed; a NULL value is a JSON null, checked but not applied):
+     * checked and applied once the format is known (json-opts.c
+     * invariants 3, 4); NULL: none. */
     GHashTable *format_opts;
     /* The key-secrets of the image's own backing chain, from
      * backing.encrypt.key-secret, backing.backing.encrypt.key-secret, ...

@@ -404,6 +404,7 @@ typedef struct Qcow2CryptOpen {
     const char *key_secret; /* encrypt.key-secret given, NULL: none */
     bool secret_exists;     /* the caller has a secret of that id */
     bool key_from;          /* the key comes from an open node instead */
+    bool key_secret_null;   /* encrypt.key-secret: null (BlkOpenOptions) */
 } Qcow2CryptOpen;
 
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,

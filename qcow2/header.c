@@ -36,8 +36,10 @@
  *     ("No secret with id 'X'"), checked after the extensions (QEMU checks
  *     the encryption header offset's alignment first).  An unencrypted
  *     image does not look its key-secret up, as QEMU; nor does a re-read
- *     of the header of an image open already (backing.c).  The LUKS header
- *     and the key are crypt.c's.
+ *     of the header of an image open already (backing.c).  A key-secret
+ *     given as a JSON null is refused by any open of an encrypted image,
+ *     qemu-img info's too ("Internal error: parameter key-secret
+ *     invalid", QEMU's).  The LUKS header and the key are crypt.c's.
  */
 #include "qcow2/qcow2.h"
 
@@ -347,6 +349,9 @@ static int check_encryption(const Qcow2Header *h, const Qcow2Extensions *ext,
 {
     if (h->crypt_method == QCOW2_CRYPT_NONE) {
         return 0; /* as QEMU: a key-secret is not looked up */
+    }
+    if (crypt && crypt->key_secret_null) { /* QEMU's words, any open */
+        return blk_error(EINVAL, "Internal error: parameter key-secret invalid");
     }
     if (crypt && !crypt->metadata_only && !crypt->key_from) { /* NULL: a re-read */
         if (!crypt->key_secret) {

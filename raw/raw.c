@@ -5,13 +5,15 @@
  * as a virtual disk.
  *
  * Invariants:
- *  1. Guest offset == file offset; every request is passed to img->file
+ *  1. Guest offset + the window's offset (invariant 6; 0 without one) ==
+ *     file offset; every request is passed to img->file otherwise
  *     unchanged (block.h invariant 1: no direct file access).  A data read
  *     or write is announced first (BLKEV_DATA_READ, BLKEV_DATA_WRITE: QEMU's
  *     read_aio and write_aio, which its raw format raises on its file
  *     before each one); zero writes and discards are not, as in QEMU.
- *  2. The virtual size is the file size rounded up to 512 bytes (the tail
- *     reads as zeros), refreshed after every truncate.
+ *  2. The virtual size is the file size (past the window's offset) rounded
+ *     up to 512 bytes (the tail reads as zeros), refreshed after every
+ *     truncate; with a window's size, that size.
  *  3. Block status is the file's own (holes read as zeros), with the file
  *     as the node the offset refers to, or the node the file's answer
  *     names (a blkverify node answers with its raw copy, as QEMU's).
@@ -31,12 +33,41 @@
  *     shows, and internal snapshots (RBD snapshots; a file has none:
  *     "Format 'raw' does not support internal snapshots").  The virtual
  *     size follows the protocol's after a snapshot is applied.
+ *  6. QEMU's options offset and size (BlkOpenOptions.raw_offset,
+ *     raw_size) make the node a window of the file: bytes [offset,
+ *     offset + size) (without a size, to the end of the file), checked at
+ *     open as qemu-img 7.2 checks them, in its order and words: "Offset
+ *     (O) cannot be greater than size of the containing file (F)", "The
+ *     sum of offset (O) and size (S) has to be smaller or equal to the
+ *     actual size of the containing file (F)" (with QEMU's two spaces),
+ *     "Specified size is not multiple of 512".  A window with a size is
+ *     not resized ("Cannot resize fixed-size raw disks"); one without
+ *     grows the file past its offset.  Block status maps into the file at
+ *     the window's offset; block 0 (invariant 4) is the window's first.
  */
 #include "raw/raw.h"
 #include "aio/mutex.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
+
+/* Invariant 6: where the node's bytes start in the file. */
+static uint64_t off0(const BlkNode *img)
+{
+    return img->opts.raw_offset;
+}
+
+/* Invariants 2, 6: the virtual size of the node over the file now. */
+static uint64_t window_size(const BlkNode *img)
+{
+    uint64_t fsize = img->file->size;
+
+    if (img->opts.raw_size_set) {
+        return img->opts.raw_size;
+    }
+    return ROUND_UP(fsize > off0(img) ? fsize - off0(img) : 0, 512);
+}
 
 static int raw_probe(const uint8_t *buf, size_t len, const char *filename)
 {
@@ -51,15 +82,32 @@ static int raw_open(BlkNode *img, const char *filename, const BlkOpenOptions *op
                   "does not support temporarily loading internal snapshots");
         return -ENOTSUP;
     }
+    uint64_t fsize = img->file->size;
+    if (opts->raw_offset > fsize) { /* invariant 6 */
+        return blk_error(EINVAL,
+                         "Offset (%" PRIu64 ") cannot be greater than size of the "
+                         "containing file (%" PRIu64 ")",
+                         opts->raw_offset, fsize);
+    }
+    if (opts->raw_size_set && opts->raw_size > fsize - opts->raw_offset) {
+        return blk_error(EINVAL,
+                         "The sum of offset (%" PRIu64 ") and size (%" PRIu64 ") has to "
+                         "be smaller or equal to the  actual size of the containing "
+                         "file (%" PRIu64 ")",
+                         opts->raw_offset, opts->raw_size, fsize);
+    }
+    if (opts->raw_size_set && opts->raw_size % 512) {
+        return blk_error(EINVAL, "Specified size is not multiple of 512");
+    }
     /* invariant 2; the block layer works in 512-byte sectors, as QEMU's does */
-    img->size = ROUND_UP(img->file->size, 512);
+    img->size = window_size(img);
     return 0;
 }
 
 static int raw_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     blk_event(img->file, BLKEV_DATA_READ); /* QEMU's read_aio */
-    return blk_preadv(img->file, offset, qiov, flags);
+    return blk_preadv(img->file, off0(img) + offset, qiov, flags);
 }
 
 static GMutex block0_lock; /* invariant 4 */
@@ -70,12 +118,14 @@ static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
 {
     uint8_t sector[BLK_PROBE_BUF_SIZE] = {0};
     size_t head = (size_t)MIN(qiov->size, BLK_PROBE_BUF_SIZE - offset);
-    size_t have = (size_t)MIN(img->file->size, BLK_PROBE_BUF_SIZE);
+    uint64_t fsize = img->file->size;
+    uint64_t left = fsize > off0(img) ? fsize - off0(img) : 0;
+    size_t have = (size_t)MIN(left, BLK_PROBE_BUF_SIZE);
     int ret = 0;
 
     mutex_lock(&block0_lock);
     if (have > 0) {
-        ret = blk_pread(img->file, 0, sector, have);
+        ret = blk_pread(img->file, off0(img), sector, have);
     }
     if (ret == 0) {
         iov_to_buf(qiov, 0, sector + offset, head);
@@ -90,12 +140,12 @@ static int raw_pwritev_block0(BlkNode *img, uint64_t offset, const BlkIOV *qiov,
     if (ret == 0) {
         /* the checked bytes, then whatever the write has past block 0 */
         blk_event(img->file, BLKEV_DATA_WRITE); /* QEMU's write_aio */
-        ret = blk_pwrite(img->file, offset, sector + offset, head, flags);
+        ret = blk_pwrite(img->file, off0(img) + offset, sector + offset, head, flags);
     }
     if (ret == 0 && qiov->size > head) {
         BlkIOV tail;
         iov_slice(&tail, qiov, head, qiov->size - head);
-        ret = blk_pwritev(img->file, offset + head, &tail, flags);
+        ret = blk_pwritev(img->file, off0(img) + offset + head, &tail, flags);
         iov_destroy(&tail);
     }
     mutex_unlock(&block0_lock);
@@ -108,7 +158,7 @@ static int raw_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsign
         return raw_pwritev_block0(img, offset, qiov, flags);
     }
     blk_event(img->file, BLKEV_DATA_WRITE); /* QEMU's write_aio */
-    return blk_pwritev(img->file, offset, qiov, flags);
+    return blk_pwritev(img->file, off0(img) + offset, qiov, flags);
 }
 
 /* Invariant 1: the bytes are the file's at the same offset (api/aio.c's
@@ -120,7 +170,7 @@ static bool raw_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool
     if (write && img->probed && offset < BLK_PROBE_BUF_SIZE && bytes > 0) {
         return false;
     }
-    *d = (BlkDirect){.node = img->file, .offset = offset};
+    *d = (BlkDirect){.node = img->file, .offset = off0(img) + offset};
     return true;
 }
 
@@ -132,7 +182,7 @@ static int raw_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *s
     if (img->probed && offset < BLK_PROBE_BUF_SIZE) {
         return -ENOTSUP;
     }
-    return blk_copy_in(img->file, offset, bytes, src, src_offset);
+    return blk_copy_in(img->file, off0(img) + offset, bytes, src, src_offset);
 }
 
 static void raw_direct_end(BlkNode *img, BlkDirect *d)
@@ -144,12 +194,12 @@ static void raw_direct_end(BlkNode *img, BlkDirect *d)
 static int raw_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
                              unsigned flags)
 {
-    return blk_pwrite_zeroes(img->file, offset, bytes, flags);
+    return blk_pwrite_zeroes(img->file, off0(img) + offset, bytes, flags);
 }
 
 static int raw_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
 {
-    return blk_pdiscard(img->file, offset, bytes);
+    return blk_pdiscard(img->file, off0(img) + offset, bytes);
 }
 
 static int raw_flush(BlkNode *img)
@@ -159,7 +209,8 @@ static int raw_flush(BlkNode *img)
 
 static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkStatus *st)
 {
-    int ret = blk_block_status(img->file, offset, bytes, st); /* invariant 3 */
+    /* invariants 3, 6 */
+    int ret = blk_block_status(img->file, off0(img) + offset, bytes, st);
     if (ret < 0) {
         return ret;
     }
@@ -167,7 +218,7 @@ static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkSt
      * hole too, as QEMU's protocols say; a node whose bytes lie in no one
      * file (a quorum's) gives none (invariant 3) */
     if (!(st->flags & BLK_STATUS_OFFSET_VALID) && !img->file->drv->no_offsets) {
-        st->map = offset;
+        st->map = off0(img) + offset;
         st->flags |= BLK_STATUS_OFFSET_VALID;
         st->file = NULL;
     }
@@ -181,8 +232,11 @@ static int raw_block_status(BlkNode *img, uint64_t offset, uint64_t bytes, BlkSt
 static int raw_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                         bool shrink)
 {
-    int ret = blk_truncate(img->file, size, exact, prealloc, shrink);
-    img->size = ROUND_UP(img->file->size, 512); /* invariant 2 */
+    if (img->opts.raw_size_set) { /* invariant 6 */
+        return blk_error(ENOTSUP, "Cannot resize fixed-size raw disks");
+    }
+    int ret = blk_truncate(img->file, off0(img) + size, exact, prealloc, shrink);
+    img->size = window_size(img); /* invariant 2 */
     return ret;
 }
 
@@ -302,7 +356,7 @@ static int raw_snapshot_goto(BlkNode *img, const char *id_or_name)
         return no_snapshots();
     }
     ret = file->drv->snapshot_goto(file, id_or_name);
-    img->size = ROUND_UP(file->size, 512); /* invariants 2, 5 */
+    img->size = window_size(img); /* invariants 2, 5 */
     return ret;
 }
 

@@ -342,8 +342,13 @@ void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo, const char 
         return;
     }
     /* QEMU names the protocol node: for one named by options (an RBD
-     * image), the "file" object of the raw node's json: name */
+     * image), the "file" object of the raw node's json: name; for a json:
+     * name of a plain file, the file's name (the image's, qemu-img info's
+     * "image:") */
     const char *name = qimg_image_filename(img);
+    if (g_str_has_prefix(filename, "json:")) {
+        filename = name;
+    }
     static const char raw_json[] = "json:{\"driver\": \"raw\", \"file\": ";
     g_autofree char *node_name = NULL;
     if (g_str_has_prefix(name, raw_json) && g_str_has_suffix(name, "}")) {

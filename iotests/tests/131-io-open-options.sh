@@ -1,6 +1,6 @@
 #!/bin/bash
 # qimg io's open -o and reopen -o with QEMU's block options (issue 29 item
-# 1; tools/io-open.c fact 5, api/json-name.c invariants 7 and 8,
+# 1; tools/io-open.c fact 5, api/json-name.c invariant 7, json-opts.c invariant 3,
 # api/open-opts.c), against qemu-io 7.2 on copies of the same images: the
 # same stdout, stderr, exit code, image contents and header feature bits.
 #  - open -o KEY=VALUE for the generic options (node-name, read-only,

@@ -14,7 +14,7 @@
 #  - a null for an option of the node (locking, aio, read-only,
 #    l2-cache-size, node-name, cache.direct, data-file, ...) is no option,
 #    as QEMU skips it; a null for a key that is none is still "does not
-#    support the option" (json-name.c invariant 20).
+#    support the option" (json-opts.c invariant 4).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
