@@ -77,11 +77,28 @@ int check_refs_resize(Qcow2Check *c, uint64_t n)
     return 0;
 }
 
-/* "qcow2: Image is corrupt: ...", once per open image like QEMU's
- * non-fatal corruption events. */
+/* QEMU's fatal corruption event of qcow2_get_refcount: on a writable
+ * image (a repair) the image is marked corrupt, "qcow2: Marking image as
+ * corrupt: ..." once (check.c invariant 8); on a read-only one it is
+ * non-fatal, "qcow2: Image is corrupt: ...", once per open image. */
 static void report_corruption(Qcow2Check *c, const char *what)
 {
-    if (c->s->corruption_events++ == 0) {
+    Qcow2State *s = c->s;
+
+    if (s->writable) {
+        bool was = s->corrupt_fatal, had_error = blk_error_mark();
+
+        (void)qcow2_corrupt_locked(s, "%s", what);
+        blk_error_unwind(had_error);
+        if (!was && s->corrupt_fatal) {
+            check_msg(c,
+                      "qcow2: Marking image as corrupt: %s; further corruption events "
+                      "will be suppressed",
+                      what);
+        }
+        return;
+    }
+    if (s->corruption_events++ == 0) {
         check_msg(c,
                   "qcow2: Image is corrupt: %s; further non-fatal corruption "
                   "events will be suppressed",

@@ -65,6 +65,17 @@
  *     left unfixed clears the dirty and corrupt bits (step 4; repair.c
  *     writes them); any other outcome leaves them set, so the image is
  *     repaired again at the next read-write open.
+ *  8. A corruption the check meets on a writable image (a repair, or the
+ *     check of a repair) is fatal, as QEMU's: the image is marked corrupt
+ *     (meta.c invariant 2) and the line goes to the messages.  The
+ *     refcount rebuild still writes its new structure (repair.c invariant
+ *     6), but nothing else is written after the mark: the fixes the check
+ *     makes in the refcount cache afterwards stay there and are dropped at
+ *     close (QEMU's driver is gone, its close writes nothing), so what they
+ *     fix stays a leak for the next repair.  A check that starts after the
+ *     mark -- the double check of the repair -- fails with ENOMEDIUM, "No
+ *     medium found", QEMU's (060: "Check failed: No medium found", then a
+ *     second check -r repairs the leak).
  */
 #include "qcow2/check.h"
 
@@ -397,8 +408,13 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
     if (c.fix && img->read_only) {
         return blk_error(EACCES, "Image '%s' is read-only; cannot repair", img->filename);
     }
-    c.l2_buf = g_malloc(s->cluster_size);
     qcow2_lock(s);
+    if (s->corrupt_fatal) {
+        qcow2_unlock(s);
+        blk_error_clear();
+        return -ENOMEDIUM; /* invariant 8: marked corrupt while open */
+    }
+    c.l2_buf = g_malloc(s->cluster_size);
     if (s->writable) {
         qcow2_grow_stop_locked(s); /* grow.c invariant 4 (may wait: before in_check) */
     }

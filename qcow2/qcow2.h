@@ -187,7 +187,8 @@ typedef struct Qcow2State {
     bool metadata_preallocated;
 
     unsigned corruption_events; /* [lock] */
-    bool in_check; /* [lock] a check runs: it reports corruption (meta.c inv. 3) */
+    bool in_check;   /* [lock] a check runs: it reports corruption (meta.c inv. 3) */
+    bool rebuilding; /* [lock] repair.c invariant 6: writes after the mark */
 
     /* [lock] write path (alloc.c, meta.c) */
     uint64_t free_cluster_index; /* allocation search hint (cluster index) */
