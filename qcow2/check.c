@@ -37,10 +37,11 @@
  *     counted, so a pointer to 32 PB costs nothing (iotest 138).  The table
  *     grows only by the one cluster a reference may legally overhang, by
  *     what a rebuild allocates, and, when -r all grows the file to hold a
- *     refcount block outside it, to at most 2 x its size + 1024 clusters
- *     (a block further out is replaced by the rebuild instead; QEMU grows
- *     the file whatever the distance).  It is allocated zeroed and
- *     untouched, so a huge sparse file costs address space, not memory.
+ *     refcount block outside it as QEMU does (060: a block at 64 GiB of
+ *     a 256 KiB file), to the block's end -- unless that would pass the
+ *     table's limit, when the file is left alone and the rebuild replaces
+ *     the block.  It is allocated zeroed and untouched, so a huge sparse
+ *     file costs address space, not memory.
  *  3. Everything read from the image is bounds-checked before use; reads
  *     past the end of the file return zeros, as QEMU reads them.  Sizes that
  *     decide an allocation are validated first (L1 <= 32 MiB, snapshot table
