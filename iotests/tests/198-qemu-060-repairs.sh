@@ -4,7 +4,12 @@
 # stdout, stderr, corrupt bit, file size):
 #  - check -r all grows the file to hold a refcount block outside it,
 #    however far (check.c invariant 2; 060's "Discarding a refblock covered
-#    by an unaligned refblock": a block at 64 GiB of a 256 KiB file).
+#    by an unaligned refblock": a block at 64 GiB of a 256 KiB file);
+#  - an L2 table that starts inside the file and ends past it is read
+#    with zeros past the end (cluster.c invariant 1; 060's "L2 reference
+#    into L1": the L1 table, the file's last 8 bytes, as the L2 table, whose
+#    first entry names that cluster as data: the write is refused by the
+#    overlap check, a read-only open reads it).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
@@ -25,20 +30,28 @@ corrupt_bit() {
 # same DESC RC: q.out/q.err/QRC (qemu's) against m.out/m.err/RC (qimg's)
 same() {
     assert_eq "$1: exit code" "$QRC" "$2"
-    assert_eq "$1: stdout" "$(io_filter <q.out)" "$(io_filter <m.out)"
+    assert_eq "$1: stdout" "$(io_filter <q.out | sed 's/q\.qcow2/X/g')" \
+        "$(io_filter <m.out | sed 's/m\.qcow2/X/g')"
     assert_eq "$1: stderr" "$(io_filter <q.err | sed 's/q\.qcow2/X/g')" \
         "$(io_filter <m.err | sed 's/m\.qcow2/X/g')"
     assert_eq "$1: corrupt bit" "$(corrupt_bit q.qcow2)" "$(corrupt_bit m.qcow2)"
     assert_eq "$1: file size" "$(stat -c %s q.qcow2)" "$(stat -c %s m.qcow2)"
 }
 
-# io DESC ARGS...: qemu-io ARGS q.qcow2 and qimg io ARGS m.qcow2
+# io DESC ARGS...: qemu-io ARGS q.qcow2 and qimg io ARGS m.qcow2; when an
+# argument holds IMG (an open command), that is the image's name instead
 io() {
-    local desc=$1
+    local desc=$1 a t q=() m=() named=
     shift
-    "$QEMU_IO" "$@" q.qcow2 >q.out 2>q.err
+    for a in "$@"; do
+        [[ "$a" == *IMG* ]] && named=1
+        q+=("${a//IMG/q.qcow2}")
+        m+=("${a//IMG/m.qcow2}")
+    done
+    [ -n "$named" ] || { q+=(q.qcow2); m+=(m.qcow2); }
+    "$QEMU_IO" "${q[@]}" >q.out 2>q.err
     QRC=$?
-    "$QIMG" io "$@" m.qcow2 >m.out 2>m.err
+    "$QIMG" io "${m[@]}" >m.out 2>m.err
     same "$desc" $?
 }
 
@@ -82,5 +95,16 @@ covered by an unaligned block (060)|refcount_bits=1|0x10008=0x1000000000 0x10010
 at 64 GiB|refcount_bits=1|0x10008=0x1000000000
 at 1 GiB, 16-bit refcounts||0x10008=0x40000000
 EOF
+
+# 2. The L1 table as an L2 table (L1 at 0x30000, 8 bytes, the end of the
+# file; COPIED, so the write goes in place).
+make "" "" 0x30000=0x8000000000030000
+img "L2 into L1: check" check
+io "L2 into L1: write" -c 'open -o overlap-check=all IMG' -c 'write -P 0x2a 0 512'
+img "L2 into L1: info" info
+io "L2 into L1: read-write open" -c 'open -o overlap-check=all IMG' -c 'read 0 512'
+io "L2 into L1: read-only" -r -c 'read -v 0 512' -c 'read -v 64k 512'
+make "" "" 0x30000=0x8000000000030000
+io "L2 into L1: reads" -c 'read -v 0 512' -c 'read -P 0 512 63k' -c 'map'
 
 finish
