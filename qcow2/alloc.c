@@ -544,6 +544,30 @@ int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n)
     return alloc_run_locked(s, 0, n);
 }
 
+int qcow2_count_free_at_locked(Qcow2State *s, uint64_t offset, uint64_t n,
+                               uint64_t *count)
+{
+    uint64_t idx = offset >> s->cluster_bits,
+             limit = QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits;
+
+    *count = 0;
+    n = idx < limit ? MIN(n, limit - idx) : 0; /* invariant 7 */
+    while (*count < n) {
+        bool is_free;
+        uint64_t len;
+        int ret = run_from_locked(s, idx + *count, n - *count, &is_free, &len);
+
+        if (ret < 0) {
+            return ret;
+        }
+        if (!is_free) {
+            break;
+        }
+        *count += len;
+    }
+    return 0;
+}
+
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)
 {
     uint64_t idx = offset >> s->cluster_bits, done = 0;

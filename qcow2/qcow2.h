@@ -451,6 +451,10 @@ int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t 
 /* Allocate exactly the n clusters at 'offset' if all are free: 0, -EAGAIN
  * if one is in use, or -errno. */
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n);
+/* How many of the n clusters at 'offset' are free before the first one in
+ * use (QEMU's qcow2_alloc_clusters_at takes that many): *count, 0 or -errno. */
+int qcow2_count_free_at_locked(Qcow2State *s, uint64_t offset, uint64_t n,
+                               uint64_t *count);
 /* QEMU's refcount area (alloc.c invariant 3): at host offset 'offset'
  * (cluster aligned, free, nothing in use after it) refcount blocks for
  * everything up to 'additional' more clusters past them and a new refcount

@@ -9,7 +9,13 @@
 #    with zeros past the end (cluster.c invariant 1; 060's "L2 reference
 #    into L1": the L1 table, the file's last 8 bytes, as the L2 table, whose
 #    first entry names that cluster as data: the write is refused by the
-#    overlap check, a read-only open reads it).
+#    overlap check, a read-only open reads it);
+#  - a write's new clusters go right after the host clusters of the part
+#    before them when free there (write.c invariant 20, QEMU's
+#    handle_alloc), so layouts match qemu-io's; and there, a refcount
+#    structure that calls the header free is refused as QEMU refuses it
+#    (060's "empty refcount table with valid L1 and L2 tables":
+#    "Preventing invalid allocation of refcount block at offset 0").
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
@@ -41,7 +47,7 @@ same() {
 # io DESC ARGS...: qemu-io ARGS q.qcow2 and qimg io ARGS m.qcow2; when an
 # argument holds IMG (an open command), that is the image's name instead
 io() {
-    local desc=$1 a t q=() m=() named=
+    local desc=$1 a q=() m=() named=
     shift
     for a in "$@"; do
         [[ "$a" == *IMG* ]] && named=1
@@ -106,5 +112,33 @@ io "L2 into L1: read-write open" -c 'open -o overlap-check=all IMG' -c 'read 0 5
 io "L2 into L1: read-only" -r -c 'read -v 0 512' -c 'read -v 64k 512'
 make "" "" 0x30000=0x8000000000030000
 io "L2 into L1: reads" -c 'read -v 0 512' -c 'read -P 0 512 63k' -c 'map'
+
+# 3. Where a write's new clusters go: the same layout as qemu-io's.
+# DESC|OPTS|COMMANDS
+args=()
+while IFS='|' read -r desc opts cmds; do
+    [ -n "$desc" ] || continue
+    make "$opts" ""
+    eval "args=($cmds)"
+    io "$desc" "${args[@]}"
+    img "$desc: map" map --output=json
+    img "$desc: check" check
+done <<'EOF2'
+after an allocated cluster, end of file||-c 'write 0 64k' -c 'write 1M 64k' -c 'write -P 4 1M 192k' -c 'map'
+taken after it: a shorter run||-c 'write 0 64k' -c 'write 128k 64k' -c 'write 512k 64k' -c 'write -P 5 0 512k' -c 'map'
+a new run then an allocated cluster||-c 'write 256k 64k' -c 'write -P 6 128k 192k' -c 'write -P 7 0 512k' -c 'map'
+4k clusters, across L2 tables|cluster_size=4096|-c 'write 0 4k' -c 'write 2M 4k' -c 'write -P 8 0 4M' -c 'map'
+after an allocated cluster, a hole before||-c 'write 0 64k' -c 'write 128k 64k' -c 'write 256k 64k' -c 'discard 128k 64k' -c 'flush' -c 'write -P 5 256k 128k' -c 'map'
+holes before, the run after it cut short||-c 'write 0 64k' -c 'write 128k 64k' -c 'write 256k 64k' -c 'write 1M 64k' -c 'discard 128k 64k' -c 'flush' -c 'write -P 5 256k 256k' -c 'map'
+EOF2
+
+# 4. 060: the reftable's first entry cleared after a write; a write over
+# that cluster and a new one.
+make "" 64k 0x10000=0
+io "empty reftable, then a write after a cluster" -c 'write 0 128k'
+img "empty reftable: repair" check -r all
+make "" "" 0x10000=0
+io "empty reftable, first write" -c 'write 0 64k'
+img "empty reftable, first write: repair" check -r all
 
 finish
