@@ -383,10 +383,6 @@ static int make_block_locked(Qcow2State *s, uint64_t c, uint64_t *cursor)
     RefPlan p = {.blocks = g_array_new(FALSE, TRUE, sizeof(PlannedBlock))};
     int ret = alloc_find_free_run_locked(s, *cursor, 1, &nb);
 
-    if (ret == 0 && nb == 0) {
-        ret = qcow2_corrupt_locked(s, "Preventing invalid allocation of refcount block "
-                                      "at offset 0");
-    }
     if (ret < 0) {
         goto out;
     }
@@ -419,6 +415,30 @@ out:
 }
 
 /*
+ * QEMU searches for a refcount block from its free index, which its
+ * allocation moved past the clusters being counted, and nothing else did
+ * (an allocation at a given offset, write.c invariant 20): from 0 it meets
+ * the header's cluster when the refcount structure calls it free, and
+ * refuses ("Preventing invalid allocation of refcount block at offset 0",
+ * 060).  Where a block goes otherwise is invariant 3's, past the range.
+ */
+static int header_free_locked(Qcow2State *s, uint64_t first)
+{
+    uint64_t refcount;
+    int ret;
+
+    if (s->free_cluster_index != 0 || first == 0) {
+        return 0; /* first == 0: the search's own run starts there */
+    }
+    ret = qcow2_get_refcount_locked(s, 0, &refcount);
+    if (ret == 0 && refcount == 0) {
+        ret = qcow2_corrupt_locked(s, "Preventing invalid allocation of refcount block "
+                                      "at offset 0");
+    }
+    return ret;
+}
+
+/*
  * Invariant 3: a round for the first cluster of [first, first + n) without
  * a refcount block, its block searched for from past the range and the free
  * index.  1: something was made (the caller searches again: QEMU's
@@ -437,6 +457,10 @@ int alloc_cover_round_locked(Qcow2State *s, uint64_t first, uint64_t n)
         }
         if (off == 0) {
             blk_event(s->img->file, BLKEV_REFBLOCK_GET); /* QEMU's refblock_alloc */
+            ret = header_free_locked(s, first);
+            if (ret < 0) {
+                return ret;
+            }
             cursor = MAX(s->free_cluster_index, first + n);
             ret = make_block_locked(s, MAX(first, ti << s->refcount_block_bits), &cursor);
             return ret < 0 ? ret : 1;

@@ -24,7 +24,9 @@
  *     decrease waits in s->pending_frees (refcount unchanged, cluster still
  *     in use) until a flush has written the L2 tables and made them durable
  *     (meta.c invariant 11), then qcow2_apply_pending_frees_locked() lowers
- *     it.  More than QCOW2_MAX_PENDING_FREES waiting ranges force that
+ *     it; its refcount block entries are looked up when it is queued, so
+ *     a broken one is the freeing request's corruption (QEMU's), and the
+ *     clusters leak.  More than QCOW2_MAX_PENDING_FREES waiting ranges force that
  *     barrier at the end of a request.  Tables unlinked by a synced write
  *     (L1 entry, header switch) and fresh clusters nothing references yet
  *     are freed at once (qcow2_free_clusters_locked).  So no decrease waits
@@ -340,6 +342,20 @@ int alloc_update_core_locked(Qcow2State *s, uint64_t offset, uint64_t length,
     return 0;
 }
 
+/* QEMU: a failed free leaks; it never corrupts.  An I/O error is reported
+ * later (meta.c invariant 7); -EINVAL (a refcount that would go below 0)
+ * only on a corrupt image. */
+static void free_failed_locked(Qcow2State *s, uint64_t offset, uint64_t length, int ret,
+                               bool had_error)
+{
+    g_debug("qcow2: freeing 0x%" PRIx64 "+%" PRIu64 " failed: %s", offset, length,
+            g_strerror(-ret));
+    if (ret != -EINVAL) {
+        g_printerr("qcow2_free_clusters failed: %s\n", g_strerror(-ret)); /* QEMU's */
+        qcow2_defer_error_locked(s, ret, had_error ? NULL : blk_error_message());
+    }
+}
+
 void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t length,
                                    Qcow2DiscardKind kind)
 {
@@ -356,15 +372,7 @@ void qcow2_free_clusters_as_locked(Qcow2State *s, uint64_t offset, uint64_t leng
     punch_locked(s);
 
     if (ret < 0) {
-        /* QEMU: a failed free leaks; it never corrupts.  An I/O error is
-         * reported later (meta.c invariant 7); -EINVAL (a refcount that
-         * would go below 0) only on a corrupt image. */
-        g_debug("qcow2: freeing 0x%" PRIx64 "+%" PRIu64 " failed: %s", offset, length,
-                g_strerror(-ret));
-        if (ret != -EINVAL) {
-            g_printerr("qcow2_free_clusters failed: %s\n", g_strerror(-ret)); /* QEMU's */
-            qcow2_defer_error_locked(s, ret, had_error ? NULL : blk_error_message());
-        }
+        free_failed_locked(s, offset, length, ret, had_error);
     }
     blk_error_unwind(had_error);
 }
@@ -379,9 +387,28 @@ void qcow2_free_clusters_deferred_locked(Qcow2State *s, uint64_t offset, uint64_
 {
     uint64_t mask = s->cluster_size - 1;
     Qcow2Free r = {offset, length, kind};
+    uint64_t ti, ti_last;
 
     if (length == 0) {
         return;
+    }
+    /* Invariant 2's waiting decrease looks up its refcount blocks now, as
+     * QEMU's immediate one does: a broken reftable entry is reported (a
+     * fatal corruption) by the request that frees, and the clusters leak,
+     * instead of a later flush meeting it (060's discard). */
+    ti_last = MIN(((offset + length - 1) >> s->cluster_bits) >> s->refcount_block_bits,
+                  s->refcount_table_size);
+    for (ti = (offset >> s->cluster_bits) >> s->refcount_block_bits; ti <= ti_last;
+         ti++) {
+        uint64_t block_offset;
+        bool had_error = blk_error_mark();
+        int ret = qcow2_refblock_offset_locked(s, ti, &block_offset);
+
+        if (ret < 0) {
+            free_failed_locked(s, offset, length, ret, had_error);
+            blk_error_unwind(had_error);
+            return;
+        }
     }
     if (!s->pending_frees) {
         s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2Free));
@@ -515,6 +542,30 @@ int64_t qcow2_alloc_clusters_locked(Qcow2State *s, uint64_t n)
 {
     blk_event(s->img->file, BLKEV_CLUSTER_ALLOC); /* QEMU's cluster_alloc */
     return alloc_run_locked(s, 0, n);
+}
+
+int qcow2_count_free_at_locked(Qcow2State *s, uint64_t offset, uint64_t n,
+                               uint64_t *count)
+{
+    uint64_t idx = offset >> s->cluster_bits,
+             limit = QCOW2_HOST_OFFSET_LIMIT >> s->cluster_bits;
+
+    *count = 0;
+    n = idx < limit ? MIN(n, limit - idx) : 0; /* invariant 7 */
+    while (*count < n) {
+        bool is_free;
+        uint64_t len;
+        int ret = run_from_locked(s, idx + *count, n - *count, &is_free, &len);
+
+        if (ret < 0) {
+            return ret;
+        }
+        if (!is_free) {
+            break;
+        }
+        *count += len;
+    }
+    return 0;
 }
 
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n)

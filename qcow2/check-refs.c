@@ -49,7 +49,7 @@ int check_refs_resize(Qcow2Check *c, uint64_t n)
     uint64_t bytes;
     uint8_t *p;
 
-    if (n > (uint64_t)INT_MAX + 2) {
+    if (n > CHECK_MAX_CLUSTERS) {
         return -ENOMEM; /* QEMU's realloc would fail the same way */
     }
     bytes = refs_bytes_for(c->s, n);
@@ -77,11 +77,28 @@ int check_refs_resize(Qcow2Check *c, uint64_t n)
     return 0;
 }
 
-/* "qcow2: Image is corrupt: ...", once per open image like QEMU's
- * non-fatal corruption events. */
+/* QEMU's fatal corruption event of qcow2_get_refcount: on a writable
+ * image (a repair) the image is marked corrupt, "qcow2: Marking image as
+ * corrupt: ..." once (check.c invariant 8); on a read-only one it is
+ * non-fatal, "qcow2: Image is corrupt: ...", once per open image. */
 static void report_corruption(Qcow2Check *c, const char *what)
 {
-    if (c->s->corruption_events++ == 0) {
+    Qcow2State *s = c->s;
+
+    if (s->writable) {
+        bool was = s->corrupt_fatal, had_error = blk_error_mark();
+
+        (void)qcow2_corrupt_locked(s, "%s", what);
+        blk_error_unwind(had_error);
+        if (!was && s->corrupt_fatal) {
+            check_msg(c,
+                      "qcow2: Marking image as corrupt: %s; further corruption events "
+                      "will be suppressed",
+                      what);
+        }
+        return;
+    }
+    if (s->corruption_events++ == 0) {
         check_msg(c,
                   "qcow2: Image is corrupt: %s; further non-fatal corruption "
                   "events will be suppressed",
@@ -235,15 +252,14 @@ int check_refblocks(Qcow2Check *c, Qcow2CheckCounts *res, bool *rebuild)
             if (!fix) {
                 continue;
             }
-            /* Grow the file to hold the block, as QEMU does, unless that
-             * would more than double the clusters to count (check.c invariant 2:
-             * a pointer far past the end costs nothing; the rebuild then
-             * replaces the block instead).  QEMU grows the file in any case,
-             * unless the block's end would overflow: EINVAL, as there. */
+            /* Grow the file to hold the block, as QEMU does, unless the
+             * clusters to count would pass the table's limit (check.c
+             * invariant 2; the rebuild then replaces the block instead),
+             * or the block's end would overflow: EINVAL, as QEMU's. */
             ret = -EFBIG;
             if (offset > (uint64_t)INT64_MAX - s->cluster_size) {
                 ret = -EINVAL;
-            } else if (cluster < 2 * c->nb_clusters + 1024) {
+            } else if (cluster < CHECK_MAX_CLUSTERS) {
                 ret = repair_truncate(c, offset + s->cluster_size);
             }
             if (ret == 0) {

@@ -37,10 +37,11 @@
  *     counted, so a pointer to 32 PB costs nothing (iotest 138).  The table
  *     grows only by the one cluster a reference may legally overhang, by
  *     what a rebuild allocates, and, when -r all grows the file to hold a
- *     refcount block outside it, to at most 2 x its size + 1024 clusters
- *     (a block further out is replaced by the rebuild instead; QEMU grows
- *     the file whatever the distance).  It is allocated zeroed and
- *     untouched, so a huge sparse file costs address space, not memory.
+ *     refcount block outside it as QEMU does (060: a block at 64 GiB of
+ *     a 256 KiB file), to the block's end -- unless that would pass the
+ *     table's limit, when the file is left alone and the rebuild replaces
+ *     the block.  It is allocated zeroed and untouched, so a huge sparse
+ *     file costs address space, not memory.
  *  3. Everything read from the image is bounds-checked before use; reads
  *     past the end of the file return zeros, as QEMU reads them.  Sizes that
  *     decide an allocation are validated first (L1 <= 32 MiB, snapshot table
@@ -65,6 +66,17 @@
  *     left unfixed clears the dirty and corrupt bits (step 4; repair.c
  *     writes them); any other outcome leaves them set, so the image is
  *     repaired again at the next read-write open.
+ *  8. A corruption the check meets on a writable image (a repair, or the
+ *     check of a repair) is fatal, as QEMU's: the image is marked corrupt
+ *     (meta.c invariant 2) and the line goes to the messages.  The
+ *     refcount rebuild still writes its new structure (repair.c invariant
+ *     6), but nothing else is written after the mark: the fixes the check
+ *     makes in the refcount cache afterwards stay there and are dropped at
+ *     close (QEMU's driver is gone, its close writes nothing), so what they
+ *     fix stays a leak for the next repair.  A check that starts after the
+ *     mark -- the double check of the repair -- fails with ENOMEDIUM, "No
+ *     medium found", QEMU's (060: "Check failed: No medium found", then a
+ *     second check -r repairs the leak).
  */
 #include "qcow2/check.h"
 
@@ -397,8 +409,13 @@ int qcow2_check_image_opts(BlkNode *img, BlkCheckResult *res, unsigned fix,
     if (c.fix && img->read_only) {
         return blk_error(EACCES, "Image '%s' is read-only; cannot repair", img->filename);
     }
-    c.l2_buf = g_malloc(s->cluster_size);
     qcow2_lock(s);
+    if (s->corrupt_fatal) {
+        qcow2_unlock(s);
+        blk_error_clear();
+        return -ENOMEDIUM; /* invariant 8: marked corrupt while open */
+    }
+    c.l2_buf = g_malloc(s->cluster_size);
     if (s->writable) {
         qcow2_grow_stop_locked(s); /* grow.c invariant 4 (may wait: before in_check) */
     }

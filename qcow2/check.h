@@ -54,6 +54,10 @@ int qcow2_check_image_opts(BlkNode *img, struct BlkCheckResult *res, unsigned fi
 #define CHECK_MAX_MESSAGES 1000000u
 #define CHECK_MAX_OVERFLOW_MESSAGES 10000u
 
+/* Clusters the in-memory refcount table may count (check.c invariant 2):
+ * QEMU's INT_MAX, and the few a rebuild may add past it. */
+#define CHECK_MAX_CLUSTERS ((uint64_t)INT_MAX + 2)
+
 /* The counters of one part of the check (QEMU's BdrvCheckResult). */
 typedef struct Qcow2CheckCounts {
     int64_t corruptions;

@@ -10,9 +10,12 @@
  * Invariants (cited as "cluster.c invariant N"):
  *  1. Every L1/L2 entry that contributes to an answer has been validated:
  *     no reserved bits, table and data offsets cluster aligned, L2 tables
- *     inside the file, zero flags only in v3, compressed entries only
- *     without a data file, subcluster bitmaps consistent, host offset ==
- *     guest offset with an external data file.  A bad entry is reported as
+ *     starting inside the file (the part of one past its end reads as
+ *     zeros, as QEMU reads it: 060's L2 table that is the L1 table, the
+ *     file's last 8 bytes; one wholly past the end would have a write-back
+ *     grow the file to anywhere), zero flags only in v3, compressed
+ *     entries only without a data file, subcluster bitmaps consistent,
+ *     host offset == guest offset with an external data file.  A bad entry is reported as
  *     a corruption naming the entry and its location.  (A discard may drop
  *     an entry whose only fault is an unaligned host offset, leaking the
  *     cluster: zero.c invariant 7, qcow2_l2_entry_valid_to_drop.)
@@ -332,7 +335,7 @@ int qcow2_l1_entry_locked(Qcow2State *s, uint64_t l1_index, uint64_t *l2_offset)
                                     "(L1 index: %#" PRIx64 ")",
                                     *l2_offset, l1_index);
     }
-    if (!qcow2_range_within(*l2_offset, s->cluster_size, s->file_size)) {
+    if (*l2_offset >= s->file_size) { /* invariant 1: starts inside the file */
         return qcow2_corrupt_locked(s,
                                     "L2 table offset 0x%" PRIx64 " (L1 index: %#" PRIx64
                                     ") is beyond the end of the file (%" PRIu64 " bytes)",

@@ -20,7 +20,13 @@
  *     whole clusters, as QEMU does.
  *  2. A violation is fatal: the write is not done, the image is marked
  *     corrupt (incompatible bit 1, one synced header write on v3) and every
- *     later write, zero, discard or metadata write-back fails with -EIO.
+ *     later metadata write-back fails with -EIO; a guest write, zero,
+ *     discard or compressed write that comes after it fails at its start
+ *     with -ENOMEDIUM, "No medium found", as QEMU's, whose driver is gone
+ *     from the node by then (060: the tail of a discard split in two,
+ *     after its head marked the image corrupt).  Nothing the caches still
+ *     hold is written any more (close writes nothing back): the file keeps
+ *     what a crash at the mark would have left, a leak at worst.
  *  3. Only the first corruption event of a writable image reports "qcow2:
  *     Marking image as corrupt: ...; further corruption events will be
  *     suppressed"; a read-only image (or a snapshot view) only reports
@@ -382,7 +388,7 @@ int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t o
 
 int qcow2_check_writable_locked(Qcow2State *s)
 {
-    if (s->corrupt_fatal) {
+    if (s->corrupt_fatal && !s->rebuilding) { /* repair.c invariant 6 */
         return blk_error(EIO, "qcow2: Image is corrupt; writes are refused");
     }
     if (s->sticky_error && !s->close_retry) { /* invariants 9, 13 */
@@ -396,7 +402,12 @@ int qcow2_check_writable_locked(Qcow2State *s)
 
 int qcow2_check_data_writable_locked(Qcow2State *s, uint64_t offset, uint64_t bytes)
 {
-    int ret = qcow2_check_writable_locked(s);
+    int ret;
+
+    if (s->corrupt_fatal) { /* invariant 2: a request after the mark */
+        return blk_error(ENOMEDIUM, "%s", g_strerror(ENOMEDIUM));
+    }
+    ret = qcow2_check_writable_locked(s);
 
     if (ret == 0 && !s->bitmaps_in_use) {
         ret = qcow2_bitmaps_begin_write_locked(s); /* invariant 8 */

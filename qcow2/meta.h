@@ -53,7 +53,8 @@ int qcow2_pre_write_overlap_check_locked(Qcow2State *s, unsigned ign, uint64_t o
 /* -EIO once the image was marked corrupt while open (writes refused). */
 int qcow2_check_writable_locked(Qcow2State *s);
 /* The same before a guest data write, zero, discard or compressed write of
- * guest bytes [offset, offset + bytes): also loads and marks persistent
+ * guest bytes [offset, offset + bytes), but -ENOMEDIUM once the image was
+ * marked corrupt (meta.c invariant 2); also loads and marks persistent
  * bitmaps in use and sets their bits (meta.c invariant 8). */
 int qcow2_check_data_writable_locked(Qcow2State *s, uint64_t offset, uint64_t bytes);
 /* Overlap check (ign: the kind being written), announce ev on the image

@@ -187,7 +187,8 @@ typedef struct Qcow2State {
     bool metadata_preallocated;
 
     unsigned corruption_events; /* [lock] */
-    bool in_check; /* [lock] a check runs: it reports corruption (meta.c inv. 3) */
+    bool in_check;   /* [lock] a check runs: it reports corruption (meta.c inv. 3) */
+    bool rebuilding; /* [lock] repair.c invariant 6: writes after the mark */
 
     /* [lock] write path (alloc.c, meta.c) */
     uint64_t free_cluster_index; /* allocation search hint (cluster index) */
@@ -450,6 +451,10 @@ int64_t qcow2_alloc_clusters_from_locked(Qcow2State *s, uint64_t from, uint64_t 
 /* Allocate exactly the n clusters at 'offset' if all are free: 0, -EAGAIN
  * if one is in use, or -errno. */
 int qcow2_alloc_clusters_at_locked(Qcow2State *s, uint64_t offset, uint64_t n);
+/* How many of the n clusters at 'offset' are free before the first one in
+ * use (QEMU's qcow2_alloc_clusters_at takes that many): *count, 0 or -errno. */
+int qcow2_count_free_at_locked(Qcow2State *s, uint64_t offset, uint64_t n,
+                               uint64_t *count);
 /* QEMU's refcount area (alloc.c invariant 3): at host offset 'offset'
  * (cluster aligned, free, nothing in use after it) refcount blocks for
  * everything up to 'additional' more clusters past them and a new refcount

@@ -26,8 +26,9 @@
  *     crash at any point leaves at most leaks.
  *  3. Refcount fixes go through the refcount block cache (alloc.c), so the
  *     check's reads (through the same cache) see them at once; they reach
- *     the disk at repair_flush_refcounts().  The rebuild writes whole new
- *     blocks after emptying that cache.
+ *     the disk at repair_flush_refcounts() (never after the image was
+ *     marked corrupt, outside the rebuild: check.c invariant 8).  The
+ *     rebuild writes whole new blocks after emptying that cache.
  *  4. Qcow2State follows every write: L1 entries, the refcount table, the
  *     snapshot list and pointer, header feature bits, file_size; an L2 table
  *     written here leaves the L2 cache.
@@ -36,6 +37,11 @@
  *     (snapshot-codec.c invariants 2 and 3): what it allocates is bounded
  *     by the 64 MiB table limit (entries past it are an error, or dropped
  *     by -r all).
+ *  6. The refcount rebuild writes even when the check marked the image
+ *     corrupt (check.c invariant 8; s->rebuilding lifts meta.c invariant
+ *     2's refusal for its writes alone): it is what repairs such an image,
+ *     as QEMU's rebuild writes to the image file itself.  Its writes are
+ *     overlap-checked and ordered as any other (invariants 1 and 2).
  */
 #include "qcow2/check.h"
 #include "qcow2/meta.h"
@@ -104,7 +110,12 @@ int repair_set_refcount(Qcow2Check *c, uint64_t cluster, uint64_t old, uint64_t 
 int repair_flush_refcounts(Qcow2Check *c)
 {
     unsigned events = c->s->corruption_events;
-    int ret = qcow2_write_caches_locked(c->s, true);
+    int ret;
+
+    if (c->s->corrupt_fatal && !c->s->rebuilding) {
+        return 0; /* check.c invariant 8: the fixes stay cached, dropped at close */
+    }
+    ret = qcow2_write_caches_locked(c->s, true);
 
     if (ret == 0) {
         ret = qcow2_flush_file(c->s);
@@ -237,7 +248,7 @@ static int write_refblocks(Qcow2Check *c, uint64_t first, uint64_t end, uint64_t
     return grown;
 }
 
-int repair_rebuild_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
+static int rebuild_locked(Qcow2Check *c, Qcow2CheckCounts *res)
 {
     Qcow2State *s = c->s;
     g_autofree uint64_t *rt = NULL;
@@ -325,6 +336,17 @@ int repair_rebuild_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
     s->header.refcount_table_clusters = (uint32_t)rt_clusters;
     s->free_cluster_index = 0; /* the allocator's hint: search from the start */
     return 0;
+}
+
+int repair_rebuild_refcounts(Qcow2Check *c, Qcow2CheckCounts *res)
+{
+    Qcow2State *s = c->s;
+    int ret;
+
+    s->rebuilding = true; /* invariant 6 */
+    ret = rebuild_locked(c, res);
+    s->rebuilding = false;
+    return ret;
 }
 
 /* ---- reading the snapshot table (QEMU's qcow2_check_read_snapshot_table) ---- */

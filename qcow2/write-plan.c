@@ -139,7 +139,7 @@ static int kept_entry_unaligned_locked(Qcow2State *s, uint64_t e, uint64_t bm,
  * (invariant 18): -EAGAIN, before anything is allocated or changed, unless
  * the chunk covers [pos, end) and its COW parts need no read. */
 int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring,
-                            Chunk *c)
+                            uint64_t next_host, Chunk *c)
 {
     const uint64_t max_bytes = UINT64_C(64) << 20;
     uint64_t cs = s->cluster_size, l2_index, l2_offset, max_nb;
@@ -202,6 +202,21 @@ int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring
         c->nb = i + 1;
     }
 
+    /* Invariant 20: new clusters go right after the previous chunk's on
+     * the host, as many as are free there, when one is. */
+    uint64_t at = 0;
+    if (c->kind == CHUNK_FRESH && next_host && !qcow2_has_data_file(s)) {
+        uint64_t n;
+        ret = qcow2_count_free_at_locked(s, next_host, c->nb, &n);
+        if (ret < 0) {
+            goto out;
+        }
+        if (n > 0) {
+            c->nb = n;
+            at = next_host;
+        }
+    }
+
     /* Bytes to write: the request's part, widened by COW (invariant 7). */
     uint64_t last = c->guest + ((c->nb - 1) << s->cluster_bits), fa, fb, bm;
     c->wstart = pos;
@@ -251,12 +266,18 @@ int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring
         } else {
             uint64_t before, len = c->nb << s->cluster_bits;
             int64_t off;
-            ret = qcow2_reuse_pending_frees_locked(s, c->nb); /* alloc.c inv. 10 */
-            if (ret < 0) {
-                goto out;
+            if (at) { /* invariant 20: counted free above, lock held since */
+                before = s->file_size;
+                ret = qcow2_alloc_clusters_at_locked(s, at, c->nb);
+                off = ret < 0 ? ret : (int64_t)at;
+            } else {
+                ret = qcow2_reuse_pending_frees_locked(s, c->nb); /* alloc.c inv. 10 */
+                if (ret < 0) {
+                    goto out;
+                }
+                before = s->file_size;
+                off = qcow2_alloc_clusters_locked(s, c->nb);
             }
-            before = s->file_size;
-            off = qcow2_alloc_clusters_locked(s, c->nb);
             if (off < 0) {
                 ret = (int)off;
                 goto out;

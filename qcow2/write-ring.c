@@ -125,7 +125,7 @@ bool qcow2_alloc_begin(BlkNode *img, uint64_t offset, uint64_t bytes, BlkDirect 
     qcow2_fastmap_set_writes_locked(s->fastmap, true); /* fastmap.c invariant 3 */
     p = g_new0(RingPlan, 1);
     qcow2_inflight_begin_locked(s, &p->reg, offset, bytes, true); /* no wait */
-    ret = qcow2_plan_chunk_locked(s, offset, end, true, &p->c);
+    ret = qcow2_plan_chunk_locked(s, offset, end, true, 0, &p->c);
     if (ret < 0) {
         qcow2_inflight_end_locked(s, &p->reg);
         qcow2_unlock(s);

@@ -179,6 +179,14 @@
  *     gets there after the image was marked corrupt (say while it was
  *     stopped at a breakpoint there) fails with ENOMEDIUM, as QEMU's,
  *     whose driver is gone by then (meta.c invariant 2).
+ * 20. New clusters of a chunk that is not the request's first go right
+ *     after the host clusters of the chunk before it, as many of them as
+ *     are free there (QEMU's handle_alloc, qcow2_alloc_clusters_at: one
+ *     request keeps its host clusters contiguous while it can; 060: a
+ *     write over an allocated cluster and a new one, whose refcount
+ *     structure calls the header free, then meets QEMU's "Preventing
+ *     invalid allocation of refcount block at offset 0"); when none is,
+ *     the chunk's clusters come from the free search (alloc.c).
  */
 #include "qcow2/bitmap.h"
 #include "qcow2/write.h"
@@ -512,7 +520,7 @@ int qcow2_link_chunk_locked(Qcow2State *s, const Chunk *c)
  * is dropped only while data moves and between chunks. */
 static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool learn)
 {
-    uint64_t end = offset + w->size, pos = offset;
+    uint64_t end = offset + w->size, pos = offset, next_host = 0;
     int ret = 0;
 
     while (pos < end && ret == 0) {
@@ -525,7 +533,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
         }
         ret = qcow2_check_writable_locked(s);
         if (ret == 0) {
-            ret = qcow2_plan_chunk_locked(s, pos, end, false, &c);
+            ret = qcow2_plan_chunk_locked(s, pos, end, false, next_host, &c);
             c.learn = learn;
         }
         if (ret == 0 && c.kind == CHUNK_IN_PLACE) {
@@ -553,6 +561,7 @@ static int write_locked(Qcow2State *s, uint64_t offset, const WriteSrc *w, bool 
             blk_error_unwind(had_error);
         }
         pos = c.wend;
+        next_host = c.host + (c.nb << s->cluster_bits); /* invariant 20 */
         qcow2_chunk_clear(&c);
     }
     return ret;

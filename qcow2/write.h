@@ -33,10 +33,12 @@ typedef struct Chunk {
 
 void qcow2_chunk_clear(Chunk *c);
 /* Plan the chunk starting at guest pos (< end).  Lock held (write.c
- * invariants 4, 5, 7, 10-13, 15, 16).  ring: only a chunk the io_uring
- * engine can write in one go, else -EAGAIN with nothing done (inv. 18). */
+ * invariants 4, 5, 7, 10-13, 15, 16, 20).  ring: only a chunk the io_uring
+ * engine can write in one go, else -EAGAIN with nothing done (inv. 18).
+ * next_host: where the request's previous chunk ends on the host, 0 for
+ * the first chunk (invariant 20). */
 int qcow2_plan_chunk_locked(Qcow2State *s, uint64_t pos, uint64_t end, bool ring,
-                            Chunk *c);
+                            uint64_t next_host, Chunk *c);
 /* write.c: remember c's clusters if c->learn (fastmap.c invariant 1), and
  * link a planned chunk whose data is written (invariants 1-3).  Lock held. */
 void qcow2_learn_chunk_locked(Qcow2State *s, const Chunk *c);

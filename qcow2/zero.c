@@ -32,7 +32,10 @@
  *     nothing.  Full discard (shrinking): unallocated.  Host clusters are
  *     always freed.  Only whole clusters are discarded; partial ones are
  *     ignored, except the last cluster of an image whose size is not
- *     cluster aligned.
+ *     cluster aligned.  A partial cluster after the whole ones is QEMU's
+ *     request of its own (its block layer splits discards at the cluster
+ *     size): when the whole ones marked the image corrupt, it fails as
+ *     such a later request does, with ENOMEDIUM (meta.c invariant 2).
  *  3. Entries change in the cache first; the clusters they referenced are
  *     freed afterwards (alloc.c invariant 2, QEMU's "first remove L2
  *     entries, then decrease the refcount").
@@ -585,6 +588,9 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
     qcow2_lock(s);
     qcow2_inflight_end_locked(s, &r);
     ret = qcow2_finish_request_locked(s, ret);
+    if (ret == 0 && b < end) { /* invariant 2: the partial tail, QEMU's next request */
+        ret = qcow2_check_data_writable_locked(s, b, end - b);
+    }
     qcow2_unlock(s);
     return ret;
 }
