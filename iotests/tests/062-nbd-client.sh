@@ -187,9 +187,19 @@ inflight=$(awk '/ Read id=/ { c = $3; n[c]++; if (n[c] > m) m = n[c] }
 assert_rc "in flight: several reads on one connection ($inflight)" 0 test "$inflight" -ge 2
 kill "$(cat l.pid)"
 rm -f l.sock l.pid
-nbdkit -U "$PWD/l.sock" -P l.pid --filter=delay file src.raw delay-read=5
-wait_sock l.sock
-(sleep 0.5; kill -9 "$(cat l.pid)") &
+rm -f l.log
+nbdkit -U "$PWD/l.sock" -P l.pid --filter=log --filter=delay file src.raw delay-read=5 \
+    logfile="$PWD/l.log"
+wait_sock l.sock l.pid
+# killed once a read reached it (its log), not after a fixed time: on a
+# loaded machine the client could connect after the kill
+(
+    for _ in $(seq 600); do
+        grep -qs ' Read id=' l.log && break
+        sleep 0.05
+    done
+    kill -9 "$(cat l.pid)"
+) &
 timeout 30 "$QIMG" io -r -f raw "${reads[@]/-P 0 /}" "$L" >e.out 2>&1
 rc=$? # (aio failures print, as qemu-io's; the exit code is not theirs)
 assert_rc "server killed mid-read: no hang ($rc)" 0 test "$rc" -ne 124
