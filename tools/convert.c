@@ -255,6 +255,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         tool_report_open_error(a->dst_name, err);
         return NULL;
     }
+    tool_warn_probed_raw(dst, &oo, a->dst_name); /* fact 10 */
     if (a->skip_create && a->compress && !can_compress(qimg_image_format(dst))) {
         qimg_image_free(dst); /* fact 10: the opened target's format decides */
         return NULL;

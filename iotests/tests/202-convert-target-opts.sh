@@ -7,6 +7,8 @@
 # target was opened with (not by -O, which defaults to raw): a qcow2
 # target named by options converts compressed, a missing target is "Could
 # not open" before any compression error (qimg refused both up front).
+# A probed raw image named by options (a -n target, --image-opts, qemu-io's
+# open -o alone) gets qemu's probe warning, naming its file.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -68,6 +70,29 @@ for a in "-O raw src.qcow2 nosuch.raw" "-O qcow2 src.qcow2 nosuch.qcow2" \
     fresh
     # shellcheck disable=SC2086
     same_as_qemu_err convert -n -c $a
+done
+
+# the probed-raw warning for an image named by options names its file
+# (tools/output.c): a -n target probed raw (qimg: no warning), an image of
+# --image-opts (qimg named the options), qemu-io's open -o without a path
+# (qimg: no warning)
+qi create -q -f raw r.raw 1M
+for a in "-n" "-n -c"; do
+    # shellcheck disable=SC2086
+    same_as_qemu_err convert $a src.qcow2 --target-image-opts file.filename=r.raw
+done
+for a in "resize --image-opts file.filename=r.raw 1M" \
+    "resize --image-opts driver=file,filename=r.raw 1M" \
+    "map --image-opts file.filename=r.raw" "map -f raw r.raw" \
+    "amend -o size=1M --image-opts file.filename=r.raw"; do
+    # shellcheck disable=SC2086
+    same_as_qemu_err $a
+done
+for o in file.filename=r.raw driver=file,filename=r.raw \
+    file.driver=file,file.filename=r.raw driver=raw,file.filename=r.raw; do
+    same_as_qemu_io "open -o $o" -c "open -o $o" -c 'read 0 512'
+    same_as_qemu_io "open -r -o $o" -c "open -r -o $o" -c 'read 0 512'
+    same_as_qemu_io "--image-opts $o" -c 'read 0 512' --image-opts "$o"
 done
 
 finish
