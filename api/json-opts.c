@@ -32,6 +32,9 @@
  *     a null option is kept for the probed format (invariant 3) without a
  *     value: checked against the format found ("Block format 'raw' does
  *     not support the option 'lazy-refcounts'", as qemu-img), not applied.
+ *     Two nulls keep a trace: the key-secret's (named, refused by an
+ *     encrypted image) and a qcow2 encrypt.* key other than format and
+ *     key-secret (refused by an encrypted image: qcow2 header.c inv. 7).
  */
 #include "api/api.h"
 
@@ -176,6 +179,10 @@ static bool null_option_refused(const KeyCtx *c, const char *key, GError **error
     if (r == 0 && o.key_secret) { /* QEMU keeps it, null, in the name */
         c->o->key_secret = NULL;
         c->o->key_secret_null = true;
+    }
+    if (r == 0 && !c->o->encrypt_unexpected) {
+        /* a null qcow2 encrypt.* key: an encrypted image refuses it */
+        c->o->encrypt_unexpected = o.encrypt_unexpected;
     }
     if (r == 0 && defer && g_hash_table_contains(defer, key)) {
         /* kept for the probed format, a NULL value: checked, not applied

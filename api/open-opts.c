@@ -299,6 +299,16 @@ static int qcow2_option(const char *key, const char *value, BlkOpenOptions *o,
         o->key_secret = g_intern_string(value); /* qcow2.c invariant 10 */
         return 1;
     }
+    if (strcmp(key, "encrypt.format") == 0) { /* qcow2 header.c invariant 7 */
+        o->encrypt_format = g_intern_string(value);
+        return 1;
+    }
+    if (g_str_has_prefix(key, "encrypt.")) { /* the same: the first one */
+        if (!o->encrypt_unexpected) {
+            o->encrypt_unexpected = g_intern_string(key + strlen("encrypt."));
+        }
+        return 1;
+    }
     return 0;
 }
 
@@ -401,6 +411,9 @@ gboolean api_format_options(const char *format, BlkOpenOptions *o, GError **erro
         if (!v && r > 0 && scratch.key_secret) { /* json-opts.c invariant 4 */
             o->key_secret = NULL;
             o->key_secret_null = true;
+        }
+        if (!v && r > 0 && !o->encrypt_unexpected) { /* the same */
+            o->encrypt_unexpected = scratch.encrypt_unexpected;
         }
         if (r < 0) {
             return FALSE;

@@ -62,6 +62,11 @@ typedef struct BlkOpenOptions {
      * named as QEMU names it, and refused by an encrypted qcow2 image
      * (qcow2 header.c invariant 7) */
     bool key_secret_null;
+    /* qcow2's other encrypt.* options (qcow2 header.c invariant 7): the
+     * encrypt.format given (interned; NULL: none or a JSON null), and the
+     * first other encrypt.* key, without its "encrypt." (interned; a JSON
+     * null counts: QEMU hands it to the crypto layer, which refuses it) */
+    const char *encrypt_format, *encrypt_unexpected;
     /* QEMU's raw options offset and size (raw/raw.c invariant 6): the
      * window of the file the raw format shows (raw_size_set: a size was
      * given), and their JSON text as QEMU names the node (interned; NULL:

@@ -405,6 +405,8 @@ typedef struct Qcow2CryptOpen {
     bool secret_exists;     /* the caller has a secret of that id */
     bool key_from;          /* the key comes from an open node instead */
     bool key_secret_null;   /* encrypt.key-secret: null (BlkOpenOptions) */
+    const char *format;     /* encrypt.format, NULL: none (BlkOpenOptions) */
+    const char *unexpected; /* another encrypt.* key (BlkOpenOptions) */
 } Qcow2CryptOpen;
 
 int qcow2_header_parse(const uint8_t *cluster0, size_t len, uint64_t file_size,

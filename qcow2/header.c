@@ -40,6 +40,13 @@
  *     given as a JSON null is refused by any open of an encrypted image,
  *     qemu-img info's too ("Internal error: parameter key-secret
  *     invalid", QEMU's).  The LUKS header and the key are crypt.c's.
+ *     The other encrypt.* options are QEMU's too: encrypt.format must name
+ *     the header's method ("No encryption in image header, but options
+ *     specified format 'F'", "Header reported 'M' encryption format but
+ *     options specify 'F'"), checked first; any other encrypt.* key (a
+ *     JSON null too) is ignored by an unencrypted image and refused by an
+ *     encrypted one ("Parameter 'K' is unexpected", after the null
+ *     key-secret, before the missing one).
  */
 #include "qcow2/qcow2.h"
 
@@ -347,11 +354,29 @@ int qcow2_header_check_features(const Qcow2Header *h, const Qcow2Extensions *ext
 static int check_encryption(const Qcow2Header *h, const Qcow2Extensions *ext,
                             const Qcow2CryptOpen *crypt)
 {
+    const char *method = h->crypt_method == QCOW2_CRYPT_AES ? "aes" : "luks";
+
+    if (crypt && crypt->format && h->crypt_method == QCOW2_CRYPT_NONE) {
+        return blk_error(EINVAL,
+                         "No encryption in image header, but options specified format "
+                         "'%s'",
+                         crypt->format);
+    }
+    if (crypt && crypt->format && strcmp(crypt->format, method) != 0 &&
+        h->crypt_method != QCOW2_CRYPT_NONE) {
+        return blk_error(EINVAL,
+                         "Header reported '%s' encryption format but options specify "
+                         "'%s'",
+                         method, crypt->format);
+    }
     if (h->crypt_method == QCOW2_CRYPT_NONE) {
-        return 0; /* as QEMU: a key-secret is not looked up */
+        return 0; /* as QEMU: a key-secret is not looked up, nor the rest */
     }
     if (crypt && crypt->key_secret_null) { /* QEMU's words, any open */
         return blk_error(EINVAL, "Internal error: parameter key-secret invalid");
+    }
+    if (crypt && crypt->unexpected) { /* the crypto layer's words */
+        return blk_error(EINVAL, "Parameter '%s' is unexpected", crypt->unexpected);
     }
     if (crypt && !crypt->metadata_only && !crypt->key_from) { /* NULL: a re-read */
         if (!crypt->key_secret) {

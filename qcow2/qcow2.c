@@ -340,6 +340,8 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
                          g_hash_table_contains(opts->secrets, opts->key_secret),
         .key_from = opts && opts->key_from && opts->key_from->drv == &blk_qcow2_driver,
         .key_secret_null = opts && opts->key_secret_null,
+        .format = opts ? opts->encrypt_format : NULL,
+        .unexpected = opts ? opts->encrypt_unexpected : NULL,
     };
     uint8_t head[QCOW2_HDR_V3_FULL_LENGTH];
     g_autofree uint8_t *cluster0 = NULL;

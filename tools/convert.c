@@ -49,6 +49,14 @@
  *     the --target-is-zero check ("Having a backing file for the target
  *     makes no sense when concatenating multiple input images"), and
  *     --bitmaps ("Copying bitmaps only possible with single source").
+ * 10. --target-image-opts (only with -n) names the target's format in its
+ *     options: an explicit -O beside it is refused as qemu-img refuses it,
+ *     "--image-opts and --format are mutually exclusive", when the target
+ *     is opened (after the sources and the -n checks above); without -O
+ *     the target's format is the options' driver (or probed).  With -n,
+ *     -c is refused ("Compression not supported for this file format")
+ *     after the target is opened, by the format it was opened with, and
+ *     before its size is compared with the source's.
  */
 #include "convert.h"
 
@@ -84,6 +92,7 @@ typedef struct ConvertArgs {
     QimgCacheMode src_cache, dst_cache;
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
     bool bitmaps, skip_broken_bitmaps, salvage, image_opts, target_image_opts;
+    bool out_fmt_given; /* -O (fact 10) */
     bool out_of_order; /* -W */
     bool copy_offload; /* -C (fact 8) */
     unsigned min_sparse;
@@ -200,9 +209,6 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         several_backing_error();
         return NULL;
     }
-    if (a->skip_create && a->compress && !can_compress(a->out_fmt)) {
-        return NULL;
-    }
     if (!a->skip_create) {
         const ToolOptDesc *descs = tool_create_opts_for(a->out_fmt, a->dst_name);
         g_autoptr(GPtrArray) opts = NULL;
@@ -237,12 +243,21 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
         oo.key_secret = tool_opts_key_secret(opts);
     }
 
-    oo.format = a->target_image_opts ? NULL : a->out_fmt; /* the options name it */
+    /* the options name the format; an -O beside them is refused (fact 10) */
+    oo.format = a->target_image_opts && !a->out_fmt_given ? NULL : a->out_fmt;
     oo.cache = a->dst_cache;
     oo.image_opts = a->target_image_opts;
+    if (!tool_image_opts_ok(&oo, a->dst_name)) {
+        return NULL;
+    }
     dst = qimg_image_open(a->dst_name, &oo, &err);
     if (!dst) {
         tool_report_open_error(a->dst_name, err);
+        return NULL;
+    }
+    tool_warn_probed_raw(dst, &oo, a->dst_name); /* fact 10 */
+    if (a->skip_create && a->compress && !can_compress(qimg_image_format(dst))) {
+        qimg_image_free(dst); /* fact 10: the opened target's format decides */
         return NULL;
     }
     s->target_backing = -1;
@@ -421,6 +436,7 @@ int cmd_convert(int argc, char **argv)
             break;
         case 'O':
             a.out_fmt = optarg;
+            a.out_fmt_given = true;
             break;
         case 'B':
             a.backing = optarg;

@@ -191,9 +191,8 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         return -EINVAL;
     }
     io_end_on_verdict(io); /* io-cmds.c fact 6: the format's probe found one */
-    if (name) {
-        tool_warn_probed_raw(io->img, &o, name);
-    }
+    /* (options alone: the file they name, as QEMU names it) */
+    tool_warn_probed_raw(io->img, &o, name ? name : qimg_image_filename(io->img));
     if (ao && !qimg_image_aio_setup(io->img, ao, &err)) {
         tool_error("%s", err->message);
         g_clear_error(&err);

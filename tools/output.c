@@ -346,7 +346,7 @@ void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo, const char 
      * name of a plain file, the file's name (the image's, qemu-img info's
      * "image:") */
     const char *name = qimg_image_filename(img);
-    if (g_str_has_prefix(filename, "json:")) {
+    if (oo->image_opts || g_str_has_prefix(filename, "json:")) {
         filename = name;
     }
     static const char raw_json[] = "json:{\"driver\": \"raw\", \"file\": ";

@@ -294,7 +294,9 @@ void tool_report_gerror(GError *err, const char *prefix);
  * carry the prefix once.  Frees err. */
 void tool_report_open_error(const char *filename, GError *err);
 /* qemu's warning when a read-write open without a format probed raw (writes
- * to block 0 are then restricted: raw/raw.c invariant 4). */
+ * to block 0 are then restricted: raw/raw.c invariant 4).  It names the
+ * file: for a json: name or --image-opts (oo->image_opts), the image's
+ * file name, not the options. */
 void tool_warn_probed_raw(QimgImage *img, const QimgOpenOptions *oo,
                           const char *filename);
 

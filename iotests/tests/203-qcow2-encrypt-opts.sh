@@ -1,0 +1,64 @@
+#!/bin/bash
+# 203-qcow2-encrypt-opts: qcow2's encrypt.* open options other than the
+# key-secret, against qemu-img and qemu-io 7.2 (qcow2 header.c invariant
+# 7), in json: names (a JSON null included) and --image-opts, with the
+# driver named or probed.  A null encrypt.format (or any null encrypt.*
+# key) was qimg's "Block format 'qcow2' does not support the option";
+# QEMU takes every encrypt.* key: encrypt.format must name the header's
+# method ("No encryption in image header, but options specified format",
+# "Header reported 'luks' encryption format but options specify 'aes'"),
+# a null one is none; any other key, null or not, is ignored by an
+# unencrypted image and refused by an encrypted one ("Parameter 'K' is
+# unexpected", after a null key-secret's error, before a missing
+# key-secret's).  A raw image still refuses them.
+. "$(dirname "$0")/../common.sh"
+requires qimg qemu-img qemu-io
+
+sec=(--object secret,id=sec0,data=abc)
+qi create -q -f qcow2 a.qcow2 1M
+qio a.qcow2 'write -P 9 0 4k'
+qi create -q -f qcow2 "${sec[@]}" -o encrypt.format=luks,encrypt.key-secret=sec0 \
+    e.qcow2 1M
+qi create -q -f qcow2 "${sec[@]}" -o encrypt.format=aes,encrypt.key-secret=sec0 \
+    aes.qcow2 1M
+qi create -q -f raw r.raw 1M
+
+for img in a.qcow2 e.qcow2 aes.qcow2; do
+    f="\"file\": {\"driver\": \"file\", \"filename\": \"$img\"}"
+    for d in '"driver": "qcow2", ' ''; do
+        for o in '"encrypt.format": null' '"encrypt": {"format": null}' \
+            '"encrypt.format": "luks"' '"encrypt.format": "aes"' '"encrypt.format": "foo"' \
+            '"encrypt.bogus": "x"' '"encrypt.bogus": null' '"encrypt.iter-time": null' \
+            '"encrypt.key-secret": "sec0", "encrypt.format": null' \
+            '"encrypt.key-secret": "sec0", "encrypt.bogus": null' \
+            '"encrypt.key-secret": "sec0", "encrypt.cipher-alg": null' \
+            '"encrypt.format": "aes", "encrypt.bogus": "x"' \
+            '"encrypt.key-secret": null, "encrypt.bogus": "x"' \
+            '"encrypt.key-secret": null, "encrypt.format": "aes"' \
+            '"encrypt.key-secret": "nosec", "encrypt.bogus": "x"' \
+            '"encrypt": {"format": "luks", "key-secret": "sec0"}' \
+            '"encrypt": {"format": "aes", "key-secret": "sec0"}' \
+            '"encrypt": {"format": "luks", "key-secret": "sec0", "slot": null}'; do
+            same_as_qemu_err info "${sec[@]}" "json:{$d$f, $o}"
+            same_as_qemu_io "qemu-io $img $d$o" "${sec[@]}" -r -c 'read -P 0 64k 4k' \
+                "json:{$d$f, $o}"
+        done
+    done
+done
+# the data still reads through an accepted encrypt.format
+j='{"driver": "qcow2", "file": {"driver": "file", "filename": "a.qcow2"},
+    "encrypt.format": null, "encrypt.bogus": "x"}'
+same_as_qemu_io "qemu-io a.qcow2 read" -c 'read -P 9 0 4k' "json:$j"
+
+for img in a.qcow2 e.qcow2 r.raw; do
+    for o in encrypt.format=luks encrypt.format=aes encrypt.bogus=1 \
+        encrypt.key-secret=sec0,encrypt.format=luks; do
+        same_as_qemu_err info "${sec[@]}" --image-opts "file.filename=$img,$o"
+        [ "$img" = r.raw ] ||
+            same_as_qemu_err info "${sec[@]}" --image-opts "driver=qcow2,file.filename=$img,$o"
+        same_as_qemu_io "qemu-io -r $img $o" "${sec[@]}" -r -c 'read 0 4k' --image-opts \
+            "file.filename=$img,$o"
+    done
+done
+
+finish
