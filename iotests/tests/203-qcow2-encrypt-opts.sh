@@ -11,6 +11,9 @@
 # unencrypted image and refused by an encrypted one ("Parameter 'K' is
 # unexpected", after a null key-secret's error, before a missing
 # key-secret's).  A raw image still refuses them.
+# Each json: name is compared with qemu-img info; with qemu-io too where
+# the driver is named, and, with QIMG_LONG=1, where it is probed (the
+# same open path after the probe: make test's CPU).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -40,6 +43,7 @@ for img in a.qcow2 e.qcow2 aes.qcow2; do
             '"encrypt": {"format": "aes", "key-secret": "sec0"}' \
             '"encrypt": {"format": "luks", "key-secret": "sec0", "slot": null}'; do
             same_as_qemu_err info "${sec[@]}" "json:{$d$f, $o}"
+            [ -n "$d" ] || [ -n "${QIMG_LONG:-}" ] || continue
             same_as_qemu_io "qemu-io $img $d$o" "${sec[@]}" -r -c 'read -P 0 64k 4k' \
                 "json:{$d$f, $o}"
         done
