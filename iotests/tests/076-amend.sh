@@ -27,7 +27,10 @@
 # runs too, "-o compat=1.1,refcount_bits=1" (as "-p -o
 # compat=1.1,refcount_bits=1" but for -p) and "-o compat=1.1,refcount_bits=4"
 # (the same upgrade to width 4, which "-p -o refcount_bits=4" on v3.qcow2
-# runs); QIMG_LONG=1 runs both.
+# runs); QIMG_LONG=1 runs both.  The widths on 64 KiB clusters are 1 and 8
+# in make test (2 and 4 there in the cases above), every width with
+# QIMG_LONG=1: width 64 runs on 512-byte clusters, here
+# and on the sparse image (a refcount table of several clusters).
 . "$(dirname "$0")/../common.sh"
 CRASH_STATES=${CRASH_STATES:-6}
 . "$IOTESTS_DIR/crash/lib.sh"
@@ -268,7 +271,7 @@ assert_rc "data file -o data_file=: header" 0 cmp <(head -c 65536 q/img.qcow2) \
 # --- refcount widths, cluster sizes (QEMU with 2 MiB clusters and narrow
 # refcounts takes minutes: qimg's result alone there) ---
 for cs in 512 64k; do
-    widths=(1 8 64)
+    widths=(1 8)
     [ $cs = 512 ] && widths=(2 64)
     [ -n "${QIMG_LONG:-}" ] && widths=(1 2 4 8 16 32 64)
     mk_qcow2 w.qcow2 64M "cluster_size=$cs" 'write -P 1 0 1M' 'write -z 2M 1M' \
