@@ -18,7 +18,13 @@
 #     the exit code equal qemu-img's;
 #   - after a repair, qemu-img check gives the same verdict and summary on
 #     qimg's copy as on qemu-img's own, and is clean when qemu-img's repair
-#     made its copy clean.
+#     made its copy clean (a copy that still holds the bytes of the image,
+#     or of qemu-img's copy, has the verdict already known for those bytes:
+#     qemu-img check is not run on it again).
+# make test also leaves out the JSON of -r all on snap-too-many: QEMU's
+# repair of its 65537 snapshots costs seconds of CPU (a quarter of the
+# test's), its human run repairs the same image, and every other image
+# runs -r all's JSON; QIMG_LONG=1 runs it.
 # Where QEMU 7.2 fails a repair that qimg completes (a rebuild that trips
 # over the old, broken refcount block), qimg's rebuild must complete
 # instead; when that check marked the image corrupt (the broken block is
@@ -243,6 +249,8 @@ for img in cases/*.qcow2; do
             # make test: JSON for check and check -r all (whose JSON has
             # the repair's fields too); QIMG_LONG=1: for -r leaks as well
             [ "$fix$out" = "-r leaksjson" ] && [ -z "${QIMG_LONG:-}" ] && continue
+            [ "$name$fix$out" = "snap-too-many-r alljson" ] && [ -z "${QIMG_LONG:-}" ] &&
+                continue
             qd=q${out:0:1}
             md=m${out:0:1}
             tee $qd/t.qcow2 $md/t.qcow2 <"$img" >/dev/null
@@ -275,7 +283,12 @@ for img in cases/*.qcow2; do
                 }
                 [ "$q_rc" = "$m_rc" ] || _fail "$what: exit code qemu-img $q_rc, qimg $m_rc"
             fi
-            [ -z "$fix" ] && continue
+            if [ -z "$fix" ]; then
+                # qemu-img check's verdict on the image's own bytes (the
+                # human run: the form of the checks after a repair below)
+                [ $out = human ] && no_end_offset q0_out q.out && q0=$q_rc
+                continue
+            fi
             # The JSON run repairs a copy of the same image as the human
             # run did: when both tools left the same bytes as then, the
             # verdicts after the repair are the ones just judged.
@@ -287,15 +300,30 @@ for img in cases/*.qcow2; do
             # read-write, so the image end offset may differ; and when a
             # repair fails half-way, what reached the disk may differ too
             # (QEMU drops its cached refcount fixes): then the verdict only.
-            cd $qd || exit 1
-            "$QEMU_IMG" check t.qcow2 >../q2.raw 2>/dev/null
-            q2=$?
-            cd ../$md || exit 1
-            "$QEMU_IMG" check t.qcow2 >../m2.raw 2>/dev/null
-            m2=$?
-            cd .. || exit 1
-            no_end_offset q2_out q2.raw
-            no_end_offset m2_out m2.raw
+            # qemu-img check is deterministic: a copy that holds the bytes
+            # of the image (a repair that changed nothing) has the verdict
+            # of the check run on the image, and qimg's copy that holds the
+            # bytes of qemu-img's has the verdict of qemu-img's copy.
+            if cmp -s $qd/t.qcow2 "$img"; then
+                q2_out=$q0_out q2=$q0
+            else
+                cd $qd || exit 1
+                "$QEMU_IMG" check t.qcow2 >../q2.raw 2>/dev/null
+                q2=$?
+                cd .. || exit 1
+                no_end_offset q2_out q2.raw
+            fi
+            if cmp -s $md/t.qcow2 $qd/t.qcow2; then
+                m2_out=$q2_out m2=$q2
+            elif cmp -s $md/t.qcow2 "$img"; then
+                m2_out=$q0_out m2=$q0
+            else
+                cd $md || exit 1
+                "$QEMU_IMG" check t.qcow2 >../m2.raw 2>/dev/null
+                m2=$?
+                cd .. || exit 1
+                no_end_offset m2_out m2.raw
+            fi
             _checks=$((_checks + 1))
             if [[ "$QIMG_BETTER" == *" $name "* ]] && [ "$fix" = "-r all" ]; then
                 if [ "$m2" != 0 ] && [ "$m_rc" = 1 ]; then # the leak, repaired again

@@ -21,7 +21,16 @@
 #    choose; QIMG_LONG=1: crash/lib.sh's long count).
 # make test does not check again the image of a case that differs from an
 # earlier one only in flags (-p, -q, -t, compat=v2); QIMG_LONG=1 does, and
-# runs more refcount widths.
+# runs more refcount widths.  QEMU 7.2 takes ~1.2 s of CPU for any refcount
+# width change with 64 KiB clusters (most of this test's CPU): make test
+# leaves out two upgrades of v2.qcow2 with a width change that another case
+# runs too, "-o compat=1.1,refcount_bits=1" (as "-p -o
+# compat=1.1,refcount_bits=1" but for -p) and "-o compat=1.1,refcount_bits=4"
+# (the same upgrade to width 4, which "-p -o refcount_bits=4" on v3.qcow2
+# runs); QIMG_LONG=1 runs both.  The widths on 64 KiB clusters are 1 and 8
+# in make test (2 and 4 there in the cases above), every width with
+# QIMG_LONG=1: width 64 runs on 512-byte clusters, here
+# and on the sparse image (a refcount table of several clusters).
 . "$(dirname "$0")/../common.sh"
 CRASH_STATES=${CRASH_STATES:-6}
 . "$IOTESTS_DIR/crash/lib.sh"
@@ -123,6 +132,8 @@ for args in "-o cluster_size=512" "-o extended_l2=on" "-o compression_type=zstd"
 done
 for args in "-o lazy_refcounts=on" "-o refcount_bits=8" "-o compat=1.1,backing_file=x" \
     "-o compat=1.1,refcount_bits=1"; do
+    # (a success, not a refusal: make test runs it with -p below)
+    [ "$args" = "-o compat=1.1,refcount_bits=1" ] && [ -z "${QIMG_LONG:-}" ] && continue
     eval "set -- $args"
     amend_both "v2 $args" v2.qcow2 "$@" img.qcow2
 done
@@ -161,6 +172,7 @@ amend_both "v3 compat=0.10: header" v3.qcow2 -o compat=0.10 img.qcow2
 assert_rc "v3 compat=0.10: header" 0 cmp <(head -c 4096 q/img.qcow2) <(head -c 4096 m/img.qcow2)
 for args in "-o compat=1.1" "-o compat=1.1,lazy_refcounts=on" "-o compat=1.1,refcount_bits=4" \
     "-p -o compat=1.1" "-o size=128M" "-p -o compat=1.1,refcount_bits=1"; do
+    [ "$args" = "-o compat=1.1,refcount_bits=4" ] && [ -z "${QIMG_LONG:-}" ] && continue
     eval "set -- $args"
     flags=0
     [ "$args" = "-p -o compat=1.1" ] && flags=1
@@ -259,7 +271,7 @@ assert_rc "data file -o data_file=: header" 0 cmp <(head -c 65536 q/img.qcow2) \
 # --- refcount widths, cluster sizes (QEMU with 2 MiB clusters and narrow
 # refcounts takes minutes: qimg's result alone there) ---
 for cs in 512 64k; do
-    widths=(1 8 64)
+    widths=(1 8)
     [ $cs = 512 ] && widths=(2 64)
     [ -n "${QIMG_LONG:-}" ] && widths=(1 2 4 8 16 32 64)
     mk_qcow2 w.qcow2 64M "cluster_size=$cs" 'write -P 1 0 1M' 'write -z 2M 1M' \
