@@ -8,9 +8,9 @@
  *
  * Invariants: file.c's list, cited as "file.c invariant N"; this file
  * keeps 5 (img->size set after a resize), 6 (a resize holds s->lock
- * exclusively), 9 (a resize bumps the write generation), 10 (no resize
- * after a failed flush) and 11 (the resize permission, the creation locks
- * before anything is truncated).
+ * exclusively, a growth by fallocate shared), 9 (a resize bumps the
+ * write generation), 10 (no resize after a failed flush) and 11 (the
+ * resize permission, the creation locks before anything is truncated).
  */
 #include "block/file.h"
 
@@ -56,6 +56,45 @@ static int file_resize(BlkNode *img, FileState *s, uint64_t cur, uint64_t size,
     return ret;
 }
 
+/*
+ * Grow a regular file to size with fallocate(2), s->lock held shared (file.c
+ * invariant 6): the call only adds bytes, so writes in flight -- ring writes
+ * that hold the lock until the reaper takes their completion included --
+ * keep running instead of draining first.  Returns 1 when this path does
+ * not apply (not a growth; no fallocate on this file system: file_resize's
+ * emulation writes, so it runs exclusively), else 0 or -errno with the file
+ * back at its old length or at the end of what a write extended meanwhile.
+ */
+static int file_grow_falloc(BlkNode *img, FileState *s, uint64_t size, const char **what)
+{
+    struct stat st;
+    uint64_t cur;
+    int ret;
+
+    file_lock(s, LOCK_SHARED);
+    if (fstat(s->fd, &st) < 0) {
+        ret = -errno;
+        file_unlock(s, LOCK_SHARED);
+        return ret;
+    }
+    cur = (uint64_t)st.st_size;
+    ret = size > cur ? file_do_fallocate(s->fd, 0, cur, size - cur) : 1;
+    if (ret == 0) {
+        file_size_grow(img, size); /* file.c invariant 5: after the bytes */
+    }
+    file_unlock(s, LOCK_SHARED);
+    if (ret < 0 && file_errno_unsupported(-ret)) {
+        return 1;
+    }
+    if (ret < 0) {
+        *what = "Could not preallocate new data";
+        file_lock(s, LOCK_EXCL); /* an ftruncate: every extending write is done */
+        file_do_ftruncate(s->fd, MAX(cur, file_size_get(img)));
+        file_unlock(s, LOCK_EXCL);
+    }
+    return ret;
+}
+
 int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
                   bool shrink)
 {
@@ -95,6 +134,13 @@ int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
         /* file.c invariant 11: as qemu-io's truncate, take the resize permission now. */
         ret = blk_lock_add(&s->locks, s->fd, BLK_PERM_RESIZE, s->name);
     }
+    if (ret == 0 && prealloc == BLK_PREALLOC_FALLOC) {
+        ret = file_grow_falloc(img, s, size, &what);
+        if (ret <= 0) {
+            goto out;
+        }
+        ret = 0;
+    }
     if (ret < 0) {
         return ret;
     }
@@ -114,6 +160,7 @@ int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
         file_size_set(img, size);
     }
     file_unlock(s, LOCK_EXCL);
+out:
     blk_gen_bump(img); /* file.c invariant 9 */
     if (ret < 0) {
         blk_error(-ret, "Could not resize '%s': %s%s%s", s->name, what ? what : "",

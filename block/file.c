@@ -41,8 +41,11 @@
  *     read-modify-write of an unaligned range (it writes back bytes it did not get from
  * the caller) and anything that sets the size with ftruncate() (it could cut off a
  * concurrent extending write).  Held shared: writes that may extend the file (end >
- * img->size) and, with O_DIRECT, every request that modifies the file.  Reads and block
- * status never take it.
+ * img->size), with O_DIRECT every request that modifies the file, and a growth with
+ * preallocation by fallocate(2) (it only adds bytes: nothing to cut, and writes in
+ * flight -- ring writes, which hold the lock until their completion is reaped -- need
+ * not drain first; its fallback, which writes, and undoing a failed growth with
+ * ftruncate() are exclusive).  Reads and block status never take it.
  *  7. Large (>= 128 KiB) buffered writes to a regular file go to the kernel
  *     one at a time (s->wlock).  The kernel serialises them anyway on the
  *     inode lock, where waiters spin on the owner: with many writer threads

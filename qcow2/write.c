@@ -160,7 +160,7 @@
  *     clusters are freed and the registration ends; the request runs
  *     again the normal way.  The thread that reaps never waits for the
  *     lock (wait false): a holder of the lock may wait for ring writes to
- *     drop the file lock (grow.c's resize), which needs the reaper; nor
+ *     drop the file lock (grow.c's sparse resize), which needs the reaper; nor
  *     does it do I/O under the lock (a metadata write may wait for that
  *     file lock too): a link that needs any (its L2 slice not cached, old
  *     clusters to free, the frees' flush due) or an undo runs on a

@@ -4,12 +4,18 @@
  * block status, truncate, create, discard, and all of it on a block device
  * (a loop device; needs root, else skipped).
  *
- * Covers file.c invariants 1, 5 and 12 on these paths; reads, writes and
- * flushes are tests/test-file-io.c's.  The driver is called through
- * blk_file_driver's function pointers so that driver behaviour the block
- * layer would hide (writes that extend the file) is tested directly.
+ * Covers file.c invariants 1, 5, 6 (growth under the shared lock) and 12
+ * on these paths; reads, writes and flushes are tests/test-file-io.c's.
+ * The driver is called through blk_file_driver's function pointers so
+ * that driver behaviour the block layer would hide (writes that extend
+ * the file) is tested directly.
  */
 #include "test-file-fixture.h"
+
+#include "block/file.h"
+
+#include <signal.h>
+#include <sys/resource.h>
 
 /* Does this folder's filesystem punch holes that SEEK_DATA then skips? */
 static bool punch_and_seek_work(const char *dir)
@@ -342,6 +348,99 @@ static void test_truncate(void **state)
 }
 
 /*
+ * Growth with fallocate (qcow2/grow.c's steps) while a write holds s->lock
+ * shared, as a ring write does until its completion is reaped (uring.c
+ * invariant 1): the growth takes the lock shared too (file.c invariant 6:
+ * it cuts nothing), so it never waits as a writer for the write to end --
+ * at depth 32 every growth step drained the queue and waited for the
+ * reaper (issue 30).  The growth runs on a thread of its own while this
+ * one holds the lock; this one watches for either the growth's end or a
+ * writer waiting, so without the shared path the test fails instead of
+ * hanging.  The new bytes read as zeros, the data before them stays, and
+ * img->size is the file's (invariant 5).  A growth that fails (past the
+ * file size limit) leaves the file as it was.
+ */
+typedef struct GrowJob {
+    BlkNode *img;
+    uint64_t size;
+    int ret;
+    int done; /* atomic */
+} GrowJob;
+
+static gpointer grow_thread(gpointer opaque)
+{
+    GrowJob *j = opaque;
+
+    j->ret = j->img->drv->truncate(j->img, j->size, false, BLK_PREALLOC_FALLOC, false);
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void check_grow_shared(const char *dir, BlkCacheMode mode)
+{
+    g_autofree char *p = tpath(dir, "grow.img");
+    uint8_t pat[4096], buf[4096];
+    bool waited = false;
+
+    blk_error_clear();
+    assert_int_equal(blk_file_create(p, 1 * MiB, BLK_PREALLOC_OFF), 0);
+    BlkNode *img = open_img(p, false, mode);
+    FileState *s = img->opaque;
+    fill_pattern(pat, sizeof pat, 21);
+    assert_int_equal(wr(img, 1 * MiB - 4096, pat, sizeof pat, 0), 0);
+
+    for (int step = 1; step <= 3; step++) {
+        GrowJob j = {.img = img, .size = (1 + (uint64_t)step) * MiB};
+        assert_true(file_lock_try_shared(s)); /* a write in flight */
+        GThread *th = g_thread_new("grow", grow_thread, &j);
+        while (!__atomic_load_n(&j.done, __ATOMIC_ACQUIRE)) {
+            if (__atomic_load_n(&s->lock.writers_waiting, __ATOMIC_SEQ_CST) > 0) {
+                waited = true; /* the growth waits for the lock exclusively */
+                break;
+            }
+            g_thread_yield();
+        }
+        file_unlock(s, LOCK_SHARED);
+        g_thread_join(th);
+        assert_false(waited);
+        assert_int_equal(j.ret, 0);
+        assert_int_equal(img->size, j.size);
+        assert_int_equal(file_size(p), j.size);
+    }
+    assert_int_equal(rd(img, 1 * MiB - 4096, buf, sizeof buf), 0);
+    assert_memory_equal(buf, pat, sizeof pat);
+    assert_int_equal(rd(img, 4 * MiB - 4096, buf, sizeof buf), 0);
+    assert_true(all_bytes(buf, sizeof buf, 0));
+
+    /* Past the file size limit: refused, the file as it was. */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 6 * MiB;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    assert_true(img->drv->truncate(img, 8 * MiB, false, BLK_PREALLOC_FALLOC, false) < 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    assert_non_null(blk_error_message());
+    blk_error_clear();
+    assert_int_equal(img->size, 4 * MiB);
+    assert_int_equal(file_size(p), 4 * MiB);
+    close_img(img);
+    unlink(p);
+}
+
+static void test_grow_shared(void **state)
+{
+    (void)state;
+    check_grow_shared(tmpdir, BLK_CACHE_WRITEBACK);
+    if (!direct_dir) {
+        tu_skip("O_DIRECT works in no folder here");
+    }
+    check_grow_shared(direct_dir, BLK_CACHE_NONE);
+}
+
+/*
  * blk_file_create as qemu-img create -f raw: an existing file is cut to the
  * new size and reads as zeros, off and metadata stay sparse, falloc and full
  * allocate; a failure says "Could not create 'FILE': strerror".
@@ -551,8 +650,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zeroes),       cmocka_unit_test(test_no_fallback),
         cmocka_unit_test(test_block_status), cmocka_unit_test(test_truncate),
-        cmocka_unit_test(test_create),       cmocka_unit_test(test_pdiscard),
-        cmocka_unit_test(test_block_device),
+        cmocka_unit_test(test_grow_shared),  cmocka_unit_test(test_create),
+        cmocka_unit_test(test_pdiscard),     cmocka_unit_test(test_block_device),
     };
     return tu_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
