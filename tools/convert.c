@@ -93,8 +93,8 @@ typedef struct ConvertArgs {
     bool skip_create, progress, quiet, force_share, compress, target_is_zero;
     bool bitmaps, skip_broken_bitmaps, salvage, image_opts, target_image_opts;
     bool out_fmt_given; /* -O (fact 10) */
-    bool out_of_order; /* -W */
-    bool copy_offload; /* -C (fact 8) */
+    bool out_of_order;  /* -W */
+    bool copy_offload;  /* -C (fact 8) */
     unsigned min_sparse;
     unsigned in_flight; /* -m */
 } ConvertArgs;
