@@ -252,14 +252,14 @@ int check_refblocks(Qcow2Check *c, Qcow2CheckCounts *res, bool *rebuild)
             if (!fix) {
                 continue;
             }
-            /* Grow the file to hold the block, as QEMU does, unless the
-             * clusters to count would pass the table's limit (check.c
-             * invariant 2; the rebuild then replaces the block instead),
-             * or the block's end would overflow: EINVAL, as QEMU's. */
+            /* Grow the file to hold the block, as QEMU does, unless it
+             * lies farther than check.c invariant 2 allows (the rebuild
+             * then replaces the block instead), or the block's end would
+             * overflow: EINVAL, as QEMU's. */
             ret = -EFBIG;
             if (offset > (uint64_t)INT64_MAX - s->cluster_size) {
                 ret = -EINVAL;
-            } else if (cluster < CHECK_MAX_CLUSTERS) {
+            } else if (cluster < MAX(CHECK_GROW_CLUSTERS, 2 * c->nb_clusters + 1024)) {
                 ret = repair_truncate(c, offset + s->cluster_size);
             }
             if (ret == 0) {

@@ -38,10 +38,15 @@
  *     grows only by the one cluster a reference may legally overhang, by
  *     what a rebuild allocates, and, when -r all grows the file to hold a
  *     refcount block outside it as QEMU does (060: a block at 64 GiB of
- *     a 256 KiB file), to the block's end -- unless that would pass the
- *     table's limit, when the file is left alone and the rebuild replaces
- *     the block.  It is allocated zeroed and untouched, so a huge sparse
- *     file costs address space, not memory.
+ *     a 256 KiB file), to the block's end -- unless the block lies past
+ *     CHECK_GROW_CLUSTERS clusters (2^21, or twice the file's clusters
+ *     + 1024 if more), when the file is left alone and the rebuild
+ *     replaces the block.  QEMU grows the file whatever the distance:
+ *     a 2 KiB image with 512-byte clusters and a block near INT_MAX
+ *     clusters cost qemu-img 26 s and a 512 GiB sparse file (invariant 4:
+ *     work bounded by the file, not its pointers; fuzz-qcow2-rw).  It is
+ *     allocated zeroed and untouched, so a sparse file costs address
+ *     space, not memory.
  *  3. Everything read from the image is bounds-checked before use; reads
  *     past the end of the file return zeros, as QEMU reads them.  Sizes that
  *     decide an allocation are validated first (L1 <= 32 MiB, snapshot table

@@ -57,6 +57,10 @@ int qcow2_check_image_opts(BlkNode *img, struct BlkCheckResult *res, unsigned fi
 /* Clusters the in-memory refcount table may count (check.c invariant 2):
  * QEMU's INT_MAX, and the few a rebuild may add past it. */
 #define CHECK_MAX_CLUSTERS ((uint64_t)INT_MAX + 2)
+/* The farthest cluster -r all grows the file to hold a refcount block
+ * outside it, unless twice the file's clusters + 1024 is farther (check.c
+ * invariant 2): QEMU's 060 puts one at cluster 2^20. */
+#define CHECK_GROW_CLUSTERS (UINT64_C(1) << 21)
 
 /* The counters of one part of the check (QEMU's BdrvCheckResult). */
 typedef struct Qcow2CheckCounts {

@@ -2,9 +2,11 @@
 # QEMU iotest 060's corrupt images where qimg now takes QEMU's steps,
 # against qemu-io and qemu-img 7.2 on copies of the same image (exit code,
 # stdout, stderr, corrupt bit, file size):
-#  - check -r all grows the file to hold a refcount block outside it,
-#    however far (check.c invariant 2; 060's "Discarding a refblock covered
-#    by an unaligned refblock": a block at 64 GiB of a 256 KiB file);
+#  - check -r all grows the file to hold a refcount block outside it
+#    (check.c invariant 2; 060's "Discarding a refblock covered by an
+#    unaligned refblock": a block at 64 GiB of a 256 KiB file), up to
+#    cluster 2^21: farther, qimg leaves the file alone and rebuilds, where
+#    QEMU grows it whatever the distance (qimg's own checks);
 #  - an L2 table that starts inside the file and ends past it is read
 #    with zeros past the end (cluster.c invariant 1; 060's "L2 reference
 #    into L1": the L1 table, the file's last 8 bytes, as the L2 table, whose
@@ -101,6 +103,14 @@ covered by an unaligned block (060)|refcount_bits=1|0x10008=0x1000000000 0x10010
 at 64 GiB|refcount_bits=1|0x10008=0x1000000000
 at 1 GiB, 16-bit refcounts||0x10008=0x40000000
 EOF
+
+# 1b. Farther than cluster 2^21 (256 GiB at 64 KiB clusters): the file is
+# not grown (qemu-img would make it 256 GiB), the rebuild replaces the
+# block, and qemu-img finds the result clean.
+make refcount_bits=1 "" 0x10008=0x4000000000
+assert_rc "far block: repair" 0 "$QIMG" check -q -r all m.qcow2
+assert_eq "far block: file not grown" "$(($(stat -c %s m.qcow2) < 1048576))" 1
+assert_rc "far block: clean after" 0 "$QEMU_IMG" check -q m.qcow2
 
 # 2. The L1 table as an L2 table (L1 at 0x30000, 8 bytes, the end of the
 # file; COPIED, so the write goes in place).
