@@ -421,6 +421,21 @@ sys.stdout.buffer.write(bytes(out[skip:skip + size]))' "$((off - first))" "$len"
     return $rc
 }
 
+# set_u64 IMG OFFSET VALUE: poke a big-endian 64-bit VALUE into IMG (python3)
+set_u64() {
+    python3 - "$@" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2], 0))
+    f.write(struct.pack(">Q", int(sys.argv[3], 0)))
+PY
+}
+
+# corrupt_bit IMG: qemu-img info's "corrupt:" line of a qcow2 IMG
+corrupt_bit() {
+    "$QEMU_IMG" info "$1" | grep 'corrupt:'
+}
+
 # qi ARGS...: run qemu-img ARGS to set up a test; on failure print its
 # output and end the test.
 qi() {

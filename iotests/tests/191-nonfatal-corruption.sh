@@ -14,16 +14,6 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
-# set_u64 IMG OFFSET VALUE
-set_u64() {
-    python3 - "$@" <<'PY'
-import struct, sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(int(sys.argv[2], 0))
-    f.write(struct.pack(">Q", int(sys.argv[3], 0)))
-PY
-}
-
 # make WRITE-LEN OFFSET=VALUE...: q.qcow2 and m.qcow2, 64M, WRITE-LEN
 # written at 0, then the 8-byte values poked
 make() {
@@ -35,10 +25,6 @@ make() {
             set_u64 $t.qcow2 "${kv%=*}" "${kv#*=}"
         done
     done
-}
-
-corrupt_bit() {
-    "$QEMU_IMG" info "$1" | grep 'corrupt:'
 }
 
 # both DESC ARGS...: qemu-io ARGS q.qcow2 and qimg io ARGS m.qcow2

@@ -18,20 +18,6 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
-# set_u64 IMG OFFSET VALUE
-set_u64() {
-    python3 - "$@" <<'PY'
-import struct, sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(int(sys.argv[2], 0))
-    f.write(struct.pack(">Q", int(sys.argv[3], 0)))
-PY
-}
-
-corrupt_bit() {
-    "$QEMU_IMG" info "$1" | grep 'corrupt:'
-}
-
 # same DESC: q.out/q.err/QRC (qemu's) against m.out/m.err/$2 (qimg's)
 same() {
     assert_eq "$1: exit code" "$QRC" "$2"
