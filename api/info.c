@@ -180,17 +180,19 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         (strcmp(proto->drv->format_name, "nbd") == 0 ||
          strcmp(proto->drv->format_name, "ssh") == 0 ||
          proto->drv == &blk_null_co_driver || proto->drv == &blk_null_aio_driver);
-    BlkNode *filtered = node;
-    while (!filtered->drv->get_info && filtered->filtered) {
-        filtered = filtered->filtered;
+    BlkNode *answers = node; /* invariant 3: the node, or the one it filters */
+    while (!answers->drv->get_info && answers->filtered) {
+        answers = answers->filtered;
     }
-    if (filtered != node && filtered->drv->get_info) { /* invariant 3 */
-        int ret = filtered->drv->get_info(filtered, &bi);
+    if (answers->drv->get_info) {
+        int ret = answers->drv->get_info(answers, &bi);
         if (ret < 0) {
             blk_error_propagate(error, ret, NULL);
             blk_info_clear(&bi);
             return NULL;
         }
+    }
+    if (answers != node && answers->drv->get_info) { /* invariant 3 */
         info->cluster_size = bi.cluster_size;
         info->dirty = bi.dirty;
         if (bi.snapshots) { /* api/snapshot.c invariant 5 */
@@ -198,12 +200,6 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         }
         blk_info_clear(&bi);
     } else if (node->drv->get_info) {
-        int ret = node->drv->get_info(node, &bi);
-        if (ret < 0) {
-            blk_error_propagate(error, ret, NULL);
-            blk_info_clear(&bi);
-            return NULL;
-        }
         info->cluster_size = bi.cluster_size;
         info->dirty = bi.dirty;
         info->encrypted = bi.encrypted;
