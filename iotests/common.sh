@@ -39,6 +39,12 @@ esac
 # The nbdkit plugin built next to the qimg binary (nbd/).
 QIMG_NBD_PLUGIN=${QIMG_NBD_PLUGIN:-$(dirname "$QIMG")/../nbd/nbdkit-qimg-plugin.so}
 QEMU_IMG=${QEMU_IMG:-qemu-img}
+# QEMU's LUKS setup fails now and then on these machines: qemu-img runs
+# through iotests/qemu-img-pbkdf-retry (its head says why), when it exists.
+if [ "${QEMU_IMG##*/}" = qemu-img ] && QEMU_IMG_REAL=$(command -v "$QEMU_IMG"); then
+    QEMU_IMG=$IOTESTS_DIR/qemu-img-pbkdf-retry
+    export QEMU_IMG_REAL
+fi
 QEMU_IO=${QEMU_IO:-qemu-io}
 QEMU_SYSTEM=${QEMU_SYSTEM:-qemu-system-x86_64}
 export QIMG QIMG_NBD_PLUGIN QEMU_IMG QEMU_IO QEMU_SYSTEM
