@@ -128,14 +128,16 @@ rm -f out.qcow2 out.raw
 check_convert src.qcow2 -O qcow2 -B base.qcow2 -o backing_file=nonexistent,backing_fmt=qcow2
 
 # --target-is-zero into an existing zeroed target: zeros are not written
-for tool in "$QEMU_IMG" "$QIMG"; do
-    out=tz-$(basename "$tool").qcow2
+for name in qemu-img qimg; do
+    tool=$QEMU_IMG
+    [ "$name" = qimg ] && tool=$QIMG
+    out=tz-$name.qcow2
     "$QEMU_IMG" create -q -f qcow2 "$out" 12M
-    assert_rc "$(basename "$tool") convert -n --target-is-zero" 0 \
+    assert_rc "$name convert -n --target-is-zero" 0 \
         "$tool" convert -n --target-is-zero -O qcow2 src.qcow2 "$out"
-    assert_rc "$(basename "$tool") --target-is-zero: same contents" 0 \
+    assert_rc "$name --target-is-zero: same contents" 0 \
         "$QEMU_IMG" compare src.qcow2 "$out"
-    assert_rc "$(basename "$tool") --target-is-zero: check" 0 "$QEMU_IMG" check "$out"
+    assert_rc "$name --target-is-zero: check" 0 "$QEMU_IMG" check "$out"
 done
 assert_eq "--target-is-zero: map" "$(map_flags tz-qemu-img.qcow2)" "$(map_flags tz-qimg.qcow2)"
 
