@@ -21,6 +21,11 @@
  *  3. The probes of unread formats are the same gate for a probed raw
  *     image's block 0 (raw.c invariant 4): a guest cannot write a header
  *     of any format QEMU would probe.
+ *  4. The drivers qimg lists (qimg_format_list, the "Supported formats:"
+ *     line of qemu-img's help) are the ones it opens: the registered
+ *     drivers that read their format (-f NAME) and the nodes only a json:
+ *     name or --image-opts builds (nodes_by_options[]); never a QEMU
+ *     driver qimg refuses or knows by its magic only.
  */
 #include "api/api.h"
 #include "luks/luks.h"
@@ -151,6 +156,39 @@ void api_register_drivers(void)
 {
     static GOnce once = G_ONCE_INIT;
     g_once(&once, register_once, NULL);
+}
+
+/* Invariant 4: the nodes json-name.c, json-blkdebug.c, api/quorum.c and
+ * open-opts.c (api_file_driver_top) build from options alone. */
+static const char *const nodes_by_options[] = {
+    "blkdebug", "copy-on-read", "file", "host_cdrom", "host_device", "quorum",
+};
+
+static gint name_cmp(gconstpointer a, gconstpointer b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+char **qimg_format_list(void)
+{
+    g_autoptr(GPtrArray) names = g_ptr_array_new();
+    char **list;
+    guint n = 0;
+
+    api_register_drivers();
+    blk_driver_names(names);
+    for (size_t i = 0; i < G_N_ELEMENTS(nodes_by_options); i++) {
+        g_ptr_array_add(names, (gpointer)nodes_by_options[i]);
+    }
+    g_ptr_array_sort(names, name_cmp);
+    list = g_new0(char *, names->len + 1);
+    for (guint i = 0; i < names->len; i++) { /* sorted: a repeat follows its twin */
+        const char *name = g_ptr_array_index(names, i);
+        if (n == 0 || strcmp(list[n - 1], name) != 0) {
+            list[n++] = g_strdup(name);
+        }
+    }
+    return list;
 }
 
 int api_format_usable(const BlkDriver *drv)

@@ -149,6 +149,15 @@ QimgInfo *qimg_image_get_info(QimgImage *img, GError **error)
         g_string_append_printf(
             s, "\"file\": {\"driver\": \"file\", \"filename\": \"%s\"}}", f);
         info->filename = g_string_free(s, FALSE);
+    } else if (!k && node->opts.vpc_size_calc &&
+               strcmp(node->drv->format_name, "vpc") == 0) {
+        /* open-opts.c fact 8: QEMU names the node with the option */
+        g_autofree char *f = g_strescape(node->filename, NULL);
+        bool chs = node->opts.vpc_size_calc == BLK_VPC_SIZE_CHS;
+        info->filename = g_strdup_printf("json:{\"force_size_calc\": \"%s\", \"driver\": "
+                                         "\"vpc\", \"file\": {\"driver\": \"file\", "
+                                         "\"filename\": \"%s\"}}",
+                                         chs ? "chs" : "current_size", f);
     } else if (k && strcmp(node->drv->format_name, "luks") == 0) {
         g_autofree char *f = g_strescape(node->filename, NULL);
         info->filename = g_strdup_printf("json:{\"driver\": \"luks\", \"file\": "

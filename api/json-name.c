@@ -313,6 +313,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
 
 static bool is_format(const char *name)
 {
+    api_register_drivers(); /* the table this asks (formats.c) */
     const BlkDriver *drv = blk_find_format(name);
     return drv && !drv->is_protocol;
 }
@@ -425,8 +426,7 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
     /* invariant 12: the null node is the image */
     bool null_top = !from_image && driver &&
                     (strcmp(driver, "null-co") == 0 || strcmp(driver, "null-aio") == 0);
-    if (driver && strcmp(driver, "qcow2") != 0 && strcmp(driver, "raw") != 0 &&
-        strcmp(driver, "luks") != 0 && !nbd_top && !ssh_top && !null_top) {
+    if (driver && !is_format(driver) && !nbd_top && !ssh_top && !null_top) {
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }

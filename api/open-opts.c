@@ -30,6 +30,9 @@
  *     leading '-' wraps ("-1" is 2^64-1); no digits or anything after
  *     them: "Parameter 'K' expects a number"; 2^64 or more: "Value 'V' is
  *     too large for parameter 'K'".
+ *  8. vpc's force_size_calc is "chs" or "current_size" (anything else,
+ *     "" too: "Invalid size calculation mode: 'X'"); it picks how the
+ *     virtual size is read from the footer (vpc/codec.c invariant 2).
  *
  * Invariants (cited as "open-opts.c invariant N"):
  *  1. Every option QEMU 7.2 has for the nodes qimg opens is honoured or
@@ -382,6 +385,18 @@ int api_runtime_option(const char *driver, const char *key, const char *value,
     }
     if (driver && strcmp(driver, "luks") == 0 && strcmp(key, "key-secret") == 0) {
         o->key_secret = g_intern_string(value); /* luks/luks.c invariant 1 */
+        return 1;
+    }
+    if (driver && strcmp(driver, "vpc") == 0 && strcmp(key, "force_size_calc") == 0) {
+        if (strcmp(value, "chs") == 0) { /* fact 8 */
+            o->vpc_size_calc = BLK_VPC_SIZE_CHS;
+        } else if (strcmp(value, "current_size") == 0) {
+            o->vpc_size_calc = BLK_VPC_SIZE_CURRENT;
+        } else {
+            g_set_error(error, QIMG_ERROR, EINVAL, "Invalid size calculation mode: '%s'",
+                        value);
+            return -1;
+        }
         return 1;
     }
     return 0;

@@ -68,6 +68,17 @@ const BlkDriver *blk_find_format(const char *name)
     return found;
 }
 
+void blk_driver_names(GPtrArray *names)
+{
+    mutex_lock(&registry_lock);
+    for (unsigned i = 0; i < registry_len; i++) {
+        if (!registry[i]->unsupported) {
+            g_ptr_array_add(names, (gpointer)registry[i]->format_name);
+        }
+    }
+    mutex_unlock(&registry_lock);
+}
+
 /* Invariant 4: highest probe score wins; a driver claiming every file
  * (raw's 1) is the fallback; none at all: NULL. */
 const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t n, const char *filename)

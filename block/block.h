@@ -438,6 +438,9 @@ const BlkDriver *blk_probe_buf(const uint8_t *buf, size_t len, const char *filen
 #define BLK_PROBE_BUF_SIZE 512
 /* The registered driver of that name ("file": the file protocol), or NULL. */
 const BlkDriver *blk_find_format(const char *name);
+/* Append the names of the registered drivers that read their format
+ * (unsupported unset) to names, as const strings. */
+void blk_driver_names(GPtrArray *names);
 
 /* ---- nodes ---- */
 

@@ -37,6 +37,14 @@ typedef enum BlkPrealloc {
 } BlkPrealloc;
 
 /* How a node is opened (the api/ open sequence fills it). */
+/* vpc's force_size_calc: QEMU's choice (by the creator application), or
+ * the CHS geometry, or the footer's current_size. */
+typedef enum BlkVpcSizeCalc {
+    BLK_VPC_SIZE_AUTO = 0,
+    BLK_VPC_SIZE_CHS,
+    BLK_VPC_SIZE_CURRENT,
+} BlkVpcSizeCalc;
+
 typedef struct BlkOpenOptions {
     const char *format; /* driver name, or NULL to probe */
     bool read_only;
@@ -73,6 +81,9 @@ typedef struct BlkOpenOptions {
      * not given; "null" for a JSON null) */
     uint64_t raw_offset, raw_size;
     bool raw_size_set;
+    /* QEMU's vpc option force_size_calc (vpc/codec.c invariant 2): how
+     * the virtual size is read from the footer */
+    BlkVpcSizeCalc vpc_size_calc;
     const char *raw_offset_text, *raw_size_text;
     GHashTable *secrets;
     bool secret_values;

@@ -86,14 +86,19 @@ static void test_virtual_size(void **state)
                      130968); /* rounds down */
     f.current_size = 64 << 20;
     memcpy(f.creator_app, "vpc ", 4);
-    assert_int_equal(vpc_virtual_size(&f), 130968 * 512ull);
+    assert_int_equal(vpc_virtual_size(&f, false, false), 130968 * 512ull);
+    /* force_size_calc=current_size (codec.c invariant 2) */
+    assert_int_equal(vpc_virtual_size(&f, false, true), 64 << 20);
     memcpy(f.creator_app, "win ", 4); /* Hyper-V */
-    assert_int_equal(vpc_virtual_size(&f), 64 << 20);
+    assert_int_equal(vpc_virtual_size(&f, false, false), 64 << 20);
+    /* force_size_calc=chs */
+    assert_int_equal(vpc_virtual_size(&f, true, false), 130968 * 512ull);
     memcpy(f.creator_app, "qemu", 4);
     f.cyls = VPC_CHS_MAX_C;
     f.heads = VPC_CHS_MAX_H;
     f.secs_per_cyl = VPC_CHS_MAX_S; /* the maximum geometry: current_size */
-    assert_int_equal(vpc_virtual_size(&f), 64 << 20);
+    assert_int_equal(vpc_virtual_size(&f, false, false), 64 << 20);
+    assert_int_equal(vpc_virtual_size(&f, true, false), 64 << 20); /* even so */
     assert_int_equal(vpc_bitmap_size(1 << 21), 512);
     /* QEMU's rounding: blocks under 4 KiB get no bitmap sector (so do we) */
     assert_int_equal(vpc_bitmap_size(512), 0);

@@ -152,6 +152,18 @@ void tool_print_version(void)
     }
 }
 
+/* The drivers qimg opens, as qemu-img's help lists them (QEMU's harness
+ * looks for "quorum" there). */
+static void print_formats(void)
+{
+    g_auto(GStrv) names = qimg_format_list();
+
+    for (size_t i = 0; names[i]; i++) {
+        printf(" %s", names[i]);
+    }
+    printf("\n");
+}
+
 static void print_help(void)
 {
     tool_print_version();
@@ -200,6 +212,9 @@ static void print_help(void)
            "    out of the image's folder or be devices; without it such images are\n"
            "    refused before anything they name is opened\n"
            "\n"
+           "Supported formats:");
+    print_formats();
+    printf("\n"
            "Run '%s COMMAND --help' for one command's usage.\n",
            tool_program());
 }

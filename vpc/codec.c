@@ -12,7 +12,10 @@
  *  2. The virtual size is the CHS geometry's (cylinders x heads x sectors
  *     x 512) unless the creator application is one that sizes disks by
  *     current_size, or the geometry is the maximum one, as QEMU decides;
- *     the result is a multiple of 512 bytes.
+ *     the result is a multiple of 512 bytes.  QEMU's force_size_calc
+ *     overrides the creator: "chs" takes the geometry whatever the
+ *     creator, "current_size" the footer's size; the maximum geometry
+ *     still means current_size.
  */
 #include "vpc/format.h"
 
@@ -176,11 +179,12 @@ bool vpc_creator_uses_current_size(const char app[4])
     return memcmp(app, "tap\0", 4) == 0; /* XenServer */
 }
 
-uint64_t vpc_virtual_size(const VpcFooter *f)
+uint64_t vpc_virtual_size(const VpcFooter *f, bool force_chs, bool force_current)
 {
     uint64_t sectors = (uint64_t)f->cyls * f->heads * f->secs_per_cyl; /* invariant 2 */
+    bool by_creator = vpc_creator_uses_current_size(f->creator_app) && !force_chs;
 
-    if (vpc_creator_uses_current_size(f->creator_app) || sectors == VPC_MAX_GEOMETRY) {
+    if (by_creator || force_current || sectors == VPC_MAX_GEOMETRY) {
         sectors = f->current_size / VPC_SECTOR;
     }
     return sectors * VPC_SECTOR;

@@ -171,7 +171,7 @@ void vpc_chs(uint64_t total_sectors, uint16_t *cyls, uint8_t *heads, uint8_t *se
  * qemu-img force_size, disk2vhd, XenServer, XenConverter)? */
 bool vpc_creator_uses_current_size(const char creator_app[4]);
 /* The virtual size of a disk with footer f, as QEMU 7.2 computes it. */
-uint64_t vpc_virtual_size(const VpcFooter *f);
+uint64_t vpc_virtual_size(const VpcFooter *f, bool force_chs, bool force_current);
 /* The sector bitmap in front of each block of block_size bytes. */
 uint32_t vpc_bitmap_size(uint32_t block_size);
 

@@ -276,7 +276,8 @@ static int vpc_open(BlkNode *img, const char *filename, const BlkOpenOptions *op
     if (ret < 0) {
         goto fail;
     }
-    size = vpc_virtual_size(&s->footer);
+    size = vpc_virtual_size(&s->footer, opts->vpc_size_calc == BLK_VPC_SIZE_CHS,
+                            opts->vpc_size_calc == BLK_VPC_SIZE_CURRENT);
     if (size / VPC_SECTOR > VPC_MAX_SECTORS) {
         ret = blk_error(EFBIG, "%s", g_strerror(EFBIG));
         goto fail;

@@ -328,6 +328,11 @@ char *qimg_backing_name_resolve(const char *image_filename, const char *backing_
 /* Is fmt a block driver name QEMU knows (what qemu-img takes for -F and
  * backing_fmt, qimg opening only raw and qcow2)?  (0.6) */
 gboolean qimg_format_name_valid(const char *fmt);
+/* The drivers qimg opens, by QEMU's names, sorted: the formats -f takes and
+ * the nodes json: names and --image-opts build ("quorum", "blkdebug", ...);
+ * the "Supported formats:" line of qemu-img --help.  Free with
+ * g_strfreev.  (0.13) */
+char **qimg_format_list(void);
 /* A size as QEMU parses one (qemu-img's sizes, QEMU's size options): a
  * decimal integer with an optional fraction and one suffix b/k/M/G/T/P/E
  * (powers of 1024, either case; a fraction needs one other than b), or a
