@@ -23,8 +23,9 @@
  *     fault node always fails a request on its own thread, at once, so
  *     both values are honoured as QEMU runs them.
  *  4. Event "none" is raised when the node opens: its inject-error rules
- *     are active from then on, for every request (iotype: reads, writes,
- *     zero writes, discards, flushes by default), until the rules of
+ *     (of state 1 or any) are active from then on, for every request
+ *     (iotype: reads, writes, zero writes, discards, flushes by default),
+ *     failing it with the errno alone as fact 6's, until the rules of
  *     another event replace them -- which the fault node, whose rules
  *     count the requests of a step, cannot follow: "none" rules with
  *     other events' inject-error rules are refused.
@@ -241,8 +242,9 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         ev = BLKEV_DATA_READ;
     }
     bool any = ev == EV_ANY; /* fact 4 */
-    /* fact 6: QEMU's default I/O types (all but block-status) */
-    bool arm = !set_state && !read && !any;
+    /* fact 6: QEMU's default I/O types (all but block-status); fact 4:
+     * "none" rules are armed from the open on (faulty.c invariant 7) */
+    bool arm = !set_state && !read;
     const char *op = read ? "read" : any || ev == BLKEV_FLUSH || arm ? "io" : NULL;
     g_autofree char *iotype = g_key_file_get_value(kf, group, "iotype", NULL);
     if (iotype) { /* fact 5 */
@@ -291,7 +293,7 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         g_string_append(out, ",once");
     }
     if (arm) {
-        g_string_append(out, ",arm"); /* fact 6 */
+        g_string_append(out, ",arm"); /* facts 4, 6 */
     }
     return 0;
 }

@@ -26,7 +26,8 @@
  *   state=N      only in state N (QEMU's blkdebug states; 0: any)
  *   arm          QEMU's blkdebug rule (invariant 7): the step arms it, and
  *                from then on every request of op fails, whatever step
- *                it is in; nth does not apply
+ *                it is in; nth does not apply; with event=any (QEMU's
+ *                event "none") the open arms it, in state 1 or any
  *   new_state=N  not a failure: entering the step switches to state N
  *                (QEMU's [set-state]; the state starts at 1)
  * A rule "limits,KEY=N,..." is no rule but the node's request limits
@@ -73,10 +74,12 @@
  *     request of its ops and range on any thread, reads too when op says
  *     so (invariant 1's exception: QEMU's default I/O types include
  *     reads).  With once the first failure disarms it for good (QEMU
- *     removes the rule).  Flushes too (QEMU's default I/O types), but not
- *     through a node over a format unless the rule names flushes alone:
- *     QEMU's close flushes through it and fails silently, where
- *     qimg_image_close reports a failed flush.
+ *     removes the rule).  An event=any arm rule (QEMU's "none", raised
+ *     once, when the node opens) is armed by the open if its state is the
+ *     first one, and by nothing else.  Flushes too (QEMU's default I/O
+ *     types), but not through a node over a format unless the rule names
+ *     flushes alone: QEMU's close flushes through it and fails silently,
+ *     where qimg_image_close reports a failed flush.
  *  8. As QEMU's block layer, a flush with no write-like request (failed ones
  *     too) since the node's last good flush never reaches the rules: it is
  *     passed to the child, which has nothing to flush either.
@@ -162,8 +165,9 @@ static void arm_rules(FaultyState *s, int ev, int old)
     for (guint pass = 0; pass < 2; pass++) {
         for (guint i = 0; i < s->rules->len; i++) {
             FaultRule *r = &g_array_index(s->rules, FaultRule, i);
-            if (!r->arm || __atomic_load_n(&r->spent, __ATOMIC_SEQ_CST)) {
-                continue;
+            if (!r->arm || r->event == -1 ||
+                __atomic_load_n(&r->spent, __ATOMIC_SEQ_CST)) {
+                continue; /* event=any: armed at the open, for good */
             }
             bool mine = event_matches(r->event, ev) && (r->state == 0 || r->state == old);
             if (pass == 0) {
@@ -583,6 +587,10 @@ static BlkNode *faulty_new(const BlkDriver *drv, GArray *arr, const BlkLimits *l
     pthread_cond_init(&s->resumed, NULL);
     s->breaks = g_ptr_array_new_with_free_func(break_free);
     s->suspended = g_ptr_array_new();
+    for (guint i = 0; i < arr->len; i++) { /* invariant 7: QEMU's event "none" */
+        FaultRule *r = &g_array_index(arr, FaultRule, i);
+        r->armed = r->arm && r->event == -1 && (r->state == 0 || r->state == s->state);
+    }
 
     BlkNode *img = g_new0(BlkNode, 1);
     img->drv = drv;
