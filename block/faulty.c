@@ -9,6 +9,8 @@
  * these rules by faulty-config.c.  Otherwise rules (';'-separated), each a
  * ','-separated list of:
  *   event=NAME   step whose requests count (blk_event_name(); "any" = all;
+ *                flush_to_os, flush_to_disk: QEMU's, for arm and
+ *                new_state rules, raised by the format above: invariant 12;
  *                "cow_write" also counts cow_data_write, "refblock_alloc"
  *                refblock_hookup, "l1_grow" l1_grow_activate; "write_aio"
  *                is QEMU's: data_write and cow_data_write)
@@ -98,6 +100,14 @@
  *     ("error while reading at byte N: Input/output error", api/copy.c),
  *     with no qimg detail under it.  qimg's own rules (not armed) say
  *     "Injected error (blkdebug, STEP #N)".
+ * 12. QEMU's flush events come from the format above (block.h invariant
+ *     7): its flush announces BLKEV_FLUSH_TO_OS, and BLKEV_FLUSH_TO_DISK is
+ *     raised as this node's flush on that thread begins, before
+ *     invariant 8's check, when the format had writes to cover.  Like
+ *     BLKEV_DATA_READ (invariant 9) they arm rules, switch the state and
+ *     stop at breakpoints, but are no thread's step.  The node's own flush
+ *     is the step BLKEV_FLUSH (qimg's event=flush rules), which arms only
+ *     rules that name it.
  */
 #include "block/block.h"
 #include "block/faulty-int.h"
@@ -360,6 +370,11 @@ static int faulty_flush(BlkNode *img)
     int saved = current_event, saved_state = event_state;
     uint64_t gen = __atomic_load_n(&s->writes, __ATOMIC_SEQ_CST);
 
+    if (blk_flush_to_disk_take(img)) { /* invariant 12 */
+        begin_step(s, BLKEV_FLUSH_TO_DISK, OP_FLUSH);
+        maybe_suspend(s, BLKEV_FLUSH_TO_DISK);
+        event_state = saved_state;
+    }
     if (gen == __atomic_load_n(&s->flushed, __ATOMIC_SEQ_CST)) {
         return blk_flush(s->child); /* invariant 8 */
     }
@@ -436,6 +451,13 @@ static void faulty_event(BlkNode *img, BlkEvent ev)
     if (ev == BLKEV_DATA_READ) { /* invariant 9 */
         int saved = event_state;
         begin_step(s, ev, OP_WRITE);
+        event_state = saved;
+        return;
+    }
+    if (ev == BLKEV_FLUSH_TO_OS) { /* invariant 12 */
+        int saved = event_state;
+        begin_step(s, ev, OP_FLUSH);
+        maybe_suspend(s, ev);
         event_state = saved;
         return;
     }
