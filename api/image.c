@@ -331,7 +331,7 @@ static int after_write(BlkNode *node, int ret)
 {
     if (ret == 0 && !node->drv->is_protocol &&
         (node->cache == BLK_CACHE_WRITETHROUGH || node->cache == BLK_CACHE_DIRECTSYNC)) {
-        ret = blk_flush(node);
+        ret = blk_flush_fua(node); /* block.h invariant 7: QEMU's emulated FUA */
     }
     return ret;
 }

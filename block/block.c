@@ -219,6 +219,8 @@ static const char *const event_names[BLKEV__MAX] = {
     [BLKEV_L1_GROW_ACTIVATE] = "l1_grow_activate",
     [BLKEV_COW_READ] = "cow_read",
     [BLKEV_DATA_READ] = "data_read",
+    [BLKEV_FLUSH_TO_OS] = "flush_to_os",
+    [BLKEV_FLUSH_TO_DISK] = "flush_to_disk",
 };
 
 const char *blk_event_name(BlkEvent ev)
@@ -413,6 +415,21 @@ int blk_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags
     return img->drv->preadv(img, offset, qiov, flags);
 }
 
+/* Invariant 7: the file of the format node img takes flush events. */
+static bool flush_events(const BlkNode *img)
+{
+    return !img->drv->is_protocol && img->file && img->file->drv->event;
+}
+
+/* Invariant 7: a write-like request of img is done (ret: its result). */
+static int fmt_done(BlkNode *img, int ret)
+{
+    if (flush_events(img)) {
+        __atomic_add_fetch(&img->fmt_write_gen, 1, __ATOMIC_SEQ_CST);
+    }
+    return ret;
+}
+
 int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     int ret = check_request(img, offset, qiov->size, true);
@@ -425,9 +442,9 @@ int blk_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flag
     }
     blk_note_write(img, offset + qiov->size);
     if (img->limits) {
-        return blk_limits_pwritev(img, offset, qiov, flags);
+        return fmt_done(img, blk_limits_pwritev(img, offset, qiov, flags));
     }
-    return img->drv->pwritev(img, offset, qiov, flags);
+    return fmt_done(img, img->drv->pwritev(img, offset, qiov, flags));
 }
 
 int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
@@ -444,7 +461,7 @@ int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,
         return -ENOTSUP;
     }
     blk_note_write(img, offset + bytes);
-    return img->drv->copy_in(img, offset, bytes, src, src_offset);
+    return fmt_done(img, img->drv->copy_in(img, offset, bytes, src, src_offset));
 }
 
 bool blk_can_copy_range(BlkNode *dst, BlkNode *src)
@@ -476,12 +493,12 @@ int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned fl
     }
     blk_note_write(img, offset + bytes);
     if (img->limits) {
-        return blk_limits_pwrite_zeroes(img, offset, bytes, flags);
+        return fmt_done(img, blk_limits_pwrite_zeroes(img, offset, bytes, flags));
     }
     if (img->drv->pwrite_zeroes) {
         ret = img->drv->pwrite_zeroes(img, offset, bytes, flags);
         if (ret != -ENOTSUP || (flags & BLK_REQ_NO_FALLBACK)) {
-            return ret;
+            return fmt_done(img, ret);
         }
     } else if (flags & BLK_REQ_NO_FALLBACK) {
         return -ENOTSUP;
@@ -508,17 +525,55 @@ int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes)
         return ret;
     }
     if (img->limits) {
-        return blk_limits_pdiscard(img, offset, bytes);
+        return fmt_done(img, blk_limits_pdiscard(img, offset, bytes));
     }
-    return img->drv->pdiscard(img, offset, bytes);
+    return fmt_done(img, img->drv->pdiscard(img, offset, bytes));
 }
 
-int blk_flush(BlkNode *img)
+/* Invariant 7: whose flush raises BLKEV_FLUSH_TO_DISK on this thread. */
+static _Thread_local BlkNode *flush_to_disk_due;
+
+/* A flush of img; back: writes done that it does not count (invariant 7). */
+static int flush_node(BlkNode *img, uint64_t back)
 {
     if (img->read_only || !img->drv->flush) {
         return 0;
     }
-    return img->drv->flush(img);
+    if (!flush_events(img)) {
+        return img->drv->flush(img);
+    }
+    BlkNode *saved = flush_to_disk_due;
+    uint64_t gen = __atomic_load_n(&img->fmt_write_gen, __ATOMIC_SEQ_CST);
+    gen -= MIN(gen, back);
+    blk_event(img->file, BLKEV_FLUSH_TO_OS);
+    bool due = img->cache != BLK_CACHE_UNSAFE &&
+               gen != __atomic_load_n(&img->fmt_flushed_gen, __ATOMIC_SEQ_CST);
+    flush_to_disk_due = due ? img->file : NULL;
+    int ret = img->drv->flush(img);
+    flush_to_disk_due = saved;
+    if (ret == 0) {
+        __atomic_store_n(&img->fmt_flushed_gen, gen, __ATOMIC_SEQ_CST);
+    }
+    return ret;
+}
+
+int blk_flush(BlkNode *img)
+{
+    return flush_node(img, 0);
+}
+
+int blk_flush_fua(BlkNode *img)
+{
+    return flush_node(img, 1);
+}
+
+bool blk_flush_to_disk_take(BlkNode *img)
+{
+    if (flush_to_disk_due != img) {
+        return false;
+    }
+    flush_to_disk_due = NULL;
+    return true;
 }
 
 int64_t blk_getlength(BlkNode *img)
@@ -628,7 +683,7 @@ int blk_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,
         return blk_error(ENOTSUP, "Image format '%s' does not support resizing",
                          img->drv->format_name);
     }
-    return img->drv->truncate(img, size, exact, prealloc, shrink);
+    return fmt_done(img, img->drv->truncate(img, size, exact, prealloc, shrink));
 }
 
 int64_t blk_get_allocated_size(BlkNode *img)

@@ -33,6 +33,17 @@
  *     file) is locked as QEMU locks it (block/lock.c): the protocol node
  *     takes its open mode's permissions, and the node above raises them to
  *     its role's (BlkDriver.file_role) before it reads or writes anything.
+ *  7. Flush events as QEMU's block layer raises them (blkdebug's
+ *     flush_to_os and flush_to_disk): a format node whose file takes
+ *     events (BlkDriver.event: a fault node) counts its own write-like
+ *     requests, failed ones too (fmt_write_gen), and each flush of it
+ *     announces BLKEV_FLUSH_TO_OS on its file, then makes BLKEV_FLUSH_TO_DISK
+ *     due on the file's next flush on this thread (after the format's
+ *     write-back, as QEMU raises it) if the node has requests its last good
+ *     flush did not cover and is not cache=unsafe.  The flush that makes a
+ *     writethrough write durable (blk_flush_fua) runs before that write
+ *     counts, as QEMU's emulated FUA does: a write's own flush raises
+ *     flush_to_disk only for the writes before it.
  */
 #ifndef QIMG_BLOCK_H
 #define QIMG_BLOCK_H
@@ -118,6 +129,12 @@ typedef enum BlkEvent {
      * format probe, so blkdebug rules on it cannot fail the probe's read,
      * as in QEMU. */
     BLKEV_DATA_READ,
+    /* a format node's flush (invariant 7; QEMU's flush_to_os, raised on
+     * every flush, and flush_to_disk, raised when the node has writes
+     * to cover): announced on the format's file, they arm rules and
+     * switch states but are no thread's step */
+    BLKEV_FLUSH_TO_OS,
+    BLKEV_FLUSH_TO_DISK,
     BLKEV__MAX
 } BlkEvent;
 
@@ -207,6 +224,9 @@ struct BlkNode {
     /* atomic: the end of the furthest write, zero write or copy requested
      * of this node (QEMU's wr_highest_offset): blk_wr_highest() */
     uint64_t wr_highest;
+    /* format nodes over a node that takes events (invariant 7), atomic */
+    uint64_t fmt_write_gen;   /* write-like requests done */
+    uint64_t fmt_flushed_gen; /* fmt_write_gen its last good flush covered */
 };
 
 /* The node's name as QEMU shows it (qimg info, "Failed to empty"). */
@@ -545,6 +565,12 @@ int blk_pwrite(BlkNode *img, uint64_t offset, const void *buf, size_t bytes,
 int blk_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes, unsigned flags);
 int blk_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
 int blk_flush(BlkNode *img);
+/* Invariant 7: the flush that makes the write just done on img durable
+ * (writethrough); as blk_flush, but that write is not yet counted. */
+int blk_flush_fua(BlkNode *img);
+/* Invariant 7, for the node that takes events: whether this thread's flush
+ * of img is the one that raises BLKEV_FLUSH_TO_DISK (true once). */
+bool blk_flush_to_disk_take(BlkNode *img);
 /* BlkDriver.copy_in: -ENOTSUP, with nothing recorded by blk_error, where
  * img's driver has none or img has request limits (a test node). */
 int blk_copy_in(BlkNode *img, uint64_t offset, uint64_t bytes, BlkNode *src,

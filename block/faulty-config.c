@@ -23,8 +23,9 @@
  *     fault node always fails a request on its own thread, at once, so
  *     both values are honoured as QEMU runs them.
  *  4. Event "none" is raised when the node opens: its inject-error rules
- *     are active from then on, for every request (iotype: reads, writes,
- *     zero writes, discards, flushes by default), until the rules of
+ *     (of state 1 or any) are active from then on, for every request
+ *     (iotype: reads, writes, zero writes, discards, flushes by default),
+ *     failing it with the errno alone as fact 6's, until the rules of
  *     another event replace them -- which the fault node, whose rules
  *     count the requests of a step, cannot follow: "none" rules with
  *     other events' inject-error rules are refused.
@@ -32,7 +33,11 @@
  *     names the one kind of request a rule fails (faulty.c's op=).
  *  6. An event arms its inject-error rules: from then on every request
  *     (reads, writes, zero writes, discards, flushes unless iotype says
- *     otherwise) fails, whatever QEMU does next, until an event with rules
+ *     otherwise: QEMU 7.2's add_rule gives a rule without iotype that
+ *     mask, block-status alone spared; qemu-io -t writeback "write; flush"
+ *     under a once rule on flush_to_disk fails the flush and spends the
+ *     rule, as iotype=flush does, where iotype=write leaves the flush
+ *     alone) fails, whatever QEMU does next, until an event with rules
  *     of its own replaces them or once spends the rule (QEMU's active
  *     rules: faulty.c's arm, its invariant 7).  A flush failing so at close
  *     is what makes qcow2's close-time retry print QEMU's cache lines
@@ -42,6 +47,16 @@
  *     finds the format nor by metadata reads: its rules are armed and its
  *     state switched by the format's data reads (BLKEV_DATA_READ), as
  *     fact 6 has it for every event.
+ *  8. flush_to_os and flush_to_disk are raised by the format above the
+ *     node, not by the node's own flushes (block.h invariant 7, faulty.c
+ *     invariant 12): flush_to_os by each flush of the format, flush_to_disk
+ *     when the format has write-like requests its last good flush did not
+ *     cover.  Under writethrough a write's own flush does not cover it yet
+ *     (QEMU emulates FUA before it counts the write), so raw over blkdebug
+ *     with a once rule on flush_to_disk runs "write; write; write" as
+ *     ok/fail/ok: the first write's flush raises nothing, the second's
+ *     arms the rule and fails on it.  qcow2's own flushes of its file
+ *     (ordering, the close-time retry) raise neither.
  *
  * Owns: the mapping of QEMU's events onto the steps qimg announces
  * (blk_event()), and QEMU's rule groups (from a config file or from
@@ -98,8 +113,8 @@ static const struct {
     {"cluster_alloc", BLKEV_CLUSTER_ALLOC},
     {"cluster_alloc_bytes", EV_NONE},
     {"cluster_free", BLKEV_CLUSTER_FREE},
-    {"flush_to_os", BLKEV_FLUSH},
-    {"flush_to_disk", BLKEV_FLUSH},
+    {"flush_to_os", BLKEV_FLUSH_TO_OS},     /* fact 8 */
+    {"flush_to_disk", BLKEV_FLUSH_TO_DISK}, /* fact 8 */
     {"pwritev_rmw_head", EV_NONE},
     {"pwritev_rmw_after_head", EV_NONE},
     {"pwritev_rmw_tail", EV_NONE},
@@ -241,9 +256,11 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         ev = BLKEV_DATA_READ;
     }
     bool any = ev == EV_ANY; /* fact 4 */
-    /* fact 6: QEMU's default I/O types (all but block-status) */
-    bool arm = !set_state && !read && !any;
-    const char *op = read ? "read" : any || ev == BLKEV_FLUSH || arm ? "io" : NULL;
+    /* fact 6: QEMU's default I/O types (all but block-status); fact 4:
+     * "none" rules are armed from the open on (faulty.c invariant 7) */
+    bool arm = !set_state && !read;
+    bool flush = ev == BLKEV_FLUSH_TO_OS || ev == BLKEV_FLUSH_TO_DISK;
+    const char *op = read ? "read" : any || flush || arm ? "io" : NULL;
     g_autofree char *iotype = g_key_file_get_value(kf, group, "iotype", NULL);
     if (iotype) { /* fact 5 */
         op = NULL;
@@ -291,7 +308,7 @@ static int group_rule(GKeyFile *kf, const char *group, bool from_options, GStrin
         g_string_append(out, ",once");
     }
     if (arm) {
-        g_string_append(out, ",arm"); /* fact 6 */
+        g_string_append(out, ",arm"); /* facts 4, 6 */
     }
     return 0;
 }

@@ -98,7 +98,9 @@ static int parse_rule(const char *text, FaultRule *r)
             return -EINVAL;
         }
     }
-    if (r->event == BLKEV_FLUSH && r->ops == (OP_WRITE | OP_ZERO)) {
+    if ((r->event == BLKEV_FLUSH || r->event == BLKEV_FLUSH_TO_OS ||
+         r->event == BLKEV_FLUSH_TO_DISK) &&
+        r->ops == (OP_WRITE | OP_ZERO)) {
         r->ops = OP_FLUSH; /* event=flush means the flushes */
     }
     if (r->errnum <= 0 || r->nth == 0) {

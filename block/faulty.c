@@ -9,6 +9,8 @@
  * these rules by faulty-config.c.  Otherwise rules (';'-separated), each a
  * ','-separated list of:
  *   event=NAME   step whose requests count (blk_event_name(); "any" = all;
+ *                flush_to_os, flush_to_disk: QEMU's, for arm and
+ *                new_state rules, raised by the format above: invariant 12;
  *                "cow_write" also counts cow_data_write, "refblock_alloc"
  *                refblock_hookup, "l1_grow" l1_grow_activate; "write_aio"
  *                is QEMU's: data_write and cow_data_write)
@@ -26,7 +28,8 @@
  *   state=N      only in state N (QEMU's blkdebug states; 0: any)
  *   arm          QEMU's blkdebug rule (invariant 7): the step arms it, and
  *                from then on every request of op fails, whatever step
- *                it is in; nth does not apply
+ *                it is in; nth does not apply; with event=any (QEMU's
+ *                event "none") the open arms it, in state 1 or any
  *   new_state=N  not a failure: entering the step switches to state N
  *                (QEMU's [set-state]; the state starts at 1)
  * A rule "limits,KEY=N,..." is no rule but the node's request limits
@@ -73,10 +76,12 @@
  *     request of its ops and range on any thread, reads too when op says
  *     so (invariant 1's exception: QEMU's default I/O types include
  *     reads).  With once the first failure disarms it for good (QEMU
- *     removes the rule).  Flushes too (QEMU's default I/O types), but not
- *     through a node over a format unless the rule names flushes alone:
- *     QEMU's close flushes through it and fails silently, where
- *     qimg_image_close reports a failed flush.
+ *     removes the rule).  An event=any arm rule (QEMU's "none", raised
+ *     once, when the node opens) is armed by the open if its state is the
+ *     first one, and by nothing else.  Flushes too (QEMU's default I/O
+ *     types), but not through a node over a format unless the rule names
+ *     flushes alone: QEMU's close flushes through it and fails silently,
+ *     where qimg_image_close reports a failed flush.
  *  8. As QEMU's block layer, a flush with no write-like request (failed ones
  *     too) since the node's last good flush never reaches the rules: it is
  *     passed to the child, which has nothing to flush either.
@@ -95,6 +100,14 @@
  *     ("error while reading at byte N: Input/output error", api/copy.c),
  *     with no qimg detail under it.  qimg's own rules (not armed) say
  *     "Injected error (blkdebug, STEP #N)".
+ * 12. QEMU's flush events come from the format above (block.h invariant
+ *     7): its flush announces BLKEV_FLUSH_TO_OS, and BLKEV_FLUSH_TO_DISK is
+ *     raised as this node's flush on that thread begins, before
+ *     invariant 8's check, when the format had writes to cover.  Like
+ *     BLKEV_DATA_READ (invariant 9) they arm rules, switch the state and
+ *     stop at breakpoints, but are no thread's step.  The node's own flush
+ *     is the step BLKEV_FLUSH (qimg's event=flush rules), which arms only
+ *     rules that name it.
  */
 #include "block/block.h"
 #include "block/faulty-int.h"
@@ -162,8 +175,9 @@ static void arm_rules(FaultyState *s, int ev, int old)
     for (guint pass = 0; pass < 2; pass++) {
         for (guint i = 0; i < s->rules->len; i++) {
             FaultRule *r = &g_array_index(s->rules, FaultRule, i);
-            if (!r->arm || __atomic_load_n(&r->spent, __ATOMIC_SEQ_CST)) {
-                continue;
+            if (!r->arm || r->event == -1 ||
+                __atomic_load_n(&r->spent, __ATOMIC_SEQ_CST)) {
+                continue; /* event=any: armed at the open, for good */
             }
             bool mine = event_matches(r->event, ev) && (r->state == 0 || r->state == old);
             if (pass == 0) {
@@ -356,6 +370,11 @@ static int faulty_flush(BlkNode *img)
     int saved = current_event, saved_state = event_state;
     uint64_t gen = __atomic_load_n(&s->writes, __ATOMIC_SEQ_CST);
 
+    if (blk_flush_to_disk_take(img)) { /* invariant 12 */
+        begin_step(s, BLKEV_FLUSH_TO_DISK, OP_FLUSH);
+        maybe_suspend(s, BLKEV_FLUSH_TO_DISK);
+        event_state = saved_state;
+    }
     if (gen == __atomic_load_n(&s->flushed, __ATOMIC_SEQ_CST)) {
         return blk_flush(s->child); /* invariant 8 */
     }
@@ -432,6 +451,13 @@ static void faulty_event(BlkNode *img, BlkEvent ev)
     if (ev == BLKEV_DATA_READ) { /* invariant 9 */
         int saved = event_state;
         begin_step(s, ev, OP_WRITE);
+        event_state = saved;
+        return;
+    }
+    if (ev == BLKEV_FLUSH_TO_OS) { /* invariant 12 */
+        int saved = event_state;
+        begin_step(s, ev, OP_FLUSH);
+        maybe_suspend(s, ev);
         event_state = saved;
         return;
     }
@@ -583,6 +609,10 @@ static BlkNode *faulty_new(const BlkDriver *drv, GArray *arr, const BlkLimits *l
     pthread_cond_init(&s->resumed, NULL);
     s->breaks = g_ptr_array_new_with_free_func(break_free);
     s->suspended = g_ptr_array_new();
+    for (guint i = 0; i < arr->len; i++) { /* invariant 7: QEMU's event "none" */
+        FaultRule *r = &g_array_index(arr, FaultRule, i);
+        r->armed = r->arm && r->event == -1 && (r->state == 0 || r->state == s->state);
+    }
 
     BlkNode *img = g_new0(BlkNode, 1);
     img->drv = drv;

@@ -20,11 +20,13 @@
  *     whole clusters, as QEMU does.
  *  2. A violation is fatal: the write is not done, the image is marked
  *     corrupt (incompatible bit 1, one synced header write on v3) and every
- *     later metadata write-back fails with -EIO; a guest write, zero,
- *     discard or compressed write that comes after it fails at its start
- *     with -ENOMEDIUM, "No medium found", as QEMU's, whose driver is gone
- *     from the node by then (060: the tail of a discard split in two,
- *     after its head marked the image corrupt).  Nothing the caches still
+ *     later metadata write-back fails with -EIO; a guest read, write,
+ *     zero, discard or compressed write that comes after it fails at its
+ *     start with -ENOMEDIUM, "No medium found", as QEMU's, whose driver is
+ *     gone from the node by then (060: the tail of a discard split in two,
+ *     after its head marked the image corrupt).  The mark is an atomic
+ *     store, so reads that take no lock (fastmap.c) see it too; a read
+ *     already past that check completes.  Nothing the caches still
  *     hold is written any more (close writes nothing back): the file keeps
  *     what a crash at the mark would have left, a leak at worst.
  *  3. Only the first corruption event of a writable image reports "qcow2:
@@ -440,8 +442,9 @@ int qcow2_signal_corruption_locked(Qcow2State *s, bool fatal, const char *file, 
     if (s->corrupt_fatal) {
         return blk_error(EIO, "qcow2: Image is corrupt: %s", msg); /* invariant 3 */
     }
-    s->corrupt_fatal = true; /* invariant 2: before the header write below */
-    if (!s->in_check) {      /* invariant 3 (a check reports it in its messages) */
+    /* invariant 2: before the header write below; lock-free reads see it */
+    __atomic_store_n(&s->corrupt_fatal, true, __ATOMIC_RELEASE);
+    if (!s->in_check) { /* invariant 3 (a check reports it in its messages) */
         g_printerr("qcow2: Marking image as corrupt: %s; further corruption events will "
                    "be suppressed\n",
                    msg);

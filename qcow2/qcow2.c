@@ -363,6 +363,9 @@ static int do_open(Qcow2State *s, const char *filename, const BlkOpenOptions *op
         memcpy(head, hdr, sizeof(head));
     } else {
         ret = read_padded(img->file, s->file_size, head, sizeof(head));
+        if (ret < 0 && !blk_error_code()) { /* an errno alone: QEMU's words */
+            return blk_error(-ret, "Could not read qcow2 header: %s", g_strerror(-ret));
+        }
         if (ret < 0) {
             return ret;
         }

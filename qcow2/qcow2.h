@@ -193,7 +193,8 @@ typedef struct Qcow2State {
     /* [lock] write path (alloc.c, meta.c) */
     uint64_t free_cluster_index; /* allocation search hint (cluster index) */
     uint64_t free_byte_offset;   /* compressed packing: next free byte, or 0 */
-    bool corrupt_fatal;          /* corrupt bit set while open: writes refused */
+    bool corrupt_fatal;          /* corrupt bit set while open: requests refused
+                                  * (set atomically: meta.c invariant 2) */
     bool bitmaps_in_use;         /* bitmap-store.c invariant 1 done */
     struct Qcow2DirtySet *dirty; /* [atomic; lock to replace] maintained bitmaps */
     GPtrArray *dirty_retired;    /* sets replaced (dirty.c invariant 1) */

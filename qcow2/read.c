@@ -295,12 +295,22 @@ int qcow2_fast_io(Qcow2State *s, const Qcow2FastSpan *sp, uint64_t offset,
     return ret;
 }
 
+/* meta.c invariant 2: a read after the image was marked corrupt while
+ * open finds QEMU's driver gone. */
+static bool gone(Qcow2State *s)
+{
+    return __atomic_load_n(&s->corrupt_fatal, __ATOMIC_ACQUIRE);
+}
+
 int qcow2_preadv(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
 {
     Qcow2State *s = img->opaque;
     Qcow2FastSpan sp;
     int ret;
 
+    if (gone(s)) {
+        return blk_error(ENOMEDIUM, "%s", g_strerror(ENOMEDIUM));
+    }
     if (qcow2_fastmap_begin_span(s->fastmap, offset, qiov->size, false, &sp)) {
         /* fastmap.c: allocated clusters, read without the lock */
         ret = qcow2_fast_io(s, &sp, offset, qiov, false);
@@ -427,8 +437,8 @@ bool qcow2_direct_begin(BlkNode *img, uint64_t offset, uint64_t bytes, bool writ
      * on the submitting thread and again on the pool (faulty.c invariant
      * 5).  An encrypted write is of whole sectors (crypt.c invariant 4). */
     if (!qcow2_data_direct_ok(s) ||
-        (write && !qcow2_data_write_aligned(s, offset, bytes))) {
-        return false;
+        (write && !qcow2_data_write_aligned(s, offset, bytes)) || gone(s)) {
+        return false; /* gone: qcow2_preadv's answer (meta.c invariant 2) */
     }
     /* A write: the in-place rewrite of qcow2_pwritev's fast path */
     if (write) {

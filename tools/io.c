@@ -396,9 +396,7 @@ int cmd_io(int argc, char **argv)
         free(line);
     }
 
-    if (io_close(&io) < 0) {
-        last_error = -EIO;
-    }
+    io_close(&io); /* io-open.c fact 7: the exit status is the commands' */
     g_free(io.name);
     g_free(io.format);
     g_free(io.options);

@@ -40,7 +40,8 @@ typedef struct IoCtx {
  * reopen prints it when reopen). */
 int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapshot,
             const QimgAioOptions *ao, bool reopen);
-/* Close io->img if open (final flush); prints the error. */
+/* Close io->img if open (final flush); prints the format's close-time
+ * lines (io-open.c fact 7); -EIO if the flush failed. */
 int io_close(IoCtx *io);
 /* The open options qemu-io's command line and open share: -n, -t MODE,
  * -d MODE, -C, -k (the refused ones refused); prints the error. */

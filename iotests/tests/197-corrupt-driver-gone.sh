@@ -3,11 +3,12 @@
 # the node: QEMU iotest 060's steps against qemu-io and qemu-img 7.2 on
 # copies of the same image (exit code, stdout, stderr, corrupt bit):
 #  - a request that comes after the mark fails with "No medium found"
-#    (meta.c invariant 2), also the partial tail of a discard whose whole
-#    clusters marked the image (zero.c invariant 2: QEMU's block layer
-#    sends it as a request of its own), with writeback (the free that
-#    waits for a flush meets the broken refcount block at once: alloc.c
-#    invariant 2) and writethrough caching;
+#    (meta.c invariant 2), reads too (the fast read path included), also
+#    the partial tail of a discard whose whole clusters marked the image
+#    (zero.c invariant 2: QEMU's block layer sends it as a request of its
+#    own), with writeback (the free that waits for a flush meets the
+#    broken refcount block at once: alloc.c invariant 2) and writethrough
+#    caching;
 #  - a repair (check -r all) that meets a broken refcount block on the
 #    writable image marks it corrupt ("Marking image as corrupt"), rebuilds
 #    the refcount structure, drops the fixes it makes after the mark and
@@ -71,6 +72,21 @@ for cache in writeback writethrough; do
     img "060: first repair ($cache)" check -q -r all
     img "060: second repair ($cache)" check -r all
     img "060: check after the repairs ($cache)" check
+done
+
+# Reads after the mark fail too (meta.c invariant 2), the lock-free fast
+# read path (fastmap.c) included: the discard's refcount block, and 060's
+# overlap check (an L2 entry pointing at the refcount table: the rewrite of
+# cluster 0 is refused).  Reads of clusters read before the mark, then
+# plain, vectored and asynchronous reads.
+for cache in writeback writethrough; do
+    make 128k 0x10000=0x2a00
+    io "reads after the mark, $cache" --cache $cache -c 'read 64k 512' \
+        -c 'discard 0 65537' -c 'read 64k 512' -c 'read 0 512' -c 'readv 0 512' \
+        -c 'aio_read 64k 512' -c 'aio_flush' -c 'write 64k 512'
+    make 64k 0x40000=0x8000000000010000
+    io "reads after an overlap, $cache" --cache $cache -c 'read 0 512' \
+        -c 'write 0 512' -c 'read 0 512' -c 'read 32k 4k' -c 'readv 0 512'
 done
 
 # A whole-cluster discard alone: the head is the whole request, nothing
