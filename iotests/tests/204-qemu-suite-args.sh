@@ -4,6 +4,12 @@
 #  - 049: an empty backing file name (-b '', -o backing_file=), refused
 #    before any other backing check, -u or not (tools/create.c fact 6);
 #    qimg tried to open it ("Expecting one image file name").
+#  - 178: measure --image-opts without a file name ("--image-opts, -f,
+#    and -l require a filename argument."; qimg said "Either --size N
+#    ..."), and -l snapshot.KEY=... read as an option list when met, an
+#    unknown key refused before anything else with QEMU's two lines, ",,"
+#    a comma in a name (tools/options.c fact 3; measure and convert); qimg
+#    took "snapshot.foo=bar" for a snapshot's name.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -16,5 +22,34 @@ for args in "-b ''" "-u -b ''" "-b '' -F qcow2" "-u -b '' -F raw" "-o backing_fi
     assert_eq "create $args: no image left" "" "$(ls e.qcow2 2>/dev/null)"
 done
 same_as_qemu_err create -f qcow2 -b '' e.qcow2
+
+# 178: measure's and convert's argument checks
+qi create -q -f qcow2 m.qcow2 1M
+qio m.qcow2 'write -P 1 0 64k'
+qi snapshot -c 'x,y' m.qcow2
+qi snapshot -c plain m.qcow2
+for args in "" "--image-opts" "-f qcow2" "-l snap1" "--image-opts -O raw" \
+    "-l snapshot.foo=bar" "-l snapshot.foo=bar m.qcow2" "-l snapshot.id=1,foo=3 m.qcow2" \
+    "-l snapshot.name=plain,snapshot.foo=1 m.qcow2" "-l snapshot.foo=bar --size 1M" \
+    "-l snapshot.foo=bar --output foo" "-o , -l snapshot.foo=bar" \
+    "-l snapshot.name=x,,y m.qcow2" "-l snapshot.name=x,,y --output=json m.qcow2" \
+    "-l snapshot.id=1 m.qcow2" "-l snapshot.name=plain m.qcow2" \
+    "-l snapshot.name=nosuch m.qcow2" "-l snapshot.name=x m.qcow2" "-l x,y m.qcow2" \
+    "-l 'snapshot.name=x,,y,snapshot.bad' m.qcow2" "-l snapshot.name=plain,snapshot.id m.qcow2" \
+    "-l snapshot.id=1,snapshot.id= m.qcow2" \
+    "-l snapshot.id=1,,2 m.qcow2"; do
+    eval "same_as_qemu_err measure $args"
+done
+for args in "-l snapshot.foo=bar m.qcow2 c.raw" "-l snapshot.foo=bar" \
+    "-l snapshot.id=1,foo=3 -O raw m.qcow2 c.raw" "-l snapshot.name=x,,y -O raw m.qcow2 c.raw" \
+    "-l snapshot.name=nosuch -O raw m.qcow2 c.raw"; do
+    rm -f c.raw
+    eval "same_as_qemu_err convert $args"
+done
+qi convert -l snapshot.name=x,,y -O raw m.qcow2 want.raw
+rm -f c.raw
+assert_rc "convert -l snapshot.name=x,,y" 0 "$QIMG" convert -l snapshot.name=x,,y -O raw \
+    m.qcow2 c.raw
+assert_rc "convert -l snapshot.name=x,,y: contents" 0 cmp want.raw c.raw
 
 finish
