@@ -185,7 +185,7 @@ int cmd_create(int argc, char **argv)
         }
     }
 
-    descs = tool_create_opts(fmt);
+    descs = tool_create_opts_for(fmt, NULL); /* "-f file" too (optlist.c fact 7) */
     if (optlist && tool_opts_want_help(optlist)) {
         if (!descs) {
             tool_create_format_error(NULL, fmt);

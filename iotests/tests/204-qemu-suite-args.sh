@@ -10,6 +10,9 @@
 #    unknown key refused before anything else with QEMU's two lines, ",,"
 #    a comma in a name (tools/options.c fact 3; measure and convert); qimg
 #    took "snapshot.foo=bar" for a snapshot's name.
+#  - 142: create -f file, the file protocol as the format: raw's file and
+#    options, "file" in the messages (tools/optlist.c fact 7, api/image.c
+#    invariant 6); qimg printed "Formatting" and then "Unknown file format".
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -51,5 +54,23 @@ rm -f c.raw
 assert_rc "convert -l snapshot.name=x,,y" 0 "$QIMG" convert -l snapshot.name=x,,y -O raw \
     m.qcow2 c.raw
 assert_rc "convert -l snapshot.name=x,,y: contents" 0 cmp want.raw c.raw
+
+# 142: create -f file
+for args in "f.file 1000" "-o preallocation=falloc f.file 1M" \
+    "-o preallocation=full f.file 100k" "-o nocow=on,extent_size_hint=1M f.file 4k" \
+    "-o preallocation=full,cluster_size=4k f.file 1M" \
+    "-o compat=v3 f.file 1M" "-b base.qcow2 -F qcow2 f.file 1M" "-o help" "-o help f.file" \
+    "-o size=2k f.file" "f.file"; do
+    rm -f f.file
+    eval "$QEMU_IMG create -f file $args" >/dev/null 2>&1
+    want=$(stat -c '%s %b' f.file 2>/dev/null)
+    rm -f f.file
+    eval "same_as_qemu_err create -f file $args"
+    assert_eq "create -f file $args: size and blocks" "$want" \
+        "$(stat -c '%s %b' f.file 2>/dev/null)"
+done
+qi create -q -f file f.file 64k
+qio f.file 'write -P 3 0 1k'
+same_as_qemu_err info f.file
 
 finish
