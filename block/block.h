@@ -481,6 +481,10 @@ int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc preallo
                         uint64_t object_size);
 /* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
+/* A caller's "file:NAME" as the path QEMU's file protocol opens (g_free):
+ * NAME, or "./NAME" when NAME has a ':' before any '/' (protocol.c
+ * invariant 7). */
+char *blk_file_protocol_path(const char *filename);
 
 /* ---- names.c: file names read from images ---- */
 

@@ -13,6 +13,12 @@
 #  - 142: create -f file, the file protocol as the format: raw's file and
 #    options, "file" in the messages (tools/optlist.c fact 7, api/image.c
 #    invariant 6); qimg printed "Formatting" and then "Unknown file format".
+#  - 126: create of a "file:" name creates the file without the prefix
+#    (protocol.c invariant 5), as opening it does; qimg created nothing
+#    ("Could not create 'file:...'", or a lock error for a relative name).
+#    A "file:" name with a colon before its first '/' is "./NAME", in
+#    messages and as the image's name (protocol.c invariant 7); qimg said
+#    "NAME".
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -72,5 +78,27 @@ done
 qi create -q -f file f.file 64k
 qio f.file 'write -P 3 0 1k'
 same_as_qemu_err info f.file
+
+# 126: "file:" names, a colon in the name too
+mkdir d
+for name in "file:fx.qcow2" "file:a:b.qcow2" "file:$SCRATCH/d/c:d.qcow2" \
+    "file:d/nosuch/x.qcow2"; do
+    plain=${name#file:}
+    rm -f "$plain"
+    same_as_qemu_err create -f qcow2 "$name" 1M
+    rm -f "$plain"
+    "$QIMG" create -q -f qcow2 "$name" 1M 2>/dev/null
+    if [ "$name" = file:d/nosuch/x.qcow2 ]; then
+        assert_eq "create $name: nothing" "" "$(ls d/nosuch 2>/dev/null)"
+    else
+        case $plain in /*) ;; *) plain=./$plain ;; esac
+        assert_rc "create $name: $plain checks clean" 0 "$QEMU_IMG" check -q "$plain"
+    fi
+    same_as_qemu_err create -f raw "$name" 64k
+    same_as_qemu_err info "$name"
+done
+qi create -q -f qcow2 ./a:b.qcow2 1M
+same_as_qemu_err create -f qcow2 -b ./a:b.qcow2 -F qcow2 "file:top:x.qcow2"
+assert_eq "no file named file:..." "" "$(ls -d file:* d/file:* 2>/dev/null)"
 
 finish
