@@ -530,7 +530,8 @@ int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts
 const char *blk_open_error_detail(const char *msg, int code, const char *filename);
 /* Close a node and everything below it (its file, data file, backing). */
 void blk_close(BlkNode *img);
-/* Resolve a backing file name relative to the folder of 'image_filename'. */
+/* Resolve a backing file name relative to the folder of 'image_filename':
+ * that name up to its last '/', as written, then the backing name. */
 char *blk_resolve_backing_name(const char *image_filename, const char *backing);
 /* A backing name that names its file without a folder to resolve it in
  * (an absolute path, a protocol's name, a json: name). */

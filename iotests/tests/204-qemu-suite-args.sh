@@ -19,6 +19,10 @@
 #    A "file:" name with a colon before its first '/' is "./NAME", in
 #    messages and as the image's name (protocol.c invariant 7); qimg said
 #    "NAME".
+#  - 126: a relative backing name is joined to the image's name up to its
+#    last '/' as written, QEMU's path_combine (block.h's
+#    blk_resolve_backing_name): "./top" has its backing file at "./base";
+#    qimg said "base" (and no "actual path").
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -100,5 +104,13 @@ done
 qi create -q -f qcow2 ./a:b.qcow2 1M
 same_as_qemu_err create -f qcow2 -b ./a:b.qcow2 -F qcow2 "file:top:x.qcow2"
 assert_eq "no file named file:..." "" "$(ls -d file:* d/file:* 2>/dev/null)"
+
+# 126: backing names joined as QEMU's path_combine joins them
+qi create -q -f qcow2 -b base.qcow2 -F qcow2 top.qcow2
+qi create -q -f qcow2 -b ../base.qcow2 -F qcow2 d/top.qcow2
+for name in ./top.qcow2 top.qcow2 "$SCRATCH/top.qcow2" ./d/top.qcow2 d/top.qcow2 \
+    .//d/top.qcow2 file:top:x.qcow2; do
+    same_as_qemu_err info --backing-chain "$name"
+done
 
 finish
