@@ -23,6 +23,10 @@
 #    last '/' as written, QEMU's path_combine (block.h's
 #    blk_resolve_backing_name): "./top" has its backing file at "./base";
 #    qimg said "base" (and no "actual path").
+#  - 061: amend -o compat=0.10 refuses an image with an internal snapshot
+#    whose disk size is not the image's (after amend's size step), as
+#    QEMU: "Internal snapshots prevent downgrade of image" (qcow2/amend.c
+#    invariant 3); qimg downgraded, and the v2 snapshot lost its size.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -111,6 +115,28 @@ qi create -q -f qcow2 -b ../base.qcow2 -F qcow2 d/top.qcow2
 for name in ./top.qcow2 top.qcow2 "$SCRATCH/top.qcow2" ./d/top.qcow2 d/top.qcow2 \
     .//d/top.qcow2 file:top:x.qcow2; do
     same_as_qemu_err info --backing-chain "$name"
+done
+
+# 061: internal snapshots of another size prevent a downgrade
+qi create -q -f qcow2 -o compat=0.10 s0.qcow2 32M
+qio s0.qcow2 'write -P 0x2a 24M 64k'
+qi snapshot -c foo s0.qcow2
+qi amend -o compat=1.1,size=128M s0.qcow2
+qi snapshot -c bar s0.qcow2
+qi resize -q --shrink s0.qcow2 64M
+cp s0.qcow2 s1.qcow2
+qi snapshot -d bar s1.qcow2
+for case in "s0 compat=0.10,size=32M" "s0 compat=0.10" "s0 compat=0.10,size=128M" \
+    "s1 compat=0.10,size=32M" "s1 compat=0.10"; do
+    read -r img o <<<"$case"
+    cp "$img.qcow2" q.qcow2
+    "$QEMU_IMG" amend -o "$o" q.qcow2 >q.out 2>q.err
+    qrc=$?
+    cp "$img.qcow2" m.qcow2
+    "$QIMG" amend -o "$o" m.qcow2 >m.out 2>m.err
+    STEP_FILTER=io_filter same_step "amend -o $o on $img" q.qcow2 m.qcow2 "$qrc" $?
+    assert_eq "amend -o $o on $img: info" "$("$QEMU_IMG" info q.qcow2 | sed "1d;/^disk size/d")" \
+        "$("$QEMU_IMG" info m.qcow2 | sed "1d;/^disk size/d")"
 done
 
 finish
