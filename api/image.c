@@ -25,6 +25,9 @@
  *  5. A read past the end of an image that is a protocol node (driver
  *     file, a host device) fails with EIO, as QEMU's block backend refuses
  *     it; the node itself would read zeros there (block.h invariant 3).
+ *  6. Creating with the format "file" (qemu-img create -f file, QEMU
+ *     iotest 142) creates what the raw format would: a file of the size
+ *     rounded up to 512 bytes, with the file protocol's preallocation.
  */
 #include "api/api.h"
 
@@ -302,6 +305,9 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
     }
     api_register_drivers();
     const BlkDriver *drv = blk_find_format(opts->format);
+    if (drv == &blk_file_driver) { /* invariant 6 */
+        drv = blk_find_format("raw");
+    }
     if (!drv || drv->is_protocol) {
         g_set_error(error, QIMG_ERROR, EINVAL, "Unknown file format '%s'", opts->format);
         return FALSE;

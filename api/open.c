@@ -438,8 +438,10 @@ BlkNode *api_open_node(const char *filename, const BlkOpenOptions *opts, GSList 
     }
     const char *given = filename;
     const char *base = user_name ? blk_plain_name(filename) : filename, *path = base;
+    g_autofree char *file_path = NULL;
     if (g_str_has_prefix(path, "file:")) {
-        path += strlen("file:"); /* the file protocol, as QEMU (block.c) */
+        /* the file protocol, as QEMU ("./" before a colon: protocol.c invariant 7) */
+        path = file_path = blk_file_protocol_path(path);
     }
     if (drv && strcmp(drv->format_name, "rbd") == 0 && !blk_is_rbd_name(path)) {
         g_set_error(error, QIMG_ERROR, EINVAL,

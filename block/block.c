@@ -183,11 +183,14 @@ char *blk_resolve_backing_name(const char *image_filename, const char *backing)
     if (blk_backing_name_is_absolute(backing)) {
         return g_strdup(backing);
     }
-    g_autofree char *dir = g_path_get_dirname(image_filename);
-    if (strcmp(dir, ".") == 0) {
+    /* QEMU's path_combine: the image's name up to its last '/' as written
+     * ("./top" gives "./base", QEMU iotest 126), then the backing name */
+    const char *slash = strrchr(image_filename, '/');
+    if (!slash) {
         return g_strdup(backing);
     }
-    return g_build_filename(dir, backing, NULL);
+    return g_strdup_printf("%.*s%s", (int)(slash - image_filename + 1), image_filename,
+                           backing);
 }
 
 static const char *const event_names[BLKEV__MAX] = {

@@ -504,6 +504,10 @@ int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc preallo
                         uint64_t object_size);
 /* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
+/* A caller's "file:NAME" as the path QEMU's file protocol opens (g_free):
+ * NAME, or "./NAME" when NAME has a ':' before any '/' (protocol.c
+ * invariant 7). */
+char *blk_file_protocol_path(const char *filename);
 
 /* ---- names.c: file names read from images ---- */
 
@@ -549,7 +553,8 @@ int blk_set_role_perm(BlkNode *img, BlkNodeRole role, const BlkOpenOptions *opts
 const char *blk_open_error_detail(const char *msg, int code, const char *filename);
 /* Close a node and everything below it (its file, data file, backing). */
 void blk_close(BlkNode *img);
-/* Resolve a backing file name relative to the folder of 'image_filename'. */
+/* Resolve a backing file name relative to the folder of 'image_filename':
+ * that name up to its last '/', as written, then the backing name. */
 char *blk_resolve_backing_name(const char *image_filename, const char *backing);
 /* A backing name that names its file without a folder to resolve it in
  * (an absolute path, a protocol's name, a json: name). */

@@ -26,8 +26,9 @@
  *     given to realpath() or resolved against a folder by the layer above.
  *  5. Creating follows the same choice for the caller's name under its
  *     test-node prefixes: an RBD image for "rbd:", a file for a name no
- *     prefix matches, a file over SFTP for "ssh:"; a protocol without
- *     create refuses it.  Options a
+ *     prefix matches (a "file:" name as invariant 7 reads it, as when it
+ *     is opened; QEMU iotest 126), a file over SFTP for "ssh:";
+ *     a protocol without create refuses it.  Options a
  *     protocol does not have are refused as qemu-img refuses them
  *     ("Invalid parameter 'preallocation'" for RBD, 'cluster_size' for a
  *     file).
@@ -35,6 +36,10 @@
  *     does it: the export must exist and be at least the size asked for
  *     (NBD cannot grow one); its first 512 bytes are zeroed (no old header
  *     left to probe).  Without preallocation only.
+ *  7. A caller's "file:NAME" (QEMU's file protocol) is the path NAME; a
+ *     NAME with a ':' before its first '/' (which would read as a protocol
+ *     name) is "./NAME", the path QEMU opens and names in its messages
+ *     and the image's name (QEMU iotest 126).
  */
 #include "block/block.h"
 #include "block/ova.h"
@@ -176,6 +181,10 @@ static int create_file(const char *filename, uint64_t size, BlkPrealloc prealloc
     if (object_size) {
         return blk_error(EINVAL, "Invalid parameter 'cluster_size'");
     }
+    if (g_str_has_prefix(filename, "file:")) { /* invariant 5 */
+        g_autofree char *path = blk_file_protocol_path(filename);
+        return blk_file_create(path, size, prealloc);
+    }
     return blk_file_create(filename, size, prealloc);
 }
 
@@ -298,6 +307,18 @@ int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc preallo
                          name, p->name);
     }
     return p->create(name, size, prealloc, object_size);
+}
+
+/* Invariant 7. */
+char *blk_file_protocol_path(const char *filename)
+{
+    const char *name = filename + strlen("file:");
+    const char *colon = strchr(name, ':'), *slash = strchr(name, '/');
+
+    if (colon && (!slash || colon < slash)) {
+        return g_strconcat("./", name, NULL);
+    }
+    return g_strdup(name);
 }
 
 const char *blk_plain_name(const char *filename)

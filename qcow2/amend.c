@@ -23,7 +23,11 @@
  *     then one header write makes the image v3 (header length 112, feature
  *     name table, as QEMU writes it).
  *  3. Downgrade (QEMU's checks in its order): refcount_bits must be 16, no
- *     external data file; a dirty image is made clean; no incompatible
+ *     external data file, no internal snapshot whose disk size is not the
+ *     image's (after the size step) or whose VM state needs more than 32
+ *     bits ("Internal snapshots prevent downgrade of image": a v2 entry
+ *     has no field for either, QEMU iotest 061); a dirty image is made
+ *     clean; no incompatible
  *     feature but the compression type may be left.  Zero clusters are
  *     expanded (invariant 4), zstd images may have no compressed cluster
  *     (then they become zlib), and one header write makes the image v2
@@ -311,6 +315,12 @@ static int downgrade_locked(Qcow2State *s, Qcow2AmendProgress *p)
     }
     if (qcow2_has_data_file(s)) {
         return blk_error(ENOTSUP, "Cannot downgrade an image with a data file");
+    }
+    for (uint32_t i = 0; i < s->nb_snapshots; i++) {
+        const Qcow2Snapshot *sn = &s->snapshots[i];
+        if (sn->vm_state_size > UINT32_MAX || sn->disk_size != s->img->size) {
+            return blk_error(ENOTSUP, "Internal snapshots prevent downgrade of image");
+        }
     }
     ret = qcow2_mark_clean_locked(s);
     if (ret < 0) {

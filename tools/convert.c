@@ -467,9 +467,14 @@ int cmd_convert(int argc, char **argv)
                 goto fail;
             }
             break;
-        case 'l':
+        case 'l': { /* options.c fact 3 */
+            g_autofree char *checked = tool_parse_snapshot_param(optarg);
+            if (!checked) {
+                goto fail;
+            }
             a.snapshot = optarg;
             break;
+        }
         case 'S':
             if (!parse_sparse(optarg, &a.min_sparse)) {
                 goto fail;

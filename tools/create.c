@@ -22,6 +22,9 @@
  *     too large for file format 'FMT'", with " (try using a larger cluster
  *     size)" when -o named a cluster_size (qcow2's driver words it so
  *     itself); convert keeps the driver's own message.
+ *  6. An empty backing file name (-b '' or -o backing_file=) is refused
+ *     before anything else about the backing file, -u or not: "FILE:
+ *     Expected backing file name, got empty string".
  */
 #include "qimg-tool.h"
 
@@ -182,7 +185,7 @@ int cmd_create(int argc, char **argv)
         }
     }
 
-    descs = tool_create_opts(fmt);
+    descs = tool_create_opts_for(fmt, NULL); /* "-f file" too (optlist.c fact 7) */
     if (optlist && tool_opts_want_help(optlist)) {
         if (!descs) {
             tool_create_format_error(NULL, fmt);
@@ -240,6 +243,10 @@ int cmd_create(int argc, char **argv)
         size_set = true;
     }
     if (backing) {
+        if (!*backing) { /* fact 6 */
+            tool_error("%s: Expected backing file name, got empty string", filename);
+            return 1;
+        }
         if (!backing_fmt && unsafe) {
             tool_error("%s: Backing file specified without backing format", filename);
             return 1;

@@ -6,7 +6,8 @@
  *  1. Exactly one of --size N and a file name; "At most one filename
  *     argument is allowed.", "--image-opts, -f, and -l require a filename
  *     argument.", "--size N cannot be used together with a filename.",
- *     "Either --size N or one filename must be specified." in that order.
+ *     "Either --size N or one filename must be specified." in that order
+ *     (after -l's own check, options.c fact 3).
  *     --size takes qemu-img's sizes up to 2^63-1 (tool_cvtnum's messages).
  *  2. The source is opened read-only (a shared lock; -U forces sharing);
  *     -l loads an internal snapshot ("Failed to load snapshot: ..."). Then
@@ -85,9 +86,14 @@ int cmd_measure(int argc, char **argv)
             break;
         case 'h':
             return tool_command_help("measure");
-        case 'l':
+        case 'l': { /* options.c fact 3 */
+            g_autofree char *checked = tool_parse_snapshot_param(optarg);
+            if (!checked) {
+                return 1;
+            }
             snap = optarg;
             break;
+        }
         case 'O':
             out_fmt = optarg;
             break;
@@ -125,7 +131,7 @@ int cmd_measure(int argc, char **argv)
         return 1;
     }
     filename = optind < argc ? argv[optind] : NULL;
-    if (!filename && (fmt || snap)) {
+    if (!filename && (image_opts || fmt || snap)) {
         tool_error("--image-opts, -f, and -l require a filename argument.");
         return 1;
     }

@@ -13,6 +13,13 @@
  *     command does itself), so with 2>&1 an error can come before lines
  *     printed earlier -- the order QEMU's own test outputs record (QEMU
  *     iotest 074: compare's error before its "Image size mismatch").
+ *  3. -l (convert, measure): a value starting "snapshot." is an option
+ *     list (",," a comma in a value) of snapshot.id and snapshot.name,
+ *     read as the option is met, before any other check of the command
+ *     line; another key is "Invalid parameter 'KEY'" then "Failed in
+ *     parsing snapshot param 'VALUE'" (QEMU iotest 178); "KEY" alone is
+ *     KEY=on, "noKEY" KEY=off, with QEMU's short-form warning.  Any other
+ *     value is a snapshot ID or name.
  */
 #include "qimg-tool.h"
 
@@ -170,28 +177,63 @@ bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode)
     return true;
 }
 
-/* "-l ID_OR_NAME" or "-l snapshot.id=ID,snapshot.name=NAME". */
-char *tool_parse_snapshot_param(const char *param)
+/* "-l ID_OR_NAME" or "-l snapshot.id=ID,snapshot.name=NAME" (fact 3);
+ * 'report': print the warnings (the command checks -l once, when it meets
+ * it, and reads it again when it opens the image). */
+static char *parse_snapshot_param(const char *param, bool report)
 {
-    g_auto(GStrv) parts = NULL;
-    const char *id = NULL, *name = NULL;
+    g_autofree char *id = NULL, *name = NULL;
+    const char *p = param;
 
-    if (!g_str_has_prefix(param, "snapshot.id=") &&
-        !g_str_has_prefix(param, "snapshot.name=")) {
+    if (!g_str_has_prefix(param, "snapshot.")) {
         return g_strdup(param);
     }
-    parts = g_strsplit(param, ",", -1);
-    for (int i = 0; parts[i]; i++) {
-        if (g_str_has_prefix(parts[i], "snapshot.id=")) {
-            id = parts[i] + strlen("snapshot.id=");
-        } else if (g_str_has_prefix(parts[i], "snapshot.name=")) {
-            name = parts[i] + strlen("snapshot.name=");
+    while (*p) {
+        size_t klen = strcspn(p, "=,");
+        g_autofree char *key = g_strndup(p, klen);
+        g_autoptr(GString) val = g_string_new(NULL);
+
+        p += klen;
+        if (*p == '=') {
+            for (p++; *p && !(*p == ',' && p[1] != ','); p++) {
+                p += *p == ','; /* ",," is one comma */
+                g_string_append_c(val, *p);
+            }
+        } else { /* "KEY" is KEY=on, "noKEY" KEY=off, each with a warning */
+            bool no = g_str_has_prefix(key, "no");
+            char *k = g_strdup(key + (no ? 2 : 0));
+            if (report) {
+                tool_warning(
+                    "short-form boolean option '%s' deprecated\nPlease use %s=%s "
+                    "instead",
+                    key, k, no ? "off" : "on");
+            }
+            g_string_assign(val, no ? "off" : "on");
+            g_free(key);
+            key = k;
+        }
+        p += *p == ',';
+        if (strcmp(key, "snapshot.id") == 0) {
+            g_free(id);
+            id = g_string_free(g_steal_pointer(&val), false);
+        } else if (strcmp(key, "snapshot.name") == 0) {
+            g_free(name);
+            name = g_string_free(g_steal_pointer(&val), false);
         } else {
-            tool_error("Invalid parameter '%s'", parts[i]);
+            tool_error("Invalid parameter '%s'", key);
+            tool_error("Failed in parsing snapshot param '%s'", param);
             return NULL;
         }
     }
-    return g_strdup(id && *id ? id : name);
+    if (id && *id) {
+        return g_steal_pointer(&id);
+    }
+    return name ? g_steal_pointer(&name) : g_strdup("");
+}
+
+char *tool_parse_snapshot_param(const char *param)
+{
+    return parse_snapshot_param(param, true);
 }
 
 /* Guard for drivers that ignore QimgOpenOptions.snapshot (raw). */
@@ -215,7 +257,7 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
     GError *err = NULL;
 
     if (!tool_image_opts_ok(oo, filename) ||
-        (snapshot_param && !(snapshot = tool_parse_snapshot_param(snapshot_param)))) {
+        (snapshot_param && !(snapshot = parse_snapshot_param(snapshot_param, false)))) {
         return NULL;
     }
     oo->snapshot = snapshot;

@@ -26,6 +26,10 @@
  *     takes no other, qcow2 over ssh only its own (no nocow,
  *     extent_size_hint; its preallocation is refused by the ssh node when
  *     it grows the file).
+ *  7. qemu-img create -f file (the file protocol as the format, QEMU
+ *     iotest 142) takes raw's options (size, nocow, preallocation,
+ *     extent_size_hint) and names "file" in its messages; the library
+ *     creates the file as raw does (api/image.c invariant 6).
  */
 #include "qimg-tool.h"
 
@@ -354,6 +358,9 @@ static gpointer ssh_qcow2_build(gpointer unused)
 
 const ToolOptDesc *tool_create_opts_for(const char *format, const char *filename)
 {
+    if (strcmp(format, "file") == 0) { /* fact 7 */
+        format = "raw";
+    }
     if (filename && g_str_has_prefix(filename, "ssh:")) { /* fact 6 */
         static GOnce once = G_ONCE_INIT;
         if (strcmp(format, "raw") == 0) {
@@ -526,7 +533,9 @@ void tool_opts_print_help(const char *format, const char *filename)
     } else {
         printf("Supported %s options:\n", format);
     }
-    print_opt_lines(tool_create_opts_for(format, filename), with_protocol,
+    /* "file"'s options are its own (fact 7) */
+    print_opt_lines(tool_create_opts_for(format, filename),
+                    with_protocol || strcmp(format, "file") == 0,
                     strcmp(format, "raw") == 0 &&
                         !g_str_has_prefix(filename ? filename : "", "rbd:"));
     if (!with_protocol) {

@@ -94,7 +94,8 @@ bool tool_parse_output(const char *s, ToolOutput *out);
  * "Invalid source cache option: x" when 'source'). */
 bool tool_parse_cache(const char *s, bool source, QimgCacheMode *mode);
 /* -l: "ID_OR_NAME" or "snapshot.id=ID,snapshot.name=NAME" -> the ID or
- * name to open (g_free), or NULL after printing the error. */
+ * name to open (g_free), or NULL after printing qemu-img's two-line error
+ * (options.c fact 3; commands check -l as they meet it). */
 char *tool_parse_snapshot_param(const char *param);
 /* size bytes aligned to 4 KiB, freed with g_free (GLib's allocator is the
  * system's): the kernel copies file data into page-aligned buffers about
