@@ -97,18 +97,24 @@ fi
 # Debian builds qemu-system-x86_64 without the qtest accelerator that
 # check asks for (-accel qtest: "invalid accelerator qtest", and every test
 # that starts a VM fails, with QEMU's tools too): a wrapper of the same
-# name (check's filters match the name) gives Debian's binary -accel tcg.
+# name (check's filters match the name) gives Debian's binary -accel tcg,
+# and, as firmware, 64 KiB of HLT instructions: under qtest no guest code
+# runs, and under tcg SeaBIOS would read the test's drives as it boots
+# (it met 030's blkdebug breakpoints and hung QEMU in a virtio reset).
 QEMU_SYSTEM=$(command -v qemu-system-x86_64)
 if ! "$QEMU_SYSTEM" -accel help 2>/dev/null | grep -qx qtest; then
     mkdir -p "$QEMU_SRC/bin"
+    head -c 65536 /dev/zero | tr '\0' '\364' >"$QEMU_SRC/bin/halt.bin"
     cat >"$QEMU_SRC/bin/qemu-system-x86_64" <<WRAP
 #!/bin/bash
-# scripts/qemu-iotests.sh: Debian's qemu-system-x86_64, -accel tcg for qtest
-args=()
+# scripts/qemu-iotests.sh: Debian's qemu-system-x86_64, -accel tcg and a
+# firmware that halts for qtest
+args=() qtest=
 for a in "\$@"; do
-    [ "\$a" = qtest ] && [ "\${args[-1]:-}" = -accel ] && a=tcg
+    [ "\$a" = qtest ] && [ "\${args[-1]:-}" = -accel ] && a=tcg qtest=1
     args+=("\$a")
 done
+[ -z "\$qtest" ] || args+=(-bios "$QEMU_SRC/bin/halt.bin")
 exec "$QEMU_SYSTEM" "\${args[@]}"
 WRAP
     chmod +x "$QEMU_SRC/bin/qemu-system-x86_64"
