@@ -765,7 +765,8 @@ unsigned blk_uring_reap(BlkUring *u);
 /* A plug scope of this thread on u (uring.c invariant 7): requests
  * submitted until the matching unplug are held back and handed to the
  * kernel together by it (or earlier).  plug returns the outer scope's ring
- * (NULL: none), which unplug restores. */
+ * (NULL: none), which unplug restores; plug(NULL) opens a scope of no ring
+ * (requests go at once), which plug(outer) ends. */
 BlkUring *blk_uring_plug(BlkUring *u);
 void blk_uring_unplug(BlkUring *u, BlkUring *outer);
 /* Submit what u holds back now (uring.c invariant 7). */

@@ -54,23 +54,24 @@
  *     generation was bumped and before the callback, with the result the
  *     log leaves (a log that failed fails the request: invariant 2 runs
  *     it again through the node).  Reads are not logged.
- *  7. Plug scopes (issue 30: one io_uring_enter per request was 14-17% of
- *     the CPU at depth 32).  Inside a scope a thread opened on this ring
- *     (blk_uring_plug .. blk_uring_unplug: api/aio.c runs a batch of
- *     callbacks, which resubmit, in one), a request is prepared in the SQ
- *     and held back ('held'); the scope's end submits every held request
- *     in one system call, and waits until the kernel took them: nothing
- *     stays held once the scope ended.  A request prepared outside any
- *     scope of this ring, or while URING_PLUG_MAX are held, is submitted
- *     at once with what is held, as before.  Held requests never wait for
- *     a reap (the reverted batching did, and cost reads at depth 32) --
- *     only for the rest of their scope, or less: any thread about to sleep
- *     in a lock of qimg first submits them all (aio/plug.h invariant 2,
- *     through the rings' registry), since a held write holds the file lock
- *     shared and a held request its fast map hold, which a sleeper may
- *     wait for.  That kick does not wait for a refusing kernel (the reap
- *     that makes room may need the sleeper's lock): a refused kick marks
- *     the ring 'stalled', and the next reap submits again.
+ *  7. Plug scopes (issue 30: one io_uring_enter per request was 14-17% of the
+ *     CPU at depth 32).  Inside a scope a thread opened on this ring
+ *     (blk_uring_plug .. blk_uring_unplug: api/aio.c runs a batch of callbacks,
+ *     which resubmit, in one), a request is prepared in the SQ and held back
+ *     ('held'); the scope's end submits every held request in one system call,
+ *     and waits until the kernel took them: nothing stays held once the scope
+ *     ended.  A request prepared outside any scope of this ring
+ *     (blk_uring_plug(NULL) opens a scope of none: an allocating write,
+ *     api/aio.c invariant 14), or while URING_PLUG_MAX are held, is submitted
+ *     at once with what is held, as before.  Held requests never wait for a
+ *     reap (the reverted batching did, and cost reads at depth 32) -- only for
+ *     the rest of their scope, or less: any thread about to sleep in a lock of
+ *     qimg first submits them all (aio/plug.h invariant 2, through the rings'
+ *     registry), since a held write holds the file lock shared and a held
+ *     request its fast map hold, which a sleeper may wait for.  That kick does
+ *     not wait for a refusing kernel (the reap that makes room may need the
+ *     sleeper's lock): a refused kick marks the ring 'stalled', and the next
+ *     reap submits again.
  */
 #include "aio/plug.h"
 #include "block/block.h"
