@@ -94,19 +94,18 @@
  *     the link, the last of the plan's data writes ends the plan, and the
  *     thread that ends it completes all of its requests (write-ring.c
  *     invariant 3), so the order above holds for each of them.
- * 14. A batch of callbacks runs in a plug scope of the ring (uring.c
- *     invariant 7): the ring requests its callbacks submit go to the kernel
- *     together, in one system call, when the batch's last callback
- *     returned (issue 30: at depth 32 each callback submits one request,
- *     and one io_uring_enter each was 14-17% of the CPU) -- or earlier,
- *     when the thread or another would sleep in qimg (aio/plug.h
- *     invariant 2; wait_ring's poll too).  Nothing is held back once
- *     qimg_image_aio_poll() or _wait() returns (stats.ring_submits).  An
- *     allocating write (invariant 13) is not held: it goes at once, with
- *     what is held -- its registration keeps every other request on its
- *     clusters waiting for its link, and the callbacks after it plan
- *     (lock, growth) before the scope ends; held, alloc-d32 took 14-18%
- *     longer (issue 30's ABBA runs).
+ * 14. A batch of callbacks runs in a plug scope of the ring (uring.c invariant
+ *     7): the ring writes its callbacks submit go to the kernel together, in
+ *     one system call, when the batch's last callback returned (issue 30: at
+ *     depth 32 each callback submits one request, and one io_uring_enter each
+ *     was 14-17% of the CPU) -- or earlier, when the thread or another would
+ *     sleep in qimg (aio/plug.h invariant 2; wait_ring's poll too).  Nothing
+ *     is held back once qimg_image_aio_poll() or _wait() returns
+ *     (stats.ring_submits).  Reads are not held (uring.c invariant 7), nor an
+ *     allocating write (invariant 13): it goes at once, with what is held --
+ *     its registration keeps every other request on its clusters waiting for
+ *     its link, and the callbacks after it plan (lock, growth) before the
+ *     scope ends; held, alloc-d32 took 14-18% longer (issue 30's ABBA runs).
  */
 #include "aio/plug.h"
 #include "api/aio-int.h"
