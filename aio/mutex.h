@@ -8,12 +8,19 @@
  * without these annotations every table guarded by such a lock reads as a
  * data race under TSan.  Outside TSan they are plain glib calls.
  *
- * Invariant (cited as "mutex.h invariant 1"): a GMutex of qimg is taken,
- * dropped and waited on only through mutex_lock(), mutex_trylock(),
- * mutex_unlock(), mutex_cond_wait() and mutex_cond_wait_until().
+ * Invariants (cited as "mutex.h invariant N"):
+ *  1. A GMutex of qimg is taken, dropped and waited on only through
+ *     mutex_lock(), mutex_trylock(), mutex_unlock(), mutex_cond_wait() and
+ *     mutex_cond_wait_until().
+ *  2. Before any of them can sleep -- mutex_lock() on a lock that is taken,
+ *     either wait -- ring requests held back for a batch go to the kernel
+ *     (aio/plug.h invariant 2), so that no sleeper waits for one.  Only
+ *     while some are held (one atomic load otherwise).
  */
 #ifndef QIMG_AIO_MUTEX_H
 #define QIMG_AIO_MUTEX_H
+
+#include "aio/plug.h"
 
 #include <glib.h>
 #include <stdbool.h>
@@ -28,17 +35,6 @@
 #ifdef QIMG_MUTEX_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
-
-static inline void mutex_lock(GMutex *m)
-{
-#ifdef QIMG_MUTEX_TSAN
-    __tsan_mutex_pre_lock(m, 0);
-#endif
-    g_mutex_lock(m);
-#ifdef QIMG_MUTEX_TSAN
-    __tsan_mutex_post_lock(m, 0, 0);
-#endif
-}
 
 /* The lock if it is free; false at once otherwise. */
 static inline bool mutex_trylock(GMutex *m)
@@ -55,6 +51,23 @@ static inline bool mutex_trylock(GMutex *m)
     return ok;
 }
 
+static inline void mutex_lock(GMutex *m)
+{
+    if (plug_any_held()) { /* invariant 2: kick only before a sleep */
+        if (mutex_trylock(m)) {
+            return;
+        }
+        plug_kick_slow();
+    }
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_pre_lock(m, 0);
+#endif
+    g_mutex_lock(m);
+#ifdef QIMG_MUTEX_TSAN
+    __tsan_mutex_post_lock(m, 0, 0);
+#endif
+}
+
 static inline void mutex_unlock(GMutex *m)
 {
 #ifdef QIMG_MUTEX_TSAN
@@ -69,6 +82,7 @@ static inline void mutex_unlock(GMutex *m)
 /* g_cond_wait(): drops m while it waits and retakes it. */
 static inline void mutex_cond_wait(GCond *c, GMutex *m)
 {
+    plug_kick(); /* invariant 2 */
 #ifdef QIMG_MUTEX_TSAN
     __tsan_mutex_pre_unlock(m, 0);
     __tsan_mutex_post_unlock(m, 0);
@@ -85,6 +99,8 @@ static inline void mutex_cond_wait(GCond *c, GMutex *m)
 static inline bool mutex_cond_wait_until(GCond *c, GMutex *m, gint64 end_time)
 {
     bool signalled;
+
+    plug_kick(); /* invariant 2 */
 #ifdef QIMG_MUTEX_TSAN
     __tsan_mutex_pre_unlock(m, 0);
     __tsan_mutex_post_unlock(m, 0);

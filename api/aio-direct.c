@@ -256,8 +256,12 @@ static bool try_uring_alloc(ApiAio *a, ApiAioReq *r)
     r->alloc = true;
     bool joined = r->direct.joined; /* r may be gone once submitted */
     if (alloc_out(r) && blk_uring_can_write(r->direct.node, r->direct.offset, r->out)) {
+        /* invariant 14: not held back -- every request on its clusters
+         * waits for its link, and its data write for the kernel */
+        BlkUring *outer = blk_uring_plug(NULL);
         ret = blk_uring_writev(a->uring, r->direct.node, r->direct.offset, r->out,
                                uring_done, r);
+        blk_uring_plug(outer);
     }
     if (ret < 0) {
         /* not written: ends like a failed data write (write-ring.c

@@ -796,6 +796,17 @@ void blk_uring_consumer_enter(BlkUring *u);
 void blk_uring_consumer_leave(BlkUring *u);
 int blk_uring_fd(BlkUring *u);
 unsigned blk_uring_reap(BlkUring *u);
+/* A plug scope of this thread on u (uring.c invariant 7): requests
+ * submitted until the matching unplug are held back and handed to the
+ * kernel together by it (or earlier).  plug returns the outer scope's ring
+ * (NULL: none), which unplug restores; plug(NULL) opens a scope of no ring
+ * (requests go at once), which plug(outer) ends. */
+BlkUring *blk_uring_plug(BlkUring *u);
+void blk_uring_unplug(BlkUring *u, BlkUring *outer);
+/* Submit what u holds back now (uring.c invariant 7). */
+void blk_uring_flush(BlkUring *u);
+/* System calls that handed requests to the kernel. */
+uint64_t blk_uring_submits(BlkUring *u);
 /* May the ring take requests of node at all (a file node, or a recording
  * node over one: uring.c invariant 6)? */
 bool blk_uring_node_ok(BlkNode *node);
@@ -803,9 +814,10 @@ bool blk_uring_node_ok(BlkNode *node);
 bool blk_uring_can_read(BlkNode *node, uint64_t offset, const BlkIOV *q);
 /* May this write of node go to the ring (uring.c invariant 1)? */
 bool blk_uring_can_write(BlkNode *node, uint64_t offset, const BlkIOV *q);
-/* Submit it; cb runs on the reaper thread or in blk_uring_reap (q's iovec
- * array and buffers must live until then).  0, or -errno (-EAGAIN: use the
- * node's path) with nothing queued. */
+/* Submit it (held back until the scope's end inside a plug scope of u:
+ * uring.c invariant 7); cb runs on the reaper thread or in blk_uring_reap
+ * (q's iovec array and buffers must live until then).  0, or -errno
+ * (-EAGAIN: use the node's path) with nothing queued. */
 int blk_uring_readv(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,
                     BlkUringDone cb, void *opaque);
 int blk_uring_writev(BlkUring *u, BlkNode *node, uint64_t offset, const BlkIOV *q,

@@ -53,7 +53,9 @@
  *     that became metadata without the check being run again.
  *  5. Stripe locks are leaves.  Forgetting waits for a slot's holders with
  *     the metadata lock held; fast requests never take the metadata lock,
- *     so that cannot deadlock.
+ *     so that cannot deadlock.  A holder's ring request held back for a
+ *     batch (uring.c invariant 7) goes to the kernel before the wait
+ *     (aio/plug.h invariant 2).
  *  6. A fast request spans at most QCOW2_FAST_SPAN_MAX clusters (a hold
  *     each, on the caller's stack; one cluster for qcow2_fastmap_begin and
  *     the ring's direct requests); the map never allocates after
@@ -98,6 +100,8 @@
  *     move data to or from a host cluster) never holds one.
  */
 #include "qcow2/fastmap.h"
+
+#include "aio/plug.h"
 
 #include <glib.h>
 #include <pthread.h>
@@ -351,6 +355,7 @@ static void forget_slot(Qcow2FastMap *fm, FmStripe *st, FmSlot *slot)
         count(&fm->waits);
         st->waiters++;
         while (slot->users) {
+            plug_kick(); /* a holder's ring request may be held back: plug.h inv. 2 */
             pthread_cond_wait(&st->cond, &st->lock);
         }
         st->waiters--;

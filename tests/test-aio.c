@@ -7,6 +7,12 @@
  *  - the eventfd is readable exactly while completions wait (invariant 3),
  *    also for ring completions, and a ring write nobody waits for does not
  *    block a synchronous call (uring.c invariant 5);
+ *  - the ring requests a batch of callbacks submits go to the kernel in one
+ *    system call when the batch ends, none is left held back after it, and
+ *    a callback that then waits in qimg -- a nested wait, a synchronous
+ *    call that needs the file lock a held write has -- gets it submitted
+ *    first (aio.h rule 8, aio.c invariant 14, uring.c invariant 7,
+ *    aio/plug.h invariant 2);
  *  - close drains: every callback runs, once (rule 6, invariant 1);
  *  - flags an operation cannot honour, and a NULL callback, are refused at
  *    submission, with no callback (rule 1, invariant 5);
@@ -29,6 +35,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the eventfd, close drains ---- */
 
@@ -332,6 +339,211 @@ static void test_io_uring_no_waiter(void **state)
     g_free(c.last_msg);
 }
 
+/* ---- plug scopes (aio.c invariant 14, uring.c invariant 7) ---- */
+
+typedef struct Chain {
+    QimgImage *img;
+    uint8_t *buf;  /* 4 KiB per slot */
+    int left;      /* reads still to submit */
+    int done;      /* callbacks run */
+    int mode;      /* CHAIN_*: what a callback does after it resubmits */
+    int nested_ok; /* CHAIN_NESTED: the nested wait ran the read's callback */
+} Chain;
+
+enum { CHAIN_PLAIN, CHAIN_NESTED, CHAIN_SYNC_RMW };
+
+static void chain_one_done(void *opaque, int ret, const GError *err)
+{
+    int *flag = opaque;
+    assert_int_equal(ret, 0);
+    (void)err;
+    *flag = 1;
+}
+
+static void chain_cb(void *opaque, int ret, const GError *err)
+{
+    Chain *c = opaque;
+    g_autoptr(GError) e = NULL;
+    struct iovec v = {.iov_base = c->buf, .iov_len = 4096};
+    uint8_t small[512];
+
+    assert_int_equal(ret, 0);
+    (void)err;
+    c->done++;
+    if (c->left == 0) {
+        return;
+    }
+    c->left--;
+    /* rewrites in place (direct ring writes, the held kind), all of the
+     * bytes the image has there: 0x11 */
+    assert_true(qimg_image_aio_pwritev(c->img, (uint64_t)(c->left % 64) * 65536 + 16384,
+                                       &v, 1, 0, chain_cb, c, &e));
+    if (c->mode == CHAIN_NESTED) {
+        /* a ring write held back by this batch (a rewrite next to the
+         * chain's), then a nested wait for it: wait_ring submits it before
+         * it sleeps on the ring */
+        int flag = 0;
+        assert_true(qimg_image_aio_pwritev(c->img,
+                                           (uint64_t)(c->left % 64) * 65536 + 32768, &v,
+                                           1, 0, chain_one_done, &flag, &e));
+        while (!flag) {
+            qimg_image_aio_wait(c->img);
+        }
+        c->nested_ok++;
+    } else if (c->mode == CHAIN_SYNC_RMW) {
+        /* a ring write held back by this batch holds the file lock
+         * shared; this read-modify-write needs it exclusively and sleeps
+         * for it -- after submitting the write (plug.h invariant 2) */
+        int flag = 0;
+        struct iovec w = {.iov_base = c->buf + 4096, .iov_len = 4096};
+        assert_true(qimg_image_aio_pwritev(c->img, (uint64_t)(c->left % 64) * 65536, &w,
+                                           1, 0, chain_one_done, &flag, &e));
+        memset(small, 0x33, sizeof(small));
+        assert_true(qimg_image_pwrite(c->img,
+                                      (uint64_t)(c->left % 64) * 65536 + 8192 + 100,
+                                      small, sizeof(small), &e));
+        while (!flag) {
+            qimg_image_aio_wait(c->img);
+        }
+    }
+}
+
+/* An image of 4 MiB written by qemu-io, on the ring, its L2 table loaded. */
+static QimgImage *open_ring_image(const char *p, uint8_t *buf)
+{
+    g_autoptr(GError) err = NULL;
+    QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
+
+    tu_run("qemu-io -c 'write -P 0x11 0 4M' '%s' >/dev/null", p);
+    QimgImage *img = open_image(p, QIMG_CACHE_NONE);
+    ao.engine = QIMG_AIO_ENGINE_IO_URING;
+    assert_true(qimg_image_aio_setup(img, &ao, &err));
+    aio_one_4k(img, false, 0, buf); /* loads the L2 table */
+    return img;
+}
+
+static uint64_t ring_submits(QimgImage *img)
+{
+    g_autoptr(GError) err = NULL;
+    QimgAioStats st = QIMG_AIO_STATS_INIT;
+    assert_true(qimg_image_aio_get_stats(img, &st, &err));
+    return st.ring_submits;
+}
+
+/* aio.c invariant 14: every poll's batch of callbacks, whatever its size,
+ * hands the rewrites they submit over in one system call; after the poll
+ * none is held back: with no further call of ours, all of them complete
+ * (the eventfd turns readable) and no system call of ours was owed. */
+static void test_io_uring_plug_batches(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = new_qcow2("plug.qcow2", 4 * MiB, NULL);
+    g_autoptr(GError) err = NULL;
+    uint8_t *buf = aligned_buf(8192);
+    QimgImage *img = open_ring_image(p, buf);
+    struct iovec v = {.iov_base = buf, .iov_len = 4096};
+    Chain c = {.img = img, .buf = buf, .left = 320};
+    uint64_t r0;
+    unsigned batches = 0, big = 0;
+    uint64_t s0, s1;
+    int fd = qimg_image_aio_fd(img, &err);
+
+    alarm(60); /* a request held back for good hangs: fail instead */
+    assert_true(fd >= 0);
+    s0 = ring_submits(img);
+    for (int i = 0; i < 32; i++) { /* outside any scope: one call each */
+        assert_true(qimg_image_aio_preadv(img, (uint64_t)i * 65536, &v, 1, 0, chain_cb,
+                                          &c, &err));
+    }
+    assert_int_equal(ring_submits(img) - s0, 32);
+    while (c.done < 352) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (batches == 0) {
+            usleep(200000); /* let all 32 complete: one big batch first */
+        }
+        /* invariant 14: nothing is held back between polls, so the
+         * completions come to the eventfd without a call of ours */
+        assert_int_equal(poll(&pfd, 1, 20000), 1);
+        QimgAioStats st = QIMG_AIO_STATS_INIT;
+        assert_true(qimg_image_aio_get_stats(img, &st, &err));
+        uint64_t a0 = st.ring_allocs;
+        s0 = st.ring_submits;
+        int before = c.left;
+        unsigned n = qimg_image_aio_poll(img, 0);
+        s1 = ring_submits(img);
+        if (before > 0 && n > 0) {
+            /* n callbacks, min(n, before) rewrites: one system call --
+             * plus one per allocating write, never held (the first write
+             * to a cluster the fast map has not learned writable is
+             * planned in place, aio.c invariant 13), and one per kick of
+             * another thread that slept meanwhile (plug.h invariant 2):
+             * far fewer than n in a big batch, never more than n */
+            assert_true(qimg_image_aio_get_stats(img, &st, &err));
+            uint64_t calls = s1 - s0, allocs = st.ring_allocs - a0;
+            if (calls < 1 || calls > n + allocs || (n >= 8 && calls * 2 > n)) {
+                fail_msg("poll %u: %u callbacks, %d submitted (%" PRIu64
+                         " allocating), %" PRIu64 " system calls",
+                         batches, n, MIN((int)n, before), allocs, calls);
+            }
+            batches++;
+            big += n >= 8;
+        }
+    }
+    assert_true(big >= 1); /* the first poll ran ~32 callbacks */
+    assert_int_equal(c.left, 0);
+    assert_int_equal(qimg_image_aio_in_flight(img), 0);
+    /* reads are never held (uring.c invariant 7): one call each */
+    s0 = ring_submits(img);
+    for (int i = 0; i < 8; i++) {
+        aio_one_4k(img, false, (uint64_t)i * 65536, buf + 4096);
+    }
+    r0 = ring_submits(img) - s0;
+    assert_int_equal(r0, 8);
+    alarm(0);
+    assert_true(qimg_image_close(img, &err));
+    free(buf);
+}
+
+/* aio/plug.h invariant 2, uring.c invariant 7: a callback that waits in
+ * qimg for what its own batch holds back -- a nested wait for a ring
+ * write, a synchronous read-modify-write that needs the file lock a held
+ * ring write has -- gets it submitted before it sleeps (else: a hang). */
+static void test_io_uring_plug_waits(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    for (int mode = CHAIN_NESTED; mode <= CHAIN_SYNC_RMW; mode++) {
+        g_autofree char *p = new_qcow2("plugw.qcow2", 4 * MiB, NULL);
+        g_autoptr(GError) err = NULL;
+        uint8_t *buf = aligned_buf(8192);
+        QimgImage *img = open_ring_image(p, buf);
+        struct iovec v = {.iov_base = buf, .iov_len = 4096};
+        Chain c = {.img = img, .buf = buf, .left = 40, .mode = mode};
+
+        memset(buf + 4096, 0x22, 4096);
+        alarm(60);
+        for (int i = 0; i < 8; i++) {
+            assert_true(qimg_image_aio_preadv(img, (uint64_t)i * 65536, &v, 1, 0,
+                                              chain_cb, &c, &err));
+        }
+        while (qimg_image_aio_in_flight(img) > 0) {
+            qimg_image_aio_wait(img);
+        }
+        alarm(0);
+        assert_int_equal(c.done, 48);
+        if (mode == CHAIN_NESTED) {
+            assert_int_equal(c.nested_ok, 40);
+        }
+        assert_true(qimg_image_close(img, &err));
+        free(buf);
+        if (mode == CHAIN_SYNC_RMW) {
+            tu_run("qemu-io -c 'read -q -P 0x22 0 4k' -c 'read -q -P 0x11 4k 4196' "
+                   "-c 'read -q -P 0x33 8292 512' -c 'read -q -P 0x11 8804 56732' '%s'",
+                   p);
+        }
+        tu_run("qemu-img check -q '%s'", p);
+    }
+}
+
 /* aio.c invariant 8: the default engine is io_uring where it serves. */
 static void test_engine_auto(void **state)
 {
@@ -398,6 +610,8 @@ int main(void)
         cmocka_unit_test(test_io_uring_first_touch),
         cmocka_unit_test(test_engine_auto),
         cmocka_unit_test(test_io_uring_no_waiter),
+        cmocka_unit_test(test_io_uring_plug_batches),
+        cmocka_unit_test(test_io_uring_plug_waits),
         cmocka_unit_test(test_eventfd),
         cmocka_unit_test(test_close_drains),
         cmocka_unit_test(test_refused),

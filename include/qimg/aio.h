@@ -26,6 +26,13 @@
  *     request and runs its callback before the image is flushed and closed.
  *  7. The same errors as the synchronous calls, and they are as sticky
  *     (a failed metadata write or flush makes later writes fail).
+ *  8. Requests submitted from callbacks may reach the kernel only when the
+ *     qimg_image_aio_poll() or _wait() that runs the callbacks returns
+ *     (the io_uring engine hands a batch's submissions over together),
+ *     or earlier: never later, and never held back while any thread waits
+ *     inside qimg.  A callback that blocks on a thread that waits outside
+ *     qimg (on the fd, say) for a request submitted in the same batch
+ *     waits forever.
  *
  * Defaults (NULL options, or the first submission without
  * qimg_image_aio_setup()): 64 threads, engine QIMG_AIO_ENGINE_AUTO.
@@ -119,6 +126,8 @@ typedef struct QimgAioStats {
                             * clusters, planned on the submitting thread */
     uint64_t ring_joins;   /* of ring_writes, writes into clusters that another
                             * of ring_allocs was allocating, linked with it */
+    uint64_t ring_submits; /* system calls that handed ring requests to the
+                            * kernel (rule 8: one per batch of callbacks) */
 } QimgAioStats;
 
 #define QIMG_AIO_STATS_INIT                                                              \
