@@ -33,9 +33,12 @@
  *     a caller's name, one level: no backing or data file of its own by
  *     options), the data file as a plain file (driver file, or raw over
  *     file).  A string is a node reference, which qimg has none of: QEMU's
- *     "Cannot find device=..." message.  When the caller opens without the
- *     backing chain (qemu-img info), backing options are QEMU's "does not
- *     support the option" (naming backing.driver, else
+ *     "Cannot find device=..." message (for "file" too; with file.KEY
+ *     options beside it, QEMU's "Cannot reference an existing block
+ *     device with additional options or a new filename").  When the
+ *     caller opens without the backing chain (qemu-img info), backing
+ *     options are QEMU's "does not support the option" (naming
+ *     backing.driver, else
  *     backing.file.filename, else the first key, as qemu-img does for the
  *     usual forms).  A backing name from an image takes neither (the
  *     refusal of json-opts.c invariant 1).
@@ -355,6 +358,21 @@ static gboolean format_over_format(GHashTable *flat, const char *driver,
     return apply(child, o, path, how, error);
 }
 
+/* A key of flat starts with prefix. */
+static bool has_key_under(GHashTable *flat, const char *prefix)
+{
+    GHashTableIter it;
+    gpointer k;
+
+    g_hash_table_iter_init(&it, flat);
+    while (g_hash_table_iter_next(&it, &k, NULL)) {
+        if (g_str_has_prefix(k, prefix)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Invariants 1-8: flat onto *o and *path, as how says. */
 static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
                       const ApiApplyHow *how, GError **error)
@@ -430,7 +448,13 @@ static gboolean apply(GHashTable *flat, BlkOpenOptions *o, char **path,
         g_set_error(error, QIMG_ERROR, ENOENT, "Unknown driver '%s'", driver);
         return FALSE;
     }
-    if ((v = g_hash_table_lookup(flat, "file")) && !file) {
+    if ((v = g_hash_table_lookup(flat, "file")) && has_key_under(flat, "file.")) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "Cannot reference an existing block device with additional "
+                    "options or a new filename"); /* invariant 5 */
+        return FALSE;
+    }
+    if (v) {
         g_set_error(error, QIMG_ERROR, ENODEV,
                     "Cannot find device='%s' nor node-name='%s'", v, v);
         return FALSE;

@@ -35,6 +35,13 @@
  *     Two nulls keep a trace: the key-secret's (named, refused by an
  *     encrypted image) and a qcow2 encrypt.* key other than format and
  *     key-secret (refused by an encrypted image: qcow2 header.c inv. 7).
+ *  5. read-only given by the options against the caller's open, as QEMU
+ *     (its BlockBackend asks for what the caller asked): read-only=on when
+ *     the caller writes is "Block node is read-only"; read-only=off with
+ *     force-share (the caller's or the options') is "force-share=on can
+ *     only be used with read-only images"; read-only=off when the caller
+ *     only reads opens the image read-write (its locks too), as QEMU's
+ *     node is (qemu-io -r then writes).
  */
 #include "api/api.h"
 
@@ -48,6 +55,7 @@ typedef struct KeyCtx {
     GHashTable *bsub, *dsub;
     const char *driver, *file;
     bool caller_no_backing, direct, no_flush, cache_set;
+    int read_only; /* the option's value (invariant 5), -1: not given */
 } KeyCtx;
 
 /* One key of apply()'s options onto c: 0, -1 (error set), or 1: the key
@@ -66,7 +74,7 @@ static int apply_key(KeyCtx *c, const char *key, const char *value, GError **err
         if (!api_parse_bool(key, value, &ro, error)) {
             return -1;
         }
-        o->read_only = o->read_only || ro;
+        c->read_only = ro;
     } else if (strcmp(key, "cache.direct") == 0 ||
                strcmp(key, "file.cache.direct") == 0) {
         if (!api_parse_bool(key, value, &c->direct, error)) {
@@ -241,7 +249,8 @@ gboolean api_json_keys(GHashTable *flat, const ApiApplyHow *how, const char *dri
                 .file = file,
                 .caller_no_backing = o->no_backing,
                 .direct = o->cache == BLK_CACHE_NONE || o->cache == BLK_CACHE_DIRECTSYNC,
-                .no_flush = o->cache == BLK_CACHE_UNSAFE};
+                .no_flush = o->cache == BLK_CACHE_UNSAFE,
+                .read_only = -1};
     g_autoptr(GList) keys =
         g_list_sort(g_hash_table_get_keys(flat), (GCompareFunc)strcmp);
     for (GList *l = keys; l; l = l->next) {
@@ -260,6 +269,18 @@ gboolean api_json_keys(GHashTable *flat, const ApiApplyHow *how, const char *dri
         if (apply_key(&c, key, value, error) != 0) {
             return FALSE;
         }
+    }
+    if (c.read_only == 1 && !o->read_only && !how->from_image) { /* invariant 5 */
+        g_set_error(error, QIMG_ERROR, EACCES, "Block node is read-only");
+        return FALSE;
+    }
+    if (c.read_only == 0 && o->force_share && !how->from_image) {
+        g_set_error(error, QIMG_ERROR, EINVAL,
+                    "force-share=on can only be used with read-only images");
+        return FALSE;
+    }
+    if (c.read_only >= 0 && !how->from_image) {
+        o->read_only = c.read_only == 1;
     }
     if (c.cache_set && c.direct && c.no_flush) {
         g_set_error(error, QIMG_ERROR, ENOTSUP,

@@ -9,7 +9,9 @@
  *
  * Facts learnt from running qemu-io/qemu-img 7.2 (not from its source):
  *  1. A key=value list splits at single commas; ",," is a literal comma;
- *     a repeated key takes the last value.
+ *     a repeated key takes the last value; a trailing comma adds nothing;
+ *     an empty key is a key (QEMU's "does not support the option ''").
+ *     (An element without '=' is the tools' to read: tools/image-opts.c.)
  *  2. (QEMU's JSON dialect, single-quoted strings: json-parse.c fact 1.)
  *  3. node-name (any node's: node-name, file.node-name, ...) starts with a
  *     letter, then letters, digits, '-', '.', '_': "Invalid node-name:
@@ -86,7 +88,10 @@ gboolean api_opts_list_parse(const char *list, GHashTable *flat, GError **error)
             continue;
         }
         char *eq = strchr(cur->str, '=');
-        if (!eq || eq == cur->str) {
+        if (!*p && !cur->len) { /* a trailing comma, or no option */
+            return TRUE;
+        }
+        if (!eq) { /* "KEY=" is a value; an empty KEY one no node has */
             g_set_error(error, QIMG_ERROR, EINVAL, "Invalid parameter '%s'", cur->str);
             return FALSE;
         }

@@ -349,7 +349,7 @@ int cmd_bench(int argc, char **argv)
     if (!tool_image_opts_ok(&oo, argv[optind])) {
         return 1;
     }
-    b.img = qimg_image_open(argv[optind], &oo, &err);
+    b.img = tool_qimg_image_open(argv[optind], &oo, &err);
     if (!b.img) {
         tool_report_open_error(argv[optind], err);
         return 1;

@@ -218,7 +218,7 @@ int cmd_check(int argc, char **argv)
     if (!tool_image_opts_ok(&oo, filename)) {
         return 1;
     }
-    img = qimg_image_open(filename, &oo, &err);
+    img = tool_qimg_image_open(filename, &oo, &err);
     if (!img) {
         tool_report_open_error(filename, err);
         return 1;

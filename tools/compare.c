@@ -244,7 +244,7 @@ static QimgImage *open_side(const char *name, const char *fmt, QimgCacheMode cac
     if (!tool_image_opts_ok(&oo, name)) {
         return NULL;
     }
-    img = qimg_image_open(name, &oo, &err);
+    img = tool_qimg_image_open(name, &oo, &err);
     if (!img) {
         tool_report_open_error(name, err);
     }

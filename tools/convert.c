@@ -250,7 +250,7 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
     if (!tool_image_opts_ok(&oo, a->dst_name)) {
         return NULL;
     }
-    dst = qimg_image_open(a->dst_name, &oo, &err);
+    dst = tool_qimg_image_open(a->dst_name, &oo, &err);
     if (!dst) {
         tool_report_open_error(a->dst_name, err);
         return NULL;

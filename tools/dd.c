@@ -152,7 +152,7 @@ int cmd_dd(int argc, char **argv)
     if (!tool_image_opts_ok(&oo, a.in)) {
         return 1;
     }
-    src = qimg_image_open(a.in, &oo, &err);
+    src = tool_qimg_image_open(a.in, &oo, &err);
     if (!src) {
         tool_report_open_error(a.in, err);
         return 1;

@@ -559,7 +559,7 @@ static QimgInfo *layer_info(QimgImage **img, const char *filename, const char *f
         return NULL;
     }
     *img = above ? qimg_image_open_backing(above, &oo, &err)
-                 : qimg_image_open(filename, &oo, &err);
+                 : tool_qimg_image_open(filename, &oo, &err);
     g_clear_pointer(&above, qimg_image_free);
     if (!*img) {
         tool_report_open_error(filename, err);

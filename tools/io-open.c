@@ -114,7 +114,7 @@ static char *create_overlay(const char *name, const QimgOpenOptions *oo)
     }
     ro.read_only = true;
     ro.force_share = true;
-    base = qimg_image_open(name, &ro, &err);
+    base = tool_image_opts_open(name, &ro, false, &err); /* image-opts.c fact 2 */
     if (!base) {
         tool_error("can't open device %s: %s", name, open_reason(name, err));
         g_clear_error(&err);
@@ -157,6 +157,13 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         tool_error("--image-opts and --format are mutually exclusive");
         return -EINVAL;
     }
+    g_autofree char *checked = NULL; /* image-opts.c fact 4: before the open */
+    if (oo->image_opts && name &&
+        !(checked = tool_image_opts_list(name, false, false, &err))) {
+        tool_error("%s", err->message);
+        g_clear_error(&err);
+        return -EINVAL;
+    }
     if (!reopen && oo->force_share &&
         ((oo->image_opts && name && tool_opts_force_share_conflict(name)) ||
          (oo->options && tool_opts_force_share_conflict(oo->options)))) {
@@ -176,7 +183,7 @@ int io_open(IoCtx *io, const char *name, const QimgOpenOptions *oo, bool snapsho
         o.force_share = false; /* the overlay is ours; -r keeps it read-only */
         o.image_opts = false;  /* the overlay is a file name */
     }
-    io->img = qimg_image_open(overlay ? overlay : name, &o, &err);
+    io->img = tool_image_opts_open(overlay ? overlay : name, &o, false, &err);
     if (overlay) {
         unlink(overlay); /* fact 4: gone at exit, whatever the exit */
     }
@@ -322,24 +329,6 @@ static bool cache_with(QimgCacheMode m, int direct, int no_flush, QimgCacheMode 
     return true;
 }
 
-/* One -o element as QemuOpts reads it: "key=value"; "key" alone is
- * key=on and "nokey" key=off, each with QEMU's warning (fact 5). */
-static void o_element(const char *e, char **key, char **value)
-{
-    const char *eq = strchr(e, '=');
-
-    if (eq) {
-        *key = g_strndup(e, (gsize)(eq - e));
-        *value = g_strdup(eq + 1);
-        return;
-    }
-    bool no = g_str_has_prefix(e, "no");
-    *key = g_strdup(no ? e + 2 : e);
-    *value = g_strdup(no ? "off" : "on");
-    tool_warning("short-form boolean option '%s' deprecated\nPlease use %s=%s instead", e,
-                 *key, *value);
-}
-
 /* -o of open and reopen (fact 5): cache.direct and cache.no-flush change
  * the cache mode here (qemu-io's writethrough is the command's, not the
  * library's); every other option goes into opts (key -> value, the last
@@ -355,7 +344,7 @@ static int parse_o(const char *list, QimgOpenOptions *oo, GHashTable *opts,
         g_autofree char *key = NULL, *value = NULL;
         int *flag;
 
-        o_element(parts->pdata[i], &key, &value);
+        tool_opts_element(parts->pdata[i], true, &key, &value); /* fact 5 */
         flag = strcmp(key, "cache.direct") == 0     ? &direct
                : strcmp(key, "cache.no-flush") == 0 ? &no_flush
                                                     : NULL;
@@ -478,12 +467,6 @@ int io_cmd_open(IoCtx *io, int argc, char **argv)
     prefix =
         name ? g_strdup_printf("can't open device %s: ", name) : g_strdup("can't open: ");
     if (o_list && parse_o(o_list, &oo, opts, prefix, &wt) < 0) {
-        return -EINVAL;
-    }
-    const char *ro = g_hash_table_lookup(opts, "read-only");
-    if (!oo.read_only && ro && (strcmp(ro, "on") == 0 || strcmp(ro, "true") == 0)) {
-        /* fact 5: open asks for writing, the option for a read-only node */
-        tool_error("%sBlock node is read-only", prefix);
         return -EINVAL;
     }
     options = join_opts(opts);

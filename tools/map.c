@@ -212,7 +212,7 @@ int cmd_map(int argc, char **argv)
     if (!tool_image_opts_ok(&oo, argv[optind])) {
         return 1;
     }
-    img = qimg_image_open(argv[optind], &oo, &err);
+    img = tool_qimg_image_open(argv[optind], &oo, &err);
     if (!img) {
         tool_report_open_error(argv[optind], err);
         return 1;

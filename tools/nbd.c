@@ -469,8 +469,20 @@ int cmd_nbd(int argc, char **argv)
         push(a, "--filter=cow");
     }
     push(a, "%s", plugin);
-    /* nbdkit makes the path absolute itself; qimg passes it as given */
-    push(a, "file=%s", argv[optind]);
+    /* nbdkit makes the path absolute itself; qimg passes it as given, an
+     * --image-opts list as qemu-nbd reads it (image-opts.c facts 1-4) */
+    if (image_opts) {
+        GError *err = NULL;
+        g_autofree char *opts = tool_image_opts_list(argv[optind], true, true, &err);
+        if (!opts) {
+            tool_error("%s", err->message);
+            g_error_free(err);
+            return 1;
+        }
+        push(a, "file=%s", opts);
+    } else {
+        push(a, "file=%s", argv[optind]);
+    }
     if (fmt) {
         push(a, "format=%s", fmt);
     }

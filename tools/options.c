@@ -190,27 +190,21 @@ static char *parse_snapshot_param(const char *param, bool report)
     }
     while (*p) {
         size_t klen = strcspn(p, "=,");
-        g_autofree char *key = g_strndup(p, klen);
+        g_autofree char *key = NULL;
         g_autoptr(GString) val = g_string_new(NULL);
 
-        p += klen;
-        if (*p == '=') {
-            for (p++; *p && !(*p == ',' && p[1] != ','); p++) {
+        if (p[klen] == '=') {
+            key = g_strndup(p, klen);
+            for (p += klen + 1; *p && !(*p == ',' && p[1] != ','); p++) {
                 p += *p == ','; /* ",," is one comma */
                 g_string_append_c(val, *p);
             }
-        } else { /* "KEY" is KEY=on, "noKEY" KEY=off, each with a warning */
-            bool no = g_str_has_prefix(key, "no");
-            char *k = g_strdup(key + (no ? 2 : 0));
-            if (report) {
-                tool_warning(
-                    "short-form boolean option '%s' deprecated\nPlease use %s=%s "
-                    "instead",
-                    key, k, no ? "off" : "on");
-            }
-            g_string_assign(val, no ? "off" : "on");
-            g_free(key);
-            key = k;
+        } else { /* "KEY" is KEY=on, "noKEY" KEY=off (image-opts.c fact 1) */
+            g_autofree char *e = g_strndup(p, klen);
+            g_autofree char *v = NULL;
+            tool_opts_element(e, report, &key, &v);
+            g_string_assign(val, v);
+            p += klen;
         }
         p += *p == ',';
         if (strcmp(key, "snapshot.id") == 0) {
@@ -261,7 +255,7 @@ QimgImage *tool_open_snapshot(const char *filename, QimgOpenOptions *oo,
         return NULL;
     }
     oo->snapshot = snapshot;
-    img = qimg_image_open(filename, oo, &err);
+    img = tool_qimg_image_open(filename, oo, &err);
     oo->snapshot = NULL;
     if (!img) {
         /* qemu-img loads the snapshot after the open: its own message */
@@ -312,6 +306,13 @@ bool tool_image_opts_ok(const QimgOpenOptions *oo, const char *filename)
     }
     if (oo->image_opts && oo->force_share && filename &&
         tool_opts_force_share_conflict(filename)) { /* optlist.c fact 5 */
+        GError *err = NULL;
+        g_autofree char *list = tool_image_opts_list(filename, true, true, &err);
+        if (!list) { /* qemu-img reads the list (its warnings) first */
+            tool_error("%s", err->message);
+            g_error_free(err);
+            return false;
+        }
         tool_error("--force-share/-U conflicts with image options");
         return false;
     }
@@ -326,7 +327,7 @@ QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo)
     if (!tool_image_opts_ok(oo, filename)) {
         return NULL;
     }
-    img = qimg_image_open(filename, oo, &err);
+    img = tool_qimg_image_open(filename, oo, &err);
 
     if (!img) {
         tool_report_open_error(filename, err);

@@ -138,6 +138,21 @@ QimgImage *tool_open_image(const char *filename, QimgOpenOptions *oo);
  * with -f, or with -U and a force-share option other than on: qemu-img's
  * refusal, printed; false. */
 bool tool_image_opts_ok(const QimgOpenOptions *oo, const char *filename);
+/* image-opts.c: one key=value element as QemuOpts reads it ("KEY" is
+ * KEY=on, "noKEY" KEY=off, with QEMU's warning when report; fact 1). */
+void tool_opts_element(const char *e, bool report, char **key, char **value);
+/* An --image-opts list as QEMU's tools read it (image-opts.c facts 1-4),
+ * rewritten as "key=value" elements for the library (",," a comma);
+ * implied_file: qemu-img's and qemu-nbd's implied "file" key; report:
+ * print the short-form warnings.  NULL and *err for a bad id. */
+char *tool_image_opts_list(const char *list, bool implied_file, bool report,
+                           GError **err);
+/* qimg_image_open, with an --image-opts name (oo->image_opts) read as
+ * qemu-img reads it; the errors name the name as given. */
+QimgImage *tool_qimg_image_open(const char *name, QimgOpenOptions *oo, GError **err);
+/* The same with or without the implied "file" key (qemu-io has none). */
+QimgImage *tool_image_opts_open(const char *name, const QimgOpenOptions *oo,
+                                bool implied_file, GError **err);
 /* Close (final flush) and report a failure (false). */
 bool tool_close_image(QimgImage *img);
 /* img (read-write) is marked corrupt: its close fails without a message,

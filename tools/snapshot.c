@@ -248,7 +248,7 @@ int cmd_snapshot(int argc, char **argv)
     if (!tool_image_opts_ok(&oo, filename)) {
         return 1;
     }
-    img = qimg_image_open(filename, &oo, &err);
+    img = tool_qimg_image_open(filename, &oo, &err);
     if (!img) {
         /* Fact 8 (as tools/resize.c does). */
         tool_report_open_error(filename, err);

@@ -427,7 +427,7 @@ static int do_save(const VmArgs *a)
     oo.image_opts = a->image_opts;
     oo.cache = a->cache;
     oo.no_backing = false;
-    img = qimg_image_open(a->filename, &oo, &err);
+    img = tool_qimg_image_open(a->filename, &oo, &err);
     if (!img || !configure(img, a)) {
         if (!img) {
             tool_report_gerror(err, NULL);
@@ -543,7 +543,7 @@ static int do_load(const VmArgs *a)
     oo.cache = a->cache;
     oo.read_only = !a->apply;
     oo.no_backing = false;
-    img = qimg_image_open(a->filename, &oo, &err);
+    img = tool_qimg_image_open(a->filename, &oo, &err);
     if (!img) {
         tool_report_gerror(err, NULL);
         return 1;
