@@ -622,6 +622,10 @@ int qcow2_pdiscard(BlkNode *img, uint64_t offset, uint64_t bytes);
  * a partial (sub)cluster whose rest reads as zeros is zeroed whole; the
  * caller registered the range widened to (sub)clusters (zero.c inv. 1). */
 #define QCOW2_ZERO_WIDEN (1u << 17)
+/* Internal zero flag: the request ends where the disk will end (a resize
+ * growing it): its last partial (sub)cluster counts as whole, as the
+ * image's last one does (zero.c inv. 1). */
+#define QCOW2_ZERO_AT_END (1u << 18)
 /* Make [offset, offset + bytes) read as zeros (registered, lock not held):
  * zero flags (v3), unallocation (v2 without backing), else zero writes. */
 int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned flags);

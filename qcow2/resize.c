@@ -18,10 +18,19 @@
  *     L1 entries past the new L1 size are cleared (synced) and their L2
  *     tables freed (the L1 keeps its size, as in QEMU).
  *  3. Grow: the L1 grows to exactly the entries the new size needs.  The new
- *     area [old size, new size) reads as zeros afterwards: whatever the old
- *     L1 mapped there (the tail of the last cluster, an old vmstate area) is
- *     zeroed, and so is the part a backing file would show through (zero
- *     flags; zeros on v2); nothing else gets an L2 table.  Preallocation
+ *     area [old size, new size) reads as zeros afterwards.  With a backing
+ *     file longer than the old size, as QEMU 7.2 (iotest 274): after the
+ *     preallocation, the whole area up to the new size is zeroed (zero
+ *     flags, the last partial (sub)cluster whole; preallocated clusters
+ *     kept as zero clusters; zeros on v2, where QEMU fails the resize with
+ *     "Failed to zero out new clusters"), except the clusters falloc/full
+ *     allocated, which read as zeros already (their partial head is) --
+ *     but with extended L2, where their subclusters are unallocated
+ *     (prealloc.c invariant 2) and would show the backing file: zeroed
+ *     too (zero bits; QEMU allocates the subclusters instead).
+ *     Otherwise, before the preallocation, whatever the old L1 mapped there
+ *     (the tail of the last cluster, an old vmstate area) is zeroed and
+ *     nothing else gets an L2 table.  Preallocation
  *     metadata/falloc/full (also at the same size, as QEMU's driver does;
  *     metadata always with a raw data file) is prealloc.c, from the first
  *     whole cluster of the area on -- the same code that preallocates a new
@@ -182,20 +191,22 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
         }
     } else {
         /* invariant 3 */
-        uint64_t backing_end = img->backing ? MIN(img->backing->size, size) : 0;
+        bool backing_over = img->backing && img->backing->size > old;
         if (size > old) {
             qcow2_lock(s);
             ret = qcow2_grow_l1_table_locked(s, new_l1, true);
             qcow2_unlock(s);
         }
-        if (ret == 0 && size > old) {
-            ret = registered(s, old, MIN(size, MAX(old_map_end, backing_end)),
-                             qcow2_zero_registered,
+        if (ret == 0 && size > old && !backing_over) {
+            ret = registered(s, old, MIN(size, old_map_end), qcow2_zero_registered,
                              BLK_REQ_MAY_UNMAP | QCOW2_ZERO_IF_NEEDED);
         }
         if (qcow2_has_data_file(s) && s->data_file_raw && prealloc == BLK_PREALLOC_OFF) {
             prealloc = BLK_PREALLOC_METADATA; /* the raw data file maps 1:1 (QEMU) */
         }
+        bool zero_data =
+            (prealloc == BLK_PREALLOC_FALLOC || prealloc == BLK_PREALLOC_FULL) &&
+            !qcow2_has_data_file(s) && !s->extended_l2;
         if (ret == 0 && prealloc != BLK_PREALLOC_OFF) {
             ret = qcow2_preallocate(s, old, size, prealloc);
             if (ret == 0) {
@@ -205,6 +216,13 @@ static int do_truncate(Qcow2State *s, uint64_t size, BlkPrealloc prealloc, bool 
             }
         } else if (ret == 0 && qcow2_has_data_file(s) && size > old) {
             ret = qcow2_grow_data_file(s, size); /* QEMU resizes it too */
+        }
+        if (ret == 0 && size > old && backing_over) {
+            /* the whole area, after the preallocation, keeping its clusters;
+             * falloc/full's clusters read as zeros already: only the head */
+            ret = registered(s, old,
+                             zero_data ? MIN(size, ROUND_UP(old, s->cluster_size)) : size,
+                             qcow2_zero_registered, QCOW2_ZERO_AT_END);
         }
     }
     if (ret < 0) {

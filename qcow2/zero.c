@@ -425,7 +425,7 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         return write_zeros(s, offset, bytes, skip);
     }
     /* The last (sub)cluster of an unaligned image counts as whole. */
-    if (end == s->img->size && end % g) {
+    if ((end == s->img->size || (flags & QCOW2_ZERO_AT_END)) && end % g) {
         end = ROUND_UP(end, g);
     }
     /* [a, b): whole (sub)clusters; [offset, head_end) and [tail, req_end):
