@@ -56,6 +56,13 @@
  *     (the zero tail, growing or preallocating a file), and the area is
  *     registered as a write in the in-flight list throughout (write.c
  *     invariant 6), so no vmstate write meets half-linked clusters.
+ *  7. A resize from an unaligned size preallocates from the cluster that
+ *     holds the old end when that cluster is unallocated and nothing can
+ *     show through it (no backing file, no data file): as QEMU, which
+ *     starts there, so that writes into it later allocate nothing (QEMU
+ *     iotest 125's host sizes); metadata preallocation writes zeros over
+ *     its part below the old end, as QEMU's copy-on-write does.  Otherwise
+ *     from the next whole cluster.
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/meta.h"
@@ -88,8 +95,10 @@ typedef struct Batch {
 
 /* What the batches of one preallocation share (invariant 2). */
 typedef struct Prealloc {
-    uint64_t floor; /* where the file ended: data clusters come after it */
-    GArray *stale;  /* Qcow2Range: refcount tables past floor replaced since */
+    uint64_t floor;            /* where the file ended: data clusters come after it */
+    GArray *stale;             /* Qcow2Range: refcount tables past floor replaced since */
+    uint64_t head, head_bytes; /* invariant 7: the old end's cluster, and its
+                                * bytes below the old end (copy-on-write) */
 } Prealloc;
 
 static void batch_init(Batch *b)
@@ -312,6 +321,9 @@ static int plan_runs_locked(Qcow2State *s, Prealloc *pa, Batch *b, uint64_t *off
                 add_zeros(b, lo, hi > lo ? hi - lo : 0);
             }
         }
+        if (pa->head_bytes && r.guest == pa->head && r.owned) {
+            add_zeros(b, r.host, pa->head_bytes); /* invariant 7, as QEMU's COW */
+        }
         add_run(s, b, &r, end, true);
         *offset = guest + (n << s->cluster_bits);
     }
@@ -448,9 +460,12 @@ static int commit(Qcow2State *s, Batch *b, BlkPrealloc grow_mode)
 }
 
 /* Metadata preallocation, and every mode with a data file (invariant 1). */
-static int prealloc_runs(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc mode)
+static int prealloc_runs(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc mode,
+                         uint64_t head_bytes)
 {
-    Prealloc pa = {.stale = g_array_new(FALSE, FALSE, sizeof(Qcow2Range))};
+    Prealloc pa = {.stale = g_array_new(FALSE, FALSE, sizeof(Qcow2Range)),
+                   .head = offset,
+                   .head_bytes = head_bytes};
     int64_t len = blk_getlength(s->img->file);
     int ret = len < 0 ? (int)len : 0;
 
@@ -548,14 +563,30 @@ int qcow2_preallocate(Qcow2State *s, uint64_t offset, uint64_t end, BlkPrealloc 
     if (mode == BLK_PREALLOC_OFF) {
         return 0;
     }
-    offset = ROUND_UP(offset, s->cluster_size); /* the grown part of a cluster reads
-                                                 * zeros already (resize.c inv. 3) */
+    uint64_t head = ROUND_DOWN(offset, s->cluster_size), old_end = offset;
+    Qcow2Mapping m = {0};
+
+    /* the grown part of a cluster reads zeros already (resize.c inv. 3);
+     * invariant 7: the cluster itself is preallocated when nothing of it
+     * can show */
+    offset = ROUND_UP(offset, s->cluster_size);
     qcow2_lock(s);
+    if (head < offset && head < end && !s->img->backing && !qcow2_has_data_file(s)) {
+        ret = qcow2_get_host_offset_locked(s, head, s->cluster_size, &m);
+        if (ret < 0) {
+            qcow2_unlock(s);
+            return ret;
+        }
+        if (m.type == QCOW2_SC_UNALLOCATED_PLAIN && m.bytes >= s->cluster_size) {
+            offset = head;
+        }
+    }
     qcow2_grow_stop_locked(s); /* grow.c invariant 4 */
     qcow2_inflight_begin_locked(s, &r, offset, MAX(end, offset) - offset, true);
     qcow2_unlock(s);
     if (mode == BLK_PREALLOC_METADATA || qcow2_has_data_file(s)) {
-        ret = prealloc_runs(s, offset, end, mode);
+        ret =
+            prealloc_runs(s, offset, end, mode, offset < old_end ? old_end - offset : 0);
     } else {
         ret = prealloc_file(s, offset, end, mode);
     }

@@ -10,6 +10,8 @@
 # qimg zeroed only up to the backing file's end, and before preallocating
 # (metadata: zero clusters without offsets, then data clusters; falloc:
 # an L2 table before the data, every offset one cluster later).
+#  - Without a backing file, the unallocated cluster holding an unaligned
+#    old end is preallocated too (QEMU iotest 125; prealloc.c invariant 7).
 #  - Where qimg differs on purpose: a v2 image (compat=0.10) with a longer
 #    backing file grows with zeros written, where QEMU fails ("Failed to
 #    zero out new clusters"); extended L2 with falloc/full zeroes the
@@ -49,6 +51,35 @@ for c in "${cases[@]}"; do
         "$("$QEMU_IMG" map --output=json t.m)"
     assert_rc "$desc: the new area reads zeros" 0 "$QEMU_IO" -c "read -P 0 $off 64k" t.m
     assert_rc "$desc: check" 0 "$QEMU_IMG" check t.m
+done
+
+# Without a backing file, from an unaligned size (QEMU iotest 125): the
+# cluster holding the old end is preallocated too when it is unallocated
+# (prealloc.c invariant 7), so writes into it later allocate nothing;
+# qimg started at the next whole cluster, and the writes grew the file.
+host_size() { echo $(($(stat -c '%b * %B' "$1"))); }
+for cs in 512 64k; do
+    for grow in 16 48 80; do
+        for mode in metadata falloc full; do
+            desc="no backing, cluster $cs, +${grow}K $mode"
+            for who in q m; do
+                rm -f "t.$who"
+                qi create -q -f qcow2 -o "cluster_size=$cs" "t.$who" 2048000
+            done
+            "$QEMU_IMG" resize -f qcow2 --preallocation=$mode t.q "+${grow}K" >q.out 2>&1
+            "$QIMG" resize -f qcow2 --preallocation=$mode t.m "+${grow}K" >m.out 2>&1
+            assert_eq "$desc: output" "$(<q.out)" "$(<m.out)"
+            assert_eq "$desc: map" "$("$QEMU_IMG" map --output=json t.q)" \
+                "$("$QEMU_IMG" map --output=json t.m)"
+            qio t.m "write 0 2048000"
+            h1=$(host_size t.m) l1=$(stat -c %s t.m)
+            qio t.m "write 2048000 ${grow}K"
+            assert_eq "$desc: the file did not grow" "$l1" "$(stat -c %s t.m)"
+            [ $mode = metadata ] ||
+                assert_rc "$desc: nothing allocated" 0 test "$(host_size t.m)" -le "$h1"
+            assert_rc "$desc: check" 0 "$QEMU_IMG" check t.m
+        done
+    done
 done
 
 # deliberate: v2, and extended L2 with falloc/full (contents only); an
