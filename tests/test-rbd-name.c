@@ -201,7 +201,7 @@ static void test_json_fields(void **state)
         api_open_layers_clear(&layers);
     }
     {
-        BlkOpenOptions o = {0};
+        BlkOpenOptions o = {.read_only = true}; /* a reader (json-opts.c inv. 5) */
         ApiOpenLayers layers = {0};
         g_autofree char *path = NULL;
         g_autoptr(GError) err = NULL;
@@ -212,6 +212,17 @@ static void test_json_fields(void **state)
         assert_string_equal(o.format, "rbd");
         assert_true(o.read_only);
         assert_string_equal(path, "rbd:p/n/i@s");
+        api_open_layers_clear(&layers);
+    }
+    {
+        BlkOpenOptions o = {0}; /* a writer: QEMU's "Block node is read-only" */
+        ApiOpenLayers layers = {0};
+        g_autofree char *path = NULL;
+        g_autoptr(GError) err = NULL;
+
+        assert_false(api_image_opts_name("driver=rbd,pool=p,image=i,read-only=on", &o,
+                                         &path, &layers, &err));
+        assert_string_equal(err->message, "Block node is read-only");
         api_open_layers_clear(&layers);
     }
     static const struct {
