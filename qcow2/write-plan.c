@@ -89,9 +89,12 @@ static void plan_cluster(const Qcow2State *s, uint64_t e, uint64_t bm, bool fres
         *fa = (need & (1u << f)) ? f * scs : a;
         *fb = (need & (1u << l)) ? (l + 1) * scs : b;
     } else {
-        new_alloc = touched | (entry_has_host(s, e) ? alloc : 0);
-        *fa = (uint64_t)__builtin_ctz(new_alloc) * scs;
-        *fb = (uint64_t)(32 - __builtin_clz(new_alloc)) * scs;
+        uint32_t moved = touched | (entry_has_host(s, e) ? alloc : 0);
+        unsigned first = (unsigned)__builtin_ctz(moved);
+        unsigned last = 31 - (unsigned)__builtin_clz(moved);
+        new_alloc = sc_mask(first, last); /* the range between, as QEMU */
+        *fa = first * scs;
+        *fb = (last + 1) * scs;
     }
     *new_bm = new_alloc | ((uint64_t)(zero & ~new_alloc) << 32);
 }

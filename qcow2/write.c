@@ -83,8 +83,11 @@
  *     cluster, backing file or zeros).  With extended L2 only subclusters
  *     that become allocated are written: the touched ones (their untouched
  *     bytes from the old contents) and, when the data moves to a fresh
- *     cluster, those allocated in the old one; unallocated subclusters stay
- *     unallocated (backing) and zero ones stay zero.
+ *     cluster, every subcluster from the first to the last of those
+ *     touched or allocated in the old one (the ones between from the old
+ *     contents: backing data or zeros), as QEMU's copy-on-write (iotest
+ *     271); other unallocated subclusters stay unallocated (backing) and
+ *     other zero ones stay zero.
  *  8. Guest data and the COW parts of a chunk go out as one vectored write,
  *     announced as cow_write when it has COW parts, else data_write.
  *  9. A failure after allocating frees the fresh clusters (nothing points at

@@ -55,6 +55,12 @@
  *     elsewhere (with an external data file, where nothing is freed, it
  *     is dropped silently, as there).  Every other bad entry is fatal
  *     (cluster.c).
+ *  8. With extended L2, when the subcluster-aligned part of a zero request
+ *     starts or ends inside a compressed cluster, the whole part is
+ *     written as zeros through the write path (new clusters, every
+ *     subcluster allocated), its whole clusters too: QEMU 7.2 fails such
+ *     a request with ENOTSUP at the compressed cluster and its block layer
+ *     then writes the part as a zero buffer (QEMU iotest 271).
  */
 #include "qcow2/qcow2.h"
 #include "qcow2/meta.h"
@@ -405,6 +411,27 @@ static int write_zeros(Qcow2State *s, uint64_t offset, uint64_t bytes, bool skip
     return 0;
 }
 
+/* Invariant 8: whether a partial cluster at either end of [a, b) is
+ * compressed. */
+static int partial_compressed(Qcow2State *s, uint64_t a, uint64_t b, bool *comp)
+{
+    uint64_t cs = s->cluster_size,
+             ends[2] = {a % cs ? a : UINT64_MAX, b % cs ? ROUND_DOWN(b, cs) : UINT64_MAX};
+    int ret = 0;
+
+    *comp = false;
+    qcow2_lock(s);
+    for (int i = 0; i < 2 && ret == 0 && !*comp; i++) {
+        Qcow2Mapping m;
+        if (ends[i] != UINT64_MAX) {
+            ret = qcow2_get_host_offset_locked(s, ROUND_DOWN(ends[i], cs), cs, &m);
+            *comp = ret == 0 && m.type == QCOW2_SC_COMPRESSED;
+        }
+    }
+    qcow2_unlock(s);
+    return ret;
+}
+
 int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsigned flags)
 {
     uint64_t g = UINT64_C(1) << s->subcluster_bits, cs = s->cluster_size;
@@ -475,6 +502,14 @@ int qcow2_zero_registered(Qcow2State *s, uint64_t offset, uint64_t bytes, unsign
         ret = write_zeros(s, tail, req_end - tail, skip);
     }
     /* [a, b) is aligned to g (subclusters or clusters). */
+    if (ret == 0 && a < b && s->extended_l2 && (a % cs || b % cs)) {
+        bool comp = false; /* invariant 8 */
+        ret = partial_compressed(s, a, b, &comp);
+        if (ret == 0 && comp) {
+            ret = write_zeros(s, a, b - a, skip);
+            a = b;
+        }
+    }
     if (ret == 0 && a < b && s->extended_l2 && a % cs) {
         uint64_t e = MIN(ROUND_UP(a, cs), b);
         qcow2_lock(s);
