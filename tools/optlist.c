@@ -8,8 +8,8 @@
  *     key=off; an empty element makes the whole list invalid.  A repeated
  *     key takes the last value; repeated -o arguments are joined with ",".
  *  2. Booleans accept on/yes/true/y and off/no/false/n and are printed
- *     back as typed; numbers (base 0, so "010" is 8) and sizes are printed
- *     back in decimal; strings as given (",," unescaped: the "Formatting"
+ *     back as typed; numbers (base 0, so "010" is 8; fact 8) and sizes are
+ *     printed back in decimal; strings as given (",," unescaped: the "Formatting"
  *     line doubles commas when it prints them).
  *  3. "-o help" lists the format's options sorted by name, then a note
  *     about protocol options; with a file name it lists format and
@@ -30,6 +30,14 @@
  *     iotest 142) takes raw's options (size, nocow, preallocation,
  *     extent_size_hint) and names "file" in its messages; the library
  *     creates the file as raw does (api/image.c invariant 6).
+ *  8. Numbers are strtoull's: leading blanks, any base, a leading '-'
+ *     wraps ("-1" is 2^64-1, "-0x10" 2^64-16), printed back signed
+ *     ("refcount_bits=-1"); 2^64 or more is "Value 'V' is too large for
+ *     parameter 'K'" (QEMU iotest 112: refcount_bits=-1 is then "Refcount
+ *     width must be a power of two ...").  (qemu-img create then reads
+ *     the value as a signed 64-bit number again, from the text: outside
+ *     that range, "Parameter 'refcount-bits' expects integer"; qimg reads
+ *     the wrapped number, so such a value is checked as that number.)
  */
 #include "qimg-tool.h"
 
@@ -660,12 +668,12 @@ static bool normalise(const ToolOptDesc *d, const char *raw, char **value, char 
                                   d->name);
             break;
         }
-        if (end == raw || *end || errno || strchr(raw, '-')) {
+        if (end == raw || *end || errno) {
             msg = g_strdup_printf("Parameter '%s' expects a number", d->name);
             break;
         }
         *value = g_strdup_printf("%llu", n);
-        *shown = g_strdup(*value);
+        *shown = g_strdup_printf("%lld", (long long)n); /* fact 8 */
         return true;
     }
     case TOOL_OPT_SIZE: {

@@ -23,6 +23,7 @@
 #    last '/' as written, QEMU's path_combine (block.h's
 #    blk_resolve_backing_name): "./top" has its backing file at "./base";
 #    qimg said "base" (and no "actual path").
+#  - 112: -o refcount_bits=-1 (tools/optlist.c fact 8).
 #  - 061: amend -o compat=0.10 refuses an image with an internal snapshot
 #    whose disk size is not the image's (after amend's size step), as
 #    QEMU: "Internal snapshots prevent downgrade of image" (qcow2/amend.c
@@ -139,4 +140,15 @@ for case in "s0 compat=0.10,size=32M" "s0 compat=0.10" "s0 compat=0.10,size=128M
         "$("$QEMU_IMG" info m.qcow2 | sed "1d;/^disk size/d")"
 done
 
+# 112: create/amend -o refcount_bits=-1: QemuOpts' numbers wrap and print
+# back signed (tools/optlist.c fact 8); qimg said "expects a number"
+rm -f rb.qcow2
+for v in -1 -0x10 - " -1" 010 0x10 1x 18446744073709551616; do
+    same_as_qemu_err create -f qcow2 -o "refcount_bits=$v" rb.qcow2 64M
+    rm -f rb.qcow2
+done
+qi create -q -f qcow2 rb.qcow2 1M
+for v in -1 -0x10 " -1"; do
+    same_as_qemu_err amend -o "refcount_bits=$v" rb.qcow2
+done
 finish
