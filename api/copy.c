@@ -52,6 +52,13 @@
  *     written again with the same bytes (and when the failing piece had
  *     passed the turn already, that chunk's fallback allocates out of
  *     turn: once per copy, fragmentation at worst).
+ *  9. Stats (qimg/copy.h rule 8): each worker counts into its own
+ *     QimgCopyStats (wst, thread-local: no lock, no sharing); the time of
+ *     a request is the clock around it, less what block/order.c counted
+ *     for this thread in the meantime (the turn, compression: order.c
+ *     invariant 8), so each nanosecond is in one field.  The counts are
+ *     always kept (a few clock reads per chunk); qimg_copy_sources adds
+ *     them up after the join and copies them out only when asked.
  */
 #include "api/copy-plan.h"
 
@@ -60,6 +67,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COPY_DEFAULT_IN_FLIGHT 8u
@@ -86,16 +94,54 @@ typedef struct Copy {
 
 typedef struct Worker {
     Copy *c;
+    QimgCopyStats st; /* invariant 9 */
     uint8_t *buf;
     uint32_t runs[COPY_MAX_RUNS]; /* write_chunk's */
     pthread_t thread;
 } Worker;
 
+static __thread QimgCopyStats *wst; /* invariant 9: this worker's */
+
+/* Invariant 9: a request's clock, less the turn and compression that
+ * order.c counted for this thread meanwhile. */
+typedef struct ReqClock {
+    uint64_t t0, turn0, compress0;
+} ReqClock;
+
+static void req_start(ReqClock *r)
+{
+    const BlkThreadTimes *tt = blk_thread_times();
+
+    r->turn0 = tt->turn_ns;
+    r->compress0 = tt->compress_ns;
+    r->t0 = blk_now_ns();
+}
+
+static uint64_t req_ns(const ReqClock *r)
+{
+    const BlkThreadTimes *tt = blk_thread_times();
+    uint64_t ns = blk_now_ns() - r->t0;
+    uint64_t other = (tt->turn_ns - r->turn0) + (tt->compress_ns - r->compress0);
+
+    return ns > other ? ns - other : 0;
+}
+
+/* Invariant 9: c->lock, its wait counted. */
+static void copy_lock(Copy *c)
+{
+    uint64_t t0 = blk_now_ns();
+
+    pthread_mutex_lock(&c->lock);
+    if (wst) {
+        wst->lock_ns += blk_now_ns() - t0;
+    }
+}
+
 /* Invariant 3: keep the error at the lowest offset (UINT64_MAX: none),
  * api/error.c invariant 1. */
 static void copy_fail(Copy *c, uint64_t offset, GError *err)
 {
-    pthread_mutex_lock(&c->lock);
+    copy_lock(c);
     if (api_lowest_error_offer(&c->fail, offset, err) && c->order) {
         blk_order_cancel(c->order);
     }
@@ -104,7 +150,7 @@ static void copy_fail(Copy *c, uint64_t offset, GError *err)
 
 static bool copy_stopped(Copy *c)
 {
-    pthread_mutex_lock(&c->lock);
+    copy_lock(c);
     bool stopped = c->fail.error != NULL;
     pthread_mutex_unlock(&c->lock);
     return stopped;
@@ -150,22 +196,31 @@ static bool write_zeroes(Copy *c, uint64_t offset, uint64_t len)
     if (c->o.target_is_zero) {
         return true; /* invariant 2 */
     }
+    ReqClock r;
+    req_start(&r);
     issue_turn(c);
     int ret = api_io(
         c->dst, API_IO_ZERO, offset, len, NULL,
         c->plan.target_has_backing && !c->plan.mirror_writes ? 0 : BLK_REQ_MAY_UNMAP);
+    wst->write_ns += req_ns(&r); /* invariant 9 */
+    wst->zeroes++;
+    wst->zero_bytes += len;
     return !io_failed(c, c->dst, API_IO_ZERO, ret, "writing", offset);
 }
 
 static bool write_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
 {
     BlkIOV q;
+    ReqClock r;
 
     iov_init_buf(&q, buf, len);
+    req_start(&r);
     issue_turn(c);
-    return !io_failed(c, c->dst, API_IO_WRITE,
-                      api_io(c->dst, API_IO_WRITE, offset, len, &q, 0), "writing",
-                      offset);
+    int ret = api_io(c->dst, API_IO_WRITE, offset, len, &q, 0);
+    wst->write_ns += req_ns(&r); /* invariant 9 */
+    wst->writes++;
+    wst->write_bytes += len;
+    return !io_failed(c, c->dst, API_IO_WRITE, ret, "writing", offset);
 }
 
 /* Salvage's warnings (qimg/copy.h), one at a time (also the plan's). */
@@ -214,11 +269,16 @@ static bool read_data(Copy *c, uint64_t offset, uint8_t *buf, size_t len)
             c->srcs[copy_plan_source_at(&c->plan, offset + pos, &local, &avail)];
         size_t n = (size_t)MIN((uint64_t)(len - pos), avail);
         BlkIOV q;
+        ReqClock r;
         int ret;
 
         g_assert(n > 0);
         iov_init_buf(&q, buf + pos, n);
+        req_start(&r);
         ret = api_io(src, API_IO_READ, local, n, &q, 0);
+        wst->read_ns += req_ns(&r); /* invariant 9 */
+        wst->reads++;
+        wst->read_bytes += n;
         if (ret < 0 && c->o.salvage) {
             blk_error_clear();
             salvage_read(c, src, local, buf + pos, n);
@@ -277,7 +337,13 @@ static bool write_compressed(Copy *c, const CopyChunk *k, uint8_t *buf)
     }
     iov_init_buf(&q, buf, n);
     blk_order_mark_last();
-    if (!api_pwrite_compressed(c->dst, k->offset, &q, &err)) {
+    ReqClock r;
+    req_start(&r);
+    bool ok = api_pwrite_compressed(c->dst, k->offset, &q, &err);
+    wst->write_ns += req_ns(&r); /* invariant 9: compression and turn apart */
+    wst->writes++;
+    wst->write_bytes += n;
+    if (!ok) {
         /* qemu-img 7.2's line, qimg's detail on a second line (io_failed) */
         const char *bare = g_strerror(err->code > 0 ? err->code : EIO);
         bool more = strcmp(err->message, bare) != 0;
@@ -311,8 +377,13 @@ static bool offload_chunk(Copy *c, const CopyChunk *k)
             if (pos + n == k->len) {
                 blk_order_mark_last();
             }
+            ReqClock r;
+            req_start(&r);
             issue_turn(c);
             ret = api_copy_in(c->dst, k->offset + pos, n, file, host);
+            wst->write_ns += req_ns(&r); /* invariant 9 */
+            wst->writes++;
+            wst->write_bytes += n;
         }
     }
     if (ret < 0) {
@@ -413,8 +484,10 @@ static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
     GError *err = NULL;
     bool more, ok;
 
-    pthread_mutex_lock(&c->lock);
+    copy_lock(c);
+    uint64_t t0 = blk_now_ns();
     ok = !c->fail.error && copy_plan_next(&c->plan, k, &more, &err);
+    wst->plan_ns += blk_now_ns() - t0; /* invariant 9 */
     *ticket = ok && chunk_writes(c, k) ? c->ticket++ : NO_TICKET;
     if (ok && c->o.progress_allocated && chunk_counts(c, k)) {
         c->alloc_done += k->len; /* qimg/copy.h: as qemu-img, when taken */
@@ -429,7 +502,7 @@ static bool take_chunk(Copy *c, CopyChunk *k, uint64_t *ticket)
 
 static void chunk_done(Copy *c, uint64_t len)
 {
-    pthread_mutex_lock(&c->lock);
+    copy_lock(c);
     c->done += len; /* invariant 4 */
     report_locked(c);
     pthread_mutex_unlock(&c->lock);
@@ -441,7 +514,10 @@ static void *worker_main(void *opaque)
     Copy *c = w->c;
     CopyChunk k;
     uint64_t ticket;
+    const BlkThreadTimes *tt = blk_thread_times();
+    uint64_t turn0 = tt->turn_ns, compress0 = tt->compress_ns;
 
+    wst = &w->st; /* invariant 9 */
     while (take_chunk(c, &k, &ticket)) {
         bool ok;
         bool ordered = c->order && ticket != NO_TICKET;
@@ -458,7 +534,39 @@ static void *worker_main(void *opaque)
         }
         chunk_done(c, k.len);
     }
+    struct timespec cpu;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
+        w->st.cpu_ns = (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec;
+    }
+    w->st.turn_ns = tt->turn_ns - turn0;
+    w->st.compress_ns = tt->compress_ns - compress0;
+    wst = NULL;
     return NULL;
+}
+
+/* Invariant 9: the workers' counts added up into the caller's stats. */
+static void stats_out(QimgCopyStats *out, const Worker *w, unsigned started,
+                      uint64_t wall_ns)
+{
+    QimgCopyStats sum = {.workers = started, .wall_ns = wall_ns};
+
+    for (unsigned i = 0; i < started; i++) {
+        const QimgCopyStats *s = &w[i].st;
+        sum.cpu_ns += s->cpu_ns;
+        sum.read_ns += s->read_ns;
+        sum.write_ns += s->write_ns;
+        sum.turn_ns += s->turn_ns;
+        sum.lock_ns += s->lock_ns;
+        sum.plan_ns += s->plan_ns;
+        sum.compress_ns += s->compress_ns;
+        sum.reads += s->reads;
+        sum.writes += s->writes;
+        sum.zeroes += s->zeroes;
+        sum.read_bytes += s->read_bytes;
+        sum.write_bytes += s->write_bytes;
+        sum.zero_bytes += s->zero_bytes;
+    }
+    api_struct_out(out, &sum, sizeof(sum));
 }
 
 gboolean qimg_copy(QimgImage *src, QimgImage *dst, const QimgCopyOptions *opts,
@@ -580,6 +688,7 @@ gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *d
         count_allocated(&c);
     }
     w = g_new0(Worker, n);
+    uint64_t t0 = blk_now_ns();
     for (unsigned i = 0; i < n; i++) {
         w[i].c = &c;
         if (posix_memalign((void **)&w[i].buf, 4096, COPY_BUF_SIZE) != 0) {
@@ -600,6 +709,9 @@ gboolean qimg_copy_sources(QimgImage *const *srcs, unsigned n_srcs, QimgImage *d
     for (unsigned i = 0; i < started; i++) { /* invariant 3 */
         pthread_join(w[i].thread, NULL);
         free(w[i].buf);
+    }
+    if (c.o.stats) {
+        stats_out(c.o.stats, w, started, blk_now_ns() - t0);
     }
     g_free(w);
     if (c.order) { /* order.c invariant 7: a deferred write that failed */

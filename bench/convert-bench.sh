@@ -32,8 +32,11 @@
 #   to-vmdk-stream          those 2 GiB of raw -> a streamOptimized VMDK,
 #                           source cached, the final sync timed (goal >= 1.8x)
 # Tools per case: qemu-img with its defaults and with -W -m 16, qimg with
-# its defaults, and the floor: cp (warm), reading the source alone and dd
-# writing the same bytes (cold, direct).  Every timed run: memwarm, the
+# its defaults, and the floors: cp (warm); for cold, direct and loop: the
+# source read alone (dd iflag=direct: floor), the bytes the copy writes --
+# the whole source, or half's data extents packed -- written alone from the
+# page cache (dd oflag=direct: floor-write), and both at once (floor-both:
+# those two dd side by side, the time until both ended and synced).  Every timed run: memwarm, the
 # whole process, the final sync; the target removed between runs.  Printed:
 # per case, medians, ratio to qemu-img's default (lower is better), the
 # median CPU seconds of each tool (user + sys, bench/lib.sh: a shared
@@ -47,7 +50,7 @@ CSIZE_GIB=${CSIZE_GIB:-1}
 CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2 luks-in luks-out luksfmt-in luksfmt-out from-vhdx from-vpc from-vdi to-vpc-fixed to-vhdx from-vmdk from-vmdk-stream from-vmdk-stream-warm to-vmdk-stream}
 SEC=(--object secret,id=b0,data=bench)
 cd "$BENCH_SCRATCH" || exit 1
-bench_require_space $((SIZE_GIB * 4 + 2))
+bench_require_space $((SIZE_GIB * 6 + 2))
 
 echo "# convert-bench: ${SIZE_GIB} GiB sources, $ROUNDS rounds, $(nproc) CPUs"
 echo "# $("$QEMU_IMG" --version | head -n 1); $("$QIMG" --version | head -n 1)"
@@ -74,6 +77,29 @@ with open('half.raw', 'wb') as f:
         off += 2 * n
 PY
 head -c $((CSIZE_GIB << 30)) full.raw >c.raw
+# what the copies write, as files of their own that floor-write and
+# floor-both read from the page cache: full's bytes, half's data packed
+case " $CASES " in *-cold* | *-direct* | *" loop-"*)
+    cp full.raw wfull.raw
+    python3 - <<'PY'
+import os
+fd = os.open('half.raw', os.O_RDONLY)
+size = os.fstat(fd).st_size
+with open('whalf.raw', 'wb') as out:
+    off = 0
+    while True:
+        try:
+            off = os.lseek(fd, off, os.SEEK_DATA)
+        except OSError:
+            break
+        end = os.lseek(fd, off, os.SEEK_HOLE)
+        while off < end:
+            n = min(end - off, 8 << 20)
+            out.write(os.pread(fd, n, off))
+            off += n
+PY
+    ;;
+esac
 # the foreign formats' sources: 2 GiB of half.raw, in each format (qemu-img's)
 HV_GIB=$((SIZE_GIB < 2 ? SIZE_GIB : 2))
 case " $CASES " in *" from-"* | *" to-"*)
@@ -203,10 +229,23 @@ run_case() {
         drop_caches
         bench_time BENCH_T cp --sparse=always h2.raw floor.raw
         rm -f floor.raw ;;
-    floor-write) # the same bytes written with O_DIRECT (onto the device for loop-*)
-        local fout=floor.raw
+    floor-write) # the bytes the copy writes, from the page cache, with O_DIRECT
+        # (onto the device for loop-*)
+        local fout=floor.raw wsrc=w${src}
         [ "$out" = dst.qcow2 ] || fout=$out
-        bench_time BENCH_T dd if="$src" of="$fout" bs=2M oflag=direct conv=notrunc status=none
+        cat "$wsrc" >/dev/null
+        bench_time BENCH_T dd if="$wsrc" of="$fout" bs=2M oflag=direct conv=notrunc status=none
+        rm -f floor.raw ;;
+    floor-both) # the source read (cold) and those bytes written, at once
+        local fout=floor.raw wsrc=w${src}
+        [ "$out" = dst.qcow2 ] || fout=$out
+        cat "$wsrc" >/dev/null
+        both() {
+            dd if="$src" of=/dev/null bs=2M iflag=direct status=none &
+            dd if="$wsrc" of="$fout" bs=2M oflag=direct conv=notrunc status=none || return 1
+            wait $! || return 1
+        }
+        bench_time BENCH_T both
         rm -f floor.raw ;;
     esac
     case $out in dst.*) rm -f "$out" ;; esac
@@ -217,7 +256,7 @@ for c in $CASES; do
     tools=(qemu-img qemu-img-W16 qimg)
     case $c in
     *-warm) tools+=(floor) ;;
-    *-cold | *-direct | loop-*) tools+=(floor floor-write) ;;
+    *-cold | *-direct | loop-*) tools+=(floor floor-write floor-both) ;;
     from-*) tools+=(floor floor-cp) ;;
     to-*) tools+=(floor) ;;
     esac

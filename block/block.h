@@ -776,6 +776,16 @@ int blk_order_defer(BlkOrderJob *job);
  * jobs left by a cancel discarded; the first failure of a job, or 0. */
 int blk_order_drain(BlkOrder *o);
 
+/* Where this thread's requests waited or worked (api/copy.c's stats,
+ * qimg/copy.h QimgCopyStats): nanoseconds, only ever growing; a reader
+ * takes differences (order.c invariant 8). */
+typedef struct BlkThreadTimes {
+    uint64_t turn_ns;     /* waiting for the turn (blk_order_wait, a pass) */
+    uint64_t compress_ns; /* compressing a cluster for a compressed write */
+} BlkThreadTimes;
+BlkThreadTimes *blk_thread_times(void);
+uint64_t blk_now_ns(void); /* CLOCK_MONOTONIC */
+
 /* ---- uring.c: io_uring reads and writes of O_DIRECT file nodes ---- */
 
 typedef struct BlkUring BlkUring;

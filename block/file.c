@@ -54,7 +54,8 @@
  *     instead.  Small writes hold the inode lock briefly and lost 8% to the
  *     mutex, so they bypass it; O_DIRECT writes and all reads stay
  *     concurrent.
- *  8. A buffered write of 1 MiB or more to a regular file starts the
+ *  8. A buffered write of 1 MiB or more to a regular file or a block
+ *     device starts the
  *     writeback of its range at once (sync_file_range WRITE, which neither
  *     waits for it nor makes anything durable: flush semantics are
  *     unchanged).  Large writes are streams (convert, savevm, sequential
@@ -76,6 +77,12 @@
  *     none without it -- the kernel's flusher waits 30 s or for 10% of
  *     memory dirty, so a convert that ends sooner left its whole output to
  *     the final sync (this disk writes ~370 MB/s: ~3 s for 1 GiB).
+ *     A block device is no different (its page cache is written back the
+ *     same way, sync_file_range accepts it), and left alone its dirty
+ *     pages waited for the last close (the kernel syncs a block device
+ *     then): `qimg convert -n` onto a loop device spent 0.7 s (1 GiB of
+ *     data) to 1.7 s (2 GiB) in that close after the copy, the disk idle
+ *     for writes during it.
  *  9. Every request that may have changed the file (write, zero, discard,
  *     resize; failed ones too) bumps img->write_gen when it is done; a
  *     flush records the generation it started at once fdatasync worked
@@ -278,8 +285,10 @@ static int file_open(BlkNode *img, const char *filename, const BlkOpenOptions *o
     file_rwlock_init(&s->lock);
     g_mutex_init(&s->wlock);
     g_mutex_init(&s->wb_lock);
-    s->serialize_writes = !s->direct && S_ISREG(st.st_mode);             /* invariant 7 */
-    s->early_writeback = !s->direct && !s->dsync && S_ISREG(st.st_mode); /* invariant 8 */
+    s->serialize_writes = !s->direct && S_ISREG(st.st_mode); /* invariant 7 */
+    /* invariant 8 */
+    s->early_writeback =
+        !s->direct && !s->dsync && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
 
     img->is_block_device = S_ISBLK(st.st_mode);
     if (img->is_block_device) {

@@ -48,6 +48,9 @@
  *     stored and no stored job runs any more: blk_order_drain() hands the
  *     jobs left to their run function to be discarded, so that each job
  *     goes to it exactly once.
+ *  8. Each thread counts the time it waits here (blk_thread_times()
+ *     turn_ns: the turn in blk_order_wait, a pass waiting for room in
+ *     the ring); the count is the thread's, so it takes no lock.
  */
 #include "block/block.h"
 
@@ -55,6 +58,7 @@
 #include "aio/waiters.h"
 
 #include <errno.h>
+#include <time.h>
 
 #define ORDER_RING 4096u   /* tickets stored ahead of 'next' (invariant 5) */
 #define ORDER_MAX_JOBS 64u /* jobs stored (invariant 5) */
@@ -257,6 +261,21 @@ static void run_jobs_locked(BlkOrder *o)
     }
 }
 
+static __thread BlkThreadTimes thread_times; /* invariant 8 */
+
+BlkThreadTimes *blk_thread_times(void)
+{
+    return &thread_times;
+}
+
+uint64_t blk_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void blk_order_enter(BlkOrder *o, uint64_t ticket)
 {
     g_assert(!tls.order); /* invariant 1: one ticket per thread at a time */
@@ -278,9 +297,11 @@ void blk_order_wait(void)
     if (!o || tls.passed) {
         return;
     }
+    uint64_t t0 = blk_now_ns();
     mutex_lock(&o->lock);
     wait_locked(o, tls.ticket, WAIT_TURN);
     mutex_unlock(&o->lock);
+    thread_times.turn_ns += blk_now_ns() - t0; /* invariant 8 */
 }
 
 /* Store this thread's ticket (invariants 2, 4, 5); o->lock held. */
@@ -310,8 +331,10 @@ static void order_pass(void)
     if (!o || tls.passed) {
         return;
     }
+    uint64_t t0 = blk_now_ns();
     mutex_lock(&o->lock);
-    wait_locked(o, tls.ticket, WAIT_PASS); /* invariant 5 */
+    wait_locked(o, tls.ticket, WAIT_PASS);     /* invariant 5 */
+    thread_times.turn_ns += blk_now_ns() - t0; /* invariant 8 */
     if (o->next == tls.ticket) {
         o->next++;
         wake_locked(o);

@@ -364,8 +364,10 @@ int qcow2_pwrite_compressed(BlkNode *img, uint64_t offset, const BlkIOV *qiov)
         src = buf;
     }
     out = g_malloc(s->cluster_size);
+    uint64_t t0 = blk_now_ns();
     csize = qcow2_compress(s->compression_type, out, s->cluster_size - 1, src,
                            s->cluster_size);
+    blk_thread_times()->compress_ns += blk_now_ns() - t0; /* order.c invariant 8 */
 
     blk_order_wait(); /* write.c invariant 12: compressed clusters in order */
     qcow2_lock(s);

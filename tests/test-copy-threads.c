@@ -26,6 +26,11 @@
  *  - copy_offload (rule 7) with 16 requests in flight into a new qcow2
  *    from a qcow2 with a backing file: the same contents, a clean check;
  *    refused with compress.
+ *  - stats (rule 8, copy.c invariant 9): the requests and bytes the
+ *    pipeline issued (data read and written, holes as zeroes requests or
+ *    nothing), the workers that ran, every time counted once (their sum
+ *    within workers x wall), compression counted with compress; a caller
+ *    with a smaller QimgCopyStats gets nothing past its struct_size.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -540,6 +545,87 @@ static void test_copy_offload(void **state)
            dst_path);
 }
 
+/* Rule 8: src (8 MiB raw: data at [0, 2M) and [4M, 6M), holes
+ * elsewhere) into a new image of fmt, in_flight 4; *st filled. */
+static void copy_stats(const char *src_path, const char *fmt, bool compress,
+                       bool target_is_zero, QimgCopyStats *st)
+{
+    g_autofree char *dst_path = tu_fresh("stats.img");
+    QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+    g_autoptr(GError) err = NULL;
+
+    tu_run("qemu-img create -q -f %s '%s' 8M", fmt, dst_path);
+    QimgImage *src = open_rw(src_path, "raw"), *dst = open_rw(dst_path, fmt);
+    o.in_flight = 4;
+    o.compress = compress;
+    o.target_is_zero = target_is_zero;
+    o.stats = st;
+    assert_true(qimg_copy(src, dst, &o, &err));
+    assert_true(qimg_image_close(dst, &err));
+    assert_true(qimg_image_close(src, &err));
+    tu_run("qemu-img compare -q -f raw -F %s '%s' '%s'", fmt, src_path, dst_path);
+}
+
+/* Copy.c invariant 9: each nanosecond in one field, so the sum fits in the
+ * workers' wall time. */
+static void assert_times(const QimgCopyStats *st, bool compress)
+{
+    assert_int_equal(st->workers, 4);
+    assert_true(st->wall_ns > 0 && st->cpu_ns > 0);
+    assert_true(st->read_ns > 0 && st->write_ns > 0);
+    assert_true(compress ? st->compress_ns > 0 : st->compress_ns == 0);
+    uint64_t sum = st->read_ns + st->write_ns + st->turn_ns + st->lock_ns + st->plan_ns +
+                   st->compress_ns;
+    assert_true(sum <= st->workers * st->wall_ns);
+}
+
+static void test_copy_stats(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *src_path = tu_fresh("stats.raw");
+    g_autofree uint8_t *buf = g_malloc0(8 * MiB);
+    QimgCopyStats st = QIMG_COPY_STATS_INIT;
+
+    for (size_t i = 0; i < 2 * MiB; i++) {
+        buf[i] = buf[4 * MiB + i] = (uint8_t)(i * 7 + 1 + i / 4096);
+    }
+    assert_true(g_file_set_contents(src_path, (char *)buf, 8 * MiB, NULL));
+    tu_run("fallocate -d '%s' || true", src_path); /* the holes as holes */
+
+    copy_stats(src_path, "qcow2", false, true, &st);
+    assert_int_equal(st.struct_size, sizeof(st));
+    assert_times(&st, false);
+    assert_int_equal(st.read_bytes, 4 * MiB);
+    assert_int_equal(st.write_bytes, 4 * MiB);
+    assert_true(st.reads >= 2 && st.writes >= 2);
+    assert_int_equal(st.zeroes, 0); /* invariant 2: the target reads as zeros */
+    assert_int_equal(st.zero_bytes, 0);
+
+    st = (QimgCopyStats)QIMG_COPY_STATS_INIT;
+    copy_stats(src_path, "raw", false, false, &st);
+    assert_times(&st, false);
+    assert_int_equal(st.write_bytes, 4 * MiB);
+    assert_int_equal(st.zero_bytes, 4 * MiB); /* the holes, as zeroes requests */
+    assert_true(st.zeroes >= 2);
+
+    st = (QimgCopyStats)QIMG_COPY_STATS_INIT;
+    copy_stats(src_path, "qcow2", true, true, &st);
+    assert_times(&st, true);
+    assert_int_equal(st.writes, 64); /* rule 4: one per 64 KiB cluster */
+    assert_int_equal(st.write_bytes, 4 * MiB);
+
+    /* an older caller's smaller struct: nothing written past it (ABI rule 1) */
+    QimgCopyStats old;
+    memset(&old, 0xa5, sizeof(old));
+    old.struct_size = offsetof(QimgCopyStats, read_ns);
+    copy_stats(src_path, "qcow2", false, true, &old);
+    assert_int_equal(old.struct_size, offsetof(QimgCopyStats, read_ns));
+    assert_int_equal(old.workers, 4);
+    assert_true(old.wall_ns > 0 && old.wall_ns != UINT64_C(0xa5a5a5a5a5a5a5a5));
+    assert_true(old.read_ns == UINT64_C(0xa5a5a5a5a5a5a5a5));
+    assert_true(old.zero_bytes == UINT64_C(0xa5a5a5a5a5a5a5a5));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -553,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_copy_stop_and_refuse),
         cmocka_unit_test(test_copy_sources),
         cmocka_unit_test(test_copy_offload),
+        cmocka_unit_test(test_copy_stats),
     };
     return tu_run_group_tests("test-copy-threads", tests);
 }

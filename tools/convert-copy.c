@@ -15,10 +15,16 @@
  *     interrupted".  A second signal of the same kind kills as usual.  The
  *     handlers are set when the command starts (convert_signals_init), so
  *     a signal during the set-up stops the copy before its first chunk.
+ *  3. QIMG_COPY_STATS set to anything but "" or "0" prints, on stderr after
+ *     the copy (failed or not), where the pipeline's workers spent their
+ *     time (qimg/copy.h rule 8) and then the final flush's time
+ *     (convert.c): "copy stats: ..." lines, seconds with three decimals.
  */
 #include "convert.h"
 
+#include <inttypes.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 static volatile sig_atomic_t got_usr1, got_stop;
@@ -75,8 +81,44 @@ void convert_signals_init(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* fact 3 */
+bool convert_stats_wanted(void)
+{
+    const char *v = getenv("QIMG_COPY_STATS");
+
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static double secs(uint64_t ns)
+{
+    return (double)ns / 1e9;
+}
+
+static void print_stats(const QimgCopyStats *st)
+{
+    fprintf(stderr, "copy stats: %u workers, wall %.3f s, cpu %.3f s\n", st->workers,
+            secs(st->wall_ns), secs(st->cpu_ns));
+    fprintf(stderr,
+            "copy stats: summed over the workers: read %.3f s, write %.3f s, "
+            "turn %.3f s, lock %.3f s, plan %.3f s, compress %.3f s\n",
+            secs(st->read_ns), secs(st->write_ns), secs(st->turn_ns), secs(st->lock_ns),
+            secs(st->plan_ns), secs(st->compress_ns));
+    fprintf(stderr,
+            "copy stats: %" PRIu64 " reads (%" PRIu64 " bytes), %" PRIu64
+            " writes (%" PRIu64 " bytes), %" PRIu64 " zeroes (%" PRIu64 " bytes)\n",
+            st->reads, st->read_bytes, st->writes, st->write_bytes, st->zeroes,
+            st->zero_bytes);
+}
+
+void convert_stats_flush(uint64_t ns)
+{
+    fprintf(stderr, "copy stats: flush %.3f s\n", secs(ns));
+}
+
 bool convert_copy(Convert *s, ToolProgress *prog)
 {
+    QimgCopyStats st = QIMG_COPY_STATS_INIT;
+    bool stats = convert_stats_wanted();
     QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
     CopyProgress cp = {.prog = prog};
     GError *err = NULL;
@@ -96,8 +138,12 @@ bool convert_copy(Convert *s, ToolProgress *prog)
     o.salvage = s->salvage;
     o.progress_allocated = true; /* fact 1: qemu-img's sequence */
     o.warn = s->quiet ? NULL : salvage_warning;
+    o.stats = stats ? &st : NULL; /* fact 3 */
 
     ok = qimg_copy_sources(s->srcs, s->n_srcs, s->dst, &o, &err);
+    if (stats) {
+        print_stats(&st);
+    }
     if (!ok) {
         tool_error("%s", err->message);
         g_clear_error(&err);

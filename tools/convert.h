@@ -34,6 +34,10 @@ typedef struct Convert {
  * error and returns false on failure (convert-copy.c facts 1, 2).  Neither
  * flushes nor closes the target. */
 bool convert_copy(Convert *s, ToolProgress *prog);
+/* convert-copy.c fact 3: QIMG_COPY_STATS asks for the copy's stats; the
+ * final flush's time printed after them. */
+bool convert_stats_wanted(void);
+void convert_stats_flush(uint64_t ns);
 /* convert-bitmaps.c (its facts 2-4): --bitmaps; false with the error
  * printed. */
 bool convert_bitmaps_check_source(QimgImage *src, bool skip_broken);

@@ -65,6 +65,29 @@ typedef gboolean (*QimgCopyProgressFunc)(void *opaque, uint64_t done, uint64_t t
 
 #define QIMG_COPY_SPARSE_OFF UINT32_MAX /* sparse_size: write zeros as data */
 
+/* Rule 8: nanoseconds, summed over the workers (a time may exceed wall_ns
+ * by up to the number of workers); requests and their bytes as the
+ * pipeline issued them. */
+typedef struct QimgCopyStats {
+    uint32_t struct_size; /* sizeof(QimgCopyStats): QIMG_COPY_STATS_INIT */
+    unsigned workers;     /* threads that ran */
+    uint64_t wall_ns;     /* the workers started .. the last one ended */
+    uint64_t cpu_ns;      /* the workers' CPU time, user + system */
+    uint64_t read_ns;     /* in reads of the sources */
+    uint64_t write_ns;    /* in writes and zeroes requests, their turn excluded */
+    uint64_t turn_ns;     /* waiting for the turn: allocations in guest order */
+    uint64_t lock_ns;     /* waiting for the pipeline's lock */
+    uint64_t plan_ns;     /* under it: the next chunk (the sources' block status) */
+    uint64_t compress_ns; /* compressing clusters (in the target's driver) */
+    uint64_t reads, writes, zeroes; /* requests */
+    uint64_t read_bytes, write_bytes, zero_bytes;
+} QimgCopyStats;
+
+#define QIMG_COPY_STATS_INIT                                                             \
+    {                                                                                    \
+        .struct_size = sizeof(QimgCopyStats)                                             \
+    }
+
 typedef struct QimgCopyOptions {
     uint32_t struct_size; /* sizeof(QimgCopyOptions): QIMG_COPY_OPTIONS_INIT */
     unsigned in_flight;   /* requests at once (qemu-img -m), 1..16; 0: 8 */
@@ -109,6 +132,9 @@ typedef struct QimgCopyOptions {
     bool progress_allocated;
     /* 0.11: copy offloading (rule 7, qemu-img convert -C). */
     bool copy_offload;
+    /* 0.13: rule 8, or NULL; its struct_size set (QIMG_COPY_STATS_INIT):
+     * nothing past it is written. */
+    QimgCopyStats *stats;
 } QimgCopyOptions;
 
 #define QIMG_COPY_OPTIONS_INIT                                                           \
