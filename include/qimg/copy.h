@@ -132,7 +132,7 @@ typedef struct QimgCopyOptions {
     bool progress_allocated;
     /* 0.11: copy offloading (rule 7, qemu-img convert -C). */
     bool copy_offload;
-    /* 0.13: rule 8, or NULL; its struct_size set (QIMG_COPY_STATS_INIT):
+    /* 0.14: rule 8, or NULL; its struct_size set (QIMG_COPY_STATS_INIT):
      * nothing past it is written. */
     QimgCopyStats *stats;
 } QimgCopyOptions;
