@@ -73,6 +73,23 @@
  *     hold, which a sleeper may wait for.  That kick does not wait for a
  *     refusing kernel (the reap that makes room may need the sleeper's lock): a
  *     refused kick marks the ring 'stalled', and the next reap submits again.
+ *  8. The ring is set up with IORING_SETUP_COOP_TASKRUN (Linux 5.19+; without
+ *     it where the kernel refuses the flag).  A completion is posted to the CQ
+ *     by task work of the thread that submitted it; without the flag the
+ *     kernel interrupts that thread with an IPI when it is running (issue 30:
+ *     at depth 32 the submitter is always running, one interruption per
+ *     completion, in a VM a VM exit each), with it the work waits for the
+ *     thread's next kernel entry -- its next submission or poll, in the I/O
+ *     loop at once -- or the next timer tick.  A sleeping submitter is woken
+ *     for it either way (an interruptible sleep: every wait of qimg's on a
+ *     completion -- futex, poll -- is one; the kernel's own waits on a DIO,
+ *     inode_dio_wait, end before the task work), so nothing waits on a CQE
+ *     that only its own thread could post: no new hang.  Measured
+ *     (alloc-d32, 20000 requests, a loaded machine): the process's CPU
+ *     seconds, median, 5-19% lower in four interleaved A/Bs (4, 5, 5, 8
+ *     rounds); the wall time inside that machine's noise.  TASKRUN_FLAG
+ *     is not set: a reaper other than the submitter could not run the
+ *     submitter's task work, only spend a system call finding that out.
  */
 #include "aio/plug.h"
 #include "block/block.h"
@@ -352,7 +369,12 @@ BlkUring *blk_uring_new(unsigned entries, void (*batch_end)(void *opaque),
                         void *batch_opaque, int *err)
 {
     BlkUring *u = g_new0(BlkUring, 1);
-    int ret = io_uring_queue_init(entries, &u->ring, 0);
+    /* invariant 8 */
+    int ret = io_uring_queue_init(entries, &u->ring, IORING_SETUP_COOP_TASKRUN);
+
+    if (ret == -EINVAL) {
+        ret = io_uring_queue_init(entries, &u->ring, 0); /* before Linux 5.19 */
+    }
 
     u->batch_end = batch_end;
     u->batch_opaque = batch_opaque;
