@@ -80,18 +80,38 @@ static bool id_wellformed(const char *id)
     return true;
 }
 
+const char *tool_opts_next(const char *list, const char *p, bool implied_file,
+                           bool report, char **key, GString *val)
+{
+    size_t len = strcspn(p, "=,");
+
+    g_string_truncate(val, 0);
+    if (p[len] == '=') {
+        *key = g_strndup(p, len);
+        p = read_value(p + len + 1, val);
+    } else if (p == list && implied_file) { /* fact 2 */
+        *key = g_strdup("file");
+        p = read_value(p, val);
+    } else { /* fact 1; the name ends at the first comma (fact 3) */
+        g_autofree char *e = g_strndup(p, len);
+        g_autofree char *v = NULL;
+        tool_opts_element(e, report, key, &v);
+        g_string_assign(val, v);
+        p += len;
+    }
+    return p + (*p == ',');
+}
+
 /* Fact 4: QEMU reads the first "id" before anything else (its warnings
  * too); a later one is dropped. */
 static bool id_ok(const char *list, GError **err)
 {
-    for (const char *p = list; *p;) {
-        size_t len = strcspn(p, "=,");
-        g_autoptr(GString) val = g_string_new(NULL);
-        bool is_id = len == 2 && strncmp(p, "id", 2) == 0 && p[len] == '=';
+    g_autoptr(GString) val = g_string_new(NULL);
 
-        p = p[len] == '=' ? read_value(p + len + 1, val) : p + len;
-        p += *p == ',';
-        if (is_id) {
+    for (const char *p = list; *p;) {
+        g_autofree char *key = NULL;
+        p = tool_opts_next(list, p, false, false, &key, val);
+        if (strcmp(key, "id") == 0) {
             if (!id_wellformed(val->str)) {
                 g_set_error_literal(err, QIMG_ERROR, EINVAL,
                                     "Parameter 'id' expects an identifier\nIdentifiers "
@@ -108,30 +128,16 @@ static bool id_ok(const char *list, GError **err)
 char *tool_image_opts_list(const char *list, bool implied_file, bool report, GError **err)
 {
     g_autoptr(GString) out = g_string_new(NULL);
+    g_autoptr(GString) val = g_string_new(NULL);
     bool id_seen = false;
 
     if (!id_ok(list, err)) {
         return NULL;
     }
     for (const char *p = list; *p;) {
-        size_t len = strcspn(p, "=,");
         g_autofree char *key = NULL;
-        g_autoptr(GString) val = g_string_new(NULL);
 
-        if (p[len] == '=') {
-            key = g_strndup(p, len);
-            p = read_value(p + len + 1, val);
-        } else if (p == list && implied_file) { /* fact 2 */
-            key = g_strdup("file");
-            p = read_value(p, val);
-        } else { /* fact 1; the name ends at the first comma (fact 3) */
-            g_autofree char *e = g_strndup(p, len);
-            g_autofree char *v = NULL;
-            tool_opts_element(e, report, &key, &v);
-            g_string_assign(val, v);
-            p += len;
-        }
-        p += *p == ',';
+        p = tool_opts_next(list, p, implied_file, report, &key, val);
         if (strcmp(key, "id") == 0 && id_seen) {
             continue;
         }

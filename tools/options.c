@@ -188,31 +188,18 @@ static char *parse_snapshot_param(const char *param, bool report)
     if (!g_str_has_prefix(param, "snapshot.")) {
         return g_strdup(param);
     }
+    g_autoptr(GString) val = g_string_new(NULL);
     while (*p) {
-        size_t klen = strcspn(p, "=,");
         g_autofree char *key = NULL;
-        g_autoptr(GString) val = g_string_new(NULL);
 
-        if (p[klen] == '=') {
-            key = g_strndup(p, klen);
-            for (p += klen + 1; *p && !(*p == ',' && p[1] != ','); p++) {
-                p += *p == ','; /* ",," is one comma */
-                g_string_append_c(val, *p);
-            }
-        } else { /* "KEY" is KEY=on, "noKEY" KEY=off (image-opts.c fact 1) */
-            g_autofree char *e = g_strndup(p, klen);
-            g_autofree char *v = NULL;
-            tool_opts_element(e, report, &key, &v);
-            g_string_assign(val, v);
-            p += klen;
-        }
-        p += *p == ',';
+        /* "KEY" is KEY=on, "noKEY" KEY=off (image-opts.c fact 1) */
+        p = tool_opts_next(param, p, false, report, &key, val);
         if (strcmp(key, "snapshot.id") == 0) {
             g_free(id);
-            id = g_string_free(g_steal_pointer(&val), false);
+            id = g_strdup(val->str);
         } else if (strcmp(key, "snapshot.name") == 0) {
             g_free(name);
-            name = g_string_free(g_steal_pointer(&val), false);
+            name = g_strdup(val->str);
         } else {
             tool_error("Invalid parameter '%s'", key);
             tool_error("Failed in parsing snapshot param '%s'", param);

@@ -141,6 +141,12 @@ bool tool_image_opts_ok(const QimgOpenOptions *oo, const char *filename);
 /* image-opts.c: one key=value element as QemuOpts reads it ("KEY" is
  * KEY=on, "noKEY" KEY=off, with QEMU's warning when report; fact 1). */
 void tool_opts_element(const char *e, bool report, char **key, char **value);
+/* The element of the QemuOpts list `list` at p (image-opts.c facts 1-3):
+ * *key (g_free) and val; the first element without '=' is "file" when
+ * implied_file; report: print the short-form warnings.  Returns where the
+ * next element starts. */
+const char *tool_opts_next(const char *list, const char *p, bool implied_file,
+                           bool report, char **key, GString *val);
 /* An --image-opts list as QEMU's tools read it (image-opts.c facts 1-4),
  * rewritten as "key=value" elements for the library (",," a comma);
  * implied_file: qemu-img's and qemu-nbd's implied "file" key; report:
