@@ -40,7 +40,14 @@
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(dirname "$BENCH_DIR")
-SHARED_DIR=${SHARED_DIR:-$(dirname "$REPO_DIR")/shared}
+# ../shared beside the checkout; from a git worktree, beside its main one
+if [ -z "${SHARED_DIR:-}" ]; then
+    SHARED_DIR=$(dirname "$REPO_DIR")/shared
+    if [ ! -d "$SHARED_DIR" ] &&
+        common=$(git -C "$REPO_DIR" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
+        SHARED_DIR=$(dirname "$(dirname "$common")")/shared
+    fi
+fi
 BENCH_OUT=$BENCH_DIR/out
 
 if [ -z "${QIMG:-}" ]; then
