@@ -85,7 +85,8 @@ int blk_prealloc_parse(const char *s, BlkPrealloc *out)
             return 0;
         }
     }
-    return blk_error(EINVAL, "Invalid parameter '%s'", s);
+    /* qapi_enum_parse's words, which file-posix and vmdk create print */
+    return blk_error(EINVAL, "invalid parameter value: %s", s);
 }
 
 int blk_snapshot_lookup(unsigned n, const char *(*id_of)(const void *opaque, unsigned i),

@@ -261,7 +261,7 @@ static int raw_create(const char *filename, const BlkCreateOptions *opts)
                     return ret;
                 }
                 if (prealloc == BLK_PREALLOC_METADATA) {
-                    blk_error(EINVAL, "Unsupported preallocation mode 'metadata'");
+                    blk_error(EINVAL, "Unsupported preallocation mode: metadata");
                     return -EINVAL;
                 }
             } else if (strcmp(k, "cluster_size") == 0) {
@@ -301,9 +301,7 @@ static int raw_measure(const BlkCreateOptions *opts, const BlkMeasureSource *src
             BlkPrealloc prealloc;
             if (strcmp(k, "preallocation") == 0) {
                 if (blk_prealloc_parse(v, &prealloc) < 0) {
-                    blk_error_clear();
-                    return blk_error(EINVAL, "invalid parameter value: %s",
-                                     (const char *)v);
+                    return -EINVAL;
                 }
             } else if (strcmp(k, "size") == 0) {
                 if (!opts->size_set) {
