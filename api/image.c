@@ -139,6 +139,13 @@ QimgImage *qimg_image_open(const char *filename, const QimgOpenOptions *opts,
         g_prefix_error(error, "Could not open '%s': ", filename);
         api_open_layers_clear(&layers);
         return NULL;
+    } else if (!in.options && !in.image_opts && !in.backing_name &&
+               !(o.format && strcmp(o.format, "file") == 0)) {
+        blk_error_clear();
+        if (blk_protocol_check_name(filename) < 0) { /* protocol.c invariant 8 */
+            blk_error_propagate(error, 0, "Could not open '%s'", filename);
+            return NULL;
+        }
     }
     if (o.copy_on_read && (o.read_only || o.snapshot)) { /* invariant 4 */
         g_set_error(error, QIMG_ERROR, EINVAL,
@@ -289,6 +296,20 @@ void qimg_image_free(QimgImage *img)
     qimg_image_close(img, NULL);
 }
 
+gboolean qimg_name_check(const char *filename, GError **error)
+{
+    if (!filename) {
+        g_set_error(error, QIMG_ERROR, EINVAL, "Expecting one image file name");
+        return FALSE;
+    }
+    blk_error_clear();
+    if (blk_protocol_check_name(filename) < 0) { /* protocol.c invariant 8 */
+        blk_error_propagate(error, 0, NULL);
+        return FALSE;
+    }
+    return TRUE;
+}
+
 gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
                            GError **error)
 {
@@ -324,6 +345,9 @@ gboolean qimg_image_create(const char *filename, const QimgCreateOptions *opts,
     }
     api_create_options(opts, &co);
     blk_error_clear();
+    if (!qimg_name_check(filename, error)) { /* protocol.c invariant 8, -f file too */
+        return FALSE;
+    }
     int ret = drv->create(filename, &co);
     if (ret < 0) {
         blk_error_propagate(error, ret, NULL);

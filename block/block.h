@@ -502,6 +502,9 @@ BlkNode *blk_open_protocol(const char *filename, const BlkOpenOptions *opts,
  * otherwise). */
 int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc prealloc,
                         uint64_t object_size);
+/* 0, or the error for a caller's name whose plain name starts with a
+ * protocol qimg has not: "Unknown protocol 'P'" (protocol.c invariant 8). */
+int blk_protocol_check_name(const char *filename);
 /* The name inside a user name with test-node prefixes. */
 const char *blk_plain_name(const char *filename);
 /* A caller's "file:NAME" as the path QEMU's file protocol opens (g_free):

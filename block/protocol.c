@@ -40,6 +40,14 @@
  *     NAME with a ':' before its first '/' (which would read as a protocol
  *     name) is "./NAME", the path QEMU opens and names in its messages
  *     and the image's name (QEMU iotest 126).
+ *  8. A caller's name that no entry selects but that has a ':' before its
+ *     first '/' (QEMU's path_has_protocol) names a protocol, as in QEMU:
+ *     "Unknown protocol 'P'" (P: what precedes the colon, at most 127
+ *     bytes, as QEMU cuts it), or for a protocol QEMU 7.2 has and qimg not
+ *     (http, iscsi, ...) "the 'P' protocol is not supported by qimg";
+ *     never the file "P:..." (QEMU iotest 126's a:b).  "file:",
+ *     "blkverify:" (api/blkverify.c) and "json:" (api/json-name.c) have
+ *     their readers; -f file opens any name as a file.
  */
 #include "block/block.h"
 #include "block/ova.h"
@@ -307,6 +315,34 @@ int blk_create_protocol(const char *filename, uint64_t size, BlkPrealloc preallo
                          name, p->name);
     }
     return p->create(name, size, prealloc, object_size);
+}
+
+/* Invariant 8: QEMU 7.2's protocol names qimg does not open. */
+static const char *const qemu_only_protocols[] = {
+    "fat",          "ftp",        "ftps",        "gluster", "gluster+rdma", "gluster+tcp",
+    "gluster+unix", "host_cdrom", "host_device", "http",    "https",        "iscsi",
+    "iser",         "nfs",        "nvme",        NULL,
+};
+
+int blk_protocol_check_name(const char *filename)
+{
+    const char *name = blk_plain_name(filename);
+    size_t len = strcspn(name, ":/");
+    g_autofree char *proto = NULL;
+
+    if (name[len] != ':' || g_str_has_prefix(name, "file:") ||
+        g_str_has_prefix(name, "blkverify:") || g_str_has_prefix(name, "json:") ||
+        !blk_protocol_for(name, BLK_OPEN_USER_NAME)->is_path) {
+        return 0;
+    }
+    proto = g_strndup(name, MIN(len, 127));
+    for (const char *const *q = qemu_only_protocols; *q; q++) {
+        if (strcmp(proto, *q) == 0) {
+            return blk_error(ENOTSUP, "the '%s' protocol is not supported by qimg",
+                             proto);
+        }
+    }
+    return blk_error(ENOENT, "Unknown protocol '%s'", proto);
 }
 
 /* Invariant 7. */

@@ -65,6 +65,38 @@ static void test_plain_name(void **state)
     assert_true(blk_protocol_is_path("rbd:p/i", 0));
 }
 
+/* Invariant 8: a ':' before the first '/' names a protocol. */
+static void test_unknown_protocol(void **state)
+{
+    static const char *const ok[] = {
+        "disk.qcow2", "./a:b",   "/x/a:b",        "file:a:b",          "nbd://h/x",
+        "rbd:p/i",    "json:{}", "blkverify:a:b", "blkdebug::d.qcow2", "dir/a:b",
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(ok); i++) {
+        assert_int_equal(blk_protocol_check_name(ok[i]), 0);
+    }
+    assert_int_equal(blk_protocol_check_name("a:b"), -ENOENT);
+    assert_string_equal(blk_error_message(), "Unknown protocol 'a'");
+    blk_error_clear();
+    assert_int_equal(blk_protocol_check_name("blkdebug::x y:z"), -ENOENT);
+    assert_string_equal(blk_error_message(), "Unknown protocol 'x y'");
+    blk_error_clear();
+    assert_int_equal(blk_protocol_check_name(":z"), -ENOENT);
+    assert_string_equal(blk_error_message(), "Unknown protocol ''");
+    blk_error_clear();
+    assert_int_equal(blk_protocol_check_name("http://h/x"), -ENOTSUP);
+    assert_string_equal(blk_error_message(),
+                        "the 'http' protocol is not supported by qimg");
+    blk_error_clear();
+    /* QEMU's protocol[128]: the name cut at 127 bytes */
+    g_autofree char *longname = g_strnfill(200, 'p');
+    g_autofree char *name = g_strconcat(longname, ":x", NULL);
+    assert_int_equal(blk_protocol_check_name(name), -ENOENT);
+    g_autofree char *want = g_strdup_printf("Unknown protocol '%.127s'", longname);
+    assert_string_equal(blk_error_message(), want);
+    blk_error_clear();
+}
+
 /* Invariant 5: creating follows the choice; each protocol refuses the
  * other's options before it touches anything. */
 static void test_create_choice(void **state)
@@ -146,9 +178,9 @@ static void test_probes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_protocol_for),  cmocka_unit_test(test_plain_name),
-        cmocka_unit_test(test_create_choice), cmocka_unit_test(test_test_node_needs_arg),
-        cmocka_unit_test(test_probes),
+        cmocka_unit_test(test_protocol_for),        cmocka_unit_test(test_plain_name),
+        cmocka_unit_test(test_unknown_protocol),    cmocka_unit_test(test_create_choice),
+        cmocka_unit_test(test_test_node_needs_arg), cmocka_unit_test(test_probes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -220,6 +220,11 @@ static QimgImage *open_target(ConvertArgs *a, uint64_t size, Convert *s)
             tool_create_format_error(NULL, a->out_fmt);
             return NULL;
         }
+        if (!qimg_name_check(a->dst_name, &err)) { /* as qemu-img, before the options */
+            tool_error("%s", err->message);
+            g_clear_error(&err);
+            return NULL;
+        }
         opts = target_opts(a, descs);
         if (!opts) {
             return NULL;

@@ -61,7 +61,8 @@ static bool check_backing(const char *filename, const char *backing,
     oo.no_backing = true;
     oo.force_share = true;
     oo.no_io = true; /* as qemu-img create: no locks on the backing file */
-    bimg = qimg_image_open(path, &oo, &err);
+    /* an unknown protocol's error is qemu-img's without "Could not open" */
+    bimg = qimg_name_check(path, &err) ? qimg_image_open(path, &oo, &err) : NULL;
     if (!bimg) {
         if (unsafe) {
             /* -u with no size: nothing to take the size from */
@@ -212,6 +213,11 @@ int cmd_create(int argc, char **argv)
     }
     if (!descs) {
         tool_create_format_error(filename, fmt);
+        return 1;
+    }
+    if (!qimg_name_check(filename, &err)) { /* as qemu-img, before the options */
+        tool_error("%s: %s", filename, err->message);
+        g_clear_error(&err);
         return 1;
     }
     descs = tool_create_opts_for(fmt, filename); /* the protocol's options too */

@@ -333,6 +333,12 @@ gboolean qimg_format_name_valid(const char *fmt);
  * the "Supported formats:" line of qemu-img --help.  Free with
  * g_strfreev.  (0.13) */
 char **qimg_format_list(void);
+/* Whether a caller's image name can name something qimg opens or creates
+ * by its prefix: FALSE with "Unknown protocol 'P'" (or "the 'P' protocol
+ * is not supported by qimg") for a name with a ':' before its first '/'
+ * that is no protocol qimg has, as qemu-img checks a name before it
+ * creates or converts.  (0.14) */
+gboolean qimg_name_check(const char *filename, GError **error);
 /* A size as QEMU parses one (qemu-img's sizes, QEMU's size options): a
  * decimal integer with an optional fraction and one suffix b/k/M/G/T/P/E
  * (powers of 1024, either case; a fraction needs one other than b), or a
