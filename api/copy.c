@@ -18,7 +18,13 @@
  *     are issued in guest order, then run in parallel; with out_of_order
  *     they are issued in any order.  Chunks that write nothing (holes on a
  *     target that reads as zeros, what the backing file shows) take no
- *     ticket, so they never wait for a turn.
+ *     ticket, so they never wait for a turn.  A hole's zeroes request is
+ *     its chunk's only one, so its last: its turn passes once it is issued,
+ *     as a data chunk's does.  Holding the turn until it was done
+ *     serialised a convert onto a block device, where BLKZEROOUT waits for
+ *     every write queued on the device before it (`-n -O raw` of 1 GiB of
+ *     data in 1 GiB of holes onto a loop device: the workers waited 13.3 s
+ *     for turns in a 2.36 s copy, 2.3 s in 1.18 s without it).
  *  2. A zero range is written (as zeroes) only where the plan says zeros and
  *     the target may not read as zeros; no range gets both a zeroes request
  *     and data (copy-plan.c facts 2, 3).
@@ -412,6 +418,9 @@ static bool move_chunk(Copy *c, const CopyChunk *k, uint8_t *buf, uint32_t *runs
         memset(buf, 0, n);
         blk_order_mark_last();
         return write_data(c, k->offset, buf, n);
+    }
+    if (c->issue_order) {
+        blk_order_mark_last(); /* invariant 1: its one request, issued in turn */
     }
     return write_zeroes(c, k->offset, k->len);
 }

@@ -41,6 +41,9 @@
 # per case, medians, ratio to qemu-img's default (lower is better), the
 # median CPU seconds of each tool (user + sys, bench/lib.sh: a shared
 # machine disturbs them less than the wall) and the per-round ratios.
+# QIMG_BEFORE=/path/to/qimg (a build before a change) adds that binary as
+# one more tool, qimg-before, interleaved with the others (an A/B in the
+# same rounds).
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -49,11 +52,13 @@ SIZE_GIB=${SIZE_GIB:-4}
 CSIZE_GIB=${CSIZE_GIB:-1}
 CASES=${CASES:-full-warm half-warm full-cold half-cold full-direct half-direct zlib zstd loop-raw loop-qcow2 luks-in luks-out luksfmt-in luksfmt-out from-vhdx from-vpc from-vdi to-vpc-fixed to-vhdx from-vmdk from-vmdk-stream from-vmdk-stream-warm to-vmdk-stream}
 SEC=(--object secret,id=b0,data=bench)
+QIMG_BEFORE=${QIMG_BEFORE:-}
 cd "$BENCH_SCRATCH" || exit 1
 bench_require_space $((SIZE_GIB * 6 + 2))
 
 echo "# convert-bench: ${SIZE_GIB} GiB sources, $ROUNDS rounds, $(nproc) CPUs"
 echo "# $("$QEMU_IMG" --version | head -n 1); $("$QIMG" --version | head -n 1)"
+[ -n "$QIMG_BEFORE" ] && echo "# qimg-before: $QIMG_BEFORE"
 
 python3 - "$SIZE_GIB" <<'PY'
 import os, random, sys
@@ -149,6 +154,7 @@ run_case_luks() {
     qemu-img) bin=$QEMU_IMG ;;
     qemu-img-W16) bin=$QEMU_IMG args=(-W -m 16) ;;
     qimg) bin=$QIMG ;;
+    qimg-before) bin=$QIMG_BEFORE ;;
     esac
     case $c in
     luks-in) out=dst.qcow2 args+=(-f raw -O qcow2 -o "$qo" c.raw) ;;
@@ -218,6 +224,7 @@ run_case() {
     qemu-img) bench_time BENCH_T "$QEMU_IMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
     qemu-img-W16) bench_time BENCH_T "$QEMU_IMG" convert -f $ifmt -W -m 16 "${args[@]}" "$src" "$out" ;;
     qimg) bench_time BENCH_T "$QIMG" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
+    qimg-before) bench_time BENCH_T "$QIMG_BEFORE" convert -f $ifmt "${args[@]}" "$src" "$out" ;;
     floor)
         case $c in
         *-warm | to-*) bench_time BENCH_T cp --sparse=always "$src" floor.raw ;;
@@ -254,6 +261,7 @@ run_case() {
 
 for c in $CASES; do
     tools=(qemu-img qemu-img-W16 qimg)
+    [ -n "$QIMG_BEFORE" ] && tools+=(qimg-before)
     case $c in
     *-warm) tools+=(floor) ;;
     *-cold | *-direct | loop-*) tools+=(floor floor-write floor-both) ;;

@@ -11,8 +11,9 @@
  * Invariants: file.c's list, cited as "file.c invariant N"; this file
  * keeps 1 (O_DIRECT alignment), 3 (zeros past EOF), 4 (all bytes or
  * -errno), 5 (img->size only grows while requests run), 6 (s->lock), 7
- * (serialised large writes), 8 (early writeback), 9 and 10 (flush
- * generations, sticky flush failure).
+ * (serialised large writes), 8 (early writeback; on a block device through
+ * file-wb.c's thread, 16), 9 and 10 (flush generations, sticky flush
+ * failure).
  */
 #include "block/file.h"
 #include "aio/mutex.h"
@@ -229,6 +230,9 @@ static void early_writeback(FileState *s, uint64_t offset, uint64_t len)
         if (!kick) {
             return;
         }
+    }
+    if (s->wb_thread && file_wb_start(s, from, to)) {
+        return; /* file.c invariant 16: off this thread */
     }
     /* only starts the writeback; errors surface at flush */
     (void)sync_file_range(s->fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);

@@ -32,6 +32,17 @@ typedef struct FileStream {
     uint64_t start, end;
 } FileStream;
 
+/* file-wb.c: the writeback thread of a block device (file.c invariant 16). */
+#define FILE_WB_RANGES 16u
+typedef struct FileWbRange {
+    uint64_t from, to;
+} FileWbRange;
+typedef struct FileWbQueue {
+    FileWbRange r[FILE_WB_RANGES];
+    unsigned n;
+} FileWbQueue;
+typedef struct FileWb FileWb;
+
 typedef struct FileState {
     int fd;
     char *name;    /* for messages */
@@ -47,6 +58,9 @@ typedef struct FileState {
     bool early_writeback; /* file.c invariant 8 */
     GMutex wb_lock;       /* file.c invariant 8: the stream of small writes */
     FileStream wb_stream; /* [wb_lock] */
+    bool wb_thread;       /* file.c invariant 16: a block device's writeback thread */
+    FileWb *wb;           /* atomic; made under wb_lock at the first kick */
+    bool wb_failed;       /* [wb_lock] it could not be made (file-wb.c invariant 4) */
     int flush_error;      /* file.c invariant 10: errno of the failed fdatasync, atomic */
     BlkLockState locks;   /* file.c invariant 11 */
     void *pool[FILE_POOL_SLOTS]; /* file.c invariant 13: idle bounce buffers; atomic */
@@ -101,6 +115,18 @@ int file_do_pwritev(BlkNode *img, FileState *s, uint64_t offset, const BlkIOV *q
 int file_do_copy_in(BlkNode *img, FileState *s, uint64_t offset, FileState *src,
                     uint64_t src_offset, uint64_t bytes);
 int file_write_zeroes_slow(BlkNode *img, FileState *s, uint64_t offset, uint64_t bytes);
+
+/* file-wb.c (file.c invariant 16) */
+/* Add [from, to) to the pending ranges (file-wb.c invariant 1); false when
+ * it is empty. */
+bool file_wb_queue_add(FileWbQueue *q, uint64_t from, uint64_t to);
+/* Move the pending ranges to out (room for FILE_WB_RANGES); how many. */
+unsigned file_wb_queue_take(FileWbQueue *q, FileWbRange *out);
+/* Hand [from, to) to the node's writeback thread (made at the first call);
+ * false when there is none (file-wb.c invariant 4): start it yourself. */
+bool file_wb_start(FileState *s, uint64_t from, uint64_t to);
+/* Stop and join the thread, if there is one (file-wb.c invariant 3). */
+void file_wb_stop(FileState *s);
 
 /* file-create.c */
 int file_truncate(BlkNode *img, uint64_t size, bool exact, BlkPrealloc prealloc,

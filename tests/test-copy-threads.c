@@ -31,6 +31,10 @@
  *    nothing), the workers that ran, every time counted once (their sum
  *    within workers x wall), compression counted with compress; a caller
  *    with a smaller QimgCopyStats gets nothing past its struct_size.
+ *  - into a target the pipeline orders itself (invariant 1: no
+ *    allocations of its own), a hole's zeroes request passes the turn when
+ *    it is issued: the next chunk's write is issued while it still runs
+ *    (a zeroes request onto a block device waits for the device's queue).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +42,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "api/api.h"
 #include "block/block.h"
 #include "qimg/copy.h"
 #include "qimg/qimg.h"
@@ -626,6 +631,89 @@ static void test_copy_stats(void **state)
     assert_true(old.zero_bytes == UINT64_C(0xa5a5a5a5a5a5a5a5));
 }
 
+/* Invariant 1: a target node ("gate", ordered by the pipeline) whose first
+ * zeroes request runs until a write past it is issued, for at most 5 s. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t write_end; /* the end of the furthest write issued */
+    unsigned zeroes;
+    bool overtaken; /* the first zeroes request saw a later write issued */
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, false};
+
+static int gate_pwritev(BlkNode *img, uint64_t offset, const BlkIOV *qiov, unsigned flags)
+{
+    (void)img;
+    (void)flags;
+    pthread_mutex_lock(&gate.lock);
+    gate.write_end = MAX(gate.write_end, offset + qiov->size);
+    pthread_cond_broadcast(&gate.cond);
+    pthread_mutex_unlock(&gate.lock);
+    return 0;
+}
+
+static int gate_pwrite_zeroes(BlkNode *img, uint64_t offset, uint64_t bytes,
+                              unsigned flags)
+{
+    struct timespec until;
+    int ret = 0;
+
+    (void)img;
+    (void)flags;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&gate.lock);
+    if (gate.zeroes++ == 0) {
+        while (gate.write_end <= offset + bytes && ret == 0) {
+            ret = pthread_cond_timedwait(&gate.cond, &gate.lock, &until);
+        }
+        gate.overtaken = gate.write_end > offset + bytes;
+    }
+    pthread_mutex_unlock(&gate.lock);
+    return 0;
+}
+
+static int gate_flush(BlkNode *img)
+{
+    (void)img;
+    return 0;
+}
+
+static const BlkDriver gate_driver = {
+    .format_name = "gate",
+    .is_protocol = true,
+    .pwritev = gate_pwritev,
+    .pwrite_zeroes = gate_pwrite_zeroes,
+    .flush = gate_flush,
+};
+
+static void test_copy_zero_turn(void **state)
+{
+    g_autofree char *src_path = tu_fresh("zturn.raw");
+    g_autofree uint8_t *buf = g_malloc0(12 * MiB);
+    QimgCopyOptions o = QIMG_COPY_OPTIONS_INIT;
+    g_autoptr(GError) err = NULL;
+
+    (void)state;
+    for (size_t i = 0; i < 12 * MiB; i++) { /* data, hole, data, ... data */
+        buf[i] = (i / MiB) % 2 ? 0 : (uint8_t)(i * 13 + 1 + i / 4096);
+    }
+    assert_true(g_file_set_contents(src_path, (char *)buf, 11 * MiB, NULL));
+    tu_run("fallocate -d '%s' || true", src_path); /* the holes as holes */
+    BlkNode *node = g_new0(BlkNode, 1);
+    node->drv = &gate_driver;
+    node->filename = g_strdup("gate");
+    node->size = 11 * MiB;
+    node->request_alignment = 1;
+    QimgImage *src = open_rw(src_path, "raw"), *dst = api_image_new(node);
+    o.in_flight = 4;
+    assert_true(qimg_copy(src, dst, &o, &err));
+    assert_true(qimg_image_close(dst, &err));
+    assert_true(qimg_image_close(src, &err));
+    assert_int_equal(gate.zeroes, 5);
+    assert_true(gate.overtaken);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -640,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_copy_sources),
         cmocka_unit_test(test_copy_offload),
         cmocka_unit_test(test_copy_stats),
+        cmocka_unit_test(test_copy_zero_turn),
     };
     return tu_run_group_tests("test-copy-threads", tests);
 }

@@ -4,7 +4,9 @@
  * appends does, every FILE_STREAM_KICK bytes, up to a tail of
  * FILE_STREAM_LAG; random small writes do not.  The syscall itself only
  * changes timing (test-file-io.c says why it has no test); this is the
- * decision.
+ * decision.  Also the pending ranges of a block device's writeback thread
+ * (file-wb.c invariant 1): every range added is covered by what is taken,
+ * touching ones merged, at most FILE_WB_RANGES kept.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,12 +121,70 @@ static void test_new_stream(void **state)
     assert_int_equal(first, 100 * MIB);
 }
 
+/* Is [from, to) covered by one of the n ranges? */
+static bool covered(const FileWbRange *r, unsigned n, uint64_t from, uint64_t to)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (r[i].from <= from && to <= r[i].to) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void test_wb_queue(void **state)
+{
+    FileWbQueue q = {0};
+    FileWbRange r[FILE_WB_RANGES];
+    uint64_t x = 777;
+
+    (void)state;
+    assert_false(file_wb_queue_add(&q, 5 * MIB, 5 * MIB)); /* empty */
+    assert_int_equal(q.n, 0);
+    /* parallel writers' ranges landing out of order: one range */
+    assert_true(file_wb_queue_add(&q, 2 * MIB, 3 * MIB));
+    assert_true(file_wb_queue_add(&q, 0, 1 * MIB));
+    assert_true(file_wb_queue_add(&q, 1 * MIB, 2 * MIB));
+    assert_true(file_wb_queue_add(&q, 512 * KIB, 2560 * KIB));
+    assert_int_equal(file_wb_queue_take(&q, r), 1);
+    assert_true(r[0].from == 0 && r[0].to == 3 * MIB);
+    assert_int_equal(q.n, 0);
+    assert_int_equal(file_wb_queue_take(&q, r), 0);
+
+    /* apart: kept apart up to FILE_WB_RANGES, then the nearest grows */
+    for (unsigned i = 0; i < FILE_WB_RANGES; i++) {
+        assert_true(file_wb_queue_add(&q, i * 10 * MIB, i * 10 * MIB + MIB));
+    }
+    assert_int_equal(q.n, FILE_WB_RANGES);
+    assert_true(file_wb_queue_add(&q, 33 * MIB, 34 * MIB)); /* nearest: [30M, 31M) */
+    assert_int_equal(file_wb_queue_take(&q, r), FILE_WB_RANGES);
+    assert_true(covered(r, FILE_WB_RANGES, 30 * MIB, 34 * MIB));
+    assert_true(covered(r, FILE_WB_RANGES, 20 * MIB, 21 * MIB));
+    assert_false(covered(r, FILE_WB_RANGES, 31 * MIB, 40 * MIB) &&
+                 covered(r, FILE_WB_RANGES, 40 * MIB, 41 * MIB) &&
+                 covered(r, FILE_WB_RANGES, 21 * MIB, 30 * MIB)); /* no more than that */
+
+    /* random ranges: every one added is covered by what is taken */
+    FileWbRange added[200];
+    for (unsigned i = 0; i < 200; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        added[i].from = (x >> 24) % (1024 * MIB);
+        added[i].to = added[i].from + 4 * KIB + (x >> 40) % (2 * MIB);
+        assert_true(file_wb_queue_add(&q, added[i].from, added[i].to));
+        assert_true(q.n <= FILE_WB_RANGES);
+    }
+    unsigned n = file_wb_queue_take(&q, r);
+    for (unsigned i = 0; i < 200; i++) {
+        assert_true(covered(r, n, added[i].from, added[i].to));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_appends),      cmocka_unit_test(test_packed_appends),
         cmocka_unit_test(test_out_of_order), cmocka_unit_test(test_random),
-        cmocka_unit_test(test_new_stream),
+        cmocka_unit_test(test_new_stream),   cmocka_unit_test(test_wb_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
