@@ -341,12 +341,23 @@ gone() {
 # proc_locks FILE: the lines of /proc/locks on FILE. /proc/locks names a
 # file by device and inode ("fe:00:1234"); matching the inode alone also
 # catches locks on another file system's file of the same inode number.
+# Not a snapshot: while other processes lock or unlock anything, a reading
+# can list a lock twice or miss one (iotests/ofd_locks.py says why).  Good
+# for "is byte B held yet?" polls; to tell which bytes are held, lock_bytes.
 proc_locks() {
     local id
     id=$(stat -c '%Hd %Ld %i' "$1") || return 1
     # shellcheck disable=SC2086
     id=$(printf '%02x:%02x:%s' $id)
     awk -v id="$id" '$6 == id' /proc/locks
+}
+
+# lock_bytes FILE: the bytes of FILE anyone holds a lock on, ascending and
+# space-separated ("100 201 203"; "" when none), as the kernel holds them at
+# one moment (iotests/ofd_locks.py: F_OFD_GETLK, not /proc/locks).  A set:
+# a byte two descriptions hold is listed once.
+lock_bytes() {
+    python3 "$IOTESTS_DIR/ofd_locks.py" "$1"
 }
 
 # hold_image IMG: start qemu-io holding IMG open read-write (its sleep
