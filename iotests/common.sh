@@ -299,7 +299,8 @@ mk_qcow2() {
 }
 
 # wait_sock SOCKET [PIDFILE]: wait up to 60 s for a server's Unix socket
-# (and its pid file) to appear.
+# (and its pid file) to appear.  The socket may be there before the server
+# serves (and heeds SIGTERM): nbd_ready waits for that.
 wait_sock() {
     # (a daemonising nbdkit binds its socket before it forks and writes
     # its pid file after: a caller that kills by the pid file waits for it)
@@ -310,6 +311,65 @@ wait_sock() {
         sleep 0.05
     done
     return 1
+}
+
+# running PID: the process is there and not a zombie (a daemon's parent
+# may reap it seconds after it ended).
+running() {
+    local st
+    st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$st" ] && [ "${st%% *}" != Z ]
+}
+
+# nbd_ready SOCKET|URI [PID [SECS]]: wait up to SECS (60) s until an NBD
+# server answers a handshake there (nbdinfo --list; SOCKET: the path of a
+# Unix socket), not only until its socket exists: qemu-nbd 7.2 makes its
+# socket, then opens its image, and serves only after that -- and a SIGTERM
+# it gets in between is lost, it runs on (iotest 062 hung on its wait after
+# such a kill; iotests/tests/217).  Once it answered, SIGTERM ends it.  With
+# PID, stops as soon as that process ended.  Returns 1 after a FAILED line
+# if no server answered: callers end the test (nbd_ready ... || finish)
+# rather than send clients to a server that may never serve them.
+nbd_ready() {
+    local uri=$1 pid=${2:-} secs=${3:-60} start=$SECONDS
+    case $uri in
+    nbd*) ;;
+    /*) uri="nbd+unix:///?socket=$uri" ;;
+    *) uri="nbd+unix:///?socket=$PWD/$uri" ;;
+    esac
+    _checks=$((_checks + 1))
+    while :; do
+        timeout 10 nbdinfo --list "$uri" >/dev/null 2>&1 </dev/null && return 0
+        if [ -n "$pid" ] && ! running "$pid"; then
+            _fail "the NBD server at $uri (pid $pid) ended before it answered"
+            return 1
+        fi
+        [ $((SECONDS - start)) -lt "$secs" ] || break
+        sleep 0.05
+    done
+    _fail "no NBD server answered at $uri within $secs s${pid:+ (pid $pid still runs)}"
+    return 1
+}
+
+# stop_server PID [NAME [SECS]]: SIGTERM a server and wait up to SECS (30)
+# s for it to end (and reap it, if this shell started it).  One still
+# running then is SIGKILLed and fails the test (a FAILED line, return 1)
+# instead of hanging it on a wait.
+stop_server() {
+    local pid=$1 secs=${3:-30} start=$SECONDS
+    kill "$pid" 2>/dev/null
+    while running "$pid" && [ $((SECONDS - start)) -lt "$secs" ]; do
+        sleep 0.05
+    done
+    if running "$pid"; then
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        _checks=$((_checks + 1))
+        _fail "${2:-the server} (pid $pid) still ran $secs s after SIGTERM: killed it"
+        return 1
+    fi
+    wait "$pid" 2>/dev/null
+    return 0
 }
 
 # tcp_port: a TCP port for a test's server on 127.0.0.1: below the kernel's
@@ -341,12 +401,23 @@ gone() {
 # proc_locks FILE: the lines of /proc/locks on FILE. /proc/locks names a
 # file by device and inode ("fe:00:1234"); matching the inode alone also
 # catches locks on another file system's file of the same inode number.
+# Not a snapshot: while other processes lock or unlock anything, a reading
+# can list a lock twice or miss one (iotests/ofd_locks.py says why).  Good
+# for "is byte B held yet?" polls; to tell which bytes are held, lock_bytes.
 proc_locks() {
     local id
     id=$(stat -c '%Hd %Ld %i' "$1") || return 1
     # shellcheck disable=SC2086
     id=$(printf '%02x:%02x:%s' $id)
     awk -v id="$id" '$6 == id' /proc/locks
+}
+
+# lock_bytes FILE: the bytes of FILE anyone holds a lock on, ascending and
+# space-separated ("100 201 203"; "" when none), as the kernel holds them at
+# one moment (iotests/ofd_locks.py: F_OFD_GETLK, not /proc/locks).  A set:
+# a byte two descriptions hold is listed once.
+lock_bytes() {
+    python3 "$IOTESTS_DIR/ofd_locks.py" "$1"
 }
 
 # hold_image IMG: start qemu-io holding IMG open read-write (its sleep

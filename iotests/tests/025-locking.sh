@@ -33,10 +33,12 @@ requires qimg qemu-img qemu-io qemu-system-x86_64 python3 timeout md5sum strace
 VM_PID= HOLD_PID=
 trap 'kill $VM_PID $HOLD_PID 2>/dev/null; _cleanup' EXIT
 
-# held FILE: the lock bytes anyone holds on FILE, from /proc/locks.
+# held FILE: the lock bytes anyone holds on FILE (lock_bytes: one look at
+# the kernel's locks of FILE; read from /proc/locks, the bytes of a lone
+# holder of 100 201 203 once read "100 100 201 201 203" while other tests
+# locked their images, see iotests/tests/216).
 held() {
-    proc_locks "$1" | awk '$2 == "OFDLCK" { for (b = $7; b <= $8; b++) print b }' |
-        sort -n | tr '\n' ' ' | sed 's/ $//'
+    lock_bytes "$1"
 }
 
 # wait_held FILE [BYTE]: until someone holds lock bytes on FILE (BYTE among
@@ -124,8 +126,10 @@ held_by() {
         out="$out $f[$(held "$f")]"
     done
     release
-    # a process's locks can outlive it for a moment (as after section 2's
-    # release): the next held_by must not count them as its holder's
+    # the next held_by must count its own holder's bytes only.  (The
+    # "locks outliving their process" this wait was added for were torn
+    # /proc/locks readings, see held: read with lock_bytes, no lock was
+    # left after any of 80 exits of qemu-io and qimg io under load.)
     for f in $files; do
         wait_free "$f" # (its FAILED line lands in the output compared)
     done

@@ -12,8 +12,12 @@
 #    command (nbdkit's error filter); a server that is not there is a clear
 #    open error;
 #  - odd servers (nbdkit's blocksize, nozero, noextents, delay filters).
+# Each server is used only once it answered a handshake (nbd_ready: qemu-nbd
+# ignores a SIGTERM that comes before, and the test hung on its wait), and
+# each stop is bounded (stop_server): a server that does not end fails the
+# test in 30 s.
 . "$(dirname "$0")/../common.sh"
-requires qimg qimg-nbd-plugin nbdkit qemu-img qemu-io qemu-nbd
+requires qimg qimg-nbd-plugin nbdkit nbdinfo qemu-img qemu-io qemu-nbd
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 64M
 "$QEMU_IO" -c 'write -P 0x11 0 4M' -c 'write -z 8M 1M' -c 'write -P 0x12 30M 64k' \
@@ -24,7 +28,7 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; _cleanup' EXIT
 U="nbd+unix:///?socket=$PWD/q.sock"
 qemu-nbd -t -e 4 -k "$PWD/q.sock" -f qcow2 d.qcow2 &
 pids+=($!)
-wait_sock q.sock
+nbd_ready q.sock $! || finish
 
 # 1. Reading through an export, as qemu-img reads it.
 same_as_qemu info -f raw "$U"
@@ -44,19 +48,17 @@ assert_rc "io through an export" 0 \
     "$QIMG" io -f raw -c 'write -P 0x21 1M 100k' -c 'read -P 0x21 1M 100k' "$U"
 assert_rc "io: the write reached the image" 0 "$QEMU_IO" -f raw -c 'read -P 0x21 1M 100k' "$U"
 
-kill "${pids[0]}"
-wait "${pids[0]}" 2>/dev/null
+stop_server "${pids[0]}" qemu-nbd
 
 # 2. convert -n into an export (qemu-nbd serving a fresh qcow2).
 "$QEMU_IMG" create -q -f qcow2 t.qcow2 64M
 qemu-nbd -t -k "$PWD/t.sock" -f qcow2 t.qcow2 &
 tpid=$!
 pids+=($tpid)
-wait_sock t.sock
+nbd_ready t.sock $tpid || finish
 assert_rc "convert -n into an export" 0 \
     "$QIMG" convert -n -f qcow2 -O raw d.qcow2 "nbd+unix:///?socket=$PWD/t.sock"
-kill $tpid
-wait $tpid 2>/dev/null
+stop_server $tpid qemu-nbd
 assert_rc "convert -n into an export: contents" 0 "$QEMU_IMG" compare d.qcow2 t.qcow2
 assert_rc "convert -n into an export: check" 0 "$QEMU_IMG" check t.qcow2
 
@@ -65,7 +67,7 @@ cp d.qcow2 c.qcow2
 qemu-nbd -t -k "$PWD/c.sock" -f raw c.qcow2 &
 cpid=$!
 pids+=($cpid)
-wait_sock c.sock
+nbd_ready c.sock $cpid || finish
 C="nbd+unix:///?socket=$PWD/c.sock"
 same_as_qemu check -f qcow2 "$C"
 same_as_qemu check -f qcow2 --output=json "$C"
@@ -73,8 +75,7 @@ same_as_qemu check -f qcow2 --output=json "$C"
 assert_rc "write a qcow2 on an export" 0 \
     "$QIMG" io -f qcow2 -c 'write -P 0x31 1M 2M' -c 'write -z 0 64k' "$C"
 same_as_qemu check -f qcow2 "$C"
-kill $cpid
-wait $cpid 2>/dev/null
+stop_server $cpid qemu-nbd
 assert_rc "qcow2 on an export: check after" 0 "$QEMU_IMG" check c.qcow2
 assert_rc "qcow2 on an export: the data" 0 "$QEMU_IO" -c 'read -P 0x31 1M 2M' c.qcow2
 
@@ -85,7 +86,7 @@ cp d.qcow2 m.qcow2
 "$QIMG" nbd -t -e 0 -p $port -b 127.0.0.1 -x disk m.qcow2 &
 mpid=$!
 pids+=($mpid)
-for _ in $(seq 100); do nbdinfo --size "nbd://127.0.0.1:$port/disk" >/dev/null 2>&1 && break; sleep 0.05; done
+nbd_ready "nbd://127.0.0.1:$port" $mpid || finish
 M="nbd://127.0.0.1:$port/disk"
 rm -f src.raw
 head -c $((64 * 1024 * 1024)) /dev/urandom >src.raw
@@ -94,8 +95,7 @@ assert_rc "convert -n -m 16 into a multi-conn export" 0 \
 assert_rc "multi-conn: the data" 0 "$QEMU_IMG" compare -f raw -F raw src.raw \
     "nbd:127.0.0.1:$port:exportname=disk"
 same_as_qemu info -f raw "nbd:127.0.0.1:$port:exportname=disk"
-kill $mpid
-wait $mpid 2>/dev/null
+stop_server $mpid "qimg nbd"
 assert_rc "multi-conn: check" 0 "$QEMU_IMG" check m.qcow2
 
 # A multi-conn server that takes two clients (nbd.c invariant 1): the third
@@ -104,7 +104,7 @@ assert_rc "multi-conn: check" 0 "$QEMU_IMG" check m.qcow2
 cp d.qcow2 e2.qcow2
 qemu-nbd -t -e 2 -k "$PWD/e2.sock" -f qcow2 e2.qcow2 2>/dev/null &
 pids+=($!)
-wait_sock e2.sock
+nbd_ready e2.sock $! || finish
 assert_rc "a server that takes two clients: write" 0 timeout 60 \
     "$QIMG" io -f raw -c 'write -P 0x77 1M 64k' "nbd+unix:///?socket=$PWD/e2.sock"
 assert_rc "a server that takes two clients: read back" 0 timeout 60 \
@@ -114,7 +114,7 @@ assert_rc "a server that takes two clients: read back" 0 timeout 60 \
 # 5. Errors.
 qemu-nbd -t -r -k "$PWD/r.sock" -f qcow2 d.qcow2 &
 pids+=($!)
-wait_sock r.sock
+nbd_ready r.sock $! || finish
 "$QIMG" io -f raw -c 'write 0 4k' "nbd+unix:///?socket=$PWD/r.sock" >e.out 2>&1
 assert_eq "read-only export: exit code" 1 "$?"
 _checks=$((_checks + 1))
@@ -136,6 +136,7 @@ nbdkit -U "$PWD/f.sock" -P f.pid --filter=error "$QIMG_NBD_PLUGIN" file=f.qcow2 
     error=EIO error-pread-rate=100% error-pwrite-rate=100%
 wait_sock f.sock f.pid
 pids+=("$(cat f.pid)")
+nbd_ready f.sock "$(cat f.pid)" || finish
 "$QIMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/f.sock" out.raw >e.out 2>&1
 assert_eq "server read error: exit code" 1 "$?"
 _checks=$((_checks + 1))
@@ -155,6 +156,8 @@ odd() { # DESC "FILTERS" PARAMS...
     # shellcheck disable=SC2086
     nbdkit -U "$PWD/o.sock" -P o.pid $filters "$QIMG_NBD_PLUGIN" file=o.qcow2 "$@"
     wait_sock o.sock o.pid
+    pids+=("$(cat o.pid)")
+    nbd_ready o.sock "$(cat o.pid)" || finish
     O="nbd+unix:///?socket=$PWD/o.sock"
     assert_rc "$desc: io" 0 "$QIMG" io -f raw -c 'write -P 0x71 100 300000' \
         -c 'read -P 0x71 100 300000' -c 'write -z 5M 1M' -c 'read -P 0 5M 1M' "$O"
@@ -162,8 +165,7 @@ odd() { # DESC "FILTERS" PARAMS...
     rm -f odd.qcow2
     assert_rc "$desc: convert from it" 0 "$QIMG" convert -f raw -O qcow2 "$O" odd.qcow2
     assert_rc "$desc: the copy" 0 "$QEMU_IMG" compare -f raw "$O" odd.qcow2
-    kill "$(cat o.pid)"
-    for _ in $(seq 100); do kill -0 "$(cat o.pid)" 2>/dev/null || break; sleep 0.05; done
+    stop_server "$(cat o.pid)" "nbdkit ($desc)"
 }
 odd "blocksize maxdata=64k" --filter=blocksize maxdata=65536
 odd "nozero, noextents" "--filter=nozero --filter=noextents"
@@ -176,21 +178,25 @@ odd "slow reads" --filter=delay rdelay=5ms
 rm -f l.sock l.pid l.log
 nbdkit -U "$PWD/l.sock" -P l.pid --filter=log --filter=delay file src.raw \
     delay-read=300ms logfile="$PWD/l.log"
-wait_sock l.sock
+wait_sock l.sock l.pid
+pids+=("$(cat l.pid)")
+nbd_ready l.sock "$(cat l.pid)" || finish
 L="nbd+unix:///?socket=$PWD/l.sock"
 reads=()
 for i in 0 1 2 3 4 5 6 7; do reads+=(-c "aio_read -P 0 ${i}M 64k"); done
-"$QIMG" io -r -f raw "${reads[@]/-P 0 /}" -c aio_flush "$L" >/dev/null
+timeout 60 "$QIMG" io -r -f raw "${reads[@]/-P 0 /}" -c aio_flush "$L" >/dev/null
 assert_rc "in flight: reads done" 0 test "$(grep -c '\.\.\.Read id=.* return=0' l.log)" = 8
 inflight=$(awk '/ Read id=/ { c = $3; n[c]++; if (n[c] > m) m = n[c] }
     /\.\.\.Read id=/ { n[$3]-- } END { print m + 0 }' l.log)
 assert_rc "in flight: several reads on one connection ($inflight)" 0 test "$inflight" -ge 2
-kill "$(cat l.pid)"
+stop_server "$(cat l.pid)" "nbdkit (delay-read=300ms)"
 rm -f l.sock l.pid
 rm -f l.log
 nbdkit -U "$PWD/l.sock" -P l.pid --filter=log --filter=delay file src.raw delay-read=5 \
     logfile="$PWD/l.log"
 wait_sock l.sock l.pid
+pids+=("$(cat l.pid)")
+nbd_ready l.sock "$(cat l.pid)" || finish
 # killed once a read reached it (its log), not after a fixed time: on a
 # loaded machine the client could connect after the kill
 (
@@ -214,10 +220,12 @@ assert_eq "lazy libnbd: info of a file" 0 "$(loaded "$QIMG" info -f raw src.raw)
 assert_eq "lazy libnbd: version" 0 "$(loaded "$QIMG" --version)"
 rm -f l.sock l.pid
 nbdkit -U "$PWD/l.sock" -P l.pid file src.raw
-wait_sock l.sock
+wait_sock l.sock l.pid
+pids+=("$(cat l.pid)")
+nbd_ready l.sock "$(cat l.pid)" || finish
 assert_eq "lazy libnbd: info of an export" 1 \
     "$(loaded "$QIMG" info "nbd+unix:///?socket=$PWD/l.sock")"
 assert_eq "lazy libnbd: nbd -L" 1 "$(loaded "$QIMG" nbd -L -k "$PWD/l.sock")"
-kill "$(cat l.pid)"
+stop_server "$(cat l.pid)" nbdkit
 
 finish
