@@ -570,10 +570,27 @@ qio() {
     fi
 }
 
+# settle [--evict] FILE...: make the map of FILE's unwritten (fallocated,
+# never written) extents independent of the page cache: what SEEK_DATA
+# answers there depends on which pages some read left cached (ext4), so
+# two maps of one image can differ.  Writes their zeroes (they map as
+# data), or with --evict drops the file's cached pages (they map as holes
+# until read).  Bytes unchanged; missing files skipped (iotests/settle.py).
+settle() {
+    python3 "$IOTESTS_DIR/settle.py" "$@"
+}
+
 # map_flags IMG [FMT]: qemu-img's allocation map of IMG (format FMT,
 # default qcow2) without host offsets, adjacent extents with the same flags
-# merged: comparable between images whose host layouts differ.
+# merged: comparable between images whose host layouts differ.  IMG is
+# settled first: a qcow2 data cluster's "zero" flag comes from the file's
+# extents, a raw image's data/zero flags are the file's extents, and the
+# tests compare maps after reading the images (convert, compare), which
+# caches pages of unwritten extents (settle above).  So raw images are
+# evicted (an unwritten extent maps as zeroes, as it reads), others are
+# written (a data cluster stays data).
 map_flags() {
+    if [ "${2:-qcow2}" = raw ]; then settle --evict "$1"; else settle "$1"; fi
     "$QEMU_IMG" map -f "${2:-qcow2}" --output=json "$1" | python3 -c '
 import json, sys
 out = []
