@@ -61,8 +61,14 @@ static bool check_backing(const char *filename, const char *backing,
     oo.no_backing = true;
     oo.force_share = true;
     oo.no_io = true; /* as qemu-img create: no locks on the backing file */
-    /* an unknown protocol's error is qemu-img's without "Could not open" */
-    bimg = qimg_name_check(path, &err) ? qimg_image_open(path, &oo, &err) : NULL;
+    /*
+     * An unknown protocol's error is qemu-img's without "Could not open";
+     * a caller's backing name with a protocol is not joined to the image's
+     * folder (QEMU's path_combine), so it is checked before the join.
+     */
+    bimg = qimg_name_check(backing, &err) && qimg_name_check(path, &err)
+               ? qimg_image_open(path, &oo, &err)
+               : NULL;
     if (!bimg) {
         if (unsafe) {
             /* -u with no size: nothing to take the size from */

@@ -3,7 +3,7 @@
 # protocol, as in QEMU 7.2 (block/protocol.c invariant 8): qemu-img and
 # qemu-io refuse "a:b.qcow2" with "Unknown protocol 'a'" in info, create
 # (before the "Formatting" line, -f file too), convert's target and
-# source, create -b; -f file, json: and --image-opts with driver=file open
+# source, create -b (an image named with a folder too); -f file, json: and --image-opts with driver=file open
 # the file.  Protocols QEMU has and qimg not (http, iscsi, ...) are named
 # as such.  And the preallocation messages of the file protocol and of
 # vmdk ("invalid parameter value: foo", "Unsupported preallocation mode:
@@ -34,6 +34,11 @@ same_as_qemu_err create -f qcow2 -o cluster_size=bogus a:b.img 1M
 same_as_qemu_err create -f qcow2 -b a:f.raw -F raw z.qcow2
 same_as_qemu_err create -u -f qcow2 -b a:f.raw -F raw z.qcow2
 rm -f z.qcow2
+# an image named with a folder: the backing name is not joined to it
+mkdir -p d
+same_as_qemu_err create -f qcow2 -b a:f.raw -F raw d/z.qcow2
+same_as_qemu_err create -f qcow2 -b a:f.raw -F raw "$PWD/d/z.qcow2"
+assert_eq "create -b a:f.raw d/z.qcow2: no image left" "" "$(ls d)"
 none_left "create -b"
 same_as_qemu_err info blkdebug::a:b.qcow2
 for name in a:b.qcow2 'abc def:x' ':x' "$(printf 'p%.0s' {1..140}):x"; do
