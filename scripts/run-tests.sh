@@ -11,7 +11,8 @@
 #     node) and an embedder's build against the installed library
 #     (scripts/check-install.sh: examples/embed.c via pkg-config)
 #  4. iotests (build/qimg against qemu-img / qemu-io)
-#  5. each fuzz target for a short time on its seeds (fixed seed)
+#  5. each fuzz target for a short time on its seeds (fixed seed), one at
+#     a time beside the iotests (step 4)
 #
 # Accounting: nothing that did not run counts as passed, and nothing
 # disappears.  A unit-test program that exits 77 (a test in it skipped), a
@@ -267,6 +268,51 @@ for chk in abi install; do
 done
 timed checks
 
+# Fuzz targets, briefly (every fuzz/fuzz-*.c is a target), one at a time
+# at nice 10 while the iotests run: the iotests leave about a sixth of the
+# two cores idle (tests waiting on servers, syncs and sleeps), which the
+# fuzzers fill, instead of a minute of their own after them.  Each runs
+# for QIMG_FUZZ_SECONDS (default 10) of wall time, its seeds and
+# regression inputs first.  An input may take 30 s before it counts as a
+# hang: niced under the iotests' load, a slow but bounded one (a qcow2
+# check reporting a refcount per cluster of a 32768-cluster refblock:
+# ~5 s of CPU under ASan) must not fail make test.
+fuzz_one() { # NAME EXE: the verdict in $fuzzdir/NAME.rc, the log in /tmp/NAME.log
+    local name=$1 exe=$2 seeds corpus regress=()
+    seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
+    [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
+    corpus=$fuzzdir/$name.corpus
+    mkdir -p "$corpus"
+    # Fixed seed: CI explores the same inputs every time (random, long
+    # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
+    [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
+    # G_SLICE: plain malloc, so LeakSanitizer sees GLib's arrays and lists
+    # (tests/meson.build says why)
+    G_SLICE=always-malloc nice -n 10 "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-10}" \
+        -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$corpus/" "$corpus" "$seeds" \
+        "${regress[@]+"${regress[@]}"}" >/tmp/$name.log 2>&1
+    echo $? >"$fuzzdir/$name.rc"
+}
+names=()
+fuzz_pid=
+if [ ! -d build-fuzz/fuzz ]; then
+    missing_step fuzz "build-fuzz is not built (make build-fuzz)"
+else
+    fuzzdir=$(mktemp -d)
+    for src in fuzz/fuzz-*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        exe=build-fuzz/fuzz/$name
+        if [ ! -f "$exe" ] || [ ! -x "$exe" ]; then
+            missing_step "fuzz $name" "$exe was not built"
+            continue
+        fi
+        names+=("$name")
+    done
+    (for name in "${names[@]+"${names[@]}"}"; do fuzz_one "$name" "build-fuzz/fuzz/$name"; done) &
+    fuzz_pid=$!
+fi
+
 # iotests (each one skips, or under CI fails, by itself when a tool is missing)
 log=$(mktemp)
 QIMG=$PWD/build/tools/qimg iotests/run >"$log" 2>&1
@@ -304,42 +350,10 @@ fi
 rm -f "$log"
 timed iotests
 
-# Fuzz targets, briefly (every fuzz/fuzz-*.c is a target), two at a time:
-# each is one process on one core.
-fuzz_one() { # NAME EXE: the verdict in $fuzzdir/NAME.rc, the log in /tmp/NAME.log
-    local name=$1 exe=$2 seeds corpus regress=()
-    seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
-    [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
-    corpus=$fuzzdir/$name.corpus
-    mkdir -p "$corpus"
-    # Fixed seed: CI explores the same inputs every time (random, long
-    # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
-    [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
-    # G_SLICE: plain malloc, so LeakSanitizer sees GLib's arrays and lists
-    # (tests/meson.build says why)
-    G_SLICE=always-malloc "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 \
-        -timeout=10 -artifact_prefix="$corpus/" "$corpus" "$seeds" \
-        "${regress[@]+"${regress[@]}"}" >/tmp/$name.log 2>&1
-    echo $? >"$fuzzdir/$name.rc"
-}
-if [ ! -d build-fuzz/fuzz ]; then
-    missing_step fuzz "build-fuzz is not built (make build-fuzz)"
-else
-    fuzzdir=$(mktemp -d)
-    names=()
-    for src in fuzz/fuzz-*.c; do
-        [ -f "$src" ] || continue
-        name=$(basename "$src" .c)
-        exe=build-fuzz/fuzz/$name
-        if [ ! -f "$exe" ] || [ ! -x "$exe" ]; then
-            missing_step "fuzz $name" "$exe was not built"
-            continue
-        fi
-        [ "$(jobs -rp | wc -l)" -ge 2 ] && wait -n
-        fuzz_one "$name" "$exe" &
-        names+=("$name")
-    done
-    wait
+# The fuzz targets' verdicts (started before the iotests, above); the
+# time below is what they ran on after the iotests ended.
+if [ -n "$fuzz_pid" ]; then
+    wait "$fuzz_pid"
     for name in "${names[@]+"${names[@]}"}"; do
         if [ "$(cat "$fuzzdir/$name.rc" 2>/dev/null)" = 0 ]; then
             passed=$((passed + 1)); echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' /tmp/$name.log))"
