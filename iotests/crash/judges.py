@@ -24,17 +24,13 @@ import struct
 import subprocess
 import time
 
+from formats import run
 from states import MIB, buffer, data_extents
 from workload import SECTOR
 
 QEMU_IMG = os.environ.get("QEMU_IMG", "qemu-img")
 _ZERO_MIB = bytes(MIB)
 _PADDED = [None, None]  # check_expected's refs, zero-padded: (expect, the padded list)
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
-    return p.returncode, p.stdout.decode(errors="replace")
 
 
 def is_dirty(path):
