@@ -140,8 +140,8 @@ died() {
     "$@" --image-opts "driver=nbd,server.type=unix,server.path=$PWD/k.sock" \
         -c 'read 0 64k' -c 'read 0 4k' >died.out 2>&1 &
     local client=$!
-    for _ in $(seq 200); do
-        grep -q 'Read id=' k.log 2>/dev/null && break
+    for _ in $(seq 1200); do
+        { grep -q 'Read id=' k.log 2>/dev/null || ! kill -0 $client 2>/dev/null; } && break
         sleep 0.05
     done
     grep -q 'Read id=' k.log || _fail "the read did not reach nbdkit"
