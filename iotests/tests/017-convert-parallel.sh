@@ -179,7 +179,12 @@ truncate -s 2G big.raw
 rm -f big.qcow2
 "$QIMG" convert -S 0 -m 1 -t none -T none -f raw -O qcow2 big.raw big.qcow2 >sig.out 2>sig.err &
 pid=$!
-sleep 0.2
+# (its handlers are set before it creates big.qcow2: a signal before that
+# would kill it, and a loaded machine can take longer than any sleep)
+for _ in $(seq 1200); do
+    { [ -e big.qcow2 ] || ! kill -0 $pid 2>/dev/null; } && break
+    sleep 0.05
+done
 kill -USR1 $pid 2>/dev/null
 sleep 0.2
 kill -INT $pid 2>/dev/null

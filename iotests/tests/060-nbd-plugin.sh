@@ -46,7 +46,8 @@ stop() {
     done
     rm -f srv.pid
 }
-trap 'stop; _cleanup' EXIT
+qpid=
+trap 'stop; [ -z "$qpid" ] || kill -9 $qpid 2>/dev/null; _cleanup' EXIT
 uri() { echo "nbd+unix:///?socket=$PWD/$1"; }
 # merge adjacent extents of the same type (servers may split differently)
 nmap() {
@@ -59,7 +60,7 @@ assert_rc "serve top.qcow2 read-only" 0 serve m.sock file=top.qcow2 readonly=tru
 rm -f q.sock
 qemu-nbd -r -t -k "$PWD/q.sock" -f qcow2 top.qcow2 &
 qpid=$!
-for _ in $(seq 100); do [ -S q.sock ] && break; sleep 0.05; done
+nbd_ready q.sock $qpid || finish
 assert_eq "extents: qemu-nbd's" "$(nmap "$(uri q.sock)")" "$(nmap "$(uri m.sock)")"
 assert_eq "size" "$(nbdinfo --size "$(uri q.sock)")" "$(nbdinfo --size "$(uri m.sock)")"
 info=$(nbdinfo "$(uri m.sock)")
@@ -75,8 +76,8 @@ rm -f w.out
 _checks=$((_checks + 1))
 grep -q "Operation not permitted\|Permission denied\|read-only\|Read-only" w.out ||
     _fail "readonly=true: a write was not refused: $(cat w.out)"
-kill $qpid 2>/dev/null
-wait $qpid 2>/dev/null
+stop_server $qpid qemu-nbd
+qpid=
 stop
 
 # 2. Writes through the export land as they would locally.

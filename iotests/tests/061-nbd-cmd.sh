@@ -86,10 +86,17 @@ for e in 1 2; do
         srv=$!
         pids+=($srv)
         wait_sock e.sock
-        # a client that stays connected (qemu-io's sleep command)
-        "$QEMU_IO" -f raw -c 'sleep 30000' "$(uri e.sock)" >/dev/null 2>&1 &
+        # a client that stays connected (qemu-io's sleep command), once it
+        # was served (its read done: a loaded machine can take longer than
+        # any sleep to start it, and the second client would come first)
+        rm -f hold.out
+        stdbuf -oL "$QEMU_IO" -f raw -c 'read 0 512' -c 'sleep 30000' "$(uri e.sock)" \
+            >hold.out 2>&1 &
         hold=$!
-        sleep 1
+        for _ in $(seq 1200); do
+            { grep -qs '^read 512/512' hold.out || ! kill -0 $hold 2>/dev/null; } && break
+            sleep 0.05
+        done
         nbdinfo --size "$(uri e.sock)" >e.out 2>&1 &
         waiter=$!
         sleep 2

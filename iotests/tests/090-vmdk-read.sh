@@ -282,12 +282,11 @@ in_ci && requires nbdkit qimg-nbd-plugin
 if command -v nbdkit >/dev/null && [ -e "$QIMG_NBD_PLUGIN" ]; then
     "$QIMG" nbd -r -t -k "$PWD/v.sock" top.vmdk &
     npid=$!
-    for _ in $(seq 100); do [ -S v.sock ] && break; sleep 0.05; done
+    nbd_ready v.sock $npid || { kill $npid; finish; }
     rm -f nbd.raw
     "$QEMU_IMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/v.sock" nbd.raw
     same_file "qimg nbd serves the delta chain" top.raw nbd.raw
-    kill $npid
-    wait $npid 2>/dev/null
+    stop_server $npid "qimg nbd"
 fi
 
 # ---- bounded memory: a 1 TiB sparse image (grain tables cached) ----

@@ -14,13 +14,6 @@ requires qimg qemu-img qemu-io qemu-nbd
 
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; _cleanup' EXIT
-wait_sock() {
-    for _ in $(seq 100); do
-        [ -S "$1" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
 filter() { sed -e 's/^qemu-img: /qimg: /' -e 's/^qemu-io: /qimg: /'; }
 # both_io DESC ARGS...: qemu-io and qimg io, outputs and exit codes
 both_io() {
@@ -43,7 +36,7 @@ qi bitmap --add top.qcow2 b0
 qio top.qcow2 'write -P 2 2M 1M' 'write -z 3M 512k'
 qemu-nbd -t -r -e 10 -k "$PWD/a.sock" -f qcow2 -A -B b0 -x e top.qcow2 &
 pids+=($!)
-wait_sock a.sock
+nbd_ready a.sock $! || finish
 S=$PWD/a.sock
 
 N="driver=nbd,export=e,server.type=unix,server.path=$S"

@@ -35,11 +35,10 @@ serve() { # TOOL IMAGE: a writable server on TOOL.sock, up to 2 clients
         qemu-nbd -t -e 2 -f qcow2 -k "$PWD/$1.sock" "$2" 2>>"$1.err" &
     fi
     srv=$!
-    wait_sock "$1.sock"
+    nbd_ready "$1.sock" $srv || finish
 }
 stop() {
-    kill "$srv"
-    wait "$srv" 2>/dev/null
+    stop_server "$srv" "$tool"
     srv=
 }
 uri() { echo "nbd+unix:///?socket=$PWD/$1.sock"; }

@@ -25,11 +25,10 @@ requires qimg qemu-img qemu-io qemu-nbd nbdinfo
 qemu-nbd -t -k "$PWD/n.sock" -x there -f qcow2 n.qcow2 &
 npid=$!
 trap 'kill $npid 2>/dev/null; _cleanup' EXIT
-wait_sock n.sock
+nbd_ready n.sock $npid || finish
 same_as_qemu_io "export not there" -f raw -c 'read 0 512' "nbd+unix:///gone?socket=$PWD/n.sock"
 same_as_qemu_io "export there" -f raw -c 'read 0 512' "nbd+unix:///there?socket=$PWD/n.sock"
-kill $npid
-wait $npid 2>/dev/null
+stop_server $npid qemu-nbd
 
 # ---- copy-on-read (197) ----
 # cor DIR TOOL...: a fresh 3-layer chain in DIR, read there with TOOL -C
@@ -105,7 +104,7 @@ qpid=$!
 qemu-nbd -t -k "$PWD/em.sock" -f raw em.raw &
 mpid=$!
 trap 'kill $qpid $mpid 2>/dev/null; _cleanup' EXIT
-wait_sock eq.sock && wait_sock em.sock
+{ nbd_ready eq.sock $qpid && nbd_ready em.sock $mpid; } || finish
 "$QEMU_IMG" convert -f qcow2 -O qcow2 -c cs.qcow2 "nbd+unix:///?socket=$PWD/eq.sock"
 assert_rc "convert into an export" 0 \
     "$QIMG" convert -f qcow2 -O qcow2 -c cs.qcow2 "nbd+unix:///?socket=$PWD/em.sock"
@@ -114,8 +113,8 @@ assert_eq "convert into an export: check" \
     "$("$QEMU_IMG" check -f qcow2 "nbd+unix:///?socket=$PWD/em.sock" 2>&1)"
 assert_rc "convert into an export: contents" 0 \
     "$QEMU_IMG" compare -F qcow2 cs.qcow2 "nbd+unix:///?socket=$PWD/em.sock"
-kill $qpid $mpid
-wait $qpid $mpid 2>/dev/null
+stop_server $qpid qemu-nbd
+stop_server $mpid qemu-nbd
 
 # ---- bitmap --merge from an overlay into its backing file (qemu-img-bitmaps) ----
 "$QEMU_IMG" create -q -f qcow2 bb.qcow2 10M

@@ -20,23 +20,20 @@ trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; [ ! -s k.pid ] || kill -9 "$(cat
 
 # serve ADDR: qemu-nbd serving d.qcow2 on ADDR, a Unix socket SOCK (its
 # own for each run: a server of an earlier run never removes it) or
-# tcp:PORT on 127.0.0.1 (the same port again after a stop).
+# tcp:PORT on 127.0.0.1 (the same port again after a stop), once it
+# answered a handshake (nbd_ready: a qemu-nbd SIGTERMed before it serves
+# runs on, and stop waited for it; -t: the probe is a client too).
 serve() {
     case $1 in
     tcp:*)
-        # -t: the readiness probe below is a client too
         qemu-nbd -t -b 127.0.0.1 -p "${1#tcp:}" -f qcow2 d.qcow2 &
         srv=$!
-        for _ in $(seq 100); do
-            nbdinfo --size "nbd://127.0.0.1:${1#tcp:}" >/dev/null 2>&1 && return 0
-            sleep 0.05
-        done
-        _fail "qemu-nbd did not start on $1"
+        nbd_ready "nbd://127.0.0.1:${1#tcp:}" $srv || finish
         ;;
     *)
-        qemu-nbd -k "$PWD/$1" -f qcow2 d.qcow2 &
+        qemu-nbd -t -k "$PWD/$1" -f qcow2 d.qcow2 &
         srv=$!
-        wait_sock "$1" || _fail "qemu-nbd did not start"
+        nbd_ready "$1" $srv || finish
         ;;
     esac
 }
@@ -50,8 +47,7 @@ addr_opts() {
 }
 
 stop() {
-    kill "$srv" 2>/dev/null
-    wait "$srv" 2>/dev/null
+    stop_server "$srv" qemu-nbd
     srv=
 }
 
@@ -69,8 +65,8 @@ one_run() {
         -c 'write -P 1 0 64k' -c "sleep $ms" -c 'read -P 1 0 64k' \
         -c 'write -P 2 64k 64k' >"$out" 2>"$out.err" &
     client=$!
-    for _ in $(seq 100); do
-        grep -qs '^wrote' "$out" && break
+    for _ in $(seq 1200); do
+        { grep -qs '^wrote' "$out" || ! kill -0 $client 2>/dev/null; } && break
         sleep 0.05
     done
     stop
@@ -144,8 +140,8 @@ died() {
     "$@" --image-opts "driver=nbd,server.type=unix,server.path=$PWD/k.sock" \
         -c 'read 0 64k' -c 'read 0 4k' >died.out 2>&1 &
     local client=$!
-    for _ in $(seq 200); do
-        grep -q 'Read id=' k.log 2>/dev/null && break
+    for _ in $(seq 1200); do
+        { grep -q 'Read id=' k.log 2>/dev/null || ! kill -0 $client 2>/dev/null; } && break
         sleep 0.05
     done
     grep -q 'Read id=' k.log || _fail "the read did not reach nbdkit"

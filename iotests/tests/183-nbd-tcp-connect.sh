@@ -40,12 +40,7 @@ port=$(tcp_port)
 serve() {
     qemu-nbd -t -b 127.0.0.1 -p "$port" -x disk -f qcow2 d.qcow2 &
     srv=$!
-    for _ in $(seq 100); do
-        nbdinfo --size "nbd://127.0.0.1:$port/disk" >/dev/null 2>&1 && return 0
-        sleep 0.05
-    done
-    _fail "qemu-nbd did not start on port $port"
-    exit 1
+    nbd_ready "nbd://127.0.0.1:$port/disk" $srv || finish
 }
 serve
 same_as_qemu info "nbd://127.0.0.1:$port/disk"
