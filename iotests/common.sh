@@ -642,6 +642,17 @@ settle() {
     python3 "$IOTESTS_DIR/settle.py" "$@"
 }
 
+# alloc_of [--unit N] FILE: the bytes FILE's data holds on disk (with
+# --unit N: how many N-byte pieces of FILE hold any), from its extents after
+# a sync (iotests/alloc.py): what a test means by "allocated" or "given
+# back".  Not du or st_blocks: they also count ext4's extent-tree blocks,
+# which come and go as extents split or merge (a write into an unwritten
+# extent splits it), and, before writeback, delayed allocation's
+# reservations.
+alloc_of() {
+    python3 "$IOTESTS_DIR/alloc.py" "$@"
+}
+
 # map_flags IMG [FMT]: qemu-img's allocation map of IMG (format FMT,
 # default qcow2) without host offsets, adjacent extents with the same flags
 # merged: comparable between images whose host layouts differ.  IMG is
