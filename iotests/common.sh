@@ -387,6 +387,53 @@ stop_server() {
     return 0
 }
 
+# nbd_listening SOCKET PIDFILE PID [SECS]: for a server that takes one
+# client and then ends (qimg nbd or qemu-nbd without -t, started with
+# --pid-file PIDFILE), where nbd_ready's handshake would be that client:
+# wait up to SECS (60) s until PIDFILE is written.  nbdkit writes it just
+# after listen() on its socket, qemu-nbd 7.2 after listen() and its image's
+# open; a client that connects from then on waits in the listen queue and
+# is served.  The socket alone (wait_sock) is there from bind(), and a
+# client that came before listen() was refused, and the server then waited
+# for one forever (iotests 100, 209).  PIDFILE must not exist before.
+# Returns 1 after a FAILED line if PID ended first or nothing came in time:
+# callers end the test (... || finish).
+nbd_listening() {
+    local sock=$1 pidfile=$2 pid=$3 secs=${4:-60} start=$SECONDS
+    _checks=$((_checks + 1))
+    while ! { [ -S "$sock" ] && [ -s "$pidfile" ]; }; do
+        if ! running "$pid"; then
+            _fail "the NBD server for $sock (pid $pid) ended before it listened"
+            return 1
+        fi
+        if [ $((SECONDS - start)) -ge "$secs" ]; then
+            _fail "the NBD server for $sock (pid $pid) did not listen within $secs s"
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+# server_left PID [NAME [SECS]]: a server without -t ends once its one
+# client left: wait up to SECS (60) s for that (and reap it, if this shell
+# started it).  One still running then (its client never came, or never
+# left) is stopped by stop_server and fails the test (a FAILED line,
+# return 1) instead of hanging it on a wait.
+server_left() {
+    local pid=$1 secs=${3:-60} start=$SECONDS
+    while running "$pid" && [ $((SECONDS - start)) -lt "$secs" ]; do
+        sleep 0.05
+    done
+    _checks=$((_checks + 1))
+    if running "$pid"; then
+        _fail "${2:-the server} (pid $pid) still ran $secs s after its client should have left: stopping it"
+        stop_server "$pid" "${2:-the server}" 10
+        return 1
+    fi
+    wait "$pid" 2>/dev/null
+    return 0
+}
+
 # tcp_port: a TCP port for a test's server on 127.0.0.1: below the kernel's
 # ephemeral range (ip_local_port_range, 32768 up here), so no client
 # connection of a test running beside this one holds it, and with nothing
@@ -593,6 +640,17 @@ qio() {
 # until read).  Bytes unchanged; missing files skipped (iotests/settle.py).
 settle() {
     python3 "$IOTESTS_DIR/settle.py" "$@"
+}
+
+# alloc_of [--unit N] FILE: the bytes FILE's data holds on disk (with
+# --unit N: how many N-byte pieces of FILE hold any), from its extents after
+# a sync (iotests/alloc.py): what a test means by "allocated" or "given
+# back".  Not du or st_blocks: they also count ext4's extent-tree blocks,
+# which come and go as extents split or merge (a write into an unwritten
+# extent splits it), and, before writeback, delayed allocation's
+# reservations.
+alloc_of() {
+    python3 "$IOTESTS_DIR/alloc.py" "$@"
 }
 
 # map_flags IMG [FMT]: qemu-img's allocation map of IMG (format FMT,

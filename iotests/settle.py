@@ -37,8 +37,10 @@ EXT = "QQQQQIIII"  # logical, physical, length, reserved64[2], flags, reserved32
 BATCH = 256
 
 
-def unwritten_extents(fd):
-    """The (start, length) of the file's unwritten extents, by logical offset."""
+def extents(fd):
+    """The (start, length, flags) of the file's extents, by logical offset
+    (FIEMAP_FLAG_SYNC: the file's dirty pages are written back first, so
+    delayed allocations are extents too)."""
     out, start = [], 0
     while True:
         req = struct.pack(HDR, start, 2**64 - 1 - start, FIEMAP_FLAG_SYNC, 0, BATCH, 0)
@@ -51,12 +53,16 @@ def unwritten_extents(fd):
         for i in range(n):
             off = struct.calcsize(HDR) + i * struct.calcsize(EXT)
             logical, _, length, _, _, flags, _, _, _ = struct.unpack_from(EXT, buf, off)
-            if flags & FIEMAP_EXTENT_UNWRITTEN:
-                out.append((logical, length))
+            out.append((logical, length, flags))
             start = logical + length
             last = bool(flags & FIEMAP_EXTENT_LAST)
         if last:
             return out
+
+
+def unwritten_extents(fd):
+    """The (start, length) of the file's unwritten extents, by logical offset."""
+    return [(s, n) for s, n, f in extents(fd) if f & FIEMAP_EXTENT_UNWRITTEN]
 
 
 def settle(path, evict):

@@ -106,6 +106,28 @@ static void report_corruption(Qcow2Check *c, const char *what)
     }
 }
 
+/* report_corruption() of an unaligned refcount block, called for every
+ * cluster it covers: the message is formatted only for the event that
+ * prints it (the first fatal one, or the first one on a read-only image);
+ * the others are only counted, as report_corruption() and meta.c would
+ * (their messages were dropped; meta.c's g_debug line of each, seen with
+ * G_MESSAGES_DEBUG only, is not written), so that a broken refcount table
+ * of N clusters does not cost N formatted strings. */
+static void report_unaligned_refblock(Qcow2Check *c, uint64_t offset, uint64_t index)
+{
+    Qcow2State *s = c->s;
+    bool shown = s->writable ? !s->corrupt_fatal : s->corruption_events == 0;
+
+    if (!shown) {
+        s->corruption_events++;
+        return;
+    }
+    g_autofree char *what = g_strdup_printf("Refblock offset %#" PRIx64
+                                            " unaligned (reftable index: %#" PRIx64 ")",
+                                            offset, index);
+    report_corruption(c, what);
+}
+
 /* The on-disk refcount of a cluster, as QEMU's qcow2_get_refcount() reads
  * it: reserved bits of the reftable entry are ignored, a refcount block past
  * the end of the file reads as zeros, an unaligned one is an error.  Read
@@ -128,10 +150,7 @@ int check_get_refcount(Qcow2Check *c, uint64_t cluster, uint64_t *refcount)
         return 0;
     }
     if (qcow2_offset_into_cluster(s, offset)) {
-        g_autofree char *what = g_strdup_printf(
-            "Refblock offset %#" PRIx64 " unaligned (reftable index: %#" PRIx64 ")",
-            offset, index);
-        report_corruption(c, what);
+        report_unaligned_refblock(c, offset, index);
         return -EIO;
     }
     ret = qcow2_cache_get_locked(s->refcount_cache, offset, &block);

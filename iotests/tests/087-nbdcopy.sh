@@ -23,18 +23,26 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; _cleanup' EXIT
 
 # serve TOOL IMAGE OPTS...: start TOOL's server on TOOL.sock; srv=its pid.
+# Used once it answered a handshake (nbd_ready) with -t; without -t that
+# handshake would be its one client: once it listens (nbd_listening).
 serve() {
     local tool=$1 img=$2
     shift 2
-    rm -f "$tool.sock"
+    rm -f "$tool.sock" "$tool.pid"
     if [ "$tool" = qimg ]; then
-        "$QIMG" nbd "$@" -k "$PWD/$tool.sock" "$img" 2>>"$tool.err" &
+        "$QIMG" nbd "$@" -k "$PWD/$tool.sock" --pid-file "$PWD/$tool.pid" "$img" \
+            2>>"$tool.err" &
     else
-        qemu-nbd "$@" -f qcow2 -k "$PWD/$tool.sock" "$img" 2>>"$tool.err" &
+        qemu-nbd "$@" -f qcow2 -k "$PWD/$tool.sock" --pid-file "$PWD/$tool.pid" "$img" \
+            2>>"$tool.err" &
     fi
     srv=$!
     pids+=($srv)
-    wait_sock "$tool.sock"
+    if [[ " $* " == *" -t "* ]]; then
+        nbd_ready "$tool.sock" $srv || finish
+    else
+        nbd_listening "$tool.sock" "$tool.pid" $srv || finish
+    fi
 }
 uri() { echo "nbd+unix:///?socket=$PWD/$1.sock"; }
 # the flags of the first export that both servers must agree on
@@ -48,9 +56,10 @@ print(" ".join("%s=%s" % (k, e.get(k)) for k in
 # stop: a -t server is stopped; one without -t must have exited by itself
 stop() { # MODE
     if [ -n "$1" ]; then
-        kill "$srv"
+        stop_server "$srv" "$tool $mode_name"
+    else
+        server_left "$srv" "$tool $mode_name: the server that ends with its client"
     fi
-    assert_rc "$tool $mode_name: the server ended" 0 gone "$srv"
 }
 
 for mode in "" "-e 4 -t"; do
@@ -59,7 +68,8 @@ for mode in "" "-e 4 -t"; do
     for tool in qemu-nbd qimg; do
         # nbdinfo
         serve $tool d.qcow2 $mode
-        nbdinfo --json "$(uri $tool)" 2>"$tool.info.err" | flags >"$tool.$mode_name.flags"
+        timeout 60 nbdinfo --json "$(uri $tool)" 2>"$tool.info.err" |
+            flags >"$tool.$mode_name.flags"
         stop "$mode"
         # nbdcopy reading, qemu-img convert reading
         serve $tool d.qcow2 $mode

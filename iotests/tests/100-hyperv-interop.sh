@@ -87,23 +87,29 @@ same_as_qemu compare -f vpc -F qed d.vpc d.qed
 same_as_qemu compare f.vhdx n.vhdx
 
 # served by `qimg nbd` (the asynchronous API under nbdkit): qemu-img reads
-# each as its raw conversion, and a write through the export lands
+# each as its raw conversion, and a write through the export lands.  One
+# client each (no -t): used once it listens, it ends when its client left.
+srv=
+trap '[ -z "$srv" ] || kill $srv 2>/dev/null; _cleanup' EXIT
+serve1() { # FMT IMAGE: qimg nbd for one client on n.sock
+    rm -f n.sock n.pid
+    "$QIMG" nbd -f "$1" -k "$PWD/n.sock" --pid-file "$PWD/n.pid" "$2" &
+    srv=$!
+    nbd_listening n.sock n.pid $srv || finish
+}
 for spec in d.vpc:vpc d.vhdx:vhdx d.vdi:vdi; do
     img=${spec%%:*} fmt=${spec#*:}
     cp "$img" "w-$img"
-    rm -f n.sock
-    "$QIMG" nbd -f "$fmt" -k "$PWD/n.sock" "w-$img" &
-    srv=$!
-    wait_sock n.sock
-    "$QEMU_IMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/n.sock" "n-$img.raw"
-    wait $srv # it exits after its one client
+    serve1 "$fmt" "w-$img"
+    timeout 60 "$QEMU_IMG" convert -f raw -O raw "nbd+unix:///?socket=$PWD/n.sock" \
+        "n-$img.raw"
+    server_left $srv "qimg nbd"
     same_file "qimg nbd serves $img" "q-$img.raw" "n-$img.raw"
-    rm -f n.sock
-    "$QIMG" nbd -f "$fmt" -k "$PWD/n.sock" "w-$img" &
-    srv=$!
-    wait_sock n.sock
-    "$QEMU_IO" -f raw -c 'write -P 0x6b 7M 300k' "nbd+unix:///?socket=$PWD/n.sock" >/dev/null
-    wait $srv
+    serve1 "$fmt" "w-$img"
+    timeout 60 "$QEMU_IO" -f raw -c 'write -P 0x6b 7M 300k' \
+        "nbd+unix:///?socket=$PWD/n.sock" >/dev/null
+    server_left $srv "qimg nbd"
+    srv=
     assert_rc "a write through qimg nbd into $img" 0 "$QEMU_IO" -f "$fmt" -r \
         -c 'read -P 0x6b 7M 300k' -c 'read -P 0x22 3M 1536k' "w-$img"
 done

@@ -95,15 +95,16 @@ assert_eq "info of a disk: its VMDK's create type" "streamOptimized" \
     "$("$QIMG" info --output=json ova:0:ustar.ova |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["format-specific"]["data"]["create-type"])')"
 
-# qimg nbd serves a disk out of the archive (read-only)
-"$QIMG" nbd -r -k "$PWD/n.sock" ova:id=vmdisk2:ustar.ova 2>n.err &
+# qimg nbd serves a disk out of the archive (read-only); one client (no
+# -t): used once it listens, and it leaves with its client
+"$QIMG" nbd -r -k "$PWD/n.sock" --pid-file "$PWD/n.pid" ova:id=vmdisk2:ustar.ova 2>n.err &
 srv=$!
 trap 'kill $srv 2>/dev/null; _cleanup' EXIT
-assert_rc "qimg nbd: socket" 0 wait_sock n.sock
+nbd_listening n.sock n.pid $srv || finish
 rm -f nbd.raw
-assert_rc "qimg nbd: qemu-img reads the disk" 0 "$QEMU_IMG" convert -f raw -O raw \
-    "nbd+unix:///?socket=$PWD/n.sock" nbd.raw
-assert_rc "qimg nbd: the server leaves with its client" 0 gone $srv
+assert_rc "qimg nbd: qemu-img reads the disk" 0 timeout 60 "$QEMU_IMG" convert -f raw \
+    -O raw "nbd+unix:///?socket=$PWD/n.sock" nbd.raw
+server_left $srv "qimg nbd: the server that leaves with its client"
 assert_rc "qimg nbd: the bytes" 0 cmp nbd.raw sp.raw
 
 # ---- info lists the disks from the OVF, opening none ----

@@ -72,10 +72,15 @@ for l in "t.qcow2" "$F,lazy-refcounts,nodiscard-no-unref,id=1x" "file=x,$F"; do
     done
 done
 sock=$SCRATCH/n.sock
-"$QIMG" nbd -r -k "$sock" --image-opts "$F,force-share,read-only" 2>m.err &
-wait_sock "$sock"
-assert_eq "nbd serves a short-form list" "$(qemu-io -r -f raw -c 'read -P 7 0 64k' \
-    "nbd+unix:///?socket=$sock" | head -n 1)" "read 65536/65536 bytes at offset 0"
-wait
+# one client (no -t): used once it listens, bounded wait for its end
+"$QIMG" nbd -r -k "$sock" --pid-file "$SCRATCH/n.pid" --image-opts \
+    "$F,force-share,read-only" 2>m.err &
+srv=$!
+trap 'kill $srv 2>/dev/null; _cleanup' EXIT
+nbd_listening "$sock" "$SCRATCH/n.pid" $srv || finish
+assert_eq "nbd serves a short-form list" "read 65536/65536 bytes at offset 0" \
+    "$(timeout 60 qemu-io -r -f raw -c 'read -P 7 0 64k' "nbd+unix:///?socket=$sock" |
+        head -n 1)"
+server_left $srv "qimg nbd"
 assert_eq "nbd: its warnings" "2" "$(grep -c 'short-form boolean option' m.err)"
 finish

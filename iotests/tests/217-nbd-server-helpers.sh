@@ -10,7 +10,11 @@
 #  - stop_server fails fast, with a FAILED line, on a server that does not
 #    end on SIGTERM, and kills it;
 #  - nbd_ready fails, with a FAILED line, on a server that ended and on a
-#    socket nobody serves, within its limit.
+#    socket nobody serves, within its limit;
+#  - for a server of one client (no -t), nbd_listening (its pid file)
+#    leaves that client to the test, and server_left sees it end; a server
+#    whose client never came fails server_left, with a FAILED line, within
+#    its limit, and is stopped; nbd_listening fails on a server that ended.
 . "$(dirname "$0")/../common.sh"
 requires qemu-img qemu-nbd nbdinfo timeout
 
@@ -72,4 +76,31 @@ assert_eq "nbd_ready, no server: its verdict" \
     "FAILED: no NBD server answered at nbd+unix:///?socket=$PWD/none.sock within 2 s" "$out"
 assert_rc "nbd_ready, no server: within its limit ($((SECONDS - start)) s)" 0 \
     test $((SECONDS - start)) -lt 15
+
+# one client: served once nbd_listening returned, gone when it left
+rm -f o.sock o.pid
+qemu-nbd -k "$PWD/o.sock" --pid-file "$PWD/o.pid" -f qcow2 n.qcow2 2>/dev/null &
+pid=$!
+pids+=($pid)
+nbd_listening o.sock o.pid $pid || finish
+assert_eq "one client: its size" 1048576 \
+    "$(timeout 60 nbdinfo --size "nbd+unix:///?socket=$PWD/o.sock")"
+server_left $pid qemu-nbd
+assert_rc "server_left: the server ended" 1 running $pid
+# its client never comes: a failure within the limit, and the server stopped
+rm -f o.sock o.pid
+qemu-nbd -k "$PWD/o.sock" --pid-file "$PWD/o.pid" -f qcow2 n.qcow2 2>/dev/null &
+pid=$!
+pids+=($pid)
+nbd_listening o.sock o.pid $pid || finish
+start=$SECONDS
+out=$(server_left $pid qemu-nbd 1)
+assert_eq "server_left, no client: its verdict" \
+    "FAILED: qemu-nbd (pid $pid) still ran 1 s after its client should have left: stopping it" \
+    "$out"
+assert_rc "server_left, no client: stopped ($((SECONDS - start)) s)" 1 running $pid
+# a server that ended before it listened
+out=$(nbd_listening none.sock none.pid $gone_pid 30)
+assert_eq "nbd_listening, its server ended: its verdict" \
+    "FAILED: the NBD server for none.sock (pid $gone_pid) ended before it listened" "$out"
 finish
