@@ -59,7 +59,9 @@ build-fuzz: deps build-fuzz/build.ninja
 run: build
 	@scripts/demo.sh
 
-test: build-installed build-asan build-tsan build-fuzz
+# build-tsan and build-fuzz: scripts/run-tests.sh builds them at nice 10
+# in the background while the unit tests and iotests run (its step 2)
+test: build-installed build-asan
 	@scripts/run-tests.sh
 
 check-long: build

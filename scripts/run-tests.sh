@@ -4,7 +4,13 @@
 #  1. unit tests (cmocka) in the ASan + UBSan build: the same programs as
 #     the normal build's, with more checked; running both cost ~2.5 min of
 #     the 20-minute budget (make check-long runs the normal build's)
-#  2. the threaded unit tests in the TSan build
+#  2. the threaded unit tests in the TSan build, built and run at nice 10
+#     in the background from the start (with step 5), in the time the
+#     other steps leave idle: the unit tests and iotests run two at a
+#     time, and the iotests wait on servers, syncs and sleeps for about a
+#     sixth of theirs; built before them, build-tsan and build-fuzz cost
+#     ~60 s of make test's wall time, their tests ~70 s more after the
+#     unit tests (stop 52: CI 1214 s of a 1200 s budget)
 #  3. clang-format --dry-run on every C file, the layering rule
 #     (scripts/check-layers.sh: no #include runs upward), the ABI
 #     (scripts/check-abi.sh: headers = exports = libqimg.map, one version
@@ -12,7 +18,8 @@
 #     (scripts/check-install.sh: examples/embed.c via pkg-config)
 #  4. iotests (build/qimg against qemu-img / qemu-io)
 #  5. each fuzz target for a short time on its seeds (fixed seed), one at
-#     a time beside the iotests (step 4)
+#     a time, after the TSan programs in the same background chain
+#     (step 2): build-tsan, its tests, build-fuzz, the targets
 #
 # Accounting: nothing that did not run counts as passed, and nothing
 # disappears.  A unit-test program that exits 77 (a test in it skipped), a
@@ -180,9 +187,12 @@ count_meson() { # build-dir label
     rm -f "$log"
 }
 
-count_meson build-asan unit-asan
-timed unit-asan
-
+# The background chain (steps 2 and 5), started before the unit tests and
+# waited for after the iotests, every part at nice 10 (the builds through
+# make, as `make build-tsan build-fuzz` would run them).  It writes each
+# part's verdict into $bgdir, which the main shell reads at the end: a
+# build that failed fails its step (its log's tail is printed); the TSan
+# programs and the fuzz targets are counted as before.
 # TSan: the tests that exercise threads (the Makefile's build-tsan list:
 # test-pool, test-file-io, test-file-space, test-vmstate-save,
 # test-vmstate-load, test-aio-workload, test-aio-interleave and every
@@ -196,49 +206,78 @@ tsan_tests="$tsan_tests test-aio-workload test-aio-interleave"
 for f in tests/test-*thread*.c; do
     [ -f "$f" ] && tsan_tests="$tsan_tests $(basename "$f" .c)"
 done
-tsan_one() { # TEST: the exit code in $tsandir/TEST.rc, the log in /tmp/tsan-TEST.log
+tsan_one() { # TEST: the exit code in $bgdir/tsan/TEST.rc, the log in /tmp/tsan-TEST.log
     local t=$1 tmp
     tmp=$(mktemp -d)
     # G_SLICE: plain malloc, as tests/meson.build says why
     G_SLICE=always-malloc TSAN_OPTIONS=halt_on_error=1 QIMG_TEST_TMPDIR=$tmp QIMG_TEST_AIO_MIB=2 \
         QIMG_TEST_AIO_REQUESTS=3000 QIMG_TEST_FILTER='*,!*_nbd' \
-        "build-tsan/tests/$t" >"/tmp/tsan-$t.log" 2>&1
-    echo $? >"$tsandir/$t.rc"
+        nice -n 10 "build-tsan/tests/$t" >"/tmp/tsan-$t.log" 2>&1
+    echo $? >"$bgdir/tsan/$t.rc"
     rm -rf "$tmp"
 }
-if [ ! -f build-tsan/build.ninja ]; then
-    missing_step tsan "build-tsan is not configured (make build-tsan)"
-else
-    tsandir=$(mktemp -d)
-    ran=()
-    for t in $tsan_tests; do # two at a time (2 cores)
-        exe=build-tsan/tests/$t
-        if [ ! -x "$exe" ]; then
-            missing_step "tsan $t" "$exe was not built"
-            continue
-        fi
+tsan_all() { # the TSan programs, two at a time (2 cores)
+    local t
+    for t in $tsan_tests; do
+        [ -x "build-tsan/tests/$t" ] || continue # counted as missing at the end
         [ "$(jobs -rp | wc -l)" -ge 2 ] && wait -n
         tsan_one "$t" &
-        ran+=("$t")
     done
     wait
-    for t in "${ran[@]+"${ran[@]}"}"; do
-        rc=$(cat "$tsandir/$t.rc" 2>/dev/null || echo 1)
-        if [ "$rc" -eq 0 ]; then
-            passed=$((passed + 1)); echo "tsan $t: ok"
-        elif [ "$rc" -eq 77 ]; then
-            why=$(sed -n 's/^SKIP [^:]*: //p' /tmp/tsan-$t.log | sort | uniq -c |
-                awk '{n = $1; $1 = ""; printf "%s%d test(s):%s", sep, n, $0; sep = "; "}')
-            skip_step "tsan $t" "${why:-exit 77, no reason printed}"
-        else
-            failed=$((failed + 1)); tail -40 /tmp/tsan-$t.log
-            failures+=("tsan: $t: $(grep -m2 -E '\[  (FAILED|ERROR) +\]|WARNING: ThreadSanitizer|SUMMARY:' \
-                /tmp/tsan-$t.log | tr '\n' ' ' | cut -c1-240)")
-        fi
+}
+
+# Fuzz targets, briefly (every fuzz/fuzz-*.c is a target), one at a time
+# at nice 10.  Each runs for QIMG_FUZZ_SECONDS (default 10) of wall time,
+# its seeds and regression inputs first.  An input may take 30 s before it
+# counts as a hang: niced under the iotests' load, a slow but bounded one
+# (a qcow2 check reporting a refcount per cluster of a 32768-cluster
+# refblock: ~5 s of CPU under ASan) must not fail make test.
+fuzz_one() { # NAME EXE: the verdict in $bgdir/fuzz/NAME.rc, the log in /tmp/NAME.log
+    local name=$1 exe=$2 seeds corpus regress=()
+    seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
+    [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
+    corpus=$bgdir/fuzz/$name.corpus
+    mkdir -p "$corpus"
+    # Fixed seed: CI explores the same inputs every time (random, long
+    # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
+    [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
+    # G_SLICE: plain malloc, so LeakSanitizer sees GLib's arrays and lists
+    # (tests/meson.build says why)
+    G_SLICE=always-malloc nice -n 10 "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-10}" \
+        -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$corpus/" "$corpus" "$seeds" \
+        "${regress[@]+"${regress[@]}"}" >/tmp/$name.log 2>&1
+    echo $? >"$bgdir/fuzz/$name.rc"
+}
+fuzz_names=()
+for src in fuzz/fuzz-*.c; do
+    [ -f "$src" ] && fuzz_names+=("$(basename "$src" .c)")
+done
+fuzz_all() {
+    local name
+    for name in "${fuzz_names[@]+"${fuzz_names[@]}"}"; do
+        [ -x "build-fuzz/fuzz/$name" ] && fuzz_one "$name" "build-fuzz/fuzz/$name"
     done
-    rm -rf "$tsandir"
-fi
-timed tsan
+}
+bgdir=$(mktemp -d)
+mkdir -p "$bgdir/tsan" "$bgdir/fuzz"
+bg_chain() {
+    local tree
+    for tree in build-tsan build-fuzz; do
+        nice -n 10 make --no-print-directory "$tree" JOBS=2 >"$bgdir/$tree.log" 2>&1
+        echo $? >"$bgdir/$tree.rc"
+        case $tree in
+        build-tsan) tsan_all ;;
+        build-fuzz) fuzz_all ;;
+        esac
+    done
+    times >"$bgdir/times" # the chain's CPU (its children's, second line)
+}
+bg_start=$SECONDS
+bg_chain &
+bg_pid=$!
+
+count_meson build-asan unit-asan
+timed unit-asan
 
 # Style: every C file as .clang-format wants it (clang-format is on the
 # Debian base and installed by scripts/install-deps.sh).
@@ -278,51 +317,6 @@ for chk in abi install; do
 done
 timed checks
 
-# Fuzz targets, briefly (every fuzz/fuzz-*.c is a target), one at a time
-# at nice 10 while the iotests run: the iotests leave about a sixth of the
-# two cores idle (tests waiting on servers, syncs and sleeps), which the
-# fuzzers fill, instead of a minute of their own after them.  Each runs
-# for QIMG_FUZZ_SECONDS (default 10) of wall time, its seeds and
-# regression inputs first.  An input may take 30 s before it counts as a
-# hang: niced under the iotests' load, a slow but bounded one (a qcow2
-# check reporting a refcount per cluster of a 32768-cluster refblock:
-# ~5 s of CPU under ASan) must not fail make test.
-fuzz_one() { # NAME EXE: the verdict in $fuzzdir/NAME.rc, the log in /tmp/NAME.log
-    local name=$1 exe=$2 seeds corpus regress=()
-    seeds=fuzz/seeds # a target's own seeds in fuzz/seeds-FORMAT, if it has them
-    [ -d "fuzz/seeds-${name#fuzz-}" ] && seeds=fuzz/seeds-${name#fuzz-}
-    corpus=$fuzzdir/$name.corpus
-    mkdir -p "$corpus"
-    # Fixed seed: CI explores the same inputs every time (random, long
-    # runs are `make fuzz`); fuzz/regress/NAME holds fixed crashes.
-    [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
-    # G_SLICE: plain malloc, so LeakSanitizer sees GLib's arrays and lists
-    # (tests/meson.build says why)
-    G_SLICE=always-malloc nice -n 10 "$exe" -seed=1 -max_total_time="${QIMG_FUZZ_SECONDS:-10}" \
-        -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$corpus/" "$corpus" "$seeds" \
-        "${regress[@]+"${regress[@]}"}" >/tmp/$name.log 2>&1
-    echo $? >"$fuzzdir/$name.rc"
-}
-names=()
-fuzz_pid=
-if [ ! -d build-fuzz/fuzz ]; then
-    missing_step fuzz "build-fuzz is not built (make build-fuzz)"
-else
-    fuzzdir=$(mktemp -d)
-    for src in fuzz/fuzz-*.c; do
-        [ -f "$src" ] || continue
-        name=$(basename "$src" .c)
-        exe=build-fuzz/fuzz/$name
-        if [ ! -f "$exe" ] || [ ! -x "$exe" ]; then
-            missing_step "fuzz $name" "$exe was not built"
-            continue
-        fi
-        names+=("$name")
-    done
-    (for name in "${names[@]+"${names[@]}"}"; do fuzz_one "$name" "build-fuzz/fuzz/$name"; done) &
-    fuzz_pid=$!
-fi
-
 # iotests (each one skips, or under CI fails, by itself when a tool is missing)
 log=$(mktemp)
 QIMG=$PWD/build/tools/qimg iotests/run >"$log" 2>&1
@@ -360,28 +354,69 @@ fi
 rm -f "$log"
 timed iotests
 
-# The fuzz targets' verdicts (started before the iotests, above); the
-# time below is what they ran on after the iotests ended.
-if [ -n "$fuzz_pid" ]; then
-    wait "$fuzz_pid"
-    for name in "${names[@]+"${names[@]}"}"; do
-        if [ "$(cat "$fuzzdir/$name.rc" 2>/dev/null)" = 0 ]; then
+# The background chain (steps 2 and 5): its verdicts.  Its time below is
+# what it ran on after the iotests ended; its CPU is in the step it ended
+# in (bash counts a child's CPU when it is reaped), and on its own line.
+wait "$bg_pid"
+bg_cpu=$(awk 'NR == 2 {
+    n = split($1 " " $2, t, " "); s = 0
+    for (k = 1; k <= n; k++) { split(t[k], ms, "m"); s += ms[1] * 60 + ms[2] }
+    printf "%d\n", s + 0.5 }' "$bgdir/times" 2>/dev/null)
+bg_line="background (build-tsan, TSan tests, build-fuzz, fuzz) $((SECONDS - bg_start))s (cpu ${bg_cpu:-?}s)"
+build_ok() { # TREE LABEL: 0 if make TREE succeeded in the chain; else count it
+    local rc
+    rc=$(cat "$bgdir/$1.rc" 2>/dev/null || echo 1)
+    [ "$rc" -eq 0 ] && return 0
+    tail -30 "$bgdir/$1.log"
+    failed=$((failed + 1))
+    failures+=("$2: make $1 failed: $(grep -m1 -E 'error|Error|ERROR' "$bgdir/$1.log" | cut -c1-200)")
+    echo "$2: make $1 failed"
+    return 1
+}
+if build_ok build-tsan tsan; then
+    for t in $tsan_tests; do
+        if [ ! -x "build-tsan/tests/$t" ]; then
+            missing_step "tsan $t" "build-tsan/tests/$t was not built"
+            continue
+        fi
+        rc=$(cat "$bgdir/tsan/$t.rc" 2>/dev/null || echo 1)
+        if [ "$rc" -eq 0 ]; then
+            passed=$((passed + 1)); echo "tsan $t: ok"
+        elif [ "$rc" -eq 77 ]; then
+            why=$(sed -n 's/^SKIP [^:]*: //p' /tmp/tsan-$t.log | sort | uniq -c |
+                awk '{n = $1; $1 = ""; printf "%s%d test(s):%s", sep, n, $0; sep = "; "}')
+            skip_step "tsan $t" "${why:-exit 77, no reason printed}"
+        else
+            failed=$((failed + 1)); tail -40 /tmp/tsan-$t.log
+            failures+=("tsan: $t: $(grep -m2 -E '\[  (FAILED|ERROR) +\]|WARNING: ThreadSanitizer|SUMMARY:' \
+                /tmp/tsan-$t.log | tr '\n' ' ' | cut -c1-240)")
+        fi
+    done
+fi
+if build_ok build-fuzz fuzz; then
+    for name in "${fuzz_names[@]+"${fuzz_names[@]}"}"; do
+        if [ ! -x "build-fuzz/fuzz/$name" ]; then
+            missing_step "fuzz $name" "build-fuzz/fuzz/$name was not built"
+            continue
+        fi
+        if [ "$(cat "$bgdir/fuzz/$name.rc" 2>/dev/null)" = 0 ]; then
             passed=$((passed + 1)); echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' /tmp/$name.log))"
         else
             failed=$((failed + 1)); tail -40 /tmp/$name.log
             failures+=("fuzz: $name: $(grep -m2 -E '^==[0-9]+== ?ERROR|^SUMMARY:|runtime error' \
                 /tmp/$name.log | tr '\n' ' ' | cut -c1-240)")
-            for crash in "$fuzzdir/$name.corpus"/crash-* "$fuzzdir/$name.corpus"/timeout-* \
-                "$fuzzdir/$name.corpus"/oom-*; do
+            for crash in "$bgdir/fuzz/$name.corpus"/crash-* "$bgdir/fuzz/$name.corpus"/timeout-* \
+                "$bgdir/fuzz/$name.corpus"/oom-*; do
                 [ -f "$crash" ] || continue # the input, to reproduce it elsewhere
                 echo "$(basename "$crash") (gzip | base64):"
                 gzip -9c "$crash" | base64 | head -c 65536; echo
             done
         fi
     done
-    rm -rf "$fuzzdir"
 fi
-timed fuzz
+rm -rf "$bgdir"
+timed background
+echo "$bg_line"
 echo "times: ${times[*]} (tests ${SECONDS}s)"
 
 for s in "${skips[@]+"${skips[@]}"}"; do echo "SKIPPED: $s"; done
