@@ -663,20 +663,8 @@ alloc_of() {
 # evicted (an unwritten extent maps as zeroes, as it reads), others are
 # written (a data cluster stays data).
 map_flags() {
-    if [ "${2:-qcow2}" = raw ]; then settle --evict "$1"; else settle "$1"; fi
-    "$QEMU_IMG" map -f "${2:-qcow2}" --output=json "$1" | python3 -c '
-import json, sys
-out = []
-for e in json.load(sys.stdin):
-    e.pop("offset", None)
-    k = (e["depth"], e["present"], e["zero"], e["data"])
-    if out and out[-1][0] == k and out[-1][1] + out[-1][2] == e["start"]:
-        out[-1][2] += e["length"]
-    else:
-        out.append([k, e["start"], e["length"]])
-for k, s, n in out:
-    print(s, n, *k)
-'
+    # (iotests/map_flags.py: the settle and the parse in one python3)
+    python3 "$IOTESTS_DIR/map_flags.py" "$1" "${2:-qcow2}"
 }
 
 # same_as_qemu_err ARGS...: like same_as_qemu, and stderr must match too.

@@ -233,7 +233,11 @@ static void test_compressed_zstd(void **state)
 /* Resize in steps: the contents must be the old ones cut or extended with
  * zeros (the new area reads as zeros even over a longer backing file, and
  * after a shrink), and, until the first shrink and without a backing file,
- * the same as qemu-img resize on a copy. */
+ * the same as qemu-img resize on a copy.  make test leaves out 512-byte
+ * clusters over the backing file (QIMG_LONG=1 runs them): the grow to
+ * 600 MB zeroes the ~28,000 clusters the backing file still covers, across
+ * ~440 L2 tables, ~14 s of this program's ~27 s under ASan; the three other
+ * option sets zero that area over the backing file too. */
 static void test_resize(void **state)
 {
     TU_REQUIRE_QEMU();
@@ -252,6 +256,10 @@ static void test_resize(void **state)
            b, b);
     for (size_t o = 0; o < G_N_ELEMENTS(opts); o++) {
         for (int with_backing = 0; with_backing < 2; with_backing++) {
+            if (with_backing && strcmp(opts[o], "cluster_size=512") == 0 &&
+                !tu_long_run()) {
+                continue; /* (above) */
+            }
             g_autofree char *p = tu_fresh("resize.qcow2");
             g_autofree char *q = tu_fresh("resize-qemu.qcow2");
             g_autofree char *expect = tu_fresh("resize-expect.raw");
