@@ -418,7 +418,8 @@ nbd_listening() {
 # client left: wait up to SECS (60) s for that (and reap it, if this shell
 # started it).  One still running then (its client never came, or never
 # left) is stopped by stop_server and fails the test (a FAILED line,
-# return 1) instead of hanging it on a wait.
+# return 1) instead of hanging it on a wait.  LEFT_RC: the exit status of a
+# server that ended (127 if this shell did not start it).
 server_left() {
     local pid=$1 secs=${3:-60} start=$SECONDS
     while running "$pid" && [ $((SECONDS - start)) -lt "$secs" ]; do
@@ -431,6 +432,7 @@ server_left() {
         return 1
     fi
     wait "$pid" 2>/dev/null
+    LEFT_RC=$?
     return 0
 }
 

@@ -26,24 +26,25 @@ MiB=$((1024 * 1024))
 "$QEMU_IO" -c 'write -P 0x21 4M 2M' -c 'write -z 8M 1M' -c 'write -P 0x22 32M 64k' \
     -c 'write -z 40M 512k' top.qcow2 >/dev/null
 
-# serve SOCKET ARGS...: nbdkit with the plugin in the background, ready
+# serve SOCKET ARGS...: nbdkit with the plugin in the background, ready:
+# its parent returns once it listens, its daemon writes the pid file after
+# (up to 60 s: a daemon starts late on a loaded machine, and stop needs
+# its pid).
 serve() {
     local sock=$1
     shift
     rm -f "$sock" srv.pid
     nbdkit -U "$sock" -P srv.pid "$P" "$@" 2>srv.err || return 1
-    for _ in $(seq 100); do
+    for _ in $(seq 1200); do
         [ -S "$sock" ] && [ -s srv.pid ] && return 0
         sleep 0.05
     done
     return 1
 }
+# stop: end the server serve started, bounded (stop_server: SIGTERM, 30 s,
+# then a FAILED line): the next serve of the same image needs its lock.
 stop() {
-    [ -s srv.pid ] && kill "$(cat srv.pid)" 2>/dev/null
-    for _ in $(seq 200); do
-        [ -s srv.pid ] && kill -0 "$(cat srv.pid)" 2>/dev/null || break
-        sleep 0.05
-    done
+    [ -s srv.pid ] && stop_server "$(cat srv.pid)" nbdkit
     rm -f srv.pid
 }
 qpid=

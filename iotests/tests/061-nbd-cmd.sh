@@ -21,7 +21,7 @@ uri() { echo "nbd+unix:///${2:-}?socket=$PWD/$1"; }
 refused() { # DESC PATTERN ARGS...
     local desc=$1 pat=$2
     shift 2
-    timeout 20 "$@" >r.out 2>r.err
+    timeout 60 "$@" >r.out 2>r.err
     local rc=$?
     assert_eq "$desc: exit code" 1 "$rc"
     _checks=$((_checks + 1))
@@ -30,15 +30,21 @@ refused() { # DESC PATTERN ARGS...
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; _cleanup' EXIT
 
+# Servers without -t take one client: each is used once it listens
+# (nbd_listening: its socket exists from bind(), and a client that came
+# before listen() was refused, and the server then waited for one forever),
+# and its end is waited for 60 s (server_left).  Servers with -t are used
+# once they answered a handshake (nbd_ready), and stopped by stop_server.
+
 # 1. Defaults: serve, one client writes, the server exits when it leaves.
-"$QIMG" nbd -k "$PWD/a.sock" d.qcow2 2>a.err &
+"$QIMG" nbd -k "$PWD/a.sock" --pid-file "$PWD/a.pid" d.qcow2 2>a.err &
 srv=$!
 pids+=($srv)
-assert_rc "socket appears" 0 wait_sock a.sock
-assert_rc "a client writes" 0 "$QEMU_IO" -f raw -c 'write -P 0x21 1M 1M' "$(uri a.sock)"
-assert_rc "the server exits after the last client (no -t)" 0 gone $srv
-wait $srv
-assert_eq "the server's exit status" 0 "$?"
+nbd_listening a.sock a.pid $srv || finish
+assert_rc "a client writes" 0 \
+    timeout 60 "$QEMU_IO" -f raw -c 'write -P 0x21 1M 1M' "$(uri a.sock)"
+assert_rc "the server exits after the last client (no -t)" 0 server_left $srv "qimg nbd"
+assert_eq "the server's exit status" 0 "$LEFT_RC"
 assert_rc "the write is in the image" 0 "$QEMU_IO" -c 'read -P 0x21 1M 1M' d.qcow2
 assert_rc "check clean" 0 "$QEMU_IMG" check d.qcow2
 
@@ -49,8 +55,7 @@ pids+=($srv)
 qemu-nbd -t -r -k "$PWD/q.sock" -f qcow2 d.qcow2 &
 qsrv=$!
 pids+=($qsrv)
-wait_sock m.sock
-wait_sock q.sock
+{ nbd_ready m.sock $srv && nbd_ready q.sock $qsrv; } || finish
 for i in 1 2; do
     assert_eq "-t: client $i: qemu-img map as through qemu-nbd" \
         "$("$QEMU_IMG" map -f raw --output=json "$(uri q.sock)")" \
@@ -68,9 +73,8 @@ rm -f w.out
 _checks=$((_checks + 1))
 grep -q "Permission denied\|Operation not permitted\|read-only" w.out ||
     _fail "-r: a write was not refused: $(cat w.out)"
-kill $srv $qsrv
-assert_rc "SIGTERM ends the server" 0 gone $srv
-gone $qsrv
+assert_rc "SIGTERM ends the server" 0 stop_server $srv "qimg nbd -t"
+stop_server $qsrv qemu-nbd
 
 # 3. -e: one client at a time by default, -e 2 lets a second in; a client
 # past the limit waits until a place frees (qemu-nbd stops accepting, it
@@ -85,7 +89,7 @@ for e in 1 2; do
         fi
         srv=$!
         pids+=($srv)
-        wait_sock e.sock
+        nbd_ready e.sock $srv || finish
         # a client that stays connected (qemu-io's sleep command), once it
         # was served (its read done: a loaded machine can take longer than
         # any sleep to start it, and the second client would come first)
@@ -97,7 +101,7 @@ for e in 1 2; do
             { grep -qs '^read 512/512' hold.out || ! kill -0 $hold 2>/dev/null; } && break
             sleep 0.05
         done
-        nbdinfo --size "$(uri e.sock)" >e.out 2>&1 &
+        timeout 60 nbdinfo --size "$(uri e.sock)" >e.out 2>&1 &
         waiter=$!
         sleep 2
         if [ $e = 1 ]; then
@@ -114,15 +118,14 @@ for e in 1 2; do
             kill $hold
         fi
         wait $hold 2>/dev/null
-        kill $srv
-        gone $srv
+        stop_server $srv "$tool -t -e $e"
     done
 done
 
 # 4. --fork and --pid-file; TCP with -p and -b; -x NAME only.
 port=$(tcp_port)
 assert_rc "--fork returns once ready" 0 \
-    timeout 20 "$QIMG" nbd --fork --pid-file "$PWD/n.pid" -t -p $port -b 127.0.0.1 -x disk \
+    timeout 60 "$QIMG" nbd --fork --pid-file "$PWD/n.pid" -t -p $port -b 127.0.0.1 -x disk \
     d.qcow2
 _checks=$((_checks + 1))
 [ -s n.pid ] || _fail "--pid-file: no pid"
@@ -142,16 +145,16 @@ nbdinfo --list "nbd://127.0.0.1:$port/" | grep -q "^export=\"disk\":\|export=.di
 assert_eq "-x disk: the size over TCP" 67108864 "$(nbdinfo --size "nbd://127.0.0.1:$port/disk")"
 assert_eq "-L over TCP: qemu-nbd's listing" "$(qemu-nbd -L -b 127.0.0.1 -p $port)" \
     "$("$QIMG" nbd -L -b 127.0.0.1 -p $port)"
-kill "$srv"
-gone "$srv"
+stop_server "$srv" "qimg nbd --fork -t"
 # without -t a forked server also ends with its client
 rm -f f.pid
-assert_rc "--fork (no -t)" 0 timeout 20 "$QIMG" nbd --fork --pid-file "$PWD/f.pid" \
+assert_rc "--fork (no -t)" 0 timeout 60 "$QIMG" nbd --fork --pid-file "$PWD/f.pid" \
     -k "$PWD/f.sock" d.qcow2
 srv=$(cat f.pid)
 pids+=($srv)
 assert_eq "--fork: served" 67108864 "$(nbdinfo --size "$(uri f.sock)")"
-assert_rc "--fork: the server exits after the last client" 0 gone "$srv"
+assert_rc "--fork: the server exits after the last client" 0 \
+    server_left "$srv" "qimg nbd --fork"
 
 # TLS: --object tls-creds-x509 and --tls-creds, as qemu-nbd takes them;
 # a client without TLS is refused.
@@ -165,7 +168,7 @@ mkdir pki
     openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
         -out server-cert.pem -days 2 -extfile ext.cnf) >/dev/null 2>&1
 port=$(tcp_port)
-assert_rc "TLS: serve" 0 timeout 20 "$QIMG" nbd --fork --pid-file "$PWD/t.pid" -t \
+assert_rc "TLS: serve" 0 timeout 60 "$QIMG" nbd --fork --pid-file "$PWD/t.pid" -t \
     -p $port -b 127.0.0.1 --object "tls-creds-x509,id=tls0,dir=$PWD/pki,endpoint=server" \
     --tls-creds tls0 d.qcow2
 pids+=("$(cat t.pid)")
@@ -175,31 +178,30 @@ nbdinfo --size "nbd://localhost:$port/" >x.out 2>&1
 rc=$?
 _checks=$((_checks + 1))
 [ $rc != 0 ] || _fail "TLS: a plain client was served"
-kill "$(cat t.pid)"
-gone "$(cat t.pid)"
+stop_server "$(cat t.pid)" "qimg nbd --tls-creds"
 refused "--tls-creds without its object" "No TLS credentials object with id 'x'" \
     "$QIMG" nbd --tls-creds x -p $port d.qcow2
 
 # 5. -s: writes go to a throw-away overlay; -l: a snapshot, read-only.
 cp d.qcow2 s.qcow2
 sum=$(md5sum <s.qcow2)
-"$QIMG" nbd -s -k "$PWD/s.sock" s.qcow2 &
+"$QIMG" nbd -s -k "$PWD/s.sock" --pid-file "$PWD/s.pid" s.qcow2 &
 srv=$!
 pids+=($srv)
-wait_sock s.sock
-assert_rc "-s: writes accepted" 0 \
+nbd_listening s.sock s.pid $srv || finish
+assert_rc "-s: writes accepted" 0 timeout 60 \
     "$QEMU_IO" -f raw -c 'write -P 0x44 0 1M' -c 'read -P 0x44 0 1M' "$(uri s.sock)"
-gone $srv
+server_left $srv "qimg nbd -s"
 assert_eq "-s: the image unchanged" "$sum" "$(md5sum <s.qcow2)"
 "$QEMU_IMG" snapshot -c snap s.qcow2
 "$QEMU_IO" -c 'write -P 0x55 0 1M' s.qcow2 >/dev/null
-"$QIMG" nbd -l snap -k "$PWD/l.sock" s.qcow2 &
+"$QIMG" nbd -l snap -k "$PWD/l.sock" --pid-file "$PWD/l.pid" s.qcow2 &
 srv=$!
 pids+=($srv)
-wait_sock l.sock
-assert_rc "-l snap: the snapshot's data" 0 \
+nbd_listening l.sock l.pid $srv || finish
+assert_rc "-l snap: the snapshot's data" 0 timeout 60 \
     "$QEMU_IO" -f raw -r -c 'read -P 0x21 1M 1M' "$(uri l.sock)"
-gone $srv
+server_left $srv "qimg nbd -l"
 
 # 6. Errors: exit 1 and the reason.
 refused "unknown option" "^qimg: .*unrecognized option\|^qimg: invalid option" \

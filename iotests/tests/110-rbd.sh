@@ -198,16 +198,18 @@ if long; then
     same_as_qemu compare -f qcow2 -F qcow2 rbd:rbd/m5 rbd:rbd/m5
 fi
 
-# 8. qimg nbd serving an RBD image (through the public API)
+# 8. qimg nbd serving an RBD image (through the public API).  Its servers
+# with -t are used once they answered a handshake (nbd_ready), those
+# without once they listen (nbd_listening): the socket exists from bind(),
+# and a client that comes before listen() is refused.
 rm -f n.sock
 "$QIMG" nbd -t -k "$PWD/n.sock" -f raw rbd:rbd/cm >nbd.out 2>&1 &
 NBD_PID=$!
-wait_sock n.sock
-nbdcopy "nbd+unix:///?socket=$PWD/n.sock" nbd-copy.raw
+nbd_ready n.sock $NBD_PID || finish
+timeout 120 nbdcopy "nbd+unix:///?socket=$PWD/n.sock" nbd-copy.raw
 assert_rc "qimg nbd of an RBD image: the bytes" 0 "$QEMU_IMG" compare -f raw nbd-copy.raw \
     src.qcow2
-kill "$NBD_PID"
-wait "$NBD_PID" 2>/dev/null
+stop_server "$NBD_PID" "qimg nbd -t"
 
 # 9. faults
 # 9a. a cluster that does not answer: librados' timeouts (rbd.c invariant
@@ -338,17 +340,13 @@ io_both() {
 # nbd_client SERVER...: start the NBD server command SERVER... on a Unix
 # socket, run qemu-io with NBD_ARGS against it (NBD_RC its status), stop it.
 nbd_client() {
-    rm -f nb.sock
-    "$@" -k "$PWD/nb.sock" >nbd-srv.out 2>&1 &
+    rm -f nb.sock nb.pid
+    "$@" -k "$PWD/nb.sock" --pid-file "$PWD/nb.pid" >nbd-srv.out 2>&1 &
     local spid=$!
-    if ! wait_sock nb.sock; then
-        _checks=$((_checks + 1))
-        _fail "$1 serving an RBD image does not listen: $(cat nbd-srv.out)"
-    fi
+    nbd_listening nb.sock nb.pid $spid || echo "$1's output: $(cat nbd-srv.out)"
     "${T[@]}" "$QEMU_IO" -f raw "${NBD_ARGS[@]}" "nbd+unix:///?socket=$PWD/nb.sock"
     NBD_RC=$?
-    kill "$spid" 2>/dev/null
-    wait "$spid" 2>/dev/null
+    stop_server "$spid" "$1"
 }
 for i in wq wm nq nm; do rbd create --size 8M "$i"; done
 assert_rc "OSD: config set osd_max_object_size 1048576" 0 \
@@ -432,18 +430,14 @@ assert_eq "shrunk by another client: the read past the end failed" \
 rm -f ns.sock
 "$QIMG" nbd -t -k "$PWD/ns.sock" -f raw rbd:rbd/nm >nbd-srv.out 2>&1 &
 NBD_PID=$!
-if ! wait_sock ns.sock; then
-    _checks=$((_checks + 1))
-    _fail "qimg nbd serving an RBD image does not listen: $(cat nbd-srv.out)"
-fi
+nbd_ready ns.sock $NBD_PID || echo "qimg nbd's output: $(cat nbd-srv.out)"
 rbd resize --no-progress --allow-shrink --size 4128K rbd/nm
 "${T[@]}" "$QEMU_IO" -f raw -c 'read -q -P 0x33 -l 32k 4M 64k' \
     -c 'read -q -P 0 -s 32k -l 32k 4M 64k' -c 'read -q 5M 4k' -c 'read -q -P 0x11 0 64k' \
     "nbd+unix:///?socket=$PWD/ns.sock" >nbd-s.out 2>&1
 assert_eq "qimg nbd, the image shrunk: an NBD error for the read past the end" \
     "read failed: Invalid argument" "$(cat nbd-s.out)"
-kill "$NBD_PID"
-wait "$NBD_PID" 2>/dev/null
+stop_server "$NBD_PID" "qimg nbd -t"
 
 # 10. the asynchronous API on RBD: the random workload of
 # tests/test-aio-workload.c (64 requests in flight, each byte read checked

@@ -16,12 +16,21 @@ srv=
 trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; _cleanup' EXIT
 
 # serve [--drop-after-data]: a fresh oldstyle server on $PWD/s.sock, 4 MiB,
-# flags 0 (its pid in srv, its output in srv.log)
+# flags 0 (its pid in srv, its output in srv.log), once it listens: its
+# "listening" line, not its socket, which exists from bind() (a client
+# that comes before listen() is refused).  60 s at most: python3 alone
+# took seconds to start on a loaded machine.
 serve() {
-    rm -f s.sock
+    rm -f s.sock srv.log
     python3 "$IOTESTS_DIR/nbd_oldstyle.py" "$PWD/s.sock" 4194304 0 "$@" >srv.log 2>&1 &
     srv=$!
-    wait_sock s.sock || { _fail "the oldstyle server did not start"; exit 1; }
+    for _ in $(seq 1200); do
+        grep -qx listening srv.log && return 0
+        running "$srv" || break
+        sleep 0.05
+    done
+    _fail "the oldstyle server did not start: $(cat srv.log)"
+    exit 1
 }
 
 # both DESC ARGS...: qemu-io ARGS, then qimg io ARGS, each on a fresh

@@ -41,13 +41,15 @@ assert_eq "--image-opts" default \
 
 # 3. The real server so configured: nbdcopy (4 connections) reads the image.
 "$QEMU_IMG" convert -f qcow2 -O raw d.qcow2 ref.raw
+# (used once it answered a handshake: its socket exists from bind(), and a
+# client that comes before listen() is refused)
 "$QIMG" nbd -t -e 4 -k "$PWD/s.sock" d.qcow2 2>s.err &
 srv=$!
 trap 'kill $srv 2>/dev/null; _cleanup' EXIT
-assert_rc "socket appears" 0 wait_sock s.sock
-assert_rc "nbdcopy reads the export" 0 nbdcopy "nbd+unix:///?socket=$PWD/s.sock" out.raw
+nbd_ready s.sock $srv || finish
+assert_rc "nbdcopy reads the export" 0 \
+    timeout 60 nbdcopy "nbd+unix:///?socket=$PWD/s.sock" out.raw
 assert_rc "nbdcopy's bytes are the image's" 0 cmp out.raw ref.raw
-kill $srv
-wait $srv 2>/dev/null
+stop_server $srv "qimg nbd -t -e 4"
 
 finish
