@@ -4,17 +4,13 @@
 #  1. unit tests (cmocka) in the ASan + UBSan build: the same programs as
 #     the normal build's, with more checked; running both cost ~2.5 min of
 #     the 20-minute budget (make check-long runs the normal build's)
-#  2. the threaded unit tests in the TSan build.  build-tsan and build-fuzz
-#     are built in the background from the start, at the idle scheduling
-#     class (chrt --idle: on the CPU the unit tests leave idle, without
-#     slowing them), and waited for after step 3; the TSan programs, then
-#     the fuzz targets (step 5), run at nice 10 beside the iotests, in the
-#     time those leave idle (waits on servers, syncs and sleeps).  Built
-#     before the first test they cost ~60 s of make test's wall time, and
-#     the TSan programs ~70 s more after the unit tests (stop 52: CI
-#     1214 s of the 1200 s budget).  Not the TSan programs or fuzzers at
-#     the idle class: their deadlines (a 30 s hang check, libFuzzer's 30 s
-#     per input) are wall time, and that class may starve them
+#  2. the threaded unit tests in the TSan build, built and run at nice 10
+#     in the background from the start (with step 5), in the time the
+#     other steps leave idle: the unit tests and iotests run two at a
+#     time, and the iotests wait on servers, syncs and sleeps for about a
+#     sixth of theirs; built before them, build-tsan and build-fuzz cost
+#     ~60 s of make test's wall time, their tests ~70 s more after the
+#     unit tests (stop 52: CI 1214 s of a 1200 s budget)
 #  3. clang-format --dry-run on every C file, the layering rule
 #     (scripts/check-layers.sh: no #include runs upward), the ABI
 #     (scripts/check-abi.sh: headers = exports = libqimg.map, one version
@@ -22,7 +18,8 @@
 #     (scripts/check-install.sh: examples/embed.c via pkg-config)
 #  4. iotests (build/qimg against qemu-img / qemu-io)
 #  5. each fuzz target for a short time on its seeds (fixed seed), one at
-#     a time, after the TSan programs (step 2) beside the iotests
+#     a time, after the TSan programs in the same background chain
+#     (step 2): build-tsan, its tests, build-fuzz, the targets
 #
 # Accounting: nothing that did not run counts as passed, and nothing
 # disappears.  A unit-test program that exits 77 (a test in it skipped), a
@@ -190,12 +187,12 @@ count_meson() { # build-dir label
     rm -f "$log"
 }
 
-# The background work (steps 2 and 5): the two builds from the start, at
-# the idle class, waited for after step 3; then one chain at nice 10 (the
-# TSan programs, the fuzz targets) beside the iotests, waited for after
-# them.  Each part's verdict goes into $bgdir, which the main shell reads
-# at the end: a build that failed fails its step (its log's tail is
-# printed); the TSan programs and the fuzz targets are counted as before.
+# The background chain (steps 2 and 5), started before the unit tests and
+# waited for after the iotests, every part at nice 10 (the builds through
+# make, as `make build-tsan build-fuzz` would run them).  It writes each
+# part's verdict into $bgdir, which the main shell reads at the end: a
+# build that failed fails its step (its log's tail is printed); the TSan
+# programs and the fuzz targets are counted as before.
 # TSan: the tests that exercise threads (the Makefile's build-tsan list:
 # test-pool, test-file-io, test-file-space, test-vmstate-save,
 # test-vmstate-load, test-aio-workload, test-aio-interleave and every
@@ -263,20 +260,20 @@ fuzz_all() {
 }
 bgdir=$(mktemp -d)
 mkdir -p "$bgdir/tsan" "$bgdir/fuzz"
-bg_builds() { # as `make build-tsan build-fuzz` (the Makefile's lists)
+bg_chain() {
     local tree
     for tree in build-tsan build-fuzz; do
-        chrt --idle 0 nice -n 10 make --no-print-directory "$tree" JOBS=2 \
-            >"$bgdir/$tree.log" 2>&1
+        nice -n 10 make --no-print-directory "$tree" JOBS=2 >"$bgdir/$tree.log" 2>&1
         echo $? >"$bgdir/$tree.rc"
+        case $tree in
+        build-tsan) tsan_all ;;
+        build-fuzz) fuzz_all ;;
+        esac
     done
-}
-bg_tests() {
-    [ "$(cat "$bgdir/build-tsan.rc" 2>/dev/null)" = 0 ] && tsan_all
-    [ "$(cat "$bgdir/build-fuzz.rc" 2>/dev/null)" = 0 ] && fuzz_all
     times >"$bgdir/times" # the chain's CPU (its children's, second line)
 }
-bg_builds &
+bg_start=$SECONDS
+bg_chain &
 bg_pid=$!
 
 count_meson build-asan unit-asan
@@ -319,15 +316,6 @@ for chk in abi install; do
     fi
 done
 timed checks
-
-# The builds of the background (step 2): what the unit tests left of them
-# runs now, alone; then the TSan programs and the fuzz targets beside the
-# iotests.
-wait "$bg_pid"
-timed builds
-bg_start=$SECONDS
-bg_tests &
-bg_pid=$!
 
 # iotests (each one skips, or under CI fails, by itself when a tool is missing)
 log=$(mktemp)
@@ -374,7 +362,7 @@ bg_cpu=$(awk 'NR == 2 {
     n = split($1 " " $2, t, " "); s = 0
     for (k = 1; k <= n; k++) { split(t[k], ms, "m"); s += ms[1] * 60 + ms[2] }
     printf "%d\n", s + 0.5 }' "$bgdir/times" 2>/dev/null)
-bg_line="background (TSan programs, fuzz targets) $((SECONDS - bg_start))s (cpu ${bg_cpu:-?}s)"
+bg_line="background (build-tsan, TSan tests, build-fuzz, fuzz) $((SECONDS - bg_start))s (cpu ${bg_cpu:-?}s)"
 build_ok() { # TREE LABEL: 0 if make TREE succeeded in the chain; else count it
     local rc
     rc=$(cat "$bgdir/$1.rc" 2>/dev/null || echo 1)
