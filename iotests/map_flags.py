@@ -18,8 +18,23 @@ import settle  # noqa: E402
 
 
 def main():
-    img = sys.argv[1]
-    fmt = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else "qcow2"
+    args = sys.argv[1:]
+    if len(args) <= 2:
+        return map_flags(args[0], args[1] if len(args) > 1 and args[1] else "qcow2")
+    # IMG FMT IMG FMT...: each map in turn, a "--" line between two
+    if len(args) % 2:
+        print("usage: map_flags.py IMG [FMT] | IMG FMT IMG FMT...", file=sys.stderr)
+        return 2
+    for i in range(0, len(args), 2):
+        if i:
+            print("--", flush=True)
+        rc = map_flags(args[i], args[i + 1] or "qcow2")
+        if rc:
+            return rc
+    return 0
+
+
+def map_flags(img, fmt):
     try:
         settle.settle(img, fmt == "raw")
     except OSError as e:
@@ -41,6 +56,7 @@ def main():
             out.append([k, e["start"], e["length"]])
     for k, s, n in out:
         print(s, n, *k)
+    sys.stdout.flush()
     return 0
 
 
