@@ -22,17 +22,24 @@ resize_both() {
     qrc=$?
     "$QIMG" resize "${margs[@]}" >m.out 2>m.err
     mrc=$?
+    # (the outputs read and rewritten by the shell's builtins, not cat,
+    # sed and grep: ~8 ms of CPU per process, five per step)
+    local qo mo qe me
+    qo=$(<q.out) mo=$(<m.out)
+    as_qimg_err qe q.err
+    me=$(<m.err)
     assert_eq "$desc: exit code" "$qrc" "$mrc"
-    assert_eq "$desc: output" "$(cat q.out)" "$(cat m.out)"
-    assert_eq "$desc: messages" \
-        "$(sed -e 's/^qemu-img: /qimg: /' -e "s/'qemu-img --help'/'qimg --help'/" -e 's/img\.q/IMG/g' q.err)" \
-        "$(sed 's/img\.m/IMG/g' m.err)"
+    assert_eq "$desc: output" "$qo" "$mo"
+    assert_eq "$desc: messages" "${qe//img.q/IMG}" "${me//img.m/IMG}"
     # one qemu-img compare says both: it warns "Image size mismatch!" when
     # the virtual sizes differ
     "$QEMU_IMG" compare -f "$fmt" -F "$fmt" img.q img.m >cmp.out 2>&1
-    local crc=$? cmp_out
+    local crc=$? cmp_out line mismatch=
     cmp_out=$(<cmp.out)
-    assert_eq "$desc: virtual size" "" "$(grep -i 'size mismatch' <<<"$cmp_out")"
+    while IFS= read -r line; do
+        [[ "${line,,}" != *"size mismatch"* ]] || mismatch+=${mismatch:+$'\n'}$line
+    done <<<"$cmp_out"
+    assert_eq "$desc: virtual size" "" "$mismatch"
     assert_eq "$desc: contents" "0 Images are identical." "$crc $cmp_out"
     if [ "$fmt" = qcow2 ]; then
         assert_rc "$desc: qemu-img check" 0 "$QEMU_IMG" check img.m
