@@ -21,6 +21,21 @@ filter() {
         -e 's/^qemu-io: /qimg: /' -e 's/qemu-io> //g' -e 's/qimg-io> //g' \
         -e '/Killed/d'
 }
+# filter_var VAR FILE, filter_err_var VAR FILE: the same by the shell's
+# builtins (common.sh filter_lines; assert_same_filtered takes them)
+_filter_line() {
+    [[ "$_l" =~ $_io_time_re ]] && _l=${_l/"${BASH_REMATCH[0]}"/X ops; TIME}
+    [[ "$_l" != "qemu-io: "* ]] || _l="qimg: ${_l#qemu-io: }"
+    _l=${_l//"qemu-io> "/}
+    _l=${_l//"qimg-io> "/}
+    [[ "$_l" != *Killed* ]] || _drop=1
+}
+_filter_err_line() {
+    _filter_line
+    [[ "$_l" =~ node\ \'[^\']*\'\ cannot ]] && _l=${_l/"${BASH_REMATCH[0]}"/"node 'X' cannot"}
+}
+filter_var() { filter_lines "$1" "$2" _filter_line; }
+filter_err_var() { filter_lines "$1" "$2" _filter_err_line; }
 
 # incompat IMG: the incompatible feature bits of IMG's header
 incompat() {
@@ -36,7 +51,12 @@ both() {
     shift 2
     # (one tee for both copies, cd rather than subshells, the filters only
     # for outputs that differ: a process costs ~8 ms of CPU, see common.sh)
-    tee q/img m/img <"$img" >/dev/null && tee q/base m/base <base.qcow2 >/dev/null || exit 1
+    # (base, the backing file, again only where it can be opened: under
+    # the image that has it, or named by a backing option)
+    tee q/img m/img <"$img" >/dev/null || exit 1
+    if [ ! -e q/base ] || [ "$img" = top.qcow2 ] || [[ "$*" == *backing* ]]; then
+        tee q/base m/base <base.qcow2 >/dev/null || exit 1
+    fi
     cd q || exit 1
     timeout 30 "$QEMU_IO" "$@" >../q.out 2>../q.err
     qrc=$?
