@@ -13,7 +13,10 @@
 # key-secret's).  A raw image still refuses them.
 # Each json: name is compared with qemu-img info; with qemu-io too where
 # the driver is named, and, with QIMG_LONG=1, where it is probed (the
-# same open path after the probe: make test's CPU).
+# same open path after the probe: make test's CPU).  Where the driver is
+# probed, make test compares each option with one of the three images in
+# turn (every option and every image still probed), QIMG_LONG=1 each with
+# every image.
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io
 
@@ -29,9 +32,11 @@ qi create -q -f qcow2 "${sec[@]}" -o encrypt.format=aes,encrypt.key-secret=sec0 
     aes.qcow2 1M
 qi create -q -f raw r.raw 1M
 
+i=0
 for img in a.qcow2 e.qcow2 aes.qcow2; do
     f="\"file\": {\"driver\": \"file\", \"filename\": \"$img\"}"
     for d in '"driver": "qcow2", ' ''; do
+        n=0
         for o in '"encrypt.format": null' '"encrypt": {"format": null}' \
             '"encrypt.format": "luks"' '"encrypt.format": "aes"' '"encrypt.format": "foo"' \
             '"encrypt.bogus": "x"' '"encrypt.bogus": null' '"encrypt.iter-time": null' \
@@ -45,12 +50,15 @@ for img in a.qcow2 e.qcow2 aes.qcow2; do
             '"encrypt": {"format": "luks", "key-secret": "sec0"}' \
             '"encrypt": {"format": "aes", "key-secret": "sec0"}' \
             '"encrypt": {"format": "luks", "key-secret": "sec0", "slot": null}'; do
+            n=$((n + 1))
+            [ -n "$d" ] || [ -n "${QIMG_LONG:-}" ] || [ $((n % 3)) = $i ] || continue
             same_as_qemu_err info "${sec[@]}" "json:{$d$f, $o}"
             [ -n "$d" ] || [ -n "${QIMG_LONG:-}" ] || continue
             same_as_qemu_io "qemu-io $img $d$o" "${sec[@]}" -r -c 'read -P 0 64k 4k' \
                 "json:{$d$f, $o}"
         done
     done
+    i=$((i + 1))
 done
 # the data still reads through an accepted encrypt.format
 j='{"driver": "qcow2", "file": {"driver": "file", "filename": "a.qcow2"},
