@@ -21,6 +21,8 @@ Kinds:
   chain OUT                       three delta disks OUT-base, OUT-mid, OUT
   bad OUT CLASS                   a malformed image (see BAD below)
   bad-each DIR CLASS...           DIR/CLASS/CLASS.vmdk for each CLASS (as bad)
+  many KIND OUT SIZE_MB...        several readable ones in one start, each
+                                  as "KIND OUT SIZE_MB" makes it
 """
 import os
 import random
@@ -391,14 +393,25 @@ def build_bad(out, cls, rng):
 
 def main():
     kind, out = sys.argv[1], sys.argv[2]
+    if kind == "many":  # KIND OUT SIZE_MB triples, each as "KIND OUT SIZE_MB"
+        args = sys.argv[2:]
+        if len(args) % 3:
+            raise SystemExit("many: KIND OUT SIZE_MB triples")
+        for i in range(0, len(args), 3):
+            build(args[i], args[i + 1], [args[i + 2]])
+        return
+    build(kind, out, sys.argv[3:])
+
+
+def build(kind, out, argv):
     rng = random.Random(kind + os.path.basename(out))
     d = os.path.dirname(out) or "."
     base = os.path.basename(out)
     if kind == "bad":
-        build_bad(out, sys.argv[3], rng)
+        build_bad(out, argv[0], rng)
         return
     if kind == "bad-each":  # OUT is a folder: OUT/CLASS/CLASS.vmdk for each
-        for cls in sys.argv[3:]:
+        for cls in argv:
             name = cls + ".vmdk"  # (the seed "bad" would make for it)
             os.makedirs(os.path.join(out, cls))
             build_bad(os.path.join(out, cls, name), cls, random.Random("bad" + name))
@@ -406,7 +419,7 @@ def main():
     if kind == "list-bad":
         print(" ".join(BAD))
         return
-    size = int(sys.argv[3]) << 20 if len(sys.argv) > 3 else 0
+    size = int(argv[0]) << 20 if argv else 0
     if kind == "sparse":
         grains = layout(size, 65536, rng, zero_runs=True)
         dd = desc("monolithicSparse", ['RW %d SPARSE "%s"' % (size // SECTOR, base)])
