@@ -116,9 +116,6 @@ crash_io_case() {
         fi
     ) || { _fail "$label: create"; return; }
     cp "$d/img.$fmt" "$d/base.$fmt"
-    # the disk's size as the format made it (VHD rounds to its geometry)
-    size=$("$QEMU_IMG" info -f "$fmt" --output=json "$d/img.$fmt" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["virtual-size"])')
     [ -f "$d/img.data" ] && cp "$d/img.data" "$d/base.data"
     local ext_args=() f
     for f in "$d"/img-*."$fmt"; do
@@ -126,12 +123,12 @@ crash_io_case() {
         cp "$f" "$f.base"
         ext_args+=(--base "$f=$f.base")
     done
-    crash_py workload --dir "$d/wl" --seed "$label" --size "$size" \
+    # the disk's size as the format made it (VHD rounds to its geometry):
+    # crash.py asks the image
+    crash_py workload --dir "$d/wl" --seed "$label" --size-of "$d/img.$fmt" --format "$fmt" \
         --cluster-size "$cs" "$@"
     if [ -n "${BACKING:-}" ]; then
-        "$QEMU_IMG" convert -f raw -O raw "$d/backing.raw" "$d/backing.full"
-        truncate -s "$size" "$d/backing.full"
-        backing_args=(--backing-raw "$d/backing.full")
+        backing_args=(--backing-raw "$d/backing.raw")
         link_args=(--link "backing.raw=$d/backing.raw")
     fi
     local data_args=()
