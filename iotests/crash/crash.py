@@ -42,7 +42,7 @@ import time
 from crashlog import W_AUX_FUA, W_FLUSH, W_WRITE, load_log, ring_writes
 from judges import (QEMU_IMG, check_bitmaps, check_expected, check_inside_file,
                     check_snapshots, check_vmstate, forget_refs, forget_snapshots,
-                    image_args, judge_structure, run)
+                    image_args, judge_structure, load_expected, run)
 from luks import Luks
 from states import build_state, cut_points, state_digest
 from workload import Model, check_contents, make_workload, marker_positions, plaintext_tags
@@ -137,8 +137,7 @@ def explore(args):
         markers = marker_positions(entries, luks, os.path.realpath(args.image))
     plain = plaintext_tags(entries, os.path.realpath(args.image)) if args.no_plaintext else 0
     if args.expect_raw:
-        expect = [open(p, "rb").read() if p != "zero" else None
-                  for p in args.expect_raw.split(",")]
+        expect = load_expected(args.expect_raw.split(","), args.expect_mode)
     work = tempfile.mkdtemp(prefix="crash-", dir=args.tmpdir)
     forget_refs()
     base_errors = None
