@@ -216,14 +216,15 @@ _SPANS = [None, None]  # per-sector's spans of one explore's refs: (refs, spans)
 
 def ref_spans(refs):
     """[(a, b, [each ref's bytes a..b])]: the sector-aligned ranges where
-    some ref has data, merged; everywhere else every ref reads zeros.
-    Worked out once an explore."""
+    some ref has data, merged (also across gaps under 1 MiB: a few large
+    spans cost less Python than many small ones); everywhere else every
+    ref reads zeros.  Worked out once an explore."""
     if _SPANS[0] is not refs:
         ranges = sorted((off // SECTOR * SECTOR, -(-(off + len(d)) // SECTOR) * SECTOR)
                         for r in refs for off, d in r.extents)
         merged = []
         for a, b in ranges:
-            if merged and a <= merged[-1][1]:
+            if merged and a <= merged[-1][1] + MIB:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
