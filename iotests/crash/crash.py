@@ -34,6 +34,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -41,7 +42,7 @@ import time
 from crashlog import W_AUX_FUA, W_FLUSH, W_WRITE, load_log, ring_writes
 from judges import (QEMU_IMG, check_bitmaps, check_expected, check_inside_file,
                     check_snapshots, check_vmstate, forget_refs, forget_snapshots,
-                    image_args, judge_structure, run)
+                    image_args, judge_structure, load_expected, run)
 from luks import Luks
 from states import build_state, cut_points, state_digest
 from workload import Model, check_contents, make_workload, marker_positions, plaintext_tags
@@ -136,8 +137,7 @@ def explore(args):
         markers = marker_positions(entries, luks, os.path.realpath(args.image))
     plain = plaintext_tags(entries, os.path.realpath(args.image)) if args.no_plaintext else 0
     if args.expect_raw:
-        expect = [open(p, "rb").read() if p != "zero" else None
-                  for p in args.expect_raw.split(",")]
+        expect = load_expected(args.expect_raw.split(","), args.expect_mode)
     work = tempfile.mkdtemp(prefix="crash-", dir=args.tmpdir)
     forget_refs()
     base_errors = None
@@ -209,6 +209,18 @@ def explore(args):
 
 
 
+def virtual_size(img, fmt):
+    """The disk size of image img: a qcow2 header's size field, else
+    qemu-img info's (VHD rounds the size asked to its geometry)."""
+    if fmt == "qcow2":
+        with open(img, "rb") as f:
+            return struct.unpack(">Q", f.read(32)[24:32])[0]
+    rc, out = run([QEMU_IMG, "info", "-f", fmt, "--output=json", img])
+    if rc != 0:
+        raise RuntimeError("qemu-img info %s: %s" % (img, out))
+    return json.loads(out)["virtual-size"]
+
+
 def summary(args):
     """The totals of every explore a summary file holds, one line a group."""
     rows = [json.loads(l) for l in open(args.file)] if os.path.exists(args.file) else []
@@ -272,6 +284,8 @@ def serve(ap):
 
 def run_command(ap, args):
     if args.cmd == "workload":
+        if args.size_of:
+            args.size = virtual_size(args.size_of, args.format)
         make_workload(args)
         return 0
     if args.cmd == "summary":
@@ -292,7 +306,11 @@ def main():
     w = sub.add_parser("workload")
     w.add_argument("--dir", required=True)
     w.add_argument("--seed", default="1")
-    w.add_argument("--size", type=int, required=True)
+    size = w.add_mutually_exclusive_group(required=True)
+    size.add_argument("--size", type=int)
+    size.add_argument("--size-of", metavar="IMAGE",
+                      help="the disk size of IMAGE (of --format) as qemu-img reports it")
+    w.add_argument("--format", default="qcow2")
     w.add_argument("--cluster-size", type=int, default=65536)
     w.add_argument("--ops", type=int, default=60)
     w.add_argument("--max-len", type=int, default=1 << 20)
@@ -315,7 +333,8 @@ def main():
     e.add_argument("--link", action="append", default=[],
                    help="NAME=PATH: symlink NAME in each state (backing files)")
     e.add_argument("--model", help="model.json of a workload")
-    e.add_argument("--backing-raw", help="raw contents of the backing chain")
+    e.add_argument("--backing-raw",
+                   help="raw contents of the backing chain (zero-padded, or cut, to the disk)")
     e.add_argument("--expect-raw", help="RAW[,RAW|zero]: allowed contents")
     e.add_argument("--expect-mode", default="one-of", choices=["one-of", "per-sector"])
     e.add_argument("--snapshot-check", help="NAME=RAW[,...]; NAME? when it may be absent")

@@ -178,6 +178,8 @@ class Model:
     def __init__(self, path, backing_raw=None):
         m = json.load(open(path))
         self.size, self.marker, self.ops = m["size"], m["marker"], m["ops"]
+        if backing_raw is not None:  # a shorter backing file reads zeros past its end
+            backing_raw = backing_raw[:self.size] + bytes(max(0, self.size - len(backing_raw)))
         self.backing = backing_raw
         spans = [(i, op["off"] // SECTOR, (op["off"] + op["len"]) // SECTOR)
                  for i, op in enumerate(self.ops) if "off" in op]

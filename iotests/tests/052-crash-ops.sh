@@ -14,9 +14,10 @@
 # zeros (before its header is durable the file need not be an image yet).
 # qemu-img over blklogwrites is the positive control for resize and check.
 . "$(dirname "$0")/../common.sh"
-# make test: every case, 4 power-loss states each (2 for the positive
-# control; identical states are judged once); QIMG_LONG=1 (make
-# check-long): lib.sh's 200 and 100
+# make test: every case, 4 power-loss states each (identical states are
+# judged once), the positive control (2 states) for the first case only
+# (crash/lib.sh: it judges nothing of qimg's); QIMG_LONG=1 (make
+# check-long): lib.sh's 200 states, and the control (100) in every case
 CRASH_STATES=${CRASH_STATES:-4}
 CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-2}
 . "$IOTESTS_DIR/crash/lib.sh"

@@ -11,7 +11,8 @@
 # the snapshots), qemu-img compare identical and qemu-img check clean after
 # each step.  Then the crash-state explorer (iotests/crash/, as 050) with
 # 512-byte slices: every power-loss state checks clean and keeps what a
-# flush covered.
+# flush covered (4 states a case; QEMU's positive control for the first
+# case only, every case with QIMG_LONG=1: crash/lib.sh).
 . "$(dirname "$0")/../common.sh"
 CRASH_STATES=${CRASH_STATES:-4}
 CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-2}
