@@ -36,11 +36,18 @@
 
 #define MiB (UINT64_C(1) << 20)
 #define BLOCK 4096u
-#define SIZE (16 * MiB)
-#define NBLOCKS (SIZE / BLOCK)
+#define MAX_SIZE (16 * MiB)
 #define PARTIES 4
-#define SYNC_OPS 700
-#define ASYNC_OPS 2000
+
+/* QIMG_LONG=1: 16 MiB, 700 operations per synchronous thread and 2000
+ * requests from the submitter; make test halves all three (main()), so
+ * each block sees as many operations and the parties meet in a cluster as
+ * often, for half the CPU (the 17 configurations were 16 s of make test's
+ * CPU under ASan, and run under TSan too). */
+static uint64_t image_size = MAX_SIZE;
+static int sync_ops = 700;
+static int async_ops = 2000;
+#define NBLOCKS (image_size / BLOCK)
 
 typedef struct Shared {
     QimgImage *img;
@@ -53,7 +60,7 @@ typedef struct Party {
     int failures;
     char *why;
     /* the submitter's */
-    bool busy[NBLOCKS / PARTIES];
+    bool busy[MAX_SIZE / BLOCK / PARTIES];
     int in_flight;
 } Party;
 
@@ -87,7 +94,7 @@ static gpointer sync_main(gpointer opaque)
     g_autoptr(GRand) r = g_rand_new_with_seed(100 + p->id);
     uint8_t buf[BLOCK];
 
-    for (int i = 0; i < SYNC_OPS && !p->failures; i++) {
+    for (int i = 0; i < sync_ops && !p->failures; i++) {
         GError *err = NULL;
         uint64_t slot, b = own_block(p, r, &slot), off = b * BLOCK;
         int op = g_rand_int_range(r, 0, 100);
@@ -213,8 +220,8 @@ static gpointer async_main(gpointer opaque)
     Party *p = opaque;
     g_autoptr(GRand) r = g_rand_new_with_seed(7);
 
-    for (int sent = 0; sent < ASYNC_OPS && !p->failures;) {
-        while (p->in_flight < 48 && sent < ASYNC_OPS) {
+    for (int sent = 0; sent < async_ops && !p->failures;) {
+        while (p->in_flight < 48 && sent < async_ops) {
             submit_one(p, r);
             sent++;
         }
@@ -237,22 +244,23 @@ static void torture(const char *opts, Backing backing, uint64_t cache_size,
     QimgOpenOptions oo = QIMG_OPEN_OPTIONS_INIT;
     QimgAioOptions ao = QIMG_AIO_OPTIONS_INIT;
     g_autoptr(GError) err = NULL;
-    Shared sh = {.model = g_malloc0(SIZE)};
+    Shared sh = {.model = g_malloc0(image_size)};
     Party parties[PARTIES];
     GThread *threads[PARTIES];
 
     if (backing != NO_BACKING) {
         g_autoptr(GRand) r = g_rand_new_with_seed(3);
-        fill(r, sh.model, SIZE / 2); /* shorter than the image: zeros after */
-        assert_true(g_file_set_contents(base, (const char *)sh.model, SIZE / 2, NULL));
+        fill(r, sh.model, image_size / 2); /* shorter than the image: zeros after */
+        assert_true(
+            g_file_set_contents(base, (const char *)sh.model, image_size / 2, NULL));
         if (backing == QCOW2_BACKING) {
             tu_run("qemu-img convert -q -O qcow2 '%s' '%s'", base, qbase);
         }
         tu_run("qemu-img create -q -f qcow2 -o %s -b '%s' -F %s '%s' %" PRIu64, opts,
                backing == QCOW2_BACKING ? qbase : base,
-               backing == QCOW2_BACKING ? "qcow2" : "raw", path, SIZE);
+               backing == QCOW2_BACKING ? "qcow2" : "raw", path, image_size);
     } else {
-        tu_run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, SIZE);
+        tu_run("qemu-img create -q -f qcow2 -o %s '%s' %" PRIu64, opts, path, image_size);
     }
     oo.metadata_cache_size = cache_size;
     if (engine == QIMG_AIO_ENGINE_IO_URING) {
@@ -292,9 +300,9 @@ static void torture(const char *opts, Backing backing, uint64_t cache_size,
 
     sh.img = qimg_image_open(path, NULL, &err);
     assert_non_null(sh.img);
-    g_autofree uint8_t *all = g_malloc(SIZE);
-    assert_true(qimg_image_pread(sh.img, 0, all, SIZE, &err));
-    assert_memory_equal(all, sh.model, SIZE);
+    g_autofree uint8_t *all = g_malloc(image_size);
+    assert_true(qimg_image_pread(sh.img, 0, all, image_size, &err));
+    assert_memory_equal(all, sh.model, image_size);
     assert_true(qimg_image_close(sh.img, &err));
     tu_run("qemu-img check -q '%s'", path);
     g_free(sh.model);
@@ -358,6 +366,12 @@ static void test_config(void **state)
 int main(void)
 {
     struct CMUnitTest tests[G_N_ELEMENTS(configs)];
+
+    if (!tu_long_run()) {
+        image_size = MAX_SIZE / 2;
+        sync_ops = 350;
+        async_ops = 1000;
+    }
 
     for (size_t i = 0; i < G_N_ELEMENTS(configs); i++) {
         tests[i] = (struct CMUnitTest){.name = g_strdup_printf("config_%zu", i),
