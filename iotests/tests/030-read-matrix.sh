@@ -17,7 +17,10 @@
 # largest and six between), refcount widths (1, 4, 16, 64) and of the
 # compression settings (each cluster size with one type), and leaves the
 # human map and info --backing-chain out for the members of a matrix whose
-# other members run them (check_image's "lite"); QIMG_LONG=1 runs it all.
+# other members run them (check_image's "lite"), and info --backing-chain
+# for images without a backing file but the first; QIMG_LONG=1 runs it all.
+# The maps run at the end (or before an image changes), after one settle
+# of all the files (one python3 start instead of one per image).
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io cmp python3 numfmt
 
@@ -70,38 +73,69 @@ conv_same() {
 # and info of IMG must equal qemu-img's.  "lite" (a member of a matrix
 # whose other members run everything; not with QIMG_LONG=1): convert,
 # info and map --output=json only, not the human map nor info
-# --backing-chain.
+# --backing-chain.  The converts and info run now; the maps and info
+# --backing-chain are queued (to_map) for map_checks; make test runs info
+# --backing-chain only where there is a backing file (and on the first
+# image).
+to_map=()
 check_image() {
-    local img=$1 id name l
+    local img=$1 id name l line in=0 ids=() names=() i
     rm -f q.raw
     qi convert -O raw "$img" q.raw
     conv_same "$img" q.raw
     same_as_qemu info --output=json "$img" || echo "  (image: $img)"
-    # Internal snapshots (from qemu-img's info just run): by ID, by name and
-    # with snapshot.id=,snapshot.name=; qemu-img converts each one once.
-    if grep -q '"snapshots"' .q.out; then
-        python3 -c '
-import json, sys
-for s in json.load(sys.stdin).get("snapshots", []):
-    print(s["id"] + "\t" + s["name"])' <.q.out >.snaps
-        while IFS=$'\t' read -r id name; do
-            rm -f q.raw
-            qi convert -O raw -l "$id" "$img" q.raw
-            for l in "$id" "$name" "snapshot.id=$id,snapshot.name=$name"; do
-                conv_same "$img" q.raw -l "$l"
-            done
-        done <.snaps
-    fi
+    # Internal snapshots (the ID and name of each in the JSON qemu-img's
+    # info just printed, read by the shell): by ID, by name and with
+    # snapshot.id=,snapshot.name=; qemu-img converts each one once.
+    while IFS= read -r line; do
+        case $line in
+        '    "snapshots": [') in=1 ;;
+        '    ]'*) in=0 ;;
+        '            "id": "'*) id=${line#*: \"} && id=${id%,} && id=${id%\"} ;;
+        '            "name": "'*) name=${line#*: \"} && name=${name%,} && name=${name%\"} ;;
+        '        }'*) [ $in = 1 ] && ids+=("$id") && names+=("$name") ;;
+        esac
+    done <.q.out
+    for i in "${!ids[@]}"; do
+        id=${ids[i]} name=${names[i]}
+        rm -f q.raw
+        qi convert -O raw -l "$id" "$img" q.raw
+        for l in "$id" "$name" "snapshot.id=$id,snapshot.name=$name"; do
+            conv_same "$img" q.raw -l "$l"
+        done
+    done
     rm -f q.raw m.raw
-    # (the converts above cached pages of the files' unwritten extents,
-    # which a map reads as data until they are evicted: settle them)
+    # (chain: info --backing-chain, which adds to info what the backing
+    # files say: make test runs it on images with a backing file, and on
+    # the first image for the chain of one)
+    local chain=
+    [ -z "$chained" ] || [ -n "${QIMG_LONG:-}" ] || grep -q '"backing-filename"' .q.out ||
+        chain=no
+    chained=yes
+    to_map+=("$img ${2:-full} $chain")
+}
+chained=
+
+# map_checks: the queued maps: map --output=json of each image, and but
+# for "lite" ones the human map and info --backing-chain.  The converts
+# cached pages of the files' unwritten extents, which a map reads as data
+# until they are evicted: settled first, once for all images (one python3
+# start; an image queued here is not written again but where map_checks
+# runs before).
+map_checks() {
+    local img lite chain
     settle ./*
-    same_as_qemu map --output=json "$img" || echo "  (image: $img)"
-    [ "${2:-}" = lite ] && [ -z "${QIMG_LONG:-}" ] && return
-    # Human map (qemu-img refuses compressed clusters and data files: the
-    # exit code must agree then too).
-    same_as_qemu map "$img" || echo "  (image: $img)"
-    same_as_qemu info --output=json --backing-chain "$img" || echo "  (image: $img)"
+    for img in "${to_map[@]}"; do
+        read -r img lite chain <<<"$img"
+        same_as_qemu map --output=json "$img" || echo "  (image: $img)"
+        [ "$lite" = lite ] && [ -z "${QIMG_LONG:-}" ] && continue
+        # Human map (qemu-img refuses compressed clusters and data files:
+        # the exit code must agree then too).
+        same_as_qemu map "$img" || echo "  (image: $img)"
+        [ "$chain" = no ] && continue
+        same_as_qemu info --output=json --backing-chain "$img" || echo "  (image: $img)"
+    done
+    to_map=()
 }
 
 SIZE=$((5 * MiB + 4321 * 512))
@@ -191,6 +225,7 @@ qi create -f qcow2 -o extended_l2=on,cluster_size=64k -b xbase.raw -F raw xl2-to
 qio xl2-top.qcow2 "write -q -P 0x74 2048 2048" "write -q -P 0x75 $((64 * KiB + 30 * 2048)) 6000" \
     "write -q -z 8192 4096" "discard -q $((1024 * KiB)) 64k" "write -q -z $((1024 * KiB + 64 * KiB + 2048)) 2048"
 check_image xl2-top.qcow2
+map_checks # (before the image changes)
 qi snapshot -c xs xl2-top.qcow2
 qio xl2-top.qcow2 "write -q -P 0x76 0 1000"
 check_image xl2-top.qcow2
@@ -361,5 +396,6 @@ scribble lazy.qcow2 $SIZE
 check_image lazy.qcow2
 qi create -f qcow2 empty.qcow2 0
 check_image empty.qcow2
+map_checks
 
 finish
