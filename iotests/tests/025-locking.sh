@@ -351,22 +351,41 @@ def phases_of(cmd):
     subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,fcntl,close", "-o",
                     "st.raw"] + cmd, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
+    # Each command is one process: its threads share one table of fds,
+    # so an fd is keyed by its number alone (strace -f starts each line
+    # with the thread's id, and a file opened in one thread may be locked
+    # in another).  A call that another thread's call interrupted is split
+    # over an "<unfinished ...>" line and a "<... NAME resumed>" line of
+    # the same thread, which are joined first: read whole, neither half
+    # matched, and the file's locks showed under "?" (seen once under
+    # load: 025's "locks of convert -U", stop 54).
     name, state, rising = {}, collections.defaultdict(set), collections.defaultdict(bool)
     phases = collections.defaultdict(list)
     def emit(k):
         if rising[k] and state[k]:
             phases[name.get(k, "?")].append(" ".join(map(str, sorted(state[k]))))
         rising[k] = False
-    for line in open("st.raw"):
-        pid = line.split()[0]
+    pending = {}
+    def joined():
+        for line in open("st.raw"):
+            line = line.rstrip("\n")
+            tid = line.split()[0]
+            if line.endswith(" <unfinished ...>"):
+                pending[tid] = line[:-len(" <unfinished ...>")]
+                continue
+            m = re.match(r"(\d+) +<\.\.\. \w+ resumed>(.*)$", line)
+            if m and m.group(1) in pending:
+                line = pending.pop(m.group(1)) + m.group(2)
+            yield line
+    for line in joined():
         m = re.search(r'openat\(AT_FDCWD, "([^"]+)".*\) = (\d+)$', line)
         if m:
-            name[(pid, m.group(2))] = m.group(1)
+            name[m.group(2)] = m.group(1)
             continue
         m = re.search(r"fcntl\((\d+), F_OFD_SETLK, \{l_type=(F_\w+), l_whence=SEEK_SET, "
                       r"l_start=(\d+), l_len=1\}\) = 0", line)
         if m:
-            k, b = (pid, m.group(1)), int(m.group(3))
+            k, b = m.group(1), int(m.group(3))
             if m.group(2) == "F_RDLCK":
                 rising[k] = rising[k] or b not in state[k]
                 state[k].add(b)
@@ -376,7 +395,7 @@ def phases_of(cmd):
             continue
         m = re.search(r"close\((\d+)\)", line)
         if m:
-            k = (pid, m.group(1))
+            k = m.group(1)
             emit(k)
             state.pop(k, None)
             name.pop(k, None)
