@@ -95,28 +95,67 @@ same_as_qemu_err info "$U/a.raw?host_key_check=maybe"
 # are qemu-io's -- one, none more at close (fact 6, invariant 5).  (A
 # server without fsync@openssh.com, where FUA warns as a flush does, is
 # not tried: OpenSSH's sftp server always has it.)
+#
+# server_fsyncs DESC TOOL ARGS...: FSYNCS = the fsync() calls the server
+# makes while TOOL ARGS runs (its stdout in fs.tool), with nothing left to
+# timing.  strace's stderr is a FIFO read here: its line "Process SSHD
+# attached" comes after the PTRACE_SEIZE that has it follow every fork of
+# sshd's from then on, and after its SIGINT handler is set (a SIGINT
+# before that is lost: a background job ignores it), so the tool starts
+# only then; fs.out is counted only once strace has ended.  (A stale
+# st.err once ended the wait for that line before strace had attached:
+# a count of 0.)  A failed run, or strace that does not attach or end
+# well, is its own FAILED line.
 server_fsyncs() {
-    local st
-    strace -f -e trace=fsync -o fs.out -p "$_sshd_pid" 2>st.err &
+    local desc=$1 st fd line other="" rc
+    shift
+    FSYNCS=
+    rm -f st.fifo && mkfifo st.fifo || exit 1
+    strace -f -e trace=fsync -o fs.out -p "$_sshd_pid" >/dev/null 2>st.fifo &
     st=$!
-    for _ in $(seq 200); do
-        grep -q attached st.err && break
-        sleep 0.05
+    exec {fd}<st.fifo
+    while read -r -t 60 line <&"$fd"; do
+        [ "$line" = "strace: Process $_sshd_pid attached" ] && break
+        other+="$line; "
+        line=
     done
-    "$@" >/dev/null 2>&1
-    kill -INT "$st" && wait "$st"
-    grep -c "fsync(" fs.out
+    if [ -z "$line" ]; then
+        _fail "$desc: strace did not attach to sshd: $other"
+        kill "$st" 2>/dev/null
+        wait "$st"
+        exec {fd}<&-
+        return 1
+    fi
+    timeout 60 "$@" >fs.tool 2>fs.err
+    rc=$?
+    kill -INT "$st"
+    wait "$st"
+    st=$?
+    exec {fd}<&-
+    if [ "$rc" != 0 ] || [ -s fs.err ]; then
+        _fail "$desc: exit code $rc (0 wanted), stderr:"
+        cat fs.err
+        return 1
+    fi
+    # (strace ends on SIGINT by raising it once its output is written)
+    [ "$st" = 130 ] || { _fail "$desc: strace's exit code $st (130 wanted)"; return 1; }
+    FSYNCS=$(grep -c "fsync(" fs.out)
+}
+# same_fsyncs DESC ARGS...: qemu-io ARGS and qimg io ARGS succeed with the
+# same output, and the server makes as many fsync() calls for each.
+same_fsyncs() {
+    local desc=$1 q
+    shift
+    server_fsyncs "$desc (qemu-io)" "$QEMU_IO" "$@" || return 1
+    q=$FSYNCS && mv fs.tool q.tool || exit 1
+    server_fsyncs "$desc" "$QIMG" io "$@" || return 1
+    assert_same_filtered "$desc: stdout" io_filter q.tool fs.tool
+    assert_eq "$desc: the server's fsyncs" "$q" "$FSYNCS"
 }
 cp base.raw f.raw || exit 1
-assert_eq "write -f: the server's fsyncs" \
-    "$(server_fsyncs "$QEMU_IO" -f raw -c 'write -f -P 1 0 4k' "$U/f.raw")" \
-    "$(server_fsyncs "$QIMG" io -f raw -c 'write -f -P 1 0 4k' "$U/f.raw")"
-assert_eq "write -f, flush: the server's fsyncs" \
-    "$(server_fsyncs "$QEMU_IO" -f raw -c 'write -f -P 1 0 4k' -c flush "$U/f.raw")" \
-    "$(server_fsyncs "$QIMG" io -f raw -c 'write -f -P 1 0 4k' -c flush "$U/f.raw")"
-assert_eq "write, write -f: the server's fsyncs" \
-    "$(server_fsyncs "$QEMU_IO" -f raw -c 'write -P 1 0 4k' -c 'write -f 8k 4k' "$U/f.raw")" \
-    "$(server_fsyncs "$QIMG" io -f raw -c 'write -P 1 0 4k' -c 'write -f 8k 4k' "$U/f.raw")"
+same_fsyncs "write -f" -f raw -c 'write -f -P 1 0 4k' "$U/f.raw"
+same_fsyncs "write -f, flush" -f raw -c 'write -f -P 1 0 4k' -c flush "$U/f.raw"
+same_fsyncs "write, write -f" -f raw -c 'write -P 1 0 4k' -c 'write -f 8k 4k' "$U/f.raw"
 
 # a server gone in the middle of a session: the next request fails, no hang
 cp base.raw g.raw || exit 1
