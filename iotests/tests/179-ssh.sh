@@ -157,25 +157,67 @@ same_fsyncs "write -f" -f raw -c 'write -f -P 1 0 4k' "$U/f.raw"
 same_fsyncs "write -f, flush" -f raw -c 'write -f -P 1 0 4k' -c flush "$U/f.raw"
 same_fsyncs "write, write -f" -f raw -c 'write -P 1 0 4k' -c 'write -f 8k 4k' "$U/f.raw"
 
-# a server gone in the middle of a session: the next request fails, no hang
+# a server gone in the middle of a session: the next request fails, no
+# hang.  qimg io reads its commands from a FIFO (prompts, as qemu-io's)
+# and writes to one read here, so the second read is sent only once the
+# first is done and the session's processes (sshd's children and theirs)
+# are dead: nothing is left to timing.  (Before, the second read came 4 s
+# after the first on its own; on a slow machine the session could still
+# be alive then, or killed before the first read.)
+# descendants PID: the PIDs of PID's children, theirs, and so on.
+descendants() {
+    local k
+    for k in $(pgrep -P "$1"); do
+        echo "$k"
+        descendants "$k"
+    done
+}
+# dead PID: the process has ended (a zombie holds no socket open any more).
+dead() {
+    local st
+    read -r st 2>/dev/null <"/proc/$1/stat" || return 0
+    st=${st##*) }
+    [ "${st%% *}" = Z ]
+}
 cp base.raw g.raw || exit 1
-timeout 60 "$QIMG" io -f raw -c 'read -P 7 0 4k' -c 'sleep 4000' -c 'read -P 7 0 4k' \
-    "$U/g.raw" >g.out 2>&1 &
+rm -f g.in g.fifo && mkfifo g.in g.fifo || exit 1
+timeout 60 "$QIMG" io -f raw "$U/g.raw" <g.in >g.fifo 2>&1 &
 io_pid=$!
-for _ in $(seq 100); do
-    kids=$(pgrep -P "$_sshd_pid")
-    [ -n "$kids" ] && grep -q 'read 4096/4096' g.out && break
-    sleep 0.05
+exec {g_in}<>g.in {g_out}<g.fifo
+echo 'read -P 7 0 4k' >&"$g_in"
+g_log=
+while read -r -t 60 line <&"$g_out"; do
+    g_log+="$line"$'\n'
+    [[ "$line" == *"read 4096/4096 bytes at offset 0" ]] && break
 done
+kids=$(descendants "$_sshd_pid")
+assert_eq "server gone: the first read" "qimg-io> read 4096/4096 bytes at offset 0" \
+    "$line"
 # shellcheck disable=SC2086
 [ -n "$kids" ] && kill $kids
+for _ in $(seq 1200); do
+    left=
+    for k in $kids; do dead "$k" || left+=" $k"; done
+    [ -z "$left" ] && break
+    sleep 0.05
+done
+assert_eq "server gone: the session's processes ended" "" "$left"
+echo 'read -P 7 0 4k' >&"$g_in"
+exec {g_in}>&-
+g_log+=$(cat <&"$g_out")
+exec {g_out}<&-
 wait "$io_pid"
 assert_eq "server gone: exit code (qemu-io's)" 1 $?
+g_log=${g_log//qimg-io> /}
 assert_eq "server gone: the second read fails, nothing else" \
-    "read failed: Input/output error" "$(grep -v '^read 4096\|^4 KiB' g.out)"
+    "read failed: Input/output error" "$(grep -v '^read 4096\|^4 KiB' <<<"$g_log")"
 
 # no server at all
-kill "$_sshd_pid" && gone "$_sshd_pid" && _sshd_pid=
+if kill "$_sshd_pid" && gone "$_sshd_pid"; then
+    _sshd_pid=
+else
+    _fail "sshd did not stop"
+fi
 same_as_qemu_err info "$U/a.raw"
 
 finish
