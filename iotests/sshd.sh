@@ -64,7 +64,10 @@ ssh_start() {
             -o UsePAM=no -o PasswordAuthentication=no \
             -o KbdInteractiveAuthentication=no >sshd.log 2>&1 &
         _sshd_pid=$!
-        for _ in $(seq 100); do
+        # until it listens or ends (a bound of 60 s, not a guess at how
+        # long starting takes: 5 s before, and a slower start was killed
+        # and tried again)
+        for _ in $(seq 1200); do
             grep -q 'Server listening' sshd.log && break
             kill -0 "$_sshd_pid" 2>/dev/null || break
             sleep 0.05
