@@ -61,13 +61,6 @@ static void fail_worker(Worker *w, const char *what, uint64_t off, uint64_t len,
     }
 }
 
-static void fill(GRand *r, uint8_t *buf, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = (uint8_t)g_rand_int(r);
-    }
-}
-
 /* Read [off, off + len) and check the bytes this thread owns (own(i)). */
 static void read_check(Worker *w, uint64_t off, uint64_t len, bool sliced)
 {
@@ -127,7 +120,7 @@ static gpointer worker_main(gpointer opaque)
                 ret = blk_pwrite_zeroes(sh->img, off, len, BLK_REQ_MAY_UNMAP);
                 memset(sh->model + off, 0, len);
             } else {
-                fill(r, buf, len);
+                tu_fill_random(r, buf, len);
                 ret = blk_pwrite(sh->img, off, buf, len, 0);
                 memcpy(sh->model + off, buf, len);
             }
@@ -145,7 +138,7 @@ static gpointer worker_main(gpointer opaque)
                 pbase + g_rand_int_range(r, 0, (gint32)(sh->private_size - len));
             unsigned k = g_rand_int_range(r, 0, 10);
             if (k < 5) {
-                fill(r, buf, len);
+                tu_fill_random(r, buf, len);
                 ret = blk_pwrite(sh->img, off, buf, len, 0);
                 memcpy(sh->model + off, buf, len);
             } else if (k < 7) {
@@ -191,7 +184,7 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
     sh.model = g_malloc0(size);
     if (backing) {
         g_autoptr(GRand) r = g_rand_new_with_seed(5);
-        fill(r, sh.model, MB(12)); /* shorter than the image */
+        tu_fill_random(r, sh.model, MB(12)); /* shorter than the image */
         assert_true(g_file_set_contents(base, (const char *)sh.model, MB(12), NULL));
         tu_run("qemu-img rebase -u -f qcow2 -b '%s' -F raw '%s'", base, p);
     }
