@@ -12,6 +12,9 @@
  *    allocate).
  * Every thread checks what it reads of its own bytes, the whole image is
  * compared with the model afterwards, and `qemu-img check` must be clean.
+ * The same-cluster race these random runs meet only now and then (a second
+ * writer into a cluster being allocated must wait for the first) is also
+ * forced every time, with a breakpoint (test_same_cluster_second_writer_waits).
  * Configurations: 4 KiB clusters; extended L2 with a raw backing file and a
  * tiny metadata cache (evictions under load); 512-byte clusters with 64-bit
  * refcounts and lazy refcounts (refcount blocks and table growth under
@@ -248,6 +251,117 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
     g_free(sh.model);
 }
 
+/* ---- one same-cluster race, forced (write.c invariant 6) ---- */
+
+typedef struct Writer {
+    BlkNode *img;
+    uint64_t off;
+    uint8_t buf[4096];
+    int ret;
+    int done; /* atomic */
+} Writer;
+
+static gpointer writer_main(gpointer opaque)
+{
+    Writer *wr = opaque;
+    wr->ret = blk_pwrite(wr->img, wr->off, wr->buf, sizeof(wr->buf), 0);
+    g_atomic_int_set(&wr->done, 1);
+    return NULL;
+}
+
+static unsigned stopped_as(BlkNode *img, const char *tag)
+{
+    g_auto(GStrv) s = blk_debug_suspended(img, false);
+    unsigned n = 0;
+    for (char **p = s; p && *p; p++) {
+        n += strcmp(*p, tag) == 0;
+    }
+    return n;
+}
+
+static unsigned range_waiters(Qcow2State *s)
+{
+    unsigned n = 0;
+    qcow2_lock(s);
+    for (const Waiter *w = s->inflight_waiters.head; w; w = w->next) {
+        n++;
+    }
+    qcow2_unlock(s);
+    return n;
+}
+
+/*
+ * The race the random runs above meet only now and then, made to happen
+ * every time with a breakpoint (blkdebug, block/faulty.c): a write into a
+ * new cluster is stopped at its data write, after it registered its range
+ * and chose a host cluster, before it linked it; a second write into
+ * other bytes of the same cluster must wait for it -- it may not complete,
+ * nor allocate a cluster of its own (which one of the two L2 updates would
+ * then lose, with the other's data and a leaked cluster).  The waits below
+ * are bounds (10 s), not measurements.  After the first goes on, both
+ * complete, the image reads as the byte model (qemu-img compare) and
+ * qemu-img check finds it clean.
+ */
+static void test_same_cluster_second_writer_waits(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("same-cluster.qcow2");
+    g_autofree char *name = g_strdup_printf("blkdebug::%s", p);
+    g_autofree char *raw = tu_fresh("same-cluster.raw");
+    g_autofree uint8_t *model = g_malloc0(MB(1));
+    g_autofree Writer *wr = g_new0(Writer, 2);
+    g_autoptr(GError) err = NULL;
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE};
+    GThread *th[2];
+    unsigned waiting = 0;
+    bool second_done = false;
+    BlkNode *img;
+
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=65536 '%s' 1M", p);
+    img = api_open_node(name, &o, NULL, &err);
+    if (!img) {
+        fail_msg("open: %s", err->message);
+    }
+    for (int i = 0; i < 2; i++) {
+        wr[i].img = img;
+        wr[i].off = i * 8192 + 512; /* cluster 0, not a whole cluster */
+        memset(wr[i].buf, 0xa1 + i, sizeof(wr[i].buf));
+        memcpy(model + wr[i].off, wr[i].buf, sizeof(wr[i].buf));
+    }
+    assert_int_equal(blk_debug_op(img, BLK_DEBUG_BREAK, "write_aio", "alloc"), 0);
+    th[0] = g_thread_new("first-writer", writer_main, &wr[0]);
+    for (int i = 0; i < 10000 && stopped_as(img, "alloc") == 0; i++) {
+        g_usleep(1000);
+    }
+    assert_int_equal(stopped_as(img, "alloc"), 1);
+    th[1] = g_thread_new("second-writer", writer_main, &wr[1]);
+    for (int i = 0; i < 10000; i++) {
+        waiting = range_waiters(img->opaque);
+        second_done = g_atomic_int_get(&wr[1].done);
+        if (waiting || second_done) {
+            break;
+        }
+        g_usleep(1000);
+    }
+    assert_int_equal(blk_debug_op(img, BLK_DEBUG_RESUME, NULL, "alloc"), 0);
+    g_thread_join(th[0]);
+    g_thread_join(th[1]);
+    if (second_done || waiting != 1) {
+        fail_msg("a second write into the cluster a first write is allocating %s "
+                 "(write.c invariant 6)",
+                 second_done ? "completed while the first was stopped"
+                             : "neither waited for it nor completed");
+    }
+    assert_int_equal(wr[0].ret, 0);
+    assert_int_equal(wr[1].ret, 0);
+    assert_int_equal(blk_flush(img), 0);
+    blk_close(img);
+
+    assert_true(g_file_set_contents(raw, (const char *)model, MB(1), NULL));
+    tu_run("qemu-img check -q '%s' && qemu-img compare -q -f qcow2 -F raw '%s' '%s'", p,
+           p, raw);
+}
+
 static void test_threads_4k(void **state)
 {
     TU_REQUIRE_QEMU_IMG();
@@ -269,6 +383,7 @@ static void test_threads_512_lazy(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_cluster_second_writer_waits),
         cmocka_unit_test(test_threads_4k),
         cmocka_unit_test(test_threads_extl2_backing_small_cache),
         cmocka_unit_test(test_threads_512_lazy),
