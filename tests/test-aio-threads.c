@@ -78,13 +78,6 @@ static uint64_t own_block(Party *p, GRand *r, uint64_t *slot)
     return *slot * PARTIES + (uint64_t)p->id;
 }
 
-static void fill(GRand *r, uint8_t *buf, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = (uint8_t)g_rand_int(r);
-    }
-}
-
 /* ---- the synchronous threads ---- */
 
 static gpointer sync_main(gpointer opaque)
@@ -101,7 +94,7 @@ static gpointer sync_main(gpointer opaque)
         gboolean ok = TRUE;
 
         if (op < 35) {
-            fill(r, buf, BLOCK);
+            tu_fill_random(r, buf, BLOCK);
             memcpy(sh->model + off, buf, BLOCK);
             ok = qimg_image_pwrite(sh->img, off, buf, BLOCK, &err);
         } else if (op < 45) {
@@ -110,7 +103,7 @@ static gpointer sync_main(gpointer opaque)
              * invariant 6) while ring writes hold it shared */
             uint64_t in = (uint64_t)g_rand_int_range(r, 1, BLOCK - 1);
             size_t len = (size_t)g_rand_int_range(r, 1, (gint32)(BLOCK - in));
-            fill(r, buf, len);
+            tu_fill_random(r, buf, len);
             memcpy(sh->model + off + in, buf, len);
             ok = qimg_image_pwrite(sh->img, off + in, buf, len, &err);
         } else if (op < 85) {
@@ -190,7 +183,7 @@ static void submit_one(Party *p, GRand *r)
     q->iov = (struct iovec){.iov_base = q->buf, .iov_len = BLOCK};
     switch (q->op) {
     case 0:
-        fill(r, q->buf, BLOCK);
+        tu_fill_random(r, q->buf, BLOCK);
         memcpy(sh->model + off, q->buf, BLOCK);
         ok = qimg_image_aio_pwritev(sh->img, off, &q->iov, 1, 0, req_done, q, &err);
         break;
@@ -250,7 +243,8 @@ static void torture(const char *opts, Backing backing, uint64_t cache_size,
 
     if (backing != NO_BACKING) {
         g_autoptr(GRand) r = g_rand_new_with_seed(3);
-        fill(r, sh.model, image_size / 2); /* shorter than the image: zeros after */
+        tu_fill_random(r, sh.model,
+                       image_size / 2); /* shorter than the image: zeros after */
         assert_true(
             g_file_set_contents(base, (const char *)sh.model, image_size / 2, NULL));
         if (backing == QCOW2_BACKING) {

@@ -392,9 +392,7 @@ bool submit_random(Work *w, GRand *rnd)
         return false;
     }
     if (op == OP_WRITE) {
-        for (uint64_t i = 0; i < nblocks * BLOCK; i++) {
-            r->buf[i] = (uint8_t)g_rand_int(rnd);
-        }
+        tu_fill_random(rnd, r->buf, nblocks * BLOCK);
         flags = g_rand_int_range(rnd, 0, 10) == 0 ? QIMG_AIO_FUA : 0;
     } else if (op == OP_ZERO) {
         flags = QIMG_AIO_MAY_UNMAP;

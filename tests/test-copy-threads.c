@@ -403,9 +403,11 @@ static void test_copy_vmdk_stream(void **state)
     for (unsigned g = 0; g < 128; g++) {
         uint8_t *p = buf + (size_t)g * 65536;
         unsigned kind = g_rand_int_range(rng, 0, 4), n = g_rand_int_range(rng, 1, 65536);
-        for (unsigned i = 0; kind != 3 && i < (kind == 1 ? n : 65536u); i++) {
-            p[i] = (uint8_t)(kind == 2 ? (guint32)g_rand_int_range(rng, 0, 4)
-                                       : g_rand_int(rng));
+        if (kind < 2) {
+            tu_fill_random(rng, p, kind == 1 ? n : 65536u);
+        }
+        for (unsigned i = 0; kind == 2 && i < 65536u; i++) {
+            p[i] = (uint8_t)g_rand_int_range(rng, 0, 4);
         }
     }
     assert_true(g_file_set_contents(src_path, (char *)buf, 8 * MiB, NULL));

@@ -306,16 +306,15 @@ static void make_source_raw(const char *path, size_t len)
 {
     g_autofree uint8_t *b = g_malloc0(len);
     GRand *r = g_rand_new_with_seed(42);
-    for (size_t i = 0; i < len; i++) {
-        size_t region = (i / 40000) % 4;
-        if (region == 0) {
-            b[i] = (uint8_t) "qcow2 compressible text "[i % 24];
-        } else if (region == 1) {
-            b[i] = (uint8_t)g_rand_int(r); /* incompressible */
-        } else if (region == 2) {
-            b[i] = 0;
-        } else {
-            b[i] = (uint8_t)(i / 512);
+    for (size_t at = 0; at < len; at += 40000) {
+        size_t region = (at / 40000) % 4, end = MIN(at + 40000, len);
+        if (region == 1) {
+            tu_fill_random(r, b + at, end - at); /* incompressible */
+            continue;
+        }
+        for (size_t i = at; region != 2 && i < end; i++) { /* region 2: zeros */
+            b[i] = region == 0 ? (uint8_t) "qcow2 compressible text "[i % 24]
+                               : (uint8_t)(i / 512);
         }
     }
     g_rand_free(r);

@@ -167,9 +167,7 @@ static gpointer owner_main(gpointer opaque)
             all_static = all_static && kind(c) == K_STATIC;
         }
         if (all_static && g_rand_boolean(rnd)) {
-            for (uint64_t k = 0; k < len; k++) {
-                buf[k] = (uint8_t)g_rand_int(rnd);
-            }
+            tu_fill_random(rnd, buf, len);
             memcpy(r->model + off, buf, len);
             ret = blk_pwrite(r->img, off, buf, len, 0);
         } else {

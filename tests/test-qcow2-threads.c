@@ -12,6 +12,9 @@
  *    allocate).
  * Every thread checks what it reads of its own bytes, the whole image is
  * compared with the model afterwards, and `qemu-img check` must be clean.
+ * The same-cluster race these random runs meet only now and then (a second
+ * writer into a cluster being allocated must wait for the first) is also
+ * forced every time, with a breakpoint (test_same_cluster_second_writer_waits).
  * Configurations: 4 KiB clusters; extended L2 with a raw backing file and a
  * tiny metadata cache (evictions under load); 512-byte clusters with 64-bit
  * refcounts and lazy refcounts (refcount blocks and table growth under
@@ -51,6 +54,7 @@ typedef struct Worker {
     int id;
     int failures;
     char *why;
+    uint8_t *rbuf; /* MB(1): what read_check() reads */
 } Worker;
 
 static void fail_worker(Worker *w, const char *what, uint64_t off, uint64_t len, int ret)
@@ -61,19 +65,26 @@ static void fail_worker(Worker *w, const char *what, uint64_t off, uint64_t len,
     }
 }
 
-static void fill(GRand *r, uint8_t *buf, size_t len)
+/* The first byte of [0, len) where a and b differ (they do). */
+static uint64_t first_difference(const uint8_t *a, const uint8_t *b, uint64_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = (uint8_t)g_rand_int(r);
+    uint64_t i = 0;
+    while (i < len - 1 && a[i] == b[i]) {
+        i++;
     }
+    return i;
 }
 
-/* Read [off, off + len) and check the bytes this thread owns (own(i)). */
+/* Read [off, off + len) into the thread's read buffer (len <= MB(1)) and
+ * check the bytes this thread owns: in a sliced read, its slice of each
+ * cluster; else all of them (compared a run at a time: a byte-by-byte
+ * loop, and a buffer allocated per read, were most of this test's time
+ * under the sanitizers). */
 static void read_check(Worker *w, uint64_t off, uint64_t len, bool sliced)
 {
     Shared *sh = w->sh;
     uint64_t slice = sh->cs / NTHREADS;
-    g_autofree uint8_t *buf = NULL;
+    uint8_t *buf = w->rbuf;
     int ret;
 
     uint64_t own = sh->shared_end + (uint64_t)w->id * sh->private_size;
@@ -81,24 +92,27 @@ static void read_check(Worker *w, uint64_t off, uint64_t len, bool sliced)
     /* A sliced read stays in the shared region, any other in the thread's
      * private clusters: past them the bytes are another thread's, which it
      * may be writing at this moment (so the model says nothing of them). */
-    if (sliced ? off + len > sh->shared_end
-               : off < own || off + len > own + sh->private_size) {
+    if (len > MB(1) || (sliced ? off + len > sh->shared_end
+                               : off < own || off + len > own + sh->private_size)) {
         fail_worker(w, "read outside the bytes the thread checks", off, len, -1);
         return;
     }
-    buf = g_malloc(len);
     ret = blk_pread(sh->img, off, buf, len);
     if (ret < 0) {
         fail_worker(w, "read", off, len, ret);
         return;
     }
-    for (uint64_t i = 0; i < len; i++) {
-        uint64_t pos = off + i;
-        if (sliced && (pos / slice) % NTHREADS != (uint64_t)w->id) {
-            continue;
+    for (uint64_t at = off, end; at < off + len; at = end) {
+        end = off + len;
+        if (sliced) {
+            end = MIN(end, (at / slice + 1) * slice);
+            if ((at / slice) % NTHREADS != (uint64_t)w->id) {
+                continue;
+            }
         }
-        if (buf[i] != sh->model[pos]) {
-            fail_worker(w, "data mismatch", pos, 1, -1);
+        if (memcmp(buf + (at - off), sh->model + at, end - at) != 0) {
+            uint64_t i = first_difference(buf + (at - off), sh->model + at, end - at);
+            fail_worker(w, "data mismatch", at + i, 1, -1);
             return;
         }
     }
@@ -113,6 +127,9 @@ static gpointer worker_main(gpointer opaque)
     uint64_t pbase = sh->shared_end + (uint64_t)w->id * sh->private_size;
     g_autoptr(GRand) r = g_rand_new_with_seed(4242 + w->id);
     g_autofree uint8_t *buf = g_malloc(MB(1));
+    g_autofree uint8_t *rbuf = g_malloc(MB(1));
+
+    w->rbuf = rbuf;
 
     for (int i = 0; i < sh->ops && w->failures == 0; i++) {
         unsigned kind = g_rand_int_range(r, 0, 100);
@@ -127,7 +144,7 @@ static gpointer worker_main(gpointer opaque)
                 ret = blk_pwrite_zeroes(sh->img, off, len, BLK_REQ_MAY_UNMAP);
                 memset(sh->model + off, 0, len);
             } else {
-                fill(r, buf, len);
+                tu_fill_random(r, buf, len);
                 ret = blk_pwrite(sh->img, off, buf, len, 0);
                 memcpy(sh->model + off, buf, len);
             }
@@ -145,7 +162,7 @@ static gpointer worker_main(gpointer opaque)
                 pbase + g_rand_int_range(r, 0, (gint32)(sh->private_size - len));
             unsigned k = g_rand_int_range(r, 0, 10);
             if (k < 5) {
-                fill(r, buf, len);
+                tu_fill_random(r, buf, len);
                 ret = blk_pwrite(sh->img, off, buf, len, 0);
                 memcpy(sh->model + off, buf, len);
             } else if (k < 7) {
@@ -191,7 +208,7 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
     sh.model = g_malloc0(size);
     if (backing) {
         g_autoptr(GRand) r = g_rand_new_with_seed(5);
-        fill(r, sh.model, MB(12)); /* shorter than the image */
+        tu_fill_random(r, sh.model, MB(12)); /* shorter than the image */
         assert_true(g_file_set_contents(base, (const char *)sh.model, MB(12), NULL));
         tu_run("qemu-img rebase -u -f qcow2 -b '%s' -F raw '%s'", base, p);
     }
@@ -217,10 +234,9 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
     }
     g_autofree uint8_t *all = g_malloc(size);
     assert_int_equal(blk_pread(sh.img, 0, all, size), 0);
-    for (uint64_t i = 0; i < size; i++) {
-        if (all[i] != sh.model[i]) {
-            fail_msg("byte %" PRIu64 " differs after the run", i);
-        }
+    if (memcmp(all, sh.model, size) != 0) {
+        fail_msg("byte %" PRIu64 " differs after the run",
+                 first_difference(all, sh.model, size));
     }
     assert_int_equal(blk_flush(sh.img), 0);
     blk_close(sh.img);
@@ -233,6 +249,117 @@ static void threads_case(const char *opts, bool backing, uint64_t cache_size)
         g_file_set_contents(model_path, (const char *)sh.model, (gssize)size, NULL));
     tu_run("qemu-img compare -f qcow2 -F raw '%s' '%s'", p, model_path);
     g_free(sh.model);
+}
+
+/* ---- one same-cluster race, forced (write.c invariant 6) ---- */
+
+typedef struct Writer {
+    BlkNode *img;
+    uint64_t off;
+    uint8_t buf[4096];
+    int ret;
+    int done; /* atomic */
+} Writer;
+
+static gpointer writer_main(gpointer opaque)
+{
+    Writer *wr = opaque;
+    wr->ret = blk_pwrite(wr->img, wr->off, wr->buf, sizeof(wr->buf), 0);
+    g_atomic_int_set(&wr->done, 1);
+    return NULL;
+}
+
+static unsigned stopped_as(BlkNode *img, const char *tag)
+{
+    g_auto(GStrv) s = blk_debug_suspended(img, false);
+    unsigned n = 0;
+    for (char **p = s; p && *p; p++) {
+        n += strcmp(*p, tag) == 0;
+    }
+    return n;
+}
+
+static unsigned range_waiters(Qcow2State *s)
+{
+    unsigned n = 0;
+    qcow2_lock(s);
+    for (const Waiter *w = s->inflight_waiters.head; w; w = w->next) {
+        n++;
+    }
+    qcow2_unlock(s);
+    return n;
+}
+
+/*
+ * The race the random runs above meet only now and then, made to happen
+ * every time with a breakpoint (blkdebug, block/faulty.c): a write into a
+ * new cluster is stopped at its data write, after it registered its range
+ * and chose a host cluster, before it linked it; a second write into
+ * other bytes of the same cluster must wait for it -- it may not complete,
+ * nor allocate a cluster of its own (which one of the two L2 updates would
+ * then lose, with the other's data and a leaked cluster).  The waits below
+ * are bounds (10 s), not measurements.  After the first goes on, both
+ * complete, the image reads as the byte model (qemu-img compare) and
+ * qemu-img check finds it clean.
+ */
+static void test_same_cluster_second_writer_waits(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("same-cluster.qcow2");
+    g_autofree char *name = g_strdup_printf("blkdebug::%s", p);
+    g_autofree char *raw = tu_fresh("same-cluster.raw");
+    g_autofree uint8_t *model = g_malloc0(MB(1));
+    g_autofree Writer *wr = g_new0(Writer, 2);
+    g_autoptr(GError) err = NULL;
+    BlkOpenOptions o = {.cache = BLK_CACHE_UNSAFE};
+    GThread *th[2];
+    unsigned waiting = 0;
+    bool second_done = false;
+    BlkNode *img;
+
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=65536 '%s' 1M", p);
+    img = api_open_node(name, &o, NULL, &err);
+    if (!img) {
+        fail_msg("open: %s", err->message);
+    }
+    for (int i = 0; i < 2; i++) {
+        wr[i].img = img;
+        wr[i].off = i * 8192 + 512; /* cluster 0, not a whole cluster */
+        memset(wr[i].buf, 0xa1 + i, sizeof(wr[i].buf));
+        memcpy(model + wr[i].off, wr[i].buf, sizeof(wr[i].buf));
+    }
+    assert_int_equal(blk_debug_op(img, BLK_DEBUG_BREAK, "write_aio", "alloc"), 0);
+    th[0] = g_thread_new("first-writer", writer_main, &wr[0]);
+    for (int i = 0; i < 10000 && stopped_as(img, "alloc") == 0; i++) {
+        g_usleep(1000);
+    }
+    assert_int_equal(stopped_as(img, "alloc"), 1);
+    th[1] = g_thread_new("second-writer", writer_main, &wr[1]);
+    for (int i = 0; i < 10000; i++) {
+        waiting = range_waiters(img->opaque);
+        second_done = g_atomic_int_get(&wr[1].done);
+        if (waiting || second_done) {
+            break;
+        }
+        g_usleep(1000);
+    }
+    assert_int_equal(blk_debug_op(img, BLK_DEBUG_RESUME, NULL, "alloc"), 0);
+    g_thread_join(th[0]);
+    g_thread_join(th[1]);
+    if (second_done || waiting != 1) {
+        fail_msg("a second write into the cluster a first write is allocating %s "
+                 "(write.c invariant 6)",
+                 second_done ? "completed while the first was stopped"
+                             : "neither waited for it nor completed");
+    }
+    assert_int_equal(wr[0].ret, 0);
+    assert_int_equal(wr[1].ret, 0);
+    assert_int_equal(blk_flush(img), 0);
+    blk_close(img);
+
+    assert_true(g_file_set_contents(raw, (const char *)model, MB(1), NULL));
+    tu_run("qemu-img check -q '%s' && qemu-img compare -q -f qcow2 -F raw '%s' '%s'", p,
+           p, raw);
 }
 
 static void test_threads_4k(void **state)
@@ -256,6 +383,7 @@ static void test_threads_512_lazy(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_cluster_second_writer_waits),
         cmocka_unit_test(test_threads_4k),
         cmocka_unit_test(test_threads_extl2_backing_small_cache),
         cmocka_unit_test(test_threads_512_lazy),

@@ -60,7 +60,7 @@ static void test_reftable_growth(void **state)
     BlkNode *img = open_rw(p);
     for (uint64_t off = 0; off < size; off += 65536 + 512) {
         uint64_t len = MIN((uint64_t)65536, size - off);
-        fill_random(r, m + off, len);
+        tu_fill_random(r, m + off, len);
         assert_int_equal(blk_pwrite(img, off, m + off, len, 0), 0);
     }
     close_ok(img);
@@ -87,7 +87,7 @@ static void test_l1_growth_vmstate(void **state)
     BlkNode *img = open_rw(p);
     /* 4 KiB clusters: one L1 entry maps 2 MiB; vmstate starts at 4 MiB */
     assert_int_equal(qcow2_vm_state_offset(st(img)), MB(4));
-    fill_random(r, buf, MB(1));
+    tu_fill_random(r, buf, MB(1));
     iov_init_buf(&q, buf, MB(1));
     assert_int_equal(img->drv->save_vmstate(img, MB(40) + 123, &q), 0);
     iov_init_buf(&q, rd, MB(1));
@@ -125,7 +125,7 @@ static void test_vmstate_snapshot_view(void **state)
 
     tu_run("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 4M", p);
     BlkNode *img = open_rw(p);
-    fill_random(r, buf, 300000);
+    tu_fill_random(r, buf, 300000);
     iov_init_buf(&q, buf, 300000);
     assert_int_equal(img->drv->save_vmstate(img, 5000, &q), 0);
     close_ok(img);
@@ -198,7 +198,7 @@ static void compressed_roundtrip(const char *ctype)
         uint64_t len = MIN(cs, size - c);
         BlkIOV q;
         if (c % (5 * cs) == 0) {
-            fill_random(r, m + c, len); /* stored uncompressed */
+            tu_fill_random(r, m + c, len); /* stored uncompressed */
         } else {
             fill_compressible(r, m + c, len);
         }
@@ -206,7 +206,7 @@ static void compressed_roundtrip(const char *ctype)
         assert_int_equal(img->drv->pwrite_compressed(img, c, &q), 0);
     }
     /* overwrite some compressed clusters, partly: normal writes replace them */
-    fill_random(r, m + 3 * cs + 100, 5000);
+    tu_fill_random(r, m + 3 * cs + 100, 5000);
     assert_int_equal(blk_pwrite(img, 3 * cs + 100, m + 3 * cs + 100, 5000, 0), 0);
     close_ok(img);
     assert_int_equal(tu_run_status(&out, "qemu-img check '%s'", p), 0);
@@ -276,7 +276,7 @@ static void test_resize(void **state)
             for (int i = 0; i < 40; i++) {
                 uint64_t off = g_rand_int_range(r, 0, 30000256 - MB(1));
                 uint64_t len = g_rand_int_range(r, 1, MB(1));
-                fill_random(r, buf, len);
+                tu_fill_random(r, buf, len);
                 assert_int_equal(blk_pwrite(img, off, buf, len, 0), 0);
             }
             close_ok(img);
@@ -403,7 +403,7 @@ static void test_snapshot_shared(void **state)
                 assert_int_equal(blk_pwrite_zeroes(img, off, len, BLK_REQ_MAY_UNMAP), 0);
                 memset(m + off, 0, len);
             } else {
-                fill_random(r, buf, len);
+                tu_fill_random(r, buf, len);
                 assert_int_equal(blk_pwrite(img, off, buf, len, 0), 0);
                 memcpy(m + off, buf, len);
             }

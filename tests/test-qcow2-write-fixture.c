@@ -44,18 +44,6 @@ void write_file(const char *path, const void *buf, size_t len)
                                          0644, NULL));
 }
 
-void fill_random(GRand *r, uint8_t *buf, size_t len)
-{
-    size_t i = 0;
-    for (; i + 4 <= len; i += 4) {
-        uint32_t v = g_rand_int(r);
-        memcpy(buf + i, &v, 4);
-    }
-    for (; i < len; i++) {
-        buf[i] = (uint8_t)g_rand_int(r);
-    }
-}
-
 /* Compressible cluster contents (so compression really happens). */
 void fill_compressible(GRand *r, uint8_t *buf, size_t len)
 {

@@ -40,7 +40,6 @@ void close_ok(BlkNode *img);
 Qcow2State *st(BlkNode *img);
 /* Write a file without fsync. */
 void write_file(const char *path, const void *buf, size_t len);
-void fill_random(GRand *r, uint8_t *buf, size_t len);
 /* Compressible cluster contents (so compression really happens). */
 void fill_compressible(GRand *r, uint8_t *buf, size_t len);
 

@@ -110,7 +110,7 @@ static char *make_backing(Backing b, uint64_t size, GRand *r, uint8_t *model)
     uint64_t bsize = size / 4 * 3; /* shorter than the image: reads past it are 0 */
     g_autofree uint8_t *buf = g_malloc(bsize);
 
-    fill_random(r, buf, bsize);
+    tu_fill_random(r, buf, bsize);
     memcpy(model, buf, bsize);
     if (b == BK_RAW) {
         path = tu_fresh("base.raw");
@@ -179,7 +179,7 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
                 len = MIN(len, ROUND_DOWN(maxlen, m.cluster_size));
             }
             if (kind < 60) {
-                fill_random(r, buf, len);
+                tu_fill_random(r, buf, len);
                 ret = blk_pwrite(img, off, buf, len, 0);
                 memcpy(m.bytes + off, buf, len);
             } else if (kind < 75) {
@@ -204,7 +204,7 @@ static void scribble(const Config *c, unsigned seed, int batches, int ops)
                     BlkIOV q;
                     fill_compressible(r, buf, cl);
                     if (g_rand_int_range(r, 0, 5) == 0) {
-                        fill_random(r, buf, cl); /* incompressible */
+                        tu_fill_random(r, buf, cl); /* incompressible */
                     }
                     iov_init_buf(&q, buf, cl);
                     bool had_host = cluster_has_host_offset(img, co);

@@ -165,6 +165,21 @@ bool tu_long_run(void)
     return v && strcmp(v, "0") != 0;
 }
 
+void tu_fill_random(GRand *r, uint8_t *buf, size_t len)
+{
+    /* xorshift64* (Vigna): never 0 once its state is not 0 */
+    uint64_t x = ((uint64_t)g_rand_int(r) << 32 | g_rand_int(r)) | 1;
+
+    for (size_t i = 0; i < len; i += 8) {
+        uint64_t v;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v = x * UINT64_C(0x2545F4914F6CDD1D);
+        memcpy(buf + i, &v, MIN(len - i, sizeof(v)));
+    }
+}
+
 /* sh -c CMD in the scratch directory, its output (stdout; CMD's stderr
  * goes there too) in *out: posix_spawn, not fork (g_spawn_sync): a fork of
  * a test process under ASan copied its page tables, and every page it wrote

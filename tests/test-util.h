@@ -12,6 +12,8 @@
  *    tu_run());
  *  - whether qemu-img / qemu-io are installed (the oracle), an image's
  *    contents as qemu-img reads them, and QIMG_LONG;
+ *  - pseudo-random buffer contents from a seeded GRand (tu_fill_random()),
+ *    the one fill every test uses;
  *  - the skip accounting: every skipped test is counted and its reason
  *    printed ("SKIP test: reason" on stderr), and a program in which any
  *    test skipped exits 77 (meson's SKIP) instead of 0 (tu_exit_status());
@@ -89,6 +91,14 @@ int tu_exit_status(int rc);
 
 /* QIMG_LONG is set and not "0": run the long variants. */
 bool tu_long_run(void);
+
+/*
+ * Fill buf[0..len) with pseudo-random bytes: a xorshift64* stream seeded
+ * by two draws of r, so the same seed gives the same bytes and the next
+ * draws of r do not depend on len.  (One g_rand_int() per byte was a
+ * quarter of test-qcow2-threads' CPU, under ASan and TSan alike.)
+ */
+void tu_fill_random(GRand *r, uint8_t *buf, size_t len);
 
 /*
  * Run a shell command in the scratch directory; return its exit status

@@ -443,13 +443,6 @@ uint64_t rnd(GRand *r, uint64_t lo, uint64_t hi, uint64_t cap)
     return MIN(v, cap);
 }
 
-void fill_random(GRand *r, uint8_t *buf, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        buf[i] = (uint8_t)g_rand_int(r);
-    }
-}
-
 void set_config(QimgImage *img, unsigned max, size_t bufsize)
 {
     g_autoptr(GError) err = NULL;

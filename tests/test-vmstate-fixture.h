@@ -127,7 +127,6 @@ unsigned fake_get(Fake *f, const unsigned *field);
 int cmp_call(const void *a, const void *b);
 GArray *sorted_saves(Fake *f);
 uint64_t rnd(GRand *r, uint64_t lo, uint64_t hi, uint64_t cap);
-void fill_random(GRand *r, uint8_t *buf, size_t len);
 void set_config(QimgImage *img, unsigned max, size_t bufsize);
 void append_bytes(QimgVmstateSave *s, uint64_t bytes, size_t chunk, GError **err);
 void append_mib(QimgVmstateSave *s, unsigned mib, GError **err);

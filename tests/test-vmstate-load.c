@@ -21,7 +21,7 @@ static char *save_stream(QimgImage *img, const char *name, uint8_t *model, uint6
     QimgSnapshotParams p = {
         .struct_size = sizeof(QimgSnapshotParams), .name = name, .vm_clock_nsec = 77};
 
-    fill_random(r, model, total);
+    tu_fill_random(r, model, total);
     QimgVmstateSave *s = qimg_vmstate_save_begin(img, &p, &err);
     assert_non_null(s);
     for (uint64_t off = 0; off < total;) {

@@ -170,7 +170,7 @@ static void test_alignment(void **state)
         if (cases[c].request) {
             set_config(img, 0, cases[c].request);
         }
-        fill_random(r, model, total);
+        tu_fill_random(r, model, total);
         for (uint64_t off = 0; off < total;) {
             size_t n = MIN(7777, total - off);
             assert_true(qimg_vmstate_pwrite(img, start + off, model + off, n, &err));
@@ -339,7 +339,7 @@ static void test_read_after_write(void **state)
     uint8_t *model = g_malloc0(8 * MiB);
     uint8_t *buf = g_malloc(2 * MiB);
 
-    fill_random(r, model, total);
+    tu_fill_random(r, model, total);
     set_config(img, 4, 0);
     for (uint64_t off = 0; off < total;) {
         size_t n = rnd(r, 1, 40000, total - off);
@@ -389,7 +389,7 @@ static void *thread_writer_main(void *opaque)
     t->ok = true;
     for (int i = 0; i < 200 && t->ok; i++) {
         size_t n = (size_t)g_rand_int_range(r, 1, 8000);
-        fill_random(r, t->model + t->base + off, n);
+        tu_fill_random(r, t->model + t->base + off, n);
         t->ok =
             qimg_vmstate_pwrite(t->img, t->base + off, t->model + t->base + off, n, NULL);
         off += n;
