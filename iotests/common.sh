@@ -198,6 +198,22 @@ as_qimg_err() {
     printf -v "$1" '%s' "${_t//"'qemu-img --help'"/"'qimg --help'"}"
 }
 
+# fail_bad_lines FILE RC WHAT [SUFFIX]: the report FILE of a checker that
+# exited RC (a python3 that judges many cases at once): each "BAD TEXT"
+# line fails the test as TEXT (TEXT: SUFFIX with SUFFIX), the other lines
+# are shown indented; a nonzero RC without a BAD line fails as "WHAT: exit
+# code RC".
+fail_bad_lines() {
+    local line bad=0
+    while IFS= read -r line; do
+        case $line in
+        "BAD "*) _fail "${line#BAD }${4:+: $4}" && bad=1 ;;
+        *) echo "    $line" ;;
+        esac
+    done <"$1"
+    [ "$2" = 0 ] || [ $bad = 1 ] || _fail "$3: exit code $2"
+}
+
 # assert_eq DESC EXPECTED ACTUAL: strings must be equal (diff shown).
 assert_eq() {
     _checks=$((_checks + 1))
