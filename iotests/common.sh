@@ -198,6 +198,22 @@ as_qimg_err() {
     printf -v "$1" '%s' "${_t//"'qemu-img --help'"/"'qimg --help'"}"
 }
 
+# fail_bad_lines FILE RC WHAT [SUFFIX]: the report FILE of a checker that
+# exited RC (a python3 that judges many cases at once): each "BAD TEXT"
+# line fails the test as TEXT (TEXT: SUFFIX with SUFFIX), the other lines
+# are shown indented; a nonzero RC without a BAD line fails as "WHAT: exit
+# code RC".
+fail_bad_lines() {
+    local line bad=0
+    while IFS= read -r line; do
+        case $line in
+        "BAD "*) _fail "${line#BAD }${4:+: $4}" && bad=1 ;;
+        *) echo "    $line" ;;
+        esac
+    done <"$1"
+    [ "$2" = 0 ] || [ $bad = 1 ] || _fail "$3: exit code $2"
+}
+
 # assert_eq DESC EXPECTED ACTUAL: strings must be equal (diff shown).
 assert_eq() {
     _checks=$((_checks + 1))
@@ -382,7 +398,8 @@ wait_sock() {
     # its pid file after: a caller that kills by the pid file waits for it)
     # Up to 60 s: on a loaded machine python3 alone took 3 s to start, and
     # a server that starts late is not a failure of the client under test.
-    for _ in $(seq 1200); do
+    local _i
+    for ((_i = 0; _i < 1200; _i++)); do
         [ -S "$1" ] && { [ -z "${2:-}" ] || [ -s "$2" ]; } && return 0
         sleep 0.05
     done
@@ -390,10 +407,12 @@ wait_sock() {
 }
 
 # running PID: the process is there and not a zombie (a daemon's parent
-# may reap it seconds after it ended).
+# may reap it seconds after it ended).  (/proc/PID/stat read by the shell:
+# the callers poll it every 50 ms.)
 running() {
     local st
-    st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+    { IFS= read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
+    st=${st##*) }
     [ -n "$st" ] && [ "${st%% *}" != Z ]
 }
 
@@ -503,11 +522,11 @@ server_left() {
 # listening on it now.  iotests run two at a time: the random start keeps
 # two tests from taking the same port.
 tcp_port() {
-    local lo=20000 hi=32767 p _
+    local lo=20000 hi=32767 p _ _i
     read -r hi _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || hi=32768
     hi=$((hi - 1))
     [ "$hi" -gt "$lo" ] || hi=$((lo + 9999))
-    for _ in $(seq 50); do
+    for ((_i = 0; _i < 50; _i++)); do
         p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
         (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
     done
@@ -516,7 +535,8 @@ tcp_port() {
 
 # gone PID: wait up to 10 s for a process to end.
 gone() {
-    for _ in $(seq 200); do
+    local _i
+    for ((_i = 0; _i < 200; _i++)); do
         kill -0 "$1" 2>/dev/null || return 0
         sleep 0.05
     done
@@ -554,7 +574,8 @@ lock_bytes() {
 hold_image() {
     "$QEMU_IO" -c 'sleep 60000' "$1" >"$SCRATCH/.hold.out" 2>&1 &
     HOLDER=$!
-    for _ in $(seq 200); do
+    local _i
+    for ((_i = 0; _i < 200; _i++)); do
         proc_locks "$1" | awk '$7 <= 101 && $8 >= 101 { f = 1 } END { exit !f }' &&
             return 0
         kill -0 "$HOLDER" 2>/dev/null || break
@@ -659,14 +680,13 @@ dirty_map() {
         </dev/null 2>"$SCRATCH/dm.err"; then
         nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" </dev/null |
             awk '$3 == 1'
-        local pid
-        pid=$(cat "$pidf")
+        local pid='' _i
+        read -r pid <"$pidf"
         kill "$pid" 2>/dev/null
         # gone, or a zombie (--fork's daemon is reaped by whoever is pid 1,
         # maybe seconds later; a zombie holds no lock)
-        for _ in $(seq 200); do
-            kill -0 "$pid" 2>/dev/null || break
-            [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+        for ((_i = 0; _i < 200; _i++)); do
+            running "$pid" || break
             sleep 0.01
         done
     else

@@ -221,13 +221,6 @@ done
 # the contents of every case: each sector written old or new, the rest as
 # before
 python3 verify.py cases.txt >verify.txt 2>&1
-rc=$? bad=0
-while IFS= read -r line; do
-    case $line in
-    "BAD "*) _fail "${line#BAD }: contents" && bad=1 ;;
-    *) echo "    $line" ;;
-    esac
-done <verify.txt
-[ $rc = 0 ] || [ $bad = 1 ] || _fail "verify.py: exit code $rc"
+fail_bad_lines verify.txt $? verify.py contents
 
 finish

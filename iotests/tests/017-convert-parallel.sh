@@ -94,14 +94,7 @@ for n in range(1, int(sys.argv[1]) + 1):
         print("BAD %s: map" % desc)
         print(e)
 EOF
-    local rc=$? line bad=0
-    while IFS= read -r line; do
-        case $line in
-        "BAD "*) _fail "${line#BAD }" && bad=1 ;;
-        *) echo "    $line" ;;
-        esac
-    done <maps.out
-    [ $rc = 0 ] || [ $bad = 1 ] || _fail "maps: python3 exit code $rc"
+    fail_bad_lines maps.out $? "maps: python3"
 }
 
 # parallel_case SRC ARGS...: qimg and qemu-img with the same arguments.
