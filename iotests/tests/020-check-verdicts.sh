@@ -34,13 +34,7 @@
 . "$(dirname "$0")/../common.sh"
 requires qimg qemu-img qemu-io python3
 
-EDIT=("python3" "$IOTESTS_DIR/tests/020-qcow2edit.py")
-MiB=$((1024 * 1024))
 mkdir -p cases
-
-ed() { # ed IMG CMD ARGS...
-    "${EDIT[@]}" "$@" || { echo "setup: edit $* failed"; exit 1; }
-}
 
 qio() { # qio IMG CMD...
     local img=$1 args=() c
@@ -52,13 +46,16 @@ qio() { # qio IMG CMD...
 }
 
 # base NAME [create options] [size]: data in two clusters, one compressed,
-# one zeroed (preallocated) cluster.
+# one zeroed (preallocated) cluster.  (The cluster size: the options' or
+# qcow2's default.)
 base() {
-    local name=cases/$1 opts=${2:-} size=${3:-64M}
+    local name=cases/$1 opts=${2:-} size=${3:-64M} cs=65536
     "$QEMU_IMG" create -q -f qcow2 ${opts:+-o "$opts"} "$name.qcow2" "$size" ||
         { echo "setup: create $1"; exit 1; }
-    local cs
-    cs=$("${EDIT[@]}" "$name.qcow2" info | sed -n 's/^cs=//p')
+    if [[ ",$opts," =~ ,cluster_size=([0-9]+)(k?), ]]; then
+        cs=${BASH_REMATCH[1]}
+        [ -n "${BASH_REMATCH[2]}" ] && cs=$((cs * 1024))
+    fi
     qio "$name.qcow2" "write -P 1 0 128k" "write -c -P 2 1M $cs" \
         "write -P 3 2M 64k" "write -z 2M 64k" || { echo "setup: qemu-io $1"; exit 1; }
 }
@@ -69,132 +66,154 @@ with_snapshot() {
     "$QEMU_IMG" snapshot -c snap1 "cases/$1.qcow2" && qio "cases/$1.qcow2" "write -P 4 0 64k"
 }
 
-# derive NEW FROM: copy an image to edit
-derive() {
-    cp "cases/$2.qcow2" "cases/$1.qcow2"
-}
-
 # Layout of the default base image (64 KiB clusters): header 0, reftable
 # 0x10000, refblock 0x20000, L1 0x30000, L2 0x40000, data 0x50000 and
 # 0x60000, then the compressed and the zero-allocated clusters.
 
 # ---- the images ----
 
+# the images QEMU's tools make, then (below) one python3 derives the broken
+# ones by byte edits (020-qcow2edit.py's commands; a python3 each was ~2 s
+# of CPU)
 base clean
 base clean-512 cluster_size=512,refcount_bits=64 4M
 base clean-v2 compat=0.10
 base clean-xl2 extended_l2=on,cluster_size=128k
 with_snapshot snap
 with_snapshot snap-v2 compat=0.10
-
-# leaks: an extra cluster past the end with refcount 1; refcount 2 for a
-# cluster used once
-derive leak clean
-truncate -s $((16 * 65536)) cases/leak.qcow2
-ed cases/leak.qcow2 setref 15 1
-derive leak-high clean
-ed cases/leak-high.qcow2 setref 5 2
-
-# refcount too low: a second L2 entry shares data cluster 5 (refcount 1)
-derive low clean
-ed cases/low.qcow2 l2 $((4 * MiB)) 0x8000000000050000
-# refcount 0 for a used data cluster, and for the refcount table itself
-derive zero clean
-ed cases/zero.qcow2 setref 5 0
-derive zero-reftable clean
-ed cases/zero-reftable.qcow2 setref 1 0
-# refcount too low in an image with a snapshot
-derive snap-low snap
-ed cases/snap-low.qcow2 setref 6 1
-
-# unaligned L2 entries: data, and a preallocated zero cluster
-derive unaligned-data clean
-ed cases/unaligned-data.qcow2 l2 0 0x8000000000050200
-derive unaligned-zero clean
-z=$("${EDIT[@]}" cases/clean.qcow2 l2 $((2 * MiB)))
-ed cases/unaligned-zero.qcow2 l2 $((2 * MiB)) $((z + 0x200))
-# L2 entry past the end of the file; L2 table past the end; unaligned L2 table
-derive past-data clean
-ed cases/past-data.qcow2 l2 65536 0x8000000010000000
-derive past-l2 clean
-ed cases/past-l2.qcow2 l1 0 0x8000000010000000
-derive unaligned-l2 clean
-ed cases/unaligned-l2.qcow2 l1 0 0x8000000000040200
-derive pb-138 clean-512
-ed cases/pb-138.qcow2 l2 0 0x8080000000000000
-
-# OFLAG_COPIED: missing in an L2 entry and in the L1 entry; set on a shared
-# cluster (after a snapshot); set on a compressed cluster
-derive copied-l2 clean
-ed cases/copied-l2.qcow2 l2 65536 0x60000
-derive copied-l1 clean
-ed cases/copied-l1.qcow2 l1 0 0x40000
-derive copied-shared snap
-e=$("${EDIT[@]}" cases/snap.qcow2 l2 65536)
-ed cases/copied-shared.qcow2 l2 65536 $((e | (1 << 63)))
-derive copied-compressed clean
-e=$("${EDIT[@]}" cases/clean.qcow2 l2 $MiB)
-ed cases/copied-compressed.qcow2 l2 $MiB $((e | (1 << 63)))
-
-# reserved bits
-derive reserved-l1 clean
-ed cases/reserved-l1.qcow2 l1 0 0x8000000000040001
-derive reserved-l2 clean
-ed cases/reserved-l2.qcow2 l2 0 0x8000000000050002
-derive reserved-reftable clean
-ed cases/reserved-reftable.qcow2 reftable 0 0x20001
-
-# refcount blocks: unaligned, past the end, missing
-derive rb-unaligned clean
-ed cases/rb-unaligned.qcow2 reftable 0 0x20200
-derive rb-past clean
-ed cases/rb-past.qcow2 reftable 0 0x1000000
-derive rb-missing clean
-ed cases/rb-missing.qcow2 reftable 0 0
-
-# snapshot table
-derive snap-l1-unaligned snap
-ed cases/snap-l1-unaligned.qcow2 snapfield 0 l1_offset $(("$("${EDIT[@]}" cases/snap.qcow2 snapfield 0 l1_offset)" + 0x200))
-derive snap-l1-big snap
-ed cases/snap-l1-big.qcow2 snapfield 0 l1_size 0x400001
-derive snap-extra-big snap
-ed cases/snap-extra-big.qcow2 snapfield 0 extra_size 1100
-derive snap-extra-short snap
-ed cases/snap-extra-short.qcow2 snapfield 0 extra_size 8
-derive snap-table-unaligned snap
-ed cases/snap-table-unaligned.qcow2 poke 64 Q $(("$("${EDIT[@]}" cases/snap.qcow2 info | sed -n 's/^snapshots_offset=//p')" + 512))
-derive snap-too-many snap
-ed cases/snap-too-many.qcow2 poke 60 I 65537
-
 # refcount overflow: 1-bit refcounts and a snapshot sharing everything
+# (fake-snapshot below)
 base rc1 refcount_bits=1
-ed cases/rc1.qcow2 fake-snapshot s1
-
 # a crash with lazy refcounts leaves the dirty bit and wrong refcounts
 "$QEMU_IMG" create -q -f qcow2 -o lazy_refcounts=on cases/dirty.qcow2 64M
 sh -c '"$0" -f qcow2 -c "write -P 1 0 128k" -c abort cases/dirty.qcow2' "$QEMU_IO" \
     >/dev/null 2>&1
-# the corrupt bit on an image without errors
-derive corrupt-bit clean
-ed cases/corrupt-bit.qcow2 poke 72 Q 2
-
-# bitmaps: clean, and a leaked bitmap cluster
+# bitmaps: clean, and (below) a leaked bitmap cluster
 base bitmaps
 "$QEMU_IMG" bitmap --add cases/bitmaps.qcow2 b0
 "$QEMU_IMG" bitmap --add cases/bitmaps.qcow2 b1
-derive bitmaps-leak bitmaps
-dir_off=$("${EDIT[@]}" cases/bitmaps.qcow2 layout | awk '$1 == "directory" {print $2}')
-ed cases/bitmaps-leak.qcow2 setref $((dir_off / 65536)) 2
+
+python3 - "$IOTESTS_DIR/tests/020-qcow2edit.py" <<'PY' || { echo "setup: the edits failed"; exit 1; }
+import importlib.util, os, shutil, sys
+spec = importlib.util.spec_from_file_location("qcow2edit", sys.argv[1])
+qe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(qe)
+MiB = 1 << 20
+def path(name):
+    return "cases/%s.qcow2" % name
+def derive(new, frm):  # a copy of an image to edit
+    shutil.copyfile(path(frm), path(new))
+def ed(name, cmd, *args):
+    qe.edit(path(name), cmd, *args)
+def l2(name, guest):
+    i = qe.Image(path(name))
+    v = i.u64(i.l2_entry_offset(guest))
+    i.f.close()
+    return v
+
+# leaks: an extra cluster past the end with refcount 1; refcount 2 for a
+# cluster used once
+derive("leak", "clean")
+os.truncate(path("leak"), 16 * 65536)
+ed("leak", "setref", 15, 1)
+derive("leak-high", "clean")
+ed("leak-high", "setref", 5, 2)
+
+# refcount too low: a second L2 entry shares data cluster 5 (refcount 1)
+derive("low", "clean")
+ed("low", "l2", 4 * MiB, "0x8000000000050000")
+# refcount 0 for a used data cluster, and for the refcount table itself
+derive("zero", "clean")
+ed("zero", "setref", 5, 0)
+derive("zero-reftable", "clean")
+ed("zero-reftable", "setref", 1, 0)
+# refcount too low in an image with a snapshot
+derive("snap-low", "snap")
+ed("snap-low", "setref", 6, 1)
+
+# unaligned L2 entries: data, and a preallocated zero cluster
+derive("unaligned-data", "clean")
+ed("unaligned-data", "l2", 0, "0x8000000000050200")
+derive("unaligned-zero", "clean")
+ed("unaligned-zero", "l2", 2 * MiB, l2("clean", 2 * MiB) + 0x200)
+# L2 entry past the end of the file; L2 table past the end; unaligned L2 table
+derive("past-data", "clean")
+ed("past-data", "l2", 65536, "0x8000000010000000")
+derive("past-l2", "clean")
+ed("past-l2", "l1", 0, "0x8000000010000000")
+derive("unaligned-l2", "clean")
+ed("unaligned-l2", "l1", 0, "0x8000000000040200")
+derive("pb-138", "clean-512")
+ed("pb-138", "l2", 0, "0x8080000000000000")
+
+# OFLAG_COPIED: missing in an L2 entry and in the L1 entry; set on a shared
+# cluster (after a snapshot); set on a compressed cluster
+derive("copied-l2", "clean")
+ed("copied-l2", "l2", 65536, "0x60000")
+derive("copied-l1", "clean")
+ed("copied-l1", "l1", 0, "0x40000")
+derive("copied-shared", "snap")
+ed("copied-shared", "l2", 65536, l2("snap", 65536) | (1 << 63))
+derive("copied-compressed", "clean")
+ed("copied-compressed", "l2", MiB, l2("clean", MiB) | (1 << 63))
+
+# reserved bits
+derive("reserved-l1", "clean")
+ed("reserved-l1", "l1", 0, "0x8000000000040001")
+derive("reserved-l2", "clean")
+ed("reserved-l2", "l2", 0, "0x8000000000050002")
+derive("reserved-reftable", "clean")
+ed("reserved-reftable", "reftable", 0, "0x20001")
+
+# refcount blocks: unaligned, past the end, missing
+derive("rb-unaligned", "clean")
+ed("rb-unaligned", "reftable", 0, "0x20200")
+derive("rb-past", "clean")
+ed("rb-past", "reftable", 0, "0x1000000")
+derive("rb-missing", "clean")
+ed("rb-missing", "reftable", 0, 0)
+
+# snapshot table
+snap = qe.Image(path("snap"))
+snap_l1 = qe.struct.unpack(">Q", snap.read(snap.snapshot_entries()[0][0], 8))[0]
+snap.f.close()
+derive("snap-l1-unaligned", "snap")
+ed("snap-l1-unaligned", "snapfield", 0, "l1_offset", snap_l1 + 0x200)
+derive("snap-l1-big", "snap")
+ed("snap-l1-big", "snapfield", 0, "l1_size", "0x400001")
+derive("snap-extra-big", "snap")
+ed("snap-extra-big", "snapfield", 0, "extra_size", 1100)
+derive("snap-extra-short", "snap")
+ed("snap-extra-short", "snapfield", 0, "extra_size", 8)
+derive("snap-table-unaligned", "snap")
+ed("snap-table-unaligned", "poke", 64, "Q", snap.snapshots_offset + 512)
+derive("snap-too-many", "snap")
+ed("snap-too-many", "poke", 60, "I", 65537)
+
+# refcount overflow: a snapshot sharing everything with 1-bit refcounts
+ed("rc1", "fake-snapshot", "s1")
+
+# the corrupt bit on an image without errors
+derive("corrupt-bit", "clean")
+ed("corrupt-bit", "poke", 72, "Q", 2)
+
+# bitmaps: a leaked bitmap cluster
+derive("bitmaps-leak", "bitmaps")
+bm = qe.Image(path("bitmaps"))
+ed("bitmaps-leak", "setref", bm.bitmap_directory()[0] // 65536, 2)
+bm.f.close()
 
 # extended L2: an allocated cluster whose bitmap says allocated and zero
-derive xl2-bitmap clean-xl2
-o=$("${EDIT[@]}" cases/clean-xl2.qcow2 l2off 0)
-ed cases/xl2-bitmap.qcow2 poke $((o + 8)) Q 0x0000000100000001
+derive("xl2-bitmap", "clean-xl2")
+xl2 = qe.Image(path("clean-xl2"))
+ed("xl2-bitmap", "poke", xl2.l2_entry_offset(0) + 8, "Q", "0x0000000100000001")
+xl2.f.close()
 
 # a leak in a compat 0.10 image with a snapshot
-derive v2-leak snap-v2
-truncate -s $((64 * 65536)) cases/v2-leak.qcow2
-ed cases/v2-leak.qcow2 setref 63 1
+derive("v2-leak", "snap-v2")
+os.truncate(path("v2-leak"), 64 * 65536)
+ed("v2-leak", "setref", 63, 1)
+PY
 
 # ---- the comparison ----
 

@@ -2,6 +2,8 @@
 """Byte-level edits of qcow2 images for the check/repair iotests (020-029).
 
 Usage: 020-qcow2edit.py IMAGE COMMAND [ARGS...]; numbers may be hex (0x...).
+A script that imports this file runs a command with edit(IMAGE, COMMAND,
+ARGS...) and reads the layout through Image.
 
   info                        print the layout as NAME=VALUE lines (shell eval)
   poke OFFSET FMT VALUE       write VALUE packed big-endian as struct FMT
@@ -181,9 +183,8 @@ class Image:
         self.write(60, struct.pack('>IQ', self.nb_snapshots + 1, toff))
 
 
-def main():
-    img = Image(sys.argv[1])
-    cmd, args = sys.argv[2], sys.argv[3:]
+def command(img, cmd, args):
+    """Run COMMAND with ARGS (strings) on IMG, as the command line does."""
     if cmd == 'info':
         for k in ('version', 'cluster_bits', 'cs', 'size', 'l1_size',
                   'l1_offset', 'rt_offset', 'rt_clusters', 'nb_snapshots',
@@ -231,4 +232,19 @@ def main():
         raise SystemExit('unknown command ' + cmd)
 
 
-main()
+def edit(path, cmd, *args):
+    """A command on the image at PATH, its edits written when it returns
+    (for a script that imports this file: one python3 for many edits)."""
+    img = Image(path)
+    try:
+        command(img, cmd, [str(a) for a in args])
+    finally:
+        img.f.close()
+
+
+def main():
+    edit(sys.argv[1], sys.argv[2], *sys.argv[3:])
+
+
+if __name__ == '__main__':
+    main()

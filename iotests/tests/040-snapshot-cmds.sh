@@ -5,10 +5,13 @@
 #   - qemu-img check finds the qimg copy clean (no errors, no leaks);
 #   - qemu-img snapshot -l lists the same snapshots for both copies (dates
 #     aside), and qimg snapshot -l prints exactly what qemu-img prints;
-#   - the active layer (qemu-img compare, after every step) and every
-#     snapshot's contents (qemu-img convert -l ID; after the steps that
-#     create snapshots and at the end of each sequence, with QIMG_LONG=1
-#     after every step) are equal between the copies;
+#   - the active layer and the virtual size (qemu-img compare) and every
+#     snapshot's contents (qemu-img convert -l ID) are equal between the
+#     copies;
+#   (qemu-img check after every step; the rest where the step changed it,
+#   the active layer after an apply, the lists after a delete, and all of
+#   it after the steps that create snapshots and at the end of each
+#   sequence; QIMG_LONG=1: all of it after every step: compare_copies)
 #   - qemu-img can apply the snapshots qimg created and the reverse;
 #   - applying a snapshot taken before a resize restores the disk size;
 #   - messages and exit codes of the failures equal qemu-img's.
@@ -34,39 +37,149 @@ both() {
     assert_eq "$V: snapshot $* output" "$out_q" "$out_m"
 }
 
-# Listing (on stdin) without the DATE column (the tools ran at different
-# times).
+# nodate VAR LISTING: VAR = LISTING without its DATE column's values (the
+# tools ran at different times), by the shell's builtins.
+_date_re='[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}'
 nodate() {
-    sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}/DATE/'
+    local _l _o=
+    while IFS= read -r _l; do
+        [[ "$_l" =~ $_date_re ]] && _l=${_l/"${BASH_REMATCH[0]}"/DATE}
+        _o+=$_l$'\n'
+    done <<<"$2"
+    printf -v "$1" '%s' "${_o%$'\n'}"
 }
 
-# compare_copies STEP [all]: the checks of the header comment.  The disk
-# sizes and every snapshot's contents are compared with "all" (where the
-# step created snapshots, at the end of a sequence, around a resize), with
-# QIMG_LONG=1 at every step (a step between only applies or deletes, in
-# images never resized: qemu-img check catches a refcount it broke, and
-# the later comparisons data it lost).
-compare_copies() {
-    local step=$1 id ql ml
-    assert_rc "$V/$step: qemu-img check of the qimg copy" 0 "$QEMU_IMG" check "$M"
-    ql=$("$QEMU_IMG" snapshot -l "$Q")
+# same_active STEP: qemu-img compare of the active layers says exactly
+# "Images are identical." (an image size mismatch adds a warning line:
+# the virtual sizes are checked too).
+same_active() {
+    local out rc
+    out=$("$QEMU_IMG" compare "$Q" "$M" 2>&1)
+    rc=$?
+    assert_eq "$V/$1: active layer and virtual size (qemu-img compare, rc $rc)" \
+        "Images are identical." "$out"
+}
+
+# same_list STEP [qimg]: qemu-img snapshot -l lists the same snapshots for
+# both copies (dates aside); with "qimg", qimg snapshot -l prints exactly
+# what qemu-img prints for the qimg copy.  QL: qemu-img's list of $Q.
+same_list() {
+    local ml a b
+    QL=$("$QEMU_IMG" snapshot -l "$Q")
     ml=$("$QEMU_IMG" snapshot -l "$M")
-    assert_eq "$V/$step: qemu-img snapshot -l" "$(nodate <<<"$ql")" "$(nodate <<<"$ml")"
-    assert_eq "$V/$step: qimg snapshot -l equals qemu-img snapshot -l" \
+    nodate a "$QL"
+    nodate b "$ml"
+    assert_eq "$V/$1: qemu-img snapshot -l" "$a" "$b"
+    [ "${2:-}" = qimg ] || return 0
+    assert_eq "$V/$1: qimg snapshot -l equals qemu-img snapshot -l" \
         "$ml" "$("$QIMG" snapshot -l "$M" 2>&1)"
-    assert_rc "$V/$step: active layer" 0 "$QEMU_IMG" compare "$Q" "$M"
-    [ "${2:-}" = all ] || [ -n "${QIMG_LONG:-}" ] || return 0
-    assert_eq "$V/$step: virtual size" \
-        "$("$QEMU_IMG" info --output=json "$Q" | grep '"virtual-size"')" \
-        "$("$QEMU_IMG" info --output=json "$M" | grep '"virtual-size"')"
+}
+
+# Snapshot contents: each snapshot read by qemu-img convert -l ID into a
+# raw file; the pairs go to pairs.txt and one python3 compares them all at
+# the end of a sequence (cmp_snapshots).  qemu-img's reading of snapshot ID
+# N of its own copy is read once in a sequence (ref-N.raw: the snapshot
+# holds the same data at every step, and IDs are not reused; REF: a key
+# for sequences that resize, where convert -l reads a snapshot with the
+# disk size of the active layer), and each of IMG... (default $M) is
+# compared with it.
+# snap_contents STEP [IMG...]
+: >pairs.txt
+snap_contents() {
+    local step=$1 id img ref k=0
+    shift
+    [ $# -gt 0 ] || set -- "$M"
     # (the IDs: the first column of the list, after its two title lines)
-    for id in $(awk 'NR > 2 { print $1 }' <<<"$ql"); do
-        "$QEMU_IMG" convert -l "$id" -O raw "$Q" q.raw &&
-            "$QEMU_IMG" convert -l "$id" -O raw "$M" m.raw
-        _checks=$((_checks + 1))
-        sparse_cmp q.raw m.raw || _fail "$V/$step: snapshot $id differs"
-    done
-    rm -f q.raw m.raw
+    while read -r id _; do
+        [[ "$id" == [0-9]* ]] || continue
+        ref=ref${REF:-}-$id.raw
+        [ -e "$ref" ] || "$QEMU_IMG" convert -l "$id" -O raw "$Q" "$ref" ||
+            _fail "$V/$step: qemu-img convert -l $id $Q"
+        for img in "$@"; do
+            k=$((k + 1))
+            "$QEMU_IMG" convert -l "$id" -O raw "$img" "$step-$id-$k.raw" ||
+                _fail "$V/$step: qemu-img convert -l $id $img"
+            echo "$V/$step:_snapshot_${id}_of_$img $ref $step-$id-$k.raw" >>pairs.txt
+        done
+    done <<<"$QL"
+}
+# cmp_snapshots: compare the pairs (sparse: holes in both are not read),
+# a check each, then drop the raw files.
+cmp_snapshots() {
+    local out n
+    out=$(python3 - pairs.txt <<'PY'
+import os, sys
+def extents(fd, size):
+    out, off = [], 0
+    while off < size:
+        try:
+            d = os.lseek(fd, off, os.SEEK_DATA)
+        except OSError:
+            break
+        h = os.lseek(fd, d, os.SEEK_HOLE)
+        out.append((d, h))
+        off = h
+    return out
+def differ(a, b):
+    try:
+        fa, fb = os.open(a, os.O_RDONLY), os.open(b, os.O_RDONLY)
+    except OSError as e:
+        return str(e)
+    sa, sb = os.fstat(fa).st_size, os.fstat(fb).st_size
+    if sa != sb:
+        return "sizes differ: %d / %d" % (sa, sb)
+    for start, end in sorted(extents(fa, sa) + extents(fb, sb)):
+        off = start
+        while off < end:
+            n = min(end - off, 1 << 20)
+            if os.pread(fa, n, off) != os.pread(fb, n, off):
+                return "differ in [%d, %d)" % (off, off + n)
+            off += n
+    return None
+n = 0
+for line in open(sys.argv[1]):
+    desc, a, b = line.split()
+    n += 1
+    d = differ(a, b)
+    if d:
+        print("FAILED: %s differs: %s" % (desc.replace("_", " "), d))
+print(n)
+PY
+)
+    n=${out##*$'\n'}
+    [[ "$n" =~ ^[0-9]+$ ]] || { _fail "$V: snapshot comparison: $out"; n=0; }
+    _checks=$((_checks + n))
+    while IFS= read -r l; do
+        [[ "$l" == FAILED:* ]] && _fail "${l#FAILED: }"
+    done <<<"$out"
+    rm -f ./*.raw
+    : >pairs.txt
+}
+
+# compare_copies STEP [all [IMG...]]: the checks of the header comment, by
+# what the step changed: qemu-img check of the qimg copy after every step;
+# after an apply the active layers (and sizes: same_active); after a delete
+# the lists; with "all" (where the step created snapshots, at the end of a
+# sequence, around a resize) all of it: the lists, qimg's own list, the
+# active layers, and every snapshot's contents in $M and each IMG.  An
+# apply leaves the table, a delete the active layer as they were: the next
+# "all" step compares them again.  QIMG_LONG=1: all of it at every step.
+compare_copies() {
+    local step=$1 what=${2:-}
+    assert_rc "$V/$step: qemu-img check of the qimg copy" 0 "$QEMU_IMG" check "$M"
+    if [ "$what" = all ] || [ -n "${QIMG_LONG:-}" ]; then
+        same_list "$step" qimg
+        same_active "$step"
+        shift
+        [ $# -gt 0 ] && shift
+        snap_contents "$step" "$M" "$@"
+        return 0
+    fi
+    case $step in
+    apply*) same_active "$step" ;;
+    delete*) same_list "$step" ;;
+    *) same_list "$step" && same_active "$step" ;;
+    esac
 }
 
 variants=(
@@ -122,7 +235,8 @@ for V in "${variants[@]}"; do
     assert_rc "$V: qimg deletes qemu-img's s2" 0 "$QIMG" snapshot -d s2 cross-q.qcow2
     M=cross-m.qcow2
     Q=cross-q.qcow2
-    compare_copies cross all
+    compare_copies cross all cross-q.qcow2
+    cmp_snapshots
     rm -f base.qcow2 m.qcow2 q.qcow2 cross-m.qcow2 cross-q.qcow2
 done
 
@@ -143,11 +257,13 @@ for new in 128M 32M; do
     qio "$Q" "write -q -P 0x44 $((31 * MiB)) $MiB"
     both -c after
     both -a before
-    assert_eq "resize $new: size after apply" "67108864" \
-        "$("$QEMU_IMG" info --output=json "$M" | python3 -c 'import json,sys; print(json.load(sys.stdin)["virtual-size"])')"
-    compare_copies "apply-before-$new" all
+    "$QEMU_IMG" info --output=json "$M" >info.json
+    [[ "$(<info.json)" =~ \"virtual-size\":\ ([0-9]+) ]]
+    assert_eq "resize $new: size after apply" "67108864" "${BASH_REMATCH[1]}"
+    REF=before compare_copies "apply-before-$new" all
     both -a after
-    compare_copies "apply-after-$new" all
+    REF=after compare_copies "apply-after-$new" all
+    cmp_snapshots
     rm -f base.qcow2 m.qcow2 q.qcow2
 done
 
@@ -188,6 +304,7 @@ cp e.qcow2 "$M"
 cp e.qcow2 "$Q"
 both -d ""
 compare_copies delete-empty-name all
+cmp_snapshots
 
 # A refcount that would overflow (1-bit refcounts cannot share a cluster):
 # both fail, and the image is still not corrupt (qemu-img leaks there).

@@ -89,6 +89,8 @@ for alg in "" ",cipher-alg=aes-128,cipher-mode=cbc,ivgen-alg=essiv,hash-alg=sha1
     # shellcheck disable=SC2086
     "$QIMG" create -q -f luks $S -o "key-secret=s0,$o" m.luks 4M || _fail "qimg create ($o)"
     assert_eq "file size ($o)" "$(stat -c %s q.luks)" "$(stat -c %s m.luks)"
+    # (the default cipher's header: qemu-img's file less the disk)
+    [ -z "$alg" ] && q_header=$(($(stat -c %s q.luks) - 4 * 1024 * 1024))
     for fmt in human json; do
         assert_eq "info --output=$fmt ($o)" \
             "$("$QEMU_IMG" info --output=$fmt q.luks | grep -Ev "$mask")" \
@@ -174,9 +176,15 @@ if [ -n "${QIMG_LONG:-}" ]; then
     done
 fi
 same_as_qemu_err_kdf measure -O luks --size 1G
-# convert into luks (Cinder: raw volumes -O luks) and out of it
+# convert into luks (Cinder: raw volumes -O luks) and out of it: qemu-img
+# reads qimg's file as the source, and the file has the size of qemu-img's
+# convert (QIMG_LONG=1), in make test of qemu-img's create of the default
+# cipher above (its header, as a convert writes it, and the 3 MiB):
+# qemu-img's convert -O luks costs 2.8 s of CPU (its PBKDF2 benchmark)
 head -c 3M /dev/urandom >src.raw
-for t in q m; do
+convert_tools="m"
+[ -n "${QIMG_LONG:-}" ] && convert_tools="q m"
+for t in $convert_tools; do
     rm -f c-$t.luks
     if [ $t = q ]; then tool=$QEMU_IMG; else tool=$QIMG; fi
     for _ in 1 2 3 4 5 6; do
@@ -187,7 +195,11 @@ for t in q m; do
     raw "$QEMU_IMG" c-$t.luks c-$t.raw
 done
 assert_eq "convert -O luks" "$(md5sum <src.raw)" "$(md5sum <c-m.raw)"
-assert_eq "convert -O luks: the file" "$(stat -c %s c-q.luks)" "$(stat -c %s c-m.luks)"
+if [ -n "${QIMG_LONG:-}" ]; then
+    assert_eq "convert -O luks: the file" "$(stat -c %s c-q.luks)" "$(stat -c %s c-m.luks)"
+fi
+assert_eq "convert -O luks: the file as qemu-img's create's" "$((q_header + 3 * 1024 * 1024))" \
+    "$(stat -c %s c-m.luks)"
 # resize, up and down
 for t in q m; do
     cp m.luks rs-$t.luks
