@@ -107,45 +107,7 @@ snap_contents() {
 # a check each, then drop the raw files.
 cmp_snapshots() {
     local out n
-    out=$(python3 - pairs.txt <<'PY'
-import os, sys
-def extents(fd, size):
-    out, off = [], 0
-    while off < size:
-        try:
-            d = os.lseek(fd, off, os.SEEK_DATA)
-        except OSError:
-            break
-        h = os.lseek(fd, d, os.SEEK_HOLE)
-        out.append((d, h))
-        off = h
-    return out
-def differ(a, b):
-    try:
-        fa, fb = os.open(a, os.O_RDONLY), os.open(b, os.O_RDONLY)
-    except OSError as e:
-        return str(e)
-    sa, sb = os.fstat(fa).st_size, os.fstat(fb).st_size
-    if sa != sb:
-        return "sizes differ: %d / %d" % (sa, sb)
-    for start, end in sorted(extents(fa, sa) + extents(fb, sb)):
-        off = start
-        while off < end:
-            n = min(end - off, 1 << 20)
-            if os.pread(fa, n, off) != os.pread(fb, n, off):
-                return "differ in [%d, %d)" % (off, off + n)
-            off += n
-    return None
-n = 0
-for line in open(sys.argv[1]):
-    desc, a, b = line.split()
-    n += 1
-    d = differ(a, b)
-    if d:
-        print("FAILED: %s differs: %s" % (desc.replace("_", " "), d))
-print(n)
-PY
-)
+    out=$(python3 "$IOTESTS_DIR/sparse_cmp.py" --pairs pairs.txt)
     n=${out##*$'\n'}
     [[ "$n" =~ ^[0-9]+$ ]] || { _fail "$V: snapshot comparison: $out"; n=0; }
     _checks=$((_checks + n))
