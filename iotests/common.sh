@@ -459,6 +459,15 @@ stop_server() {
     if running "$pid"; then
         kill -9 "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
+        # SIGKILL is delivered, not done, when kill returns, and wait
+        # reaps nothing in a subshell ($(stop_server ...)): wait up to 10
+        # s until it has ended (a zombie has), so "killed it" is true
+        # (iotest 217 once saw it still running right after)
+        local _i
+        for ((_i = 0; _i < 1000; _i++)); do
+            running "$pid" || break
+            sleep 0.01
+        done
         _checks=$((_checks + 1))
         _fail "${2:-the server} (pid $pid) still ran $secs s after SIGTERM: killed it"
         return 1
