@@ -11,6 +11,10 @@
 # can tell a test that ended on its own (exit 0 without finish) from a pass.
 # A missing tool (requires) is a skip, and with CI=true a failure.
 #
+# A test sources this file as . "${0%/*}/../common.sh" (no dirname process
+# per test): run it by a path that names its folder (iotests/run does; by
+# hand, ./NNN-name.sh or iotests/tests/NNN-name.sh).
+#
 # Environment:
 #   QIMG      the qimg binary (default: build/tools/qimg, else build/qimg,
 #             in the repository)
@@ -101,10 +105,21 @@ if [ -x /usr/bin/python3 ]; then
 else
     _python3=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
 fi
+# No ln per test where none is needed (~8 ms of CPU each): PATH finds that
+# binary itself, or iotests/run made one link to it for the whole run
+# ($QIMG_IOTEST_BIN/python3).  (-ef: the same file; hash and BASH_CMDS:
+# the shell's own PATH lookup, no subshell.)
 if [ -n "$_python3" ]; then
-    { [ -d "$SCRATCH/.bin" ] || mkdir -p "$SCRATCH/.bin"; } &&
-        ln -sf "$_python3" "$SCRATCH/.bin/python3"
-    PATH=$SCRATCH/.bin:$PATH
+    hash python3 2>/dev/null
+    if [ "${BASH_CMDS[python3]:-}" -ef "$_python3" ]; then
+        :
+    elif [ -n "${QIMG_IOTEST_BIN:-}" ] && [ "$QIMG_IOTEST_BIN/python3" -ef "$_python3" ]; then
+        PATH=$QIMG_IOTEST_BIN:$PATH
+    else
+        { [ -d "$SCRATCH/.bin" ] || mkdir -p "$SCRATCH/.bin"; } &&
+            ln -sf "$_python3" "$SCRATCH/.bin/python3"
+        PATH=$SCRATCH/.bin:$PATH
+    fi
     export PATH
 fi
 
@@ -288,8 +303,40 @@ filter_lines() {
     printf -v "$1" '%s' "$_o"
 }
 
+# bounded SECS CMD...: run CMD as "timeout SECS CMD" would (the caller's
+# stdin, stdout and stderr; CMD's exit code, or 124 once it ran SECS s and
+# was sent SIGTERM -- SIGKILL 10 s later), without timeout's own process
+# (~8 ms of CPU a run: helpers run thousands of tool runs).  CMD runs in a
+# process substitution that execs it (so: no other process) with one more
+# descriptor, 9, the write end of a pipe this shell reads with read -t:
+# its end of file comes when CMD has ended (or has closed 9: then CMD is
+# waited for without a bound).  BOUNDED_OUT=1 after a run that was killed.
+bounded() {
+    local _s=$1 _so _fd _pid _rc
+    shift
+    BOUNDED_OUT=
+    exec {_so}>&1
+    exec {_fd}< <(exec "$@" 9>&1 1>&"$_so" {_so}>&-)
+    _pid=$!
+    exec {_so}>&-
+    read -r -t "$_s" -u "$_fd"
+    if [ $? -gt 128 ]; then
+        BOUNDED_OUT=1
+        kill "$_pid" 2>/dev/null
+        read -r -t 10 -u "$_fd"
+        [ $? -gt 128 ] && kill -9 "$_pid" 2>/dev/null
+    fi
+    exec {_fd}<&-
+    wait "$_pid"
+    _rc=$?
+    [ -z "$BOUNDED_OUT" ] || _rc=124
+    return $_rc
+}
+
 # same_as_qemu_io DESC ARGS...: qemu-io ARGS and qimg io ARGS give the same
-# exit code, stdout and stderr (through io_filter; 30 s each at most).
+# exit code, stdout and stderr (through io_filter); each tool runs 30 s at
+# most: one that runs longer fails the test (bounded above) on its own line
+# (before, both tools' "timeout" exit codes, 124, compared equal).
 # With IO_IMAGE=IMG and IO_FROM=BASE, each tool runs on a fresh copy of BASE
 # at IMG, and the tools' images must hold the same guest data and check
 # clean after (IO_RAW=1: a raw image, which has no check); with IO_SORT=1,
@@ -298,13 +345,15 @@ same_as_qemu_io() {
     local desc=$1 qrc mrc
     shift
     [ -z "${IO_FROM:-}" ] || cp "$IO_FROM" "$IO_IMAGE" || exit 1
-    timeout 30 "$QEMU_IO" "$@" >q.out 2>q.err
+    bounded 30 "$QEMU_IO" "$@" >q.out 2>q.err
     qrc=$?
+    [ -z "$BOUNDED_OUT" ] || _fail "$desc: qemu-io still ran after 30 s: killed it"
     if [ -n "${IO_FROM:-}" ]; then
         mv "$IO_IMAGE" "$IO_IMAGE.qemu" && cp "$IO_FROM" "$IO_IMAGE" || exit 1
     fi
-    timeout 30 "$QIMG" io "$@" >m.out 2>m.err
+    bounded 30 "$QIMG" io "$@" >m.out 2>m.err
     mrc=$?
+    [ -z "$BOUNDED_OUT" ] || _fail "$desc: qimg io still ran after 30 s: killed it"
     if [ -n "${IO_SORT:-}" ]; then
         sort -o q.out q.out && sort -o m.out m.out
     fi
@@ -401,9 +450,27 @@ wait_sock() {
     local _i
     for ((_i = 0; _i < 1200; _i++)); do
         [ -S "$1" ] && { [ -z "${2:-}" ] || [ -s "$2" ]; } && return 0
-        sleep 0.05
+        _nap 0.05
     done
     return 1
+}
+
+# _nap SECS: sleep SECS (0.05) without a sleep process (~8 ms of CPU each;
+# the polls below nap every 50 ms): read -t on a pipe that never has data
+# (this shell holds its write end too), opened at the first nap.
+_nap_fd=
+_nap() {
+    [ -n "$_nap_fd" ] || exec {_nap_fd}<> <(:)
+    read -r -t "$1" -u "$_nap_fd"
+    return 0
+}
+
+# holds FILE TEXT: FILE holds TEXT (as grep -qF TEXT FILE, for a text
+# file; read by the shell, for polls).
+holds() {
+    local _t=
+    { IFS= read -r -d '' _t <"$1"; } 2>/dev/null
+    [[ "$_t" == *"$2"* ]]
 }
 
 # running PID: the process is there and not a zombie (a daemon's parent
@@ -434,13 +501,13 @@ nbd_ready() {
     esac
     _checks=$((_checks + 1))
     while :; do
-        timeout 10 nbdinfo --list "$uri" >/dev/null 2>&1 </dev/null && return 0
+        bounded 10 nbdinfo --list "$uri" >/dev/null 2>&1 </dev/null && return 0
         if [ -n "$pid" ] && ! running "$pid"; then
             _fail "the NBD server at $uri (pid $pid) ended before it answered"
             return 1
         fi
         [ $((SECONDS - start)) -lt "$secs" ] || break
-        sleep 0.05
+        _nap 0.05
     done
     _fail "no NBD server answered at $uri within $secs s${pid:+ (pid $pid still runs)}"
     return 1
@@ -454,7 +521,7 @@ stop_server() {
     local pid=$1 secs=${3:-30} start=$SECONDS
     kill "$pid" 2>/dev/null
     while running "$pid" && [ $((SECONDS - start)) -lt "$secs" ]; do
-        sleep 0.05
+        _nap 0.05
     done
     if running "$pid"; then
         kill -9 "$pid" 2>/dev/null
@@ -466,7 +533,7 @@ stop_server() {
         local _i
         for ((_i = 0; _i < 1000; _i++)); do
             running "$pid" || break
-            sleep 0.01
+            _nap 0.01
         done
         _checks=$((_checks + 1))
         _fail "${2:-the server} (pid $pid) still ran $secs s after SIGTERM: killed it"
@@ -499,7 +566,7 @@ nbd_listening() {
             _fail "the NBD server for $sock (pid $pid) did not listen within $secs s"
             return 1
         fi
-        sleep 0.05
+        _nap 0.05
     done
 }
 
@@ -512,7 +579,7 @@ nbd_listening() {
 server_left() {
     local pid=$1 secs=${3:-60} start=$SECONDS
     while running "$pid" && [ $((SECONDS - start)) -lt "$secs" ]; do
-        sleep 0.05
+        _nap 0.05
     done
     _checks=$((_checks + 1))
     if running "$pid"; then
@@ -547,7 +614,7 @@ gone() {
     local _i
     for ((_i = 0; _i < 200; _i++)); do
         kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.05
+        _nap 0.05
     done
     return 1
 }
@@ -588,7 +655,7 @@ hold_image() {
         proc_locks "$1" | awk '$7 <= 101 && $8 >= 101 { f = 1 } END { exit !f }' &&
             return 0
         kill -0 "$HOLDER" 2>/dev/null || break
-        sleep 0.05
+        _nap 0.05
     done
     _checks=$((_checks + 1))
     _fail "qemu-io did not hold $1: $(cat "$SCRATCH/.hold.out")"
@@ -696,7 +763,7 @@ dirty_map() {
         # maybe seconds later; a zombie holds no lock)
         for ((_i = 0; _i < 200; _i++)); do
             running "$pid" || break
-            sleep 0.01
+            _nap 0.01
         done
     else
         echo "qemu-nbd: $(cat "$SCRATCH/dm.err")"

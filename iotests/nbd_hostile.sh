@@ -9,14 +9,15 @@
 # wait_sock's check: the socket exists before the server listens); 60 s
 # only bounds a broken server.
 hostile_serve() {
+    local _i
     hostile_stop
     rm -f "$sock" srv.log
     python3 "$IOTESTS_DIR/nbd_hostile.py" "$sock" "$@" >srv.log 2>&1 &
     srv=$!
-    for _ in $(seq 1200); do
-        grep -qx listening srv.log && return 0
+    for ((_i = 0; _i < 1200; _i++)); do
+        holds srv.log listening && return 0
         kill -0 "$srv" 2>/dev/null || break
-        sleep 0.05
+        _nap 0.05
     done
     _fail "the server ($1) did not start: $(cat srv.log)"
     exit 1

@@ -49,7 +49,7 @@ ssh_env() {
 }
 
 ssh_start() {
-    local i
+    local i _i
     mkdir -p home/.ssh && chmod 700 home/.ssh || exit 1
     ssh-keygen -q -t ed25519 -N '' -C test-host -f host_key || exit 1
     ssh-keygen -q -t ed25519 -N '' -C test-user -f home/.ssh/id_ed25519 || exit 1
@@ -67,12 +67,12 @@ ssh_start() {
         # until it listens or ends (a bound of 60 s, not a guess at how
         # long starting takes: 5 s before, and a slower start was killed
         # and tried again)
-        for _ in $(seq 1200); do
-            grep -q 'Server listening' sshd.log && break
+        for ((_i = 0; _i < 1200; _i++)); do
+            holds sshd.log 'Server listening' && break
             kill -0 "$_sshd_pid" 2>/dev/null || break
-            sleep 0.05
+            _nap 0.05
         done
-        if grep -q 'Server listening' sshd.log; then
+        if holds sshd.log 'Server listening'; then
             SSH_URI=ssh://127.0.0.1:$SSH_PORT$SCRATCH
             return 0
         fi

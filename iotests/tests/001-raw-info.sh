@@ -1,6 +1,6 @@
 #!/bin/bash
 # qimg info on raw files equals qemu-img info, JSON and human, byte for byte.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 # Sparse file with holes and data at various offsets.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # qimg map on raw files equals qemu-img map, JSON and human, including
 # --start-offset and --max-length.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 truncate -s 10M holes.raw

@@ -1,7 +1,7 @@
 #!/bin/bash
 # qimg create -f raw: same "Formatting" line and exit code as qemu-img, and
 # the image it makes looks the same to qemu-img info.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 mkdir q m

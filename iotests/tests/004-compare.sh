@@ -3,7 +3,7 @@
 # exit codes as qemu-img compare.  make test runs each pair plainly and
 # every third one also with -q and with -f/-F/-T/-U; QIMG_LONG=1 runs all
 # three on every pair.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 MiB=$((1024 * 1024))

@@ -4,7 +4,7 @@
 # and other -S values, with a new and with an existing target.  make test
 # converts the empty source and the one without zeros (dense) with three -S
 # values, the others with all nine; QIMG_LONG=1 all four with all nine.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 # A source with holes, data with short and long zero runs inside, explicit

@@ -4,7 +4,7 @@
 # not open 'F': ..." from the file layer).  For a file that is not the
 # format asked for or a truncated qcow2 header, qimg's message is
 # qemu-img's plus the detail in parentheses (the value it found).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 # same_prefix ARGS...: same exit code and stdout; qimg's stderr is

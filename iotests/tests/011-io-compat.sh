@@ -3,7 +3,7 @@
 # same image, give the same stdout and stderr (timings filtered the way
 # QEMU's iotests filter them) and exit codes, and leave images with the same
 # contents (qemu-img compare) and the same allocation map.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # QEMU iotests' _filter_qemu_io, plus the program names and prompts.

@@ -7,7 +7,7 @@
 # qemu-img check clean (no leaks) on qimg's copy.  Reads are verified
 # against a byte model where it knows the contents.
 # QIMG_LONG=1: more batches, longer lists, more seeds.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 batches=2

@@ -9,7 +9,7 @@
 #  - qimg can open the image again, write to it, and it stays clean.
 # make test: 16 trials (every configuration at least twice); QIMG_LONG=1
 # (make check-long): 300.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 trials=16

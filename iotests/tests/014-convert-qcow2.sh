@@ -6,7 +6,7 @@
 # really is compressed: as many compressed clusters as qemu-img's, per
 # qemu-img check --output=json.  make test converts the empty source to five
 # kinds of target only; QIMG_LONG=1 to all of them.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # Sources: a raw file with holes, data, zero runs and unaligned bits; a

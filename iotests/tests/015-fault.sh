@@ -9,7 +9,7 @@
 # of the steps in turn with EIO at the second request, the other half
 # with a one-shot ENOSPC at the first (each kind on seven or eight of the
 # fifteen steps): 30 cases, not 45; QIMG_LONG=1: every step with ten kinds.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # verify.py CASES: for each line "DESC<TAB>RAW<TAB>REF<TAB>WRITES" of the

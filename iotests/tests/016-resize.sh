@@ -6,7 +6,7 @@
 # check clean on qimg's image.  make test runs the usage errors (bad sizes
 # and options, refused whatever the image) on the default qcow2 kind and
 # raw only; QIMG_LONG=1 on every kind of image.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # resize_both DESC ARGS... (ARGS name the image "IMG"): qemu-img resize on

@@ -13,7 +13,7 @@
 # make test: every variant from the raw source, a quarter of them from the
 # qcow2 one, 4 fault points, a 128 MiB source for the memory bound;
 # QIMG_LONG=1: every variant on both, 7 fault points, 1 GiB.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # A 40 MiB + 512 source: random data, explicit zeros, a hole, data with

@@ -15,7 +15,7 @@
 #    sectors the writes are aligned to them (copy-plan.c fact 2); raw and
 #    qcow2 on the device read back as the source, qcow2 checks clean;
 #  - a full disk ends the copy with the first error and its offset.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 RECLOG="python3 $IOTESTS_DIR/reclog.py"

@@ -31,7 +31,7 @@
 # unaligned), the double check fails with "No medium found" and the
 # replaced structure stays leaked, as in QEMU's own 060 (check.c invariant
 # 8), and a second repair must leave qimg's copy clean.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 mkdir -p cases

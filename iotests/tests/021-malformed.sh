@@ -27,7 +27,7 @@
 # costs ~5 times a normal one, which is why not every pair runs under it.)
 # QIMG_LONG=1: both builds run every command on every image, and 8 random
 # seeds instead of 3 (tables) and 2 (whole files).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 EDIT=("python3" "$IOTESTS_DIR/tests/020-qcow2edit.py")

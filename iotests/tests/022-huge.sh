@@ -11,7 +11,7 @@
 #     unaligned): finishes, or stops with a clear message, in seconds;
 #   - -p prints the progress line.
 # Memory is the maximum resident set size from /usr/bin/time -v.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 EDIT=("python3" "$IOTESTS_DIR/tests/020-qcow2edit.py")

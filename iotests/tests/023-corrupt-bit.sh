@@ -12,7 +12,7 @@
 #     damage and -r all repairs it and clears the bit.
 # After every step qemu-img info on qimg's copy equals qemu-img info on a
 # copy that qemu-img handled the same way.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 EDIT=("python3" "$IOTESTS_DIR/tests/020-qcow2edit.py")

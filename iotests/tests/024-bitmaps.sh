@@ -5,7 +5,7 @@
 # and close stores them consistent; reads, snapshot creation and the
 # vmstate area set none.  qemu-img check stays clean.  info lists them as
 # qemu-img does.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 
 # in_use IMG: one line per bitmap, "NAME in-use" or "NAME ok".

@@ -27,7 +27,7 @@
 #   raw resize (qemu-img resize, qemu-io truncate) 100 101 103
 #   convert's source (any file of its chain)     + 201 203
 #   create (while the file is created)           101 103 203
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-system-x86_64 python3 timeout md5sum strace
 
 VM_PID= HOLD_PID=

@@ -10,7 +10,7 @@
 # qemu-io prints for the same ranges (a second oracle beside qemu-img).
 #
 # QIMG_SEED fixes the random seed (it is printed on failure).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 MiB=$((1024 * 1024))

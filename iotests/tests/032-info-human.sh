@@ -3,7 +3,7 @@
 # qemu-img's byte for byte, for qcow2 images with snapshots, backing files,
 # data files (info opening none of them) and the various header options.  Nothing is filtered (both
 # tools run with TZ=UTC, so the dates agree).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 MiB=$((1024 * 1024))

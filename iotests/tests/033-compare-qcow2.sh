@@ -6,7 +6,7 @@
 # (mismatch offsets included) and exit codes must equal qemu-img compare's,
 # and with -q (over every 4th pair in make test, every pair with
 # QIMG_LONG=1) the exit codes and the silence.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 MiB=$((1024 * 1024))

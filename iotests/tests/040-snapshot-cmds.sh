@@ -17,7 +17,7 @@
 #   - messages and exit codes of the failures equal qemu-img's.
 # make test runs five qcow2 variants; QIMG_LONG=1 adds compat=0.10 and
 # lazy_refcounts=on.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io cmp python3
 
 MiB=$((1024 * 1024))

@@ -15,7 +15,7 @@
 #      with qimg is refused by QEMU's loadvm, so step 2 can fail.
 #   4. QEMU savevm into the image qimg wrote (snap4 next to qimg's), and
 #      qimg reads it back equal to QEMU's own read; still clean.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-system-x86_64 cmp python3 timeout
 
 MiB=$((1024 * 1024))

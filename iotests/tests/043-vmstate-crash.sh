@@ -28,7 +28,7 @@
 # checks; a kill point is a moment in time, which a loaded machine moves
 # anyway); QEMU reads the last 512 KiB of a surviving state.  QIMG_LONG=1
 # (make check-long): 5 and 7 kill points in every mode, QEMU reads 4 MiB.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io cmp python3
 
 MiB=$((1024 * 1024))

@@ -11,7 +11,7 @@
 # positive control (reported, not judged).  The aio cases drive the
 # asynchronous path with writes in flight (crash.py workload --aio), with
 # the page cache and with O_DIRECT.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 # make test: every case, 4 power-loss states each (identical states are
 # judged once), the positive control (2 states) for the first case only
 # (crash/lib.sh: it judges nothing of qimg's); QIMG_LONG=1 (make

@@ -11,7 +11,7 @@
 # control.  v2 images keep QEMU's OFLAG_COPIED window (no dirty bit): they
 # are run as a reported control of our own, not judged (see the note in
 # qcow2/snapshot-write.c).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 # make test: every case, 4 power-loss states each (identical states are
 # judged once), the positive control (2 states) for the first case only
 # (crash/lib.sh: it judges nothing of qimg's); QIMG_LONG=1 (make

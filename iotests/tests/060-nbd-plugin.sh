@@ -14,7 +14,7 @@
 #    mid-write leaves a consistent image (leaks at most);
 #  - readonly=true and snapshot= refuse writes; bad parameters, a malformed
 #    image and an image another process holds fail the server at start.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit nbdinfo nbdcopy qemu-img qemu-io qemu-nbd python3
 
 P=$QIMG_NBD_PLUGIN

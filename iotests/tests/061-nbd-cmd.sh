@@ -11,7 +11,7 @@
 #  - bad options, nbdkit missing, a malformed image and an image in use
 #    (by qemu-io, and by a running QEMU) end with exit 1 and the reason
 #    (nbd.c facts 3, 4).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit nbdinfo qemu-img qemu-io qemu-nbd openssl qemu-system-x86_64
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 64M

@@ -16,7 +16,7 @@
 # ignores a SIGTERM that comes before, and the test hung on its wait), and
 # each stop is bounded (stop_server): a server that does not end fails the
 # test in 30 s.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit nbdinfo qemu-img qemu-io qemu-nbd
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 64M

@@ -10,7 +10,7 @@
 #    human and JSON output;
 #  - every refusal: bad options, both or neither of --size and a file, -f
 #    without a file, unknown formats, a missing snapshot, a raw -l.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # 1. --size over the target matrix (measure.c invariants 1, 2, 4).

@@ -5,7 +5,7 @@
 # past the end makes an empty output), qcow2 and raw inputs with a backing
 # chain, -O qcow2, and the refusals (bad operands, missing files, an
 # output that cannot be created, an input in use without -U).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # dd_both ARGS...: run both with the same arguments (of=out.img), keep

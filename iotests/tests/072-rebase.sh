@@ -13,7 +13,7 @@
 #    file names, an image in use;
 #  - power loss during a safe rebase and a flattening (the crash-state
 #    explorer, backing.c invariant 1): every state reads as before.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 

@@ -9,7 +9,7 @@
 #  - refusals: no backing file, -b not in the chain, a bad -r, no file;
 #  - power loss during a commit (the crash-state explorer): every state of
 #    the base and the top together reads as the chain did (commit.c fact 3).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 

@@ -12,7 +12,7 @@
 #    secrets qimg takes; plus check -p, qimg's own) and the
 #    file operands are the same;
 #  - qemu-io's prompt and command output.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 ln -s "$QIMG" qemu-img

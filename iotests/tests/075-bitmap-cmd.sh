@@ -12,7 +12,7 @@
 #    missing file); v2 images and raw files are refused;
 #  - power loss during --add and --remove (the crash-state explorer): no
 #    state is corrupt and the guest data never changes.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 

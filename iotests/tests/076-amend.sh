@@ -38,7 +38,7 @@
 # in the other cases) and a width change with a snapshot on 512-byte
 # clusters only (with 64 KiB: a refusal); QIMG_LONG=1 runs them as well on
 # 64 KiB clusters.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 CRASH_STATES=${CRASH_STATES:-6}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3

@@ -16,7 +16,7 @@
 #  - power loss while a session stores its bits (the crash-state
 #    explorer): no state is corrupt, and a bitmap not marked in use always
 #    holds the session's writes (crash.py --bitmap-check).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 

@@ -5,7 +5,7 @@
 # same stdout, stderr (timings and the program name filtered as in 011) and
 # exit code, error paths included (tools/io-*.c facts).  The options qimg
 # cannot honour are refused with a message (io-open.c header).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # QEMU iotests' _filter_qemu_io, plus the program names and prompts.

@@ -17,7 +17,7 @@
 # on m<N>; then qemu-img map and compare per case.  (A process start
 # costs more CPU than a case's work: one per tool instead of four per
 # case halved this test's CPU.)
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io sed
 
 # Per case N: q$N.qcow2 (qemu-io) and m$N.qcow2 (qimg io), its description

@@ -19,7 +19,7 @@
 #  - convert -p prints qemu-img's sequence of "(NN.NN/100%)" lines (the
 #    share of the data started, its print rule, the last 100) for raw and
 #    qcow2 sources, -S 0, -c, other cluster sizes, -m 1.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 

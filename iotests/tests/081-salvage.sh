@@ -12,7 +12,7 @@
 # file's refusals in qemu-img's words (a bad event name, a missing file,
 # an unknown group), a rule with an iotype, and block status errors (warned
 # twice, in qemu-img's order).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 head -c 4M /dev/urandom >s.raw

@@ -6,7 +6,7 @@
 # cache-size, and the refusals in qemu-img's words (an unknown key, an
 # unknown driver, a node reference, bad JSON, a missing file,
 # --image-opts with -f, --target-image-opts without -n).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 

@@ -21,7 +21,7 @@
 # make test has qemu-img create two of the seven LUKS images (its create
 # costs 2.5 s of CPU each; the others: see mk_enc's callers);
 # QIMG_LONG=1: qemu-img all.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 # patch IMG WHERE FMT VALUE: WHERE is L+n (into the LUKS header), E+n (into

@@ -23,7 +23,7 @@
 # where the name opens; the repair of leaks and of the dirty bit alone
 # under four of the commands.  QIMG_LONG=1 runs every command over every
 # name and image.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # io_both DESC DIR IMG CMD: qemu-io and qimg io -c CMD on IMG in DIR must

@@ -9,7 +9,7 @@
 # breakpoint, aio_flush or exit with a stopped request, wait_break with
 # nothing to wait for), the events qimg cannot stop at, the states in the
 # rule syntax, and qemu-img check after every workload.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 filter() {

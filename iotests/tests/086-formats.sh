@@ -5,7 +5,7 @@
 # format (never read as raw), by every command and with -f; a
 # fixed VHD (footer only) probes as raw, as in qemu-img; a probed raw
 # image's block 0 cannot be made to probe as any of them (qemu-io's rule).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # Images qemu-img makes: formats qimg does not read, and vdi, qed, vhdx and

@@ -10,7 +10,7 @@
 #  - nbdcopy writes a raw file into the export: afterwards the image holds
 #    it and qemu-img check is clean (the flush when the last client left);
 #  - qemu-img convert reads the export.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit nbdinfo nbdcopy qemu-img qemu-io qemu-nbd python3
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 64M

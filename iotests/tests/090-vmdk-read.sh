@@ -17,7 +17,7 @@
 # each class's open path meets the checked build once; the normal build
 # runs all four commands on all of them); QIMG_LONG=1: libvmdk reads every
 # byte, 72 MiB, all four commands under ASan too.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 vmdkinfo
 
 GEN=("python3" "$IOTESTS_DIR/tests/090-vmdkgen.py")

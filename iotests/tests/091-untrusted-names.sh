@@ -6,7 +6,7 @@
 # the file is opened (inotify sees no open of it: iotests/watch-open.py);
 # qimg info opens no extent and shows every name in its JSON; with
 # --trust-names the same images read the file (the watcher's control).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 WATCH=("python3" "$IOTESTS_DIR/watch-open.py")

@@ -7,7 +7,7 @@
 # (vmdkinfo); streamOptimized holds qemu-img's compressed grains; guest
 # writes into a delta disk with and without zeroed grains give qemu-io's
 # bytes, map and grain layout; streamOptimized refuses what QEMU refuses.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io vmdkinfo
 
 SUBS="monolithicSparse monolithicFlat twoGbMaxExtentSparse twoGbMaxExtentFlat streamOptimized"

@@ -18,7 +18,7 @@
 # QEMU writes a grain table entry right after its grain, with no flush
 # between them).  The twoGb cases have no control: blklogwrites logs one
 # file, and QEMU opens the extent files beside it.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 M=$((1 << 20))

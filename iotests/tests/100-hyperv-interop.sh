@@ -13,7 +13,7 @@
 #     read qimg's VHD and VHDX as their source;
 #  3. the create options' help, defaults and refusals, and qed's refusal.
 # make test runs one image per subformat; QIMG_LONG=1 every option variant.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 vhdiinfo qimg-nbd-plugin nbdkit
 
 M=$((1 << 20))

@@ -20,7 +20,7 @@
 #     not a multiple of 1 MiB gives qemu-img's result and messages;
 #  6. 1 TiB sparse images of each format: info, map and convert run in at
 #     most 64 MiB of memory (tables are cached, never loaded whole).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 M=$((1 << 20))

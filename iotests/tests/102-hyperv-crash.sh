@@ -13,7 +13,7 @@
 # (crash/formats.py check_inside_file).  qemu-io over QEMU's blklogwrites
 # runs the same scripts as the positive control (reported, not judged;
 # QIMG_LONG=1 only).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 # make test: three states in each of four cases (one per format, and the

@@ -20,7 +20,7 @@
 #  - no plaintext of the guest's data in the file;
 #  - the old AES method: qemu-img's images read and written by qimg (and
 #    converted out), and created by qimg as qemu-img creates them.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 cryptsetup
 
 S="--object secret,id=s0,data=hunter2"

@@ -16,7 +16,7 @@
 #    the secret handed over in a memfd, never on nbdkit's command line);
 #  - qimg io with -n (cache none: the aio engine's ring takes encrypted
 #    reads and rewrites, crypt.c invariant 3) and qimg bench.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 nbdkit qimg-nbd-plugin
 
 S="--object secret,id=s0,data=hunter2"

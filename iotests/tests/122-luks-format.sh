@@ -15,7 +15,7 @@
 #    qemu-img reads; a volume cryptsetup formats (LUKS1) is written by qimg
 #    and read by qemu-io (device-mapper is not needed for either);
 #  - never-written areas read as decrypted zeros (not zeros), as qemu-img's.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 cryptsetup
 python3 -c 'import cryptography' 2>/dev/null || missing "python3-cryptography not found"
 

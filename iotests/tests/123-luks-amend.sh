@@ -8,7 +8,7 @@
 #  - keys erased by slot or by passphrase no longer open it, the others
 #    still do; the last key is kept unless --force;
 #  - every refusal in qemu-img's words, the image unchanged by it.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 cryptsetup
 
 S="--object secret,id=s0,data=pass0 --object secret,id=s1,data=pass1"

@@ -9,7 +9,7 @@
 #  - a slot with an absurd stripe count: qemu-img's refusal;
 #  - a secret that is not UTF-8: qemu-img's message;
 #  - the passphrase never appears in the image.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 S="--object secret,id=s0,data=hunter2"

@@ -9,7 +9,7 @@
 # own to find the workload's markers, and fails if the recording shows any
 # of the workload's data in the clear.  qemu-io over QEMU's blklogwrites
 # runs the same script as the positive control.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3
 python3 -c 'import cryptography' 2>/dev/null || missing "python3-cryptography not found"

@@ -23,7 +23,7 @@
 #  - convert -C with -c, -S or --salvage: qemu-img's refusals, in its order
 #    (082); without them -C converts, silently as qemu-img (copy
 #    offloading itself: iotest 178).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo python3
 
 # ---- feature-name table (036) ----

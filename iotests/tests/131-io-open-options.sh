@@ -13,7 +13,7 @@
 #    kill (QEMU 039), what reopen cannot change (node-name, driver, other
 #    options; QEMU 133), -r/-w and -c against read-only and cache options;
 #  - --image-opts: an open failure reads "can't open: REASON" (QEMU 188).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 filter() {

@@ -9,7 +9,7 @@
 #    (a nested server object); raw over nbd (file.driver=nbd); the image is
 #    the NBD node itself (format "nbd"); -f nbd on a file; a context the
 #    server does not have (QEMU 223, nbd-qemu-allocation).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd
 
 pids=()

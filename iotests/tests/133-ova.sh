@@ -8,7 +8,7 @@
 # measure, dd and qimg nbd agree with qemu-img on the VMDK; info lists the
 # disks without opening them; broken archives and hostile extent names are
 # refused with the problem named, the host file never opened.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io tar nbdkit python3
 
 WATCH=("python3" "$IOTESTS_DIR/watch-open.py")

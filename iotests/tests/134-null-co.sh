@@ -5,7 +5,7 @@
 # read-zeroes and latency-ns and their checks, what it refuses (another
 # name, resize, create), what info, map and qemu-io's info print, and a
 # convert from it (sparse and not); -U with a force-share option (153).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 Z="json:{'driver': 'null-co', 'size': 1048576, 'read-zeroes': true}"

@@ -4,7 +4,7 @@
 # (and keeps nobody out while it holds one), on and auto lock as without
 # the option, a bad value is QEMU's message; the option is the image
 # file's only: the backing file is still locked.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f raw base.img 1M

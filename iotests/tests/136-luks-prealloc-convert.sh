@@ -4,7 +4,7 @@
 # hold zeros on disk, which decrypt to noise, so the target does not read
 # as zeros and the convert must write the source's zeros.  The target must
 # read as the source does, through qemu-img and qimg.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 S="secret,id=sec0,data=astrochicken"

@@ -11,7 +11,7 @@
 #  - after writes, writes of zeros and discards through the export over
 #    learnt holes and data, nbdcopy reads what the image then holds, and
 #    the image is the one qemu-nbd leaves.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit nbdinfo nbdcopy qemu-img qemu-io qemu-nbd
 
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=4096 base.qcow2 8M

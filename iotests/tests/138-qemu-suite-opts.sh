@@ -17,7 +17,7 @@
 #    image's file, as qemu-img's "simple" create takes it;
 #  - bitmap --merge from an overlay (-b) into its own backing file: no
 #    lock conflict, the bits qemu-img merges (qemu-img-bitmaps).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo
 
 # ---- NBD: an export the server does not have (140 143) ----

@@ -12,7 +12,7 @@
 # 046: a breakpoint there stops it; faulty-config.c events table).  And a
 # data file under raw over blkdebug (QEMU's 289: the failed write frees no
 # cluster of the data file).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # both DESC NAME ARGS...: qemu-io ARGS NAME on q.qcow2 and qimg io on

@@ -12,7 +12,7 @@
 #    under its soname, first in LD_LIBRARY_PATH) is an error naming it and
 #    the Debian package, or the function it lacks; commands that do not need
 #    it still work, and a failed create leaves no file.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # loaded SONAME CMD...: how many times the loader ran SONAME's initialiser

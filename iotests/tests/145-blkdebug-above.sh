@@ -16,7 +16,7 @@
 #    reads (QEMU's 251): the same warnings in the same order, same bytes.
 #  - refusals: bad limits in QEMU's words; "none" rules beside other
 #    events' (which the fault node cannot follow) by name.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # io_both DESC IMG ARGS...: qemu-io ARGS on a copy q of IMG, qimg io on a

@@ -7,7 +7,7 @@
 # 2 KiB cluster under a 4 KiB alignment, concurrent unaligned writes into
 # one block, discards -- the same output and the same guest data, and a
 # clean check; then the refusals as qemu-io words them.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # both DESC OPEN ARGS...: qemu-io and qimg io ARGS after "open OPEN" on

@@ -6,7 +6,7 @@
 # under QEMU's 066 blkdebug rules (the second write_aio of the request
 # fails), the same output, guest data and host mapping (the clusters are
 # reused, none allocated), and a clean check.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 export IO_FROM=base.qcow2 IO_IMAGE=img.qcow2

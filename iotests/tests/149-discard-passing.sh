@@ -7,7 +7,7 @@
 # each with QEMU's defaults and with pass-discard-request, -snapshot and
 # -other set; freed clusters reused before the file grows; every result
 # passes qemu-img check.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # The space a file's data holds, from its extents (alloc_of: not du, which

@@ -10,7 +10,7 @@
 #    order with the other cache-size conflicts.
 # The timer itself (cache.c invariant 6, clean.c) is unit-tested
 # (tests/test-qcow2-cache.c): it is not visible from qemu-io.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f qcow2 t.qcow2 64M

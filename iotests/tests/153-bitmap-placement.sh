@@ -9,7 +9,7 @@
 # the refcount of every cluster.  Then QEMU 190's own check: measure of
 # the image read as raw (which sees the file's length) after two --add
 # on a 2 TiB image with 2 MiB clusters.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 layout() {

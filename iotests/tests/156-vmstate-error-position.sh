@@ -14,7 +14,7 @@
 #    pattern), run after run.
 #  - every data write failing (write_aio, once=off): position 0 and
 #    qemu-io's errno, run after run.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 conf() { # EVENT ERRNO ONCE

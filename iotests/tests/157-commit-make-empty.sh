@@ -13,7 +13,7 @@
 #   the next open repairs the dirty image with the same lines and result;
 # - a format that cannot be emptied (a qed top) is left as it is: "Image
 #   committed.", as qemu-img.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 mkdir -p q m

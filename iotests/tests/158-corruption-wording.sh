@@ -7,7 +7,7 @@
 #    no refcount table clusters;
 #  - a dirty image whose repair fails: "Could not repair dirty image: " and
 #    the errno's text when the repair gives no cause (qcow2.c invariant 8).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # poke IMG VALUE: the first refcount table entry becomes VALUE

@@ -4,7 +4,7 @@
 # the lower format -- qcow2 over qcow2 and raw over qcow2, by -o, json:
 # and --image-opts -- reads and writes as qemu-io's and is named as
 # qemu-img names it; an option of the upper format is refused by name.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f qcow2 base.qcow2 64M

@@ -7,7 +7,7 @@
 # keys (inject-error.0.errno and .event) in QEMU's order -- and the
 # backing file still resolved next to the image (the disk size, which QEMU
 # cannot tell through blkdebug, is left out).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 "$QEMU_IMG" create -q -f qcow2 b.qcow2 64M

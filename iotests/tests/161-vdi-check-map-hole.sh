@@ -9,7 +9,7 @@
 # cap of 1000 (then "(N further messages were not kept)").  A VDI map can
 # hold 2^27 entries (512 MiB): a fuzzed image whose file grew past such a
 # map took 45 s in the check under ASan (fuzz/regress/fuzz-vdi).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 "$QEMU_IMG" create -q -f vdi h.vdi 64G || exit 1 # a 256 KiB map at 512

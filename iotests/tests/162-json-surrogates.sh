@@ -18,7 +18,7 @@
 # name there (a backing name "base\u0000x.raw" opened base).  And the
 # text's structure: every message of QEMU's JSON reader (json-parse.c; the
 # json-glib parser qimg used gave its own).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f raw 'base🐀.raw' 1M || exit 1

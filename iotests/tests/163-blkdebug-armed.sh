@@ -9,7 +9,7 @@
 #    write that allocates (026).
 #  - a flush with nothing written since the node's last good flush never
 #    reaches the rules: closing after the failed read reports nothing (089).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # QEMU's 089: the rule given as blkdebug's inject-error list in json:

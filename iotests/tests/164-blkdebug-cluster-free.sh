@@ -7,7 +7,7 @@
 # the same "qcow2_free_clusters failed" line and error (QEMU's "Failed to
 # free the cluster and L1 table"), the same leaks in qemu-img check, and
 # check -r leaks repairs the same clusters.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f qcow2 base.qcow2 64M

@@ -9,7 +9,7 @@
 # cluster_alloc and l1_grow_alloc_table are raised before qcow2 allocates
 # clusters, and before it allocates a grown L1 table (the vmstate area
 # past the disk grows it).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=1k base.qcow2 1G

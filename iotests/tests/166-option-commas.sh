@@ -6,7 +6,7 @@
 #    -u and with "-o" values "...,,help" and "...,,?" that are not help;
 #  - the value itself has the single comma: the backing name qemu-img info
 #    reads back, the data file created by create and by convert.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 # ---- the Formatting line (082) ----

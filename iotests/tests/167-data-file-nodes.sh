@@ -15,7 +15,7 @@
 #    blkdebug node itself as the data file, its inject-error rules applied
 #    to the data file's requests, QEMU's messages for a node reference and
 #    for no image.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f qcow2 base.qcow2 64M

@@ -8,7 +8,7 @@
 # the file's length, the directory's and every table's offset and entries,
 # every cluster's refcount (the style of iotest 153) -- and a clean check.
 # A bitmap left in use (inconsistent) is left as it is.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 layout() {

@@ -7,7 +7,7 @@
 # version reaches vote-threshold, rewrite-corrupted, read-pattern fifo,
 # block status, the name and the backing file that has no folder, and the
 # options refused.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 for i in 0 1 2; do "$QEMU_IMG" create -q -f qcow2 c$i.qcow2 1M || exit 1; done

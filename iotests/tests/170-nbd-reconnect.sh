@@ -10,7 +10,7 @@
 # also when the server dies with the request in flight.  Over TCP as over
 # a Unix socket: qimg connects TCP names itself (block/nbd.c invariant 8),
 # and a reconnect connects the same way again.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdkit nbdinfo
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 1M || exit 1

@@ -14,7 +14,7 @@
 # file syncs it as qemu-io's does (block/file.c invariant 2: fallocate is
 # no FUA; the recording node flushes after FUA zeros itself, so this one
 # is traced with strace, qemu-io's count of syncs the oracle).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 CRASH_STATES=${CRASH_STATES:-6}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3 strace

@@ -16,7 +16,7 @@
 #    with -f qcow2 the format's own open reads (header, tables) are not hit.
 # (An NBD backing file is not among them: a backing name never selects a
 # protocol in qimg, DESIGN "Images from strangers".)
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/nbd_hostile.sh"
 requires qimg qemu-img qemu-io python3
 

@@ -15,7 +15,7 @@
 #    l2-cache-size, node-name, cache.direct, data-file, ...) is no option,
 #    as QEMU skips it; a null for a key that is none is still "does not
 #    support the option" (json-opts.c invariant 4).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f qcow2 a.qcow2 1M

@@ -11,7 +11,7 @@
 #  - on the recording node: a write-back of a modified slice writes that
 #    slice only (its bytes, at its offset in the table), while a new L2
 #    table is written whole before the L1 entry points at it.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # ---- the option, each way in, against qemu-io ----

@@ -14,7 +14,7 @@
 # 512-byte slices: every power-loss state checks clean and keeps what a
 # flush covered (4 states a case; QEMU's positive control for the first
 # case only, every case with QIMG_LONG=1: crash/lib.sh).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 CRASH_STATES=${CRASH_STATES:-4}
 CRASH_CONTROL_STATES=${CRASH_CONTROL_STATES:-2}
 . "$IOTESTS_DIR/crash/lib.sh"

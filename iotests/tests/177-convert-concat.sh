@@ -7,7 +7,7 @@
 # and --target-is-zero: the same size, contents (qemu-img compare), the
 # same allocation map (host offsets aside) and a clean check; -p prints
 # qemu-img's progress; the refusals with qemu-img's words and exit code.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # a.raw: 1000 bytes (rounded up to 1024); d.raw: 1537 bytes, a hole then

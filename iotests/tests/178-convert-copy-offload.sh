@@ -12,7 +12,7 @@
 # is a race, in QEMU too).  Under
 # strace, qimg copies with copy_file_range exactly where
 # qemu-img does.  The refusals (-c, -S, --salvage) with qemu-img's words.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3 strace
 
 mk_qcow2 s.qcow2 8M "" 'write -P 0x22 0 1M' 'write -P 0 1M 1M' 'write -z 3M 1M' \

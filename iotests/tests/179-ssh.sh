@@ -6,7 +6,7 @@
 # and qcow2, create and convert to and from ssh, resize (grow only), and
 # bad input -- a missing file, a folder, no server, a server gone in the
 # middle (an error, never a hang).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/sshd.sh"
 ssh_requires
 requires strace

@@ -6,7 +6,7 @@
 # (missing, unknown host, another key, another key type, the right key);
 # the user's key from ~/.ssh, else from ssh-agent, else refused (never a
 # password prompt); json's option checks; and QEMU iotest 162's ssh lines.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/sshd.sh"
 ssh_requires
 ssh_start

@@ -16,7 +16,7 @@
 #    table's write and at the header switch;
 #  - the same exit code, stdout and stderr as qemu-io for each rule, and
 #    qemu-img check finds no error in either tool's result (leaks aside).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 conf() { # EVENT ERRNO ONCE

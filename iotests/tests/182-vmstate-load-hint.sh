@@ -8,7 +8,7 @@
 # each way, and every byte of the state is read while it is on; the bytes
 # loaded are the bytes saved in every mode and read size, and the image
 # checks clean.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3 strace
 
 qi create -q -f qcow2 img.qcow2 64M

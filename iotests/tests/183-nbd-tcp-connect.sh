@@ -9,7 +9,7 @@
 #    --image-opts), and the ssh node's same messages (one implementation);
 #  - the names of TCP exports (info), with and without an export name.
 # (reconnect-delay over TCP: 170.)
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd nbdinfo
 
 srv=

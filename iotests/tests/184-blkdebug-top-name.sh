@@ -7,7 +7,7 @@
 # "blkdebug:42:null-co://"), else a json: name of its options with the
 # image's options as an object, the JSON types as given; and the config
 # option's JSON type in the json: name of a blkdebug node under a format.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 "$QEMU_IMG" create -q -f qcow2 t.qcow2 1M || exit 1

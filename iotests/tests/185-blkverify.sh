@@ -7,7 +7,7 @@
 # the other does not (blkdebug under either child), end qemu-io with QEMU's
 # line and exit status 1, the commands after it not run; the options QEMU
 # refuses are refused alike; info and map are the raw copy's.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -f raw b0.raw 1M

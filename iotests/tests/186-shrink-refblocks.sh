@@ -6,7 +6,7 @@
 # "Discarding an out-of-bounds refblock" cases): the corrupt bit is set,
 # the size stays, and the table entry is gone, so a check finds nothing and
 # the next shrink works.  qemu-img on one copy, qimg on another.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 # reftable IMG: the first three refcount table entries, in hex

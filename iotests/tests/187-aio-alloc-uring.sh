@@ -8,7 +8,7 @@
 # 64k, 2M; extended L2; a backing file (partial clusters that need its
 # bytes take the pool); sizes and steps that leave parts of clusters (COW
 # zeros written with the data) and 512-byte aligned ones.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # one CREATE-OPTS BENCH-ARGS...

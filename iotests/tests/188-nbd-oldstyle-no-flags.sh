@@ -9,7 +9,7 @@
 #    the client, with reconnect-delay, writes again on a new connection;
 #  - the export's name and size (info), and QEMU's message for a socket
 #    nobody listens on (qimg connects Unix sockets itself, invariant 8).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 srv=

@@ -8,7 +8,7 @@
 # by qimg io on fresh images: the files are byte for byte the same (length
 # included) and check clean.  With a bitmap, close writes its directory
 # last (exact length, as iotest 168 checks across tools).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # same_file DESC CREATE-OPTS BITMAP IO-COMMANDS...

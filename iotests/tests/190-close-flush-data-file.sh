@@ -13,7 +13,7 @@
 #  - the same through --image-opts and with the data file as a json
 #    object under -f qcow2.
 # (a failed vmstate write told once, to the write: 156 and 181.)
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f qcow2 -o data_file=t.data t.qcow2 64M || exit 1

@@ -11,7 +11,7 @@
 #  - amend -o compat=0.10 failing on a corruption says "Failed to turn
 #    zero into data clusters: Input/output error" (QEMU's words; the
 #    corruption has its own line).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # make WRITE-LEN OFFSET=VALUE...: q.qcow2 and m.qcow2, 64M, WRITE-LEN

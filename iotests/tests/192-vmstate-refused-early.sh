@@ -10,7 +10,7 @@
 # data file grew by the vmstate offset, 512 MiB here, and the image kept
 # the state's clusters).  The same stream into an image without a data
 # file is saved and loads back unchanged.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img
 
 qi create -q -f qcow2 -o data_file=df.raw img.qcow2 64M

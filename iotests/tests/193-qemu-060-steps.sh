@@ -16,7 +16,7 @@
 #    while the write is stopped, and the write then fails with ENOMEDIUM),
 #    inject-error rules armed by it, and how many times a write raises it
 #    (set-state rules count them).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # make OPTS WRITE-LEN OFFSET=VALUE...: q.qcow2 and m.qcow2, 64M with -o

@@ -15,7 +15,7 @@
 # to a free cluster; rc64-lazy-4k: a table past the end of the file;
 # snap-4k: lost data) with make test's 16 (identical states judged once:
 # about 11 distinct of 16; QIMG_LONG=1: lib.sh's 200).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 CRASH_STATES=${CRASH_STATES:-16}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3

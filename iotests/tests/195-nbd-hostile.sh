@@ -23,7 +23,7 @@
 #  - a server that never sends its greeting, or never answers a read:
 #    qimg waits, as qemu-io does (QEMU 7.2 has no request timeout, and
 #    the open is not timed without reconnect-delay), and SIGTERM ends it.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 . "$IOTESTS_DIR/nbd_hostile.sh"
 requires qimg qemu-img qemu-io python3
 

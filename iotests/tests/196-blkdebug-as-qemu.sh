@@ -12,7 +12,7 @@
 #  - a blkdebug node over a format answers that format's cluster size,
 #    dirty flag and snapshots (api/info.c invariant 3), and snapshot
 #    operations reach it (api/snapshot.c invariant 5).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f raw r.raw 1M

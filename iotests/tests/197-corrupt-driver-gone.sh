@@ -16,7 +16,7 @@
 #    the leak it left (check.c invariant 8; 060's "Discarding with an
 #    unaligned refblock"), and the same for the repair a dirty image gets
 #    when opened (060's "Testing dirty corrupt image").
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # same DESC: q.out/q.err/QRC (qemu's) against m.out/m.err/$2 (qimg's)

@@ -18,7 +18,7 @@
 #    structure that calls the header free is refused as QEMU refuses it
 #    (060's "empty refcount table with valid L1 and L2 tables":
 #    "Preventing invalid allocation of refcount block at offset 0").
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # same DESC RC: q.out/q.err/QRC (qemu's) against m.out/m.err/RC (qimg's)

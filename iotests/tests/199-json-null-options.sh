@@ -14,7 +14,7 @@
 # its key-secret option (qimg refused it: "does not support the option").
 # Opened read-write, qemu-io's warning for a probed raw image names the
 # file, not the json: name (tools/output.c).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f qcow2 a.qcow2 1M

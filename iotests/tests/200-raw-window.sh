@@ -7,7 +7,7 @@
 # into a window, resize; the open's checks in QEMU's order and words
 # (offset past the end, offset + size past the end, a size not a multiple
 # of 512, a bad number).  qimg refused the options ("does not support").
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f raw r.raw 1M

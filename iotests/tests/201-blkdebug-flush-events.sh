@@ -50,7 +50,7 @@
 # compared by common.sh's same_bytes (the shell's read; cmp where a zero
 # write left a NUL byte); the rule's json and the command lists are made
 # without subshells: 3 processes a raw case (stop 55).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io cmp
 
 # the raw base: 4 KiB of 0x01, no NUL byte (same_bytes reads it)

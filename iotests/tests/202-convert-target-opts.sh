@@ -9,7 +9,7 @@
 # not open" before any compression error (qimg refused both up front).
 # A probed raw image named by options (a -n target, --image-opts, qemu-io's
 # open -o alone) gets qemu's probe warning, naming its file.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 qi create -q -f qcow2 src.qcow2 1M

@@ -17,7 +17,7 @@
 # probed, make test compares each option with one of the three images in
 # turn (every option and every image still probed), QIMG_LONG=1 each with
 # every image.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 sec=(--object secret,id=sec0,data=abc)

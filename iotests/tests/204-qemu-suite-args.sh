@@ -28,7 +28,7 @@
 #    whose disk size is not the image's (after amend's size step), as
 #    QEMU: "Internal snapshots prevent downgrade of image" (qcow2/amend.c
 #    invariant 3); qimg downgraded, and the v2 snapshot lost its size.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # 049: empty backing names

@@ -12,7 +12,7 @@
 #    --image-opts and by qemu-io's open -o as qemu-img and qemu-io open
 #    them (qimg said "Unknown driver 'vmdk'" to any format but qcow2, raw
 #    and luks), with their options checked as QEMU checks them.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 ln -s "$QIMG" qemu-img

@@ -6,7 +6,7 @@
 # requests with -n into a raw file), then the final flush's time; -c counts
 # compression; unset, empty or 0 prints nothing; the copy is the same
 # either way (qemu-img compare).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 # 8 MiB: data at [0, 2M) and [4M, 6M), holes elsewhere

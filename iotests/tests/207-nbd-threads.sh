@@ -6,7 +6,7 @@
 # names and --image-opts keep nbdkit's default.  nbdkit's command line is
 # read from a stand-in nbdkit first in PATH; then the real server, so
 # configured, serves nbdcopy's four connections the image's bytes.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qimg-nbd-plugin nbdkit nbdcopy qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f qcow2 d.qcow2 16M

@@ -17,7 +17,7 @@
 #    force-share "force-share=on can only be used with read-only images"
 #    (api/json-opts.c invariant 5); qimg made the open read-only on "on"
 #    and ignored "off".
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io qemu-nbd
 
 qi create -q -f qcow2 t.qcow2 1M

@@ -17,7 +17,7 @@
 #    zero out new clusters"); extended L2 with falloc/full zeroes the
 #    preallocated clusters (QEMU allocates their subclusters): both read
 #    zeros in the new area and check clean.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # base size, old size, new size, data offset in the base, mode, create -o

@@ -11,7 +11,7 @@
 #  - A zero write whose subcluster-aligned part starts or ends inside a
 #    compressed cluster writes that whole part as data, its whole clusters
 #    too (zero.c invariant 8); qimg zeroed the whole clusters (zero bits).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 # l2 IMG: "index entry bitmap" for every non-zero entry of the first L2 table

@@ -12,7 +12,7 @@
 #    place the other processes move meanwhile;
 #  - a lock to the end of the file and a run of bytes read as such, two
 #    holders of a byte as one byte, no lock as nothing.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires python3
 
 # lockers.py FILE START,LEN...: hold OFD read locks on FILE (LEN 0: to the

@@ -15,7 +15,7 @@
 #    leaves that client to the test, and server_left sees it end; a server
 #    whose client never came fails server_left, with a FAILED line, within
 #    its limit, and is stopped; nbd_listening fails on a server that ended.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qemu-img qemu-nbd nbdinfo timeout
 
 "$QEMU_IMG" create -q -f qcow2 n.qcow2 1M

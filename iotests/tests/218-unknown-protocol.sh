@@ -10,7 +10,7 @@
 # metadata"), which are qapi_enum_parse's and file-posix's words.
 # Each error must match qemu-img's byte for byte, exit codes and stdout
 # too, and no file may be left behind.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io
 
 "$QEMU_IMG" create -q -f raw src.raw 1M || exit 1

@@ -14,7 +14,7 @@
 #    unchanged; --evict: a raw image's unwritten range maps as zeroes
 #    after a read; map_flags gives the same answer either way; qimg map
 #    equals qemu-img map of a settled image (030's comparison).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # unwritten FILE: FIEMAP's count of FILE's unwritten extents

@@ -11,7 +11,7 @@
 # check and check --output=json; and check -r all up to its rebuild (where
 # qimg differs from qemu-img on purpose: test-qcow2-check-refs.c,
 # test_refblock_broken), with its finding lines as plain check's.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io python3
 
 # a.qcow2: 4 KiB clusters (2048 per refcount block), a 64 MiB file (16384
