@@ -395,6 +395,30 @@ assert_rc() {
     fi
 }
 
+# traced DESC TRACE STRACE-OPTION... -- CMD...: CMD under "strace -f -qq
+# -o TRACE STRACE-OPTION...", its stdout in traced.out, and a check that
+# it exited 0 with nothing on stderr (strace's own complaints included):
+# else a FAILED line with its exit code and stderr, and return 1.  A test
+# that only counts calls in TRACE would otherwise see a failed run as a
+# wrong count (or as a right one).
+traced() {
+    local desc=$1 trace=$2 sopts=() rc
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        sopts+=("$1")
+        shift
+    done
+    shift
+    strace -f -qq -o "$trace" "${sopts[@]}" "$@" >traced.out 2>traced.err
+    rc=$?
+    _checks=$((_checks + 1))
+    if [ "$rc" != 0 ] || [ -s traced.err ]; then
+        _fail "$desc: exit code $rc (0 wanted)$([ -s traced.err ] && echo ', stderr:')"
+        head -n 20 traced.err
+        return 1
+    fi
+}
+
 # run_both ARGS...: run "qemu-img ARGS" and "qimg ARGS" in the scratch
 # folder.  Results: Q_OUT Q_ERR Q_RC (qemu-img) and M_OUT M_ERR M_RC (qimg);
 # in qemu-img's stderr, "qemu-img:" line prefixes and "Try 'qemu-img --help'"

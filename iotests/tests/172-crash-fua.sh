@@ -36,20 +36,24 @@ FORMAT=vmdk IO_CACHE=none NO_CONTROL=1 crash_io_case fua-vmdk-sparse-none $((16 
 # A FUA write or zero write on a raw file (writeback: no O_DSYNC) is synced
 # before it is reported done: the first sync of the trace comes before
 # qimg io's "wrote" line (qemu-io prints at exit, so only its count of
-# syncs is compared).
-fua_trace() { # IO-COMMAND TOOL...
+# syncs is compared).  Each traced run must succeed with nothing on stderr
+# (traced: a failed one is its own FAILED line, not a wrong count), and
+# the tools' outputs be the same (qemu-io words a failed command on stdout).
+fua_trace() { # DESC IO-COMMAND TOOL...
+    local desc=$1 c=$2
+    shift 2
     rm -f z.raw && truncate -s 1M z.raw
-    local c=$1
-    shift
-    strace -f -qq -e trace=fdatasync,fsync,write -o z.trace "$@" -t writeback -f raw \
-        -c "$c" -c aio_flush z.raw >/dev/null
+    traced "$desc" z.trace -e trace=fdatasync,fsync,write -- "$@" -t writeback -f raw \
+        -c "$c" -c aio_flush z.raw
 }
 for c in 'aio_write -z -f 0 64k' 'aio_write -f -P 7 0 64k'; do
-    fua_trace "$c" "$QIMG" io
+    fua_trace "raw: '$c': qimg io" "$c" "$QIMG" io || continue
     assert_eq "raw: '$c' synced before it is reported" "sync(" \
         "$(grep -o -E 'sync\(|"wrote' z.trace | head -1)"
     n=$(grep -c "sync(" z.trace)
-    fua_trace "$c" "$QEMU_IO"
+    mv traced.out m.out || exit 1
+    fua_trace "raw: '$c': qemu-io" "$c" "$QEMU_IO" || continue
+    assert_same_filtered "raw: '$c': output" io_filter traced.out m.out
     assert_eq "raw: '$c' + aio_flush: syncs as qemu-io's" "$(grep -c "sync(" z.trace)" "$n"
 done
 

@@ -24,11 +24,15 @@ mk_qcow2 small.qcow2 3M "cluster_size=4k" 'write -P 0x66 0 100k' 'write -P 0 1M 
 mk_qcow2 comp.qcow2 4M "" 'write -P 1 0 1M' 'write -c -P 2 1M 64k' 'write -P 0 2M 1M'
 head -c 1000 /dev/urandom >odd.raw
 
-# offloads TOOL ARGS...: how many copy_file_range calls TOOL convert ARGS
-# makes
+# offloads DESC TOOL ARGS...: OFFLOADS = how many copy_file_range calls
+# TOOL ARGS makes; the run must succeed with nothing on stderr (traced:
+# else its own FAILED line, return 1, OFFLOADS=-)
 offloads() {
-    strace -f -qq -e trace=copy_file_range -o st.out "$@" >/dev/null 2>&1
-    grep -c 'copy_file_range(' st.out
+    local desc=$1
+    shift
+    OFFLOADS=-
+    traced "$desc" st.out -e trace=copy_file_range -- "$@" || return 1
+    OFFLOADS=$(grep -c 'copy_file_range(' st.out)
 }
 
 # same_c DESC FMT [PRE] -- ARGS...: qemu-img and qimg convert -C -O FMT
@@ -43,9 +47,11 @@ same_c() {
         qi create -q -f "$fmt" "m.$fmt" "$pre"
         set -- -n "$@"
     fi
-    q=$(offloads "$QEMU_IMG" convert -C -O "$fmt" "$@" "q.$fmt")
-    m=$(offloads "$QIMG" convert -C -O "$fmt" "$@" "m.$fmt")
-    if [ "$q" != - ]; then
+    offloads "$desc: qemu-img" "$QEMU_IMG" convert -C -O "$fmt" "$@" "q.$fmt"
+    q=$OFFLOADS
+    offloads "$desc: qimg" "$QIMG" convert -C -O "$fmt" "$@" "m.$fmt"
+    m=$OFFLOADS
+    if [ "$q" != - ] && [ "$m" != - ]; then
         assert_eq "$desc: copy_file_range used" "$([ "$q" -gt 0 ] && echo yes || echo no)" \
             "$([ "$m" -gt 0 ] && echo yes || echo no)"
     fi
@@ -96,9 +102,11 @@ qi create -q -f qcow2 "${SEC[@]}" \
 ENC="driver=qcow2,file.filename=enc.qcow2,encrypt.key-secret=sec0"
 "$QEMU_IO" "${SEC[@]}" --image-opts "$ENC" -c 'write -P 7 0 1M' >/dev/null
 rm -f m.qcow2 q.qcow2
-q=$(offloads "$QEMU_IMG" convert -C "${SEC[@]}" --image-opts "$ENC" -O qcow2 q.qcow2)
-m=$(offloads "$QIMG" convert -C "${SEC[@]}" --image-opts "$ENC" -O qcow2 m.qcow2)
-assert_eq "encrypted: copy_file_range calls" "$q" "$m"
+offloads "encrypted: qemu-img" "$QEMU_IMG" convert -C "${SEC[@]}" --image-opts "$ENC" \
+    -O qcow2 q.qcow2 && q=$OFFLOADS &&
+    offloads "encrypted: qimg" "$QIMG" convert -C "${SEC[@]}" --image-opts "$ENC" \
+        -O qcow2 m.qcow2 &&
+    assert_eq "encrypted: copy_file_range calls" "$q" "$OFFLOADS"
 qi convert "${SEC[@]}" --image-opts "$ENC" -O raw enc.raw
 assert_rc "encrypted: contents" 0 "$QEMU_IMG" compare -q enc.raw m.qcow2
 

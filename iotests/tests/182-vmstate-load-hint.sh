@@ -15,15 +15,20 @@ qi create -q -f qcow2 img.qcow2 64M
 head -c $((5 * 1048576 + 123)) /dev/urandom >state.bin
 "$QIMG" vmstate save img.qcow2 s state.bin
 
-# hints ARGS...: strace qimg vmstate load ARGS img.qcow2 s out.bin; prints
-# the fadvise64 advice words in order, each with "image" when its
-# descriptor was opened on img.qcow2, then "all-hinted" when the image's
-# descriptors read at least the state's size while the hint was on
+# hints DESC ARGS...: strace qimg vmstate load ARGS img.qcow2 s out.bin,
+# which must succeed with nothing on stderr (traced: else its own FAILED
+# line, return 1); HINTS = the fadvise64 advice words in order, each with
+# "image" when its descriptor was opened on img.qcow2, then "all-hinted"
+# when the image's descriptors read at least the state's size while the
+# hint was on
 hints() {
+    local desc=$1
+    shift
     rm -f out.bin
-    strace -f -qq -e trace=openat,fadvise64,preadv,pread64,read -o st.out \
-        "$QIMG" vmstate load "$@" img.qcow2 s out.bin
-    python3 - st.out "$(stat -c %s state.bin)" <<'EOF'
+    HINTS=
+    traced "$desc: vmstate load" st.out -e trace=openat,fadvise64,preadv,pread64,read -- \
+        "$QIMG" vmstate load "$@" img.qcow2 s out.bin || return 1
+    HINTS=$(python3 - st.out "$(stat -c %s state.bin)" <<'EOF'
 import re, sys
 img_fds, out, on, hinted = set(), [], False, 0
 for line in open(sys.argv[1]):
@@ -41,18 +46,21 @@ if hinted >= int(sys.argv[2]):
     out.append("all-hinted")
 print(" ".join(out) if out else "none")
 EOF
+    )
 }
 
-assert_eq "writeback: one hint around the reads" "SEQUENTIAL/image NORMAL/image all-hinted" \
-    "$(hints)"
-assert_rc "writeback: the bytes saved" 0 cmp out.bin state.bin
-assert_eq "writeback, 32 KiB reads: the same hint" "SEQUENTIAL/image NORMAL/image all-hinted" \
-    "$(hints --chunk-size 32k)"
-assert_rc "writeback, 32 KiB reads: the bytes saved" 0 cmp out.bin state.bin
-assert_eq "-t none: no hint" "none" "$(hints -t none)"
-assert_rc "-t none: the bytes saved" 0 cmp out.bin state.bin
-assert_eq "-t writethrough: the hint" "SEQUENTIAL/image NORMAL/image all-hinted" \
-    "$(hints -t writethrough)"
-assert_rc "-t writethrough: the bytes saved" 0 cmp out.bin state.bin
+# hint_case DESC WANT ARGS...: hints DESC ARGS... gives WANT, and the bytes
+# loaded are the bytes saved
+hint_case() {
+    local desc=$1 want=$2
+    shift 2
+    hints "$desc" "$@" || return 1
+    assert_eq "$desc: the hint" "$want" "$HINTS"
+    assert_rc "$desc: the bytes saved" 0 cmp out.bin state.bin
+}
+hint_case "writeback" "SEQUENTIAL/image NORMAL/image all-hinted"
+hint_case "writeback, 32 KiB reads" "SEQUENTIAL/image NORMAL/image all-hinted" --chunk-size 32k
+hint_case "-t none (no hint)" "none" -t none
+hint_case "-t writethrough" "SEQUENTIAL/image NORMAL/image all-hinted" -t writethrough
 assert_rc "check" 0 "$QEMU_IMG" check -q img.qcow2
 finish
