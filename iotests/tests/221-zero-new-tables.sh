@@ -24,7 +24,7 @@
 #    no state is corrupt for qemu-img check, every state reads the old
 #    contents (the old size) or the new (zeros over the backing file's
 #    data).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 CRASH_STATES=${CRASH_STATES:-8}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img qemu-io python3 strace
