@@ -58,10 +58,12 @@ json_ints() {
 # used_size of each entry, summed).
 rbd_du() {
     local j n u sum=0
-    j=$(rbd du --format json "rbd/$1") && json_ints u used_size "$j" && [ -n "$u" ] || {
+    j=$(rbd du --format json "rbd/$1")
+    json_ints u used_size "$j"
+    if [ -z "$u" ]; then
         echo "no rbd du of $1" # (never the same as another image's)
         return 1
-    }
+    fi
     for n in $u; do sum=$((sum + n)); done
     echo "$sum"
 }
