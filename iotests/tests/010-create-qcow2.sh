@@ -6,7 +6,9 @@
 # image, and the "Formatting" line the same.  (qemu-img's info and map of
 # its own image are run only where identical bytes do not imply identical
 # output: when the bytes differ, and map where the host file's holes show
-# through, with preallocation or a data file.)  Bad option combinations
+# through, with preallocation or a data file; qemu-img check only where
+# the bytes differ: of the same bytes it says what it says of its own
+# image.)  Bad option combinations
 # fail with qemu-img's messages and leave no file behind.
 # make test: each option set at the sizes listed with it (48 images), the
 # bad sets at 64M and, where they name a cluster size, 129G.  QIMG_LONG=1:
@@ -98,7 +100,9 @@ check_create() {
         }
         assert_eq "$desc: data file size" "$(stat -c %s q/data.raw)" "$(stat -c %s m/data.raw)"
     fi
-    assert_rc "$desc: qemu-img check" 0 check_m
+    # (the same bytes as qemu-img's image, data file too: check would say
+    # of them what it says of qemu-img's own image, nothing of qimg's)
+    [ $same = yes ] || assert_rc "$desc: qemu-img check" 0 check_m
 
     # What the bytes do not show: how much of each file is allocated
     # (qemu-img info's actual-size).  With many tables the file system may

@@ -68,21 +68,25 @@ sampled wb-rc1-4k && IO_CACHE=writeback NO_CONTROL=1 crash_io_case wb-rc1-4k $((
 # bench_case LABEL CACHE MIN-RING-ALLOCS CREATE-OPTS BENCH-ARGS...: qimg
 # bench -w -d 32 on a record: image, then every state judged: no
 # corruption, and each sector reads what the run left there or what it
-# read before (zeros; with BACKING=1 the backing file's 0x33).
+# read before (zeros; with BACKING=N the backing file's 0x33).  The image
+# is 64 MiB; with BACKING=N, N MiB, over a backing file of as many bytes
+# of 0x33 (every state is converted and compared whole: its size is the
+# case's cost).
 bench_case() {
     local label=$1 cache=$2 min=$3 copts=$4
     shift 4
     sampled "$label" || return 0
-    local d=$SCRATCH/$label old=zero link=()
+    local d=$SCRATCH/$label old=zero link=() mib=64
     mkdir -p "$d"
     if [ -n "${BACKING:-}" ]; then
-        python3 -c 'import sys; sys.stdout.buffer.write(b"\x33" * (64 << 20))' >"$d/backing.raw"
+        mib=$BACKING
+        head -c $((mib << 20)) /dev/zero | tr '\0' 3 >"$d/backing.raw" # ('3': 0x33)
         copts="$copts -b backing.raw -F raw"
         old=$d/backing.raw
         link=(--link "backing.raw=$d/backing.raw")
     fi
     # shellcheck disable=SC2086
-    (cd "$d" && "$QEMU_IMG" create -q -f qcow2 $copts img.qcow2 64M) || {
+    (cd "$d" && "$QEMU_IMG" create -q -f qcow2 $copts img.qcow2 "${mib}M") || {
         _fail "$label: create"
         return
     }
@@ -115,9 +119,15 @@ bench_case bench-rc64 none 400 "-o refcount_bits=64" -c 800 -s 4k -S 64k \
 # zeros where the backing file's bytes belong.  Linking at the plan instead
 # of on the data's completion (a throwaway patch to write.c) failed 1 or 2
 # of 6 states in 3 of 4 runs here, 3 or 4 of 24 in 3 of 3: 20 states.
-CRASH_STATES=20 BACKING=1 bench_case bench-backing-nodrain none 400 "" -c 800 -s 64k \
-    -S 64k --flush-interval=64 --no-drain
-BACKING=1 bench_case bench-backing-nodrain-4k none 400 "-o cluster_size=4k" -c 800 -s 4k \
+# The image and its backing file are as large as the writes reach (every
+# state is converted and compared whole: 64 MiB of them cost 12 s of CPU
+# for the two cases): 256 fresh 64 KiB clusters filling 16 MiB, a flush
+# each 32 writes; 800 4 KiB writes 8 KiB apart in 8 MiB.  (Linking at the
+# plan in write-ring.c failed 1 to 6 of the 20 states in 4 of 4 runs here,
+# and 1 of the 6 of the 4k case in 2 of 3.)
+CRASH_STATES=20 BACKING=16 bench_case bench-backing-nodrain none 200 "" -c 256 -s 64k \
+    -S 64k --flush-interval=32 --no-drain
+BACKING=8 bench_case bench-backing-nodrain-4k none 400 "-o cluster_size=4k" -c 800 -s 4k \
     -S 8k --flush-interval=64 --no-drain
 # sequential 4k writes: the writes into a cluster a ring plan is
 # allocating join it (qcow2/write-ring.c), data on the ring at once, one
