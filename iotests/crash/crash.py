@@ -21,6 +21,7 @@ a pool of workers, identical states once); the rest is in its modules:
   states.py    the power-loss states: cut points, the files a cut leaves
   workload.py  the tagged guest workload, its model, the contents check
   luks.py      the LUKS1 reader
+  order.py     the ordering check of a whole log (--check-order)
   judges.py    judging one state (formats.py: the formats but qcow2)
 
 Subcommands (used by iotests/tests/05x-crash-*.sh, through lib.sh):
@@ -44,6 +45,7 @@ from judges import (QEMU_IMG, check_bitmaps, check_expected, check_inside_file,
                     check_snapshots, check_vmstate, forget_refs, forget_snapshots,
                     image_args, judge_structure, load_expected, run)
 from luks import Luks
+from order import check_data_before_l2
 from states import build_state, cut_points, state_digest
 from workload import Model, check_contents, make_workload, marker_positions, plaintext_tags
 
@@ -183,6 +185,14 @@ def explore(args):
     if fua < args.min_fua_writes:
         failures.insert(0, "%d FUA writes in the log, fewer than the %d asked" %
                         (fua, args.min_fua_writes))
+    links = None
+    if args.check_order:
+        order, links = check_data_before_l2(entries, os.path.realpath(args.image),
+                                            bases.get(os.path.realpath(args.image), b""))
+        if order:
+            failures.insert(0, "log order: %d of %d L2 links written before a flush covered "
+                            "the data they link (write.c invariant 1):\n    %s" %
+                            (len(order), links, "\n    ".join(order[:3])))
     ring, ring_alloc = ring_writes(entries)
     if ring_alloc < args.min_ring_allocs:
         failures.insert(0, "%d allocating writes of the io_uring in the log (%d ring "
@@ -198,6 +208,9 @@ def explore(args):
         print("  %d writes through the io_uring, %d of them allocating" % (ring, ring_alloc))
     if fua:
         print("  %d FUA writes, durable by themselves" % fua)
+    if links is not None:
+        print("  %d L2 links in the log, checked for a flush of their data before them" %
+              links)
     for f in failures[:args.show]:
         print("  " + f)
     if args.summary:
@@ -361,6 +374,9 @@ def main():
                    help="fail unless the log holds N writes with FUA (record.c)")
     e.add_argument("--min-ring-allocs", type=int, default=0, metavar="N",
                    help="fail unless N writes to fresh ranges came from the io_uring")
+    e.add_argument("--check-order", action="store_true",
+                   help="qcow2: fail if an L2 entry is written before the data it links "
+                   "was flushed, anywhere in the log (order.py)")
     e.add_argument("--expect-failures", action="store_true",
                    help="positive control: report, do not fail")
     return run_command(ap, ap.parse_args())

@@ -1,8 +1,9 @@
 """The crash-state explorer's power-loss states (crash.py): where to cut a
-log (cut_points: before each flush completes, just after one, at the end,
-and at random) and the files a power loss at a cut leaves (build_state):
-whatever a completed flush covered, and a FUA write, whole; of the writes
-after it, a random subset, in order, some torn at 4 KiB pages.  A state's
+log (cut_points: around the first flush that covers a new header, before
+each flush completes, just after one, at the end, and at random) and the
+files a power loss at a cut leaves (build_state): whatever a completed
+flush covered, and a FUA write, whole; of the writes after it, a random
+subset, in order, some torn at 4 KiB pages.  A state's
 files are built in place on disk, sparse (FileState), and hashed
 (state_digest) so that identical states are judged once; data_extents and
 buffer read such sparse files, for the judges too.
@@ -151,9 +152,35 @@ def build_state(entries, cut, bases, rng, keep_prob, sdir):
             fs.close()
 
 
+def header_cuts(entries):
+    """The cuts around each new header of a file: a write at offset 0
+    that does not begin with zeros (a format's magic: every format judged
+    here keeps its header there), and the first flush that covers it --
+    the cut just before that flush completes (the header may or may not
+    have reached the disk, the writes since the flush before it neither)
+    and just after (the header durable).  A creation's states are no image
+    until then (qcow2/create.c invariant 5): without these cuts a few
+    states fall before it.  Newest header first."""
+    out, waiting = [], []
+    for e in entries:
+        if e.type == W_WRITE and e.off == 0 and e.len >= 4 and e.data[:4] != bytes(4):
+            waiting.append(e)
+        elif e.type == W_FLUSH and waiting:
+            done = [w for w in waiting if w.path == e.path and w.index < e.aux]
+            if done:
+                out.append((e.index, e.index + 1))
+                waiting = [w for w in waiting if w not in done]
+    return [c for pair in reversed(out) for c in pair]
+
+
 def cut_points(entries, n, rng):
-    """Where to cut: the moment before each flush completes (the most that
-    may be lost), the end, and random points; at most n, fixed by rng."""
+    """Where to cut: around each new header (header_cuts, at most half of
+    them), the moment before each flush completes (the most that may be
+    lost), the end, and random points; at most n, fixed by rng."""
+    must = []
+    for c in header_cuts(entries):
+        if len(must) < max(n // 2, 1) and c <= len(entries) and c not in must:
+            must.append(c)
     flushes = [e.index for e in entries if e.type == W_FLUSH]
     pts = set([len(entries)] + flushes)
     # just after a flush, with one or two writes pending: where the first
@@ -163,9 +190,11 @@ def cut_points(entries, n, rng):
         for k in (2, 3):
             if f + k <= len(entries):
                 pts.add(f + k)
-    pts = sorted(pts)
-    if len(pts) > n // 2:
-        pts = sorted(rng.sample(pts, n // 2))
+    pts = sorted(pts - set(must))
+    room = max(n // 2 - len(must), 0)
+    if len(pts) > room:
+        pts = sorted(rng.sample(pts, room))
+    pts += must
     while len(pts) < n and len(entries) > 0:
         pts.append(rng.randint(1, len(entries)))
     return sorted(pts)[:n]

@@ -11,7 +11,10 @@
 # area zeros; a shrink's cut-off tail reads old data or zeros), a repair
 # changes no data, a convert target reads source data or zeros (and the
 # finished target equals the source), a new preallocated image reads
-# zeros (before its header is durable the file need not be an image yet).
+# zeros (before its header is durable the file need not be an image yet:
+# crash/states.py always cuts just before and just after the flush that
+# covers a new header, so a creation's few states include images -- before,
+# all 4 of metadata-512's and metadata-xl2's fell before the header).
 # qemu-img over blklogwrites is the positive control for resize and check.
 . "$(dirname "$0")/../common.sh"
 # make test: every case, 4 power-loss states each (identical states are
