@@ -56,6 +56,7 @@ void m_apply(Model *m, QimgImage *img, const char *id_or_name);
 void m_delete(Model *m, QimgImage *img, const char *id_or_name);
 void m_resize(Model *m, QimgImage *img, uint64_t size);
 char *qemu_snapshot_list(const char *path);
+void verify_check(const char *path, const char *step);
 void verify(const char *path, Model *m, const char *step);
 void load_vm_n_equal(QimgImage *img, const uint8_t *want, uint64_t n);
 

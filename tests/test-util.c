@@ -237,39 +237,45 @@ int tu_run_status(char **out, const char *fmt, ...)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-void tu_copy_file(const char *from, const char *to)
+void tu_write_sparse(const char *path, const void *buf, size_t len)
 {
-    const gsize blk = 4096;
-    g_autofree gchar *data = NULL;
-    g_autoptr(GError) err = NULL;
-    gsize n = 0;
-    int fd;
+    const size_t blk = 4096;
+    const uint8_t *data = buf;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
-    if (!g_file_get_contents(from, &data, &n, &err)) {
-        fail_msg("copy %s: %s", from, err->message);
-    }
-    fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fail_msg("copy to %s: %s", to, g_strerror(errno));
+        fail_msg("write %s: %s", path, g_strerror(errno));
     }
     /* blocks of zeros stay holes, as in a sparse image; runs of the
      * others are written at once */
-    for (gsize off = 0; off < n;) {
-        gsize end = off;
-        while (end < n && !(data[end] == 0 && memcmp(data + end, data + end + 1,
-                                                     MIN(blk, n - end) - 1) == 0)) {
-            end += MIN(blk, n - end);
+    for (size_t off = 0; off < len;) {
+        size_t end = off;
+        while (end < len && !(data[end] == 0 && memcmp(data + end, data + end + 1,
+                                                       MIN(blk, len - end) - 1) == 0)) {
+            end += MIN(blk, len - end);
         }
         if (end > off &&
             pwrite(fd, data + off, end - off, (off_t)off) != (ssize_t)(end - off)) {
             close(fd);
-            fail_msg("copy to %s: %s", to, g_strerror(errno));
+            fail_msg("write %s: %s", path, g_strerror(errno));
         }
-        off = end + (end < n ? MIN(blk, n - end) : 0);
+        off = end + (end < len ? MIN(blk, len - end) : 0);
     }
-    if (ftruncate(fd, (off_t)n) != 0 || close(fd) != 0) {
-        fail_msg("copy to %s: %s", to, g_strerror(errno));
+    if (ftruncate(fd, (off_t)len) != 0 || close(fd) != 0) {
+        fail_msg("write %s: %s", path, g_strerror(errno));
     }
+}
+
+void tu_copy_file(const char *from, const char *to)
+{
+    g_autofree gchar *data = NULL;
+    g_autoptr(GError) err = NULL;
+    gsize n = 0;
+
+    if (!g_file_get_contents(from, &data, &n, &err)) {
+        fail_msg("copy %s: %s", from, err->message);
+    }
+    tu_write_sparse(to, data, n);
 }
 
 /* Two chunk buffers made once and kept (tu_same_file(), tu_file_cmp()):

@@ -116,6 +116,10 @@ int tu_run_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
         }                                                                                \
     } while (0)
 
+/* Write buf[0..len) to the file at path (made or replaced; blocks of zeros
+ * left as holes; no fsync: scratch files); fails the test on an error. */
+void tu_write_sparse(const char *path, const void *buf, size_t len);
+
 /* Copy the file 'from' to 'to' (made or replaced; blocks of zeros left as
  * holes; no fsync: scratch files), without a process; fails the test on an
  * error. */
