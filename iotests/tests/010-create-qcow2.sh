@@ -14,7 +14,7 @@
 # bad sets at 64M and, where they name a cluster size, 129G.  QIMG_LONG=1:
 # every option set at every size (0 100000 64M 3G 1M 12345k 1G 10G 100G),
 # every bad set at both sizes, and the 128G..2P images.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img python3
 
 mkdir q m

@@ -21,7 +21,7 @@
 # for images without a backing file but the first; QIMG_LONG=1 runs it all.
 # The maps run at the end (or before an image changes), after one settle
 # of all the files (one python3 start instead of one per image).
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io cmp python3 numfmt
 
 KiB=1024

@@ -29,7 +29,7 @@
 #
 # Errors: unknown snapshot, disk-only snapshot, raw image, name in use,
 # empty or missing stream, unwritable output, a full file system.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 requires qimg qemu-img qemu-io cmp python3
 
 KiB=1024

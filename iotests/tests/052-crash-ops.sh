@@ -16,7 +16,7 @@
 # covers a new header, so a creation's few states include images -- before,
 # all 4 of metadata-512's and metadata-xl2's fell before the header).
 # qemu-img over blklogwrites is the positive control for resize and check.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 # make test: every case, 4 power-loss states each (identical states are
 # judged once), the positive control (2 states) for the first case only
 # (crash/lib.sh: it judges nothing of qimg's); QIMG_LONG=1 (make

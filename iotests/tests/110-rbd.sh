@@ -14,7 +14,7 @@
 # messages and options, convert -S 0, dd and measure, the dead cluster's
 # timeout precedence, and the full asynchronous workload in the normal
 # build besides TSan.
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 long() { [ -n "${QIMG_LONG:-}" ]; }
 
 requires qimg qemu-img qemu-io qemu-nbd ceph-mon ceph-osd ceph rbd monmaptool uuidgen \

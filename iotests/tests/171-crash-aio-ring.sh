@@ -41,7 +41,7 @@
 # the bench workload through it); the backing-file, --no-drain and
 # sequential cases (the ring plan's link ordering and its joins) all run.
 # (~8 s of the explorer's ~31 s of CPU in a run here.)
-. "$(dirname "$0")/../common.sh"
+. "${0%/*}/../common.sh"
 CRASH_STATES=${CRASH_STATES:-6}
 . "$IOTESTS_DIR/crash/lib.sh"
 requires qimg qemu-img python3
