@@ -479,15 +479,22 @@ void qcow2_direct_end(BlkNode *img, BlkDirect *d)
  * looked up (its first LEARN_STATUS_MAX), under the metadata lock held
  * since the lookup, are learnt as learn_ahead_locked learns them (only
  * while no write registration covers them), so the reads a client such as
- * nbdcopy sends for what block status reported take the fast path.
+ * nbdcopy sends for what block status reported take the fast path.  Not
+ * where the extent has no L2 table: a walk over an image's unallocated
+ * ranges (qemu-img map, 010's 100 GiB image of 1 KiB clusters: 819200
+ * answers of 128 clusters each) learnt every cluster of them, 100 million
+ * stripe locks, 3.6 s against qemu-img's 0.25 s -- into a map of at most
+ * 128 Ki entries; a table covers 512 MiB at the default cluster size, so
+ * such extents are rare where there is data to read beside them.
  */
 static void learn_status_locked(Qcow2State *s, uint64_t pos, const Qcow2Mapping *m)
 {
-    uint64_t cs = s->cluster_size;
+    uint64_t cs = s->cluster_size, l1_index = pos >> (s->cluster_bits + s->l2_bits);
     Qcow2Mapping part = *m;
 
-    if (qcow2_has_data_file(s)) {
-        return;
+    if (qcow2_has_data_file(s) || l1_index >= s->l1_size ||
+        !(s->l1_table[l1_index] & QCOW2_L1E_OFFSET_MASK)) {
+        return; /* (no L2 table: above) */
     }
     part.bytes =
         MIN(part.bytes, LEARN_STATUS_MAX * cs - qcow2_offset_into_cluster(s, pos));

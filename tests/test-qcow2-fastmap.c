@@ -354,6 +354,36 @@ static void test_image_status_learns(void **state)
     blk_close(img);
 }
 
+/* read.c learn_status_locked: block status learns nothing where the extent
+ * has no L2 table (a map walk over a large empty image learnt every
+ * cluster of it), and still learns the clusters of a table's extents. */
+static void test_image_status_no_table(void **state)
+{
+    TU_REQUIRE_QEMU_IMG();
+    g_autofree char *p = tu_fresh("fastmap-status-sparse.qcow2");
+    Qcow2FastStats a, b;
+
+    /* 512-byte clusters: a table covers 32 KiB; data in the first only */
+    tu_run("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 4M", p);
+    tu_run("qemu-io -c 'write -P 7 0 4k' -c 'write -z 8k 8k' '%s' >/dev/null", p);
+    BlkNode *img = open_img(p, false);
+    Qcow2State *s = img->opaque;
+    qcow2_fastmap_stats(s->fastmap, &a);
+    for (uint64_t off = 0; off < (4 << 20);) {
+        BlkStatus st;
+        assert_int_equal(blk_block_status(img, off, (4 << 20) - off, &st), 0);
+        off += st.pnum;
+    }
+    qcow2_fastmap_stats(s->fastmap, &b);
+    /* the first table's 64 clusters at most (its 4 KiB of data: 8 of
+     * them, the zeros 16, the rest unallocated without backing: zeros),
+     * not the 8128 of the 127 table-less ranges */
+    assert_true(b.learnt - a.learnt >= 8 + 16);
+    assert_true(b.learnt - a.learnt <= 64);
+    reads_as_qemu(img, p, 32 << 10, 2); /* what it learnt reads right */
+    blk_close(img);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_image_zero_reads),
         cmocka_unit_test(test_image_backing_not_zero),
         cmocka_unit_test(test_image_status_learns),
+        cmocka_unit_test(test_image_status_no_table),
     };
     return tu_run_group_tests("test-qcow2-fastmap", tests);
 }
